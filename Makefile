@@ -1,0 +1,55 @@
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+MAKEFLAGS += --no-print-directory
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+TOOLS := .tools
+BUF := $(TOOLS)/node_modules/.bin/buf
+BUF_VERSION := 1.75.0
+
+.PHONY: help install run test lint fmt proto proto-check buf-lint typecheck bench clean
+
+help: ## List the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+
+$(VENV)/.installed: pyproject.toml engram_client/pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ./engram_client -e ".[dev]"
+	touch $@
+
+$(BUF):
+	npm install --silent --no-audit --no-fund --prefix $(TOOLS) @bufbuild/buf@$(BUF_VERSION)
+
+install: $(VENV)/.installed ## Create .venv and install everything
+
+run: install ## Start the server on its embedded defaults (Qdrant edge + local model, ./data)
+	$(PY) -m engram_server serve
+
+test: install lint ## Lint, type-check, then run the whole test suite
+	$(PY) -m pytest -q
+
+lint: install proto-check buf-lint ## ruff, mypy, buf lint and the generated-code check
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+fmt: install ## Format the code
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+proto: install ## Regenerate the Python code from proto/
+	$(PY) scripts/gen_protos.py
+
+proto-check: install ## Fail if the committed generated code differs from proto/
+	$(PY) scripts/gen_protos.py --check
+
+buf-lint: $(BUF) ## buf lint (STANDARD) over proto/
+	$(BUF) lint
+	$(BUF) format --diff --exit-code
+
+clean: ## Remove the virtualenv and tool caches
+	rm -rf $(VENV) $(TOOLS) .pytest_cache .mypy_cache .ruff_cache

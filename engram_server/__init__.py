@@ -1,0 +1,3 @@
+"""Engram: long-term memory for AI agents, served over gRPC."""
+
+__version__ = "0.1.0a1"

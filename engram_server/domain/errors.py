@@ -1,0 +1,109 @@
+"""Domain errors. Each carries a :class:`Reason` whose name matches the proto's ErrorReason
+(``ERROR_REASON_<NAME>``); exactly one place (``api/errors.py``) maps them to gRPC status."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Reason(StrEnum):
+    INVALID_ARGUMENT = "ERROR_REASON_INVALID_ARGUMENT"
+    MEMORY_NOT_FOUND = "ERROR_REASON_MEMORY_NOT_FOUND"
+    COLLECTION_NOT_FOUND = "ERROR_REASON_COLLECTION_NOT_FOUND"
+    NO_MATCH = "ERROR_REASON_NO_MATCH"
+    THRESHOLD_TOO_LOW = "ERROR_REASON_THRESHOLD_TOO_LOW"
+    PROTECTED_MEMORY = "ERROR_REASON_PROTECTED_MEMORY"
+    EMBEDDING_MISMATCH = "ERROR_REASON_EMBEDDING_MISMATCH"
+    STORAGE_UNAVAILABLE = "ERROR_REASON_STORAGE_UNAVAILABLE"
+    EMBEDDER_UNAVAILABLE = "ERROR_REASON_EMBEDDER_UNAVAILABLE"
+    IDEMPOTENCY_CONFLICT = "ERROR_REASON_IDEMPOTENCY_CONFLICT"
+    MEMORY_SUPERSEDED = "ERROR_REASON_MEMORY_SUPERSEDED"
+    AMBIGUOUS_MATCH = "ERROR_REASON_AMBIGUOUS_MATCH"
+    LLM_NOT_CONFIGURED = "ERROR_REASON_LLM_NOT_CONFIGURED"
+    SHUTTING_DOWN = "ERROR_REASON_SHUTTING_DOWN"
+
+
+@dataclass(frozen=True, slots=True)
+class FieldViolation:
+    field: str
+    description: str
+
+
+class EngramError(Exception):
+    """Base of every error Engram reports to callers."""
+
+    reason: Reason = Reason.INVALID_ARGUMENT
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        metadata: Mapping[str, str] | None = None,
+        violations: tuple[FieldViolation, ...] = (),
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.metadata: dict[str, str] = dict(metadata or {})
+        self.violations = violations
+
+
+class InvalidArgument(EngramError):
+    reason = Reason.INVALID_ARGUMENT
+
+    @classmethod
+    def of(cls, fieldname: str, description: str) -> InvalidArgument:
+        return cls(f"{fieldname}: {description}", violations=(FieldViolation(fieldname, description),))
+
+
+class MemoryNotFound(EngramError):
+    reason = Reason.MEMORY_NOT_FOUND
+
+
+class CollectionNotFound(EngramError):
+    reason = Reason.COLLECTION_NOT_FOUND
+
+
+class NoMatch(EngramError):
+    reason = Reason.NO_MATCH
+
+
+class ThresholdTooLow(EngramError):
+    reason = Reason.THRESHOLD_TOO_LOW
+
+
+class ProtectedMemory(EngramError):
+    reason = Reason.PROTECTED_MEMORY
+
+
+class EmbeddingMismatch(EngramError):
+    reason = Reason.EMBEDDING_MISMATCH
+
+
+class StorageUnavailable(EngramError):
+    reason = Reason.STORAGE_UNAVAILABLE
+
+
+class EmbedderUnavailable(EngramError):
+    reason = Reason.EMBEDDER_UNAVAILABLE
+
+
+class IdempotencyConflict(EngramError):
+    reason = Reason.IDEMPOTENCY_CONFLICT
+
+
+class MemorySuperseded(EngramError):
+    reason = Reason.MEMORY_SUPERSEDED
+
+
+class AmbiguousMatch(EngramError):
+    reason = Reason.AMBIGUOUS_MATCH
+
+
+class LlmNotConfigured(EngramError):
+    reason = Reason.LLM_NOT_CONFIGURED
+
+
+class ShuttingDown(EngramError):
+    reason = Reason.SHUTTING_DOWN

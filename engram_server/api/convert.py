@@ -1,0 +1,149 @@
+"""proto <-> domain conversion. Unknown enum numbers become InvalidArgument."""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+from google.protobuf import timestamp_pb2
+
+from engram_client.proto.engram.v1 import memory_pb2 as m
+from engram_client.proto.engram.v1 import memory_service_pb2 as s
+from engram_server.domain.errors import InvalidArgument
+from engram_server.domain.model import NEVER, CollectionSpec, MemoryRecord, MemoryType, Source, SourceType
+from engram_server.domain.ranking import Score, Weights
+from engram_server.domain.service import (
+    AddOutcome,
+    SearchFilter,
+    Similar,
+)
+
+TYPE_IN: dict[int, MemoryType] = {
+    m.MEMORY_TYPE_UNSPECIFIED: MemoryType.EVENT,
+    m.MEMORY_TYPE_IDENTITY: MemoryType.IDENTITY,
+    m.MEMORY_TYPE_DIRECTIVE: MemoryType.DIRECTIVE,
+    m.MEMORY_TYPE_INSIGHT: MemoryType.INSIGHT,
+    m.MEMORY_TYPE_EVENT: MemoryType.EVENT,
+}
+TYPE_OUT: dict[MemoryType, m.MemoryType.ValueType] = {
+    MemoryType.IDENTITY: m.MEMORY_TYPE_IDENTITY,
+    MemoryType.DIRECTIVE: m.MEMORY_TYPE_DIRECTIVE,
+    MemoryType.INSIGHT: m.MEMORY_TYPE_INSIGHT,
+    MemoryType.EVENT: m.MEMORY_TYPE_EVENT,
+}
+SOURCE_IN: dict[int, Source] = {
+    m.SOURCE_UNSPECIFIED: Source.AGENT,
+    m.SOURCE_USER: Source.USER,
+    m.SOURCE_AGENT: Source.AGENT,
+    m.SOURCE_SYSTEM: Source.SYSTEM,
+}
+SOURCE_OUT: dict[Source, m.Source.ValueType] = {
+    Source.USER: m.SOURCE_USER,
+    Source.AGENT: m.SOURCE_AGENT,
+    Source.SYSTEM: m.SOURCE_SYSTEM,
+}
+SOURCE_TYPE_IN: dict[int, SourceType] = {
+    m.SOURCE_TYPE_UNSPECIFIED: SourceType.UNKNOWN,
+    m.SOURCE_TYPE_USER_INPUT: SourceType.USER_INPUT,
+    m.SOURCE_TYPE_TOOL_OUTPUT: SourceType.TOOL_OUTPUT,
+    m.SOURCE_TYPE_WEB_SEARCH: SourceType.WEB_SEARCH,
+    m.SOURCE_TYPE_DOCUMENT: SourceType.DOCUMENT,
+    m.SOURCE_TYPE_CALENDAR: SourceType.CALENDAR,
+    m.SOURCE_TYPE_REFLECTION: SourceType.REFLECTION,
+    m.SOURCE_TYPE_UNKNOWN: SourceType.UNKNOWN,
+}
+SOURCE_TYPE_OUT: dict[SourceType, m.SourceType.ValueType] = {
+    v: k for k, v in SOURCE_TYPE_IN.items() if k != m.SOURCE_TYPE_UNSPECIFIED  # type: ignore[misc]
+}
+OUTCOME_OUT = {AddOutcome.CREATED: s.ADD_OUTCOME_CREATED, AddOutcome.DUPLICATE: s.ADD_OUTCOME_DUPLICATE}
+
+
+T = TypeVar("T")
+
+
+def enum_in(table: dict[int, T], value: int, fieldname: str) -> T:
+    try:
+        return table[value]
+    except KeyError:
+        raise InvalidArgument.of(fieldname, f"unknown enum value {value}") from None
+
+
+def ts_in(ts: timestamp_pb2.Timestamp) -> float:
+    return ts.seconds + ts.nanos / 1e9
+
+
+def ts_out(seconds: float) -> timestamp_pb2.Timestamp:
+    whole = int(seconds // 1)
+    return timestamp_pb2.Timestamp(seconds=whole, nanos=int(round((seconds - whole) * 1e9)) % 1_000_000_000)
+
+
+def memory_out(r: MemoryRecord) -> m.Memory:
+    out = m.Memory(
+        id=r.id,
+        collection=r.collection,
+        type=TYPE_OUT[r.type],
+        content=r.content,
+        source=SOURCE_OUT[r.source],
+        source_type=SOURCE_TYPE_OUT[r.source_type],
+        source_type_history=[SOURCE_TYPE_OUT[x] for x in r.source_type_history],
+        importance=r.importance,
+        tags=list(r.tags),
+        metadata=dict(r.metadata),
+        version=r.version,
+        superseded_by=r.superseded_by or "",
+        access_count=r.access_count,
+    )
+    out.created_at.CopyFrom(ts_out(r.created_at))
+    out.updated_at.CopyFrom(ts_out(r.updated_at))
+    if r.valid_until < NEVER:
+        out.valid_until.CopyFrom(ts_out(r.valid_until))
+    if r.last_accessed_at is not None:
+        out.last_accessed_at.CopyFrom(ts_out(r.last_accessed_at))
+    if r.reflected_at is not None:
+        out.reflected_at.CopyFrom(ts_out(r.reflected_at))
+    return out
+
+
+def similar_out(x: Similar) -> m.SimilarMemory:
+    return m.SimilarMemory(
+        id=x.record.id, similarity=x.similarity, content=x.record.content, type=TYPE_OUT[x.record.type]
+    )
+
+
+def score_out(x: Score) -> m.ScoreBreakdown:
+    return m.ScoreBreakdown(
+        final=x.final,
+        relevance=x.relevance,
+        recency=x.recency,
+        importance=x.importance,
+        raw_similarity=x.raw_similarity,
+    )
+
+
+def filter_in(f: m.MemoryFilter, prefix: str) -> SearchFilter:
+    return SearchFilter(
+        types=tuple(enum_in(TYPE_IN, t, f"{prefix}.types") for t in f.types if t != m.MEMORY_TYPE_UNSPECIFIED),
+        tags_any=tuple(f.tags_any),
+        created_after=ts_in(f.created_after) if f.HasField("created_after") else None,
+        created_before=ts_in(f.created_before) if f.HasField("created_before") else None,
+        min_importance=f.min_importance,
+        source_types=tuple(
+            enum_in(SOURCE_TYPE_IN, t, f"{prefix}.source_types")
+            for t in f.source_types
+            if t != m.SOURCE_TYPE_UNSPECIFIED
+        ),
+    )
+
+
+def weights_in(w: m.RankingWeights) -> Weights:
+    return Weights(relevance=w.relevance, recency=w.recency, importance=w.importance)
+
+
+def collection_out(spec: CollectionSpec, count: int) -> m.CollectionInfo:
+    out = m.CollectionInfo(
+        name=spec.name,
+        memory_count=count,
+        embedding_model=spec.embedding_model,
+        embedding_dimension=spec.dimension,
+    )
+    out.created_at.CopyFrom(ts_out(spec.created_at))
+    return out

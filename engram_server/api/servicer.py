@@ -1,0 +1,182 @@
+"""The gRPC edge: proto -> domain command -> proto. No policy lives here."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+
+from engram_client.proto.engram.v1 import memory_service_pb2 as s
+from engram_client.proto.engram.v1 import memory_service_pb2_grpc
+from engram_server.api import convert as c
+from engram_server.api.errors import internal_status, to_status
+from engram_server.domain.errors import EngramError, InvalidArgument
+from engram_server.domain.service import (
+    AddCommand,
+    DeleteCommand,
+    Locator,
+    MemoryService,
+    SearchQuery,
+    UpdateCommand,
+)
+
+log = logging.getLogger(__name__)
+
+Req = TypeVar("Req")
+Resp = TypeVar("Resp")
+Handler = Callable[[Any, Req, grpc.aio.ServicerContext[Any, Any]], Awaitable[Resp]]
+
+
+def rpc(fn: Handler[Req, Resp]) -> Handler[Req, Resp]:
+    """Map domain errors to rich gRPC status; anything unexpected is logged and INTERNAL."""
+
+    @functools.wraps(fn)
+    async def wrapper(self: Any, request: Req, context: grpc.aio.ServicerContext[Any, Any]) -> Resp:
+        try:
+            return await fn(self, request, context)
+        except EngramError as exc:
+            await context.abort_with_status(to_status(exc))
+        except grpc.aio.AbortError:
+            raise
+        except Exception:
+            log.exception("unexpected error in %s", fn.__name__)
+            await context.abort_with_status(internal_status(f"internal error in {fn.__name__}"))
+        raise AssertionError("unreachable")  # abort_with_status always raises
+
+    return wrapper
+
+
+class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
+    def __init__(self, service: MemoryService) -> None:
+        self._svc = service
+
+    @rpc
+    async def AddMemory(
+        self, request: s.AddMemoryRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> s.AddMemoryResponse:
+        cmd = AddCommand(
+            content=request.content,
+            collection=request.collection,
+            type=c.enum_in(c.TYPE_IN, request.type, "type"),
+            importance=request.importance if request.HasField("importance") else None,
+            tags=tuple(request.tags),
+            source=c.enum_in(c.SOURCE_IN, request.source, "source"),
+            source_type=c.enum_in(c.SOURCE_TYPE_IN, request.source_type, "source_type"),
+            metadata=dict(request.metadata),
+            created_at=c.ts_in(request.created_at) if request.HasField("created_at") else None,
+            valid_until=c.ts_in(request.valid_until) if request.HasField("valid_until") else None,
+            request_id=request.request_id,
+        )
+        result = await self._svc.add(cmd)
+        return s.AddMemoryResponse(
+            memory=c.memory_out(result.memory),
+            outcome=c.OUTCOME_OUT[result.outcome],
+            duplicate_similarity=result.duplicate_similarity,
+            near_duplicates=[c.similar_out(x) for x in result.near_duplicates],
+            replayed=result.replayed,
+        )
+
+    @rpc
+    async def SearchMemories(
+        self, request: s.SearchMemoriesRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> s.SearchMemoriesResponse:
+        query = SearchQuery(
+            query=request.query,
+            collections=tuple(request.collections),
+            limit=request.limit,
+            filter=c.filter_in(request.filter, "filter"),
+            weights=c.weights_in(request.weights) if request.HasField("weights") else None,
+            diversify=request.diversify,
+            mmr_lambda=request.mmr_lambda if request.HasField("mmr_lambda") else None,
+            min_relevance=request.min_relevance,
+        )
+        hits = await self._svc.search(query)
+        return s.SearchMemoriesResponse(
+            results=[s.SearchResult(memory=c.memory_out(h.memory), score=c.score_out(h.score)) for h in hits]
+        )
+
+    @rpc
+    async def UpdateMemory(
+        self, request: s.UpdateMemoryRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> s.UpdateMemoryResponse:
+        target = request.WhichOneof("target")
+        if target == "id" and not request.id:
+            raise InvalidArgument.of("id", "must not be empty")
+        cmd = UpdateCommand(
+            collection=request.collection,
+            id=request.id if target == "id" else None,
+            locate=Locator(request.locate.content, request.locate.threshold) if target == "locate" else None,
+            content=request.content,
+            type=c.enum_in(c.TYPE_IN, request.type, "type") if request.HasField("type") else None,
+            importance=request.importance if request.HasField("importance") else None,
+            tags=tuple(request.tags.values) if request.HasField("tags") else None,
+            metadata=dict(request.metadata.entries) if request.HasField("metadata") else None,
+            valid_until=c.ts_in(request.valid_until) if request.HasField("valid_until") else None,
+            dry_run=request.dry_run,
+        )
+        result = await self._svc.update(cmd)
+        return s.UpdateMemoryResponse(
+            memory=c.memory_out(result.memory),
+            previous=c.memory_out(result.previous),
+            similarity=result.similarity,
+            changed=result.changed,
+            dry_run=result.dry_run,
+        )
+
+    @rpc
+    async def DeleteMemory(
+        self, request: s.DeleteMemoryRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> s.DeleteMemoryResponse:
+        target = request.WhichOneof("target")
+        if target == "id" and not request.id:
+            raise InvalidArgument.of("id", "must not be empty")
+        cmd = DeleteCommand(
+            collection=request.collection,
+            id=request.id if target == "id" else None,
+            query=request.query.query if target == "query" else None,
+            threshold=request.query.threshold,
+            limit=request.query.limit,
+            force=request.force,
+            dry_run=request.dry_run,
+        )
+        result = await self._svc.delete(cmd)
+        return s.DeleteMemoryResponse(deleted=[c.memory_out(r) for r in result.deleted], dry_run=result.dry_run)
+
+    @rpc
+    async def GetMemory(
+        self, request: s.GetMemoryRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> s.GetMemoryResponse:
+        record, history = await self._svc.get(request.collection, request.id, request.include_history)
+        return s.GetMemoryResponse(memory=c.memory_out(record), history=[c.memory_out(h) for h in history])
+
+    @rpc
+    async def ListMemories(
+        self, request: s.ListMemoriesRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> s.ListMemoriesResponse:
+        records, token = await self._svc.list(
+            request.collection,
+            c.filter_in(request.filter, "filter"),
+            request.page_size,
+            request.page_token,
+            request.include_history,
+        )
+        return s.ListMemoriesResponse(memories=[c.memory_out(r) for r in records], next_page_token=token)
+
+    @rpc
+    async def ListCollections(
+        self, request: s.ListCollectionsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> s.ListCollectionsResponse:
+        stats = await self._svc.list_collections()
+        return s.ListCollectionsResponse(collections=[c.collection_out(x.spec, x.memory_count) for x in stats])
+
+    @rpc
+    async def DeleteCollection(
+        self, request: s.DeleteCollectionRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> s.DeleteCollectionResponse:
+        count = await self._svc.delete_collection(request.name)
+        out = s.DeleteCollectionResponse(deleted_count=count)
+        out.deleted_at.CopyFrom(c.ts_out(self._svc.now()))
+        return out

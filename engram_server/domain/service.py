@@ -1,0 +1,818 @@
+"""The use-cases: add (with the write gate), search (fusion ranking), update (versioned),
+delete (protected), get, list, collections, and the expiry sweep.
+
+Pure orchestration over the ports: no gRPC, no storage engine, no model library.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import json
+import logging
+import math
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+
+from engram_server.domain.calibration import Calibration
+from engram_server.domain.clock import Clock
+from engram_server.domain.errors import (
+    AmbiguousMatch,
+    CollectionNotFound,
+    EmbeddingMismatch,
+    FieldViolation,
+    InvalidArgument,
+    MemoryNotFound,
+    MemorySuperseded,
+    NoMatch,
+    ProtectedMemory,
+    IdempotencyConflict,
+    ThresholdTooLow,
+)
+from engram_server.domain.model import (
+    DEFAULT_COLLECTION,
+    PROTECTED_TYPES,
+    CollectionSpec,
+    MemoryRecord,
+    MemoryType,
+    ScoredPoint,
+    Source,
+    SourceType,
+    StoredPoint,
+    StoreFilter,
+)
+from engram_server.domain.ranking import Score, Weights, fuse, mmr_order, recency
+from engram_server.domain.ttl import compute_valid_until
+from engram_server.domain.validation import (
+    Limits,
+    Violations,
+    check_collection,
+    check_content,
+    check_importance,
+    check_metadata,
+    check_request_id,
+    check_unit_interval,
+    normalise_tags,
+)
+from engram_server.ports import Embedder, Store
+
+log = logging.getLogger(__name__)
+
+MAX_PROVENANCE_HISTORY = 8
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """Tunable policy, on the calibrated similarity scale."""
+
+    dedup_threshold: float = 0.92
+    near_duplicate_threshold: float = 0.70
+    locate_min_threshold: float = 0.85
+    delete_single_min_threshold: float = 0.70
+    gate_candidates: int = 8
+    max_near_duplicates: int = 5
+    weights: Weights = field(default_factory=Weights)
+    mmr_lambda: float = 0.5
+    candidate_factor: int = 3
+    min_candidates: int = 30
+    ambiguity_margin: float = 0.02
+    default_collection: str = DEFAULT_COLLECTION
+    limits: Limits = field(default_factory=Limits)
+
+
+# ---------------------------------------------------------------- commands and results
+
+
+@dataclass(frozen=True, slots=True)
+class AddCommand:
+    content: str
+    collection: str = ""
+    type: MemoryType = MemoryType.EVENT
+    importance: int | None = None
+    tags: tuple[str, ...] = ()
+    source: Source = Source.AGENT
+    source_type: SourceType = SourceType.UNKNOWN
+    metadata: Mapping[str, str] = field(default_factory=dict)
+    created_at: float | None = None
+    valid_until: float | None = None
+    request_id: str = ""
+
+
+class AddOutcome(StrEnum):
+    CREATED = "created"
+    DUPLICATE = "duplicate"
+
+
+@dataclass(frozen=True, slots=True)
+class Similar:
+    record: MemoryRecord
+    similarity: float
+
+
+@dataclass(frozen=True, slots=True)
+class AddResult:
+    memory: MemoryRecord
+    outcome: AddOutcome
+    duplicate_similarity: float = 0.0
+    near_duplicates: tuple[Similar, ...] = ()
+    replayed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SearchFilter:
+    types: tuple[MemoryType, ...] = ()
+    tags_any: tuple[str, ...] = ()
+    created_after: float | None = None
+    created_before: float | None = None
+    min_importance: int = 0
+    source_types: tuple[SourceType, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SearchQuery:
+    query: str
+    collections: tuple[str, ...] = ()
+    limit: int = 0
+    filter: SearchFilter = field(default_factory=SearchFilter)
+    weights: Weights | None = None
+    diversify: bool = False
+    mmr_lambda: float | None = None
+    min_relevance: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class SearchHit:
+    memory: MemoryRecord
+    score: Score
+
+
+@dataclass(frozen=True, slots=True)
+class Locator:
+    content: str
+    threshold: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateCommand:
+    collection: str = ""
+    id: str | None = None
+    locate: Locator | None = None
+    content: str = ""
+    type: MemoryType | None = None
+    importance: int | None = None
+    tags: tuple[str, ...] | None = None
+    metadata: Mapping[str, str] | None = None
+    valid_until: float | None = None
+    dry_run: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateResult:
+    memory: MemoryRecord
+    previous: MemoryRecord
+    similarity: float
+    changed: bool
+    dry_run: bool
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteCommand:
+    collection: str = ""
+    id: str | None = None
+    query: str | None = None
+    threshold: float = 0.0
+    limit: int = 0
+    force: bool = False
+    dry_run: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteResult:
+    deleted: tuple[MemoryRecord, ...]
+    dry_run: bool
+
+
+@dataclass(frozen=True, slots=True)
+class CollectionStats:
+    spec: CollectionSpec
+    memory_count: int
+
+
+# ---------------------------------------------------------------- the service
+
+
+class MemoryService:
+    """Engram's memory lifecycle over a Store and an Embedder."""
+
+    def __init__(
+        self,
+        store: Store,
+        embedder: Embedder,
+        clock: Clock,
+        calibration: Calibration,
+        policy: Policy | None = None,
+    ) -> None:
+        self._store = store
+        self._embedder = embedder
+        self._clock = clock
+        self._cal = calibration
+        self.policy = policy or Policy()
+        self._specs: dict[str, CollectionSpec] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._background: set[asyncio.Task[None]] = set()
+
+    def now(self) -> float:
+        return self._clock.now()
+
+    # ------------------------------------------------------------ collections
+
+    def _lock(self, collection: str) -> asyncio.Lock:
+        lock = self._locks.get(collection)
+        if lock is None:
+            lock = self._locks[collection] = asyncio.Lock()
+        return lock
+
+    def _resolve(self, v: Violations, fieldname: str, collection: str) -> str:
+        name = collection or self.policy.default_collection
+        check_collection(v, fieldname, name)
+        return name
+
+    def _check_spec(self, spec: CollectionSpec) -> None:
+        if spec.embedding_model != self._embedder.model_id or spec.dimension != self._embedder.dimension:
+            raise EmbeddingMismatch(
+                f"collection {spec.name!r} was built with {spec.embedding_model} ({spec.dimension} dims) "
+                f"but the server is configured with {self._embedder.model_id} "
+                f"({self._embedder.dimension} dims); refusing to mix embeddings",
+                metadata={
+                    "collection": spec.name,
+                    "collection_model": spec.embedding_model,
+                    "collection_dimension": str(spec.dimension),
+                    "configured_model": self._embedder.model_id,
+                    "configured_dimension": str(self._embedder.dimension),
+                },
+            )
+
+    async def _existing(self, name: str) -> CollectionSpec | None:
+        spec = self._specs.get(name)
+        if spec is None:
+            spec = await self._store.get_collection(name)
+            if spec is None:
+                return None
+            self._specs[name] = spec
+        self._check_spec(spec)
+        return spec
+
+    async def _ensure(self, name: str) -> CollectionSpec:
+        spec = await self._existing(name)
+        if spec is not None:
+            return spec
+        async with self._lock(name):
+            spec = await self._existing(name)
+            if spec is None:
+                spec = CollectionSpec(
+                    name=name,
+                    embedding_model=self._embedder.model_id,
+                    dimension=self._embedder.dimension,
+                    created_at=self._clock.now(),
+                )
+                await self._store.create_collection(spec)
+                self._specs[name] = spec
+            return spec
+
+    async def list_collections(self) -> list[CollectionStats]:
+        now = self._clock.now()
+        specs = await self._store.list_collections()
+        counts = await asyncio.gather(*(self._store.count(s.name, StoreFilter(live_at=now)) for s in specs))
+        return [CollectionStats(s, c) for s, c in sorted(zip(specs, counts, strict=True), key=lambda x: x[0].name)]
+
+    async def delete_collection(self, name: str) -> int:
+        v = Violations()
+        if not name:
+            v.add("name", "must not be empty")
+        else:
+            check_collection(v, "name", name)
+        v.raise_if_any()
+        async with self._lock(name):
+            if await self._store.get_collection(name) is None:
+                raise CollectionNotFound(f"collection {name!r} does not exist", metadata={"collection": name})
+            count = await self._store.drop_collection(name)
+            self._specs.pop(name, None)
+            return count
+
+    # ------------------------------------------------------------ add
+
+    async def add(self, cmd: AddCommand) -> AddResult:
+        pol = self.policy
+        now = self._clock.now()
+        v = Violations()
+        collection = self._resolve(v, "collection", cmd.collection)
+        check_content(v, "content", cmd.content, pol.limits)
+        importance = 5 if cmd.importance is None else cmd.importance
+        check_importance(v, "importance", importance)
+        tags = normalise_tags(v, "tags", cmd.tags, pol.limits)
+        check_metadata(v, "metadata", cmd.metadata, pol.limits)
+        check_request_id(v, "request_id", cmd.request_id, pol.limits)
+        created_at = now if cmd.created_at is None else cmd.created_at
+        if cmd.created_at is not None and cmd.created_at > now + pol.limits.future_skew_seconds:
+            v.add("created_at", "must not be in the future")
+        if cmd.valid_until is not None:
+            if cmd.valid_until <= now:
+                v.add("valid_until", "must be in the future")
+            elif cmd.valid_until <= created_at:
+                v.add("valid_until", "must be after created_at")
+        v.raise_if_any()
+
+        request_hash = _request_hash(cmd, collection, importance, tags) if cmd.request_id else None
+        # Embed before taking the collection lock: the model is the slow part.
+        vector = (await self._embedder.embed_documents([cmd.content]))[0]
+        await self._ensure(collection)
+        async with self._lock(collection):
+            if cmd.request_id:
+                replay = await self._replay(collection, cmd.request_id, request_hash)
+                if replay is not None:
+                    return replay
+            now = self._clock.now()
+            hits = await self._store.search(
+                collection, vector, pol.gate_candidates, StoreFilter(live_at=now), with_vectors=False
+            )
+            similar = [Similar(h.record, self._cal.similarity(h.score)) for h in hits]
+            similar.sort(key=lambda s: s.similarity, reverse=True)
+            if similar and similar[0].similarity > pol.dedup_threshold:
+                top = similar[0]
+                existing = await self._merge_provenance(collection, top.record, cmd.source_type, now)
+                near = tuple(
+                    s for s in similar[1:] if pol.near_duplicate_threshold <= s.similarity <= pol.dedup_threshold
+                )[: pol.max_near_duplicates]
+                return AddResult(existing, AddOutcome.DUPLICATE, top.similarity, near)
+            near = tuple(s for s in similar if s.similarity >= pol.near_duplicate_threshold)[
+                : pol.max_near_duplicates
+            ]
+            record = MemoryRecord(
+                id=str(uuid.uuid4()),
+                collection=collection,
+                content=cmd.content,
+                type=cmd.type,
+                importance=importance,
+                tags=tags,
+                source=cmd.source,
+                source_type=cmd.source_type,
+                source_type_history=(cmd.source_type,),
+                metadata=dict(cmd.metadata),
+                created_at=created_at,
+                updated_at=now,
+                valid_until=compute_valid_until(cmd.type, importance, tags, created_at, cmd.valid_until),
+                request_id=cmd.request_id or None,
+                request_hash=request_hash,
+                near_duplicates=tuple((s.record.id, round(s.similarity, 6)) for s in near),
+            )
+            await self._store.upsert(collection, [StoredPoint(record, vector)])
+            return AddResult(record, AddOutcome.CREATED, 0.0, near)
+
+    async def _replay(self, collection: str, request_id: str, request_hash: str | None) -> AddResult | None:
+        records, _ = await self._store.scroll(collection, StoreFilter(request_id=request_id), limit=1)
+        if not records:
+            return None
+        first = records[0]
+        if first.request_hash != request_hash:
+            raise IdempotencyConflict(
+                f"request_id {request_id!r} was already used for a different request",
+                metadata={"request_id": request_id, "memory_id": first.id},
+            )
+        near_ids = [i for i, _ in first.near_duplicates]
+        found = {p.record.id: p.record for p in await self._store.retrieve(collection, near_ids)}
+        near = tuple(Similar(found[i], s) for i, s in first.near_duplicates if i in found)
+        return AddResult(first, AddOutcome.CREATED, 0.0, near, replayed=True)
+
+    async def _merge_provenance(
+        self, collection: str, existing: MemoryRecord, source_type: SourceType, now: float
+    ) -> MemoryRecord:
+        """A duplicate from another provenance is remembered, and the most trusted wins."""
+        if source_type in existing.source_type_history:
+            return existing
+        history = (*existing.source_type_history, source_type)[-MAX_PROVENANCE_HISTORY:]
+        primary = min((existing.source_type, source_type), key=lambda s: s.trust_rank)
+        await self._store.set_fields(
+            collection,
+            {existing.id: {"source_type_history": [s.value for s in history], "source_type": primary.value}},
+        )
+        return replace(existing, source_type_history=history, source_type=primary)
+
+    # ------------------------------------------------------------ search
+
+    async def search(self, q: SearchQuery) -> list[SearchHit]:
+        pol = self.policy
+        v = Violations()
+        if not q.query.strip():
+            v.add("query", "must not be empty")
+        elif len(q.query) > pol.limits.max_content_chars:
+            v.add("query", f"at most {pol.limits.max_content_chars} characters")
+        names = list(dict.fromkeys(q.collections)) or [pol.default_collection]
+        if len(names) > pol.limits.max_collections_per_search:
+            v.add("collections", f"at most {pol.limits.max_collections_per_search} collections")
+        for i, name in enumerate(names):
+            check_collection(v, f"collections[{i}]", name)
+        limit = q.limit or 5
+        if not 1 <= limit <= pol.limits.max_search_limit:
+            v.add("limit", f"must be between 1 and {pol.limits.max_search_limit} (got {q.limit})")
+        flt = self._check_filter(v, "filter", q.filter)
+        weights = q.weights or pol.weights
+        for name, value in (
+            ("relevance", weights.relevance),
+            ("recency", weights.recency),
+            ("importance", weights.importance),
+        ):
+            if not (value >= 0 and math.isfinite(value)):
+                v.add(f"weights.{name}", "must be a finite number ≥ 0")
+        lam = pol.mmr_lambda if q.mmr_lambda is None else q.mmr_lambda
+        check_unit_interval(v, "mmr_lambda", lam)
+        check_unit_interval(v, "min_relevance", q.min_relevance)
+        v.raise_if_any()
+
+        specs = [await self._existing(n) for n in names]
+        live = [s.name for s in specs if s is not None]
+        if not live:
+            return []
+        qvec = (await self._embedder.embed_queries([q.query]))[0]
+        now = self._clock.now()
+        flt = replace(flt, live_at=now)
+        n_candidates = max(limit * pol.candidate_factor, pol.min_candidates)
+        per_collection = await asyncio.gather(
+            *(self._store.search(n, qvec, n_candidates, flt, with_vectors=q.diversify) for n in live)
+        )
+        scored: list[tuple[Score, ScoredPoint]] = []
+        for hits in per_collection:
+            for h in hits:
+                rel = self._cal.relevance(h.score)
+                if rel < q.min_relevance:
+                    continue
+                rec = recency(h.record.type, h.record.created_at, now)
+                scored.append((fuse(rel, rec, h.record.importance, weights, h.score), h))
+        scored.sort(key=lambda x: (-x[0].final, x[1].record.id))
+        if q.diversify and len(scored) > 1:
+            order = mmr_order(
+                [s.final for s, _ in scored],
+                [h.vector for _, h in scored if h.vector is not None],
+                limit,
+                lam,
+                self._cal.similarity_array,
+            )
+            scored = [scored[i] for i in order]
+        top = scored[:limit]
+        results = [SearchHit(h.record, s) for s, h in top]
+        self._spawn(self._bump_access([(h.record.collection, h.record) for _, h in top], now))
+        return results
+
+    def _check_filter(self, v: Violations, prefix: str, f: SearchFilter) -> StoreFilter:
+        if f.min_importance and not 1 <= f.min_importance <= 10:
+            v.add(f"{prefix}.min_importance", "must be 0 (no minimum) or between 1 and 10")
+        if (
+            f.created_after is not None
+            and f.created_before is not None
+            and f.created_after >= f.created_before
+        ):
+            v.add(f"{prefix}.created_before", "must be after created_after")
+        for i, tag in enumerate(f.tags_any):
+            if not tag.strip():
+                v.add(f"{prefix}.tags_any[{i}]", "tags must not be empty")
+        return StoreFilter(
+            types=tuple(dict.fromkeys(f.types)),
+            tags_any=tuple(dict.fromkeys(t.strip() for t in f.tags_any)),
+            created_after=f.created_after,
+            created_before=f.created_before,
+            min_importance=f.min_importance or None,
+            source_types=tuple(dict.fromkeys(f.source_types)),
+        )
+
+    async def _bump_access(self, hits: Sequence[tuple[str, MemoryRecord]], now: float) -> None:
+        by_collection: dict[str, dict[str, dict[str, object]]] = {}
+        for collection, record in hits:
+            by_collection.setdefault(collection, {})[record.id] = {
+                "access_count": record.access_count + 1,
+                "last_accessed_at": now,
+            }
+        for collection, updates in by_collection.items():
+            async with self._lock(collection):
+                # Skip memories that were updated or deleted since they were read.
+                current = {p.record.id for p in await self._store.retrieve(collection, list(updates))}
+                alive = {k: u for k, u in updates.items() if k in current}
+                if alive:
+                    await self._store.set_fields(collection, alive)
+
+    def _spawn(self, coro: object) -> None:
+        task: asyncio.Task[None] = asyncio.ensure_future(coro)  # type: ignore[arg-type]
+        self._background.add(task)
+        task.add_done_callback(self._background_done)
+
+    def _background_done(self, task: asyncio.Task[None]) -> None:
+        self._background.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("background task failed: %s", task.exception())
+
+    async def drain(self) -> None:
+        """Wait for background work (access counters) to finish."""
+        while self._background:
+            await asyncio.gather(*list(self._background), return_exceptions=True)
+
+    # ------------------------------------------------------------ locate
+
+    async def _get_live(self, collection: str, memory_id: str, fieldname: str = "id") -> MemoryRecord:
+        if not _is_uuid(memory_id):
+            raise InvalidArgument.of(fieldname, "must be a memory id (UUID)")
+        spec = await self._existing(collection)
+        if spec is None:
+            raise MemoryNotFound(
+                f"memory {memory_id} not found in collection {collection!r}",
+                metadata={"id": memory_id, "collection": collection},
+            )
+        found = await self._store.retrieve(collection, [memory_id])
+        if not found or found[0].record.expired(self._clock.now()):
+            raise MemoryNotFound(
+                f"memory {memory_id} not found in collection {collection!r}",
+                metadata={"id": memory_id, "collection": collection},
+            )
+        return found[0].record
+
+    async def _locate(self, collection: str, loc: Locator) -> tuple[MemoryRecord, float]:
+        """The single current memory closest to ``loc.content``, at or above the threshold."""
+        if await self._existing(collection) is None:
+            raise NoMatch(
+                f"collection {collection!r} has no memories", metadata={"collection": collection}
+            )
+        vec = (await self._embedder.embed_documents([loc.content]))[0]
+        hits = await self._store.search(collection, vec, 3, StoreFilter(live_at=self._clock.now()))
+        sims = sorted(((self._cal.similarity(h.score), h.record) for h in hits), key=lambda x: -x[0])
+        threshold = loc.threshold
+        if not sims or sims[0][0] < threshold:
+            best = f"{sims[0][0]:.3f}" if sims else "none"
+            raise NoMatch(
+                f"no memory matches at similarity ≥ {threshold:.2f} (best: {best})",
+                metadata={"threshold": f"{threshold:.4f}", "best_similarity": best},
+            )
+        if len(sims) > 1 and sims[1][0] >= threshold and sims[0][0] - sims[1][0] < self.policy.ambiguity_margin:
+            raise AmbiguousMatch(
+                "more than one memory matches almost equally well; update by id instead",
+                metadata={"candidates": ",".join(r.id for _, r in sims[:2])},
+            )
+        return sims[0][1], sims[0][0]
+
+    def _locate_threshold(self, threshold: float, minimum: float, fieldname: str) -> float:
+        if threshold != threshold or threshold > 1.0:
+            raise InvalidArgument.of(fieldname, "must be between 0 and 1")
+        if threshold == 0.0:
+            return self.policy.locate_min_threshold
+        if threshold < minimum:
+            message = f"{fieldname} {threshold:.2f} is below the minimum {minimum:.2f}"
+            raise ThresholdTooLow(
+                message,
+                metadata={"min_threshold": f"{minimum:.2f}", "threshold": f"{threshold:.4f}"},
+                violations=(FieldViolation(fieldname, f"must be at least {minimum:.2f}"),),
+            )
+        return threshold
+
+    # ------------------------------------------------------------ update
+
+    async def update(self, cmd: UpdateCommand) -> UpdateResult:
+        pol = self.policy
+        v = Violations()
+        collection = self._resolve(v, "collection", cmd.collection)
+        if cmd.id is None and cmd.locate is None:
+            v.add("target", "give either id or locate")
+        if cmd.locate is not None:
+            check_content(v, "locate.content", cmd.locate.content, pol.limits)
+        if cmd.content:
+            check_content(v, "content", cmd.content, pol.limits)
+        if cmd.importance is not None:
+            check_importance(v, "importance", cmd.importance)
+        tags = normalise_tags(v, "tags", cmd.tags, pol.limits) if cmd.tags is not None else None
+        if cmd.metadata is not None:
+            check_metadata(v, "metadata", cmd.metadata, pol.limits)
+        if cmd.valid_until is not None and cmd.valid_until <= self._clock.now():
+            v.add("valid_until", "must be in the future")
+        v.raise_if_any()
+        threshold = 0.0
+        if cmd.locate is not None:
+            threshold = self._locate_threshold(
+                cmd.locate.threshold, pol.locate_min_threshold, "locate.threshold"
+            )
+
+        new_vec = (await self._embedder.embed_documents([cmd.content]))[0] if cmd.content else None
+        async with self._lock(collection):
+            similarity = 0.0
+            if cmd.id is not None:
+                current = await self._get_live(collection, cmd.id)
+                if current.superseded_by is not None:
+                    raise MemorySuperseded(
+                        f"memory {current.id} is a history version; update {current.superseded_by} instead",
+                        metadata={"superseded_by": current.superseded_by},
+                    )
+            else:
+                assert cmd.locate is not None
+                current, similarity = await self._locate(
+                    collection, Locator(cmd.locate.content, threshold)
+                )
+            now = self._clock.now()
+            new_type = cmd.type if cmd.type is not None else current.type
+            new_importance = cmd.importance if cmd.importance is not None else current.importance
+            new_tags = tags if tags is not None else current.tags
+            if cmd.valid_until is not None:
+                valid_until = cmd.valid_until
+            elif (new_type, new_importance, set(new_tags)) != (
+                current.type,
+                current.importance,
+                set(current.tags),
+            ):
+                valid_until = compute_valid_until(new_type, new_importance, new_tags, current.created_at)
+            else:
+                valid_until = current.valid_until
+            updated = replace(
+                current,
+                content=cmd.content or current.content,
+                type=new_type,
+                importance=new_importance,
+                tags=new_tags,
+                metadata=dict(cmd.metadata) if cmd.metadata is not None else current.metadata,
+                valid_until=valid_until,
+            )
+            changed = updated != current
+            if not changed or cmd.dry_run:
+                return UpdateResult(updated, current, similarity, changed, cmd.dry_run)
+            updated = replace(updated, version=current.version + 1, updated_at=now)
+            old = (await self._store.retrieve(collection, [current.id], with_vectors=True))[0]
+            history = replace(
+                old.record,
+                id=str(uuid.uuid4()),
+                superseded_by=current.id,
+                request_id=None,
+                request_hash=None,
+            )
+            vector = new_vec if new_vec is not None else old.vector
+            await self._store.upsert(
+                collection, [StoredPoint(history, old.vector), StoredPoint(updated, vector)]
+            )
+            return UpdateResult(updated, history, similarity, True, False)
+
+    # ------------------------------------------------------------ delete
+
+    async def delete(self, cmd: DeleteCommand) -> DeleteResult:
+        pol = self.policy
+        v = Violations()
+        collection = self._resolve(v, "collection", cmd.collection)
+        if (cmd.id is None) == (cmd.query is None):
+            v.add("target", "give either id or query")
+        limit = cmd.limit or 1
+        if cmd.query is not None:
+            check_content(v, "query.query", cmd.query, pol.limits)
+            if not 1 <= limit <= pol.limits.max_delete_limit:
+                v.add("query.limit", f"must be between 1 and {pol.limits.max_delete_limit}")
+        v.raise_if_any()
+
+        if cmd.id is not None:
+            async with self._lock(collection):
+                target = await self._get_live(collection, cmd.id)
+                return await self._delete_records(collection, [target], cmd)
+
+        assert cmd.query is not None
+        minimum = pol.locate_min_threshold if limit > 1 else pol.delete_single_min_threshold
+        threshold = self._locate_threshold(cmd.threshold, minimum, "query.threshold")
+        if await self._existing(collection) is None:
+            raise NoMatch(f"collection {collection!r} has no memories", metadata={"collection": collection})
+        vec = (await self._embedder.embed_documents([cmd.query]))[0]
+        async with self._lock(collection):
+            hits = await self._store.search(collection, vec, limit, StoreFilter(live_at=self._clock.now()))
+            matches = [h.record for h in hits if self._cal.similarity(h.score) >= threshold]
+            if not matches:
+                best = f"{self._cal.similarity(hits[0].score):.3f}" if hits else "none"
+                raise NoMatch(
+                    f"no memory matches at similarity ≥ {threshold:.2f} (best: {best})",
+                    metadata={"threshold": f"{threshold:.4f}", "best_similarity": best},
+                )
+            return await self._delete_records(collection, matches, cmd)
+
+    async def _delete_records(
+        self, collection: str, targets: Sequence[MemoryRecord], cmd: DeleteCommand
+    ) -> DeleteResult:
+        protected = [t for t in targets if t.type in PROTECTED_TYPES and t.superseded_by is None]
+        if protected and not cmd.force:
+            raise ProtectedMemory(
+                f"{len(protected)} of the targets are {protected[0].type.value} memories, which are "
+                "protected; set force to delete them",
+                metadata={"ids": ",".join(t.id for t in protected), "type": protected[0].type.value},
+            )
+        if cmd.dry_run:
+            return DeleteResult(tuple(targets), True)
+        await self._store.delete(collection, [t.id for t in targets])
+        for t in targets:
+            if t.superseded_by is None:
+                await self._store.delete_where(collection, StoreFilter(only_history_of=t.id))
+        return DeleteResult(tuple(targets), False)
+
+    # ------------------------------------------------------------ read
+
+    async def get(self, collection: str, memory_id: str, include_history: bool) -> tuple[MemoryRecord, list[MemoryRecord]]:
+        v = Violations()
+        name = self._resolve(v, "collection", collection)
+        if not memory_id:
+            v.add("id", "must not be empty")
+        v.raise_if_any()
+        record = await self._get_live(name, memory_id)
+        history: list[MemoryRecord] = []
+        if include_history and record.superseded_by is None:
+            history = await self._history(name, record.id)
+        return record, history
+
+    async def _history(self, collection: str, memory_id: str) -> list[MemoryRecord]:
+        out: list[MemoryRecord] = []
+        offset: str | None = None
+        while True:
+            page, offset = await self._store.scroll(
+                collection, StoreFilter(only_history_of=memory_id), 256, offset
+            )
+            out.extend(page)
+            if offset is None:
+                break
+        return sorted(out, key=lambda r: r.version, reverse=True)
+
+    async def list(
+        self,
+        collection: str,
+        flt: SearchFilter,
+        page_size: int,
+        page_token: str,
+        include_history: bool,
+    ) -> tuple[list[MemoryRecord], str]:
+        v = Violations()
+        name = self._resolve(v, "collection", collection)
+        size = page_size or 100
+        if not 1 <= size <= self.policy.limits.max_page_size:
+            v.add("page_size", f"must be between 1 and {self.policy.limits.max_page_size}")
+        store_flt = self._check_filter(v, "filter", flt)
+        offset: str | None = None
+        if page_token:
+            offset = _decode_token(page_token, name)
+            if offset is None:
+                v.add("page_token", "not a page token of this collection")
+        v.raise_if_any()
+        if await self._existing(name) is None:
+            return [], ""
+        store_flt = replace(store_flt, live_at=self._clock.now(), include_history=include_history)
+        records, nxt = await self._store.scroll(name, store_flt, size, offset)
+        return records, _encode_token(nxt, name) if nxt is not None else ""
+
+    # ------------------------------------------------------------ sweep
+
+    async def sweep(self) -> dict[str, int]:
+        """Hard-delete every expired memory (and expired history) in every collection."""
+        now = self._clock.now()
+        out: dict[str, int] = {}
+        for spec in await self._store.list_collections():
+            async with self._lock(spec.name):
+                n = await self._store.delete_where(
+                    spec.name, StoreFilter(expired_at=now, include_history=True)
+                )
+            if n:
+                out[spec.name] = n
+        return out
+
+
+def _is_uuid(value: str) -> bool:
+    try:
+        uuid.UUID(value)
+    except ValueError:
+        return False
+    return True
+
+
+def _request_hash(cmd: AddCommand, collection: str, importance: int, tags: tuple[str, ...]) -> str:
+    body = json.dumps(
+        [
+            collection,
+            cmd.content,
+            cmd.type.value,
+            importance,
+            list(tags),
+            cmd.source.value,
+            cmd.source_type.value,
+            sorted(cmd.metadata.items()),
+            cmd.created_at,
+            cmd.valid_until,
+        ],
+        ensure_ascii=False,
+    )
+    return hashlib.sha256(body.encode()).hexdigest()
+
+
+def _encode_token(offset: str, collection: str) -> str:
+    return base64.urlsafe_b64encode(json.dumps([collection, offset]).encode()).decode()
+
+
+def _decode_token(token: str, collection: str) -> str | None:
+    try:
+        name, offset = json.loads(base64.urlsafe_b64decode(token.encode()))
+    except (ValueError, TypeError):
+        return None
+    if name != collection or not isinstance(offset, str):
+        return None
+    return offset

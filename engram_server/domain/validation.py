@@ -1,0 +1,105 @@
+"""Input rules. Violations raise InvalidArgument naming the proto field."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from engram_server.domain.errors import FieldViolation, InvalidArgument
+
+COLLECTION_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Input bounds (configurable)."""
+
+    max_content_chars: int = 8192
+    max_tags: int = 32
+    max_tag_chars: int = 64
+    max_metadata_entries: int = 64
+    max_metadata_key_chars: int = 128
+    max_metadata_value_chars: int = 2048
+    max_request_id_chars: int = 128
+    max_collections_per_search: int = 16
+    max_search_limit: int = 100
+    max_page_size: int = 1000
+    max_delete_limit: int = 100
+    future_skew_seconds: float = 300.0
+
+
+class Violations:
+    """Collects every violation of a request so the caller sees them all at once."""
+
+    def __init__(self) -> None:
+        self.items: list[FieldViolation] = []
+
+    def add(self, fieldname: str, description: str) -> None:
+        self.items.append(FieldViolation(fieldname, description))
+
+    def raise_if_any(self) -> None:
+        if self.items:
+            summary = "; ".join(f"{v.field}: {v.description}" for v in self.items)
+            raise InvalidArgument(f"invalid request: {summary}", violations=tuple(self.items))
+
+
+def check_collection(v: Violations, fieldname: str, name: str) -> None:
+    if not COLLECTION_RE.match(name):
+        v.add(
+            fieldname,
+            "collection names are 1–64 characters of a–z, 0–9, '_' and '-', starting with a letter or digit",
+        )
+
+
+def check_content(v: Violations, fieldname: str, content: str, limits: Limits) -> None:
+    if not content.strip():
+        v.add(fieldname, "must not be empty")
+    elif len(content) > limits.max_content_chars:
+        v.add(fieldname, f"at most {limits.max_content_chars} characters (got {len(content)})")
+    elif "\x00" in content:
+        v.add(fieldname, "must not contain NUL characters")
+
+
+def check_importance(v: Violations, fieldname: str, importance: int) -> None:
+    if not 1 <= importance <= 10:
+        v.add(fieldname, f"must be between 1 and 10 (got {importance})")
+
+
+def normalise_tags(v: Violations, fieldname: str, tags: Iterable[str], limits: Limits) -> tuple[str, ...]:
+    out: list[str] = []
+    seen: set[str] = set()
+    for i, raw in enumerate(tags):
+        tag = raw.strip()
+        if not tag:
+            v.add(f"{fieldname}[{i}]", "tags must not be empty")
+            continue
+        if len(tag) > limits.max_tag_chars:
+            v.add(f"{fieldname}[{i}]", f"at most {limits.max_tag_chars} characters")
+            continue
+        if tag not in seen:
+            seen.add(tag)
+            out.append(tag)
+    if len(out) > limits.max_tags:
+        v.add(fieldname, f"at most {limits.max_tags} tags (got {len(out)})")
+    return tuple(out)
+
+
+def check_metadata(v: Violations, fieldname: str, metadata: Mapping[str, str], limits: Limits) -> None:
+    if len(metadata) > limits.max_metadata_entries:
+        v.add(fieldname, f"at most {limits.max_metadata_entries} entries (got {len(metadata)})")
+    for key, value in metadata.items():
+        if not key or len(key) > limits.max_metadata_key_chars:
+            v.add(f"{fieldname}[{key[:32]!r}]", f"keys must be 1–{limits.max_metadata_key_chars} characters")
+        if len(value) > limits.max_metadata_value_chars:
+            v.add(f"{fieldname}[{key[:32]!r}]", f"values must be at most {limits.max_metadata_value_chars} chars")
+
+
+def check_unit_interval(v: Violations, fieldname: str, value: float) -> None:
+    if not 0.0 <= value <= 1.0 or value != value:  # NaN fails both
+        v.add(fieldname, f"must be between 0 and 1 (got {value})")
+
+
+def check_request_id(v: Violations, fieldname: str, request_id: str, limits: Limits) -> None:
+    if len(request_id) > limits.max_request_id_chars:
+        v.add(fieldname, f"at most {limits.max_request_id_chars} characters")

@@ -1,0 +1,40 @@
+"""Shared fixtures: a real Engram server in-process (port 0, embedded Qdrant, the real local
+model) and a real gRPC channel to it."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from engram_client.proto.engram.v1 import memory_service_pb2_grpc
+from engram_server.app import EngramServer
+from engram_server.domain.clock import ManualClock
+from engram_server.testing import running_server
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+async def server(tmp_path: Path, clock: ManualClock) -> AsyncIterator[EngramServer]:
+    """A live server on the embedded defaults, with a manual clock."""
+    async with running_server(tmp_path / "data", clock=clock) as srv:
+        yield srv
+
+
+@pytest.fixture
+async def engram_server(tmp_path: Path) -> AsyncIterator[str]:
+    """Address ("127.0.0.1:PORT") of a live server on the embedded defaults, system clock."""
+    async with running_server(tmp_path / "engram-data") as srv:
+        yield srv.address
+
+
+@pytest.fixture
+async def stub(server: EngramServer) -> AsyncIterator[memory_service_pb2_grpc.MemoryServiceStub]:
+    async with grpc.aio.insecure_channel(server.address) as channel:
+        yield memory_service_pb2_grpc.MemoryServiceStub(channel)

@@ -44,7 +44,12 @@ def build_store(settings: Settings) -> Store:
         )
     from engram_server.adapters.storage.edge import EdgeStore  # noqa: PLC0415
 
-    return EdgeStore(settings.data_dir, hnsw_threshold=settings.hnsw_threshold)
+    return EdgeStore(
+        settings.data_dir,
+        hnsw_threshold=settings.hnsw_threshold,
+        sync_writes=settings.sync_writes,
+        background_hnsw=settings.hnsw_background,
+    )
 
 
 def build_embedder(settings: Settings) -> Embedder:
@@ -90,6 +95,7 @@ class EngramServer:
     _server: grpc.aio.Server | None = None
     _health: HealthServicer | None = None
     _sweeper: asyncio.Task[None] | None = None
+    _stopped: bool = False
 
     @classmethod
     def create(
@@ -165,6 +171,9 @@ class EngramServer:
 
     async def stop(self, grace: float | None = None) -> None:
         """Health turns NOT_SERVING, new calls are refused, in-flight calls finish (up to grace)."""
+        if self._stopped:
+            return
+        self._stopped = True
         if self._health is not None:
             await self._health.enter_graceful_shutdown()
         if self._sweeper is not None:

@@ -35,6 +35,8 @@ class Settings:
     qdrant_replication_factor: int | None = None
     qdrant_timeout: float = 10.0
     hnsw_threshold: int = 20_000
+    hnsw_background: bool = False
+    sync_writes: bool = False
     # Embeddings
     embedder_provider: str = "local"
     embedding_model: str | None = None
@@ -94,6 +96,18 @@ SETTINGS_DOC: list[tuple[str, str, str]] = [
         "hnsw_threshold",
         "ENGRAM_HNSW_THRESHOLD",
         "Embedded store: build the HNSW index in the background once a collection holds this many points.",
+    ),
+    (
+        "hnsw_background",
+        "ENGRAM_HNSW_BACKGROUND",
+        "Embedded store: also build due HNSW indexes while serving (the build pauses the process for "
+        "seconds; by default indexes are built at start-up only).",
+    ),
+    (
+        "sync_writes",
+        "ENGRAM_SYNC_WRITES",
+        "Embedded store: fsync every write (survives power loss, ~11 ms per write). Without it a "
+        "write is acknowledged once in the write-ahead log, which survives a process crash.",
     ),
     ("embedder_provider", "ENGRAM_EMBEDDER_PROVIDER", "`local` (default, offline), `openai` or `voyage`."),
     (

@@ -1,0 +1,540 @@
+"""The embedded default Store: one qdrant-edge shard per collection, in-process.
+
+Layout::
+
+    <data_dir>/.lock                      flock held while a store has the dir open
+    <data_dir>/collections/<name>/spec.json   the CollectionSpec (written atomically)
+    <data_dir>/collections/<name>/shard/      the EdgeShard (WAL, segments, edge_config.json)
+
+Threads. EdgeShard calls are synchronous and hold the GIL while they run (queries included),
+so running them on several threads buys no parallelism, only contention. Every shard call of a
+store therefore runs on ONE worker thread ("engram-edge-io"); that also makes each Store method
+atomic with respect to the others (e.g. delete_where's count and delete). The event loop only
+awaits futures.
+
+Durability. ``EdgeShard.update`` appends the operation to the shard's write-ahead log (a
+memory-mapped file) before applying it, so once it returns the operation survives a crash of
+this process (the kernel owns the dirty pages; proven by the kill -9 test). It is not fsynced:
+with ``sync_writes=True`` every write is followed by ``flush()`` (WAL and segments to disk),
+which also survives power loss, at a measured ~11 ms per single-point upsert instead of
+~0.4 ms (5,000 points of 384 dimensions, p50, 2 cores).
+
+HNSW. Segments are searched brute force until a collection's unindexed points reach
+``hnsw_threshold``; then ``optimize()`` builds the HNSW index on a second thread
+("engram-edge-optimize"), one collection at a time. NOTE: qdrant-edge-py 0.9.0 holds the GIL for
+the whole of ``optimize()`` (measured: a ticking Python thread got no time during a 3-14 s
+build), so while an index is built the process's Python code, event loop included, does not
+run. So by default (``background_hnsw=False``) due indexes are built only in ``open()``, before
+the server takes traffic; ``background_hnsw=True`` also builds them while serving, after writes
+(a pause of seconds, once per ``hnsw_threshold`` new points). ``hnsw_threshold=0`` disables HNSW.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import fcntl
+import json
+import logging
+import math
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, TypeVar
+
+import qdrant_edge as qe
+
+from engram_server.adapters.storage.payload import (
+    PAYLOAD_INDEXES,
+    Condition,
+    FilterPlan,
+    IsEmpty,
+    MatchAny,
+    MatchValue,
+    Range,
+    as_vector,
+    canonical_ids,
+    canonical_offset,
+    encode_updates,
+    filter_plan,
+    point_id,
+    point_vectors,
+    record_from_payload,
+    record_to_payload,
+    spec_from_json,
+    spec_to_json,
+    validate_collection_name,
+)
+from engram_server.domain.errors import CollectionNotFound, EngramError, StorageUnavailable
+from engram_server.domain.model import (
+    CollectionSpec,
+    MemoryRecord,
+    ScoredPoint,
+    StoredPoint,
+    StoreFilter,
+    Vector,
+)
+
+__all__ = ["EdgeStore"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+_SPEC_FILE = "spec.json"
+_SHARD_DIR = "shard"
+_INDEX_SCHEMA: Mapping[str, qe.PayloadSchemaType] = {
+    "keyword": qe.PayloadSchemaType.Keyword,
+    "float": qe.PayloadSchemaType.Float,
+    "integer": qe.PayloadSchemaType.Integer,
+}
+_SCROLL_BATCH = 1024
+
+
+@dataclass
+class _Collection:
+    spec: CollectionSpec
+    path: Path
+    shard: qe.EdgeShard
+    optimizing: concurrent.futures.Future[None] | None = field(default=None)
+
+
+class EdgeStore:
+    """:class:`engram_server.ports.Store` on qdrant-edge shards under ``data_dir``."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        hnsw_threshold: int = 20_000,
+        sync_writes: bool = False,
+        background_hnsw: bool = False,
+    ) -> None:
+        if hnsw_threshold < 0:
+            raise ValueError("hnsw_threshold must be >= 0 (0 disables HNSW building)")
+        self._data_dir = Path(data_dir)
+        self._root = self._data_dir / "collections"
+        self._hnsw_threshold = hnsw_threshold
+        self._sync_writes = sync_writes
+        self._background_hnsw = background_hnsw
+        self._cols: dict[str, _Collection] = {}
+        self._io: concurrent.futures.ThreadPoolExecutor | None = None
+        self._opt: concurrent.futures.ThreadPoolExecutor | None = None
+        self._lock_file: IO[bytes] | None = None
+
+    # ------------------------------------------------------------------ plumbing
+
+    async def _run(self, fn: Callable[[], T]) -> T:
+        if self._io is None:
+            raise StorageUnavailable("the edge store is not open")
+        try:
+            return await asyncio.wrap_future(self._io.submit(fn))
+        except EngramError:
+            raise
+        except Exception as exc:
+            raise StorageUnavailable(f"embedded storage failed: {exc}") from exc
+
+    def _col(self, name: str) -> _Collection:
+        col = self._cols.get(name)
+        if col is None:
+            raise CollectionNotFound(f"collection {name!r} does not exist", metadata={"collection": name})
+        return col
+
+    def _edge_config(self, dimension: int) -> qe.EdgeConfig:
+        kwargs: dict[str, Any] = {}
+        if self._hnsw_threshold > 0:
+            # The optimizer indexes a segment once its vectors take more than this many KB,
+            # i.e. once it holds about hnsw_threshold points; below it search is brute force.
+            kb = max(1, math.ceil(self._hnsw_threshold * dimension * 4 / 1024))
+            kwargs["optimizers"] = qe.EdgeOptimizersConfig(indexing_threshold=kb)
+            kwargs["hnsw_config"] = qe.HnswIndexConfig(m=16, ef_construct=100, full_scan_threshold=kb)
+        else:
+            kwargs["optimizers"] = qe.EdgeOptimizersConfig(indexing_threshold=0)  # 0 = never index
+        return qe.EdgeConfig(
+            vectors=qe.EdgeVectorParams(size=dimension, distance=qe.Distance.Cosine),
+            wal_enabled=True,
+            **kwargs,
+        )
+
+    def _open_shard(self, path: Path, spec: CollectionSpec, *, create: bool) -> qe.EdgeShard:
+        shard_path = str(path / _SHARD_DIR)
+        try:
+            if create:
+                shard = qe.EdgeShard.create(shard_path, self._edge_config(spec.dimension))
+            else:
+                shard = qe.EdgeShard.load(shard_path, self._edge_config(spec.dimension))
+        except Exception as exc:
+            msg = str(exc)
+            if "WouldBlock" in msg or "lock" in msg.lower():
+                raise StorageUnavailable(
+                    f"collection {spec.name!r} at {path} is in use by another process "
+                    "(only one Engram server may open a data directory)"
+                ) from exc
+            raise StorageUnavailable(f"cannot open collection {spec.name!r} at {path}: {msg}") from exc
+        return shard
+
+    def _durable(self, shard: qe.EdgeShard) -> None:
+        if self._sync_writes:
+            shard.flush()
+
+    def _maybe_optimize(self, col: _Collection) -> None:
+        """Runs on the io thread after writes: schedule an index build when due."""
+        if self._hnsw_threshold <= 0 or self._opt is None:
+            return
+        if col.optimizing is not None and not col.optimizing.done():
+            return
+        info = col.shard.info()
+        if info.points_count - info.indexed_vectors_count >= self._hnsw_threshold:
+            col.optimizing = self._opt.submit(self._optimize, col)
+
+    @staticmethod
+    def _optimize(col: _Collection) -> None:
+        try:
+            changed = col.shard.optimize()
+            info = col.shard.info()
+            log.info(
+                "collection %s optimized (changed=%s): %d points, %d indexed, %d segments",
+                col.spec.name,
+                changed,
+                info.points_count,
+                info.indexed_vectors_count,
+                info.segments_count,
+            )
+        except Exception:
+            log.exception("optimizing collection %s failed", col.spec.name)
+
+    async def wait_optimized(self) -> None:
+        """Wait for any background index build to finish (tests, shutdown, benchmarks)."""
+        for col in list(self._cols.values()):
+            fut = col.optimizing
+            if fut is not None:
+                await asyncio.wrap_future(fut)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def open(self) -> None:
+        if self._io is not None:
+            return
+        self._io = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="engram-edge-io")
+        self._opt = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="engram-edge-optimize"
+        )
+        try:
+            await self._run(self._open_sync)
+        except BaseException:
+            await self._shutdown_executors()
+            raise
+        if not self._background_hnsw:
+            # Build due indexes now, before the server takes traffic (the build holds the GIL).
+            await self.wait_optimized()
+
+    def _open_sync(self) -> None:
+        self._root.mkdir(parents=True, exist_ok=True)
+        lock_file = (self._data_dir / ".lock").open("a+b")
+        try:
+            fcntl.flock(lock_file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            lock_file.close()
+            raise StorageUnavailable(
+                f"data directory {self._data_dir} is in use by another process "
+                "(only one Engram server may open a data directory)"
+            ) from exc
+        self._lock_file = lock_file
+        try:
+            for path in sorted(p for p in self._root.iterdir() if p.is_dir()):
+                if path.name.startswith("."):
+                    continue  # a half-dropped or half-created collection
+                spec_path = path / _SPEC_FILE
+                try:
+                    raw = spec_path.read_text(encoding="utf-8")
+                except FileNotFoundError as exc:
+                    raise StorageUnavailable(f"collection directory {path} has no {_SPEC_FILE}") from exc
+                spec = spec_from_json(raw, where=str(spec_path))
+                if spec.name != path.name:
+                    raise StorageUnavailable(
+                        f"corrupt collection spec at {spec_path}: names collection {spec.name!r}"
+                    )
+                col = _Collection(spec, path, self._open_shard(path, spec, create=False))
+                self._cols[spec.name] = col
+                self._maybe_optimize(col)
+        except BaseException:
+            self._close_sync()
+            raise
+
+    def _close_sync(self) -> None:
+        for col in self._cols.values():
+            try:
+                col.shard.close()
+            except Exception:
+                log.exception("closing collection %s failed", col.spec.name)
+        self._cols.clear()
+        if self._lock_file is not None:
+            with contextlib.suppress(OSError):
+                fcntl.flock(self._lock_file.fileno(), fcntl.LOCK_UN)
+            self._lock_file.close()
+            self._lock_file = None
+
+    async def _shutdown_executors(self) -> None:
+        for ex in (self._opt, self._io):
+            if ex is not None:
+                await asyncio.to_thread(ex.shutdown, wait=True)
+        self._io = self._opt = None
+
+    async def close(self) -> None:
+        if self._io is None:
+            return
+        await self.wait_optimized()
+        await self._run(self._close_sync)
+        await self._shutdown_executors()
+
+    # ------------------------------------------------------------------ collections
+
+    async def create_collection(self, spec: CollectionSpec) -> None:
+        validate_collection_name(spec.name)
+        await self._run(lambda: self._create_sync(spec))
+
+    def _create_sync(self, spec: CollectionSpec) -> None:
+        if spec.name in self._cols:
+            return
+        final = self._root / spec.name
+        if final.exists():  # left behind by a crash between mkdir and rename; never loaded
+            raise StorageUnavailable(f"{final} exists but holds no loadable collection; remove it")
+        tmp = Path(tempfile.mkdtemp(prefix=f".{spec.name}.", dir=self._root))
+        try:
+            shard = self._open_shard(tmp, spec, create=True)
+            try:
+                for name, kind in PAYLOAD_INDEXES.items():
+                    shard.update(qe.UpdateOperation.create_field_index(name, _INDEX_SCHEMA[kind]))
+                shard.flush()
+            finally:
+                shard.close()
+            _write_json_atomic(tmp / _SPEC_FILE, spec_to_json(spec))
+            os.rename(tmp, final)
+            _fsync_dir(self._root)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        self._cols[spec.name] = _Collection(spec, final, self._open_shard(final, spec, create=False))
+
+    async def get_collection(self, name: str) -> CollectionSpec | None:
+        col = self._cols.get(name)
+        return None if col is None else col.spec
+
+    async def list_collections(self) -> list[CollectionSpec]:
+        return sorted((c.spec for c in self._cols.values()), key=lambda s: s.name)
+
+    async def drop_collection(self, name: str) -> int:
+        col = self._cols.get(name)
+        if col is None:
+            return 0
+        if col.optimizing is not None:
+            await asyncio.wrap_future(col.optimizing)
+        return await self._run(lambda: self._drop_sync(name))
+
+    def _drop_sync(self, name: str) -> int:
+        col = self._cols.pop(name, None)
+        if col is None:
+            return 0
+        count = col.shard.count(qe.CountRequest(exact=True))
+        col.shard.close()
+        # Rename first so a crash mid-delete never leaves a half collection that open() loads.
+        trash = self._root / f".dropped.{name}.{os.getpid()}.{id(col)}"
+        os.rename(col.path, trash)
+        _fsync_dir(self._root)
+        shutil.rmtree(trash, ignore_errors=True)
+        return count
+
+    # ------------------------------------------------------------------ points
+
+    async def upsert(self, collection: str, points: Sequence[StoredPoint]) -> None:
+        if not points:
+            return
+
+        def work() -> None:
+            col = self._col(collection)
+            vectors = point_vectors(col.spec, points)
+            ops = [
+                qe.Point(point_id(p.record.id), vec, record_to_payload(p.record))
+                for p, vec in zip(points, vectors, strict=True)
+            ]
+            col.shard.update(qe.UpdateOperation.upsert_points(ops))
+            self._durable(col.shard)
+            if self._background_hnsw:
+                self._maybe_optimize(col)
+
+        await self._run(work)
+
+    async def retrieve(
+        self, collection: str, ids: Sequence[str], *, with_vectors: bool = False
+    ) -> list[StoredPoint]:
+        def work() -> list[StoredPoint]:
+            col = self._col(collection)
+            wanted = canonical_ids(ids)
+            if not wanted:
+                return []
+            records = col.shard.retrieve(list(wanted), True, with_vectors)
+            return [
+                StoredPoint(
+                    record_from_payload(r.id, collection, r.payload or {}),
+                    as_vector(r.vector) if with_vectors and r.vector is not None else None,
+                )
+                for r in records
+            ]
+
+        return await self._run(work)
+
+    async def search(
+        self,
+        collection: str,
+        vector: Vector,
+        limit: int,
+        flt: StoreFilter,
+        *,
+        with_vectors: bool = False,
+    ) -> list[ScoredPoint]:
+        if limit <= 0:
+            return []
+        query = [float(x) for x in vector.reshape(-1)]
+
+        def work() -> list[ScoredPoint]:
+            col = self._col(collection)
+            hits = col.shard.query(
+                qe.QueryRequest(
+                    limit=limit,
+                    query=qe.Query.Nearest(query),
+                    filter=_edge_filter(filter_plan(flt)),
+                    with_payload=True,
+                    with_vector=with_vectors,
+                )
+            )
+            return [
+                ScoredPoint(
+                    record_from_payload(h.id, collection, h.payload or {}),
+                    float(h.score),
+                    as_vector(h.vector) if with_vectors and h.vector is not None else None,
+                )
+                for h in hits
+            ]
+
+        return await self._run(work)
+
+    async def scroll(
+        self, collection: str, flt: StoreFilter, limit: int, offset: str | None = None
+    ) -> tuple[list[MemoryRecord], str | None]:
+        if limit <= 0:
+            raise ValueError("scroll limit must be positive")
+
+        def work() -> tuple[list[MemoryRecord], str | None]:
+            col = self._col(collection)
+            start = canonical_offset(offset)
+            records, next_offset = col.shard.scroll(
+                qe.ScrollRequest(
+                    offset=start,
+                    limit=limit,
+                    filter=_edge_filter(filter_plan(flt)),
+                    with_payload=True,
+                    with_vector=False,
+                )
+            )
+            out = [record_from_payload(r.id, collection, r.payload or {}) for r in records]
+            return out, None if next_offset is None else str(next_offset)
+
+        return await self._run(work)
+
+    async def count(self, collection: str, flt: StoreFilter) -> int:
+        def work() -> int:
+            col = self._col(collection)
+            return col.shard.count(qe.CountRequest(exact=True, filter=_edge_filter(filter_plan(flt))))
+
+        return await self._run(work)
+
+    async def delete(self, collection: str, ids: Sequence[str]) -> None:
+        def work() -> None:
+            col = self._col(collection)
+            wanted = canonical_ids(ids)
+            if wanted:
+                col.shard.update(qe.UpdateOperation.delete_points(list(wanted)))
+                self._durable(col.shard)
+
+        await self._run(work)
+
+    async def delete_where(self, collection: str, flt: StoreFilter) -> int:
+        def work() -> int:
+            # Atomic: nothing else runs on the io thread between the count and the delete.
+            col = self._col(collection)
+            edge_filter = _edge_filter(filter_plan(flt))
+            n = col.shard.count(qe.CountRequest(exact=True, filter=edge_filter))
+            if n:
+                if edge_filter is None:
+                    edge_filter = qe.Filter(must=[])
+                col.shard.update(qe.UpdateOperation.delete_points_by_filter(edge_filter))
+                self._durable(col.shard)
+            return n
+
+        return await self._run(work)
+
+    async def set_fields(self, collection: str, updates: Mapping[str, Mapping[str, Any]]) -> None:
+        encoded = encode_updates(updates)
+
+        def work() -> None:
+            col = self._col(collection)
+            if not encoded:
+                return
+            wanted: list[int | uuid.UUID | str] = list(encoded)
+            existing = {str(r.id) for r in col.shard.retrieve(wanted, False, False)}
+            for pid, payload in encoded.items():
+                if pid in existing:  # missing ids are skipped, as in retrieve
+                    col.shard.update(qe.UpdateOperation.set_payload([pid], payload))
+            self._durable(col.shard)
+
+        await self._run(work)
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def _edge_condition(c: Condition) -> qe.FieldCondition | qe.IsEmptyCondition:
+    if isinstance(c, MatchValue):
+        return qe.FieldCondition(c.key, match=qe.MatchValue(c.value))
+    if isinstance(c, MatchAny):
+        return qe.FieldCondition(c.key, match=qe.MatchAny(list(c.values)))
+    if isinstance(c, Range):
+        return qe.FieldCondition(c.key, range=qe.RangeFloat(gte=c.gte, gt=c.gt, lte=c.lte, lt=c.lt))
+    if isinstance(c, IsEmpty):
+        return qe.IsEmptyCondition(c.key)
+    raise TypeError(f"unknown condition {c!r}")
+
+
+def _edge_filter(plan: FilterPlan) -> qe.Filter | None:
+    if not plan.must:
+        return None
+    return qe.Filter(must=[_edge_condition(c) for c in plan.must])
+
+
+def _write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
+    """temp file in the same directory, fsync, rename over, fsync the directory."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=2, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

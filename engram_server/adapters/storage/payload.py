@@ -1,0 +1,374 @@
+"""What both storage adapters share: the MemoryRecord <-> Qdrant payload codec, the payload
+indexes every collection gets, the StoreFilter semantics (as backend-neutral conditions
+each adapter translates), and the CollectionSpec JSON form.
+
+Keeping these in one place is what makes the embedded (qdrant-edge) and the server
+(qdrant-client) adapters behave identically; ``tests/storage`` proves it.
+
+Payload layout (one point per memory; the point id is the memory's UUID string)::
+
+    content: str            type: str (MemoryType value)      importance: int
+    tags: [str]             source: str                       source_type: str
+    source_type_history: [str]                                metadata: {str: str}
+    created_at / updated_at / valid_until: float unix seconds (valid_until = NEVER if it never expires)
+    version: int            access_count: int
+    superseded_by: str      (absent for current memories)
+    last_accessed_at / reflected_at: float (absent when unset)
+    request_id / request_hash: str (absent when unset)
+    near_duplicates: [[id, similarity], ...]
+
+The collection name is not stored: a point lives in exactly one Qdrant collection.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any, Final, Literal
+
+import numpy as np
+
+from engram_server.domain.errors import InvalidArgument, StorageUnavailable
+from engram_server.domain.model import (
+    CollectionSpec,
+    MemoryRecord,
+    MemoryType,
+    Source,
+    SourceType,
+    StoredPoint,
+    StoreFilter,
+    Vector,
+)
+
+__all__ = [
+    "PAYLOAD_INDEXES",
+    "Condition",
+    "FilterPlan",
+    "IsEmpty",
+    "MatchAny",
+    "MatchValue",
+    "Range",
+    "as_vector",
+    "canonical_ids",
+    "canonical_offset",
+    "encode_fields",
+    "encode_updates",
+    "filter_plan",
+    "point_id",
+    "point_vectors",
+    "record_from_payload",
+    "record_to_payload",
+    "spec_from_json",
+    "spec_to_json",
+    "validate_collection_name",
+]
+
+IndexKind = Literal["keyword", "float", "integer"]
+
+#: The payload indexes each collection is created with (field -> index kind).
+PAYLOAD_INDEXES: Final[Mapping[str, IndexKind]] = {
+    "type": "keyword",
+    "tags": "keyword",
+    "source_type": "keyword",
+    "superseded_by": "keyword",
+    "request_id": "keyword",
+    "created_at": "float",
+    "valid_until": "float",
+    "importance": "integer",
+}
+
+_COLLECTION_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+
+
+def validate_collection_name(name: str) -> None:
+    """Collection names become directory names (edge) and Qdrant collection names (server):
+    1-64 characters of ``[A-Za-z0-9_-]``, starting with a letter or digit."""
+    if not _COLLECTION_NAME.match(name):
+        raise InvalidArgument.of(
+            "collection", "must be 1-64 characters of A-Z a-z 0-9 _ -, starting with a letter or digit"
+        )
+
+
+# --------------------------------------------------------------------------- records
+
+
+def record_to_payload(record: MemoryRecord) -> dict[str, Any]:
+    payload: dict[str, Any] = {
+        "content": record.content,
+        "type": record.type.value,
+        "importance": int(record.importance),
+        "tags": list(record.tags),
+        "source": record.source.value,
+        "source_type": record.source_type.value,
+        "source_type_history": [s.value for s in record.source_type_history],
+        "metadata": dict(record.metadata),
+        "created_at": float(record.created_at),
+        "updated_at": float(record.updated_at),
+        "valid_until": float(record.valid_until),
+        "version": int(record.version),
+        "access_count": int(record.access_count),
+        "near_duplicates": [[i, float(s)] for i, s in record.near_duplicates],
+    }
+    optional: dict[str, Any] = {
+        "superseded_by": record.superseded_by,
+        "last_accessed_at": None if record.last_accessed_at is None else float(record.last_accessed_at),
+        "reflected_at": None if record.reflected_at is None else float(record.reflected_at),
+        "request_id": record.request_id,
+        "request_hash": record.request_hash,
+    }
+    payload.update({k: v for k, v in optional.items() if v is not None})
+    return payload
+
+
+def _opt_float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def _opt_str(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def record_from_payload(point_id: object, collection: str, payload: Mapping[str, Any]) -> MemoryRecord:
+    """Decode a stored payload. Unknown keys are ignored, so adding a field later does not
+    break reading old points."""
+    try:
+        return MemoryRecord(
+            id=str(point_id),
+            collection=collection,
+            content=str(payload["content"]),
+            type=MemoryType(payload["type"]),
+            importance=int(payload["importance"]),
+            tags=tuple(str(t) for t in payload.get("tags") or ()),
+            source=Source(payload["source"]),
+            source_type=SourceType(payload["source_type"]),
+            source_type_history=tuple(SourceType(s) for s in payload.get("source_type_history") or ()),
+            metadata={str(k): str(v) for k, v in (payload.get("metadata") or {}).items()},
+            created_at=float(payload["created_at"]),
+            updated_at=float(payload["updated_at"]),
+            valid_until=float(payload["valid_until"]),
+            version=int(payload["version"]),
+            superseded_by=_opt_str(payload.get("superseded_by")),
+            access_count=int(payload.get("access_count", 0)),
+            last_accessed_at=_opt_float(payload.get("last_accessed_at")),
+            reflected_at=_opt_float(payload.get("reflected_at")),
+            request_id=_opt_str(payload.get("request_id")),
+            request_hash=_opt_str(payload.get("request_hash")),
+            near_duplicates=tuple((str(i), float(s)) for i, s in payload.get("near_duplicates") or ()),
+        )
+    except (KeyError, ValueError, TypeError) as exc:
+        raise StorageUnavailable(
+            f"point {point_id} in collection {collection!r} has an unreadable payload: {exc!r}"
+        ) from exc
+
+
+_SETTABLE: Final[frozenset[str]] = frozenset(f.name for f in fields(MemoryRecord)) - {"id", "collection"}
+
+
+def _encode_value(name: str, value: Any) -> Any:
+    """Encode one MemoryRecord field value the way :func:`record_to_payload` does."""
+    if value is None:
+        return None
+    if name in ("type", "source", "source_type"):
+        return str(value.value if hasattr(value, "value") else value)
+    if name == "tags":
+        return [str(t) for t in value]
+    if name == "source_type_history":
+        return [str(s.value if hasattr(s, "value") else s) for s in value]
+    if name == "metadata":
+        return {str(k): str(v) for k, v in value.items()}
+    if name == "near_duplicates":
+        return [[str(i), float(s)] for i, s in value]
+    if name in ("created_at", "updated_at", "valid_until", "last_accessed_at", "reflected_at"):
+        return float(value)
+    if name in ("importance", "version", "access_count"):
+        return int(value)
+    return str(value)
+
+
+def encode_fields(updates: Mapping[str, Any]) -> dict[str, Any]:
+    """``{field: value}`` of MemoryRecord field names -> payload values (for set_fields).
+    ``None`` clears an optional field (stored as null, which filters treat as absent)."""
+    unknown = set(updates) - _SETTABLE
+    if unknown:
+        raise ValueError(f"cannot set unknown or immutable memory fields: {sorted(unknown)}")
+    return {name: _encode_value(name, value) for name, value in updates.items()}
+
+
+def point_id(raw: str) -> str:
+    """The canonical UUID form of a memory id that is about to be written."""
+    try:
+        return str(uuid.UUID(str(raw)))
+    except ValueError as exc:
+        raise InvalidArgument.of("id", f"memory id {raw!r} is not a UUID") from exc
+
+
+def encode_updates(updates: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """set_fields input -> ``{canonical id: payload}``; ids that are not UUIDs are dropped
+    (they cannot name a stored point), unknown field names raise ValueError."""
+    out: dict[str, dict[str, Any]] = {}
+    for raw, fields_ in updates.items():
+        payload = encode_fields(fields_)
+        ids = canonical_ids([raw])
+        if ids and payload:
+            out.setdefault(ids[0], {}).update(payload)
+    return out
+
+
+def canonical_offset(offset: str | None) -> str | None:
+    if offset is None:
+        return None
+    ids = canonical_ids([offset])
+    if not ids:
+        raise InvalidArgument.of("offset", f"bad scroll offset {offset!r}")
+    return ids[0]
+
+
+def canonical_ids(ids: Iterable[str]) -> list[str]:
+    """Ids in canonical UUID form, de-duplicated, in order; strings that are not UUIDs
+    cannot name a stored point and are dropped (callers treat them as missing)."""
+    out: dict[str, None] = {}
+    for raw in ids:
+        try:
+            out[str(uuid.UUID(str(raw)))] = None
+        except ValueError:
+            continue
+    return list(out)
+
+
+# --------------------------------------------------------------------------- filters
+
+
+@dataclass(frozen=True, slots=True)
+class MatchValue:
+    key: str
+    value: str
+
+
+@dataclass(frozen=True, slots=True)
+class MatchAny:
+    key: str
+    values: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Range:
+    key: str
+    gte: float | None = None
+    gt: float | None = None
+    lte: float | None = None
+    lt: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class IsEmpty:
+    """The field is absent, null or an empty list."""
+
+    key: str
+
+
+Condition = MatchValue | MatchAny | Range | IsEmpty
+
+
+@dataclass(frozen=True, slots=True)
+class FilterPlan:
+    """A conjunction of conditions (every one must hold). Empty = match everything."""
+
+    must: tuple[Condition, ...]
+
+
+def filter_plan(flt: StoreFilter) -> FilterPlan:
+    """The single definition of StoreFilter semantics; adapters only translate the result."""
+    must: list[Condition] = []
+    if flt.only_history_of is not None:
+        must.append(MatchValue("superseded_by", flt.only_history_of))
+    elif not flt.include_history:
+        must.append(IsEmpty("superseded_by"))
+    if flt.types:
+        must.append(MatchAny("type", tuple(t.value for t in flt.types)))
+    if flt.tags_any:
+        must.append(MatchAny("tags", tuple(flt.tags_any)))
+    if flt.source_types:
+        must.append(MatchAny("source_type", tuple(s.value for s in flt.source_types)))
+    if flt.request_id is not None:
+        must.append(MatchValue("request_id", flt.request_id))
+    if flt.created_after is not None or flt.created_before is not None:
+        must.append(
+            Range(
+                "created_at",
+                gte=None if flt.created_after is None else float(flt.created_after),
+                lt=None if flt.created_before is None else float(flt.created_before),
+            )
+        )
+    if flt.live_at is not None or flt.expired_at is not None:
+        must.append(
+            Range(
+                "valid_until",
+                gt=None if flt.live_at is None else float(flt.live_at),
+                lte=None if flt.expired_at is None else float(flt.expired_at),
+            )
+        )
+    if flt.min_importance is not None:
+        must.append(Range("importance", gte=float(flt.min_importance)))
+    return FilterPlan(tuple(must))
+
+
+# --------------------------------------------------------------------------- specs
+
+_SPEC_FORMAT = 1
+
+
+def spec_to_json(spec: CollectionSpec) -> dict[str, Any]:
+    return {
+        "format": _SPEC_FORMAT,
+        "name": spec.name,
+        "embedding_model": spec.embedding_model,
+        "dimension": spec.dimension,
+        "created_at": spec.created_at,
+    }
+
+
+def spec_from_json(data: object, *, where: str) -> CollectionSpec:
+    """Parse a stored spec; anything malformed is a clear StorageUnavailable naming ``where``."""
+    try:
+        if isinstance(data, (str, bytes)):
+            data = json.loads(data)
+        if not isinstance(data, Mapping):
+            raise TypeError(f"expected an object, got {type(data).__name__}")
+        if data.get("format") != _SPEC_FORMAT:
+            raise ValueError(f"unsupported spec format {data.get('format')!r}")
+        dimension = data["dimension"]
+        if not isinstance(dimension, int) or isinstance(dimension, bool) or dimension <= 0:
+            raise ValueError(f"bad dimension {dimension!r}")
+        return CollectionSpec(
+            name=str(data["name"]),
+            embedding_model=str(data["embedding_model"]),
+            dimension=dimension,
+            created_at=float(data["created_at"]),
+        )
+    except (ValueError, TypeError, KeyError) as exc:
+        raise StorageUnavailable(f"corrupt collection spec at {where}: {exc}") from exc
+
+
+def point_vectors(spec: CollectionSpec, points: Sequence[StoredPoint]) -> list[list[float]]:
+    """The points' vectors as float lists; every point must carry one of the spec's dimension."""
+    out: list[list[float]] = []
+    for p in points:
+        if p.vector is None:
+            raise InvalidArgument.of("vector", f"memory {p.record.id} has no vector; upsert needs one")
+        vec = np.asarray(p.vector, dtype=np.float32).reshape(-1)
+        if vec.shape[0] != spec.dimension:
+            raise InvalidArgument.of(
+                "vector",
+                f"memory {p.record.id} has dimension {vec.shape[0]}, "
+                f"collection {spec.name!r} expects {spec.dimension}",
+            )
+        out.append(vec.tolist())
+    return out
+
+
+def as_vector(values: object) -> Vector:
+    """A backend's returned vector as a float32 numpy array."""
+    return np.asarray(values, dtype=np.float32)

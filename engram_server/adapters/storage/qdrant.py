@@ -1,0 +1,452 @@
+"""The server/cluster Store: a Qdrant server (or cluster) through ``qdrant_client.AsyncQdrantClient``.
+
+``location`` is a URL (``http://host:6333``; gRPC on 6334 is used when ``prefer_grpc``), or
+``:memory:`` / ``path:/some/dir`` for qdrant-client's local mode. Local mode is a pure-Python
+stand-in (brute force, no payload indexes) used to exercise this code path in tests; it is not
+a storage engine for users (use :class:`engram_server.adapters.storage.edge.EdgeStore`).
+
+Each Engram collection is the Qdrant collection ``prefix + name``. The CollectionSpec is kept
+in the Qdrant collection's own metadata (``metadata["engram"]``), so a cluster needs no side
+store and every Engram server sees the same specs; local mode keeps collection metadata too
+(in its meta.json). Collections without that key are not Engram's and are ignored.
+
+Writes use ``wait=True``: they return once the server has applied them (and written its WAL).
+Payload indexes are created with each collection on a server; local mode ignores (and warns
+about) payload indexes, so they are skipped there.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import math
+import os
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+import grpc  # type: ignore[import-untyped]  # grpcio ships no stubs; types-grpcio not installed
+import httpx
+from qdrant_client import AsyncQdrantClient, models
+from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
+
+from engram_server.adapters.storage.payload import (
+    PAYLOAD_INDEXES,
+    Condition,
+    FilterPlan,
+    IsEmpty,
+    MatchAny,
+    MatchValue,
+    Range,
+    as_vector,
+    canonical_ids,
+    canonical_offset,
+    encode_updates,
+    filter_plan,
+    point_id,
+    point_vectors,
+    record_from_payload,
+    record_to_payload,
+    spec_from_json,
+    spec_to_json,
+    validate_collection_name,
+)
+from engram_server.domain.errors import CollectionNotFound, EngramError, StorageUnavailable
+from engram_server.domain.model import (
+    CollectionSpec,
+    MemoryRecord,
+    ScoredPoint,
+    StoredPoint,
+    StoreFilter,
+    Vector,
+)
+
+__all__ = ["QdrantStore"]
+
+T = TypeVar("T")
+
+_META_KEY = "engram"
+_INDEX_SCHEMA: Mapping[str, models.PayloadSchemaType] = {
+    "keyword": models.PayloadSchemaType.KEYWORD,
+    "float": models.PayloadSchemaType.FLOAT,
+    "integer": models.PayloadSchemaType.INTEGER,
+}
+
+
+class QdrantStore:
+    """:class:`engram_server.ports.Store` on a Qdrant server, cluster or qdrant-client local mode."""
+
+    def __init__(
+        self,
+        location: str,
+        *,
+        api_key: str | None = None,
+        prefix: str = "",
+        shard_number: int | None = None,
+        replication_factor: int | None = None,
+        timeout: float = 10.0,
+        prefer_grpc: bool = True,
+        https: bool | None = None,
+    ) -> None:
+        self._location = location
+        self._api_key = api_key
+        self._prefix = prefix
+        self._shard_number = shard_number
+        self._replication_factor = replication_factor
+        self._timeout = timeout
+        self._prefer_grpc = prefer_grpc
+        self._https = https
+        self._local = location == ":memory:" or location.startswith("path:")
+        self._client: AsyncQdrantClient | None = None
+        self._specs: dict[str, CollectionSpec] = {}
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _describe(self) -> str:
+        return "local mode (" + self._location + ")" if self._local else f"Qdrant at {self._location}"
+
+    def _qname(self, name: str) -> str:
+        return self._prefix + name
+
+    def _make_client(self) -> AsyncQdrantClient:
+        if self._location == ":memory:":
+            return AsyncQdrantClient(location=":memory:")
+        if self._location.startswith("path:"):
+            path = self._location.removeprefix("path:")
+            _probe_local_lock(path)
+            return AsyncQdrantClient(path=path)
+        return AsyncQdrantClient(
+            url=self._location,
+            api_key=self._api_key,
+            prefer_grpc=self._prefer_grpc,
+            https=self._https,
+            timeout=max(1, math.ceil(self._timeout)),
+            # The version check is a blocking call at construction that only warns on failure;
+            # open() makes a real request instead and reports failures as StorageUnavailable.
+            check_compatibility=False,
+        )
+
+    @property
+    def _c(self) -> AsyncQdrantClient:
+        if self._client is None:
+            raise StorageUnavailable("the Qdrant store is not open")
+        return self._client
+
+    async def _call(self, what: str, fn: Callable[[], Awaitable[T]], *, collection: str | None = None) -> T:
+        """Run one client call; backend failures become domain errors."""
+        try:
+            return await fn()
+        except EngramError:
+            raise
+        except UnexpectedResponse as exc:
+            if exc.status_code == 404 and collection is not None:
+                raise _not_found(collection) from exc
+            raise StorageUnavailable(f"{what} failed on {self._describe()}: {exc}") from exc
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() == grpc.StatusCode.NOT_FOUND and collection is not None:
+                raise _not_found(collection) from exc
+            raise StorageUnavailable(
+                f"{what} failed on {self._describe()}: {exc.code().name} {exc.details()}"
+            ) from exc
+        except (ResponseHandlingException, httpx.HTTPError, OSError, TimeoutError) as exc:
+            raise StorageUnavailable(f"{what} failed: cannot reach {self._describe()}: {exc}") from exc
+        except ValueError as exc:  # local mode reports a missing collection as ValueError
+            if collection is not None and "not found" in str(exc).lower():
+                raise _not_found(collection) from exc
+            raise StorageUnavailable(f"{what} failed on {self._describe()}: {exc}") from exc
+        except RuntimeError as exc:  # local mode: path locked by another instance, or closed
+            raise StorageUnavailable(f"{what} failed on {self._describe()}: {exc}") from exc
+
+    async def _spec(self, name: str) -> CollectionSpec:
+        spec = await self.get_collection(name)
+        if spec is None:
+            raise _not_found(name)
+        return spec
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def open(self) -> None:
+        if self._client is not None:
+            return
+        try:
+            client = self._make_client()
+        except (RuntimeError, ValueError, OSError) as exc:
+            raise StorageUnavailable(f"cannot open {self._describe()}: {exc}") from exc
+        self._client = client
+        try:
+            await self.list_collections()  # a real round trip: fail now, not on first use
+        except BaseException:
+            self._client = None
+            await client.close()
+            raise
+
+    async def close(self) -> None:
+        client, self._client = self._client, None
+        self._specs.clear()
+        if client is not None:
+            await client.close()
+
+    # ------------------------------------------------------------------ collections
+
+    async def create_collection(self, spec: CollectionSpec) -> None:
+        validate_collection_name(spec.name)
+        if await self.get_collection(spec.name) is not None:
+            return
+        qname = self._qname(spec.name)
+        await self._call(
+            "create collection",
+            lambda: self._c.create_collection(
+                qname,
+                vectors_config=models.VectorParams(size=spec.dimension, distance=models.Distance.COSINE),
+                shard_number=self._shard_number,
+                replication_factor=self._replication_factor,
+                metadata={_META_KEY: spec_to_json(spec)},
+            ),
+        )
+        if not self._local:
+            for field_name, kind in PAYLOAD_INDEXES.items():
+                await self._create_index(spec.name, field_name, _INDEX_SCHEMA[kind])
+        self._specs[spec.name] = spec
+
+    async def _create_index(self, name: str, field_name: str, schema: models.PayloadSchemaType) -> None:
+        qname = self._qname(name)
+        await self._call(
+            "create payload index",
+            lambda: self._c.create_payload_index(
+                qname, field_name=field_name, field_schema=schema, wait=True
+            ),
+            collection=name,
+        )
+
+    async def get_collection(self, name: str) -> CollectionSpec | None:
+        cached = self._specs.get(name)
+        if cached is not None:
+            return cached
+        qname = self._qname(name)
+        if not await self._call("check collection", lambda: self._c.collection_exists(qname)):
+            return None
+        info = await self._call("get collection", lambda: self._c.get_collection(qname), collection=name)
+        spec = self._spec_of(qname, info.config.metadata)
+        if spec is not None:
+            self._specs[name] = spec
+        return spec
+
+    def _spec_of(self, qname: str, metadata: Mapping[str, Any] | None) -> CollectionSpec | None:
+        if not metadata or _META_KEY not in metadata:
+            return None  # not an Engram collection
+        return spec_from_json(metadata[_META_KEY], where=f"{self._describe()} collection {qname!r} metadata")
+
+    async def list_collections(self) -> list[CollectionSpec]:
+        response = await self._call("list collections", self._c.get_collections)
+        specs: list[CollectionSpec] = []
+        for desc in response.collections:
+            if not desc.name.startswith(self._prefix):
+                continue
+            name = desc.name.removeprefix(self._prefix)
+            self._specs.pop(name, None)  # refresh from the server
+            spec = await self.get_collection(name)
+            if spec is not None:
+                specs.append(spec)
+        return sorted(specs, key=lambda s: s.name)
+
+    async def drop_collection(self, name: str) -> int:
+        if await self.get_collection(name) is None:
+            return 0
+        qname = self._qname(name)
+        result = await self._call("count", lambda: self._c.count(qname, exact=True), collection=name)
+        await self._call("drop collection", lambda: self._c.delete_collection(qname), collection=name)
+        self._specs.pop(name, None)
+        return int(result.count)
+
+    # ------------------------------------------------------------------ points
+
+    async def upsert(self, collection: str, points: Sequence[StoredPoint]) -> None:
+        if not points:
+            return
+        spec = await self._spec(collection)
+        vectors = point_vectors(spec, points)
+        structs = [
+            models.PointStruct(id=point_id(p.record.id), vector=vec, payload=record_to_payload(p.record))
+            for p, vec in zip(points, vectors, strict=True)
+        ]
+        qname = self._qname(collection)
+        await self._call(
+            "upsert", lambda: self._c.upsert(qname, points=structs, wait=True), collection=collection
+        )
+
+    async def retrieve(
+        self, collection: str, ids: Sequence[str], *, with_vectors: bool = False
+    ) -> list[StoredPoint]:
+        await self._spec(collection)
+        wanted: list[models.ExtendedPointId] = list(canonical_ids(ids))
+        if not wanted:
+            return []
+        qname = self._qname(collection)
+        records = await self._call(
+            "retrieve",
+            lambda: self._c.retrieve(qname, ids=wanted, with_payload=True, with_vectors=with_vectors),
+            collection=collection,
+        )
+        return [
+            StoredPoint(
+                record_from_payload(r.id, collection, r.payload or {}),
+                as_vector(r.vector) if with_vectors and r.vector is not None else None,
+            )
+            for r in records
+        ]
+
+    async def search(
+        self,
+        collection: str,
+        vector: Vector,
+        limit: int,
+        flt: StoreFilter,
+        *,
+        with_vectors: bool = False,
+    ) -> list[ScoredPoint]:
+        await self._spec(collection)
+        if limit <= 0:
+            return []
+        query = [float(x) for x in vector.reshape(-1)]
+        qname = self._qname(collection)
+        response = await self._call(
+            "search",
+            lambda: self._c.query_points(
+                qname,
+                query=query,
+                query_filter=_qdrant_filter(filter_plan(flt)),
+                limit=limit,
+                with_payload=True,
+                with_vectors=with_vectors,
+            ),
+            collection=collection,
+        )
+        return [
+            ScoredPoint(
+                record_from_payload(h.id, collection, h.payload or {}),
+                float(h.score),
+                as_vector(h.vector) if with_vectors and h.vector is not None else None,
+            )
+            for h in response.points
+        ]
+
+    async def scroll(
+        self, collection: str, flt: StoreFilter, limit: int, offset: str | None = None
+    ) -> tuple[list[MemoryRecord], str | None]:
+        if limit <= 0:
+            raise ValueError("scroll limit must be positive")
+        await self._spec(collection)
+        start = canonical_offset(offset)
+        qname = self._qname(collection)
+        records, next_offset = await self._call(
+            "scroll",
+            lambda: self._c.scroll(
+                qname,
+                scroll_filter=_qdrant_filter(filter_plan(flt)),
+                limit=limit,
+                offset=start,
+                with_payload=True,
+                with_vectors=False,
+            ),
+            collection=collection,
+        )
+        out = [record_from_payload(r.id, collection, r.payload or {}) for r in records]
+        return out, None if next_offset is None else str(next_offset)
+
+    async def count(self, collection: str, flt: StoreFilter) -> int:
+        await self._spec(collection)
+        qname = self._qname(collection)
+        result = await self._call(
+            "count",
+            lambda: self._c.count(qname, count_filter=_qdrant_filter(filter_plan(flt)), exact=True),
+            collection=collection,
+        )
+        return int(result.count)
+
+    async def delete(self, collection: str, ids: Sequence[str]) -> None:
+        await self._spec(collection)
+        wanted: list[models.ExtendedPointId] = list(canonical_ids(ids))
+        if not wanted:
+            return
+        qname = self._qname(collection)
+        await self._call(
+            "delete",
+            lambda: self._c.delete(qname, points_selector=models.PointIdsList(points=wanted), wait=True),
+            collection=collection,
+        )
+
+    async def delete_where(self, collection: str, flt: StoreFilter) -> int:
+        """Counts, then deletes by the same filter. On a shared cluster a point that starts
+        matching in between is deleted without being counted (the count is for reporting)."""
+        n = await self.count(collection, flt)
+        if n == 0:
+            return 0
+        qname = self._qname(collection)
+        selector = models.FilterSelector(filter=_qdrant_filter(filter_plan(flt)) or models.Filter())
+        await self._call(
+            "delete by filter",
+            lambda: self._c.delete(qname, points_selector=selector, wait=True),
+            collection=collection,
+        )
+        return n
+
+    async def set_fields(self, collection: str, updates: Mapping[str, Mapping[str, Any]]) -> None:
+        encoded = encode_updates(updates)
+        await self._spec(collection)
+        if not encoded:
+            return
+        qname = self._qname(collection)
+        wanted: list[models.ExtendedPointId] = list(encoded)
+        found = await self._call(
+            "retrieve",
+            lambda: self._c.retrieve(qname, ids=wanted, with_payload=False, with_vectors=False),
+            collection=collection,
+        )
+        existing = {str(r.id) for r in found}
+        ops: list[models.UpdateOperation] = [
+            models.SetPayloadOperation(set_payload=models.SetPayload(payload=payload, points=[pid]))
+            for pid, payload in encoded.items()
+            if pid in existing  # missing ids are skipped, as in retrieve
+        ]
+        if ops:
+            await self._call(
+                "set fields",
+                lambda: self._c.batch_update_points(qname, update_operations=ops, wait=True),
+                collection=collection,
+            )
+
+
+def _probe_local_lock(path: str) -> None:
+    """qdrant-client local mode flocks ``<path>/.lock`` and, when that fails, leaks the open
+    file. Probe the same lock first so a second opener gets a clean error."""
+    lock_path = os.path.join(path, ".lock")
+    if not os.path.exists(lock_path):
+        return
+    with open(lock_path, "rb") as f:
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            raise StorageUnavailable(
+                f"local Qdrant storage {path} is in use by another process or store"
+            ) from exc
+        fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
+def _not_found(name: str) -> CollectionNotFound:
+    return CollectionNotFound(f"collection {name!r} does not exist", metadata={"collection": name})
+
+
+def _qdrant_condition(c: Condition) -> models.Condition:
+    if isinstance(c, MatchValue):
+        return models.FieldCondition(key=c.key, match=models.MatchValue(value=c.value))
+    if isinstance(c, MatchAny):
+        return models.FieldCondition(key=c.key, match=models.MatchAny(any=list(c.values)))
+    if isinstance(c, Range):
+        return models.FieldCondition(key=c.key, range=models.Range(gte=c.gte, gt=c.gt, lte=c.lte, lt=c.lt))
+    if isinstance(c, IsEmpty):
+        return models.IsEmptyCondition(is_empty=models.PayloadField(key=c.key))
+    raise TypeError(f"unknown condition {c!r}")
+
+
+def _qdrant_filter(plan: FilterPlan) -> models.Filter | None:
+    if not plan.must:
+        return None
+    return models.Filter(must=[_qdrant_condition(c) for c in plan.must])

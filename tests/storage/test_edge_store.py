@@ -1,0 +1,226 @@
+"""What only the embedded store has: crash durability, background HNSW builds, the data-dir
+lock and on-disk layout errors."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sys
+import textwrap
+import uuid
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engram_server.adapters.storage.edge import EdgeStore
+from engram_server.domain.errors import StorageUnavailable
+from engram_server.domain.model import CollectionSpec, MemoryRecord, StoredPoint, StoreFilter, Vector
+
+DIM = 16
+
+
+def spec(name: str = "default") -> CollectionSpec:
+    return CollectionSpec(name=name, embedding_model="test/random", dimension=DIM, created_at=1.0)
+
+
+def unit_vectors(n: int, rng: np.random.Generator) -> Vector:
+    v = rng.normal(size=(n, DIM)).astype(np.float32)
+    out: Vector = (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32)
+    return out
+
+
+def record(**kw: object) -> MemoryRecord:
+    return replace(MemoryRecord(id=str(uuid.uuid4()), collection="default", content="c"), **kw)  # type: ignore[arg-type]
+
+
+_CHILD = textwrap.dedent(
+    """
+    import asyncio, sys, uuid
+    from pathlib import Path
+    import numpy as np
+    from engram_server.adapters.storage.edge import EdgeStore
+    from engram_server.domain.model import CollectionSpec, MemoryRecord, StoredPoint
+
+    async def main() -> None:
+        store = EdgeStore(Path(sys.argv[1]))
+        await store.open()
+        await store.create_collection(CollectionSpec("default", "test/random", 16, 1.0))
+        rng = np.random.default_rng(0)
+        while True:  # upsert forever; the parent kills us
+            rid = str(uuid.uuid4())
+            v = rng.normal(size=16).astype(np.float32)
+            await store.upsert("default", [StoredPoint(MemoryRecord(rid, "default", "x"), v)])
+            print(rid, flush=True)  # acknowledged: upsert returned
+
+    asyncio.run(main())
+    """
+)
+
+
+async def test_acknowledged_upserts_survive_kill_9(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", _CHILD, str(data), stdout=asyncio.subprocess.PIPE
+    )
+    acked: list[str] = []
+    try:
+        assert child.stdout is not None
+        while len(acked) < 200:
+            line = await asyncio.wait_for(child.stdout.readline(), 60)
+            assert line, "child died before acknowledging 200 upserts"
+            acked.append(line.decode().strip())
+        child.send_signal(signal.SIGKILL)  # no close(), no flush, no atexit
+    finally:
+        if child.returncode is None:
+            child.kill()
+        await child.wait()
+    assert child.returncode == -signal.SIGKILL
+
+    store = EdgeStore(data)
+    await store.open()  # also proves the lock of the killed process is gone
+    try:
+        found = await store.retrieve("default", acked)
+        assert {p.record.id for p in found} == set(acked)
+        assert await store.count("default", StoreFilter()) >= len(acked)
+    finally:
+        await store.close()
+
+
+async def test_background_hnsw_build_keeps_reads_and_writes_working(tmp_path: Path) -> None:
+    rng = np.random.default_rng(12)
+    store = EdgeStore(tmp_path, hnsw_threshold=300, background_hnsw=True)
+    await store.open()
+    try:
+        await store.create_collection(spec())
+        vecs = unit_vectors(700, rng)
+        recs = [record() for _ in range(700)]
+        queries = unit_vectors(20, rng)
+
+        async def top10(q: Vector) -> list[str]:
+            return [h.record.id for h in await store.search("default", q, 10, StoreFilter())]
+
+        await store.upsert(
+            "default", [StoredPoint(r, v) for r, v in zip(recs[:250], vecs[:250], strict=True)]
+        )
+        before = [await top10(q) for q in queries]
+        shard = store._cols["default"].shard  # white box: to observe the index being built
+        assert shard.info().indexed_vectors_count == 0
+
+        # crossing the threshold schedules optimize() in the background; keep reading/writing
+        await store.upsert(
+            "default", [StoredPoint(r, v) for r, v in zip(recs[250:400], vecs[250:400], strict=True)]
+        )
+        assert store._cols["default"].optimizing is not None
+        for i in range(400, 700, 50):
+            await store.upsert(
+                "default",
+                [StoredPoint(r, v) for r, v in zip(recs[i : i + 50], vecs[i : i + 50], strict=True)],
+            )
+            assert len(await top10(queries[0])) == 10
+        await store.wait_optimized()
+        assert shard.info().indexed_vectors_count >= 300
+        assert await store.count("default", StoreFilter()) == 700
+
+        # the same answers as exact search, over all 700 points
+        for q in queries:
+            exact = [recs[i].id for i in np.argsort(-(vecs @ q))[:10]]
+            assert await top10(q) == exact
+        # and for the first 250 points only, the same as before the index existed
+        first = {r.id for r in recs[:250]}
+        for q, b in zip(queries, before, strict=True):
+            hits = [h for h in await store.search("default", q, 700, StoreFilter()) if h.record.id in first]
+            assert [h.record.id for h in hits[:10]] == b
+    finally:
+        await store.close()
+
+
+async def test_second_opener_gets_a_clear_error(tmp_path: Path) -> None:
+    first = EdgeStore(tmp_path)
+    await first.open()
+    try:
+        await first.create_collection(spec())
+        second = EdgeStore(tmp_path)
+        with pytest.raises(StorageUnavailable, match="in use by another process"):
+            await second.open()
+        await second.close()  # closing a store that failed to open is harmless
+    finally:
+        await first.close()
+    again = EdgeStore(tmp_path)
+    await again.open()
+    assert [s.name for s in await again.list_collections()] == ["default"]
+    await again.close()
+
+
+async def test_engine_wal_lock_is_reported_clearly(tmp_path: Path) -> None:
+    """Even without our own lock file (e.g. another tool holding the shard), the engine's WAL
+    lock error becomes StorageUnavailable."""
+    first = EdgeStore(tmp_path)
+    await first.open()
+    await first.create_collection(spec())
+    try:
+        (tmp_path / ".lock").unlink()  # sidestep our flock to reach the engine's WAL lock
+        second = EdgeStore(tmp_path)
+        with pytest.raises(StorageUnavailable, match="in use by another process"):
+            await second.open()
+        await second.close()
+    finally:
+        await first.close()
+
+
+@pytest.mark.parametrize(
+    "content",
+    ["{not json", json.dumps({"format": 1, "name": "default"}), json.dumps({"format": 99}), "[]"],
+)
+async def test_corrupt_spec_is_a_clear_error(tmp_path: Path, content: str) -> None:
+    store = EdgeStore(tmp_path)
+    await store.open()
+    await store.create_collection(spec())
+    await store.close()
+    (tmp_path / "collections" / "default" / "spec.json").write_text(content)
+    broken = EdgeStore(tmp_path)
+    with pytest.raises(StorageUnavailable, match="corrupt collection spec"):
+        await broken.open()
+    # the failed open released everything: fixing the file makes the store usable again
+    (tmp_path / "collections" / "default" / "spec.json").write_text(
+        json.dumps(
+            {"format": 1, "name": "default", "embedding_model": "m", "dimension": DIM, "created_at": 1.0}
+        )
+    )
+    fixed = EdgeStore(tmp_path)
+    await fixed.open()
+    assert (await fixed.get_collection("default")) is not None
+    await fixed.close()
+
+
+async def test_layout_and_drop_removes_the_directory(tmp_path: Path) -> None:
+    store = EdgeStore(tmp_path)
+    await store.open()
+    try:
+        await store.create_collection(spec("a"))
+        col_dir = tmp_path / "collections" / "a"
+        assert json.loads((col_dir / "spec.json").read_text())["dimension"] == DIM
+        assert (col_dir / "shard" / "wal").is_dir()
+        rng = np.random.default_rng(13)
+        await store.upsert("a", [StoredPoint(record(), v) for v in unit_vectors(3, rng)])
+        assert await store.drop_collection("a") == 3
+        assert not col_dir.exists()
+        assert [p.name for p in (tmp_path / "collections").iterdir()] == []
+    finally:
+        await store.close()
+
+
+async def test_sync_writes_mode_round_trips(tmp_path: Path) -> None:
+    store = EdgeStore(tmp_path, sync_writes=True)
+    await store.open()
+    try:
+        await store.create_collection(spec())
+        r = record()
+        await store.upsert("default", [StoredPoint(r, unit_vectors(1, np.random.default_rng(14))[0])])
+        await store.set_fields("default", {r.id: {"access_count": 2}})
+        [got] = await store.retrieve("default", [r.id])
+        assert got.record.access_count == 2
+    finally:
+        await store.close()

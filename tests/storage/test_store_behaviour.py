@@ -1,0 +1,479 @@
+"""One behaviour suite for every Store adapter (edge, qdrant-client :memory:, qdrant-client path).
+
+Filters are checked against a plain-Python reading of the StoreFilter docstring, so the suite
+does not reuse the adapters' own filter translation."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import pytest
+
+from engram_server.domain.errors import CollectionNotFound, InvalidArgument
+from engram_server.domain.model import (
+    NEVER,
+    CollectionSpec,
+    MemoryRecord,
+    MemoryType,
+    Source,
+    SourceType,
+    StoredPoint,
+    StoreFilter,
+    Vector,
+)
+from engram_server.ports import Store
+
+# ------------------------------------------------------------------ helpers
+
+DIM = 16
+PERSISTENT_BACKENDS = ("edge", "qdrant-path")
+
+
+def spec(name: str = "default", dimension: int = DIM) -> CollectionSpec:
+    return CollectionSpec(
+        name=name, embedding_model="test/random", dimension=dimension, created_at=1_700_000_000.5
+    )
+
+
+def unit_vectors(n: int, rng: np.random.Generator, dim: int = DIM) -> Vector:
+    v = rng.normal(size=(n, dim)).astype(np.float32)
+    out: Vector = (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32)
+    return out
+
+
+def record(collection: str = "default", **kw: Any) -> MemoryRecord:
+    base = MemoryRecord(
+        id=str(uuid.uuid4()), collection=collection, content="c", created_at=1000.0, updated_at=1000.0
+    )
+    return replace(base, **kw)
+
+
+def points(records: list[MemoryRecord], vectors: Vector) -> list[StoredPoint]:
+    return [StoredPoint(r, vectors[i]) for i, r in enumerate(records)]
+
+
+# ------------------------------------------------------------------ collections
+
+
+async def test_collection_lifecycle_and_spec_round_trip(store: Store) -> None:
+    assert await store.list_collections() == []
+    assert await store.get_collection("a") is None
+    a, b = spec("a"), spec("b-2", dimension=8)
+    await store.create_collection(a)
+    await store.create_collection(b)
+    await store.create_collection(spec("a", dimension=32))  # exists: no-op, keeps the first spec
+    assert await store.get_collection("a") == a
+    assert await store.get_collection("b-2") == b
+    assert await store.list_collections() == [a, b]
+
+    rng = np.random.default_rng(1)
+    await store.upsert("a", points([record("a") for _ in range(3)], unit_vectors(3, rng)))
+    assert await store.drop_collection("a") == 3
+    assert await store.get_collection("a") is None
+    assert await store.list_collections() == [b]
+    assert await store.drop_collection("a") == 0
+    await store.create_collection(a)  # a dropped name can be reused, empty
+    assert await store.count("a", StoreFilter()) == 0
+
+
+async def test_unknown_collection_and_bad_names(store: Store) -> None:
+    v = unit_vectors(1, np.random.default_rng(2))
+    with pytest.raises(CollectionNotFound):
+        await store.upsert("nope", points([record("nope")], v))
+    with pytest.raises(CollectionNotFound):
+        await store.search("nope", v[0], 3, StoreFilter())
+    with pytest.raises(CollectionNotFound):
+        await store.count("nope", StoreFilter())
+    with pytest.raises(CollectionNotFound):
+        await store.scroll("nope", StoreFilter(), 10)
+    for bad in ("", "../x", "a/b", "with space", "x" * 65):
+        with pytest.raises(InvalidArgument):
+            await store.create_collection(spec(bad))
+
+
+async def test_upsert_validates_vectors_and_ids(store: Store) -> None:
+    await store.create_collection(spec())
+    with pytest.raises(InvalidArgument):
+        await store.upsert("default", [StoredPoint(record(), np.ones(DIM + 1, dtype=np.float32))])
+    with pytest.raises(InvalidArgument):
+        await store.upsert("default", [StoredPoint(record(), None)])
+    with pytest.raises(InvalidArgument):
+        await store.upsert("default", [StoredPoint(record(id="not-a-uuid"), np.ones(DIM, dtype=np.float32))])
+    assert await store.count("default", StoredFilter_all()) == 0
+
+
+def StoredFilter_all() -> StoreFilter:
+    return StoreFilter(include_history=True)
+
+
+# ------------------------------------------------------------------ records
+
+
+def full_record(collection: str = "default") -> MemoryRecord:
+    return MemoryRecord(
+        id=str(uuid.uuid4()),
+        collection=collection,
+        content="Alice prefers tea — 爱丽丝喜欢茶",
+        type=MemoryType.DIRECTIVE,
+        importance=9,
+        tags=("drinks", "prefs"),
+        source=Source.USER,
+        source_type=SourceType.DOCUMENT,
+        source_type_history=(SourceType.WEB_SEARCH, SourceType.DOCUMENT),
+        metadata={"k": "v", "lang": "zh"},
+        created_at=1_700_000_000.25,
+        updated_at=1_700_000_100.5,
+        valid_until=1_800_000_000.75,
+        version=3,
+        superseded_by=None,
+        access_count=7,
+        last_accessed_at=1_700_000_200.125,
+        reflected_at=1_700_000_300.0,
+        request_id="req-1",
+        request_hash="sha256:abc",
+        near_duplicates=((str(uuid.uuid4()), 0.875), (str(uuid.uuid4()), 0.8125)),
+    )
+
+
+async def test_round_trip_every_field(store: Store) -> None:
+    await store.create_collection(spec())
+    rng = np.random.default_rng(3)
+    full = full_record()
+    minimal = record(content="")  # every optional field at its default
+    history = replace(full_record(), superseded_by=full.id, version=2)
+    vecs = unit_vectors(3, rng)
+    await store.upsert("default", points([full, minimal, history], vecs))
+
+    got = await store.retrieve("default", [full.id, minimal.id, history.id, str(uuid.uuid4()), "junk"])
+    by_id = {p.record.id: p for p in got}
+    assert set(by_id) == {full.id, minimal.id, history.id}
+    assert by_id[full.id].record == full
+    assert by_id[minimal.id].record == minimal
+    assert by_id[history.id].record == history
+    assert all(p.vector is None for p in got)
+
+    with_vec = await store.retrieve("default", [full.id, minimal.id], with_vectors=True)
+    for p in with_vec:
+        assert p.vector is not None and p.vector.dtype == np.float32
+        expected = vecs[0] if p.record.id == full.id else vecs[1]
+        np.testing.assert_allclose(p.vector, expected, atol=1e-6)
+
+    assert await store.retrieve("default", []) == []
+
+
+async def test_upsert_replaces(store: Store) -> None:
+    await store.create_collection(spec())
+    rng = np.random.default_rng(4)
+    r = record(content="v1")
+    await store.upsert("default", points([r], unit_vectors(1, rng)))
+    r2 = replace(r, content="v2", version=2, tags=("x",))
+    v2 = unit_vectors(1, rng)
+    await store.upsert("default", points([r2], v2))
+    [got] = await store.retrieve("default", [r.id], with_vectors=True)
+    assert got.record == r2
+    assert got.vector is not None
+    np.testing.assert_allclose(got.vector, v2[0], atol=1e-6)
+    assert await store.count("default", StoreFilter()) == 1
+
+
+# ------------------------------------------------------------------ search
+
+
+async def test_search_orders_by_true_cosine(store: Store) -> None:
+    await store.create_collection(spec())
+    rng = np.random.default_rng(5)
+    n = 60
+    vecs = unit_vectors(n, rng)
+    recs = [record() for _ in range(n)]
+    await store.upsert("default", points(recs, vecs))
+    for qi in range(5):
+        q = rng.normal(size=DIM).astype(np.float32)  # not normalised: cosine must still be right
+        cos = vecs @ q / np.linalg.norm(q)
+        order = np.argsort(-cos)
+        hits = await store.search("default", q, 10, StoreFilter(), with_vectors=qi == 0)
+        assert [h.record.id for h in hits] == [recs[i].id for i in order[:10]]
+        np.testing.assert_allclose([h.score for h in hits], cos[order[:10]], atol=1e-5)
+        if qi == 0:
+            for h, i in zip(hits, order[:10], strict=True):
+                assert h.vector is not None
+                np.testing.assert_allclose(h.vector, vecs[i], atol=1e-6)
+        else:
+            assert all(h.vector is None for h in hits)
+    assert len(await store.search("default", vecs[0], 1000, StoreFilter())) == n
+    assert await store.search("default", vecs[0], 0, StoreFilter()) == []
+
+
+# ------------------------------------------------------------------ filters
+
+
+def reference_match(r: MemoryRecord, f: StoreFilter) -> bool:
+    """StoreFilter's docstring, read literally."""
+    if f.only_history_of is not None:
+        if r.superseded_by != f.only_history_of:
+            return False
+    elif not f.include_history and r.superseded_by is not None:
+        return False
+    checks = [
+        not f.types or r.type in f.types,
+        not f.tags_any or bool(set(r.tags) & set(f.tags_any)),
+        f.created_after is None or r.created_at >= f.created_after,
+        f.created_before is None or r.created_at < f.created_before,
+        f.min_importance is None or r.importance >= f.min_importance,
+        not f.source_types or r.source_type in f.source_types,
+        f.live_at is None or r.valid_until > f.live_at,
+        f.expired_at is None or r.valid_until <= f.expired_at,
+        f.request_id is None or r.request_id == f.request_id,
+    ]
+    return all(checks)
+
+
+def dataset(rng: np.random.Generator) -> list[MemoryRecord]:
+    types = list(MemoryType)
+    sts = list(SourceType)
+    tag_pool = ["a", "b", "c", "d"]
+    recs: list[MemoryRecord] = []
+    for i in range(48):
+        tags = tuple(t for t in tag_pool if rng.random() < 0.35)
+        recs.append(
+            record(
+                content=f"m{i}",
+                type=types[i % 4],
+                importance=int(i % 10) + 1,
+                tags=tags,
+                source_type=sts[i % len(sts)],
+                created_at=1000.0 + 10 * (i % 12),  # duplicates make >= / < boundaries matter
+                valid_until=NEVER if i % 3 == 0 else 2000.0 + 50 * (i % 7),
+                request_id=f"req-{i}" if i % 5 == 0 else None,
+            )
+        )
+    current = recs[0].id
+    recs[40] = replace(recs[40], superseded_by=current, version=1)
+    recs[41] = replace(recs[41], superseded_by=current, version=2)
+    recs[42] = replace(recs[42], superseded_by=recs[1].id)
+    return recs
+
+
+FILTERS: list[StoreFilter] = [
+    StoreFilter(),
+    StoreFilter(include_history=True),
+    StoreFilter(only_history_of="__first__"),
+    StoreFilter(only_history_of=str(uuid.uuid4())),
+    StoreFilter(types=(MemoryType.EVENT,)),
+    StoreFilter(types=(MemoryType.IDENTITY, MemoryType.INSIGHT)),
+    StoreFilter(tags_any=("a",)),
+    StoreFilter(tags_any=("b", "d")),
+    StoreFilter(tags_any=("zzz",)),
+    StoreFilter(created_after=1050.0),
+    StoreFilter(created_before=1050.0),
+    StoreFilter(created_after=1030.0, created_before=1070.0),
+    StoreFilter(min_importance=7),
+    StoreFilter(source_types=(SourceType.USER_INPUT, SourceType.REFLECTION)),
+    StoreFilter(live_at=2150.0),
+    StoreFilter(expired_at=2150.0),
+    StoreFilter(expired_at=2100.0, include_history=True),
+    StoreFilter(live_at=2000.0, expired_at=2200.0),
+    StoreFilter(request_id="req-5"),
+    StoreFilter(request_id="req-unknown"),
+    StoreFilter(
+        types=(MemoryType.EVENT, MemoryType.INSIGHT, MemoryType.DIRECTIVE),
+        tags_any=("a", "b", "c"),
+        created_after=1010.0,
+        min_importance=3,
+        live_at=2100.0,
+        include_history=True,
+    ),
+    StoreFilter(only_history_of="__first__", live_at=2000.0, min_importance=2),
+    StoreFilter(source_types=tuple(SourceType)[:4], created_before=1100.0, tags_any=("c",)),
+]
+
+
+async def test_every_filter_field_alone_and_combined(store: Store) -> None:
+    await store.create_collection(spec())
+    rng = np.random.default_rng(6)
+    recs = dataset(rng)
+    vecs = unit_vectors(len(recs), rng)
+    await store.upsert("default", points(recs, vecs))
+    query = unit_vectors(1, rng)[0]
+    cos = vecs @ query
+    for template in FILTERS:
+        flt = template
+        if flt.only_history_of == "__first__":
+            flt = replace(flt, only_history_of=recs[0].id)
+        expected = {r.id for r in recs if reference_match(r, flt)}
+        assert await store.count("default", flt) == len(expected), flt
+        page, nxt = await store.scroll("default", flt, 1000)
+        assert {r.id for r in page} == expected and nxt is None, flt
+        hits = await store.search("default", query, 1000, flt)
+        assert [h.record.id for h in hits] == sorted(
+            expected, key=lambda i: -cos[[r.id for r in recs].index(i)]
+        ), flt
+    # the sanity of the dataset itself: history and expiry do split it
+    assert await store.count("default", StoreFilter()) == 45
+    assert await store.count("default", StoreFilter(only_history_of=recs[0].id)) == 2
+
+
+# ------------------------------------------------------------------ scroll, count, delete
+
+
+async def test_scroll_pages_are_stable_complete_and_disjoint(store: Store) -> None:
+    await store.create_collection(spec())
+    rng = np.random.default_rng(7)
+    recs = [record(importance=1 + i % 10) for i in range(37)]
+    await store.upsert("default", points(recs, unit_vectors(len(recs), rng)))
+
+    async def all_pages(flt: StoreFilter, size: int) -> list[list[str]]:
+        pages: list[list[str]] = []
+        offset: str | None = None
+        while True:
+            page, offset = await store.scroll("default", flt, size, offset)
+            pages.append([r.id for r in page])
+            assert len(page) <= size
+            if offset is None:
+                return pages
+
+    first = await all_pages(StoreFilter(), 5)
+    ids = [i for p in first for i in p]
+    assert len(ids) == len(set(ids)) == 37
+    assert set(ids) == {r.id for r in recs}
+    assert [len(p) for p in first[:-1]] == [5] * (len(first) - 1)
+    assert await all_pages(StoreFilter(), 5) == first  # stable
+    assert [i for p in await all_pages(StoreFilter(), 37) for i in p] == ids  # same order, any page size
+    filtered = [i for p in await all_pages(StoreFilter(min_importance=6), 4) for i in p]
+    assert set(filtered) == {r.id for r in recs if r.importance >= 6}
+    assert len(filtered) == len(set(filtered))
+    with pytest.raises(InvalidArgument):
+        await store.scroll("default", StoreFilter(), 5, "not-an-id")
+
+
+async def test_count_delete_and_delete_where(store: Store) -> None:
+    await store.create_collection(spec())
+    rng = np.random.default_rng(8)
+    now = 5000.0
+    expired = [record(valid_until=now - 1 - i) for i in range(6)] + [record(valid_until=now)]
+    live = [record(valid_until=now + 1 + i) for i in range(5)] + [record(valid_until=NEVER)]
+    old_version = record(valid_until=now - 10, superseded_by=live[0].id)
+    allrecs = [*expired, *live, old_version]
+    await store.upsert("default", points(allrecs, unit_vectors(len(allrecs), rng)))
+    assert await store.count("default", StoreFilter()) == 13
+    assert await store.count("default", StoreFilter(include_history=True)) == 14
+
+    # the sweeper: valid_until <= now, current memories only (history kept by this filter)
+    assert await store.delete_where("default", StoreFilter(expired_at=now)) == 7
+    assert await store.count("default", StoreFilter(include_history=True)) == 7
+    left = await store.retrieve("default", [r.id for r in allrecs])
+    assert {p.record.id for p in left} == {r.id for r in [*live, old_version]}
+    assert await store.delete_where("default", StoreFilter(expired_at=now)) == 0
+
+    await store.delete("default", [live[0].id, live[1].id, str(uuid.uuid4()), "junk"])
+    assert await store.count("default", StoreFilter()) == 4
+    assert await store.retrieve("default", [live[0].id]) == []
+    await store.delete("default", [])
+    assert await store.delete_where("default", StoreFilter(include_history=True)) == 5
+    assert await store.count("default", StoreFilter(include_history=True)) == 0
+
+
+async def test_set_fields(store: Store) -> None:
+    await store.create_collection(spec())
+    rng = np.random.default_rng(9)
+    a, b = record(), record(source_type=SourceType.WEB_SEARCH)
+    vecs = unit_vectors(2, rng)
+    await store.upsert("default", points([a, b], vecs))
+    await store.set_fields(
+        "default",
+        {
+            a.id: {"access_count": 3, "last_accessed_at": 1234.5, "reflected_at": 99.0},
+            b.id: {
+                "source_type": SourceType.USER_INPUT,
+                "source_type_history": (SourceType.WEB_SEARCH, SourceType.USER_INPUT),
+                "tags": ("new",),
+            },
+            str(uuid.uuid4()): {"access_count": 1},  # missing: skipped
+        },
+    )
+    got = {p.record.id: p for p in await store.retrieve("default", [a.id, b.id], with_vectors=True)}
+    assert got[a.id].record == replace(a, access_count=3, last_accessed_at=1234.5, reflected_at=99.0)
+    assert got[b.id].record == replace(
+        b,
+        source_type=SourceType.USER_INPUT,
+        source_type_history=(SourceType.WEB_SEARCH, SourceType.USER_INPUT),
+        tags=("new",),
+    )
+    for p, v in ((got[a.id], vecs[0]), (got[b.id], vecs[1])):
+        assert p.vector is not None
+        np.testing.assert_allclose(p.vector, v, atol=1e-6)  # vectors untouched
+    assert await store.count("default", StoreFilter(tags_any=("new",))) == 1  # indexes follow
+    assert await store.count("default", StoreFilter(source_types=(SourceType.USER_INPUT,))) == 1
+
+    # superseding and un-superseding through set_fields moves a memory in and out of history
+    await store.set_fields("default", {a.id: {"superseded_by": b.id}})
+    assert await store.count("default", StoreFilter()) == 1
+    assert [r.id for r in (await store.scroll("default", StoreFilter(only_history_of=b.id), 10))[0]] == [a.id]
+    await store.set_fields("default", {a.id: {"superseded_by": None}})
+    assert await store.count("default", StoreFilter()) == 2
+    [back] = await store.retrieve("default", [a.id])
+    assert back.record.superseded_by is None
+
+    with pytest.raises(ValueError, match="unknown"):
+        await store.set_fields("default", {a.id: {"no_such_field": 1}})
+    with pytest.raises(ValueError):
+        await store.set_fields("default", {a.id: {"id": str(uuid.uuid4())}})
+
+
+async def test_collections_are_isolated(store: Store) -> None:
+    await store.create_collection(spec("a"))
+    await store.create_collection(spec("b"))
+    rng = np.random.default_rng(10)
+    ra = [record("a") for _ in range(4)]
+    rb = [record("b") for _ in range(3)]
+    va, vb = unit_vectors(4, rng), unit_vectors(3, rng)
+    await store.upsert("a", points(ra, va))
+    await store.upsert("b", points(rb, vb))
+    assert await store.count("a", StoreFilter()) == 4
+    assert await store.count("b", StoreFilter()) == 3
+    hits = await store.search("b", va[0], 100, StoreFilter())
+    assert {h.record.id for h in hits} == {r.id for r in rb}
+    assert all(h.record.collection == "b" for h in hits)
+    assert await store.retrieve("b", [r.id for r in ra]) == []
+    assert {r.id for r in (await store.scroll("a", StoreFilter(), 100))[0]} == {r.id for r in ra}
+    assert await store.delete_where("b", StoreFilter()) == 3
+    assert await store.count("a", StoreFilter()) == 4
+    assert await store.drop_collection("b") == 0
+    assert await store.count("a", StoreFilter()) == 4
+
+
+# ------------------------------------------------------------------ persistence
+
+
+async def test_persists_across_close_and_reopen(backend: str, new_store: Callable[[], Store]) -> None:
+    if backend not in PERSISTENT_BACKENDS:
+        pytest.skip("in-memory backend")
+    rng = np.random.default_rng(11)
+    recs = [full_record("keep") for _ in range(5)]
+    vecs = unit_vectors(5, rng)
+    s1 = new_store()
+    await s1.open()
+    await s1.create_collection(spec("keep"))
+    await s1.create_collection(spec("gone"))
+    await s1.upsert("keep", points(recs, vecs))
+    await s1.set_fields("keep", {recs[0].id: {"access_count": 42}})
+    await s1.delete("keep", [recs[4].id])
+    await s1.drop_collection("gone")
+    await s1.close()
+
+    s2 = new_store()
+    await s2.open()
+    try:
+        assert await s2.list_collections() == [spec("keep")]
+        got = {p.record.id: p for p in await s2.retrieve("keep", [r.id for r in recs], with_vectors=True)}
+        assert set(got) == {r.id for r in recs[:4]}
+        assert got[recs[0].id].record == replace(recs[0], access_count=42)
+        assert got[recs[1].id].record == recs[1]
+        hits = await s2.search("keep", vecs[2], 1, StoreFilter())
+        assert hits[0].record.id == recs[2].id
+        assert hits[0].score == pytest.approx(1.0, abs=1e-5)
+    finally:
+        await s2.close()

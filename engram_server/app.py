@@ -10,11 +10,11 @@ import signal
 from dataclasses import dataclass
 
 import grpc
+from engram_client.proto.engram.v1 import memory_service_pb2, memory_service_pb2_grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
-from engram_client.proto.engram.v1 import memory_service_pb2, memory_service_pb2_grpc
 from engram_server.api.servicer import MemoryServicer
 from engram_server.config import Settings
 from engram_server.domain.calibration import calibration_for, is_calibrated
@@ -109,7 +109,9 @@ class EngramServer:
         clock = clock or SystemClock()
         store = store or build_store(settings)
         embedder = embedder or build_embedder(settings)
-        service = MemoryService(store, embedder, clock, calibration_for(embedder.model_id), build_policy(settings))
+        service = MemoryService(
+            store, embedder, clock, calibration_for(embedder.model_id), build_policy(settings)
+        )
         return cls(settings=settings, store=store, embedder=embedder, service=service, clock=clock)
 
     @property
@@ -140,7 +142,11 @@ class EngramServer:
         health = HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health, server)
         reflection.enable_server_reflection(
-            (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
+            (
+                SERVICE_NAME,
+                health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+                reflection.SERVICE_NAME,
+            ),
             server,
         )
         self.port = server.add_insecure_port(f"{s.host}:{s.port}")

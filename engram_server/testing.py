@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, field
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +51,6 @@ async def running_server(
 GRPC_DETAILS_KEY = "grpc-status-details-bin"
 
 
-
 @dataclass
 class RichError:
     code: grpc.StatusCode
@@ -67,7 +66,7 @@ def rich(exc: grpc.aio.AioRpcError) -> RichError:
     for key, value in exc.trailing_metadata() or ():
         if key != GRPC_DETAILS_KEY:
             continue
-        status = status_pb2.Status.FromString(value)  # type: ignore[arg-type]
+        status = status_pb2.Status.FromString(value)
         assert status.code == exc.code().value[0]
         for detail in status.details:
             if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):

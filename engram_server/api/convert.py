@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-from google.protobuf import timestamp_pb2
-
 from engram_client.proto.engram.v1 import memory_pb2 as m
 from engram_client.proto.engram.v1 import memory_service_pb2 as s
+from google.protobuf import timestamp_pb2
+
 from engram_server.domain.errors import InvalidArgument
 from engram_server.domain.model import NEVER, CollectionSpec, MemoryRecord, MemoryType, Source, SourceType
 from engram_server.domain.ranking import Score, Weights
@@ -52,7 +52,13 @@ SOURCE_TYPE_IN: dict[int, SourceType] = {
     m.SOURCE_TYPE_UNKNOWN: SourceType.UNKNOWN,
 }
 SOURCE_TYPE_OUT: dict[SourceType, m.SourceType.ValueType] = {
-    v: k for k, v in SOURCE_TYPE_IN.items() if k != m.SOURCE_TYPE_UNSPECIFIED  # type: ignore[misc]
+    SourceType.USER_INPUT: m.SOURCE_TYPE_USER_INPUT,
+    SourceType.TOOL_OUTPUT: m.SOURCE_TYPE_TOOL_OUTPUT,
+    SourceType.WEB_SEARCH: m.SOURCE_TYPE_WEB_SEARCH,
+    SourceType.DOCUMENT: m.SOURCE_TYPE_DOCUMENT,
+    SourceType.CALENDAR: m.SOURCE_TYPE_CALENDAR,
+    SourceType.REFLECTION: m.SOURCE_TYPE_REFLECTION,
+    SourceType.UNKNOWN: m.SOURCE_TYPE_UNKNOWN,
 }
 OUTCOME_OUT = {AddOutcome.CREATED: s.ADD_OUTCOME_CREATED, AddOutcome.DUPLICATE: s.ADD_OUTCOME_DUPLICATE}
 
@@ -73,7 +79,7 @@ def ts_in(ts: timestamp_pb2.Timestamp) -> float:
 
 def ts_out(seconds: float) -> timestamp_pb2.Timestamp:
     whole = int(seconds // 1)
-    return timestamp_pb2.Timestamp(seconds=whole, nanos=int(round((seconds - whole) * 1e9)) % 1_000_000_000)
+    return timestamp_pb2.Timestamp(seconds=whole, nanos=round((seconds - whole) * 1e9) % 1_000_000_000)
 
 
 def memory_out(r: MemoryRecord) -> m.Memory:
@@ -121,7 +127,9 @@ def score_out(x: Score) -> m.ScoreBreakdown:
 
 def filter_in(f: m.MemoryFilter, prefix: str) -> SearchFilter:
     return SearchFilter(
-        types=tuple(enum_in(TYPE_IN, t, f"{prefix}.types") for t in f.types if t != m.MEMORY_TYPE_UNSPECIFIED),
+        types=tuple(
+            enum_in(TYPE_IN, t, f"{prefix}.types") for t in f.types if t != m.MEMORY_TYPE_UNSPECIFIED
+        ),
         tags_any=tuple(f.tags_any),
         created_after=ts_in(f.created_after) if f.HasField("created_after") else None,
         created_before=ts_in(f.created_before) if f.HasField("created_before") else None,

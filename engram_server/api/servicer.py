@@ -8,9 +8,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc
-
 from engram_client.proto.engram.v1 import memory_service_pb2 as s
 from engram_client.proto.engram.v1 import memory_service_pb2_grpc
+
 from engram_server.api import convert as c
 from engram_server.api.errors import internal_status, to_status
 from engram_server.domain.errors import EngramError, InvalidArgument
@@ -143,7 +143,9 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
             dry_run=request.dry_run,
         )
         result = await self._svc.delete(cmd)
-        return s.DeleteMemoryResponse(deleted=[c.memory_out(r) for r in result.deleted], dry_run=result.dry_run)
+        return s.DeleteMemoryResponse(
+            deleted=[c.memory_out(r) for r in result.deleted], dry_run=result.dry_run
+        )
 
     @rpc
     async def GetMemory(
@@ -170,7 +172,9 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
         self, request: s.ListCollectionsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> s.ListCollectionsResponse:
         stats = await self._svc.list_collections()
-        return s.ListCollectionsResponse(collections=[c.collection_out(x.spec, x.memory_count) for x in stats])
+        return s.ListCollectionsResponse(
+            collections=[c.collection_out(x.spec, x.memory_count) for x in stats]
+        )
 
     @rpc
     async def DeleteCollection(

@@ -13,9 +13,10 @@ import json
 import logging
 import math
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from typing import Any
 
 from engram_server.domain.calibration import Calibration
 from engram_server.domain.clock import Clock
@@ -24,12 +25,12 @@ from engram_server.domain.errors import (
     CollectionNotFound,
     EmbeddingMismatch,
     FieldViolation,
+    IdempotencyConflict,
     InvalidArgument,
     MemoryNotFound,
     MemorySuperseded,
     NoMatch,
     ProtectedMemory,
-    IdempotencyConflict,
     ThresholdTooLow,
 )
 from engram_server.domain.model import (
@@ -286,7 +287,9 @@ class MemoryService:
         now = self._clock.now()
         specs = await self._store.list_collections()
         counts = await asyncio.gather(*(self._store.count(s.name, StoreFilter(live_at=now)) for s in specs))
-        return [CollectionStats(s, c) for s, c in sorted(zip(specs, counts, strict=True), key=lambda x: x[0].name)]
+        return [
+            CollectionStats(s, c) for s, c in sorted(zip(specs, counts, strict=True), key=lambda x: x[0].name)
+        ]
 
     async def delete_collection(self, name: str) -> int:
         v = Violations()
@@ -344,7 +347,9 @@ class MemoryService:
                 top = similar[0]
                 existing = await self._merge_provenance(collection, top.record, cmd.source_type, now)
                 near = tuple(
-                    s for s in similar[1:] if pol.near_duplicate_threshold <= s.similarity <= pol.dedup_threshold
+                    s
+                    for s in similar[1:]
+                    if pol.near_duplicate_threshold <= s.similarity <= pol.dedup_threshold
                 )[: pol.max_near_duplicates]
                 return AddResult(existing, AddOutcome.DUPLICATE, top.similarity, near)
             near = tuple(s for s in similar if s.similarity >= pol.near_duplicate_threshold)[
@@ -501,8 +506,8 @@ class MemoryService:
                 if alive:
                     await self._store.set_fields(collection, alive)
 
-    def _spawn(self, coro: object) -> None:
-        task: asyncio.Task[None] = asyncio.ensure_future(coro)  # type: ignore[arg-type]
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task: asyncio.Task[None] = asyncio.ensure_future(coro)
         self._background.add(task)
         task.add_done_callback(self._background_done)
 
@@ -538,9 +543,7 @@ class MemoryService:
     async def _locate(self, collection: str, loc: Locator) -> tuple[MemoryRecord, float]:
         """The single current memory closest to ``loc.content``, at or above the threshold."""
         if await self._existing(collection) is None:
-            raise NoMatch(
-                f"collection {collection!r} has no memories", metadata={"collection": collection}
-            )
+            raise NoMatch(f"collection {collection!r} has no memories", metadata={"collection": collection})
         vec = (await self._embedder.embed_documents([loc.content]))[0]
         hits = await self._store.search(collection, vec, 3, StoreFilter(live_at=self._clock.now()))
         sims = sorted(((self._cal.similarity(h.score), h.record) for h in hits), key=lambda x: -x[0])
@@ -551,7 +554,11 @@ class MemoryService:
                 f"no memory matches at similarity ≥ {threshold:.2f} (best: {best})",
                 metadata={"threshold": f"{threshold:.4f}", "best_similarity": best},
             )
-        if len(sims) > 1 and sims[1][0] >= threshold and sims[0][0] - sims[1][0] < self.policy.ambiguity_margin:
+        if (
+            len(sims) > 1
+            and sims[1][0] >= threshold
+            and sims[0][0] - sims[1][0] < self.policy.ambiguity_margin
+        ):
             raise AmbiguousMatch(
                 "more than one memory matches almost equally well; update by id instead",
                 metadata={"candidates": ",".join(r.id for _, r in sims[:2])},
@@ -559,7 +566,7 @@ class MemoryService:
         return sims[0][1], sims[0][0]
 
     def _locate_threshold(self, threshold: float, minimum: float, fieldname: str) -> float:
-        if threshold != threshold or threshold > 1.0:
+        if math.isnan(threshold) or threshold > 1.0:
             raise InvalidArgument.of(fieldname, "must be between 0 and 1")
         if threshold == 0.0:
             return self.policy.locate_min_threshold
@@ -610,9 +617,7 @@ class MemoryService:
                     )
             else:
                 assert cmd.locate is not None
-                current, similarity = await self._locate(
-                    collection, Locator(cmd.locate.content, threshold)
-                )
+                current, similarity = await self._locate(collection, Locator(cmd.locate.content, threshold))
             now = self._clock.now()
             new_type = cmd.type if cmd.type is not None else current.type
             new_importance = cmd.importance if cmd.importance is not None else current.importance
@@ -711,7 +716,9 @@ class MemoryService:
 
     # ------------------------------------------------------------ read
 
-    async def get(self, collection: str, memory_id: str, include_history: bool) -> tuple[MemoryRecord, list[MemoryRecord]]:
+    async def get(
+        self, collection: str, memory_id: str, include_history: bool
+    ) -> tuple[MemoryRecord, list[MemoryRecord]]:
         v = Violations()
         name = self._resolve(v, "collection", collection)
         if not memory_id:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -92,11 +93,14 @@ def check_metadata(v: Violations, fieldname: str, metadata: Mapping[str, str], l
         if not key or len(key) > limits.max_metadata_key_chars:
             v.add(f"{fieldname}[{key[:32]!r}]", f"keys must be 1–{limits.max_metadata_key_chars} characters")
         if len(value) > limits.max_metadata_value_chars:
-            v.add(f"{fieldname}[{key[:32]!r}]", f"values must be at most {limits.max_metadata_value_chars} chars")
+            v.add(
+                f"{fieldname}[{key[:32]!r}]",
+                f"values must be at most {limits.max_metadata_value_chars} chars",
+            )
 
 
 def check_unit_interval(v: Violations, fieldname: str, value: float) -> None:
-    if not 0.0 <= value <= 1.0 or value != value:  # NaN fails both
+    if math.isnan(value) or not 0.0 <= value <= 1.0:
         v.add(fieldname, f"must be between 0 and 1 (got {value})")
 
 

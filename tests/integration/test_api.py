@@ -9,15 +9,15 @@ from typing import Any
 
 import grpc
 import pytest
-from google.protobuf import timestamp_pb2
-
 from engram_client.proto.engram.v1 import memory_pb2 as m
 from engram_client.proto.engram.v1 import memory_service_pb2 as s
 from engram_client.proto.engram.v1 import memory_service_pb2_grpc
+from google.protobuf import timestamp_pb2
+
 from engram_server.app import EngramServer
 from engram_server.domain.clock import ManualClock
 from engram_server.domain.model import StoreFilter
-from engram_server.testing import RichError, rich
+from engram_server.testing import RichError, rich, running_server
 
 Stub = memory_service_pb2_grpc.MemoryServiceStub
 HOUR = 3600.0
@@ -65,7 +65,9 @@ async def test_add_defaults_and_ttl(stub: Stub, clock: ManualClock) -> None:
     assert not ident.memory.HasField("valid_until")  # never expires
     tagged = await add(stub, "Currently in Lisbon for the conference.", tags=["location"], importance=9)
     assert tagged.memory.valid_until.seconds == int(clock.now() + 7 * DAY)
-    explicit = await add(stub, "Dentist appointment on Friday at 10:00.", valid_until=ts(clock.now() + 5 * HOUR))
+    explicit = await add(
+        stub, "Dentist appointment on Friday at 10:00.", valid_until=ts(clock.now() + 5 * HOUR)
+    )
     assert explicit.memory.valid_until.seconds == int(clock.now() + 5 * HOUR)
 
 
@@ -156,7 +158,9 @@ async def test_newer_beats_older_at_equal_relevance(stub: Stub, clock: ManualClo
     await add(stub, text, collection="team-a", created_at=ts(now - 48 * HOUR))
     await add(stub, text, collection="team-b", created_at=ts(now - 1 * HOUR))
     resp = await stub.SearchMemories(
-        s.SearchMemoriesRequest(query="When is the standup meeting?", collections=["team-a", "team-b"], limit=2)
+        s.SearchMemoriesRequest(
+            query="When is the standup meeting?", collections=["team-a", "team-b"], limit=2
+        )
     )
     assert [r.memory.collection for r in resp.results] == ["team-b", "team-a"]
     a, b = resp.results[1].score, resp.results[0].score
@@ -192,7 +196,9 @@ async def test_old_important_memory_stays_in_top_three(stub: Stub, clock: Manual
 
 async def test_search_filters(stub: Stub, clock: ManualClock) -> None:
     now = clock.now()
-    await add(stub, "Alice prefers tea over coffee.", type=m.MEMORY_TYPE_IDENTITY, importance=8, tags=["prefs"])
+    await add(
+        stub, "Alice prefers tea over coffee.", type=m.MEMORY_TYPE_IDENTITY, importance=8, tags=["prefs"]
+    )
     await add(
         stub,
         "Alice drank coffee at the airport yesterday.",
@@ -201,13 +207,17 @@ async def test_search_filters(stub: Stub, clock: ManualClock) -> None:
         source_type=m.SOURCE_TYPE_CALENDAR,
         created_at=ts(now - 30 * HOUR),
     )
-    await add(stub, "Alice's team uses Python and Go.", type=m.MEMORY_TYPE_INSIGHT, importance=6, tags=["work"])
+    await add(
+        stub, "Alice's team uses Python and Go.", type=m.MEMORY_TYPE_INSIGHT, importance=6, tags=["work"]
+    )
 
     async def contents(flt: m.MemoryFilter) -> set[str]:
         resp = await stub.SearchMemories(s.SearchMemoriesRequest(query="Alice drinks", limit=10, filter=flt))
         return {r.memory.content for r in resp.results}
 
-    assert await contents(m.MemoryFilter(types=[m.MEMORY_TYPE_IDENTITY])) == {"Alice prefers tea over coffee."}
+    assert await contents(m.MemoryFilter(types=[m.MEMORY_TYPE_IDENTITY])) == {
+        "Alice prefers tea over coffee."
+    }
     assert await contents(m.MemoryFilter(tags_any=["travel", "work"])) == {
         "Alice drank coffee at the airport yesterday.",
         "Alice's team uses Python and Go.",
@@ -245,7 +255,10 @@ async def test_search_diversify_and_limits(stub: Stub) -> None:
     assert "cat" not in div.results[1].memory.content.lower()
     weighted = await stub.SearchMemories(
         s.SearchMemoriesRequest(
-            query="Where does the cat sleep?", limit=4, weights=m.RankingWeights(relevance=1.0), min_relevance=0.5
+            query="Where does the cat sleep?",
+            limit=4,
+            weights=m.RankingWeights(relevance=1.0),
+            min_relevance=0.5,
         )
     )
     for r in weighted.results:
@@ -269,7 +282,9 @@ async def test_access_counters_bumped(stub: Stub, server: EngramServer) -> None:
 # ------------------------------------------------------------------ expiry + sweeper
 
 
-async def test_expired_memories_never_returned_and_swept(stub: Stub, clock: ManualClock, server: EngramServer) -> None:
+async def test_expired_memories_never_returned_and_swept(
+    stub: Stub, clock: ManualClock, server: EngramServer
+) -> None:
     short = await add(stub, "Parking spot 42 is reserved for me today.", importance=1)  # event <5: 3 days
     keep = await add(stub, "My parking permit number is P-7781.", type=m.MEMORY_TYPE_IDENTITY)
     clock.advance(3 * DAY + 1)
@@ -292,18 +307,18 @@ async def test_expired_memories_never_returned_and_swept(stub: Stub, clock: Manu
 
 
 async def test_background_sweeper_runs(tmp_path: Any, clock: ManualClock) -> None:
-    from engram_server.testing import running_server  # noqa: PLC0415
-
-    async with running_server(tmp_path / "d", clock=clock, sweep_interval_seconds=0.05) as srv:
-        async with grpc.aio.insecure_channel(srv.address) as ch:
-            st = Stub(ch)
-            await add(st, "Temporary note that expires soon.", valid_until=ts(clock.now() + 60))
-            clock.advance(61)
-            for _ in range(100):
-                if await srv.store.count("default", ALL) == 0:
-                    break
-                await asyncio.sleep(0.05)
-            assert await srv.store.count("default", ALL) == 0
+    async with (
+        running_server(tmp_path / "d", clock=clock, sweep_interval_seconds=0.05) as srv,
+        grpc.aio.insecure_channel(srv.address) as ch,
+    ):
+        st = Stub(ch)
+        await add(st, "Temporary note that expires soon.", valid_until=ts(clock.now() + 60))
+        clock.advance(61)
+        for _ in range(100):
+            if await srv.store.count("default", ALL) == 0:
+                break
+            await asyncio.sleep(0.05)
+        assert await srv.store.count("default", ALL) == 0
 
 
 # ------------------------------------------------------------------ update
@@ -420,7 +435,9 @@ async def test_delete_by_query(stub: Stub) -> None:
         "ERROR_REASON_THRESHOLD_TOO_LOW",
     )
     await fails(
-        stub.DeleteMemory(s.DeleteMemoryRequest(query=s.DeleteQuery(query="Answer in British English always."))),
+        stub.DeleteMemory(
+            s.DeleteMemoryRequest(query=s.DeleteQuery(query="Answer in British English always."))
+        ),
         grpc.StatusCode.FAILED_PRECONDITION,
         "ERROR_REASON_PROTECTED_MEMORY",
     )
@@ -430,7 +447,9 @@ async def test_delete_by_query(stub: Stub) -> None:
     assert [d.id for d in done.deleted] == [ev.memory.id]
     assert await count(stub) == 1
     await fails(
-        stub.DeleteMemory(s.DeleteMemoryRequest(query=s.DeleteQuery(query="Interstellar propulsion research"))),
+        stub.DeleteMemory(
+            s.DeleteMemoryRequest(query=s.DeleteQuery(query="Interstellar propulsion research"))
+        ),
         grpc.StatusCode.NOT_FOUND,
         "ERROR_REASON_NO_MATCH",
     )
@@ -467,7 +486,9 @@ async def test_collections_are_isolated(stub: Stub) -> None:
     a = await add(stub, "Secret plan for project Falcon.", collection="tenant-a")
     b = await add(stub, "Secret plan for project Falcon.", collection="tenant-b")
     assert a.outcome == b.outcome == s.ADD_OUTCOME_CREATED  # the gate is per collection
-    resp = await stub.SearchMemories(s.SearchMemoriesRequest(query="project Falcon", collections=["tenant-a"]))
+    resp = await stub.SearchMemories(
+        s.SearchMemoriesRequest(query="project Falcon", collections=["tenant-a"])
+    )
     assert {r.memory.collection for r in resp.results} == {"tenant-a"}
     await fails(
         stub.GetMemory(s.GetMemoryRequest(collection="tenant-b", id=a.memory.id)),
@@ -512,7 +533,11 @@ BAD_REQUESTS: list[tuple[str, Any, str]] = [
     ("SearchMemories", s.SearchMemoriesRequest(query="q", limit=-1), "limit"),
     ("SearchMemories", s.SearchMemoriesRequest(query="q", min_relevance=2.0), "min_relevance"),
     ("SearchMemories", s.SearchMemoriesRequest(query="q", mmr_lambda=-0.5), "mmr_lambda"),
-    ("SearchMemories", s.SearchMemoriesRequest(query="q", weights=m.RankingWeights(recency=-1)), "weights.recency"),
+    (
+        "SearchMemories",
+        s.SearchMemoriesRequest(query="q", weights=m.RankingWeights(recency=-1)),
+        "weights.recency",
+    ),
     ("SearchMemories", s.SearchMemoriesRequest(query="q", collections=["UPPER"]), "collections[0]"),
     (
         "SearchMemories",

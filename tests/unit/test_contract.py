@@ -1,14 +1,15 @@
 """The domain's error reasons and the proto's ErrorReason enum stay in step."""
 
 import grpc
-
 from engram_client.proto.engram.v1 import error_reason_pb2
+
 from engram_server.api.errors import CODES
 from engram_server.domain.errors import Reason
 
 
 def test_reasons_match_proto() -> None:
-    proto = {name for name in error_reason_pb2.ErrorReason.keys() if name != "ERROR_REASON_UNSPECIFIED"}
+    names = error_reason_pb2.ErrorReason.keys()
+    proto = {name for name in names if name != "ERROR_REASON_UNSPECIFIED"}
     assert {r.value for r in Reason} == proto
 
 

@@ -17,7 +17,9 @@ def test_never_decaying_types() -> None:
         assert recency(t, NOW - 10_000 * H, NOW) == 1.0
 
 
-@pytest.mark.parametrize(("mtype", "half_life_hours"), [(MemoryType.EVENT, 69.0), (MemoryType.INSIGHT, 3466.0)])
+@pytest.mark.parametrize(
+    ("mtype", "half_life_hours"), [(MemoryType.EVENT, 69.0), (MemoryType.INSIGHT, 3466.0)]
+)
 def test_half_lives(mtype: MemoryType, half_life_hours: float) -> None:
     exact = math.log(0.5) / math.log(DECAY_PER_HOUR[mtype])
     assert exact == pytest.approx(half_life_hours, rel=0.01)

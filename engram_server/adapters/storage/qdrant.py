@@ -23,7 +23,7 @@ import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-import grpc  # type: ignore[import-untyped]  # grpcio ships no stubs; types-grpcio not installed
+import grpc  # grpcio ships no stubs; types-grpcio not installed
 import httpx
 from qdrant_client import AsyncQdrantClient, models
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse

@@ -51,5 +51,8 @@ buf-lint: $(BUF) ## buf lint (STANDARD) over proto/
 	$(BUF) lint
 	$(BUF) format --diff --exit-code
 
+bench: install ## Add/search latency at 10k memories through the API (not part of CI)
+	$(PY) bench/latency.py --memories 10000 --samples 200
+
 clean: ## Remove the virtualenv and tool caches
 	rm -rf $(VENV) $(TOOLS) .pytest_cache .mypy_cache .ruff_cache

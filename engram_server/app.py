@@ -10,11 +10,11 @@ import signal
 from dataclasses import dataclass
 
 import grpc
-from engram_client.proto.engram.v1 import memory_service_pb2, memory_service_pb2_grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
+from engram_client.proto.engram.v1 import memory_service_pb2, memory_service_pb2_grpc
 from engram_server.api.servicer import MemoryServicer
 from engram_server.config import Settings
 from engram_server.domain.calibration import calibration_for, is_calibrated

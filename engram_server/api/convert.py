@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-from engram_client.proto.engram.v1 import memory_pb2 as m
-from engram_client.proto.engram.v1 import memory_service_pb2 as s
 from google.protobuf import timestamp_pb2
 
+from engram_client.proto.engram.v1 import memory_pb2 as m
+from engram_client.proto.engram.v1 import memory_service_pb2 as s
 from engram_server.domain.errors import InvalidArgument
 from engram_server.domain.model import NEVER, CollectionSpec, MemoryRecord, MemoryType, Source, SourceType
 from engram_server.domain.ranking import Score, Weights

@@ -8,9 +8,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc
+
 from engram_client.proto.engram.v1 import memory_service_pb2 as s
 from engram_client.proto.engram.v1 import memory_service_pb2_grpc
-
 from engram_server.api import convert as c
 from engram_server.api.errors import internal_status, to_status
 from engram_server.domain.errors import EngramError, InvalidArgument

@@ -9,11 +9,11 @@ from typing import Any
 
 import grpc
 import pytest
+from google.protobuf import timestamp_pb2
+
 from engram_client.proto.engram.v1 import memory_pb2 as m
 from engram_client.proto.engram.v1 import memory_service_pb2 as s
 from engram_client.proto.engram.v1 import memory_service_pb2_grpc
-from google.protobuf import timestamp_pb2
-
 from engram_server.app import EngramServer
 from engram_server.domain.clock import ManualClock
 from engram_server.domain.model import StoreFilter

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import grpc
 import pytest
-from engram_client.proto.engram.v1 import memory_pb2 as m
-from engram_client.proto.engram.v1 import memory_service_pb2 as s
-from engram_client.proto.engram.v1 import memory_service_pb2_grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+from engram_client.proto.engram.v1 import memory_pb2 as m
+from engram_client.proto.engram.v1 import memory_service_pb2 as s
+from engram_client.proto.engram.v1 import memory_service_pb2_grpc
 from engram_server.domain.clock import ManualClock
 from engram_server.testing import rich, running_server
 

@@ -1,8 +1,8 @@
 """The domain's error reasons and the proto's ErrorReason enum stay in step."""
 
 import grpc
-from engram_client.proto.engram.v1 import error_reason_pb2
 
+from engram_client.proto.engram.v1 import error_reason_pb2
 from engram_server.api.errors import CODES
 from engram_server.domain.errors import Reason
 

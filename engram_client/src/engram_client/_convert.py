@@ -1,0 +1,213 @@
+"""Conversion between the generated protobuf messages and the client's typed values."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import TypeVar
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from engram_client.models import (
+    AddOutcome,
+    AddResult,
+    CollectionInfo,
+    DeleteCollectionResult,
+    DeleteResult,
+    GetResult,
+    Memory,
+    MemoryFilter,
+    MemoryType,
+    Page,
+    RankingWeights,
+    ScoreBreakdown,
+    SearchResult,
+    SimilarMemory,
+    Source,
+    SourceType,
+    UpdateResult,
+)
+from engram_client.proto.engram.v1 import memory_pb2, memory_service_pb2
+
+_E = TypeVar("_E", bound=StrEnum)
+
+
+def _enum_tables(enum: type[_E], prefix: str, names: dict[str, int]) -> tuple[dict[_E, int], dict[int, _E]]:
+    to_proto: dict[_E, int] = {}
+    from_proto: dict[int, _E] = {}
+    for member in enum:
+        number = names[f"{prefix}{member.name}"]
+        to_proto[member] = number
+        from_proto[number] = member
+    return to_proto, from_proto
+
+
+_TYPE_TO, _TYPE_FROM = _enum_tables(MemoryType, "MEMORY_TYPE_", dict(memory_pb2.MemoryType.items()))
+_SOURCE_TO, _SOURCE_FROM = _enum_tables(Source, "SOURCE_", dict(memory_pb2.Source.items()))
+_STYPE_TO, _STYPE_FROM = _enum_tables(SourceType, "SOURCE_TYPE_", dict(memory_pb2.SourceType.items()))
+_OUTCOME_TO, _OUTCOME_FROM = _enum_tables(
+    AddOutcome, "ADD_OUTCOME_", dict(memory_service_pb2.AddOutcome.items())
+)
+
+
+def _parse(enum: type[_E], value: _E | str, what: str) -> _E:
+    if isinstance(value, enum):
+        return value
+    try:
+        return enum(str(value).lower())
+    except ValueError:
+        allowed = ", ".join(m.value for m in enum if m.name != "UNSPECIFIED")
+        raise ValueError(f"{what} must be one of {allowed}; got {value!r}") from None
+
+
+def memory_type_to_proto(value: MemoryType | str) -> memory_pb2.MemoryType.ValueType:
+    return memory_pb2.MemoryType.ValueType(_TYPE_TO[_parse(MemoryType, value, "type")])
+
+
+def source_to_proto(value: Source | str) -> memory_pb2.Source.ValueType:
+    return memory_pb2.Source.ValueType(_SOURCE_TO[_parse(Source, value, "source")])
+
+
+def source_type_to_proto(value: SourceType | str) -> memory_pb2.SourceType.ValueType:
+    return memory_pb2.SourceType.ValueType(_STYPE_TO[_parse(SourceType, value, "source_type")])
+
+
+def timestamp_to_proto(value: datetime, what: str) -> Timestamp:
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError(f"{what} must be a timezone-aware datetime")
+    ts = Timestamp()
+    ts.FromDatetime(value)
+    return ts
+
+
+def _time(message: memory_pb2.Memory | memory_pb2.CollectionInfo, name: str) -> datetime | None:
+    if not message.HasField(name):  # type: ignore[arg-type]
+        return None
+    ts: Timestamp = getattr(message, name)
+    return ts.ToDatetime(tzinfo=UTC)
+
+
+def _required_time(message: memory_pb2.Memory, name: str) -> datetime:
+    return _time(message, name) or datetime.fromtimestamp(0, UTC)
+
+
+def memory_from_proto(m: memory_pb2.Memory) -> Memory:
+    return Memory(
+        id=m.id,
+        collection=m.collection,
+        type=_TYPE_FROM.get(m.type, MemoryType.UNSPECIFIED),
+        content=m.content,
+        source=_SOURCE_FROM.get(m.source, Source.UNSPECIFIED),
+        source_type=_STYPE_FROM.get(m.source_type, SourceType.UNSPECIFIED),
+        source_type_history=tuple(_STYPE_FROM.get(s, SourceType.UNSPECIFIED) for s in m.source_type_history),
+        importance=m.importance,
+        tags=tuple(m.tags),
+        metadata=dict(m.metadata),
+        created_at=_required_time(m, "created_at"),
+        updated_at=_required_time(m, "updated_at"),
+        valid_until=_time(m, "valid_until"),
+        version=m.version,
+        superseded_by=m.superseded_by or None,
+        access_count=m.access_count,
+        last_accessed_at=_time(m, "last_accessed_at"),
+        reflected_at=_time(m, "reflected_at"),
+    )
+
+
+def _memories(items: Iterable[memory_pb2.Memory]) -> tuple[Memory, ...]:
+    return tuple(memory_from_proto(m) for m in items)
+
+
+def filter_to_proto(f: MemoryFilter) -> memory_pb2.MemoryFilter:
+    out = memory_pb2.MemoryFilter(
+        types=[memory_type_to_proto(t) for t in f.types],
+        tags_any=list(f.tags_any),
+        min_importance=f.min_importance or 0,
+        source_types=[source_type_to_proto(s) for s in f.source_types],
+    )
+    if f.created_after is not None:
+        out.created_after.CopyFrom(timestamp_to_proto(f.created_after, "created_after"))
+    if f.created_before is not None:
+        out.created_before.CopyFrom(timestamp_to_proto(f.created_before, "created_before"))
+    return out
+
+
+def weights_to_proto(w: RankingWeights) -> memory_pb2.RankingWeights:
+    return memory_pb2.RankingWeights(relevance=w.relevance, recency=w.recency, importance=w.importance)
+
+
+def add_result(resp: memory_service_pb2.AddMemoryResponse, request_id: str) -> AddResult:
+    outcome = _OUTCOME_FROM.get(resp.outcome, AddOutcome.UNSPECIFIED)
+    return AddResult(
+        memory=memory_from_proto(resp.memory),
+        outcome=outcome,
+        duplicate_similarity=resp.duplicate_similarity if outcome is AddOutcome.DUPLICATE else None,
+        near_duplicates=tuple(
+            SimilarMemory(
+                id=s.id,
+                similarity=s.similarity,
+                content=s.content,
+                type=_TYPE_FROM.get(s.type, MemoryType.UNSPECIFIED),
+            )
+            for s in resp.near_duplicates
+        ),
+        replayed=resp.replayed,
+        request_id=request_id,
+    )
+
+
+def search_results(resp: memory_service_pb2.SearchMemoriesResponse) -> list[SearchResult]:
+    return [
+        SearchResult(
+            memory=memory_from_proto(r.memory),
+            score=ScoreBreakdown(
+                final=r.score.final,
+                relevance=r.score.relevance,
+                recency=r.score.recency,
+                importance=r.score.importance,
+                raw_similarity=r.score.raw_similarity,
+            ),
+        )
+        for r in resp.results
+    ]
+
+
+def update_result(resp: memory_service_pb2.UpdateMemoryResponse, semantic: bool) -> UpdateResult:
+    return UpdateResult(
+        memory=memory_from_proto(resp.memory),
+        previous=memory_from_proto(resp.previous) if resp.HasField("previous") else None,
+        similarity=resp.similarity if semantic else None,
+        changed=resp.changed,
+        dry_run=resp.dry_run,
+    )
+
+
+def delete_result(resp: memory_service_pb2.DeleteMemoryResponse) -> DeleteResult:
+    return DeleteResult(deleted=_memories(resp.deleted), dry_run=resp.dry_run)
+
+
+def get_result(resp: memory_service_pb2.GetMemoryResponse) -> GetResult:
+    return GetResult(memory=memory_from_proto(resp.memory), history=_memories(resp.history))
+
+
+def page(resp: memory_service_pb2.ListMemoriesResponse) -> Page:
+    return Page(memories=_memories(resp.memories), next_page_token=resp.next_page_token or None)
+
+
+def collections(resp: memory_service_pb2.ListCollectionsResponse) -> list[CollectionInfo]:
+    return [
+        CollectionInfo(
+            name=c.name,
+            memory_count=c.memory_count,
+            embedding_model=c.embedding_model,
+            embedding_dimension=c.embedding_dimension,
+            created_at=_time(c, "created_at"),
+        )
+        for c in resp.collections
+    ]
+
+
+def delete_collection_result(resp: memory_service_pb2.DeleteCollectionResponse) -> DeleteCollectionResult:
+    deleted_at = resp.deleted_at.ToDatetime(tzinfo=UTC) if resp.HasField("deleted_at") else None
+    return DeleteCollectionResult(deleted_count=resp.deleted_count, deleted_at=deleted_at)

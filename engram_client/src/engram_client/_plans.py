@@ -1,0 +1,277 @@
+"""Request building shared by the sync and asyncio clients.
+
+Each public method turns its keyword arguments into a :class:`Plan`: the RPC to call, the request,
+how to convert the answer, whether an UNAVAILABLE failure may be retried, and what a retry that
+finds its target gone means. The clients only run plans.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Generic, TypeVar
+
+from google.protobuf import json_format
+from google.protobuf.message import Message
+
+from engram_client import _convert
+from engram_client.errors import (
+    CollectionNotFoundError,
+    EngramError,
+    MemoryNotFoundError,
+)
+from engram_client.models import (
+    AddResult,
+    CollectionInfo,
+    DeleteCollectionResult,
+    DeleteResult,
+    GetResult,
+    MemoryFilter,
+    MemoryType,
+    MemoryTypeName,
+    Page,
+    RankingWeights,
+    SearchResult,
+    Source,
+    SourceName,
+    SourceType,
+    SourceTypeName,
+    UpdateResult,
+)
+from engram_client.proto.engram.v1 import memory_service_pb2
+
+R = TypeVar("R")
+
+
+@dataclass(frozen=True, slots=True)
+class Plan(Generic[R]):
+    method: str
+    request: Message
+    convert: Callable[[Any], R]
+    #: May an UNAVAILABLE failure be retried?
+    retry: bool = True
+    #: If a retry (after an UNAVAILABLE attempt) fails with this error, the lost attempt most
+    #: likely did the work: answer ``gone()`` instead of raising.
+    gone_error: type[EngramError] | None = None
+    gone: Callable[[], R] | None = None
+
+
+def _collections(value: str | Sequence[str] | None) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    return list(value)
+
+
+def add(
+    content: str,
+    *,
+    collection: str | None,
+    type: MemoryType | MemoryTypeName | None,
+    importance: int | None,
+    tags: Sequence[str],
+    source: Source | SourceName | None,
+    source_type: SourceType | SourceTypeName | None,
+    metadata: Mapping[str, str] | None,
+    created_at: datetime | None,
+    valid_until: datetime | None,
+    request_id: str | None,
+) -> Plan[AddResult]:
+    if isinstance(tags, str):
+        raise TypeError("tags must be a sequence of strings, not a string")
+    rid = request_id or str(uuid.uuid4())
+    req = memory_service_pb2.AddMemoryRequest(
+        collection=collection or "",
+        content=content,
+        tags=list(tags),
+        metadata=dict(metadata or {}),
+        request_id=rid,
+    )
+    if type is not None:
+        req.type = _convert.memory_type_to_proto(type)
+    if importance is not None:
+        req.importance = importance
+    if source is not None:
+        req.source = _convert.source_to_proto(source)
+    if source_type is not None:
+        req.source_type = _convert.source_type_to_proto(source_type)
+    if created_at is not None:
+        req.created_at.CopyFrom(_convert.timestamp_to_proto(created_at, "created_at"))
+    if valid_until is not None:
+        req.valid_until.CopyFrom(_convert.timestamp_to_proto(valid_until, "valid_until"))
+    # The same request_id is sent on every attempt, so a retry of a write that did land is
+    # answered with the first answer (replayed=True) instead of writing twice.
+    return Plan("AddMemory", req, lambda resp: _convert.add_result(resp, rid))
+
+
+def search(
+    query: str,
+    *,
+    collections: str | Sequence[str] | None,
+    limit: int,
+    filter: MemoryFilter | None,
+    weights: RankingWeights | None,
+    diversify: bool,
+    mmr_lambda: float | None,
+    min_relevance: float,
+) -> Plan[list[SearchResult]]:
+    req = memory_service_pb2.SearchMemoriesRequest(
+        query=query,
+        collections=_collections(collections),
+        limit=limit,
+        diversify=diversify,
+        min_relevance=min_relevance,
+    )
+    if filter is not None:
+        req.filter.CopyFrom(_convert.filter_to_proto(filter))
+    if weights is not None:
+        req.weights.CopyFrom(_convert.weights_to_proto(weights))
+    if mmr_lambda is not None:
+        req.mmr_lambda = mmr_lambda
+    return Plan("SearchMemories", req, _convert.search_results)
+
+
+def update(
+    id: str | None,
+    *,
+    locate: str | None,
+    threshold: float | None,
+    collection: str | None,
+    content: str | None,
+    type: MemoryType | MemoryTypeName | None,
+    importance: int | None,
+    tags: Sequence[str] | None,
+    metadata: Mapping[str, str] | None,
+    valid_until: datetime | None,
+    dry_run: bool,
+) -> Plan[UpdateResult]:
+    if (id is None) == (locate is None):
+        raise ValueError("give exactly one of id (the memory's id) or locate (text close to its content)")
+    if threshold is not None and locate is None:
+        raise ValueError("threshold applies to a semantic locate only")
+    req = memory_service_pb2.UpdateMemoryRequest(collection=collection or "", dry_run=dry_run)
+    if id is not None:
+        req.id = id
+    else:
+        locator = memory_service_pb2.SemanticLocator(content=locate or "", threshold=threshold or 0.0)
+        req.locate.CopyFrom(locator)
+    if content is not None:
+        req.content = content
+    if type is not None:
+        req.type = _convert.memory_type_to_proto(type)
+    if importance is not None:
+        req.importance = importance
+    if tags is not None:
+        if isinstance(tags, str):
+            raise TypeError("tags must be a sequence of strings, not a string")
+        req.tags.CopyFrom(memory_service_pb2.StringList(values=list(tags)))
+    if metadata is not None:
+        req.metadata.CopyFrom(memory_service_pb2.StringMap(entries=dict(metadata)))
+    if valid_until is not None:
+        req.valid_until.CopyFrom(_convert.timestamp_to_proto(valid_until, "valid_until"))
+    semantic = locate is not None
+    # UpdateMemory has no request_id: a retry is safe because applying the same change to the
+    # memory that already has it writes nothing (changed=False). See the client docstring.
+    return Plan("UpdateMemory", req, lambda resp: _convert.update_result(resp, semantic))
+
+
+def delete(
+    id: str | None,
+    *,
+    query: str | None,
+    threshold: float | None,
+    limit: int | None,
+    collection: str | None,
+    force: bool,
+    dry_run: bool,
+) -> Plan[DeleteResult]:
+    if (id is None) == (query is None):
+        raise ValueError("give exactly one of id or query")
+    if (threshold is not None or limit is not None) and query is None:
+        raise ValueError("threshold and limit apply to a delete by query only")
+    req = memory_service_pb2.DeleteMemoryRequest(collection=collection or "", force=force, dry_run=dry_run)
+    if id is not None:
+        req.id = id
+        # A retry after a lost answer finds the memory gone: report that instead of NOT_FOUND.
+        return Plan(
+            "DeleteMemory",
+            req,
+            _convert.delete_result,
+            gone_error=MemoryNotFoundError,
+            gone=lambda: DeleteResult(deleted=(), dry_run=False, already_deleted=True),
+        )
+    selector = memory_service_pb2.DeleteQuery(query=query or "", threshold=threshold or 0.0, limit=limit or 0)
+    req.query.CopyFrom(selector)
+    # A delete by query is not retried (except a dry run): if the lost attempt deleted the best
+    # match, a retry would delete the next one above the threshold.
+    return Plan("DeleteMemory", req, _convert.delete_result, retry=dry_run)
+
+
+def get(id: str, *, collection: str | None, include_history: bool) -> Plan[GetResult]:
+    req = memory_service_pb2.GetMemoryRequest(
+        collection=collection or "", id=id, include_history=include_history
+    )
+    return Plan("GetMemory", req, _convert.get_result)
+
+
+def list_memories(
+    *,
+    collection: str | None,
+    filter: MemoryFilter | None,
+    page_size: int,
+    page_token: str | None,
+    include_history: bool,
+) -> Plan[Page]:
+    req = memory_service_pb2.ListMemoriesRequest(
+        collection=collection or "",
+        page_size=page_size,
+        page_token=page_token or "",
+        include_history=include_history,
+    )
+    if filter is not None:
+        req.filter.CopyFrom(_convert.filter_to_proto(filter))
+    return Plan("ListMemories", req, _convert.page)
+
+
+def list_collections() -> Plan[list[CollectionInfo]]:
+    return Plan("ListCollections", memory_service_pb2.ListCollectionsRequest(), _convert.collections)
+
+
+def delete_collection(name: str) -> Plan[DeleteCollectionResult]:
+    return Plan(
+        "DeleteCollection",
+        memory_service_pb2.DeleteCollectionRequest(name=name),
+        _convert.delete_collection_result,
+        gone_error=CollectionNotFoundError,
+        gone=lambda: DeleteCollectionResult(deleted_count=0, deleted_at=None, already_deleted=True),
+    )
+
+
+REFLECTION_METHOD = "RunReflection"
+
+
+def reflection_supported(stub: object) -> bool:
+    """True when the generated code knows RunReflection (the server may still not implement it)."""
+    return hasattr(memory_service_pb2, "RunReflectionRequest") and hasattr(stub, REFLECTION_METHOD)
+
+
+def run_reflection(*, collection: str | None, dry_run: bool) -> Plan[dict[str, Any]]:
+    request_type: type[Message] = memory_service_pb2.RunReflectionRequest  # type: ignore[attr-defined,unused-ignore]
+    fields = set(request_type.DESCRIPTOR.fields_by_name)
+    values: dict[str, Any] = {}
+    if collection and "collection" in fields:
+        values["collection"] = collection
+    if dry_run:
+        if "dry_run" not in fields:
+            raise ValueError("this server's RunReflection has no dry_run")
+        values["dry_run"] = True
+    req = request_type(**values)
+    return Plan(
+        REFLECTION_METHOD,
+        req,
+        lambda resp: json_format.MessageToDict(resp, preserving_proto_field_name=True),
+        retry=dry_run,
+    )

@@ -1,0 +1,729 @@
+"""EngramClient (blocking) and AsyncEngramClient (asyncio): one method per MemoryService RPC.
+
+Example (the asyncio client is the same with ``async with`` and ``await``)::
+
+    from engram_client import EngramClient, ProtectedMemoryError
+
+    with EngramClient("localhost:50051", api_key="…") as engram:
+        added = engram.add(
+            "Frank prefers concise commit messages, imperative mood, no emoji.",
+            type="directive",
+            importance=8,
+            tags=["frank", "preference"],
+        )
+        hits = engram.search("how does Frank like commit messages", limit=3)
+        best = hits[0]
+        print(best.memory.content, best.score.final, best.score.relevance)
+
+        updated = engram.update(added.memory.id, content="Frank wants one-line commit messages.")
+        assert updated.changed and updated.memory.version == 2
+
+        try:
+            engram.delete(added.memory.id)  # directive memories are protected...
+        except ProtectedMemoryError:
+            engram.delete(added.memory.id, force=True)  # ...unless forced
+
+Deadlines and retries: every call has a deadline (``timeout``, default 10 s or ``ENGRAM_TIMEOUT``)
+that covers all its attempts. A call that fails with UNAVAILABLE is retried with exponential
+backoff (:class:`~engram_client.config.RetryPolicy`); no other failure is retried. Writes are safe
+to retry:
+
+* ``add`` sends a ``request_id`` (a fresh UUID unless you give one) that is reused by every
+  attempt, so the server answers a repeat with the first answer (``replayed=True``).
+* ``update`` has no request_id: applying the same change again to a memory that already has it
+  writes nothing (``changed=False``). For a semantic locate (``locate=``) the retry locates again;
+  if the lost attempt had changed the content so much that nothing matches, you get
+  :class:`~engram_client.errors.NoMatchError`.
+* ``delete`` by id: if an attempt fails with UNAVAILABLE and the retry answers MEMORY_NOT_FOUND,
+  the lost attempt most likely deleted it: you get a ``DeleteResult`` with ``already_deleted=True``
+  and no ``deleted`` memories instead of an error. A NOT_FOUND on the first attempt is raised.
+* ``delete`` by query is not retried (a dry run is): if the lost attempt deleted the best match, a
+  retry would delete the next one above the threshold. The UnavailableError is raised instead.
+* ``delete_collection`` is treated like ``delete`` by id.
+"""
+
+# The `timeout` parameters below are gRPC deadlines sent to the server with the call (as in
+# grpc.aio's own API), not local waits that asyncio.timeout could replace.
+# ruff: noqa: ASYNC109
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from datetime import datetime
+from types import TracebackType
+from typing import Any, Self, TypeVar, cast
+
+import grpc
+import grpc.aio
+
+from engram_client import _plans
+from engram_client._plans import Plan
+from engram_client.config import ConnectionConfig, RetryPolicy
+from engram_client.errors import EngramError, UnimplementedError, error_from_rpc_error
+from engram_client.models import (
+    AddResult,
+    CollectionInfo,
+    DeleteCollectionResult,
+    DeleteResult,
+    GetResult,
+    Memory,
+    MemoryFilter,
+    MemoryType,
+    MemoryTypeName,
+    Page,
+    RankingWeights,
+    SearchResult,
+    Source,
+    SourceName,
+    SourceType,
+    SourceTypeName,
+    UpdateResult,
+)
+from engram_client.proto.engram.v1 import memory_service_pb2_grpc
+
+__all__ = ["AsyncEngramClient", "EngramClient"]
+
+R = TypeVar("R")
+
+_VERSION = "0.1.0a1"
+REFLECTION_UNAVAILABLE = "reflection is not available on this server"
+
+
+def _channel_options(extra: Sequence[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    return [("grpc.primary_user_agent", f"engram-client-python/{_VERSION}"), *extra]
+
+
+def _credentials(config: ConnectionConfig) -> grpc.ChannelCredentials:
+    return grpc.ssl_channel_credentials(
+        root_certificates=config.root_certificates,
+        private_key=config.private_key,
+        certificate_chain=config.certificate_chain,
+    )
+
+
+class _Attempts:
+    """The retry bookkeeping of one call, shared by both clients."""
+
+    def __init__(self, policy: RetryPolicy, timeout: float | None) -> None:
+        self.policy = policy
+        self.deadline = None if timeout is None else time.monotonic() + timeout
+        self.attempt = 0
+        self.unavailable_seen = False
+
+    def remaining(self) -> float | None:
+        if self.deadline is None:
+            return None
+        return max(0.0, self.deadline - time.monotonic())
+
+    def next_delay(self, plan: Plan[Any], error: EngramError) -> float | None:
+        """Seconds to wait before retrying, or None to give up and raise ``error``."""
+        if error.code != grpc.StatusCode.UNAVAILABLE or not plan.retry:
+            return None
+        if self.attempt >= self.policy.max_attempts:
+            return None
+        delay = self.policy.backoff(self.attempt)
+        if error.retry_after is not None:
+            delay = max(delay, error.retry_after.total_seconds())
+        remaining = self.remaining()
+        if remaining is not None and delay >= remaining:
+            return None
+        self.unavailable_seen = True
+        return delay
+
+    def gone(self, plan: Plan[R], error: EngramError) -> bool:
+        return (
+            self.unavailable_seen
+            and plan.gone is not None
+            and plan.gone_error is not None
+            and isinstance(error, plan.gone_error)
+        )
+
+
+class _ClientBase:
+    def __init__(
+        self,
+        target: str | None,
+        *,
+        api_key: str | None,
+        tls: bool | None,
+        root_certificates: bytes | None,
+        private_key: bytes | None,
+        certificate_chain: bytes | None,
+        timeout: float | None,
+        retry: RetryPolicy | None,
+        metadata: Sequence[tuple[str, str]],
+        env: Mapping[str, str] | None,
+    ) -> None:
+        self.config = ConnectionConfig.resolve(
+            target,
+            api_key=api_key,
+            tls=tls,
+            root_certificates=root_certificates,
+            private_key=private_key,
+            certificate_chain=certificate_chain,
+            timeout=timeout,
+            env=env,
+        )
+        self.retry_policy = retry or RetryPolicy()
+        self._metadata = self.config.call_metadata(tuple(metadata))
+
+    @property
+    def target(self) -> str:
+        return self.config.target
+
+    def _timeout(self, timeout: float | None) -> float | None:
+        return self.config.timeout if timeout is None else timeout
+
+
+class EngramClient(_ClientBase):
+    """Blocking client. Use as a context manager, or call :meth:`close` when done.
+
+    Args:
+        target: ``host:port`` of the server; default ``ENGRAM_ADDR`` or ``localhost:50051``.
+        api_key: sent as ``authorization: Bearer <key>``; default ``ENGRAM_API_KEY``.
+        tls: use TLS; default from the target's scheme, ``ENGRAM_TLS`` or the presence of certificates.
+        root_certificates / private_key / certificate_chain: PEM bytes; default from
+            ``ENGRAM_TLS_CA_FILE`` / ``ENGRAM_TLS_KEY_FILE`` / ``ENGRAM_TLS_CERT_FILE``.
+        timeout: default deadline of a call in seconds, retries included (``ENGRAM_TIMEOUT``, 10).
+        retry: the retry policy for UNAVAILABLE failures.
+        metadata: extra call metadata sent with every call.
+        channel_options: extra gRPC channel options.
+        env: the environment to read (default ``os.environ``).
+    """
+
+    def __init__(
+        self,
+        target: str | None = None,
+        *,
+        api_key: str | None = None,
+        tls: bool | None = None,
+        root_certificates: bytes | None = None,
+        private_key: bytes | None = None,
+        certificate_chain: bytes | None = None,
+        timeout: float | None = None,
+        retry: RetryPolicy | None = None,
+        metadata: Sequence[tuple[str, str]] = (),
+        channel_options: Sequence[tuple[str, Any]] = (),
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(
+            target,
+            api_key=api_key,
+            tls=tls,
+            root_certificates=root_certificates,
+            private_key=private_key,
+            certificate_chain=certificate_chain,
+            timeout=timeout,
+            retry=retry,
+            metadata=metadata,
+            env=env,
+        )
+        options = _channel_options(channel_options)
+        if self.config.tls:
+            self._channel = grpc.secure_channel(self.config.target, _credentials(self.config), options)
+        else:
+            self._channel = grpc.insecure_channel(self.config.target, options)
+        self._stub = memory_service_pb2_grpc.MemoryServiceStub(self._channel)
+
+    @property
+    def stub(self) -> memory_service_pb2_grpc.MemoryServiceStub:
+        """The generated stub, for raw protobuf calls (no deadline, retry or error mapping)."""
+        return self._stub
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def _run(self, plan: Plan[R], timeout: float | None) -> R:
+        attempts = _Attempts(self.retry_policy, self._timeout(timeout))
+        rpc = getattr(self._stub, plan.method)
+        while True:
+            attempts.attempt += 1
+            try:
+                response = rpc(plan.request, timeout=attempts.remaining(), metadata=self._metadata)
+            except grpc.RpcError as exc:
+                error = error_from_rpc_error(exc)
+            else:
+                return plan.convert(response)
+            if attempts.gone(plan, error):
+                assert plan.gone is not None
+                return plan.gone()
+            delay = attempts.next_delay(plan, error)
+            if delay is None:
+                raise error
+            time.sleep(delay)
+
+    def add(
+        self,
+        content: str,
+        *,
+        collection: str | None = None,
+        type: MemoryType | MemoryTypeName | None = None,
+        importance: int | None = None,
+        tags: Sequence[str] = (),
+        source: Source | SourceName | None = None,
+        source_type: SourceType | SourceTypeName | None = None,
+        metadata: Mapping[str, str] | None = None,
+        created_at: datetime | None = None,
+        valid_until: datetime | None = None,
+        request_id: str | None = None,
+        timeout: float | None = None,
+    ) -> AddResult:
+        """Store a memory unless a near-copy exists (then ``outcome`` is DUPLICATE and nothing is
+        written). ``type`` defaults to event, ``importance`` to 5, ``source`` to agent. Check
+        ``near_duplicates`` (0.70–0.92): updating one of them is often better than adding.
+        ``request_id`` (default: a new UUID, reused by retries) makes repeats return the first answer.
+        """
+        plan = _plans.add(
+            content,
+            collection=collection,
+            type=type,
+            importance=importance,
+            tags=tags,
+            source=source,
+            source_type=source_type,
+            metadata=metadata,
+            created_at=created_at,
+            valid_until=valid_until,
+            request_id=request_id,
+        )
+        return self._run(plan, timeout)
+
+    def search(
+        self,
+        query: str,
+        *,
+        collections: str | Sequence[str] | None = None,
+        limit: int = 5,
+        filter: MemoryFilter | None = None,
+        weights: RankingWeights | None = None,
+        diversify: bool = False,
+        mmr_lambda: float | None = None,
+        min_relevance: float = 0.0,
+        timeout: float | None = None,
+    ) -> list[SearchResult]:
+        """The best memories for ``query``, best first, each with its score parts. ``collections``
+        (one name or several) defaults to the server's default collection."""
+        plan = _plans.search(
+            query,
+            collections=collections,
+            limit=limit,
+            filter=filter,
+            weights=weights,
+            diversify=diversify,
+            mmr_lambda=mmr_lambda,
+            min_relevance=min_relevance,
+        )
+        return self._run(plan, timeout)
+
+    def update(
+        self,
+        id: str | None = None,
+        *,
+        locate: str | None = None,
+        threshold: float | None = None,
+        collection: str | None = None,
+        content: str | None = None,
+        type: MemoryType | MemoryTypeName | None = None,
+        importance: int | None = None,
+        tags: Sequence[str] | None = None,
+        metadata: Mapping[str, str] | None = None,
+        valid_until: datetime | None = None,
+        dry_run: bool = False,
+        timeout: float | None = None,
+    ) -> UpdateResult:
+        """Change a memory found by ``id`` or by meaning (``locate``: text close to its content,
+        accepted at calibrated similarity ≥ ``threshold``, default and minimum 0.85). Arguments left
+        ``None`` keep their value; ``tags``/``metadata`` replace all. The id stays; the old version
+        is kept as history. ``dry_run`` reports without writing."""
+        plan = _plans.update(
+            id,
+            locate=locate,
+            threshold=threshold,
+            collection=collection,
+            content=content,
+            type=type,
+            importance=importance,
+            tags=tags,
+            metadata=metadata,
+            valid_until=valid_until,
+            dry_run=dry_run,
+        )
+        return self._run(plan, timeout)
+
+    def delete(
+        self,
+        id: str | None = None,
+        *,
+        query: str | None = None,
+        threshold: float | None = None,
+        limit: int | None = None,
+        collection: str | None = None,
+        force: bool = False,
+        dry_run: bool = False,
+        timeout: float | None = None,
+    ) -> DeleteResult:
+        """Hard-delete one memory by ``id`` (with its history) or the memories matching ``query``
+        (at most ``limit``, default 1, at calibrated similarity ≥ ``threshold``, default 0.85).
+        Identity and directive memories need ``force=True`` (else ProtectedMemoryError)."""
+        plan = _plans.delete(
+            id,
+            query=query,
+            threshold=threshold,
+            limit=limit,
+            collection=collection,
+            force=force,
+            dry_run=dry_run,
+        )
+        return self._run(plan, timeout)
+
+    def get(
+        self,
+        id: str,
+        *,
+        collection: str | None = None,
+        include_history: bool = False,
+        timeout: float | None = None,
+    ) -> GetResult:
+        """Read one memory (current or a history version), optionally with its earlier versions."""
+        plan = _plans.get(id, collection=collection, include_history=include_history)
+        return self._run(plan, timeout)
+
+    def list_memories(
+        self,
+        *,
+        collection: str | None = None,
+        filter: MemoryFilter | None = None,
+        page_size: int = 100,
+        page_token: str | None = None,
+        include_history: bool = False,
+        timeout: float | None = None,
+    ) -> Page:
+        """One page of a collection's memories in storage order; see :meth:`iter_memories`."""
+        plan = _plans.list_memories(
+            collection=collection,
+            filter=filter,
+            page_size=page_size,
+            page_token=page_token,
+            include_history=include_history,
+        )
+        return self._run(plan, timeout)
+
+    def iter_memories(
+        self,
+        *,
+        collection: str | None = None,
+        filter: MemoryFilter | None = None,
+        page_size: int = 100,
+        include_history: bool = False,
+        timeout: float | None = None,
+    ) -> Iterator[Memory]:
+        """Every memory of a collection, page by page (each page is one call with its own deadline)."""
+        token: str | None = None
+        while True:
+            page = self.list_memories(
+                collection=collection,
+                filter=filter,
+                page_size=page_size,
+                page_token=token,
+                include_history=include_history,
+                timeout=timeout,
+            )
+            yield from page.memories
+            token = page.next_page_token
+            if token is None:
+                return
+
+    def list_collections(self, *, timeout: float | None = None) -> list[CollectionInfo]:
+        """The collections with their live memory counts."""
+        return self._run(_plans.list_collections(), timeout)
+
+    def delete_collection(self, name: str, *, timeout: float | None = None) -> DeleteCollectionResult:
+        """Remove a collection and every memory in it."""
+        return self._run(_plans.delete_collection(name), timeout)
+
+    def run_reflection(
+        self, *, collection: str | None = None, dry_run: bool = False, timeout: float | None = None
+    ) -> dict[str, Any]:
+        """Run one reflection pass, if the server offers RunReflection (the answer as a dict).
+
+        Raises UnimplementedError("reflection is not available on this server") otherwise."""
+        if not _plans.reflection_supported(self._stub):
+            raise UnimplementedError(REFLECTION_UNAVAILABLE, code=grpc.StatusCode.UNIMPLEMENTED)
+        return self._run(_plans.run_reflection(collection=collection, dry_run=dry_run), timeout)
+
+
+class AsyncEngramClient(_ClientBase):
+    """asyncio client; same arguments and methods as :class:`EngramClient`, awaited.
+
+    Create it inside a running event loop (``async with AsyncEngramClient() as engram: …``).
+    """
+
+    def __init__(
+        self,
+        target: str | None = None,
+        *,
+        api_key: str | None = None,
+        tls: bool | None = None,
+        root_certificates: bytes | None = None,
+        private_key: bytes | None = None,
+        certificate_chain: bytes | None = None,
+        timeout: float | None = None,
+        retry: RetryPolicy | None = None,
+        metadata: Sequence[tuple[str, str]] = (),
+        channel_options: Sequence[tuple[str, Any]] = (),
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(
+            target,
+            api_key=api_key,
+            tls=tls,
+            root_certificates=root_certificates,
+            private_key=private_key,
+            certificate_chain=certificate_chain,
+            timeout=timeout,
+            retry=retry,
+            metadata=metadata,
+            env=env,
+        )
+        options = _channel_options(channel_options)
+        if self.config.tls:
+            self._channel = grpc.aio.secure_channel(self.config.target, _credentials(self.config), options)
+        else:
+            self._channel = grpc.aio.insecure_channel(self.config.target, options)
+        self._stub = cast(
+            "memory_service_pb2_grpc.MemoryServiceAsyncStub",
+            memory_service_pb2_grpc.MemoryServiceStub(self._channel),
+        )
+
+    @property
+    def stub(self) -> memory_service_pb2_grpc.MemoryServiceAsyncStub:
+        """The generated asyncio stub, for raw protobuf calls (no deadline, retry or error mapping)."""
+        return self._stub
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def _run(self, plan: Plan[R], timeout: float | None) -> R:
+        attempts = _Attempts(self.retry_policy, self._timeout(timeout))
+        rpc = getattr(self._stub, plan.method)
+        while True:
+            attempts.attempt += 1
+            try:
+                response = await rpc(plan.request, timeout=attempts.remaining(), metadata=self._metadata)
+            except grpc.RpcError as exc:
+                error = error_from_rpc_error(exc)
+            else:
+                return plan.convert(response)
+            if attempts.gone(plan, error):
+                assert plan.gone is not None
+                return plan.gone()
+            delay = attempts.next_delay(plan, error)
+            if delay is None:
+                raise error
+            await asyncio.sleep(delay)
+
+    async def add(
+        self,
+        content: str,
+        *,
+        collection: str | None = None,
+        type: MemoryType | MemoryTypeName | None = None,
+        importance: int | None = None,
+        tags: Sequence[str] = (),
+        source: Source | SourceName | None = None,
+        source_type: SourceType | SourceTypeName | None = None,
+        metadata: Mapping[str, str] | None = None,
+        created_at: datetime | None = None,
+        valid_until: datetime | None = None,
+        request_id: str | None = None,
+        timeout: float | None = None,
+    ) -> AddResult:
+        """See :meth:`EngramClient.add`."""
+        plan = _plans.add(
+            content,
+            collection=collection,
+            type=type,
+            importance=importance,
+            tags=tags,
+            source=source,
+            source_type=source_type,
+            metadata=metadata,
+            created_at=created_at,
+            valid_until=valid_until,
+            request_id=request_id,
+        )
+        return await self._run(plan, timeout)
+
+    async def search(
+        self,
+        query: str,
+        *,
+        collections: str | Sequence[str] | None = None,
+        limit: int = 5,
+        filter: MemoryFilter | None = None,
+        weights: RankingWeights | None = None,
+        diversify: bool = False,
+        mmr_lambda: float | None = None,
+        min_relevance: float = 0.0,
+        timeout: float | None = None,
+    ) -> list[SearchResult]:
+        """See :meth:`EngramClient.search`."""
+        plan = _plans.search(
+            query,
+            collections=collections,
+            limit=limit,
+            filter=filter,
+            weights=weights,
+            diversify=diversify,
+            mmr_lambda=mmr_lambda,
+            min_relevance=min_relevance,
+        )
+        return await self._run(plan, timeout)
+
+    async def update(
+        self,
+        id: str | None = None,
+        *,
+        locate: str | None = None,
+        threshold: float | None = None,
+        collection: str | None = None,
+        content: str | None = None,
+        type: MemoryType | MemoryTypeName | None = None,
+        importance: int | None = None,
+        tags: Sequence[str] | None = None,
+        metadata: Mapping[str, str] | None = None,
+        valid_until: datetime | None = None,
+        dry_run: bool = False,
+        timeout: float | None = None,
+    ) -> UpdateResult:
+        """See :meth:`EngramClient.update`."""
+        plan = _plans.update(
+            id,
+            locate=locate,
+            threshold=threshold,
+            collection=collection,
+            content=content,
+            type=type,
+            importance=importance,
+            tags=tags,
+            metadata=metadata,
+            valid_until=valid_until,
+            dry_run=dry_run,
+        )
+        return await self._run(plan, timeout)
+
+    async def delete(
+        self,
+        id: str | None = None,
+        *,
+        query: str | None = None,
+        threshold: float | None = None,
+        limit: int | None = None,
+        collection: str | None = None,
+        force: bool = False,
+        dry_run: bool = False,
+        timeout: float | None = None,
+    ) -> DeleteResult:
+        """See :meth:`EngramClient.delete`."""
+        plan = _plans.delete(
+            id,
+            query=query,
+            threshold=threshold,
+            limit=limit,
+            collection=collection,
+            force=force,
+            dry_run=dry_run,
+        )
+        return await self._run(plan, timeout)
+
+    async def get(
+        self,
+        id: str,
+        *,
+        collection: str | None = None,
+        include_history: bool = False,
+        timeout: float | None = None,
+    ) -> GetResult:
+        """See :meth:`EngramClient.get`."""
+        plan = _plans.get(id, collection=collection, include_history=include_history)
+        return await self._run(plan, timeout)
+
+    async def list_memories(
+        self,
+        *,
+        collection: str | None = None,
+        filter: MemoryFilter | None = None,
+        page_size: int = 100,
+        page_token: str | None = None,
+        include_history: bool = False,
+        timeout: float | None = None,
+    ) -> Page:
+        """See :meth:`EngramClient.list_memories`."""
+        plan = _plans.list_memories(
+            collection=collection,
+            filter=filter,
+            page_size=page_size,
+            page_token=page_token,
+            include_history=include_history,
+        )
+        return await self._run(plan, timeout)
+
+    async def iter_memories(
+        self,
+        *,
+        collection: str | None = None,
+        filter: MemoryFilter | None = None,
+        page_size: int = 100,
+        include_history: bool = False,
+        timeout: float | None = None,
+    ) -> AsyncIterator[Memory]:
+        """See :meth:`EngramClient.iter_memories`."""
+        token: str | None = None
+        while True:
+            page = await self.list_memories(
+                collection=collection,
+                filter=filter,
+                page_size=page_size,
+                page_token=token,
+                include_history=include_history,
+                timeout=timeout,
+            )
+            for memory in page.memories:
+                yield memory
+            token = page.next_page_token
+            if token is None:
+                return
+
+    async def list_collections(self, *, timeout: float | None = None) -> list[CollectionInfo]:
+        """See :meth:`EngramClient.list_collections`."""
+        return await self._run(_plans.list_collections(), timeout)
+
+    async def delete_collection(self, name: str, *, timeout: float | None = None) -> DeleteCollectionResult:
+        """See :meth:`EngramClient.delete_collection`."""
+        return await self._run(_plans.delete_collection(name), timeout)
+
+    async def run_reflection(
+        self, *, collection: str | None = None, dry_run: bool = False, timeout: float | None = None
+    ) -> dict[str, Any]:
+        """See :meth:`EngramClient.run_reflection`."""
+        if not _plans.reflection_supported(self._stub):
+            raise UnimplementedError(REFLECTION_UNAVAILABLE, code=grpc.StatusCode.UNIMPLEMENTED)
+        return await self._run(_plans.run_reflection(collection=collection, dry_run=dry_run), timeout)

@@ -1,0 +1,269 @@
+"""The typed values the client takes and returns.
+
+Enums are :class:`enum.StrEnum` whose values are the lowercase names used throughout the
+documentation (``"identity"``, ``"user_input"``, …), so a plain string is accepted wherever an
+enum is. Results are frozen dataclasses; timestamps are timezone-aware :class:`datetime.datetime`
+values in UTC.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Literal
+
+__all__ = [
+    "AddOutcome",
+    "AddResult",
+    "CollectionInfo",
+    "DeleteCollectionResult",
+    "DeleteResult",
+    "GetResult",
+    "Memory",
+    "MemoryFilter",
+    "MemoryType",
+    "MemoryTypeName",
+    "Page",
+    "RankingWeights",
+    "ScoreBreakdown",
+    "SearchResult",
+    "SimilarMemory",
+    "Source",
+    "SourceName",
+    "SourceType",
+    "SourceTypeName",
+    "UpdateResult",
+]
+
+
+class MemoryType(StrEnum):
+    """How a memory is forgotten: its recency decay and its default time to live."""
+
+    #: Not set by the server, or a type this client version does not know.
+    UNSPECIFIED = "unspecified"
+    #: Who the user or agent is. Never decays, never expires; protected from deletion.
+    IDENTITY = "identity"
+    #: A standing instruction or preference. Never decays; protected from deletion.
+    DIRECTIVE = "directive"
+    #: A distilled, reusable conclusion (half-life ~144 days).
+    INSIGHT = "insight"
+    #: Something that happened (half-life ~2.9 days). The default.
+    EVENT = "event"
+
+
+class Source(StrEnum):
+    """Who wrote a memory."""
+
+    UNSPECIFIED = "unspecified"
+    USER = "user"
+    AGENT = "agent"
+    SYSTEM = "system"
+
+
+class SourceType(StrEnum):
+    """Provenance of a memory's content, most trusted first."""
+
+    UNSPECIFIED = "unspecified"
+    USER_INPUT = "user_input"
+    TOOL_OUTPUT = "tool_output"
+    WEB_SEARCH = "web_search"
+    DOCUMENT = "document"
+    CALENDAR = "calendar"
+    REFLECTION = "reflection"
+    UNKNOWN = "unknown"
+
+
+class AddOutcome(StrEnum):
+    """What :meth:`EngramClient.add` did."""
+
+    UNSPECIFIED = "unspecified"
+    #: The memory was written.
+    CREATED = "created"
+    #: A near-copy already exists; nothing was written and the existing memory is returned.
+    DUPLICATE = "duplicate"
+
+
+MemoryTypeName = Literal["identity", "directive", "insight", "event"]
+SourceName = Literal["user", "agent", "system"]
+SourceTypeName = Literal[
+    "user_input", "tool_output", "web_search", "document", "calendar", "reflection", "unknown"
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Memory:
+    """One stored memory."""
+
+    id: str
+    collection: str
+    type: MemoryType
+    content: str
+    source: Source
+    source_type: SourceType
+    source_type_history: tuple[SourceType, ...]
+    importance: int
+    tags: tuple[str, ...]
+    metadata: Mapping[str, str] = field(hash=False)
+    created_at: datetime
+    updated_at: datetime
+    #: When the memory expires and is hard-deleted; ``None`` means never.
+    valid_until: datetime | None
+    version: int
+    #: Set on history versions only: the id of the current memory that replaced this one.
+    superseded_by: str | None
+    access_count: int
+    last_accessed_at: datetime | None
+    reflected_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class SimilarMemory:
+    """A memory found close to another one, with its calibrated similarity in [0, 1]."""
+
+    id: str
+    similarity: float
+    content: str
+    type: MemoryType
+
+
+@dataclass(frozen=True, slots=True)
+class AddResult:
+    """The answer of :meth:`EngramClient.add`."""
+
+    #: The new memory (``CREATED``) or the existing near-copy (``DUPLICATE``).
+    memory: Memory
+    outcome: AddOutcome
+    #: For ``DUPLICATE``: calibrated similarity between the new content and the existing memory.
+    duplicate_similarity: float | None
+    #: Memories in the near-duplicate zone (0.70–0.92), most similar first: consider
+    #: :meth:`EngramClient.update` on one of them instead of adding.
+    near_duplicates: tuple[SimilarMemory, ...]
+    #: True when this is the server's replay of an earlier call with the same ``request_id``.
+    replayed: bool
+    #: The idempotency key the call was sent with (generated when not given).
+    request_id: str
+
+    @property
+    def created(self) -> bool:
+        """True when the memory was written."""
+        return self.outcome is AddOutcome.CREATED
+
+
+@dataclass(frozen=True, slots=True)
+class ScoreBreakdown:
+    """Why a search result ranks where it does:
+    ``final = w_relevance·relevance + w_recency·recency + w_importance·importance``."""
+
+    final: float
+    #: Calibrated similarity between query and memory, in [0, 1].
+    relevance: float
+    #: Type-specific decay since ``created_at``, in [0, 1].
+    recency: float
+    #: The memory's importance divided by 10.
+    importance: float
+    #: The embedding model's raw cosine similarity, before calibration.
+    raw_similarity: float
+
+
+@dataclass(frozen=True, slots=True)
+class SearchResult:
+    """One ranked memory; ``memory.collection`` says where it was found."""
+
+    memory: Memory
+    score: ScoreBreakdown
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateResult:
+    """The answer of :meth:`EngramClient.update`."""
+
+    #: The memory after the update (or as it would be, for a dry run).
+    memory: Memory
+    #: The version that was replaced, now kept as history (for a dry run: the current one).
+    previous: Memory | None
+    #: For a semantic locate: the calibrated similarity of the match.
+    similarity: float | None
+    #: False when the request changed nothing, so no version was written.
+    changed: bool
+    dry_run: bool
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteResult:
+    """The answer of :meth:`EngramClient.delete`."""
+
+    #: The memories deleted (or that would be, for a dry run), without their history versions.
+    deleted: tuple[Memory, ...]
+    dry_run: bool
+    #: True when an attempt failed with UNAVAILABLE and the automatic retry then found the
+    #: memory gone (``MEMORY_NOT_FOUND``): the lost attempt most likely deleted it (or someone
+    #: else did). ``deleted`` is empty in that case. Never set when the first attempt answers.
+    already_deleted: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class GetResult:
+    """The answer of :meth:`EngramClient.get`."""
+
+    memory: Memory
+    #: Earlier versions, newest first (only when ``include_history`` was set).
+    history: tuple[Memory, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """One page of :meth:`EngramClient.list_memories`."""
+
+    memories: tuple[Memory, ...]
+    #: Pass as ``page_token`` to get the next page; ``None`` on the last page.
+    next_page_token: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class CollectionInfo:
+    """One collection."""
+
+    name: str
+    memory_count: int
+    embedding_model: str
+    embedding_dimension: int
+    created_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteCollectionResult:
+    """The answer of :meth:`EngramClient.delete_collection`."""
+
+    #: Memories removed, history versions included.
+    deleted_count: int
+    deleted_at: datetime | None
+    #: True when an attempt failed with UNAVAILABLE and the retry found the collection gone.
+    already_deleted: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryFilter:
+    """Restricts a search or a listing. Empty fields do not restrict; expired and superseded
+    memories are always excluded."""
+
+    types: Sequence[MemoryType | MemoryTypeName] = ()
+    #: Memories carrying at least one of these tags.
+    tags_any: Sequence[str] = ()
+    #: Created at or after this time (timezone-aware).
+    created_after: datetime | None = None
+    #: Created strictly before this time (timezone-aware).
+    created_before: datetime | None = None
+    #: Importance at or above this (1–10); ``None`` means no minimum.
+    min_importance: int | None = None
+    source_types: Sequence[SourceType | SourceTypeName] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RankingWeights:
+    """Overrides the server's fusion weights for one search (each ≥ 0)."""
+
+    relevance: float = 1.0
+    recency: float = 0.5
+    importance: float = 0.3

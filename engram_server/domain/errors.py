@@ -22,7 +22,6 @@ class Reason(StrEnum):
     MEMORY_SUPERSEDED = "ERROR_REASON_MEMORY_SUPERSEDED"
     AMBIGUOUS_MATCH = "ERROR_REASON_AMBIGUOUS_MATCH"
     LLM_NOT_CONFIGURED = "ERROR_REASON_LLM_NOT_CONFIGURED"
-    SHUTTING_DOWN = "ERROR_REASON_SHUTTING_DOWN"
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +102,3 @@ class AmbiguousMatch(EngramError):
 
 class LlmNotConfigured(EngramError):
     reason = Reason.LLM_NOT_CONFIGURED
-
-
-class ShuttingDown(EngramError):
-    reason = Reason.SHUTTING_DOWN

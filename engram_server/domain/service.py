@@ -35,6 +35,7 @@ from engram_server.domain.errors import (
 )
 from engram_server.domain.model import (
     DEFAULT_COLLECTION,
+    NEVER,
     PROTECTED_TYPES,
     CollectionSpec,
     MemoryRecord,
@@ -321,8 +322,12 @@ class MemoryService:
         created_at = now if cmd.created_at is None else cmd.created_at
         if cmd.created_at is not None and cmd.created_at > now + pol.limits.future_skew_seconds:
             v.add("created_at", "must not be in the future")
+        elif cmd.created_at is not None and cmd.created_at < 0:
+            v.add("created_at", "must not be before 1970-01-01")
         if cmd.valid_until is not None:
-            if cmd.valid_until <= now:
+            if cmd.valid_until > NEVER:
+                v.add("valid_until", "must not be after 9999-12-31")
+            elif cmd.valid_until <= now:
                 v.add("valid_until", "must be in the future")
             elif cmd.valid_until <= created_at:
                 v.add("valid_until", "must be after created_at")
@@ -598,6 +603,8 @@ class MemoryService:
             check_metadata(v, "metadata", cmd.metadata, pol.limits)
         if cmd.valid_until is not None and cmd.valid_until <= self._clock.now():
             v.add("valid_until", "must be in the future")
+        elif cmd.valid_until is not None and cmd.valid_until > NEVER:
+            v.add("valid_until", "must not be after 9999-12-31")
         v.raise_if_any()
         threshold = 0.0
         if cmd.locate is not None:

@@ -123,8 +123,8 @@ async def test_retry_after_from_the_server_lengthens_the_wait() -> None:
         "ListCollections",
         rich_status(
             grpc.StatusCode.UNAVAILABLE,
-            "shutting down",
-            reason="ERROR_REASON_SHUTTING_DOWN",
+            "storage is restarting",
+            reason="ERROR_REASON_STORAGE_UNAVAILABLE",
             retry_after_seconds=0.3,
         ),
     )

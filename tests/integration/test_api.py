@@ -528,6 +528,8 @@ BAD_REQUESTS: list[tuple[str, Any, str]] = [
     ("AddMemory", s.AddMemoryRequest(content="ok", request_id="r" * 200), "request_id"),
     ("AddMemory", s.AddMemoryRequest(content="ok", created_at=ts(4_000_000_000)), "created_at"),
     ("AddMemory", s.AddMemoryRequest(content="ok", valid_until=ts(1_000)), "valid_until"),
+    ("AddMemory", s.AddMemoryRequest(content="ok", valid_until=ts(300_000_000_000)), "valid_until"),
+    ("AddMemory", s.AddMemoryRequest(content="ok", created_at=ts(-5)), "created_at"),
     ("SearchMemories", s.SearchMemoriesRequest(query=""), "query"),
     ("SearchMemories", s.SearchMemoriesRequest(query="q", limit=101), "limit"),
     ("SearchMemories", s.SearchMemoriesRequest(query="q", limit=-1), "limit"),

@@ -40,7 +40,6 @@ __all__ = [
     "ProtectedMemoryError",
     "RateLimitedError",
     "ResourceExhaustedError",
-    "ShuttingDownError",
     "StorageUnavailableError",
     "ThresholdTooLowError",
     "UnauthenticatedError",
@@ -243,12 +242,6 @@ class EmbedderUnavailableError(UnavailableError):
     REASON = "ERROR_REASON_EMBEDDER_UNAVAILABLE"
 
 
-class ShuttingDownError(UnavailableError):
-    """The server is shutting down and accepts no new calls."""
-
-    REASON = "ERROR_REASON_SHUTTING_DOWN"
-
-
 class IdempotencyConflictError(AlreadyExistsError):
     """A ``request_id`` was reused with a different request."""
 
@@ -276,7 +269,6 @@ _BY_REASON: dict[str, type[EngramError]] = {
         LlmNotConfiguredError,
         StorageUnavailableError,
         EmbedderUnavailableError,
-        ShuttingDownError,
         IdempotencyConflictError,
         RateLimitedError,
     )

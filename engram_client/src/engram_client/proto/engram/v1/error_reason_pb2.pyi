@@ -59,9 +59,9 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     ERROR_REASON_AMBIGUOUS_MATCH: _ErrorReason.ValueType  # 12
     """A semantic locate matched more memories than the request allows (status FAILED_PRECONDITION)."""
     ERROR_REASON_LLM_NOT_CONFIGURED: _ErrorReason.ValueType  # 13
-    """No LLM endpoint is configured, so reflection cannot run (status FAILED_PRECONDITION)."""
-    ERROR_REASON_SHUTTING_DOWN: _ErrorReason.ValueType  # 14
-    """The server is shutting down and accepts no new calls (status UNAVAILABLE)."""
+    """No LLM endpoint is configured, so reflection cannot run (status FAILED_PRECONDITION).
+    Sent by RunReflection (not yet part of the service).
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """ErrorReason lists the machine-readable reasons Engram attaches to failed calls.
@@ -111,7 +111,7 @@ instead (status FAILED_PRECONDITION). Metadata "superseded_by" names it.
 ERROR_REASON_AMBIGUOUS_MATCH: ErrorReason.ValueType  # 12
 """A semantic locate matched more memories than the request allows (status FAILED_PRECONDITION)."""
 ERROR_REASON_LLM_NOT_CONFIGURED: ErrorReason.ValueType  # 13
-"""No LLM endpoint is configured, so reflection cannot run (status FAILED_PRECONDITION)."""
-ERROR_REASON_SHUTTING_DOWN: ErrorReason.ValueType  # 14
-"""The server is shutting down and accepts no new calls (status UNAVAILABLE)."""
+"""No LLM endpoint is configured, so reflection cannot run (status FAILED_PRECONDITION).
+Sent by RunReflection (not yet part of the service).
+"""
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015

@@ -107,6 +107,16 @@ class Store(Protocol):
         """Delete every point matching ``flt``; returns how many were deleted."""
         ...
 
+    async def get_state(self, key: str) -> dict[str, Any] | None:
+        """A small JSON document of server state (e.g. reflection throttle), or None. Kept in
+        the storage backend so it survives restarts (and, on a Qdrant server, is shared by
+        every Engram process using it)."""
+        ...
+
+    async def put_state(self, key: str, value: Mapping[str, Any]) -> None:
+        """Durably replace the state document ``key`` (1–128 chars of a-z, 0-9, '.', '_', '-')."""
+        ...
+
     async def set_fields(self, collection: str, updates: Mapping[str, Mapping[str, Any]]) -> None:
         """Overwrite some payload fields of existing points, ``{id: {field: value}}``, without
         touching their vectors. Field names are those of :class:`MemoryRecord`

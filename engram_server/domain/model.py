@@ -86,6 +86,10 @@ class MemoryRecord:
     request_id: str | None = None
     request_hash: str | None = None
     near_duplicates: tuple[tuple[str, float], ...] = ()
+    # Reflection: the memories an insight was derived from, and whether it is a low-confidence
+    # draft (retrievable by id and listing, never searched, never a gate match).
+    derived_from: tuple[str, ...] = ()
+    draft: bool = False
 
     @property
     def is_current(self) -> bool:
@@ -126,8 +130,8 @@ class CollectionSpec:
 class StoreFilter:
     """Conditions a storage query applies. Empty fields do not restrict.
 
-    By default history versions (superseded_by set) are excluded; expired memories are
-    excluded when ``live_at`` is given (valid_until > live_at).
+    By default history versions (superseded_by set) and reflection drafts are excluded; expired
+    memories are excluded when ``live_at`` is given (valid_until > live_at).
     """
 
     types: tuple[MemoryType, ...] = ()
@@ -141,3 +145,5 @@ class StoreFilter:
     include_history: bool = False  # also match history versions
     only_history_of: str | None = None  # only history versions of this current id
     request_id: str | None = None  # only the memory created with this request_id
+    include_drafts: bool = False  # also match reflection drafts (excluded by default)
+    unreflected: bool = False  # only memories never used as a reflection source (reflected_at unset)

@@ -95,6 +95,13 @@ class SwitchableStore:
     async def set_fields(self, collection: str, updates: Mapping[str, Mapping[str, Any]]) -> None:
         await self.inner.set_fields(collection, updates)
 
+    async def get_state(self, key: str) -> dict[str, Any] | None:
+        return await self.inner.get_state(key)
+
+    async def put_state(self, key: str, value: Mapping[str, Any]) -> None:
+        self._check("put_state")
+        await self.inner.put_state(key, value)
+
 
 async def test_gate_failure_fails_the_write_and_recovers(tmp_path: Path) -> None:
     store = SwitchableStore(EdgeStore(tmp_path / "data"))

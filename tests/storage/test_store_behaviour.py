@@ -227,6 +227,8 @@ def reference_match(r: MemoryRecord, f: StoreFilter) -> bool:
         f.live_at is None or r.valid_until > f.live_at,
         f.expired_at is None or r.valid_until <= f.expired_at,
         f.request_id is None or r.request_id == f.request_id,
+        f.include_drafts or not r.draft,
+        not f.unreflected or r.reflected_at is None,
     ]
     return all(checks)
 
@@ -248,6 +250,9 @@ def dataset(rng: np.random.Generator) -> list[MemoryRecord]:
                 created_at=1000.0 + 10 * (i % 12),  # duplicates make >= / < boundaries matter
                 valid_until=NEVER if i % 3 == 0 else 2000.0 + 50 * (i % 7),
                 request_id=f"req-{i}" if i % 5 == 0 else None,
+                draft=i % 7 == 3,
+                reflected_at=1500.0 + i if i % 4 == 1 else None,
+                derived_from=(f"src-{i}",) if i % 7 == 3 else (),
             )
         )
     current = recs[0].id
@@ -288,6 +293,9 @@ FILTERS: list[StoreFilter] = [
     ),
     StoreFilter(only_history_of="__first__", live_at=2000.0, min_importance=2),
     StoreFilter(source_types=tuple(SourceType)[:4], created_before=1100.0, tags_any=("c",)),
+    StoreFilter(include_drafts=True),
+    StoreFilter(unreflected=True),
+    StoreFilter(unreflected=True, include_drafts=True, min_importance=4),
 ]
 
 
@@ -311,8 +319,9 @@ async def test_every_filter_field_alone_and_combined(store: Store) -> None:
         assert [h.record.id for h in hits] == sorted(
             expected, key=lambda i: -cos[[r.id for r in recs].index(i)]
         ), flt
-    # the sanity of the dataset itself: history and expiry do split it
-    assert await store.count("default", StoreFilter()) == 45
+    # the sanity of the dataset itself: history and drafts do split it
+    assert await store.count("default", StoreFilter()) == 38
+    assert await store.count("default", StoreFilter(include_drafts=True)) == 45
     assert await store.count("default", StoreFilter(only_history_of=recs[0].id)) == 2
 
 
@@ -462,6 +471,7 @@ async def test_persists_across_close_and_reopen(backend: str, new_store: Callabl
     await s1.set_fields("keep", {recs[0].id: {"access_count": 42}})
     await s1.delete("keep", [recs[4].id])
     await s1.drop_collection("gone")
+    await s1.put_state("reflection.keep", {"last_run_at": 5.0})
     await s1.close()
 
     s2 = new_store()
@@ -475,5 +485,18 @@ async def test_persists_across_close_and_reopen(backend: str, new_store: Callabl
         hits = await s2.search("keep", vecs[2], 1, StoreFilter())
         assert hits[0].record.id == recs[2].id
         assert hits[0].score == pytest.approx(1.0, abs=1e-5)
+        assert await s2.get_state("reflection.keep") == {"last_run_at": 5.0}
     finally:
         await s2.close()
+
+
+async def test_state_documents_round_trip_and_stay_out_of_collections(store: Store) -> None:
+    assert await store.get_state("reflection.default") is None
+    await store.put_state("reflection.default", {"last_run_at": 12.5, "runs": [1.0, 2.0]})
+    await store.put_state("reflection.other", {"runs": []})
+    assert await store.get_state("reflection.default") == {"last_run_at": 12.5, "runs": [1.0, 2.0]}
+    await store.put_state("reflection.default", {"last_run_at": 99.0, "runs": []})
+    assert await store.get_state("reflection.default") == {"last_run_at": 99.0, "runs": []}
+    assert await store.list_collections() == []  # state is not a memory collection
+    with pytest.raises(ValueError):
+        await store.put_state("Bad Key!", {})

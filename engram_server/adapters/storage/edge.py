@@ -69,6 +69,7 @@ from engram_server.adapters.storage.payload import (
     spec_from_json,
     spec_to_json,
     validate_collection_name,
+    validate_state_key,
 )
 from engram_server.domain.errors import CollectionNotFound, EngramError, StorageUnavailable
 from engram_server.domain.model import (
@@ -87,6 +88,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 _SPEC_FILE = "spec.json"
+_STATE_DIR = "state"
 _SHARD_DIR = "shard"
 _INDEX_SCHEMA: Mapping[str, qe.PayloadSchemaType] = {
     "keyword": qe.PayloadSchemaType.Keyword,
@@ -477,6 +479,35 @@ class EdgeStore:
             return n
 
         return await self._run(work)
+
+    async def get_state(self, key: str) -> dict[str, Any] | None:
+        validate_state_key(key)
+
+        def work() -> dict[str, Any] | None:
+            path = self._data_dir / _STATE_DIR / f"{key}.json"
+            try:
+                raw = path.read_text(encoding="utf-8")
+            except FileNotFoundError:
+                return None
+            try:
+                data = json.loads(raw)
+            except ValueError as exc:
+                raise StorageUnavailable(f"corrupt state file {path}: {exc}") from exc
+            if not isinstance(data, dict):
+                raise StorageUnavailable(f"corrupt state file {path}: not an object")
+            return data
+
+        return await self._run(work)
+
+    async def put_state(self, key: str, value: Mapping[str, Any]) -> None:
+        validate_state_key(key)
+
+        def work() -> None:
+            folder = self._data_dir / _STATE_DIR
+            folder.mkdir(parents=True, exist_ok=True)
+            _write_json_atomic(folder / f"{key}.json", value)
+
+        await self._run(work)
 
     async def set_fields(self, collection: str, updates: Mapping[str, Mapping[str, Any]]) -> None:
         encoded = encode_updates(updates)

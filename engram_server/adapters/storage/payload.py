@@ -64,6 +64,7 @@ __all__ = [
     "spec_from_json",
     "spec_to_json",
     "validate_collection_name",
+    "validate_state_key",
 ]
 
 IndexKind = Literal["keyword", "float", "integer"]
@@ -81,6 +82,14 @@ PAYLOAD_INDEXES: Final[Mapping[str, IndexKind]] = {
 }
 
 _COLLECTION_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+
+
+_STATE_KEY = re.compile(r"^[a-z0-9][a-z0-9._-]{0,127}$")
+
+
+def validate_state_key(key: str) -> None:
+    if not _STATE_KEY.match(key):
+        raise ValueError(f"invalid state key {key!r}")
 
 
 def validate_collection_name(name: str) -> None:
@@ -112,6 +121,10 @@ def record_to_payload(record: MemoryRecord) -> dict[str, Any]:
         "access_count": int(record.access_count),
         "near_duplicates": [[i, float(s)] for i, s in record.near_duplicates],
     }
+    if record.derived_from:
+        payload["derived_from"] = list(record.derived_from)
+    if record.draft:
+        payload["draft"] = True
     optional: dict[str, Any] = {
         "superseded_by": record.superseded_by,
         "last_accessed_at": None if record.last_accessed_at is None else float(record.last_accessed_at),
@@ -157,6 +170,8 @@ def record_from_payload(point_id: object, collection: str, payload: Mapping[str,
             request_id=_opt_str(payload.get("request_id")),
             request_hash=_opt_str(payload.get("request_hash")),
             near_duplicates=tuple((str(i), float(s)) for i, s in payload.get("near_duplicates") or ()),
+            derived_from=tuple(str(i) for i in payload.get("derived_from") or ()),
+            draft=bool(payload.get("draft", False)),
         )
     except (KeyError, ValueError, TypeError) as exc:
         raise StorageUnavailable(
@@ -181,6 +196,10 @@ def _encode_value(name: str, value: Any) -> Any:
         return {str(k): str(v) for k, v in value.items()}
     if name == "near_duplicates":
         return [[str(i), float(s)] for i, s in value]
+    if name == "derived_from":
+        return [str(i) for i in value]
+    if name == "draft":
+        return True if value else None
     if name in ("created_at", "updated_at", "valid_until", "last_accessed_at", "reflected_at"):
         return float(value)
     if name in ("importance", "version", "access_count"):
@@ -286,6 +305,10 @@ def filter_plan(flt: StoreFilter) -> FilterPlan:
         must.append(MatchValue("superseded_by", flt.only_history_of))
     elif not flt.include_history:
         must.append(IsEmpty("superseded_by"))
+    if not flt.include_drafts:
+        must.append(IsEmpty("draft"))
+    if flt.unreflected:
+        must.append(IsEmpty("reflected_at"))
     if flt.types:
         must.append(MatchAny("type", tuple(t.value for t in flt.types)))
     if flt.tags_any:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import fcntl
 import math
 import os
+import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -48,6 +49,7 @@ from engram_server.adapters.storage.payload import (
     spec_from_json,
     spec_to_json,
     validate_collection_name,
+    validate_state_key,
 )
 from engram_server.domain.errors import CollectionNotFound, EngramError, StorageUnavailable
 from engram_server.domain.model import (
@@ -388,6 +390,47 @@ class QdrantStore:
         )
         return n
 
+    async def get_state(self, key: str) -> dict[str, Any] | None:
+        validate_state_key(key)
+        if not await self._state_exists():
+            return None
+        found = await self._call(
+            "read state",
+            lambda: self._c.retrieve(self._state_collection, [_state_id(key)], with_payload=True),
+        )
+        if not found or not found[0].payload:
+            return None
+        value = found[0].payload.get("value")
+        if not isinstance(value, dict):
+            raise StorageUnavailable(f"state {key!r} on {self._describe()} is not an object")
+        return value
+
+    async def put_state(self, key: str, value: Mapping[str, Any]) -> None:
+        validate_state_key(key)
+        if not await self._state_exists():
+            await self._call(
+                "create state collection",
+                lambda: self._c.create_collection(
+                    self._state_collection,
+                    vectors_config=models.VectorParams(size=1, distance=models.Distance.DOT),
+                    replication_factor=self._replication_factor,
+                ),
+            )
+        point = models.PointStruct(
+            id=_state_id(key), vector=[0.0], payload={"key": key, "value": dict(value)}
+        )
+        await self._call("write state", lambda: self._c.upsert(self._state_collection, [point], wait=True))
+
+    @property
+    def _state_collection(self) -> str:
+        # Not an Engram collection: it carries no spec metadata, so list_collections skips it.
+        return self._prefix + "_engram_state"
+
+    async def _state_exists(self) -> bool:
+        return await self._call(
+            "check state collection", lambda: self._c.collection_exists(self._state_collection)
+        )
+
     async def set_fields(self, collection: str, updates: Mapping[str, Mapping[str, Any]]) -> None:
         encoded = encode_updates(updates)
         await self._spec(collection)
@@ -450,3 +493,7 @@ def _qdrant_filter(plan: FilterPlan) -> models.Filter | None:
     if not plan.must:
         return None
     return models.Filter(must=[_qdrant_condition(c) for c in plan.must])
+
+
+def _state_id(key: str) -> str:
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"engram-state:{key}"))

@@ -20,9 +20,11 @@ from engram_server.config import Settings
 from engram_server.domain.calibration import calibration_for, is_calibrated
 from engram_server.domain.clock import Clock, SystemClock
 from engram_server.domain.ranking import Weights
+from engram_server.domain.reflection import ReflectionPolicy, Reflector
 from engram_server.domain.service import MemoryService, Policy
 from engram_server.domain.validation import Limits
-from engram_server.ports import Embedder, Store
+from engram_server.ports import Embedder, Llm, Store
+from engram_server.telemetry import Telemetry, setup_telemetry
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +84,32 @@ def build_policy(settings: Settings) -> Policy:
     )
 
 
+def build_llm(settings: Settings) -> Llm | None:
+    """The reflection LLM, or None when no endpoint is configured."""
+    if not settings.llm_base_url and not settings.llm_api_key:
+        return None
+    from engram_server.adapters.llm.openai_compat import OpenAICompatibleLlm  # noqa: PLC0415
+
+    return OpenAICompatibleLlm(
+        settings.llm_model,
+        base_url=settings.llm_base_url,
+        api_key=settings.llm_api_key,
+        timeout=settings.llm_timeout_seconds,
+        max_retries=settings.llm_max_retries,
+    )
+
+
+def build_reflection_policy(settings: Settings) -> ReflectionPolicy:
+    return ReflectionPolicy(
+        min_interval_seconds=settings.reflection_min_interval_seconds,
+        daily_cap=settings.reflection_daily_cap,
+        min_importance_sum=settings.reflection_min_importance,
+        max_sources=settings.reflection_max_sources,
+        min_confidence=settings.reflection_min_confidence,
+        dedup_threshold=settings.reflection_dedup_threshold,
+    )
+
+
 @dataclass
 class EngramServer:
     """One Engram process: the gRPC server and its background work."""
@@ -90,12 +118,15 @@ class EngramServer:
     store: Store
     embedder: Embedder
     service: MemoryService
+    reflector: Reflector
     clock: Clock
     port: int = 0
     _server: grpc.aio.Server | None = None
     _health: HealthServicer | None = None
     _sweeper: asyncio.Task[None] | None = None
+    _reflecting: asyncio.Task[None] | None = None
     _stopped: bool = False
+    telemetry: Telemetry | None = None
 
     @classmethod
     def create(
@@ -105,6 +136,7 @@ class EngramServer:
         clock: Clock | None = None,
         store: Store | None = None,
         embedder: Embedder | None = None,
+        llm: Llm | None = None,
     ) -> EngramServer:
         clock = clock or SystemClock()
         store = store or build_store(settings)
@@ -112,7 +144,15 @@ class EngramServer:
         service = MemoryService(
             store, embedder, clock, calibration_for(embedder.model_id), build_policy(settings)
         )
-        return cls(settings=settings, store=store, embedder=embedder, service=service, clock=clock)
+        reflector = Reflector(service, llm or build_llm(settings), build_reflection_policy(settings))
+        return cls(
+            settings=settings,
+            store=store,
+            embedder=embedder,
+            service=service,
+            reflector=reflector,
+            clock=clock,
+        )
 
     @property
     def address(self) -> str:
@@ -137,8 +177,21 @@ class EngramServer:
             ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
             ("grpc.so_reuseport", 0),
         ]
-        server = grpc.aio.server(options=options)
-        memory_service_pb2_grpc.add_MemoryServiceServicer_to_server(MemoryServicer(self.service), server)
+        self.telemetry = setup_telemetry(s)
+        interceptors: list[grpc.aio.ServerInterceptor] = []
+        if self.telemetry.enabled:  # nothing configured: no interceptor, no per-call cost
+            from engram_server.api.interceptors import TelemetryInterceptor  # noqa: PLC0415
+
+            interceptors.append(
+                TelemetryInterceptor(
+                    excluded_services=self.telemetry.config.excluded_services,
+                    record_content=self.telemetry.config.record_content,
+                )
+            )
+        server = grpc.aio.server(options=options, interceptors=interceptors)
+        memory_service_pb2_grpc.add_MemoryServiceServicer_to_server(
+            MemoryServicer(self.service, self.reflector), server
+        )
         health = HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health, server)
         reflection.enable_server_reflection(
@@ -156,8 +209,11 @@ class EngramServer:
         await health.set("", health_pb2.HealthCheckResponse.SERVING)
         await health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
         self._server, self._health = server, health
+        self.telemetry.start_memory_gauge(self.store, self.clock.now)
         if s.sweep_interval_seconds > 0:
             self._sweeper = asyncio.create_task(self._sweep_forever(s.sweep_interval_seconds))
+        if s.reflection_interval_seconds > 0 and self.reflector.llm is not None:
+            self._reflecting = asyncio.create_task(self._reflect_forever(s.reflection_interval_seconds))
         log.info(
             "engram listening on %s (storage: %s, embedder: %s)",
             self.address,
@@ -175,6 +231,16 @@ class EngramServer:
             except Exception:
                 log.exception("sweep failed; will retry")
 
+    async def _reflect_forever(self, interval: float) -> None:
+        """Periodic, activity-driven reflection: only collections written to since their last run."""
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                for name, report in (await self.reflector.run_due()).items():
+                    log.info("periodic reflection of %s: %s (%s)", name, report.outcome.value, report.detail)
+            except Exception:
+                log.exception("periodic reflection failed; will retry")
+
     async def stop(self, grace: float | None = None) -> None:
         """Health turns NOT_SERVING, new calls are refused, in-flight calls finish (up to grace)."""
         if self._stopped:
@@ -182,14 +248,19 @@ class EngramServer:
         self._stopped = True
         if self._health is not None:
             await self._health.enter_graceful_shutdown()
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sweeper
+        for task in (self._sweeper, self._reflecting):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         if self._server is not None:
             await self._server.stop(self.settings.grace_seconds if grace is None else grace)
         await self.service.drain()
         await self.embedder.close()
+        if self.reflector.llm is not None:
+            await self.reflector.llm.close()
+        if self.telemetry is not None:
+            await self.telemetry.stop()
         await self.store.close()
 
     async def wait_for_termination(self) -> None:

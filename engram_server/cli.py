@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import sys
 
 from engram_server import __version__
 from engram_server.config import SETTINGS_DOC, ConfigError, load_settings
 from engram_server.domain.errors import EngramError
+from engram_server.telemetry import configure_logging
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -26,9 +26,10 @@ def main(argv: list[str] | None = None) -> None:
         settings = load_settings()
     except ConfigError as exc:
         sys.exit(f"engram: configuration error: {exc}")
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    try:
+        configure_logging(settings.log_level, settings.log_format, settings.log_levels)
+    except ValueError as exc:
+        sys.exit(f"engram: configuration error: ENGRAM_LOG_LEVELS: {exc}")
     if args.command == "config":
         for name, var, _ in SETTINGS_DOC:
             value = getattr(settings, name)

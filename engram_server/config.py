@@ -61,6 +61,30 @@ class Settings:
     max_content_chars: int = 8192
     # Background work
     sweep_interval_seconds: float = 600.0
+    # Reflection (LLM)
+    llm_base_url: str | None = None
+    llm_api_key: str | None = None
+    llm_model: str = "gpt-4o-mini"
+    llm_timeout_seconds: float = 60.0
+    llm_max_retries: int = 2
+    reflection_min_interval_seconds: float = 7200.0
+    reflection_daily_cap: int = 3
+    reflection_min_importance: int = 40
+    reflection_max_sources: int = 20
+    reflection_min_confidence: float = 0.6
+    reflection_dedup_threshold: float = 0.78
+    reflection_interval_seconds: float = 0.0
+    # Observability
+    log_format: str = "text"
+    log_levels: str = ""
+    otel_traces_exporter: str = ""
+    otel_metrics_exporter: str = ""
+    otel_endpoint: str = ""
+    otel_protocol: str = ""
+    otel_service_name: str = "engram"
+    otel_record_content: bool = False
+    otel_excluded_services: str = ""
+    otel_stats_interval_seconds: float = 60.0
 
     extra: Mapping[str, str] = field(default_factory=dict)
 
@@ -147,6 +171,92 @@ SETTINGS_DOC: list[tuple[str, str, str]] = [
         "ENGRAM_SWEEP_INTERVAL_SECONDS",
         "How often the sweeper hard-deletes expired memories (0 = never).",
     ),
+    (
+        "llm_base_url",
+        "ENGRAM_LLM_BASE_URL",
+        "OpenAI-compatible chat endpoint for reflection (OpenAI, OpenRouter, Ollama "
+        "`http://localhost:11434/v1`, vLLM, llama.cpp). Reflection is enabled when this or the key is set.",
+    ),
+    ("llm_api_key", "ENGRAM_LLM_API_KEY", "API key for the LLM endpoint (not needed by local servers)."),
+    ("llm_model", "ENGRAM_LLM_MODEL", "Chat model used for reflection."),
+    ("llm_timeout_seconds", "ENGRAM_LLM_TIMEOUT_SECONDS", "Timeout of one LLM attempt."),
+    ("llm_max_retries", "ENGRAM_LLM_MAX_RETRIES", "Retries on connection errors, 408/409/429 and 5xx."),
+    (
+        "reflection_min_interval_seconds",
+        "ENGRAM_REFLECTION_MIN_INTERVAL_SECONDS",
+        "Gate 1: minimum time between two runs on a collection (`force` skips it).",
+    ),
+    ("reflection_daily_cap", "ENGRAM_REFLECTION_DAILY_CAP", "Gate 2: most runs per collection in any 24 h."),
+    (
+        "reflection_min_importance",
+        "ENGRAM_REFLECTION_MIN_IMPORTANCE",
+        "Gate 3: the unreflected memories' importance must sum to at least this.",
+    ),
+    ("reflection_max_sources", "ENGRAM_REFLECTION_MAX_SOURCES", "Most memories given to one run."),
+    (
+        "reflection_min_confidence",
+        "ENGRAM_REFLECTION_MIN_CONFIDENCE",
+        "Insights below this confidence are kept as drafts (never searched).",
+    ),
+    (
+        "reflection_dedup_threshold",
+        "ENGRAM_REFLECTION_DEDUP_THRESHOLD",
+        "Calibrated similarity at which a proposed insight duplicates an existing one.",
+    ),
+    (
+        "reflection_interval_seconds",
+        "ENGRAM_REFLECTION_INTERVAL_SECONDS",
+        "Periodic reflection: every this many seconds, reflect collections written to since their "
+        "last run (0 = off, the default).",
+    ),
+    ("log_format", "ENGRAM_LOG_FORMAT", "`text` or `json` (one object per line, with trace and span ids)."),
+    (
+        "log_levels",
+        "ENGRAM_LOG_LEVELS",
+        "Per-logger levels over `ENGRAM_LOG_LEVEL`, e.g. `engram_server.api=DEBUG,grpc=WARNING`.",
+    ),
+    (
+        "otel_traces_exporter",
+        "ENGRAM_OTEL_TRACES_EXPORTER",
+        "`otlp`, `console` or `none` (comma list); else `OTEL_TRACES_EXPORTER`. Tracing is off unless "
+        "an exporter or an OTLP endpoint is configured.",
+    ),
+    (
+        "otel_metrics_exporter",
+        "ENGRAM_OTEL_METRICS_EXPORTER",
+        "`otlp`, `console` or `none`; else `OTEL_METRICS_EXPORTER`; `otlp` when an endpoint is set.",
+    ),
+    (
+        "otel_endpoint",
+        "ENGRAM_OTEL_ENDPOINT",
+        "OTLP collector endpoint (turns traces and metrics on), e.g. `http://localhost:4317`; else "
+        "the standard `OTEL_EXPORTER_OTLP_*ENDPOINT` variables.",
+    ),
+    (
+        "otel_protocol",
+        "ENGRAM_OTEL_PROTOCOL",
+        "`grpc` (default, port 4317) or `http/protobuf` (port 4318); else `OTEL_EXPORTER_OTLP_PROTOCOL`.",
+    ),
+    (
+        "otel_service_name",
+        "ENGRAM_OTEL_SERVICE_NAME",
+        "`service.name` of the spans and metrics (`OTEL_SERVICE_NAME` wins if set).",
+    ),
+    (
+        "otel_record_content",
+        "ENGRAM_OTEL_RECORD_CONTENT",
+        "Put request text (content, query) on the server spans. Off: spans carry no memory content.",
+    ),
+    (
+        "otel_excluded_services",
+        "ENGRAM_OTEL_EXCLUDED_SERVICES",
+        "gRPC services never traced (comma list; empty = health and reflection).",
+    ),
+    (
+        "otel_stats_interval_seconds",
+        "ENGRAM_OTEL_STATS_INTERVAL_SECONDS",
+        "How often the `engram.memories` gauge recounts memories by collection and type (0 = never).",
+    ),
 ]
 
 
@@ -195,6 +305,15 @@ def _check(s: Settings) -> None:
     problems: list[str] = []
     if not 0 <= s.port <= 65535:
         problems.append("ENGRAM_PORT must be 0–65535")
+    if s.log_format not in {"text", "json"}:
+        problems.append("ENGRAM_LOG_FORMAT must be text or json")
+    for var, value, allowed in (
+        ("ENGRAM_OTEL_TRACES_EXPORTER", s.otel_traces_exporter, {"otlp", "console", "none"}),
+        ("ENGRAM_OTEL_METRICS_EXPORTER", s.otel_metrics_exporter, {"otlp", "console", "none"}),
+        ("ENGRAM_OTEL_PROTOCOL", s.otel_protocol, {"grpc", "http/protobuf"}),
+    ):
+        if any(p.strip() not in allowed for p in value.split(",") if p.strip()):
+            problems.append(f"{var} must be one of {', '.join(sorted(allowed))}")
     for name in ("dedup_threshold", "near_duplicate_threshold", "mmr_lambda"):
         value = getattr(s, name)
         if not 0.0 <= value <= 1.0:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from engram_server.domain.clock import Clock
@@ -15,7 +16,7 @@ from engram_server.domain.model import (
     Vector,
 )
 
-__all__ = ["Clock", "Embedder", "Store"]
+__all__ = ["Clock", "Embedder", "Llm", "LlmResult", "Store"]
 
 
 class Embedder(Protocol):
@@ -122,3 +123,31 @@ class Store(Protocol):
         touching their vectors. Field names are those of :class:`MemoryRecord`
         (e.g. ``access_count``, ``last_accessed_at``, ``reflected_at``, ``source_type``)."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class LlmResult:
+    """A structured LLM answer: the parsed JSON object and what the call cost."""
+
+    data: dict[str, Any]
+    model: str
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+
+
+class Llm(Protocol):
+    """A chat model that answers with JSON matching a schema.
+
+    Transport failures, timeouts and 429/5xx after bounded retries raise
+    :class:`engram_server.domain.errors.LlmUnavailable`; an answer that is not a JSON object
+    raises :class:`engram_server.domain.errors.LlmInvalidOutput`. Checking the object against
+    the schema is the caller's job (models do not always honour it)."""
+
+    @property
+    def model(self) -> str: ...
+
+    async def complete_json(
+        self, *, system: str, user: str, schema: dict[str, Any], schema_name: str
+    ) -> LlmResult: ...
+
+    async def close(self) -> None: ...

@@ -14,7 +14,7 @@ from google.rpc import error_details_pb2, status_pb2
 from engram_server.app import EngramServer
 from engram_server.config import Settings
 from engram_server.domain.clock import Clock
-from engram_server.ports import Embedder, Store
+from engram_server.ports import Embedder, Llm, Store
 
 RunningServer = EngramServer
 
@@ -26,6 +26,7 @@ async def running_server(
     clock: Clock | None = None,
     store: Store | None = None,
     embedder: Embedder | None = None,
+    llm: Llm | None = None,
     **settings_overrides: Any,
 ) -> AsyncIterator[EngramServer]:
     """Start a server on 127.0.0.1:<free port> with its data under ``data_dir``.
@@ -40,7 +41,7 @@ async def running_server(
         grace_seconds=2.0,
         sweep_interval_seconds=0.0,
     ).with_overrides(**settings_overrides)
-    server = EngramServer.create(settings, clock=clock, store=store, embedder=embedder)
+    server = EngramServer.create(settings, clock=clock, store=store, embedder=embedder, llm=llm)
     await server.start()
     try:
         yield server

@@ -11,6 +11,7 @@ from engram_client.proto.engram.v1 import memory_service_pb2 as s
 from engram_server.domain.errors import InvalidArgument
 from engram_server.domain.model import NEVER, CollectionSpec, MemoryRecord, MemoryType, Source, SourceType
 from engram_server.domain.ranking import Score, Weights
+from engram_server.domain.reflection import Gate, ReflectionOutcome, ReflectionReport
 from engram_server.domain.service import (
     AddOutcome,
     SearchFilter,
@@ -106,6 +107,8 @@ def memory_out(r: MemoryRecord) -> m.Memory:
         out.last_accessed_at.CopyFrom(ts_out(r.last_accessed_at))
     if r.reflected_at is not None:
         out.reflected_at.CopyFrom(ts_out(r.reflected_at))
+    out.derived_from.extend(r.derived_from)
+    out.draft = r.draft
     return out
 
 
@@ -144,6 +147,40 @@ def filter_in(f: m.MemoryFilter, prefix: str) -> SearchFilter:
 
 def weights_in(w: m.RankingWeights) -> Weights:
     return Weights(relevance=w.relevance, recency=w.recency, importance=w.importance)
+
+
+REFLECTION_OUTCOME_OUT = {
+    ReflectionOutcome.COMPLETED: s.REFLECTION_OUTCOME_COMPLETED,
+    ReflectionOutcome.NO_INSIGHT: s.REFLECTION_OUTCOME_NO_INSIGHT,
+    ReflectionOutcome.THROTTLED: s.REFLECTION_OUTCOME_THROTTLED,
+    ReflectionOutcome.WOULD_RUN: s.REFLECTION_OUTCOME_WOULD_RUN,
+}
+GATE_OUT = {
+    Gate.MIN_INTERVAL: s.REFLECTION_GATE_MIN_INTERVAL,
+    Gate.DAILY_CAP: s.REFLECTION_GATE_DAILY_CAP,
+    Gate.IMPORTANCE: s.REFLECTION_GATE_IMPORTANCE,
+    Gate.TOO_FEW_MEMORIES: s.REFLECTION_GATE_TOO_FEW_MEMORIES,
+    Gate.IN_PROGRESS: s.REFLECTION_GATE_IN_PROGRESS,
+}
+
+
+def reflection_out(r: ReflectionReport) -> s.RunReflectionResponse:
+    out = s.RunReflectionResponse(
+        outcome=REFLECTION_OUTCOME_OUT[r.outcome],
+        throttled_by=GATE_OUT[r.gate] if r.gate is not None else s.REFLECTION_GATE_UNSPECIFIED,
+        detail=r.detail,
+        unreflected_importance=r.unreflected_importance,
+        unreflected_count=r.unreflected_count,
+        sources=[memory_out(x) for x in r.sources],
+        insights=[memory_out(x) for x in r.insights],
+        drafts=[memory_out(x) for x in r.drafts],
+        duplicates=[similar_out(x) for x in r.duplicates],
+        reflection_collection=r.reflection_collection,
+        model=r.model,
+    )
+    if r.next_run_after is not None:
+        out.next_run_after.CopyFrom(ts_out(r.next_run_after))
+    return out
 
 
 def collection_out(spec: CollectionSpec, count: int) -> m.CollectionInfo:

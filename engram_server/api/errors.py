@@ -30,6 +30,8 @@ CODES: dict[Reason, grpc.StatusCode] = {
     Reason.MEMORY_SUPERSEDED: grpc.StatusCode.FAILED_PRECONDITION,
     Reason.AMBIGUOUS_MATCH: grpc.StatusCode.FAILED_PRECONDITION,
     Reason.LLM_NOT_CONFIGURED: grpc.StatusCode.FAILED_PRECONDITION,
+    Reason.LLM_UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
+    Reason.LLM_INVALID_OUTPUT: grpc.StatusCode.UNAVAILABLE,
 }
 
 

@@ -14,6 +14,7 @@ from engram_client.proto.engram.v1 import memory_service_pb2_grpc
 from engram_server.api import convert as c
 from engram_server.api.errors import internal_status, to_status
 from engram_server.domain.errors import EngramError, InvalidArgument
+from engram_server.domain.reflection import Reflector
 from engram_server.domain.service import (
     AddCommand,
     DeleteCommand,
@@ -50,8 +51,9 @@ def rpc(fn: Handler[Req, Resp]) -> Handler[Req, Resp]:
 
 
 class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
-    def __init__(self, service: MemoryService) -> None:
+    def __init__(self, service: MemoryService, reflector: Reflector) -> None:
         self._svc = service
+        self._reflector = reflector
 
     @rpc
     async def AddMemory(
@@ -184,3 +186,10 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
         out = s.DeleteCollectionResponse(deleted_count=count)
         out.deleted_at.CopyFrom(c.ts_out(self._svc.now()))
         return out
+
+    @rpc
+    async def RunReflection(
+        self, request: s.RunReflectionRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> s.RunReflectionResponse:
+        report = await self._reflector.run(request.collection, dry_run=request.dry_run, force=request.force)
+        return c.reflection_out(report)

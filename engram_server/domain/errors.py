@@ -22,6 +22,8 @@ class Reason(StrEnum):
     MEMORY_SUPERSEDED = "ERROR_REASON_MEMORY_SUPERSEDED"
     AMBIGUOUS_MATCH = "ERROR_REASON_AMBIGUOUS_MATCH"
     LLM_NOT_CONFIGURED = "ERROR_REASON_LLM_NOT_CONFIGURED"
+    LLM_UNAVAILABLE = "ERROR_REASON_LLM_UNAVAILABLE"
+    LLM_INVALID_OUTPUT = "ERROR_REASON_LLM_INVALID_OUTPUT"
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,3 +104,11 @@ class AmbiguousMatch(EngramError):
 
 class LlmNotConfigured(EngramError):
     reason = Reason.LLM_NOT_CONFIGURED
+
+
+class LlmUnavailable(EngramError):
+    reason = Reason.LLM_UNAVAILABLE
+
+
+class LlmInvalidOutput(EngramError):
+    reason = Reason.LLM_INVALID_OUTPUT

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
+from opentelemetry import metrics, trace
+
 from engram_server.domain.calibration import Calibration
 from engram_server.domain.clock import Clock
 from engram_server.domain.errors import (
@@ -45,6 +47,7 @@ from engram_server.domain.model import (
     SourceType,
     StoredPoint,
     StoreFilter,
+    Vector,
 )
 from engram_server.domain.ranking import Score, Weights, fuse, mmr_order, recency
 from engram_server.domain.ttl import compute_valid_until
@@ -62,6 +65,20 @@ from engram_server.domain.validation import (
 from engram_server.ports import Embedder, Store
 
 log = logging.getLogger(__name__)
+
+# Telemetry through the OpenTelemetry API only: no-op objects unless the server installed an SDK.
+_tracer = trace.get_tracer("engram_server.domain")
+_meter = metrics.get_meter("engram_server.domain")
+_gate_outcomes = _meter.create_counter(
+    "engram.gate.outcomes",
+    unit="{memory}",
+    description="Write-gate decisions, by collection and outcome (created, duplicate, near_duplicate).",
+)
+_swept = _meter.create_counter(
+    "engram.sweeper.deleted",
+    unit="{memory}",
+    description="Expired memories (and expired history versions) hard-deleted by the sweeper.",
+)
 
 MAX_PROVENANCE_HISTORY = 8
 
@@ -225,9 +242,35 @@ class MemoryService:
         self._specs: dict[str, CollectionSpec] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._background: set[asyncio.Task[None]] = set()
+        #: collection -> time of the last write (add or update), for activity-driven reflection.
+        self.last_write_at: dict[str, float] = {}
 
     def now(self) -> float:
         return self._clock.now()
+
+    # Accessors for sibling use-cases (reflection) that work on the same collections.
+    @property
+    def store(self) -> Store:
+        return self._store
+
+    @property
+    def embedder(self) -> Embedder:
+        return self._embedder
+
+    @property
+    def calibration(self) -> Calibration:
+        return self._cal
+
+    def lock(self, collection: str) -> asyncio.Lock:
+        """The per-collection write lock (gate + write, update, delete are atomic under it)."""
+        return self._lock(collection)
+
+    async def existing_spec(self, name: str) -> CollectionSpec | None:
+        """The collection's spec if it exists (EmbeddingMismatch if built with another model)."""
+        return await self._existing(name)
+
+    async def ensure_collection(self, name: str) -> CollectionSpec:
+        return await self._ensure(name)
 
     # ------------------------------------------------------------ collections
 
@@ -335,7 +378,7 @@ class MemoryService:
 
         request_hash = _request_hash(cmd, collection, importance, tags) if cmd.request_id else None
         # Embed before taking the collection lock: the model is the slow part.
-        vector = (await self._embedder.embed_documents([cmd.content]))[0]
+        vector = (await self._embed([cmd.content]))[0]
         await self._ensure(collection)
         async with self._lock(collection):
             if cmd.request_id:
@@ -343,11 +386,7 @@ class MemoryService:
                 if replay is not None:
                     return replay
             now = self._clock.now()
-            hits = await self._store.search(
-                collection, vector, pol.gate_candidates, StoreFilter(live_at=now), with_vectors=False
-            )
-            similar = [Similar(h.record, self._cal.similarity(h.score)) for h in hits]
-            similar.sort(key=lambda s: s.similarity, reverse=True)
+            similar = await self._gate(collection, vector, now)
             if similar and similar[0].similarity > pol.dedup_threshold:
                 top = similar[0]
                 existing = await self._merge_provenance(collection, top.record, cmd.source_type, now)
@@ -378,8 +417,74 @@ class MemoryService:
                 request_hash=request_hash,
                 near_duplicates=tuple((s.record.id, round(s.similarity, 6)) for s in near),
             )
-            await self._store.upsert(collection, [StoredPoint(record, vector)])
+            await self._upsert(collection, [StoredPoint(record, vector)])
+            self.last_write_at[collection] = now
             return AddResult(record, AddOutcome.CREATED, 0.0, near)
+
+    async def _gate(self, collection: str, vector: Vector, now: float) -> list[Similar]:
+        """The nearest live memories, most similar first, calibrated (the write gate's check)."""
+        pol = self.policy
+        with _tracer.start_as_current_span(
+            "engram.gate", attributes={"engram.collection": collection}
+        ) as span:
+            hits = await self._query(collection, vector, pol.gate_candidates, StoreFilter(live_at=now))
+            similar = [Similar(h.record, self._cal.similarity(h.score)) for h in hits]
+            similar.sort(key=lambda s: s.similarity, reverse=True)
+            best = similar[0].similarity if similar else 0.0
+            if best > pol.dedup_threshold:
+                outcome = "duplicate"
+            elif best >= pol.near_duplicate_threshold:
+                outcome = "near_duplicate"
+            else:
+                outcome = "created"
+            span.set_attribute("engram.gate.similarity", best)
+            span.set_attribute("engram.gate.outcome", outcome)
+            _gate_outcomes.add(1, {"engram.collection": collection, "engram.gate.outcome": outcome})
+            return similar
+
+    async def _embed(self, texts: list[str], *, query: bool = False) -> Vector:
+        """Embed through the port inside an ``engram.embed`` span (the batcher adds the batch size)."""
+        with _tracer.start_as_current_span(
+            "engram.embed",
+            attributes={
+                "gen_ai.request.model": self._embedder.model_id,
+                "engram.embedding.kind": "query" if query else "document",
+                "engram.embedding.texts": len(texts),
+            },
+        ):
+            if query:
+                return await self._embedder.embed_queries(texts)
+            return await self._embedder.embed_documents(texts)
+
+    async def _query(
+        self, collection: str, vector: Vector, limit: int, flt: StoreFilter, *, with_vectors: bool = False
+    ) -> list[ScoredPoint]:
+        with _tracer.start_as_current_span(
+            "engram.storage.query",
+            kind=trace.SpanKind.CLIENT,
+            attributes={
+                "db.system.name": "qdrant",
+                "db.operation.name": "query",
+                "db.collection.name": collection,
+                "engram.candidates": limit,
+            },
+        ) as span:
+            hits = await self._store.search(collection, vector, limit, flt, with_vectors=with_vectors)
+            span.set_attribute("db.response.returned_rows", len(hits))
+            return hits
+
+    async def _upsert(self, collection: str, points: Sequence[StoredPoint]) -> None:
+        with _tracer.start_as_current_span(
+            "engram.storage.upsert",
+            kind=trace.SpanKind.CLIENT,
+            attributes={
+                "db.system.name": "qdrant",
+                "db.operation.name": "upsert",
+                "db.collection.name": collection,
+                "db.operation.batch.size": len(points),
+            },
+        ):
+            await self._store.upsert(collection, points)
 
     async def _replay(self, collection: str, request_id: str, request_hash: str | None) -> AddResult | None:
         records, _ = await self._store.scroll(collection, StoreFilter(request_id=request_id), limit=1)
@@ -445,32 +550,35 @@ class MemoryService:
         live = [s.name for s in specs if s is not None]
         if not live:
             return []
-        qvec = (await self._embedder.embed_queries([q.query]))[0]
+        qvec = (await self._embed([q.query], query=True))[0]
         now = self._clock.now()
         flt = replace(flt, live_at=now)
         n_candidates = max(limit * pol.candidate_factor, pol.min_candidates)
         per_collection = await asyncio.gather(
-            *(self._store.search(n, qvec, n_candidates, flt, with_vectors=q.diversify) for n in live)
+            *(self._query(n, qvec, n_candidates, flt, with_vectors=q.diversify) for n in live)
         )
-        scored: list[tuple[Score, ScoredPoint]] = []
-        for hits in per_collection:
-            for h in hits:
-                rel = self._cal.relevance(h.score)
-                if rel < q.min_relevance:
-                    continue
-                rec = recency(h.record.type, h.record.created_at, now)
-                scored.append((fuse(rel, rec, h.record.importance, weights, h.score), h))
-        scored.sort(key=lambda x: (-x[0].final, x[1].record.id))
-        if q.diversify and len(scored) > 1:
-            order = mmr_order(
-                [s.final for s, _ in scored],
-                [h.vector for _, h in scored if h.vector is not None],
-                limit,
-                lam,
-                self._cal.similarity_array,
-            )
-            scored = [scored[i] for i in order]
-        top = scored[:limit]
+        n_found = sum(len(hits) for hits in per_collection)
+        with _tracer.start_as_current_span("engram.rank", attributes={"engram.candidates": n_found}) as span:
+            scored: list[tuple[Score, ScoredPoint]] = []
+            for hits in per_collection:
+                for h in hits:
+                    rel = self._cal.relevance(h.score)
+                    if rel < q.min_relevance:
+                        continue
+                    rec = recency(h.record.type, h.record.created_at, now)
+                    scored.append((fuse(rel, rec, h.record.importance, weights, h.score), h))
+            scored.sort(key=lambda x: (-x[0].final, x[1].record.id))
+            if q.diversify and len(scored) > 1:
+                order = mmr_order(
+                    [s.final for s, _ in scored],
+                    [h.vector for _, h in scored if h.vector is not None],
+                    limit,
+                    lam,
+                    self._cal.similarity_array,
+                )
+                scored = [scored[i] for i in order]
+            top = scored[:limit]
+            span.set_attribute("engram.returned", len(top))
         results = [SearchHit(h.record, s) for s, h in top]
         self._spawn(self._bump_access([(h.record.collection, h.record) for _, h in top], now))
         return results
@@ -549,8 +657,8 @@ class MemoryService:
         """The single current memory closest to ``loc.content``, at or above the threshold."""
         if await self._existing(collection) is None:
             raise NoMatch(f"collection {collection!r} has no memories", metadata={"collection": collection})
-        vec = (await self._embedder.embed_documents([loc.content]))[0]
-        hits = await self._store.search(collection, vec, 3, StoreFilter(live_at=self._clock.now()))
+        vec = (await self._embed([loc.content]))[0]
+        hits = await self._query(collection, vec, 3, StoreFilter(live_at=self._clock.now()))
         sims = sorted(((self._cal.similarity(h.score), h.record) for h in hits), key=lambda x: -x[0])
         threshold = loc.threshold
         if not sims or sims[0][0] < threshold:
@@ -612,7 +720,7 @@ class MemoryService:
                 cmd.locate.threshold, pol.locate_min_threshold, "locate.threshold"
             )
 
-        new_vec = (await self._embedder.embed_documents([cmd.content]))[0] if cmd.content else None
+        new_vec = (await self._embed([cmd.content]))[0] if cmd.content else None
         async with self._lock(collection):
             similarity = 0.0
             if cmd.id is not None:
@@ -661,9 +769,8 @@ class MemoryService:
                 request_hash=None,
             )
             vector = new_vec if new_vec is not None else old.vector
-            await self._store.upsert(
-                collection, [StoredPoint(history, old.vector), StoredPoint(updated, vector)]
-            )
+            await self._upsert(collection, [StoredPoint(history, old.vector), StoredPoint(updated, vector)])
+            self.last_write_at[collection] = now
             return UpdateResult(updated, history, similarity, True, False)
 
     # ------------------------------------------------------------ delete
@@ -691,9 +798,9 @@ class MemoryService:
         threshold = self._locate_threshold(cmd.threshold, minimum, "query.threshold")
         if await self._existing(collection) is None:
             raise NoMatch(f"collection {collection!r} has no memories", metadata={"collection": collection})
-        vec = (await self._embedder.embed_documents([cmd.query]))[0]
+        vec = (await self._embed([cmd.query]))[0]
         async with self._lock(collection):
-            hits = await self._store.search(collection, vec, limit, StoreFilter(live_at=self._clock.now()))
+            hits = await self._query(collection, vec, limit, StoreFilter(live_at=self._clock.now()))
             matches = [h.record for h in hits if self._cal.similarity(h.score) >= threshold]
             if not matches:
                 best = f"{self._cal.similarity(hits[0].score):.3f}" if hits else "none"
@@ -771,7 +878,9 @@ class MemoryService:
         v.raise_if_any()
         if await self._existing(name) is None:
             return [], ""
-        store_flt = replace(store_flt, live_at=self._clock.now(), include_history=include_history)
+        store_flt = replace(
+            store_flt, live_at=self._clock.now(), include_history=include_history, include_drafts=True
+        )
         records, nxt = await self._store.scroll(name, store_flt, size, offset)
         return records, _encode_token(nxt, name) if nxt is not None else ""
 
@@ -788,6 +897,7 @@ class MemoryService:
                 )
             if n:
                 out[spec.name] = n
+                _swept.add(n, {"engram.collection": spec.name})
         return out
 
 

@@ -18,8 +18,7 @@ import time
 from engram_server.adapters.embedding.batching import BatchingEmbedder
 from engram_server.adapters.embedding.local import LocalE5Embedder
 from engram_server.adapters.embedding.openai import OpenAIEmbedder
-
-from ._wire import Recorded, Reply, WireServer, embeddings_reply
+from tests.support.wire import Recorded, Reply, WireServer, embeddings_reply
 
 SENTENCES = [
     f"Memory {i}: the user mentioned that {topic} matters to them, on day {i % 31 + 1}."

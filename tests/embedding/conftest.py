@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from ._wire import WireServer
+from tests.support.wire import WireServer
 
 
 @pytest.fixture

@@ -17,8 +17,7 @@ from engram_server.adapters.embedding._remote import RemoteEmbedder
 from engram_server.adapters.embedding.openai import OpenAIEmbedder
 from engram_server.adapters.embedding.voyage import VoyageEmbedder
 from engram_server.domain.errors import EmbedderUnavailable, InvalidArgument
-
-from ._wire import Recorded, Reply, WireServer, embeddings_reply, fake_vector, unit
+from tests.support.wire import Recorded, Reply, WireServer, embeddings_reply, fake_vector, unit
 
 API_KEY = "sk-test-SECRET-0123456789"
 

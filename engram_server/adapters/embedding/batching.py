@@ -12,17 +12,47 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+from opentelemetry import metrics, trace
 
 from engram_server.domain.errors import EmbedderUnavailable
 from engram_server.domain.model import Vector
 from engram_server.ports import Embedder
 
 __all__ = ["BatchStats", "BatchingEmbedder"]
+
+_meter = metrics.get_meter("engram_server.adapters.embedding")
+_batch_sizes = _meter.create_histogram(
+    "engram.embedding.batch.size",
+    unit="{text}",
+    description="Texts per inner embedding call, by lane (documents, queries).",
+    explicit_bucket_boundaries_advisory=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+)
+_latency = _meter.create_histogram(
+    "engram.embedding.duration",
+    unit="s",
+    description="Duration of one inner embedding call (one batch), by lane and outcome.",
+    explicit_bucket_boundaries_advisory=(
+        0.001,
+        0.0025,
+        0.005,
+        0.01,
+        0.025,
+        0.05,
+        0.1,
+        0.25,
+        0.5,
+        1,
+        2.5,
+        5,
+        10,
+    ),
+)
 
 
 @dataclass(slots=True)
@@ -42,6 +72,7 @@ class _Request:
     texts: list[str]
     future: asyncio.Future[Vector]
     arrived: float
+    batch_size: int = 0  # texts in the batch that carried this request (for the caller's span)
 
 
 @dataclass(slots=True)
@@ -73,7 +104,10 @@ class _Lane:
         if self.dispatcher is None or self.dispatcher.done():
             self.slots = asyncio.Semaphore(self.max_in_flight)
             self.dispatcher = asyncio.create_task(self._dispatch(), name=f"engram-embed-batcher-{self.name}")
-        return await request.future
+        result = await request.future
+        # The batch ran in the dispatcher's task; report its size on the caller's (embed) span.
+        trace.get_current_span().set_attribute("engram.embedding.batch_size", request.batch_size)
+        return result
 
     async def close(self) -> None:
         """Stop accepting requests, send what is queued without waiting, and wait for every
@@ -161,20 +195,29 @@ class _Lane:
         self.stats.texts_embedded += len(unique)
         self.stats.duplicates_skipped += total - len(unique)
         self.stats.largest_batch = max(self.stats.largest_batch, total)
+        _batch_sizes.record(len(unique), {"engram.embedding.lane": self.name})
+        started = time.perf_counter()
+        outcome = "error"
         try:
             matrix = await self.call(unique)
             if matrix.ndim != 2 or matrix.shape[0] != len(unique):
                 raise EmbedderUnavailable(
                     f"embedder returned {matrix.shape[0] if matrix.ndim else 0} rows for {len(unique)} texts"
                 )
+            outcome = "ok"
             for request in batch:
                 if not request.future.done():
+                    request.batch_size = total
                     request.future.set_result(matrix[[index[t] for t in request.texts]])
         except asyncio.CancelledError:
             self._fail(batch, EmbedderUnavailable("embedding batch cancelled"))
             raise
         except Exception as exc:  # every caller of this batch sees the same failure
             self._fail(batch, exc)
+        finally:
+            _latency.record(
+                time.perf_counter() - started, {"engram.embedding.lane": self.name, "engram.outcome": outcome}
+            )
 
     @staticmethod
     def _fail(batch: list[_Request], exc: Exception) -> None:
@@ -262,6 +305,8 @@ class BatchingEmbedder:
                 self._cache.move_to_end(text)
                 found[text] = row
         misses = [t for t in dict.fromkeys(items) if t not in found]
+        if not misses:
+            trace.get_current_span().set_attribute("engram.embedding.cache_hit", True)
         self._stats.cache_hits += sum(1 for t in items if t in found)
         self._stats.cache_misses += len(misses)
         if misses:

@@ -59,8 +59,14 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     ERROR_REASON_AMBIGUOUS_MATCH: _ErrorReason.ValueType  # 12
     """A semantic locate matched more memories than the request allows (status FAILED_PRECONDITION)."""
     ERROR_REASON_LLM_NOT_CONFIGURED: _ErrorReason.ValueType  # 13
-    """No LLM endpoint is configured, so reflection cannot run (status FAILED_PRECONDITION).
-    Sent by RunReflection (not yet part of the service).
+    """No LLM endpoint is configured, so reflection cannot run (status FAILED_PRECONDITION)."""
+    ERROR_REASON_LLM_UNAVAILABLE: _ErrorReason.ValueType  # 15
+    """The LLM endpoint cannot be reached, timed out, or failed (status UNAVAILABLE).
+    Nothing was written.
+    """
+    ERROR_REASON_LLM_INVALID_OUTPUT: _ErrorReason.ValueType  # 16
+    """The LLM answered with output that is not valid JSON for the required schema (status
+    UNAVAILABLE, as for a bad gateway). Nothing was written.
     """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
@@ -111,7 +117,13 @@ instead (status FAILED_PRECONDITION). Metadata "superseded_by" names it.
 ERROR_REASON_AMBIGUOUS_MATCH: ErrorReason.ValueType  # 12
 """A semantic locate matched more memories than the request allows (status FAILED_PRECONDITION)."""
 ERROR_REASON_LLM_NOT_CONFIGURED: ErrorReason.ValueType  # 13
-"""No LLM endpoint is configured, so reflection cannot run (status FAILED_PRECONDITION).
-Sent by RunReflection (not yet part of the service).
+"""No LLM endpoint is configured, so reflection cannot run (status FAILED_PRECONDITION)."""
+ERROR_REASON_LLM_UNAVAILABLE: ErrorReason.ValueType  # 15
+"""The LLM endpoint cannot be reached, timed out, or failed (status UNAVAILABLE).
+Nothing was written.
+"""
+ERROR_REASON_LLM_INVALID_OUTPUT: ErrorReason.ValueType  # 16
+"""The LLM answered with output that is not valid JSON for the required schema (status
+UNAVAILABLE, as for a bad gateway). Nothing was written.
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015

@@ -170,6 +170,8 @@ class Memory(_message.Message):
     ACCESS_COUNT_FIELD_NUMBER: _builtins.int
     LAST_ACCESSED_AT_FIELD_NUMBER: _builtins.int
     REFLECTED_AT_FIELD_NUMBER: _builtins.int
+    DERIVED_FROM_FIELD_NUMBER: _builtins.int
+    DRAFT_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """Server-assigned UUID. Stable across updates: an update keeps the id and moves the
     previous content into a history version with an id of its own.
@@ -196,6 +198,10 @@ class Memory(_message.Message):
     """
     access_count: _builtins.int
     """How many times search has returned this memory."""
+    draft: _builtins.bool
+    """True for a low-confidence reflection insight kept as a draft: retrievable by id and
+    listing, never returned by search and never matched by the write gate.
+    """
     @_builtins.property
     def source_type_history(self) -> _containers.RepeatedScalarFieldContainer[Global___SourceType.ValueType]:
         """Every provenance this content has arrived with, oldest first (bounded)."""
@@ -230,6 +236,12 @@ class Memory(_message.Message):
     def reflected_at(self) -> _timestamp_pb2.Timestamp:
         """When reflection last used this memory as a source. Unset if never."""
 
+    @_builtins.property
+    def derived_from(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """For insights produced by reflection: the ids of the memories they were derived from
+        (in the source collection).
+        """
+
     def __init__(
         self,
         *,
@@ -251,10 +263,12 @@ class Memory(_message.Message):
         access_count: _builtins.int = ...,
         last_accessed_at: _timestamp_pb2.Timestamp | None = ...,
         reflected_at: _timestamp_pb2.Timestamp | None = ...,
+        derived_from: _abc.Iterable[_builtins.str] | None = ...,
+        draft: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "last_accessed_at", b"last_accessed_at", "reflected_at", b"reflected_at", "updated_at", b"updated_at", "valid_until", b"valid_until"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["access_count", b"access_count", "collection", b"collection", "content", b"content", "created_at", b"created_at", "id", b"id", "importance", b"importance", "last_accessed_at", b"last_accessed_at", "metadata", b"metadata", "reflected_at", b"reflected_at", "source", b"source", "source_type", b"source_type", "source_type_history", b"source_type_history", "superseded_by", b"superseded_by", "tags", b"tags", "type", b"type", "updated_at", b"updated_at", "valid_until", b"valid_until", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["access_count", b"access_count", "collection", b"collection", "content", b"content", "created_at", b"created_at", "derived_from", b"derived_from", "draft", b"draft", "id", b"id", "importance", b"importance", "last_accessed_at", b"last_accessed_at", "metadata", b"metadata", "reflected_at", b"reflected_at", "source", b"source", "source_type", b"source_type", "source_type_history", b"source_type_history", "superseded_by", b"superseded_by", "tags", b"tags", "type", b"type", "updated_at", b"updated_at", "valid_until", b"valid_until", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

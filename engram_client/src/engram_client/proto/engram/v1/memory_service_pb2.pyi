@@ -45,6 +45,78 @@ ADD_OUTCOME_DUPLICATE: AddOutcome.ValueType  # 2
 """A near-copy exists; nothing new was written and `memory` is the existing one."""
 Global___AddOutcome: _TypeAlias = AddOutcome  # noqa: Y015
 
+class _ReflectionOutcome:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ReflectionOutcomeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ReflectionOutcome.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    REFLECTION_OUTCOME_UNSPECIFIED: _ReflectionOutcome.ValueType  # 0
+    """Never sent."""
+    REFLECTION_OUTCOME_COMPLETED: _ReflectionOutcome.ValueType  # 1
+    """Insights (and/or drafts) were written and the sources marked reflected."""
+    REFLECTION_OUTCOME_NO_INSIGHT: _ReflectionOutcome.ValueType  # 2
+    """The LLM ran but produced nothing new (no insight, or only duplicates of existing
+    insights); nothing was written and no source was marked.
+    """
+    REFLECTION_OUTCOME_THROTTLED: _ReflectionOutcome.ValueType  # 3
+    """A gate refused the run; see throttled_by, detail and next_run_after."""
+    REFLECTION_OUTCOME_WOULD_RUN: _ReflectionOutcome.ValueType  # 4
+    """dry_run: every gate passed and a run would use `sources`."""
+
+class ReflectionOutcome(_ReflectionOutcome, metaclass=_ReflectionOutcomeEnumTypeWrapper):
+    """ReflectionOutcome says what RunReflection did."""
+
+REFLECTION_OUTCOME_UNSPECIFIED: ReflectionOutcome.ValueType  # 0
+"""Never sent."""
+REFLECTION_OUTCOME_COMPLETED: ReflectionOutcome.ValueType  # 1
+"""Insights (and/or drafts) were written and the sources marked reflected."""
+REFLECTION_OUTCOME_NO_INSIGHT: ReflectionOutcome.ValueType  # 2
+"""The LLM ran but produced nothing new (no insight, or only duplicates of existing
+insights); nothing was written and no source was marked.
+"""
+REFLECTION_OUTCOME_THROTTLED: ReflectionOutcome.ValueType  # 3
+"""A gate refused the run; see throttled_by, detail and next_run_after."""
+REFLECTION_OUTCOME_WOULD_RUN: ReflectionOutcome.ValueType  # 4
+"""dry_run: every gate passed and a run would use `sources`."""
+Global___ReflectionOutcome: _TypeAlias = ReflectionOutcome  # noqa: Y015
+
+class _ReflectionGate:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ReflectionGateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ReflectionGate.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    REFLECTION_GATE_UNSPECIFIED: _ReflectionGate.ValueType  # 0
+    """No gate refused the run."""
+    REFLECTION_GATE_MIN_INTERVAL: _ReflectionGate.ValueType  # 1
+    """The previous run was less than the minimum interval ago (default 2 h)."""
+    REFLECTION_GATE_DAILY_CAP: _ReflectionGate.ValueType  # 2
+    """The daily cap of runs (default 3 in any 24 h) is reached."""
+    REFLECTION_GATE_IMPORTANCE: _ReflectionGate.ValueType  # 3
+    """The unreflected memories' summed importance is below the minimum (default 40)."""
+    REFLECTION_GATE_TOO_FEW_MEMORIES: _ReflectionGate.ValueType  # 4
+    """Fewer than two unreflected memories exist."""
+    REFLECTION_GATE_IN_PROGRESS: _ReflectionGate.ValueType  # 5
+    """Another reflection of this collection is running right now."""
+
+class ReflectionGate(_ReflectionGate, metaclass=_ReflectionGateEnumTypeWrapper):
+    """ReflectionGate names the gate that refused a run."""
+
+REFLECTION_GATE_UNSPECIFIED: ReflectionGate.ValueType  # 0
+"""No gate refused the run."""
+REFLECTION_GATE_MIN_INTERVAL: ReflectionGate.ValueType  # 1
+"""The previous run was less than the minimum interval ago (default 2 h)."""
+REFLECTION_GATE_DAILY_CAP: ReflectionGate.ValueType  # 2
+"""The daily cap of runs (default 3 in any 24 h) is reached."""
+REFLECTION_GATE_IMPORTANCE: ReflectionGate.ValueType  # 3
+"""The unreflected memories' summed importance is below the minimum (default 40)."""
+REFLECTION_GATE_TOO_FEW_MEMORIES: ReflectionGate.ValueType  # 4
+"""Fewer than two unreflected memories exist."""
+REFLECTION_GATE_IN_PROGRESS: ReflectionGate.ValueType  # 5
+"""Another reflection of this collection is running right now."""
+Global___ReflectionGate: _TypeAlias = ReflectionGate  # noqa: Y015
+
 @_typing.final
 class AddMemoryRequest(_message.Message):
     """AddMemoryRequest asks to store one memory."""
@@ -843,3 +915,111 @@ class DeleteCollectionResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DeleteCollectionResponse: _TypeAlias = DeleteCollectionResponse  # noqa: Y015
+
+@_typing.final
+class RunReflectionRequest(_message.Message):
+    """RunReflectionRequest asks for one reflection run over a collection."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COLLECTION_FIELD_NUMBER: _builtins.int
+    DRY_RUN_FIELD_NUMBER: _builtins.int
+    FORCE_FIELD_NUMBER: _builtins.int
+    collection: _builtins.str
+    """The collection whose memories are reflected on. Empty means the default collection.
+    Insights are written to "<collection>_reflection".
+    """
+    dry_run: _builtins.bool
+    """Evaluate the gates and pick the sources, but call no LLM and write nothing."""
+    force: _builtins.bool
+    """Skip the minimum-interval gate (the daily cap and importance gates still apply)."""
+    def __init__(
+        self,
+        *,
+        collection: _builtins.str = ...,
+        dry_run: _builtins.bool = ...,
+        force: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["collection", b"collection", "dry_run", b"dry_run", "force", b"force"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RunReflectionRequest: _TypeAlias = RunReflectionRequest  # noqa: Y015
+
+@_typing.final
+class RunReflectionResponse(_message.Message):
+    """RunReflectionResponse reports a reflection run."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OUTCOME_FIELD_NUMBER: _builtins.int
+    THROTTLED_BY_FIELD_NUMBER: _builtins.int
+    DETAIL_FIELD_NUMBER: _builtins.int
+    NEXT_RUN_AFTER_FIELD_NUMBER: _builtins.int
+    UNREFLECTED_IMPORTANCE_FIELD_NUMBER: _builtins.int
+    UNREFLECTED_COUNT_FIELD_NUMBER: _builtins.int
+    SOURCES_FIELD_NUMBER: _builtins.int
+    INSIGHTS_FIELD_NUMBER: _builtins.int
+    DRAFTS_FIELD_NUMBER: _builtins.int
+    DUPLICATES_FIELD_NUMBER: _builtins.int
+    REFLECTION_COLLECTION_FIELD_NUMBER: _builtins.int
+    MODEL_FIELD_NUMBER: _builtins.int
+    outcome: Global___ReflectionOutcome.ValueType
+    """What happened."""
+    throttled_by: Global___ReflectionGate.ValueType
+    """For THROTTLED: which gate refused."""
+    detail: _builtins.str
+    """A human-readable explanation of the outcome (why throttled, what was produced)."""
+    unreflected_importance: _builtins.int
+    """Summed importance of the collection's unreflected memories."""
+    unreflected_count: _builtins.int
+    """Number of the collection's unreflected memories."""
+    reflection_collection: _builtins.str
+    """The reflection collection written to."""
+    model: _builtins.str
+    """The LLM model used."""
+    @_builtins.property
+    def next_run_after(self) -> _timestamp_pb2.Timestamp:
+        """For THROTTLED by a time gate: the earliest time the next run is allowed."""
+
+    @_builtins.property
+    def sources(self) -> _containers.RepeatedCompositeFieldContainer[_memory_pb2.Memory]:
+        """The memories the run used (or would use) as sources, most important first."""
+
+    @_builtins.property
+    def insights(self) -> _containers.RepeatedCompositeFieldContainer[_memory_pb2.Memory]:
+        """Insights stored (type insight, source system, tag source:reflection)."""
+
+    @_builtins.property
+    def drafts(self) -> _containers.RepeatedCompositeFieldContainer[_memory_pb2.Memory]:
+        """Low-confidence insights kept as drafts (never searched)."""
+
+    @_builtins.property
+    def duplicates(self) -> _containers.RepeatedCompositeFieldContainer[_memory_pb2.SimilarMemory]:
+        """Proposed insights dropped as near-copies of existing insights, with the match."""
+
+    def __init__(
+        self,
+        *,
+        outcome: Global___ReflectionOutcome.ValueType = ...,
+        throttled_by: Global___ReflectionGate.ValueType = ...,
+        detail: _builtins.str = ...,
+        next_run_after: _timestamp_pb2.Timestamp | None = ...,
+        unreflected_importance: _builtins.int = ...,
+        unreflected_count: _builtins.int = ...,
+        sources: _abc.Iterable[_memory_pb2.Memory] | None = ...,
+        insights: _abc.Iterable[_memory_pb2.Memory] | None = ...,
+        drafts: _abc.Iterable[_memory_pb2.Memory] | None = ...,
+        duplicates: _abc.Iterable[_memory_pb2.SimilarMemory] | None = ...,
+        reflection_collection: _builtins.str = ...,
+        model: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["next_run_after", b"next_run_after"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["detail", b"detail", "drafts", b"drafts", "duplicates", b"duplicates", "insights", b"insights", "model", b"model", "next_run_after", b"next_run_after", "outcome", b"outcome", "reflection_collection", b"reflection_collection", "sources", b"sources", "throttled_by", b"throttled_by", "unreflected_count", b"unreflected_count", "unreflected_importance", b"unreflected_importance"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RunReflectionResponse: _TypeAlias = RunReflectionResponse  # noqa: Y015

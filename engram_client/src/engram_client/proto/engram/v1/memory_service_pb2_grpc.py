@@ -79,6 +79,11 @@ class MemoryServiceStub:
                 request_serializer=engram_dot_v1_dot_memory__service__pb2.DeleteCollectionRequest.SerializeToString,
                 response_deserializer=engram_dot_v1_dot_memory__service__pb2.DeleteCollectionResponse.FromString,
                 _registered_method=True)
+        self.RunReflection = channel.unary_unary(
+                '/engram.v1.MemoryService/RunReflection',
+                request_serializer=engram_dot_v1_dot_memory__service__pb2.RunReflectionRequest.SerializeToString,
+                response_deserializer=engram_dot_v1_dot_memory__service__pb2.RunReflectionResponse.FromString,
+                _registered_method=True)
 
 
 class MemoryServiceServicer:
@@ -151,6 +156,15 @@ class MemoryServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RunReflection(self, request, context):
+        """RunReflection asks an LLM to turn a collection's unreflected memories into up to three
+        insights, stored in the collection's reflection collection ("<collection>_reflection").
+        Throttled: minimum interval, daily cap, minimum summed importance (in that order).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MemoryServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -193,6 +207,11 @@ def add_MemoryServiceServicer_to_server(servicer, server):
                     servicer.DeleteCollection,
                     request_deserializer=engram_dot_v1_dot_memory__service__pb2.DeleteCollectionRequest.FromString,
                     response_serializer=engram_dot_v1_dot_memory__service__pb2.DeleteCollectionResponse.SerializeToString,
+            ),
+            'RunReflection': grpc.unary_unary_rpc_method_handler(
+                    servicer.RunReflection,
+                    request_deserializer=engram_dot_v1_dot_memory__service__pb2.RunReflectionRequest.FromString,
+                    response_serializer=engram_dot_v1_dot_memory__service__pb2.RunReflectionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -416,6 +435,33 @@ class MemoryService:
             '/engram.v1.MemoryService/DeleteCollection',
             engram_dot_v1_dot_memory__service__pb2.DeleteCollectionRequest.SerializeToString,
             engram_dot_v1_dot_memory__service__pb2.DeleteCollectionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RunReflection(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.v1.MemoryService/RunReflection',
+            engram_dot_v1_dot_memory__service__pb2.RunReflectionRequest.SerializeToString,
+            engram_dot_v1_dot_memory__service__pb2.RunReflectionResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -64,6 +64,11 @@ class MemoryServiceStub:
     """ListCollections lists the collections with their live memory counts."""
     DeleteCollection: _grpc.UnaryUnaryMultiCallable[_memory_service_pb2.DeleteCollectionRequest, _memory_service_pb2.DeleteCollectionResponse]
     """DeleteCollection removes a collection and every memory in it."""
+    RunReflection: _grpc.UnaryUnaryMultiCallable[_memory_service_pb2.RunReflectionRequest, _memory_service_pb2.RunReflectionResponse]
+    """RunReflection asks an LLM to turn a collection's unreflected memories into up to three
+    insights, stored in the collection's reflection collection ("<collection>_reflection").
+    Throttled: minimum interval, daily cap, minimum summed importance (in that order).
+    """
 
 @_typing.type_check_only
 class MemoryServiceAsyncStub(MemoryServiceStub):
@@ -101,6 +106,11 @@ class MemoryServiceAsyncStub(MemoryServiceStub):
     """ListCollections lists the collections with their live memory counts."""
     DeleteCollection: _aio.UnaryUnaryMultiCallable[_memory_service_pb2.DeleteCollectionRequest, _memory_service_pb2.DeleteCollectionResponse]  # type: ignore[assignment]
     """DeleteCollection removes a collection and every memory in it."""
+    RunReflection: _aio.UnaryUnaryMultiCallable[_memory_service_pb2.RunReflectionRequest, _memory_service_pb2.RunReflectionResponse]  # type: ignore[assignment]
+    """RunReflection asks an LLM to turn a collection's unreflected memories into up to three
+    insights, stored in the collection's reflection collection ("<collection>_reflection").
+    Throttled: minimum interval, daily cap, minimum summed importance (in that order).
+    """
 
 class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
     """MemoryService is Engram's long-term memory API: a write gate that refuses near-copies,
@@ -183,5 +193,16 @@ class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_memory_service_pb2.DeleteCollectionResponse, _abc.Awaitable[_memory_service_pb2.DeleteCollectionResponse]]:
         """DeleteCollection removes a collection and every memory in it."""
+
+    @_abc_1.abstractmethod
+    def RunReflection(
+        self,
+        request: _memory_service_pb2.RunReflectionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_memory_service_pb2.RunReflectionResponse, _abc.Awaitable[_memory_service_pb2.RunReflectionResponse]]:
+        """RunReflection asks an LLM to turn a collection's unreflected memories into up to three
+        insights, stored in the collection's reflection collection ("<collection>_reflection").
+        Throttled: minimum interval, daily cap, minimum summed importance (in that order).
+        """
 
 def add_MemoryServiceServicer_to_server(servicer: MemoryServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

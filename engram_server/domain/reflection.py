@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
+from engram_server import telemetry
 from engram_server.domain.errors import LlmInvalidOutput, LlmNotConfigured
 from engram_server.domain.model import (
     MemoryRecord,
@@ -177,7 +178,20 @@ class Reflector:
                 gate=Gate.IN_PROGRESS,
             )
         async with lock:
-            return await self._run_locked(name, target, self._llm, dry_run=dry_run, force=force)
+            with telemetry.reflection_span(name, dry_run=dry_run) as span:
+                try:
+                    report = await self._run_locked(name, target, self._llm, dry_run=dry_run, force=force)
+                except Exception:
+                    telemetry.record_reflection_run("failed", collection=name, dry_run=dry_run)
+                    raise
+                telemetry.record_reflection_run(report.outcome.value, collection=name, dry_run=dry_run)
+                telemetry.record_reflection_insights("stored", len(report.insights))
+                telemetry.record_reflection_insights("draft", len(report.drafts))
+                telemetry.record_reflection_insights("duplicate", len(report.duplicates))
+                span.set_attribute("engram.reflection.outcome", report.outcome.value)
+                if report.gate is not None:
+                    span.set_attribute("engram.reflection.gate", report.gate.value)
+                return report
 
     async def _run_locked(
         self, name: str, target: str, llm: Llm, *, dry_run: bool, force: bool

@@ -10,6 +10,7 @@ import openai
 
 from engram_server.domain.errors import LlmInvalidOutput, LlmUnavailable
 from engram_server.ports import LlmResult
+from engram_server.telemetry import llm_span
 
 
 class OpenAICompatibleLlm:
@@ -44,8 +45,15 @@ class OpenAICompatibleLlm:
     async def complete_json(
         self, *, system: str, user: str, schema: dict[str, Any], schema_name: str
     ) -> LlmResult:
+        with llm_span(self._model, provider="openai") as call:
+            completion = await self._create(system, user, schema, schema_name)
+            if completion.usage:
+                call.set_tokens(completion.usage.prompt_tokens, completion.usage.completion_tokens)
+        return self._parse(completion)
+
+    async def _create(self, system: str, user: str, schema: dict[str, Any], schema_name: str) -> Any:
         try:
-            completion = await self._client.chat.completions.create(
+            return await self._client.chat.completions.create(
                 model=self._model,
                 messages=[{"role": "system", "content": system}, {"role": "user", "content": user}],
                 response_format={
@@ -65,6 +73,8 @@ class OpenAICompatibleLlm:
             ) from exc
         except openai.APIError as exc:  # e.g. a response the client cannot decode
             raise LlmInvalidOutput(f"LLM endpoint answered unreadably: {_short(str(exc))}") from exc
+
+    def _parse(self, completion: Any) -> LlmResult:
         if not completion.choices:
             raise LlmInvalidOutput("LLM answered with no choices")
         content = completion.choices[0].message.content

@@ -10,10 +10,10 @@ TOOLS := .tools
 BUF := $(TOOLS)/node_modules/.bin/buf
 BUF_VERSION := 1.75.0
 
-.PHONY: help install run test lint fmt proto proto-check buf-lint typecheck bench clean
+.PHONY: help install run test lint fmt proto proto-check buf-lint buf-breaking polyglot-check go-stubs bench clean
 
 help: ## List the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
 
 $(VENV)/.installed: pyproject.toml engram_client/pyproject.toml mcp_shim/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,7 +32,7 @@ run: install ## Start the server on its embedded defaults (Qdrant edge + local m
 test: install lint ## Lint, type-check, then run the whole test suite
 	$(PY) -m pytest -q
 
-lint: install proto-check buf-lint ## ruff, mypy, buf lint and the generated-code check
+lint: install proto-check buf-lint buf-breaking polyglot-check ## ruff, mypy, buf lint/breaking, generated-code checks
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
@@ -53,6 +53,15 @@ buf-lint: $(BUF) ## buf lint (STANDARD) over proto/
 
 bench: install ## Add/search latency at 10k memories through the API (not part of CI)
 	$(PY) bench/latency.py --memories 10000 --samples 200
+
+buf-breaking: $(BUF) ## buf breaking (FILE) of proto/ against main
+	scripts/polyglot_buf_breaking.sh $(BUF)
+
+go-stubs: install ## Regenerate the Go stubs (clients/go/engram/v1) from proto/
+	$(PY) scripts/polyglot_gen_go.py
+
+polyglot-check: install ## Go stubs vs proto/, gofmt, go vet, TypeScript tsc (skipped without go / node)
+	scripts/polyglot_check.sh $(PY)
 
 clean: ## Remove the virtualenv and tool caches
 	rm -rf $(VENV) $(TOOLS) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,214 @@
+/**
+ * Runs the shared engram.v1 contract scenarios (clients/scenarios/*.json) against a live
+ * Engram server at ENGRAM_CONTRACT_ADDR with this package's client. `.venv/bin/pytest
+ * tests/polyglot` starts a fresh server and runs this file. The rules (request mapping,
+ * "$name" substitution, captures, canonical observations, subset matching) are the same as
+ * in the Python runner (tests/polyglot/scenario.py) and the Go one (clients/go/contract).
+ */
+import * as assert from 'node:assert/strict';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { test } from 'node:test';
+
+import type { MemoryServiceClient } from '../src';
+import { call, createClient, errorDetails, isServiceError } from '../src';
+import type { Memory__Output as Memory } from '../src/gen/engram/v1/Memory';
+
+type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
+type Obj = { [key: string]: Json };
+
+interface Step {
+  name: string;
+  call: string;
+  capture?: string;
+  request: Json;
+  expect: Json;
+}
+
+interface Scenario {
+  scenario: string;
+  steps: Step[];
+}
+
+const addr = process.env.ENGRAM_CONTRACT_ADDR;
+const scenarioPath =
+  process.env.ENGRAM_CONTRACT_SCENARIO ?? path.resolve(__dirname, '..', '..', '..', 'scenarios', 'contract_v1.json');
+
+class Runner {
+  readonly captured = new Map<string, string>(); // name -> id
+  readonly names = new Map<string, string>(); // id -> name
+
+  constructor(private readonly client: MemoryServiceClient) {}
+
+  substitute(value: Json): Json {
+    if (typeof value === 'string' && value.startsWith('$')) {
+      const id = this.captured.get(value.slice(1));
+      if (id === undefined) throw new Error(`${value} was never captured`);
+      return id;
+    }
+    if (Array.isArray(value)) return value.map((v) => this.substitute(v));
+    if (value !== null && typeof value === 'object') {
+      return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, this.substitute(v)]));
+    }
+    return value;
+  }
+
+  name(id: string): string {
+    return id ? (this.names.get(id) ?? '?') : '';
+  }
+
+  capture(name: string | undefined, memory: Memory | null): void {
+    if (name && memory) {
+      this.captured.set(name, memory.id);
+      this.names.set(memory.id, name);
+    }
+  }
+
+  memory(m: Memory | null): Obj {
+    if (m === null) throw new Error('response without a memory');
+    return {
+      id: this.name(m.id),
+      collection: m.collection,
+      type: m.type,
+      content: m.content,
+      importance: m.importance,
+      tags: [...m.tags].sort(),
+      version: m.version,
+      source: m.source,
+      source_type: m.source_type,
+      superseded_by: this.name(m.superseded_by),
+    };
+  }
+
+  ids(memories: (Memory | null)[]): Obj {
+    const names = memories.map((m) => this.name(m?.id ?? ''));
+    return { ids: names, id_set: [...names].sort(), top: names[0] ?? '' };
+  }
+
+  sortedNames(memories: Memory[]): string[] {
+    return memories.map((m) => this.name(m.id)).sort();
+  }
+
+  async step(step: Step): Promise<Obj> {
+    const request = this.substitute(step.request) as Obj;
+    const c = this.client;
+    try {
+      switch (step.call) {
+        case 'AddMemory': {
+          const r = await call(c, 'AddMemory', request);
+          this.capture(step.capture, r.memory);
+          return {
+            outcome: r.outcome,
+            memory: this.memory(r.memory),
+            near_duplicates: r.near_duplicates.map((s) => this.name(s.id)),
+            replayed: r.replayed,
+          };
+        }
+        case 'SearchMemories': {
+          const r = await call(c, 'SearchMemories', request);
+          return this.ids(r.results.map((res) => res.memory));
+        }
+        case 'UpdateMemory': {
+          const r = await call(c, 'UpdateMemory', request);
+          this.capture(step.capture, r.memory);
+          return {
+            memory: this.memory(r.memory),
+            previous: this.memory(r.previous),
+            changed: r.changed,
+            dry_run: r.dry_run,
+          };
+        }
+        case 'DeleteMemory': {
+          const r = await call(c, 'DeleteMemory', request);
+          return { deleted: this.sortedNames(r.deleted), dry_run: r.dry_run };
+        }
+        case 'GetMemory': {
+          const r = await call(c, 'GetMemory', request);
+          this.capture(step.capture, r.memory);
+          return { memory: this.memory(r.memory), history: r.history.map((m) => this.memory(m)) };
+        }
+        case 'ListMemories': {
+          const r = await call(c, 'ListMemories', request);
+          return { id_set: this.sortedNames(r.memories) };
+        }
+        case 'ListCollections': {
+          const r = await call(c, 'ListCollections', request);
+          const cols = [...r.collections].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+          return { collections: cols.map((col) => ({ name: col.name, memory_count: Number(col.memory_count) })) };
+        }
+        case 'DeleteCollection': {
+          const r = await call(c, 'DeleteCollection', request);
+          return { deleted_count: Number(r.deleted_count) };
+        }
+        default:
+          throw new Error(`unknown call ${step.call}`);
+      }
+    } catch (err) {
+      if (!isServiceError(err)) throw err;
+      const d = errorDetails(err);
+      const metadata: Obj = {};
+      for (const key of Object.keys(d.metadata).sort()) {
+        const value = d.metadata[key] ?? '';
+        metadata[key] = this.names.get(value) ?? value;
+      }
+      return {
+        error: {
+          code: d.codeName,
+          reason: d.reason,
+          domain: d.domain,
+          metadata,
+          field_violations: [...new Set(d.fieldViolations.map((v) => v.field))].sort(),
+        },
+      };
+    }
+  }
+}
+
+/** Where `expected` is not a subset of `observed` (the shared matching rule). */
+export function mismatches(expected: Json, observed: Json | undefined, where = '$'): string[] {
+  const show = (v: Json | undefined): string => JSON.stringify(v);
+  if (expected !== null && typeof expected === 'object' && !Array.isArray(expected)) {
+    if (observed === null || typeof observed !== 'object' || Array.isArray(observed)) {
+      return [`${where}: expected an object, got ${show(observed)}`];
+    }
+    return Object.keys(expected).flatMap((key) =>
+      key in observed
+        ? mismatches(expected[key] as Json, observed[key], `${where}.${key}`)
+        : [`${where}.${key}: missing`],
+    );
+  }
+  if (Array.isArray(expected)) {
+    if (!Array.isArray(observed) || observed.length !== expected.length) {
+      return [`${where}: expected ${show(expected)}, got ${show(observed)}`];
+    }
+    return expected.flatMap((e, i) => mismatches(e, observed[i], `${where}[${i}]`));
+  }
+  return expected === observed ? [] : [`${where}: expected ${show(expected)}, got ${show(observed)}`];
+}
+
+test(
+  'contract scenario',
+  { skip: addr ? false : 'ENGRAM_CONTRACT_ADDR is not set; run `.venv/bin/pytest tests/polyglot` from the repository root' },
+  async () => {
+    const scenario = JSON.parse(fs.readFileSync(scenarioPath, 'utf8')) as Scenario;
+    const client = createClient(addr as string);
+    const runner = new Runner(client);
+    const transcript: { step: string; observed: Obj }[] = [];
+    try {
+      for (const step of scenario.steps) {
+        const observed = await runner.step(step);
+        transcript.push({ step: step.name, observed });
+        const problems = mismatches(step.expect, observed);
+        assert.deepEqual(
+          problems,
+          [],
+          `${scenario.scenario}, step "${step.name}":\n${problems.join('\n')}\nobserved: ${JSON.stringify(observed)}`,
+        );
+      }
+    } finally {
+      client.close();
+      const out = process.env.ENGRAM_CONTRACT_TRANSCRIPT;
+      if (out) fs.writeFileSync(out, JSON.stringify(transcript, null, 2));
+    }
+  },
+);

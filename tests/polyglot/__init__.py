@@ -1,0 +1,1 @@
+"""Polyglot contract tests: the shared scenarios from Python, Go and TypeScript."""

@@ -1,0 +1,211 @@
+"""The Python runner of the shared contract scenarios (clients/scenarios/*.json).
+
+It drives a live server through the generated stubs (`engram_client.proto`), turns every
+response or error into a canonical *observation*, checks each step's `expect` against it and
+returns the transcript. The Go (clients/go/contract) and TypeScript (clients/ts/test) runners
+implement the same rules; tests/polyglot/test_polyglot.py compares the three transcripts.
+
+Rules shared by the three runners:
+- a request is the proto3 JSON mapping of the request message, with proto field names;
+  a string "$name" anywhere in it is replaced by the id captured under `name`;
+- `capture` names the id of the step's `memory` (AddMemory, UpdateMemory, GetMemory);
+- ids in observations are replaced by their captured names ("?" if never captured);
+- `expect` must be a subset of the observation: objects compare the listed keys only,
+  arrays compare length and then element by element, scalars compare equal.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import grpc
+from google.protobuf import json_format
+from google.protobuf.message import Message
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+
+from engram_client.proto.engram.v1 import memory_pb2, memory_service_pb2, memory_service_pb2_grpc
+
+ROOT = Path(__file__).resolve().parents[2]
+SCENARIO_DIR = ROOT / "clients" / "scenarios"
+DETAILS_KEY = "grpc-status-details-bin"
+
+REQUEST_TYPES: dict[str, type[Message]] = {
+    "AddMemory": memory_service_pb2.AddMemoryRequest,
+    "SearchMemories": memory_service_pb2.SearchMemoriesRequest,
+    "UpdateMemory": memory_service_pb2.UpdateMemoryRequest,
+    "DeleteMemory": memory_service_pb2.DeleteMemoryRequest,
+    "GetMemory": memory_service_pb2.GetMemoryRequest,
+    "ListMemories": memory_service_pb2.ListMemoriesRequest,
+    "ListCollections": memory_service_pb2.ListCollectionsRequest,
+    "DeleteCollection": memory_service_pb2.DeleteCollectionRequest,
+}
+
+
+class ScenarioFailure(AssertionError):
+    """A step's observation did not match its expectation."""
+
+
+def load(name: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((SCENARIO_DIR / f"{name}.json").read_text())
+    return data
+
+
+def substitute(value: Any, captured: dict[str, str]) -> Any:
+    """Replace every "$name" string by the id captured under that name."""
+    if isinstance(value, str) and value.startswith("$"):
+        if value[1:] not in captured:
+            raise ScenarioFailure(f"{value} was never captured")
+        return captured[value[1:]]
+    if isinstance(value, list):
+        return [substitute(v, captured) for v in value]
+    if isinstance(value, dict):
+        return {k: substitute(v, captured) for k, v in value.items()}
+    return value
+
+
+class Observer:
+    """Canonical observations, with ids replaced by their captured names."""
+
+    def __init__(self) -> None:
+        self.names: dict[str, str] = {}
+
+    def name(self, memory_id: str) -> str:
+        return self.names.get(memory_id, "?") if memory_id else ""
+
+    def memory(self, m: memory_pb2.Memory) -> dict[str, Any]:
+        return {
+            "id": self.name(m.id),
+            "collection": m.collection,
+            "type": memory_pb2.MemoryType.Name(m.type),
+            "content": m.content,
+            "importance": m.importance,
+            "tags": sorted(m.tags),
+            "version": m.version,
+            "source": memory_pb2.Source.Name(m.source),
+            "source_type": memory_pb2.SourceType.Name(m.source_type),
+            "superseded_by": self.name(m.superseded_by),
+        }
+
+    def ids(self, memories: list[memory_pb2.Memory]) -> dict[str, Any]:
+        names = [self.name(m.id) for m in memories]
+        return {"ids": names, "id_set": sorted(names), "top": names[0] if names else ""}
+
+    def response(self, call: str, resp: Any) -> dict[str, Any]:
+        if call == "AddMemory":
+            return {
+                "outcome": memory_service_pb2.AddOutcome.Name(resp.outcome),
+                "memory": self.memory(resp.memory),
+                "near_duplicates": [self.name(s.id) for s in resp.near_duplicates],
+                "replayed": resp.replayed,
+            }
+        if call == "SearchMemories":
+            return self.ids([r.memory for r in resp.results])
+        if call == "UpdateMemory":
+            return {
+                "memory": self.memory(resp.memory),
+                "previous": self.memory(resp.previous),
+                "changed": resp.changed,
+                "dry_run": resp.dry_run,
+            }
+        if call == "DeleteMemory":
+            return {"deleted": sorted(self.name(m.id) for m in resp.deleted), "dry_run": resp.dry_run}
+        if call == "GetMemory":
+            return {"memory": self.memory(resp.memory), "history": [self.memory(m) for m in resp.history]}
+        if call == "ListMemories":  # storage order is not part of the contract
+            return {"id_set": sorted(self.name(m.id) for m in resp.memories)}
+        if call == "ListCollections":
+            return {
+                "collections": [
+                    {"name": c.name, "memory_count": c.memory_count}
+                    for c in sorted(resp.collections, key=lambda c: c.name)
+                ]
+            }
+        if call == "DeleteCollection":
+            return {"deleted_count": resp.deleted_count}
+        raise ScenarioFailure(f"unknown call {call}")
+
+    def error(self, exc: grpc.RpcError) -> dict[str, Any]:
+        code: grpc.StatusCode = exc.code()
+        out: dict[str, Any] = {
+            "code": code.name,
+            "reason": "",
+            "domain": "",
+            "metadata": {},
+            "field_violations": [],
+        }
+        for key, value in exc.trailing_metadata() or ():
+            if key != DETAILS_KEY:
+                continue
+            status = status_pb2.Status.FromString(value)
+            if code_pb2.Code.Name(status.code) != code.name:
+                raise ScenarioFailure(f"google.rpc.Status code {status.code} differs from {code.name}")
+            for detail in status.details:
+                if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+                    info = error_details_pb2.ErrorInfo()
+                    detail.Unpack(info)
+                    out["reason"], out["domain"] = info.reason, info.domain
+                    out["metadata"] = {k: self.names.get(v, v) for k, v in sorted(info.metadata.items())}
+                elif detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
+                    bad = error_details_pb2.BadRequest()
+                    detail.Unpack(bad)
+                    out["field_violations"] = sorted({v.field for v in bad.field_violations})
+        return {"error": out}
+
+
+def mismatches(expected: Any, observed: Any, path: str = "$") -> list[str]:
+    """Where `expected` is not a subset of `observed` (the shared matching rule)."""
+    if isinstance(expected, dict):
+        if not isinstance(observed, dict):
+            return [f"{path}: expected an object, got {json.dumps(observed)}"]
+        out: list[str] = []
+        for key, value in expected.items():
+            if key not in observed:
+                out.append(f"{path}.{key}: missing")
+            else:
+                out.extend(mismatches(value, observed[key], f"{path}.{key}"))
+        return out
+    if isinstance(expected, list):
+        if not isinstance(observed, list) or len(observed) != len(expected):
+            return [f"{path}: expected {json.dumps(expected)}, got {json.dumps(observed)}"]
+        return [
+            m
+            for i, (e, o) in enumerate(zip(expected, observed, strict=True))
+            for m in mismatches(e, o, f"{path}[{i}]")
+        ]
+    if expected != observed or isinstance(expected, bool) != isinstance(observed, bool):
+        return [f"{path}: expected {json.dumps(expected)}, got {json.dumps(observed)}"]
+    return []
+
+
+def run(scenario: dict[str, Any], address: str, timeout: float = 30.0) -> list[dict[str, Any]]:
+    """Run every step against the server at `address`; raise ScenarioFailure on the first mismatch."""
+    observer = Observer()
+    captured: dict[str, str] = {}
+    transcript: list[dict[str, Any]] = []
+    with grpc.insecure_channel(address) as channel:
+        stub = memory_service_pb2_grpc.MemoryServiceStub(channel)
+        for step in scenario["steps"]:
+            call: str = step["call"]
+            request = json_format.ParseDict(substitute(step["request"], captured), REQUEST_TYPES[call]())
+            method: Callable[..., Any] = getattr(stub, call)
+            try:
+                resp = method(request, timeout=timeout)
+            except grpc.RpcError as exc:
+                observed = observer.error(exc)
+            else:
+                if "capture" in step:
+                    captured[step["capture"]] = resp.memory.id
+                    observer.names[resp.memory.id] = step["capture"]
+                observed = observer.response(call, resp)
+            transcript.append({"step": step["name"], "observed": observed})
+            problems = mismatches(step["expect"], observed)
+            if problems:
+                raise ScenarioFailure(
+                    f"step {step['name']!r}:\n  "
+                    + "\n  ".join(problems)
+                    + f"\nobserved: {json.dumps(observed)}"
+                )
+    return transcript

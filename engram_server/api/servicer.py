@@ -13,6 +13,7 @@ from engram_client.proto.engram.v1 import memory_service_pb2 as s
 from engram_client.proto.engram.v1 import memory_service_pb2_grpc
 from engram_server.api import convert as c
 from engram_server.api.errors import internal_status, to_status
+from engram_server.domain.deadline import set_time_remaining
 from engram_server.domain.errors import EngramError, InvalidArgument
 from engram_server.domain.reflection import Reflector
 from engram_server.domain.service import (
@@ -36,6 +37,7 @@ def rpc(fn: Handler[Req, Resp]) -> Handler[Req, Resp]:
 
     @functools.wraps(fn)
     async def wrapper(self: Any, request: Req, context: grpc.aio.ServicerContext[Any, Any]) -> Resp:
+        set_time_remaining(context.time_remaining())
         try:
             return await fn(self, request, context)
         except EngramError as exc:

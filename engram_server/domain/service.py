@@ -22,6 +22,7 @@ from opentelemetry import metrics, trace
 
 from engram_server.domain.calibration import Calibration
 from engram_server.domain.clock import Clock
+from engram_server.domain.deadline import ensure_time_left
 from engram_server.domain.errors import (
     AmbiguousMatch,
     CollectionNotFound,
@@ -484,6 +485,7 @@ class MemoryService:
                 "db.operation.batch.size": len(points),
             },
         ):
+            ensure_time_left()
             await self._store.upsert(collection, points)
 
     async def _replay(self, collection: str, request_id: str, request_hash: str | None) -> AddResult | None:
@@ -822,6 +824,7 @@ class MemoryService:
             )
         if cmd.dry_run:
             return DeleteResult(tuple(targets), True)
+        ensure_time_left()
         await self._store.delete(collection, [t.id for t in targets])
         for t in targets:
             if t.superseded_by is None:

@@ -143,6 +143,30 @@ class FakeMemoryService(memory_service_pb2_grpc.MemoryServiceServicer):
         return await self._handle("DeleteCollection", request, context)
 
 
+class ReflectingFake(FakeMemoryService):
+    """A server that has RunReflection (the plain fake answers UNIMPLEMENTED, like an older server)."""
+
+    async def RunReflection(self, request: Any, context: Any) -> Any:
+        return await self._handle("RunReflection", request, context)
+
+
+def reflection_response() -> memory_service_pb2.RunReflectionResponse:
+    insight = sample_memory("i-1", "Frank keeps commits small.", type=memory_pb2.MEMORY_TYPE_INSIGHT)
+    insight.derived_from.extend(["m-1", "m-2"])
+    resp = memory_service_pb2.RunReflectionResponse(
+        outcome=memory_service_pb2.REFLECTION_OUTCOME_COMPLETED,
+        detail="1 insight",
+        unreflected_importance=44,
+        unreflected_count=2,
+        sources=[sample_memory("m-1"), sample_memory("m-2")],
+        insights=[insight],
+        duplicates=[memory_pb2.SimilarMemory(id="i-0", similarity=0.95, content="old")],
+        reflection_collection="default_reflection",
+        model="gpt-4o-mini",
+    )
+    return resp
+
+
 def default_responses() -> dict[str, Message]:
     m = sample_memory()
     near = memory_pb2.SimilarMemory(
@@ -172,15 +196,18 @@ def default_responses() -> dict[str, Message]:
             collections=[memory_pb2.CollectionInfo(name="default", memory_count=1, embedding_model="e5")]
         ),
         "DeleteCollection": memory_service_pb2.DeleteCollectionResponse(deleted_count=3),
+        "RunReflection": reflection_response(),
     }
 
 
 @contextlib.asynccontextmanager
-async def fake_server(script: Script) -> AsyncIterator[str]:
+async def fake_server(
+    script: Script, servicer: type[FakeMemoryService] = FakeMemoryService
+) -> AsyncIterator[str]:
     if not script.responses:
         script.responses = default_responses()
     server = grpc.aio.server()
-    memory_service_pb2_grpc.add_MemoryServiceServicer_to_server(FakeMemoryService(script), server)
+    memory_service_pb2_grpc.add_MemoryServiceServicer_to_server(servicer(script), server)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     try:

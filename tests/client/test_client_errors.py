@@ -7,24 +7,32 @@ from datetime import timedelta
 
 import grpc
 import pytest
-from google.rpc import error_details_pb2
+from google.rpc import error_details_pb2, status_pb2
 
+import engram_client
 from engram_client import (
+    AlreadyExistsError,
     AsyncEngramClient,
     CollectionNotFoundError,
+    DeadlineExceededError,
     EngramClient,
     EngramError,
     FailedPreconditionError,
     IdempotencyConflictError,
     InvalidArgumentError,
     NotFoundError,
+    PermissionDeniedError,
     ProtectedMemoryError,
     RateLimitedError,
+    ResourceExhaustedError,
     RetryPolicy,
     ThresholdTooLowError,
+    UnauthenticatedError,
     UnavailableError,
+    UnimplementedError,
 )
 from engram_client.errors import error_from_status
+from engram_client.proto.engram.v1 import error_reason_pb2
 
 from .fake_engram import Script, fake_server, rich_status
 
@@ -152,3 +160,73 @@ async def test_status_travels_through_trailers_sync() -> None:
 def test_invalid_argument_without_error_info_has_no_reason() -> None:
     err = error_from_status(grpc.StatusCode.INVALID_ARGUMENT, "bad request", None)
     assert type(err) is InvalidArgumentError and err.reason is None
+
+
+def _reason_names() -> list[str]:
+    enum = error_reason_pb2.ErrorReason.DESCRIPTOR
+    return [v.name for v in enum.values if v.number != 0]
+
+
+def test_every_error_reason_in_the_proto_has_its_exception_class() -> None:
+    exported = {
+        getattr(engram_client, name).REASON: getattr(engram_client, name)
+        for name in engram_client.__all__
+        if isinstance(getattr(engram_client, name), type)
+        and issubclass(getattr(engram_client, name), EngramError)
+    }
+    assert set(_reason_names()) <= set(exported), set(_reason_names()) - set(exported)
+
+
+@pytest.mark.parametrize("reason", _reason_names())
+def test_each_reason_maps_to_its_class_under_its_status_code(reason: str) -> None:
+    expected = next(
+        cls
+        for name in engram_client.__all__
+        if isinstance(cls := getattr(engram_client, name), type)
+        and issubclass(cls, EngramError)
+        and reason == cls.REASON
+    )
+    code = next(c for c, base in CODE_CLASSES.items() if issubclass(expected, base))
+    status = rich_status(code, "crafted", reason=reason, metadata={"k": "v"})
+    err = error_from_status(code, status.message, status)
+    assert type(err) is expected and err.reason == reason and err.code is code
+    assert err.metadata == {"k": "v"} and err.domain == "engram.v1"
+
+
+CODE_CLASSES: dict[grpc.StatusCode, type[EngramError]] = {
+    grpc.StatusCode.INVALID_ARGUMENT: InvalidArgumentError,
+    grpc.StatusCode.NOT_FOUND: NotFoundError,
+    grpc.StatusCode.FAILED_PRECONDITION: FailedPreconditionError,
+    grpc.StatusCode.UNAVAILABLE: UnavailableError,
+    grpc.StatusCode.ALREADY_EXISTS: AlreadyExistsError,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: ResourceExhaustedError,
+    grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineExceededError,
+    grpc.StatusCode.UNAUTHENTICATED: UnauthenticatedError,
+    grpc.StatusCode.PERMISSION_DENIED: PermissionDeniedError,
+    grpc.StatusCode.UNIMPLEMENTED: UnimplementedError,
+}
+
+
+@pytest.mark.parametrize(("code", "expected"), list(CODE_CLASSES.items()))
+async def test_each_status_code_without_error_info_gets_its_class(
+    code: grpc.StatusCode, expected: type[EngramError]
+) -> None:
+    """Through a real call (sync and asyncio), with a bare status and no retry."""
+    script = Script()
+    script.fail("GetMemory", status_pb2.Status(code=code.value[0], message="bare"))
+    script.fail("GetMemory", status_pb2.Status(code=code.value[0], message="bare"))
+    async with fake_server(script) as address, AsyncEngramClient(address, retry=NO_RETRY) as client:
+        with pytest.raises(EngramError) as info:
+            await client.get("m-1")
+
+        def sync_call() -> EngramError:
+            with EngramClient(address, retry=NO_RETRY) as sync_client:
+                with pytest.raises(EngramError) as sync_info:
+                    sync_client.get("m-1")
+                return sync_info.value
+
+        sync_error = await asyncio.to_thread(sync_call)
+    for err in (info.value, sync_error):
+        assert type(err) is expected and err.code is code and err.reason is None
+        assert err.message == "bare"
+    assert len(script.attempts("GetMemory")) == 2

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import asyncio
 
+import grpc
 import pytest
 
 from engram_client import (
     AddOutcome,
     AsyncEngramClient,
+    CollectionNotFoundError,
     EngramClient,
     InvalidArgumentError,
+    LlmNotConfiguredError,
     MemoryFilter,
     MemoryNotFoundError,
     MemoryType,
@@ -106,3 +109,62 @@ async def test_typed_errors_from_the_server(engram_server: str) -> None:
         assert [v.field for v in bad.value.field_violations] == ["importance"]
         with pytest.raises(MemoryNotFoundError):
             await engram.delete("00000000-0000-4000-8000-000000000000")
+
+
+async def test_every_other_method_async(engram_server: str) -> None:
+    async with AsyncEngramClient(engram_server, timeout=60) as engram:
+        for text, importance in (
+            ("Paris is the capital of France.", 3),
+            ("Lisbon hosts the team offsite.", 8),
+        ):
+            await engram.add(text, collection="geo", importance=importance, tags=["geo"])
+        first = await engram.list_memories(collection="geo", page_size=1)
+        assert len(first.memories) == 1 and first.next_page_token is not None
+        second = await engram.list_memories(collection="geo", page_size=1, page_token=first.next_page_token)
+        assert {m.content for m in first.memories + second.memories} == {
+            "Paris is the capital of France.",
+            "Lisbon hosts the team offsite.",
+        }
+        important = await engram.list_memories(collection="geo", filter=MemoryFilter(min_importance=5))
+        assert [m.content for m in important.memories] == ["Lisbon hosts the team offsite."]
+
+        preview = await engram.update(locate="Lisbon hosts the team offsite.", collection="geo", dry_run=True)
+        assert preview.dry_run and preview.memory.content == "Lisbon hosts the team offsite."
+        would = await engram.delete(
+            query="Paris is the capital of France", collection="geo", threshold=0.85, dry_run=True
+        )
+        assert would.dry_run and [m.content for m in would.deleted] == ["Paris is the capital of France."]
+        gone = await engram.delete(query="Paris is the capital of France.", collection="geo")
+        assert [m.content for m in gone.deleted] == ["Paris is the capital of France."]
+
+        dropped = await engram.delete_collection("geo")
+        assert dropped.deleted_count == 1 and dropped.deleted_at is not None and not dropped.already_deleted
+        assert "geo" not in {c.name for c in await engram.list_collections()}
+
+        with pytest.raises(LlmNotConfiguredError) as reflection:  # this server has no LLM endpoint
+            await engram.run_reflection(dry_run=True)
+        assert reflection.value.code is grpc.StatusCode.FAILED_PRECONDITION
+
+
+async def test_every_other_method_sync(engram_server: str) -> None:
+    def scenario() -> None:
+        with EngramClient(engram_server, timeout=60) as engram:
+            added = engram.add("The team standup is at 9:30.", collection="sync", importance=6)
+            other = engram.add("The cafeteria closes at 3 pm.", collection="sync", importance=2)
+            page = engram.list_memories(collection="sync", page_size=1)
+            assert len(page.memories) == 1 and page.next_page_token is not None
+            ids = [m.id for m in engram.iter_memories(collection="sync", page_size=1)]
+            assert sorted(ids) == sorted([added.memory.id, other.memory.id])
+            got = engram.get(added.memory.id, collection="sync")
+            assert got.memory.importance == 6 and got.history == ()
+            counts = {c.name: c.memory_count for c in engram.list_collections()}
+            assert counts["sync"] == 2
+            would = engram.delete(query="The cafeteria closes at 3 pm", collection="sync", dry_run=True)
+            assert would.dry_run and [m.id for m in would.deleted] == [other.memory.id]
+            assert engram.delete_collection("sync").deleted_count == 2
+            with pytest.raises(CollectionNotFoundError):
+                engram.delete_collection("sync")
+            with pytest.raises(LlmNotConfiguredError):
+                engram.run_reflection(collection="sync", dry_run=True)
+
+    await asyncio.to_thread(scenario)

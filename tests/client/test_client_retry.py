@@ -16,13 +16,14 @@ from engram_client import (
     InvalidArgumentError,
     MemoryNotFoundError,
     MemoryType,
+    ReflectionOutcome,
     RetryPolicy,
     StorageUnavailableError,
     UnavailableError,
     UnimplementedError,
 )
 
-from .fake_engram import UNAVAILABLE, Script, fake_server, rich_status
+from .fake_engram import UNAVAILABLE, ReflectingFake, Script, fake_server, rich_status
 
 FAST = RetryPolicy(max_attempts=4, initial_backoff=0.01, max_backoff=0.05, jitter=0.0)
 NOT_FOUND = rich_status(grpc.StatusCode.NOT_FOUND, "gone", reason="ERROR_REASON_MEMORY_NOT_FOUND")
@@ -208,9 +209,35 @@ async def test_connection_refused_is_retried_then_raised() -> None:
     assert info.value.reason is None
 
 
-async def test_reflection_without_the_rpc_is_a_clear_error() -> None:
-    script = Script()
+async def test_reflection_on_a_server_without_the_rpc_is_a_clear_error() -> None:
+    script = Script()  # the plain fake has no RunReflection: gRPC answers UNIMPLEMENTED
     async with fake_server(script) as address, AsyncEngramClient(address) as client:
-        with pytest.raises(UnimplementedError, match="reflection is not available on this server"):
+        with pytest.raises(UnimplementedError, match="reflection is not available on this server") as info:
             await client.run_reflection()
-    assert script.calls == []
+    assert info.value.code is grpc.StatusCode.UNIMPLEMENTED
+    assert isinstance(info.value.__cause__, UnimplementedError)
+
+
+async def test_reflection_result_is_typed_and_only_a_dry_run_is_retried() -> None:
+    script = Script()
+    script.fail("RunReflection", UNAVAILABLE, UNAVAILABLE)
+    async with (
+        fake_server(script, ReflectingFake) as address,
+        AsyncEngramClient(address, retry=FAST) as client,
+    ):
+        with pytest.raises(UnavailableError):
+            await client.run_reflection(collection="work", force=True)
+        result = await client.run_reflection(collection="work", dry_run=True)
+    first, second, third = script.attempts("RunReflection")
+    assert (first.request.collection, first.request.force, first.request.dry_run) == ("work", True, False)
+    assert second.request.dry_run and third.request.dry_run
+    assert result.outcome is ReflectionOutcome.COMPLETED and result.throttled_by is None
+    assert [m.id for m in result.sources] == ["m-1", "m-2"]
+    (insight,) = result.insights
+    assert insight.type is MemoryType.INSIGHT and insight.derived_from == ("m-1", "m-2")
+    assert result.duplicates[0].similarity == pytest.approx(0.95)
+    assert (result.reflection_collection, result.model, result.unreflected_importance) == (
+        "default_reflection",
+        "gpt-4o-mini",
+        44,
+    )

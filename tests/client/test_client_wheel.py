@@ -1,6 +1,8 @@
 """The published artefact: ``python -m build`` makes a wheel and an sdist; the wheel, installed into
 a clean virtualenv, pulls only grpcio, protobuf and googleapis-common-protos / grpcio-status, and
-works against a live server from outside the source tree."""
+works against a live server from outside the source tree. The README's other way,
+``pip install ./engram_client`` from the checkout, is checked the same way in a second clean
+virtualenv."""
 
 from __future__ import annotations
 
@@ -88,20 +90,17 @@ def _build_and_install(tmp: Path) -> Path:
         "engram_client/proto/engram/v1/memory_pb2.pyi",
     ):
         assert required in names, required
-    venv = tmp / "venv"
-    _run(sys.executable, "-m", "venv", venv, cwd=tmp)
+    return _clean_venv_with(tmp / "venv-wheel", str(wheels[0]), cwd=tmp)
+
+
+def _clean_venv_with(venv: Path, requirement: str, *, cwd: Path) -> Path:
+    _run(sys.executable, "-m", "venv", venv, cwd=cwd)
     python = venv / "bin" / "python"
-    _run(python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", wheels[0], cwd=tmp)
+    _run(python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", requirement, cwd=cwd)
     return python
 
 
-async def test_wheel_in_a_clean_virtualenv(engram_server: str, tmp_path: Path) -> None:
-    if not CLIENT_DIR.joinpath("pyproject.toml").exists():
-        pytest.fail("engram_client/pyproject.toml is missing")
-    python = await asyncio.to_thread(_build_and_install, tmp_path)
-    graph: dict[str, list[str]] = json.loads(
-        await asyncio.to_thread(_run, python, "-c", DEPENDENCIES, cwd=tmp_path)
-    )
+def _check_only_allowed_dependencies(graph: dict[str, list[str]]) -> None:
     direct = set(graph["engram-client"])
     assert direct <= ALLOWED, f"engram-client requires more than allowed: {sorted(direct - ALLOWED)}"
     assert {"grpcio", "protobuf"} <= direct
@@ -118,7 +117,23 @@ async def test_wheel_in_a_clean_virtualenv(engram_server: str, tmp_path: Path) -
     assert installed <= reachable, (
         f"installed but not required by an allowed dependency: {installed - reachable}"
     )
+
+
+async def test_wheel_and_source_directory_in_clean_virtualenvs(engram_server: str, tmp_path: Path) -> None:
+    if not CLIENT_DIR.joinpath("pyproject.toml").exists():
+        pytest.fail("engram_client/pyproject.toml is missing")
+    (tmp_path / "from-dir").mkdir()
+    wheel_python, dir_python = await asyncio.gather(
+        asyncio.to_thread(_build_and_install, tmp_path),
+        # exactly the README's `pip install ./engram_client`, run from the checkout
+        asyncio.to_thread(_clean_venv_with, tmp_path / "venv-dir", "./engram_client", cwd=CLIENT_DIR.parent),
+    )
     script = tmp_path / "round_trip.py"
     script.write_text(ROUND_TRIP)
-    out = await asyncio.to_thread(_run, python, script, engram_server, cwd=tmp_path)
-    assert "round trip ok" in out
+    for python in (wheel_python, dir_python):
+        graph: dict[str, list[str]] = json.loads(
+            await asyncio.to_thread(_run, python, "-c", DEPENDENCIES, cwd=tmp_path)
+        )
+        _check_only_allowed_dependencies(graph)
+        out = await asyncio.to_thread(_run, python, script, engram_server, cwd=tmp_path)
+        assert "round trip ok" in out

@@ -3,6 +3,7 @@ restart), embedding provider down, ambiguous semantic locate."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -185,3 +186,48 @@ async def test_ambiguous_semantic_locate_is_refused(tmp_path: Path) -> None:
         err = rich(info.value)
         assert (err.code, err.reason) == (grpc.StatusCode.FAILED_PRECONDITION, "ERROR_REASON_AMBIGUOUS_MATCH")
         assert set(err.metadata["candidates"].split(",")) == {a.memory.id, b.memory.id}
+
+
+class SlowEmbedder:
+    """The real local embedder, made slow: a call past its deadline must write nothing."""
+
+    def __init__(self, inner: Any, delay: float) -> None:
+        self.inner, self.delay = inner, delay
+
+    @property
+    def model_id(self) -> str:
+        return str(self.inner.model_id)
+
+    @property
+    def dimension(self) -> int:
+        return int(self.inner.dimension)
+
+    async def embed_documents(self, texts: Sequence[str]) -> Vector:
+        await asyncio.sleep(self.delay)
+        return await self.inner.embed_documents(texts)  # type: ignore[no-any-return]
+
+    async def embed_queries(self, texts: Sequence[str]) -> Vector:
+        await asyncio.sleep(self.delay)
+        return await self.inner.embed_queries(texts)  # type: ignore[no-any-return]
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+async def test_call_past_its_deadline_writes_nothing(tmp_path: Path) -> None:
+    from engram_server.adapters.embedding.local import LocalE5Embedder  # noqa: PLC0415
+
+    embedder = SlowEmbedder(LocalE5Embedder(), delay=1.0)
+    async with (
+        running_server(tmp_path, embedder=embedder) as srv,
+        grpc.aio.insecure_channel(srv.address) as ch,
+    ):
+        st = Stub(ch)
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await st.AddMemory(s.AddMemoryRequest(content="Too slow to make it."), timeout=0.3)
+        assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        await asyncio.sleep(1.5)  # longer than the embedder takes: the abandoned call must not write
+        assert await srv.store.list_collections() == []
+        ok = await st.AddMemory(s.AddMemoryRequest(content="Given enough time."), timeout=30)
+        assert ok.outcome == s.ADD_OUTCOME_CREATED
+        assert await srv.store.count("default", StoreFilter()) == 1

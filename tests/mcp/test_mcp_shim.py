@@ -4,20 +4,26 @@ client, read-only mode, the pinned collection, and the stdio and streamable HTTP
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import re
 import socket
+import subprocess
 import sys
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.types import CallToolResult
 
 from engram_client import AsyncEngramClient, MemoryNotFoundError
+from engram_client.proto.engram.v1 import memory_service_pb2, memory_service_pb2_grpc
 from engram_mcp import READ_TOOLS, WRITE_TOOLS, EngramMcp, ShimSettings
 
 FACT = "Frank prefers concise commit messages, imperative mood, no emoji."
@@ -120,8 +126,24 @@ async def test_errors_tell_the_model_what_to_do(engram: AsyncEngramClient) -> No
         assert "exactly one of id or query" in both
         bad = error_text(await mcp.call_tool("memory_add", {"content": "x", "importance": 11}))
         assert "importance" in bad  # refused by the tool's schema before any call
-        reflection = error_text(await mcp.call_tool("reflection_run", {}))
-        assert "reflection is not available on this server" in reflection
+        reflection = error_text(await mcp.call_tool("reflection_run", {}))  # this server has no LLM
+        assert "LLM_NOT_CONFIGURED" in reflection and "LLM endpoint" in reflection
+
+
+async def test_reflection_on_a_server_without_the_rpc() -> None:
+    """An older Engram server (here: a gRPC server without the service) answers UNIMPLEMENTED."""
+    server = grpc.aio.server()
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        async with (
+            AsyncEngramClient(f"127.0.0.1:{port}", timeout=5) as client,
+            Client(EngramMcp(ShimSettings(), client=client).server) as mcp,
+        ):
+            text = error_text(await mcp.call_tool("reflection_run", {"dry_run": True}))
+        assert text.endswith(": reflection is not available on this server")
+    finally:
+        await server.stop(None)
 
 
 async def test_read_only_mode_registers_no_write_tool(engram: AsyncEngramClient) -> None:
@@ -232,3 +254,162 @@ async def test_streamable_http_transport(engram_server: str, tmp_path: Path) -> 
         process.terminate()
         await process.wait()
         log.close()
+
+
+REPO = Path(__file__).resolve().parents[2]
+README_CHECKOUT = "/path/to/engram"
+
+
+def readme_mcp_servers() -> dict[str, Any]:
+    """The JSON block of the README's MCP section, parsed."""
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("### MCP server (`engram-mcp`)") : readme.index("## How memories behave")]
+    blocks = re.findall(r"```json\n(.*?)```", section, flags=re.S)
+    assert len(blocks) == 1, blocks
+    config: dict[str, Any] = json.loads(blocks[0])
+    return config
+
+
+async def test_readme_config_block_runs_the_shim(engram: AsyncEngramClient, engram_server: str) -> None:
+    """The README's mcpServers block, as written: only the checkout path and the address of this
+    test's server are filled in. A real MCP stdio session then lists the tools and runs
+    add -> search -> update -> delete."""
+    config = readme_mcp_servers()
+    assert list(config) == ["mcpServers"] and list(config["mcpServers"]) == ["engram"]
+    entry = config["mcpServers"]["engram"]
+    assert set(entry) == {"command", "args", "env"}
+    assert entry["command"].startswith(README_CHECKOUT + "/")
+    command = REPO / entry["command"].removeprefix(README_CHECKOUT + "/")
+    assert command.is_file(), f"{command} missing: `make install` puts engram-mcp into .venv"
+    env = dict(entry["env"])
+    assert env["ENGRAM_ADDR"] == "127.0.0.1:50051"  # where `make run` listens
+    env["ENGRAM_ADDR"] = engram_server
+    collection = env["ENGRAM_MCP_COLLECTION"]
+    await engram.add("Warm-up, so the first tool call does not wait for the model.", collection="warm")
+
+    params = StdioServerParameters(command=str(command), args=list(entry["args"]), env=env)
+    async with Client(params) as mcp:
+        tools = {t.name for t in (await mcp.list_tools()).tools}
+        assert tools == set(READ_TOOLS) | set(WRITE_TOOLS)
+
+        added = payload(
+            await mcp.call_tool(
+                "memory_add", {"content": FACT, "type": "directive", "importance": 8, "tags": ["frank"]}
+            )
+        )
+        assert added["outcome"] == "created" and added["memory"]["collection"] == collection
+        memory_id = added["memory"]["id"]
+
+        found = payload(
+            await mcp.call_tool("memory_search", {"query": "how does Frank like commit messages", "limit": 3})
+        )
+        assert found["results"][0]["id"] == memory_id and found["results"][0]["relevance"] > 0.7
+
+        updated = payload(
+            await mcp.call_tool(
+                "memory_update", {"id": memory_id, "new_content": "Frank wants one-line commit messages."}
+            )
+        )
+        assert updated["changed"] and updated["memory"]["version"] == 2
+        assert updated["memory"]["content"] == "Frank wants one-line commit messages."
+        assert updated["previous"]["content"] == FACT
+
+        refused = error_text(await mcp.call_tool("memory_delete", {"id": memory_id}))
+        assert "PROTECTED_MEMORY" in refused
+        deleted = payload(await mcp.call_tool("memory_delete", {"id": memory_id, "force": True}))
+        assert [m["id"] for m in deleted["deleted"]] == [memory_id]
+
+        after = payload(await mcp.call_tool("memory_search", {"query": "Frank commit messages"}))
+        assert memory_id not in {r["id"] for r in after["results"]}
+    with pytest.raises(MemoryNotFoundError):
+        await engram.get(memory_id, collection=collection)
+
+
+@contextlib.contextmanager
+def _silent_peer() -> Iterator[str]:
+    """Accepts TCP connections (the kernel does, from the backlog) and never answers."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(16)
+        yield f"127.0.0.1:{sock.getsockname()[1]}"
+
+
+async def test_unreachable_server_is_a_quick_clear_tool_error() -> None:
+    dead = f"127.0.0.1:{_free_port()}"  # nothing listens there
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "engram_mcp"], env=_shim_env(dead, ENGRAM_TIMEOUT="10")
+    )
+    async with Client(params) as mcp:
+        assert {t.name for t in (await mcp.list_tools()).tools} == set(READ_TOOLS) | set(WRITE_TOOLS)
+        start = time.monotonic()
+        text = error_text(await mcp.call_tool("memory_search", {"query": "anything"}))
+        assert time.monotonic() - start < 5  # retries included; far below ENGRAM_TIMEOUT
+        assert "UNAVAILABLE: failed to connect" in text
+        assert f"Cannot reach the Engram server at {dead} (ENGRAM_ADDR)" in text
+        text = error_text(await mcp.call_tool("memory_add", {"content": "Nobody will store this."}))
+        assert f"Cannot reach the Engram server at {dead}" in text
+
+    with _silent_peer() as silent:
+        params = StdioServerParameters(
+            command=sys.executable, args=["-m", "engram_mcp"], env=_shim_env(silent, ENGRAM_TIMEOUT="1")
+        )
+        async with Client(params) as mcp:
+            start = time.monotonic()
+            text = error_text(await mcp.call_tool("memory_search", {"query": "anything"}))
+            assert time.monotonic() - start < 4
+            assert "DEADLINE_EXCEEDED: " in text
+            assert f"The Engram server at {silent} did not answer in time (ENGRAM_TIMEOUT)" in text
+
+
+def test_bad_connection_settings_stop_the_shim_at_startup() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "engram_mcp"],
+        env=_shim_env("127.0.0.1:50051", ENGRAM_TLS="maybe"),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode != 0 and "engram-mcp: " in done.stderr and "ENGRAM_TLS" in done.stderr
+
+
+class _ReflectingServer(memory_service_pb2_grpc.MemoryServiceServicer):
+    """Only RunReflection, answering a throttled run (the real one needs an LLM endpoint)."""
+
+    def __init__(self) -> None:
+        self.requests: list[memory_service_pb2.RunReflectionRequest] = []
+
+    async def RunReflection(self, request: Any, context: Any) -> memory_service_pb2.RunReflectionResponse:
+        self.requests.append(request)
+        resp = memory_service_pb2.RunReflectionResponse(
+            outcome=memory_service_pb2.REFLECTION_OUTCOME_THROTTLED,
+            throttled_by=memory_service_pb2.REFLECTION_GATE_MIN_INTERVAL,
+            detail="the last run was 10 minutes ago",
+            unreflected_importance=12,
+            unreflected_count=3,
+        )
+        resp.next_run_after.FromSeconds(1_900_000_000)
+        return resp
+
+
+async def test_reflection_run_reports_the_outcome() -> None:
+    servicer = _ReflectingServer()
+    server = grpc.aio.server()
+    memory_service_pb2_grpc.add_MemoryServiceServicer_to_server(servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        async with (
+            AsyncEngramClient(f"127.0.0.1:{port}", timeout=5) as client,
+            Client(EngramMcp(ShimSettings(collection="team"), client=client).server) as mcp,
+        ):
+            report = payload(await mcp.call_tool("reflection_run", {"dry_run": True}))
+    finally:
+        await server.stop(None)
+    assert report["outcome"] == "throttled" and report["throttled_by"] == "min_interval"
+    assert report["detail"] == "the last run was 10 minutes ago" and report["unreflected_count"] == 3
+    assert report["next_run_after"].startswith("2030-03-17T")
+    assert report["insights"] == [] and report["sources"] == []
+    (request,) = servicer.requests
+    assert request.collection == "team" and request.dry_run and not request.force

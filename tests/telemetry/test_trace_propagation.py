@@ -55,7 +55,7 @@ def assert_chain(*spans: ReadableSpan) -> None:
 
 def trace_id(span: ReadableSpan) -> int:
     assert span.context is not None
-    return span.context.trace_id
+    return int(span.context.trace_id)
 
 
 def traceparent_ids(metadata: dict[str, str]) -> tuple[str, str]:

@@ -21,6 +21,9 @@ from engram_client.models import (
     MemoryType,
     Page,
     RankingWeights,
+    ReflectionGate,
+    ReflectionOutcome,
+    ReflectionResult,
     ScoreBreakdown,
     SearchResult,
     SimilarMemory,
@@ -48,6 +51,12 @@ _SOURCE_TO, _SOURCE_FROM = _enum_tables(Source, "SOURCE_", dict(memory_pb2.Sourc
 _STYPE_TO, _STYPE_FROM = _enum_tables(SourceType, "SOURCE_TYPE_", dict(memory_pb2.SourceType.items()))
 _OUTCOME_TO, _OUTCOME_FROM = _enum_tables(
     AddOutcome, "ADD_OUTCOME_", dict(memory_service_pb2.AddOutcome.items())
+)
+_REFLECTION_TO, _REFLECTION_FROM = _enum_tables(
+    ReflectionOutcome, "REFLECTION_OUTCOME_", dict(memory_service_pb2.ReflectionOutcome.items())
+)
+_GATE_TO, _GATE_FROM = _enum_tables(
+    ReflectionGate, "REFLECTION_GATE_", dict(memory_service_pb2.ReflectionGate.items())
 )
 
 
@@ -81,7 +90,10 @@ def timestamp_to_proto(value: datetime, what: str) -> Timestamp:
     return ts
 
 
-def _time(message: memory_pb2.Memory | memory_pb2.CollectionInfo, name: str) -> datetime | None:
+def _time(
+    message: memory_pb2.Memory | memory_pb2.CollectionInfo | memory_service_pb2.RunReflectionResponse,
+    name: str,
+) -> datetime | None:
     if not message.HasField(name):  # type: ignore[arg-type]
         return None
     ts: Timestamp = getattr(message, name)
@@ -112,6 +124,8 @@ def memory_from_proto(m: memory_pb2.Memory) -> Memory:
         access_count=m.access_count,
         last_accessed_at=_time(m, "last_accessed_at"),
         reflected_at=_time(m, "reflected_at"),
+        derived_from=tuple(m.derived_from),
+        draft=m.draft,
     )
 
 
@@ -137,21 +151,25 @@ def weights_to_proto(w: RankingWeights) -> memory_pb2.RankingWeights:
     return memory_pb2.RankingWeights(relevance=w.relevance, recency=w.recency, importance=w.importance)
 
 
+def _similar(items: Iterable[memory_pb2.SimilarMemory]) -> tuple[SimilarMemory, ...]:
+    return tuple(
+        SimilarMemory(
+            id=s.id,
+            similarity=s.similarity,
+            content=s.content,
+            type=_TYPE_FROM.get(s.type, MemoryType.UNSPECIFIED),
+        )
+        for s in items
+    )
+
+
 def add_result(resp: memory_service_pb2.AddMemoryResponse, request_id: str) -> AddResult:
     outcome = _OUTCOME_FROM.get(resp.outcome, AddOutcome.UNSPECIFIED)
     return AddResult(
         memory=memory_from_proto(resp.memory),
         outcome=outcome,
         duplicate_similarity=resp.duplicate_similarity if outcome is AddOutcome.DUPLICATE else None,
-        near_duplicates=tuple(
-            SimilarMemory(
-                id=s.id,
-                similarity=s.similarity,
-                content=s.content,
-                type=_TYPE_FROM.get(s.type, MemoryType.UNSPECIFIED),
-            )
-            for s in resp.near_duplicates
-        ),
+        near_duplicates=_similar(resp.near_duplicates),
         replayed=resp.replayed,
         request_id=request_id,
     )
@@ -211,3 +229,21 @@ def collections(resp: memory_service_pb2.ListCollectionsResponse) -> list[Collec
 def delete_collection_result(resp: memory_service_pb2.DeleteCollectionResponse) -> DeleteCollectionResult:
     deleted_at = resp.deleted_at.ToDatetime(tzinfo=UTC) if resp.HasField("deleted_at") else None
     return DeleteCollectionResult(deleted_count=resp.deleted_count, deleted_at=deleted_at)
+
+
+def reflection_result(resp: memory_service_pb2.RunReflectionResponse) -> ReflectionResult:
+    gate = _GATE_FROM.get(resp.throttled_by, ReflectionGate.UNSPECIFIED)
+    return ReflectionResult(
+        outcome=_REFLECTION_FROM.get(resp.outcome, ReflectionOutcome.UNSPECIFIED),
+        throttled_by=None if gate is ReflectionGate.UNSPECIFIED else gate,
+        detail=resp.detail,
+        next_run_after=_time(resp, "next_run_after"),
+        unreflected_importance=resp.unreflected_importance,
+        unreflected_count=resp.unreflected_count,
+        sources=_memories(resp.sources),
+        insights=_memories(resp.insights),
+        drafts=_memories(resp.drafts),
+        duplicates=_similar(resp.duplicates),
+        reflection_collection=resp.reflection_collection,
+        model=resp.model,
+    )

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
-from google.protobuf import json_format
 from google.protobuf.message import Message
 
 from engram_client import _convert
@@ -33,6 +32,7 @@ from engram_client.models import (
     MemoryTypeName,
     Page,
     RankingWeights,
+    ReflectionResult,
     SearchResult,
     Source,
     SourceName,
@@ -250,28 +250,8 @@ def delete_collection(name: str) -> Plan[DeleteCollectionResult]:
     )
 
 
-REFLECTION_METHOD = "RunReflection"
-
-
-def reflection_supported(stub: object) -> bool:
-    """True when the generated code knows RunReflection (the server may still not implement it)."""
-    return hasattr(memory_service_pb2, "RunReflectionRequest") and hasattr(stub, REFLECTION_METHOD)
-
-
-def run_reflection(*, collection: str | None, dry_run: bool) -> Plan[dict[str, Any]]:
-    request_type: type[Message] = memory_service_pb2.RunReflectionRequest  # type: ignore[attr-defined,unused-ignore]
-    fields = set(request_type.DESCRIPTOR.fields_by_name)
-    values: dict[str, Any] = {}
-    if collection and "collection" in fields:
-        values["collection"] = collection
-    if dry_run:
-        if "dry_run" not in fields:
-            raise ValueError("this server's RunReflection has no dry_run")
-        values["dry_run"] = True
-    req = request_type(**values)
-    return Plan(
-        REFLECTION_METHOD,
-        req,
-        lambda resp: json_format.MessageToDict(resp, preserving_proto_field_name=True),
-        retry=dry_run,
-    )
+def run_reflection(*, collection: str | None, dry_run: bool, force: bool) -> Plan[ReflectionResult]:
+    req = memory_service_pb2.RunReflectionRequest(collection=collection or "", dry_run=dry_run, force=force)
+    # A real run calls an LLM and writes insights: not retried (a lost answer cannot be told apart
+    # from a run that did not happen). A dry run writes nothing and is retried.
+    return Plan("RunReflection", req, _convert.reflection_result, retry=dry_run)

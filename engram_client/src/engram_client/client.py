@@ -58,7 +58,7 @@ from typing import Any, Self, TypeVar, cast
 import grpc
 import grpc.aio
 
-from engram_client import _plans
+from engram_client import _otel, _plans
 from engram_client._plans import Plan
 from engram_client.config import ConnectionConfig, RetryPolicy
 from engram_client.errors import EngramError, UnimplementedError, error_from_rpc_error
@@ -74,6 +74,7 @@ from engram_client.models import (
     MemoryTypeName,
     Page,
     RankingWeights,
+    ReflectionResult,
     SearchResult,
     Source,
     SourceName,
@@ -100,6 +101,20 @@ def _credentials(config: ConnectionConfig) -> grpc.ChannelCredentials:
         root_certificates=config.root_certificates,
         private_key=config.private_key,
         certificate_chain=config.certificate_chain,
+    )
+
+
+def _reflection_unavailable(error: UnimplementedError) -> UnimplementedError:
+    """The server answered UNIMPLEMENTED to RunReflection: the same clear error as when the
+    generated code has no RunReflection at all, keeping what the server sent."""
+    return UnimplementedError(
+        REFLECTION_UNAVAILABLE,
+        code=error.code,
+        reason=error.reason,
+        domain=error.domain,
+        metadata=error.metadata,
+        status=error.status,
+        details=error.details,
     )
 
 
@@ -168,6 +183,7 @@ class _ClientBase:
         )
         self.retry_policy = retry or RetryPolicy()
         self._metadata = self.config.call_metadata(tuple(metadata))
+        self._peer = _otel.peer_attributes(self.config.target)
 
     @property
     def target(self) -> str:
@@ -246,21 +262,28 @@ class EngramClient(_ClientBase):
     def _run(self, plan: Plan[R], timeout: float | None) -> R:
         attempts = _Attempts(self.retry_policy, self._timeout(timeout))
         rpc = getattr(self._stub, plan.method)
-        while True:
-            attempts.attempt += 1
-            try:
-                response = rpc(plan.request, timeout=attempts.remaining(), metadata=self._metadata)
-            except grpc.RpcError as exc:
-                error = error_from_rpc_error(exc)
-            else:
-                return plan.convert(response)
-            if attempts.gone(plan, error):
-                assert plan.gone is not None
-                return plan.gone()
-            delay = attempts.next_delay(plan, error)
-            if delay is None:
-                raise error
-            time.sleep(delay)
+        with _otel.call_span(plan.method, self._peer) as span:
+            while True:
+                attempts.attempt += 1
+                # Every attempt carries the current trace context (this call's span, if any).
+                metadata = _otel.trace_metadata(self._metadata)
+                try:
+                    response = rpc(plan.request, timeout=attempts.remaining(), metadata=metadata)
+                except grpc.RpcError as exc:
+                    error = error_from_rpc_error(exc)
+                else:
+                    span.finish(attempts.attempt)
+                    return plan.convert(response)
+                if attempts.gone(plan, error):
+                    assert plan.gone is not None
+                    span.finish(attempts.attempt)
+                    return plan.gone()
+                delay = attempts.next_delay(plan, error)
+                if delay is None:
+                    span.finish(attempts.attempt, error)
+                    raise error
+                span.retry(attempts.attempt, error, delay)
+                time.sleep(delay)
 
     def add(
         self,
@@ -452,14 +475,27 @@ class EngramClient(_ClientBase):
         return self._run(_plans.delete_collection(name), timeout)
 
     def run_reflection(
-        self, *, collection: str | None = None, dry_run: bool = False, timeout: float | None = None
-    ) -> dict[str, Any]:
-        """Run one reflection pass, if the server offers RunReflection (the answer as a dict).
+        self,
+        *,
+        collection: str | None = None,
+        dry_run: bool = False,
+        force: bool = False,
+        timeout: float | None = None,
+    ) -> ReflectionResult:
+        """Run one reflection pass over ``collection``: an LLM distils its unreflected memories into
+        up to three insights, stored in ``<collection>_reflection``. The server throttles runs
+        (minimum interval, which ``force`` skips; daily cap; minimum summed importance): a refused
+        run is ``outcome=THROTTLED``, not an error. ``dry_run`` evaluates the gates and picks the
+        sources without calling the LLM or writing.
 
-        Raises UnimplementedError("reflection is not available on this server") otherwise."""
-        if not _plans.reflection_supported(self._stub):
-            raise UnimplementedError(REFLECTION_UNAVAILABLE, code=grpc.StatusCode.UNIMPLEMENTED)
-        return self._run(_plans.run_reflection(collection=collection, dry_run=dry_run), timeout)
+        Raises UnimplementedError("reflection is not available on this server") when the server
+        has no RunReflection (an older server); LlmNotConfiguredError when it has no LLM endpoint;
+        LlmUnavailableError / LlmInvalidOutputError when the LLM fails (nothing is written)."""
+        plan = _plans.run_reflection(collection=collection, dry_run=dry_run, force=force)
+        try:
+            return self._run(plan, timeout)
+        except UnimplementedError as exc:  # generated code knows the RPC, this server does not
+            raise _reflection_unavailable(exc) from exc
 
 
 class AsyncEngramClient(_ClientBase):
@@ -524,21 +560,28 @@ class AsyncEngramClient(_ClientBase):
     async def _run(self, plan: Plan[R], timeout: float | None) -> R:
         attempts = _Attempts(self.retry_policy, self._timeout(timeout))
         rpc = getattr(self._stub, plan.method)
-        while True:
-            attempts.attempt += 1
-            try:
-                response = await rpc(plan.request, timeout=attempts.remaining(), metadata=self._metadata)
-            except grpc.RpcError as exc:
-                error = error_from_rpc_error(exc)
-            else:
-                return plan.convert(response)
-            if attempts.gone(plan, error):
-                assert plan.gone is not None
-                return plan.gone()
-            delay = attempts.next_delay(plan, error)
-            if delay is None:
-                raise error
-            await asyncio.sleep(delay)
+        with _otel.call_span(plan.method, self._peer) as span:
+            while True:
+                attempts.attempt += 1
+                # Every attempt carries the current trace context (this call's span, if any).
+                metadata = _otel.trace_metadata(self._metadata)
+                try:
+                    response = await rpc(plan.request, timeout=attempts.remaining(), metadata=metadata)
+                except grpc.RpcError as exc:
+                    error = error_from_rpc_error(exc)
+                else:
+                    span.finish(attempts.attempt)
+                    return plan.convert(response)
+                if attempts.gone(plan, error):
+                    assert plan.gone is not None
+                    span.finish(attempts.attempt)
+                    return plan.gone()
+                delay = attempts.next_delay(plan, error)
+                if delay is None:
+                    span.finish(attempts.attempt, error)
+                    raise error
+                span.retry(attempts.attempt, error, delay)
+                await asyncio.sleep(delay)
 
     async def add(
         self,
@@ -721,9 +764,16 @@ class AsyncEngramClient(_ClientBase):
         return await self._run(_plans.delete_collection(name), timeout)
 
     async def run_reflection(
-        self, *, collection: str | None = None, dry_run: bool = False, timeout: float | None = None
-    ) -> dict[str, Any]:
+        self,
+        *,
+        collection: str | None = None,
+        dry_run: bool = False,
+        force: bool = False,
+        timeout: float | None = None,
+    ) -> ReflectionResult:
         """See :meth:`EngramClient.run_reflection`."""
-        if not _plans.reflection_supported(self._stub):
-            raise UnimplementedError(REFLECTION_UNAVAILABLE, code=grpc.StatusCode.UNIMPLEMENTED)
-        return await self._run(_plans.run_reflection(collection=collection, dry_run=dry_run), timeout)
+        plan = _plans.run_reflection(collection=collection, dry_run=dry_run, force=force)
+        try:
+            return await self._run(plan, timeout)
+        except UnimplementedError as exc:  # generated code knows the RPC, this server does not
+            raise _reflection_unavailable(exc) from exc

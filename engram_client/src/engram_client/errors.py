@@ -31,7 +31,9 @@ __all__ = [
     "FieldViolation",
     "IdempotencyConflictError",
     "InvalidArgumentError",
+    "LlmInvalidOutputError",
     "LlmNotConfiguredError",
+    "LlmUnavailableError",
     "MemoryNotFoundError",
     "MemorySupersededError",
     "NoMatchError",
@@ -230,6 +232,20 @@ class LlmNotConfiguredError(FailedPreconditionError):
     REASON = "ERROR_REASON_LLM_NOT_CONFIGURED"
 
 
+class LlmUnavailableError(UnavailableError):
+    """The server's LLM endpoint (used by reflection) cannot be reached, timed out or failed.
+    Nothing was written."""
+
+    REASON = "ERROR_REASON_LLM_UNAVAILABLE"
+
+
+class LlmInvalidOutputError(UnavailableError):
+    """The server's LLM answered with output that does not fit the required schema (reflection).
+    Nothing was written."""
+
+    REASON = "ERROR_REASON_LLM_INVALID_OUTPUT"
+
+
 class StorageUnavailableError(UnavailableError):
     """The storage backend cannot be reached or failed."""
 
@@ -267,6 +283,8 @@ _BY_REASON: dict[str, type[EngramError]] = {
         MemorySupersededError,
         AmbiguousMatchError,
         LlmNotConfiguredError,
+        LlmUnavailableError,
+        LlmInvalidOutputError,
         StorageUnavailableError,
         EmbedderUnavailableError,
         IdempotencyConflictError,

@@ -27,6 +27,9 @@ __all__ = [
     "MemoryTypeName",
     "Page",
     "RankingWeights",
+    "ReflectionGate",
+    "ReflectionOutcome",
+    "ReflectionResult",
     "ScoreBreakdown",
     "SearchResult",
     "SimilarMemory",
@@ -85,6 +88,31 @@ class AddOutcome(StrEnum):
     DUPLICATE = "duplicate"
 
 
+class ReflectionOutcome(StrEnum):
+    """What :meth:`EngramClient.run_reflection` did."""
+
+    UNSPECIFIED = "unspecified"
+    #: Insights (and/or drafts) were written and the sources marked reflected.
+    COMPLETED = "completed"
+    #: The LLM ran but produced nothing new; nothing was written.
+    NO_INSIGHT = "no_insight"
+    #: A gate refused the run; see ``throttled_by``, ``detail`` and ``next_run_after``.
+    THROTTLED = "throttled"
+    #: ``dry_run``: every gate passed and a run would use ``sources``.
+    WOULD_RUN = "would_run"
+
+
+class ReflectionGate(StrEnum):
+    """The gate that refused a reflection run."""
+
+    UNSPECIFIED = "unspecified"
+    MIN_INTERVAL = "min_interval"
+    DAILY_CAP = "daily_cap"
+    IMPORTANCE = "importance"
+    TOO_FEW_MEMORIES = "too_few_memories"
+    IN_PROGRESS = "in_progress"
+
+
 MemoryTypeName = Literal["identity", "directive", "insight", "event"]
 SourceName = Literal["user", "agent", "system"]
 SourceTypeName = Literal[
@@ -116,6 +144,10 @@ class Memory:
     access_count: int
     last_accessed_at: datetime | None
     reflected_at: datetime | None
+    #: For reflection insights: the ids of the memories they were derived from.
+    derived_from: tuple[str, ...] = ()
+    #: A low-confidence reflection insight kept as a draft (never returned by search).
+    draft: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,3 +299,28 @@ class RankingWeights:
     relevance: float = 1.0
     recency: float = 0.5
     importance: float = 0.3
+
+
+@dataclass(frozen=True, slots=True)
+class ReflectionResult:
+    """The answer of :meth:`EngramClient.run_reflection`."""
+
+    outcome: ReflectionOutcome
+    #: For ``THROTTLED``: the gate that refused the run.
+    throttled_by: ReflectionGate | None
+    #: Human-readable explanation of the outcome.
+    detail: str
+    #: For a time gate: the earliest time the next run is allowed.
+    next_run_after: datetime | None
+    unreflected_importance: int
+    unreflected_count: int
+    #: The memories the run used (or would use) as sources.
+    sources: tuple[Memory, ...]
+    #: Insights stored in ``reflection_collection``.
+    insights: tuple[Memory, ...]
+    #: Low-confidence insights kept as drafts.
+    drafts: tuple[Memory, ...]
+    #: Proposed insights dropped as near-copies of existing ones.
+    duplicates: tuple[SimilarMemory, ...]
+    reflection_collection: str
+    model: str

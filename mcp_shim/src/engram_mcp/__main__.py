@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 import anyio
 
+from engram_client import ConnectionConfig
 from engram_mcp.server import EngramMcp
 from engram_mcp.settings import ShimSettings
 
@@ -58,6 +59,7 @@ async def serve(settings: ShimSettings) -> None:
 def main(argv: Sequence[str] | None = None) -> None:
     try:
         settings = _parse(argv)
+        ConnectionConfig.resolve()  # a bad ENGRAM_* connection setting fails here, not in a tool call
     except ValueError as exc:
         sys.exit(f"engram-mcp: {exc}")
     anyio.run(serve, settings)

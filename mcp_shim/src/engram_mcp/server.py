@@ -3,6 +3,11 @@
 The tool descriptions carry the write discipline of the reference design: search before writing;
 a best relevance above 0.82 means update instead of add; type and importance are chosen with care
 because they decide how a memory decays and when it expires.
+
+Tracing: the mcp SDK wraps every tool call in a SERVER span ``tools/call <tool>`` (attribute
+``gen_ai.tool.name``) parented on the request's ``_meta.traceparent``, or a new trace without one.
+The tool's engram-client call runs inside that span and sends its context on to the Engram server,
+so one tool call is one trace. Nothing here needs to add spans of its own.
 """
 
 from __future__ import annotations
@@ -19,17 +24,23 @@ from pydantic import Field
 from engram_client import (
     AddResult,
     AsyncEngramClient,
+    DeadlineExceededError,
     DeleteResult,
     EngramError,
     InvalidArgumentError,
+    LlmInvalidOutputError,
     LlmNotConfiguredError,
+    LlmUnavailableError,
     Memory,
     MemoryFilter,
     MemoryNotFoundError,
     NoMatchError,
+    PermissionDeniedError,
     ProtectedMemoryError,
+    ReflectionResult,
     SearchResult,
     ThresholdTooLowError,
+    UnauthenticatedError,
     UnavailableError,
     UnimplementedError,
     UpdateResult,
@@ -85,6 +96,10 @@ def _memory(m: Memory) -> dict[str, Any]:
         out["valid_until"] = m.valid_until.isoformat()
     if m.metadata:
         out["metadata"] = dict(m.metadata)
+    if m.derived_from:
+        out["derived_from"] = list(m.derived_from)
+    if m.draft:
+        out["draft"] = True
     return out
 
 
@@ -128,8 +143,33 @@ def _delete(r: DeleteResult) -> dict[str, Any]:
     return {"dry_run": r.dry_run, "deleted": [_memory(m) for m in r.deleted], "count": len(r.deleted)}
 
 
-def _tool_error(error: EngramError) -> ToolError:
-    """The message a model reads when a call fails: what happened and what to do next."""
+def _reflection(r: ReflectionResult) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "outcome": r.outcome.value,
+        "detail": r.detail,
+        "unreflected_count": r.unreflected_count,
+        "unreflected_importance": r.unreflected_importance,
+        "sources": [{"id": m.id, "content": m.content} for m in r.sources],
+        "insights": [_memory(m) for m in r.insights],
+    }
+    if r.throttled_by is not None:
+        out["throttled_by"] = r.throttled_by.value
+    if r.next_run_after is not None:
+        out["next_run_after"] = r.next_run_after.isoformat()
+    if r.drafts:
+        out["drafts"] = [_memory(m) for m in r.drafts]
+    if r.duplicates:
+        out["duplicates"] = [{"id": d.id, "similarity": round(d.similarity, 4)} for d in r.duplicates]
+    if r.reflection_collection:
+        out["reflection_collection"] = r.reflection_collection
+    return out
+
+
+def _tool_error(error: EngramError, target: str | None = None) -> ToolError:
+    """The message a model reads when a call fails: what happened and what to do next.
+
+    ``target`` is the Engram address, named when the server itself cannot be reached."""
+    server = f"Engram server at {target}" if target else "Engram server"
     hint = ""
     if isinstance(error, ProtectedMemoryError):
         hint = (
@@ -143,9 +183,21 @@ def _tool_error(error: EngramError) -> ToolError:
     elif isinstance(error, MemoryNotFoundError):
         hint = "No memory with that id exists here. Use memory_search to find current ids."
     elif isinstance(error, LlmNotConfiguredError):
-        hint = "Reflection needs an LLM endpoint configured on the Engram server."
+        hint = "Reflection needs an LLM endpoint configured on the Engram server; it cannot run here."
+    elif isinstance(error, LlmUnavailableError | LlmInvalidOutputError):
+        hint = "The server's LLM failed and nothing was written; try reflection_run again later."
+    elif isinstance(error, UnavailableError) and error.reason is None:
+        # No ErrorInfo: gRPC itself failed (nothing listening, DNS, TLS), not Engram.
+        hint = (
+            f"Cannot reach the {server} (ENGRAM_ADDR). Long-term memory is unavailable until it is "
+            "running; continue without it and tell the user if it matters."
+        )
     elif isinstance(error, UnavailableError):
         hint = "The memory service is unavailable right now; try again later."
+    elif isinstance(error, DeadlineExceededError):
+        hint = f"The {server} did not answer in time (ENGRAM_TIMEOUT); try again later."
+    elif isinstance(error, UnauthenticatedError | PermissionDeniedError):
+        hint = f"The {server} refused the credentials; check ENGRAM_API_KEY."
     elif isinstance(error, InvalidArgumentError) and error.field_violations:
         hint = "Fix: " + "; ".join(f"{v.field}: {v.description}" for v in error.field_violations)
     label = (error.reason or error.code.name).removeprefix("ERROR_REASON_")
@@ -187,6 +239,9 @@ class EngramMcp:
         if self._client is None:
             self._client = AsyncEngramClient()
         return self._client
+
+    def _tool_error(self, error: EngramError) -> ToolError:
+        return _tool_error(error, self._client.target if self._client is not None else None)
 
     async def aclose(self) -> None:
         if self._client is not None and self._owns_client:
@@ -255,7 +310,7 @@ class EngramMcp:
             client = await self.client()
             results = await client.search(query, collections=collections, limit=limit, filter=memory_filter)
         except EngramError as exc:
-            raise _tool_error(exc) from exc
+            raise self._tool_error(exc) from exc
         return {"results": [_search_hit(r) for r in results]}
 
     async def memory_add(
@@ -299,7 +354,7 @@ class EngramMcp:
                 collection=collection,
             )
         except EngramError as exc:
-            raise _tool_error(exc) from exc
+            raise self._tool_error(exc) from exc
         return _add(result)
 
     async def memory_update(
@@ -356,7 +411,7 @@ class EngramMcp:
         except ValueError as exc:
             raise ToolError("Give exactly one of id or old_content.") from exc
         except EngramError as exc:
-            raise _tool_error(exc) from exc
+            raise self._tool_error(exc) from exc
         return _update(result)
 
     async def memory_delete(
@@ -408,7 +463,7 @@ class EngramMcp:
         except ValueError as exc:
             raise ToolError("Give exactly one of id or query.") from exc
         except EngramError as exc:
-            raise _tool_error(exc) from exc
+            raise self._tool_error(exc) from exc
         return _delete(result)
 
     async def reflection_run(
@@ -423,8 +478,9 @@ class EngramMcp:
         server throttles it (minimum interval, daily cap, enough new material), so it may do nothing."""
         try:
             client = await self.client()
-            return await client.run_reflection(collection=collection, dry_run=dry_run)
-        except UnimplementedError as exc:
+            result = await client.run_reflection(collection=collection, dry_run=dry_run)
+        except UnimplementedError as exc:  # an Engram server without RunReflection
             raise ToolError(REFLECTION_UNAVAILABLE) from exc
         except EngramError as exc:
-            raise _tool_error(exc) from exc
+            raise self._tool_error(exc) from exc
+        return _reflection(result)

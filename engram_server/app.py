@@ -16,7 +16,7 @@ from grpc_reflection.v1alpha import reflection
 
 from engram_client.proto.engram.v1 import memory_service_pb2, memory_service_pb2_grpc
 from engram_server.api.servicer import MemoryServicer
-from engram_server.config import Settings
+from engram_server.config import ConfigError, Settings
 from engram_server.domain.calibration import calibration_for, is_calibrated
 from engram_server.domain.clock import Clock, SystemClock
 from engram_server.domain.ranking import Weights
@@ -110,6 +110,21 @@ def build_reflection_policy(settings: Settings) -> ReflectionPolicy:
     )
 
 
+def server_credentials(settings: Settings) -> grpc.ServerCredentials | None:
+    """TLS credentials from ENGRAM_TLS_* (mutual TLS when a client CA is set), or None."""
+    if settings.tls_cert_file is None or settings.tls_key_file is None:
+        return None
+    try:
+        chain = settings.tls_cert_file.read_bytes()
+        key = settings.tls_key_file.read_bytes()
+        client_ca = settings.tls_client_ca_file.read_bytes() if settings.tls_client_ca_file else None
+    except OSError as exc:
+        raise ConfigError(f"ENGRAM_TLS_*: {exc}") from exc
+    return grpc.ssl_server_credentials(
+        [(key, chain)], root_certificates=client_ca, require_client_auth=client_ca is not None
+    )
+
+
 @dataclass
 class EngramServer:
     """One Engram process: the gRPC server and its background work."""
@@ -160,6 +175,12 @@ class EngramServer:
 
     async def start(self) -> None:
         s = self.settings
+        # Security first: a server that must not start (no keys on a public bind, unreadable
+        # certificates) fails before it opens anything.
+        from engram_server.api.auth import build_auth_interceptor  # noqa: PLC0415
+
+        auth = build_auth_interceptor(s)
+        credentials = server_credentials(s)
         await self.store.open()
         warm = getattr(self.embedder, "warm_up", None)
         if warm is not None:
@@ -188,6 +209,10 @@ class EngramServer:
                     record_content=self.telemetry.config.record_content,
                 )
             )
+        # Auth runs inside telemetry: refused calls (UNAUTHENTICATED, PERMISSION_DENIED,
+        # RATE_LIMITED) are still traced and counted, with their reason.
+        if auth is not None:
+            interceptors.append(auth)
         server = grpc.aio.server(options=options, interceptors=interceptors)
         memory_service_pb2_grpc.add_MemoryServiceServicer_to_server(
             MemoryServicer(self.service, self.reflector), server
@@ -202,7 +227,10 @@ class EngramServer:
             ),
             server,
         )
-        self.port = server.add_insecure_port(f"{s.host}:{s.port}")
+        if credentials is None:
+            self.port = server.add_insecure_port(f"{s.host}:{s.port}")
+        else:
+            self.port = server.add_secure_port(f"{s.host}:{s.port}", credentials)
         if self.port == 0:
             raise OSError(f"could not bind {s.host}:{s.port}")
         await server.start()

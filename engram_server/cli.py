@@ -20,7 +20,18 @@ def main(argv: list[str] | None = None) -> None:
     serve_p.add_argument("--host", help="override ENGRAM_HOST")
     serve_p.add_argument("--port", type=int, help="override ENGRAM_PORT")
     sub.add_parser("config", help="print the configuration variables and their current values")
+    hash_p = sub.add_parser(
+        "hash-key", help="print the line to store in ENGRAM_AUTH_FILE for an API key (never the key itself)"
+    )
+    hash_p.add_argument("key", nargs="?", help="the key (default: read from stdin, out of history)")
+    hash_p.add_argument("--generate", action="store_true", help="make a new random key and print it too")
+    hash_p.add_argument(
+        "--scheme", choices=("sha256", "scrypt"), default="sha256", help="scrypt for human-chosen keys"
+    )
     args = parser.parse_args(argv)
+    if args.command == "hash-key":
+        _hash_key(args.key, generate=args.generate, scheme=args.scheme)
+        return
 
     try:
         settings = load_settings()
@@ -42,12 +53,30 @@ def main(argv: list[str] | None = None) -> None:
 
     try:
         asyncio.run(serve(settings))
-    except EngramError as exc:
+    except (EngramError, ConfigError) as exc:
         sys.exit(f"engram: cannot start: {exc}")
     except OSError as exc:
         sys.exit(f"engram: cannot start: {exc}")
     except KeyboardInterrupt:
         pass
+
+
+def _hash_key(key: str | None, *, generate: bool, scheme: str) -> None:
+    from engram_server.domain.auth import generate_key, hash_key  # noqa: PLC0415
+
+    if generate:
+        key = generate_key()
+        print(f"key: {key}")
+    elif key is None:
+        if sys.stdin.isatty():
+            import getpass  # noqa: PLC0415
+
+            key = getpass.getpass("API key: ")
+        else:
+            key = sys.stdin.readline().rstrip("\r\n")
+    if not key or not key.strip():
+        sys.exit("engram: hash-key: the key must not be empty")
+    print(hash_key(key, scheme=scheme))
 
 
 if __name__ == "__main__":

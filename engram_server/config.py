@@ -85,6 +85,15 @@ class Settings:
     otel_record_content: bool = False
     otel_excluded_services: str = ""
     otel_stats_interval_seconds: float = 60.0
+    # Security
+    auth: str = "auto"
+    api_key: str | None = None
+    auth_file: Path | None = None
+    rate_limit_rps: float = 100.0
+    rate_limit_burst: int = 200
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+    tls_client_ca_file: Path | None = None
 
     extra: Mapping[str, str] = field(default_factory=dict)
 
@@ -257,6 +266,37 @@ SETTINGS_DOC: list[tuple[str, str, str]] = [
         "ENGRAM_OTEL_STATS_INTERVAL_SECONDS",
         "How often the `engram.memories` gauge recounts memories by collection and type (0 = never).",
     ),
+    (
+        "auth",
+        "ENGRAM_AUTH",
+        "`auto`, `on` or `off`. auto: on when keys are configured; with no keys, off on a loopback bind "
+        "(loud warning) and a refusal to start on any other address. `off` always runs without auth.",
+    ),
+    (
+        "api_key",
+        "ENGRAM_API_KEY",
+        "One API key for one admin principal on every collection (the reference's single-key mode).",
+    ),
+    (
+        "auth_file",
+        "ENGRAM_AUTH_FILE",
+        "TOML or JSON file of principals: hashed keys (`engram hash-key`), grants per collection, "
+        "rate limit. See Security.",
+    ),
+    (
+        "rate_limit_rps",
+        "ENGRAM_RATE_LIMIT_RPS",
+        "Per-principal token bucket refill, calls per second, when auth is on (0 = unlimited); "
+        "an auth-file principal may set its own.",
+    ),
+    ("rate_limit_burst", "ENGRAM_RATE_LIMIT_BURST", "Per-principal token bucket size (burst)."),
+    ("tls_cert_file", "ENGRAM_TLS_CERT_FILE", "PEM certificate chain: serve TLS (with the key file)."),
+    ("tls_key_file", "ENGRAM_TLS_KEY_FILE", "PEM private key of the server certificate."),
+    (
+        "tls_client_ca_file",
+        "ENGRAM_TLS_CLIENT_CA_FILE",
+        "PEM CA bundle: require and verify client certificates (mutual TLS).",
+    ),
 ]
 
 
@@ -327,6 +367,14 @@ def _check(s: Settings) -> None:
         problems.append("ENGRAM_EMBEDDER_PROVIDER must be local, openai or voyage")
     if s.candidate_factor < 1 or s.min_candidates < 1:
         problems.append("candidate settings must be ≥ 1")
+    if s.auth not in {"auto", "on", "off"}:
+        problems.append("ENGRAM_AUTH must be auto, on or off")
+    if s.rate_limit_rps < 0 or s.rate_limit_burst < 1:
+        problems.append("ENGRAM_RATE_LIMIT_RPS must be ≥ 0 and ENGRAM_RATE_LIMIT_BURST ≥ 1")
+    if (s.tls_cert_file is None) != (s.tls_key_file is None):
+        problems.append("ENGRAM_TLS_CERT_FILE and ENGRAM_TLS_KEY_FILE go together")
+    if s.tls_client_ca_file is not None and s.tls_cert_file is None:
+        problems.append("ENGRAM_TLS_CLIENT_CA_FILE (mutual TLS) needs the server certificate and key")
     if problems:
         raise ConfigError("; ".join(problems))
 

@@ -1,12 +1,14 @@
 """The one place domain errors become gRPC status: code + google.rpc.Status details
-(ErrorInfo with the ErrorReason name, BadRequest field violations)."""
+(ErrorInfo with the ErrorReason name, BadRequest field violations, QuotaFailure and RetryInfo
+for rate limits)."""
 
 from __future__ import annotations
 
 import logging
+import math
 
 import grpc
-from google.protobuf import any_pb2
+from google.protobuf import any_pb2, duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
@@ -32,6 +34,9 @@ CODES: dict[Reason, grpc.StatusCode] = {
     Reason.LLM_NOT_CONFIGURED: grpc.StatusCode.FAILED_PRECONDITION,
     Reason.LLM_UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
     Reason.LLM_INVALID_OUTPUT: grpc.StatusCode.UNAVAILABLE,
+    Reason.UNAUTHENTICATED: grpc.StatusCode.UNAUTHENTICATED,
+    Reason.PERMISSION_DENIED: grpc.StatusCode.PERMISSION_DENIED,
+    Reason.RATE_LIMITED: grpc.StatusCode.RESOURCE_EXHAUSTED,
 }
 
 
@@ -61,6 +66,21 @@ def to_status(error: EngramError) -> grpc.Status:
                 )
             )
         )
+    if error.quota_violations:
+        details.append(
+            _pack(
+                error_details_pb2.QuotaFailure(
+                    violations=[
+                        error_details_pb2.QuotaFailure.Violation(subject=q.subject, description=q.description)
+                        for q in error.quota_violations
+                    ]
+                )
+            )
+        )
+    if error.retry_after is not None:
+        delay = duration_pb2.Duration()
+        delay.FromNanoseconds(max(0, math.ceil(error.retry_after * 1e9)))
+        details.append(_pack(error_details_pb2.RetryInfo(retry_delay=delay)))
     status = status_pb2.Status(code=code.value[0], message=error.message, details=details)
     return rpc_status.to_status(status)
 

@@ -24,6 +24,9 @@ class Reason(StrEnum):
     LLM_NOT_CONFIGURED = "ERROR_REASON_LLM_NOT_CONFIGURED"
     LLM_UNAVAILABLE = "ERROR_REASON_LLM_UNAVAILABLE"
     LLM_INVALID_OUTPUT = "ERROR_REASON_LLM_INVALID_OUTPUT"
+    UNAUTHENTICATED = "ERROR_REASON_UNAUTHENTICATED"
+    PERMISSION_DENIED = "ERROR_REASON_PERMISSION_DENIED"
+    RATE_LIMITED = "ERROR_REASON_RATE_LIMITED"
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,10 +35,20 @@ class FieldViolation:
     description: str
 
 
+@dataclass(frozen=True, slots=True)
+class QuotaViolation:
+    subject: str
+    description: str
+
+
 class EngramError(Exception):
     """Base of every error Engram reports to callers."""
 
     reason: Reason = Reason.INVALID_ARGUMENT
+    #: Seconds before a retry can succeed (sent as google.rpc.RetryInfo), when known.
+    retry_after: float | None = None
+    #: Quota checks that failed (sent as google.rpc.QuotaFailure).
+    quota_violations: tuple[QuotaViolation, ...] = ()
 
     def __init__(
         self,
@@ -112,3 +125,27 @@ class LlmUnavailable(EngramError):
 
 class LlmInvalidOutput(EngramError):
     reason = Reason.LLM_INVALID_OUTPUT
+
+
+class Unauthenticated(EngramError):
+    reason = Reason.UNAUTHENTICATED
+
+
+class PermissionDenied(EngramError):
+    reason = Reason.PERMISSION_DENIED
+
+
+class RateLimited(EngramError):
+    reason = Reason.RATE_LIMITED
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retry_after: float,
+        violations: tuple[QuotaViolation, ...] = (),
+        metadata: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message, metadata=metadata)
+        self.retry_after = retry_after
+        self.quota_violations = violations

@@ -71,6 +71,17 @@ const (
 	// The LLM answered with output that is not valid JSON for the required schema (status
 	// UNAVAILABLE, as for a bad gateway). Nothing was written.
 	ErrorReason_ERROR_REASON_LLM_INVALID_OUTPUT ErrorReason = 16
+	// The call carried no API key, or one the server does not know (status UNAUTHENTICATED).
+	// Send the key as `authorization: Bearer <key>` (or `x-api-key: <key>`) metadata.
+	ErrorReason_ERROR_REASON_UNAUTHENTICATED ErrorReason = 17
+	// The API key's principal has no grant for this collection, or not with the role the RPC
+	// needs (status PERMISSION_DENIED). Metadata gives "principal", "collection" and
+	// "required_role".
+	ErrorReason_ERROR_REASON_PERMISSION_DENIED ErrorReason = 18
+	// The principal exceeded its rate limit (status RESOURCE_EXHAUSTED). The status carries a
+	// `google.rpc.QuotaFailure` and a `google.rpc.RetryInfo` with the delay before a retry can
+	// succeed.
+	ErrorReason_ERROR_REASON_RATE_LIMITED ErrorReason = 19
 )
 
 // Enum value maps for ErrorReason.
@@ -92,6 +103,9 @@ var (
 		13: "ERROR_REASON_LLM_NOT_CONFIGURED",
 		15: "ERROR_REASON_LLM_UNAVAILABLE",
 		16: "ERROR_REASON_LLM_INVALID_OUTPUT",
+		17: "ERROR_REASON_UNAUTHENTICATED",
+		18: "ERROR_REASON_PERMISSION_DENIED",
+		19: "ERROR_REASON_RATE_LIMITED",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":          0,
@@ -110,6 +124,9 @@ var (
 		"ERROR_REASON_LLM_NOT_CONFIGURED":   13,
 		"ERROR_REASON_LLM_UNAVAILABLE":      15,
 		"ERROR_REASON_LLM_INVALID_OUTPUT":   16,
+		"ERROR_REASON_UNAUTHENTICATED":      17,
+		"ERROR_REASON_PERMISSION_DENIED":    18,
+		"ERROR_REASON_RATE_LIMITED":         19,
 	}
 )
 
@@ -144,7 +161,7 @@ var File_engram_v1_error_reason_proto protoreflect.FileDescriptor
 
 const file_engram_v1_error_reason_proto_rawDesc = "" +
 	"\n" +
-	"\x1cengram/v1/error_reason.proto\x12\tengram.v1*\xe7\x04\n" +
+	"\x1cengram/v1/error_reason.proto\x12\tengram.v1*\xcc\x05\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12!\n" +
 	"\x1dERROR_REASON_INVALID_ARGUMENT\x10\x01\x12!\n" +
@@ -162,7 +179,10 @@ const file_engram_v1_error_reason_proto_rawDesc = "" +
 	"\x1cERROR_REASON_AMBIGUOUS_MATCH\x10\f\x12#\n" +
 	"\x1fERROR_REASON_LLM_NOT_CONFIGURED\x10\r\x12 \n" +
 	"\x1cERROR_REASON_LLM_UNAVAILABLE\x10\x0f\x12#\n" +
-	"\x1fERROR_REASON_LLM_INVALID_OUTPUT\x10\x10\"\x04\b\x0e\x10\x0e*\x1aERROR_REASON_SHUTTING_DOWNB?Z=github.com/engram-memory/engram/clients/go/engram/v1;engramv1b\x06proto3"
+	"\x1fERROR_REASON_LLM_INVALID_OUTPUT\x10\x10\x12 \n" +
+	"\x1cERROR_REASON_UNAUTHENTICATED\x10\x11\x12\"\n" +
+	"\x1eERROR_REASON_PERMISSION_DENIED\x10\x12\x12\x1d\n" +
+	"\x19ERROR_REASON_RATE_LIMITED\x10\x13\"\x04\b\x0e\x10\x0e*\x1aERROR_REASON_SHUTTING_DOWNB?Z=github.com/engram-memory/engram/clients/go/engram/v1;engramv1b\x06proto3"
 
 var (
 	file_engram_v1_error_reason_proto_rawDescOnce sync.Once

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1c\x65ngram/v1/error_reason.proto\x12\tengram.v1*\xe7\x04\n\x0b\x45rrorReason\x12\x1c\n\x18\x45RROR_REASON_UNSPECIFIED\x10\x00\x12!\n\x1d\x45RROR_REASON_INVALID_ARGUMENT\x10\x01\x12!\n\x1d\x45RROR_REASON_MEMORY_NOT_FOUND\x10\x02\x12%\n!ERROR_REASON_COLLECTION_NOT_FOUND\x10\x03\x12\x19\n\x15\x45RROR_REASON_NO_MATCH\x10\x04\x12\"\n\x1e\x45RROR_REASON_THRESHOLD_TOO_LOW\x10\x05\x12!\n\x1d\x45RROR_REASON_PROTECTED_MEMORY\x10\x06\x12#\n\x1f\x45RROR_REASON_EMBEDDING_MISMATCH\x10\x07\x12$\n ERROR_REASON_STORAGE_UNAVAILABLE\x10\x08\x12%\n!ERROR_REASON_EMBEDDER_UNAVAILABLE\x10\t\x12%\n!ERROR_REASON_IDEMPOTENCY_CONFLICT\x10\n\x12\"\n\x1e\x45RROR_REASON_MEMORY_SUPERSEDED\x10\x0b\x12 \n\x1c\x45RROR_REASON_AMBIGUOUS_MATCH\x10\x0c\x12#\n\x1f\x45RROR_REASON_LLM_NOT_CONFIGURED\x10\r\x12 \n\x1c\x45RROR_REASON_LLM_UNAVAILABLE\x10\x0f\x12#\n\x1f\x45RROR_REASON_LLM_INVALID_OUTPUT\x10\x10\"\x04\x08\x0e\x10\x0e*\x1a\x45RROR_REASON_SHUTTING_DOWNB?Z=github.com/engram-memory/engram/clients/go/engram/v1;engramv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1c\x65ngram/v1/error_reason.proto\x12\tengram.v1*\xcc\x05\n\x0b\x45rrorReason\x12\x1c\n\x18\x45RROR_REASON_UNSPECIFIED\x10\x00\x12!\n\x1d\x45RROR_REASON_INVALID_ARGUMENT\x10\x01\x12!\n\x1d\x45RROR_REASON_MEMORY_NOT_FOUND\x10\x02\x12%\n!ERROR_REASON_COLLECTION_NOT_FOUND\x10\x03\x12\x19\n\x15\x45RROR_REASON_NO_MATCH\x10\x04\x12\"\n\x1e\x45RROR_REASON_THRESHOLD_TOO_LOW\x10\x05\x12!\n\x1d\x45RROR_REASON_PROTECTED_MEMORY\x10\x06\x12#\n\x1f\x45RROR_REASON_EMBEDDING_MISMATCH\x10\x07\x12$\n ERROR_REASON_STORAGE_UNAVAILABLE\x10\x08\x12%\n!ERROR_REASON_EMBEDDER_UNAVAILABLE\x10\t\x12%\n!ERROR_REASON_IDEMPOTENCY_CONFLICT\x10\n\x12\"\n\x1e\x45RROR_REASON_MEMORY_SUPERSEDED\x10\x0b\x12 \n\x1c\x45RROR_REASON_AMBIGUOUS_MATCH\x10\x0c\x12#\n\x1f\x45RROR_REASON_LLM_NOT_CONFIGURED\x10\r\x12 \n\x1c\x45RROR_REASON_LLM_UNAVAILABLE\x10\x0f\x12#\n\x1f\x45RROR_REASON_LLM_INVALID_OUTPUT\x10\x10\x12 \n\x1c\x45RROR_REASON_UNAUTHENTICATED\x10\x11\x12\"\n\x1e\x45RROR_REASON_PERMISSION_DENIED\x10\x12\x12\x1d\n\x19\x45RROR_REASON_RATE_LIMITED\x10\x13\"\x04\x08\x0e\x10\x0e*\x1a\x45RROR_REASON_SHUTTING_DOWNB?Z=github.com/engram-memory/engram/clients/go/engram/v1;engramv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,5 +33,5 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'Z=github.com/engram-memory/engram/clients/go/engram/v1;engramv1'
   _globals['_ERRORREASON']._serialized_start=44
-  _globals['_ERRORREASON']._serialized_end=659
+  _globals['_ERRORREASON']._serialized_end=760
 # @@protoc_insertion_point(module_scope)

@@ -68,6 +68,20 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     """The LLM answered with output that is not valid JSON for the required schema (status
     UNAVAILABLE, as for a bad gateway). Nothing was written.
     """
+    ERROR_REASON_UNAUTHENTICATED: _ErrorReason.ValueType  # 17
+    """The call carried no API key, or one the server does not know (status UNAUTHENTICATED).
+    Send the key as `authorization: Bearer <key>` (or `x-api-key: <key>`) metadata.
+    """
+    ERROR_REASON_PERMISSION_DENIED: _ErrorReason.ValueType  # 18
+    """The API key's principal has no grant for this collection, or not with the role the RPC
+    needs (status PERMISSION_DENIED). Metadata gives "principal", "collection" and
+    "required_role".
+    """
+    ERROR_REASON_RATE_LIMITED: _ErrorReason.ValueType  # 19
+    """The principal exceeded its rate limit (status RESOURCE_EXHAUSTED). The status carries a
+    `google.rpc.QuotaFailure` and a `google.rpc.RetryInfo` with the delay before a retry can
+    succeed.
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """ErrorReason lists the machine-readable reasons Engram attaches to failed calls.
@@ -125,5 +139,19 @@ Nothing was written.
 ERROR_REASON_LLM_INVALID_OUTPUT: ErrorReason.ValueType  # 16
 """The LLM answered with output that is not valid JSON for the required schema (status
 UNAVAILABLE, as for a bad gateway). Nothing was written.
+"""
+ERROR_REASON_UNAUTHENTICATED: ErrorReason.ValueType  # 17
+"""The call carried no API key, or one the server does not know (status UNAUTHENTICATED).
+Send the key as `authorization: Bearer <key>` (or `x-api-key: <key>`) metadata.
+"""
+ERROR_REASON_PERMISSION_DENIED: ErrorReason.ValueType  # 18
+"""The API key's principal has no grant for this collection, or not with the role the RPC
+needs (status PERMISSION_DENIED). Metadata gives "principal", "collection" and
+"required_role".
+"""
+ERROR_REASON_RATE_LIMITED: ErrorReason.ValueType  # 19
+"""The principal exceeded its rate limit (status RESOURCE_EXHAUSTED). The status carries a
+`google.rpc.QuotaFailure` and a `google.rpc.RetryInfo` with the delay before a retry can
+succeed.
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015

@@ -1,0 +1,350 @@
+"""Authentication, authorization and rate limiting at the gRPC edge: one server interceptor.
+
+Per call to ``engram.v1.MemoryService`` (health and server reflection stay open):
+
+1. the API key — ``authorization: Bearer <key>`` or ``x-api-key: <key>`` metadata — must belong to
+   a principal, else UNAUTHENTICATED (``ERROR_REASON_UNAUTHENTICATED``);
+2. the principal's token bucket must hold a token, else RESOURCE_EXHAUSTED
+   (``ERROR_REASON_RATE_LIMITED`` with ``QuotaFailure`` and ``RetryInfo``);
+3. the collections the request names (resolved exactly as the service resolves them: an empty
+   ``collection`` is the default collection) must each be granted with the role the RPC needs,
+   else PERMISSION_DENIED (``ERROR_REASON_PERMISSION_DENIED``). ListCollections answers only the
+   collections the principal may read. A method without a rule here is refused: nothing runs
+   unscoped.
+
+The request fields are only visible after deserialization, so the interceptor wraps each unary
+handler (built once per method and cached) instead of deciding in ``intercept_service``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import logging
+import tomllib
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from engram_client.proto.engram.v1 import memory_service_pb2 as s
+from engram_server.api.errors import to_status
+from engram_server.config import ConfigError, Settings
+from engram_server.domain.auth import (
+    Authenticator,
+    Principal,
+    RateLimit,
+    RateLimiter,
+    Role,
+    parse_principals,
+    single_key_principal,
+)
+from engram_server.domain.errors import (
+    EngramError,
+    InvalidArgument,
+    PermissionDenied,
+    QuotaViolation,
+    RateLimited,
+    Unauthenticated,
+)
+
+log = logging.getLogger(__name__)
+
+SERVICE = s.DESCRIPTOR.services_by_name["MemoryService"].full_name
+#: Services every caller may use without a key.
+OPEN_SERVICES = frozenset({"grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection"})
+#: Most collections one SearchMemories may name (the service's own limit).
+MAX_SEARCH_COLLECTIONS = 16
+
+Behavior = Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Awaitable[Any]]
+
+
+# --- which role each RPC needs, on which collections ---------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    role: Role
+    #: request, default collection -> the collections the call touches (None: filtered response).
+    scope: Callable[[Any, str], list[str] | None]
+    #: request -> a stronger role for some options (RunReflection ``force``).
+    escalate: Callable[[Any], Role | None] | None = None
+
+
+def _one(request: Any, default: str) -> list[str]:
+    return [request.collection or default]
+
+
+def _search(request: Any, default: str) -> list[str]:
+    names = list(dict.fromkeys(request.collections)) or [default]
+    if len(names) > MAX_SEARCH_COLLECTIONS:
+        raise InvalidArgument.of("collections", f"at most {MAX_SEARCH_COLLECTIONS} collections per search")
+    return names
+
+
+def _named(request: Any, default: str) -> list[str]:
+    if not request.name:
+        raise InvalidArgument.of("name", "must not be empty")
+    return [request.name]
+
+
+def _listing(request: Any, default: str) -> list[str] | None:
+    return None
+
+
+RULES: dict[str, Rule] = {
+    "AddMemory": Rule(Role.WRITE, _one),
+    "UpdateMemory": Rule(Role.WRITE, _one),
+    "DeleteMemory": Rule(Role.WRITE, _one),
+    "SearchMemories": Rule(Role.READ, _search),
+    "GetMemory": Rule(Role.READ, _one),
+    "ListMemories": Rule(Role.READ, _one),
+    "ListCollections": Rule(Role.READ, _listing),
+    "DeleteCollection": Rule(Role.ADMIN, _named),
+    "RunReflection": Rule(Role.WRITE, _one, lambda r: Role.ADMIN if r.force else None),
+}
+
+
+# --- the interceptor -----------------------------------------------------------------------------
+
+
+def api_key_from(metadata: Sequence[tuple[str, str | bytes]] | None) -> str | None:
+    """The key from ``authorization: Bearer <key>`` or ``x-api-key``; None when absent or when the
+    call carries several different keys."""
+    found: set[str] = set()
+    for key, value in metadata or ():
+        if not isinstance(value, str):
+            continue
+        if key == "authorization":
+            scheme, _, token = value.strip().partition(" ")
+            found.add(token.strip() if scheme.lower() == "bearer" else "")
+        elif key == "x-api-key":
+            found.add(value.strip())
+    if len(found) != 1:
+        return None
+    return found.pop() or None
+
+
+class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    def __init__(
+        self,
+        authenticator: Authenticator,
+        limiter: RateLimiter,
+        *,
+        default_collection: str,
+    ) -> None:
+        self.authenticator = authenticator
+        self.limiter = limiter
+        self.default_collection = default_collection
+        self._cache: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        method: str = handler_call_details.method
+        cached = self._cache.get(method)
+        if cached is not None and cached[0] is handler:
+            return cached[1]
+        wrapped = self._wrap(method, handler)
+        if handler is not None:
+            self._cache[method] = (handler, wrapped)
+        return wrapped
+
+    def _wrap(self, full_method: str, handler: grpc.RpcMethodHandler | None) -> grpc.RpcMethodHandler:
+        if handler is None:
+            return handler  # unknown method: gRPC answers UNIMPLEMENTED, nothing runs
+        service, _, method = full_method.lstrip("/").partition("/")
+        if service in OPEN_SERVICES:
+            return handler
+        rule = RULES.get(method) if service == SERVICE else None
+        if handler.unary_unary is None or rule is None:
+            return _refusing(handler, f"{full_method} is not available to API keys")
+        return grpc.unary_unary_rpc_method_handler(
+            self._behavior(method, rule, handler.unary_unary),
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+
+    def check(self, method: str, rule: Rule, request: Any, metadata: Any) -> Principal:
+        """Authenticate, rate-limit and authorize one call; raises the EngramError to answer."""
+        key = api_key_from(metadata)
+        principal = self.authenticator.authenticate(key) if key else None
+        if principal is None:
+            raise Unauthenticated(
+                "missing or unknown API key: send it as 'authorization: Bearer <key>' metadata"
+                if key is None
+                else "unknown API key"
+            )
+        delay = self.limiter.acquire(principal)
+        if delay > 0:
+            limit = self.limiter.limit_for(principal)
+            raise RateLimited(
+                f"rate limit of principal {principal.name!r} exceeded; retry in {delay:.3f}s",
+                retry_after=delay,
+                violations=(
+                    QuotaViolation(
+                        subject=f"principal:{principal.name}",
+                        description=f"{limit.rps:g} calls per second, burst {limit.burst}",
+                    ),
+                ),
+                metadata={"principal": principal.name, "retry_after_seconds": f"{delay:.3f}"},
+            )
+        collections = rule.scope(request, self.default_collection)
+        needed = rule.role
+        if rule.escalate is not None:
+            needed = max(needed, rule.escalate(request) or Role.NONE)
+        for name in collections or ():
+            if not principal.may(name, needed):
+                raise PermissionDenied(
+                    f"principal {principal.name!r} may not {method} on collection {name!r} "
+                    f"(needs {needed.label})",
+                    metadata={
+                        "principal": principal.name,
+                        "collection": name,
+                        "required_role": needed.label,
+                        "method": method,
+                    },
+                )
+        return principal
+
+    def _behavior(self, method: str, rule: Rule, inner: Behavior) -> Behavior:
+        async def behavior(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            try:
+                principal = self.check(method, rule, request, context.invocation_metadata())
+            except EngramError as exc:
+                log.debug("refused %s: %s", method, exc.message)
+                await context.abort_with_status(to_status(exc))
+                raise AssertionError("unreachable") from exc  # abort_with_status always raises
+            response = await inner(request, context)
+            if method == "ListCollections" and response is not None:
+                kept = [c for c in response.collections if principal.may(c.name, Role.READ)]
+                del response.collections[:]
+                response.collections.extend(kept)
+            return response
+
+        return behavior
+
+
+def _refusing(handler: grpc.RpcMethodHandler, message: str) -> grpc.RpcMethodHandler:
+    """A handler of the same shape that refuses every call (default deny)."""
+
+    async def refuse(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        await context.abort_with_status(to_status(PermissionDenied(message)))
+
+    if handler.unary_unary is not None:
+        return grpc.unary_unary_rpc_method_handler(
+            refuse,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+    if handler.unary_stream is not None:
+        return grpc.unary_stream_rpc_method_handler(
+            refuse,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+    if handler.stream_unary is not None:
+        return grpc.stream_unary_rpc_method_handler(
+            refuse,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+    return grpc.stream_stream_rpc_method_handler(
+        refuse,
+        request_deserializer=handler.request_deserializer,
+        response_serializer=handler.response_serializer,
+    )
+
+
+# --- configuration -------------------------------------------------------------------------------
+
+
+def is_loopback(host: str) -> bool:
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip().strip("[]")).is_loopback
+    except ValueError:
+        return False  # a hostname, "", "0.0.0.0"-style wildcards: not known to be loopback
+
+
+def load_auth_file(path: Path) -> list[Principal]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"ENGRAM_AUTH_FILE: cannot read {path}: {exc}") from exc
+    try:
+        document = json.loads(text) if path.suffix.lower() == ".json" else tomllib.loads(text)
+        return parse_principals(document)
+    except (ValueError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"ENGRAM_AUTH_FILE {path}: {exc}") from exc
+
+
+BANNER = "*" * 78
+
+
+def build_auth_interceptor(settings: Settings) -> AuthInterceptor | None:
+    """The interceptor for these settings, or None when auth is off (logged loudly).
+
+    Raises ConfigError when the server must not start: auth required but no keys, or a
+    non-loopback bind with no keys and no explicit ``ENGRAM_AUTH=off``.
+    """
+    principals: list[Principal] = []
+    if settings.auth_file is not None:
+        principals.extend(load_auth_file(settings.auth_file))
+    if settings.api_key:
+        try:
+            single = single_key_principal(settings.api_key)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from exc
+        if any(p.name == single.name for p in principals):
+            raise ConfigError(f"ENGRAM_AUTH_FILE already has a principal named {single.name!r}")
+        principals.append(single)
+    loopback = is_loopback(settings.host)
+    mode = settings.auth
+    if mode == "off":
+        log.warning(
+            "%s\nAUTH IS OFF (ENGRAM_AUTH=off): every caller that can reach %s:%s may read, write "
+            "and delete every collection.%s\n%s",
+            BANNER,
+            settings.host,
+            settings.port,
+            "" if loopback else " THIS ADDRESS IS NOT LOOPBACK.",
+            BANNER,
+        )
+        if principals:
+            log.warning("ENGRAM_AUTH=off: the configured API keys are ignored")
+        return None
+    if not principals:
+        if mode == "on":
+            raise ConfigError("ENGRAM_AUTH=on needs ENGRAM_API_KEY or ENGRAM_AUTH_FILE")
+        if not loopback:
+            raise ConfigError(
+                f"refusing to serve on {settings.host} (not loopback) without authentication: set "
+                "ENGRAM_API_KEY or ENGRAM_AUTH_FILE, or ENGRAM_AUTH=off to accept the risk"
+            )
+        log.warning(
+            "%s\nAUTH IS OFF: no ENGRAM_API_KEY or ENGRAM_AUTH_FILE; serving unauthenticated on "
+            "loopback %s only (embedded local set-up).\n%s",
+            BANNER,
+            settings.host,
+            BANNER,
+        )
+        return None
+    default = RateLimit(settings.rate_limit_rps, settings.rate_limit_burst)
+    log.info(
+        "auth on: %d principal(s) (%s); default rate limit %s",
+        len(principals),
+        ", ".join(p.name for p in principals),
+        "unlimited" if default.unlimited else f"{default.rps:g}/s burst {default.burst}",
+    )
+    return AuthInterceptor(
+        Authenticator(principals),
+        RateLimiter(default),
+        default_collection=settings.default_collection,
+    )

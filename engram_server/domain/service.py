@@ -12,6 +12,7 @@ import hashlib
 import json
 import logging
 import math
+import unicodedata
 import uuid
 from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -387,7 +388,7 @@ class MemoryService:
                 if replay is not None:
                     return replay
             now = self._clock.now()
-            similar = await self._gate(collection, vector, now)
+            similar = await self._gate(collection, vector, now, cmd.content)
             if similar and similar[0].similarity > pol.dedup_threshold:
                 top = similar[0]
                 existing = await self._merge_provenance(collection, top.record, cmd.source_type, now)
@@ -422,14 +423,25 @@ class MemoryService:
             self.last_write_at[collection] = now
             return AddResult(record, AddOutcome.CREATED, 0.0, near)
 
-    async def _gate(self, collection: str, vector: Vector, now: float) -> list[Similar]:
-        """The nearest live memories, most similar first, calibrated (the write gate's check)."""
+    async def _gate(self, collection: str, vector: Vector, now: float, content: str) -> list[Similar]:
+        """The nearest live memories, most similar first, calibrated (the write gate's check).
+
+        A candidate whose text equals ``content`` once normalised (Unicode NFKC, case, white space,
+        surrounding punctuation) is an exact copy whatever the embedding says: similarity 1.0.
+        """
         pol = self.policy
+        key = normalise_text(content)
         with _tracer.start_as_current_span(
             "engram.gate", attributes={"engram.collection": collection}
         ) as span:
             hits = await self._query(collection, vector, pol.gate_candidates, StoreFilter(live_at=now))
-            similar = [Similar(h.record, self._cal.similarity(h.score)) for h in hits]
+            similar = [
+                Similar(
+                    h.record,
+                    1.0 if normalise_text(h.record.content) == key else self._cal.similarity(h.score),
+                )
+                for h in hits
+            ]
             similar.sort(key=lambda s: s.similarity, reverse=True)
             best = similar[0].similarity if similar else 0.0
             if best > pol.dedup_threshold:
@@ -943,3 +955,13 @@ def _decode_token(token: str, collection: str) -> str | None:
     if name != collection or not isinstance(offset, str):
         return None
     return offset
+
+
+_EDGE_PUNCTUATION = " \t\r\n.,;:!?…。，；：！？、\"'`“”‘’()[]{}（）【】-—~*_"
+
+
+def normalise_text(text: str) -> str:
+    """The form two texts share when they differ only in Unicode width, case, white space or
+    surrounding punctuation ("I live in Berlin." == "i live in  berlin")."""
+    folded = unicodedata.normalize("NFKC", text).casefold()
+    return " ".join(folded.split()).strip(_EDGE_PUNCTUATION)

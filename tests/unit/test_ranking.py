@@ -53,3 +53,12 @@ def test_mmr_prefers_diverse_second_pick() -> None:
     order = mmr_order([1.0, 0.95, 0.9], [a, a2, b], k=2, lam=0.5)
     assert order == [0, 2]
     assert mmr_order([1.0, 0.95, 0.9], [a, a2, b], k=3, lam=1.0) == [0, 1, 2]
+
+
+def test_gate_text_normalisation() -> None:
+    from engram_server.domain.service import normalise_text  # noqa: PLC0415
+
+    assert normalise_text("I live in Berlin.") == normalise_text("  i LIVE in   berlin ")
+    assert normalise_text("我住在上海。") == normalise_text("我住在上海")
+    assert normalise_text("ＡＢＣ１２３") == normalise_text("abc123")  # full-width
+    assert normalise_text("I live in Berlin.") != normalise_text("I lived in Berlin.")

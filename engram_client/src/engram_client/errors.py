@@ -152,9 +152,13 @@ class DeadlineExceededError(EngramError):
 class UnauthenticatedError(EngramError):
     """UNAUTHENTICATED: no API key, or an unknown one."""
 
+    REASON = "ERROR_REASON_UNAUTHENTICATED"
+
 
 class PermissionDeniedError(EngramError):
     """PERMISSION_DENIED: the API key may not do this (for example reach that collection)."""
+
+    REASON = "ERROR_REASON_PERMISSION_DENIED"
 
 
 class UnimplementedError(EngramError):
@@ -289,6 +293,8 @@ _BY_REASON: dict[str, type[EngramError]] = {
         EmbedderUnavailableError,
         IdempotencyConflictError,
         RateLimitedError,
+        UnauthenticatedError,
+        PermissionDeniedError,
     )
     if cls.REASON is not None
 }

@@ -1,0 +1,1 @@
+"""Engram evaluation: the regression taskset (eval.regression) and public benchmarks (eval.locomo)."""

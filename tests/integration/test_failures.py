@@ -231,3 +231,19 @@ async def test_call_past_its_deadline_writes_nothing(tmp_path: Path) -> None:
         ok = await st.AddMemory(s.AddMemoryRequest(content="Given enough time."), timeout=30)
         assert ok.outcome == s.ADD_OUTCOME_CREATED
         assert await srv.store.count("default", StoreFilter()) == 1
+
+
+async def test_oversized_message_is_refused_and_the_server_keeps_serving(tmp_path: Path) -> None:
+    async with (
+        running_server(tmp_path, max_message_bytes=1024 * 1024) as srv,
+        grpc.aio.insecure_channel(srv.address) as ch,
+    ):
+        st = Stub(ch)
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await st.AddMemory(s.AddMemoryRequest(content="x" * (2 * 1024 * 1024)))
+        assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        with pytest.raises(grpc.aio.AioRpcError) as info:  # under the message limit, over the content bound
+            await st.AddMemory(s.AddMemoryRequest(content="y" * 100_000))
+        assert rich(info.value).violations.keys() == {"content"}
+        ok = await st.AddMemory(s.AddMemoryRequest(content="Still serving."))
+        assert ok.outcome == s.ADD_OUTCOME_CREATED

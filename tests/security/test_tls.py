@@ -157,3 +157,34 @@ def test_tls_settings_are_checked() -> None:
         load_settings({"ENGRAM_TLS_CLIENT_CA_FILE": "/ca.pem"})
     with pytest.raises(ConfigError):
         load_settings({"ENGRAM_AUTH": "maybe"})
+
+
+async def test_engram_client_over_mutual_tls(tmp_path: Path, pki: dict[str, Path | bytes]) -> None:
+    """The typed client package with its own TLS options, against the TLS server."""
+    from engram_client import AsyncEngramClient, UnavailableError  # noqa: PLC0415
+
+    async with running_server(
+        tmp_path / "d",
+        tls_cert_file=pki["server_cert"],
+        tls_key_file=pki["server_key"],
+        tls_client_ca_file=pki["ca"],
+        api_key="k",
+    ) as server:
+        async with AsyncEngramClient(
+            server.address,
+            api_key="k",
+            root_certificates=pki["ca_pem"],  # type: ignore[arg-type]
+            certificate_chain=pki["client_cert"],  # type: ignore[arg-type]
+            private_key=pki["client_key"],  # type: ignore[arg-type]
+            timeout=20,
+        ) as client:
+            added = await client.add("Over mutual TLS.")
+            assert added.memory.content == "Over mutual TLS."
+        async with AsyncEngramClient(
+            server.address,
+            api_key="k",
+            root_certificates=pki["ca_pem"],
+            timeout=5,  # type: ignore[arg-type]
+        ) as client:
+            with pytest.raises(UnavailableError):  # no client certificate: the handshake fails
+                await client.list_collections()

@@ -16,6 +16,8 @@ Payload layout (one point per memory; the point id is the memory's UUID string):
     last_accessed_at / reflected_at: float (absent when unset)
     request_id / request_hash: str (absent when unset)
     near_duplicates: [[id, similarity], ...]
+    derived_from: [str]     (reflection insights only)
+    draft: "true"           (reflection drafts only; a keyword so its index serves the filter)
 
 The collection name is not stored: a point lives in exactly one Qdrant collection.
 """
@@ -79,6 +81,10 @@ PAYLOAD_INDEXES: Final[Mapping[str, IndexKind]] = {
     "created_at": "float",
     "valid_until": "float",
     "importance": "integer",
+    # Filters test these with is-empty conditions; without an index each test reads the point's
+    # payload (measured: 24 ms instead of 1 ms for a filtered top-30 at 5k points).
+    "draft": "keyword",
+    "reflected_at": "float",
 }
 
 _COLLECTION_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
@@ -124,7 +130,7 @@ def record_to_payload(record: MemoryRecord) -> dict[str, Any]:
     if record.derived_from:
         payload["derived_from"] = list(record.derived_from)
     if record.draft:
-        payload["draft"] = True
+        payload["draft"] = "true"  # a keyword, so the index serves the is-empty filter
     optional: dict[str, Any] = {
         "superseded_by": record.superseded_by,
         "last_accessed_at": None if record.last_accessed_at is None else float(record.last_accessed_at),
@@ -171,7 +177,7 @@ def record_from_payload(point_id: object, collection: str, payload: Mapping[str,
             request_hash=_opt_str(payload.get("request_hash")),
             near_duplicates=tuple((str(i), float(s)) for i, s in payload.get("near_duplicates") or ()),
             derived_from=tuple(str(i) for i in payload.get("derived_from") or ()),
-            draft=bool(payload.get("draft", False)),
+            draft=payload.get("draft") in (True, "true"),
         )
     except (KeyError, ValueError, TypeError) as exc:
         raise StorageUnavailable(
@@ -199,7 +205,7 @@ def _encode_value(name: str, value: Any) -> Any:
     if name == "derived_from":
         return [str(i) for i in value]
     if name == "draft":
-        return True if value else None
+        return "true" if value else None
     if name in ("created_at", "updated_at", "valid_until", "last_accessed_at", "reflected_at"):
         return float(value)
     if name in ("importance", "version", "access_count"):

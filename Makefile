@@ -10,7 +10,7 @@ TOOLS := .tools
 BUF := $(TOOLS)/node_modules/.bin/buf
 BUF_VERSION := 1.75.0
 
-.PHONY: help install run test lint fmt proto proto-check buf-lint buf-breaking polyglot-check go-stubs bench eval bench-locomo clean
+.PHONY: help install run test lint fmt proto proto-check buf-lint buf-breaking polyglot-check go-stubs bench load eval bench-locomo clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -62,6 +62,9 @@ go-stubs: install ## Regenerate the Go stubs (clients/go/engram/v1) from proto/
 
 polyglot-check: install ## Go stubs vs proto/, gofmt, go vet, TypeScript tsc (skipped without go / node)
 	scripts/polyglot_check.sh $(PY)
+
+load: install ## ghz load test against a fresh server on the embedded defaults (reports in results/load)
+	$(PY) bench/load.py
 
 eval: install ## Regression taskset through the gRPC API of an in-process server (reports in results/eval)
 	$(PY) -m eval.regression --out results/eval

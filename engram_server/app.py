@@ -8,11 +8,13 @@ import contextlib
 import logging
 import signal
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
-from grpc_reflection.v1alpha import reflection
+from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
+from grpc_reflection.v1alpha._async import ReflectionServicer
 
 from engram_client.proto.engram.v1 import memory_service_pb2, memory_service_pb2_grpc
 from engram_server.api.servicer import MemoryServicer
@@ -29,6 +31,25 @@ from engram_server.telemetry import Telemetry, setup_telemetry
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = memory_service_pb2.DESCRIPTOR.services_by_name["MemoryService"].full_name
+
+
+class _Reflection(ReflectionServicer):  # type: ignore[misc]
+    """Server reflection that also resolves method symbols ("pkg.Service.Method"), which
+    grpcio-reflection's descriptor pool does not; ghz and other protoreflect-based tools ask
+    for them."""
+
+    def _file_containing_symbol(self, request: Any, fully_qualified_name: str) -> Any:
+        try:
+            self._pool.FindFileContainingSymbol(fully_qualified_name)
+        except KeyError:
+            parent, _, method = fully_qualified_name.rpartition(".")
+            try:
+                service = self._pool.FindServiceByName(parent)
+            except KeyError:
+                service = None
+            if service is not None and method in service.methods_by_name:
+                fully_qualified_name = parent
+        return super()._file_containing_symbol(request, fully_qualified_name)
 
 
 def build_store(settings: Settings) -> Store:
@@ -219,11 +240,13 @@ class EngramServer:
         )
         health = HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health, server)
-        reflection.enable_server_reflection(
-            (
-                SERVICE_NAME,
-                health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-                reflection.SERVICE_NAME,
+        reflection_pb2_grpc.add_ServerReflectionServicer_to_server(
+            _Reflection(
+                (
+                    SERVICE_NAME,
+                    health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+                    reflection.SERVICE_NAME,
+                )
             ),
             server,
         )

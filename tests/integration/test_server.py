@@ -93,6 +93,17 @@ async def test_health_and_reflection(tmp_path: Path) -> None:
         ):
             names += [x.name for x in r.list_services_response.service]
         assert "engram.v1.MemoryService" in names and "grpc.health.v1.Health" in names
+        # method symbols resolve too (ghz and other protoreflect-based tools ask for them)
+        async for r in refl.ServerReflectionInfo(
+            iter(
+                [
+                    reflection_pb2.ServerReflectionRequest(
+                        file_containing_symbol="engram.v1.MemoryService.AddMemory"
+                    )
+                ]
+            )
+        ):
+            assert r.WhichOneof("message_response") == "file_descriptor_response", r.error_response
 
 
 # An original and a restatement of it (the near zone) per model, taken from the held-out split of

@@ -21,11 +21,11 @@ from engram_server.api.servicer import MemoryServicer
 from engram_server.config import ConfigError, Settings
 from engram_server.domain.calibration import calibration_for, is_calibrated
 from engram_server.domain.clock import Clock, SystemClock
-from engram_server.domain.ranking import Weights
+from engram_server.domain.ranking import FusionMode, HybridParams, Weights
 from engram_server.domain.reflection import ReflectionPolicy, Reflector
 from engram_server.domain.service import MemoryService, Policy
 from engram_server.domain.validation import Limits
-from engram_server.ports import Embedder, Llm, Store
+from engram_server.ports import Embedder, LexicalEncoder, Llm, Store
 from engram_server.telemetry import Telemetry, setup_telemetry
 
 log = logging.getLogger(__name__)
@@ -92,6 +92,14 @@ def build_embedder(settings: Settings) -> Embedder:
     )
 
 
+def build_lexical(settings: Settings) -> LexicalEncoder | None:
+    if not settings.lexical_search:
+        return None
+    from engram_server.adapters.lexical import Bm25Encoder  # noqa: PLC0415
+
+    return Bm25Encoder()
+
+
 def build_policy(settings: Settings) -> Policy:
     return Policy(
         dedup_threshold=settings.dedup_threshold,
@@ -100,6 +108,12 @@ def build_policy(settings: Settings) -> Policy:
         mmr_lambda=settings.mmr_lambda,
         candidate_factor=settings.candidate_factor,
         min_candidates=settings.min_candidates,
+        hybrid=HybridParams(
+            semantic_weight=settings.semantic_weight,
+            context_weight=settings.context_weight,
+            context_window=settings.context_window_seconds,
+            fusion=FusionMode(settings.fusion_mode),
+        ),
         default_collection=settings.default_collection,
         limits=Limits(max_content_chars=settings.max_content_chars),
     )
@@ -178,7 +192,12 @@ class EngramServer:
         store = store or build_store(settings)
         embedder = embedder or build_embedder(settings)
         service = MemoryService(
-            store, embedder, clock, calibration_for(embedder.model_id), build_policy(settings)
+            store,
+            embedder,
+            clock,
+            calibration_for(embedder.model_id),
+            build_policy(settings),
+            lexical=build_lexical(settings),
         )
         reflector = Reflector(service, llm or build_llm(settings), build_reflection_policy(settings))
         return cls(

@@ -57,7 +57,12 @@ class Settings:
     weight_importance: float = 0.3
     mmr_lambda: float = 0.5
     candidate_factor: int = 3
-    min_candidates: int = 30
+    min_candidates: int = 100
+    lexical_search: bool = True
+    semantic_weight: float = 0.5
+    context_weight: float = 0.5
+    context_window_seconds: float = 300.0
+    fusion_mode: str = "scaled"
     max_content_chars: int = 8192
     # Background work
     sweep_interval_seconds: float = 600.0
@@ -173,7 +178,38 @@ SETTINGS_DOC: list[tuple[str, str, str]] = [
     ("weight_importance", "ENGRAM_WEIGHT_IMPORTANCE", "Fusion weight of importance/10."),
     ("mmr_lambda", "ENGRAM_MMR_LAMBDA", "Default MMR trade-off when a search asks to diversify."),
     ("candidate_factor", "ENGRAM_CANDIDATE_FACTOR", "Search over-fetches limit × this many candidates…"),
-    ("min_candidates", "ENGRAM_MIN_CANDIDATES", "…and at least this many, before re-ranking."),
+    (
+        "min_candidates",
+        "ENGRAM_MIN_CANDIDATES",
+        "…and at least this many, from each of the semantic and the lexical search, before re-ranking.",
+    ),
+    (
+        "lexical_search",
+        "ENGRAM_LEXICAL_SEARCH",
+        "Hybrid retrieval: BM25 sparse vectors beside the embeddings (`false` = semantic only; "
+        "applies to collections created while it is on).",
+    ),
+    (
+        "semantic_weight",
+        "ENGRAM_SEMANTIC_WEIGHT",
+        "α in relevance = max(semantic, α·semantic + (1−α)·lexical); lexical is BM25 / best BM25.",
+    ),
+    (
+        "context_weight",
+        "ENGRAM_CONTEXT_WEIGHT",
+        "Share of its best same-episode neighbour's lead a memory inherits (0 = off).",
+    ),
+    (
+        "context_window_seconds",
+        "ENGRAM_CONTEXT_WINDOW_SECONDS",
+        "Memories created this close together count as one episode for the context lift.",
+    ),
+    (
+        "fusion_mode",
+        "ENGRAM_FUSION_MODE",
+        "`scaled`: relevance·(w_rel + w_rec·recency + w_imp·importance/10); "
+        "`additive`: the reference's w_rel·relevance + w_rec·recency + w_imp·importance/10.",
+    ),
     ("max_content_chars", "ENGRAM_MAX_CONTENT_CHARS", "Longest memory content accepted."),
     (
         "sweep_interval_seconds",
@@ -354,7 +390,17 @@ def _check(s: Settings) -> None:
     ):
         if any(p.strip() not in allowed for p in value.split(",") if p.strip()):
             problems.append(f"{var} must be one of {', '.join(sorted(allowed))}")
-    for name in ("dedup_threshold", "near_duplicate_threshold", "mmr_lambda"):
+    if s.fusion_mode not in {"scaled", "additive"}:
+        problems.append("ENGRAM_FUSION_MODE must be scaled or additive")
+    if s.context_window_seconds < 0:
+        problems.append("ENGRAM_CONTEXT_WINDOW_SECONDS must be ≥ 0")
+    for name in (
+        "dedup_threshold",
+        "near_duplicate_threshold",
+        "mmr_lambda",
+        "semantic_weight",
+        "context_weight",
+    ):
         value = getattr(s, name)
         if not 0.0 <= value <= 1.0:
             problems.append(f"{name} must be between 0 and 1")

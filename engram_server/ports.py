@@ -11,12 +11,13 @@ from engram_server.domain.model import (
     CollectionSpec,
     MemoryRecord,
     ScoredPoint,
+    SparseVector,
     StoredPoint,
     StoreFilter,
     Vector,
 )
 
-__all__ = ["Clock", "Embedder", "Llm", "LlmResult", "Store"]
+__all__ = ["Clock", "Embedder", "LexicalEncoder", "Llm", "LlmResult", "Store"]
 
 
 class Embedder(Protocol):
@@ -45,6 +46,19 @@ class Embedder(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+class LexicalEncoder(Protocol):
+    """Text → lexical sparse vectors (BM25 term weights; Qdrant applies the IDF)."""
+
+    @property
+    def encoder_id(self) -> str:
+        """Names the tokeniser and weighting; stored in collection specs."""
+        ...
+
+    def encode_document(self, text: str) -> SparseVector: ...
+
+    def encode_query(self, text: str) -> SparseVector: ...
 
 
 class Store(Protocol):
@@ -90,8 +104,12 @@ class Store(Protocol):
         flt: StoreFilter,
         *,
         with_vectors: bool = False,
+        sparse: SparseVector | None = None,
     ) -> list[ScoredPoint]:
-        """Nearest points by cosine similarity, best first, among those matching ``flt``."""
+        """Candidates among the points matching ``flt``: the ``limit`` nearest by cosine similarity,
+        and, when ``sparse`` is given and the collection holds lexical vectors, also the ``limit``
+        best by BM25 (``ScoredPoint.lexical``; ``score`` is always the cosine). Order unspecified.
+        """
         ...
 
     async def scroll(

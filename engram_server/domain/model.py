@@ -100,20 +100,37 @@ class MemoryRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class SparseVector:
+    """A lexical (BM25) sparse vector: sorted term indices and their weights."""
+
+    indices: tuple[int, ...]
+    values: tuple[float, ...]
+
+    def __bool__(self) -> bool:
+        return bool(self.indices)
+
+
+@dataclass(frozen=True, slots=True)
 class StoredPoint:
-    """A record with its embedding, as written to and read from storage."""
+    """A record with its embedding (and lexical vector), as written to and read from storage."""
 
     record: MemoryRecord
     vector: Vector | None = None
+    sparse: SparseVector | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class ScoredPoint:
-    """A search hit: the record, its raw cosine similarity, and (if asked) its vector."""
+    """A search hit: the record, its raw cosine similarity, and (if asked) its vector.
+
+    ``lexical`` is the raw BM25 score when the search had a lexical query and the memory was among
+    the lexical candidates (0 otherwise).
+    """
 
     record: MemoryRecord
     score: float
     vector: Vector | None = None
+    lexical: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +141,9 @@ class CollectionSpec:
     embedding_model: str
     dimension: int
     created_at: float
+    #: The lexical encoder (e.g. "bm25-v1") whose sparse vectors the collection holds; None for a
+    #: collection created without lexical retrieval (searched dense-only).
+    lexical: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,6 @@ from enum import StrEnum
 from typing import Any
 
 from engram_server import telemetry
-from engram_server.domain.deadline import ensure_time_left
 from engram_server.domain.errors import LlmInvalidOutput, LlmNotConfigured
 from engram_server.domain.model import (
     MemoryRecord,
@@ -432,8 +431,7 @@ class Reflector:
             (drafts if draft else insights).append(record)
             points.append(StoredPoint(record, vec))
         async with mem.lock(target):
-            ensure_time_left()
-            await mem.store.upsert(target, points)
+            await mem.write_points(target, points)
         async with mem.lock(name):
             await mem.store.set_fields(name, {s.id: {"reflected_at": now} for s in sources})
         return insights, drafts

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
+import numpy as np
 from opentelemetry import metrics, trace
 
 from engram_server.domain.calibration import Calibration
@@ -47,11 +48,20 @@ from engram_server.domain.model import (
     ScoredPoint,
     Source,
     SourceType,
+    SparseVector,
     StoredPoint,
     StoreFilter,
     Vector,
 )
-from engram_server.domain.ranking import Score, Weights, fuse, mmr_order, recency
+from engram_server.domain.ranking import (
+    HybridParams,
+    Score,
+    Weights,
+    fuse,
+    hybrid_relevance,
+    mmr_order,
+    recency,
+)
 from engram_server.domain.ttl import compute_valid_until
 from engram_server.domain.validation import (
     Limits,
@@ -64,7 +74,7 @@ from engram_server.domain.validation import (
     check_unit_interval,
     normalise_tags,
 )
-from engram_server.ports import Embedder, Store
+from engram_server.ports import Embedder, LexicalEncoder, Store
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +108,8 @@ class Policy:
     weights: Weights = field(default_factory=Weights)
     mmr_lambda: float = 0.5
     candidate_factor: int = 3
-    min_candidates: int = 30
+    min_candidates: int = 100
+    hybrid: HybridParams = field(default_factory=HybridParams)
     ambiguity_margin: float = 0.02
     default_collection: str = DEFAULT_COLLECTION
     limits: Limits = field(default_factory=Limits)
@@ -235,9 +246,12 @@ class MemoryService:
         clock: Clock,
         calibration: Calibration,
         policy: Policy | None = None,
+        *,
+        lexical: LexicalEncoder | None = None,
     ) -> None:
         self._store = store
         self._embedder = embedder
+        self._lexical = lexical
         self._clock = clock
         self._cal = calibration
         self.policy = policy or Policy()
@@ -324,6 +338,7 @@ class MemoryService:
                     embedding_model=self._embedder.model_id,
                     dimension=self._embedder.dimension,
                     created_at=self._clock.now(),
+                    lexical=self._lexical.encoder_id if self._lexical is not None else None,
                 )
                 await self._store.create_collection(spec)
                 self._specs[name] = spec
@@ -470,7 +485,14 @@ class MemoryService:
             return await self._embedder.embed_documents(texts)
 
     async def _query(
-        self, collection: str, vector: Vector, limit: int, flt: StoreFilter, *, with_vectors: bool = False
+        self,
+        collection: str,
+        vector: Vector,
+        limit: int,
+        flt: StoreFilter,
+        *,
+        with_vectors: bool = False,
+        sparse: SparseVector | None = None,
     ) -> list[ScoredPoint]:
         with _tracer.start_as_current_span(
             "engram.storage.query",
@@ -482,7 +504,9 @@ class MemoryService:
                 "engram.candidates": limit,
             },
         ) as span:
-            hits = await self._store.search(collection, vector, limit, flt, with_vectors=with_vectors)
+            hits = await self._store.search(
+                collection, vector, limit, flt, with_vectors=with_vectors, sparse=sparse or None
+            )
             span.set_attribute("db.response.returned_rows", len(hits))
             return hits
 
@@ -497,8 +521,28 @@ class MemoryService:
                 "db.operation.batch.size": len(points),
             },
         ):
+            spec = self._specs.get(collection) or await self._store.get_collection(collection)
+            lexical = self._lexical
+            if lexical is not None and self._uses_lexical(spec):
+                points = [
+                    p
+                    if p.sparse is not None
+                    else replace(p, sparse=lexical.encode_document(p.record.content))
+                    for p in points
+                ]
             ensure_time_left()
             await self._store.upsert(collection, points)
+
+    async def write_points(self, collection: str, points: Sequence[StoredPoint]) -> None:
+        """Write points as the use-cases do (lexical vectors added, traced, deadline checked).
+
+        For sibling use-cases (reflection); the caller holds the collection's lock.
+        """
+        await self._upsert(collection, points)
+
+    def _uses_lexical(self, spec: CollectionSpec | None) -> bool:
+        """Whether a collection is searched (and written) with lexical vectors by this server."""
+        return spec is not None and self._lexical is not None and spec.lexical == self._lexical.encoder_id
 
     async def _replay(self, collection: str, request_id: str, request_hash: str | None) -> AddResult | None:
         records, _ = await self._store.scroll(collection, StoreFilter(request_id=request_id), limit=1)
@@ -565,22 +609,43 @@ class MemoryService:
         if not live:
             return []
         qvec = (await self._embed([q.query], query=True))[0]
+        qsparse = self._lexical.encode_query(q.query) if self._lexical is not None else None
         now = self._clock.now()
         flt = replace(flt, live_at=now)
         n_candidates = max(limit * pol.candidate_factor, pol.min_candidates)
         per_collection = await asyncio.gather(
-            *(self._query(n, qvec, n_candidates, flt, with_vectors=q.diversify) for n in live)
+            *(
+                self._query(
+                    s.name,
+                    qvec,
+                    n_candidates,
+                    flt,
+                    with_vectors=q.diversify,
+                    sparse=qsparse if self._uses_lexical(s) else None,
+                )
+                for s in specs
+                if s is not None
+            )
         )
         n_found = sum(len(hits) for hits in per_collection)
         with _tracer.start_as_current_span("engram.rank", attributes={"engram.candidates": n_found}) as span:
             scored: list[tuple[Score, ScoredPoint]] = []
             for hits in per_collection:
-                for h in hits:
-                    rel = self._cal.relevance(h.score)
+                if not hits:
+                    continue
+                relevance = hybrid_relevance(
+                    self._cal.relevance_array(np.array([h.score for h in hits], dtype=np.float64)),
+                    np.array([h.lexical for h in hits], dtype=np.float64),
+                    np.array([h.record.created_at for h in hits], dtype=np.float64),
+                    pol.hybrid,
+                )
+                for h, rel in zip(hits, relevance.tolist(), strict=True):
                     if rel < q.min_relevance:
                         continue
                     rec = recency(h.record.type, h.record.created_at, now)
-                    scored.append((fuse(rel, rec, h.record.importance, weights, h.score), h))
+                    scored.append(
+                        (fuse(rel, rec, h.record.importance, weights, h.score, mode=pol.hybrid.fusion), h)
+                    )
             scored.sort(key=lambda x: (-x[0].final, x[1].record.id))
             if q.diversify and len(scored) > 1:
                 order = mmr_order(

@@ -6,7 +6,16 @@ import numpy as np
 import pytest
 
 from engram_server.domain.model import MemoryType
-from engram_server.domain.ranking import DECAY_PER_HOUR, Weights, fuse, mmr_order, recency
+from engram_server.domain.ranking import (
+    DECAY_PER_HOUR,
+    FusionMode,
+    HybridParams,
+    Weights,
+    fuse,
+    hybrid_relevance,
+    mmr_order,
+    recency,
+)
 
 NOW = 1_800_000_000.0
 H = 3600.0
@@ -34,16 +43,59 @@ def test_event_decays_per_hour() -> None:
 
 
 def test_fusion_formula_and_default_weights() -> None:
-    s = fuse(0.8, 0.5, 7, Weights(), raw=0.93)
-    assert s.final == pytest.approx(1.0 * 0.8 + 0.5 * 0.5 + 0.3 * 0.7)
-    assert (s.relevance, s.recency, s.importance, s.raw_similarity) == (0.8, 0.5, pytest.approx(0.7), 0.93)
+    additive = fuse(0.8, 0.5, 7, Weights(), raw=0.93, mode=FusionMode.ADDITIVE)
+    assert additive.final == pytest.approx(1.0 * 0.8 + 0.5 * 0.5 + 0.3 * 0.7)
+    scaled = fuse(0.8, 0.5, 7, Weights(), raw=0.93)  # the default
+    assert scaled.final == pytest.approx(0.8 * (1.0 + 0.5 * 0.5 + 0.3 * 0.7))
+    for s in (additive, scaled):
+        assert (s.relevance, s.recency, s.importance, s.raw_similarity) == (0.8, 0.5, pytest.approx(0.7), 0.93)
 
 
-def test_fresher_and_more_important_wins_at_equal_relevance() -> None:
-    old = fuse(0.7, recency(MemoryType.EVENT, NOW - 48 * H, NOW), 5, Weights(), 0.9)
-    new = fuse(0.7, recency(MemoryType.EVENT, NOW - 1 * H, NOW), 5, Weights(), 0.9)
-    important = fuse(0.7, recency(MemoryType.EVENT, NOW - 1 * H, NOW), 9, Weights(), 0.9)
+@pytest.mark.parametrize("mode", list(FusionMode))
+def test_fresher_and_more_important_wins_at_equal_relevance(mode: FusionMode) -> None:
+    old = fuse(0.7, recency(MemoryType.EVENT, NOW - 48 * H, NOW), 5, Weights(), 0.9, mode=mode)
+    new = fuse(0.7, recency(MemoryType.EVENT, NOW - 1 * H, NOW), 5, Weights(), 0.9, mode=mode)
+    important = fuse(0.7, recency(MemoryType.EVENT, NOW - 1 * H, NOW), 9, Weights(), 0.9, mode=mode)
     assert important.final > new.final > old.final
+
+
+def test_scaled_fusion_does_not_lift_an_irrelevant_memory() -> None:
+    """An identity (recency 1, never decays) that does not match must not outrank a relevant event."""
+    relevant_event = recency(MemoryType.EVENT, NOW - 24 * 30 * H, NOW)  # a month old: ~0.0007
+    args = (Weights(), 0.0)
+    assert fuse(0.6, relevant_event, 5, *args).final > fuse(0.1, 1.0, 9, *args).final
+    # the reference's additive formula ranks them the other way round
+    additive = FusionMode.ADDITIVE
+    assert fuse(0.6, relevant_event, 5, *args, mode=additive).final < fuse(0.1, 1.0, 9, *args, mode=additive).final
+
+
+def _arr(*xs: float) -> np.ndarray:
+    return np.array(xs, dtype=np.float64)
+
+
+def test_lexical_evidence_only_raises_relevance() -> None:
+    p = HybridParams(semantic_weight=0.5, context_weight=0.0)
+    rel = hybrid_relevance(_arr(0.6, 0.4, 0.5), _arr(0.0, 8.0, 4.0), _arr(0, 1000, 2000), p)
+    # best lexical match: max(0.4, 0.5·0.4 + 0.5·1) = 0.7; half as good lexically: max(0.5, 0.5) = 0.5;
+    # no shared word keeps its semantic relevance 0.6
+    assert rel.tolist() == pytest.approx([0.6, 0.7, 0.5])
+    # no lexical side (or no lexical match at all): the semantic relevance unchanged
+    assert hybrid_relevance(_arr(0.6, 0.4), None, _arr(0, 1000), p).tolist() == pytest.approx([0.6, 0.4])
+    assert hybrid_relevance(_arr(0.6, 0.4), _arr(0, 0), _arr(0, 1000), p).tolist() == pytest.approx([0.6, 0.4])
+
+
+def test_episode_context_lifts_towards_the_best_neighbour_only() -> None:
+    p = HybridParams(context_weight=0.5, context_window=300.0)
+    t = _arr(0, 60, 10_000, 10_030)
+    rel = hybrid_relevance(_arr(0.8, 0.4, 0.3, 0.35), None, t, p)
+    # 0.4 sits 60 s after 0.8: lifted half-way (0.6); 0.8 is never lowered by its weaker neighbour;
+    # the other episode is hours later and lifts only within itself (0.3 -> 0.325)
+    assert rel.tolist() == pytest.approx([0.8, 0.6, 0.325, 0.35])
+    # outside the window, nothing moves
+    far = hybrid_relevance(_arr(0.8, 0.4), None, _arr(0, 301), p)
+    assert far.tolist() == pytest.approx([0.8, 0.4])
+    off = hybrid_relevance(_arr(0.8, 0.4), None, _arr(0, 60), HybridParams(context_weight=0.0))
+    assert off.tolist() == pytest.approx([0.8, 0.4])
 
 
 def test_mmr_prefers_diverse_second_pick() -> None:

@@ -43,13 +43,14 @@ import shutil
 import tempfile
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
 import qdrant_edge as qe
 
 from engram_server.adapters.storage.payload import (
+    LEXICAL_VECTOR,
     PAYLOAD_INDEXES,
     Condition,
     FilterPlan,
@@ -60,6 +61,7 @@ from engram_server.adapters.storage.payload import (
     as_vector,
     canonical_ids,
     canonical_offset,
+    cosine,
     encode_updates,
     filter_plan,
     point_id,
@@ -76,6 +78,7 @@ from engram_server.domain.model import (
     CollectionSpec,
     MemoryRecord,
     ScoredPoint,
+    SparseVector,
     StoredPoint,
     StoreFilter,
     Vector,
@@ -147,8 +150,11 @@ class EdgeStore:
             raise CollectionNotFound(f"collection {name!r} does not exist", metadata={"collection": name})
         return col
 
-    def _edge_config(self, dimension: int) -> qe.EdgeConfig:
+    def _edge_config(self, spec: CollectionSpec) -> qe.EdgeConfig:
+        dimension = spec.dimension
         kwargs: dict[str, Any] = {}
+        if spec.lexical is not None:
+            kwargs["sparse_vectors"] = {LEXICAL_VECTOR: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)}
         if self._hnsw_threshold > 0:
             # The optimizer indexes a segment once its vectors take more than this many KB,
             # i.e. once it holds about hnsw_threshold points; below it search is brute force.
@@ -167,9 +173,9 @@ class EdgeStore:
         shard_path = str(path / _SHARD_DIR)
         try:
             if create:
-                shard = qe.EdgeShard.create(shard_path, self._edge_config(spec.dimension))
+                shard = qe.EdgeShard.create(shard_path, self._edge_config(spec))
             else:
-                shard = qe.EdgeShard.load(shard_path, self._edge_config(spec.dimension))
+                shard = qe.EdgeShard.load(shard_path, self._edge_config(spec))
         except Exception as exc:
             msg = str(exc)
             if "WouldBlock" in msg or "lock" in msg.lower():
@@ -361,7 +367,7 @@ class EdgeStore:
             col = self._col(collection)
             vectors = point_vectors(col.spec, points)
             ops = [
-                qe.Point(point_id(p.record.id), vec, record_to_payload(p.record))
+                qe.Point(point_id(p.record.id), _edge_vector(col.spec, p, vec), record_to_payload(p.record))
                 for p, vec in zip(points, vectors, strict=True)
             ]
             col.shard.update(qe.UpdateOperation.upsert_points(ops))
@@ -398,6 +404,7 @@ class EdgeStore:
         flt: StoreFilter,
         *,
         with_vectors: bool = False,
+        sparse: SparseVector | None = None,
     ) -> list[ScoredPoint]:
         if limit <= 0:
             return []
@@ -405,23 +412,52 @@ class EdgeStore:
 
         def work() -> list[ScoredPoint]:
             col = self._col(collection)
-            hits = col.shard.query(
+            edge_filter = _edge_filter(filter_plan(flt))
+            dense_hits = col.shard.query(
                 qe.QueryRequest(
                     limit=limit,
                     query=qe.Query.Nearest(query),
-                    filter=_edge_filter(filter_plan(flt)),
+                    filter=edge_filter,
                     with_payload=True,
-                    with_vector=with_vectors,
+                    with_vector=[""] if with_vectors else False,
                 )
             )
-            return [
-                ScoredPoint(
+            out = {
+                str(h.id): ScoredPoint(
                     record_from_payload(h.id, collection, h.payload or {}),
                     float(h.score),
                     as_vector(h.vector) if with_vectors and h.vector is not None else None,
                 )
-                for h in hits
-            ]
+                for h in dense_hits
+            }
+            if sparse and col.spec.lexical is not None:
+                lexical_hits = col.shard.query(
+                    qe.QueryRequest(
+                        limit=limit,
+                        query=qe.Query.Nearest(
+                            qe.SparseVector(list(sparse.indices), list(sparse.values)), using=LEXICAL_VECTOR
+                        ),
+                        filter=edge_filter,
+                        with_payload=True,
+                        with_vector=[""],
+                    )
+                )
+                for h in lexical_hits:
+                    if h.score <= 0:
+                        continue
+                    key = str(h.id)
+                    seen = out.get(key)
+                    if seen is not None:
+                        out[key] = replace(seen, lexical=float(h.score))
+                        continue
+                    vec = as_vector(h.vector)
+                    out[key] = ScoredPoint(
+                        record_from_payload(h.id, collection, h.payload or {}),
+                        cosine(vec, vector),
+                        vec if with_vectors else None,
+                        lexical=float(h.score),
+                    )
+            return list(out.values())
 
         return await self._run(work)
 
@@ -527,6 +563,15 @@ class EdgeStore:
 
 
 # ---------------------------------------------------------------------- helpers
+
+
+def _edge_vector(spec: CollectionSpec, p: StoredPoint, dense: list[float]) -> qe.Vector:
+    if spec.lexical is None:
+        return dense
+    named: dict[str, qe.NamedVector] = {"": dense}
+    if p.sparse:
+        named[LEXICAL_VECTOR] = qe.SparseVector(list(p.sparse.indices), list(p.sparse.values))
+    return named
 
 
 def _edge_condition(c: Condition) -> qe.FieldCondition | qe.IsEmptyCondition:

@@ -356,6 +356,7 @@ def spec_to_json(spec: CollectionSpec) -> dict[str, Any]:
         "embedding_model": spec.embedding_model,
         "dimension": spec.dimension,
         "created_at": spec.created_at,
+        "lexical": spec.lexical,
     }
 
 
@@ -376,9 +377,22 @@ def spec_from_json(data: object, *, where: str) -> CollectionSpec:
             embedding_model=str(data["embedding_model"]),
             dimension=dimension,
             created_at=float(data["created_at"]),
+            lexical=_optional_str(data.get("lexical")),
         )
     except (ValueError, TypeError, KeyError) as exc:
         raise StorageUnavailable(f"corrupt collection spec at {where}: {exc}") from exc
+
+
+def _optional_str(value: object) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"bad lexical encoder {value!r}")
+    return value
+
+
+#: The name of the lexical sparse vector in collections that have one (the dense one is unnamed).
+LEXICAL_VECTOR = "lexical"
 
 
 def point_vectors(spec: CollectionSpec, points: Sequence[StoredPoint]) -> list[list[float]]:
@@ -399,5 +413,18 @@ def point_vectors(spec: CollectionSpec, points: Sequence[StoredPoint]) -> list[l
 
 
 def as_vector(values: object) -> Vector:
-    """A backend's returned vector as a float32 numpy array."""
+    """A backend's returned (dense) vector as a float32 numpy array.
+
+    A collection with a lexical vector returns named vectors; the dense one is named "".
+    """
+    if isinstance(values, Mapping):
+        values = values[""]
     return np.asarray(values, dtype=np.float32)
+
+
+def cosine(a: Vector, b: Vector) -> float:
+    """Cosine similarity of two dense vectors (0 when either is all zeros)."""
+    x = np.asarray(a, dtype=np.float64).reshape(-1)
+    y = np.asarray(b, dtype=np.float64).reshape(-1)
+    denom = float(np.linalg.norm(x) * np.linalg.norm(y))
+    return float(x @ y) / denom if denom > 0 else 0.0

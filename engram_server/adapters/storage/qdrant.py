@@ -22,6 +22,7 @@ import math
 import os
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import grpc  # grpcio ships no stubs; types-grpcio not installed
@@ -30,6 +31,7 @@ from qdrant_client import AsyncQdrantClient, models
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
 from engram_server.adapters.storage.payload import (
+    LEXICAL_VECTOR,
     PAYLOAD_INDEXES,
     Condition,
     FilterPlan,
@@ -40,6 +42,7 @@ from engram_server.adapters.storage.payload import (
     as_vector,
     canonical_ids,
     canonical_offset,
+    cosine,
     encode_updates,
     filter_plan,
     point_id,
@@ -56,6 +59,7 @@ from engram_server.domain.model import (
     CollectionSpec,
     MemoryRecord,
     ScoredPoint,
+    SparseVector,
     StoredPoint,
     StoreFilter,
     Vector,
@@ -198,6 +202,11 @@ class QdrantStore:
             lambda: self._c.create_collection(
                 qname,
                 vectors_config=models.VectorParams(size=spec.dimension, distance=models.Distance.COSINE),
+                sparse_vectors_config=(
+                    {LEXICAL_VECTOR: models.SparseVectorParams(modifier=models.Modifier.IDF)}
+                    if spec.lexical is not None
+                    else None
+                ),
                 shard_number=self._shard_number,
                 replication_factor=self._replication_factor,
                 metadata={_META_KEY: spec_to_json(spec)},
@@ -266,7 +275,11 @@ class QdrantStore:
         spec = await self._spec(collection)
         vectors = point_vectors(spec, points)
         structs = [
-            models.PointStruct(id=point_id(p.record.id), vector=vec, payload=record_to_payload(p.record))
+            models.PointStruct(
+                id=point_id(p.record.id),
+                vector=_qdrant_vector(spec, p, vec),
+                payload=record_to_payload(p.record),
+            )
             for p, vec in zip(points, vectors, strict=True)
         ]
         qname = self._qname(collection)
@@ -303,32 +316,63 @@ class QdrantStore:
         flt: StoreFilter,
         *,
         with_vectors: bool = False,
+        sparse: SparseVector | None = None,
     ) -> list[ScoredPoint]:
-        await self._spec(collection)
+        spec = await self._spec(collection)
         if limit <= 0:
             return []
         query = [float(x) for x in vector.reshape(-1)]
         qname = self._qname(collection)
-        response = await self._call(
-            "search",
-            lambda: self._c.query_points(
-                qname,
+        query_filter = _qdrant_filter(filter_plan(flt))
+        requests = [
+            models.QueryRequest(
                 query=query,
-                query_filter=_qdrant_filter(filter_plan(flt)),
+                filter=query_filter,
                 limit=limit,
                 with_payload=True,
-                with_vectors=with_vectors,
-            ),
-            collection=collection,
+                with_vector=[""] if with_vectors else False,
+            )
+        ]
+        lexical = bool(sparse) and spec.lexical is not None
+        if sparse and lexical:
+            requests.append(
+                models.QueryRequest(
+                    query=models.SparseVector(indices=list(sparse.indices), values=list(sparse.values)),
+                    using=LEXICAL_VECTOR,
+                    filter=query_filter,
+                    limit=limit,
+                    with_payload=True,
+                    with_vector=[""],
+                )
+            )
+        responses = await self._call(
+            "search", lambda: self._c.query_batch_points(qname, requests=requests), collection=collection
         )
-        return [
-            ScoredPoint(
+        out = {
+            str(h.id): ScoredPoint(
                 record_from_payload(h.id, collection, h.payload or {}),
                 float(h.score),
                 as_vector(h.vector) if with_vectors and h.vector is not None else None,
             )
-            for h in response.points
-        ]
+            for h in responses[0].points
+        }
+        if lexical:
+            for h in responses[1].points:
+                if h.score <= 0:
+                    continue
+                key = str(h.id)
+                seen = out.get(key)
+                if seen is not None:
+                    out[key] = replace(seen, lexical=float(h.score))
+                    continue
+                vec = as_vector(h.vector)
+                out[key] = ScoredPoint(
+                    record_from_payload(h.id, collection, h.payload or {}),
+                    cosine(vec, vector),
+                    vec if with_vectors else None,
+                    lexical=float(h.score),
+                )
+        return list(out.values())
 
     async def scroll(
         self, collection: str, flt: StoreFilter, limit: int, offset: str | None = None
@@ -487,6 +531,17 @@ def _qdrant_condition(c: Condition) -> models.Condition:
     if isinstance(c, IsEmpty):
         return models.IsEmptyCondition(is_empty=models.PayloadField(key=c.key))
     raise TypeError(f"unknown condition {c!r}")
+
+
+def _qdrant_vector(spec: CollectionSpec, p: StoredPoint, dense: list[float]) -> models.VectorStruct:
+    if spec.lexical is None:
+        return dense
+    named: dict[str, models.Vector] = {"": dense}
+    if p.sparse:
+        named[LEXICAL_VECTOR] = models.SparseVector(
+            indices=list(p.sparse.indices), values=list(p.sparse.values)
+        )
+    return named
 
 
 def _qdrant_filter(plan: FilterPlan) -> models.Filter | None:

@@ -6,9 +6,12 @@ Relevance (0–1) of a candidate, per collection (see :func:`hybrid_relevance`):
 2. lexical: the BM25 score divided by the best BM25 score among the collection's candidates;
    ``matched = max(semantic, α·semantic + (1 − α)·lexical)`` — lexical evidence can only raise a
    memory (a paraphrase with no shared word keeps its semantic relevance);
-3. episode context: memories written within ``context_window`` seconds of each other belong to one
-   episode (a conversation, a task); a memory is lifted ``context_weight`` of the way towards its
-   best-matching neighbour: ``relevance = matched + w_ctx·max(0, best_neighbour − matched)``.
+3. episode context: ``event`` memories written within ``context_window`` seconds of each other
+   belong to one episode (a conversation, a task); an event is lifted ``context_weight`` of the way
+   towards its best-matching neighbouring event:
+   ``relevance = matched + w_ctx·max(0, best_neighbour − matched)``. Identity, directive and insight
+   memories are facts, not episodes (a profile imported in one go is not a conversation): they are
+   neither lifted nor lift others.
 
 Final score, with ``recency = decay_per_hour[type] ** hours_since_created`` and importance/10:
 
@@ -69,11 +72,13 @@ def hybrid_relevance(
     lexical: npt.NDArray[np.float64] | None,
     created_at: npt.NDArray[np.float64],
     params: HybridParams,
+    episodic: npt.NDArray[np.bool_] | None = None,
 ) -> npt.NDArray[np.float64]:
     """Relevance of one collection's candidates (arrays aligned by candidate; see module doc).
 
     ``semantic`` is calibrated (0–1); ``lexical`` holds raw BM25 scores (None or all zero when the
-    search had no lexical side); ``created_at`` in seconds.
+    search had no lexical side); ``created_at`` in seconds; ``episodic`` marks the candidates that
+    take part in episode context (events; all of them when None).
     """
     matched = np.asarray(semantic, dtype=np.float64)
     if lexical is not None and len(lexical) and float(np.max(lexical)) > 0:
@@ -85,6 +90,9 @@ def hybrid_relevance(
         return matched
     t = np.asarray(created_at, dtype=np.float64)
     near = np.abs(t[:, None] - t[None, :]) <= params.context_window
+    if episodic is not None:
+        ep = np.asarray(episodic, dtype=bool)
+        near &= ep[:, None] & ep[None, :]
     np.fill_diagonal(near, False)
     best = np.where(near, matched[None, :], -np.inf).max(axis=1)
     lift = np.where(np.isfinite(best), np.maximum(0.0, best - matched), 0.0)

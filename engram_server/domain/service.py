@@ -638,6 +638,7 @@ class MemoryService:
                     np.array([h.lexical for h in hits], dtype=np.float64),
                     np.array([h.record.created_at for h in hits], dtype=np.float64),
                     pol.hybrid,
+                    np.array([h.record.type is MemoryType.EVENT for h in hits], dtype=bool),
                 )
                 for h, rel in zip(hits, relevance.tolist(), strict=True):
                     if rel < q.min_relevance:

@@ -145,11 +145,33 @@ async def test_search_scores_are_explained(stub: Stub) -> None:
     assert top.memory.content == "The user is allergic to peanuts."
     assert top.memory.collection == "default"
     sc = top.score
-    assert sc.final == pytest.approx(1.0 * sc.relevance + 0.5 * sc.recency + 0.3 * sc.importance, abs=1e-5)
+    # the default "scaled" fusion: relevance·(1.0 + 0.5·recency + 0.3·importance/10)
+    assert sc.final == pytest.approx(sc.relevance * (1.0 + 0.5 * sc.recency + 0.3 * sc.importance), abs=1e-5)
     assert sc.importance == pytest.approx(0.9) and sc.recency == pytest.approx(1.0)
     assert 0.0 <= sc.relevance <= 1.0 and 0.0 < sc.raw_similarity <= 1.0
     finals = [r.score.final for r in resp.results]
     assert finals == sorted(finals, reverse=True)
+
+
+async def test_hybrid_search_finds_the_exact_identifier(stub: Stub) -> None:
+    """Identifiers differ in one token the embedding barely sees; the lexical side pins them down."""
+    orders = ["58213", "58731", "51873", "57318", "53871", "58137"]
+    cities = ["Berlin", "Munich", "Hamburg", "Cologne", "Leipzig", "Dresden"]
+    for order, city in zip(orders, cities, strict=True):
+        created = await add(stub, f"Order {order} was shipped to the customer in {city}.")
+        assert created.outcome != s.ADD_OUTCOME_DUPLICATE
+    for order, city in zip(orders, cities, strict=True):
+        resp = await stub.SearchMemories(
+            s.SearchMemoriesRequest(query=f"Where was order {order} shipped?", limit=3)
+        )
+        assert resp.results[0].memory.content.endswith(f"in {city}."), (order, resp.results[0].memory.content)
+        # relevance stays on the 0–1 scale, and never below the semantic (calibrated) relevance alone
+        assert 0.0 < resp.results[0].score.relevance <= 1.0
+    # Chinese is segmented into words: a two-word question finds the memory that shares them
+    await add(stub, "林伟周末喜欢去咖啡馆看书。")
+    await add(stub, "王芳最近在学习做蛋糕。")
+    resp = await stub.SearchMemories(s.SearchMemoriesRequest(query="谁喜欢咖啡馆？", limit=1))
+    assert resp.results[0].memory.content == "林伟周末喜欢去咖啡馆看书。"
 
 
 async def test_newer_beats_older_at_equal_relevance(stub: Stub, clock: ManualClock) -> None:

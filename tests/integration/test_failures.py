@@ -21,6 +21,7 @@ from engram_server.domain.model import (
     CollectionSpec,
     MemoryRecord,
     ScoredPoint,
+    SparseVector,
     StoredPoint,
     StoreFilter,
     Vector,
@@ -72,10 +73,19 @@ class SwitchableStore:
         return await self.inner.retrieve(collection, ids, with_vectors=with_vectors)
 
     async def search(
-        self, collection: str, vector: Vector, limit: int, flt: StoreFilter, *, with_vectors: bool = False
+        self,
+        collection: str,
+        vector: Vector,
+        limit: int,
+        flt: StoreFilter,
+        *,
+        with_vectors: bool = False,
+        sparse: SparseVector | None = None,
     ) -> list[ScoredPoint]:
         self._check("search")
-        return await self.inner.search(collection, vector, limit, flt, with_vectors=with_vectors)
+        return await self.inner.search(
+            collection, vector, limit, flt, with_vectors=with_vectors, sparse=sparse
+        )
 
     async def scroll(
         self, collection: str, flt: StoreFilter, limit: int, offset: str | None = None

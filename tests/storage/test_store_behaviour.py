@@ -500,3 +500,124 @@ async def test_state_documents_round_trip_and_stay_out_of_collections(store: Sto
     assert await store.list_collections() == []  # state is not a memory collection
     with pytest.raises(ValueError):
         await store.put_state("Bad Key!", {})
+
+
+# ------------------------------------------------------------------ lexical (hybrid) search
+
+
+LEXICAL_DOCS = [
+    "Caroline researched adoption agencies last week",
+    "Melanie painted a sunrise over the lake",
+    "Caroline went to the LGBTQ support group on Sunday",
+    "The adoption interview is scheduled for May",
+    "林伟喜欢在北京的咖啡馆写代码",
+    "We talked about painting and pottery classes",
+]
+
+
+def _bm25_reference(docs: list[str], query: str) -> list[float]:
+    """BM25 with Qdrant's IDF, ln(1 + (N − n + 0.5)/(n + 0.5)), over the encoder's own weights."""
+    import math  # noqa: PLC0415
+
+    from engram_server.adapters.lexical import Bm25Encoder  # noqa: PLC0415
+
+    enc = Bm25Encoder()
+    dvecs = [dict(zip(v.indices, v.values, strict=True)) for v in map(enc.encode_document, docs)]
+    n_docs = sum(1 for d in dvecs if d)
+    q = enc.encode_query(query)
+    scores = []
+    for d in dvecs:
+        total = 0.0
+        for term in q.indices:
+            if term in d:
+                df = sum(1 for other in dvecs if term in other)
+                total += math.log(1 + (n_docs - df + 0.5) / (df + 0.5)) * d[term]
+        scores.append(total)
+    return scores
+
+
+async def test_hybrid_search_returns_lexical_candidates_with_bm25_and_cosine(store: Store) -> None:
+    from engram_server.adapters.lexical import LEXICAL_ENCODER_ID, Bm25Encoder  # noqa: PLC0415
+
+    enc = Bm25Encoder()
+    lexical_spec = replace(spec(), lexical=LEXICAL_ENCODER_ID)
+    await store.create_collection(lexical_spec)
+    assert await store.get_collection("default") == lexical_spec
+    rng = np.random.default_rng(11)
+    vecs = unit_vectors(len(LEXICAL_DOCS), rng)
+    recs = [record(content=text, importance=i + 1) for i, text in enumerate(LEXICAL_DOCS)]
+    await store.upsert(
+        "default",
+        [StoredPoint(r, vecs[i], enc.encode_document(r.content)) for i, r in enumerate(recs)],
+    )
+    query = "Where did Caroline research adoption?"
+    expected = _bm25_reference(LEXICAL_DOCS, query)
+    q = vecs[1]  # the dense side alone would find Melanie's painting first
+    hits = await store.search("default", q, 2, StoreFilter(), sparse=enc.encode_query(query))
+    by_id = {h.record.id: h for h in hits}
+    lexical_top = sorted(range(len(recs)), key=lambda i: -expected[i])[:2]
+    for i in lexical_top:
+        assert recs[i].id in by_id, "a lexical candidate is missing"
+        h = by_id[recs[i].id]
+        assert h.lexical == pytest.approx(expected[i], rel=1e-4)
+        assert h.score == pytest.approx(float(vecs[i] @ q), abs=1e-5)  # true cosine, not BM25
+    assert by_id[recs[1].id].score == pytest.approx(1.0, abs=1e-5)  # the dense side is still there
+    # filters apply to the lexical side too
+    flt = StoreFilter(min_importance=2)
+    filtered = await store.search("default", q, 2, flt, sparse=enc.encode_query(query))
+    assert recs[0].id not in {h.record.id for h in filtered}
+    # Chinese terms are indexed (jieba segmentation): a Chinese query finds the Chinese memory
+    zh = await store.search("default", vecs[0], 1, StoreFilter(), sparse=enc.encode_query("咖啡馆"))
+    assert recs[4].id in {h.record.id for h in zh if h.lexical > 0}
+
+
+async def test_collection_without_lexical_vectors_ignores_the_sparse_query(store: Store) -> None:
+    from engram_server.adapters.lexical import Bm25Encoder  # noqa: PLC0415
+
+    await store.create_collection(spec())
+    rng = np.random.default_rng(12)
+    vecs = unit_vectors(4, rng)
+    recs = [record(content=text) for text in LEXICAL_DOCS[:4]]
+    await store.upsert("default", points(recs, vecs))
+    hits = await store.search(
+        "default", vecs[2], 2, StoreFilter(), sparse=Bm25Encoder().encode_query("adoption")
+    )
+    assert [h.record.id for h in hits] == [recs[2].id, hits[1].record.id]
+    assert all(h.lexical == 0.0 for h in hits)
+
+
+async def test_lexical_collection_persists_and_returns_dense_vectors(
+    backend: str, new_store: Callable[[], Store]
+) -> None:
+    if backend not in PERSISTENT_BACKENDS:
+        pytest.skip("in-memory backend")
+    from engram_server.adapters.lexical import LEXICAL_ENCODER_ID, Bm25Encoder  # noqa: PLC0415
+
+    enc = Bm25Encoder()
+    lexical_spec = replace(spec(), lexical=LEXICAL_ENCODER_ID)
+    rng = np.random.default_rng(13)
+    vecs = unit_vectors(3, rng)
+    recs = [record(content=text) for text in LEXICAL_DOCS[:3]]
+    s1 = new_store()
+    await s1.open()
+    await s1.create_collection(lexical_spec)
+    await s1.upsert(
+        "default", [StoredPoint(r, vecs[i], enc.encode_document(r.content)) for i, r in enumerate(recs)]
+    )
+    await s1.close()
+
+    s2 = new_store()
+    await s2.open()
+    try:
+        assert await s2.get_collection("default") == lexical_spec
+        got = {p.record.id: p for p in await s2.retrieve("default", [r.id for r in recs], with_vectors=True)}
+        for i, r in enumerate(recs):
+            vector = got[r.id].vector
+            assert vector is not None
+            np.testing.assert_allclose(vector, vecs[i], atol=1e-6)  # the dense one, not the named dict
+        hits = await s2.search(
+            "default", vecs[1], 1, StoreFilter(), sparse=enc.encode_query("adoption agencies")
+        )
+        assert {h.record.id for h in hits if h.lexical > 0} == {recs[0].id}
+    finally:
+        await s2.close()

@@ -38,7 +38,6 @@ def test_documents_get_saturated_bm25_weights_and_queries_unit_weights() -> None
 
 def test_indices_are_stable_across_processes() -> None:
     # CRC-32 of the UTF-8 term: the stored vectors must not depend on Python's hash seed.
-    assert Bm25Encoder().encode_query("python").indices == (0xa4d4b8b8,)  # zlib.crc32(b"python")
+    assert Bm25Encoder().encode_query("python").indices == (0xA4D4B8B8,)  # zlib.crc32(b"python")
     assert all(0 <= i < 2**32 for i in Bm25Encoder().encode_document("北京 咖啡馆 research").indices)
     assert not math.isnan(sum(Bm25Encoder().encode_document("x " * 500).values))
-

@@ -48,7 +48,12 @@ def test_fusion_formula_and_default_weights() -> None:
     scaled = fuse(0.8, 0.5, 7, Weights(), raw=0.93)  # the default
     assert scaled.final == pytest.approx(0.8 * (1.0 + 0.5 * 0.5 + 0.3 * 0.7))
     for s in (additive, scaled):
-        assert (s.relevance, s.recency, s.importance, s.raw_similarity) == (0.8, 0.5, pytest.approx(0.7), 0.93)
+        assert (s.relevance, s.recency, s.importance, s.raw_similarity) == (
+            0.8,
+            0.5,
+            pytest.approx(0.7),
+            0.93,
+        )
 
 
 @pytest.mark.parametrize("mode", list(FusionMode))
@@ -66,7 +71,10 @@ def test_scaled_fusion_does_not_lift_an_irrelevant_memory() -> None:
     assert fuse(0.6, relevant_event, 5, *args).final > fuse(0.1, 1.0, 9, *args).final
     # the reference's additive formula ranks them the other way round
     additive = FusionMode.ADDITIVE
-    assert fuse(0.6, relevant_event, 5, *args, mode=additive).final < fuse(0.1, 1.0, 9, *args, mode=additive).final
+    assert (
+        fuse(0.6, relevant_event, 5, *args, mode=additive).final
+        < fuse(0.1, 1.0, 9, *args, mode=additive).final
+    )
 
 
 def _arr(*xs: float) -> np.ndarray:
@@ -81,7 +89,9 @@ def test_lexical_evidence_only_raises_relevance() -> None:
     assert rel.tolist() == pytest.approx([0.6, 0.7, 0.5])
     # no lexical side (or no lexical match at all): the semantic relevance unchanged
     assert hybrid_relevance(_arr(0.6, 0.4), None, _arr(0, 1000), p).tolist() == pytest.approx([0.6, 0.4])
-    assert hybrid_relevance(_arr(0.6, 0.4), _arr(0, 0), _arr(0, 1000), p).tolist() == pytest.approx([0.6, 0.4])
+    assert hybrid_relevance(_arr(0.6, 0.4), _arr(0, 0), _arr(0, 1000), p).tolist() == pytest.approx(
+        [0.6, 0.4]
+    )
 
 
 def test_episode_context_lifts_towards_the_best_neighbour_only() -> None:
@@ -96,6 +106,16 @@ def test_episode_context_lifts_towards_the_best_neighbour_only() -> None:
     assert far.tolist() == pytest.approx([0.8, 0.4])
     off = hybrid_relevance(_arr(0.8, 0.4), None, _arr(0, 60), HybridParams(context_weight=0.0))
     assert off.tolist() == pytest.approx([0.8, 0.4])
+
+
+def test_only_episodic_memories_share_context() -> None:
+    """Facts imported together (identity, directive, insight) are not an episode."""
+    p = HybridParams(context_weight=0.5, context_window=300.0)
+    sem, t = _arr(0.8, 0.4, 0.4), _arr(0, 10, 20)
+    rel = hybrid_relevance(sem, None, t, p, episodic=np.array([True, True, False]))
+    assert rel.tolist() == pytest.approx([0.8, 0.6, 0.4])
+    facts = hybrid_relevance(sem, None, t, p, episodic=np.array([False, True, True]))
+    assert facts.tolist() == pytest.approx([0.8, 0.4, 0.4])
 
 
 def test_mmr_prefers_diverse_second_pick() -> None:

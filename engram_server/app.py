@@ -62,6 +62,9 @@ def build_store(settings: Settings) -> Store:
             prefix=settings.qdrant_prefix,
             shard_number=settings.qdrant_shard_number,
             replication_factor=settings.qdrant_replication_factor,
+            write_consistency_factor=settings.qdrant_write_consistency_factor,
+            on_disk=settings.qdrant_on_disk,
+            quantization=settings.qdrant_quantization,
             timeout=settings.qdrant_timeout,
             https=settings.qdrant_https,
         )

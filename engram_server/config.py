@@ -17,6 +17,10 @@ class ConfigError(ValueError):
     """A setting has an unusable value."""
 
 
+#: Values of ENGRAM_QDRANT_QUANTIZATION.
+QDRANT_QUANTIZATIONS = ("none", "int8")
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     # Server
@@ -33,6 +37,9 @@ class Settings:
     qdrant_https: bool | None = None
     qdrant_shard_number: int | None = None
     qdrant_replication_factor: int | None = None
+    qdrant_write_consistency_factor: int | None = None
+    qdrant_on_disk: bool = False
+    qdrant_quantization: str = "none"
     qdrant_timeout: float = 10.0
     hnsw_threshold: int = 20_000
     hnsw_background: bool = False
@@ -128,6 +135,24 @@ SETTINGS_DOC: list[tuple[str, str, str]] = [
         "qdrant_replication_factor",
         "ENGRAM_QDRANT_REPLICATION_FACTOR",
         "Replicas per shard for new collections (cluster).",
+    ),
+    (
+        "qdrant_write_consistency_factor",
+        "ENGRAM_QDRANT_WRITE_CONSISTENCY_FACTOR",
+        "Replicas that must acknowledge a write before it succeeds, for new collections (cluster; "
+        "at most the replication factor).",
+    ),
+    (
+        "qdrant_on_disk",
+        "ENGRAM_QDRANT_ON_DISK",
+        "Qdrant server: keep the original vectors of new collections on disk (memory-mapped) "
+        "instead of in RAM. See deploy/CAPACITY.md.",
+    ),
+    (
+        "qdrant_quantization",
+        "ENGRAM_QDRANT_QUANTIZATION",
+        "Qdrant server: `none` or `int8` (scalar quantization of new collections, kept in RAM; "
+        "searches rescore with the original vectors). See deploy/CAPACITY.md.",
     ),
     ("qdrant_timeout", "ENGRAM_QDRANT_TIMEOUT", "Seconds before a Qdrant call counts as unavailable."),
     (
@@ -421,6 +446,25 @@ def _check(s: Settings) -> None:
         problems.append("ENGRAM_TLS_CERT_FILE and ENGRAM_TLS_KEY_FILE go together")
     if s.tls_client_ca_file is not None and s.tls_cert_file is None:
         problems.append("ENGRAM_TLS_CLIENT_CA_FILE (mutual TLS) needs the server certificate and key")
+    for var, count in (
+        ("ENGRAM_QDRANT_SHARD_NUMBER", s.qdrant_shard_number),
+        ("ENGRAM_QDRANT_REPLICATION_FACTOR", s.qdrant_replication_factor),
+        ("ENGRAM_QDRANT_WRITE_CONSISTENCY_FACTOR", s.qdrant_write_consistency_factor),
+    ):
+        if count is not None and count < 1:
+            problems.append(f"{var} must be a positive integer")
+    if (
+        s.qdrant_write_consistency_factor is not None
+        and s.qdrant_replication_factor is not None
+        and s.qdrant_write_consistency_factor > s.qdrant_replication_factor
+    ):
+        problems.append(
+            "ENGRAM_QDRANT_WRITE_CONSISTENCY_FACTOR must not exceed ENGRAM_QDRANT_REPLICATION_FACTOR "
+            f"({s.qdrant_write_consistency_factor} > {s.qdrant_replication_factor}): a write could never "
+            "be acknowledged by that many replicas"
+        )
+    if s.qdrant_quantization not in QDRANT_QUANTIZATIONS:
+        problems.append(f"ENGRAM_QDRANT_QUANTIZATION must be one of {', '.join(QDRANT_QUANTIZATIONS)}")
     if problems:
         raise ConfigError("; ".join(problems))
 

@@ -53,3 +53,55 @@ def test_every_setting_is_documented_in_the_readme() -> None:
     assert {name for name, _, _ in SETTINGS_DOC} == documented_fields()
     missing = [var for _, var, _ in SETTINGS_DOC if f"`{var}`" not in readme]
     assert not missing, f"README configuration table lacks {missing}"
+
+
+def test_cluster_settings_parse() -> None:
+    s = load_settings(
+        {
+            "ENGRAM_QDRANT_SHARD_NUMBER": "6",
+            "ENGRAM_QDRANT_REPLICATION_FACTOR": "2",
+            "ENGRAM_QDRANT_WRITE_CONSISTENCY_FACTOR": "2",
+            "ENGRAM_QDRANT_ON_DISK": "true",
+            "ENGRAM_QDRANT_QUANTIZATION": "int8",
+        }
+    )
+    assert (s.qdrant_shard_number, s.qdrant_replication_factor, s.qdrant_write_consistency_factor) == (
+        6,
+        2,
+        2,
+    )
+    assert (s.qdrant_on_disk, s.qdrant_quantization) == (True, "int8")
+    # write consistency alone is left to the server (its default replication factor may be higher)
+    assert load_settings({"ENGRAM_QDRANT_WRITE_CONSISTENCY_FACTOR": "2"}).qdrant_write_consistency_factor == 2
+    defaults = load_settings({})
+    assert (defaults.qdrant_write_consistency_factor, defaults.qdrant_on_disk) == (None, False)
+    assert defaults.qdrant_quantization == "none"
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"ENGRAM_QDRANT_SHARD_NUMBER": "0"}, "ENGRAM_QDRANT_SHARD_NUMBER must be a positive integer"),
+        ({"ENGRAM_QDRANT_REPLICATION_FACTOR": "-1"}, "ENGRAM_QDRANT_REPLICATION_FACTOR must be a positive"),
+        ({"ENGRAM_QDRANT_WRITE_CONSISTENCY_FACTOR": "0"}, "WRITE_CONSISTENCY_FACTOR must be a positive"),
+        ({"ENGRAM_QDRANT_REPLICATION_FACTOR": "two"}, "ENGRAM_QDRANT_REPLICATION_FACTOR='two'"),
+        (
+            {"ENGRAM_QDRANT_REPLICATION_FACTOR": "2", "ENGRAM_QDRANT_WRITE_CONSISTENCY_FACTOR": "3"},
+            r"must not exceed ENGRAM_QDRANT_REPLICATION_FACTOR \(3 > 2\)",
+        ),
+        ({"ENGRAM_QDRANT_QUANTIZATION": "binary"}, "ENGRAM_QDRANT_QUANTIZATION must be one of none, int8"),
+        ({"ENGRAM_QDRANT_ON_DISK": "sometimes"}, "ENGRAM_QDRANT_ON_DISK"),
+    ],
+)
+def test_bad_cluster_settings_are_clear_errors(env: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_settings(env)
+
+
+def test_bad_cluster_settings_stop_the_cli_at_start_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    from engram_server import cli  # noqa: PLC0415
+
+    monkeypatch.setenv("ENGRAM_QDRANT_REPLICATION_FACTOR", "1")
+    monkeypatch.setenv("ENGRAM_QDRANT_WRITE_CONSISTENCY_FACTOR", "2")
+    with pytest.raises(SystemExit, match="configuration error: ENGRAM_QDRANT_WRITE_CONSISTENCY_FACTOR"):
+        cli.main(["serve"])

@@ -88,6 +88,9 @@ class QdrantStore:
         prefix: str = "",
         shard_number: int | None = None,
         replication_factor: int | None = None,
+        write_consistency_factor: int | None = None,
+        on_disk: bool = False,
+        quantization: str = "none",
         timeout: float = 10.0,
         prefer_grpc: bool = True,
         https: bool | None = None,
@@ -97,6 +100,11 @@ class QdrantStore:
         self._prefix = prefix
         self._shard_number = shard_number
         self._replication_factor = replication_factor
+        self._write_consistency_factor = write_consistency_factor
+        self._on_disk = on_disk
+        if quantization not in ("none", "int8"):
+            raise ValueError(f"unknown quantization {quantization!r} (none or int8)")
+        self._quantization = quantization
         self._timeout = timeout
         self._prefer_grpc = prefer_grpc
         self._https = https
@@ -144,11 +152,11 @@ class QdrantStore:
             raise
         except UnexpectedResponse as exc:
             if exc.status_code == 404 and collection is not None:
-                raise _not_found(collection) from exc
+                raise self._gone(collection) from exc
             raise StorageUnavailable(f"{what} failed on {self._describe()}: {exc}") from exc
         except grpc.aio.AioRpcError as exc:
             if exc.code() == grpc.StatusCode.NOT_FOUND and collection is not None:
-                raise _not_found(collection) from exc
+                raise self._gone(collection) from exc
             raise StorageUnavailable(
                 f"{what} failed on {self._describe()}: {exc.code().name} {exc.details()}"
             ) from exc
@@ -156,10 +164,16 @@ class QdrantStore:
             raise StorageUnavailable(f"{what} failed: cannot reach {self._describe()}: {exc}") from exc
         except ValueError as exc:  # local mode reports a missing collection as ValueError
             if collection is not None and "not found" in str(exc).lower():
-                raise _not_found(collection) from exc
+                raise self._gone(collection) from exc
             raise StorageUnavailable(f"{what} failed on {self._describe()}: {exc}") from exc
         except RuntimeError as exc:  # local mode: path locked by another instance, or closed
             raise StorageUnavailable(f"{what} failed on {self._describe()}: {exc}") from exc
+
+    def _gone(self, name: str) -> CollectionNotFound:
+        """The collection is missing on the server: forget its cached spec (another Engram
+        replica may have dropped it), so the next call looks again."""
+        self._specs.pop(name, None)
+        return _not_found(name)
 
     async def _spec(self, name: str) -> CollectionSpec:
         spec = await self.get_collection(name)
@@ -197,25 +211,45 @@ class QdrantStore:
         if await self.get_collection(spec.name) is not None:
             return
         qname = self._qname(spec.name)
-        await self._call(
-            "create collection",
-            lambda: self._c.create_collection(
-                qname,
-                vectors_config=models.VectorParams(size=spec.dimension, distance=models.Distance.COSINE),
-                sparse_vectors_config=(
-                    {LEXICAL_VECTOR: models.SparseVectorParams(modifier=models.Modifier.IDF)}
-                    if spec.lexical is not None
-                    else None
+        try:
+            await self._call(
+                "create collection",
+                lambda: self._c.create_collection(
+                    qname,
+                    vectors_config=models.VectorParams(
+                        size=spec.dimension,
+                        distance=models.Distance.COSINE,
+                        on_disk=True if self._on_disk else None,
+                    ),
+                    sparse_vectors_config=(
+                        {LEXICAL_VECTOR: models.SparseVectorParams(modifier=models.Modifier.IDF)}
+                        if spec.lexical is not None
+                        else None
+                    ),
+                    quantization_config=self._quantization_config(),
+                    metadata={_META_KEY: spec_to_json(spec)},
+                    shard_number=self._shard_number,
+                    replication_factor=self._replication_factor,
+                    write_consistency_factor=self._write_consistency_factor,
                 ),
-                shard_number=self._shard_number,
-                replication_factor=self._replication_factor,
-                metadata={_META_KEY: spec_to_json(spec)},
-            ),
-        )
+            )
+        except StorageUnavailable:
+            # Another Engram replica may have created it between our check and our call (the
+            # per-collection lock is per process): that is not a failure.
+            self._specs.pop(spec.name, None)
+            if await self.get_collection(spec.name) is None:
+                raise
         if not self._local:
-            for field_name, kind in PAYLOAD_INDEXES.items():
+            for field_name, kind in PAYLOAD_INDEXES.items():  # idempotent on the server
                 await self._create_index(spec.name, field_name, _INDEX_SCHEMA[kind])
         self._specs[spec.name] = spec
+
+    def _quantization_config(self) -> models.ScalarQuantization | None:
+        if self._quantization != "int8":
+            return None
+        return models.ScalarQuantization(
+            scalar=models.ScalarQuantizationConfig(type=models.ScalarType.INT8, always_ram=True)
+        )
 
     async def _create_index(self, name: str, field_name: str, schema: models.PayloadSchemaType) -> None:
         qname = self._qname(name)
@@ -452,18 +486,29 @@ class QdrantStore:
     async def put_state(self, key: str, value: Mapping[str, Any]) -> None:
         validate_state_key(key)
         if not await self._state_exists():
+            await self._create_state_collection()
+        point = models.PointStruct(
+            id=_state_id(key), vector=[0.0], payload={"key": key, "value": dict(value)}
+        )
+        await self._call("write state", lambda: self._c.upsert(self._state_collection, [point], wait=True))
+
+    async def _create_state_collection(self) -> None:
+        try:
             await self._call(
                 "create state collection",
                 lambda: self._c.create_collection(
                     self._state_collection,
                     vectors_config=models.VectorParams(size=1, distance=models.Distance.DOT),
+                    # the same availability as the memories (vector storage options are moot
+                    # for 1-dimensional points)
+                    shard_number=self._shard_number,
                     replication_factor=self._replication_factor,
+                    write_consistency_factor=self._write_consistency_factor,
                 ),
             )
-        point = models.PointStruct(
-            id=_state_id(key), vector=[0.0], payload={"key": key, "value": dict(value)}
-        )
-        await self._call("write state", lambda: self._c.upsert(self._state_collection, [point], wait=True))
+        except StorageUnavailable:
+            if not await self._state_exists():  # else another replica created it first
+                raise
 
     @property
     def _state_collection(self) -> str:

@@ -387,6 +387,13 @@ def _parser(name: str) -> Callable[[str], Any]:
 
 def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     """Settings from ENGRAM_* variables; unset or empty variables keep the defaults."""
+    settings = Settings(**env_overrides(environ))
+    _check(settings)
+    return settings
+
+
+def env_overrides(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The settings the ENGRAM_* variables set (field name → parsed value), unchecked."""
     env = os.environ if environ is None else environ
     values: dict[str, Any] = {}
     for name, var, _ in SETTINGS_DOC:
@@ -397,9 +404,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
             values[name] = _parser(name)(raw.strip())
         except ValueError as exc:
             raise ConfigError(f"{var}={raw!r}: {exc}") from exc
-    settings = Settings(**values)
-    _check(settings)
-    return settings
+    return values
 
 
 def _check(s: Settings) -> None:

@@ -278,7 +278,7 @@ class ConvStats:
 
 async def run(data_dir: Path, select: str | None, ks: Sequence[int], progress: bool = True) -> Json:
     from engram_server.app import build_embedder  # noqa: PLC0415
-    from engram_server.config import Settings  # noqa: PLC0415
+    from engram_server.config import Settings, env_overrides  # noqa: PLC0415
     from engram_server.domain.clock import ManualClock  # noqa: PLC0415
     from engram_server.testing import running_server  # noqa: PLC0415
 
@@ -290,10 +290,12 @@ async def run(data_dir: Path, select: str | None, ks: Sequence[int], progress: b
     conv_stats: list[ConvStats] = []
     started = time.perf_counter()
     clock = ManualClock(start=convs[0].ask_at.timestamp())
-    embedder = MemoEmbedder(build_embedder(Settings()))
+    overrides = env_overrides()
+    embedder = MemoEmbedder(build_embedder(Settings(**overrides)))
     with tempfile.TemporaryDirectory(prefix="engram-locomo-") as tmp:
         async with (
-            running_server(Path(tmp) / "data", clock=clock, embedder=embedder) as server,
+            # ENGRAM_* variables configure the server (ablations: ENGRAM_LEXICAL_SEARCH=false, …)
+            running_server(Path(tmp) / "data", clock=clock, embedder=embedder, **overrides) as server,
             AsyncEngramClient(server.address, timeout=120) as client,
         ):
             model = getattr(server.embedder, "model_id", type(server.embedder).__name__)
@@ -393,6 +395,7 @@ async def run(data_dir: Path, select: str | None, ks: Sequence[int], progress: b
         ks=ks,
         model=str(model),
         wall=wall,
+        overrides=overrides,
     )
 
 
@@ -406,6 +409,7 @@ def _summary(
     ks: Sequence[int],
     model: str,
     wall: float,
+    overrides: Json,
 ) -> Json:
     table: Json = {}
     for system in SYSTEMS:
@@ -419,6 +423,7 @@ def _summary(
         "benchmark": "LoCoMo evidence recall (development half), categories 1-4",
         "conversations": [c.sample_id for c in convs],
         "embedding_model": model,
+        "settings_overrides": {k: str(v) for k, v in sorted(overrides.items())},
         "systems": SYSTEMS,
         "ks": list(ks),
         "recall": table,

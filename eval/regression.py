@@ -677,7 +677,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         )
     else:
-        report = asyncio.run(run_in_process(args.taskset, concurrency=args.concurrency))
+        from engram_server.config import env_overrides  # noqa: PLC0415 - server only when in-process
+
+        # ENGRAM_* variables configure the in-process server too (ablations: ENGRAM_LEXICAL_SEARCH=false …)
+        report = asyncio.run(run_in_process(args.taskset, concurrency=args.concurrency, **env_overrides()))
     json_path, md_path = write_report(report, args.out)
     for name, score in report.categories().items():
         print(f"{name:20s} {score.passed:3d}/{score.total:<3d} {score.rate:6.1%}")

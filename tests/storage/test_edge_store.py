@@ -224,3 +224,38 @@ async def test_sync_writes_mode_round_trips(tmp_path: Path) -> None:
         assert got.record.access_count == 2
     finally:
         await store.close()
+
+
+async def test_hybrid_collection_gets_its_hnsw_index_at_open(tmp_path: Path) -> None:
+    """Sparse vectors are always indexed and counted as such: the dense index must still be built."""
+    from engram_server.adapters.lexical import LEXICAL_ENCODER_ID, Bm25Encoder  # noqa: PLC0415
+    from engram_server.adapters.storage.edge import _dense_unindexed  # noqa: PLC0415
+
+    rng = np.random.default_rng(21)
+    enc = Bm25Encoder()
+    n = 500
+    vecs = unit_vectors(n, rng)
+    recs = [record(content=f"memory number {i} about topic {i % 17}") for i in range(n)]
+    store = EdgeStore(tmp_path, hnsw_threshold=200)
+    await store.open()
+    await store.create_collection(replace(spec(), lexical=LEXICAL_ENCODER_ID))
+    await store.upsert(
+        "default",
+        [StoredPoint(r, v, enc.encode_document(r.content)) for r, v in zip(recs, vecs, strict=True)],
+    )
+    col = store._cols["default"]  # white box: observe the index
+    assert col.shard.info().indexed_vectors_count >= n  # the sparse vectors alone
+    assert _dense_unindexed(col) == n
+    await store.close()
+
+    reopened = EdgeStore(tmp_path, hnsw_threshold=200)
+    await reopened.open()  # builds due indexes before serving
+    try:
+        col = reopened._cols["default"]
+        assert _dense_unindexed(col) < 200
+        assert col.shard.info().indexed_vectors_count >= 2 * n - 200
+        q = vecs[7]
+        hits = await reopened.search("default", q, 10, StoreFilter(), sparse=enc.encode_query("topic 7"))
+        assert recs[7].id in {h.record.id for h in hits}
+    finally:
+        await reopened.close()

@@ -196,8 +196,7 @@ class EdgeStore:
             return
         if col.optimizing is not None and not col.optimizing.done():
             return
-        info = col.shard.info()
-        if info.points_count - info.indexed_vectors_count >= self._hnsw_threshold:
+        if _dense_unindexed(col) >= self._hnsw_threshold:
             col.optimizing = self._opt.submit(self._optimize, col)
 
     @staticmethod
@@ -563,6 +562,23 @@ class EdgeStore:
 
 
 # ---------------------------------------------------------------------- helpers
+
+
+def _dense_unindexed(col: _Collection) -> int:
+    """Points whose dense vector is not in an HNSW index yet.
+
+    ``indexed_vectors_count`` counts every indexed vector, and lexical sparse vectors are always
+    indexed: subtract the points that carry one (empty ones are never written), or a hybrid
+    collection would look fully indexed and never get its HNSW index.
+    """
+    info = col.shard.info()
+    indexed = info.indexed_vectors_count
+    if col.spec.lexical is not None:
+        with_sparse = col.shard.count(
+            qe.CountRequest(exact=True, filter=qe.Filter(must=[qe.HasVectorCondition(LEXICAL_VECTOR)]))
+        )
+        indexed -= with_sparse
+    return max(0, info.points_count - indexed)
 
 
 def _edge_vector(spec: CollectionSpec, p: StoredPoint, dense: list[float]) -> qe.Vector:

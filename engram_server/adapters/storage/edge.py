@@ -61,7 +61,6 @@ from engram_server.adapters.storage.payload import (
     as_vector,
     canonical_ids,
     canonical_offset,
-    cosine,
     encode_updates,
     filter_plan,
     point_id,
@@ -438,9 +437,10 @@ class EdgeStore:
                         ),
                         filter=edge_filter,
                         with_payload=True,
-                        with_vector=[""],
+                        with_vector=False,
                     )
                 )
+                only_lexical: dict[str, Any] = {}
                 for h in lexical_hits:
                     if h.score <= 0:
                         continue
@@ -448,14 +448,31 @@ class EdgeStore:
                     seen = out.get(key)
                     if seen is not None:
                         out[key] = replace(seen, lexical=float(h.score))
-                        continue
-                    vec = as_vector(h.vector)
-                    out[key] = ScoredPoint(
-                        record_from_payload(h.id, collection, h.payload or {}),
-                        cosine(vec, vector),
-                        vec if with_vectors else None,
-                        lexical=float(h.score),
+                    else:
+                        only_lexical[key] = h
+                if only_lexical:
+                    # Their cosine, exactly, from the engine: a dense query restricted to these ids
+                    # (cheaper than shipping their vectors to Python).
+                    cosines = col.shard.query(
+                        qe.QueryRequest(
+                            limit=len(only_lexical),
+                            query=qe.Query.Nearest(query),
+                            filter=qe.Filter(must=[qe.HasIdCondition({h.id for h in only_lexical.values()})]),
+                            with_payload=False,
+                            with_vector=[""] if with_vectors else False,
+                        )
                     )
+                    dense_of = {str(c.id): c for c in cosines}
+                    for key, h in only_lexical.items():
+                        c = dense_of.get(key)
+                        if c is None:
+                            continue  # deleted between the two queries (cannot happen on this thread)
+                        out[key] = ScoredPoint(
+                            record_from_payload(h.id, collection, h.payload or {}),
+                            float(c.score),
+                            as_vector(c.vector) if with_vectors and c.vector is not None else None,
+                            lexical=float(h.score),
+                        )
             return list(out.values())
 
         return await self._run(work)

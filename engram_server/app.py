@@ -101,7 +101,7 @@ def build_policy(settings: Settings) -> Policy:
         candidate_factor=settings.candidate_factor,
         min_candidates=settings.min_candidates,
         default_collection=settings.default_collection,
-        limits=Limits(max_content_chars=settings.max_content_chars),
+        limits=Limits(max_content_chars=settings.max_content_chars, max_batch_items=settings.max_batch_items),
     )
 
 

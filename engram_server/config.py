@@ -59,6 +59,7 @@ class Settings:
     candidate_factor: int = 3
     min_candidates: int = 30
     max_content_chars: int = 8192
+    max_batch_items: int = 64
     # Background work
     sweep_interval_seconds: float = 600.0
     # Reflection (LLM)
@@ -175,6 +176,12 @@ SETTINGS_DOC: list[tuple[str, str, str]] = [
     ("candidate_factor", "ENGRAM_CANDIDATE_FACTOR", "Search over-fetches limit × this many candidates…"),
     ("min_candidates", "ENGRAM_MIN_CANDIDATES", "…and at least this many, before re-ranking."),
     ("max_content_chars", "ENGRAM_MAX_CONTENT_CHARS", "Longest memory content accepted."),
+    (
+        "max_batch_items",
+        "ENGRAM_MAX_BATCH_ITEMS",
+        "Most memories one AddMemories call may carry (one embedding batch; with auth on, each "
+        "memory costs one rate-limit token).",
+    ),
     (
         "sweep_interval_seconds",
         "ENGRAM_SWEEP_INTERVAL_SECONDS",
@@ -365,6 +372,8 @@ def _check(s: Settings) -> None:
             problems.append(f"{name} must be ≥ 0")
     if s.embedder_provider not in {"local", "openai", "voyage"}:
         problems.append("ENGRAM_EMBEDDER_PROVIDER must be local, openai or voyage")
+    if s.max_batch_items < 1:
+        problems.append("ENGRAM_MAX_BATCH_ITEMS must be ≥ 1")
     if s.candidate_factor < 1 or s.min_candidates < 1:
         problems.append("candidate settings must be ≥ 1")
     if s.auth not in {"auto", "on", "off"}:

@@ -30,7 +30,7 @@ from engram_server.domain.model import (
     StoredPoint,
     StoreFilter,
 )
-from engram_server.domain.service import MemoryService, Similar
+from engram_server.domain.service import MemoryService, Similar, stored_point
 from engram_server.domain.ttl import compute_valid_until
 from engram_server.domain.validation import Violations, check_collection
 from engram_server.ports import Llm
@@ -430,7 +430,7 @@ class Reflector:
                 draft=draft,
             )
             (drafts if draft else insights).append(record)
-            points.append(StoredPoint(record, vec))
+            points.append(stored_point(record, vec))
         async with mem.lock(target):
             ensure_time_left()
             await mem.store.upsert(target, points)

@@ -116,6 +116,14 @@ async def test_every_rpc_gets_exactly_one_server_span(otel: Otel, stub: Stub) ->
     added = await stub.AddMemory(s.AddMemoryRequest(content="Frank prefers tea.", type=m.MEMORY_TYPE_EVENT))
     memory_id = added.memory.id
     calls: list[tuple[str, Callable[[], Awaitable[object]]]] = [
+        (
+            "AddMemories",
+            lambda: stub.AddMemories(
+                s.AddMemoriesRequest(
+                    memories=[s.NewMemory(content="Frank prefers tea."), s.NewMemory(content="x")]
+                )
+            ),
+        ),
         ("SearchMemories", lambda: stub.SearchMemories(s.SearchMemoriesRequest(query="tea"))),
         ("GetMemory", lambda: stub.GetMemory(s.GetMemoryRequest(id=memory_id))),
         ("ListMemories", lambda: stub.ListMemories(s.ListMemoriesRequest())),

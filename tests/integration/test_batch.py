@@ -5,12 +5,9 @@ input, limits, idempotency, and TTL exactly as AddMemory computes it."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
 from typing import Any
 
 import grpc
-import pytest
-from google.protobuf import timestamp_pb2
 
 from engram_client.proto.engram.v1 import memory_pb2 as m
 from engram_client.proto.engram.v1 import memory_service_pb2 as s
@@ -18,7 +15,7 @@ from engram_client.proto.engram.v1 import memory_service_pb2_grpc
 from engram_server.app import EngramServer
 from engram_server.domain.clock import ManualClock
 from engram_server.domain.model import StoreFilter
-from engram_server.testing import RichError, rich
+from tests.support.rpc import add, count, fails, ts
 
 Stub = memory_service_pb2_grpc.MemoryServiceStub
 HOUR = 3600.0
@@ -29,29 +26,6 @@ DARK_PARAPHRASE = "In every code editor I use, I like a dark theme."  # near zon
 BERLIN = "I live in Berlin."
 TAX = "The quarterly tax filing deadline is April 15."
 BOOK = "Currently reading 'The Left Hand of Darkness' by Ursula K. Le Guin."
-
-
-def ts(seconds: float) -> timestamp_pb2.Timestamp:
-    return timestamp_pb2.Timestamp(seconds=int(seconds))
-
-
-async def fails(call: Awaitable[Any], code: grpc.StatusCode, reason: str) -> RichError:
-    with pytest.raises(grpc.aio.AioRpcError) as info:
-        await call
-    err = rich(info.value)
-    assert (err.code, err.reason) == (code, reason), err
-    assert err.domain == "engram.v1"
-    return err
-
-
-async def add(stub: Stub, content: str, **kw: Any) -> s.AddMemoryResponse:
-    resp: s.AddMemoryResponse = await stub.AddMemory(s.AddMemoryRequest(content=content, **kw))
-    return resp
-
-
-async def count(stub: Stub, collection: str = "") -> int:
-    page = await stub.ListMemories(s.ListMemoriesRequest(collection=collection, page_size=1000))
-    return len(page.memories)
 
 
 def item(content: str, **kw: Any) -> s.NewMemory:

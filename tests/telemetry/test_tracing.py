@@ -271,6 +271,28 @@ async def test_add_child_spans_show_the_gate(otel: Otel, stub: Stub) -> None:
     assert otel.named("engram.storage.upsert") == []
 
 
+async def test_batch_spans_one_embedding_a_gate_per_item_one_upsert(otel: Otel, stub: Stub) -> None:
+    texts = [
+        "Frank drinks green tea every morning.",
+        "The boiler is serviced in May.",
+        "FRANK drinks green tea every morning",
+    ]
+    resp = await stub.AddMemories(s.AddMemoriesRequest(memories=[s.NewMemory(content=t) for t in texts]))
+    assert [r.outcome for r in resp.results] == [s.ADD_OUTCOME_CREATED] * 2 + [s.ADD_OUTCOME_DUPLICATE]
+    root = only_server_span(otel, "AddMemories")
+    assert dict(root.attributes or {})["engram.batch.items"] == 3
+    kids = children(otel, root)
+    names = [x.name for x in kids]
+    assert names.count("engram.embed") == 1 and names.count("engram.storage.upsert") == 1
+    assert names.count("engram.gate") == 3
+    (embed,) = (x for x in kids if x.name == "engram.embed")
+    assert dict(embed.attributes or {})["engram.embedding.texts"] == 3
+    (upsert,) = (x for x in kids if x.name == "engram.storage.upsert")
+    assert dict(upsert.attributes or {})["db.operation.batch.size"] == 2
+    outcomes = [dict(x.attributes or {})["engram.gate.outcome"] for x in kids if x.name == "engram.gate"]
+    assert outcomes == ["created", "created", "duplicate"]
+
+
 async def test_incoming_traceparent_is_continued(otel: Otel, stub: Stub) -> None:
     """A plain grpc client that injects W3C trace context (what engram-client will do)."""
     client_tracer = trace.get_tracer("test-client")

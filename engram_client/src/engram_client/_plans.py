@@ -35,6 +35,10 @@ from engram_client.models import (
     RankingWeights,
     ReflectionResult,
     SearchResult,
+    Source,
+    SourceName,
+    SourceType,
+    SourceTypeName,
     UpdateResult,
 )
 from engram_client.proto.engram.v1 import memory_service_pb2
@@ -93,7 +97,32 @@ def _fill_new_memory(req: _NewMemoryMessage, memory: NewMemory) -> tuple[_NewMem
     return req, rid
 
 
-def add(memory: NewMemory, *, collection: str | None) -> Plan[AddResult]:
+def add(
+    content: str,
+    *,
+    collection: str | None,
+    type: MemoryType | MemoryTypeName | None,
+    importance: int | None,
+    tags: Sequence[str],
+    source: Source | SourceName | None,
+    source_type: SourceType | SourceTypeName | None,
+    metadata: Mapping[str, str] | None,
+    created_at: datetime | None,
+    valid_until: datetime | None,
+    request_id: str | None,
+) -> Plan[AddResult]:
+    memory = NewMemory(
+        content,
+        type=type,
+        importance=importance,
+        tags=tags,
+        source=source,
+        source_type=source_type,
+        metadata=metadata,
+        created_at=created_at,
+        valid_until=valid_until,
+        request_id=request_id,
+    )
     req, rid = _fill_new_memory(memory_service_pb2.AddMemoryRequest(collection=collection or ""), memory)
     # The same request_id is sent on every attempt, so a retry of a write that did land is
     # answered with the first answer (replayed=True) instead of writing twice.

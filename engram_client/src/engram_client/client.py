@@ -307,8 +307,9 @@ class EngramClient(_ClientBase):
         ``near_duplicates`` (0.70–0.92): updating one of them is often better than adding.
         ``request_id`` (default: a new UUID, reused by retries) makes repeats return the first answer.
         """
-        memory = NewMemory(
+        plan = _plans.add(
             content,
+            collection=collection,
             type=type,
             importance=importance,
             tags=tags,
@@ -319,7 +320,6 @@ class EngramClient(_ClientBase):
             valid_until=valid_until,
             request_id=request_id,
         )
-        plan = _plans.add(memory, collection=collection)
         return self._run(plan, timeout)
 
     def add_many(
@@ -621,8 +621,9 @@ class AsyncEngramClient(_ClientBase):
         timeout: float | None = None,
     ) -> AddResult:
         """See :meth:`EngramClient.add`."""
-        memory = NewMemory(
+        plan = _plans.add(
             content,
+            collection=collection,
             type=type,
             importance=importance,
             tags=tags,
@@ -633,7 +634,6 @@ class AsyncEngramClient(_ClientBase):
             valid_until=valid_until,
             request_id=request_id,
         )
-        plan = _plans.add(memory, collection=collection)
         return await self._run(plan, timeout)
 
     async def add_many(

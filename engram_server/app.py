@@ -118,7 +118,7 @@ def build_policy(settings: Settings) -> Policy:
             fusion=FusionMode(settings.fusion_mode),
         ),
         default_collection=settings.default_collection,
-        limits=Limits(max_content_chars=settings.max_content_chars),
+        limits=Limits(max_content_chars=settings.max_content_chars, max_batch_items=settings.max_batch_items),
     )
 
 

@@ -71,6 +71,7 @@ class Settings:
     context_window_seconds: float = 300.0
     fusion_mode: str = "scaled"
     max_content_chars: int = 8192
+    max_batch_items: int = 64
     # Background work
     sweep_interval_seconds: float = 600.0
     # Reflection (LLM)
@@ -236,6 +237,12 @@ SETTINGS_DOC: list[tuple[str, str, str]] = [
         "`additive`: the reference's w_rel·relevance + w_rec·recency + w_imp·importance/10.",
     ),
     ("max_content_chars", "ENGRAM_MAX_CONTENT_CHARS", "Longest memory content accepted."),
+    (
+        "max_batch_items",
+        "ENGRAM_MAX_BATCH_ITEMS",
+        "Most memories one AddMemories call may carry (one embedding batch; with auth on, each "
+        "memory costs one rate-limit token).",
+    ),
     (
         "sweep_interval_seconds",
         "ENGRAM_SWEEP_INTERVAL_SECONDS",
@@ -441,6 +448,8 @@ def _check(s: Settings) -> None:
             problems.append(f"{name} must be ≥ 0")
     if s.embedder_provider not in {"local", "openai", "voyage"}:
         problems.append("ENGRAM_EMBEDDER_PROVIDER must be local, openai or voyage")
+    if s.max_batch_items < 1:
+        problems.append("ENGRAM_MAX_BATCH_ITEMS must be ≥ 1")
     if s.candidate_factor < 1 or s.min_candidates < 1:
         problems.append("candidate settings must be ≥ 1")
     if s.auth not in {"auto", "on", "off"}:

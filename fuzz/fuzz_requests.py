@@ -32,6 +32,7 @@ with atheris.instrument_imports():
 
 RPCS: list[tuple[str, Any]] = [
     ("AddMemory", s.AddMemoryRequest),
+    ("AddMemories", s.AddMemoriesRequest),
     ("SearchMemories", s.SearchMemoriesRequest),
     ("UpdateMemory", s.UpdateMemoryRequest),
     ("DeleteMemory", s.DeleteMemoryRequest),
@@ -111,6 +112,14 @@ def seeds() -> list[bytes]:
             tags=["ui", "permanent"], source=m.SOURCE_USER, source_type=m.SOURCE_TYPE_USER_INPUT,
             metadata={"k": "v"}, created_at=ts, valid_until=timestamp_pb2.Timestamp(seconds=1_999_000_000),
             request_id="r1",
+        ),
+        s.AddMemoriesRequest(
+            collection="c1",
+            memories=[
+                s.NewMemory(content="I prefer dark mode.", type=m.MEMORY_TYPE_DIRECTIVE, importance=7,
+                            tags=["ui"], metadata={"k": "v"}, created_at=ts, request_id="r2"),
+                s.NewMemory(content="Lunch with Sam on Friday."),
+            ],
         ),
         s.SearchMemoriesRequest(
             query="dark mode", collections=["c1", "c2"], limit=7, diversify=True, mmr_lambda=0.4,

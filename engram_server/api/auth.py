@@ -4,8 +4,10 @@ Per call to ``engram.v1.MemoryService`` (health and server reflection stay open)
 
 1. the API key — ``authorization: Bearer <key>`` or ``x-api-key: <key>`` metadata — must belong to
    a principal, else UNAUTHENTICATED (``ERROR_REASON_UNAUTHENTICATED``);
-2. the principal's token bucket must hold a token, else RESOURCE_EXHAUSTED
-   (``ERROR_REASON_RATE_LIMITED`` with ``QuotaFailure`` and ``RetryInfo``);
+2. the principal's token bucket must hold the call's cost — one token, or for AddMemories one per
+   memory (capped at the bucket size), so a batch spends the quota its memories would spend one
+   by one — else RESOURCE_EXHAUSTED (``ERROR_REASON_RATE_LIMITED`` with ``QuotaFailure`` and
+   ``RetryInfo``);
 3. the collections the request names (resolved exactly as the service resolves them: an empty
    ``collection`` is the default collection) must each be granted with the role the RPC needs,
    else PERMISSION_DENIED (``ERROR_REASON_PERMISSION_DENIED``). ListCollections answers only the
@@ -71,6 +73,8 @@ class Rule:
     scope: Callable[[Any, str], list[str] | None]
     #: request -> a stronger role for some options (RunReflection ``force``).
     escalate: Callable[[Any], Role | None] | None = None
+    #: request -> rate-limit tokens the call costs (default one).
+    cost: Callable[[Any], int] | None = None
 
 
 def _one(request: Any, default: str) -> list[str]:
@@ -96,6 +100,7 @@ def _listing(request: Any, default: str) -> list[str] | None:
 
 RULES: dict[str, Rule] = {
     "AddMemory": Rule(Role.WRITE, _one),
+    "AddMemories": Rule(Role.WRITE, _one, cost=lambda r: len(r.memories)),
     "UpdateMemory": Rule(Role.WRITE, _one),
     "DeleteMemory": Rule(Role.WRITE, _one),
     "SearchMemories": Rule(Role.READ, _search),
@@ -180,7 +185,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 if key is None
                 else "unknown API key"
             )
-        delay = self.limiter.acquire(principal)
+        delay = self.limiter.acquire(principal, rule.cost(request) if rule.cost is not None else 1)
         if delay > 0:
             limit = self.limiter.limit_for(principal)
             raise RateLimited(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from google.protobuf import timestamp_pb2
 
@@ -13,7 +13,9 @@ from engram_server.domain.model import NEVER, CollectionSpec, MemoryRecord, Memo
 from engram_server.domain.ranking import Score, Weights
 from engram_server.domain.reflection import Gate, ReflectionOutcome, ReflectionReport
 from engram_server.domain.service import (
+    AddCommand,
     AddOutcome,
+    AddResult,
     SearchFilter,
     Similar,
 )
@@ -81,6 +83,34 @@ def ts_in(ts: timestamp_pb2.Timestamp) -> float:
 def ts_out(seconds: float) -> timestamp_pb2.Timestamp:
     whole = int(seconds // 1)
     return timestamp_pb2.Timestamp(seconds=whole, nanos=round((seconds - whole) * 1e9) % 1_000_000_000)
+
+
+def add_command_in(msg: s.AddMemoryRequest | s.NewMemory, collection: str, prefix: str = "") -> AddCommand:
+    """An AddMemory request, or one AddMemories item (fields named ``<prefix><field>``)."""
+    return AddCommand(
+        content=msg.content,
+        collection=collection,
+        type=enum_in(TYPE_IN, msg.type, f"{prefix}type"),
+        importance=msg.importance if msg.HasField("importance") else None,
+        tags=tuple(msg.tags),
+        source=enum_in(SOURCE_IN, msg.source, f"{prefix}source"),
+        source_type=enum_in(SOURCE_TYPE_IN, msg.source_type, f"{prefix}source_type"),
+        metadata=dict(msg.metadata),
+        created_at=ts_in(msg.created_at) if msg.HasField("created_at") else None,
+        valid_until=ts_in(msg.valid_until) if msg.HasField("valid_until") else None,
+        request_id=msg.request_id,
+    )
+
+
+def add_result_fields(r: AddResult) -> dict[str, Any]:
+    """The fields AddMemoryResponse and AddMemoryResult share."""
+    return {
+        "memory": memory_out(r.memory),
+        "outcome": OUTCOME_OUT[r.outcome],
+        "duplicate_similarity": r.duplicate_similarity,
+        "near_duplicates": [similar_out(x) for x in r.near_duplicates],
+        "replayed": r.replayed,
+    }
 
 
 def memory_out(r: MemoryRecord) -> m.Memory:

@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc
+from opentelemetry import trace
 
 from engram_client.proto.engram.v1 import memory_service_pb2 as s
 from engram_client.proto.engram.v1 import memory_service_pb2_grpc
@@ -17,7 +18,6 @@ from engram_server.domain.deadline import set_time_remaining
 from engram_server.domain.errors import EngramError, InvalidArgument
 from engram_server.domain.reflection import Reflector
 from engram_server.domain.service import (
-    AddCommand,
     DeleteCommand,
     Locator,
     MemoryService,
@@ -61,26 +61,25 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
     async def AddMemory(
         self, request: s.AddMemoryRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> s.AddMemoryResponse:
-        cmd = AddCommand(
-            content=request.content,
-            collection=request.collection,
-            type=c.enum_in(c.TYPE_IN, request.type, "type"),
-            importance=request.importance if request.HasField("importance") else None,
-            tags=tuple(request.tags),
-            source=c.enum_in(c.SOURCE_IN, request.source, "source"),
-            source_type=c.enum_in(c.SOURCE_TYPE_IN, request.source_type, "source_type"),
-            metadata=dict(request.metadata),
-            created_at=c.ts_in(request.created_at) if request.HasField("created_at") else None,
-            valid_until=c.ts_in(request.valid_until) if request.HasField("valid_until") else None,
-            request_id=request.request_id,
-        )
-        result = await self._svc.add(cmd)
-        return s.AddMemoryResponse(
-            memory=c.memory_out(result.memory),
-            outcome=c.OUTCOME_OUT[result.outcome],
-            duplicate_similarity=result.duplicate_similarity,
-            near_duplicates=[c.similar_out(x) for x in result.near_duplicates],
-            replayed=result.replayed,
+        result = await self._svc.add(c.add_command_in(request, request.collection))
+        return s.AddMemoryResponse(**c.add_result_fields(result))
+
+    @rpc
+    async def AddMemories(
+        self, request: s.AddMemoriesRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> s.AddMemoriesResponse:
+        self._svc.check_batch_size(len(request.memories))  # before converting any item
+        trace.get_current_span().set_attribute("engram.batch.items", len(request.memories))
+        cmds = [
+            c.add_command_in(item, request.collection, f"memories[{i}].")
+            for i, item in enumerate(request.memories)
+        ]
+        results = await self._svc.add_many(request.collection, cmds)
+        return s.AddMemoriesResponse(
+            results=[
+                s.AddMemoryResult(**c.add_result_fields(r), duplicate_of_index=r.duplicate_of)
+                for r in results
+            ]
         )
 
     @rpc

@@ -290,7 +290,9 @@ class Authenticator:
 
 
 class TokenBucket:
-    """``burst`` tokens, refilled at ``rps`` per second; one call takes one token."""
+    """``burst`` tokens, refilled at ``rps`` per second; a call takes its cost in tokens (one for
+    most calls). A cost above ``burst`` is charged as ``burst`` (it waits for a full bucket and
+    empties it), so no call is impossible under a small burst."""
 
     def __init__(self, limit: RateLimit, now: Callable[[], float]) -> None:
         self.limit = limit
@@ -298,18 +300,20 @@ class TokenBucket:
         self._tokens = float(limit.burst)
         self._stamp = now()
 
-    def acquire(self) -> float:
-        """0.0 if a token was taken; otherwise the seconds until one will be available."""
+    def acquire(self, cost: int = 1) -> float:
+        """0.0 if ``cost`` tokens were taken; otherwise the seconds until they will be available
+        (nothing is taken then)."""
         if self.limit.unlimited:
             return 0.0
+        need = float(min(max(cost, 1), self.limit.burst))
         now = self._now()
         elapsed = max(0.0, now - self._stamp)
         self._stamp = now
         self._tokens = min(float(self.limit.burst), self._tokens + elapsed * self.limit.rps)
-        if self._tokens >= 1.0:
-            self._tokens -= 1.0
+        if self._tokens >= need:
+            self._tokens -= need
             return 0.0
-        return (1.0 - self._tokens) / self.limit.rps
+        return (need - self._tokens) / self.limit.rps
 
 
 class RateLimiter:
@@ -323,9 +327,10 @@ class RateLimiter:
     def limit_for(self, principal: Principal) -> RateLimit:
         return principal.rate_limit or self.default
 
-    def acquire(self, principal: Principal) -> float:
-        """0.0 when the call may go ahead; otherwise the retry delay in seconds."""
+    def acquire(self, principal: Principal, cost: int = 1) -> float:
+        """0.0 when the call (costing ``cost`` tokens) may go ahead; otherwise the retry delay in
+        seconds."""
         bucket = self._buckets.get(principal.name)
         if bucket is None:
             bucket = self._buckets[principal.name] = TokenBucket(self.limit_for(principal), self._now)
-        return bucket.acquire()
+        return bucket.acquire(cost)

@@ -29,7 +29,7 @@ from engram_server.domain.model import (
     StoredPoint,
     StoreFilter,
 )
-from engram_server.domain.service import MemoryService, Similar
+from engram_server.domain.service import MemoryService, Similar, stored_point
 from engram_server.domain.ttl import compute_valid_until
 from engram_server.domain.validation import Violations, check_collection
 from engram_server.ports import Llm
@@ -429,7 +429,7 @@ class Reflector:
                 draft=draft,
             )
             (drafts if draft else insights).append(record)
-            points.append(StoredPoint(record, vec))
+            points.append(stored_point(record, vec))
         async with mem.lock(target):
             await mem.write_points(target, points)
         async with mem.lock(name):

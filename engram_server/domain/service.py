@@ -93,6 +93,9 @@ _swept = _meter.create_counter(
 )
 
 MAX_PROVENANCE_HISTORY = 8
+#: Most field violations one refused AddMemories lists (the rest are counted): the details
+#: travel in the trailers, which gRPC caps at a few kilobytes.
+MAX_LISTED_VIOLATIONS = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +154,19 @@ class AddResult:
     duplicate_similarity: float = 0.0
     near_duplicates: tuple[Similar, ...] = ()
     replayed: bool = False
+    #: For a DUPLICATE of a memory an earlier item of the same batch created: that item's index.
+    duplicate_of: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _AddItem:
+    """One validated add, with its defaults applied."""
+
+    cmd: AddCommand
+    importance: int
+    tags: tuple[str, ...]
+    created_at: float
+    request_hash: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -369,77 +385,184 @@ class MemoryService:
     # ------------------------------------------------------------ add
 
     async def add(self, cmd: AddCommand) -> AddResult:
-        pol = self.policy
-        now = self._clock.now()
         v = Violations()
         collection = self._resolve(v, "collection", cmd.collection)
-        check_content(v, "content", cmd.content, pol.limits)
+        item = self._check_add(v, "", cmd, collection, self._clock.now())
+        v.raise_if_any()
+        return (await self._add_items(collection, [item]))[0]
+
+    async def add_many(self, collection: str, cmds: Sequence[AddCommand]) -> list[AddResult]:
+        """Add several memories to one collection: one result per command, in order.
+
+        Every command is validated first (a violation refuses the whole call, fields named
+        ``memories[i].<field>``); then the batch goes through the same path as :meth:`add`: one
+        embedding call, the write gate per item against the collection and the earlier items of
+        the batch, one upsert. ``cmds[i].collection`` is ignored: ``collection`` applies to all.
+        """
+        self.check_batch_size(len(cmds))
+        v = Violations()
+        name = self._resolve(v, "collection", collection)
+        now = self._clock.now()
+        items: list[_AddItem] = []
+        first_use: dict[str, int] = {}
+        for i, cmd in enumerate(cmds):
+            items.append(self._check_add(v, f"memories[{i}].", cmd, name, now))
+            if cmd.request_id:
+                first = first_use.setdefault(cmd.request_id, i)
+                if first != i:
+                    v.add(f"memories[{i}].request_id", f"repeats memories[{first}].request_id")
+        v.raise_if_any(max_listed=MAX_LISTED_VIOLATIONS)
+        return await self._add_items(name, items)
+
+    def check_batch_size(self, count: int) -> None:
+        """Refuse a batch of ``count`` memories unless 1 ≤ count ≤ the limit (InvalidArgument on
+        ``memories``): checked before anything else, so an oversized batch is not examined."""
+        limit = self.policy.limits.max_batch_items
+        if count < 1:
+            raise InvalidArgument.of("memories", "must hold at least one memory")
+        if count > limit:
+            raise InvalidArgument.of("memories", f"at most {limit} memories per call (got {count})")
+
+    def _check_add(
+        self, v: Violations, prefix: str, cmd: AddCommand, collection: str, now: float
+    ) -> _AddItem:
+        """Validate one add (fields named ``<prefix><field>``) and apply its defaults."""
+        pol = self.policy
+        check_content(v, f"{prefix}content", cmd.content, pol.limits)
         importance = 5 if cmd.importance is None else cmd.importance
-        check_importance(v, "importance", importance)
-        tags = normalise_tags(v, "tags", cmd.tags, pol.limits)
-        check_metadata(v, "metadata", cmd.metadata, pol.limits)
-        check_request_id(v, "request_id", cmd.request_id, pol.limits)
+        check_importance(v, f"{prefix}importance", importance)
+        tags = normalise_tags(v, f"{prefix}tags", cmd.tags, pol.limits)
+        check_metadata(v, f"{prefix}metadata", cmd.metadata, pol.limits)
+        check_request_id(v, f"{prefix}request_id", cmd.request_id, pol.limits)
         created_at = now if cmd.created_at is None else cmd.created_at
         if cmd.created_at is not None and cmd.created_at > now + pol.limits.future_skew_seconds:
-            v.add("created_at", "must not be in the future")
+            v.add(f"{prefix}created_at", "must not be in the future")
         elif cmd.created_at is not None and cmd.created_at < 0:
-            v.add("created_at", "must not be before 1970-01-01")
+            v.add(f"{prefix}created_at", "must not be before 1970-01-01")
         if cmd.valid_until is not None:
             if cmd.valid_until > NEVER:
-                v.add("valid_until", "must not be after 9999-12-31")
+                v.add(f"{prefix}valid_until", "must not be after 9999-12-31")
             elif cmd.valid_until <= now:
-                v.add("valid_until", "must be in the future")
+                v.add(f"{prefix}valid_until", "must be in the future")
             elif cmd.valid_until <= created_at:
-                v.add("valid_until", "must be after created_at")
-        v.raise_if_any()
-
+                v.add(f"{prefix}valid_until", "must be after created_at")
         request_hash = _request_hash(cmd, collection, importance, tags) if cmd.request_id else None
-        # Embed before taking the collection lock: the model is the slow part.
-        vector = (await self._embed([cmd.content]))[0]
+        return _AddItem(cmd, importance, tags, created_at, request_hash)
+
+    async def _add_items(self, collection: str, items: Sequence[_AddItem]) -> list[AddResult]:
+        """The write path of :meth:`add` and :meth:`add_many` (validated items, one collection).
+
+        Embeds every content in one call (before taking the collection lock: the model is the slow
+        part); then, under the lock, answers each item in order — a replay of its request_id, a
+        duplicate of a live memory or of an earlier item of the batch, or a new memory — and
+        writes once at the end: one upsert of the new memories, one update of the provenance of
+        existing memories that duplicates promoted. Nothing is written past the caller's deadline.
+        """
+        pol = self.policy
+        vectors = await self._embed([item.cmd.content for item in items])
         await self._ensure(collection)
         async with self._lock(collection):
-            if cmd.request_id:
-                replay = await self._replay(collection, cmd.request_id, request_hash)
-                if replay is not None:
-                    return replay
             now = self._clock.now()
-            similar = await self._gate(collection, vector, now, cmd.content)
-            if similar and similar[0].similarity > pol.dedup_threshold:
-                top = similar[0]
-                existing = await self._merge_provenance(collection, top.record, cmd.source_type, now)
-                near = tuple(
-                    s
-                    for s in similar[1:]
-                    if pol.near_duplicate_threshold <= s.similarity <= pol.dedup_threshold
-                )[: pol.max_near_duplicates]
-                return AddResult(existing, AddOutcome.DUPLICATE, top.similarity, near)
-            near = tuple(s for s in similar if s.similarity >= pol.near_duplicate_threshold)[
-                : pol.max_near_duplicates
-            ]
-            record = MemoryRecord(
-                id=str(uuid.uuid4()),
-                collection=collection,
-                content=cmd.content,
-                type=cmd.type,
-                importance=importance,
-                tags=tags,
-                source=cmd.source,
-                source_type=cmd.source_type,
-                source_type_history=(cmd.source_type,),
-                metadata=dict(cmd.metadata),
-                created_at=created_at,
-                updated_at=now,
-                valid_until=compute_valid_until(cmd.type, importance, tags, created_at, cmd.valid_until),
-                request_id=cmd.request_id or None,
-                request_hash=request_hash,
-                near_duplicates=tuple((s.record.id, round(s.similarity, 6)) for s in near),
-            )
-            await self._upsert(collection, [StoredPoint(record, vector)])
-            self.last_write_at[collection] = now
-            return AddResult(record, AddOutcome.CREATED, 0.0, near)
+            results: list[AddResult] = []
+            new: dict[str, tuple[int, MemoryRecord, Vector]] = {}  # id -> (item index, ...), in order
+            promoted: dict[str, MemoryRecord] = {}  # existing memories whose provenance changed
+            for index, (item, vector) in enumerate(zip(items, vectors, strict=True)):
+                cmd = item.cmd
+                if cmd.request_id:
+                    replay = await self._replay(collection, cmd.request_id, item.request_hash)
+                    if replay is not None:
+                        results.append(replay)
+                        continue
+                earlier = [(record, vec) for _, record, vec in new.values()]
+                similar = await self._gate(collection, vector, now, cmd.content, earlier)
+                if similar and similar[0].similarity > pol.dedup_threshold:
+                    top = similar[0]
+                    near = tuple(
+                        s
+                        for s in similar[1:]
+                        if pol.near_duplicate_threshold <= s.similarity <= pol.dedup_threshold
+                    )[: pol.max_near_duplicates]
+                    in_batch = new.get(top.record.id)
+                    if in_batch is not None:  # a copy of an earlier item: merge into its pending write
+                        first, pending, vec = in_batch
+                        existing = with_provenance(pending, cmd.source_type)
+                        new[existing.id] = (first, existing, vec)
+                    else:
+                        base = promoted.get(top.record.id, top.record)
+                        existing = with_provenance(base, cmd.source_type)
+                        if existing is not base:
+                            promoted[existing.id] = existing
+                    results.append(
+                        AddResult(
+                            existing,
+                            AddOutcome.DUPLICATE,
+                            top.similarity,
+                            near,
+                            duplicate_of=None if in_batch is None else in_batch[0],
+                        )
+                    )
+                    continue
+                near = tuple(s for s in similar if s.similarity >= pol.near_duplicate_threshold)[
+                    : pol.max_near_duplicates
+                ]
+                record = self._new_record(collection, item, near, now)
+                new[record.id] = (index, record, vector)
+                results.append(AddResult(record, AddOutcome.CREATED, 0.0, near))
+            if promoted:
+                ensure_time_left()
+                await self._store.set_fields(
+                    collection,
+                    {
+                        r.id: {
+                            "source_type_history": [s.value for s in r.source_type_history],
+                            "source_type": r.source_type.value,
+                        }
+                        for r in promoted.values()
+                    },
+                )
+            if new:
+                await self._upsert(collection, [stored_point(r, vec) for _, r, vec in new.values()])
+                self.last_write_at[collection] = now
+            return results
 
-    async def _gate(self, collection: str, vector: Vector, now: float, content: str) -> list[Similar]:
+    def _new_record(
+        self, collection: str, item: _AddItem, near: Sequence[Similar], now: float
+    ) -> MemoryRecord:
+        """The record a new memory is stored as (TTL from type, importance and tags)."""
+        cmd = item.cmd
+        return MemoryRecord(
+            id=str(uuid.uuid4()),
+            collection=collection,
+            content=cmd.content,
+            type=cmd.type,
+            importance=item.importance,
+            tags=item.tags,
+            source=cmd.source,
+            source_type=cmd.source_type,
+            source_type_history=(cmd.source_type,),
+            metadata=dict(cmd.metadata),
+            created_at=item.created_at,
+            updated_at=now,
+            valid_until=compute_valid_until(
+                cmd.type, item.importance, item.tags, item.created_at, cmd.valid_until
+            ),
+            request_id=cmd.request_id or None,
+            request_hash=item.request_hash,
+            near_duplicates=tuple((s.record.id, round(s.similarity, 6)) for s in near),
+        )
+
+    async def _gate(
+        self,
+        collection: str,
+        vector: Vector,
+        now: float,
+        content: str,
+        earlier: Sequence[tuple[MemoryRecord, Vector]] = (),
+    ) -> list[Similar]:
         """The nearest live memories, most similar first, calibrated (the write gate's check).
+
+        ``earlier`` are the memories an earlier item of the same batch is about to write: they
+        are candidates like the stored ones (compared by the cosine of their vectors).
 
         A candidate whose text equals ``content`` once normalised (Unicode NFKC, case, white space,
         surrounding punctuation) is an exact copy whatever the embedding says: similarity 1.0.
@@ -450,12 +573,13 @@ class MemoryService:
             "engram.gate", attributes={"engram.collection": collection}
         ) as span:
             hits = await self._query(collection, vector, pol.gate_candidates, StoreFilter(live_at=now))
+            scored = [(h.record, h.score) for h in hits]
+            if earlier:  # unit vectors: the dot product is the cosine
+                cosines = np.stack([vec for _, vec in earlier]) @ vector
+                scored.extend((record, float(c)) for (record, _), c in zip(earlier, cosines, strict=True))
             similar = [
-                Similar(
-                    h.record,
-                    1.0 if normalise_text(h.record.content) == key else self._cal.similarity(h.score),
-                )
-                for h in hits
+                Similar(record, 1.0 if normalise_text(record.content) == key else self._cal.similarity(raw))
+                for record, raw in scored
             ]
             similar.sort(key=lambda s: s.similarity, reverse=True)
             best = similar[0].similarity if similar else 0.0
@@ -558,20 +682,6 @@ class MemoryService:
         found = {p.record.id: p.record for p in await self._store.retrieve(collection, near_ids)}
         near = tuple(Similar(found[i], s) for i, s in first.near_duplicates if i in found)
         return AddResult(first, AddOutcome.CREATED, 0.0, near, replayed=True)
-
-    async def _merge_provenance(
-        self, collection: str, existing: MemoryRecord, source_type: SourceType, now: float
-    ) -> MemoryRecord:
-        """A duplicate from another provenance is remembered, and the most trusted wins."""
-        if source_type in existing.source_type_history:
-            return existing
-        history = (*existing.source_type_history, source_type)[-MAX_PROVENANCE_HISTORY:]
-        primary = min((existing.source_type, source_type), key=lambda s: s.trust_rank)
-        await self._store.set_fields(
-            collection,
-            {existing.id: {"source_type_history": [s.value for s in history], "source_type": primary.value}},
-        )
-        return replace(existing, source_type_history=history, source_type=primary)
 
     # ------------------------------------------------------------ search
 
@@ -849,7 +959,7 @@ class MemoryService:
                 request_hash=None,
             )
             vector = new_vec if new_vec is not None else old.vector
-            await self._upsert(collection, [StoredPoint(history, old.vector), StoredPoint(updated, vector)])
+            await self._upsert(collection, [stored_point(history, old.vector), stored_point(updated, vector)])
             self.last_write_at[collection] = now
             return UpdateResult(updated, history, similarity, True, False)
 
@@ -980,6 +1090,22 @@ class MemoryService:
                 out[spec.name] = n
                 _swept.add(n, {"engram.collection": spec.name})
         return out
+
+
+def stored_point(record: MemoryRecord, vector: Vector | None) -> StoredPoint:
+    """The point a record is written as: the one place every write path (add, update,
+    reflection) builds the vectors stored with a memory."""
+    return StoredPoint(record, vector)
+
+
+def with_provenance(existing: MemoryRecord, source_type: SourceType) -> MemoryRecord:
+    """A duplicate from another provenance is remembered, and the most trusted wins.
+    Returns ``existing`` itself when the provenance is already known."""
+    if source_type in existing.source_type_history:
+        return existing
+    history = (*existing.source_type_history, source_type)[-MAX_PROVENANCE_HISTORY:]
+    primary = min((existing.source_type, source_type), key=lambda s: s.trust_rank)
+    return replace(existing, source_type_history=history, source_type=primary)
 
 
 def _is_uuid(value: str) -> bool:

@@ -27,6 +27,7 @@ class Limits:
     max_search_limit: int = 100
     max_page_size: int = 1000
     max_delete_limit: int = 100
+    max_batch_items: int = 64
     future_skew_seconds: float = 300.0
 
 
@@ -39,10 +40,16 @@ class Violations:
     def add(self, fieldname: str, description: str) -> None:
         self.items.append(FieldViolation(fieldname, description))
 
-    def raise_if_any(self) -> None:
+    def raise_if_any(self, *, max_listed: int | None = None) -> None:
+        """Raise InvalidArgument listing the violations (at most ``max_listed`` of them, then a
+        count of the rest on the request itself, ``""``)."""
         if self.items:
-            summary = "; ".join(f"{v.field}: {v.description}" for v in self.items)
-            raise InvalidArgument(f"invalid request: {summary}", violations=tuple(self.items))
+            listed = self.items
+            if max_listed is not None and len(listed) > max_listed:
+                rest = len(listed) - max_listed
+                listed = [*listed[:max_listed], FieldViolation("", f"{rest} more violations not listed")]
+            summary = "; ".join(f"{v.field}: {v.description}" if v.field else v.description for v in listed)
+            raise InvalidArgument(f"invalid request: {summary}", violations=tuple(listed))
 
 
 def check_collection(v: Violations, fieldname: str, name: str) -> None:

@@ -121,6 +121,9 @@ class FakeMemoryService(memory_service_pb2_grpc.MemoryServiceServicer):
     async def AddMemory(self, request: Any, context: Any) -> Any:
         return await self._handle("AddMemory", request, context)
 
+    async def AddMemories(self, request: Any, context: Any) -> Any:
+        return await self._handle("AddMemories", request, context)
+
     async def SearchMemories(self, request: Any, context: Any) -> Any:
         return await self._handle("SearchMemories", request, context)
 
@@ -175,6 +178,19 @@ def default_responses() -> dict[str, Message]:
     return {
         "AddMemory": memory_service_pb2.AddMemoryResponse(
             memory=m, outcome=memory_service_pb2.ADD_OUTCOME_CREATED, near_duplicates=[near]
+        ),
+        "AddMemories": memory_service_pb2.AddMemoriesResponse(
+            results=[
+                memory_service_pb2.AddMemoryResult(
+                    memory=m, outcome=memory_service_pb2.ADD_OUTCOME_CREATED, near_duplicates=[near]
+                ),
+                memory_service_pb2.AddMemoryResult(
+                    memory=m,
+                    outcome=memory_service_pb2.ADD_OUTCOME_DUPLICATE,
+                    duplicate_similarity=1.0,
+                    duplicate_of_index=0,
+                ),
+            ]
         ),
         "SearchMemories": memory_service_pb2.SearchMemoriesResponse(
             results=[

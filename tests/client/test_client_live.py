@@ -10,6 +10,7 @@ import pytest
 
 from engram_client import (
     AddOutcome,
+    AddResult,
     AsyncEngramClient,
     CollectionNotFoundError,
     EngramClient,
@@ -18,6 +19,7 @@ from engram_client import (
     MemoryFilter,
     MemoryNotFoundError,
     MemoryType,
+    NewMemory,
     ProtectedMemoryError,
     ThresholdTooLowError,
 )
@@ -166,5 +168,51 @@ async def test_every_other_method_sync(engram_server: str) -> None:
                 engram.delete_collection("sync")
             with pytest.raises(LlmNotConfiguredError):
                 engram.run_reflection(collection="sync", dry_run=True)
+
+    await asyncio.to_thread(scenario)
+
+
+BATCH = [
+    NewMemory(FACT, type="directive", importance=8, tags=["frank", "git"]),
+    "The staging server is rebuilt every night at 02:00.",
+    NewMemory(FACT.upper(), source_type="user_input"),  # a copy of the first item
+]
+
+
+def _check_batch(results: list[AddResult]) -> None:
+    assert [r.outcome for r in results] == [AddOutcome.CREATED, AddOutcome.CREATED, AddOutcome.DUPLICATE]
+    first = results[0].memory
+    assert first.type is MemoryType.DIRECTIVE and first.importance == 8 and first.tags == ("frank", "git")
+    assert results[1].memory.content == BATCH[1] and results[1].memory.type is MemoryType.EVENT
+    assert results[2].memory.id == first.id and results[2].duplicate_of_index == 0
+    assert results[2].duplicate_similarity == pytest.approx(1.0)
+    assert len({r.request_id for r in results}) == 3
+
+
+async def test_add_many_async(engram_server: str) -> None:
+    async with AsyncEngramClient(engram_server, timeout=60) as engram:
+        results = await engram.add_many(BATCH, collection="batch")
+        _check_batch(results)
+        # The same memories with the same keys: the first answers again.
+        replay = await engram.add_many(
+            [NewMemory(BATCH[1], request_id=results[1].request_id)], collection="batch"
+        )
+        assert replay[0].replayed and replay[0].memory.id == results[1].memory.id
+        with pytest.raises(InvalidArgumentError) as err:
+            await engram.add_many(["fine", NewMemory("", importance=99)], collection="batch")
+        assert {v.field for v in err.value.field_violations} == {
+            "memories[1].content",
+            "memories[1].importance",
+        }
+        assert len((await engram.list_memories(collection="batch")).memories) == 2
+
+
+async def test_add_many_sync(engram_server: str) -> None:
+    def scenario() -> None:
+        with EngramClient(engram_server, timeout=60) as engram:
+            _check_batch(engram.add_many(BATCH, collection="batch-sync"))
+            with pytest.raises(InvalidArgumentError) as err:
+                engram.add_many([], collection="batch-sync")
+            assert [v.field for v in err.value.field_violations] == ["memories"]
 
     await asyncio.to_thread(scenario)

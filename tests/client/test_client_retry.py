@@ -16,6 +16,7 @@ from engram_client import (
     InvalidArgumentError,
     MemoryNotFoundError,
     MemoryType,
+    NewMemory,
     ReflectionOutcome,
     RetryPolicy,
     StorageUnavailableError,
@@ -45,6 +46,33 @@ async def test_add_retries_unavailable_twice_with_the_same_request_id() -> None:
     assert attempts[0].request.type == 3 and attempts[0].request.importance == 7
     assert result.memory.type is MemoryType.EVENT  # what the fake answered
     assert result.near_duplicates[0].similarity == pytest.approx(0.8)
+
+
+async def test_add_many_retries_with_the_same_request_id_per_item() -> None:
+    script = Script()
+    script.fail("AddMemories", UNAVAILABLE)
+    async with fake_server(script) as address, AsyncEngramClient(address, retry=FAST) as client:
+        results = await client.add_many(
+            ["hello", NewMemory("hello again", type="insight", importance=7, tags=["x"], request_id="mine")],
+            collection="imports",
+        )
+    attempts = script.attempts("AddMemories")
+    assert len(attempts) == 2
+    first, second = (a.request for a in attempts)
+    assert first == second  # the retry is the same request, keys included
+    assert first.collection == "imports" and [x.content for x in first.memories] == ["hello", "hello again"]
+    assert len(first.memories[0].request_id) == 36 and first.memories[1].request_id == "mine"
+    assert first.memories[1].type == 3 and first.memories[1].importance == 7
+    assert not first.memories[0].HasField("importance")
+    assert [r.request_id for r in results] == [first.memories[0].request_id, "mine"]
+    assert results[0].created and results[0].duplicate_of_index is None
+    assert results[1].outcome is AddOutcome.DUPLICATE and results[1].duplicate_of_index == 0
+    assert results[1].duplicate_similarity == pytest.approx(1.0)
+
+
+def test_add_many_refuses_a_string_for_the_list() -> None:
+    with EngramClient("127.0.0.1:1") as client, pytest.raises(TypeError):
+        client.add_many("not a list")  # type: ignore[arg-type]
 
 
 def test_sync_client_retries_and_reuses_request_id() -> None:

@@ -4,12 +4,10 @@ real local embedding model, a manual clock)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
 from typing import Any
 
 import grpc
 import pytest
-from google.protobuf import timestamp_pb2
 
 from engram_client.proto.engram.v1 import memory_pb2 as m
 from engram_client.proto.engram.v1 import memory_service_pb2 as s
@@ -17,37 +15,13 @@ from engram_client.proto.engram.v1 import memory_service_pb2_grpc
 from engram_server.app import EngramServer
 from engram_server.domain.clock import ManualClock
 from engram_server.domain.model import StoreFilter
-from engram_server.testing import RichError, rich, running_server
+from engram_server.testing import running_server
+from tests.support.rpc import add, count, fails, ts
 
 Stub = memory_service_pb2_grpc.MemoryServiceStub
 HOUR = 3600.0
 ALL = StoreFilter(include_history=True)  # every point, expired or not
 DAY = 86400.0
-
-
-def ts(seconds: float) -> timestamp_pb2.Timestamp:
-    return timestamp_pb2.Timestamp(seconds=int(seconds))
-
-
-async def fails(call: Awaitable[Any], code: grpc.StatusCode, reason: str) -> RichError:
-    with pytest.raises(grpc.aio.AioRpcError) as info:
-        await call
-    err = rich(info.value)
-    assert (err.code, err.reason) == (code, reason), err
-    assert err.domain == "engram.v1"
-    return err
-
-
-async def add(stub: Stub, content: str, **kw: Any) -> s.AddMemoryResponse:
-    resp: s.AddMemoryResponse = await stub.AddMemory(s.AddMemoryRequest(content=content, **kw))
-    return resp
-
-
-async def count(stub: Stub, collection: str = "", include_history: bool = False) -> int:
-    page = await stub.ListMemories(
-        s.ListMemoriesRequest(collection=collection, page_size=1000, include_history=include_history)
-    )
-    return len(page.memories)
 
 
 # ------------------------------------------------------------------ add + gate

@@ -224,7 +224,16 @@ class SlowEmbedder:
         await self.inner.close()
 
 
-async def test_call_past_its_deadline_writes_nothing(tmp_path: Path) -> None:
+SLOW_WRITES = {
+    "AddMemory": s.AddMemoryRequest(content="Too slow to make it."),
+    "AddMemories": s.AddMemoriesRequest(
+        memories=[s.NewMemory(content="Too slow to make it."), s.NewMemory(content="Nor this one.")]
+    ),
+}
+
+
+@pytest.mark.parametrize("method", list(SLOW_WRITES))
+async def test_call_past_its_deadline_writes_nothing(tmp_path: Path, method: str) -> None:
     from engram_server.adapters.embedding.local import LocalE5Embedder  # noqa: PLC0415
 
     embedder = SlowEmbedder(LocalE5Embedder(), delay=1.0)
@@ -232,15 +241,15 @@ async def test_call_past_its_deadline_writes_nothing(tmp_path: Path) -> None:
         running_server(tmp_path, embedder=embedder) as srv,
         grpc.aio.insecure_channel(srv.address) as ch,
     ):
-        st = Stub(ch)
+        call = getattr(Stub(ch), method)
         with pytest.raises(grpc.aio.AioRpcError) as info:
-            await st.AddMemory(s.AddMemoryRequest(content="Too slow to make it."), timeout=0.3)
+            await call(SLOW_WRITES[method], timeout=0.3)
         assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
         await asyncio.sleep(1.5)  # longer than the embedder takes: the abandoned call must not write
         assert await srv.store.list_collections() == []
-        ok = await st.AddMemory(s.AddMemoryRequest(content="Given enough time."), timeout=30)
-        assert ok.outcome == s.ADD_OUTCOME_CREATED
-        assert await srv.store.count("default", StoreFilter()) == 1
+        await call(SLOW_WRITES[method], timeout=30)  # given enough time, it writes
+        written = len(SLOW_WRITES[method].memories) if method == "AddMemories" else 1
+        assert await srv.store.count("default", StoreFilter()) == written
 
 
 async def test_oversized_message_is_refused_and_the_server_keeps_serving(tmp_path: Path) -> None:

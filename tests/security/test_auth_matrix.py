@@ -45,6 +45,7 @@ OK, DENIED, UNAUTH = "ok", "denied", "unauth"
 # The least role each call needs on collection "alpha".
 NEEDS = {
     "AddMemory": "write",
+    "AddMemories": "write",
     "SearchMemories": "read",
     "UpdateMemory": "write",
     "DeleteMemory": "write",
@@ -68,6 +69,10 @@ def expected(caller: str, call: str) -> str:
 def requests(memory_id: str) -> dict[str, tuple[str, Any]]:
     return {
         "AddMemory": ("AddMemory", s.AddMemoryRequest(content="matrix probe", collection="alpha")),
+        "AddMemories": (
+            "AddMemories",
+            s.AddMemoriesRequest(collection="alpha", memories=[s.NewMemory(content="matrix batch probe")]),
+        ),
         "SearchMemories": ("SearchMemories", s.SearchMemoriesRequest(query="probe", collections=["alpha"])),
         "UpdateMemory": (
             "UpdateMemory",

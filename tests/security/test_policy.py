@@ -102,6 +102,21 @@ def test_token_bucket_with_a_manual_clock() -> None:
     assert TokenBucket(RateLimit(0, 1), clock).acquire() == 0.0  # unlimited
 
 
+def test_token_bucket_charges_a_batch_its_cost_capped_at_the_burst() -> None:
+    clock = FakeClock()
+    bucket = TokenBucket(RateLimit(rps=10, burst=20), clock)
+    assert bucket.acquire(8) == 0.0  # 12 left
+    assert bucket.acquire(12) == 0.0  # 0 left
+    assert bucket.acquire(5) == pytest.approx(0.5)  # refused: 5 tokens take 0.5 s; nothing taken
+    clock.t += 0.5
+    assert bucket.acquire(5) == 0.0
+    # A batch larger than the bucket costs the whole bucket: possible, once it is full.
+    assert bucket.acquire(64) == pytest.approx(2.0)
+    clock.t += 2.0
+    assert bucket.acquire(64) == 0.0
+    assert bucket.acquire(1) == pytest.approx(0.1)
+
+
 def test_rate_limiter_keeps_principals_apart() -> None:
     clock = FakeClock()
     limiter = RateLimiter(RateLimit(rps=1, burst=1), clock)

@@ -91,3 +91,25 @@ async def test_default_limit_applies_to_the_single_key(tmp_path: Path) -> None:
         info = details(err.value)
         assert info["reason"] == "ERROR_REASON_RATE_LIMITED"
         assert 1.0 < info["retry_after"] <= 2.0
+
+
+async def test_a_batch_costs_one_token_per_memory(tmp_path: Path) -> None:
+    from engram_server.testing import running_server  # noqa: PLC0415
+
+    # A refill this slow adds no token while the test runs: only the burst counts.
+    async with (
+        running_server(tmp_path / "data", api_key="k", rate_limit_rps=0.001, rate_limit_burst=4) as server,
+        grpc.aio.insecure_channel(server.address) as channel,
+    ):
+        stub = MemoryServiceStub(channel)
+        batch = s.AddMemoriesRequest(
+            memories=[
+                s.NewMemory(content=text) for text in ("Tea at five.", "Rain all week.", "Exam on Monday.")
+            ]
+        )
+        await stub.AddMemories(batch, metadata=bearer("k"))  # 3 of the 4 tokens
+        await stub.ListCollections(s.ListCollectionsRequest(), metadata=bearer("k"))  # the 4th
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await stub.ListCollections(s.ListCollectionsRequest(), metadata=bearer("k"))
+        assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert details(err.value)["reason"] == "ERROR_REASON_RATE_LIMITED"

@@ -116,6 +116,14 @@ async def test_every_rpc_gets_exactly_one_server_span(otel: Otel, stub: Stub) ->
     added = await stub.AddMemory(s.AddMemoryRequest(content="Frank prefers tea.", type=m.MEMORY_TYPE_EVENT))
     memory_id = added.memory.id
     calls: list[tuple[str, Callable[[], Awaitable[object]]]] = [
+        (
+            "AddMemories",
+            lambda: stub.AddMemories(
+                s.AddMemoriesRequest(
+                    memories=[s.NewMemory(content="Frank prefers tea."), s.NewMemory(content="x")]
+                )
+            ),
+        ),
         ("SearchMemories", lambda: stub.SearchMemories(s.SearchMemoriesRequest(query="tea"))),
         ("GetMemory", lambda: stub.GetMemory(s.GetMemoryRequest(id=memory_id))),
         ("ListMemories", lambda: stub.ListMemories(s.ListMemoriesRequest())),
@@ -261,6 +269,28 @@ async def test_add_child_spans_show_the_gate(otel: Otel, stub: Stub) -> None:
     attrs = dict(gate.attributes or {})
     assert attrs["engram.gate.outcome"] == "duplicate" and attrs["engram.gate.similarity"] > 0.92
     assert otel.named("engram.storage.upsert") == []
+
+
+async def test_batch_spans_one_embedding_a_gate_per_item_one_upsert(otel: Otel, stub: Stub) -> None:
+    texts = [
+        "Frank drinks green tea every morning.",
+        "The boiler is serviced in May.",
+        "FRANK drinks green tea every morning",
+    ]
+    resp = await stub.AddMemories(s.AddMemoriesRequest(memories=[s.NewMemory(content=t) for t in texts]))
+    assert [r.outcome for r in resp.results] == [s.ADD_OUTCOME_CREATED] * 2 + [s.ADD_OUTCOME_DUPLICATE]
+    root = only_server_span(otel, "AddMemories")
+    assert dict(root.attributes or {})["engram.batch.items"] == 3
+    kids = children(otel, root)
+    names = [x.name for x in kids]
+    assert names.count("engram.embed") == 1 and names.count("engram.storage.upsert") == 1
+    assert names.count("engram.gate") == 3
+    (embed,) = (x for x in kids if x.name == "engram.embed")
+    assert dict(embed.attributes or {})["engram.embedding.texts"] == 3
+    (upsert,) = (x for x in kids if x.name == "engram.storage.upsert")
+    assert dict(upsert.attributes or {})["db.operation.batch.size"] == 2
+    outcomes = [dict(x.attributes or {})["engram.gate.outcome"] for x in kids if x.name == "engram.gate"]
+    assert outcomes == ["created", "created", "duplicate"]
 
 
 async def test_incoming_traceparent_is_continued(otel: Otel, stub: Stub) -> None:

@@ -163,8 +163,14 @@ def _similar(items: Iterable[memory_pb2.SimilarMemory]) -> tuple[SimilarMemory, 
     )
 
 
-def add_result(resp: memory_service_pb2.AddMemoryResponse, request_id: str) -> AddResult:
+def add_result(
+    resp: memory_service_pb2.AddMemoryResponse | memory_service_pb2.AddMemoryResult, request_id: str
+) -> AddResult:
+    """An AddMemory response, or one AddMemories result."""
     outcome = _OUTCOME_FROM.get(resp.outcome, AddOutcome.UNSPECIFIED)
+    duplicate_of_index: int | None = None
+    if isinstance(resp, memory_service_pb2.AddMemoryResult) and resp.HasField("duplicate_of_index"):
+        duplicate_of_index = resp.duplicate_of_index
     return AddResult(
         memory=memory_from_proto(resp.memory),
         outcome=outcome,
@@ -172,7 +178,14 @@ def add_result(resp: memory_service_pb2.AddMemoryResponse, request_id: str) -> A
         near_duplicates=_similar(resp.near_duplicates),
         replayed=resp.replayed,
         request_id=request_id,
+        duplicate_of_index=duplicate_of_index,
     )
+
+
+def add_results(resp: memory_service_pb2.AddMemoriesResponse, request_ids: list[str]) -> list[AddResult]:
+    if len(resp.results) != len(request_ids):
+        raise ValueError(f"the server answered {len(resp.results)} results for {len(request_ids)} memories")
+    return [add_result(r, rid) for r, rid in zip(resp.results, request_ids, strict=True)]
 
 
 def search_results(resp: memory_service_pb2.SearchMemoriesResponse) -> list[SearchResult]:

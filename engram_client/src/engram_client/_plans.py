@@ -8,7 +8,7 @@ finds its target gone means. The clients only run plans.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Generic, TypeVar
@@ -30,6 +30,7 @@ from engram_client.models import (
     MemoryFilter,
     MemoryType,
     MemoryTypeName,
+    NewMemory,
     Page,
     RankingWeights,
     ReflectionResult,
@@ -66,6 +67,36 @@ def _collections(value: str | Sequence[str] | None) -> list[str]:
     return list(value)
 
 
+_NewMemoryMessage = TypeVar(
+    "_NewMemoryMessage", memory_service_pb2.AddMemoryRequest, memory_service_pb2.NewMemory
+)
+
+
+def _fill_new_memory(req: _NewMemoryMessage, memory: NewMemory) -> tuple[_NewMemoryMessage, str]:
+    """Fill the fields AddMemoryRequest and an AddMemories item share; returns the request_id sent
+    (a new UUID unless one was given)."""
+    if isinstance(memory.tags, str):
+        raise TypeError("tags must be a sequence of strings, not a string")
+    rid = memory.request_id or str(uuid.uuid4())
+    req.content = memory.content
+    req.tags.extend(memory.tags)
+    req.metadata.update(memory.metadata or {})
+    req.request_id = rid
+    if memory.type is not None:
+        req.type = _convert.memory_type_to_proto(memory.type)
+    if memory.importance is not None:
+        req.importance = memory.importance
+    if memory.source is not None:
+        req.source = _convert.source_to_proto(memory.source)
+    if memory.source_type is not None:
+        req.source_type = _convert.source_type_to_proto(memory.source_type)
+    if memory.created_at is not None:
+        req.created_at.CopyFrom(_convert.timestamp_to_proto(memory.created_at, "created_at"))
+    if memory.valid_until is not None:
+        req.valid_until.CopyFrom(_convert.timestamp_to_proto(memory.valid_until, "valid_until"))
+    return req, rid
+
+
 def add(
     content: str,
     *,
@@ -80,31 +111,35 @@ def add(
     valid_until: datetime | None,
     request_id: str | None,
 ) -> Plan[AddResult]:
-    if isinstance(tags, str):
-        raise TypeError("tags must be a sequence of strings, not a string")
-    rid = request_id or str(uuid.uuid4())
-    req = memory_service_pb2.AddMemoryRequest(
-        collection=collection or "",
-        content=content,
-        tags=list(tags),
-        metadata=dict(metadata or {}),
-        request_id=rid,
+    memory = NewMemory(
+        content,
+        type=type,
+        importance=importance,
+        tags=tags,
+        source=source,
+        source_type=source_type,
+        metadata=metadata,
+        created_at=created_at,
+        valid_until=valid_until,
+        request_id=request_id,
     )
-    if type is not None:
-        req.type = _convert.memory_type_to_proto(type)
-    if importance is not None:
-        req.importance = importance
-    if source is not None:
-        req.source = _convert.source_to_proto(source)
-    if source_type is not None:
-        req.source_type = _convert.source_type_to_proto(source_type)
-    if created_at is not None:
-        req.created_at.CopyFrom(_convert.timestamp_to_proto(created_at, "created_at"))
-    if valid_until is not None:
-        req.valid_until.CopyFrom(_convert.timestamp_to_proto(valid_until, "valid_until"))
+    req, rid = _fill_new_memory(memory_service_pb2.AddMemoryRequest(collection=collection or ""), memory)
     # The same request_id is sent on every attempt, so a retry of a write that did land is
     # answered with the first answer (replayed=True) instead of writing twice.
     return Plan("AddMemory", req, lambda resp: _convert.add_result(resp, rid))
+
+
+def add_many(memories: Iterable[NewMemory | str], *, collection: str | None) -> Plan[list[AddResult]]:
+    if isinstance(memories, str):
+        raise TypeError("memories must be a sequence of NewMemory or strings, not a string")
+    req = memory_service_pb2.AddMemoriesRequest(collection=collection or "")
+    rids: list[str] = []
+    for memory in memories:
+        item = memory if isinstance(memory, NewMemory) else NewMemory(memory)
+        rids.append(_fill_new_memory(req.memories.add(), item)[1])
+    # Every item keeps its request_id across attempts: a retry of a call that did land answers
+    # each memory it wrote with the first answer (replayed=True) instead of writing it twice.
+    return Plan("AddMemories", req, lambda resp: _convert.add_results(resp, rids))
 
 
 def search(

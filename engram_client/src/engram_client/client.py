@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Self, TypeVar, cast
@@ -72,6 +72,7 @@ from engram_client.models import (
     MemoryFilter,
     MemoryType,
     MemoryTypeName,
+    NewMemory,
     Page,
     RankingWeights,
     ReflectionResult,
@@ -320,6 +321,26 @@ class EngramClient(_ClientBase):
             request_id=request_id,
         )
         return self._run(plan, timeout)
+
+    def add_many(
+        self,
+        memories: Iterable[NewMemory | str],
+        *,
+        collection: str | None = None,
+        timeout: float | None = None,
+    ) -> list[AddResult]:
+        """Store several memories in one call (imports): one :class:`AddResult` per memory, in
+        order. A plain string is ``NewMemory(content)``.
+
+        Each memory goes through the write gate as with :meth:`add` — against the collection and
+        against the earlier memories of the same call: a near-copy of an earlier one is a
+        ``DUPLICATE`` of it (``duplicate_of_index`` names it) — and each gets its own
+        ``request_id`` (a new UUID unless given, reused by retries). If any memory is invalid the
+        whole call fails with :class:`~engram_client.errors.InvalidArgumentError` naming
+        ``memories[i].<field>`` and nothing is written. The server caps a call at
+        ``ENGRAM_MAX_BATCH_ITEMS`` memories (default 64); split larger imports into several calls.
+        """
+        return self._run(_plans.add_many(memories, collection=collection), timeout)
 
     def search(
         self,
@@ -614,6 +635,16 @@ class AsyncEngramClient(_ClientBase):
             request_id=request_id,
         )
         return await self._run(plan, timeout)
+
+    async def add_many(
+        self,
+        memories: Iterable[NewMemory | str],
+        *,
+        collection: str | None = None,
+        timeout: float | None = None,
+    ) -> list[AddResult]:
+        """See :meth:`EngramClient.add_many`."""
+        return await self._run(_plans.add_many(memories, collection=collection), timeout)
 
     async def search(
         self,

@@ -25,6 +25,7 @@ __all__ = [
     "MemoryFilter",
     "MemoryType",
     "MemoryTypeName",
+    "NewMemory",
     "Page",
     "RankingWeights",
     "ReflectionGate",
@@ -176,11 +177,35 @@ class AddResult:
     replayed: bool
     #: The idempotency key the call was sent with (generated when not given).
     request_id: str
+    #: :meth:`EngramClient.add_many` only: for a ``DUPLICATE`` of a memory created by an earlier
+    #: item of the same call, that item's index; otherwise ``None``.
+    duplicate_of_index: int | None = None
 
     @property
     def created(self) -> bool:
         """True when the memory was written."""
         return self.outcome is AddOutcome.CREATED
+
+
+@dataclass(frozen=True, slots=True)
+class NewMemory:
+    """One memory for :meth:`EngramClient.add_many`; the fields mean what the keyword arguments
+    of :meth:`EngramClient.add` mean (``None`` means the server's default)."""
+
+    content: str
+    type: MemoryType | MemoryTypeName | None = None
+    #: 1–10; default 5.
+    importance: int | None = None
+    tags: Sequence[str] = ()
+    source: Source | SourceName | None = None
+    source_type: SourceType | SourceTypeName | None = None
+    metadata: Mapping[str, str] | None = field(default=None, hash=False)
+    #: When it happened (timezone-aware); default now.
+    created_at: datetime | None = None
+    #: Explicit expiry (timezone-aware); default from type, importance and tags.
+    valid_until: datetime | None = None
+    #: Idempotency key; default a new UUID (reused if the call is retried).
+    request_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

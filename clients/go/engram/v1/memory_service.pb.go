@@ -22,7 +22,7 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// AddOutcome says what AddMemory did.
+// AddOutcome says what AddMemory did (or AddMemories did with one item).
 type AddOutcome int32
 
 const (
@@ -424,6 +424,336 @@ func (x *AddMemoryResponse) GetReplayed() bool {
 	return false
 }
 
+// AddMemoriesRequest asks to store several memories in one collection.
+type AddMemoriesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Target collection of every item. Empty means the server's default collection
+	// ("default"). Names as for AddMemoryRequest.collection.
+	Collection string `protobuf:"bytes,1,opt,name=collection,proto3" json:"collection,omitempty"`
+	// The memories, in order: at least 1 and at most the server's ENGRAM_MAX_BATCH_ITEMS
+	// (default 64), else INVALID_ARGUMENT on `memories`. An invalid item refuses the whole
+	// call with INVALID_ARGUMENT naming the field as `memories[i].<field>`.
+	Memories      []*NewMemory `protobuf:"bytes,2,rep,name=memories,proto3" json:"memories,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddMemoriesRequest) Reset() {
+	*x = AddMemoriesRequest{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddMemoriesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddMemoriesRequest) ProtoMessage() {}
+
+func (x *AddMemoriesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddMemoriesRequest.ProtoReflect.Descriptor instead.
+func (*AddMemoriesRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *AddMemoriesRequest) GetCollection() string {
+	if x != nil {
+		return x.Collection
+	}
+	return ""
+}
+
+func (x *AddMemoriesRequest) GetMemories() []*NewMemory {
+	if x != nil {
+		return x.Memories
+	}
+	return nil
+}
+
+// NewMemory is one memory to store with AddMemories. Its fields mean exactly what the
+// fields of the same name in AddMemoryRequest mean.
+type NewMemory struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The text to remember. Required; at most 8,192 characters (configurable).
+	Content string `protobuf:"bytes,1,opt,name=content,proto3" json:"content,omitempty"`
+	// Memory type; unspecified means MEMORY_TYPE_EVENT.
+	Type MemoryType `protobuf:"varint,2,opt,name=type,proto3,enum=engram.v1.MemoryType" json:"type,omitempty"`
+	// Importance 1–10; unset means 5.
+	Importance *int32 `protobuf:"varint,3,opt,name=importance,proto3,oneof" json:"importance,omitempty"`
+	// Tags (at most 32, each 1–64 characters). Duplicates are removed.
+	Tags []string `protobuf:"bytes,4,rep,name=tags,proto3" json:"tags,omitempty"`
+	// Who writes it; unspecified means SOURCE_AGENT.
+	Source Source `protobuf:"varint,5,opt,name=source,proto3,enum=engram.v1.Source" json:"source,omitempty"`
+	// Provenance; unspecified means SOURCE_TYPE_UNKNOWN.
+	SourceType SourceType `protobuf:"varint,6,opt,name=source_type,json=sourceType,proto3,enum=engram.v1.SourceType" json:"source_type,omitempty"`
+	// Free-form metadata (at most 64 entries; keys ≤ 128, values ≤ 2,048 characters).
+	Metadata map[string]string `protobuf:"bytes,7,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// When it happened. Unset means now. May not be in the future.
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// Explicit expiry; wins over the TTL rules. Unset means decided by type, importance and tags.
+	ValidUntil *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=valid_until,json=validUntil,proto3" json:"valid_until,omitempty"`
+	// Idempotency key (at most 128 characters), scoped to the collection and shared with
+	// AddMemory: an item whose key was already used for the same memory is answered with the
+	// first answer (replayed) and writes nothing; a key used for a different memory refuses
+	// the whole call with ERROR_REASON_IDEMPOTENCY_CONFLICT. Keys must be unique within a call.
+	RequestId     string `protobuf:"bytes,10,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NewMemory) Reset() {
+	*x = NewMemory{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NewMemory) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NewMemory) ProtoMessage() {}
+
+func (x *NewMemory) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NewMemory.ProtoReflect.Descriptor instead.
+func (*NewMemory) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *NewMemory) GetContent() string {
+	if x != nil {
+		return x.Content
+	}
+	return ""
+}
+
+func (x *NewMemory) GetType() MemoryType {
+	if x != nil {
+		return x.Type
+	}
+	return MemoryType_MEMORY_TYPE_UNSPECIFIED
+}
+
+func (x *NewMemory) GetImportance() int32 {
+	if x != nil && x.Importance != nil {
+		return *x.Importance
+	}
+	return 0
+}
+
+func (x *NewMemory) GetTags() []string {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
+}
+
+func (x *NewMemory) GetSource() Source {
+	if x != nil {
+		return x.Source
+	}
+	return Source_SOURCE_UNSPECIFIED
+}
+
+func (x *NewMemory) GetSourceType() SourceType {
+	if x != nil {
+		return x.SourceType
+	}
+	return SourceType_SOURCE_TYPE_UNSPECIFIED
+}
+
+func (x *NewMemory) GetMetadata() map[string]string {
+	if x != nil {
+		return x.Metadata
+	}
+	return nil
+}
+
+func (x *NewMemory) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *NewMemory) GetValidUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ValidUntil
+	}
+	return nil
+}
+
+func (x *NewMemory) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+// AddMemoryResult is the outcome of one AddMemories item; its fields 1–5 mean what they mean
+// in AddMemoryResponse.
+type AddMemoryResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// CREATED: the new memory. DUPLICATE: the existing memory, or the memory created by an
+	// earlier item of the same call.
+	Memory *Memory `protobuf:"bytes,1,opt,name=memory,proto3" json:"memory,omitempty"`
+	// What happened to this item.
+	Outcome AddOutcome `protobuf:"varint,2,opt,name=outcome,proto3,enum=engram.v1.AddOutcome" json:"outcome,omitempty"`
+	// For DUPLICATE: calibrated similarity between this item and `memory`.
+	DuplicateSimilarity float32 `protobuf:"fixed32,3,opt,name=duplicate_similarity,json=duplicateSimilarity,proto3" json:"duplicate_similarity,omitempty"`
+	// Memories in the near-duplicate zone (calibrated similarity 0.70–0.92), most similar
+	// first, including memories created by earlier items of the same call.
+	NearDuplicates []*SimilarMemory `protobuf:"bytes,4,rep,name=near_duplicates,json=nearDuplicates,proto3" json:"near_duplicates,omitempty"`
+	// True when this item's answer is a replay of an earlier write with the same request_id.
+	Replayed bool `protobuf:"varint,5,opt,name=replayed,proto3" json:"replayed,omitempty"`
+	// For DUPLICATE of a memory created by an earlier item of the same call: that item's
+	// index in `memories`. Unset otherwise.
+	DuplicateOfIndex *int32 `protobuf:"varint,6,opt,name=duplicate_of_index,json=duplicateOfIndex,proto3,oneof" json:"duplicate_of_index,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *AddMemoryResult) Reset() {
+	*x = AddMemoryResult{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddMemoryResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddMemoryResult) ProtoMessage() {}
+
+func (x *AddMemoryResult) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddMemoryResult.ProtoReflect.Descriptor instead.
+func (*AddMemoryResult) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *AddMemoryResult) GetMemory() *Memory {
+	if x != nil {
+		return x.Memory
+	}
+	return nil
+}
+
+func (x *AddMemoryResult) GetOutcome() AddOutcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return AddOutcome_ADD_OUTCOME_UNSPECIFIED
+}
+
+func (x *AddMemoryResult) GetDuplicateSimilarity() float32 {
+	if x != nil {
+		return x.DuplicateSimilarity
+	}
+	return 0
+}
+
+func (x *AddMemoryResult) GetNearDuplicates() []*SimilarMemory {
+	if x != nil {
+		return x.NearDuplicates
+	}
+	return nil
+}
+
+func (x *AddMemoryResult) GetReplayed() bool {
+	if x != nil {
+		return x.Replayed
+	}
+	return false
+}
+
+func (x *AddMemoryResult) GetDuplicateOfIndex() int32 {
+	if x != nil && x.DuplicateOfIndex != nil {
+		return *x.DuplicateOfIndex
+	}
+	return 0
+}
+
+// AddMemoriesResponse reports the outcome of every item of AddMemories.
+type AddMemoriesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One result per item of the request, in the same order.
+	Results       []*AddMemoryResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddMemoriesResponse) Reset() {
+	*x = AddMemoriesResponse{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddMemoriesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddMemoriesResponse) ProtoMessage() {}
+
+func (x *AddMemoriesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddMemoriesResponse.ProtoReflect.Descriptor instead.
+func (*AddMemoriesResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *AddMemoriesResponse) GetResults() []*AddMemoryResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
 // SearchMemoriesRequest asks for the memories that best answer a query.
 type SearchMemoriesRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -450,7 +780,7 @@ type SearchMemoriesRequest struct {
 
 func (x *SearchMemoriesRequest) Reset() {
 	*x = SearchMemoriesRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[2]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -462,7 +792,7 @@ func (x *SearchMemoriesRequest) String() string {
 func (*SearchMemoriesRequest) ProtoMessage() {}
 
 func (x *SearchMemoriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[2]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -475,7 +805,7 @@ func (x *SearchMemoriesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SearchMemoriesRequest.ProtoReflect.Descriptor instead.
 func (*SearchMemoriesRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{2}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SearchMemoriesRequest) GetQuery() string {
@@ -547,7 +877,7 @@ type SearchResult struct {
 
 func (x *SearchResult) Reset() {
 	*x = SearchResult{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[3]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -559,7 +889,7 @@ func (x *SearchResult) String() string {
 func (*SearchResult) ProtoMessage() {}
 
 func (x *SearchResult) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[3]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -572,7 +902,7 @@ func (x *SearchResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SearchResult.ProtoReflect.Descriptor instead.
 func (*SearchResult) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{3}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SearchResult) GetMemory() *Memory {
@@ -600,7 +930,7 @@ type SearchMemoriesResponse struct {
 
 func (x *SearchMemoriesResponse) Reset() {
 	*x = SearchMemoriesResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[4]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -612,7 +942,7 @@ func (x *SearchMemoriesResponse) String() string {
 func (*SearchMemoriesResponse) ProtoMessage() {}
 
 func (x *SearchMemoriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[4]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -625,7 +955,7 @@ func (x *SearchMemoriesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SearchMemoriesResponse.ProtoReflect.Descriptor instead.
 func (*SearchMemoriesResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{4}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SearchMemoriesResponse) GetResults() []*SearchResult {
@@ -649,7 +979,7 @@ type SemanticLocator struct {
 
 func (x *SemanticLocator) Reset() {
 	*x = SemanticLocator{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[5]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -661,7 +991,7 @@ func (x *SemanticLocator) String() string {
 func (*SemanticLocator) ProtoMessage() {}
 
 func (x *SemanticLocator) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[5]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -674,7 +1004,7 @@ func (x *SemanticLocator) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SemanticLocator.ProtoReflect.Descriptor instead.
 func (*SemanticLocator) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{5}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SemanticLocator) GetContent() string {
@@ -702,7 +1032,7 @@ type StringList struct {
 
 func (x *StringList) Reset() {
 	*x = StringList{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[6]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -714,7 +1044,7 @@ func (x *StringList) String() string {
 func (*StringList) ProtoMessage() {}
 
 func (x *StringList) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[6]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -727,7 +1057,7 @@ func (x *StringList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StringList.ProtoReflect.Descriptor instead.
 func (*StringList) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{6}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *StringList) GetValues() []string {
@@ -748,7 +1078,7 @@ type StringMap struct {
 
 func (x *StringMap) Reset() {
 	*x = StringMap{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[7]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -760,7 +1090,7 @@ func (x *StringMap) String() string {
 func (*StringMap) ProtoMessage() {}
 
 func (x *StringMap) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[7]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -773,7 +1103,7 @@ func (x *StringMap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StringMap.ProtoReflect.Descriptor instead.
 func (*StringMap) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{7}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *StringMap) GetEntries() map[string]string {
@@ -817,7 +1147,7 @@ type UpdateMemoryRequest struct {
 
 func (x *UpdateMemoryRequest) Reset() {
 	*x = UpdateMemoryRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[8]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -829,7 +1159,7 @@ func (x *UpdateMemoryRequest) String() string {
 func (*UpdateMemoryRequest) ProtoMessage() {}
 
 func (x *UpdateMemoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[8]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -842,7 +1172,7 @@ func (x *UpdateMemoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateMemoryRequest.ProtoReflect.Descriptor instead.
 func (*UpdateMemoryRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{8}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *UpdateMemoryRequest) GetCollection() string {
@@ -963,7 +1293,7 @@ type UpdateMemoryResponse struct {
 
 func (x *UpdateMemoryResponse) Reset() {
 	*x = UpdateMemoryResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[9]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -975,7 +1305,7 @@ func (x *UpdateMemoryResponse) String() string {
 func (*UpdateMemoryResponse) ProtoMessage() {}
 
 func (x *UpdateMemoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[9]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -988,7 +1318,7 @@ func (x *UpdateMemoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateMemoryResponse.ProtoReflect.Descriptor instead.
 func (*UpdateMemoryResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{9}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *UpdateMemoryResponse) GetMemory() *Memory {
@@ -1042,7 +1372,7 @@ type DeleteQuery struct {
 
 func (x *DeleteQuery) Reset() {
 	*x = DeleteQuery{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[10]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1054,7 +1384,7 @@ func (x *DeleteQuery) String() string {
 func (*DeleteQuery) ProtoMessage() {}
 
 func (x *DeleteQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[10]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1067,7 +1397,7 @@ func (x *DeleteQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteQuery.ProtoReflect.Descriptor instead.
 func (*DeleteQuery) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{10}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DeleteQuery) GetQuery() string {
@@ -1114,7 +1444,7 @@ type DeleteMemoryRequest struct {
 
 func (x *DeleteMemoryRequest) Reset() {
 	*x = DeleteMemoryRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[11]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1126,7 +1456,7 @@ func (x *DeleteMemoryRequest) String() string {
 func (*DeleteMemoryRequest) ProtoMessage() {}
 
 func (x *DeleteMemoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[11]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1139,7 +1469,7 @@ func (x *DeleteMemoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteMemoryRequest.ProtoReflect.Descriptor instead.
 func (*DeleteMemoryRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{11}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *DeleteMemoryRequest) GetCollection() string {
@@ -1220,7 +1550,7 @@ type DeleteMemoryResponse struct {
 
 func (x *DeleteMemoryResponse) Reset() {
 	*x = DeleteMemoryResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[12]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1232,7 +1562,7 @@ func (x *DeleteMemoryResponse) String() string {
 func (*DeleteMemoryResponse) ProtoMessage() {}
 
 func (x *DeleteMemoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[12]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1245,7 +1575,7 @@ func (x *DeleteMemoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteMemoryResponse.ProtoReflect.Descriptor instead.
 func (*DeleteMemoryResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{12}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DeleteMemoryResponse) GetDeleted() []*Memory {
@@ -1277,7 +1607,7 @@ type GetMemoryRequest struct {
 
 func (x *GetMemoryRequest) Reset() {
 	*x = GetMemoryRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[13]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1289,7 +1619,7 @@ func (x *GetMemoryRequest) String() string {
 func (*GetMemoryRequest) ProtoMessage() {}
 
 func (x *GetMemoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[13]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1302,7 +1632,7 @@ func (x *GetMemoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMemoryRequest.ProtoReflect.Descriptor instead.
 func (*GetMemoryRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{13}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetMemoryRequest) GetCollection() string {
@@ -1339,7 +1669,7 @@ type GetMemoryResponse struct {
 
 func (x *GetMemoryResponse) Reset() {
 	*x = GetMemoryResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[14]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1351,7 +1681,7 @@ func (x *GetMemoryResponse) String() string {
 func (*GetMemoryResponse) ProtoMessage() {}
 
 func (x *GetMemoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[14]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1364,7 +1694,7 @@ func (x *GetMemoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMemoryResponse.ProtoReflect.Descriptor instead.
 func (*GetMemoryResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{14}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetMemoryResponse) GetMemory() *Memory {
@@ -1400,7 +1730,7 @@ type ListMemoriesRequest struct {
 
 func (x *ListMemoriesRequest) Reset() {
 	*x = ListMemoriesRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[15]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1412,7 +1742,7 @@ func (x *ListMemoriesRequest) String() string {
 func (*ListMemoriesRequest) ProtoMessage() {}
 
 func (x *ListMemoriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[15]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1425,7 +1755,7 @@ func (x *ListMemoriesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMemoriesRequest.ProtoReflect.Descriptor instead.
 func (*ListMemoriesRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{15}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListMemoriesRequest) GetCollection() string {
@@ -1476,7 +1806,7 @@ type ListMemoriesResponse struct {
 
 func (x *ListMemoriesResponse) Reset() {
 	*x = ListMemoriesResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[16]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1488,7 +1818,7 @@ func (x *ListMemoriesResponse) String() string {
 func (*ListMemoriesResponse) ProtoMessage() {}
 
 func (x *ListMemoriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[16]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1501,7 +1831,7 @@ func (x *ListMemoriesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMemoriesResponse.ProtoReflect.Descriptor instead.
 func (*ListMemoriesResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{16}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListMemoriesResponse) GetMemories() []*Memory {
@@ -1527,7 +1857,7 @@ type ListCollectionsRequest struct {
 
 func (x *ListCollectionsRequest) Reset() {
 	*x = ListCollectionsRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[17]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1539,7 +1869,7 @@ func (x *ListCollectionsRequest) String() string {
 func (*ListCollectionsRequest) ProtoMessage() {}
 
 func (x *ListCollectionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[17]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1552,7 +1882,7 @@ func (x *ListCollectionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCollectionsRequest.ProtoReflect.Descriptor instead.
 func (*ListCollectionsRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{17}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{21}
 }
 
 // ListCollectionsResponse lists collections.
@@ -1566,7 +1896,7 @@ type ListCollectionsResponse struct {
 
 func (x *ListCollectionsResponse) Reset() {
 	*x = ListCollectionsResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[18]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1578,7 +1908,7 @@ func (x *ListCollectionsResponse) String() string {
 func (*ListCollectionsResponse) ProtoMessage() {}
 
 func (x *ListCollectionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[18]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1591,7 +1921,7 @@ func (x *ListCollectionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCollectionsResponse.ProtoReflect.Descriptor instead.
 func (*ListCollectionsResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{18}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListCollectionsResponse) GetCollections() []*CollectionInfo {
@@ -1612,7 +1942,7 @@ type DeleteCollectionRequest struct {
 
 func (x *DeleteCollectionRequest) Reset() {
 	*x = DeleteCollectionRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[19]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1624,7 +1954,7 @@ func (x *DeleteCollectionRequest) String() string {
 func (*DeleteCollectionRequest) ProtoMessage() {}
 
 func (x *DeleteCollectionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[19]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1637,7 +1967,7 @@ func (x *DeleteCollectionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteCollectionRequest.ProtoReflect.Descriptor instead.
 func (*DeleteCollectionRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{19}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DeleteCollectionRequest) GetName() string {
@@ -1660,7 +1990,7 @@ type DeleteCollectionResponse struct {
 
 func (x *DeleteCollectionResponse) Reset() {
 	*x = DeleteCollectionResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[20]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1672,7 +2002,7 @@ func (x *DeleteCollectionResponse) String() string {
 func (*DeleteCollectionResponse) ProtoMessage() {}
 
 func (x *DeleteCollectionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[20]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1685,7 +2015,7 @@ func (x *DeleteCollectionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteCollectionResponse.ProtoReflect.Descriptor instead.
 func (*DeleteCollectionResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{20}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DeleteCollectionResponse) GetDeletedCount() int64 {
@@ -1718,7 +2048,7 @@ type RunReflectionRequest struct {
 
 func (x *RunReflectionRequest) Reset() {
 	*x = RunReflectionRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[21]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1730,7 +2060,7 @@ func (x *RunReflectionRequest) String() string {
 func (*RunReflectionRequest) ProtoMessage() {}
 
 func (x *RunReflectionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[21]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1743,7 +2073,7 @@ func (x *RunReflectionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunReflectionRequest.ProtoReflect.Descriptor instead.
 func (*RunReflectionRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{21}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RunReflectionRequest) GetCollection() string {
@@ -1800,7 +2130,7 @@ type RunReflectionResponse struct {
 
 func (x *RunReflectionResponse) Reset() {
 	*x = RunReflectionResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[22]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1812,7 +2142,7 @@ func (x *RunReflectionResponse) String() string {
 func (*RunReflectionResponse) ProtoMessage() {}
 
 func (x *RunReflectionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[22]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1825,7 +2155,7 @@ func (x *RunReflectionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunReflectionResponse.ProtoReflect.Descriptor instead.
 func (*RunReflectionResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{22}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RunReflectionResponse) GetOutcome() ReflectionOutcome {
@@ -1947,7 +2277,44 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\aoutcome\x18\x02 \x01(\x0e2\x15.engram.v1.AddOutcomeR\aoutcome\x121\n" +
 	"\x14duplicate_similarity\x18\x03 \x01(\x02R\x13duplicateSimilarity\x12A\n" +
 	"\x0fnear_duplicates\x18\x04 \x03(\v2\x18.engram.v1.SimilarMemoryR\x0enearDuplicates\x12\x1a\n" +
-	"\breplayed\x18\x05 \x01(\bR\breplayed\"\xc1\x02\n" +
+	"\breplayed\x18\x05 \x01(\bR\breplayed\"f\n" +
+	"\x12AddMemoriesRequest\x12\x1e\n" +
+	"\n" +
+	"collection\x18\x01 \x01(\tR\n" +
+	"collection\x120\n" +
+	"\bmemories\x18\x02 \x03(\v2\x14.engram.v1.NewMemoryR\bmemories\"\x8f\x04\n" +
+	"\tNewMemory\x12\x18\n" +
+	"\acontent\x18\x01 \x01(\tR\acontent\x12)\n" +
+	"\x04type\x18\x02 \x01(\x0e2\x15.engram.v1.MemoryTypeR\x04type\x12#\n" +
+	"\n" +
+	"importance\x18\x03 \x01(\x05H\x00R\n" +
+	"importance\x88\x01\x01\x12\x12\n" +
+	"\x04tags\x18\x04 \x03(\tR\x04tags\x12)\n" +
+	"\x06source\x18\x05 \x01(\x0e2\x11.engram.v1.SourceR\x06source\x126\n" +
+	"\vsource_type\x18\x06 \x01(\x0e2\x15.engram.v1.SourceTypeR\n" +
+	"sourceType\x12>\n" +
+	"\bmetadata\x18\a \x03(\v2\".engram.v1.NewMemory.MetadataEntryR\bmetadata\x129\n" +
+	"\n" +
+	"created_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12;\n" +
+	"\vvalid_until\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"validUntil\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\n" +
+	" \x01(\tR\trequestId\x1a;\n" +
+	"\rMetadataEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\r\n" +
+	"\v_importance\"\xc9\x02\n" +
+	"\x0fAddMemoryResult\x12)\n" +
+	"\x06memory\x18\x01 \x01(\v2\x11.engram.v1.MemoryR\x06memory\x12/\n" +
+	"\aoutcome\x18\x02 \x01(\x0e2\x15.engram.v1.AddOutcomeR\aoutcome\x121\n" +
+	"\x14duplicate_similarity\x18\x03 \x01(\x02R\x13duplicateSimilarity\x12A\n" +
+	"\x0fnear_duplicates\x18\x04 \x03(\v2\x18.engram.v1.SimilarMemoryR\x0enearDuplicates\x12\x1a\n" +
+	"\breplayed\x18\x05 \x01(\bR\breplayed\x121\n" +
+	"\x12duplicate_of_index\x18\x06 \x01(\x05H\x00R\x10duplicateOfIndex\x88\x01\x01B\x15\n" +
+	"\x13_duplicate_of_index\"K\n" +
+	"\x13AddMemoriesResponse\x124\n" +
+	"\aresults\x18\x01 \x03(\v2\x1a.engram.v1.AddMemoryResultR\aresults\"\xc1\x02\n" +
 	"\x15SearchMemoriesRequest\x12\x14\n" +
 	"\x05query\x18\x01 \x01(\tR\x05query\x12 \n" +
 	"\vcollections\x18\x02 \x03(\tR\vcollections\x12\x14\n" +
@@ -2088,9 +2455,10 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\x19REFLECTION_GATE_DAILY_CAP\x10\x02\x12\x1e\n" +
 	"\x1aREFLECTION_GATE_IMPORTANCE\x10\x03\x12$\n" +
 	" REFLECTION_GATE_TOO_FEW_MEMORIES\x10\x04\x12\x1f\n" +
-	"\x1bREFLECTION_GATE_IN_PROGRESS\x10\x052\xf4\x05\n" +
+	"\x1bREFLECTION_GATE_IN_PROGRESS\x10\x052\xc2\x06\n" +
 	"\rMemoryService\x12F\n" +
-	"\tAddMemory\x12\x1b.engram.v1.AddMemoryRequest\x1a\x1c.engram.v1.AddMemoryResponse\x12U\n" +
+	"\tAddMemory\x12\x1b.engram.v1.AddMemoryRequest\x1a\x1c.engram.v1.AddMemoryResponse\x12L\n" +
+	"\vAddMemories\x12\x1d.engram.v1.AddMemoriesRequest\x1a\x1e.engram.v1.AddMemoriesResponse\x12U\n" +
 	"\x0eSearchMemories\x12 .engram.v1.SearchMemoriesRequest\x1a!.engram.v1.SearchMemoriesResponse\x12O\n" +
 	"\fUpdateMemory\x12\x1e.engram.v1.UpdateMemoryRequest\x1a\x1f.engram.v1.UpdateMemoryResponse\x12O\n" +
 	"\fDeleteMemory\x12\x1e.engram.v1.DeleteMemoryRequest\x1a\x1f.engram.v1.DeleteMemoryResponse\x12F\n" +
@@ -2113,108 +2481,126 @@ func file_engram_v1_memory_service_proto_rawDescGZIP() []byte {
 }
 
 var file_engram_v1_memory_service_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_engram_v1_memory_service_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_engram_v1_memory_service_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_engram_v1_memory_service_proto_goTypes = []any{
 	(AddOutcome)(0),                  // 0: engram.v1.AddOutcome
 	(ReflectionOutcome)(0),           // 1: engram.v1.ReflectionOutcome
 	(ReflectionGate)(0),              // 2: engram.v1.ReflectionGate
 	(*AddMemoryRequest)(nil),         // 3: engram.v1.AddMemoryRequest
 	(*AddMemoryResponse)(nil),        // 4: engram.v1.AddMemoryResponse
-	(*SearchMemoriesRequest)(nil),    // 5: engram.v1.SearchMemoriesRequest
-	(*SearchResult)(nil),             // 6: engram.v1.SearchResult
-	(*SearchMemoriesResponse)(nil),   // 7: engram.v1.SearchMemoriesResponse
-	(*SemanticLocator)(nil),          // 8: engram.v1.SemanticLocator
-	(*StringList)(nil),               // 9: engram.v1.StringList
-	(*StringMap)(nil),                // 10: engram.v1.StringMap
-	(*UpdateMemoryRequest)(nil),      // 11: engram.v1.UpdateMemoryRequest
-	(*UpdateMemoryResponse)(nil),     // 12: engram.v1.UpdateMemoryResponse
-	(*DeleteQuery)(nil),              // 13: engram.v1.DeleteQuery
-	(*DeleteMemoryRequest)(nil),      // 14: engram.v1.DeleteMemoryRequest
-	(*DeleteMemoryResponse)(nil),     // 15: engram.v1.DeleteMemoryResponse
-	(*GetMemoryRequest)(nil),         // 16: engram.v1.GetMemoryRequest
-	(*GetMemoryResponse)(nil),        // 17: engram.v1.GetMemoryResponse
-	(*ListMemoriesRequest)(nil),      // 18: engram.v1.ListMemoriesRequest
-	(*ListMemoriesResponse)(nil),     // 19: engram.v1.ListMemoriesResponse
-	(*ListCollectionsRequest)(nil),   // 20: engram.v1.ListCollectionsRequest
-	(*ListCollectionsResponse)(nil),  // 21: engram.v1.ListCollectionsResponse
-	(*DeleteCollectionRequest)(nil),  // 22: engram.v1.DeleteCollectionRequest
-	(*DeleteCollectionResponse)(nil), // 23: engram.v1.DeleteCollectionResponse
-	(*RunReflectionRequest)(nil),     // 24: engram.v1.RunReflectionRequest
-	(*RunReflectionResponse)(nil),    // 25: engram.v1.RunReflectionResponse
-	nil,                              // 26: engram.v1.AddMemoryRequest.MetadataEntry
-	nil,                              // 27: engram.v1.StringMap.EntriesEntry
-	(MemoryType)(0),                  // 28: engram.v1.MemoryType
-	(Source)(0),                      // 29: engram.v1.Source
-	(SourceType)(0),                  // 30: engram.v1.SourceType
-	(*timestamppb.Timestamp)(nil),    // 31: google.protobuf.Timestamp
-	(*Memory)(nil),                   // 32: engram.v1.Memory
-	(*SimilarMemory)(nil),            // 33: engram.v1.SimilarMemory
-	(*MemoryFilter)(nil),             // 34: engram.v1.MemoryFilter
-	(*RankingWeights)(nil),           // 35: engram.v1.RankingWeights
-	(*ScoreBreakdown)(nil),           // 36: engram.v1.ScoreBreakdown
-	(*CollectionInfo)(nil),           // 37: engram.v1.CollectionInfo
+	(*AddMemoriesRequest)(nil),       // 5: engram.v1.AddMemoriesRequest
+	(*NewMemory)(nil),                // 6: engram.v1.NewMemory
+	(*AddMemoryResult)(nil),          // 7: engram.v1.AddMemoryResult
+	(*AddMemoriesResponse)(nil),      // 8: engram.v1.AddMemoriesResponse
+	(*SearchMemoriesRequest)(nil),    // 9: engram.v1.SearchMemoriesRequest
+	(*SearchResult)(nil),             // 10: engram.v1.SearchResult
+	(*SearchMemoriesResponse)(nil),   // 11: engram.v1.SearchMemoriesResponse
+	(*SemanticLocator)(nil),          // 12: engram.v1.SemanticLocator
+	(*StringList)(nil),               // 13: engram.v1.StringList
+	(*StringMap)(nil),                // 14: engram.v1.StringMap
+	(*UpdateMemoryRequest)(nil),      // 15: engram.v1.UpdateMemoryRequest
+	(*UpdateMemoryResponse)(nil),     // 16: engram.v1.UpdateMemoryResponse
+	(*DeleteQuery)(nil),              // 17: engram.v1.DeleteQuery
+	(*DeleteMemoryRequest)(nil),      // 18: engram.v1.DeleteMemoryRequest
+	(*DeleteMemoryResponse)(nil),     // 19: engram.v1.DeleteMemoryResponse
+	(*GetMemoryRequest)(nil),         // 20: engram.v1.GetMemoryRequest
+	(*GetMemoryResponse)(nil),        // 21: engram.v1.GetMemoryResponse
+	(*ListMemoriesRequest)(nil),      // 22: engram.v1.ListMemoriesRequest
+	(*ListMemoriesResponse)(nil),     // 23: engram.v1.ListMemoriesResponse
+	(*ListCollectionsRequest)(nil),   // 24: engram.v1.ListCollectionsRequest
+	(*ListCollectionsResponse)(nil),  // 25: engram.v1.ListCollectionsResponse
+	(*DeleteCollectionRequest)(nil),  // 26: engram.v1.DeleteCollectionRequest
+	(*DeleteCollectionResponse)(nil), // 27: engram.v1.DeleteCollectionResponse
+	(*RunReflectionRequest)(nil),     // 28: engram.v1.RunReflectionRequest
+	(*RunReflectionResponse)(nil),    // 29: engram.v1.RunReflectionResponse
+	nil,                              // 30: engram.v1.AddMemoryRequest.MetadataEntry
+	nil,                              // 31: engram.v1.NewMemory.MetadataEntry
+	nil,                              // 32: engram.v1.StringMap.EntriesEntry
+	(MemoryType)(0),                  // 33: engram.v1.MemoryType
+	(Source)(0),                      // 34: engram.v1.Source
+	(SourceType)(0),                  // 35: engram.v1.SourceType
+	(*timestamppb.Timestamp)(nil),    // 36: google.protobuf.Timestamp
+	(*Memory)(nil),                   // 37: engram.v1.Memory
+	(*SimilarMemory)(nil),            // 38: engram.v1.SimilarMemory
+	(*MemoryFilter)(nil),             // 39: engram.v1.MemoryFilter
+	(*RankingWeights)(nil),           // 40: engram.v1.RankingWeights
+	(*ScoreBreakdown)(nil),           // 41: engram.v1.ScoreBreakdown
+	(*CollectionInfo)(nil),           // 42: engram.v1.CollectionInfo
 }
 var file_engram_v1_memory_service_proto_depIdxs = []int32{
-	28, // 0: engram.v1.AddMemoryRequest.type:type_name -> engram.v1.MemoryType
-	29, // 1: engram.v1.AddMemoryRequest.source:type_name -> engram.v1.Source
-	30, // 2: engram.v1.AddMemoryRequest.source_type:type_name -> engram.v1.SourceType
-	26, // 3: engram.v1.AddMemoryRequest.metadata:type_name -> engram.v1.AddMemoryRequest.MetadataEntry
-	31, // 4: engram.v1.AddMemoryRequest.created_at:type_name -> google.protobuf.Timestamp
-	31, // 5: engram.v1.AddMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
-	32, // 6: engram.v1.AddMemoryResponse.memory:type_name -> engram.v1.Memory
+	33, // 0: engram.v1.AddMemoryRequest.type:type_name -> engram.v1.MemoryType
+	34, // 1: engram.v1.AddMemoryRequest.source:type_name -> engram.v1.Source
+	35, // 2: engram.v1.AddMemoryRequest.source_type:type_name -> engram.v1.SourceType
+	30, // 3: engram.v1.AddMemoryRequest.metadata:type_name -> engram.v1.AddMemoryRequest.MetadataEntry
+	36, // 4: engram.v1.AddMemoryRequest.created_at:type_name -> google.protobuf.Timestamp
+	36, // 5: engram.v1.AddMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
+	37, // 6: engram.v1.AddMemoryResponse.memory:type_name -> engram.v1.Memory
 	0,  // 7: engram.v1.AddMemoryResponse.outcome:type_name -> engram.v1.AddOutcome
-	33, // 8: engram.v1.AddMemoryResponse.near_duplicates:type_name -> engram.v1.SimilarMemory
-	34, // 9: engram.v1.SearchMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
-	35, // 10: engram.v1.SearchMemoriesRequest.weights:type_name -> engram.v1.RankingWeights
-	32, // 11: engram.v1.SearchResult.memory:type_name -> engram.v1.Memory
-	36, // 12: engram.v1.SearchResult.score:type_name -> engram.v1.ScoreBreakdown
-	6,  // 13: engram.v1.SearchMemoriesResponse.results:type_name -> engram.v1.SearchResult
-	27, // 14: engram.v1.StringMap.entries:type_name -> engram.v1.StringMap.EntriesEntry
-	8,  // 15: engram.v1.UpdateMemoryRequest.locate:type_name -> engram.v1.SemanticLocator
-	28, // 16: engram.v1.UpdateMemoryRequest.type:type_name -> engram.v1.MemoryType
-	9,  // 17: engram.v1.UpdateMemoryRequest.tags:type_name -> engram.v1.StringList
-	10, // 18: engram.v1.UpdateMemoryRequest.metadata:type_name -> engram.v1.StringMap
-	31, // 19: engram.v1.UpdateMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
-	32, // 20: engram.v1.UpdateMemoryResponse.memory:type_name -> engram.v1.Memory
-	32, // 21: engram.v1.UpdateMemoryResponse.previous:type_name -> engram.v1.Memory
-	13, // 22: engram.v1.DeleteMemoryRequest.query:type_name -> engram.v1.DeleteQuery
-	32, // 23: engram.v1.DeleteMemoryResponse.deleted:type_name -> engram.v1.Memory
-	32, // 24: engram.v1.GetMemoryResponse.memory:type_name -> engram.v1.Memory
-	32, // 25: engram.v1.GetMemoryResponse.history:type_name -> engram.v1.Memory
-	34, // 26: engram.v1.ListMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
-	32, // 27: engram.v1.ListMemoriesResponse.memories:type_name -> engram.v1.Memory
-	37, // 28: engram.v1.ListCollectionsResponse.collections:type_name -> engram.v1.CollectionInfo
-	31, // 29: engram.v1.DeleteCollectionResponse.deleted_at:type_name -> google.protobuf.Timestamp
-	1,  // 30: engram.v1.RunReflectionResponse.outcome:type_name -> engram.v1.ReflectionOutcome
-	2,  // 31: engram.v1.RunReflectionResponse.throttled_by:type_name -> engram.v1.ReflectionGate
-	31, // 32: engram.v1.RunReflectionResponse.next_run_after:type_name -> google.protobuf.Timestamp
-	32, // 33: engram.v1.RunReflectionResponse.sources:type_name -> engram.v1.Memory
-	32, // 34: engram.v1.RunReflectionResponse.insights:type_name -> engram.v1.Memory
-	32, // 35: engram.v1.RunReflectionResponse.drafts:type_name -> engram.v1.Memory
-	33, // 36: engram.v1.RunReflectionResponse.duplicates:type_name -> engram.v1.SimilarMemory
-	3,  // 37: engram.v1.MemoryService.AddMemory:input_type -> engram.v1.AddMemoryRequest
-	5,  // 38: engram.v1.MemoryService.SearchMemories:input_type -> engram.v1.SearchMemoriesRequest
-	11, // 39: engram.v1.MemoryService.UpdateMemory:input_type -> engram.v1.UpdateMemoryRequest
-	14, // 40: engram.v1.MemoryService.DeleteMemory:input_type -> engram.v1.DeleteMemoryRequest
-	16, // 41: engram.v1.MemoryService.GetMemory:input_type -> engram.v1.GetMemoryRequest
-	18, // 42: engram.v1.MemoryService.ListMemories:input_type -> engram.v1.ListMemoriesRequest
-	20, // 43: engram.v1.MemoryService.ListCollections:input_type -> engram.v1.ListCollectionsRequest
-	22, // 44: engram.v1.MemoryService.DeleteCollection:input_type -> engram.v1.DeleteCollectionRequest
-	24, // 45: engram.v1.MemoryService.RunReflection:input_type -> engram.v1.RunReflectionRequest
-	4,  // 46: engram.v1.MemoryService.AddMemory:output_type -> engram.v1.AddMemoryResponse
-	7,  // 47: engram.v1.MemoryService.SearchMemories:output_type -> engram.v1.SearchMemoriesResponse
-	12, // 48: engram.v1.MemoryService.UpdateMemory:output_type -> engram.v1.UpdateMemoryResponse
-	15, // 49: engram.v1.MemoryService.DeleteMemory:output_type -> engram.v1.DeleteMemoryResponse
-	17, // 50: engram.v1.MemoryService.GetMemory:output_type -> engram.v1.GetMemoryResponse
-	19, // 51: engram.v1.MemoryService.ListMemories:output_type -> engram.v1.ListMemoriesResponse
-	21, // 52: engram.v1.MemoryService.ListCollections:output_type -> engram.v1.ListCollectionsResponse
-	23, // 53: engram.v1.MemoryService.DeleteCollection:output_type -> engram.v1.DeleteCollectionResponse
-	25, // 54: engram.v1.MemoryService.RunReflection:output_type -> engram.v1.RunReflectionResponse
-	46, // [46:55] is the sub-list for method output_type
-	37, // [37:46] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	38, // 8: engram.v1.AddMemoryResponse.near_duplicates:type_name -> engram.v1.SimilarMemory
+	6,  // 9: engram.v1.AddMemoriesRequest.memories:type_name -> engram.v1.NewMemory
+	33, // 10: engram.v1.NewMemory.type:type_name -> engram.v1.MemoryType
+	34, // 11: engram.v1.NewMemory.source:type_name -> engram.v1.Source
+	35, // 12: engram.v1.NewMemory.source_type:type_name -> engram.v1.SourceType
+	31, // 13: engram.v1.NewMemory.metadata:type_name -> engram.v1.NewMemory.MetadataEntry
+	36, // 14: engram.v1.NewMemory.created_at:type_name -> google.protobuf.Timestamp
+	36, // 15: engram.v1.NewMemory.valid_until:type_name -> google.protobuf.Timestamp
+	37, // 16: engram.v1.AddMemoryResult.memory:type_name -> engram.v1.Memory
+	0,  // 17: engram.v1.AddMemoryResult.outcome:type_name -> engram.v1.AddOutcome
+	38, // 18: engram.v1.AddMemoryResult.near_duplicates:type_name -> engram.v1.SimilarMemory
+	7,  // 19: engram.v1.AddMemoriesResponse.results:type_name -> engram.v1.AddMemoryResult
+	39, // 20: engram.v1.SearchMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
+	40, // 21: engram.v1.SearchMemoriesRequest.weights:type_name -> engram.v1.RankingWeights
+	37, // 22: engram.v1.SearchResult.memory:type_name -> engram.v1.Memory
+	41, // 23: engram.v1.SearchResult.score:type_name -> engram.v1.ScoreBreakdown
+	10, // 24: engram.v1.SearchMemoriesResponse.results:type_name -> engram.v1.SearchResult
+	32, // 25: engram.v1.StringMap.entries:type_name -> engram.v1.StringMap.EntriesEntry
+	12, // 26: engram.v1.UpdateMemoryRequest.locate:type_name -> engram.v1.SemanticLocator
+	33, // 27: engram.v1.UpdateMemoryRequest.type:type_name -> engram.v1.MemoryType
+	13, // 28: engram.v1.UpdateMemoryRequest.tags:type_name -> engram.v1.StringList
+	14, // 29: engram.v1.UpdateMemoryRequest.metadata:type_name -> engram.v1.StringMap
+	36, // 30: engram.v1.UpdateMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
+	37, // 31: engram.v1.UpdateMemoryResponse.memory:type_name -> engram.v1.Memory
+	37, // 32: engram.v1.UpdateMemoryResponse.previous:type_name -> engram.v1.Memory
+	17, // 33: engram.v1.DeleteMemoryRequest.query:type_name -> engram.v1.DeleteQuery
+	37, // 34: engram.v1.DeleteMemoryResponse.deleted:type_name -> engram.v1.Memory
+	37, // 35: engram.v1.GetMemoryResponse.memory:type_name -> engram.v1.Memory
+	37, // 36: engram.v1.GetMemoryResponse.history:type_name -> engram.v1.Memory
+	39, // 37: engram.v1.ListMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
+	37, // 38: engram.v1.ListMemoriesResponse.memories:type_name -> engram.v1.Memory
+	42, // 39: engram.v1.ListCollectionsResponse.collections:type_name -> engram.v1.CollectionInfo
+	36, // 40: engram.v1.DeleteCollectionResponse.deleted_at:type_name -> google.protobuf.Timestamp
+	1,  // 41: engram.v1.RunReflectionResponse.outcome:type_name -> engram.v1.ReflectionOutcome
+	2,  // 42: engram.v1.RunReflectionResponse.throttled_by:type_name -> engram.v1.ReflectionGate
+	36, // 43: engram.v1.RunReflectionResponse.next_run_after:type_name -> google.protobuf.Timestamp
+	37, // 44: engram.v1.RunReflectionResponse.sources:type_name -> engram.v1.Memory
+	37, // 45: engram.v1.RunReflectionResponse.insights:type_name -> engram.v1.Memory
+	37, // 46: engram.v1.RunReflectionResponse.drafts:type_name -> engram.v1.Memory
+	38, // 47: engram.v1.RunReflectionResponse.duplicates:type_name -> engram.v1.SimilarMemory
+	3,  // 48: engram.v1.MemoryService.AddMemory:input_type -> engram.v1.AddMemoryRequest
+	5,  // 49: engram.v1.MemoryService.AddMemories:input_type -> engram.v1.AddMemoriesRequest
+	9,  // 50: engram.v1.MemoryService.SearchMemories:input_type -> engram.v1.SearchMemoriesRequest
+	15, // 51: engram.v1.MemoryService.UpdateMemory:input_type -> engram.v1.UpdateMemoryRequest
+	18, // 52: engram.v1.MemoryService.DeleteMemory:input_type -> engram.v1.DeleteMemoryRequest
+	20, // 53: engram.v1.MemoryService.GetMemory:input_type -> engram.v1.GetMemoryRequest
+	22, // 54: engram.v1.MemoryService.ListMemories:input_type -> engram.v1.ListMemoriesRequest
+	24, // 55: engram.v1.MemoryService.ListCollections:input_type -> engram.v1.ListCollectionsRequest
+	26, // 56: engram.v1.MemoryService.DeleteCollection:input_type -> engram.v1.DeleteCollectionRequest
+	28, // 57: engram.v1.MemoryService.RunReflection:input_type -> engram.v1.RunReflectionRequest
+	4,  // 58: engram.v1.MemoryService.AddMemory:output_type -> engram.v1.AddMemoryResponse
+	8,  // 59: engram.v1.MemoryService.AddMemories:output_type -> engram.v1.AddMemoriesResponse
+	11, // 60: engram.v1.MemoryService.SearchMemories:output_type -> engram.v1.SearchMemoriesResponse
+	16, // 61: engram.v1.MemoryService.UpdateMemory:output_type -> engram.v1.UpdateMemoryResponse
+	19, // 62: engram.v1.MemoryService.DeleteMemory:output_type -> engram.v1.DeleteMemoryResponse
+	21, // 63: engram.v1.MemoryService.GetMemory:output_type -> engram.v1.GetMemoryResponse
+	23, // 64: engram.v1.MemoryService.ListMemories:output_type -> engram.v1.ListMemoriesResponse
+	25, // 65: engram.v1.MemoryService.ListCollections:output_type -> engram.v1.ListCollectionsResponse
+	27, // 66: engram.v1.MemoryService.DeleteCollection:output_type -> engram.v1.DeleteCollectionResponse
+	29, // 67: engram.v1.MemoryService.RunReflection:output_type -> engram.v1.RunReflectionResponse
+	58, // [58:68] is the sub-list for method output_type
+	48, // [48:58] is the sub-list for method input_type
+	48, // [48:48] is the sub-list for extension type_name
+	48, // [48:48] is the sub-list for extension extendee
+	0,  // [0:48] is the sub-list for field type_name
 }
 
 func init() { file_engram_v1_memory_service_proto_init() }
@@ -2224,12 +2610,14 @@ func file_engram_v1_memory_service_proto_init() {
 	}
 	file_engram_v1_memory_proto_init()
 	file_engram_v1_memory_service_proto_msgTypes[0].OneofWrappers = []any{}
-	file_engram_v1_memory_service_proto_msgTypes[2].OneofWrappers = []any{}
-	file_engram_v1_memory_service_proto_msgTypes[8].OneofWrappers = []any{
+	file_engram_v1_memory_service_proto_msgTypes[3].OneofWrappers = []any{}
+	file_engram_v1_memory_service_proto_msgTypes[4].OneofWrappers = []any{}
+	file_engram_v1_memory_service_proto_msgTypes[6].OneofWrappers = []any{}
+	file_engram_v1_memory_service_proto_msgTypes[12].OneofWrappers = []any{
 		(*UpdateMemoryRequest_Id)(nil),
 		(*UpdateMemoryRequest_Locate)(nil),
 	}
-	file_engram_v1_memory_service_proto_msgTypes[11].OneofWrappers = []any{
+	file_engram_v1_memory_service_proto_msgTypes[15].OneofWrappers = []any{
 		(*DeleteMemoryRequest_Id)(nil),
 		(*DeleteMemoryRequest_Query)(nil),
 	}
@@ -2239,7 +2627,7 @@ func file_engram_v1_memory_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_engram_v1_memory_service_proto_rawDesc), len(file_engram_v1_memory_service_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   25,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -20,6 +20,7 @@ const _ = grpc.SupportPackageIsVersion9
 
 const (
 	MemoryService_AddMemory_FullMethodName        = "/engram.v1.MemoryService/AddMemory"
+	MemoryService_AddMemories_FullMethodName      = "/engram.v1.MemoryService/AddMemories"
 	MemoryService_SearchMemories_FullMethodName   = "/engram.v1.MemoryService/SearchMemories"
 	MemoryService_UpdateMemory_FullMethodName     = "/engram.v1.MemoryService/UpdateMemory"
 	MemoryService_DeleteMemory_FullMethodName     = "/engram.v1.MemoryService/DeleteMemory"
@@ -45,6 +46,11 @@ type MemoryServiceClient interface {
 	// and the existing memory is returned. Memories in the 0.70–0.92 zone are reported so the
 	// caller can update instead.
 	AddMemory(ctx context.Context, in *AddMemoryRequest, opts ...grpc.CallOption) (*AddMemoryResponse, error)
+	// AddMemories stores many memories in one call (imports): each item goes through the same
+	// write gate as AddMemory, against the collection and against the earlier items of the
+	// same call, and gets its own outcome. Invalid input refuses the whole call (nothing is
+	// written); the contents are embedded in one batch and the new memories written together.
+	AddMemories(ctx context.Context, in *AddMemoriesRequest, opts ...grpc.CallOption) (*AddMemoriesResponse, error)
 	// SearchMemories returns the best memories for a query, ranked by
 	// relevance, recency and importance, across one or more collections.
 	SearchMemories(ctx context.Context, in *SearchMemoriesRequest, opts ...grpc.CallOption) (*SearchMemoriesResponse, error)
@@ -80,6 +86,16 @@ func (c *memoryServiceClient) AddMemory(ctx context.Context, in *AddMemoryReques
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(AddMemoryResponse)
 	err := c.cc.Invoke(ctx, MemoryService_AddMemory_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *memoryServiceClient) AddMemories(ctx context.Context, in *AddMemoriesRequest, opts ...grpc.CallOption) (*AddMemoriesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AddMemoriesResponse)
+	err := c.cc.Invoke(ctx, MemoryService_AddMemories_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -181,6 +197,11 @@ type MemoryServiceServer interface {
 	// and the existing memory is returned. Memories in the 0.70–0.92 zone are reported so the
 	// caller can update instead.
 	AddMemory(context.Context, *AddMemoryRequest) (*AddMemoryResponse, error)
+	// AddMemories stores many memories in one call (imports): each item goes through the same
+	// write gate as AddMemory, against the collection and against the earlier items of the
+	// same call, and gets its own outcome. Invalid input refuses the whole call (nothing is
+	// written); the contents are embedded in one batch and the new memories written together.
+	AddMemories(context.Context, *AddMemoriesRequest) (*AddMemoriesResponse, error)
 	// SearchMemories returns the best memories for a query, ranked by
 	// relevance, recency and importance, across one or more collections.
 	SearchMemories(context.Context, *SearchMemoriesRequest) (*SearchMemoriesResponse, error)
@@ -214,6 +235,9 @@ type UnimplementedMemoryServiceServer struct{}
 
 func (UnimplementedMemoryServiceServer) AddMemory(context.Context, *AddMemoryRequest) (*AddMemoryResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method AddMemory not implemented")
+}
+func (UnimplementedMemoryServiceServer) AddMemories(context.Context, *AddMemoriesRequest) (*AddMemoriesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AddMemories not implemented")
 }
 func (UnimplementedMemoryServiceServer) SearchMemories(context.Context, *SearchMemoriesRequest) (*SearchMemoriesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SearchMemories not implemented")
@@ -274,6 +298,24 @@ func _MemoryService_AddMemory_Handler(srv interface{}, ctx context.Context, dec 
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(MemoryServiceServer).AddMemory(ctx, req.(*AddMemoryRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _MemoryService_AddMemories_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AddMemoriesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MemoryServiceServer).AddMemories(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: MemoryService_AddMemories_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MemoryServiceServer).AddMemories(ctx, req.(*AddMemoriesRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -432,6 +474,10 @@ var MemoryService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "AddMemory",
 			Handler:    _MemoryService_AddMemory_Handler,
+		},
+		{
+			MethodName: "AddMemories",
+			Handler:    _MemoryService_AddMemories_Handler,
 		},
 		{
 			MethodName: "SearchMemories",

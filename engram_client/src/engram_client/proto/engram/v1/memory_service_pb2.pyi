@@ -35,7 +35,7 @@ class _AddOutcomeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_AddOutcome
     """A near-copy exists; nothing new was written and `memory` is the existing one."""
 
 class AddOutcome(_AddOutcome, metaclass=_AddOutcomeEnumTypeWrapper):
-    """AddOutcome says what AddMemory did."""
+    """AddOutcome says what AddMemory did (or AddMemories did with one item)."""
 
 ADD_OUTCOME_UNSPECIFIED: AddOutcome.ValueType  # 0
 """Never sent."""
@@ -257,6 +257,213 @@ class AddMemoryResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___AddMemoryResponse: _TypeAlias = AddMemoryResponse  # noqa: Y015
+
+@_typing.final
+class AddMemoriesRequest(_message.Message):
+    """AddMemoriesRequest asks to store several memories in one collection."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COLLECTION_FIELD_NUMBER: _builtins.int
+    MEMORIES_FIELD_NUMBER: _builtins.int
+    collection: _builtins.str
+    """Target collection of every item. Empty means the server's default collection
+    ("default"). Names as for AddMemoryRequest.collection.
+    """
+    @_builtins.property
+    def memories(self) -> _containers.RepeatedCompositeFieldContainer[Global___NewMemory]:
+        """The memories, in order: at least 1 and at most the server's ENGRAM_MAX_BATCH_ITEMS
+        (default 64), else INVALID_ARGUMENT on `memories`. An invalid item refuses the whole
+        call with INVALID_ARGUMENT naming the field as `memories[i].<field>`.
+        """
+
+    def __init__(
+        self,
+        *,
+        collection: _builtins.str = ...,
+        memories: _abc.Iterable[Global___NewMemory] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["collection", b"collection", "memories", b"memories"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AddMemoriesRequest: _TypeAlias = AddMemoriesRequest  # noqa: Y015
+
+@_typing.final
+class NewMemory(_message.Message):
+    """NewMemory is one memory to store with AddMemories. Its fields mean exactly what the
+    fields of the same name in AddMemoryRequest mean.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class MetadataEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    CONTENT_FIELD_NUMBER: _builtins.int
+    TYPE_FIELD_NUMBER: _builtins.int
+    IMPORTANCE_FIELD_NUMBER: _builtins.int
+    TAGS_FIELD_NUMBER: _builtins.int
+    SOURCE_FIELD_NUMBER: _builtins.int
+    SOURCE_TYPE_FIELD_NUMBER: _builtins.int
+    METADATA_FIELD_NUMBER: _builtins.int
+    CREATED_AT_FIELD_NUMBER: _builtins.int
+    VALID_UNTIL_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    content: _builtins.str
+    """The text to remember. Required; at most 8,192 characters (configurable)."""
+    type: _memory_pb2.MemoryType.ValueType
+    """Memory type; unspecified means MEMORY_TYPE_EVENT."""
+    importance: _builtins.int
+    """Importance 1–10; unset means 5."""
+    source: _memory_pb2.Source.ValueType
+    """Who writes it; unspecified means SOURCE_AGENT."""
+    source_type: _memory_pb2.SourceType.ValueType
+    """Provenance; unspecified means SOURCE_TYPE_UNKNOWN."""
+    request_id: _builtins.str
+    """Idempotency key (at most 128 characters), scoped to the collection and shared with
+    AddMemory: an item whose key was already used for the same memory is answered with the
+    first answer (replayed) and writes nothing; a key used for a different memory refuses
+    the whole call with ERROR_REASON_IDEMPOTENCY_CONFLICT. Keys must be unique within a call.
+    """
+    @_builtins.property
+    def tags(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Tags (at most 32, each 1–64 characters). Duplicates are removed."""
+
+    @_builtins.property
+    def metadata(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """Free-form metadata (at most 64 entries; keys ≤ 128, values ≤ 2,048 characters)."""
+
+    @_builtins.property
+    def created_at(self) -> _timestamp_pb2.Timestamp:
+        """When it happened. Unset means now. May not be in the future."""
+
+    @_builtins.property
+    def valid_until(self) -> _timestamp_pb2.Timestamp:
+        """Explicit expiry; wins over the TTL rules. Unset means decided by type, importance and tags."""
+
+    def __init__(
+        self,
+        *,
+        content: _builtins.str = ...,
+        type: _memory_pb2.MemoryType.ValueType = ...,
+        importance: _builtins.int | None = ...,
+        tags: _abc.Iterable[_builtins.str] | None = ...,
+        source: _memory_pb2.Source.ValueType = ...,
+        source_type: _memory_pb2.SourceType.ValueType = ...,
+        metadata: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        created_at: _timestamp_pb2.Timestamp | None = ...,
+        valid_until: _timestamp_pb2.Timestamp | None = ...,
+        request_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "created_at", b"created_at", "importance", b"importance", "valid_until", b"valid_until"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "content", b"content", "created_at", b"created_at", "importance", b"importance", "metadata", b"metadata", "request_id", b"request_id", "source", b"source", "source_type", b"source_type", "tags", b"tags", "type", b"type", "valid_until", b"valid_until"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__importance: _TypeAlias = _typing.Literal["importance"]  # noqa: Y015
+    _WhichOneofArgType__importance: _TypeAlias = _typing.Literal["_importance", b"_importance"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__importance) -> _WhichOneofReturnType__importance | None: ...
+
+Global___NewMemory: _TypeAlias = NewMemory  # noqa: Y015
+
+@_typing.final
+class AddMemoryResult(_message.Message):
+    """AddMemoryResult is the outcome of one AddMemories item; its fields 1–5 mean what they mean
+    in AddMemoryResponse.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MEMORY_FIELD_NUMBER: _builtins.int
+    OUTCOME_FIELD_NUMBER: _builtins.int
+    DUPLICATE_SIMILARITY_FIELD_NUMBER: _builtins.int
+    NEAR_DUPLICATES_FIELD_NUMBER: _builtins.int
+    REPLAYED_FIELD_NUMBER: _builtins.int
+    DUPLICATE_OF_INDEX_FIELD_NUMBER: _builtins.int
+    outcome: Global___AddOutcome.ValueType
+    """What happened to this item."""
+    duplicate_similarity: _builtins.float
+    """For DUPLICATE: calibrated similarity between this item and `memory`."""
+    replayed: _builtins.bool
+    """True when this item's answer is a replay of an earlier write with the same request_id."""
+    duplicate_of_index: _builtins.int
+    """For DUPLICATE of a memory created by an earlier item of the same call: that item's
+    index in `memories`. Unset otherwise.
+    """
+    @_builtins.property
+    def memory(self) -> _memory_pb2.Memory:
+        """CREATED: the new memory. DUPLICATE: the existing memory, or the memory created by an
+        earlier item of the same call.
+        """
+
+    @_builtins.property
+    def near_duplicates(self) -> _containers.RepeatedCompositeFieldContainer[_memory_pb2.SimilarMemory]:
+        """Memories in the near-duplicate zone (calibrated similarity 0.70–0.92), most similar
+        first, including memories created by earlier items of the same call.
+        """
+
+    def __init__(
+        self,
+        *,
+        memory: _memory_pb2.Memory | None = ...,
+        outcome: Global___AddOutcome.ValueType = ...,
+        duplicate_similarity: _builtins.float = ...,
+        near_duplicates: _abc.Iterable[_memory_pb2.SimilarMemory] | None = ...,
+        replayed: _builtins.bool = ...,
+        duplicate_of_index: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_duplicate_of_index", b"_duplicate_of_index", "duplicate_of_index", b"duplicate_of_index", "memory", b"memory"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_duplicate_of_index", b"_duplicate_of_index", "duplicate_of_index", b"duplicate_of_index", "duplicate_similarity", b"duplicate_similarity", "memory", b"memory", "near_duplicates", b"near_duplicates", "outcome", b"outcome", "replayed", b"replayed"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__duplicate_of_index: _TypeAlias = _typing.Literal["duplicate_of_index"]  # noqa: Y015
+    _WhichOneofArgType__duplicate_of_index: _TypeAlias = _typing.Literal["_duplicate_of_index", b"_duplicate_of_index"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__duplicate_of_index) -> _WhichOneofReturnType__duplicate_of_index | None: ...
+
+Global___AddMemoryResult: _TypeAlias = AddMemoryResult  # noqa: Y015
+
+@_typing.final
+class AddMemoriesResponse(_message.Message):
+    """AddMemoriesResponse reports the outcome of every item of AddMemories."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESULTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___AddMemoryResult]:
+        """One result per item of the request, in the same order."""
+
+    def __init__(
+        self,
+        *,
+        results: _abc.Iterable[Global___AddMemoryResult] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["results", b"results"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AddMemoriesResponse: _TypeAlias = AddMemoriesResponse  # noqa: Y015
 
 @_typing.final
 class SearchMemoriesRequest(_message.Message):

@@ -44,6 +44,11 @@ class MemoryServiceStub:
                 request_serializer=engram_dot_v1_dot_memory__service__pb2.AddMemoryRequest.SerializeToString,
                 response_deserializer=engram_dot_v1_dot_memory__service__pb2.AddMemoryResponse.FromString,
                 _registered_method=True)
+        self.AddMemories = channel.unary_unary(
+                '/engram.v1.MemoryService/AddMemories',
+                request_serializer=engram_dot_v1_dot_memory__service__pb2.AddMemoriesRequest.SerializeToString,
+                response_deserializer=engram_dot_v1_dot_memory__service__pb2.AddMemoriesResponse.FromString,
+                _registered_method=True)
         self.SearchMemories = channel.unary_unary(
                 '/engram.v1.MemoryService/SearchMemories',
                 request_serializer=engram_dot_v1_dot_memory__service__pb2.SearchMemoriesRequest.SerializeToString,
@@ -99,6 +104,16 @@ class MemoryServiceServicer:
         default 0.92) already exists in the same collection, in which case nothing is written
         and the existing memory is returned. Memories in the 0.70–0.92 zone are reported so the
         caller can update instead.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AddMemories(self, request, context):
+        """AddMemories stores many memories in one call (imports): each item goes through the same
+        write gate as AddMemory, against the collection and against the earlier items of the
+        same call, and gets its own outcome. Invalid input refuses the whole call (nothing is
+        written); the contents are embedded in one batch and the new memories written together.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -173,6 +188,11 @@ def add_MemoryServiceServicer_to_server(servicer, server):
                     request_deserializer=engram_dot_v1_dot_memory__service__pb2.AddMemoryRequest.FromString,
                     response_serializer=engram_dot_v1_dot_memory__service__pb2.AddMemoryResponse.SerializeToString,
             ),
+            'AddMemories': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddMemories,
+                    request_deserializer=engram_dot_v1_dot_memory__service__pb2.AddMemoriesRequest.FromString,
+                    response_serializer=engram_dot_v1_dot_memory__service__pb2.AddMemoriesResponse.SerializeToString,
+            ),
             'SearchMemories': grpc.unary_unary_rpc_method_handler(
                     servicer.SearchMemories,
                     request_deserializer=engram_dot_v1_dot_memory__service__pb2.SearchMemoriesRequest.FromString,
@@ -246,6 +266,33 @@ class MemoryService:
             '/engram.v1.MemoryService/AddMemory',
             engram_dot_v1_dot_memory__service__pb2.AddMemoryRequest.SerializeToString,
             engram_dot_v1_dot_memory__service__pb2.AddMemoryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddMemories(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.v1.MemoryService/AddMemories',
+            engram_dot_v1_dot_memory__service__pb2.AddMemoriesRequest.SerializeToString,
+            engram_dot_v1_dot_memory__service__pb2.AddMemoriesResponse.FromString,
             options,
             channel_credentials,
             insecure,

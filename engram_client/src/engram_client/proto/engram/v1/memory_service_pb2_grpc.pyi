@@ -44,6 +44,12 @@ class MemoryServiceStub:
     and the existing memory is returned. Memories in the 0.70–0.92 zone are reported so the
     caller can update instead.
     """
+    AddMemories: _grpc.UnaryUnaryMultiCallable[_memory_service_pb2.AddMemoriesRequest, _memory_service_pb2.AddMemoriesResponse]
+    """AddMemories stores many memories in one call (imports): each item goes through the same
+    write gate as AddMemory, against the collection and against the earlier items of the
+    same call, and gets its own outcome. Invalid input refuses the whole call (nothing is
+    written); the contents are embedded in one batch and the new memories written together.
+    """
     SearchMemories: _grpc.UnaryUnaryMultiCallable[_memory_service_pb2.SearchMemoriesRequest, _memory_service_pb2.SearchMemoriesResponse]
     """SearchMemories returns the best memories for a query, ranked by
     relevance, recency and importance, across one or more collections.
@@ -85,6 +91,12 @@ class MemoryServiceAsyncStub(MemoryServiceStub):
     default 0.92) already exists in the same collection, in which case nothing is written
     and the existing memory is returned. Memories in the 0.70–0.92 zone are reported so the
     caller can update instead.
+    """
+    AddMemories: _aio.UnaryUnaryMultiCallable[_memory_service_pb2.AddMemoriesRequest, _memory_service_pb2.AddMemoriesResponse]  # type: ignore[assignment]
+    """AddMemories stores many memories in one call (imports): each item goes through the same
+    write gate as AddMemory, against the collection and against the earlier items of the
+    same call, and gets its own outcome. Invalid input refuses the whole call (nothing is
+    written); the contents are embedded in one batch and the new memories written together.
     """
     SearchMemories: _aio.UnaryUnaryMultiCallable[_memory_service_pb2.SearchMemoriesRequest, _memory_service_pb2.SearchMemoriesResponse]  # type: ignore[assignment]
     """SearchMemories returns the best memories for a query, ranked by
@@ -130,6 +142,18 @@ class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
         default 0.92) already exists in the same collection, in which case nothing is written
         and the existing memory is returned. Memories in the 0.70–0.92 zone are reported so the
         caller can update instead.
+        """
+
+    @_abc_1.abstractmethod
+    def AddMemories(
+        self,
+        request: _memory_service_pb2.AddMemoriesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_memory_service_pb2.AddMemoriesResponse, _abc.Awaitable[_memory_service_pb2.AddMemoriesResponse]]:
+        """AddMemories stores many memories in one call (imports): each item goes through the same
+        write gate as AddMemory, against the collection and against the earlier items of the
+        same call, and gets its own outcome. Invalid input refuses the whole call (nothing is
+        written); the contents are embedded in one batch and the new memories written together.
         """
 
     @_abc_1.abstractmethod

@@ -701,7 +701,12 @@ async def measure_size(
         "search_p50_minus_floor_p50_ms": st["rpc_search"]["p50_ms"] - st["floor"]["p50_ms"],
     }
     shutil.rmtree(copy_dir, ignore_errors=True)
-    shutil.rmtree(data_dir, ignore_errors=True)
+    if args.keep is not None:  # e.g. to serve it and load-test it with ghz (bench/load.py --address)
+        args.keep.mkdir(parents=True, exist_ok=True)
+        shutil.move(data_dir, args.keep / f"data-{n}")
+        print(f"kept the {n:,}-memory data directory at {args.keep / f'data-{n}'}", flush=True)
+    else:
+        shutil.rmtree(data_dir, ignore_errors=True)
     return res
 
 
@@ -874,6 +879,7 @@ async def main() -> None:
     ap.add_argument("--json", type=Path, help="write the figures as JSON here")
     ap.add_argument("--md", type=Path, help="write the Markdown tables here")
     ap.add_argument("--tmp", type=Path, help="directory for the data dirs (default: system temp)")
+    ap.add_argument("--keep", type=Path, help="move each size's data directory here instead of deleting it")
     args = ap.parse_args()
     if args.quick:
         args.memories, args.samples, args.base_texts = "2000", 30, 300

@@ -626,6 +626,7 @@ class MemoryService:
                 "db.operation.name": "query",
                 "db.collection.name": collection,
                 "engram.candidates": limit,
+                "engram.lexical": bool(sparse),
             },
         ) as span:
             hits = await self._store.search(

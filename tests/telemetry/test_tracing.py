@@ -239,7 +239,8 @@ async def test_search_child_spans_are_parented(otel: Otel, stub: Stub) -> None:
     assert embed["engram.embedding.kind"] == "query"
     assert embed["engram.embedding.batch_size"] == 1
     query = dict(kids["engram.storage.query"].attributes or {})
-    assert query["db.collection.name"] == "default" and query["engram.candidates"] == 30
+    assert query["db.collection.name"] == "default" and query["engram.candidates"] == 100
+    assert query["engram.lexical"] is True  # hybrid: the BM25 side ran too
     assert query["db.response.returned_rows"] == 1
     assert kids["engram.storage.query"].kind is SpanKind.CLIENT
     rank = dict(kids["engram.rank"].attributes or {})

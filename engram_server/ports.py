@@ -105,10 +105,15 @@ class Store(Protocol):
         *,
         with_vectors: bool = False,
         sparse: SparseVector | None = None,
+        lite: bool = False,
     ) -> list[ScoredPoint]:
         """Candidates among the points matching ``flt``: the ``limit`` nearest by cosine similarity,
         and, when ``sparse`` is given and the collection holds lexical vectors, also the ``limit``
-        best by BM25 (``ScoredPoint.lexical``; ``score`` is always the cosine). Order unspecified.
+        best by BM25 (``ScoredPoint.lexical``; ``score`` is always the cosine). Dense hits come
+        first, best first; lexical-only ones follow.
+
+        ``lite``: the records carry only what ranking needs — id, collection, type, importance,
+        created_at — and defaults elsewhere (cheaper to fetch and decode); ``retrieve`` the winners.
         """
         ...
 

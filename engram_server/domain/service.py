@@ -617,6 +617,7 @@ class MemoryService:
         *,
         with_vectors: bool = False,
         sparse: SparseVector | None = None,
+        lite: bool = False,
     ) -> list[ScoredPoint]:
         with _tracer.start_as_current_span(
             "engram.storage.query",
@@ -630,7 +631,7 @@ class MemoryService:
             },
         ) as span:
             hits = await self._store.search(
-                collection, vector, limit, flt, with_vectors=with_vectors, sparse=sparse or None
+                collection, vector, limit, flt, with_vectors=with_vectors, sparse=sparse or None, lite=lite
             )
             span.set_attribute("db.response.returned_rows", len(hits))
             return hits
@@ -733,6 +734,7 @@ class MemoryService:
                     flt,
                     with_vectors=q.diversify,
                     sparse=qsparse if self._uses_lexical(s) else None,
+                    lite=True,
                 )
                 for s in specs
                 if s is not None
@@ -770,9 +772,19 @@ class MemoryService:
                 scored = [scored[i] for i in order]
             top = scored[:limit]
             span.set_attribute("engram.returned", len(top))
-        results = [SearchHit(h.record, s) for s, h in top]
-        self._spawn(self._bump_access([(h.record.collection, h.record) for _, h in top], now))
+        # Candidates carried only what ranking needs; read the winners in full (a memory deleted
+        # or replaced since the query is dropped, as if the search had run a moment later).
+        full = await self._full_records(top)
+        results = [SearchHit(full[h.record.id], sc) for sc, h in top if h.record.id in full]
+        self._spawn(self._bump_access([(r.memory.collection, r.memory) for r in results], now))
         return results
+
+    async def _full_records(self, top: Sequence[tuple[Score, ScoredPoint]]) -> dict[str, MemoryRecord]:
+        by_collection: dict[str, list[str]] = {}
+        for _, h in top:
+            by_collection.setdefault(h.record.collection, []).append(h.record.id)
+        fetched = await asyncio.gather(*(self._store.retrieve(c, ids) for c, ids in by_collection.items()))
+        return {p.record.id: p.record for points in fetched for p in points if p.record.is_current}
 
     def _check_filter(self, v: Violations, prefix: str, f: SearchFilter) -> StoreFilter:
         if f.min_importance and not 1 <= f.min_importance <= 10:

@@ -81,10 +81,11 @@ class SwitchableStore:
         *,
         with_vectors: bool = False,
         sparse: SparseVector | None = None,
+        lite: bool = False,
     ) -> list[ScoredPoint]:
         self._check("search")
         return await self.inner.search(
-            collection, vector, limit, flt, with_vectors=with_vectors, sparse=sparse
+            collection, vector, limit, flt, with_vectors=with_vectors, sparse=sparse, lite=lite
         )
 
     async def scroll(

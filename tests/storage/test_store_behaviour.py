@@ -621,3 +621,37 @@ async def test_lexical_collection_persists_and_returns_dense_vectors(
         assert {h.record.id for h in hits if h.lexical > 0} == {recs[0].id}
     finally:
         await s2.close()
+
+
+async def test_lite_search_returns_ranking_fields_only(store: Store) -> None:
+    from engram_server.adapters.lexical import LEXICAL_ENCODER_ID, Bm25Encoder  # noqa: PLC0415
+
+    enc = Bm25Encoder()
+    await store.create_collection(replace(spec(), lexical=LEXICAL_ENCODER_ID))
+    rng = np.random.default_rng(14)
+    vecs = unit_vectors(len(LEXICAL_DOCS), rng)
+    recs = [
+        record(content=t, type=MemoryType.INSIGHT, importance=i + 2, created_at=1000.0 + i, tags=("x",))
+        for i, t in enumerate(LEXICAL_DOCS)
+    ]
+    await store.upsert(
+        "default", [StoredPoint(r, vecs[i], enc.encode_document(r.content)) for i, r in enumerate(recs)]
+    )
+    sparse = enc.encode_query("adoption")
+    full = {h.record.id: h for h in await store.search("default", vecs[1], 3, StoreFilter(), sparse=sparse)}
+    lite = {
+        h.record.id: h
+        for h in await store.search("default", vecs[1], 3, StoreFilter(), sparse=sparse, lite=True)
+    }
+    assert set(lite) == set(full)
+    by_id = {r.id: r for r in recs}
+    for pid, h in lite.items():
+        assert (h.score, h.lexical) == (pytest.approx(full[pid].score), pytest.approx(full[pid].lexical))
+        want = by_id[pid]
+        assert (h.record.type, h.record.importance, h.record.created_at) == (
+            want.type,
+            want.importance,
+            want.created_at,
+        )
+        assert h.record.content == "" and h.record.tags == ()  # not fetched
+        assert full[pid].record == want

@@ -50,6 +50,7 @@ from typing import IO, Any, TypeVar
 import qdrant_edge as qe
 
 from engram_server.adapters.storage.payload import (
+    CANDIDATE_FIELDS,
     LEXICAL_VECTOR,
     PAYLOAD_INDEXES,
     Condition,
@@ -59,6 +60,7 @@ from engram_server.adapters.storage.payload import (
     MatchValue,
     Range,
     as_vector,
+    candidate_from_payload,
     canonical_ids,
     canonical_offset,
     encode_updates,
@@ -403,10 +405,13 @@ class EdgeStore:
         *,
         with_vectors: bool = False,
         sparse: SparseVector | None = None,
+        lite: bool = False,
     ) -> list[ScoredPoint]:
         if limit <= 0:
             return []
         query = [float(x) for x in vector.reshape(-1)]
+        payload: bool | list[str] = list(CANDIDATE_FIELDS) if lite else True
+        decode = candidate_from_payload if lite else record_from_payload
 
         def work() -> list[ScoredPoint]:
             col = self._col(collection)
@@ -416,13 +421,13 @@ class EdgeStore:
                     limit=limit,
                     query=qe.Query.Nearest(query),
                     filter=edge_filter,
-                    with_payload=True,
+                    with_payload=payload,
                     with_vector=[""] if with_vectors else False,
                 )
             )
             out = {
                 str(h.id): ScoredPoint(
-                    record_from_payload(h.id, collection, h.payload or {}),
+                    decode(h.id, collection, h.payload or {}),
                     float(h.score),
                     as_vector(h.vector) if with_vectors and h.vector is not None else None,
                 )
@@ -436,7 +441,7 @@ class EdgeStore:
                             qe.SparseVector(list(sparse.indices), list(sparse.values)), using=LEXICAL_VECTOR
                         ),
                         filter=edge_filter,
-                        with_payload=True,
+                        with_payload=payload,
                         with_vector=False,
                     )
                 )
@@ -468,7 +473,7 @@ class EdgeStore:
                         if c is None:
                             continue  # deleted between the two queries (cannot happen on this thread)
                         out[key] = ScoredPoint(
-                            record_from_payload(h.id, collection, h.payload or {}),
+                            decode(h.id, collection, h.payload or {}),
                             float(c.score),
                             as_vector(c.vector) if with_vectors and c.vector is not None else None,
                             lexical=float(h.score),

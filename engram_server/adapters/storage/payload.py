@@ -185,6 +185,27 @@ def record_from_payload(point_id: object, collection: str, payload: Mapping[str,
         ) from exc
 
 
+#: The payload fields a ranking candidate needs (search with ``lite=True`` fetches only these).
+CANDIDATE_FIELDS: Final[tuple[str, ...]] = ("type", "importance", "created_at")
+
+
+def candidate_from_payload(point_id: object, collection: str, payload: Mapping[str, Any]) -> MemoryRecord:
+    """A ranking candidate: id, collection, type, importance and created_at; the rest defaults."""
+    try:
+        return MemoryRecord(
+            id=str(point_id),
+            collection=collection,
+            content="",
+            type=MemoryType(payload["type"]),
+            importance=int(payload["importance"]),
+            created_at=float(payload["created_at"]),
+        )
+    except (KeyError, ValueError, TypeError) as exc:
+        raise StorageUnavailable(
+            f"point {point_id} in collection {collection!r} has an unreadable payload: {exc!r}"
+        ) from exc
+
+
 _SETTABLE: Final[frozenset[str]] = frozenset(f.name for f in fields(MemoryRecord)) - {"id", "collection"}
 
 

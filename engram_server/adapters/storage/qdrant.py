@@ -31,6 +31,7 @@ from qdrant_client import AsyncQdrantClient, models
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
 from engram_server.adapters.storage.payload import (
+    CANDIDATE_FIELDS,
     LEXICAL_VECTOR,
     PAYLOAD_INDEXES,
     Condition,
@@ -40,6 +41,7 @@ from engram_server.adapters.storage.payload import (
     MatchValue,
     Range,
     as_vector,
+    candidate_from_payload,
     canonical_ids,
     canonical_offset,
     cosine,
@@ -351,11 +353,14 @@ class QdrantStore:
         *,
         with_vectors: bool = False,
         sparse: SparseVector | None = None,
+        lite: bool = False,
     ) -> list[ScoredPoint]:
         spec = await self._spec(collection)
         if limit <= 0:
             return []
         query = [float(x) for x in vector.reshape(-1)]
+        payload: bool | list[str] = list(CANDIDATE_FIELDS) if lite else True
+        decode = candidate_from_payload if lite else record_from_payload
         qname = self._qname(collection)
         query_filter = _qdrant_filter(filter_plan(flt))
         requests = [
@@ -363,7 +368,7 @@ class QdrantStore:
                 query=query,
                 filter=query_filter,
                 limit=limit,
-                with_payload=True,
+                with_payload=payload,
                 with_vector=[""] if with_vectors else False,
             )
         ]
@@ -375,7 +380,7 @@ class QdrantStore:
                     using=LEXICAL_VECTOR,
                     filter=query_filter,
                     limit=limit,
-                    with_payload=True,
+                    with_payload=payload,
                     with_vector=[""],
                 )
             )
@@ -384,7 +389,7 @@ class QdrantStore:
         )
         out = {
             str(h.id): ScoredPoint(
-                record_from_payload(h.id, collection, h.payload or {}),
+                decode(h.id, collection, h.payload or {}),
                 float(h.score),
                 as_vector(h.vector) if with_vectors and h.vector is not None else None,
             )
@@ -401,7 +406,7 @@ class QdrantStore:
                     continue
                 vec = as_vector(h.vector)
                 out[key] = ScoredPoint(
-                    record_from_payload(h.id, collection, h.payload or {}),
+                    decode(h.id, collection, h.payload or {}),
                     cosine(vec, vector),
                     vec if with_vectors else None,
                     lexical=float(h.score),

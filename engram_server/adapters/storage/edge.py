@@ -430,6 +430,7 @@ class EdgeStore:
                     decode(h.id, collection, h.payload or {}),
                     float(h.score),
                     as_vector(h.vector) if with_vectors and h.vector is not None else None,
+                    script=str((h.payload or {}).get("script") or ""),
                 )
                 for h in dense_hits
             }
@@ -477,6 +478,7 @@ class EdgeStore:
                             float(c.score),
                             as_vector(c.vector) if with_vectors and c.vector is not None else None,
                             lexical=float(h.score),
+                            script=str((h.payload or {}).get("script") or ""),
                         )
             return list(out.values())
 

@@ -44,6 +44,7 @@ from engram_server.domain.model import (
     StoreFilter,
     Vector,
 )
+from engram_server.domain.text import script_of
 
 __all__ = [
     "PAYLOAD_INDEXES",
@@ -113,6 +114,7 @@ def validate_collection_name(name: str) -> None:
 def record_to_payload(record: MemoryRecord) -> dict[str, Any]:
     payload: dict[str, Any] = {
         "content": record.content,
+        "script": script_of(record.content),  # derived, for cross-lingual calibration at search
         "type": record.type.value,
         "importance": int(record.importance),
         "tags": list(record.tags),
@@ -186,7 +188,7 @@ def record_from_payload(point_id: object, collection: str, payload: Mapping[str,
 
 
 #: The payload fields a ranking candidate needs (search with ``lite=True`` fetches only these).
-CANDIDATE_FIELDS: Final[tuple[str, ...]] = ("type", "importance", "created_at")
+CANDIDATE_FIELDS: Final[tuple[str, ...]] = ("type", "importance", "created_at", "script")
 
 
 def candidate_from_payload(point_id: object, collection: str, payload: Mapping[str, Any]) -> MemoryRecord:

@@ -392,6 +392,7 @@ class QdrantStore:
                 decode(h.id, collection, h.payload or {}),
                 float(h.score),
                 as_vector(h.vector) if with_vectors and h.vector is not None else None,
+                script=str((h.payload or {}).get("script") or ""),
             )
             for h in responses[0].points
         }
@@ -410,6 +411,7 @@ class QdrantStore:
                     cosine(vec, vector),
                     vec if with_vectors else None,
                     lexical=float(h.score),
+                    script=str((h.payload or {}).get("script") or ""),
                 )
         return list(out.values())
 

@@ -97,16 +97,15 @@ from engram_server.adapters.storage.edge import EdgeStore, _edge_filter
 from engram_server.adapters.storage.payload import LEXICAL_VECTOR, filter_plan, record_from_payload
 from engram_server.domain.model import (
     DEFAULT_COLLECTION,
+    Candidates,
     CollectionSpec,
     MemoryRecord,
     MemoryType,
-    ScoredPoint,
     Source,
     SourceType,
     StoredPoint,
     StoreFilter,
 )
-from engram_server.domain.ranking import Score, fuse, hybrid_relevance, recency
 from engram_server.domain.service import MemoryService, SearchQuery
 from engram_server.domain.ttl import DAY, compute_valid_until, ttl_seconds
 from engram_server.testing import running_server
@@ -436,22 +435,9 @@ async def timed(samples: Samples, name: str, coro: Awaitable[Any]) -> Any:
     return out
 
 
-def rank(service: MemoryService, hits: list[ScoredPoint], now: float) -> list[tuple[Score, ScoredPoint]]:
+def rank(service: MemoryService, found: Candidates, now: float) -> list[Any]:
     """The ranking step of MemoryService.search for one collection (limit 10, default weights)."""
-    pol, cal = service.policy, service.calibration
-    relevance = hybrid_relevance(
-        cal.relevance_array(np.array([h.score for h in hits], dtype=np.float64)),
-        np.array([h.lexical for h in hits], dtype=np.float64),
-        np.array([h.record.created_at for h in hits], dtype=np.float64),
-        pol.hybrid,
-        np.array([h.record.type is MemoryType.EVENT for h in hits], dtype=bool),
-    )
-    scored = []
-    for h, rel in zip(hits, relevance.tolist(), strict=True):
-        rec = recency(h.record.type, h.record.created_at, now)
-        scored.append((fuse(rel, rec, h.record.importance, pol.weights, h.score, mode=pol.hybrid.fusion), h))
-    scored.sort(key=lambda x: (-x[0].final, x[1].record.id))
-    return scored[:10]
+    return service._rank([found], "latin", now, service.policy.weights, 0.0)[:10]
 
 
 def shard_requests(
@@ -483,7 +469,7 @@ STAGE_LABELS = {
     "rpc_health": "health Check (gRPC overhead floor)",
     "bump_access": "after a search: background access-count update",
     "svc_search_cached": "service.search in-process, cached query (no gRPC)",
-    "store_search": "EdgeStore.search: dense + sparse top-100 + decode (server's store)",
+    "store_search": "EdgeStore.candidates: dense + sparse top-100, ranking columns (server's store)",
     "embed_one": "embed 1 query (local model, no batcher/cache)",
     "embed_batch32_per_text": "embed a batch of 32 queries, per text",
     "bm25_query": "BM25 encode 1 query",
@@ -656,7 +642,7 @@ async def measure_size(
                     "decode_200",
                     lambda: [record_from_payload(h.id, COLLECTION, h.payload or {}) for h in raw],
                 )
-                search = store.search(COLLECTION, qvec, CANDIDATES, StoreFilter(live_at=now), sparse=qs)
+                search = store.candidates(COLLECTION, qvec, CANDIDATES, StoreFilter(live_at=now), sparse=qs)
                 found = await timed(sm, "store_search", search)
                 timed_sync(sm, "rank", lambda: rank(service, found, now))
                 res.setdefault("candidates", []).append(len(found))

@@ -111,6 +111,7 @@ def build_policy(settings: Settings) -> Policy:
         mmr_lambda=settings.mmr_lambda,
         candidate_factor=settings.candidate_factor,
         min_candidates=settings.min_candidates,
+        search_cache_entries=settings.search_cache_entries,
         hybrid=HybridParams(
             semantic_weight=settings.semantic_weight,
             context_weight=settings.context_weight,

@@ -65,6 +65,7 @@ class Settings:
     mmr_lambda: float = 0.5
     candidate_factor: int = 3
     min_candidates: int = 100
+    search_cache_entries: int = 256
     lexical_search: bool = True
     semantic_weight: float = 0.5
     context_weight: float = 0.5
@@ -208,6 +209,13 @@ SETTINGS_DOC: list[tuple[str, str, str]] = [
         "min_candidates",
         "ENGRAM_MIN_CANDIDATES",
         "…and at least this many, from each of the semantic and the lexical search, before re-ranking.",
+    ),
+    (
+        "search_cache_entries",
+        "ENGRAM_SEARCH_CACHE_ENTRIES",
+        "Candidate lists of this many recent searches are kept and reused while their collection is "
+        "unchanged (embedded storage only: exact, dropped on any write; ranking still runs at the "
+        "time of each search). `0` = off.",
     ),
     (
         "lexical_search",
@@ -452,6 +460,8 @@ def _check(s: Settings) -> None:
         problems.append("ENGRAM_MAX_BATCH_ITEMS must be ≥ 1")
     if s.candidate_factor < 1 or s.min_candidates < 1:
         problems.append("candidate settings must be ≥ 1")
+    if s.search_cache_entries < 0:
+        problems.append("ENGRAM_SEARCH_CACHE_ENTRIES must be ≥ 0")
     if s.auth not in {"auto", "on", "off"}:
         problems.append("ENGRAM_AUTH must be auto, on or off")
     if s.rate_limit_rps < 0 or s.rate_limit_burst < 1:

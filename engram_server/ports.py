@@ -8,6 +8,7 @@ from typing import Any, Protocol
 
 from engram_server.domain.clock import Clock
 from engram_server.domain.model import (
+    Candidates,
     CollectionSpec,
     MemoryRecord,
     ScoredPoint,
@@ -96,6 +97,16 @@ class Store(Protocol):
         """Points by id, in no particular order; missing ids are skipped."""
         ...
 
+    def generation(self, collection: str) -> int | None:
+        """A number that changes (to one never used before) whenever a write to ``collection`` could
+        change what ``candidates`` returns for some query (access counters do not count), as far as
+        this store can know; ``None`` when it cannot know (other processes write to the same
+        storage, or no such collection). Results cached under one generation are exact while it
+        holds, except for memories that expire meanwhile (``valid_until`` passes), which the caller
+        must check. Cheap: no I/O.
+        """
+        ...
+
     async def search(
         self,
         collection: str,
@@ -104,16 +115,26 @@ class Store(Protocol):
         flt: StoreFilter,
         *,
         with_vectors: bool = False,
-        sparse: SparseVector | None = None,
-        lite: bool = False,
     ) -> list[ScoredPoint]:
-        """Candidates among the points matching ``flt``: the ``limit`` nearest by cosine similarity,
-        and, when ``sparse`` is given and the collection holds lexical vectors, also the ``limit``
-        best by BM25 (``ScoredPoint.lexical``; ``score`` is always the cosine). Dense hits come
-        first, best first; lexical-only ones follow.
+        """The ``limit`` points matching ``flt`` nearest to ``vector`` by cosine similarity, best
+        first, as full records (the write gate and semantic locate use this)."""
+        ...
 
-        ``lite``: the records carry only what ranking needs — id, collection, type, importance,
-        created_at — and defaults elsewhere (cheaper to fetch and decode); ``retrieve`` the winners.
+    async def candidates(
+        self,
+        collection: str,
+        vector: Vector,
+        limit: int,
+        flt: StoreFilter,
+        *,
+        sparse: SparseVector | None = None,
+        with_vectors: bool = False,
+    ) -> Candidates:
+        """Search candidates among the points matching ``flt``, as columns of what ranking needs:
+        the ``limit`` nearest by cosine similarity and, when ``sparse`` is given and the collection
+        holds lexical vectors, also the ``limit`` best by BM25 (``lexical``; ``cosine`` is always the
+        cosine, also for lexical-only hits). Dense hits come first, best first; lexical-only ones
+        follow. Read the winners in full with ``retrieve``.
         """
         ...
 

@@ -135,6 +135,32 @@ class ScoredPoint:
     script: str = ""
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class Candidates:
+    """One collection's search candidates, column by column: what ranking needs and no more.
+
+    Built once per query by the store (no record object per candidate); the winners are read in
+    full afterwards. Row ``i`` of every column describes the memory ``ids[i]``. ``cosine`` is the raw
+    cosine similarity to the query; ``lexical`` the raw BM25 score (0 where the memory was not a
+    lexical candidate); ``scripts`` the script of the stored text ("cjk", "latin"; "" if unknown);
+    ``vectors`` the dense vectors (rows aligned) when asked for.
+    """
+
+    collection: str
+    ids: list[str]
+    types: list[MemoryType]
+    importance: npt.NDArray[np.float64]
+    created_at: npt.NDArray[np.float64]
+    cosine: npt.NDArray[np.float64]
+    lexical: npt.NDArray[np.float64]
+    scripts: list[str]
+    valid_until: npt.NDArray[np.float64]
+    vectors: npt.NDArray[np.float32] | None = None
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
 @dataclass(frozen=True, slots=True)
 class CollectionSpec:
     """What a collection was built with. A server configured differently must refuse it."""

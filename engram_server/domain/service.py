@@ -15,6 +15,7 @@ import logging
 import math
 import unicodedata
 import uuid
+from collections import OrderedDict
 from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -43,6 +44,7 @@ from engram_server.domain.model import (
     DEFAULT_COLLECTION,
     NEVER,
     PROTECTED_TYPES,
+    Candidates,
     CollectionSpec,
     MemoryRecord,
     MemoryType,
@@ -58,10 +60,10 @@ from engram_server.domain.ranking import (
     HybridParams,
     Score,
     Weights,
-    fuse,
+    fuse_array,
     hybrid_relevance,
     mmr_order,
-    recency,
+    recency_array,
 )
 from engram_server.domain.text import script_of
 from engram_server.domain.ttl import compute_valid_until
@@ -83,6 +85,11 @@ log = logging.getLogger(__name__)
 # Telemetry through the OpenTelemetry API only: no-op objects unless the server installed an SDK.
 _tracer = trace.get_tracer("engram_server.domain")
 _meter = metrics.get_meter("engram_server.domain")
+_candidate_cache = _meter.create_counter(
+    "engram.search.candidate_cache",
+    unit="{lookup}",
+    description="Search candidate lists reused (hit) or fetched (miss), per collection.",
+)
 _gate_outcomes = _meter.create_counter(
     "engram.gate.outcomes",
     unit="{memory}",
@@ -114,6 +121,7 @@ class Policy:
     mmr_lambda: float = 0.5
     candidate_factor: int = 3
     min_candidates: int = 100
+    search_cache_entries: int = 256
     access_flush_seconds: float = 1.0
     hybrid: HybridParams = field(default_factory=HybridParams)
     ambiguity_margin: float = 0.02
@@ -201,6 +209,16 @@ class SearchHit:
 
 
 @dataclass(frozen=True, slots=True)
+class _Ranked:
+    """A ranked search candidate: where it lives, its score, its vector (for MMR) if fetched."""
+
+    collection: str
+    id: str
+    score: Score
+    vector: Vector | None
+
+
+@dataclass(frozen=True, slots=True)
 class Locator:
     content: str
     threshold: float = 0.0
@@ -272,6 +290,11 @@ class MemoryService:
         self._embedder = embedder
         self._lexical = lexical
         self._cross_script_offset = CROSS_SCRIPT_OFFSET.get(embedder.model_id, 0.0)
+        # (collection, query, limit, filter, lexical, vectors) -> (generation, fetched at,
+        # expires at, candidates); see _candidates.
+        self._candidate_cache: OrderedDict[tuple[Any, ...], tuple[int, float, float, Candidates]] = (
+            OrderedDict()
+        )
         self._clock = clock
         self._cal = calibration
         self.policy = policy or Policy()
@@ -622,10 +645,6 @@ class MemoryService:
         vector: Vector,
         limit: int,
         flt: StoreFilter,
-        *,
-        with_vectors: bool = False,
-        sparse: SparseVector | None = None,
-        lite: bool = False,
     ) -> list[ScoredPoint]:
         with _tracer.start_as_current_span(
             "engram.storage.query",
@@ -635,12 +654,10 @@ class MemoryService:
                 "db.operation.name": "query",
                 "db.collection.name": collection,
                 "engram.candidates": limit,
-                "engram.lexical": bool(sparse),
+                "engram.lexical": False,
             },
         ) as span:
-            hits = await self._store.search(
-                collection, vector, limit, flt, with_vectors=with_vectors, sparse=sparse or None, lite=lite
-            )
+            hits = await self._store.search(collection, vector, limit, flt)
             span.set_attribute("db.response.returned_rows", len(hits))
             return hits
 
@@ -736,66 +753,147 @@ class MemoryService:
         n_candidates = max(limit * pol.candidate_factor, pol.min_candidates)
         per_collection = await asyncio.gather(
             *(
-                self._query(
+                self._candidates(
                     s.name,
+                    q.query,
                     qvec,
                     n_candidates,
                     flt,
-                    with_vectors=q.diversify,
                     sparse=qsparse if self._uses_lexical(s) else None,
-                    lite=True,
+                    with_vectors=q.diversify,
                 )
                 for s in specs
                 if s is not None
             )
         )
-        n_found = sum(len(hits) for hits in per_collection)
+        n_found = sum(len(c) for c in per_collection)
         with _tracer.start_as_current_span("engram.rank", attributes={"engram.candidates": n_found}) as span:
-            scored: list[tuple[Score, ScoredPoint]] = []
-            for hits in per_collection:
-                if not hits:
-                    continue
-                raw = np.array([h.score for h in hits], dtype=np.float64)
-                if self._cross_script_offset and q_script:
-                    crossed = np.array([h.script not in ("", q_script) for h in hits], dtype=bool)
-                    raw = np.where(crossed, raw + self._cross_script_offset, raw)
-                relevance = hybrid_relevance(
-                    self._cal.relevance_array(raw),
-                    np.array([h.lexical for h in hits], dtype=np.float64),
-                    np.array([h.record.created_at for h in hits], dtype=np.float64),
-                    pol.hybrid,
-                    np.array([h.record.type is MemoryType.EVENT for h in hits], dtype=bool),
-                )
-                for h, rel in zip(hits, relevance.tolist(), strict=True):
-                    if rel < q.min_relevance:
-                        continue
-                    rec = recency(h.record.type, h.record.created_at, now)
-                    scored.append(
-                        (fuse(rel, rec, h.record.importance, weights, h.score, mode=pol.hybrid.fusion), h)
-                    )
-            scored.sort(key=lambda x: (-x[0].final, x[1].record.id))
-            if q.diversify and len(scored) > 1:
+            ranked = self._rank(per_collection, q_script, now, weights, q.min_relevance)
+            if q.diversify and len(ranked) > 1:
                 order = mmr_order(
-                    [s.final for s, _ in scored],
-                    [h.vector for _, h in scored if h.vector is not None],
+                    [r.score.final for r in ranked],
+                    [r.vector for r in ranked if r.vector is not None],
                     limit,
                     lam,
                     self._cal.similarity_array,
                 )
-                scored = [scored[i] for i in order]
-            top = scored[:limit]
+                ranked = [ranked[i] for i in order]
+            top = ranked[:limit]
             span.set_attribute("engram.returned", len(top))
         # Candidates carried only what ranking needs; read the winners in full (a memory deleted
         # or replaced since the query is dropped, as if the search had run a moment later).
         full = await self._full_records(top)
-        results = [SearchHit(full[h.record.id], sc) for sc, h in top if h.record.id in full]
+        results = [SearchHit(full[r.id], r.score) for r in top if r.id in full]
         self._note_access([r.memory for r in results], now)
         return results
 
-    async def _full_records(self, top: Sequence[tuple[Score, ScoredPoint]]) -> dict[str, MemoryRecord]:
+    def _rank(
+        self,
+        per_collection: Sequence[Candidates],
+        q_script: str,
+        now: float,
+        weights: Weights,
+        min_relevance: float,
+    ) -> list[_Ranked]:
+        """Every candidate at or above ``min_relevance``, best first (ties by id), with its score.
+
+        Relevance is built per collection (the lexical evidence is normalised by the collection's
+        best BM25 score); recency, importance and the fusion apply to all columns at once.
+        """
+        pol = self.policy
+        ranked: list[_Ranked] = []
+        for c in per_collection:
+            if not len(c):
+                continue
+            raw = c.cosine
+            if self._cross_script_offset and q_script:
+                crossed = np.fromiter(
+                    (sc not in ("", q_script) for sc in c.scripts), dtype=bool, count=len(c)
+                )
+                raw = np.where(crossed, raw + self._cross_script_offset, raw)
+            relevance = hybrid_relevance(
+                self._cal.relevance_array(raw),
+                c.lexical,
+                c.created_at,
+                pol.hybrid,
+                np.fromiter((t is MemoryType.EVENT for t in c.types), dtype=bool, count=len(c)),
+            )
+            rec = recency_array(c.types, c.created_at, now)
+            final = fuse_array(relevance, rec, c.importance, weights, mode=pol.hybrid.fusion)
+            for i in np.flatnonzero(relevance >= min_relevance).tolist():
+                ranked.append(
+                    _Ranked(
+                        c.collection,
+                        c.ids[i],
+                        Score(
+                            final=float(final[i]),
+                            relevance=float(relevance[i]),
+                            recency=float(rec[i]),
+                            importance=float(c.importance[i]) / 10.0,
+                            raw_similarity=float(c.cosine[i]),
+                        ),
+                        None if c.vectors is None else c.vectors[i],
+                    )
+                )
+        ranked.sort(key=lambda r: (-r.score.final, r.id))
+        return ranked
+
+    async def _candidates(
+        self,
+        collection: str,
+        query: str,
+        vector: Vector,
+        limit: int,
+        flt: StoreFilter,
+        *,
+        sparse: SparseVector | None,
+        with_vectors: bool,
+    ) -> Candidates:
+        """The collection's candidates for ``query``: reused from a recent identical search while the
+        store reports the collection unchanged (same generation) and none of them has expired since
+        — exactly what the storage would return now — otherwise fetched (and kept, LRU-bounded)."""
+        now = flt.live_at if flt.live_at is not None else self._clock.now()
+        entries = self.policy.search_cache_entries
+        generation = self._store.generation(collection) if entries > 0 else None
+        key: tuple[Any, ...] | None = None
+        if generation is not None:
+            key = (collection, query, limit, replace(flt, live_at=None), sparse is not None, with_vectors)
+            hit = self._candidate_cache.get(key)
+            if hit is not None:
+                gen, fetched_at, expires_at, found = hit
+                # (Time going backwards could revive memories expired at fetch time: refetch.)
+                if gen == generation and fetched_at <= now < expires_at:
+                    self._candidate_cache.move_to_end(key)
+                    _candidate_cache.add(1, {"engram.collection": collection, "engram.cache.result": "hit"})
+                    return found
+                del self._candidate_cache[key]
+        with _tracer.start_as_current_span(
+            "engram.storage.query",
+            kind=trace.SpanKind.CLIENT,
+            attributes={
+                "db.system.name": "qdrant",
+                "db.operation.name": "query",
+                "db.collection.name": collection,
+                "engram.candidates": limit,
+                "engram.lexical": bool(sparse),
+            },
+        ) as span:
+            found = await self._store.candidates(
+                collection, vector, limit, flt, sparse=sparse or None, with_vectors=with_vectors
+            )
+            span.set_attribute("db.response.returned_rows", len(found))
+        if key is not None and generation is not None:
+            _candidate_cache.add(1, {"engram.collection": collection, "engram.cache.result": "miss"})
+            expires_at = float(found.valid_until.min()) if len(found) else math.inf
+            self._candidate_cache[key] = (generation, now, expires_at, found)
+            while len(self._candidate_cache) > entries:
+                self._candidate_cache.popitem(last=False)
+        return found
+
+    async def _full_records(self, top: Sequence[_Ranked]) -> dict[str, MemoryRecord]:
         by_collection: dict[str, list[str]] = {}
-        for _, h in top:
-            by_collection.setdefault(h.record.collection, []).append(h.record.id)
+        for r in top:
+            by_collection.setdefault(r.collection, []).append(r.id)
         fetched = await asyncio.gather(*(self._store.retrieve(c, ids) for c, ids in by_collection.items()))
         return {p.record.id: p.record for points in fetched for p in points if p.record.is_current}
 

@@ -18,6 +18,7 @@ from engram_server.adapters.embedding.openai import OpenAIEmbedder
 from engram_server.adapters.storage.edge import EdgeStore
 from engram_server.domain.errors import StorageUnavailable
 from engram_server.domain.model import (
+    Candidates,
     CollectionSpec,
     MemoryRecord,
     ScoredPoint,
@@ -72,6 +73,9 @@ class SwitchableStore:
         self._check("retrieve")
         return await self.inner.retrieve(collection, ids, with_vectors=with_vectors)
 
+    def generation(self, collection: str) -> int | None:
+        return self.inner.generation(collection)
+
     async def search(
         self,
         collection: str,
@@ -80,12 +84,23 @@ class SwitchableStore:
         flt: StoreFilter,
         *,
         with_vectors: bool = False,
-        sparse: SparseVector | None = None,
-        lite: bool = False,
     ) -> list[ScoredPoint]:
         self._check("search")
-        return await self.inner.search(
-            collection, vector, limit, flt, with_vectors=with_vectors, sparse=sparse, lite=lite
+        return await self.inner.search(collection, vector, limit, flt, with_vectors=with_vectors)
+
+    async def candidates(
+        self,
+        collection: str,
+        vector: Vector,
+        limit: int,
+        flt: StoreFilter,
+        *,
+        sparse: SparseVector | None = None,
+        with_vectors: bool = False,
+    ) -> Candidates:
+        self._check("search")
+        return await self.inner.candidates(
+            collection, vector, limit, flt, sparse=sparse, with_vectors=with_vectors
         )
 
     async def scroll(

@@ -255,7 +255,7 @@ async def test_hybrid_collection_gets_its_hnsw_index_at_open(tmp_path: Path) -> 
         assert _dense_unindexed(col) < 200
         assert col.shard.info().indexed_vectors_count >= 2 * n - 200
         q = vecs[7]
-        hits = await reopened.search("default", q, 10, StoreFilter(), sparse=enc.encode_query("topic 7"))
-        assert recs[7].id in {h.record.id for h in hits}
+        found = await reopened.candidates("default", q, 10, StoreFilter(), sparse=enc.encode_query("topic 7"))
+        assert recs[7].id in found.ids
     finally:
         await reopened.close()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -25,6 +25,7 @@ from engram_server.domain.model import (
     StoreFilter,
     Vector,
 )
+from engram_server.domain.text import script_of
 from engram_server.ports import Store
 
 # ------------------------------------------------------------------ helpers
@@ -536,6 +537,40 @@ def _bm25_reference(docs: list[str], query: str) -> list[float]:
     return scores
 
 
+@dataclass(frozen=True)
+class Row:
+    """One candidate of ``Store.candidates``, as a row (for asserting)."""
+
+    id: str
+    score: float
+    lexical: float
+    type: MemoryType
+    importance: float
+    created_at: float
+    script: str
+
+
+async def hybrid(
+    store: Store, collection: str, vector: Any, limit: int, flt: StoreFilter, *, sparse: Any
+) -> list[Row]:
+    c = await store.candidates(collection, vector, limit, flt, sparse=sparse)
+    n = len(c)
+    for column in (c.types, c.importance, c.created_at, c.cosine, c.lexical, c.scripts):
+        assert len(column) == n
+    return [
+        Row(
+            c.ids[i],
+            float(c.cosine[i]),
+            float(c.lexical[i]),
+            c.types[i],
+            float(c.importance[i]),
+            float(c.created_at[i]),
+            c.scripts[i],
+        )
+        for i in range(n)
+    ]
+
+
 async def test_hybrid_search_returns_lexical_candidates_with_bm25_and_cosine(store: Store) -> None:
     from engram_server.adapters.lexical import LEXICAL_ENCODER_ID, Bm25Encoder  # noqa: PLC0415
 
@@ -553,8 +588,8 @@ async def test_hybrid_search_returns_lexical_candidates_with_bm25_and_cosine(sto
     query = "Where did Caroline research adoption?"
     expected = _bm25_reference(LEXICAL_DOCS, query)
     q = vecs[1]  # the dense side alone would find Melanie's painting first
-    hits = await store.search("default", q, 2, StoreFilter(), sparse=enc.encode_query(query))
-    by_id = {h.record.id: h for h in hits}
+    hits = await hybrid(store, "default", q, 2, StoreFilter(), sparse=enc.encode_query(query))
+    by_id = {h.id: h for h in hits}
     lexical_top = sorted(range(len(recs)), key=lambda i: -expected[i])[:2]
     for i in lexical_top:
         assert recs[i].id in by_id, "a lexical candidate is missing"
@@ -564,11 +599,11 @@ async def test_hybrid_search_returns_lexical_candidates_with_bm25_and_cosine(sto
     assert by_id[recs[1].id].score == pytest.approx(1.0, abs=1e-5)  # the dense side is still there
     # filters apply to the lexical side too
     flt = StoreFilter(min_importance=2)
-    filtered = await store.search("default", q, 2, flt, sparse=enc.encode_query(query))
-    assert recs[0].id not in {h.record.id for h in filtered}
+    filtered = await hybrid(store, "default", q, 2, flt, sparse=enc.encode_query(query))
+    assert recs[0].id not in {h.id for h in filtered}
     # Chinese terms are indexed (jieba segmentation): a Chinese query finds the Chinese memory
-    zh = await store.search("default", vecs[0], 1, StoreFilter(), sparse=enc.encode_query("咖啡馆"))
-    assert recs[4].id in {h.record.id for h in zh if h.lexical > 0}
+    zh = await hybrid(store, "default", vecs[0], 1, StoreFilter(), sparse=enc.encode_query("咖啡馆"))
+    assert recs[4].id in {h.id for h in zh if h.lexical > 0}
 
 
 async def test_collection_without_lexical_vectors_ignores_the_sparse_query(store: Store) -> None:
@@ -579,10 +614,10 @@ async def test_collection_without_lexical_vectors_ignores_the_sparse_query(store
     vecs = unit_vectors(4, rng)
     recs = [record(content=text) for text in LEXICAL_DOCS[:4]]
     await store.upsert("default", points(recs, vecs))
-    hits = await store.search(
-        "default", vecs[2], 2, StoreFilter(), sparse=Bm25Encoder().encode_query("adoption")
+    hits = await hybrid(
+        store, "default", vecs[2], 2, StoreFilter(), sparse=Bm25Encoder().encode_query("adoption")
     )
-    assert [h.record.id for h in hits] == [recs[2].id, hits[1].record.id]
+    assert [h.id for h in hits] == [recs[2].id, hits[1].id]
     assert all(h.lexical == 0.0 for h in hits)
 
 
@@ -615,43 +650,96 @@ async def test_lexical_collection_persists_and_returns_dense_vectors(
             vector = got[r.id].vector
             assert vector is not None
             np.testing.assert_allclose(vector, vecs[i], atol=1e-6)  # the dense one, not the named dict
-        hits = await s2.search(
-            "default", vecs[1], 1, StoreFilter(), sparse=enc.encode_query("adoption agencies")
+        hits = await hybrid(
+            s2, "default", vecs[1], 1, StoreFilter(), sparse=enc.encode_query("adoption agencies")
         )
-        assert {h.record.id for h in hits if h.lexical > 0} == {recs[0].id}
+        assert {h.id for h in hits if h.lexical > 0} == {recs[0].id}
     finally:
         await s2.close()
 
 
-async def test_lite_search_returns_ranking_fields_only(store: Store) -> None:
+async def test_candidates_carry_the_ranking_fields_of_every_hit(store: Store) -> None:
     from engram_server.adapters.lexical import LEXICAL_ENCODER_ID, Bm25Encoder  # noqa: PLC0415
 
     enc = Bm25Encoder()
     await store.create_collection(replace(spec(), lexical=LEXICAL_ENCODER_ID))
     rng = np.random.default_rng(14)
     vecs = unit_vectors(len(LEXICAL_DOCS), rng)
+    types = [MemoryType.INSIGHT, MemoryType.EVENT, MemoryType.IDENTITY, MemoryType.DIRECTIVE]
     recs = [
-        record(content=t, type=MemoryType.INSIGHT, importance=i + 2, created_at=1000.0 + i, tags=("x",))
+        record(content=t, type=types[i % 4], importance=i + 2, created_at=1000.0 + i, tags=("x",))
         for i, t in enumerate(LEXICAL_DOCS)
     ]
     await store.upsert(
         "default", [StoredPoint(r, vecs[i], enc.encode_document(r.content)) for i, r in enumerate(recs)]
     )
     sparse = enc.encode_query("adoption")
-    full = {h.record.id: h for h in await store.search("default", vecs[1], 3, StoreFilter(), sparse=sparse)}
-    lite = {
-        h.record.id: h
-        for h in await store.search("default", vecs[1], 3, StoreFilter(), sparse=sparse, lite=True)
-    }
-    assert set(lite) == set(full)
+    rows = await hybrid(store, "default", vecs[1], 3, StoreFilter(), sparse=sparse)
+    dense_top = [h.record.id for h in await store.search("default", vecs[1], 3, StoreFilter())]
+    assert [r.id for r in rows[:3]] == dense_top  # dense hits first, best first
+    assert len({r.id for r in rows}) == len(rows)  # a memory found by both sides appears once
     by_id = {r.id: r for r in recs}
-    for pid, h in lite.items():
-        assert (h.score, h.lexical) == (pytest.approx(full[pid].score), pytest.approx(full[pid].lexical))
-        want = by_id[pid]
-        assert (h.record.type, h.record.importance, h.record.created_at) == (
-            want.type,
-            want.importance,
-            want.created_at,
-        )
-        assert h.record.content == "" and h.record.tags == ()  # not fetched
-        assert full[pid].record == want
+    for i, row in enumerate(rows):
+        want = by_id[row.id]
+        j = recs.index(want)
+        assert row.score == pytest.approx(float(vecs[j] @ vecs[1]), abs=1e-5)
+        assert (row.type, row.importance, row.created_at) == (want.type, want.importance, want.created_at)
+        assert row.script == script_of(want.content)
+        if i >= 3:
+            assert row.lexical > 0  # lexical-only candidates follow the dense ones
+    # vectors on request, aligned with the rows
+    with_vectors = await store.candidates(
+        "default", vecs[1], 3, StoreFilter(), sparse=sparse, with_vectors=True
+    )
+    assert with_vectors.vectors is not None and with_vectors.vectors.shape == (
+        len(with_vectors),
+        vecs.shape[1],
+    )
+    for k, pid in enumerate(with_vectors.ids):
+        np.testing.assert_allclose(with_vectors.vectors[k], vecs[recs.index(by_id[pid])], atol=1e-6)
+    # no hits: empty columns
+    none = await store.candidates("default", vecs[1], 3, StoreFilter(min_importance=10))
+    assert len(none) == 0 and none.cosine.shape == (0,)
+
+
+async def test_generation_changes_on_every_write_that_can_change_search(store: Store, backend: str) -> None:
+    await store.create_collection(spec())
+    if backend != "edge":
+        # A Qdrant server may be written by other replicas: this store cannot know.
+        assert store.generation("default") is None
+        return
+    assert store.generation("missing") is None
+    rng = np.random.default_rng(21)
+    vecs = unit_vectors(3, rng)
+    recs = [record(content=f"memory {i}") for i in range(3)]
+    seen = [store.generation("default")]
+
+    def changed() -> bool:
+        g = store.generation("default")
+        fresh = g is not None and g not in seen
+        seen.append(g)
+        return fresh
+
+    await store.upsert("default", points(recs, vecs))
+    assert changed()
+    await store.search("default", vecs[0], 3, StoreFilter())
+    await store.candidates("default", vecs[0], 3, StoreFilter())
+    await store.retrieve("default", [recs[0].id])
+    assert not changed()  # reads change nothing
+    await store.set_fields("default", {recs[0].id: {"access_count": 3, "last_accessed_at": 1.0}})
+    assert not changed()  # access counters do not take part in search
+    await store.set_fields("default", {recs[0].id: {"importance": 9}})
+    assert changed()
+    await store.set_fields("default", {recs[0].id: {"superseded_by": recs[1].id}})
+    assert changed()
+    await store.delete("default", [recs[2].id])
+    assert changed()
+    await store.delete_where("default", StoreFilter(min_importance=9, include_history=True))
+    assert changed()
+    await store.delete_where("default", StoreFilter(min_importance=10))  # matched nothing
+    assert not changed()
+    # a re-created collection never reuses a generation (cached results of the old one stay stale)
+    await store.drop_collection("default")
+    assert store.generation("default") is None
+    await store.create_collection(spec())
+    assert changed()

@@ -35,6 +35,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import fcntl
+import itertools
 import json
 import logging
 import math
@@ -43,7 +44,7 @@ import shutil
 import tempfile
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
@@ -53,6 +54,7 @@ from engram_server.adapters.storage.payload import (
     CANDIDATE_FIELDS,
     LEXICAL_VECTOR,
     PAYLOAD_INDEXES,
+    CandidateBuilder,
     Condition,
     FilterPlan,
     IsEmpty,
@@ -60,7 +62,6 @@ from engram_server.adapters.storage.payload import (
     MatchValue,
     Range,
     as_vector,
-    candidate_from_payload,
     canonical_ids,
     canonical_offset,
     encode_updates,
@@ -76,6 +77,7 @@ from engram_server.adapters.storage.payload import (
 )
 from engram_server.domain.errors import CollectionNotFound, EngramError, StorageUnavailable
 from engram_server.domain.model import (
+    Candidates,
     CollectionSpec,
     MemoryRecord,
     ScoredPoint,
@@ -102,12 +104,24 @@ _INDEX_SCHEMA: Mapping[str, qe.PayloadSchemaType] = {
 _SCROLL_BATCH = 1024
 
 
+#: Generations are unique across collections and their re-creations (see ``EdgeStore.generation``).
+_GENERATIONS = itertools.count(1)
+
+#: Payload fields whose update cannot change what ``candidates`` returns (no generation change).
+_UNRANKED_FIELDS: frozenset[str] = frozenset({"access_count", "last_accessed_at"})
+
+
 @dataclass
 class _Collection:
     spec: CollectionSpec
     path: Path
     shard: qe.EdgeShard
     optimizing: concurrent.futures.Future[None] | None = field(default=None)
+    generation: int = field(default_factory=lambda: next(_GENERATIONS))
+
+    def touch(self) -> None:
+        """Called before any change that can alter search results (on the io thread)."""
+        self.generation = next(_GENERATIONS)
 
 
 class EdgeStore:
@@ -204,6 +218,7 @@ class EdgeStore:
     def _optimize(col: _Collection) -> None:
         try:
             changed = col.shard.optimize()
+            col.touch()  # approximate (HNSW) results may differ from brute force ones
             info = col.shard.info()
             log.info(
                 "collection %s optimized (changed=%s): %d points, %d indexed, %d segments",
@@ -222,6 +237,10 @@ class EdgeStore:
             fut = col.optimizing
             if fut is not None:
                 await asyncio.wrap_future(fut)
+
+    def generation(self, collection: str) -> int | None:
+        col = self._cols.get(collection)
+        return None if col is None else col.generation
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -366,6 +385,7 @@ class EdgeStore:
         def work() -> None:
             col = self._col(collection)
             vectors = point_vectors(col.spec, points)
+            col.touch()
             ops = [
                 qe.Point(point_id(p.record.id), _edge_vector(col.spec, p, vec), record_to_payload(p.record))
                 for p, vec in zip(points, vectors, strict=True)
@@ -404,83 +424,108 @@ class EdgeStore:
         flt: StoreFilter,
         *,
         with_vectors: bool = False,
-        sparse: SparseVector | None = None,
-        lite: bool = False,
     ) -> list[ScoredPoint]:
         if limit <= 0:
             return []
         query = [float(x) for x in vector.reshape(-1)]
-        payload: bool | list[str] = list(CANDIDATE_FIELDS) if lite else True
-        decode = candidate_from_payload if lite else record_from_payload
 
         def work() -> list[ScoredPoint]:
             col = self._col(collection)
+            hits = col.shard.query(
+                qe.QueryRequest(
+                    limit=limit,
+                    query=qe.Query.Nearest(query),
+                    filter=_edge_filter(filter_plan(flt)),
+                    with_payload=True,
+                    with_vector=[""] if with_vectors else False,
+                )
+            )
+            out = []
+            for h in hits:
+                payload = h.payload or {}
+                out.append(
+                    ScoredPoint(
+                        record_from_payload(h.id, collection, payload),
+                        float(h.score),
+                        as_vector(h.vector) if with_vectors and h.vector is not None else None,
+                        script=str(payload.get("script") or ""),
+                    )
+                )
+            return out
+
+        return await self._run(work)
+
+    async def candidates(
+        self,
+        collection: str,
+        vector: Vector,
+        limit: int,
+        flt: StoreFilter,
+        *,
+        sparse: SparseVector | None = None,
+        with_vectors: bool = False,
+    ) -> Candidates:
+        query = [float(x) for x in vector.reshape(-1)]
+        fields = list(CANDIDATE_FIELDS)
+        want_vector: list[str] | bool = [""] if with_vectors else False
+
+        def work() -> Candidates:
+            col = self._col(collection)
+            out = CandidateBuilder(collection, with_vectors=with_vectors)
+            if limit <= 0:
+                return out.build()
             edge_filter = _edge_filter(filter_plan(flt))
-            dense_hits = col.shard.query(
+            for h in col.shard.query(
                 qe.QueryRequest(
                     limit=limit,
                     query=qe.Query.Nearest(query),
                     filter=edge_filter,
-                    with_payload=payload,
-                    with_vector=[""] if with_vectors else False,
+                    with_payload=fields,
+                    with_vector=want_vector,
                 )
-            )
-            out = {
-                str(h.id): ScoredPoint(
-                    decode(h.id, collection, h.payload or {}),
-                    float(h.score),
-                    as_vector(h.vector) if with_vectors and h.vector is not None else None,
-                    script=str((h.payload or {}).get("script") or ""),
+            ):
+                out.add(str(h.id), h.payload, h.score, vector=h.vector)
+            if not sparse or col.spec.lexical is None:
+                return out.build()
+            # (Each attribute read of an engine hit converts it anew: read each once.)
+            only_lexical: dict[str, tuple[Any, Any, float]] = {}
+            for h in col.shard.query(
+                qe.QueryRequest(
+                    limit=limit,
+                    query=qe.Query.Nearest(
+                        qe.SparseVector(list(sparse.indices), list(sparse.values)), using=LEXICAL_VECTOR
+                    ),
+                    filter=edge_filter,
+                    with_payload=fields,
+                    with_vector=False,
                 )
-                for h in dense_hits
-            }
-            if sparse and col.spec.lexical is not None:
-                lexical_hits = col.shard.query(
+            ):
+                score = h.score
+                if score <= 0:
+                    continue
+                pid = h.id
+                key = str(pid)
+                if not out.set_lexical(key, score):
+                    only_lexical[key] = (pid, h.payload, score)
+            if only_lexical:
+                # Their cosine, exactly, from the engine: a dense query restricted to these ids
+                # (cheaper than shipping their vectors to Python).
+                cosines = col.shard.query(
                     qe.QueryRequest(
-                        limit=limit,
-                        query=qe.Query.Nearest(
-                            qe.SparseVector(list(sparse.indices), list(sparse.values)), using=LEXICAL_VECTOR
+                        limit=len(only_lexical),
+                        query=qe.Query.Nearest(query),
+                        filter=qe.Filter(
+                            must=[qe.HasIdCondition({pid for pid, _, _ in only_lexical.values()})]
                         ),
-                        filter=edge_filter,
-                        with_payload=payload,
-                        with_vector=False,
+                        with_payload=False,
+                        with_vector=want_vector,
                     )
                 )
-                only_lexical: dict[str, Any] = {}
-                for h in lexical_hits:
-                    if h.score <= 0:
-                        continue
-                    key = str(h.id)
-                    seen = out.get(key)
-                    if seen is not None:
-                        out[key] = replace(seen, lexical=float(h.score))
-                    else:
-                        only_lexical[key] = h
-                if only_lexical:
-                    # Their cosine, exactly, from the engine: a dense query restricted to these ids
-                    # (cheaper than shipping their vectors to Python).
-                    cosines = col.shard.query(
-                        qe.QueryRequest(
-                            limit=len(only_lexical),
-                            query=qe.Query.Nearest(query),
-                            filter=qe.Filter(must=[qe.HasIdCondition({h.id for h in only_lexical.values()})]),
-                            with_payload=False,
-                            with_vector=[""] if with_vectors else False,
-                        )
-                    )
-                    dense_of = {str(c.id): c for c in cosines}
-                    for key, h in only_lexical.items():
-                        c = dense_of.get(key)
-                        if c is None:
-                            continue  # deleted between the two queries (cannot happen on this thread)
-                        out[key] = ScoredPoint(
-                            decode(h.id, collection, h.payload or {}),
-                            float(c.score),
-                            as_vector(c.vector) if with_vectors and c.vector is not None else None,
-                            lexical=float(h.score),
-                            script=str((h.payload or {}).get("script") or ""),
-                        )
-            return list(out.values())
+                for c in cosines:  # all found: nothing writes between the two queries (one thread)
+                    key = str(c.id)
+                    _, payload, score = only_lexical[key]
+                    out.add(key, payload, c.score, lexical=score, vector=c.vector)
+            return out.build()
 
         return await self._run(work)
 
@@ -519,6 +564,7 @@ class EdgeStore:
             col = self._col(collection)
             wanted = canonical_ids(ids)
             if wanted:
+                col.touch()
                 col.shard.update(qe.UpdateOperation.delete_points(list(wanted)))
                 self._durable(col.shard)
 
@@ -531,6 +577,7 @@ class EdgeStore:
             edge_filter = _edge_filter(filter_plan(flt))
             n = col.shard.count(qe.CountRequest(exact=True, filter=edge_filter))
             if n:
+                col.touch()
                 if edge_filter is None:
                     edge_filter = qe.Filter(must=[])
                 col.shard.update(qe.UpdateOperation.delete_points_by_filter(edge_filter))
@@ -575,6 +622,8 @@ class EdgeStore:
             col = self._col(collection)
             if not encoded:
                 return
+            if any(set(payload) - _UNRANKED_FIELDS for payload in encoded.values()):
+                col.touch()
             wanted: list[int | uuid.UUID | str] = list(encoded)
             existing = {str(r.id) for r in col.shard.retrieve(wanted, False, False)}
             for pid, payload in encoded.items():

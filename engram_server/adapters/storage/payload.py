@@ -35,6 +35,8 @@ import numpy as np
 
 from engram_server.domain.errors import InvalidArgument, StorageUnavailable
 from engram_server.domain.model import (
+    NEVER,
+    Candidates,
     CollectionSpec,
     MemoryRecord,
     MemoryType,
@@ -187,25 +189,108 @@ def record_from_payload(point_id: object, collection: str, payload: Mapping[str,
         ) from exc
 
 
-#: The payload fields a ranking candidate needs (search with ``lite=True`` fetches only these).
-CANDIDATE_FIELDS: Final[tuple[str, ...]] = ("type", "importance", "created_at", "script")
+#: The payload fields a ranking candidate needs (``Store.candidates`` fetches only these).
+CANDIDATE_FIELDS: Final[tuple[str, ...]] = ("type", "importance", "created_at", "valid_until", "script")
+
+_TYPE_OF: Final[dict[str, MemoryType]] = {t.value: t for t in MemoryType}
 
 
-def candidate_from_payload(point_id: object, collection: str, payload: Mapping[str, Any]) -> MemoryRecord:
-    """A ranking candidate: id, collection, type, importance and created_at; the rest defaults."""
-    try:
-        return MemoryRecord(
-            id=str(point_id),
-            collection=collection,
-            content="",
-            type=MemoryType(payload["type"]),
-            importance=int(payload["importance"]),
-            created_at=float(payload["created_at"]),
+class CandidateBuilder:
+    """Accumulates one collection's candidates (dense hits first, then lexical-only ones) into
+    :class:`Candidates` columns, without a record object per hit."""
+
+    __slots__ = (
+        "_collection",
+        "_row",
+        "cos",
+        "created",
+        "ids",
+        "imp",
+        "lex",
+        "scripts",
+        "types",
+        "until",
+        "vecs",
+    )
+
+    def __init__(self, collection: str, *, with_vectors: bool) -> None:
+        self._collection = collection
+        self._row: dict[str, int] = {}
+        self.ids: list[str] = []
+        self.types: list[MemoryType] = []
+        self.imp: list[float] = []
+        self.created: list[float] = []
+        self.cos: list[float] = []
+        self.lex: list[float] = []
+        self.scripts: list[str] = []
+        self.until: list[float] = []
+        self.vecs: list[Vector] | None = [] if with_vectors else None
+
+    def __contains__(self, point_id: str) -> bool:
+        return point_id in self._row
+
+    def add(
+        self,
+        point_id: object,
+        payload: Mapping[str, Any] | None,
+        cosine: float,
+        *,
+        lexical: float = 0.0,
+        vector: object = None,
+    ) -> None:
+        key = str(point_id)
+        if key in self._row:
+            return
+        p = payload or {}
+        try:
+            kind = _TYPE_OF[p["type"]]
+            importance = float(int(p["importance"]))
+            created = float(p["created_at"])
+            until = float(p.get("valid_until", NEVER))
+        except (KeyError, ValueError, TypeError) as exc:
+            raise StorageUnavailable(
+                f"point {key} in collection {self._collection!r} has an unreadable payload: {exc!r}"
+            ) from exc
+        self._row[key] = len(self.ids)
+        self.ids.append(key)
+        self.types.append(kind)
+        self.imp.append(importance)
+        self.created.append(created)
+        self.cos.append(float(cosine))
+        self.lex.append(float(lexical))
+        self.scripts.append(str(p.get("script") or ""))
+        self.until.append(until)
+        if self.vecs is not None:
+            if vector is None:
+                raise StorageUnavailable(
+                    f"point {key} in collection {self._collection!r} came back without its vector"
+                )
+            self.vecs.append(as_vector(vector))
+
+    def set_lexical(self, point_id: str, score: float) -> bool:
+        """Record the BM25 score of a candidate already added; False if it is not one."""
+        row = self._row.get(point_id)
+        if row is None:
+            return False
+        self.lex[row] = float(score)
+        return True
+
+    def build(self) -> Candidates:
+        vectors = None
+        if self.vecs is not None:
+            vectors = np.vstack(self.vecs).astype(np.float32) if self.vecs else np.zeros((0, 0), np.float32)
+        return Candidates(
+            collection=self._collection,
+            ids=self.ids,
+            types=self.types,
+            importance=np.asarray(self.imp, dtype=np.float64),
+            created_at=np.asarray(self.created, dtype=np.float64),
+            cosine=np.asarray(self.cos, dtype=np.float64),
+            lexical=np.asarray(self.lex, dtype=np.float64),
+            scripts=self.scripts,
+            valid_until=np.asarray(self.until, dtype=np.float64),
+            vectors=vectors,
         )
-    except (KeyError, ValueError, TypeError) as exc:
-        raise StorageUnavailable(
-            f"point {point_id} in collection {collection!r} has an unreadable payload: {exc!r}"
-        ) from exc
 
 
 _SETTABLE: Final[frozenset[str]] = frozenset(f.name for f in fields(MemoryRecord)) - {"id", "collection"}

@@ -22,7 +22,6 @@ import math
 import os
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import replace
 from typing import Any, TypeVar
 
 import grpc  # grpcio ships no stubs; types-grpcio not installed
@@ -34,6 +33,7 @@ from engram_server.adapters.storage.payload import (
     CANDIDATE_FIELDS,
     LEXICAL_VECTOR,
     PAYLOAD_INDEXES,
+    CandidateBuilder,
     Condition,
     FilterPlan,
     IsEmpty,
@@ -41,7 +41,6 @@ from engram_server.adapters.storage.payload import (
     MatchValue,
     Range,
     as_vector,
-    candidate_from_payload,
     canonical_ids,
     canonical_offset,
     cosine,
@@ -58,6 +57,7 @@ from engram_server.adapters.storage.payload import (
 )
 from engram_server.domain.errors import CollectionNotFound, EngramError, StorageUnavailable
 from engram_server.domain.model import (
+    Candidates,
     CollectionSpec,
     MemoryRecord,
     ScoredPoint,
@@ -344,6 +344,10 @@ class QdrantStore:
             for r in records
         ]
 
+    def generation(self, collection: str) -> int | None:
+        """Unknown: other processes (replicas) write to the same Qdrant."""
+        return None
+
     async def search(
         self,
         collection: str,
@@ -352,15 +356,50 @@ class QdrantStore:
         flt: StoreFilter,
         *,
         with_vectors: bool = False,
-        sparse: SparseVector | None = None,
-        lite: bool = False,
     ) -> list[ScoredPoint]:
-        spec = await self._spec(collection)
+        await self._spec(collection)
         if limit <= 0:
             return []
         query = [float(x) for x in vector.reshape(-1)]
-        payload: bool | list[str] = list(CANDIDATE_FIELDS) if lite else True
-        decode = candidate_from_payload if lite else record_from_payload
+        qname = self._qname(collection)
+        response = await self._call(
+            "search",
+            lambda: self._c.query_points(
+                qname,
+                query=query,
+                query_filter=_qdrant_filter(filter_plan(flt)),
+                limit=limit,
+                with_payload=True,
+                with_vectors=[""] if with_vectors else False,
+            ),
+            collection=collection,
+        )
+        return [
+            ScoredPoint(
+                record_from_payload(h.id, collection, h.payload or {}),
+                float(h.score),
+                as_vector(h.vector) if with_vectors and h.vector is not None else None,
+                script=str((h.payload or {}).get("script") or ""),
+            )
+            for h in response.points
+        ]
+
+    async def candidates(
+        self,
+        collection: str,
+        vector: Vector,
+        limit: int,
+        flt: StoreFilter,
+        *,
+        sparse: SparseVector | None = None,
+        with_vectors: bool = False,
+    ) -> Candidates:
+        spec = await self._spec(collection)
+        out = CandidateBuilder(collection, with_vectors=with_vectors)
+        if limit <= 0:
+            return out.build()
+        query = [float(x) for x in vector.reshape(-1)]
+        fields = list(CANDIDATE_FIELDS)
         qname = self._qname(collection)
         query_filter = _qdrant_filter(filter_plan(flt))
         requests = [
@@ -368,7 +407,7 @@ class QdrantStore:
                 query=query,
                 filter=query_filter,
                 limit=limit,
-                with_payload=payload,
+                with_payload=fields,
                 with_vector=[""] if with_vectors else False,
             )
         ]
@@ -380,40 +419,22 @@ class QdrantStore:
                     using=LEXICAL_VECTOR,
                     filter=query_filter,
                     limit=limit,
-                    with_payload=payload,
+                    with_payload=fields,
                     with_vector=[""],
                 )
             )
         responses = await self._call(
             "search", lambda: self._c.query_batch_points(qname, requests=requests), collection=collection
         )
-        out = {
-            str(h.id): ScoredPoint(
-                decode(h.id, collection, h.payload or {}),
-                float(h.score),
-                as_vector(h.vector) if with_vectors and h.vector is not None else None,
-                script=str((h.payload or {}).get("script") or ""),
-            )
-            for h in responses[0].points
-        }
+        for h in responses[0].points:
+            out.add(h.id, h.payload, h.score, vector=h.vector)
         if lexical:
             for h in responses[1].points:
-                if h.score <= 0:
-                    continue
-                key = str(h.id)
-                seen = out.get(key)
-                if seen is not None:
-                    out[key] = replace(seen, lexical=float(h.score))
+                if h.score <= 0 or out.set_lexical(str(h.id), h.score):
                     continue
                 vec = as_vector(h.vector)
-                out[key] = ScoredPoint(
-                    decode(h.id, collection, h.payload or {}),
-                    cosine(vec, vector),
-                    vec if with_vectors else None,
-                    lexical=float(h.score),
-                    script=str((h.payload or {}).get("script") or ""),
-                )
-        return list(out.values())
+                out.add(h.id, h.payload, cosine(vec, vector), lexical=h.score, vector=vec)
+        return out.build()
 
     async def scroll(
         self, collection: str, flt: StoreFilter, limit: int, offset: str | None = None

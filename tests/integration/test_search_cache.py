@@ -1,0 +1,150 @@
+"""The search candidate cache (ENGRAM_SEARCH_CACHE_ENTRIES): a repeated search reuses the storage's
+candidate list only while that list is exactly what storage would return now — every write, update,
+delete and expiry is seen at once — and ranking (recency) still runs at the time of each search.
+Real server, real gRPC channel, embedded qdrant-edge, the real local model, a manual clock."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from engram_client.proto.engram.v1 import memory_pb2 as m
+from engram_client.proto.engram.v1 import memory_service_pb2 as s
+from engram_client.proto.engram.v1 import memory_service_pb2_grpc
+from engram_server.app import EngramServer
+from engram_server.domain.clock import ManualClock
+from engram_server.testing import running_server
+from tests.support.rpc import add, ts
+
+Stub = memory_service_pb2_grpc.MemoryServiceStub
+HOUR = 3600.0
+QUERY = "where is the spare house key hidden?"
+
+
+class Spy:
+    """Counts the storage candidate fetches of a live server."""
+
+    def __init__(self, server: EngramServer) -> None:
+        self.calls = 0
+        real = server.store.candidates
+
+        async def candidates(*args: Any, **kwargs: Any) -> Any:
+            self.calls += 1
+            return await real(*args, **kwargs)
+
+        server.store.candidates = candidates  # type: ignore[method-assign]
+
+
+async def search(stub: Stub, query: str = QUERY, **kw: Any) -> list[Any]:
+    resp = await stub.SearchMemories(s.SearchMemoriesRequest(query=query, **{"limit": 10, **kw}))
+    return list(resp.results)
+
+
+def ids(results: list[Any]) -> list[str]:
+    return [r.memory.id for r in results]
+
+
+@pytest.fixture
+async def cached(tmp_path: Path, clock: ManualClock) -> AsyncIterator[tuple[EngramServer, Stub, Spy]]:
+    async with (
+        running_server(tmp_path / "data", clock=clock) as srv,
+        grpc.aio.insecure_channel(srv.address) as ch,
+    ):
+        yield srv, Stub(ch), Spy(srv)
+
+
+async def test_repeated_search_reuses_candidates_and_ranks_at_search_time(
+    cached: tuple[EngramServer, Stub, Spy], clock: ManualClock
+) -> None:
+    server, stub, spy = cached
+    await add(stub, "The spare house key is under the blue flower pot.", importance=6)
+    await add(stub, "My name is Ada and I live in Lisbon.", type=m.MEMORY_TYPE_IDENTITY)
+    first = await search(stub)
+    assert spy.calls == 1
+    again = await search(stub)
+    assert spy.calls == 1  # reused
+    assert [(r.memory.id, r.score.final) for r in again] == [(r.memory.id, r.score.final) for r in first]
+    # access counters are written after searches: they do not invalidate the candidates
+    await server.service.drain()
+    await search(stub)
+    assert spy.calls == 1
+    # recency is computed when the search runs, not when the candidates were fetched
+    clock.advance(10 * HOUR)
+    later = await search(stub)
+    assert spy.calls == 1
+    event = next(r for r in later if r.memory.type == m.MEMORY_TYPE_EVENT)
+    before = next(r for r in first if r.memory.id == event.memory.id)
+    assert event.score.recency == pytest.approx(0.99**10, rel=1e-6)  # (a float on the wire)
+    assert event.score.final < before.score.final
+    # a limit within the same candidate count (max(3 x limit, 100)) shares the list ...
+    await search(stub, limit=20)
+    assert spy.calls == 1
+    # ... another candidate count, filter or query text is another list
+    await search(stub, limit=40)
+    await search(stub, filter=m.MemoryFilter(min_importance=5))
+    await search(stub, query="spare key location")
+    assert spy.calls == 4
+
+
+async def test_writes_updates_deletes_and_expiry_are_seen_at_once(
+    cached: tuple[EngramServer, Stub, Spy], clock: ManualClock
+) -> None:
+    _, stub, spy = cached
+    pot = await add(stub, "The spare house key is under the blue flower pot.")
+    assert ids(await search(stub)) == [pot.memory.id]
+    # a new memory
+    box = await add(stub, "We hid a second spare key in the garden key box, code 4711.")
+    assert set(ids(await search(stub))) == {pot.memory.id, box.memory.id}
+    # an update replaces the content (the old version is kept as history, never returned)
+    moved = await stub.UpdateMemory(
+        s.UpdateMemoryRequest(id=pot.memory.id, content="The spare house key now hangs in the garage.")
+    )
+    contents = [r.memory.content for r in await search(stub)]
+    assert moved.memory.content in contents and pot.memory.content not in contents
+    # a delete
+    await stub.DeleteMemory(s.DeleteMemoryRequest(id=box.memory.id))
+    assert ids(await search(stub)) == [moved.memory.id]
+    # expiry: nothing is written, time passes valid_until
+    soon = await add(
+        stub, "Today the spare key is with the neighbour at number 12.", valid_until=ts(clock.now() + HOUR)
+    )
+    assert soon.memory.id in ids(await search(stub))
+    calls = spy.calls
+    assert soon.memory.id in ids(await search(stub))
+    assert spy.calls == calls  # still valid: reused
+    clock.advance(HOUR)
+    assert ids(await search(stub)) == [moved.memory.id]
+    assert spy.calls == calls + 1  # one of the candidates expired: fetched anew
+    # time going backwards (a test clock, a corrected system clock) also refetches
+    clock.advance(-2 * HOUR)
+    assert soon.memory.id in ids(await search(stub))
+
+
+async def test_cache_off(tmp_path: Path, clock: ManualClock) -> None:
+    async with (
+        running_server(tmp_path / "data", clock=clock, search_cache_entries=0) as srv,
+        grpc.aio.insecure_channel(srv.address) as ch,
+    ):
+        stub, spy = Stub(ch), Spy(srv)
+        await add(stub, "The spare house key is under the blue flower pot.")
+        for _ in range(3):
+            await search(stub)
+        assert spy.calls == 3
+
+
+async def test_cache_is_bounded(tmp_path: Path, clock: ManualClock) -> None:
+    async with (
+        running_server(tmp_path / "data", clock=clock, search_cache_entries=2) as srv,
+        grpc.aio.insecure_channel(srv.address) as ch,
+    ):
+        stub, spy = Stub(ch), Spy(srv)
+        await add(stub, "The spare house key is under the blue flower pot.")
+        for q in ("key one", "key two", "key three", "key one"):
+            await search(stub, query=q)
+        assert spy.calls == 4  # "key one" was evicted (least recently used)
+        await search(stub, query="key three")
+        assert spy.calls == 4

@@ -22,6 +22,7 @@ from enum import StrEnum
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 from opentelemetry import metrics, trace
 
 from engram_server.domain.calibration import CROSS_SCRIPT_OFFSET, Calibration
@@ -768,7 +769,9 @@ class MemoryService:
         )
         n_found = sum(len(c) for c in per_collection)
         with _tracer.start_as_current_span("engram.rank", attributes={"engram.candidates": n_found}) as span:
-            ranked = self._rank(per_collection, q_script, now, weights, q.min_relevance)
+            ranked = self._rank(
+                per_collection, q_script, now, weights, q.min_relevance, keep=None if q.diversify else limit
+            )
             if q.diversify and len(ranked) > 1:
                 order = mmr_order(
                     [r.score.final for r in ranked],
@@ -794,14 +797,18 @@ class MemoryService:
         now: float,
         weights: Weights,
         min_relevance: float,
+        *,
+        keep: int | None = None,
     ) -> list[_Ranked]:
-        """Every candidate at or above ``min_relevance``, best first (ties by id), with its score.
+        """The best ``keep`` (all when None) candidates at or above ``min_relevance``, best first (ties
+        by id), with their scores.
 
         Relevance is built per collection (the lexical evidence is normalised by the collection's
-        best BM25 score); recency, importance and the fusion apply to all columns at once.
+        best BM25 score); recency, importance and the fusion apply to all columns at once, and a
+        score object is made only for the candidates kept.
         """
         pol = self.policy
-        ranked: list[_Ranked] = []
+        parts: list[tuple[Candidates, npt.NDArray[np.float64], npt.NDArray[np.float64]]] = []
         for c in per_collection:
             if not len(c):
                 continue
@@ -818,24 +825,36 @@ class MemoryService:
                 pol.hybrid,
                 np.fromiter((t is MemoryType.EVENT for t in c.types), dtype=bool, count=len(c)),
             )
-            rec = recency_array(c.types, c.created_at, now)
-            final = fuse_array(relevance, rec, c.importance, weights, mode=pol.hybrid.fusion)
-            for i in np.flatnonzero(relevance >= min_relevance).tolist():
-                ranked.append(
-                    _Ranked(
-                        c.collection,
-                        c.ids[i],
-                        Score(
-                            final=float(final[i]),
-                            relevance=float(relevance[i]),
-                            recency=float(rec[i]),
-                            importance=float(c.importance[i]) / 10.0,
-                            raw_similarity=float(c.cosine[i]),
-                        ),
-                        None if c.vectors is None else c.vectors[i],
-                    )
+            parts.append((c, relevance, recency_array(c.types, c.created_at, now)))
+        if not parts:
+            return []
+        relevance = np.concatenate([rel for _, rel, _ in parts])
+        rec = np.concatenate([r for _, _, r in parts])
+        importance = np.concatenate([c.importance for c, _, _ in parts])
+        final = fuse_array(relevance, rec, importance, weights, mode=pol.hybrid.fusion)
+        where = [(c, i) for c, _, _ in parts for i in range(len(c))]
+        ids = np.array([c.ids[i] for c, i in where])
+        order = np.lexsort((ids, -final))  # by final descending, then by id
+        order = order[relevance[order] >= min_relevance]
+        if keep is not None:
+            order = order[:keep]
+        ranked: list[_Ranked] = []
+        for k in order.tolist():
+            c, i = where[k]
+            ranked.append(
+                _Ranked(
+                    c.collection,
+                    c.ids[i],
+                    Score(
+                        final=float(final[k]),
+                        relevance=float(relevance[k]),
+                        recency=float(rec[k]),
+                        importance=float(importance[k]) / 10.0,
+                        raw_similarity=float(c.cosine[i]),
+                    ),
+                    None if c.vectors is None else c.vectors[i],
                 )
-        ranked.sort(key=lambda r: (-r.score.final, r.id))
+            )
         return ranked
 
     async def _candidates(

@@ -436,8 +436,10 @@ async def timed(samples: Samples, name: str, coro: Awaitable[Any]) -> Any:
 
 
 def rank(service: MemoryService, found: Candidates, now: float) -> list[Any]:
-    """The ranking step of MemoryService.search for one collection (limit 10, default weights)."""
-    return service._rank([found], "latin", now, service.policy.weights, 0.0)[:10]
+    """The ranking step of MemoryService.search for one collection (limit 10, default weights):
+    relevance (cached with the candidate list on a repeated search), then recency + fusion + order."""
+    pool = service._prepare(found, "latin")
+    return service._rank([pool], now, service.policy.weights, 0.0, keep=10)
 
 
 def shard_requests(

@@ -114,7 +114,7 @@ def recency(memory_type: MemoryType, created_at: float, now: float) -> float:
     if decay >= 1.0:
         return 1.0
     hours = max(0.0, (now - created_at) / 3600.0)
-    return float(decay**hours)
+    return float(np.power(decay, hours))  # as recency_array computes it, to the last bit
 
 
 def fuse(
@@ -134,11 +134,15 @@ def fuse(
     return Score(final=final, relevance=relevance, recency=recency_value, importance=imp, raw_similarity=raw)
 
 
+def decay_array(types: Sequence[MemoryType]) -> npt.NDArray[np.float64]:
+    """The hourly decay factor of each memory type (see :data:`DECAY_PER_HOUR`)."""
+    return np.fromiter((DECAY_PER_HOUR[t] for t in types), dtype=np.float64, count=len(types))
+
+
 def recency_array(
-    types: Sequence[MemoryType], created_at: npt.NDArray[np.float64], now: float
+    decay: npt.NDArray[np.float64], created_at: npt.NDArray[np.float64], now: float
 ) -> npt.NDArray[np.float64]:
-    """:func:`recency` of many memories at once."""
-    decay = np.fromiter((DECAY_PER_HOUR[t] for t in types), dtype=np.float64, count=len(types))
+    """:func:`recency` of many memories at once, from their :func:`decay_array`."""
     hours = np.maximum(0.0, (now - np.asarray(created_at, dtype=np.float64)) / 3600.0)
     return np.where(decay >= 1.0, 1.0, np.power(decay, hours))
 

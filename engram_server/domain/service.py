@@ -61,6 +61,7 @@ from engram_server.domain.ranking import (
     HybridParams,
     Score,
     Weights,
+    decay_array,
     fuse_array,
     hybrid_relevance,
     mmr_order,
@@ -209,6 +210,17 @@ class SearchHit:
     score: Score
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class _Pool:
+    """One collection's candidates for one query, with what ranking needs that does not depend on
+    the time of the search (cached with the candidates)."""
+
+    found: Candidates
+    relevance: npt.NDArray[np.float64]
+    decay: npt.NDArray[np.float64]
+    ids: npt.NDArray[np.str_]
+
+
 @dataclass(frozen=True, slots=True)
 class _Ranked:
     """A ranked search candidate: where it lives, its score, its vector (for MMR) if fetched."""
@@ -293,9 +305,7 @@ class MemoryService:
         self._cross_script_offset = CROSS_SCRIPT_OFFSET.get(embedder.model_id, 0.0)
         # (collection, query, limit, filter, lexical, vectors) -> (generation, fetched at,
         # expires at, candidates); see _candidates.
-        self._candidate_cache: OrderedDict[tuple[Any, ...], tuple[int, float, float, Candidates]] = (
-            OrderedDict()
-        )
+        self._candidate_cache: OrderedDict[tuple[Any, ...], tuple[int, float, float, _Pool]] = OrderedDict()
         self._clock = clock
         self._cal = calibration
         self.policy = policy or Policy()
@@ -757,9 +767,10 @@ class MemoryService:
                 self._candidates(
                     s.name,
                     q.query,
+                    q_script,
                     qvec,
-                    n_candidates,
-                    flt,
+                    limit=n_candidates,
+                    flt=flt,
                     sparse=qsparse if self._uses_lexical(s) else None,
                     with_vectors=q.diversify,
                 )
@@ -767,10 +778,10 @@ class MemoryService:
                 if s is not None
             )
         )
-        n_found = sum(len(c) for c in per_collection)
+        n_found = sum(len(p.found) for p in per_collection)
         with _tracer.start_as_current_span("engram.rank", attributes={"engram.candidates": n_found}) as span:
             ranked = self._rank(
-                per_collection, q_script, now, weights, q.min_relevance, keep=None if q.diversify else limit
+                per_collection, now, weights, q.min_relevance, keep=None if q.diversify else limit
             )
             if q.diversify and len(ranked) > 1:
                 order = mmr_order(
@@ -790,10 +801,26 @@ class MemoryService:
         self._note_access([r.memory for r in results], now)
         return results
 
+    def _prepare(self, found: Candidates, q_script: str) -> _Pool:
+        """Relevance of one collection's candidates (semantic, lexical and episode evidence; the
+        lexical side is normalised by the collection's best BM25 score) and their decay factors."""
+        n = len(found)
+        raw = found.cosine
+        if self._cross_script_offset and q_script and n:
+            crossed = np.fromiter((sc not in ("", q_script) for sc in found.scripts), dtype=bool, count=n)
+            raw = np.where(crossed, raw + self._cross_script_offset, raw)
+        relevance = hybrid_relevance(
+            self._cal.relevance_array(raw),
+            found.lexical,
+            found.created_at,
+            self.policy.hybrid,
+            np.fromiter((t is MemoryType.EVENT for t in found.types), dtype=bool, count=n),
+        )
+        return _Pool(found, relevance, decay_array(found.types), np.array(found.ids, dtype=np.str_))
+
     def _rank(
         self,
-        per_collection: Sequence[Candidates],
-        q_script: str,
+        pools: Sequence[_Pool],
         now: float,
         weights: Weights,
         min_relevance: float,
@@ -801,46 +828,32 @@ class MemoryService:
         keep: int | None = None,
     ) -> list[_Ranked]:
         """The best ``keep`` (all when None) candidates at or above ``min_relevance``, best first (ties
-        by id), with their scores.
-
-        Relevance is built per collection (the lexical evidence is normalised by the collection's
-        best BM25 score); recency, importance and the fusion apply to all columns at once, and a
-        score object is made only for the candidates kept.
-        """
-        pol = self.policy
-        parts: list[tuple[Candidates, npt.NDArray[np.float64], npt.NDArray[np.float64]]] = []
-        for c in per_collection:
-            if not len(c):
-                continue
-            raw = c.cosine
-            if self._cross_script_offset and q_script:
-                crossed = np.fromiter(
-                    (sc not in ("", q_script) for sc in c.scripts), dtype=bool, count=len(c)
-                )
-                raw = np.where(crossed, raw + self._cross_script_offset, raw)
-            relevance = hybrid_relevance(
-                self._cal.relevance_array(raw),
-                c.lexical,
-                c.created_at,
-                pol.hybrid,
-                np.fromiter((t is MemoryType.EVENT for t in c.types), dtype=bool, count=len(c)),
-            )
-            parts.append((c, relevance, recency_array(c.types, c.created_at, now)))
-        if not parts:
+        by id), with their scores. Recency and the fusion are computed for all candidates at once;
+        a score object is made only for the candidates kept."""
+        pools = [p for p in pools if len(p.found)]
+        if not pools:
             return []
-        relevance = np.concatenate([rel for _, rel, _ in parts])
-        rec = np.concatenate([r for _, _, r in parts])
-        importance = np.concatenate([c.importance for c, _, _ in parts])
-        final = fuse_array(relevance, rec, importance, weights, mode=pol.hybrid.fusion)
-        where = [(c, i) for c, _, _ in parts for i in range(len(c))]
-        ids = np.array([c.ids[i] for c, i in where])
+        if len(pools) == 1:
+            (one,) = pools
+            relevance, decay, ids = one.relevance, one.decay, one.ids
+            created, importance = one.found.created_at, one.found.importance
+        else:
+            relevance = np.concatenate([p.relevance for p in pools])
+            decay = np.concatenate([p.decay for p in pools])
+            ids = np.concatenate([p.ids for p in pools])
+            created = np.concatenate([p.found.created_at for p in pools])
+            importance = np.concatenate([p.found.importance for p in pools])
+        rec = recency_array(decay, created, now)
+        final = fuse_array(relevance, rec, importance, weights, mode=self.policy.hybrid.fusion)
         order = np.lexsort((ids, -final))  # by final descending, then by id
         order = order[relevance[order] >= min_relevance]
         if keep is not None:
             order = order[:keep]
+        starts = np.cumsum([0] + [len(p.found) for p in pools])
         ranked: list[_Ranked] = []
         for k in order.tolist():
-            c, i = where[k]
+            j = int(np.searchsorted(starts, k, side="right")) - 1
+            c, i = pools[j].found, k - int(starts[j])
             ranked.append(
                 _Ranked(
                     c.collection,
@@ -861,13 +874,14 @@ class MemoryService:
         self,
         collection: str,
         query: str,
+        q_script: str,
         vector: Vector,
+        *,
         limit: int,
         flt: StoreFilter,
-        *,
         sparse: SparseVector | None,
         with_vectors: bool,
-    ) -> Candidates:
+    ) -> _Pool:
         """The collection's candidates for ``query``: reused from a recent identical search while the
         store reports the collection unchanged (same generation) and none of them has expired since
         — exactly what the storage would return now — otherwise fetched (and kept, LRU-bounded)."""
@@ -879,12 +893,12 @@ class MemoryService:
             key = (collection, query, limit, replace(flt, live_at=None), sparse is not None, with_vectors)
             hit = self._candidate_cache.get(key)
             if hit is not None:
-                gen, fetched_at, expires_at, found = hit
+                gen, fetched_at, expires_at, cached = hit
                 # (Time going backwards could revive memories expired at fetch time: refetch.)
                 if gen == generation and fetched_at <= now < expires_at:
                     self._candidate_cache.move_to_end(key)
                     _candidate_cache.add(1, {"engram.collection": collection, "engram.cache.result": "hit"})
-                    return found
+                    return cached
                 del self._candidate_cache[key]
         with _tracer.start_as_current_span(
             "engram.storage.query",
@@ -901,13 +915,14 @@ class MemoryService:
                 collection, vector, limit, flt, sparse=sparse or None, with_vectors=with_vectors
             )
             span.set_attribute("db.response.returned_rows", len(found))
+        pool = self._prepare(found, q_script)
         if key is not None and generation is not None:
             _candidate_cache.add(1, {"engram.collection": collection, "engram.cache.result": "miss"})
             expires_at = float(found.valid_until.min()) if len(found) else math.inf
-            self._candidate_cache[key] = (generation, now, expires_at, found)
+            self._candidate_cache[key] = (generation, now, expires_at, pool)
             while len(self._candidate_cache) > entries:
                 self._candidate_cache.popitem(last=False)
-        return found
+        return pool
 
     async def _full_records(self, top: Sequence[_Ranked]) -> dict[str, MemoryRecord]:
         by_collection: dict[str, list[str]] = {}

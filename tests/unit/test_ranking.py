@@ -11,10 +11,13 @@ from engram_server.domain.ranking import (
     FusionMode,
     HybridParams,
     Weights,
+    decay_array,
     fuse,
+    fuse_array,
     hybrid_relevance,
     mmr_order,
     recency,
+    recency_array,
 )
 
 NOW = 1_800_000_000.0
@@ -134,3 +137,20 @@ def test_gate_text_normalisation() -> None:
     assert normalise_text("我住在上海。") == normalise_text("我住在上海")
     assert normalise_text("ＡＢＣ１２３") == normalise_text("abc123")  # full-width
     assert normalise_text("I live in Berlin.") != normalise_text("I lived in Berlin.")
+
+
+def test_array_forms_match_the_scalar_ones() -> None:
+    """Search ranks with the array forms; they must agree with recency() and fuse() exactly."""
+    rng = np.random.default_rng(3)
+    types = [list(MemoryType)[i % 4] for i in range(40)]
+    now = 1_800_000_000.0
+    created = now - rng.uniform(-3600, 400 * 24 * 3600, size=40)  # some in the future
+    relevance = rng.uniform(0, 1, size=40)
+    importance = rng.integers(1, 11, size=40).astype(np.float64)
+    rec = recency_array(decay_array(types), created, now)
+    for mode in FusionMode:
+        final = fuse_array(relevance, rec, importance, Weights(), mode=mode)
+        for i, t in enumerate(types):
+            assert rec[i] == recency(t, float(created[i]), now)
+            want = fuse(float(relevance[i]), rec[i], int(importance[i]), Weights(), 0.0, mode=mode)
+            assert final[i] == want.final

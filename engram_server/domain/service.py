@@ -218,7 +218,6 @@ class _Pool:
     found: Candidates
     relevance: npt.NDArray[np.float64]
     decay: npt.NDArray[np.float64]
-    ids: npt.NDArray[np.str_]
 
 
 @dataclass(frozen=True, slots=True)
@@ -314,6 +313,10 @@ class MemoryService:
         self._background: set[asyncio.Task[None]] = set()
         #: collection -> memory id -> [searches that returned it, latest time], not yet written.
         self._pending_access: dict[str, dict[str, list[float]]] = {}
+        # Full records of recent search results: (collection, id) -> (generation, access epoch,
+        # record). Valid while the store's generation holds and no access counters were written.
+        self._record_cache: OrderedDict[tuple[str, str], tuple[int, int, MemoryRecord]] = OrderedDict()
+        self._access_epoch: dict[str, int] = {}
         self._access_flush_scheduled = False
         self._flush_now = asyncio.Event()
         #: collection -> time of the last write (add or update), for activity-driven reflection.
@@ -760,7 +763,7 @@ class MemoryService:
         qsparse = self._lexical.encode_query(q.query) if self._lexical is not None else None
         q_script = script_of(q.query)
         now = self._clock.now()
-        flt = replace(flt, live_at=now)
+        asked, flt = flt, replace(flt, live_at=now)
         n_candidates = max(limit * pol.candidate_factor, pol.min_candidates)
         per_collection = await asyncio.gather(
             *(
@@ -771,6 +774,7 @@ class MemoryService:
                     qvec,
                     limit=n_candidates,
                     flt=flt,
+                    asked=asked,
                     sparse=qsparse if self._uses_lexical(s) else None,
                     with_vectors=q.diversify,
                 )
@@ -816,7 +820,7 @@ class MemoryService:
             self.policy.hybrid,
             np.fromiter((t is MemoryType.EVENT for t in found.types), dtype=bool, count=n),
         )
-        return _Pool(found, relevance, decay_array(found.types), np.array(found.ids, dtype=np.str_))
+        return _Pool(found, relevance, decay_array(found.types))
 
     def _rank(
         self,
@@ -835,24 +839,30 @@ class MemoryService:
             return []
         if len(pools) == 1:
             (one,) = pools
-            relevance, decay, ids = one.relevance, one.decay, one.ids
+            relevance, decay, ids = one.relevance, one.decay, one.found.ids
             created, importance = one.found.created_at, one.found.importance
         else:
             relevance = np.concatenate([p.relevance for p in pools])
             decay = np.concatenate([p.decay for p in pools])
-            ids = np.concatenate([p.ids for p in pools])
+            ids = [i for p in pools for i in p.found.ids]
             created = np.concatenate([p.found.created_at for p in pools])
             importance = np.concatenate([p.found.importance for p in pools])
         rec = recency_array(decay, created, now)
         final = fuse_array(relevance, rec, importance, weights, mode=self.policy.hybrid.fusion)
-        order = np.lexsort((ids, -final))  # by final descending, then by id
-        order = order[relevance[order] >= min_relevance]
+        chosen = np.flatnonzero(relevance >= min_relevance)
+        if keep is not None and keep < len(chosen):
+            # Only those at or above the keep-th best score can be kept (ties included).
+            scores = final[chosen]
+            cut = len(scores) - keep
+            chosen = chosen[scores >= np.partition(scores, cut)[cut]]
+        fl = final.tolist()
+        order = sorted(chosen.tolist(), key=lambda k: (-fl[k], ids[k]))  # best first, then by id
         if keep is not None:
             order = order[:keep]
         starts = np.cumsum([0] + [len(p.found) for p in pools])
         ranked: list[_Ranked] = []
-        for k in order.tolist():
-            j = int(np.searchsorted(starts, k, side="right")) - 1
+        for k in order:
+            j = 0 if len(pools) == 1 else int(np.searchsorted(starts, k, side="right")) - 1
             c, i = pools[j].found, k - int(starts[j])
             ranked.append(
                 _Ranked(
@@ -879,18 +889,20 @@ class MemoryService:
         *,
         limit: int,
         flt: StoreFilter,
+        asked: StoreFilter,
         sparse: SparseVector | None,
         with_vectors: bool,
     ) -> _Pool:
-        """The collection's candidates for ``query``: reused from a recent identical search while the
-        store reports the collection unchanged (same generation) and none of them has expired since
-        — exactly what the storage would return now — otherwise fetched (and kept, LRU-bounded)."""
+        """The collection's candidates for ``query`` under ``flt`` (``asked`` plus the live-at time):
+        reused from a recent identical search while the store reports the collection unchanged (same
+        generation) and none of them has expired since — exactly what the storage would return now —
+        otherwise fetched (and kept, LRU-bounded)."""
         now = flt.live_at if flt.live_at is not None else self._clock.now()
         entries = self.policy.search_cache_entries
         generation = self._store.generation(collection) if entries > 0 else None
         key: tuple[Any, ...] | None = None
         if generation is not None:
-            key = (collection, query, limit, replace(flt, live_at=None), sparse is not None, with_vectors)
+            key = (collection, query, limit, asked, sparse is not None, with_vectors)
             hit = self._candidate_cache.get(key)
             if hit is not None:
                 gen, fetched_at, expires_at, cached = hit
@@ -925,11 +937,47 @@ class MemoryService:
         return pool
 
     async def _full_records(self, top: Sequence[_Ranked]) -> dict[str, MemoryRecord]:
-        by_collection: dict[str, list[str]] = {}
+        """The current records of the winners, by id (one read per collection; records of recent
+        results are reused while their collection is unchanged, counters included)."""
+        out: dict[str, MemoryRecord] = {}
+        missing: dict[str, list[str]] = {}
+        caching = self.policy.search_cache_entries > 0
+        cache = self._record_cache
         for r in top:
-            by_collection.setdefault(r.collection, []).append(r.id)
-        fetched = await asyncio.gather(*(self._store.retrieve(c, ids) for c, ids in by_collection.items()))
-        return {p.record.id: p.record for points in fetched for p in points if p.record.is_current}
+            generation = self._store.generation(r.collection) if caching else None
+            if generation is not None:
+                hit = cache.get((r.collection, r.id))
+                if (
+                    hit is not None
+                    and hit[0] == generation
+                    and hit[1] == self._access_epoch.get(r.collection, 0)
+                ):
+                    cache.move_to_end((r.collection, r.id))
+                    out[r.id] = hit[2]
+                    continue
+            missing.setdefault(r.collection, []).append(r.id)
+        if not missing:
+            return out
+        before = {c: (self._store.generation(c), self._access_epoch.get(c, 0)) for c in missing}
+        fetched = await asyncio.gather(*(self._store.retrieve(c, ids) for c, ids in missing.items()))
+        bound = 16 * self.policy.search_cache_entries
+        for collection, points in zip(missing, fetched, strict=True):
+            generation, epoch = before[collection]
+            keep = (
+                caching
+                and generation is not None
+                and (generation, epoch)
+                == (self._store.generation(collection), self._access_epoch.get(collection, 0))
+            )
+            for p in points:
+                if not p.record.is_current:
+                    continue
+                out[p.record.id] = p.record
+                if keep and generation is not None:
+                    cache[(collection, p.record.id)] = (generation, epoch, p.record)
+        while len(cache) > bound:
+            cache.popitem(last=False)
+        return out
 
     def _check_filter(self, v: Violations, prefix: str, f: SearchFilter) -> StoreFilter:
         if f.min_importance and not 1 <= f.min_importance <= 10:
@@ -984,7 +1032,13 @@ class MemoryService:
                     if mid in current and current[mid].is_current
                 }
                 if updates:
-                    await self._store.set_fields(collection, updates)
+                    # Records cached for search results carry the counters: drop them (before and
+                    # after, so a read racing with the write is not cached either).
+                    self._access_epoch[collection] = self._access_epoch.get(collection, 0) + 1
+                    try:
+                        await self._store.set_fields(collection, updates)
+                    finally:
+                        self._access_epoch[collection] += 1
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task: asyncio.Task[None] = asyncio.ensure_future(coro)

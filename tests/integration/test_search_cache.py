@@ -68,10 +68,14 @@ async def test_repeated_search_reuses_candidates_and_ranks_at_search_time(
     again = await search(stub)
     assert spy.calls == 1  # reused
     assert [(r.memory.id, r.score.final) for r in again] == [(r.memory.id, r.score.final) for r in first]
-    # access counters are written after searches: they do not invalidate the candidates
+    # access counters are written after searches: they do not invalidate the candidates, but the
+    # records returned carry the new counts
     await server.service.drain()
-    await search(stub)
+    counted = await search(stub)
     assert spy.calls == 1
+    assert {r.memory.access_count for r in counted} == {2}
+    await server.service.drain()
+    assert {r.memory.access_count for r in await search(stub)} == {3}
     # recency is computed when the search runs, not when the candidates were fetched
     clock.advance(10 * HOUR)
     later = await search(stub)

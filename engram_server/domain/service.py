@@ -19,7 +19,7 @@ from collections import OrderedDict
 from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -86,6 +86,8 @@ log = logging.getLogger(__name__)
 
 # Telemetry through the OpenTelemetry API only: no-op objects unless the server installed an SDK.
 _tracer = trace.get_tracer("engram_server.domain")
+T = TypeVar("T")
+
 _meter = metrics.get_meter("engram_server.domain")
 _candidate_cache = _meter.create_counter(
     "engram.search.candidate_cache",
@@ -208,6 +210,32 @@ class SearchQuery:
 class SearchHit:
     memory: MemoryRecord
     score: Score
+
+
+class _Query:
+    """A search's query: its text, script, and vectors — computed once, and only if a collection's
+    candidates are not cached."""
+
+    __slots__ = ("_dense", "_sparse", "_svc", "cached", "script", "text")
+
+    def __init__(self, svc: MemoryService, text: str) -> None:
+        self._svc = svc
+        self.text = text
+        self.script = script_of(text)
+        self.cached = 0  # collections whose candidates came from the cache
+        self._dense: Vector | None = None
+        self._sparse: tuple[SparseVector | None] | None = None
+
+    async def dense(self) -> Vector:
+        if self._dense is None:
+            self._dense = (await self._svc._embed([self.text], query=True))[0]
+        return self._dense
+
+    def sparse(self) -> SparseVector | None:
+        if self._sparse is None:
+            lexical = self._svc._lexical
+            self._sparse = (lexical.encode_query(self.text) if lexical is not None else None,)
+        return self._sparse[0]
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -759,23 +787,21 @@ class MemoryService:
         live = [s.name for s in specs if s is not None]
         if not live:
             return []
-        qvec = (await self._embed([q.query], query=True))[0]
-        qsparse = self._lexical.encode_query(q.query) if self._lexical is not None else None
-        q_script = script_of(q.query)
+        query = _Query(self, q.query)
+        if len(live) > 1:
+            await query.dense()  # once, before the collections are searched concurrently
         now = self._clock.now()
         asked, flt = flt, replace(flt, live_at=now)
         n_candidates = max(limit * pol.candidate_factor, pol.min_candidates)
-        per_collection = await asyncio.gather(
+        per_collection = await _gather(
             *(
                 self._candidates(
                     s.name,
-                    q.query,
-                    q_script,
-                    qvec,
+                    query,
                     limit=n_candidates,
                     flt=flt,
                     asked=asked,
-                    sparse=qsparse if self._uses_lexical(s) else None,
+                    lexical=self._uses_lexical(s),
                     with_vectors=q.diversify,
                 )
                 for s in specs
@@ -783,7 +809,9 @@ class MemoryService:
             )
         )
         n_found = sum(len(p.found) for p in per_collection)
-        with _tracer.start_as_current_span("engram.rank", attributes={"engram.candidates": n_found}) as span:
+        with _tracer.start_as_current_span(
+            "engram.rank", attributes={"engram.candidates": n_found, "engram.candidates.cached": query.cached}
+        ) as span:
             ranked = self._rank(
                 per_collection, now, weights, q.min_relevance, keep=None if q.diversify else limit
             )
@@ -883,14 +911,12 @@ class MemoryService:
     async def _candidates(
         self,
         collection: str,
-        query: str,
-        q_script: str,
-        vector: Vector,
+        query: _Query,
         *,
         limit: int,
         flt: StoreFilter,
         asked: StoreFilter,
-        sparse: SparseVector | None,
+        lexical: bool,
         with_vectors: bool,
     ) -> _Pool:
         """The collection's candidates for ``query`` under ``flt`` (``asked`` plus the live-at time):
@@ -902,7 +928,7 @@ class MemoryService:
         generation = self._store.generation(collection) if entries > 0 else None
         key: tuple[Any, ...] | None = None
         if generation is not None:
-            key = (collection, query, limit, asked, sparse is not None, with_vectors)
+            key = (collection, query.text, limit, asked, lexical, with_vectors)
             hit = self._candidate_cache.get(key)
             if hit is not None:
                 gen, fetched_at, expires_at, cached = hit
@@ -910,8 +936,11 @@ class MemoryService:
                 if gen == generation and fetched_at <= now < expires_at:
                     self._candidate_cache.move_to_end(key)
                     _candidate_cache.add(1, {"engram.collection": collection, "engram.cache.result": "hit"})
+                    query.cached += 1
                     return cached
                 del self._candidate_cache[key]
+        vector = await query.dense()
+        sparse = query.sparse() if lexical else None
         with _tracer.start_as_current_span(
             "engram.storage.query",
             kind=trace.SpanKind.CLIENT,
@@ -927,7 +956,7 @@ class MemoryService:
                 collection, vector, limit, flt, sparse=sparse or None, with_vectors=with_vectors
             )
             span.set_attribute("db.response.returned_rows", len(found))
-        pool = self._prepare(found, q_script)
+        pool = self._prepare(found, query.script)
         if key is not None and generation is not None:
             _candidate_cache.add(1, {"engram.collection": collection, "engram.cache.result": "miss"})
             expires_at = float(found.valid_until.min()) if len(found) else math.inf
@@ -959,7 +988,7 @@ class MemoryService:
         if not missing:
             return out
         before = {c: (self._store.generation(c), self._access_epoch.get(c, 0)) for c in missing}
-        fetched = await asyncio.gather(*(self._store.retrieve(c, ids) for c, ids in missing.items()))
+        fetched = await _gather(*(self._store.retrieve(c, ids) for c, ids in missing.items()))
         bound = 16 * self.policy.search_cache_entries
         for collection, points in zip(missing, fetched, strict=True):
             generation, epoch = before[collection]
@@ -1325,6 +1354,13 @@ class MemoryService:
                 out[spec.name] = n
                 _swept.add(n, {"engram.collection": spec.name})
         return out
+
+
+async def _gather(*aws: Coroutine[Any, Any, T]) -> list[T]:
+    """asyncio.gather, without wrapping a lone awaitable in a task (the usual one-collection case)."""
+    if len(aws) == 1:
+        return [await aws[0]]
+    return list(await asyncio.gather(*aws))
 
 
 def stored_point(record: MemoryRecord, vector: Vector | None) -> StoredPoint:

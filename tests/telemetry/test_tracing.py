@@ -252,12 +252,23 @@ async def test_search_child_spans_are_parented(otel: Otel, stub: Stub) -> None:
     assert kids["engram.storage.query"].kind is SpanKind.CLIENT
     rank = dict(kids["engram.rank"].attributes or {})
     assert (rank["engram.candidates"], rank["engram.returned"]) == (1, 1)
+    assert rank["engram.candidates.cached"] == 0
     assert {x.context.trace_id for x in otel.spans() if x.context} == {root.context.trace_id}  # type: ignore[union-attr]
-    # The same query again is served from the query cache.
+    # The same query again, nothing written since: the candidate list is reused (no embedding, no
+    # storage query).
+    otel.exporter.clear()
+    await stub.SearchMemories(s.SearchMemoriesRequest(query="What does Frank drink?", limit=3))
+    root = await only_server_span(otel, "SearchMemories")
+    kids = {x.name: x for x in children(otel, root)}
+    assert set(kids) == {"engram.rank"}
+    assert dict(kids["engram.rank"].attributes or {})["engram.candidates.cached"] == 1
+    # After a write the storage is queried again; the query's embedding comes from the query cache.
+    await stub.AddMemory(s.AddMemoryRequest(content="Grace drinks black coffee."))
     otel.exporter.clear()
     await stub.SearchMemories(s.SearchMemoriesRequest(query="What does Frank drink?", limit=3))
     (embed_span,) = otel.named("engram.embed")
     assert (embed_span.attributes or {}).get("engram.embedding.cache_hit") is True
+    assert len(otel.named("engram.storage.query")) == 1
 
 
 async def test_add_child_spans_show_the_gate(otel: Otel, stub: Stub) -> None:

@@ -6,8 +6,9 @@
 Installs ghz (pinned) into .tools/go/bin with `go install` if it is not there, starts
 `python -m engram_server serve` on a fresh data directory (unless --address is given), seeds a
 corpus through the API, then runs ghz scenarios — AddMemory, SearchMemories with unique queries,
-SearchMemories with one repeated query (the query-embedding cache), and a mixed workload — at
-several concurrencies. ghz finds the API by server reflection. Every ghz JSON report and one
+SearchMemories with one repeated query (the query-embedding and candidate caches), and a mixed
+workload (AddMemory, new questions and a repeated question side by side, 1 : 2 : 5) — at several
+concurrencies. ghz finds the API by server reflection. Every ghz JSON report and one
 Markdown summary (RPS, p50/p95/p99, status codes) go to results/load/.
 """
 
@@ -47,6 +48,7 @@ ADD_DATA = '{"content": "load test note {{.RequestNumber}} {{randomString 12}} a
 UNIQUE_SEARCH_DATA = (
     '{"query": "what did {{randomString 6}} write about taxes {{.RequestNumber}}", "limit": 10}'
 )
+REPEATED_SEARCH_DATA = '{"query": "what did Alice write about the tax return", "limit": 10}'
 PEOPLE = ["Alice", "Bruno", "Chen Wei", "Dara", "Emeka", "Fatima", "Gustav", "Hana"]
 
 
@@ -93,9 +95,8 @@ def seed(address: str, n: int) -> int:
     return created
 
 
-def run_ghz(ghz: Path, address: str, sc: Scenario, out: Path) -> dict[str, Any]:
-    report = out / f"{sc.name}-c{sc.concurrency}.json"
-    cmd = [
+def ghz_command(ghz: Path, address: str, sc: Scenario, report: Path) -> list[str]:
+    return [
         str(ghz),
         "--insecure",
         "--call",
@@ -114,9 +115,41 @@ def run_ghz(ghz: Path, address: str, sc: Scenario, out: Path) -> dict[str, Any]:
         str(report),
         address,
     ]
-    subprocess.run(cmd, check=True, timeout=900)
+
+
+def run_ghz(ghz: Path, address: str, sc: Scenario, out: Path) -> dict[str, Any]:
+    report = out / f"{sc.name}-c{sc.concurrency}.json"
+    subprocess.run(ghz_command(ghz, address, sc, report), check=True, timeout=900)
     data: dict[str, Any] = json.loads(report.read_text())
     return data
+
+
+def mixed(concurrency: int, total: int) -> list[Scenario]:
+    """A mixed workload: writes, new questions and a repeated question at once (one ghz per call
+    kind, run side by side; concurrency and requests split 1 : 2 : 5)."""
+    parts = [
+        ("add", f"{SERVICE}/AddMemory", ADD_DATA, 1),
+        ("search-unique", f"{SERVICE}/SearchMemories", UNIQUE_SEARCH_DATA, 2),
+        ("search-repeated", f"{SERVICE}/SearchMemories", REPEATED_SEARCH_DATA, 5),
+    ]
+    return [
+        Scenario(f"mixed-{name}", call, data, max(1, concurrency * w // 8), max(1, total * w // 8))
+        for name, call, data, w in parts
+    ]
+
+
+def run_together(
+    ghz: Path, address: str, scenarios: list[Scenario], out: Path, c: int
+) -> list[dict[str, Any]]:
+    reports = [out / f"{sc.name}-c{c}.json" for sc in scenarios]
+    procs = [
+        subprocess.Popen(ghz_command(ghz, address, sc, rep))
+        for sc, rep in zip(scenarios, reports, strict=True)
+    ]
+    for proc in procs:
+        if proc.wait(timeout=900) != 0:
+            raise RuntimeError(f"ghz exited with {proc.returncode}")
+    return [json.loads(rep.read_text()) for rep in reports]
 
 
 def summary_row(sc: Scenario, rep: dict[str, Any]) -> str:
@@ -174,7 +207,7 @@ def main() -> None:
                 Scenario(
                     "search-repeated",
                     f"{SERVICE}/SearchMemories",
-                    '{"query": "what did Alice write about the tax return", "limit": 10}',
+                    REPEATED_SEARCH_DATA,
                     c,
                     args.requests,
                 ),
@@ -182,6 +215,12 @@ def main() -> None:
             for sc in scenarios:
                 print(f"ghz {sc.name} at concurrency {c} …", flush=True)
                 rows.append(summary_row(sc, run_ghz(ghz, address, sc, args.out)))
+            together = mixed(c, args.requests)
+            print(
+                f"ghz mixed workload at concurrency {c} ({', '.join(x.name for x in together)}) …", flush=True
+            )
+            for sc, rep in zip(together, run_together(ghz, address, together, args.out, c), strict=True):
+                rows.append(summary_row(sc, rep))
         header = [
             f"# Engram load test ({time.strftime('%Y-%m-%d %H:%M')}, {address}, {created} seeded memories)",
             "",

@@ -187,7 +187,11 @@ SETTINGS_DOC: list[tuple[str, str, str]] = [
     ("voyage_api_key", "ENGRAM_VOYAGE_API_KEY", "API key for Voyage AI."),
     ("voyage_base_url", "ENGRAM_VOYAGE_BASE_URL", "Voyage API base URL."),
     ("embed_batch_max", "ENGRAM_EMBED_BATCH_MAX", "Most texts embedded in one micro-batch."),
-    ("embed_batch_wait_ms", "ENGRAM_EMBED_BATCH_WAIT_MS", "Longest wait to fill a micro-batch."),
+    (
+        "embed_batch_wait_ms",
+        "ENGRAM_EMBED_BATCH_WAIT_MS",
+        "Longest wait to fill a micro-batch while the model is busy (an idle model takes a request at once).",
+    ),
     ("query_cache_size", "ENGRAM_QUERY_CACHE_SIZE", "Query embeddings kept in the LRU cache (0 = off)."),
     ("default_collection", "ENGRAM_DEFAULT_COLLECTION", "Collection used when a request names none."),
     (

@@ -141,15 +141,42 @@ async def test_full_batch_is_sent_without_waiting_for_the_window() -> None:
         await batcher.close()
 
 
-async def test_wait_is_bounded_for_a_lone_caller() -> None:
+async def test_a_lone_caller_on_an_idle_lane_does_not_wait_for_the_window() -> None:
     inner = RecordingEmbedder()
-    batcher = BatchingEmbedder(inner, max_batch=32, max_wait_ms=20)
+    batcher = BatchingEmbedder(inner, max_batch=32, max_wait_ms=600_000)  # a 10-minute window
     try:
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        await batcher.embed_documents(["alone"])
-        elapsed = loop.time() - started
-        assert 0.015 <= elapsed < 1.0
+        await asyncio.wait_for(batcher.embed_documents(["alone"]), timeout=30)
+        assert inner.calls == [("document", ["alone"])]
+    finally:
+        await batcher.close()
+
+
+class GatedEmbedder(RecordingEmbedder):
+    """Holds every inner call until ``release`` is set; ``started`` tells that one has begun."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.started = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def _embed(self, kind: str, texts: Sequence[str]) -> Vector:
+        self.started.set()
+        await self.release.wait()
+        return await super()._embed(kind, texts)
+
+
+async def test_callers_arriving_while_the_lane_is_busy_wait_and_leave_together() -> None:
+    inner = GatedEmbedder()
+    batcher = BatchingEmbedder(inner, max_batch=32, max_wait_ms=100, max_in_flight=1)
+    try:
+        first = asyncio.create_task(batcher.embed_documents(["first"]))
+        await inner.started.wait()  # the first batch has left and is running
+        later = [asyncio.create_task(batcher.embed_documents([f"later {i}"])) for i in range(3)]
+        for _ in range(5):
+            await asyncio.sleep(0)  # let them queue
+        inner.release.set()
+        await asyncio.gather(first, *later)
+        assert inner.calls == [("document", ["first"]), ("document", ["later 0", "later 1", "later 2"])]
     finally:
         await batcher.close()
 

@@ -1,8 +1,9 @@
 """Micro-batching in front of any :class:`~engram_server.ports.Embedder`.
 
 Concurrent ``embed_documents`` / ``embed_queries`` calls are coalesced (documents and queries in
-separate lanes, since models treat them differently) into one inner call per batch. A batch is
-sent when it holds ``max_batch`` texts, or ``max_wait_ms`` after its first request arrived,
+separate lanes, since models treat them differently) into one inner call per batch. When nothing
+of its lane is running, a batch leaves at once (a lone caller never waits for company); otherwise
+it is sent when it holds ``max_batch`` texts, or ``max_wait_ms`` after its first request arrived,
 whichever comes first; while ``max_in_flight`` batches of a lane are running, new requests keep
 accumulating, so the batch size grows with load. Identical texts within a batch are embedded
 once. Query embeddings are also kept in a bounded LRU cache keyed by text.
@@ -151,7 +152,10 @@ class _Lane:
             raise
 
     async def _fill_window(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Wait until the batch is full, the oldest request has waited ``max_wait``, or close."""
+        """Wait until the batch is full, the oldest request has waited ``max_wait``, or close; not at
+        all while the lane is idle (requests that arrived together still leave together)."""
+        if not self.batches:
+            return
         while not self.closing and self.pending and self.pending_texts < self.max_batch:
             remaining = self.pending[0].arrived + self.max_wait - loop.time()
             if remaining <= 0:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import subprocess
 import sys
 import textwrap
 import uuid
@@ -62,21 +63,23 @@ _CHILD = textwrap.dedent(
 
 async def test_acknowledged_upserts_survive_kill_9(tmp_path: Path) -> None:
     data = tmp_path / "data"
-    child = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", _CHILD, str(data), stdout=asyncio.subprocess.PIPE
-    )
+    # A plain Popen (not asyncio's child watcher, which can lose the exit status to a race and
+    # report 255): the kill must be seen as a kill.
+    child = subprocess.Popen([sys.executable, "-c", _CHILD, str(data)], stdout=subprocess.PIPE)  # noqa: ASYNC220
     acked: list[str] = []
     try:
         assert child.stdout is not None
         while len(acked) < 200:
-            line = await asyncio.wait_for(child.stdout.readline(), 60)
+            line = await asyncio.wait_for(asyncio.to_thread(child.stdout.readline), 60)
             assert line, "child died before acknowledging 200 upserts"
             acked.append(line.decode().strip())
         child.send_signal(signal.SIGKILL)  # no close(), no flush, no atexit
     finally:
-        if child.returncode is None:
+        if child.poll() is None:
             child.kill()
-        await child.wait()
+        await asyncio.to_thread(child.wait)
+        if child.stdout is not None:
+            child.stdout.close()
     assert child.returncode == -signal.SIGKILL
 
     store = EdgeStore(data)

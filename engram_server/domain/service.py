@@ -63,7 +63,7 @@ from engram_server.domain.ranking import (
     mmr_order,
     recency,
 )
-from engram_server.domain.text import script_of
+from engram_server.domain.text import script_of, word_scripts
 from engram_server.domain.ttl import compute_valid_until
 from engram_server.domain.validation import (
     Limits,
@@ -731,6 +731,7 @@ class MemoryService:
         qvec = (await self._embed([q.query], query=True))[0]
         qsparse = self._lexical.encode_query(q.query) if self._lexical is not None else None
         q_script = script_of(q.query)
+        q_word_scripts = word_scripts(q.query)
         now = self._clock.now()
         flt = replace(flt, live_at=now)
         n_candidates = max(limit * pol.candidate_factor, pol.min_candidates)
@@ -765,6 +766,7 @@ class MemoryService:
                     np.array([h.record.created_at for h in hits], dtype=np.float64),
                     pol.hybrid,
                     np.array([h.record.type is MemoryType.EVENT for h in hits], dtype=bool),
+                    blind=np.array([h.script not in ("", *q_word_scripts) for h in hits], dtype=bool),
                 )
                 for h, rel in zip(hits, relevance.tolist(), strict=True):
                     if rel < q.min_relevance:

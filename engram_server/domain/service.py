@@ -271,7 +271,7 @@ class MemoryService:
         self._store = store
         self._embedder = embedder
         self._lexical = lexical
-        self._cross_script_offset = CROSS_SCRIPT_OFFSET.get(embedder.model_id, 0.0)
+        self._cross_script_offset = CROSS_SCRIPT_OFFSET.get(embedder.model_id, {})
         self._clock = clock
         self._cal = calibration
         self.policy = policy or Policy()
@@ -758,8 +758,8 @@ class MemoryService:
                     continue
                 raw = np.array([h.score for h in hits], dtype=np.float64)
                 if self._cross_script_offset and q_script:
-                    crossed = np.array([h.script not in ("", q_script) for h in hits], dtype=bool)
-                    raw = np.where(crossed, raw + self._cross_script_offset, raw)
+                    off = self._cross_script_offset
+                    raw = raw + np.array([off.get((q_script, h.script), 0.0) for h in hits])
                 relevance = hybrid_relevance(
                     self._cal.relevance_array(raw),
                     np.array([h.lexical for h in hits], dtype=np.float64),

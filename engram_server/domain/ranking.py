@@ -73,16 +73,22 @@ def hybrid_relevance(
     created_at: npt.NDArray[np.float64],
     params: HybridParams,
     episodic: npt.NDArray[np.bool_] | None = None,
+    *,
+    blind: npt.NDArray[np.bool_] | None = None,
 ) -> npt.NDArray[np.float64]:
     """Relevance of one collection's candidates (arrays aligned by candidate; see module doc).
 
     ``semantic`` is calibrated (0–1); ``lexical`` holds raw BM25 scores (None or all zero when the
     search had no lexical side); ``created_at`` in seconds; ``episodic`` marks the candidates that
-    take part in episode context (events; all of them when None).
+    take part in episode context (events; all of them when None); ``blind`` marks the candidates the
+    lexical side cannot see (written in a script the query has no word in; see
+    :func:`impute_blind_lexical`).
     """
     matched = np.asarray(semantic, dtype=np.float64)
     if lexical is not None and len(lexical) and float(np.max(lexical)) > 0:
         norm = np.asarray(lexical, dtype=np.float64) / float(np.max(lexical))
+        if blind is not None:
+            norm = impute_blind_lexical(matched, norm, np.asarray(blind, dtype=bool))
         a = params.semantic_weight
         matched = np.maximum(matched, a * matched + (1.0 - a) * norm)
     n = len(matched)
@@ -97,6 +103,36 @@ def hybrid_relevance(
     best = np.where(near, matched[None, :], -np.inf).max(axis=1)
     lift = np.where(np.isfinite(best), np.maximum(0.0, best - matched), 0.0)
     return np.asarray(matched + params.context_weight * lift, dtype=np.float64)
+
+
+def impute_blind_lexical(
+    semantic: npt.NDArray[np.float64], lexical: npt.NDArray[np.float64], blind: npt.NDArray[np.bool_]
+) -> npt.NDArray[np.float64]:
+    """Normalised lexical scores with the blind candidates' zeros replaced by a quantile-matched
+    stand-in.
+
+    A memory written in a script the query has no word in (a Chinese memory, an English question)
+    cannot share a term with the query: its lexical score of 0 says nothing about it, while
+    memories in the query's script that share a word get a lexical lift. Left at 0, a translation
+    that answers the question ranks below same-script memories that merely share a word with it.
+
+    A blind candidate (``blind`` and lexical 0; one that does score lexically keeps its score) is
+    credited the lexical score found at the same rank among the candidates the lexical side can
+    see: with ``p`` the share of those whose semantic score is at most the blind one's, it gets the
+    ``p``-quantile of their lexical scores. Semantic and lexical evidence are assumed to rank alike,
+    so a cross-script memory that the model ranks above every visible candidate is credited the best
+    lexical match and one at the bottom gets nothing. Monotone in the semantic score; never lowers a
+    candidate; no-op when no candidate is blind or none is visible.
+    """
+    missing = blind & (lexical <= 0)
+    seen = ~missing
+    if not missing.any() or not seen.any():
+        return lexical
+    ref_sem = np.sort(semantic[seen])
+    p = np.searchsorted(ref_sem, semantic[missing], side="right") / len(ref_sem)
+    out = lexical.copy()
+    out[missing] = np.quantile(lexical[seen], p)
+    return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -67,7 +67,7 @@ from engram_server.domain.ranking import (
     mmr_order,
     recency_array,
 )
-from engram_server.domain.text import script_of
+from engram_server.domain.text import script_of, word_scripts
 from engram_server.domain.ttl import compute_valid_until
 from engram_server.domain.validation import (
     Limits,
@@ -216,12 +216,13 @@ class _Query:
     """A search's query: its text, script, and vectors — computed once, and only if a collection's
     candidates are not cached."""
 
-    __slots__ = ("_dense", "_sparse", "_svc", "cached", "script", "text")
+    __slots__ = ("_dense", "_sparse", "_svc", "cached", "script", "text", "word_scripts")
 
     def __init__(self, svc: MemoryService, text: str) -> None:
         self._svc = svc
         self.text = text
         self.script = script_of(text)
+        self.word_scripts = word_scripts(text)
         self.cached = 0  # collections whose candidates came from the cache
         self._dense: Vector | None = None
         self._sparse: tuple[SparseVector | None] | None = None
@@ -329,7 +330,7 @@ class MemoryService:
         self._store = store
         self._embedder = embedder
         self._lexical = lexical
-        self._cross_script_offset = CROSS_SCRIPT_OFFSET.get(embedder.model_id, 0.0)
+        self._cross_script_offset = CROSS_SCRIPT_OFFSET.get(embedder.model_id, {})
         # (collection, query, limit, filter, lexical, vectors) -> (generation, fetched at,
         # expires at, candidates); see _candidates.
         self._candidate_cache: OrderedDict[tuple[Any, ...], tuple[int, float, float, _Pool]] = OrderedDict()
@@ -833,20 +834,24 @@ class MemoryService:
         self._note_access([r.memory for r in results], now)
         return results
 
-    def _prepare(self, found: Candidates, q_script: str) -> _Pool:
+    def _prepare(self, found: Candidates, query: _Query) -> _Pool:
         """Relevance of one collection's candidates (semantic, lexical and episode evidence; the
         lexical side is normalised by the collection's best BM25 score) and their decay factors."""
         n = len(found)
         raw = found.cosine
-        if self._cross_script_offset and q_script and n:
-            crossed = np.fromiter((sc not in ("", q_script) for sc in found.scripts), dtype=bool, count=n)
-            raw = np.where(crossed, raw + self._cross_script_offset, raw)
+        off = self._cross_script_offset
+        if off and query.script and n:
+            raw = raw + np.fromiter(
+                (off.get((query.script, sc), 0.0) for sc in found.scripts), dtype=np.float64, count=n
+            )
+        seen = ("", *query.word_scripts)
         relevance = hybrid_relevance(
             self._cal.relevance_array(raw),
             found.lexical,
             found.created_at,
             self.policy.hybrid,
             np.fromiter((t is MemoryType.EVENT for t in found.types), dtype=bool, count=n),
+            blind=np.fromiter((sc not in seen for sc in found.scripts), dtype=bool, count=n),
         )
         return _Pool(found, relevance, decay_array(found.types))
 
@@ -956,7 +961,7 @@ class MemoryService:
                 collection, vector, limit, flt, sparse=sparse or None, with_vectors=with_vectors
             )
             span.set_attribute("db.response.returned_rows", len(found))
-        pool = self._prepare(found, query.script)
+        pool = self._prepare(found, query)
         if key is not None and generation is not None:
             _candidate_cache.add(1, {"engram.collection": collection, "engram.cache.result": "miss"})
             expires_at = float(found.valid_until.min()) if len(found) else math.inf

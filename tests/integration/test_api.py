@@ -148,6 +148,73 @@ async def test_hybrid_search_finds_the_exact_identifier(stub: Stub) -> None:
     assert resp.results[0].memory.content == "林伟周末喜欢去咖啡馆看书。"
 
 
+async def test_translation_is_not_buried_by_word_sharing_memories(stub: Stub) -> None:
+    """An English question, the answer stored in Chinese, English memories that share a word with
+    the question: the Chinese memory cannot share a word, so the lexical side is blind to it and it
+    is credited the lexical evidence of its semantic rank instead of none (ranking.impute_blind_lexical).
+    Facts (insights), so that episode context plays no part."""
+    scenarios = [
+        (
+            "When is the user's wedding anniversary?",
+            "我们的结婚纪念日是六月十二号。",
+            [
+                "The user's sister planned her wedding by the lake.",
+                "The bookshop's anniversary sale ends on Sunday.",
+            ],
+        ),
+        (
+            "What is the user's blood type?",
+            "我的血型是 AB 型，献过两次血。",
+            [
+                "The user's sister has type 1 diabetes.",
+                "Blood pressure readings were normal at the last check-up.",
+            ],
+        ),
+    ]
+    unrelated = [
+        "The user's laptop battery was replaced under warranty.",
+        "The user fixed a leaking tap in the kitchen.",
+        "The user booked a dentist appointment for Tuesday.",
+    ]
+    for i, (question, answer, sharing) in enumerate(scenarios):
+        collection = f"xl-{i}"
+        for text in (answer, *sharing, *unrelated):
+            await add(stub, text, collection=collection, type=m.MEMORY_TYPE_INSIGHT)
+        resp = await stub.SearchMemories(
+            s.SearchMemoriesRequest(query=question, collections=[collection], limit=3)
+        )
+        ranked = [r.memory.content for r in resp.results]
+        assert ranked[0] == answer, ranked
+
+
+async def test_chinese_question_finds_its_english_answer(stub: Stub) -> None:
+    """The model scores English text ~0.09 raw cosine lower against a Chinese question than the same
+    text in Chinese (eval/calibration/crosslingual.py, ZH -> EN); with the per-direction cross-script
+    offset the English answer beats Chinese memories that are only on the same topic."""
+    scenarios = [
+        (
+            "你的猫叫什么名字？",
+            "My cat is called Mochi and she is four years old.",
+            "我家楼下的宠物店周末打折。",
+        ),
+        (
+            "你每周去几次健身房？",
+            "I go to the gym three times a week, usually before work.",
+            "我哥哥每天跑十公里。",
+        ),
+        ("你的护照什么时候过期？", "My passport expires in August 2027.", "我的签证申请还在审核中。"),
+    ]
+    for i, (question, answer, same_topic) in enumerate(scenarios):
+        collection = f"zh-en-{i}"
+        for text in (answer, same_topic, "我周六下午要去修自行车。", "公司下个月搬到新的办公楼。"):
+            await add(stub, text, collection=collection, type=m.MEMORY_TYPE_INSIGHT)
+        resp = await stub.SearchMemories(
+            s.SearchMemoriesRequest(query=question, collections=[collection], limit=3)
+        )
+        ranked = [r.memory.content for r in resp.results]
+        assert ranked[0] == answer, ranked
+
+
 async def test_newer_beats_older_at_equal_relevance(stub: Stub, clock: ManualClock) -> None:
     text = "Standup meeting moved to 9:30 in room B."
     now = clock.now()

@@ -278,3 +278,14 @@ def test_held_out_queries_rank_answer_above_same_topic_above_unrelated(held_out:
     raw_gap = float(np.median([s["answer"] - s["unrelated"] for s in raw_scores.values()]))
     gap = float(np.median([s["answer"] - s["unrelated"] for s in scores.values()]))
     assert gap > 2 * raw_gap > 0
+
+
+def test_cross_script_offsets_are_per_direction_and_small() -> None:
+    from engram_server.domain.calibration import CROSS_SCRIPT_OFFSET  # noqa: PLC0415
+
+    for model_id, offsets in CROSS_SCRIPT_OFFSET.items():
+        assert offsets, model_id
+        for (query_script, memory_script), offset in offsets.items():
+            assert {query_script, memory_script} == {"cjk", "latin"}, (model_id, query_script, memory_script)
+            # a shift of the model's cross-script bias, well below the spread of the query scale
+            assert 0.0 <= offset < 0.15, (model_id, offset)

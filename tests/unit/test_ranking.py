@@ -15,6 +15,7 @@ from engram_server.domain.ranking import (
     fuse,
     fuse_array,
     hybrid_relevance,
+    impute_blind_lexical,
     mmr_order,
     recency,
     recency_array,
@@ -95,6 +96,51 @@ def test_lexical_evidence_only_raises_relevance() -> None:
     assert hybrid_relevance(_arr(0.6, 0.4), _arr(0, 0), _arr(0, 1000), p).tolist() == pytest.approx(
         [0.6, 0.4]
     )
+
+
+def test_blind_candidates_get_the_lexical_score_of_their_semantic_rank() -> None:
+    """A memory in a script the query has no word in cannot match lexically: its 0 is no evidence."""
+    sem = _arr(0.2, 0.3, 0.5, 0.6, 0.7, 0.1, 0.45)
+    lex = _arr(0.0, 1.0, 0.5, 0.0, 0.0, 0.0, 0.0)
+    blind = np.array([False, False, False, False, True, True, True])
+    out = impute_blind_lexical(sem, lex, blind)
+    # visible: semantic 0.2, 0.3, 0.5, 0.6 with lexical 0, 1, 0.5, 0 (sorted: 0, 0, 0.5, 1)
+    # 0.7 is above every visible one: the best lexical score; 0.1 below all: the lowest;
+    # 0.45 is above half of them: the median
+    assert out.tolist() == pytest.approx([0.0, 1.0, 0.5, 0.0, 1.0, 0.0, 0.25])
+    assert lex.tolist() == [0.0, 1.0, 0.5, 0.0, 0.0, 0.0, 0.0]  # the input is not modified
+    # a blind candidate that does match lexically (a Chinese name inside an English memory) keeps it
+    kept = impute_blind_lexical(_arr(0.9, 0.5), _arr(0.3, 1.0), np.array([True, False]))
+    assert kept.tolist() == pytest.approx([0.3, 1.0])
+    # nothing blind, or nothing visible: unchanged
+    assert impute_blind_lexical(sem, lex, np.zeros(7, dtype=bool)).tolist() == lex.tolist()
+    all_blind = impute_blind_lexical(_arr(0.5, 0.4), _arr(0.0, 0.0), np.array([True, True]))
+    assert all_blind.tolist() == [0.0, 0.0]
+
+
+def test_blind_imputation_is_monotone_and_only_raises() -> None:
+    rng = np.random.default_rng(7)
+    sem = rng.uniform(0.0, 1.0, 200)
+    lex = np.where(rng.uniform(0.0, 1.0, 200) < 0.4, rng.uniform(0.0, 1.0, 200), 0.0)
+    blind = rng.uniform(0.0, 1.0, 200) < 0.3
+    p = HybridParams(semantic_weight=0.5, context_weight=0.0)
+    t = np.zeros(200)
+    plain = hybrid_relevance(sem, lex, t, p)
+    fair = hybrid_relevance(sem, lex, t, p, blind=blind)
+    assert np.all(fair >= plain - 1e-12)
+    assert np.array_equal(fair[~blind], plain[~blind])  # visible candidates are untouched
+    order = np.argsort(sem[blind & (lex == 0)])
+    assert np.all(np.diff(fair[blind & (lex == 0)][order]) >= -1e-12)
+
+
+def test_blind_translation_outranks_a_word_sharing_distractor() -> None:
+    p = HybridParams(semantic_weight=0.5, context_weight=0.0)
+    # the translation is semantically closest but shares no word; the distractor shares one word
+    sem, lex, t = _arr(0.55, 0.30, 0.20), _arr(0.0, 6.0, 0.0), _arr(0, 0, 0)
+    plain = hybrid_relevance(sem, lex, t, p)
+    assert plain.argmax() == 1  # 0.5·0.30 + 0.5·1 = 0.65 > 0.55
+    fair = hybrid_relevance(sem, lex, t, p, blind=np.array([True, False, False]))
+    assert fair.tolist() == pytest.approx([0.775, 0.65, 0.20])
 
 
 def test_episode_context_lifts_towards_the_best_neighbour_only() -> None:

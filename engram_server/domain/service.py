@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 import numpy as np
 import numpy.typing as npt
 from opentelemetry import metrics, trace
+from opentelemetry.trace import Span
 
 from engram_server.domain.calibration import CROSS_SCRIPT_OFFSET, Calibration
 from engram_server.domain.clock import Clock
@@ -689,17 +690,7 @@ class MemoryService:
         limit: int,
         flt: StoreFilter,
     ) -> list[ScoredPoint]:
-        with _tracer.start_as_current_span(
-            "engram.storage.query",
-            kind=trace.SpanKind.CLIENT,
-            attributes={
-                "db.system.name": "qdrant",
-                "db.operation.name": "query",
-                "db.collection.name": collection,
-                "engram.candidates": limit,
-                "engram.lexical": False,
-            },
-        ) as span:
+        with _query_span(collection, limit, lexical=False) as span:
             hits = await self._store.search(collection, vector, limit, flt)
             span.set_attribute("db.response.returned_rows", len(hits))
             return hits
@@ -946,17 +937,7 @@ class MemoryService:
                 del self._candidate_cache[key]
         vector = await query.dense()
         sparse = query.sparse() if lexical else None
-        with _tracer.start_as_current_span(
-            "engram.storage.query",
-            kind=trace.SpanKind.CLIENT,
-            attributes={
-                "db.system.name": "qdrant",
-                "db.operation.name": "query",
-                "db.collection.name": collection,
-                "engram.candidates": limit,
-                "engram.lexical": bool(sparse),
-            },
-        ) as span:
+        with _query_span(collection, limit, lexical=bool(sparse)) as span:
             found = await self._store.candidates(
                 collection, vector, limit, flt, sparse=sparse or None, with_vectors=with_vectors
             )
@@ -1359,6 +1340,21 @@ class MemoryService:
                 out[spec.name] = n
                 _swept.add(n, {"engram.collection": spec.name})
         return out
+
+
+def _query_span(collection: str, limit: int, *, lexical: bool) -> contextlib.AbstractContextManager[Span]:
+    """The ``engram.storage.query`` client span of one storage query."""
+    return _tracer.start_as_current_span(
+        "engram.storage.query",
+        kind=trace.SpanKind.CLIENT,
+        attributes={
+            "db.system.name": "qdrant",
+            "db.operation.name": "query",
+            "db.collection.name": collection,
+            "engram.candidates": limit,
+            "engram.lexical": lexical,
+        },
+    )
 
 
 async def _gather(*aws: Coroutine[Any, Any, T]) -> list[T]:

@@ -120,6 +120,13 @@ class Store(Protocol):
         first, as full records (the write gate and semantic locate use this)."""
         ...
 
+    async def search_batch(
+        self, collection: str, vectors: Vector, limit: int, flt: StoreFilter
+    ) -> list[list[ScoredPoint]]:
+        """:meth:`search` for each row of ``vectors`` (shape ``(n, dimension)``), in order, in one
+        storage round trip (the write gate of a batch of new memories)."""
+        ...
+
     async def candidates(
         self,
         collection: str,

@@ -193,5 +193,6 @@ class StoreFilter:
     include_history: bool = False  # also match history versions
     only_history_of: str | None = None  # only history versions of this current id
     request_id: str | None = None  # only the memory created with this request_id
+    request_ids: tuple[str, ...] = ()  # only memories created with one of these request_ids
     include_drafts: bool = False  # also match reflection drafts (excluded by default)
     unreflected: bool = False  # only memories never used as a reflection source (reflected_at unset)

@@ -538,18 +538,22 @@ class MemoryService:
         await self._ensure(collection)
         async with self._lock(collection):
             now = self._clock.now()
+            # Two storage round trips for the whole batch (nothing is written until the end):
+            # the earlier uses of its request_ids, then the gate's query for every other item.
+            used = await self._used_request_ids(collection, [item.cmd.request_id for item in items])
+            fresh = [i for i, item in enumerate(items) if item.cmd.request_id not in used]
+            stored = await self._gate_hits(collection, vectors[fresh], now)
+            gate_hits = dict(zip(fresh, stored, strict=True))
             results: list[AddResult] = []
             new: dict[str, tuple[int, MemoryRecord, Vector]] = {}  # id -> (item index, ...), in order
             promoted: dict[str, MemoryRecord] = {}  # existing memories whose provenance changed
             for index, (item, vector) in enumerate(zip(items, vectors, strict=True)):
                 cmd = item.cmd
-                if cmd.request_id:
-                    replay = await self._replay(collection, cmd.request_id, item.request_hash)
-                    if replay is not None:
-                        results.append(replay)
-                        continue
+                if cmd.request_id in used:
+                    results.append(await self._replay(collection, used[cmd.request_id], item.request_hash))
+                    continue
                 earlier = [(record, vec) for _, record, vec in new.values()]
-                similar = await self._gate(collection, vector, now, cmd.content, earlier)
+                similar = self._gate(collection, gate_hits[index], vector, cmd.content, earlier)
                 if similar and similar[0].similarity > pol.dedup_threshold:
                     top = similar[0]
                     near = tuple(
@@ -626,18 +630,31 @@ class MemoryService:
             near_duplicates=tuple((s.record.id, round(s.similarity, 6)) for s in near),
         )
 
-    async def _gate(
+    async def _gate_hits(self, collection: str, vectors: Vector, now: float) -> list[list[ScoredPoint]]:
+        """The write gate's storage query for each row of ``vectors``: the nearest live memories
+        (one round trip for a whole batch)."""
+        if not len(vectors):
+            return []
+        limit = self.policy.gate_candidates
+        with _query_span(collection, limit, lexical=False) as span:
+            span.set_attribute("db.operation.batch.size", len(vectors))
+            hits = await self._store.search_batch(collection, vectors, limit, StoreFilter(live_at=now))
+            span.set_attribute("db.response.returned_rows", sum(len(h) for h in hits))
+            return hits
+
+    def _gate(
         self,
         collection: str,
+        hits: Sequence[ScoredPoint],
         vector: Vector,
-        now: float,
         content: str,
         earlier: Sequence[tuple[MemoryRecord, Vector]] = (),
     ) -> list[Similar]:
         """The nearest live memories, most similar first, calibrated (the write gate's check).
 
-        ``earlier`` are the memories an earlier item of the same batch is about to write: they
-        are candidates like the stored ones (compared by the cosine of their vectors).
+        ``hits`` are the stored candidates (:meth:`_gate_hits`); ``earlier`` are the memories an
+        earlier item of the same batch is about to write: they are candidates like the stored ones
+        (compared by the cosine of their vectors).
 
         A candidate whose text equals ``content`` once normalised (Unicode NFKC, case, white space,
         surrounding punctuation) is an exact copy whatever the embedding says: similarity 1.0.
@@ -647,7 +664,6 @@ class MemoryService:
         with _tracer.start_as_current_span(
             "engram.gate", attributes={"engram.collection": collection}
         ) as span:
-            hits = await self._query(collection, vector, pol.gate_candidates, StoreFilter(live_at=now))
             scored = [(h.record, h.score) for h in hits]
             if earlier:  # unit vectors: the dot product is the cosine
                 cosines = np.stack([vec for _, vec in earlier]) @ vector
@@ -729,15 +745,23 @@ class MemoryService:
         """Whether a collection is searched (and written) with lexical vectors by this server."""
         return spec is not None and self._lexical is not None and spec.lexical == self._lexical.encoder_id
 
-    async def _replay(self, collection: str, request_id: str, request_hash: str | None) -> AddResult | None:
-        records, _ = await self._store.scroll(collection, StoreFilter(request_id=request_id), limit=1)
-        if not records:
-            return None
-        first = records[0]
+    async def _used_request_ids(
+        self, collection: str, request_ids: Sequence[str | None]
+    ) -> dict[str, MemoryRecord]:
+        """The memories created earlier with any of ``request_ids``, by request_id (one query)."""
+        wanted = tuple(dict.fromkeys(r for r in request_ids if r))
+        if not wanted:
+            return {}
+        records, _ = await self._store.scroll(collection, StoreFilter(request_ids=wanted), limit=len(wanted))
+        return {r.request_id: r for r in records if r.request_id}
+
+    async def _replay(self, collection: str, first: MemoryRecord, request_hash: str | None) -> AddResult:
+        """The answer to a repeated request_id: the memory it created (or a conflict if the
+        request differs)."""
         if first.request_hash != request_hash:
             raise IdempotencyConflict(
-                f"request_id {request_id!r} was already used for a different request",
-                metadata={"request_id": request_id, "memory_id": first.id},
+                f"request_id {first.request_id!r} was already used for a different request",
+                metadata={"request_id": first.request_id or "", "memory_id": first.id},
             )
         near_ids = [i for i, _ in first.near_duplicates]
         found = {p.record.id: p.record for p in await self._store.retrieve(collection, near_ids)}

@@ -88,6 +88,12 @@ class SwitchableStore:
         self._check("search")
         return await self.inner.search(collection, vector, limit, flt, with_vectors=with_vectors)
 
+    async def search_batch(
+        self, collection: str, vectors: Vector, limit: int, flt: StoreFilter
+    ) -> list[list[ScoredPoint]]:
+        self._check("search")
+        return await self.inner.search_batch(collection, vectors, limit, flt)
+
     async def candidates(
         self,
         collection: str,

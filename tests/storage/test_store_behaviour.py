@@ -208,6 +208,26 @@ async def test_search_orders_by_true_cosine(store: Store) -> None:
     assert await store.search("default", vecs[0], 0, StoreFilter()) == []
 
 
+async def test_search_batch_equals_one_search_per_vector(store: Store) -> None:
+    await store.create_collection(spec())
+    rng = np.random.default_rng(6)
+    vecs = unit_vectors(80, rng)
+    recs = [record(importance=1 + i % 10) for i in range(80)]
+    await store.upsert("default", points(recs, vecs))
+    queries = rng.normal(size=(7, DIM)).astype(np.float32)
+    for flt in (StoreFilter(), StoreFilter(min_importance=6)):
+        batch = await store.search_batch("default", queries, 8, flt)
+        assert len(batch) == len(queries)
+        for q, hits in zip(queries, batch, strict=True):
+            one = await store.search("default", q, 8, flt)
+            assert [h.record for h in hits] == [h.record for h in one]
+            np.testing.assert_allclose([h.score for h in hits], [h.score for h in one], atol=1e-6)
+            assert all(h.vector is None for h in hits)
+            assert len(hits) == 8 and all(h.record.importance >= (flt.min_importance or 0) for h in hits)
+    assert await store.search_batch("default", queries[:0], 8, StoreFilter()) == []
+    assert await store.search_batch("default", queries, 0, StoreFilter()) == [[]] * len(queries)
+
+
 # ------------------------------------------------------------------ filters
 
 
@@ -228,6 +248,7 @@ def reference_match(r: MemoryRecord, f: StoreFilter) -> bool:
         f.live_at is None or r.valid_until > f.live_at,
         f.expired_at is None or r.valid_until <= f.expired_at,
         f.request_id is None or r.request_id == f.request_id,
+        not f.request_ids or r.request_id in f.request_ids,
         f.include_drafts or not r.draft,
         not f.unreflected or r.reflected_at is None,
     ]
@@ -284,6 +305,8 @@ FILTERS: list[StoreFilter] = [
     StoreFilter(live_at=2000.0, expired_at=2200.0),
     StoreFilter(request_id="req-5"),
     StoreFilter(request_id="req-unknown"),
+    StoreFilter(request_ids=("req-5", "req-10", "req-unknown")),
+    StoreFilter(request_ids=("req-unknown",)),
     StoreFilter(
         types=(MemoryType.EVENT, MemoryType.INSIGHT, MemoryType.DIRECTIVE),
         tags_any=("a", "b", "c"),

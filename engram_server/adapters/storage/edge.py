@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
+import numpy as np
 import qdrant_edge as qe
 
 from engram_server.adapters.storage.payload import (
@@ -440,18 +441,36 @@ class EdgeStore:
                     with_vector=[""] if with_vectors else False,
                 )
             )
-            out = []
-            for h in hits:
-                payload = h.payload or {}
-                out.append(
-                    ScoredPoint(
-                        record_from_payload(h.id, collection, payload),
-                        float(h.score),
-                        as_vector(h.vector) if with_vectors and h.vector is not None else None,
-                        script=str(payload.get("script") or ""),
-                    )
+            return _scored(collection, hits, with_vectors=with_vectors)
+
+        return await self._run(work)
+
+    async def search_batch(
+        self, collection: str, vectors: Vector, limit: int, flt: StoreFilter
+    ) -> list[list[ScoredPoint]]:
+        rows: list[list[float]] = np.asarray(vectors, dtype=np.float64).tolist()
+        if limit <= 0 or not rows:
+            return [[] for _ in rows]
+
+        def work() -> list[list[ScoredPoint]]:
+            col = self._col(collection)
+            edge_filter = _edge_filter(filter_plan(flt))
+            # One planned batch: the engine scores the vectors together in one pass.
+            batches = col.shard.query_batch(
+                qe.QueryBatchRequest(
+                    [
+                        qe.QueryRequest(
+                            limit=limit,
+                            query=qe.Query.Nearest(row),
+                            filter=edge_filter,
+                            with_payload=True,
+                            with_vector=False,
+                        )
+                        for row in rows
+                    ]
                 )
-            return out
+            )
+            return [_scored(collection, hits, with_vectors=False) for hits in batches]
 
         return await self._run(work)
 
@@ -652,6 +671,22 @@ def _dense_unindexed(col: _Collection) -> int:
         )
         indexed -= with_sparse
     return max(0, info.points_count - indexed)
+
+
+def _scored(collection: str, hits: Sequence[Any], *, with_vectors: bool) -> list[ScoredPoint]:
+    out = []
+    for h in hits:
+        payload = h.payload or {}
+        vector = h.vector if with_vectors else None
+        out.append(
+            ScoredPoint(
+                record_from_payload(h.id, collection, payload),
+                float(h.score),
+                as_vector(vector) if vector is not None else None,
+                script=str(payload.get("script") or ""),
+            )
+        )
+    return out
 
 
 def _edge_vector(spec: CollectionSpec, p: StoredPoint, dense: list[float]) -> qe.Vector:

@@ -431,6 +431,8 @@ def filter_plan(flt: StoreFilter) -> FilterPlan:
         must.append(MatchAny("source_type", tuple(s.value for s in flt.source_types)))
     if flt.request_id is not None:
         must.append(MatchValue("request_id", flt.request_id))
+    if flt.request_ids:
+        must.append(MatchAny("request_id", tuple(flt.request_ids)))
     if flt.created_after is not None or flt.created_before is not None:
         must.append(
             Range(

@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 
 import grpc  # grpcio ships no stubs; types-grpcio not installed
 import httpx
+import numpy as np
 from qdrant_client import AsyncQdrantClient, models
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
@@ -382,6 +383,38 @@ class QdrantStore:
                 script=str((h.payload or {}).get("script") or ""),
             )
             for h in response.points
+        ]
+
+    async def search_batch(
+        self, collection: str, vectors: Vector, limit: int, flt: StoreFilter
+    ) -> list[list[ScoredPoint]]:
+        await self._spec(collection)
+        rows: list[list[float]] = np.asarray(vectors, dtype=np.float64).tolist()
+        if limit <= 0 or not rows:
+            return [[] for _ in rows]
+        qname = self._qname(collection)
+        query_filter = _qdrant_filter(filter_plan(flt))
+        responses = await self._call(
+            "search",
+            lambda: self._c.query_batch_points(
+                qname,
+                requests=[
+                    models.QueryRequest(query=row, filter=query_filter, limit=limit, with_payload=True)
+                    for row in rows
+                ],
+            ),
+            collection=collection,
+        )
+        return [
+            [
+                ScoredPoint(
+                    record_from_payload(h.id, collection, h.payload or {}),
+                    float(h.score),
+                    script=str((h.payload or {}).get("script") or ""),
+                )
+                for h in response.points
+            ]
+            for response in responses
         ]
 
     async def candidates(

@@ -64,6 +64,11 @@ class LossyStore(EdgeStore):
             raise StorageUnavailable("storage unreachable (simulated)")
         return await super().search(*args, **kwargs)
 
+    async def search_batch(self, *args: Any, **kwargs: Any) -> list[list[ScoredPoint]]:
+        if self.down:
+            raise StorageUnavailable("storage unreachable (simulated)")
+        return await super().search_batch(*args, **kwargs)
+
     async def upsert(self, collection: str, points: Sequence[StoredPoint]) -> None:
         await super().upsert(collection, points)
         if self.lose_upserts:

@@ -725,6 +725,73 @@ async def test_candidates_carry_the_ranking_fields_of_every_hit(store: Store) ->
     assert len(none) == 0 and none.cosine.shape == (0,)
 
 
+async def test_candidates_follow_every_change_of_the_ranking_fields(
+    backend: str, new_store: Callable[[], Store]
+) -> None:
+    """Candidates report a point's current ranking fields whatever happened to it: set_fields,
+    an upsert that replaces it, delete and re-creation, a reopened store (the embedded store keeps
+    these fields in memory beside the engine: this is what must never go stale)."""
+    store = new_store()
+    await store.open()
+    await store.create_collection(spec())
+    rng = np.random.default_rng(15)
+    vecs = unit_vectors(12, rng)
+    recs = [
+        record(
+            type=MemoryType.INSIGHT,
+            content=f"note {i}",
+            importance=3,
+            created_at=1000.0 + i,
+            valid_until=5000.0,
+        )
+        for i in range(12)
+    ]
+    await store.upsert("default", points(recs, vecs))
+
+    async def fields(rid: str) -> tuple[Any, ...]:
+        found = await store.candidates("default", vecs[0], 12, StoreFilter(include_history=True))
+        k = found.ids.index(rid)
+        return (
+            found.types[k],
+            found.importance[k],
+            found.created_at[k],
+            found.valid_until[k],
+            found.scripts[k],
+        )
+
+    target = recs[3].id
+    assert await fields(target) == (MemoryType.INSIGHT, 3.0, 1003.0, 5000.0, "latin")
+    await store.set_fields("default", {target: {"importance": 9, "valid_until": 7000.0}})
+    assert await fields(target) == (MemoryType.INSIGHT, 9.0, 1003.0, 7000.0, "latin")
+    await store.set_fields("default", {target: {"access_count": 4}})  # not a ranking field
+    assert await fields(target) == (MemoryType.INSIGHT, 9.0, 1003.0, 7000.0, "latin")
+    await store.upsert(
+        "default", points([replace(recs[3], type=MemoryType.EVENT, content="你好")], vecs[3:4])
+    )
+    assert await fields(target) == (MemoryType.EVENT, 3.0, 1003.0, 5000.0, "cjk")
+    await store.delete("default", [target])
+    found = await store.candidates("default", vecs[0], 12, StoreFilter())
+    assert target not in found.ids and len(found) == 11
+    await store.upsert("default", points([replace(recs[3], importance=6)], vecs[3:4]))
+    assert await fields(target) == (MemoryType.INSIGHT, 6.0, 1003.0, 5000.0, "latin")
+    await store.delete_where("default", StoreFilter(min_importance=6))
+    await store.upsert("default", points([replace(recs[3], importance=7, created_at=1.0)], vecs[3:4]))
+    assert await fields(target) == (MemoryType.INSIGHT, 7.0, 1.0, 5000.0, "latin")
+    await store.set_fields("default", {target: {"superseded_by": recs[4].id}})
+    assert target not in (await store.candidates("default", vecs[0], 12, StoreFilter())).ids
+    assert await fields(target) == (MemoryType.INSIGHT, 7.0, 1.0, 5000.0, "latin")
+    await store.close()
+    if backend not in PERSISTENT_BACKENDS:
+        return
+    store = new_store()
+    await store.open()
+    try:
+        assert await fields(target) == (MemoryType.INSIGHT, 7.0, 1.0, 5000.0, "latin")
+        assert await fields(recs[5].id) == (MemoryType.INSIGHT, 3.0, 1005.0, 5000.0, "latin")
+    finally:
+        await store.close()
+
+
 async def test_generation_changes_on_every_write_that_can_change_search(store: Store, backend: str) -> None:
     await store.create_collection(spec())
     if backend != "edge":

@@ -275,10 +275,12 @@ async def test_add_child_spans_show_the_gate(otel: Otel, stub: Stub) -> None:
     await stub.AddMemory(s.AddMemoryRequest(content="Frank drinks green tea every morning."))
     root = await only_server_span(otel, "AddMemory")
     kids = {x.name: x for x in children(otel, root)}
-    assert set(kids) == {"engram.embed", "engram.gate", "engram.storage.upsert"}
+    assert set(kids) == {"engram.embed", "engram.storage.query", "engram.gate", "engram.storage.upsert"}
     gate = kids["engram.gate"]
     assert dict(gate.attributes or {})["engram.gate.outcome"] == "created"
-    assert [x.name for x in children(otel, gate)] == ["engram.storage.query"]
+    query = dict(kids["engram.storage.query"].attributes or {})
+    assert query["db.operation.batch.size"] == 1 and query["engram.lexical"] is False
+    assert query["engram.candidates"] == 8  # the gate's neighbours per item
     assert dict(kids["engram.storage.upsert"].attributes or {})["db.operation.batch.size"] == 1
 
     otel.exporter.clear()
@@ -304,6 +306,8 @@ async def test_batch_spans_one_embedding_a_gate_per_item_one_upsert(otel: Otel, 
     names = [x.name for x in kids]
     assert names.count("engram.embed") == 1 and names.count("engram.storage.upsert") == 1
     assert names.count("engram.gate") == 3
+    (query,) = (x for x in kids if x.name == "engram.storage.query")  # one round trip for the batch
+    assert dict(query.attributes or {})["db.operation.batch.size"] == 3
     (embed,) = (x for x in kids if x.name == "engram.embed")
     assert dict(embed.attributes or {})["engram.embedding.texts"] == 3
     (upsert,) = (x for x in kids if x.name == "engram.storage.upsert")

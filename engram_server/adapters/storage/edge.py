@@ -62,6 +62,7 @@ from engram_server.adapters.storage.payload import (
     MatchAny,
     MatchValue,
     Range,
+    RankFields,
     as_vector,
     canonical_ids,
     canonical_offset,
@@ -69,6 +70,7 @@ from engram_server.adapters.storage.payload import (
     filter_plan,
     point_id,
     point_vectors,
+    rank_fields,
     record_from_payload,
     record_to_payload,
     spec_from_json,
@@ -119,6 +121,12 @@ class _Collection:
     shard: qe.EdgeShard
     optimizing: concurrent.futures.Future[None] | None = field(default=None)
     generation: int = field(default_factory=lambda: next(_GENERATIONS))
+    #: Ranking fields of points by canonical id, so that candidate queries fetch ids and scores
+    #: only (see ``EdgeStore.candidates``). Filled by writes and by candidate queries that miss;
+    #: an entry is dropped when its point is deleted or a ranking field is set. Entries of points
+    #: deleted by filter may linger: they are never read (the engine never returns those ids) and
+    #: an upsert of the same id replaces them.
+    ranks: dict[str, RankFields] = field(default_factory=dict)
 
     def touch(self) -> None:
         """Called before any change that can alter search results (on the io thread)."""
@@ -387,11 +395,19 @@ class EdgeStore:
             col = self._col(collection)
             vectors = point_vectors(col.spec, points)
             col.touch()
+            ids = [point_id(p.record.id) for p in points]
+            payloads = [record_to_payload(p.record) for p in points]
             ops = [
-                qe.Point(point_id(p.record.id), _edge_vector(col.spec, p, vec), record_to_payload(p.record))
-                for p, vec in zip(points, vectors, strict=True)
+                qe.Point(pid, _edge_vector(col.spec, p, vec), payload)
+                for pid, p, vec, payload in zip(ids, points, vectors, payloads, strict=True)
             ]
-            col.shard.update(qe.UpdateOperation.upsert_points(ops))
+            try:
+                col.shard.update(qe.UpdateOperation.upsert_points(ops))
+            finally:  # (a failed update may have written some: forget rather than guess)
+                for pid in ids:
+                    col.ranks.pop(pid, None)
+            for pid, payload in zip(ids, payloads, strict=True):
+                col.ranks[pid] = rank_fields(pid, payload, collection)
             self._durable(col.shard)
             if self._background_hnsw:
                 self._maybe_optimize(col)
@@ -485,7 +501,6 @@ class EdgeStore:
         with_vectors: bool = False,
     ) -> Candidates:
         query = [float(x) for x in vector.reshape(-1)]
-        fields = list(CANDIDATE_FIELDS)
         want_vector: list[str] | bool = [""] if with_vectors else False
 
         def work() -> Candidates:
@@ -494,56 +509,76 @@ class EdgeStore:
             if limit <= 0:
                 return out.build()
             edge_filter = _edge_filter(filter_plan(flt))
-            for h in col.shard.query(
+            # Ids and scores only (each attribute read of an engine hit converts it anew: read
+            # each once); the ranking fields come from ``col.ranks``, missing ones from the engine.
+            requests = [
                 qe.QueryRequest(
                     limit=limit,
                     query=qe.Query.Nearest(query),
                     filter=edge_filter,
-                    with_payload=fields,
+                    with_payload=False,
                     with_vector=want_vector,
                 )
-            ):
-                out.add(str(h.id), h.payload, h.score, vector=h.vector)
-            if not sparse or col.spec.lexical is None:
-                return out.build()
-            # (Each attribute read of an engine hit converts it anew: read each once.)
-            only_lexical: dict[str, tuple[Any, Any, float]] = {}
-            for h in col.shard.query(
-                qe.QueryRequest(
-                    limit=limit,
-                    query=qe.Query.Nearest(
-                        qe.SparseVector(list(sparse.indices), list(sparse.values)), using=LEXICAL_VECTOR
-                    ),
-                    filter=edge_filter,
-                    with_payload=fields,
-                    with_vector=False,
+            ]
+            lexical = bool(sparse) and col.spec.lexical is not None
+            if lexical and sparse is not None:
+                requests.append(
+                    qe.QueryRequest(
+                        limit=limit,
+                        query=qe.Query.Nearest(
+                            qe.SparseVector(list(sparse.indices), list(sparse.values)), using=LEXICAL_VECTOR
+                        ),
+                        filter=edge_filter,
+                        with_payload=False,
+                        with_vector=False,
+                    )
                 )
-            ):
-                score = h.score
-                if score <= 0:
-                    continue
+            # One planned batch: the engine runs the dense and the sparse query together.
+            results = col.shard.query_batch(qe.QueryBatchRequest(requests))
+            dense: list[tuple[Any, str, float, Any]] = []  # (engine id, key, cosine, vector)
+            for h in results[0]:
                 pid = h.id
-                key = str(pid)
-                if not out.set_lexical(key, score):
-                    only_lexical[key] = (pid, h.payload, score)
+                dense.append((pid, str(pid), h.score, h.vector if with_vectors else None))
+            lexical_score: dict[str, float] = {}
+            only_lexical: dict[str, Any] = {}
+            if lexical:
+                in_dense = {key for _, key, _, _ in dense}
+                for h in results[1]:
+                    score = h.score
+                    if score <= 0:
+                        continue
+                    pid = h.id
+                    key = str(pid)
+                    lexical_score[key] = score
+                    if key not in in_dense:
+                        only_lexical[key] = pid
             if only_lexical:
                 # Their cosine, exactly, from the engine: a dense query restricted to these ids
                 # (cheaper than shipping their vectors to Python).
-                cosines = col.shard.query(
+                for c in col.shard.query(
                     qe.QueryRequest(
                         limit=len(only_lexical),
                         query=qe.Query.Nearest(query),
-                        filter=qe.Filter(
-                            must=[qe.HasIdCondition({pid for pid, _, _ in only_lexical.values()})]
-                        ),
+                        filter=qe.Filter(must=[qe.HasIdCondition(set(only_lexical.values()))]),
                         with_payload=False,
                         with_vector=want_vector,
                     )
-                )
-                for c in cosines:  # all found: nothing writes between the two queries (one thread)
-                    key = str(c.id)
-                    _, payload, score = only_lexical[key]
-                    out.add(key, payload, c.score, lexical=score, vector=c.vector)
+                ):  # all found: nothing writes between the queries (one thread)
+                    pid = c.id
+                    dense.append((pid, str(pid), c.score, c.vector if with_vectors else None))
+            ranks = col.ranks
+            missing = [pid for pid, key, _, _ in dense if key not in ranks]
+            if missing:
+                for r in col.shard.retrieve(missing, list(CANDIDATE_FIELDS), False):
+                    key = str(r.id)
+                    ranks[key] = rank_fields(key, r.payload, collection)
+            for _, key, cosine, vec in dense:
+                rank = ranks.get(key)
+                if rank is None:  # deleted under us cannot happen (one thread): the engine lost it
+                    raise StorageUnavailable(
+                        f"point {key} in collection {collection!r} vanished during a query"
+                    )
+                out.add_row(key, rank, cosine, lexical=lexical_score.get(key, 0.0), vector=vec)
             return out.build()
 
         return await self._run(work)
@@ -584,6 +619,8 @@ class EdgeStore:
             wanted = canonical_ids(ids)
             if wanted:
                 col.touch()
+                for pid in wanted:
+                    col.ranks.pop(pid, None)
                 col.shard.update(qe.UpdateOperation.delete_points(list(wanted)))
                 self._durable(col.shard)
 
@@ -643,6 +680,9 @@ class EdgeStore:
                 return
             if any(set(payload) - _UNRANKED_FIELDS for payload in encoded.values()):
                 col.touch()
+            for pid, payload in encoded.items():
+                if not _UNRANKED_FIELDS.issuperset(payload):
+                    col.ranks.pop(pid, None)  # re-read from the engine when next a candidate
             wanted: list[int | uuid.UUID | str] = list(encoded)
             existing = {str(r.id) for r in col.shard.retrieve(wanted, False, False)}
             for pid, payload in encoded.items():

@@ -194,6 +194,27 @@ CANDIDATE_FIELDS: Final[tuple[str, ...]] = ("type", "importance", "created_at", 
 
 _TYPE_OF: Final[dict[str, MemoryType]] = {t.value: t for t in MemoryType}
 
+#: What ranking needs of a point, read from its payload: type, importance, created_at,
+#: valid_until, script (see :func:`rank_fields`).
+RankFields = tuple[MemoryType, float, float, float, str]
+
+
+def rank_fields(key: str, payload: Mapping[str, Any] | None, collection: str) -> RankFields:
+    """The ranking fields (:data:`CANDIDATE_FIELDS`) of point ``key`` from its payload."""
+    p = payload or {}
+    try:
+        return (
+            _TYPE_OF[p["type"]],
+            float(int(p["importance"])),
+            float(p["created_at"]),
+            float(p.get("valid_until", NEVER)),
+            str(p.get("script") or ""),
+        )
+    except (KeyError, ValueError, TypeError) as exc:
+        raise StorageUnavailable(
+            f"point {key} in collection {collection!r} has an unreadable payload: {exc!r}"
+        ) from exc
+
 
 class CandidateBuilder:
     """Accumulates one collection's candidates (dense hits first, then lexical-only ones) into
@@ -241,16 +262,15 @@ class CandidateBuilder:
         key = str(point_id)
         if key in self._row:
             return
-        p = payload or {}
-        try:
-            kind = _TYPE_OF[p["type"]]
-            importance = float(int(p["importance"]))
-            created = float(p["created_at"])
-            until = float(p.get("valid_until", NEVER))
-        except (KeyError, ValueError, TypeError) as exc:
-            raise StorageUnavailable(
-                f"point {key} in collection {self._collection!r} has an unreadable payload: {exc!r}"
-            ) from exc
+        self.add_row(key, rank_fields(key, payload, self._collection), cosine, lexical=lexical, vector=vector)
+
+    def add_row(
+        self, key: str, rank: RankFields, cosine: float, *, lexical: float = 0.0, vector: object = None
+    ) -> None:
+        """Add a candidate whose ranking fields are known (no-op if ``key`` is already one)."""
+        if key in self._row:
+            return
+        kind, importance, created, until, script = rank
         self._row[key] = len(self.ids)
         self.ids.append(key)
         self.types.append(kind)
@@ -258,7 +278,7 @@ class CandidateBuilder:
         self.created.append(created)
         self.cos.append(float(cosine))
         self.lex.append(float(lexical))
-        self.scripts.append(str(p.get("script") or ""))
+        self.scripts.append(script)
         self.until.append(until)
         if self.vecs is not None:
             if vector is None:

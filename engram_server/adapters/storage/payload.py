@@ -199,16 +199,23 @@ _TYPE_OF: Final[dict[str, MemoryType]] = {t.value: t for t in MemoryType}
 RankFields = tuple[MemoryType, float, float, float, str]
 
 
+#: Shared objects for the few values importance and script take (rank fields are kept per point).
+_IMPORTANCE: Final[dict[int, float]] = {i: float(i) for i in range(0, 11)}
+_SCRIPTS: dict[str, str] = {}
+
+
 def rank_fields(key: str, payload: Mapping[str, Any] | None, collection: str) -> RankFields:
     """The ranking fields (:data:`CANDIDATE_FIELDS`) of point ``key`` from its payload."""
     p = payload or {}
     try:
+        importance = int(p["importance"])
+        script = str(p.get("script") or "")
         return (
             _TYPE_OF[p["type"]],
-            float(int(p["importance"])),
+            _IMPORTANCE.get(importance) or float(importance),
             float(p["created_at"]),
             float(p.get("valid_until", NEVER)),
-            str(p.get("script") or ""),
+            _SCRIPTS.setdefault(script, script) if len(_SCRIPTS) < 64 else script,
         )
     except (KeyError, ValueError, TypeError) as exc:
         raise StorageUnavailable(

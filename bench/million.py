@@ -37,6 +37,8 @@ import argparse
 import asyncio
 import gc
 import json
+import logging
+import math
 import os
 import random
 import shutil
@@ -176,7 +178,7 @@ async def client_main(args: argparse.Namespace) -> None:
 
         async def worker() -> None:
             nonlocal done, created, duplicates, next_report
-            while queue:
+            while queue and time.perf_counter() - started < args.stop_after_minutes * 60:
                 start = queue.pop()
                 batch = [memory(raw) for raw in lines[start : start + args.batch]]
                 for added in await engram.add_many(batch, collection=COLLECTION):
@@ -251,6 +253,7 @@ async def ingest(args: argparse.Namespace, data_dir: Path, work: Path) -> dict[s
         proc = await asyncio.create_subprocess_exec(
             sys.executable, __file__, "--client", srv.address, "--corpus", str(corpus_file),
             "--batch", str(args.batch), "--concurrency", str(args.concurrency), "--window", str(args.window),
+            "--stop-after-minutes", str(args.stop_after_minutes),
             stdout=asyncio.subprocess.PIPE,
         )  # fmt: skip
         assert proc.stdout is not None
@@ -407,6 +410,12 @@ async def main() -> None:
         help="ENGRAM_HNSW_BACKGROUND during the import (default on: else the gate queries brute force)",
     )
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument(
+        "--stop-after-minutes",
+        type=float,
+        default=math.inf,
+        help="stop sending after this long and measure what was ingested (reported as such)",
+    )
     p.add_argument("--port", type=int, default=50091)
     p.add_argument("--keep", type=Path, help="keep the data directory here (else a temp dir)")
     p.add_argument("--skip-ingest", action="store_true", help="phase 2 only, on --keep")
@@ -415,6 +424,8 @@ async def main() -> None:
     p.add_argument("--client", help=argparse.SUPPRESS)
     p.add_argument("--corpus", help=argparse.SUPPRESS)
     args = p.parse_args()
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("engram_server.adapters.storage.edge").setLevel(logging.INFO)  # index builds
     if args.client:
         await client_main(args)
         return

@@ -262,3 +262,55 @@ async def test_hybrid_collection_gets_its_hnsw_index_at_open(tmp_path: Path) -> 
         assert recs[7].id in found.ids
     finally:
         await reopened.close()
+
+
+async def test_ranking_fields_are_loaded_after_open_and_candidates_then_read_ids_only(tmp_path: Path) -> None:
+    """After open the ranking fields of every point are read in the background, a page at a time;
+    then a candidate query asks the engine for ids and scores only (white box: the payload read
+    for missing fields is counted)."""
+    rng = np.random.default_rng(22)
+    n = 2500  # > two pages
+    vecs = unit_vectors(n, rng)
+    recs = [record(importance=1 + i % 10, created_at=float(i), valid_until=1e12) for i in range(n)]
+    store = EdgeStore(tmp_path)
+    await store.open()
+    await store.create_collection(spec())
+    await store.upsert("default", [StoredPoint(r, v) for r, v in zip(recs, vecs, strict=True)])
+    await store.close()
+
+    reopened = EdgeStore(tmp_path)
+    await reopened.open()
+    try:
+        col = reopened._cols["default"]
+        for _ in range(200):  # the pages queue behind each other on the io thread
+            if col.warm:
+                break
+            await reopened.count("default", StoreFilter())  # one io-thread job: lets pages run
+        assert col.warm and len(col.ranks) == n
+        reads: list[int] = []
+        real = col.shard
+
+        class Counting:
+            def __getattr__(self, name: str) -> object:
+                return getattr(real, name)
+
+            def retrieve(self, ids: list[object], *args: object) -> object:
+                reads.append(len(ids))
+                return real.retrieve(ids, *args)
+
+        col.shard = Counting()  # type: ignore[assignment]
+        found = await reopened.candidates("default", vecs[3], 50, StoreFilter())
+        assert reads == [] and len(found) == 50 and found.ids[0] == recs[3].id
+        by_id = {r.id: r for r in recs}
+        for k, pid in enumerate(found.ids):
+            assert (found.importance[k], found.created_at[k]) == (
+                by_id[pid].importance,
+                by_id[pid].created_at,
+            )
+        col.ranks.clear()  # a point whose fields are unknown is read from the engine, once
+        await reopened.candidates("default", vecs[3], 50, StoreFilter())
+        await reopened.candidates("default", vecs[3], 50, StoreFilter())
+        assert reads == [50]
+        col.shard = real
+    finally:
+        await reopened.close()

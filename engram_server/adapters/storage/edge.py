@@ -42,6 +42,7 @@ import math
 import os
 import shutil
 import tempfile
+import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -127,6 +128,8 @@ class _Collection:
     #: deleted by filter may linger: they are never read (the engine never returns those ids) and
     #: an upsert of the same id replaces them.
     ranks: dict[str, RankFields] = field(default_factory=dict)
+    #: True once the ranking fields of every point were loaded (in the background after open).
+    warm: bool = False
 
     def touch(self) -> None:
         """Called before any change that can alter search results (on the io thread)."""
@@ -226,12 +229,14 @@ class EdgeStore:
     @staticmethod
     def _optimize(col: _Collection) -> None:
         try:
+            started = time.perf_counter()
             changed = col.shard.optimize()
             col.touch()  # approximate (HNSW) results may differ from brute force ones
             info = col.shard.info()
             log.info(
-                "collection %s optimized (changed=%s): %d points, %d indexed, %d segments",
+                "collection %s optimized in %.1f s (changed=%s): %d points, %d indexed, %d segments",
                 col.spec.name,
+                time.perf_counter() - started,
                 changed,
                 info.points_count,
                 info.indexed_vectors_count,
@@ -298,9 +303,44 @@ class EdgeStore:
                 col = _Collection(spec, path, self._open_shard(path, spec, create=False))
                 self._cols[spec.name] = col
                 self._maybe_optimize(col)
+                self._io_submit(self._warm, col, None)
         except BaseException:
             self._close_sync()
             raise
+
+    def _io_submit(self, fn: Callable[..., None], *args: Any) -> None:
+        """Queue background work on the io thread (dropped when the store is closing)."""
+        if self._io is not None:
+            with contextlib.suppress(RuntimeError):  # (the executor is shutting down)
+                self._io.submit(fn, *args)
+
+    def _warm(self, col: _Collection, offset: Any) -> None:
+        """On the io thread, after open: read one page of ranking fields into ``col.ranks`` and
+        queue the next page, so searches never wait for more than a page (the fields of every
+        point are known once done; until then, candidates read missing ones from the engine)."""
+        if self._cols.get(col.spec.name) is not col:
+            return  # closed or dropped meanwhile
+        try:
+            records, next_offset = col.shard.scroll(
+                qe.ScrollRequest(
+                    offset=offset,
+                    limit=_SCROLL_BATCH,
+                    filter=None,
+                    with_payload=list(CANDIDATE_FIELDS),
+                    with_vector=False,
+                )
+            )
+            ranks = col.ranks
+            for r in records:
+                key = str(r.id)
+                ranks[key] = rank_fields(key, r.payload, col.spec.name)
+        except Exception:
+            log.exception("loading the ranking fields of collection %s failed", col.spec.name)
+            return
+        if next_offset is not None:
+            self._io_submit(self._warm, col, next_offset)
+        else:
+            col.warm = True
 
     def _close_sync(self) -> None:
         for col in self._cols.values():
@@ -355,7 +395,9 @@ class EdgeStore:
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-        self._cols[spec.name] = _Collection(spec, final, self._open_shard(final, spec, create=False))
+        self._cols[spec.name] = _Collection(
+            spec, final, self._open_shard(final, spec, create=False), warm=True
+        )
 
     async def get_collection(self, name: str) -> CollectionSpec | None:
         col = self._cols.get(name)

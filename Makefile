@@ -10,7 +10,7 @@ TOOLS := .tools
 BUF := $(TOOLS)/node_modules/.bin/buf
 BUF_VERSION := 1.75.0
 
-.PHONY: help install run test lint fmt proto proto-check buf-lint buf-breaking polyglot-check go-stubs bench bench-latency bench-ingest load eval bench-locomo clean
+.PHONY: help install run test lint fmt proto proto-check buf-lint buf-breaking polyglot-check go-stubs bench bench-latency bench-ingest bench-million load eval bench-locomo clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -59,6 +59,10 @@ bench-latency: install ## Add/search latency at 10k memories ingested through th
 
 bench-ingest: install ## Ingest memories/s: AddMemory vs AddMemories batches vs the model's own batch rate (not in CI)
 	$(PY) bench/ingest.py
+
+MEMORIES ?= 1000000
+bench-million: install ## MEMORIES (default 1M) through AddMemories, then engram serve on them: latency, RSS (not in CI; ~1.5 h)
+	$(PY) bench/million.py --memories $(MEMORIES) --json results/million/million.json --md results/million/million.md
 
 buf-breaking: $(BUF) ## buf breaking (FILE) of proto/ against main
 	scripts/polyglot_buf_breaking.sh $(BUF)

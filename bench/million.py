@@ -372,6 +372,12 @@ def report(res: dict[str, Any]) -> str:
         f"## {ing['created']:,} memories through AddMemories (batch {res['args']['batch']}, "
         f"{res['args']['concurrency']} callers)",
         "",
+        (
+            f"- **stopped after {res['args']['stop_after_minutes']} min** (`--stop-after-minutes`): "
+            f"{ing['sent']:,} of the {int(res['args']['memories']):,} memories were sent"
+            if ing["sent"] < int(res["args"]["memories"])
+            else "- all memories were sent"
+        ),
         f"- sent {ing['sent']:,}, created {ing['created']:,}, refused as near-copies {ing['refused']:,}; "
         f"{ing['ingest_s'] / 60:.1f} min = {ing['rate']:.0f} memories/s overall; index wait after the "
         f"last call {ing['index_wait_after_ingest_s']:.0f} s; vectors looked up {ing['looked_up']:,}, "

@@ -130,6 +130,7 @@ class _Collection:
     ranks: dict[str, RankFields] = field(default_factory=dict)
     #: True once the ranking fields of every point were loaded (in the background after open).
     warm: bool = False
+    opened_at: float = field(default_factory=time.monotonic)
 
     def touch(self) -> None:
         """Called before any change that can alter search results (on the io thread)."""
@@ -341,6 +342,12 @@ class EdgeStore:
             self._io_submit(self._warm, col, next_offset)
         else:
             col.warm = True
+            log.info(
+                "ranking fields of collection %s loaded: %d points in %.1f s",
+                col.spec.name,
+                len(col.ranks),
+                time.monotonic() - col.opened_at,
+            )
 
     def _close_sync(self) -> None:
         for col in self._cols.values():

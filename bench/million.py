@@ -295,7 +295,7 @@ async def ingest(args: argparse.Namespace, data_dir: Path, work: Path) -> dict[s
 # ----------------------------------------------------------------------------- phase 2
 
 
-async def serve_and_measure(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
+async def serve_and_measure(args: argparse.Namespace, data_dir: Path, memories: int) -> dict[str, Any]:
     from engram_client import AsyncEngramClient  # noqa: PLC0415
 
     res: dict[str, Any] = {}
@@ -374,7 +374,7 @@ async def serve_and_measure(args: argparse.Namespace, data_dir: Path) -> dict[st
         await asyncio.wait_for(proc.wait(), timeout=120)
         await follower
     disk = dir_bytes(data_dir)
-    res["disk_bytes_per_memory"] = disk["allocated"] / max(1, args.memories)
+    res["disk_bytes_per_memory"] = disk["allocated"] / max(1, memories)
     return res
 
 
@@ -465,7 +465,7 @@ async def main() -> None:
             res["ingest"] = await ingest(args, data_dir, work)
             (work / "ingest.json").write_text(json.dumps(res["ingest"], indent=1))
         gc.collect()
-        res["serve"] = await serve_and_measure(args, data_dir)
+        res["serve"] = await serve_and_measure(args, data_dir, int(res["ingest"]["created"]))
     finally:
         if args.keep is None:
             shutil.rmtree(work, ignore_errors=True)

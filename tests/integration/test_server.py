@@ -9,7 +9,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import grpc
@@ -247,18 +246,33 @@ async def test_in_flight_call_finishes_during_graceful_stop(tmp_path: Path) -> N
     async with running_server(tmp_path) as srv, grpc.aio.insecure_channel(srv.address) as ch:
         st = Stub(ch)
         await st.AddMemory(s.AddMemoryRequest(content="warm"))
+        # White box: count the calls whose handler has reached the embedder, so that the stop
+        # starts while all of them are in flight (on a loaded machine a fixed sleep is not enough:
+        # a call still in the transport when the server stops is cancelled by gRPC itself).
+        inner = srv.service._embedder
+        entered: list[int] = []
+
+        class Counting:
+            def __getattr__(self, name: str) -> object:
+                return getattr(inner, name)
+
+            async def embed_documents(self, texts: list[str]) -> object:
+                entered.append(len(texts))
+                return await inner.embed_documents(texts)
+
+        srv.service._embedder = Counting()  # type: ignore[assignment]
         calls = [
             asyncio.ensure_future(st.AddMemory(s.AddMemoryRequest(content=f"in flight number {i} " * 20)))
             for i in range(5)
         ]
-        await asyncio.sleep(0.01)
-        t0 = time.monotonic()
-        await srv.stop(grace=10.0)
+        for _ in range(3000):  # bounded: the calls reach the embedder or the test fails below
+            if len(entered) == 5:
+                break
+            await asyncio.sleep(0.01)
+        assert len(entered) == 5
+        await srv.stop(grace=30.0)
         results = await asyncio.gather(*calls, return_exceptions=True)
-        assert time.monotonic() - t0 < 10.0
-        ok = [r for r in results if not isinstance(r, BaseException)]
-        errors = [r for r in results if isinstance(r, grpc.aio.AioRpcError)]
-        assert len(ok) + len(errors) == 5
-        # calls already accepted finish; anything refused is UNAVAILABLE, never a crash
-        assert all(e.code() == grpc.StatusCode.UNAVAILABLE for e in errors), errors
-        assert ok, "no in-flight call was allowed to finish"
+        # every call that was in flight finishes, with its answer, within the grace period
+        errors = [r for r in results if isinstance(r, BaseException)]
+        assert errors == []
+        assert all(r.memory.id for r in results)  # type: ignore[union-attr]

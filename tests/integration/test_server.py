@@ -276,3 +276,7 @@ async def test_in_flight_call_finishes_during_graceful_stop(tmp_path: Path) -> N
         errors = [r for r in results if isinstance(r, BaseException)]
         assert errors == []
         assert all(r.memory.id for r in results)  # type: ignore[union-attr]
+        # a call after the stop is refused as UNAVAILABLE (retryable elsewhere), never a crash
+        with pytest.raises(grpc.aio.AioRpcError) as late:
+            await st.AddMemory(s.AddMemoryRequest(content="too late"), timeout=10)
+        assert late.value.code() == grpc.StatusCode.UNAVAILABLE

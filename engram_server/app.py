@@ -75,6 +75,7 @@ def build_store(settings: Settings) -> Store:
         hnsw_threshold=settings.hnsw_threshold,
         sync_writes=settings.sync_writes,
         background_hnsw=settings.hnsw_background,
+        segments=settings.edge_segments,
     )
 
 

@@ -43,6 +43,7 @@ class Settings:
     qdrant_timeout: float = 10.0
     hnsw_threshold: int = 20_000
     hnsw_background: bool = False
+    edge_segments: int = 0
     sync_writes: bool = False
     # Embeddings
     embedder_provider: str = "local"
@@ -167,6 +168,14 @@ SETTINGS_DOC: list[tuple[str, str, str]] = [
         "ENGRAM_HNSW_BACKGROUND",
         "Embedded store: also build due HNSW indexes while serving (the build pauses the process for "
         "seconds; by default indexes are built at start-up only).",
+    ),
+    (
+        "edge_segments",
+        "ENGRAM_EDGE_SEGMENTS",
+        "Embedded store: how many segments the engine's optimizer keeps per collection (0 = the "
+        "engine's choice, about one per core: every index build then merges the whole collection "
+        "into one graph, which costs more as it grows; 8 keeps each build small for large imports, "
+        "at the price of searching several graphs). See Storage.",
     ),
     (
         "sync_writes",
@@ -462,6 +471,8 @@ def _check(s: Settings) -> None:
         problems.append("ENGRAM_EMBEDDER_PROVIDER must be local, openai or voyage")
     if s.max_batch_items < 1:
         problems.append("ENGRAM_MAX_BATCH_ITEMS must be ≥ 1")
+    if s.edge_segments < 0:
+        problems.append("ENGRAM_EDGE_SEGMENTS must be ≥ 0")
     if s.candidate_factor < 1 or s.min_candidates < 1:
         problems.append("candidate settings must be ≥ 1")
     if s.search_cache_entries < 0:

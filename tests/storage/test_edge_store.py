@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -314,3 +315,31 @@ async def test_ranking_fields_are_loaded_after_open_and_candidates_then_read_ids
         col.shard = real
     finally:
         await reopened.close()
+
+
+@pytest.mark.parametrize("segments", [0, 6])
+async def test_segment_setting_bounds_what_each_index_build_merges(tmp_path: Path, segments: int) -> None:
+    """ENGRAM_EDGE_SEGMENTS reaches the engine: with 6 the optimizer keeps several indexed
+    segments instead of merging everything into one graph at every build (and never more than
+    asked, plus the one being written); searches see every point either way."""
+    rng = np.random.default_rng(23)
+    store = EdgeStore(tmp_path, hnsw_threshold=200, background_hnsw=True, segments=segments)
+    await store.open()
+    try:
+        await store.create_collection(spec())
+        recs: list[MemoryRecord] = []
+        for _ in range(8):
+            batch = [record() for _ in range(220)]
+            vecs = unit_vectors(len(batch), rng)
+            await store.upsert("default", [StoredPoint(r, v) for r, v in zip(batch, vecs, strict=True)])
+            await store.wait_optimized()
+            recs += batch
+        info = store._cols["default"].shard.info()  # white box: the engine's segments
+        if segments:
+            assert 2 < info.segments_count <= segments + 1
+        else:  # the engine's choice: merged to about one per core, plus the one being written
+            assert info.segments_count <= (os.cpu_count() or 1) + 1
+        assert await store.count("default", StoreFilter()) == len(recs)
+        assert info.points_count == len(recs)
+    finally:
+        await store.close()

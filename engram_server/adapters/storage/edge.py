@@ -147,9 +147,13 @@ class EdgeStore:
         hnsw_threshold: int = 20_000,
         sync_writes: bool = False,
         background_hnsw: bool = False,
+        segments: int = 0,
     ) -> None:
         if hnsw_threshold < 0:
             raise ValueError("hnsw_threshold must be >= 0 (0 disables HNSW building)")
+        if segments < 0:
+            raise ValueError("segments must be >= 0 (0 = the engine's choice)")
+        self._segments = segments
         self._data_dir = Path(data_dir)
         self._root = self._data_dir / "collections"
         self._hnsw_threshold = hnsw_threshold
@@ -187,10 +191,14 @@ class EdgeStore:
             # The optimizer indexes a segment once its vectors take more than this many KB,
             # i.e. once it holds about hnsw_threshold points; below it search is brute force.
             kb = max(1, math.ceil(self._hnsw_threshold * dimension * 4 / 1024))
-            kwargs["optimizers"] = qe.EdgeOptimizersConfig(indexing_threshold=kb)
+            kwargs["optimizers"] = qe.EdgeOptimizersConfig(
+                indexing_threshold=kb, default_segment_number=self._segments or None
+            )
             kwargs["hnsw_config"] = qe.HnswIndexConfig(m=16, ef_construct=100, full_scan_threshold=kb)
         else:
-            kwargs["optimizers"] = qe.EdgeOptimizersConfig(indexing_threshold=0)  # 0 = never index
+            kwargs["optimizers"] = qe.EdgeOptimizersConfig(  # indexing_threshold 0 = never index
+                indexing_threshold=0, default_segment_number=self._segments or None
+            )
         return qe.EdgeConfig(
             vectors=qe.EdgeVectorParams(size=dimension, distance=qe.Distance.Cosine),
             wal_enabled=True,

@@ -20,8 +20,9 @@ a growing collection), and whether the gate refused any as near-copies (then mor
 ``--memories`` were created).
 
 Phase 2, **serve**: the in-process server is stopped and ``engram serve`` is started as its own
-process on the same data directory with nothing but ``ENGRAM_DATA_DIR`` / ``ENGRAM_PORT`` set (the
-embedded defaults: the real local model). Reported: its start-up time (it builds any HNSW index
+process on the same data directory with nothing but ``ENGRAM_DATA_DIR`` / ``ENGRAM_PORT`` (and
+``ENGRAM_EDGE_SEGMENTS`` when ``--edge-segments`` is given) set (the embedded defaults: the real
+local model). Reported: its start-up time (it builds any HNSW index
 still due before it listens), its RSS (``/proc/PID/status`` VmRSS) when idle and after the
 samples, disk per memory, and over one gRPC channel, one call at a time, interleaved per round:
   - ``search_unique``: a new question each time (embedding + storage + ranking);
@@ -248,7 +249,11 @@ async def ingest(args: argparse.Namespace, data_dir: Path, work: Path) -> dict[s
     batching = BatchingEmbedder(embedder, max_batch=32, max_wait_ms=2.0, query_cache_size=1024)
     timeline: list[dict[str, Any]] = []
     async with running_server(
-        data_dir, embedder=batching, max_batch_items=args.batch, hnsw_background=args.hnsw_background
+        data_dir,
+        embedder=batching,
+        max_batch_items=args.batch,
+        hnsw_background=args.hnsw_background,
+        edge_segments=args.edge_segments,
     ) as srv:
         proc = await asyncio.create_subprocess_exec(
             sys.executable, __file__, "--client", srv.address, "--corpus", str(corpus_file),
@@ -302,6 +307,8 @@ async def serve_and_measure(args: argparse.Namespace, data_dir: Path, memories: 
     port = args.port
     env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_")}
     env.update(ENGRAM_DATA_DIR=str(data_dir), ENGRAM_PORT=str(port), ENGRAM_HOST="127.0.0.1")
+    if args.edge_segments:  # serve the data as it was built (else the optimizer merges segments first)
+        env["ENGRAM_EDGE_SEGMENTS"] = str(args.edge_segments)
     exe = Path(sys.executable).with_name("engram")
     t = time.perf_counter()
     proc = await asyncio.create_subprocess_exec(str(exe), "serve", env=env, stderr=asyncio.subprocess.PIPE)
@@ -383,9 +390,12 @@ async def serve_and_measure(args: argparse.Namespace, data_dir: Path, memories: 
 
 def report(res: dict[str, Any]) -> str:
     ing, srv = res["ingest"], res["serve"]
+    segments = res["args"].get("edge_segments", "0")
     lines = [
         f"## {ing['created']:,} memories through AddMemories (batch {res['args']['batch']}, "
-        f"{res['args']['concurrency']} callers)",
+        f"{res['args']['concurrency']} callers"
+        + (f", ENGRAM_EDGE_SEGMENTS={segments}" if segments != "0" else "")
+        + ")",
         "",
         (
             f"- **stopped after {res['args']['stop_after_minutes']} min** (`--stop-after-minutes`): "
@@ -430,6 +440,12 @@ async def main() -> None:
         action=argparse.BooleanOptionalAction,
         default=True,
         help="ENGRAM_HNSW_BACKGROUND during the import (default on: else the gate queries brute force)",
+    )
+    p.add_argument(
+        "--edge-segments",
+        type=int,
+        default=0,
+        help="ENGRAM_EDGE_SEGMENTS for the import and the server (default 0: the engine's choice)",
     )
     p.add_argument("--seed", type=int, default=1)
     p.add_argument(

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import AsyncIterator
 
@@ -129,3 +132,37 @@ def test_rejects_unknown_variant_and_bad_threads() -> None:
         LocalE5Embedder("large")
     with pytest.raises(ValueError, match="threads"):
         LocalE5Embedder(threads=0)
+
+
+_SHOW_OPENMP = """
+import asyncio
+from engram_server.adapters.embedding.local import LocalE5Embedder
+
+async def main() -> None:
+    e = LocalE5Embedder()
+    await e.embed_queries(["x"])
+    await e.close()
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        # Unset, libgomp also displays PASSIVE but spins 300,000 rounds first: the spin count tells.
+        (None, ["OMP_WAIT_POLICY = 'PASSIVE'", "GOMP_SPINCOUNT = '0'"]),
+        ("active", ["OMP_WAIT_POLICY = 'ACTIVE'"]),
+    ],
+)
+def test_openmp_threads_wait_passively_unless_told(given: str | None, expected: list[str]) -> None:
+    # What the OpenMP runtime itself reports at load (OMP_DISPLAY_ENV), in a fresh process.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMP_", "GOMP_"))}
+    env["OMP_DISPLAY_ENV"] = "VERBOSE"
+    if given is not None:
+        env["OMP_WAIT_POLICY"] = given
+    out = subprocess.run(
+        [sys.executable, "-c", _SHOW_OPENMP], env=env, capture_output=True, text=True, timeout=120, check=True
+    )
+    for line in expected:
+        assert line in out.stderr

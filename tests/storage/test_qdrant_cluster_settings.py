@@ -194,3 +194,52 @@ async def test_a_collection_dropped_by_another_replica_is_forgotten() -> None:
         assert await store.get_collection("notes") is None
     finally:
         await store.close()
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({"ENGRAM_QDRANT_URL": "http://qdrant.example:6333"}, 64),
+        ({"ENGRAM_QDRANT_URL": "http://qdrant.example:6333", "ENGRAM_GATE_HNSW_EF": "24"}, 24),
+        ({"ENGRAM_QDRANT_URL": "http://qdrant.example:6333", "ENGRAM_GATE_HNSW_EF": "0"}, None),
+        ({"ENGRAM_QDRANT_URL": ":memory:"}, None),  # local mode searches exactly (and warns on params)
+    ],
+)
+async def test_gate_beam_width_reaches_the_neighbour_queries(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], expected: int | None
+) -> None:
+    """ENGRAM_GATE_HNSW_EF rides with the gate's lookups (query_points / query_batch_points) as the
+    request's search params; 0 leaves them to the server. Spied as above, with the server's answers
+    faked (none runs here): what qdrant-client is asked to send."""
+    from qdrant_client.http.models import models as rest  # noqa: PLC0415 - the client's own response types
+
+    sent: list[int | None] = []
+    from engram_server.adapters.storage.payload import record_to_payload  # noqa: PLC0415
+
+    stored = MemoryRecord(id="00000000-0000-4000-8000-000000000002", collection="notes", content="x")
+    hit = rest.ScoredPoint(id=stored.id, version=1, score=0.9, payload=record_to_payload(stored))
+
+    async def one(self: AsyncQdrantClient, collection_name: str, **kwargs: Any) -> Any:
+        params = kwargs.get("search_params")
+        sent.append(None if params is None else params.hnsw_ef)
+        return rest.QueryResponse(points=[hit])
+
+    async def batch(self: AsyncQdrantClient, collection_name: str, requests: Any, **kwargs: Any) -> Any:
+        sent.extend(None if r.params is None else r.params.hnsw_ef for r in requests)
+        return [rest.QueryResponse(points=[hit]) for _ in requests]
+
+    monkeypatch.setattr(AsyncQdrantClient, "query_points", one)
+    monkeypatch.setattr(AsyncQdrantClient, "query_batch_points", batch)
+    store = build_store(load_settings(env))
+    assert isinstance(store, QdrantStore)
+    store._client = AsyncQdrantClient(location=":memory:")  # white box: no server to open against
+    store._specs["notes"] = spec("notes", dimension=4)
+    try:
+        vector = np.array([0.0, 1.0, 0.0, 0.0], dtype=np.float32)
+        hits = await store.search("notes", vector, 3, StoreFilter())
+        batches = await store.search_batch("notes", np.stack([vector, vector]), 3, StoreFilter())
+    finally:
+        await store._client.close()
+    assert [h.record.id for h in hits] == [hit.id]
+    assert [[h.record.id for h in b] for b in batches] == [[hit.id], [hit.id]]
+    assert sent == [expected] * 3

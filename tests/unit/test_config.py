@@ -41,6 +41,7 @@ def test_parses_every_kind_of_value() -> None:
         ("ENGRAM_WEIGHT_RELEVANCE", "-1"),
         ("ENGRAM_EMBEDDER_PROVIDER", "cohere"),
         ("ENGRAM_QDRANT_HTTPS", "maybe"),
+        ("ENGRAM_GATE_HNSW_EF", "-1"),
     ],
 )
 def test_bad_values_are_clear_errors(var: str, value: str) -> None:

@@ -159,12 +159,17 @@ class EdgeStore:
         sync_writes: bool = False,
         background_hnsw: bool = False,
         segments: int = 0,
+        neighbour_ef: int = 0,
     ) -> None:
         if hnsw_threshold < 0:
             raise ValueError("hnsw_threshold must be >= 0 (0 disables HNSW building)")
         if segments < 0:
             raise ValueError("segments must be >= 0 (0 = the engine's choice)")
+        if neighbour_ef < 0:
+            raise ValueError("neighbour_ef must be >= 0 (0 = the engine's default)")
         self._segments = segments
+        #: HNSW beam width of ``search`` / ``search_batch`` (the gate's neighbour lookups).
+        self._neighbour_ef = neighbour_ef
         self._data_dir = Path(data_dir)
         self._root = self._data_dir / "collections"
         self._hnsw_threshold = hnsw_threshold
@@ -232,6 +237,9 @@ class EdgeStore:
                 ) from exc
             raise StorageUnavailable(f"cannot open collection {spec.name!r} at {path}: {msg}") from exc
         return shard
+
+    def _neighbour_params(self) -> qe.SearchParams | None:
+        return qe.SearchParams(hnsw_ef=self._neighbour_ef) if self._neighbour_ef > 0 else None
 
     def _durable(self, shard: qe.EdgeShard) -> None:
         if self._sync_writes:
@@ -528,6 +536,7 @@ class EdgeStore:
                     filter=_edge_filter(filter_plan(flt)),
                     with_payload=True,
                     with_vector=[""] if with_vectors else False,
+                    params=self._neighbour_params(),
                 )
             )
             return _scored(collection, hits, with_vectors=with_vectors)
@@ -544,6 +553,7 @@ class EdgeStore:
         def work() -> list[list[ScoredPoint]]:
             col = self._col(collection)
             edge_filter = _edge_filter(filter_plan(flt))
+            params = self._neighbour_params()
             # One planned batch: the engine scores the vectors together in one pass.
             batches = col.shard.query_batch(
                 qe.QueryBatchRequest(
@@ -554,6 +564,7 @@ class EdgeStore:
                             filter=edge_filter,
                             with_payload=True,
                             with_vector=False,
+                            params=params,
                         )
                         for row in rows
                     ]

@@ -97,7 +97,10 @@ class QdrantStore:
         timeout: float = 10.0,
         prefer_grpc: bool = True,
         https: bool | None = None,
+        neighbour_ef: int = 0,
     ) -> None:
+        if neighbour_ef < 0:
+            raise ValueError("neighbour_ef must be >= 0 (0 = the engine's default)")
         self._location = location
         self._api_key = api_key
         self._prefix = prefix
@@ -112,6 +115,11 @@ class QdrantStore:
         self._prefer_grpc = prefer_grpc
         self._https = https
         self._local = location == ":memory:" or location.startswith("path:")
+        #: HNSW beam width of ``search`` / ``search_batch`` (the gate's neighbour lookups); local
+        #: mode searches exactly and warns about search params, so they are not sent there.
+        self._neighbour_params = (
+            models.SearchParams(hnsw_ef=neighbour_ef) if neighbour_ef > 0 and not self._local else None
+        )
         self._client: AsyncQdrantClient | None = None
         self._specs: dict[str, CollectionSpec] = {}
 
@@ -372,6 +380,7 @@ class QdrantStore:
                 limit=limit,
                 with_payload=True,
                 with_vectors=[""] if with_vectors else False,
+                search_params=self._neighbour_params,
             ),
             collection=collection,
         )
@@ -399,7 +408,13 @@ class QdrantStore:
             lambda: self._c.query_batch_points(
                 qname,
                 requests=[
-                    models.QueryRequest(query=row, filter=query_filter, limit=limit, with_payload=True)
+                    models.QueryRequest(
+                        query=row,
+                        filter=query_filter,
+                        limit=limit,
+                        with_payload=True,
+                        params=self._neighbour_params,
+                    )
                     for row in rows
                 ],
             ),

@@ -68,7 +68,7 @@ from stages import (  # bench/stages.py: the same synthetic corpus (run from ben
 
 from engram_server.adapters.embedding.batching import BatchingEmbedder
 from engram_server.adapters.embedding.local import LocalE5Embedder
-from engram_server.domain.model import MemoryType, Vector
+from engram_server.domain.model import MemoryType, StoreFilter, Vector
 from engram_server.domain.ttl import DAY, ttl_seconds
 from engram_server.testing import running_server
 
@@ -158,11 +158,12 @@ async def client_main(args: argparse.Namespace) -> None:
     from engram_client import AddOutcome, AsyncEngramClient, NewMemory  # noqa: PLC0415
 
     lines = await asyncio.to_thread(lambda: Path(args.corpus).read_text(encoding="utf-8").splitlines())
-    queue = list(range(0, len(lines), args.batch))
+    queue = list(range(args.resume_from, len(lines), args.batch))
     queue.reverse()
-    done = created = duplicates = 0
+    done = args.resume_from  # corpus position: "sent" counts from the start of the corpus
+    created = duplicates = 0
     started = time.perf_counter()
-    next_report = args.window
+    next_report = args.resume_from + args.window
 
     def memory(raw: str) -> NewMemory:
         d = json.loads(raw)
@@ -258,11 +259,11 @@ async def ingest(args: argparse.Namespace, data_dir: Path, work: Path) -> dict[s
         proc = await asyncio.create_subprocess_exec(
             sys.executable, __file__, "--client", srv.address, "--corpus", str(corpus_file),
             "--batch", str(args.batch), "--concurrency", str(args.concurrency), "--window", str(args.window),
-            "--stop-after-minutes", str(args.stop_after_minutes),
+            "--stop-after-minutes", str(args.stop_after_minutes), "--resume-from", str(args.resume_from),
             stdout=asyncio.subprocess.PIPE,
         )  # fmt: skip
         assert proc.stdout is not None
-        last = {"done": 0, "seconds": 0.0}
+        last = {"done": args.resume_from, "seconds": 0.0}
         final: dict[str, Any] = {}
         while line := await proc.stdout.readline():
             row = json.loads(line)
@@ -284,12 +285,13 @@ async def ingest(args: argparse.Namespace, data_dir: Path, work: Path) -> dict[s
         t = time.perf_counter()
         await srv.store.wait_optimized()  # type: ignore[attr-defined]
         res["index_wait_after_ingest_s"] = time.perf_counter() - t
+        res["collection_points"] = await srv.store.count(COLLECTION, StoreFilter())
     res.update(
-        sent=final["done"],
+        sent=final["done"] - args.resume_from,
         created=final["created"],
         refused=final["duplicates"],
         ingest_s=final["seconds"],
-        rate=final["done"] / final["seconds"],
+        rate=(final["done"] - args.resume_from) / final["seconds"],
         looked_up=embedder.looked_up,
         model_embedded=embedder.embedded,
         timeline=timeline,
@@ -391,17 +393,26 @@ async def serve_and_measure(args: argparse.Namespace, data_dir: Path, memories: 
 def report(res: dict[str, Any]) -> str:
     ing, srv = res["ingest"], res["serve"]
     segments = res["args"].get("edge_segments", "0")
+    reached = int(res["args"].get("resume_from", "0")) + ing["sent"]
     lines = [
-        f"## {ing['created']:,} memories through AddMemories (batch {res['args']['batch']}, "
+        f"## {ing.get('collection_points', ing['created']):,} memories through AddMemories "
+        f"(batch {res['args']['batch']}, "
         f"{res['args']['concurrency']} callers"
         + (f", ENGRAM_EDGE_SEGMENTS={segments}" if segments != "0" else "")
         + ")",
         "",
         (
             f"- **stopped after {res['args']['stop_after_minutes']} min** (`--stop-after-minutes`): "
-            f"{ing['sent']:,} of the {int(res['args']['memories']):,} memories were sent"
-            if ing["sent"] < int(res["args"]["memories"])
+            f"{reached:,} of the {int(res['args']['memories']):,} memories were sent"
+            if reached < int(res["args"]["memories"])
             else "- all memories were sent"
+        ),
+        (
+            f"- **resumed** (`--resume-from {res['args']['resume_from']}`): this run sent the corpus from "
+            f"memory {int(res['args']['resume_from']):,} on, into the collection an earlier run had filled; "
+            f"the collection holds {ing.get('collection_points', 0):,} memories at the end"
+            if res["args"].get("resume_from", "0") != "0"
+            else ""
         ),
         f"- sent {ing['sent']:,}, created {ing['created']:,}, refused as near-copies {ing['refused']:,}; "
         f"{ing['ingest_s'] / 60:.1f} min = {ing['rate']:.0f} memories/s overall; index wait after the "
@@ -457,6 +468,13 @@ async def main() -> None:
     p.add_argument("--port", type=int, default=50091)
     p.add_argument("--keep", type=Path, help="keep the data directory here (else a temp dir)")
     p.add_argument("--skip-ingest", action="store_true", help="phase 2 only, on --keep")
+    p.add_argument(
+        "--resume-from",
+        type=int,
+        default=0,
+        help="continue an interrupted import on --keep: send the corpus from this memory on (a multiple "
+        "of --batch; memories sent twice are refused by the gate as exact copies and counted as such)",
+    )
     p.add_argument("--json", type=Path)
     p.add_argument("--md", type=Path)
     p.add_argument("--client", help=argparse.SUPPRESS)
@@ -476,12 +494,16 @@ async def main() -> None:
         if args.skip_ingest:
             res["ingest"] = json.loads((work / "ingest.json").read_text())
         else:
-            if data_dir.exists():
+            if args.resume_from:
+                if not data_dir.exists():
+                    raise SystemExit(f"--resume-from needs the earlier run's data under {data_dir}")
+            elif data_dir.exists():
                 shutil.rmtree(data_dir)
             res["ingest"] = await ingest(args, data_dir, work)
             (work / "ingest.json").write_text(json.dumps(res["ingest"], indent=1))
         gc.collect()
-        res["serve"] = await serve_and_measure(args, data_dir, int(res["ingest"]["created"]))
+        points = res["ingest"].get("collection_points", res["ingest"]["created"])
+        res["serve"] = await serve_and_measure(args, data_dir, int(points))
     finally:
         if args.keep is None:
             shutil.rmtree(work, ignore_errors=True)

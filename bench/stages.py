@@ -467,6 +467,10 @@ STAGE_LABELS = {
     "rpc_search": "SearchMemories (gRPC, unique query)",
     "rpc_search_cached": "SearchMemories (gRPC, embedding cached, candidates from storage)",
     "rpc_search_repeat": "SearchMemories (gRPC, same search again, nothing written: candidate cache)",
+    "rpc_search_cached_b2b": "SearchMemories (gRPC, embedding cached, candidates from storage), the 3rd of 3 "
+    "back-to-back",
+    "hop_idle": "storage io thread: an empty job after 100 ms idle (thread wake-up)",
+    "hop_warm": "storage io thread: an empty job right after another",
     "rpc_add": "AddMemory (gRPC, new text, gate + write)",
     "rpc_get": "GetMemory by id (gRPC)",
     "rpc_health": "health Check (gRPC overhead floor)",
@@ -617,6 +621,22 @@ async def measure_size(
                 await timed(sm, "rpc_search_repeat", stub.SearchMemories(req))  # nothing written between
                 await service.drain()
 
+            async def rpc_search_cached_b2b() -> None:
+                # The same storage-bound search arriving back-to-back (as under load): the threads
+                # it crosses are awake; compare with rpc_search_cached and the hops below.
+                req = s.SearchMemoriesRequest(query=cached_q, limit=10)
+                for _ in range(2):
+                    forget_results()
+                    await stub.SearchMemories(req)
+                forget_results()
+                await timed(sm, "rpc_search_cached_b2b", stub.SearchMemories(req))
+                await service.drain()
+
+            async def hops() -> None:
+                await asyncio.sleep(0.1)
+                await timed(sm, "hop_idle", store._run(lambda: None))
+                await timed(sm, "hop_warm", store._run(lambda: None))
+
             async def svc_search_cached() -> None:
                 forget_results()
                 await timed(sm, "svc_search_cached", service.search(SearchQuery(query=cached_q, limit=10)))
@@ -675,7 +695,7 @@ async def measure_size(
             for i in range(args.samples):
                 steps: list[Callable[[], Awaitable[None]]] = [
                     rpc_search, rpc_search_cached, rpc_search_repeat, svc_search_cached, rpc_add, rpc_get,
-                    rpc_health,
+                    rpc_health, rpc_search_cached_b2b, hops,
                     functools.partial(direct, i % 10 == 0),
                 ]  # fmt: skip
                 rng.shuffle(steps)

@@ -7,8 +7,9 @@ import asyncio
 import contextlib
 import logging
 import signal
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -21,12 +22,16 @@ from engram_server.api.servicer import MemoryServicer
 from engram_server.config import ConfigError, Settings
 from engram_server.domain.calibration import calibration_for, is_calibrated
 from engram_server.domain.clock import Clock, SystemClock
+from engram_server.domain.errors import CollectionNotFound
 from engram_server.domain.ranking import FusionMode, HybridParams, Weights
 from engram_server.domain.reflection import ReflectionPolicy, Reflector
 from engram_server.domain.service import MemoryService, Policy
 from engram_server.domain.validation import Limits
 from engram_server.ports import Embedder, LexicalEncoder, Llm, Store
 from engram_server.telemetry import Telemetry, setup_telemetry
+
+if TYPE_CHECKING:
+    from engram_server.adapters.storage.edge import CompactionReport
 
 log = logging.getLogger(__name__)
 
@@ -343,6 +348,32 @@ class EngramServer:
     async def wait_for_termination(self) -> None:
         assert self._server is not None
         await self._server.wait_for_termination()
+
+
+async def compact(settings: Settings, collections: Sequence[str] = ()) -> list[CompactionReport]:
+    """``engram compact``: merge the embedded store's collections (all, or ``collections``) down to
+    ENGRAM_EDGE_SEGMENTS (0 = the engine's choice) and build every due index, with no server
+    running (the data directory's lock keeps a running server and this apart)."""
+    if settings.qdrant_url:
+        raise ConfigError(
+            "engram compact works on the embedded store (ENGRAM_DATA_DIR); a Qdrant server merges "
+            "segments with its own optimizer"
+        )
+    from engram_server.adapters.storage.edge import EdgeStore  # noqa: PLC0415
+
+    if not (settings.data_dir / "collections").is_dir():
+        return []
+    store = build_store(settings)
+    assert isinstance(store, EdgeStore)
+    await store.open()
+    try:
+        names = list(dict.fromkeys(collections)) or [c.name for c in await store.list_collections()]
+        for name in names:
+            if await store.get_collection(name) is None:
+                raise CollectionNotFound(f"collection {name!r} does not exist", metadata={"collection": name})
+        return [await store.compact(name) for name in names]
+    finally:
+        await store.close()
 
 
 async def serve(settings: Settings) -> None:

@@ -7,7 +7,7 @@ import asyncio
 import sys
 
 from engram_server import __version__
-from engram_server.config import SETTINGS_DOC, ConfigError, load_settings
+from engram_server.config import SETTINGS_DOC, ConfigError, Settings, load_settings
 from engram_server.domain.errors import EngramError
 from engram_server.telemetry import configure_logging
 
@@ -20,6 +20,14 @@ def main(argv: list[str] | None = None) -> None:
     serve_p.add_argument("--host", help="override ENGRAM_HOST")
     serve_p.add_argument("--port", type=int, help="override ENGRAM_PORT")
     sub.add_parser("config", help="print the configuration variables and their current values")
+    compact_p = sub.add_parser(
+        "compact",
+        help="embedded store, server stopped: merge segments down to ENGRAM_EDGE_SEGMENTS and build due "
+        "indexes (e.g. after an import done with ENGRAM_EDGE_SEGMENTS=8)",
+    )
+    compact_p.add_argument(
+        "--collection", action="append", default=[], help="only this collection (repeatable; default: all)"
+    )
     hash_p = sub.add_parser(
         "hash-key", help="print the line to store in ENGRAM_AUTH_FILE for an API key (never the key itself)"
     )
@@ -47,6 +55,9 @@ def main(argv: list[str] | None = None) -> None:
             shown = "***" if value and "key" in name else value
             print(f"{var}={'' if shown is None else shown}")
         return
+    if args.command == "compact":
+        _compact(settings, args.collection)
+        return
     overrides = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
     settings = settings.with_overrides(**overrides)
     from engram_server.app import serve  # noqa: PLC0415
@@ -59,6 +70,23 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(f"engram: cannot start: {exc}")
     except KeyboardInterrupt:
         pass
+
+
+def _compact(settings: Settings, collections: list[str]) -> None:
+    from engram_server.app import compact  # noqa: PLC0415
+
+    try:
+        reports = asyncio.run(compact(settings, collections))
+    except (EngramError, ConfigError) as exc:
+        sys.exit(f"engram: compact: {exc}")
+    if not reports:
+        print(f"engram: compact: no collections under {settings.data_dir}")
+    for r in reports:
+        print(
+            f"{r.collection}: {r.segments_before} -> {r.segments_after} segments, {r.points:,} points "
+            f"({r.indexed_vectors:,} vectors indexed), {r.optimizer_rounds} optimizer round(s), "
+            f"{r.seconds:.1f} s"
+        )
 
 
 def _hash_key(key: str | None, *, generate: bool, scheme: str) -> None:

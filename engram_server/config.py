@@ -176,7 +176,8 @@ SETTINGS_DOC: list[tuple[str, str, str]] = [
         "Embedded store: how many segments the engine's optimizer keeps per collection (0 = the "
         "engine's choice, about one per core: every index build then merges the whole collection "
         "into one graph, which costs more as it grows; 8 keeps each build small for large imports, "
-        "at the price of searching several graphs). See Storage.",
+        "at the price of searching several graphs; afterwards `engram compact` merges down to the "
+        "value set then). See Storage.",
     ),
     (
         "gate_hnsw_ef",

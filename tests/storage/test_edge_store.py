@@ -408,6 +408,102 @@ async def test_segment_setting_bounds_what_each_index_build_merges(tmp_path: Pat
         await store.close()
 
 
+async def _import_in_segments(path: Path, rng: np.random.Generator) -> tuple[list[MemoryRecord], Vector]:
+    """A collection written the way a large import is (ENGRAM_EDGE_SEGMENTS=6, indexes built as it
+    grows), left with several segments."""
+    store = EdgeStore(path, hnsw_threshold=200, background_hnsw=True, segments=6)
+    await store.open()
+    recs: list[MemoryRecord] = []
+    vecs: list[Vector] = []
+    try:
+        await store.create_collection(spec())
+        for _ in range(8):
+            batch = [record() for _ in range(220)]
+            v = unit_vectors(len(batch), rng)
+            await store.upsert("default", [StoredPoint(r, x) for r, x in zip(batch, v, strict=True)])
+            await store.wait_optimized()
+            recs += batch
+            vecs.append(v)
+    finally:
+        await store.close()
+    return recs, np.vstack(vecs)
+
+
+async def test_compact_merges_an_import_s_segments_and_keeps_every_point(tmp_path: Path) -> None:
+    """``compact`` (``engram compact``) merges a collection imported with many segments down to the
+    store's setting, keeps every point findable, and the merge persists."""
+    rng = np.random.default_rng(31)
+    recs, vecs = await _import_in_segments(tmp_path, rng)
+    probes = [0, 500, 1000, len(recs) - 1]
+    store = EdgeStore(tmp_path, hnsw_threshold=200, segments=2)
+    await store.open()
+    try:
+        before = store._cols["default"].shard.info().segments_count  # white box: the engine's segments
+        assert before > 3
+        report = await store.compact("default")
+        assert (report.collection, report.segments_before, report.points) == ("default", before, len(recs))
+        assert report.segments_after <= 3 < before  # 2, plus at most the one being written
+        assert report.segments_after == store._cols["default"].shard.info().segments_count
+        assert report.optimizer_rounds >= 1 and report.indexed_vectors >= len(recs)
+        assert await store.count("default", StoreFilter()) == len(recs)
+        for k in probes:
+            found = await store.candidates("default", vecs[k], 5, StoreFilter())
+            assert found.ids[0] == recs[k].id
+        again = await store.compact("default")  # nothing left to do
+        assert again.optimizer_rounds == 0 and again.segments_after == report.segments_after
+    finally:
+        await store.close()
+    reopened = EdgeStore(tmp_path, hnsw_threshold=200, segments=2)
+    await reopened.open()
+    try:
+        assert reopened._cols["default"].shard.info().segments_count == report.segments_after
+    finally:
+        await reopened.close()
+
+
+def test_engram_compact_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``engram compact`` reports each collection; refuses a data directory a server holds, an
+    unknown collection, and a Qdrant server URL, with a message and a non-zero exit."""
+    from engram_server import cli  # noqa: PLC0415
+
+    rng = np.random.default_rng(32)
+    recs, _ = asyncio.run(_import_in_segments(tmp_path, rng))
+    monkeypatch.setenv("ENGRAM_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("ENGRAM_EDGE_SEGMENTS", "2")
+    cli.main(["compact"])
+    out = capsys.readouterr().out
+    assert out.startswith("default: ") and f"{len(recs):,} points" in out and "-> " in out
+
+    with pytest.raises(SystemExit) as unknown:
+        cli.main(["compact", "--collection", "nope"])
+    assert "'nope' does not exist" in str(unknown.value.code)
+
+    async def held() -> None:
+        server_store = EdgeStore(tmp_path)
+        await server_store.open()
+        try:
+            with pytest.raises(SystemExit) as busy:
+                await asyncio.to_thread(cli.main, ["compact"])
+            assert "in use by another process" in str(busy.value.code)
+        finally:
+            await server_store.close()
+
+    asyncio.run(held())
+
+    monkeypatch.setenv("ENGRAM_QDRANT_URL", "http://127.0.0.1:1")
+    with pytest.raises(SystemExit) as remote:
+        cli.main(["compact"])
+    assert "embedded store" in str(remote.value.code)
+
+    empty = tmp_path / "empty"
+    monkeypatch.delenv("ENGRAM_QDRANT_URL")
+    monkeypatch.setenv("ENGRAM_DATA_DIR", str(empty))
+    cli.main(["compact"])
+    assert "no collections" in capsys.readouterr().out and not empty.exists()
+
+
 async def test_neighbour_lookups_use_their_own_beam_width(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -115,6 +115,19 @@ _GENERATIONS = itertools.count(1)
 _UNRANKED_FIELDS: frozenset[str] = frozenset({"access_count", "last_accessed_at"})
 
 
+@dataclass(frozen=True, slots=True)
+class CompactionReport:
+    """What ``EdgeStore.compact`` did to one collection."""
+
+    collection: str
+    segments_before: int
+    segments_after: int
+    points: int
+    indexed_vectors: int  # dense and BM25 vectors in indexed segments
+    optimizer_rounds: int  # optimizer passes that changed something
+    seconds: float
+
+
 @dataclass
 class _Collection:
     spec: CollectionSpec
@@ -283,6 +296,36 @@ class EdgeStore:
             fut = col.optimizing
             if fut is not None:
                 await asyncio.wrap_future(fut)
+
+    async def compact(self, collection: str, *, max_rounds: int = 8) -> CompactionReport:
+        """Run the engine's optimizer on ``collection`` now, until it has nothing left to do: merge
+        its segments down to what this store is configured with (``segments``; 0 = the engine's
+        choice) and build every due HNSW index. Maintenance, for a store that serves no traffic
+        (``engram compact``): the optimizer holds the GIL throughout (seconds to many minutes).
+        Typical use: after an import done with many segments (``ENGRAM_EDGE_SEGMENTS=8``)."""
+        await self.wait_optimized()
+
+        def work() -> CompactionReport:
+            col = self._col(collection)
+            before = col.shard.info()
+            started = time.perf_counter()
+            rounds = 0
+            while rounds < max_rounds and col.shard.optimize():
+                rounds += 1
+            col.touch()  # results may differ (other graphs): no cached list survives
+            col.unindexed_bound = None
+            after = col.shard.info()
+            return CompactionReport(
+                collection=collection,
+                segments_before=before.segments_count,
+                segments_after=after.segments_count,
+                points=after.points_count,
+                indexed_vectors=after.indexed_vectors_count,
+                optimizer_rounds=rounds,
+                seconds=time.perf_counter() - started,
+            )
+
+        return await self._run(work)
 
     def generation(self, collection: str) -> int | None:
         col = self._cols.get(collection)

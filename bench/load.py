@@ -9,7 +9,10 @@ corpus through the API, then runs ghz scenarios — AddMemory, SearchMemories wi
 SearchMemories with one repeated query (the query-embedding and candidate caches), and a mixed
 workload (AddMemory, new questions and a repeated question side by side, 1 : 2 : 5) — at several
 concurrencies. ghz finds the API by server reflection. Every ghz JSON report and one
-Markdown summary (RPS, p50/p95/p99, status codes) go to results/load/.
+Markdown summary (RPS, p50/p95/p99, status codes) go to results/load/. When it starts the server
+(or with --model-rate) it measures the local model's own batch throughput in this process, on the
+same machine, right before each add / search-unique scenario, and reports the scenario's RPS as a
+ratio to it (÷ model).
 """
 
 from __future__ import annotations
@@ -17,8 +20,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import shutil
 import socket
+import string
 import subprocess
 import sys
 import tempfile
@@ -152,14 +157,66 @@ def run_together(
     return [json.loads(rep.read_text()) for rep in reports]
 
 
-def summary_row(sc: Scenario, rep: dict[str, Any]) -> str:
+#: Scenarios whose every request embeds one new text, and the model path it takes.
+EMBEDS = {"add": "documents", "search-unique": "queries"}
+
+
+def summary_row(sc: Scenario, rep: dict[str, Any], model_rate: float | None = None) -> str:
     dist = {d["percentage"]: d["latency"] for d in rep.get("latencyDistribution") or []}
     ms = {p: (dist.get(p, 0) or 0) / 1e6 for p in (50, 95, 99)}
     codes = ", ".join(f"{k}: {v}" for k, v in (rep.get("statusCodeDistribution") or {}).items())
+    rps = float(rep.get("rps", 0))
+    rate, ratio = (f"{model_rate:.1f}", f"{rps / model_rate:.2f}") if model_rate else ("", "")
     return (
-        f"| {sc.name} | {sc.concurrency} | {rep.get('count')} | {float(rep.get('rps', 0)):.0f} | "
+        f"| {sc.name} | {sc.concurrency} | {rep.get('count')} | {rps:.0f} | {rate} | {ratio} | "
         f"{ms[50]:.1f} | {ms[95]:.1f} | {ms[99]:.1f} | {codes} |"
     )
+
+
+class ModelRate:
+    """The local model's own batch throughput (texts/s), measured in this process while the server
+    is idle, on texts shaped like the scenarios' (a passage per AddMemory, a query per new
+    question), in batches of 32 (ENGRAM_EMBED_BATCH_MAX's default): what the server's throughput is
+    compared with. Measured right before each scenario it is compared with — this machine's speed
+    drifts by tens of percent within minutes, so a figure from the start of the run would not do."""
+
+    def __init__(self, seconds: float, batch: int = 32) -> None:
+        import asyncio  # noqa: PLC0415
+
+        from engram_server.adapters.embedding.local import LocalE5Embedder  # noqa: PLC0415
+
+        self._loop = asyncio.new_event_loop()
+        self._model = LocalE5Embedder()
+        self._loop.run_until_complete(self._model.warm_up())
+        self._seconds = seconds
+        self._batch = batch
+        self._rng = random.Random(7)
+        self._i = 0
+
+    def _text(self, kind: str) -> str:
+        self._i += 1
+        word = "".join(
+            self._rng.choice(string.ascii_letters) for _ in range(12 if kind == "documents" else 6)
+        )
+        if kind == "documents":
+            return f"load test note {self._i} {word} at {int(time.time())}"
+        return f"what did {word} write about taxes {self._i}"
+
+    def measure(self, kind: str) -> float:
+        async def run() -> float:
+            embed = self._model.embed_documents if kind == "documents" else self._model.embed_queries
+            await embed([self._text(kind) for _ in range(self._batch)])  # warm
+            done, start = 0, time.perf_counter()
+            while time.perf_counter() - start < self._seconds:
+                await embed([self._text(kind) for _ in range(self._batch)])
+                done += self._batch
+            return done / (time.perf_counter() - start)
+
+        return self._loop.run_until_complete(run())
+
+    def close(self) -> None:
+        self._loop.run_until_complete(self._model.close())
+        self._loop.close()
 
 
 def main() -> None:
@@ -169,6 +226,14 @@ def main() -> None:
     ap.add_argument("--concurrency", default="1,8,32", help="comma-separated concurrencies")
     ap.add_argument("--requests", type=int, default=400, help="requests per scenario and concurrency")
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "load")
+    ap.add_argument(
+        "--model-rate",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="also measure the local model's own batch throughput here, for the ÷ model column "
+        "(default: on when this script starts the server, off with --address)",
+    )
+    ap.add_argument("--model-seconds", type=float, default=10.0, help="seconds per model-rate measurement")
     args = ap.parse_args()
     ghz = ensure_ghz()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -187,6 +252,9 @@ def main() -> None:
         t0 = time.perf_counter()
         created = seed(address, args.seed)
         print(f"seeded {created} of {args.seed} memories in {time.perf_counter() - t0:.1f} s", flush=True)
+        meter: ModelRate | None = None
+        if args.model_rate if args.model_rate is not None else args.address is None:
+            meter = ModelRate(args.model_seconds)
         rows = []
         for c in (int(x) for x in args.concurrency.split(",")):
             scenarios = [
@@ -213,8 +281,12 @@ def main() -> None:
                 ),
             ]
             for sc in scenarios:
+                rate = None
+                if meter is not None and sc.name in EMBEDS:
+                    rate = meter.measure(EMBEDS[sc.name])
+                    print(f"the model alone: {rate:.1f} {EMBEDS[sc.name]}/s", flush=True)
                 print(f"ghz {sc.name} at concurrency {c} …", flush=True)
-                rows.append(summary_row(sc, run_ghz(ghz, address, sc, args.out)))
+                rows.append(summary_row(sc, run_ghz(ghz, address, sc, args.out), rate))
             together = mixed(c, args.requests)
             print(
                 f"ghz mixed workload at concurrency {c} ({', '.join(x.name for x in together)}) …", flush=True
@@ -224,13 +296,23 @@ def main() -> None:
         header = [
             f"# Engram load test ({time.strftime('%Y-%m-%d %H:%M')}, {address}, {created} seeded memories)",
             "",
-            "| scenario | concurrency | requests | RPS | p50 ms | p95 ms | p99 ms | status codes |",
-            "|---|---|---|---|---|---|---|---|",
+            "| scenario | concurrency | requests | RPS | model texts/s | ÷ model | p50 ms | p95 ms | p99 ms "
+            "| status codes |",
+            "|---|---|---|---|---|---|---|---|---|---|",
         ]
+        if meter is not None:
+            header[1:1] = [
+                "",
+                "model texts/s: the local model's own batch throughput (batches of 32, server idle), "
+                "measured in the load process just before the scenario, on texts of the same shape; "
+                "÷ model: the scenario's RPS over it (each of its requests embeds one new text).",
+            ]
         summary = "\n".join(header + rows) + "\n"
         (args.out / "summary.md").write_text(summary)
         print(summary)
     finally:
+        if meter is not None:
+            meter.close()
         if proc is not None:
             proc.terminate()
             proc.wait(timeout=60)

@@ -220,10 +220,25 @@ async def client_main(args: argparse.Namespace) -> None:
 
 
 def rss_of(pid: int | str = "self") -> int:
+    return rss_parts(pid)["VmRSS"]
+
+
+def _parts(parts: dict[str, float] | None) -> str:
+    if not parts:
+        return "parts not recorded"
+    return f"anonymous {parts['RssAnon']:.2f} GB, mapped files {parts['RssFile']:.2f} GB"
+
+
+def rss_parts(pid: int | str = "self") -> dict[str, int]:
+    """VmRSS and its parts from /proc/PID/status, in bytes: RssAnon (the process's own memory),
+    RssFile (file pages mapped in: the shard's memory-mapped segments, reclaimable page cache)
+    and RssShmem."""
+    out = {"VmRSS": 0, "RssAnon": 0, "RssFile": 0, "RssShmem": 0}
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    return 0
+        key = line.split(":", 1)[0]
+        if key in out:
+            out[key] = int(line.split()[1]) * 1024
+    return out
 
 
 async def ingest(args: argparse.Namespace, data_dir: Path, work: Path) -> dict[str, Any]:
@@ -272,7 +287,10 @@ async def ingest(args: argparse.Namespace, data_dir: Path, work: Path) -> dict[s
                 if row["done"] == last["done"]:
                     continue
             row["rate"] = (row["done"] - last["done"]) / max(1e-9, row["seconds"] - last["seconds"])
-            row["server_rss_gb"] = rss_of() / 1e9
+            parts = rss_parts()
+            row["server_rss_gb"] = parts["VmRSS"] / 1e9
+            row["server_rss_anon_gb"] = parts["RssAnon"] / 1e9
+            row["server_rss_file_gb"] = parts["RssFile"] / 1e9
             timeline.append(row)
             last = row
             print(
@@ -345,6 +363,7 @@ async def serve_and_measure(args: argparse.Namespace, data_dir: Path, memories: 
         res["ranking_fields_loaded_s"] = time.perf_counter() - t
         await asyncio.sleep(2.0)
         res["rss_idle_gb"] = rss_of(proc.pid) / 1e9
+        res["rss_idle_parts_gb"] = {k: v / 1e9 for k, v in rss_parts(proc.pid).items()}
         print(f"engram serve ready in {res['start_s']:.0f} s, RSS {res['rss_idle_gb']:.2f} GB", flush=True)
         rng = random.Random(7)
         samples: dict[str, list[float]] = {}
@@ -419,15 +438,21 @@ def report(res: dict[str, Any]) -> str:
         f"last call {ing['index_wait_after_ingest_s']:.0f} s; vectors looked up {ing['looked_up']:,}, "
         f"embedded by the model {ing['model_embedded']:,}",
         "",
-        "| memories sent | memories/s in the window | server RSS (GB, incl. the corpus table) |",
-        "|---|---|---|",
+        "| memories sent | memories/s in the window | server RSS (GB, incl. the corpus table) "
+        "| of which anonymous | of which mapped files |",
+        "|---|---|---|---|---|",
     ]
-    lines += [f"| {r['done']:,} | {r['rate']:.0f} | {r['server_rss_gb']:.2f} |" for r in ing["timeline"]]
+    lines += [
+        f"| {r['done']:,} | {r['rate']:.0f} | {r['server_rss_gb']:.2f} | "
+        f"{r.get('server_rss_anon_gb', float('nan')):.2f} | {r.get('server_rss_file_gb', float('nan')):.2f} |"
+        for r in ing["timeline"]
+    ]
     lines += [
         "",
         f"`engram serve` on the result (default stack): ready in {srv['start_s']:.0f} s, ranking fields "
         f"loaded in the background after {srv.get('ranking_fields_loaded_s', float('nan')):.0f} s; RSS idle "
-        f"{srv['rss_idle_gb']:.2f} GB, after the samples {srv['rss_after_gb']:.2f} GB; disk "
+        f"{srv['rss_idle_gb']:.2f} GB ({_parts(srv.get('rss_idle_parts_gb'))}), after the samples "
+        f"{srv['rss_after_gb']:.2f} GB; disk "
         f"{srv['disk_bytes_per_memory']:.0f} B/memory",
         "",
         "| call | n | p50 ms | p95 ms | p99 ms |",

@@ -6,9 +6,12 @@ Layout::
     <data_dir>/collections/<name>/spec.json   the CollectionSpec (written atomically)
     <data_dir>/collections/<name>/shard/      the EdgeShard (WAL, segments, edge_config.json)
 
-Threads. EdgeShard calls are synchronous and hold the GIL while they run (queries included),
-so running them on several threads buys no parallelism, only contention. Every shard call of a
-store therefore runs on ONE worker thread ("engram-edge-io"); that also makes each Store method
+Threads. EdgeShard calls are synchronous, and most hold the GIL while they run: ``optimize()``
+and a query batch with a sparse (BM25) request do; a dense ``query`` alone releases it (measured
+with qdrant-edge-py 0.9.0: splitting the candidates' batch into two calls to release it gained
+nothing under load, 49.2 vs 48.2 searches/s). Several threads would buy contention rather than
+parallelism, so every shard call of a
+store runs on ONE worker thread ("engram-edge-io"); that also makes each Store method
 atomic with respect to the others (e.g. delete_where's count and delete). The event loop only
 awaits futures.
 

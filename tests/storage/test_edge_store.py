@@ -389,14 +389,7 @@ async def test_segment_setting_bounds_what_each_index_build_merges(tmp_path: Pat
     store = EdgeStore(tmp_path, hnsw_threshold=200, background_hnsw=True, segments=segments)
     await store.open()
     try:
-        await store.create_collection(spec())
-        recs: list[MemoryRecord] = []
-        for _ in range(8):
-            batch = [record() for _ in range(220)]
-            vecs = unit_vectors(len(batch), rng)
-            await store.upsert("default", [StoredPoint(r, v) for r, v in zip(batch, vecs, strict=True)])
-            await store.wait_optimized()
-            recs += batch
+        recs, _ = await _write_in_batches(store, rng)
         info = store._cols["default"].shard.info()  # white box: the engine's segments
         if segments:
             assert 2 < info.segments_count <= segments + 1
@@ -408,25 +401,30 @@ async def test_segment_setting_bounds_what_each_index_build_merges(tmp_path: Pat
         await store.close()
 
 
+async def _write_in_batches(store: EdgeStore, rng: np.random.Generator) -> tuple[list[MemoryRecord], Vector]:
+    """Create "default" and write 8 batches of 220 points, waiting for each index build."""
+    await store.create_collection(spec())
+    recs: list[MemoryRecord] = []
+    vecs: list[Vector] = []
+    for _ in range(8):
+        batch = [record() for _ in range(220)]
+        v = unit_vectors(len(batch), rng)
+        await store.upsert("default", [StoredPoint(r, x) for r, x in zip(batch, v, strict=True)])
+        await store.wait_optimized()
+        recs += batch
+        vecs.append(v)
+    return recs, np.vstack(vecs)
+
+
 async def _import_in_segments(path: Path, rng: np.random.Generator) -> tuple[list[MemoryRecord], Vector]:
     """A collection written the way a large import is (ENGRAM_EDGE_SEGMENTS=6, indexes built as it
     grows), left with several segments."""
     store = EdgeStore(path, hnsw_threshold=200, background_hnsw=True, segments=6)
     await store.open()
-    recs: list[MemoryRecord] = []
-    vecs: list[Vector] = []
     try:
-        await store.create_collection(spec())
-        for _ in range(8):
-            batch = [record() for _ in range(220)]
-            v = unit_vectors(len(batch), rng)
-            await store.upsert("default", [StoredPoint(r, x) for r, x in zip(batch, v, strict=True)])
-            await store.wait_optimized()
-            recs += batch
-            vecs.append(v)
+        return await _write_in_batches(store, rng)
     finally:
         await store.close()
-    return recs, np.vstack(vecs)
 
 
 async def test_compact_merges_an_import_s_segments_and_keeps_every_point(tmp_path: Path) -> None:

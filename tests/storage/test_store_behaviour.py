@@ -833,3 +833,64 @@ async def test_generation_changes_on_every_write_that_can_change_search(store: S
     assert store.generation("default") is None
     await store.create_collection(spec())
     assert changed()
+
+
+@pytest.mark.parametrize("dead_nearest", [3, 60])
+async def test_live_candidates_skip_dead_points_however_many_are_nearest(
+    store: Store, dead_nearest: int
+) -> None:
+    """A search's filter (live at a time, current, not a draft) drops history versions, drafts and
+    expired points even when they are the nearest ones: a few (within the embedded store's margin
+    of extra nearest points it fetches unfiltered) or more than that margin (the engine filters).
+    Every live point is then exactly where a brute-force reading puts it."""
+    from engram_server.adapters.lexical import LEXICAL_ENCODER_ID, Bm25Encoder  # noqa: PLC0415
+
+    enc = Bm25Encoder()
+    await store.create_collection(replace(spec(), lexical=LEXICAL_ENCODER_ID))
+    rng = np.random.default_rng(40 + dead_nearest)
+    query = unit_vectors(1, rng)[0]
+    n = 150
+    # points ever farther from the query, so the nearest are the first ones
+    noise = unit_vectors(n, rng)
+    vecs = np.stack([query * (1.0 - i / n) + noise[i] * (0.05 + i / n) for i in range(n)])
+    vecs = (vecs / np.linalg.norm(vecs, axis=1, keepdims=True)).astype(np.float32)
+    now = 10_000.0
+    kinds = ("superseded", "draft", "expired")
+    dead = (
+        {i: kinds[i % 3] for i in range(dead_nearest)}
+        if dead_nearest > 3
+        else {0: kinds[0], 2: kinds[1], 5: kinds[2]}
+    )
+    recs = []
+    for i in range(n):
+        kind = dead.get(i)
+        recs.append(
+            record(
+                content=f"walnut story {i}" if i % 20 == 0 else f"note number {i}",
+                valid_until=now - 1.0 if kind == "expired" else now + 1000.0 + i,
+                superseded_by=str(uuid.uuid4()) if kind == "superseded" else None,
+                draft=kind == "draft",
+            )
+        )
+    await store.upsert(
+        "default", [StoredPoint(r, vecs[i], enc.encode_document(r.content)) for i, r in enumerate(recs)]
+    )
+    cos = vecs @ query
+    live = [i for i in np.argsort(-cos, kind="stable") if i not in dead]
+    for limit in (1, 10):
+        found = await store.candidates("default", query, limit, StoreFilter(live_at=now))
+        assert found.ids == [recs[i].id for i in live[:limit]]
+        np.testing.assert_allclose(found.cosine, cos[live[:limit]], atol=1e-5)
+        assert set(found.ids).isdisjoint(recs[i].id for i in dead)
+    # with BM25: every live "walnut" memory is a candidate, with its cosine; no dead one is
+    hybrid = await store.candidates(
+        "default", query, 10, StoreFilter(live_at=now), sparse=enc.encode_query("walnut")
+    )
+    walnuts = {recs[i].id for i in range(0, n, 20) if i not in dead}  # fewer than 10
+    assert walnuts <= set(hybrid.ids)
+    assert set(hybrid.ids) <= walnuts | {recs[i].id for i in live[:10]}
+    assert set(hybrid.ids).isdisjoint(recs[i].id for i in dead)
+    for k, pid in enumerate(hybrid.ids):
+        i = next(j for j, r in enumerate(recs) if r.id == pid)
+        assert hybrid.cosine[k] == pytest.approx(float(cos[i]), abs=1e-5)
+        assert (hybrid.lexical[k] > 0) == (i % 20 == 0)

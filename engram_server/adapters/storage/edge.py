@@ -72,6 +72,8 @@ from engram_server.adapters.storage.payload import (
     canonical_offset,
     encode_updates,
     filter_plan,
+    is_live,
+    live_only_at,
     point_id,
     point_vectors,
     rank_fields,
@@ -109,6 +111,9 @@ _INDEX_SCHEMA: Mapping[str, qe.PayloadSchemaType] = {
     "integer": qe.PayloadSchemaType.Integer,
 }
 _SCROLL_BATCH = 1024
+#: A search without user filters asks the engine, unfiltered, for this many (at least; a quarter
+#: of the limit for large limits) more nearest points than it needs and drops the dead ones itself.
+_LIVENESS_MARGIN = 16
 
 
 #: Generations are unique across collections and their re-creations (see ``EdgeStore.generation``).
@@ -639,17 +644,29 @@ class EdgeStore:
             if limit <= 0:
                 return out.build()
             edge_filter = _edge_filter(filter_plan(flt))
-            # Ids and scores only (each attribute read of an engine hit converts it anew: read
-            # each once); the ranking fields come from ``col.ranks``, missing ones from the engine.
-            requests = [
-                qe.QueryRequest(
-                    limit=limit,
+            # A search without user filters wants the live current points only. The engine pays
+            # for a filter at every graph node it visits (measured at 100k: top-100 2.3 ms with
+            # the liveness filter, 1.3 ms for an unfiltered top-125), while the ranking fields
+            # kept beside it (``col.ranks``) tell liveness for free: ask for a margin more
+            # nearest points, unfiltered, and keep the first ``limit`` live ones. Exact whenever
+            # that many are live among them (every other live point is farther); otherwise the
+            # filtered query runs.
+            live_at = live_only_at(flt)
+            post = live_at is not None
+            dense_limit = limit + max(_LIVENESS_MARGIN, limit // 4) if post else limit
+
+            def dense_request(n: int, where: qe.Filter | None) -> qe.QueryRequest:
+                # Ids and scores only (each attribute read of an engine hit converts it anew:
+                # read each once); the ranking fields come from ``col.ranks``.
+                return qe.QueryRequest(
+                    limit=n,
                     query=qe.Query.Nearest(query),
-                    filter=edge_filter,
+                    filter=where,
                     with_payload=False,
                     with_vector=want_vector,
                 )
-            ]
+
+            requests = [dense_request(dense_limit, None if post else edge_filter)]
             lexical = bool(sparse) and col.spec.lexical is not None
             if lexical and sparse is not None:
                 requests.append(
@@ -665,50 +682,61 @@ class EdgeStore:
                 )
             # One planned batch: the engine runs the dense and the sparse query together.
             results = col.shard.query_batch(qe.QueryBatchRequest(requests))
-            dense: list[tuple[Any, str, float, Any]] = []  # (engine id, key, cosine, vector)
-            for h in results[0]:
-                pid = h.id
-                dense.append((pid, str(pid), h.score, h.vector if with_vectors else None))
+            ranks = col.ranks
+
+            def hits(found: Sequence[Any]) -> list[tuple[Any, str, float, Any]]:
+                """(engine id, key, cosine, vector) of each hit, its ranking fields in ``ranks``."""
+                rows = []
+                for h in found:
+                    pid = h.id
+                    rows.append((pid, str(pid), h.score, h.vector if with_vectors else None))
+                missing = [pid for pid, key, _, _ in rows if key not in ranks]
+                if missing:
+                    for r in col.shard.retrieve(missing, list(CANDIDATE_FIELDS), False):
+                        key = str(r.id)
+                        ranks[key] = rank_fields(key, r.payload, collection)
+                for _, key, _, _ in rows:
+                    if key not in ranks:  # deleted under us cannot happen (one thread)
+                        raise StorageUnavailable(
+                            f"point {key} in collection {collection!r} vanished during a query"
+                        )
+                return rows
+
+            dense = hits(results[0])
             lexical_score: dict[str, float] = {}
-            only_lexical: dict[str, Any] = {}
             if lexical:
-                in_dense = {key for _, key, _, _ in dense}
                 for h in results[1]:
                     score = h.score
-                    if score <= 0:
-                        continue
-                    pid = h.id
-                    key = str(pid)
-                    lexical_score[key] = score
-                    if key not in in_dense:
-                        only_lexical[key] = pid
-            if only_lexical:
-                # Their cosine, exactly, from the engine: a dense query restricted to these ids
-                # (cheaper than shipping their vectors to Python).
-                for c in col.shard.query(
-                    qe.QueryRequest(
-                        limit=len(only_lexical),
-                        query=qe.Query.Nearest(query),
-                        filter=qe.Filter(must=[qe.HasIdCondition(set(only_lexical.values()))]),
-                        with_payload=False,
-                        with_vector=want_vector,
+                    if score > 0:
+                        lexical_score[str(h.id)] = score
+            if post and live_at is not None:
+                live = [row for row in dense if is_live(ranks[row[1]], live_at)]
+                if len(live) >= limit or len(dense) < dense_limit:
+                    # (nearest live ones past the first ``limit`` stay when BM25 found them too:
+                    # their cosine is known)
+                    dense = [row for k, row in enumerate(live) if k < limit or row[1] in lexical_score]
+                else:  # more dead than the margin among the nearest: the engine filters
+                    dense = hits(col.shard.query(dense_request(limit, edge_filter)))
+            if lexical:
+                in_dense = {key for _, key, _, _ in dense}
+                only_lexical = [pid for pid in lexical_score if pid not in in_dense]
+                if only_lexical:
+                    # Their cosine, exactly, from the engine: a dense query restricted to these
+                    # ids (cheaper than shipping their vectors to Python); all found: nothing
+                    # writes between the queries (one thread).
+                    dense += hits(
+                        col.shard.query(
+                            qe.QueryRequest(
+                                limit=len(only_lexical),
+                                query=qe.Query.Nearest(query),
+                                filter=qe.Filter(must=[qe.HasIdCondition(set(only_lexical))]),
+                                with_payload=False,
+                                with_vector=want_vector,
+                            )
+                        )
                     )
-                ):  # all found: nothing writes between the queries (one thread)
-                    pid = c.id
-                    dense.append((pid, str(pid), c.score, c.vector if with_vectors else None))
-            ranks = col.ranks
-            missing = [pid for pid, key, _, _ in dense if key not in ranks]
-            if missing:
-                for r in col.shard.retrieve(missing, list(CANDIDATE_FIELDS), False):
-                    key = str(r.id)
-                    ranks[key] = rank_fields(key, r.payload, collection)
             for _, key, cosine, vec in dense:
-                rank = ranks.get(key)
-                if rank is None:  # deleted under us cannot happen (one thread): the engine lost it
-                    raise StorageUnavailable(
-                        f"point {key} in collection {collection!r} vanished during a query"
-                    )
-                out.add_row(key, rank, cosine, lexical=lexical_score.get(key, 0.0), vector=vec)
+                out.add_row(key, ranks[key], cosine, lexical=lexical_score.get(key, 0.0), vector=vec)
             return out.build()
 
         return await self._run(work)

@@ -62,6 +62,8 @@ __all__ = [
     "encode_fields",
     "encode_updates",
     "filter_plan",
+    "is_live",
+    "live_only_at",
     "point_id",
     "point_vectors",
     "record_from_payload",
@@ -190,13 +192,22 @@ def record_from_payload(point_id: object, collection: str, payload: Mapping[str,
 
 
 #: The payload fields a ranking candidate needs (``Store.candidates`` fetches only these).
-CANDIDATE_FIELDS: Final[tuple[str, ...]] = ("type", "importance", "created_at", "valid_until", "script")
+CANDIDATE_FIELDS: Final[tuple[str, ...]] = (
+    "type",
+    "importance",
+    "created_at",
+    "valid_until",
+    "script",
+    "superseded_by",
+    "draft",
+)
 
 _TYPE_OF: Final[dict[str, MemoryType]] = {t.value: t for t in MemoryType}
 
 #: What ranking needs of a point, read from its payload: type, importance, created_at,
-#: valid_until, script (see :func:`rank_fields`).
-RankFields = tuple[MemoryType, float, float, float, str]
+#: valid_until, script, and whether it is current (neither a history version nor a draft), so
+#: that whether a point is live can be told without the engine (see :func:`rank_fields`).
+RankFields = tuple[MemoryType, float, float, float, str, bool]
 
 
 #: Shared objects for the few values importance and script take (rank fields are kept per point).
@@ -216,11 +227,32 @@ def rank_fields(key: str, payload: Mapping[str, Any] | None, collection: str) ->
             float(p["created_at"]),
             float(p.get("valid_until", NEVER)),
             _SCRIPTS.setdefault(script, script) if len(_SCRIPTS) < 64 else script,
+            _is_empty(p.get("superseded_by")) and _is_empty(p.get("draft")),
         )
     except (KeyError, ValueError, TypeError) as exc:
         raise StorageUnavailable(
             f"point {key} in collection {collection!r} has an unreadable payload: {exc!r}"
         ) from exc
+
+
+def _is_empty(value: Any) -> bool:
+    """What an is-empty condition (:class:`IsEmpty`) matches: absent, null or an empty list."""
+    return value is None or value == []
+
+
+def live_only_at(flt: StoreFilter) -> float | None:
+    """``flt.live_at`` if ``flt`` asks for nothing but the live current memories at that time (the
+    filter of a search without user filters), which :func:`is_live` decides from a point's
+    ranking fields alone; None otherwise."""
+    live_at = flt.live_at
+    if live_at is not None and flt == StoreFilter(live_at=live_at):
+        return live_at
+    return None
+
+
+def is_live(rank: RankFields, live_at: float) -> bool:
+    """Whether a point with these ranking fields matches ``StoreFilter(live_at=live_at)``."""
+    return rank[5] and rank[3] > live_at
 
 
 class CandidateBuilder:
@@ -277,7 +309,7 @@ class CandidateBuilder:
         """Add a candidate whose ranking fields are known (no-op if ``key`` is already one)."""
         if key in self._row:
             return
-        kind, importance, created, until, script = rank
+        kind, importance, created, until, script, _ = rank
         self._row[key] = len(self.ids)
         self.ids.append(key)
         self.types.append(kind)

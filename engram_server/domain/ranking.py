@@ -95,14 +95,64 @@ def hybrid_relevance(
     if n < 2 or params.context_weight <= 0 or params.context_window <= 0:
         return matched
     t = np.asarray(created_at, dtype=np.float64)
-    near = np.abs(t[:, None] - t[None, :]) <= params.context_window
-    if episodic is not None:
-        ep = np.asarray(episodic, dtype=bool)
-        near &= ep[:, None] & ep[None, :]
-    np.fill_diagonal(near, False)
-    best = np.where(near, matched[None, :], -np.inf).max(axis=1)
+    members = np.arange(n) if episodic is None else np.flatnonzero(np.asarray(episodic, dtype=bool))
+    if len(members) < 2:
+        return matched
+    best = np.full(n, -np.inf)
+    best[members] = best_neighbour(t[members], matched[members], params.context_window)
     lift = np.where(np.isfinite(best), np.maximum(0.0, best - matched), 0.0)
     return np.asarray(matched + params.context_weight * lift, dtype=np.float64)
+
+
+def best_neighbour(
+    times: npt.NDArray[np.float64], values: npt.NDArray[np.float64], window: float
+) -> npt.NDArray[np.float64]:
+    """For each item, the largest ``values`` of the *other* items whose time is within ``window`` of
+    its own (``|t_j − t_i| ≤ window``), −inf when there is none. O(n log n): the items sorted by
+    time, each one's neighbours are a contiguous run on either side of it, whose maxima a sparse
+    table answers (for a search's few hundred candidates this is ~10× cheaper than the n × n
+    comparison)."""
+    n = len(times)
+    order = np.argsort(times, kind="stable")
+    ts, vs = times[order], values[order]
+    lo = np.searchsorted(ts, ts - window, side="left")
+    hi = np.searchsorted(ts, ts + window, side="right")
+    # ``t ± window`` rounds: move each edge to where ``|t_j − t_i| ≤ window`` itself says
+    # (monotone in t_j: rarely a step; ties in time step together).
+    padded = np.concatenate(([-np.inf], ts, [np.inf]))  # padded[k + 1] = ts[k]
+    while True:
+        step = (ts - padded[lo + 1] > window).astype(np.intp) - (ts - padded[lo] <= window)
+        if not step.any():
+            break
+        lo += step
+    while True:
+        step = (padded[hi + 1] - ts <= window).astype(np.intp) - (padded[hi] - ts > window)
+        if not step.any():
+            break
+        hi += step
+    # table[k, i] = max(vs[i : i + 2**k]) (−inf past the end)
+    levels = max(1, int(n).bit_length())
+    table = np.full((levels, n), -np.inf)
+    table[0] = vs
+    for k in range(1, levels):
+        half = 1 << (k - 1)
+        table[k, : n - half] = np.maximum(table[k - 1, : n - half], table[k - 1, half:])
+
+    def run_max(a: npt.NDArray[np.intp], b: npt.NDArray[np.intp]) -> npt.NDArray[np.float64]:
+        """max(vs[a:b]) per item, −inf for an empty run."""
+        length = b - a
+        k = np.zeros(n, dtype=np.intp)
+        nonempty = length > 0
+        k[nonempty] = np.log2(length[nonempty]).astype(np.intp)
+        right = np.maximum(b - (1 << k), 0)
+        out = np.maximum(table[k, np.minimum(a, n - 1)], table[k, right])
+        return np.where(nonempty, out, -np.inf)
+
+    here = np.arange(n)
+    sorted_best = np.maximum(run_max(lo, here), run_max(here + 1, hi))
+    out = np.empty(n)
+    out[order] = sorted_best
+    return out
 
 
 def impute_blind_lexical(
@@ -131,8 +181,20 @@ def impute_blind_lexical(
     ref_sem = np.sort(semantic[seen])
     p = np.searchsorted(ref_sem, semantic[missing], side="right") / len(ref_sem)
     out = lexical.copy()
-    out[missing] = np.quantile(lexical[seen], p)
+    out[missing] = _quantile_linear(np.sort(lexical[seen]), p)
     return out
+
+
+def _quantile_linear(ordered: npt.NDArray[np.float64], q: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """``np.quantile(ordered, q)`` (its default, linear method) of already sorted values, without
+    its generic machinery (a tenth of the time for a search's candidates); same arithmetic."""
+    at = q * (len(ordered) - 1)
+    below = np.floor(at).astype(np.intp)
+    above = np.minimum(below + 1, len(ordered) - 1)
+    t = at - below
+    a, b = ordered[below], ordered[above]
+    diff = b - a
+    return np.where(t >= 0.5, b - diff * (1 - t), a + diff * t)
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,7 +234,7 @@ def fuse(
 
 def decay_array(types: Sequence[MemoryType]) -> npt.NDArray[np.float64]:
     """The hourly decay factor of each memory type (see :data:`DECAY_PER_HOUR`)."""
-    return np.fromiter((DECAY_PER_HOUR[t] for t in types), dtype=np.float64, count=len(types))
+    return np.fromiter(map(DECAY_PER_HOUR.__getitem__, types), dtype=np.float64, count=len(types))
 
 
 def recency_array(

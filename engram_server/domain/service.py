@@ -19,7 +19,7 @@ from collections import OrderedDict
 from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -856,17 +856,16 @@ class MemoryService:
         raw = found.cosine
         off = self._cross_script_offset
         if off and query.script and n:
-            raw = raw + np.fromiter(
-                (off.get((query.script, sc), 0.0) for sc in found.scripts), dtype=np.float64, count=n
-            )
-        seen = ("", *query.word_scripts)
+            shift = {sc: off.get((query.script, sc), 0.0) for sc in set(found.scripts)}
+            raw = raw + np.fromiter(map(shift.__getitem__, found.scripts), dtype=np.float64, count=n)
+        seen = frozenset(("", *query.word_scripts))
         relevance = hybrid_relevance(
             self._cal.relevance_array(raw),
             found.lexical,
             found.created_at,
             self.policy.hybrid,
-            np.fromiter((t is MemoryType.EVENT for t in found.types), dtype=bool, count=n),
-            blind=np.fromiter((sc not in seen for sc in found.scripts), dtype=bool, count=n),
+            np.fromiter(map(_IS_EVENT.__getitem__, found.types), dtype=bool, count=n),
+            blind=~np.fromiter(map(seen.__contains__, found.scripts), dtype=bool, count=n),
         )
         return _Pool(found, relevance, decay_array(found.types))
 
@@ -1445,6 +1444,8 @@ def _decode_token(token: str, collection: str) -> str | None:
     return offset
 
 
+#: Which memory types take part in episode context (see :func:`hybrid_relevance`).
+_IS_EVENT: Final[dict[MemoryType, bool]] = {t: t is MemoryType.EVENT for t in MemoryType}
 _EDGE_PUNCTUATION = " \t\r\n.,;:!?…。，；：！？、\"'`“”‘’()[]{}（）【】-—~*_"
 
 

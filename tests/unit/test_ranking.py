@@ -11,6 +11,7 @@ from engram_server.domain.ranking import (
     FusionMode,
     HybridParams,
     Weights,
+    best_neighbour,
     decay_array,
     fuse,
     fuse_array,
@@ -200,3 +201,39 @@ def test_array_forms_match_the_scalar_ones() -> None:
             assert rec[i] == recency(t, float(created[i]), now)
             want = fuse(float(relevance[i]), rec[i], int(importance[i]), Weights(), 0.0, mode=mode)
             assert final[i] == want.final
+
+
+def test_best_neighbour_is_the_brute_force_reading_of_the_episode_window() -> None:
+    """The O(n log n) episode neighbour search against the n × n definition: ties in time, items
+    exactly ``window`` apart, single items, runs longer than a power of two."""
+    rng = np.random.default_rng(7)
+    for _ in range(2000):
+        n = int(rng.integers(1, 70))
+        t = np.round(rng.random(n) * rng.choice([50.0, 1000.0, 6000.0]), int(rng.integers(0, 2)))
+        if n > 3:
+            t[1] = t[0] + 300.0  # exactly on the window's edge
+            t[3] = t[2]  # the same second
+        v = rng.random(n)
+        near = np.abs(t[:, None] - t[None, :]) <= 300.0
+        np.fill_diagonal(near, False)
+        want = np.where(near, v[None, :], -np.inf).max(axis=1)
+        assert np.array_equal(best_neighbour(t, v, 300.0), want)
+
+
+def test_blind_imputation_uses_numpy_s_linear_quantile() -> None:
+    rng = np.random.default_rng(8)
+    for _ in range(500):
+        n = int(rng.integers(2, 60))
+        sem = rng.random(n)
+        lex = np.where(rng.random(n) < 0.4, 0.0, rng.random(n))
+        blind = rng.random(n) < 0.3
+        missing = blind & (lex <= 0)
+        seen = ~missing
+        out = impute_blind_lexical(sem, lex, blind)
+        if not missing.any() or not seen.any():
+            assert np.array_equal(out, lex)
+            continue
+        p = np.searchsorted(np.sort(sem[seen]), sem[missing], side="right") / seen.sum()
+        want = lex.copy()
+        want[missing] = np.quantile(lex[seen], p)
+        assert np.array_equal(out, want)

@@ -68,6 +68,7 @@ from engram_server.adapters.storage.payload import (
     Range,
     RankFields,
     as_vector,
+    candidate_columns,
     canonical_ids,
     canonical_offset,
     encode_updates,
@@ -640,9 +641,8 @@ class EdgeStore:
 
         def work() -> Candidates:
             col = self._col(collection)
-            out = CandidateBuilder(collection, with_vectors=with_vectors)
             if limit <= 0:
-                return out.build()
+                return CandidateBuilder(collection, with_vectors=with_vectors).build()
             edge_filter = _edge_filter(filter_plan(flt))
             # A search without user filters wants the live current points only. The engine pays
             # for a filter at every graph node it visits (measured at 100k: top-100 2.3 ms with
@@ -735,9 +735,15 @@ class EdgeStore:
                             )
                         )
                     )
-            for _, key, cosine, vec in dense:
-                out.add_row(key, ranks[key], cosine, lexical=lexical_score.get(key, 0.0), vector=vec)
-            return out.build()
+            keys = [key for _, key, _, _ in dense]
+            return candidate_columns(
+                collection,
+                keys,
+                [ranks[key] for key in keys],
+                [cosine for _, _, cosine, _ in dense],
+                [lexical_score.get(key, 0.0) for key in keys],
+                vectors=[vec for _, _, _, vec in dense] if with_vectors else None,
+            )
 
         return await self._run(work)
 

@@ -57,6 +57,7 @@ __all__ = [
     "MatchValue",
     "Range",
     "as_vector",
+    "candidate_columns",
     "canonical_ids",
     "canonical_offset",
     "encode_fields",
@@ -353,6 +354,40 @@ class CandidateBuilder:
 
 
 _SETTABLE: Final[frozenset[str]] = frozenset(f.name for f in fields(MemoryRecord)) - {"id", "collection"}
+
+
+def candidate_columns(
+    collection: str,
+    keys: Sequence[str],
+    ranks: Sequence[RankFields],
+    cosine: Sequence[float],
+    lexical: Sequence[float],
+    *,
+    vectors: Sequence[object] | None = None,
+) -> Candidates:
+    """:class:`Candidates` from rows already unique and in order (row ``i``: point ``keys[i]``, its
+    ranking fields, scores and, when asked for, vector), column by column in one pass each (what
+    :class:`CandidateBuilder` does row by row, several times cheaper for a search's hundreds)."""
+    if not keys:
+        return CandidateBuilder(collection, with_vectors=vectors is not None).build()
+    types, importance, created, until, scripts, _ = zip(*ranks, strict=True)
+    stacked = None
+    if vectors is not None:
+        if any(v is None for v in vectors):
+            raise StorageUnavailable(f"a candidate in collection {collection!r} came back without its vector")
+        stacked = np.vstack([as_vector(v) for v in vectors]).astype(np.float32)
+    return Candidates(
+        collection=collection,
+        ids=list(keys),
+        types=list(types),
+        importance=np.array(importance, dtype=np.float64),
+        created_at=np.array(created, dtype=np.float64),
+        cosine=np.array(cosine, dtype=np.float64),
+        lexical=np.array(lexical, dtype=np.float64),
+        scripts=list(scripts),
+        valid_until=np.array(until, dtype=np.float64),
+        vectors=stacked,
+    )
 
 
 def _encode_value(name: str, value: Any) -> Any:

@@ -11,8 +11,8 @@ workload (AddMemory, new questions and a repeated question side by side, 1 : 2 :
 concurrencies. ghz finds the API by server reflection. Every ghz JSON report and one
 Markdown summary (RPS, p50/p95/p99, status codes) go to results/load/. When it starts the server
 (or with --model-rate) it measures the local model's own batch throughput in this process, on the
-same machine, right before each add / search-unique scenario, and reports the scenario's RPS as a
-ratio to it (÷ model).
+same machine, right before and right after each add / search-unique scenario, and reports the
+scenario's RPS as a ratio to their mean (÷ model).
 """
 
 from __future__ import annotations
@@ -161,12 +161,17 @@ def run_together(
 EMBEDS = {"add": "documents", "search-unique": "queries"}
 
 
-def summary_row(sc: Scenario, rep: dict[str, Any], model_rate: float | None = None) -> str:
+def summary_row(sc: Scenario, rep: dict[str, Any], model_rates: tuple[float, float] | None = None) -> str:
+    """One row of the summary; ``model_rates``: the model's throughput right before and right
+    after the scenario (the ratio is over their mean)."""
     dist = {d["percentage"]: d["latency"] for d in rep.get("latencyDistribution") or []}
     ms = {p: (dist.get(p, 0) or 0) / 1e6 for p in (50, 95, 99)}
     codes = ", ".join(f"{k}: {v}" for k, v in (rep.get("statusCodeDistribution") or {}).items())
     rps = float(rep.get("rps", 0))
-    rate, ratio = (f"{model_rate:.1f}", f"{rps / model_rate:.2f}") if model_rate else ("", "")
+    rate, ratio = "", ""
+    if model_rates:
+        before, after = model_rates
+        rate, ratio = f"{before:.1f} / {after:.1f}", f"{rps / ((before + after) / 2):.2f}"
     return (
         f"| {sc.name} | {sc.concurrency} | {rep.get('count')} | {rps:.0f} | {rate} | {ratio} | "
         f"{ms[50]:.1f} | {ms[95]:.1f} | {ms[99]:.1f} | {codes} |"
@@ -177,8 +182,9 @@ class ModelRate:
     """The local model's own batch throughput (texts/s), measured in this process while the server
     is idle, on texts shaped like the scenarios' (a passage per AddMemory, a query per new
     question), in batches of 32 (ENGRAM_EMBED_BATCH_MAX's default): what the server's throughput is
-    compared with. Measured right before each scenario it is compared with — this machine's speed
-    drifts by tens of percent within minutes, so a figure from the start of the run would not do."""
+    compared with. Measured right before and right after each scenario it is compared with — this
+    machine's speed drifts by tens of percent within minutes, so a figure from the start of the run
+    would not do, and one taken on a single side of the scenario can be off by 10–15 %."""
 
     def __init__(self, seconds: float, batch: int = 32) -> None:
         import asyncio  # noqa: PLC0415
@@ -281,12 +287,18 @@ def main() -> None:
                 ),
             ]
             for sc in scenarios:
-                rate = None
-                if meter is not None and sc.name in EMBEDS:
-                    rate = meter.measure(EMBEDS[sc.name])
-                    print(f"the model alone: {rate:.1f} {EMBEDS[sc.name]}/s", flush=True)
+                timed = meter is not None and sc.name in EMBEDS
+                if timed and meter is not None:
+                    before = meter.measure(EMBEDS[sc.name])
+                    print(f"the model alone: {before:.1f} {EMBEDS[sc.name]}/s", flush=True)
                 print(f"ghz {sc.name} at concurrency {c} …", flush=True)
-                rows.append(summary_row(sc, run_ghz(ghz, address, sc, args.out), rate))
+                report = run_ghz(ghz, address, sc, args.out)
+                rates = None
+                if timed and meter is not None:
+                    after = meter.measure(EMBEDS[sc.name])
+                    print(f"the model alone, after: {after:.1f} {EMBEDS[sc.name]}/s", flush=True)
+                    rates = (before, after)
+                rows.append(summary_row(sc, report, rates))
             together = mixed(c, args.requests)
             print(
                 f"ghz mixed workload at concurrency {c} ({', '.join(x.name for x in together)}) …", flush=True
@@ -304,8 +316,9 @@ def main() -> None:
             header[1:1] = [
                 "",
                 "model texts/s: the local model's own batch throughput (batches of 32, server idle), "
-                "measured in the load process just before the scenario, on texts of the same shape; "
-                "÷ model: the scenario's RPS over it (each of its requests embeds one new text).",
+                "measured in the load process just before / just after the scenario, on texts of the "
+                "same shape; ÷ model: the scenario's RPS over their mean (each of its requests embeds "
+                "one new text).",
             ]
         summary = "\n".join(header + rows) + "\n"
         (args.out / "summary.md").write_text(summary)

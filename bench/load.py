@@ -11,8 +11,9 @@ workload (AddMemory, new questions and a repeated question side by side, 1 : 2 :
 concurrencies. ghz finds the API by server reflection. Every ghz JSON report and one
 Markdown summary (RPS, p50/p95/p99, status codes) go to results/load/. When it starts the server
 (or with --model-rate) it measures the local model's own batch throughput in this process, on the
-same machine, right before and right after each add / search-unique scenario, and reports the
-scenario's RPS as a ratio to their mean (÷ model).
+same machine, right before each add / search-unique scenario and after each of its rounds
+(``--rounds``, default 1), and reports the scenario's RPS as a ratio to it (÷ model: a round's RPS
+over the mean of the measurements on its two sides; the median of the rounds').
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import os
 import random
 import shutil
 import socket
+import statistics
 import string
 import subprocess
 import sys
@@ -122,11 +124,38 @@ def ghz_command(ghz: Path, address: str, sc: Scenario, report: Path) -> list[str
     ]
 
 
-def run_ghz(ghz: Path, address: str, sc: Scenario, out: Path) -> dict[str, Any]:
-    report = out / f"{sc.name}-c{sc.concurrency}.json"
+def run_ghz(ghz: Path, address: str, sc: Scenario, out: Path, suffix: str = "") -> dict[str, Any]:
+    report = out / f"{sc.name}-c{sc.concurrency}{suffix}.json"
     subprocess.run(ghz_command(ghz, address, sc, report), check=True, timeout=900)
     data: dict[str, Any] = json.loads(report.read_text())
     return data
+
+
+def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """One report of several ghz runs of a scenario (run one after the other): requests over the
+    sum of their durations, latency percentiles over every request, status codes added up."""
+    if len(reports) == 1:
+        return reports[0]
+    details = [d for rep in reports for d in rep.get("details") or []]
+    latencies = sorted(int(d["latency"]) for d in details)
+    count = sum(int(rep.get("count", 0)) for rep in reports)
+    total_ns = sum(float(rep.get("total", 0)) for rep in reports)
+    codes: dict[str, int] = {}
+    for rep in reports:
+        for code, n in (rep.get("statusCodeDistribution") or {}).items():
+            codes[code] = codes.get(code, 0) + int(n)
+
+    def pct(p: int) -> int:
+        return (
+            latencies[min(len(latencies) - 1, max(0, -(-p * len(latencies) // 100) - 1))] if latencies else 0
+        )
+
+    return {
+        "count": count,
+        "rps": count / (total_ns / 1e9) if total_ns else 0.0,
+        "latencyDistribution": [{"percentage": p, "latency": pct(p)} for p in (50, 95, 99)],
+        "statusCodeDistribution": codes,
+    }
 
 
 def mixed(concurrency: int, total: int) -> list[Scenario]:
@@ -157,21 +186,33 @@ def run_together(
     return [json.loads(rep.read_text()) for rep in reports]
 
 
+#: The server's largest embedding batch (ENGRAM_EMBED_BATCH_MAX's default): the model alone is
+#: measured in batches of min(concurrency, this), as large as the server's can be.
+MODEL_BATCH = 32
+
 #: Scenarios whose every request embeds one new text, and the model path it takes.
 EMBEDS = {"add": "documents", "search-unique": "queries"}
 
 
-def summary_row(sc: Scenario, rep: dict[str, Any], model_rates: tuple[float, float] | None = None) -> str:
-    """One row of the summary; ``model_rates``: the model's throughput right before and right
-    after the scenario (the ratio is over their mean)."""
+def summary_row(
+    sc: Scenario,
+    rep: dict[str, Any],
+    model_rates: list[float] | None = None,
+    ratios: list[float] | None = None,
+) -> str:
+    """One row of the summary; ``model_rates``: the model's throughput measured around the
+    scenario's rounds; ``ratios``: each round's RPS over the mean of the model rates on its two
+    sides (the median is reported, with the range when there are several)."""
     dist = {d["percentage"]: d["latency"] for d in rep.get("latencyDistribution") or []}
     ms = {p: (dist.get(p, 0) or 0) / 1e6 for p in (50, 95, 99)}
     codes = ", ".join(f"{k}: {v}" for k, v in (rep.get("statusCodeDistribution") or {}).items())
     rps = float(rep.get("rps", 0))
     rate, ratio = "", ""
-    if model_rates:
-        before, after = model_rates
-        rate, ratio = f"{before:.1f} / {after:.1f}", f"{rps / ((before + after) / 2):.2f}"
+    if model_rates and ratios:
+        rate = " / ".join(f"{r:.1f}" for r in model_rates)
+        ratio = f"{statistics.median(ratios):.2f}"
+        if len(ratios) > 1:
+            ratio += f" ({min(ratios):.2f}–{max(ratios):.2f})"
     return (
         f"| {sc.name} | {sc.concurrency} | {rep.get('count')} | {rps:.0f} | {rate} | {ratio} | "
         f"{ms[50]:.1f} | {ms[95]:.1f} | {ms[99]:.1f} | {codes} |"
@@ -181,12 +222,13 @@ def summary_row(sc: Scenario, rep: dict[str, Any], model_rates: tuple[float, flo
 class ModelRate:
     """The local model's own batch throughput (texts/s), measured in this process while the server
     is idle, on texts shaped like the scenarios' (a passage per AddMemory, a query per new
-    question), in batches of 32 (ENGRAM_EMBED_BATCH_MAX's default): what the server's throughput is
-    compared with. Measured right before and right after each scenario it is compared with — this
-    machine's speed drifts by tens of percent within minutes, so a figure from the start of the run
-    would not do, and one taken on a single side of the scenario can be off by 10–15 %."""
+    question), in batches as large as the scenario's concurrency allows the server's (at most 32,
+    ENGRAM_EMBED_BATCH_MAX's default): what the server's throughput is compared with. Measured
+    right before each scenario it is compared with and after each of its rounds — this machine's
+    speed drifts by tens of percent within minutes, so a figure from the start of the run would
+    not do, and one taken on a single side of a scenario can be off by 10–15 %."""
 
-    def __init__(self, seconds: float, batch: int = 32) -> None:
+    def __init__(self, seconds: float) -> None:
         import asyncio  # noqa: PLC0415
 
         from engram_server.adapters.embedding.local import LocalE5Embedder  # noqa: PLC0415
@@ -195,7 +237,6 @@ class ModelRate:
         self._model = LocalE5Embedder()
         self._loop.run_until_complete(self._model.warm_up())
         self._seconds = seconds
-        self._batch = batch
         self._rng = random.Random(7)
         self._i = 0
 
@@ -208,14 +249,14 @@ class ModelRate:
             return f"load test note {self._i} {word} at {int(time.time())}"
         return f"what did {word} write about taxes {self._i}"
 
-    def measure(self, kind: str) -> float:
+    def measure(self, kind: str, batch: int) -> float:
         async def run() -> float:
             embed = self._model.embed_documents if kind == "documents" else self._model.embed_queries
-            await embed([self._text(kind) for _ in range(self._batch)])  # warm
+            await embed([self._text(kind) for _ in range(batch)])  # warm
             done, start = 0, time.perf_counter()
             while time.perf_counter() - start < self._seconds:
-                await embed([self._text(kind) for _ in range(self._batch)])
-                done += self._batch
+                await embed([self._text(kind) for _ in range(batch)])
+                done += batch
             return done / (time.perf_counter() - start)
 
         return self._loop.run_until_complete(run())
@@ -240,6 +281,13 @@ def main() -> None:
         "(default: on when this script starts the server, off with --address)",
     )
     ap.add_argument("--model-seconds", type=float, default=10.0, help="seconds per model-rate measurement")
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="with the model rate: run each add / new-question scenario this many times (--requests "
+        "each), the model measured between them; the ratio is the median of the rounds'",
+    )
     args = ap.parse_args()
     ghz = ensure_ghz()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -287,18 +335,24 @@ def main() -> None:
                 ),
             ]
             for sc in scenarios:
-                timed = meter is not None and sc.name in EMBEDS
-                if timed and meter is not None:
-                    before = meter.measure(EMBEDS[sc.name])
-                    print(f"the model alone: {before:.1f} {EMBEDS[sc.name]}/s", flush=True)
-                print(f"ghz {sc.name} at concurrency {c} …", flush=True)
-                report = run_ghz(ghz, address, sc, args.out)
-                rates = None
-                if timed and meter is not None:
-                    after = meter.measure(EMBEDS[sc.name])
-                    print(f"the model alone, after: {after:.1f} {EMBEDS[sc.name]}/s", flush=True)
-                    rates = (before, after)
-                rows.append(summary_row(sc, report, rates))
+                if meter is None or sc.name not in EMBEDS:
+                    print(f"ghz {sc.name} at concurrency {c} …", flush=True)
+                    rows.append(summary_row(sc, run_ghz(ghz, address, sc, args.out)))
+                    continue
+                # The model alone before the first round and after every round; each round's
+                # ratio is over the mean of the measurements on its two sides.
+                kind, batch = EMBEDS[sc.name], min(c, MODEL_BATCH)
+                rates = [meter.measure(kind, batch)]
+                print(f"the model alone: {rates[-1]:.1f} {kind}/s", flush=True)
+                reports, ratios = [], []
+                for r in range(args.rounds):
+                    print(f"ghz {sc.name} at concurrency {c}, round {r + 1} of {args.rounds} …", flush=True)
+                    suffix = f"-r{r + 1}" if args.rounds > 1 else ""
+                    reports.append(run_ghz(ghz, address, sc, args.out, suffix))
+                    rates.append(meter.measure(kind, batch))
+                    print(f"the model alone: {rates[-1]:.1f} {kind}/s", flush=True)
+                    ratios.append(float(reports[-1].get("rps", 0)) / ((rates[-2] + rates[-1]) / 2))
+                rows.append(summary_row(sc, merge_reports(reports), rates, ratios))
             together = mixed(c, args.requests)
             print(
                 f"ghz mixed workload at concurrency {c} ({', '.join(x.name for x in together)}) …", flush=True
@@ -315,10 +369,12 @@ def main() -> None:
         if meter is not None:
             header[1:1] = [
                 "",
-                "model texts/s: the local model's own batch throughput (batches of 32, server idle), "
-                "measured in the load process just before / just after the scenario, on texts of the "
-                "same shape; ÷ model: the scenario's RPS over their mean (each of its requests embeds "
-                "one new text).",
+                "model texts/s: the local model's own batch throughput (server idle; batches of "
+                "min(concurrency, 32), as large as the server's can be), "
+                "measured in the load process just before the scenario and after each of its rounds "
+                "(--rounds), on texts of the same shape; ÷ model: a round's RPS over the mean of the "
+                "measurements on its two sides (each of its requests embeds one new text), the median "
+                "of the rounds' (range in brackets).",
             ]
         summary = "\n".join(header + rows) + "\n"
         (args.out / "summary.md").write_text(summary)

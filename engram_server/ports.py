@@ -135,13 +135,14 @@ class Store(Protocol):
         flt: StoreFilter,
         *,
         sparse: SparseVector | None = None,
+        lexical_limit: int | None = None,
         with_vectors: bool = False,
     ) -> Candidates:
         """Search candidates among the points matching ``flt``, as columns of what ranking needs:
         the ``limit`` nearest by cosine similarity and, when ``sparse`` is given and the collection
-        holds lexical vectors, also the ``limit`` best by BM25 (``lexical``; ``cosine`` is always the
-        cosine, also for lexical-only hits). Dense hits come first, best first; lexical-only ones
-        follow. Read the winners in full with ``retrieve``.
+        holds lexical vectors, also the ``lexical_limit`` (default: ``limit``) best by BM25
+        (``lexical``; ``cosine`` is always the cosine, also for lexical-only hits). Dense hits come
+        first, best first; lexical-only ones follow. Read the winners in full with ``retrieve``.
         """
         ...
 

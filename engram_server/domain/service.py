@@ -126,6 +126,7 @@ class Policy:
     mmr_lambda: float = 0.5
     candidate_factor: int = 3
     min_candidates: int = 100
+    min_lexical_candidates: int = 50
     search_cache_entries: int = 256
     access_flush_seconds: float = 1.0
     hybrid: HybridParams = field(default_factory=HybridParams)
@@ -809,12 +810,14 @@ class MemoryService:
         now = self._clock.now()
         asked, flt = flt, replace(flt, live_at=now)
         n_candidates = max(limit * pol.candidate_factor, pol.min_candidates)
+        n_lexical = max(limit * pol.candidate_factor, pol.min_lexical_candidates)
         per_collection = await _gather(
             *(
                 self._candidates(
                     s.name,
                     query,
                     limit=n_candidates,
+                    lexical_limit=n_lexical,
                     flt=flt,
                     asked=asked,
                     lexical=self._uses_lexical(s),
@@ -933,6 +936,7 @@ class MemoryService:
         query: _Query,
         *,
         limit: int,
+        lexical_limit: int,
         flt: StoreFilter,
         asked: StoreFilter,
         lexical: bool,
@@ -947,7 +951,7 @@ class MemoryService:
         generation = self._store.generation(collection) if entries > 0 else None
         key: tuple[Any, ...] | None = None
         if generation is not None:
-            key = (collection, query.text, limit, asked, lexical, with_vectors)
+            key = (collection, query.text, limit, lexical_limit, asked, lexical, with_vectors)
             hit = self._candidate_cache.get(key)
             if hit is not None:
                 gen, fetched_at, expires_at, cached = hit
@@ -962,7 +966,13 @@ class MemoryService:
         sparse = query.sparse() if lexical else None
         with _query_span(collection, limit, lexical=bool(sparse)) as span:
             found = await self._store.candidates(
-                collection, vector, limit, flt, sparse=sparse or None, with_vectors=with_vectors
+                collection,
+                vector,
+                limit,
+                flt,
+                sparse=sparse or None,
+                lexical_limit=lexical_limit,
+                with_vectors=with_vectors,
             )
             span.set_attribute("db.response.returned_rows", len(found))
         pool = self._prepare(found, query)

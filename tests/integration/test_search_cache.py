@@ -84,8 +84,9 @@ async def test_repeated_search_reuses_candidates_and_ranks_at_search_time(
     before = next(r for r in first if r.memory.id == event.memory.id)
     assert event.score.recency == pytest.approx(0.99**10, rel=1e-6)  # (a float on the wire)
     assert event.score.final < before.score.final
-    # a limit within the same candidate count (max(3 x limit, 100)) shares the list ...
-    await search(stub, limit=20)
+    # a limit within the same candidate counts (max(3 x limit, 100) semantic, max(3 x limit, 50)
+    # lexical) shares the list ...
+    await search(stub, limit=15)
     assert spy.calls == 1
     # ... another candidate count, filter or query text is another list
     await search(stub, limit=40)

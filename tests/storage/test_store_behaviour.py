@@ -894,3 +894,26 @@ async def test_live_candidates_skip_dead_points_however_many_are_nearest(
         i = next(j for j, r in enumerate(recs) if r.id == pid)
         assert hybrid.cosine[k] == pytest.approx(float(cos[i]), abs=1e-5)
         assert (hybrid.lexical[k] > 0) == (i % 20 == 0)
+
+
+async def test_lexical_limit_bounds_the_bm25_side_only(store: Store) -> None:
+    from engram_server.adapters.lexical import LEXICAL_ENCODER_ID, Bm25Encoder  # noqa: PLC0415
+
+    enc = Bm25Encoder()
+    await store.create_collection(replace(spec(), lexical=LEXICAL_ENCODER_ID))
+    rng = np.random.default_rng(50)
+    vecs = unit_vectors(30, rng)
+    recs = [record(content="walnut " + " ".join(["filler"] * i)) for i in range(30)]  # BM25: shorter first
+    await store.upsert(
+        "default", [StoredPoint(r, vecs[i], enc.encode_document(r.content)) for i, r in enumerate(recs)]
+    )
+    sparse = enc.encode_query("walnut")
+    dense_top = [h.record.id for h in await store.search("default", vecs[7], 5, StoreFilter())]
+    for lexical_limit, want in ((None, 5), (3, 3), (12, 12)):
+        found = await store.candidates(
+            "default", vecs[7], 5, StoreFilter(), sparse=sparse, lexical_limit=lexical_limit
+        )
+        assert found.ids[:5] == dense_top  # the dense side keeps its limit
+        lexical_ids = {pid for k, pid in enumerate(found.ids) if found.lexical[k] > 0}
+        assert lexical_ids == {r.id for r in recs[:want]}  # the BM25 best, as many as asked
+        assert set(found.ids) == set(dense_top) | lexical_ids

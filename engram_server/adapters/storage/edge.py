@@ -634,6 +634,7 @@ class EdgeStore:
         flt: StoreFilter,
         *,
         sparse: SparseVector | None = None,
+        lexical_limit: int | None = None,
         with_vectors: bool = False,
     ) -> Candidates:
         query = [float(x) for x in vector.reshape(-1)]
@@ -667,11 +668,12 @@ class EdgeStore:
                 )
 
             requests = [dense_request(dense_limit, None if post else edge_filter)]
-            lexical = bool(sparse) and col.spec.lexical is not None
+            lexical_n = limit if lexical_limit is None else lexical_limit
+            lexical = bool(sparse) and col.spec.lexical is not None and lexical_n > 0
             if lexical and sparse is not None:
                 requests.append(
                     qe.QueryRequest(
-                        limit=limit,
+                        limit=lexical_n,
                         query=qe.Query.Nearest(
                             qe.SparseVector(list(sparse.indices), list(sparse.values)), using=LEXICAL_VECTOR
                         ),

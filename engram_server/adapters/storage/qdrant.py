@@ -440,6 +440,7 @@ class QdrantStore:
         flt: StoreFilter,
         *,
         sparse: SparseVector | None = None,
+        lexical_limit: int | None = None,
         with_vectors: bool = False,
     ) -> Candidates:
         spec = await self._spec(collection)
@@ -466,7 +467,7 @@ class QdrantStore:
                     query=models.SparseVector(indices=list(sparse.indices), values=list(sparse.values)),
                     using=LEXICAL_VECTOR,
                     filter=query_filter,
-                    limit=limit,
+                    limit=limit if lexical_limit is None else lexical_limit,
                     with_payload=fields,
                     with_vector=[""],
                 )

@@ -73,8 +73,9 @@ go-stubs: install ## Regenerate the Go stubs (clients/go/engram/v1) from proto/
 polyglot-check: install ## Go stubs vs proto/, gofmt, go vet, TypeScript tsc (skipped without go / node)
 	scripts/polyglot_check.sh $(PY)
 
-load: install ## ghz load test against a fresh server on the embedded defaults (reports in results/load)
-	$(PY) bench/load.py
+ROUNDS ?= 2
+load: install ## ghz load test against a fresh server on the embedded defaults (reports in results/load; ROUNDS=2)
+	$(PY) bench/load.py --rounds $(ROUNDS)
 
 eval: install ## Regression taskset through the gRPC API of an in-process server (reports in results/eval)
 	$(PY) -m eval.regression --out results/eval

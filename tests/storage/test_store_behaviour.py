@@ -896,6 +896,55 @@ async def test_live_candidates_skip_dead_points_however_many_are_nearest(
         assert (hybrid.lexical[k] > 0) == (i % 20 == 0)
 
 
+@pytest.mark.parametrize("dead_best", [3, 30])
+async def test_live_lexical_candidates_skip_dead_points_however_many_score_best(
+    store: Store, dead_best: int
+) -> None:
+    """The BM25 side of a search drops history versions, drafts and expired points even when
+    they score best: a few (within the embedded store's margin of extra hits it fetches
+    unfiltered) or more than that margin (the engine filters). The lexical candidates are then
+    exactly the best-scoring live ones."""
+    from engram_server.adapters.lexical import LEXICAL_ENCODER_ID, Bm25Encoder  # noqa: PLC0415
+
+    enc = Bm25Encoder()
+    await store.create_collection(replace(spec(), lexical=LEXICAL_ENCODER_ID))
+    rng = np.random.default_rng(60 + dead_best)
+    n = 80
+    vecs = unit_vectors(n, rng)
+    now = 10_000.0
+    kinds = ("superseded", "draft", "expired")
+    # BM25 ranks shorter documents first: document i is the i-th best for "walnut"
+    dead = (
+        {i: kinds[i % 3] for i in range(dead_best)}
+        if dead_best > 3
+        else {0: kinds[0], 1: kinds[1], 4: kinds[2]}
+    )
+    recs = [
+        record(
+            content="walnut " + " ".join(["filler"] * i),
+            valid_until=now - 1.0 if dead.get(i) == "expired" else now + 1000.0,
+            superseded_by=str(uuid.uuid4()) if dead.get(i) == "superseded" else None,
+            draft=dead.get(i) == "draft",
+        )
+        for i in range(n)
+    ]
+    await store.upsert(
+        "default", [StoredPoint(r, vecs[i], enc.encode_document(r.content)) for i, r in enumerate(recs)]
+    )
+    best_live = [recs[i].id for i in range(n) if i not in dead][:5]
+    found = await store.candidates(
+        "default", vecs[50], 5, StoreFilter(live_at=now), sparse=enc.encode_query("walnut"), lexical_limit=5
+    )
+    scored = [(pid, lex) for pid, lex in zip(found.ids, found.lexical, strict=True) if lex > 0]
+    assert {pid for pid, _ in scored} == set(best_live)
+    assert [pid for pid, _ in sorted(scored, key=lambda x: -x[1])] == best_live
+    assert set(found.ids).isdisjoint(recs[i].id for i in dead)
+    cos = vecs @ vecs[50]
+    for k, pid in enumerate(found.ids):
+        i = next(j for j, r in enumerate(recs) if r.id == pid)
+        assert found.cosine[k] == pytest.approx(float(cos[i]), abs=1e-5)
+
+
 async def test_lexical_limit_bounds_the_bm25_side_only(store: Store) -> None:
     from engram_server.adapters.lexical import LEXICAL_ENCODER_ID, Bm25Encoder  # noqa: PLC0415
 

@@ -78,6 +78,7 @@ from engram_server.adapters.storage.payload import (
     point_id,
     point_vectors,
     rank_fields,
+    rank_key,
     record_from_payload,
     record_to_payload,
     spec_from_json,
@@ -144,12 +145,12 @@ class _Collection:
     shard: qe.EdgeShard
     optimizing: concurrent.futures.Future[None] | None = field(default=None)
     generation: int = field(default_factory=lambda: next(_GENERATIONS))
-    #: Ranking fields of points by canonical id, so that candidate queries fetch ids and scores
-    #: only (see ``EdgeStore.candidates``). Filled by writes and by candidate queries that miss;
-    #: an entry is dropped when its point is deleted or a ranking field is set. Entries of points
-    #: deleted by filter may linger: they are never read (the engine never returns those ids) and
-    #: an upsert of the same id replaces them.
-    ranks: dict[str, RankFields] = field(default_factory=dict)
+    #: Ranking fields of points by :func:`rank_key` of their id, so that candidate queries fetch
+    #: ids and scores only (see ``EdgeStore.candidates``). Filled by writes and by candidate
+    #: queries that miss; an entry is dropped when its point is deleted or a ranking field is set.
+    #: Entries of points deleted by filter may linger: they are never read (the engine never
+    #: returns those ids) and an upsert of the same id replaces them.
+    ranks: dict[int, RankFields] = field(default_factory=dict)
     #: True once the ranking fields of every point were loaded (in the background after open).
     warm: bool = False
     #: An upper bound of the points whose dense vector is not in an HNSW index: the exact count
@@ -416,8 +417,7 @@ class EdgeStore:
             )
             ranks = col.ranks
             for r in records:
-                key = str(r.id)
-                ranks[key] = rank_fields(key, r.payload, col.spec.name)
+                ranks[_engine_key(r.id)] = rank_fields(str(r.id), r.payload, col.spec.name)
         except Exception:
             log.exception("loading the ranking fields of collection %s failed", col.spec.name)
             return
@@ -537,10 +537,10 @@ class EdgeStore:
                 col.shard.update(qe.UpdateOperation.upsert_points(ops))
             finally:  # (a failed update may have written some: forget rather than guess)
                 for pid in ids:
-                    col.ranks.pop(pid, None)
+                    col.ranks.pop(rank_key(pid), None)
                 col.wrote(len(ops))
             for pid, payload in zip(ids, payloads, strict=True):
-                col.ranks[pid] = rank_fields(pid, payload, collection)
+                col.ranks[rank_key(pid)] = rank_fields(pid, payload, collection)
             self._durable(col.shard)
             if self._background_hnsw:
                 self._maybe_optimize(col)
@@ -670,58 +670,81 @@ class EdgeStore:
             requests = [dense_request(dense_limit, None if post else edge_filter)]
             lexical_n = limit if lexical_limit is None else lexical_limit
             lexical = bool(sparse) and col.spec.lexical is not None and lexical_n > 0
-            if lexical and sparse is not None:
-                requests.append(
-                    qe.QueryRequest(
-                        limit=lexical_n,
-                        query=qe.Query.Nearest(
-                            qe.SparseVector(list(sparse.indices), list(sparse.values)), using=LEXICAL_VECTOR
-                        ),
-                        filter=edge_filter,
-                        with_payload=False,
-                        with_vector=False,
-                    )
+            # The BM25 side the same way: unfiltered, with a margin, dead ones dropped here.
+            lexical_limit_asked = lexical_n + max(_LIVENESS_MARGIN, lexical_n // 4) if post else lexical_n
+
+            def sparse_request(n: int, where: qe.Filter | None) -> qe.QueryRequest:
+                assert sparse is not None
+                return qe.QueryRequest(
+                    limit=n,
+                    query=qe.Query.Nearest(
+                        qe.SparseVector(list(sparse.indices), list(sparse.values)), using=LEXICAL_VECTOR
+                    ),
+                    filter=where,
+                    with_payload=False,
+                    with_vector=False,
                 )
+
+            if lexical:
+                requests.append(sparse_request(lexical_limit_asked, None if post else edge_filter))
             # One planned batch: the engine runs the dense and the sparse query together.
             results = col.shard.query_batch(qe.QueryBatchRequest(requests))
             ranks = col.ranks
 
-            def hits(found: Sequence[Any]) -> list[tuple[Any, str, float, Any]]:
-                """(engine id, key, cosine, vector) of each hit, its ranking fields in ``ranks``."""
+            def hits(found: Sequence[Any]) -> list[tuple[int, float, Any]]:
+                """(rank key, score, vector) of each hit; its ranking fields are then in ``ranks``.
+                Ids are read as ``.int`` (``str()`` of the engine's ``uuid.UUID`` costs more than
+                a microsecond a hit); the canonical text id is the ranking fields' last one."""
                 rows = []
+                missing = []
                 for h in found:
                     pid = h.id
-                    rows.append((pid, str(pid), h.score, h.vector if with_vectors else None))
-                missing = [pid for pid, key, _, _ in rows if key not in ranks]
+                    k = pid.int
+                    rows.append((k, h.score, h.vector if with_vectors else None))
+                    if k not in ranks:
+                        missing.append(pid)
                 if missing:
                     for r in col.shard.retrieve(missing, list(CANDIDATE_FIELDS), False):
-                        key = str(r.id)
-                        ranks[key] = rank_fields(key, r.payload, collection)
-                for _, key, _, _ in rows:
-                    if key not in ranks:  # deleted under us cannot happen (one thread)
-                        raise StorageUnavailable(
-                            f"point {key} in collection {collection!r} vanished during a query"
-                        )
+                        ranks[_engine_key(r.id)] = rank_fields(str(r.id), r.payload, collection)
+                    for k, _, _ in rows:
+                        if k not in ranks:  # deleted under us cannot happen (one thread)
+                            raise StorageUnavailable(
+                                f"a point in collection {collection!r} vanished during a query"
+                            )
                 return rows
 
-            dense = hits(results[0])
-            lexical_score: dict[str, float] = {}
+            def live_first(
+                rows: list[tuple[int, float, Any]], n: int, asked: int, keep: Callable[[int], bool]
+            ) -> list[tuple[int, float, Any]] | None:
+                """The first ``n`` live rows of an unfiltered answer to ``asked`` (and any later
+                live ones ``keep`` wants); None when the margin held too few live ones (more dead
+                than the margin among the nearest: the engine must filter)."""
+                assert live_at is not None
+                live = [row for row in rows if is_live(ranks[row[0]], live_at)]
+                if len(live) < n and len(rows) >= asked:
+                    return None
+                return [row for i, row in enumerate(live) if i < n or keep(row[0])]
+
+            lexical_score: dict[int, float] = {}
             if lexical:
-                for h in results[1]:
-                    score = h.score
+                found_lexical = hits(results[1])
+                if post:
+                    kept = live_first(found_lexical, lexical_n, lexical_limit_asked, lambda _: False)
+                    if kept is None:
+                        kept = hits(col.shard.query(sparse_request(lexical_n, edge_filter)))
+                    found_lexical = kept
+                for k, score, _ in found_lexical:
                     if score > 0:
-                        lexical_score[str(h.id)] = score
-            if post and live_at is not None:
-                live = [row for row in dense if is_live(ranks[row[1]], live_at)]
-                if len(live) >= limit or len(dense) < dense_limit:
-                    # (nearest live ones past the first ``limit`` stay when BM25 found them too:
-                    # their cosine is known)
-                    dense = [row for k, row in enumerate(live) if k < limit or row[1] in lexical_score]
-                else:  # more dead than the margin among the nearest: the engine filters
-                    dense = hits(col.shard.query(dense_request(limit, edge_filter)))
+                        lexical_score[k] = score
+            dense = hits(results[0])
+            if post:
+                # (nearest live ones past the first ``limit`` stay when BM25 found them too:
+                # their cosine is known)
+                kept = live_first(dense, limit, dense_limit, lexical_score.__contains__)
+                dense = kept if kept is not None else hits(col.shard.query(dense_request(limit, edge_filter)))
             if lexical:
-                in_dense = {key for _, key, _, _ in dense}
-                only_lexical = [pid for pid in lexical_score if pid not in in_dense]
+                in_dense = {k for k, _, _ in dense}
+                only_lexical = [ranks[k][6] for k in lexical_score if k not in in_dense]
                 if only_lexical:
                     # Their cosine, exactly, from the engine: a dense query restricted to these
                     # ids (cheaper than shipping their vectors to Python); all found: nothing
@@ -737,14 +760,14 @@ class EdgeStore:
                             )
                         )
                     )
-            keys = [key for _, key, _, _ in dense]
+            fields = [ranks[k] for k, _, _ in dense]
             return candidate_columns(
                 collection,
-                keys,
-                [ranks[key] for key in keys],
-                [cosine for _, _, cosine, _ in dense],
-                [lexical_score.get(key, 0.0) for key in keys],
-                vectors=[vec for _, _, _, vec in dense] if with_vectors else None,
+                [f[6] for f in fields],
+                fields,
+                [cosine for _, cosine, _ in dense],
+                [lexical_score.get(k, 0.0) for k, _, _ in dense],
+                vectors=[vec for _, _, vec in dense] if with_vectors else None,
             )
 
         return await self._run(work)
@@ -786,7 +809,7 @@ class EdgeStore:
             if wanted:
                 col.touch()
                 for pid in wanted:
-                    col.ranks.pop(pid, None)
+                    col.ranks.pop(rank_key(pid), None)
                 col.shard.update(qe.UpdateOperation.delete_points(list(wanted)))
                 self._durable(col.shard)
 
@@ -848,7 +871,7 @@ class EdgeStore:
                 col.touch()
             for pid, payload in encoded.items():
                 if not _UNRANKED_FIELDS.issuperset(payload):
-                    col.ranks.pop(pid, None)  # re-read from the engine when next a candidate
+                    col.ranks.pop(rank_key(pid), None)  # re-read from the engine when next a candidate
             wanted: list[int | uuid.UUID | str] = list(encoded)
             existing = {str(r.id) for r in col.shard.retrieve(wanted, False, False)}
             try:
@@ -863,6 +886,11 @@ class EdgeStore:
 
 
 # ---------------------------------------------------------------------- helpers
+
+
+def _engine_key(pid: qe.PointId) -> int:
+    """:func:`rank_key` of an id as the engine returns it (a ``uuid.UUID`` for every Engram point)."""
+    return pid.int if isinstance(pid, uuid.UUID) else rank_key(str(pid))
 
 
 def _dense_unindexed(col: _Collection) -> int:

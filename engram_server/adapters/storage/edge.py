@@ -577,7 +577,7 @@ class EdgeStore:
     ) -> list[ScoredPoint]:
         if limit <= 0:
             return []
-        query = [float(x) for x in vector.reshape(-1)]
+        query: list[float] = vector.reshape(-1).tolist()
 
         def work() -> list[ScoredPoint]:
             col = self._col(collection)
@@ -637,7 +637,7 @@ class EdgeStore:
         lexical_limit: int | None = None,
         with_vectors: bool = False,
     ) -> Candidates:
-        query = [float(x) for x in vector.reshape(-1)]
+        query: list[float] = vector.reshape(-1).tolist()
         want_vector: list[str] | bool = [""] if with_vectors else False
 
         def work() -> Candidates:

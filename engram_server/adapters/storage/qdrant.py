@@ -369,7 +369,7 @@ class QdrantStore:
         await self._spec(collection)
         if limit <= 0:
             return []
-        query = [float(x) for x in vector.reshape(-1)]
+        query: list[float] = vector.reshape(-1).tolist()
         qname = self._qname(collection)
         response = await self._call(
             "search",
@@ -447,7 +447,7 @@ class QdrantStore:
         out = CandidateBuilder(collection, with_vectors=with_vectors)
         if limit <= 0:
             return out.build()
-        query = [float(x) for x in vector.reshape(-1)]
+        query: list[float] = vector.reshape(-1).tolist()
         fields = list(CANDIDATE_FIELDS)
         qname = self._qname(collection)
         query_filter = _qdrant_filter(filter_plan(flt))

@@ -14,6 +14,10 @@ Markdown summary (RPS, p50/p95/p99, status codes) go to results/load/. When it s
 same machine, right before each add / search-unique scenario and after each of its rounds
 (``--rounds``, default 1), and reports the scenario's RPS as a ratio to it (÷ model: a round's RPS
 over the mean of the measurements on its two sides; the median of the rounds').
+With the server's process id (known when it starts the server; ``--server-pid`` otherwise; Linux),
+each scenario's row also splits the server's CPU per request among its threads, read from
+``/proc/PID/task/*/stat`` around the ghz run: the event loop (gRPC, the servicer, ranking), the
+storage thread, the embedding model's threads, and the rest (gRPC's poller, the index builder…).
 """
 
 from __future__ import annotations
@@ -131,6 +135,52 @@ def run_ghz(ghz: Path, address: str, sc: Scenario, out: Path, suffix: str = "") 
     return data
 
 
+#: Thread groups of the server's CPU split (see ``engram_server.threads`` for the OS names).
+CPU_GROUPS = ("loop", "storage", "model", "other")
+
+
+class ThreadCpu:
+    """CPU time of a server process's threads by group, from ``/proc/PID/task/*/stat`` (Linux).
+    The event loop is the main thread (its id is the process id); the others are told by the OS
+    names the server gives its workers (``engram-edge-io``, ``engram-model``, inherited by the
+    model's OpenMP threads); threads that end between two readings are not counted."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self._tick = float(os.sysconf("SC_CLK_TCK"))
+
+    def _group(self, tid: int, comm: str) -> str:
+        if tid == self.pid:
+            return "loop"
+        if comm.startswith(("engram-edge-io", "engram-optimize")):
+            return "storage"
+        if comm.startswith("engram-model"):
+            return "model"
+        return "other"
+
+    def read(self) -> dict[int, tuple[str, float]]:
+        """{thread id: (group, CPU seconds so far)}."""
+        out: dict[int, tuple[str, float]] = {}
+        task = Path(f"/proc/{self.pid}/task")
+        for d in task.iterdir():
+            try:
+                comm = (d / "comm").read_text().strip()
+                fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:  # ended meanwhile
+                continue
+            tid = int(d.name)
+            out[tid] = (self._group(tid, comm), (int(fields[11]) + int(fields[12])) / self._tick)
+        return out
+
+    @staticmethod
+    def spent(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]]) -> dict[str, float]:
+        """CPU seconds per group between two readings."""
+        out = dict.fromkeys(CPU_GROUPS, 0.0)
+        for tid, (group, cpu) in after.items():
+            out[group] += cpu - (before[tid][1] if tid in before else 0.0)
+        return out
+
+
 def merge_reports(reports: list[dict[str, Any]]) -> dict[str, Any]:
     """One report of several ghz runs of a scenario (run one after the other): requests over the
     sum of their durations, latency percentiles over every request, status codes added up."""
@@ -199,10 +249,12 @@ def summary_row(
     rep: dict[str, Any],
     model_rates: list[float] | None = None,
     ratios: list[float] | None = None,
+    cpu: dict[str, float] | None = None,
 ) -> str:
     """One row of the summary; ``model_rates``: the model's throughput measured around the
     scenario's rounds; ``ratios``: each round's RPS over the mean of the model rates on its two
-    sides (the median is reported, with the range when there are several)."""
+    sides (the median is reported, with the range when there are several); ``cpu``: the server's
+    CPU seconds by thread group over the scenario's requests."""
     dist = {d["percentage"]: d["latency"] for d in rep.get("latencyDistribution") or []}
     ms = {p: (dist.get(p, 0) or 0) / 1e6 for p in (50, 95, 99)}
     codes = ", ".join(f"{k}: {v}" for k, v in (rep.get("statusCodeDistribution") or {}).items())
@@ -213,9 +265,13 @@ def summary_row(
         ratio = f"{statistics.median(ratios):.2f}"
         if len(ratios) > 1:
             ratio += f" ({min(ratios):.2f}–{max(ratios):.2f})"
+    split = ""
+    count = int(rep.get("count") or 0)
+    if cpu is not None and count:
+        split = " / ".join(f"{cpu[g] / count * 1000:.1f}" for g in CPU_GROUPS)
     return (
         f"| {sc.name} | {sc.concurrency} | {rep.get('count')} | {rps:.0f} | {rate} | {ratio} | "
-        f"{ms[50]:.1f} | {ms[95]:.1f} | {ms[99]:.1f} | {codes} |"
+        f"{ms[50]:.1f} | {ms[95]:.1f} | {ms[99]:.1f} | {split} | {codes} |"
     )
 
 
@@ -288,6 +344,11 @@ def main() -> None:
         help="with the model rate: run each add / new-question scenario this many times (--requests "
         "each), the model measured between them; the ratio is the median of the rounds'",
     )
+    ap.add_argument(
+        "--server-pid",
+        type=int,
+        help="with --address: the server's process id on this machine, for the CPU split by thread",
+    )
     args = ap.parse_args()
     ghz = ensure_ghz()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -302,6 +363,16 @@ def main() -> None:
         address = f"127.0.0.1:{port}"
         with grpc.insecure_channel(address) as ch:
             grpc.channel_ready_future(ch).result(timeout=120)
+    pid = proc.pid if proc is not None else args.server_pid
+    threads = ThreadCpu(pid) if pid is not None and Path(f"/proc/{pid}/task").is_dir() else None
+
+    def measured(sc: Scenario, suffix: str = "") -> tuple[dict[str, Any], dict[str, float] | None]:
+        before = threads.read() if threads is not None else None
+        rep = run_ghz(ghz, address, sc, args.out, suffix)
+        if threads is None or before is None:
+            return rep, None
+        return rep, ThreadCpu.spent(before, threads.read())
+
     try:
         t0 = time.perf_counter()
         created = seed(address, args.seed)
@@ -337,7 +408,8 @@ def main() -> None:
             for sc in scenarios:
                 if meter is None or sc.name not in EMBEDS:
                     print(f"ghz {sc.name} at concurrency {c} …", flush=True)
-                    rows.append(summary_row(sc, run_ghz(ghz, address, sc, args.out)))
+                    rep, cpu = measured(sc)
+                    rows.append(summary_row(sc, rep, cpu=cpu))
                     continue
                 # The model alone before the first round and after every round; each round's
                 # ratio is over the mean of the measurements on its two sides.
@@ -345,14 +417,18 @@ def main() -> None:
                 rates = [meter.measure(kind, batch)]
                 print(f"the model alone: {rates[-1]:.1f} {kind}/s", flush=True)
                 reports, ratios = [], []
+                spent: dict[str, float] | None = dict.fromkeys(CPU_GROUPS, 0.0) if threads else None
                 for r in range(args.rounds):
                     print(f"ghz {sc.name} at concurrency {c}, round {r + 1} of {args.rounds} …", flush=True)
                     suffix = f"-r{r + 1}" if args.rounds > 1 else ""
-                    reports.append(run_ghz(ghz, address, sc, args.out, suffix))
+                    rep, cpu = measured(sc, suffix)
+                    reports.append(rep)
+                    if spent is not None and cpu is not None:
+                        spent = {g: spent[g] + cpu[g] for g in CPU_GROUPS}
                     rates.append(meter.measure(kind, batch))
                     print(f"the model alone: {rates[-1]:.1f} {kind}/s", flush=True)
                     ratios.append(float(reports[-1].get("rps", 0)) / ((rates[-2] + rates[-1]) / 2))
-                rows.append(summary_row(sc, merge_reports(reports), rates, ratios))
+                rows.append(summary_row(sc, merge_reports(reports), rates, ratios, spent))
             together = mixed(c, args.requests)
             print(
                 f"ghz mixed workload at concurrency {c} ({', '.join(x.name for x in together)}) …", flush=True
@@ -363,9 +439,17 @@ def main() -> None:
             f"# Engram load test ({time.strftime('%Y-%m-%d %H:%M')}, {address}, {created} seeded memories)",
             "",
             "| scenario | concurrency | requests | RPS | model texts/s | ÷ model | p50 ms | p95 ms | p99 ms "
-            "| status codes |",
-            "|---|---|---|---|---|---|---|---|---|---|",
+            "| server CPU ms/request: loop / storage / model / other | status codes |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
         ]
+        if threads is not None:
+            header[1:1] = [
+                "",
+                "server CPU ms/request: the server process's CPU time over the scenario's requests "
+                "(all its rounds), by thread — the event loop (gRPC, servicer, ranking), the storage "
+                "thread, the embedding model's threads, and the rest; not measured for the mixed "
+                "workload's scenarios, which run together.",
+            ]
         if meter is not None:
             header[1:1] = [
                 "",

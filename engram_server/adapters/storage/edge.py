@@ -97,6 +97,7 @@ from engram_server.domain.model import (
     StoreFilter,
     Vector,
 )
+from engram_server.threads import OPTIMIZER_THREAD, STORAGE_THREAD, worker
 
 __all__ = ["EdgeStore"]
 
@@ -346,10 +347,8 @@ class EdgeStore:
     async def open(self) -> None:
         if self._io is not None:
             return
-        self._io = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="engram-edge-io")
-        self._opt = concurrent.futures.ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix="engram-edge-optimize"
-        )
+        self._io = worker(STORAGE_THREAD)
+        self._opt = worker(OPTIMIZER_THREAD, python_name="engram-edge-optimize")
         try:
             await self._run(self._open_sync)
         except BaseException:

@@ -6,7 +6,9 @@
 Installs ghz (pinned) into .tools/go/bin with `go install` if it is not there, starts
 `python -m engram_server serve` on a fresh data directory (unless --address is given), seeds a
 corpus through the API, then runs ghz scenarios — AddMemory, SearchMemories with unique queries,
-SearchMemories with one repeated query (the query-embedding and candidate caches), and a mixed
+SearchMemories with one repeated query (the query-embedding and candidate caches), SearchMemories
+with known questions (each asked once in an untimed pass before, then one AddMemory, so every
+question's embedding is cached and its candidates come from storage: the storage-bound path), and a mixed
 workload (AddMemory, new questions and a repeated question side by side, 1 : 2 : 5) — at several
 concurrencies. ghz finds the API by server reflection. Every ghz JSON report and one
 Markdown summary (RPS, p50/p95/p99, status codes) go to results/load/. When it starts the server
@@ -60,6 +62,8 @@ UNIQUE_SEARCH_DATA = (
     '{"query": "what did {{randomString 6}} write about taxes {{.RequestNumber}}", "limit": 10}'
 )
 REPEATED_SEARCH_DATA = '{"query": "what did Alice write about the tax return", "limit": 10}'
+# Questions asked once before (embeddings cached), each once per run: the storage-bound path.
+KNOWN_SEARCH_DATA = '{"query": "what did person {{.RequestNumber}} write about the tax return", "limit": 10}'
 PEOPLE = ["Alice", "Bruno", "Chen Wei", "Dara", "Emeka", "Fatima", "Gustav", "Hana"]
 
 
@@ -104,6 +108,13 @@ def seed(address: str, n: int) -> int:
             r = stub.AddMemory(s.AddMemoryRequest(content=text, importance=1 + i % 10), timeout=60)
             created += r.outcome == s.ADD_OUTCOME_CREATED
     return created
+
+
+def invalidate(address: str) -> None:
+    """One AddMemory: the collection changed, so no candidate list cached before is used again."""
+    with grpc.insecure_channel(address) as channel:
+        stub = memory_service_pb2_grpc.MemoryServiceStub(channel)
+        stub.AddMemory(s.AddMemoryRequest(content=f"load test write {time.time_ns()}"), timeout=60)
 
 
 def ghz_command(ghz: Path, address: str, sc: Scenario, report: Path) -> list[str]:
@@ -404,8 +415,19 @@ def main() -> None:
                     c,
                     args.requests,
                 ),
+                Scenario(
+                    "search-known",
+                    f"{SERVICE}/SearchMemories",
+                    KNOWN_SEARCH_DATA,
+                    c,
+                    args.requests,
+                ),
             ]
             for sc in scenarios:
+                if sc.name == "search-known":
+                    print(f"ghz {sc.name} at concurrency {c}: asking the questions once …", flush=True)
+                    run_ghz(ghz, address, sc, args.out, "-first")
+                    invalidate(address)
                 if meter is None or sc.name not in EMBEDS:
                     print(f"ghz {sc.name} at concurrency {c} …", flush=True)
                     rep, cpu = measured(sc)

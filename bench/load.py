@@ -111,10 +111,18 @@ def seed(address: str, n: int) -> int:
 
 
 def invalidate(address: str) -> None:
-    """One AddMemory: the collection changed, so no candidate list cached before is used again."""
+    """One AddMemory that writes (the gate refuses near-copies of earlier ones: vary the text until
+    one is created): the collection changed, so no candidate list cached before is used again."""
+    rng = random.Random(time.time_ns())
     with grpc.insecure_channel(address) as channel:
         stub = memory_service_pb2_grpc.MemoryServiceStub(channel)
-        stub.AddMemory(s.AddMemoryRequest(content=f"load test write {time.time_ns()}"), timeout=60)
+        for _ in range(20):
+            who, what = rng.choice(PEOPLE), rng.choice(TOPICS)
+            text = f"{who} moved {what} to {rng.choice(string.ascii_uppercase)}{rng.randrange(10**6)}"
+            r = stub.AddMemory(s.AddMemoryRequest(content=text), timeout=60)
+            if r.outcome == s.ADD_OUTCOME_CREATED:
+                return
+    raise RuntimeError("no AddMemory was created in 20 tries: cached candidate lists may be reused")
 
 
 def ghz_command(ghz: Path, address: str, sc: Scenario, report: Path) -> list[str]:
@@ -154,7 +162,8 @@ class ThreadCpu:
     """CPU time of a server process's threads by group, from ``/proc/PID/task/*/stat`` (Linux).
     The event loop is the main thread (its id is the process id); the others are told by the OS
     names the server gives its workers (``engram-edge-io``, ``engram-model``, inherited by the
-    model's OpenMP threads); threads that end between two readings are not counted."""
+    model's OpenMP threads) and the embedded engine its own (``edge-…``); gRPC's threads are among
+    the rest. Threads that end between two readings are not counted."""
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
@@ -163,7 +172,7 @@ class ThreadCpu:
     def _group(self, tid: int, comm: str) -> str:
         if tid == self.pid:
             return "loop"
-        if comm.startswith(("engram-edge-io", "engram-optimize")):
+        if comm.startswith(("engram-edge-io", "engram-optimize", "edge-")):  # edge-: the engine's
             return "storage"
         if comm.startswith("engram-model"):
             return "model"

@@ -690,8 +690,9 @@ class EdgeStore:
             results = col.shard.query_batch(qe.QueryBatchRequest(requests))
             ranks = col.ranks
 
-            def hits(found: Sequence[Any]) -> list[tuple[int, float, Any]]:
-                """(rank key, score, vector) of each hit; its ranking fields are then in ``ranks``.
+            def hits(found: Sequence[Any]) -> list[tuple[int, float, Any, Any]]:
+                """(rank key, score, vector, engine id) of each hit; its ranking fields are then in
+                ``ranks``.
                 Ids are read as ``.int`` (``str()`` of the engine's ``uuid.UUID`` costs more than
                 a microsecond a hit); the canonical text id is the ranking fields' last one."""
                 rows = []
@@ -699,13 +700,13 @@ class EdgeStore:
                 for h in found:
                     pid = h.id
                     k = pid.int
-                    rows.append((k, h.score, h.vector if with_vectors else None))
+                    rows.append((k, h.score, h.vector if with_vectors else None, pid))
                     if k not in ranks:
                         missing.append(pid)
                 if missing:
                     for r in col.shard.retrieve(missing, list(CANDIDATE_FIELDS), False):
                         ranks[_engine_key(r.id)] = rank_fields(str(r.id), r.payload, collection)
-                    for k, _, _ in rows:
+                    for k, _, _, _ in rows:
                         if k not in ranks:  # deleted under us cannot happen (one thread)
                             raise StorageUnavailable(
                                 f"a point in collection {collection!r} vanished during a query"
@@ -713,8 +714,8 @@ class EdgeStore:
                 return rows
 
             def live_first(
-                rows: list[tuple[int, float, Any]], n: int, asked: int, keep: Callable[[int], bool]
-            ) -> list[tuple[int, float, Any]] | None:
+                rows: list[tuple[int, float, Any, Any]], n: int, asked: int, keep: Callable[[int], bool]
+            ) -> list[tuple[int, float, Any, Any]] | None:
                 """The first ``n`` live rows of an unfiltered answer to ``asked`` (and any later
                 live ones ``keep`` wants); None when the margin held too few live ones (more dead
                 than the margin among the nearest: the engine must filter)."""
@@ -725,6 +726,7 @@ class EdgeStore:
                 return [row for i, row in enumerate(live) if i < n or keep(row[0])]
 
             lexical_score: dict[int, float] = {}
+            lexical_id: dict[int, Any] = {}  # the engine's id objects (cheaper to send back than text)
             if lexical:
                 found_lexical = hits(results[1])
                 if post:
@@ -732,9 +734,10 @@ class EdgeStore:
                     if kept is None:
                         kept = hits(col.shard.query(sparse_request(lexical_n, edge_filter)))
                     found_lexical = kept
-                for k, score, _ in found_lexical:
+                for k, score, _, pid in found_lexical:
                     if score > 0:
                         lexical_score[k] = score
+                        lexical_id[k] = pid
             dense = hits(results[0])
             if post:
                 # (nearest live ones past the first ``limit`` stay when BM25 found them too:
@@ -742,8 +745,8 @@ class EdgeStore:
                 kept = live_first(dense, limit, dense_limit, lexical_score.__contains__)
                 dense = kept if kept is not None else hits(col.shard.query(dense_request(limit, edge_filter)))
             if lexical:
-                in_dense = {k for k, _, _ in dense}
-                only_lexical = [ranks[k][6] for k in lexical_score if k not in in_dense]
+                in_dense = {k for k, _, _, _ in dense}
+                only_lexical = [lexical_id[k] for k in lexical_score if k not in in_dense]
                 if only_lexical:
                     # Their cosine, exactly, from the engine: a dense query restricted to these
                     # ids (cheaper than shipping their vectors to Python); all found: nothing
@@ -759,14 +762,14 @@ class EdgeStore:
                             )
                         )
                     )
-            fields = [ranks[k] for k, _, _ in dense]
+            fields = [ranks[k] for k, _, _, _ in dense]
             return candidate_columns(
                 collection,
                 [f[6] for f in fields],
                 fields,
-                [cosine for _, cosine, _ in dense],
-                [lexical_score.get(k, 0.0) for k, _, _ in dense],
-                vectors=[vec for _, _, vec in dense] if with_vectors else None,
+                [cosine for _, cosine, _, _ in dense],
+                [lexical_score.get(k, 0.0) for k, _, _, _ in dense],
+                vectors=[vec for _, _, vec, _ in dense] if with_vectors else None,
             )
 
         return await self._run(work)

@@ -20,12 +20,12 @@ def os_name(tid: int) -> str:
 
 def test_worker_thread_has_its_os_name_and_python_name() -> None:
     ex = worker("engram-test-abcdefgh", python_name="py-name")
-    try:
-        who = ex.submit(lambda: (threading.get_native_id(), threading.current_thread().name))
-        tid, py_name = who.result()
+    try:  # read in the thread itself: once the executor shuts down, its /proc entry is gone
+        who = ex.submit(lambda: (os_name(threading.get_native_id()), threading.current_thread().name))
+        name, py_name = who.result()
     finally:
         ex.shutdown()
-    assert os_name(tid) == "engram-test-abc"  # the kernel keeps 15 bytes
+    assert name == "engram-test-abc"  # the kernel keeps 15 bytes
     assert py_name.startswith("py-name")
     assert os_name(threading.get_native_id()) != "engram-test-abc"  # the caller's is unchanged
 

@@ -1066,27 +1066,17 @@ class MemoryService:
         pending, self._pending_access = self._pending_access, {}
         for collection, counts in pending.items():
             async with self._lock(collection):
-                # Increment what is stored now (concurrent searches add up; a memory updated or
-                # deleted since it was found is skipped: its history version keeps the old counters).
-                current = {
-                    p.record.id: p.record for p in await self._store.retrieve(collection, list(counts))
-                }
-                updates: dict[str, dict[str, object]] = {
-                    mid: {
-                        "access_count": current[mid].access_count + int(n),
-                        "last_accessed_at": max(at, current[mid].last_accessed_at or 0.0),
-                    }
-                    for mid, (n, at) in counts.items()
-                    if mid in current and current[mid].is_current
-                }
-                if updates:
-                    # Records cached for search results carry the counters: drop them (before and
-                    # after, so a read racing with the write is not cached either).
-                    self._access_epoch[collection] = self._access_epoch.get(collection, 0) + 1
-                    try:
-                        await self._store.set_fields(collection, updates)
-                    finally:
-                        self._access_epoch[collection] += 1
+                # The store adds to what is stored now (concurrent searches add up; a memory
+                # updated or deleted since it was found is skipped: its history version keeps the
+                # old counters). Records cached for search results carry the counters: drop them
+                # (before and after, so a read racing with the write is not cached either).
+                self._access_epoch[collection] = self._access_epoch.get(collection, 0) + 1
+                try:
+                    await self._store.add_access(
+                        collection, {mid: (int(n), float(at)) for mid, (n, at) in counts.items()}
+                    )
+                finally:
+                    self._access_epoch[collection] += 1
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task: asyncio.Task[None] = asyncio.ensure_future(coro)

@@ -102,11 +102,18 @@ class SwitchableStore:
         flt: StoreFilter,
         *,
         sparse: SparseVector | None = None,
+        lexical_limit: int | None = None,
         with_vectors: bool = False,
     ) -> Candidates:
         self._check("search")
         return await self.inner.candidates(
-            collection, vector, limit, flt, sparse=sparse, with_vectors=with_vectors
+            collection,
+            vector,
+            limit,
+            flt,
+            sparse=sparse,
+            lexical_limit=lexical_limit,
+            with_vectors=with_vectors,
         )
 
     async def scroll(
@@ -127,6 +134,9 @@ class SwitchableStore:
 
     async def set_fields(self, collection: str, updates: Mapping[str, Mapping[str, Any]]) -> None:
         await self.inner.set_fields(collection, updates)
+
+    async def add_access(self, collection: str, hits: Mapping[str, tuple[int, float]]) -> int:
+        return await self.inner.add_access(collection, hits)
 
     async def get_state(self, key: str) -> dict[str, Any] | None:
         return await self.inner.get_state(key)

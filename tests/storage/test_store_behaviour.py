@@ -409,6 +409,36 @@ async def test_count_delete_and_delete_where(store: Store) -> None:
     assert await store.count("default", StoreFilter(include_history=True)) == 0
 
 
+async def test_add_access_adds_to_the_stored_counters_of_current_memories(store: Store) -> None:
+    await store.create_collection(spec())
+    rng = np.random.default_rng(19)
+    seen_before = record(access_count=7, last_accessed_at=1_700_000_200.125)
+    never = record()
+    history = record(superseded_by=str(uuid.uuid4()), access_count=1, last_accessed_at=10.0)
+    await store.upsert("default", points([seen_before, never, history], unit_vectors(3, rng)))
+    generation = store.generation("default")
+    updated = await store.add_access(
+        "default",
+        {
+            seen_before.id: (2, 1_700_000_100.0),  # earlier than the stored time: that one stays
+            never.id.upper(): (1, 5_000.0),  # another spelling of the same id adds up
+            never.id: (2, 6_000.0),
+            history.id: (4, 9_999.0),  # a history version keeps its counters
+            str(uuid.uuid4()): (1, 1.0),  # missing: skipped
+            "not-a-uuid": (1, 1.0),
+        },
+    )
+    assert updated == 2
+    got = {
+        p.record.id: p.record for p in await store.retrieve("default", [seen_before.id, never.id, history.id])
+    }
+    assert got[seen_before.id] == replace(seen_before, access_count=9)
+    assert got[never.id] == replace(never, access_count=3, last_accessed_at=6_000.0)
+    assert got[history.id] == history
+    assert store.generation("default") == generation  # counters take no part in search
+    assert await store.add_access("default", {}) == 0
+
+
 async def test_set_fields(store: Store) -> None:
     await store.create_collection(spec())
     rng = np.random.default_rng(9)

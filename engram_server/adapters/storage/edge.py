@@ -56,6 +56,7 @@ import numpy as np
 import qdrant_edge as qe
 
 from engram_server.adapters.storage.payload import (
+    ACCESS_FIELDS,
     CANDIDATE_FIELDS,
     LEXICAL_VECTOR,
     PAYLOAD_INDEXES,
@@ -67,6 +68,8 @@ from engram_server.adapters.storage.payload import (
     MatchValue,
     Range,
     RankFields,
+    access_hits,
+    access_update,
     as_vector,
     candidate_columns,
     canonical_ids,
@@ -885,6 +888,29 @@ class EdgeStore:
             self._durable(col.shard)
 
         await self._run(work)
+
+    async def add_access(self, collection: str, hits: Mapping[str, tuple[int, float]]) -> int:
+        wanted = access_hits(hits)
+
+        def work() -> int:
+            col = self._col(collection)
+            if not wanted:
+                return 0
+            ids: list[int | uuid.UUID | str] = list(wanted)
+            updated = 0
+            try:  # counters are not ranking fields: neither the generation nor ``ranks`` change
+                for r in col.shard.retrieve(ids, list(ACCESS_FIELDS), False):
+                    payload = access_update(r.payload, *wanted[str(r.id)])
+                    if payload is not None:
+                        col.shard.update(qe.UpdateOperation.set_payload([r.id], payload))
+                        updated += 1
+            finally:
+                col.wrote(updated)
+            if updated:
+                self._durable(col.shard)
+            return updated
+
+        return await self._run(work)
 
 
 # ---------------------------------------------------------------------- helpers

@@ -49,6 +49,7 @@ from engram_server.domain.model import (
 from engram_server.domain.text import script_of
 
 __all__ = [
+    "ACCESS_FIELDS",
     "PAYLOAD_INDEXES",
     "Condition",
     "FilterPlan",
@@ -56,6 +57,8 @@ __all__ = [
     "MatchAny",
     "MatchValue",
     "Range",
+    "access_hits",
+    "access_update",
     "as_vector",
     "candidate_columns",
     "canonical_ids",
@@ -244,6 +247,36 @@ def rank_key(point_id: str) -> int:
     (the engine hands ids back as ``uuid.UUID`` objects, whose ``.int`` costs nothing where
     ``str()`` costs more than a microsecond per hit)."""
     return uuid.UUID(point_id).int
+
+
+#: The payload fields ``Store.add_access`` reads (the counters, and whether a point is current).
+ACCESS_FIELDS: Final[tuple[str, ...]] = ("access_count", "last_accessed_at", "superseded_by")
+
+
+def access_hits(hits: Mapping[str, tuple[int, float]]) -> dict[str, tuple[int, float]]:
+    """``add_access`` input by canonical id (ids that are not UUIDs name no point: dropped; two
+    spellings of one id add up)."""
+    out: dict[str, tuple[int, float]] = {}
+    for raw, (n, at) in hits.items():
+        ids = canonical_ids([raw])
+        if not ids:
+            continue
+        seen_n, seen_at = out.get(ids[0], (0, float(at)))
+        out[ids[0]] = (seen_n + int(n), max(seen_at, float(at)))
+    return out
+
+
+def access_update(payload: Mapping[str, Any] | None, hits: int, at: float) -> dict[str, Any] | None:
+    """The counters' new payload values (:data:`ACCESS_FIELDS` as stored) after ``hits`` more search
+    hits, the last at ``at``; None for a history version (its counters stay as they were)."""
+    p = payload or {}
+    if not _is_empty(p.get("superseded_by")):
+        return None
+    last = p.get("last_accessed_at")
+    return {
+        "access_count": int(p.get("access_count") or 0) + int(hits),
+        "last_accessed_at": float(at) if last is None else max(float(at), float(last)),
+    }
 
 
 def _is_empty(value: Any) -> bool:

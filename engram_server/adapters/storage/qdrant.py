@@ -31,6 +31,7 @@ from qdrant_client import AsyncQdrantClient, models
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
 from engram_server.adapters.storage.payload import (
+    ACCESS_FIELDS,
     CANDIDATE_FIELDS,
     LEXICAL_VECTOR,
     PAYLOAD_INDEXES,
@@ -41,6 +42,8 @@ from engram_server.adapters.storage.payload import (
     MatchAny,
     MatchValue,
     Range,
+    access_hits,
+    access_update,
     as_vector,
     canonical_ids,
     canonical_offset,
@@ -621,6 +624,33 @@ class QdrantStore:
                 lambda: self._c.batch_update_points(qname, update_operations=ops, wait=True),
                 collection=collection,
             )
+
+    async def add_access(self, collection: str, hits: Mapping[str, tuple[int, float]]) -> int:
+        wanted = access_hits(hits)
+        await self._spec(collection)
+        if not wanted:
+            return 0
+        qname = self._qname(collection)
+        ids: list[models.ExtendedPointId] = list(wanted)
+        found = await self._call(
+            "retrieve",
+            lambda: self._c.retrieve(qname, ids=ids, with_payload=list(ACCESS_FIELDS), with_vectors=False),
+            collection=collection,
+        )
+        ops: list[models.UpdateOperation] = []
+        for r in found:
+            payload = access_update(r.payload, *wanted[str(r.id)])
+            if payload is not None:
+                ops.append(
+                    models.SetPayloadOperation(set_payload=models.SetPayload(payload=payload, points=[r.id]))
+                )
+        if ops:
+            await self._call(
+                "count accesses",
+                lambda: self._c.batch_update_points(qname, update_operations=ops, wait=True),
+                collection=collection,
+            )
+        return len(ops)
 
 
 def _probe_local_lock(path: str) -> None:

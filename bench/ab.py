@@ -10,6 +10,14 @@ sends the same request to both in random order: searches after 100 ms idle, and 
 back to back. By default the search result caches are off (``ENGRAM_SEARCH_CACHE_ENTRIES=0``), so
 every search queries storage while its query embedding is cached (the storage-bound path);
 ``--cache`` keeps the defaults. Prints p50 per side and B / A.
+
+``--known N`` measures instead N passes per side, alternated, of 200 different questions each
+(asked once before, untimed: their embeddings are cached), every pass right after one AddMemory
+that writes (so no cached candidate list is used; the caches stay on): the storage-bound path as
+a stream of different questions. Per pass: p50, and the server's CPU per search from
+``/proc/PID/task/*/stat`` — its main thread (the event loop) and its other threads (on this path
+almost only the storage thread; the pass's access-count writes included). Prints per-side
+medians / means and B / A pass by pass.
 """
 
 from __future__ import annotations
@@ -59,6 +67,66 @@ def start(code: Path, data: Path, port: int, *, cache: bool) -> subprocess.Popen
     )
 
 
+KNOWN = [f"what did person {i} write about the tax return" for i in range(200)]
+PEOPLE = ["Ann", "Bo", "Cy", "Dee", "Eli"]
+THINGS = ["the car", "the desk", "the piano", "the boat", "the garden hose"]
+
+
+def write_one(stub: memory_service_pb2_grpc.MemoryServiceStub, rng: random.Random) -> None:
+    """An AddMemory that writes (the gate refuses near-copies: vary the text until one is created)."""
+    for _ in range(50):
+        text = f"{rng.choice(PEOPLE)} moved {rng.choice(THINGS)} to room {rng.randrange(10**6)}"
+        if stub.AddMemory(s.AddMemoryRequest(content=text)).outcome == s.ADD_OUTCOME_CREATED:
+            return
+    raise RuntimeError("no AddMemory was created in 50 tries")
+
+
+def thread_cpu(pid: int) -> tuple[float, float]:
+    """(main thread, other threads) CPU seconds so far of process ``pid``."""
+    tick = float(os.sysconf("SC_CLK_TCK"))
+    main_s = other_s = 0.0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        cpu = (int(fields[11]) + int(fields[12])) / tick
+        if int(tid) == pid:
+            main_s += cpu
+        else:
+            other_s += cpu
+    return main_s, other_s
+
+
+def known_passes(
+    stubs: dict[str, memory_service_pb2_grpc.MemoryServiceStub], pids: dict[str, int], passes: int
+) -> dict[str, dict[str, list[float]]]:
+    for stub in stubs.values():
+        for q in KNOWN:  # embeddings cached
+            stub.SearchMemories(s.SearchMemoriesRequest(query=q, limit=10))
+    out: dict[str, dict[str, list[float]]] = {n: {"p50": [], "loop": [], "other": []} for n in stubs}
+    rng = random.Random(2)
+    for i in range(passes + 1):  # the first pass warms up, untimed
+        for name in rng.sample(sorted(stubs), len(stubs)):
+            stub = stubs[name]
+            write_one(stub, rng)
+            time.sleep(1.3)  # the previous pass's access counters are written meanwhile
+            before, lat = thread_cpu(pids[name]), []
+            for q in KNOWN:
+                t = time.perf_counter()
+                stub.SearchMemories(s.SearchMemoriesRequest(query=q, limit=10))
+                lat.append(time.perf_counter() - t)
+            time.sleep(1.3)  # this pass's access counters: counted with it
+            after = thread_cpu(pids[name])
+            if i == 0:
+                continue
+            out[name]["p50"].append(statistics.median(lat) * 1000)
+            out[name]["loop"].append((after[0] - before[0]) / len(KNOWN) * 1000)
+            out[name]["other"].append((after[1] - before[1]) / len(KNOWN) * 1000)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--a", type=Path, required=True, help="checkout of version A (the baseline)")
@@ -67,6 +135,12 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=100)
     ap.add_argument("--warm-seconds", type=float, default=15.0, help="wait after start-up (ranking fields)")
     ap.add_argument("--cache", action="store_true", help="keep the search result caches on")
+    ap.add_argument(
+        "--known",
+        type=int,
+        metavar="N",
+        help="N alternated passes of 200 known questions, each after a write (caches on), with CPU",
+    )
     args = ap.parse_args()
     for side in (args.a, args.b):
         if not (side / "engram_server").is_dir():
@@ -80,7 +154,8 @@ def main() -> None:
             data = Path(tmp) / name
             shutil.copytree(args.data, data)
             sides[name] = (code.resolve(), data, free_port())
-        procs = [start(code, data, port, cache=args.cache) for code, data, port in sides.values()]
+        caching = args.cache or args.known is not None
+        procs = [start(code, data, port, cache=caching) for code, data, port in sides.values()]
         try:
             stubs = {}
             for name, (_, _, port) in sides.items():
@@ -88,6 +163,10 @@ def main() -> None:
                 grpc.channel_ready_future(channel).result(timeout=300)
                 stubs[name] = memory_service_pb2_grpc.MemoryServiceStub(channel)
             time.sleep(args.warm_seconds)
+            if args.known is not None:
+                pids = {name: proc.pid for name, proc in zip(sides, procs, strict=True)}
+                report_known(args, known_passes(stubs, pids, args.known))
+                return
             for stub in stubs.values():
                 for q in QUERIES * 3:  # query embeddings cached
                     stub.SearchMemories(s.SearchMemoriesRequest(query=q, limit=10))
@@ -116,6 +195,26 @@ def main() -> None:
         a = statistics.median(samples[("A", mode)]) * 1000
         b = statistics.median(samples[("B", mode)]) * 1000
         print(f"  {label:28s} A p50 {a:6.2f} ms   B p50 {b:6.2f} ms   B / A {b / a:.3f}")
+
+
+def report_known(args: argparse.Namespace, got: dict[str, dict[str, list[float]]]) -> None:
+    print(
+        f"A = {args.a}, B = {args.b}; {args.known} passes of {len(KNOWN)} known questions, each after a write"
+    )
+    for name in ("A", "B"):
+        g = got[name]
+        print(
+            f"  {name}: p50 {statistics.median(g['p50']):6.2f} ms; CPU per search: event loop "
+            f"{statistics.mean(g['loop']):.2f} ms, "
+            f"other threads (storage) {statistics.mean(g['other']):.2f} ms"
+        )
+    for key, label in (("p50", "p50"), ("loop", "event-loop CPU"), ("other", "storage CPU")):
+        ratios = [b / a for a, b in zip(got["A"][key], got["B"][key], strict=True) if a > 0]
+        if ratios:
+            print(
+                f"  B / A {label:15s} median {statistics.median(ratios):.3f}  "
+                + " ".join(f"{r:.2f}" for r in ratios)
+            )
 
 
 if __name__ == "__main__":

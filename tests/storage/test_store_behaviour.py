@@ -865,6 +865,27 @@ async def test_generation_changes_on_every_write_that_can_change_search(store: S
     assert changed()
 
 
+_DEAD_KINDS = ("superseded", "draft", "expired")
+
+
+def dead_points(count: int, few: tuple[int, int, int]) -> dict[int, str]:
+    """Which points are dead, and how: the first ``count`` (through the kinds in turn) when more
+    than 3, else one of each kind at the positions ``few``."""
+    if count > 3:
+        return {i: _DEAD_KINDS[i % 3] for i in range(count)}
+    return {i: kind for i, kind in zip(few, _DEAD_KINDS, strict=True)}
+
+
+def maybe_dead(kind: str | None, now: float, *, content: str, until: float) -> MemoryRecord:
+    """A memory live at ``now`` until ``until``, or dead at ``now`` in the way ``kind`` says."""
+    return record(
+        content=content,
+        valid_until=now - 1.0 if kind == "expired" else until,
+        superseded_by=str(uuid.uuid4()) if kind == "superseded" else None,
+        draft=kind == "draft",
+    )
+
+
 @pytest.mark.parametrize("dead_nearest", [3, 60])
 async def test_live_candidates_skip_dead_points_however_many_are_nearest(
     store: Store, dead_nearest: int
@@ -885,23 +906,16 @@ async def test_live_candidates_skip_dead_points_however_many_are_nearest(
     vecs = np.stack([query * (1.0 - i / n) + noise[i] * (0.05 + i / n) for i in range(n)])
     vecs = (vecs / np.linalg.norm(vecs, axis=1, keepdims=True)).astype(np.float32)
     now = 10_000.0
-    kinds = ("superseded", "draft", "expired")
-    dead = (
-        {i: kinds[i % 3] for i in range(dead_nearest)}
-        if dead_nearest > 3
-        else {0: kinds[0], 2: kinds[1], 5: kinds[2]}
-    )
-    recs = []
-    for i in range(n):
-        kind = dead.get(i)
-        recs.append(
-            record(
-                content=f"walnut story {i}" if i % 20 == 0 else f"note number {i}",
-                valid_until=now - 1.0 if kind == "expired" else now + 1000.0 + i,
-                superseded_by=str(uuid.uuid4()) if kind == "superseded" else None,
-                draft=kind == "draft",
-            )
+    dead = dead_points(dead_nearest, (0, 2, 5))
+    recs = [
+        maybe_dead(
+            dead.get(i),
+            now,
+            content=f"walnut story {i}" if i % 20 == 0 else f"note number {i}",
+            until=now + 1000.0 + i,
         )
+        for i in range(n)
+    ]
     await store.upsert(
         "default", [StoredPoint(r, vecs[i], enc.encode_document(r.content)) for i, r in enumerate(recs)]
     )
@@ -942,20 +956,10 @@ async def test_live_lexical_candidates_skip_dead_points_however_many_score_best(
     n = 80
     vecs = unit_vectors(n, rng)
     now = 10_000.0
-    kinds = ("superseded", "draft", "expired")
+    dead = dead_points(dead_best, (0, 1, 4))
     # BM25 ranks shorter documents first: document i is the i-th best for "walnut"
-    dead = (
-        {i: kinds[i % 3] for i in range(dead_best)}
-        if dead_best > 3
-        else {0: kinds[0], 1: kinds[1], 4: kinds[2]}
-    )
     recs = [
-        record(
-            content="walnut " + " ".join(["filler"] * i),
-            valid_until=now - 1.0 if dead.get(i) == "expired" else now + 1000.0,
-            superseded_by=str(uuid.uuid4()) if dead.get(i) == "superseded" else None,
-            draft=dead.get(i) == "draft",
-        )
+        maybe_dead(dead.get(i), now, content="walnut " + " ".join(["filler"] * i), until=now + 1000.0)
         for i in range(n)
     ]
     await store.upsert(

@@ -28,7 +28,11 @@ samples, disk per memory, and over one gRPC channel, one call at a time, interle
   - ``search_unique``: a new question each time (embedding + storage + ranking);
   - ``search_repeat``: the same question again, nothing written (the candidate cache answers);
   - ``search_after_write``: the same question right after an AddMemory (untimed) of a new memory,
-    so its embedding is cached but the candidates come from storage (the storage-bound path);
+    so its embedding is cached but the candidates come from storage (the storage-bound path). The
+    note's text carries a nonce of this run and the AddMemory is retried until it is CREATED: a
+    note refused by the write gate writes nothing, and the search would be answered from the
+    candidate cache (as happened when this phase was re-run on one data directory with the same
+    notes before this check existed). The AddMemory outcomes are reported;
   - ``health``: the gRPC health check (the transport floor).
 """
 
@@ -46,6 +50,7 @@ import shutil
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -321,7 +326,7 @@ async def ingest(args: argparse.Namespace, data_dir: Path, work: Path) -> dict[s
 
 
 async def serve_and_measure(args: argparse.Namespace, data_dir: Path, memories: int) -> dict[str, Any]:
-    from engram_client import AsyncEngramClient  # noqa: PLC0415
+    from engram_client import AddOutcome, AsyncEngramClient  # noqa: PLC0415
 
     res: dict[str, Any] = {}
     port = args.port
@@ -366,6 +371,8 @@ async def serve_and_measure(args: argparse.Namespace, data_dir: Path, memories: 
         res["rss_idle_parts_gb"] = {k: v / 1e9 for k, v in rss_parts(proc.pid).items()}
         print(f"engram serve ready in {res['start_s']:.0f} s, RSS {res['rss_idle_gb']:.2f} GB", flush=True)
         rng = random.Random(7)
+        nonce = uuid.uuid4().hex[:8]  # new notes each run, even on a data directory served before
+        res["after_write_adds"] = {}
         samples: dict[str, list[float]] = {}
         async with AsyncEngramClient(address, timeout=120) as engram:
             repeat = query_text(rng, 0)
@@ -388,9 +395,19 @@ async def serve_and_measure(args: argparse.Namespace, data_dir: Path, memories: 
                         await engram.search(repeat, limit=10)  # (cached from here on)
                         await timed("search_repeat", engram.search(repeat, limit=10))
                     elif step == "after_write":
-                        await engram.add(
-                            f"Bench note {j}: {query_text(rng, 30_000 + j)}", collection=COLLECTION
-                        )
+                        for attempt in range(10):
+                            added = await engram.add(
+                                f"Bench note {nonce}-{j}-{attempt}: {query_text(rng, 30_000 + j)}",
+                                collection=COLLECTION,
+                            )
+                            name = added.outcome.name
+                            res["after_write_adds"][name] = res["after_write_adds"].get(name, 0) + 1
+                            if added.outcome is AddOutcome.CREATED:
+                                break
+                        else:
+                            raise SystemExit(
+                                "no note was CREATED: the after-write search would not be storage-bound"
+                            )
                         await timed("search_after_write", engram.search(repeat, limit=10))
                     else:
                         await timed("health", health.Check(health_pb2.HealthCheckRequest()))
@@ -460,6 +477,12 @@ def report(res: dict[str, Any]) -> str:
     ]
     for name, s in srv["latency"].items():
         lines.append(f"| {name} | {s['n']} | {s['p50_ms']:.2f} | {s['p95_ms']:.2f} | {s['p99_ms']:.2f} |")
+    adds = srv.get("after_write_adds", {})
+    lines += [
+        "",
+        "AddMemory outcomes before the after-write searches: "
+        + (", ".join(f"{k} {v}" for k, v in adds.items()) or "none"),
+    ]
     return "\n".join(lines)
 
 

@@ -2,6 +2,8 @@
 
     .venv/bin/python bench/million.py --memories 1000000 --keep /work/scratch/m1   # ~1-2 h on 2 cores
     .venv/bin/python bench/million.py --memories 20000                               # a few minutes
+    .venv/bin/python bench/million.py --serve-only DIR/data-1000000  # phase 2 on any data dir, e.g.
+                                                   # one kept by bench/stages.py --memories 1000000 --keep DIR
 
 Phase 1, **ingest**: an Engram server (in this process; real gRPC, servicer, batcher, write gate,
 TTL, BM25, qdrant-edge storage, HNSW built in the background as the collection grows) receives
@@ -517,6 +519,13 @@ async def main() -> None:
     p.add_argument("--keep", type=Path, help="keep the data directory here (else a temp dir)")
     p.add_argument("--skip-ingest", action="store_true", help="phase 2 only, on --keep")
     p.add_argument(
+        "--serve-only",
+        type=Path,
+        metavar="DATA_DIR",
+        help="phase 2 only, on any Engram data directory (e.g. one kept by bench/stages.py --keep); "
+        "prints its figures as JSON",
+    )
+    p.add_argument(
         "--resume-from",
         type=int,
         default=0,
@@ -532,6 +541,21 @@ async def main() -> None:
     logging.getLogger("engram_server.adapters.storage.edge").setLevel(logging.INFO)  # index builds
     if args.client:
         await client_main(args)
+        return
+    if args.serve_only:
+        from engram_server.adapters.storage.edge import EdgeStore  # noqa: PLC0415
+
+        store = EdgeStore(args.serve_only)  # the server's defaults: counts the points
+        await store.open()
+        try:
+            points = await store.count(COLLECTION, StoreFilter())
+        finally:
+            await store.close()
+        served = await serve_and_measure(args, args.serve_only, points)
+        print(json.dumps(served, indent=1))
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps(served, indent=1))
         return
     work = args.keep or Path(tempfile.mkdtemp(prefix="engram-million-"))
     work.mkdir(parents=True, exist_ok=True)

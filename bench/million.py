@@ -398,8 +398,9 @@ async def serve_and_measure(args: argparse.Namespace, data_dir: Path, memories: 
                         await timed("search_repeat", engram.search(repeat, limit=10))
                     elif step == "after_write":
                         for attempt in range(10):
+                            note = query_text(rng, 30_000 + j + 7_919 * attempt)  # (another text per retry)
                             added = await engram.add(
-                                f"Bench note {nonce}-{j}-{attempt}: {query_text(rng, 30_000 + j)}",
+                                f"Bench note {nonce}-{j}-{attempt}: {note}",
                                 collection=COLLECTION,
                             )
                             name = added.outcome.name

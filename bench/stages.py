@@ -381,10 +381,12 @@ def dir_bytes(root: Path) -> dict[str, int]:
     return out
 
 
-def timed_store(data_dir: Path) -> tuple[EdgeStore, list[float]]:
-    """An EdgeStore as the server builds it on the defaults, whose open() (which builds due HNSW
-    indexes) is timed into the returned list."""
-    store = EdgeStore(data_dir)
+def timed_store(data_dir: Path, hnsw_threshold: int | None = None) -> tuple[EdgeStore, list[float]]:
+    """An EdgeStore as the server builds it on the defaults (or with ``hnsw_threshold``), whose
+    open() (which builds due HNSW indexes) is timed into the returned list."""
+    store = (
+        EdgeStore(data_dir) if hnsw_threshold is None else EdgeStore(data_dir, hnsw_threshold=hnsw_threshold)
+    )
     took = [0.0]
     inner_open = store.open
 
@@ -525,7 +527,7 @@ async def measure_size(
     gc.collect()
 
     # First start-up: builds the HNSW index when due. Then copy the (indexed) data for the floor.
-    first_store, first_open = timed_store(data_dir)
+    first_store, first_open = timed_store(data_dir, args.hnsw_threshold)
     t = time.perf_counter()
     async with running_server(data_dir, store=first_store):
         res["first_start_s"] = time.perf_counter() - t
@@ -540,7 +542,7 @@ async def measure_size(
     gc.collect()
 
     rss0 = rss_bytes()
-    second_store, second_open = timed_store(data_dir)
+    second_store, second_open = timed_store(data_dir, args.hnsw_threshold)
     t = time.perf_counter()
     async with running_server(data_dir, store=second_store) as srv:
         res["reopen_s"] = time.perf_counter() - t
@@ -908,6 +910,11 @@ async def main() -> None:
         help="call optimize() on the floor's shard copy (HNSW for the floor even where the server has none)",
     )
     ap.add_argument("--quick", action="store_true", help="2,000 memories, 30 samples, 300 base texts")
+    ap.add_argument(
+        "--hnsw-threshold",
+        type=int,
+        help="the server store's ENGRAM_HNSW_THRESHOLD (default: the server's default, 20,000 points)",
+    )
     ap.add_argument("--json", type=Path, help="write the figures as JSON here")
     ap.add_argument("--md", type=Path, help="write the Markdown tables here")
     ap.add_argument("--tmp", type=Path, help="directory for the data dirs (default: system temp)")

@@ -244,7 +244,8 @@ SETTINGS_DOC: list[tuple[str, str, str]] = [
         "ENGRAM_SEARCH_CACHE_ENTRIES",
         "Candidate lists of this many recent searches are kept and reused while their collection is "
         "unchanged (embedded storage only: exact, dropped on any write; ranking still runs at the "
-        "time of each search). `0` = off.",
+        "time of each search), and as many nearest-point lists of recent query vectors, patched with "
+        "the points written since instead of searched again. `0` = off.",
     ),
     (
         "lexical_search",

@@ -55,6 +55,7 @@ from typing import IO, Any, TypeVar
 import numpy as np
 import qdrant_edge as qe
 
+from engram_server.adapters.storage.nearest import NearestBudget, NearestList, NearestLists, Row, patch
 from engram_server.adapters.storage.payload import (
     ACCESS_FIELDS,
     CANDIDATE_FIELDS,
@@ -164,6 +165,8 @@ class _Collection:
     #: reaches the threshold. None: count at the next check (after open, after an index build).
     unindexed_bound: int | None = None
     opened_at: float = field(default_factory=time.monotonic)
+    #: Nearest lists of recent search vectors, patched with the points written since.
+    nearest: NearestLists = field(default_factory=lambda: NearestLists(NearestBudget(0)))
 
     def touch(self) -> None:
         """Called before any change that can alter search results (on the io thread)."""
@@ -187,6 +190,7 @@ class EdgeStore:
         background_hnsw: bool = False,
         segments: int = 0,
         neighbour_ef: int = 0,
+        nearest_lists: int = 256,
     ) -> None:
         if hnsw_threshold < 0:
             raise ValueError("hnsw_threshold must be >= 0 (0 disables HNSW building)")
@@ -194,6 +198,10 @@ class EdgeStore:
             raise ValueError("segments must be >= 0 (0 = the engine's choice)")
         if neighbour_ef < 0:
             raise ValueError("neighbour_ef must be >= 0 (0 = the engine's default)")
+        if nearest_lists < 0:
+            raise ValueError("nearest_lists must be >= 0 (0 = off)")
+        #: Nearest lists kept, over all collections (``candidates``); 0 = every search asks the graph.
+        self._nearest = NearestBudget(nearest_lists)
         self._segments = segments
         #: HNSW beam width of ``search`` / ``search_batch`` (the gate's neighbour lookups).
         self._neighbour_ef = neighbour_ef
@@ -291,6 +299,7 @@ class EdgeStore:
             started = time.perf_counter()
             changed = col.shard.optimize()
             col.touch()  # approximate (HNSW) results may differ from brute force ones
+            col.nearest.invalidate()
             info = col.shard.info()
             log.info(
                 "collection %s optimized in %.1f s (changed=%s): %d points, %d indexed, %d segments",
@@ -327,6 +336,7 @@ class EdgeStore:
             while rounds < max_rounds and col.shard.optimize():
                 rounds += 1
             col.touch()  # results may differ (other graphs): no cached list survives
+            col.nearest.reset()
             col.unindexed_bound = None
             after = col.shard.info()
             return CompactionReport(
@@ -387,7 +397,12 @@ class EdgeStore:
                     raise StorageUnavailable(
                         f"corrupt collection spec at {spec_path}: names collection {spec.name!r}"
                     )
-                col = _Collection(spec, path, self._open_shard(path, spec, create=False))
+                col = _Collection(
+                    spec,
+                    path,
+                    self._open_shard(path, spec, create=False),
+                    nearest=NearestLists(self._nearest),
+                )
                 self._cols[spec.name] = col
                 self._maybe_optimize(col)
                 self._io_submit(self._warm, col, None)
@@ -488,7 +503,11 @@ class EdgeStore:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         self._cols[spec.name] = _Collection(
-            spec, final, self._open_shard(final, spec, create=False), warm=True
+            spec,
+            final,
+            self._open_shard(final, spec, create=False),
+            warm=True,
+            nearest=NearestLists(self._nearest),
         )
 
     async def get_collection(self, name: str) -> CollectionSpec | None:
@@ -510,6 +529,7 @@ class EdgeStore:
         col = self._cols.pop(name, None)
         if col is None:
             return 0
+        col.nearest.reset()
         count = col.shard.count(qe.CountRequest(exact=True))
         col.shard.close()
         # Rename first so a crash mid-delete never leaves a half collection that open() loads.
@@ -541,6 +561,7 @@ class EdgeStore:
                 for pid in ids:
                     col.ranks.pop(rank_key(pid), None)
                 col.wrote(len(ops))
+                col.nearest.changed(_changed(ids))
             for pid, payload in zip(ids, payloads, strict=True):
                 col.ranks[rank_key(pid)] = rank_fields(pid, payload, collection)
             self._durable(col.shard)
@@ -669,7 +690,15 @@ class EdgeStore:
                     with_vector=want_vector,
                 )
 
-            requests = [dense_request(dense_limit, None if post else edge_filter)]
+            # The nearest list of this vector kept from an earlier search, if any: patched with
+            # the points written since instead of searching the graph again (see ``nearest``).
+            nearest = col.nearest if post and not with_vectors and col.nearest.enabled else None
+            list_key = (vector.tobytes(), dense_limit)
+            kept_list = nearest.get(list_key) if nearest is not None else None
+            changed_ids = list(kept_list.changed.values()) if kept_list is not None else []
+            requests = (
+                [] if kept_list is not None else [dense_request(dense_limit, None if post else edge_filter)]
+            )
             lexical_n = limit if lexical_limit is None else lexical_limit
             lexical = bool(sparse) and col.spec.lexical is not None and lexical_n > 0
             # The BM25 side the same way: unfiltered, with a margin, dead ones dropped here.
@@ -687,25 +716,30 @@ class EdgeStore:
                     with_vector=False,
                 )
 
+            def by_ids_request(ids: list[Any]) -> qe.QueryRequest:
+                # The exact cosine of these points (those that exist), from the engine.
+                return qe.QueryRequest(
+                    limit=len(ids),
+                    query=qe.Query.Nearest(query),
+                    filter=qe.Filter(must=[qe.HasIdCondition(set(ids))]),
+                    with_payload=False,
+                    with_vector=want_vector,
+                )
+
             if lexical:
                 requests.append(sparse_request(lexical_limit_asked, None if post else edge_filter))
+            if changed_ids:
+                requests.append(by_ids_request(changed_ids))
             # One planned batch: the engine runs the dense and the sparse query together.
-            results = col.shard.query_batch(qe.QueryBatchRequest(requests))
+            results = iter(col.shard.query_batch(qe.QueryBatchRequest(requests)) if requests else [])
+            dense_found = next(results) if kept_list is None else None
+            lexical_found = next(results) if lexical else None
+            changed_found = next(results) if changed_ids else None
             ranks = col.ranks
 
-            def hits(found: Sequence[Any]) -> list[tuple[int, float, Any, Any]]:
-                """(rank key, score, vector, engine id) of each hit; its ranking fields are then in
-                ``ranks``.
-                Ids are read as ``.int`` (``str()`` of the engine's ``uuid.UUID`` costs more than
-                a microsecond a hit); the canonical text id is the ranking fields' last one."""
-                rows = []
-                missing = []
-                for h in found:
-                    pid = h.id
-                    k = pid.int
-                    rows.append((k, h.score, h.vector if with_vectors else None, pid))
-                    if k not in ranks:
-                        missing.append(pid)
+            def known(rows: list[Row]) -> list[Row]:
+                """``rows``, once the ranking fields of each are in ``ranks``."""
+                missing = [pid for k, _, _, pid in rows if k not in ranks]
                 if missing:
                     for r in col.shard.retrieve(missing, list(CANDIDATE_FIELDS), False):
                         ranks[_engine_key(r.id)] = rank_fields(str(r.id), r.payload, collection)
@@ -716,9 +750,20 @@ class EdgeStore:
                             )
                 return rows
 
+            def hits(found: Sequence[Any]) -> list[Row]:
+                """(rank key, score, vector, engine id) of each hit; its ranking fields are then in
+                ``ranks``.
+                Ids are read as ``.int`` (``str()`` of the engine's ``uuid.UUID`` costs more than
+                a microsecond a hit); the canonical text id is the ranking fields' last one."""
+                rows = []
+                for h in found:
+                    pid = h.id
+                    rows.append((pid.int, h.score, h.vector if with_vectors else None, pid))
+                return known(rows)
+
             def live_first(
-                rows: list[tuple[int, float, Any, Any]], n: int, asked: int, keep: Callable[[int], bool]
-            ) -> list[tuple[int, float, Any, Any]] | None:
+                rows: list[Row], n: int, asked: int, keep: Callable[[int], bool]
+            ) -> list[Row] | None:
                 """The first ``n`` live rows of an unfiltered answer to ``asked`` (and any later
                 live ones ``keep`` wants); None when the margin held too few live ones (more dead
                 than the margin among the nearest: the engine must filter)."""
@@ -731,7 +776,8 @@ class EdgeStore:
             lexical_score: dict[int, float] = {}
             lexical_id: dict[int, Any] = {}  # the engine's id objects (cheaper to send back than text)
             if lexical:
-                found_lexical = hits(results[1])
+                assert lexical_found is not None
+                found_lexical = hits(lexical_found)
                 if post:
                     kept = live_first(found_lexical, lexical_n, lexical_limit_asked, lambda _: False)
                     if kept is None:
@@ -741,7 +787,24 @@ class EdgeStore:
                     if score > 0:
                         lexical_score[k] = score
                         lexical_id[k] = pid
-            dense = hits(results[0])
+            entry: NearestList | None = None
+            if kept_list is not None:
+                assert nearest is not None
+                entry = kept_list.entry
+                if changed_found is not None and not patch(
+                    entry, dense_limit, kept_list.changed, hits(changed_found)
+                ):
+                    entry = None  # too few left (deletions): search anew
+                    dense = hits(col.shard.query(dense_request(dense_limit, None)))
+                else:
+                    entry.seq = nearest.seq
+                    dense = known(entry.rows)
+            else:
+                assert dense_found is not None
+                dense = hits(dense_found)
+            if nearest is not None and entry is None:
+                entry = nearest.new(dense, dense_limit)
+                nearest.put(list_key, entry)
             if post:
                 # (nearest live ones past the first ``limit`` stay when BM25 found them too:
                 # their cosine is known)
@@ -749,22 +812,24 @@ class EdgeStore:
                 dense = kept if kept is not None else hits(col.shard.query(dense_request(limit, edge_filter)))
             if lexical:
                 in_dense = {k for k, _, _, _ in dense}
-                only_lexical = [lexical_id[k] for k in lexical_score if k not in in_dense]
+                only_lexical = [k for k in lexical_score if k not in in_dense]
                 if only_lexical:
                     # Their cosine, exactly, from the engine: a dense query restricted to these
                     # ids (cheaper than shipping their vectors to Python); all found: nothing
-                    # writes between the queries (one thread).
-                    dense += hits(
-                        col.shard.query(
-                            qe.QueryRequest(
-                                limit=len(only_lexical),
-                                query=qe.Query.Nearest(query),
-                                filter=qe.Filter(must=[qe.HasIdCondition(set(only_lexical))]),
-                                with_payload=False,
-                                with_vector=want_vector,
-                            )
-                        )
-                    )
+                    # writes between the queries (one thread). Kept with the nearest list: a
+                    # point's cosine to this vector changes only when its vector does.
+                    others = entry.others if entry is not None else {}
+                    extra = known([others[k] for k in only_lexical if k in others])
+                    ask = [lexical_id[k] for k in only_lexical if k not in others]
+                    if ask:
+                        fresh = hits(col.shard.query(by_ids_request(ask)))
+                        if entry is not None:
+                            if len(others) > 4 * lexical_limit_asked:
+                                others.clear()
+                            others.update((row[0], row) for row in fresh)
+                        extra += fresh
+                    extra.sort(key=lambda row: -row[1])
+                    dense = dense + extra
             fields = [ranks[k] for k, _, _, _ in dense]
             return candidate_columns(
                 collection,
@@ -815,7 +880,10 @@ class EdgeStore:
                 col.touch()
                 for pid in wanted:
                     col.ranks.pop(rank_key(pid), None)
-                col.shard.update(qe.UpdateOperation.delete_points(list(wanted)))
+                try:
+                    col.shard.update(qe.UpdateOperation.delete_points(list(wanted)))
+                finally:
+                    col.nearest.changed(_changed(wanted))
                 self._durable(col.shard)
 
         await self._run(work)
@@ -830,6 +898,7 @@ class EdgeStore:
                 col.touch()
                 if edge_filter is None:
                     edge_filter = qe.Filter(must=[])
+                col.nearest.reset()  # (which points went is not known here)
                 col.shard.update(qe.UpdateOperation.delete_points_by_filter(edge_filter))
                 self._durable(col.shard)
             return n
@@ -914,6 +983,15 @@ class EdgeStore:
 
 
 # ---------------------------------------------------------------------- helpers
+
+
+def _changed(ids: Sequence[str]) -> list[tuple[int, uuid.UUID]]:
+    """(rank key, engine id) of canonical ids, for :meth:`NearestLists.changed`."""
+    out = []
+    for pid in ids:
+        u = uuid.UUID(pid)
+        out.append((u.int, u))
+    return out
 
 
 def _engine_key(pid: qe.PointId) -> int:

@@ -1,0 +1,220 @@
+"""Nearest lists kept across writes (``engram_server.adapters.storage.nearest``): a search repeated
+after writes patches its kept list with the points written since, and must return what a fresh
+search returns."""
+
+from __future__ import annotations
+
+import math
+import uuid
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from engram_server.adapters.lexical import LEXICAL_ENCODER_ID, Bm25Encoder
+from engram_server.adapters.storage import edge
+from engram_server.adapters.storage.edge import EdgeStore
+from engram_server.adapters.storage.nearest import NearestBudget, NearestList, NearestLists, Row, patch
+from engram_server.domain.model import Candidates, CollectionSpec, MemoryRecord, StoredPoint, StoreFilter
+
+DIM = 16
+NOW = 1_800_000_000.0
+WORDS = ["alpha", "berlin", "coffee", "report", "garden", "piano", "python", "quarterly", "river", "tennis"]
+
+
+def _row(key: int, score: float) -> Row:
+    return (key, score, None, key)
+
+
+def _entry(scores: list[float], limit: int) -> NearestList:
+    lists = NearestLists(NearestBudget(4))
+    return lists.new([_row(i, s) for i, s in enumerate(scores)], limit)
+
+
+def test_patch_merges_changed_points_and_keeps_the_floor() -> None:
+    entry = _entry([0.9, 0.8, 0.7, 0.6], limit=4)
+    assert entry.floor == 0.6  # a full answer: every point outside scores at most 0.6
+    # point 1 moved below the floor (it leaves: it may not be placed among the unknown points),
+    # new point 10 scores 0.85, new point 11 is below the floor
+    assert patch(entry, 4, {1: 1, 10: 10, 11: 11}, [_row(1, 0.5), _row(10, 0.85), _row(11, 0.55)])
+    assert ([r[0] for r in entry.rows], entry.floor) == ([0, 10, 2, 3], 0.6)
+    # two new points above the floor: the list is cut back, the best point cut bounds the rest
+    assert patch(entry, 4, {12: 12, 13: 13}, [_row(12, 0.95), _row(13, 0.65)])
+    assert ([r[0] for r in entry.rows], entry.floor) == ([12, 0, 10, 2], 0.65)
+    # two deleted (not found any more): too few left while unknown points may score up to the
+    # floor, so the caller searches anew; the list is left as it was
+    assert patch(entry, 4, {0: 0, 10: 10}, []) is False
+    assert [r[0] for r in entry.rows] == [12, 0, 10, 2]
+
+
+def test_patch_of_a_list_that_holds_every_point_accepts_any_length() -> None:
+    entry = _entry([0.9, 0.2], limit=5)  # the engine had only two points
+    assert entry.floor == -math.inf
+    assert patch(entry, 5, {0: 0, 7: 7}, [_row(7, -0.3)])  # 0 deleted, 7 added far away
+    assert [r[0] for r in entry.rows] == [1, 7]
+
+
+def test_budget_is_shared_by_the_collections_of_a_store() -> None:
+    budget = NearestBudget(2)
+    a, b = NearestLists(budget), NearestLists(budget)
+    a.put("q1", a.new([_row(1, 0.5)], 1))
+    b.put("q1", b.new([_row(1, 0.5)], 1))
+    assert a.get("q1") is not None  # a's list is now the most recent
+    b.put("q2", b.new([_row(1, 0.5)], 1))  # evicts b's q1, the least recently used
+    assert (len(a), len(b), len(budget)) == (1, 1, 2)
+    assert b.get("q1") is None and a.get("q1") is not None
+    a.reset()
+    assert (len(a), len(budget)) == (0, 1)
+
+
+def test_a_list_older_than_the_log_or_an_index_build_is_not_patched() -> None:
+    lists = NearestLists(NearestBudget(4), log_limit=4)
+    lists.put("q", lists.new([_row(1, 0.5)], 1))
+    lists.changed([(2, 2), (3, 3)])
+    found = lists.get("q")
+    assert found is not None and found.changed == {2: 2, 3: 3}
+    lists.changed([(i, i) for i in range(10, 15)])  # the log forgets the oldest changes
+    assert lists.get("q") is None
+    lists.put("q", lists.new([_row(1, 0.5)], 1))
+    lists.invalidate()  # an index build (another thread)
+    assert lists.get("q") is None
+
+
+# ------------------------------------------------------------------ against the real engine
+
+
+def _spec() -> CollectionSpec:
+    return CollectionSpec(
+        name="default",
+        embedding_model="test/random",
+        dimension=DIM,
+        created_at=1.0,
+        lexical=LEXICAL_ENCODER_ID,
+    )
+
+
+def _text(rng: np.random.Generator) -> str:
+    return " ".join(str(w) for w in rng.choice(WORDS, size=4))
+
+
+def _unit(v: np.ndarray) -> np.ndarray:
+    return (v / np.linalg.norm(v)).astype(np.float32)
+
+
+def _signature(c: Candidates) -> list[tuple[str, float, float]]:
+    return sorted(zip(c.ids, np.round(c.cosine, 5).tolist(), np.round(c.lexical, 4).tolist(), strict=True))
+
+
+async def test_patched_lists_return_what_a_fresh_search_returns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two stores receive the same writes — new points (some right beside a probe), vectors
+    replaced, deletions by id (enough to empty a list), a memory superseded, an expiry, a deletion
+    by filter — one keeping nearest lists, one searching afresh every time. After every write,
+    every probe's candidates are the same in both. Below the HNSW threshold both are exact."""
+    patched: list[int] = []
+    real_patch = edge.patch
+
+    def counting_patch(*args: Any) -> bool:
+        ok = real_patch(*args)
+        patched.append(ok)
+        return ok
+
+    monkeypatch.setattr(edge, "patch", counting_patch)
+    rng = np.random.default_rng(7)
+    enc = Bm25Encoder()
+    kept, fresh = EdgeStore(tmp_path / "kept"), EdgeStore(tmp_path / "fresh", nearest_lists=0)
+    stores = (kept, fresh)
+    for s in stores:
+        await s.open()
+        await s.create_collection(_spec())
+
+    vectors: dict[str, np.ndarray] = {}
+    records: dict[str, MemoryRecord] = {}
+
+    async def upsert(rec: MemoryRecord, vec: np.ndarray) -> None:
+        vectors[rec.id], records[rec.id] = vec, rec
+        point = StoredPoint(rec, vec, enc.encode_document(rec.content))
+        for s in stores:
+            await s.upsert("default", [point])
+
+    def new_record(**kw: Any) -> MemoryRecord:
+        rec = MemoryRecord(
+            id=str(uuid.uuid4()), collection="default", content=_text(rng), valid_until=NOW + 1e6
+        )
+        return replace(rec, **kw)
+
+    for _ in range(300):
+        await upsert(new_record(importance=int(rng.integers(1, 11))), _unit(rng.normal(size=DIM)))
+    probes = [_unit(rng.normal(size=DIM)) for _ in range(4)]
+    probe_text = [enc.encode_query(_text(rng)) for _ in probes]
+
+    async def same_everywhere() -> None:
+        for q, sparse in zip(probes, probe_text, strict=True):
+            got = [
+                await s.candidates("default", q, 12, StoreFilter(live_at=NOW), sparse=sparse, lexical_limit=8)
+                for s in stores
+            ]
+            assert len(got[0]) >= 12
+            assert _signature(got[0]) == _signature(got[1])
+
+    def nearest_ids(q: np.ndarray, n: int) -> list[str]:
+        live = [i for i, r in records.items() if not r.superseded_by and r.valid_until > NOW]
+        return sorted(live, key=lambda i: -float(vectors[i] @ q))[:n]
+
+    await same_everywhere()
+    for step in range(60):
+        q = probes[step % len(probes)]
+        kind = step % 6
+        if kind == 0:  # a new point right beside a probe: it enters the list
+            await upsert(new_record(), _unit(q + 0.05 * rng.normal(size=DIM)))
+        elif kind == 1:  # a point of a list gets another vector (an update in place)
+            rid = nearest_ids(q, 3)[int(rng.integers(0, 3))]
+            await upsert(replace(records[rid], content=_text(rng)), _unit(rng.normal(size=DIM)))
+        elif kind == 2:  # the nearest few deleted by id: lists shrink, some below their size
+            gone = nearest_ids(q, 8)
+            for s in stores:
+                await s.delete("default", gone)
+            for rid in gone:
+                del records[rid], vectors[rid]
+        elif kind == 3:  # superseded (a payload write: the vector stays)
+            rid = nearest_ids(q, 1)[0]
+            records[rid] = replace(records[rid], superseded_by=str(uuid.uuid4()))
+            for s in stores:
+                await s.set_fields("default", {rid: {"superseded_by": records[rid].superseded_by}})
+        elif kind == 4:  # expired, then swept by filter
+            rid = nearest_ids(q, 2)[1]
+            records[rid] = replace(records[rid], valid_until=NOW - 1)
+            for s in stores:
+                await s.set_fields("default", {rid: {"valid_until": NOW - 1}})
+            await same_everywhere()
+            for s in stores:
+                assert await s.delete_where("default", StoreFilter(expired_at=NOW)) == 1
+            del records[rid], vectors[rid]
+        else:  # a far point (below every floor)
+            await upsert(new_record(), _unit(-q + 0.05 * rng.normal(size=DIM)))
+        await same_everywhere()
+    assert patched.count(True) >= 20  # lists were patched, not searched again
+    assert False in patched  # and some emptied by deletions were searched anew
+    for s in stores:
+        await s.close()
+
+
+async def test_a_store_without_lists_keeps_none(tmp_path: Path) -> None:
+    store = EdgeStore(tmp_path, nearest_lists=0)
+    await store.open()
+    try:
+        await store.create_collection(replace(_spec(), lexical=None))
+        rng = np.random.default_rng(3)
+        vecs = [_unit(rng.normal(size=DIM)) for _ in range(50)]
+        await store.upsert(
+            "default", [StoredPoint(MemoryRecord(str(uuid.uuid4()), "default", "x"), v) for v in vecs]
+        )
+        await store.candidates("default", vecs[0], 5, StoreFilter(live_at=NOW))
+        assert len(store._cols["default"].nearest) == 0  # white box
+    finally:
+        await store.close()
+    with pytest.raises(ValueError, match="nearest_lists"):
+        EdgeStore(tmp_path, nearest_lists=-1)

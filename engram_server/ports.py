@@ -107,6 +107,15 @@ class Store(Protocol):
         """
         ...
 
+    def changed_since(self, collection: str, generation: int) -> frozenset[str] | None:
+        """The ids of the points of ``collection`` written (added, replaced, deleted, ranking
+        fields set) since it was at ``generation``, an earlier value of :meth:`generation`;
+        ``None`` when this store cannot say (too long ago, a deletion by filter, other writers).
+        A record read at ``generation`` whose id is not among them is still current, access
+        counters aside. Cheap: no I/O.
+        """
+        ...
+
     async def search(
         self,
         collection: str,

@@ -16,7 +16,7 @@ import math
 import unicodedata
 import uuid
 from collections import OrderedDict
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, Final, TypeVar
@@ -344,9 +344,11 @@ class MemoryService:
         self._background: set[asyncio.Task[None]] = set()
         #: collection -> memory id -> [searches that returned it, latest time], not yet written.
         self._pending_access: dict[str, dict[str, list[float]]] = {}
-        # Full records of recent search results: (collection, id) -> (generation, access epoch,
-        # record). Valid while the store's generation holds and no access counters were written.
-        self._record_cache: OrderedDict[tuple[str, str], tuple[int, int, MemoryRecord]] = OrderedDict()
+        # Full records of recent search results: (collection, id) -> (generation, record). Valid
+        # while the store does not report the point written since that generation and its access
+        # counters were not written (the flush drops their entries). A read that overlaps a write
+        # (a new generation or access epoch meanwhile) is not kept.
+        self._record_cache: OrderedDict[tuple[str, str], tuple[int, MemoryRecord]] = OrderedDict()
         self._access_epoch: dict[str, int] = {}
         self._access_flush_scheduled = False
         self._flush_now = asyncio.Event()
@@ -991,17 +993,26 @@ class MemoryService:
         missing: dict[str, list[str]] = {}
         caching = self.policy.search_cache_entries > 0
         cache = self._record_cache
+        changed: dict[tuple[str, int], frozenset[str] | None] = {}
         for r in top:
             generation = self._store.generation(r.collection) if caching else None
             if generation is not None:
-                hit = cache.get((r.collection, r.id))
-                if (
-                    hit is not None
-                    and hit[0] == generation
-                    and hit[1] == self._access_epoch.get(r.collection, 0)
-                ):
-                    cache.move_to_end((r.collection, r.id))
-                    out[r.id] = hit[2]
+                key = (r.collection, r.id)
+                hit = cache.get(key)
+                if hit is not None:
+                    if hit[0] != generation:
+                        # Written since? (other points' writes leave this record as it was)
+                        since = (r.collection, hit[0])
+                        if since not in changed:
+                            changed[since] = self._store.changed_since(r.collection, hit[0])
+                        written = changed[since]
+                        if written is None or r.id in written:
+                            missing.setdefault(r.collection, []).append(r.id)
+                            continue
+                        hit = (generation, hit[1])
+                        cache[key] = hit
+                    cache.move_to_end(key)
+                    out[r.id] = hit[1]
                     continue
             missing.setdefault(r.collection, []).append(r.id)
         if not missing:
@@ -1022,7 +1033,7 @@ class MemoryService:
                     continue
                 out[p.record.id] = p.record
                 if keep and generation is not None:
-                    cache[(collection, p.record.id)] = (generation, epoch, p.record)
+                    cache[(collection, p.record.id)] = (generation, p.record)
         while len(cache) > bound:
             cache.popitem(last=False)
         return out
@@ -1069,14 +1080,20 @@ class MemoryService:
                 # The store adds to what is stored now (concurrent searches add up; a memory
                 # updated or deleted since it was found is skipped: its history version keeps the
                 # old counters). Records cached for search results carry the counters: drop them
-                # (before and after, so a read racing with the write is not cached either).
+                # (before and after, and a read racing with the write is not cached: the epoch).
                 self._access_epoch[collection] = self._access_epoch.get(collection, 0) + 1
+                self._forget_records(collection, counts)
                 try:
                     await self._store.add_access(
                         collection, {mid: (int(n), float(at)) for mid, (n, at) in counts.items()}
                     )
                 finally:
                     self._access_epoch[collection] += 1
+                    self._forget_records(collection, counts)
+
+    def _forget_records(self, collection: str, ids: Iterable[str]) -> None:
+        for mid in ids:
+            self._record_cache.pop((collection, mid), None)
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task: asyncio.Task[None] = asyncio.ensure_future(coro)

@@ -76,6 +76,9 @@ class SwitchableStore:
     def generation(self, collection: str) -> int | None:
         return self.inner.generation(collection)
 
+    def changed_since(self, collection: str, generation: int) -> frozenset[str] | None:
+        return self.inner.changed_since(collection, generation)
+
     async def search(
         self,
         collection: str,

@@ -6,6 +6,7 @@ Real server, real gRPC channel, embedded qdrant-edge, the real local model, a ma
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -153,3 +154,49 @@ async def test_cache_is_bounded(tmp_path: Path, clock: ManualClock) -> None:
         assert spy.calls == 4  # "key one" was evicted (least recently used)
         await search(stub, query="key three")
         assert spy.calls == 4
+
+
+async def test_result_records_survive_writes_to_other_memories(
+    cached: tuple[EngramServer, Stub, Spy], clock: ManualClock
+) -> None:
+    """The records of a search's results are read again only when they may have changed: a
+    write to another memory of the collection leaves them cached; an update of a result, or its
+    access counters written, does not."""
+    server, stub, _ = cached
+    server.service.policy = replace(server.service.policy, access_flush_seconds=3600.0)  # flushed by drain
+    reads: list[int] = []
+    real = server.store.retrieve
+
+    async def retrieve(collection: str, wanted: Any, **kwargs: Any) -> Any:
+        reads.append(len(wanted))
+        return await real(collection, wanted, **kwargs)
+
+    server.store.retrieve = retrieve  # type: ignore[method-assign]
+
+    async def searched() -> tuple[list[Any], int]:
+        before = len(reads)
+        results = await search(stub)
+        return results, len(reads) - before
+
+    pot = await add(stub, "The spare house key is under the blue flower pot.")
+    box = await add(stub, "We hid a second spare key in the garden key box, code 4711.")
+    first, n = await searched()
+    assert set(ids(first)) == {pot.memory.id, box.memory.id} and n == 1
+    # another memory written: the candidates are fetched again, the two records are not
+    await add(stub, "The dentist appointment moved to Friday at nine.")
+    again, n = await searched()
+    fresh = set(ids(again)) - set(ids(first))  # the new memory, if it is among the results
+    assert set(ids(first)) <= set(ids(again))
+    assert (n, reads[-1]) == ((1, len(fresh)) if fresh else (0, reads[-1]))
+    # one of them updated: read again (its new content returned), the other one reused
+    moved = await stub.UpdateMemory(
+        s.UpdateMemoryRequest(id=pot.memory.id, content="The spare house key now hangs in the garage.")
+    )
+    after, n = await searched()
+    assert moved.memory.content in [r.memory.content for r in after] and n == 1 and reads[-1] == 1
+    # access counters written: those records are read again, with their counts
+    await server.service.drain()
+    counted, n = await searched()
+    assert n == 1
+    by_id = {r.memory.id: r.memory.access_count for r in counted}
+    assert by_id[box.memory.id] == 3  # the counts of the three searches before

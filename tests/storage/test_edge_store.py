@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from engram_server.adapters.storage import edge
 from engram_server.adapters.storage.edge import EdgeStore
 from engram_server.domain.errors import StorageUnavailable
 from engram_server.domain.model import CollectionSpec, MemoryRecord, StoredPoint, StoreFilter, Vector
@@ -569,3 +570,37 @@ async def test_neighbour_lookups_use_their_own_beam_width(
         assert sent == [None]
     finally:
         await default.close()
+
+
+async def test_changed_since_names_the_points_written(tmp_path: Path) -> None:
+    """``changed_since`` (what the record cache of search results trusts): the points written
+    after a generation, by id; None when a write's points are unknown (by filter) or too old."""
+    rng = np.random.default_rng(41)
+    store = EdgeStore(tmp_path)
+    await store.open()
+    try:
+        await store.create_collection(spec())
+        a, b, c = (record(valid_until=1e12) for _ in range(3))
+        await store.upsert(
+            "default", [StoredPoint(r, v) for r, v in zip((a, b, c), unit_vectors(3, rng), strict=True)]
+        )
+        g0 = store.generation("default")
+        assert g0 is not None and store.changed_since("default", g0) == frozenset()
+        await store.upsert("default", [StoredPoint(replace(a, content="new"), unit_vectors(1, rng)[0])])
+        await store.delete("default", [b.id])
+        assert store.changed_since("default", g0) == {a.id, b.id}
+        g1 = store.generation("default")
+        await store.add_access("default", {c.id: (1, 5.0)})  # counters: no generation
+        await store.set_fields("default", {c.id: {"importance": 9}})
+        assert store.changed_since("default", g1) == {c.id}
+        assert store.changed_since("default", g0) == {a.id, b.id, c.id}
+        await store.delete_where("default", StoreFilter(expired_at=2e12))  # by filter: unknown
+        assert store.changed_since("default", g0) is None
+        g2 = store.generation("default")
+        assert g2 is not None
+        for _ in range(edge._HISTORY + 1):
+            await store.set_fields("default", {c.id: {"importance": 8}})
+        assert store.changed_since("default", g2) is None  # older than what is remembered
+        assert store.changed_since("other", g2) is None
+    finally:
+        await store.close()

@@ -35,6 +35,7 @@ the server takes traffic; ``background_hnsw=True`` also builds them while servin
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import contextlib
 import fcntl
@@ -45,9 +46,10 @@ import math
 import os
 import shutil
 import tempfile
+import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, TypeVar
@@ -126,6 +128,9 @@ _LIVENESS_MARGIN = 16
 #: Generations are unique across collections and their re-creations (see ``EdgeStore.generation``).
 _GENERATIONS = itertools.count(1)
 
+#: Generations whose written points each collection remembers (``EdgeStore.changed_since``).
+_HISTORY = 512
+
 #: Payload fields whose update cannot change what ``candidates`` returns (no generation change).
 _UNRANKED_FIELDS: frozenset[str] = frozenset({"access_count", "last_accessed_at"})
 
@@ -168,9 +173,28 @@ class _Collection:
     #: Nearest lists of recent search vectors, patched with the points written since.
     nearest: NearestLists = field(default_factory=lambda: NearestLists(NearestBudget(0)))
 
-    def touch(self) -> None:
-        """Called before any change that can alter search results (on the io thread)."""
-        self.generation = next(_GENERATIONS)
+    #: (generation, ids of the points it wrote; None: unknown) of recent generations, oldest
+    #: first; every generation after ``history_floor`` is in it (``EdgeStore.changed_since``).
+    history: collections.deque[tuple[int, frozenset[str] | None]] = field(
+        default_factory=lambda: collections.deque(maxlen=_HISTORY)
+    )
+    history_floor: int = 0
+    #: Guards ``history`` and ``history_floor`` (written by the io and index-builder threads,
+    #: read by the event loop).
+    history_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        self.history_floor = self.generation
+
+    def touch(self, ids: Iterable[str] | None) -> None:
+        """Called before any change that can alter search results (on the io thread, or the
+        index builder's): ``ids`` are the points it writes (None: not known)."""
+        written = None if ids is None else frozenset(ids)
+        with self.history_lock:
+            self.generation = next(_GENERATIONS)
+            if len(self.history) == self.history.maxlen:
+                self.history_floor = self.history[0][0]
+            self.history.append((self.generation, written))
 
     def wrote(self, points: int) -> None:
         """Called after a write of ``points`` points (on the io thread)."""
@@ -298,7 +322,7 @@ class EdgeStore:
         try:
             started = time.perf_counter()
             changed = col.shard.optimize()
-            col.touch()  # approximate (HNSW) results may differ from brute force ones
+            col.touch(())  # approximate (HNSW) results may differ from brute force ones; no record changed
             col.nearest.invalidate()
             info = col.shard.info()
             log.info(
@@ -335,7 +359,7 @@ class EdgeStore:
             rounds = 0
             while rounds < max_rounds and col.shard.optimize():
                 rounds += 1
-            col.touch()  # results may differ (other graphs): no cached list survives
+            col.touch(())  # results may differ (other graphs): no cached list survives; no record changed
             col.nearest.reset()
             col.unindexed_bound = None
             after = col.shard.info()
@@ -354,6 +378,23 @@ class EdgeStore:
     def generation(self, collection: str) -> int | None:
         col = self._cols.get(collection)
         return None if col is None else col.generation
+
+    def changed_since(self, collection: str, generation: int) -> frozenset[str] | None:
+        col = self._cols.get(collection)
+        if col is None:
+            return None
+        with col.history_lock:
+            if generation < col.history_floor:
+                return None
+            history = list(col.history)
+        out: set[str] = set()
+        for gen, ids in reversed(history):
+            if gen <= generation:
+                break
+            if ids is None:
+                return None
+            out |= ids
+        return frozenset(out)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -548,8 +589,8 @@ class EdgeStore:
         def work() -> None:
             col = self._col(collection)
             vectors = point_vectors(col.spec, points)
-            col.touch()
             ids = [point_id(p.record.id) for p in points]
+            col.touch(ids)
             payloads = [record_to_payload(p.record) for p in points]
             ops = [
                 qe.Point(pid, _edge_vector(col.spec, p, vec), payload)
@@ -877,7 +918,7 @@ class EdgeStore:
             col = self._col(collection)
             wanted = canonical_ids(ids)
             if wanted:
-                col.touch()
+                col.touch(wanted)
                 for pid in wanted:
                     col.ranks.pop(rank_key(pid), None)
                 try:
@@ -895,7 +936,7 @@ class EdgeStore:
             edge_filter = _edge_filter(filter_plan(flt))
             n = col.shard.count(qe.CountRequest(exact=True, filter=edge_filter))
             if n:
-                col.touch()
+                col.touch(None)
                 if edge_filter is None:
                     edge_filter = qe.Filter(must=[])
                 col.nearest.reset()  # (which points went is not known here)
@@ -942,7 +983,7 @@ class EdgeStore:
             if not encoded:
                 return
             if any(set(payload) - _UNRANKED_FIELDS for payload in encoded.values()):
-                col.touch()
+                col.touch(encoded)
             for pid, payload in encoded.items():
                 if not _UNRANKED_FIELDS.issuperset(payload):
                     col.ranks.pop(rank_key(pid), None)  # re-read from the engine when next a candidate

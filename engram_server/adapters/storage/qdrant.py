@@ -360,6 +360,10 @@ class QdrantStore:
         """Unknown: other processes (replicas) write to the same Qdrant."""
         return None
 
+    def changed_since(self, collection: str, generation: int) -> frozenset[str] | None:
+        """Unknown (see ``generation``)."""
+        return None
+
     async def search(
         self,
         collection: str,

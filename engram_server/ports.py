@@ -185,11 +185,14 @@ class Store(Protocol):
         (e.g. ``access_count``, ``last_accessed_at``, ``reflected_at``, ``source_type``)."""
         ...
 
-    async def add_access(self, collection: str, hits: Mapping[str, tuple[int, float]]) -> int:
+    async def add_access(
+        self, collection: str, hits: Mapping[str, tuple[int, float]]
+    ) -> dict[str, tuple[int, float]]:
         """Count search hits, ``{id: (hits, time of the last one)}``: each current memory's
         ``access_count`` grows by its hits and ``last_accessed_at`` becomes the later of the stored
-        one and the given time. Missing ids and history versions are skipped; returns how many
-        memories were updated. Reads only the counters (not the whole record), then writes them."""
+        one and the given time. Missing ids and history versions are skipped; returns the new
+        ``(access_count, last_accessed_at)`` of each memory updated, by canonical id. Reads only the
+        counters (not the whole record), then writes them."""
         ...
 
 

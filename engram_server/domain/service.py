@@ -1079,21 +1079,36 @@ class MemoryService:
             async with self._lock(collection):
                 # The store adds to what is stored now (concurrent searches add up; a memory
                 # updated or deleted since it was found is skipped: its history version keeps the
-                # old counters). Records cached for search results carry the counters: drop them
-                # (before and after, and a read racing with the write is not cached: the epoch).
+                # old counters). Records cached for search results carry the counters: they get
+                # the new ones (a read racing with the write is not cached: the epoch).
                 self._access_epoch[collection] = self._access_epoch.get(collection, 0) + 1
-                self._forget_records(collection, counts)
+                written: dict[str, tuple[int, float]] = {}
                 try:
-                    await self._store.add_access(
+                    written = await self._store.add_access(
                         collection, {mid: (int(n), float(at)) for mid, (n, at) in counts.items()}
                     )
                 finally:
                     self._access_epoch[collection] += 1
-                    self._forget_records(collection, counts)
+                    self._recount_records(collection, counts, written)
 
-    def _forget_records(self, collection: str, ids: Iterable[str]) -> None:
-        for mid in ids:
-            self._record_cache.pop((collection, mid), None)
+    def _recount_records(
+        self, collection: str, counted: Iterable[str], written: Mapping[str, tuple[int, float]]
+    ) -> None:
+        """Cached records of memories whose counters were just written get the new counters; the
+        others counted (skipped by the store, or the write failed) are dropped."""
+        cache = self._record_cache
+        for mid in counted:
+            hit = cache.get((collection, mid))
+            if hit is None:
+                continue
+            new = written.get(mid)
+            if new is None:
+                del cache[(collection, mid)]
+            else:
+                cache[(collection, mid)] = (
+                    hit[0],
+                    replace(hit[1], access_count=new[0], last_accessed_at=new[1]),
+                )
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task: asyncio.Task[None] = asyncio.ensure_future(coro)

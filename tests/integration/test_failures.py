@@ -138,7 +138,9 @@ class SwitchableStore:
     async def set_fields(self, collection: str, updates: Mapping[str, Mapping[str, Any]]) -> None:
         await self.inner.set_fields(collection, updates)
 
-    async def add_access(self, collection: str, hits: Mapping[str, tuple[int, float]]) -> int:
+    async def add_access(
+        self, collection: str, hits: Mapping[str, tuple[int, float]]
+    ) -> dict[str, tuple[int, float]]:
         return await self.inner.add_access(collection, hits)
 
     async def get_state(self, key: str) -> dict[str, Any] | None:

@@ -160,8 +160,8 @@ async def test_result_records_survive_writes_to_other_memories(
     cached: tuple[EngramServer, Stub, Spy], clock: ManualClock
 ) -> None:
     """The records of a search's results are read again only when they may have changed: a
-    write to another memory of the collection leaves them cached; an update of a result, or its
-    access counters written, does not."""
+    write to another memory of the collection leaves them cached, an update of a result does
+    not; written access counters are copied into the cached records."""
     server, stub, _ = cached
     server.service.policy = replace(server.service.policy, access_flush_seconds=3600.0)  # flushed by drain
     reads: list[int] = []
@@ -194,9 +194,11 @@ async def test_result_records_survive_writes_to_other_memories(
     )
     after, n = await searched()
     assert moved.memory.content in [r.memory.content for r in after] and n == 1 and reads[-1] == 1
-    # access counters written: those records are read again, with their counts
+    # access counters written: the cached records get the counts the store wrote (not read again)
     await server.service.drain()
     counted, n = await searched()
-    assert n == 1
-    by_id = {r.memory.id: r.memory.access_count for r in counted}
-    assert by_id[box.memory.id] == 3  # the counts of the three searches before
+    assert n == 0
+    by_id = {r.memory.id: r.memory for r in counted}
+    assert by_id[box.memory.id].access_count == 3  # the counts of the three searches before
+    stored = (await stub.GetMemory(s.GetMemoryRequest(id=box.memory.id))).memory
+    assert (stored.access_count, stored.last_accessed_at) == (3, by_id[box.memory.id].last_accessed_at)

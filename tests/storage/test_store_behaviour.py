@@ -428,7 +428,7 @@ async def test_add_access_adds_to_the_stored_counters_of_current_memories(store:
             "not-a-uuid": (1, 1.0),
         },
     )
-    assert updated == 2
+    assert updated == {seen_before.id: (9, 1_700_000_200.125), never.id: (3, 6_000.0)}
     got = {
         p.record.id: p.record for p in await store.retrieve("default", [seen_before.id, never.id, history.id])
     }
@@ -436,7 +436,7 @@ async def test_add_access_adds_to_the_stored_counters_of_current_memories(store:
     assert got[never.id] == replace(never, access_count=3, last_accessed_at=6_000.0)
     assert got[history.id] == history
     assert store.generation("default") == generation  # counters take no part in search
-    assert await store.add_access("default", {}) == 0
+    assert await store.add_access("default", {}) == {}
 
 
 async def test_set_fields(store: Store) -> None:

@@ -999,26 +999,29 @@ class EdgeStore:
 
         await self._run(work)
 
-    async def add_access(self, collection: str, hits: Mapping[str, tuple[int, float]]) -> int:
+    async def add_access(
+        self, collection: str, hits: Mapping[str, tuple[int, float]]
+    ) -> dict[str, tuple[int, float]]:
         wanted = access_hits(hits)
 
-        def work() -> int:
+        def work() -> dict[str, tuple[int, float]]:
             col = self._col(collection)
             if not wanted:
-                return 0
+                return {}
             ids: list[int | uuid.UUID | str] = list(wanted)
-            updated = 0
+            counters: dict[str, tuple[int, float]] = {}
             try:  # counters are not ranking fields: neither the generation nor ``ranks`` change
                 for r in col.shard.retrieve(ids, list(ACCESS_FIELDS), False):
-                    payload = access_update(r.payload, *wanted[str(r.id)])
+                    pid = str(r.id)
+                    payload = access_update(r.payload, *wanted[pid])
                     if payload is not None:
                         col.shard.update(qe.UpdateOperation.set_payload([r.id], payload))
-                        updated += 1
+                        counters[pid] = (payload["access_count"], payload["last_accessed_at"])
             finally:
-                col.wrote(updated)
-            if updated:
+                col.wrote(len(counters))
+            if counters:
                 self._durable(col.shard)
-            return updated
+            return counters
 
         return await self._run(work)
 

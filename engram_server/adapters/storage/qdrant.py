@@ -629,11 +629,13 @@ class QdrantStore:
                 collection=collection,
             )
 
-    async def add_access(self, collection: str, hits: Mapping[str, tuple[int, float]]) -> int:
+    async def add_access(
+        self, collection: str, hits: Mapping[str, tuple[int, float]]
+    ) -> dict[str, tuple[int, float]]:
         wanted = access_hits(hits)
         await self._spec(collection)
         if not wanted:
-            return 0
+            return {}
         qname = self._qname(collection)
         ids: list[models.ExtendedPointId] = list(wanted)
         found = await self._call(
@@ -642,9 +644,11 @@ class QdrantStore:
             collection=collection,
         )
         ops: list[models.UpdateOperation] = []
+        counters: dict[str, tuple[int, float]] = {}
         for r in found:
             payload = access_update(r.payload, *wanted[str(r.id)])
             if payload is not None:
+                counters[str(r.id)] = (payload["access_count"], payload["last_accessed_at"])
                 ops.append(
                     models.SetPayloadOperation(set_payload=models.SetPayload(payload=payload, points=[r.id]))
                 )
@@ -654,7 +658,7 @@ class QdrantStore:
                 lambda: self._c.batch_update_points(qname, update_operations=ops, wait=True),
                 collection=collection,
             )
-        return len(ops)
+        return counters
 
 
 def _probe_local_lock(path: str) -> None:

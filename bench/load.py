@@ -8,7 +8,9 @@ Installs ghz (pinned) into .tools/go/bin with `go install` if it is not there, s
 corpus through the API, then runs ghz scenarios — AddMemory, SearchMemories with unique queries,
 SearchMemories with one repeated query (the query-embedding and candidate caches), SearchMemories
 with known questions (each asked once in an untimed pass before, then one AddMemory, so every
-question's embedding is cached and its candidates come from storage: the storage-bound path), and a mixed
+question's embedding is cached and its candidates come from storage: the storage-bound path; 400 by
+default, more than the server's caches hold), the same with 200 questions (within the caches: each
+is answered by patching its kept nearest list with the point written, "search-after-write"), and a mixed
 workload (AddMemory, new questions and a repeated question side by side, 1 : 2 : 5) — at several
 concurrencies. ghz finds the API by server reflection. Every ghz JSON report and one
 Markdown summary (RPS, p50/p95/p99, status codes) go to results/load/. When it starts the server
@@ -62,8 +64,13 @@ UNIQUE_SEARCH_DATA = (
     '{"query": "what did {{randomString 6}} write about taxes {{.RequestNumber}}", "limit": 10}'
 )
 REPEATED_SEARCH_DATA = '{"query": "what did Alice write about the tax return", "limit": 10}'
-# Questions asked once before (embeddings cached), each once per run: the storage-bound path.
+# Questions asked once before (embeddings cached), each once per run: the storage-bound path
+# (as long as there are more of them than the server's search caches hold: 256 by default).
 KNOWN_SEARCH_DATA = '{"query": "what did person {{.RequestNumber}} write about the tax return", "limit": 10}'
+# Fewer questions asked once before, asked again after one write: within the server's caches, so
+# each is answered by patching its kept nearest list with the point written (embedded storage).
+AFTER_WRITE_SEARCH_DATA = '{"query": "what did person {{.RequestNumber}} say about the garden", "limit": 10}'
+AFTER_WRITE_QUESTIONS = 200
 PEOPLE = ["Alice", "Bruno", "Chen Wei", "Dara", "Emeka", "Fatima", "Gustav", "Hana"]
 
 
@@ -431,9 +438,16 @@ def main() -> None:
                     c,
                     args.requests,
                 ),
+                Scenario(
+                    "search-after-write",
+                    f"{SERVICE}/SearchMemories",
+                    AFTER_WRITE_SEARCH_DATA,
+                    c,
+                    AFTER_WRITE_QUESTIONS,
+                ),
             ]
             for sc in scenarios:
-                if sc.name == "search-known":
+                if sc.name in ("search-known", "search-after-write"):
                     print(f"ghz {sc.name} at concurrency {c}: asking the questions once …", flush=True)
                     run_ghz(ghz, address, sc, args.out, "-first")
                     invalidate(address)

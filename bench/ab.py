@@ -15,10 +15,10 @@ every search queries storage while its query embedding is cached (the storage-bo
 (asked once before, untimed: their embeddings are cached), every pass right after one AddMemory
 that writes (the caches stay on: no cached candidate list is reused as it was; since the nearest
 lists, the embedded store patches each question's list with the point written — the same
-questions asked again after a write; before them, the storage-bound path). Per pass: p50, and the server's CPU per search from
-``/proc/PID/task/*/stat`` — its main thread (the event loop) and its other threads (on this path
-almost only the storage thread; the pass's access-count writes included). Prints per-side
-medians / means and B / A pass by pass.
+questions asked again after a write; before them, the storage-bound path). Per pass: p50, and
+the server's CPU per search from ``/proc/PID/task/*/stat`` — its main thread (the event loop) and
+its other threads (on this path almost only the storage thread; the pass's access-count writes
+included). Prints per-side medians / means and B / A pass by pass.
 """
 
 from __future__ import annotations

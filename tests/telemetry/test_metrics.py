@@ -131,3 +131,26 @@ def test_reflection_helpers(otel: Otel) -> None:
     with pytest.raises(TimeoutError), telemetry.llm_span("gpt-4o-mini"):
         raise TimeoutError
     assert total(otel, "engram.llm.duration", **{"engram.outcome": "error"}) >= 1
+
+
+async def test_search_caches(otel: Otel, stub: Stub) -> None:
+    """A repeated search is served from the candidate cache; after a write, its nearest list is
+    patched rather than searched again (embedded storage)."""
+
+    def cache(result: str) -> float:
+        return total(otel, "engram.search.candidate_cache", **{"engram.cache.result": result})
+
+    def lists(how: str) -> float:
+        return total(
+            otel, "engram.storage.nearest_lists", **{"engram.nearest_list": how, "engram.collection": "c"}
+        )
+
+    await stub.AddMemory(s.AddMemoryRequest(collection="c", content="Frank keeps his bike in the shed."))
+    before = {k: cache(k) for k in ("hit", "miss")} | {k: lists(k) for k in ("searched", "patched")}
+    query = s.SearchMemoriesRequest(collections=["c"], query="where is the bike?", limit=5)
+    await stub.SearchMemories(query)
+    await stub.SearchMemories(query)
+    await stub.AddMemory(s.AddMemoryRequest(collection="c", content="The car is parked on Elm Street."))
+    await stub.SearchMemories(query)
+    assert (cache("hit") - before["hit"], cache("miss") - before["miss"]) == (1, 2)
+    assert (lists("searched") - before["searched"], lists("patched") - before["patched"]) == (1, 1)

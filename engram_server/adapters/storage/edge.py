@@ -56,6 +56,7 @@ from typing import IO, Any, TypeVar
 
 import numpy as np
 import qdrant_edge as qe
+from opentelemetry import metrics
 
 from engram_server.adapters.storage.nearest import NearestBudget, NearestList, NearestLists, Row, patch
 from engram_server.adapters.storage.payload import (
@@ -108,6 +109,13 @@ from engram_server.threads import OPTIMIZER_THREAD, STORAGE_THREAD, worker
 __all__ = ["EdgeStore"]
 
 log = logging.getLogger(__name__)
+
+_nearest_lists = metrics.get_meter("engram_server.storage").create_counter(
+    "engram.storage.nearest_lists",
+    unit="{search}",
+    description="Unfiltered searches by how their nearest list was had: reused as kept, patched with the "
+    "points written since, or searched in the graph.",
+)
 
 T = TypeVar("T")
 
@@ -829,6 +837,7 @@ class EdgeStore:
                         lexical_score[k] = score
                         lexical_id[k] = pid
             entry: NearestList | None = None
+            how = "searched"
             if kept_list is not None:
                 assert nearest is not None
                 entry = kept_list.entry
@@ -840,12 +849,15 @@ class EdgeStore:
                 else:
                     entry.seq = nearest.seq
                     dense = known(entry.rows)
+                    how = "patched" if changed_found is not None else "reused"
             else:
                 assert dense_found is not None
                 dense = hits(dense_found)
-            if nearest is not None and entry is None:
-                entry = nearest.new(dense, dense_limit)
-                nearest.put(list_key, entry)
+            if nearest is not None:
+                _nearest_lists.add(1, {"engram.collection": collection, "engram.nearest_list": how})
+                if entry is None:
+                    entry = nearest.new(dense, dense_limit)
+                    nearest.put(list_key, entry)
             if post:
                 # (nearest live ones past the first ``limit`` stay when BM25 found them too:
                 # their cosine is known)

@@ -29,12 +29,16 @@ still due before it listens), its RSS (``/proc/PID/status`` VmRSS) when idle and
 samples, disk per memory, and over one gRPC channel, one call at a time, interleaved per round:
   - ``search_unique``: a new question each time (embedding + storage + ranking);
   - ``search_repeat``: the same question again, nothing written (the candidate cache answers);
-  - ``search_after_write``: the same question right after an AddMemory (untimed) of a new memory,
-    so its embedding is cached but the candidates come from storage (the storage-bound path). The
+  - ``search_after_write``: the same question right after an AddMemory (untimed) of a new memory:
+    its embedding is cached, its cached candidates are stale, and the store patches its kept
+    nearest list with the point written (before the nearest lists: the storage-bound path). The
     note's text carries a nonce of this run and the AddMemory is retried until it is CREATED: a
     note refused by the write gate writes nothing, and the search would be answered from the
     candidate cache (as happened when this phase was re-run on one data directory with the same
     notes before this check existed). The AddMemory outcomes are reported;
+  - ``search_known``: a question asked once before the samples (its embedding is cached) but
+    pushed out of the server's candidate cache and nearest lists since (300 other questions were
+    asked after it; both hold 256): the storage-bound path;
   - ``health``: the gRPC health check (the transport floor).
 """
 
@@ -80,6 +84,9 @@ from engram_server.domain.ttl import DAY, ttl_seconds
 from engram_server.testing import running_server
 
 COLLECTION = "default"
+#: Questions asked after each "known" one before the samples: more than the server's candidate
+#: cache and nearest lists hold (256 each by default), fewer than its query-embedding cache (4,096).
+KNOWN_PUSHED_OUT = 300
 
 
 # ----------------------------------------------------------------------------- corpus
@@ -381,6 +388,11 @@ async def serve_and_measure(args: argparse.Namespace, data_dir: Path, memories: 
             await engram.search(repeat, limit=10)
             for j in range(3):  # warm-up
                 await engram.search(query_text(rng, 10_000 + j), limit=10)
+            # Asked once now: embeddings cached (4,096 kept), candidates pushed out of the 256-entry
+            # caches by the later ones.
+            known = [query_text(rng, 40_000 + j) for j in range(args.samples + KNOWN_PUSHED_OUT)]
+            for q in known:
+                await engram.search(q, limit=10)
 
             async def timed(name: str, coro: Any) -> None:
                 t0 = time.perf_counter()
@@ -388,7 +400,7 @@ async def serve_and_measure(args: argparse.Namespace, data_dir: Path, memories: 
                 samples.setdefault(name, []).append((time.perf_counter() - t0) * 1000)
 
             for j in range(args.samples):
-                steps = ["unique", "repeat", "after_write", "health"]
+                steps = ["unique", "repeat", "after_write", "known", "health"]
                 rng.shuffle(steps)
                 for step in steps:
                     if step == "unique":
@@ -412,6 +424,8 @@ async def serve_and_measure(args: argparse.Namespace, data_dir: Path, memories: 
                                 "no note was CREATED: the after-write search would not be storage-bound"
                             )
                         await timed("search_after_write", engram.search(repeat, limit=10))
+                    elif step == "known":
+                        await timed("search_known", engram.search(known[j], limit=10))
                     else:
                         await timed("health", health.Check(health_pb2.HealthCheckRequest()))
         res["latency"] = {k: summary(v) for k, v in samples.items()}

@@ -104,14 +104,31 @@ def hybrid_relevance(
     return np.asarray(matched + params.context_weight * lift, dtype=np.float64)
 
 
+#: Up to this many items :func:`best_neighbour` compares all pairs at once (numpy's per-call cost
+#: dominates: 35 µs for 50 items, 78 for 120, vs 150–190 µs for the sparse table); above it the
+#: n × n arrays outgrow the CPU caches (160 items: 350 vs 180 µs) and the sparse table wins.
+_PAIRWISE_MAX = 128
+
+
 def best_neighbour(
     times: npt.NDArray[np.float64], values: npt.NDArray[np.float64], window: float
 ) -> npt.NDArray[np.float64]:
     """For each item, the largest ``values`` of the *other* items whose time is within ``window`` of
-    its own (``|t_j − t_i| ≤ window``), −inf when there is none. O(n log n): the items sorted by
-    time, each one's neighbours are a contiguous run on either side of it, whose maxima a sparse
-    table answers (for a search's few hundred candidates this is ~10× cheaper than the n × n
-    comparison)."""
+    its own (``|t_j − t_i| ≤ window``), −inf when there is none. All pairs at once for a few items,
+    else :func:`_best_neighbour_sorted` (O(n log n)); the same answer either way."""
+    if len(times) <= _PAIRWISE_MAX:
+        near = np.abs(times[:, None] - times[None, :]) <= window
+        np.fill_diagonal(near, False)
+        return np.asarray(np.where(near, values[None, :], -np.inf).max(axis=1, initial=-np.inf))
+    return _best_neighbour_sorted(times, values, window)
+
+
+def _best_neighbour_sorted(
+    times: npt.NDArray[np.float64], values: npt.NDArray[np.float64], window: float
+) -> npt.NDArray[np.float64]:
+    """:func:`best_neighbour` in O(n log n): the items sorted by time, each one's neighbours are a
+    contiguous run on either side of it, whose maxima a sparse table answers (for a search's few
+    hundred candidates this is several times cheaper than the n × n comparison)."""
     n = len(times)
     order = np.argsort(times, kind="stable")
     ts, vs = times[order], values[order]

@@ -11,6 +11,7 @@ from engram_server.domain.ranking import (
     FusionMode,
     HybridParams,
     Weights,
+    _best_neighbour_sorted,
     best_neighbour,
     decay_array,
     fuse,
@@ -204,11 +205,12 @@ def test_array_forms_match_the_scalar_ones() -> None:
 
 
 def test_best_neighbour_is_the_brute_force_reading_of_the_episode_window() -> None:
-    """The O(n log n) episode neighbour search against the n × n definition: ties in time, items
-    exactly ``window`` apart, single items, runs longer than a power of two."""
+    """Both ways of the episode neighbour search (all pairs for a few items, the O(n log n) sorted
+    one for more) against the n × n definition: ties in time, items exactly ``window`` apart,
+    single items, runs longer than a power of two, sizes on both sides of the switch."""
     rng = np.random.default_rng(7)
-    for _ in range(2000):
-        n = int(rng.integers(1, 70))
+    for k in range(2000):
+        n = int(rng.integers(1, 70)) if k % 4 else int(rng.integers(100, 300))
         t = np.round(rng.random(n) * rng.choice([50.0, 1000.0, 6000.0]), int(rng.integers(0, 2)))
         if n > 3:
             t[1] = t[0] + 300.0  # exactly on the window's edge
@@ -218,6 +220,7 @@ def test_best_neighbour_is_the_brute_force_reading_of_the_episode_window() -> No
         np.fill_diagonal(near, False)
         want = np.where(near, v[None, :], -np.inf).max(axis=1)
         assert np.array_equal(best_neighbour(t, v, 300.0), want)
+        assert np.array_equal(_best_neighbour_sorted(t, v, 300.0), want)
 
 
 def test_blind_imputation_uses_numpy_s_linear_quantile() -> None:

@@ -604,3 +604,26 @@ async def test_changed_since_names_the_points_written(tmp_path: Path) -> None:
         assert store.changed_since("other", g2) is None
     finally:
         await store.close()
+
+
+async def test_growing_past_the_threshold_without_background_builds_is_logged_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With index builds at start-up only (the default), an operator learns when a collection's
+    unindexed points pass the threshold while serving (searches scan them until a restart)."""
+    rng = np.random.default_rng(43)
+    store = EdgeStore(tmp_path, hnsw_threshold=100)
+    await store.open()
+    try:
+        await store.create_collection(spec())
+        with caplog.at_level("WARNING", logger="engram_server.adapters.storage.edge"):
+            for _ in range(4):
+                batch = [record() for _ in range(40)]
+                await store.upsert(
+                    "default", [StoredPoint(r, v) for r, v in zip(batch, unit_vectors(40, rng), strict=True)]
+                )
+        warnings = [r.getMessage() for r in caplog.records if "without an HNSW index" in r.getMessage()]
+        assert len(warnings) == 1 and "ENGRAM_HNSW_BACKGROUND=true" in warnings[0]
+        assert "holds 120 points" in warnings[0]  # counted when the bound passed 100 (3rd batch)
+    finally:
+        await store.close()

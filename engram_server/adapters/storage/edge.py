@@ -177,6 +177,8 @@ class _Collection:
     #: count is a filtered count over the whole collection, so it is made only once this bound
     #: reaches the threshold. None: count at the next check (after open, after an index build).
     unindexed_bound: int | None = None
+    #: Whether the warning that searches scan many unindexed points was logged (background builds off).
+    unindexed_warned: bool = False
     opened_at: float = field(default_factory=time.monotonic)
     #: Nearest lists of recent search vectors, patched with the points written since.
     nearest: NearestLists = field(default_factory=lambda: NearestLists(NearestBudget(0)))
@@ -324,6 +326,26 @@ class EdgeStore:
         if col.unindexed_bound >= self._hnsw_threshold:
             col.unindexed_bound = None  # the build changes it: count again afterwards
             col.optimizing = self._opt.submit(self._optimize, col)
+
+    def _note_unindexed(self, col: _Collection) -> None:
+        """Runs on the io thread after writes when indexes are built at start-up only: say once
+        that a collection grew past the threshold without an index (every search and write-gate
+        query scans those points until the next start-up builds it)."""
+        if self._hnsw_threshold <= 0 or col.unindexed_warned:
+            return
+        if col.unindexed_bound is not None and col.unindexed_bound < self._hnsw_threshold:
+            return  # fewer than the threshold, without counting
+        col.unindexed_bound = _dense_unindexed(col)
+        if col.unindexed_bound >= self._hnsw_threshold:
+            col.unindexed_warned = True
+            log.warning(
+                "collection %s holds %d points without an HNSW index (ENGRAM_HNSW_THRESHOLD=%d): "
+                "searches and the write gate scan them until the index is built at the next start-up; "
+                "set ENGRAM_HNSW_BACKGROUND=true to build it while serving (pauses of seconds)",
+                col.spec.name,
+                col.unindexed_bound,
+                self._hnsw_threshold,
+            )
 
     @staticmethod
     def _optimize(col: _Collection) -> None:
@@ -616,6 +638,8 @@ class EdgeStore:
             self._durable(col.shard)
             if self._background_hnsw:
                 self._maybe_optimize(col)
+            else:
+                self._note_unindexed(col)
 
         await self._run(work)
 

@@ -5,6 +5,7 @@ Real server, real gRPC channel, embedded qdrant-edge, the real local model, a ma
 
 from __future__ import annotations
 
+import random
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
@@ -202,3 +203,80 @@ async def test_result_records_survive_writes_to_other_memories(
     assert by_id[box.memory.id].access_count == 3  # the counts of the three searches before
     stored = (await stub.GetMemory(s.GetMemoryRequest(id=box.memory.id))).memory
     assert (stored.access_count, stored.last_accessed_at) == (3, by_id[box.memory.id].last_accessed_at)
+
+
+FACTS = [
+    "The spare house key is under the blue flower pot.",
+    "Ada's dentist appointment is on Friday at nine.",
+    "The team offsite will be in Porto in May.",
+    "Ada prefers green tea to coffee in the morning.",
+    "The garden irrigation timer runs at six every evening.",
+    "Bruno lent Ada his ladder last weekend.",
+    "The car needs new brake pads before the trip.",
+    "Ada is learning Japanese on Tuesday evenings.",
+    "The quarterly report is due on the last Friday of the month.",
+    "The neighbour at number 12 keeps a copy of the key.",
+]
+QUESTIONS = [
+    "where is the spare key?",
+    "what does Ada drink in the morning?",
+    "when is the dentist?",
+    "what needs doing on the car?",
+    "where is the offsite?",
+]
+
+
+async def test_caches_answer_like_a_server_without_them(tmp_path: Path, clock: ManualClock) -> None:
+    """Two servers on one clock get the same random adds, updates, deletes, time steps and
+    searches; one has every search cache (candidates, nearest lists, records), the other none.
+    Every search returns the same memories with the same scores and counters."""
+    rng = random.Random(11)
+    async with (
+        running_server(tmp_path / "cached", clock=clock) as a,
+        running_server(tmp_path / "plain", clock=clock, search_cache_entries=0) as b,
+        grpc.aio.insecure_channel(a.address) as ca,
+        grpc.aio.insecure_channel(b.address) as cb,
+    ):
+        stubs = (Stub(ca), Stub(cb))
+        pairs: list[tuple[str, str]] = []  # the same memory's id in each server
+        searches = 0
+        for step in range(60):
+            op = rng.choice(["add", "add", "search", "search", "search", "update", "delete", "time"])
+            if op == "add" or (not pairs and op in ("update", "delete")):
+                content = f"{rng.choice(FACTS)} (note {step})"
+                importance = rng.randint(1, 10)
+                got = [await add(st, content, importance=importance) for st in stubs]
+                assert got[0].outcome == got[1].outcome
+                if got[0].outcome == s.ADD_OUTCOME_CREATED:
+                    pairs.append((got[0].memory.id, got[1].memory.id))
+            elif op == "update":
+                pair = rng.choice(pairs)
+                content = f"{rng.choice(FACTS)} (rewritten {step})"
+                for st, mid in zip(stubs, pair, strict=True):
+                    await st.UpdateMemory(s.UpdateMemoryRequest(id=mid, content=content))
+            elif op == "delete":
+                pair = pairs.pop(rng.randrange(len(pairs)))
+                for st, mid in zip(stubs, pair, strict=True):
+                    await st.DeleteMemory(s.DeleteMemoryRequest(id=mid))
+            elif op == "time":
+                clock.advance(rng.choice([60.0, HOUR, 24 * HOUR]))
+            else:
+                query = rng.choice(QUESTIONS)
+                found = [await search(st, query) for st in stubs]
+                for server in (a, b):
+                    await server.service.drain()  # counters written alike
+                seen = [
+                    [
+                        (
+                            r.memory.content,
+                            r.memory.access_count,
+                            round(r.score.final, 6),
+                            round(r.score.raw_similarity, 6),
+                        )
+                        for r in results
+                    ]
+                    for results in found
+                ]
+                assert seen[0] == seen[1], (step, query)
+                searches += 1
+        assert searches >= 15 and len(pairs) >= 5

@@ -83,7 +83,7 @@ def build_store(settings: Settings) -> Store:
         background_hnsw=settings.hnsw_background,
         segments=settings.edge_segments,
         neighbour_ef=settings.gate_hnsw_ef,
-        nearest_lists=settings.search_cache_entries,
+        nearest_lists=settings.nearest_lists,
     )
 
 

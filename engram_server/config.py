@@ -69,6 +69,7 @@ class Settings:
     min_candidates: int = 100
     min_lexical_candidates: int = 50
     search_cache_entries: int = 256
+    nearest_lists: int = 4096
     lexical_search: bool = True
     semantic_weight: float = 0.5
     context_weight: float = 0.5
@@ -244,8 +245,15 @@ SETTINGS_DOC: list[tuple[str, str, str]] = [
         "ENGRAM_SEARCH_CACHE_ENTRIES",
         "Candidate lists of this many recent searches are kept and reused while their collection is "
         "unchanged (embedded storage only: exact, dropped on any write; ranking still runs at the "
-        "time of each search), and as many nearest-point lists of recent query vectors, patched with "
-        "the points written since instead of searched again. `0` = off.",
+        "time of each search). `0` = off.",
+    ),
+    (
+        "nearest_lists",
+        "ENGRAM_NEAREST_LISTS",
+        "Nearest-point lists of recent query vectors kept over all collections (embedded storage "
+        "only, ≈ 8–12 kB each): the same question again, after any writes, asks the engine for the "
+        "scores of the points written since instead of searching its graph. The default matches "
+        "`ENGRAM_QUERY_CACHE_SIZE`'s: a question whose embedding is cached has its list too. `0` = off.",
     ),
     (
         "lexical_search",
@@ -496,6 +504,8 @@ def _check(s: Settings) -> None:
         problems.append("candidate settings must be ≥ 1")
     if s.search_cache_entries < 0:
         problems.append("ENGRAM_SEARCH_CACHE_ENTRIES must be ≥ 0")
+    if s.nearest_lists < 0:
+        problems.append("ENGRAM_NEAREST_LISTS must be ≥ 0")
     if s.auth not in {"auto", "on", "off"}:
         problems.append("ENGRAM_AUTH must be auto, on or off")
     if s.rate_limit_rps < 0 or s.rate_limit_burst < 1:

@@ -233,15 +233,15 @@ async def test_caches_answer_like_a_server_without_them(tmp_path: Path, clock: M
     rng = random.Random(11)
     async with (
         running_server(tmp_path / "cached", clock=clock) as a,
-        running_server(tmp_path / "plain", clock=clock, search_cache_entries=0) as b,
+        running_server(tmp_path / "plain", clock=clock, search_cache_entries=0, nearest_lists=0) as b,
         grpc.aio.insecure_channel(a.address) as ca,
         grpc.aio.insecure_channel(b.address) as cb,
     ):
         stubs = (Stub(ca), Stub(cb))
         pairs: list[tuple[str, str]] = []  # the same memory's id in each server
-        searches = 0
-        for step in range(60):
-            op = rng.choice(["add", "add", "search", "search", "search", "update", "delete", "time"])
+        searches = sweeps = 0
+        for step in range(80):
+            op = rng.choice(["add", "add", "search", "search", "search", "update", "delete", "time", "sweep"])
             if op == "add" or (not pairs and op in ("update", "delete")):
                 content = f"{rng.choice(FACTS)} (note {step})"
                 importance = rng.randint(1, 10)
@@ -249,17 +249,28 @@ async def test_caches_answer_like_a_server_without_them(tmp_path: Path, clock: M
                 assert got[0].outcome == got[1].outcome
                 if got[0].outcome == s.ADD_OUTCOME_CREATED:
                     pairs.append((got[0].memory.id, got[1].memory.id))
-            elif op == "update":
+            elif op in ("update", "delete"):
                 pair = rng.choice(pairs)
                 content = f"{rng.choice(FACTS)} (rewritten {step})"
+                codes = []
                 for st, mid in zip(stubs, pair, strict=True):
-                    await st.UpdateMemory(s.UpdateMemoryRequest(id=mid, content=content))
-            elif op == "delete":
-                pair = pairs.pop(rng.randrange(len(pairs)))
-                for st, mid in zip(stubs, pair, strict=True):
-                    await st.DeleteMemory(s.DeleteMemoryRequest(id=mid))
+                    try:
+                        if op == "update":
+                            await st.UpdateMemory(s.UpdateMemoryRequest(id=mid, content=content))
+                        else:
+                            await st.DeleteMemory(s.DeleteMemoryRequest(id=mid))
+                        codes.append(grpc.StatusCode.OK)
+                    except grpc.aio.AioRpcError as exc:  # expired and swept
+                        codes.append(exc.code())
+                assert codes[0] == codes[1] and codes[0] in (grpc.StatusCode.OK, grpc.StatusCode.NOT_FOUND)
+                if op == "delete" or codes[0] != grpc.StatusCode.OK:
+                    pairs.remove(pair)
             elif op == "time":
-                clock.advance(rng.choice([60.0, HOUR, 24 * HOUR]))
+                clock.advance(rng.choice([60.0, HOUR, 24 * HOUR, 4 * 24 * HOUR]))
+            elif op == "sweep":  # expired memories deleted (by filter) in both
+                swept = [await server.service.sweep() for server in (a, b)]
+                assert swept[0] == swept[1]
+                sweeps += bool(swept[0])
             else:
                 query = rng.choice(QUESTIONS)
                 found = [await search(st, query) for st in stubs]
@@ -279,4 +290,4 @@ async def test_caches_answer_like_a_server_without_them(tmp_path: Path, clock: M
                 ]
                 assert seen[0] == seen[1], (step, query)
                 searches += 1
-        assert searches >= 15 and len(pairs) >= 5
+        assert searches >= 15 and len(pairs) >= 5 and sweeps >= 1

@@ -572,9 +572,12 @@ async def test_neighbour_lookups_use_their_own_beam_width(
         await default.close()
 
 
-async def test_changed_since_names_the_points_written(tmp_path: Path) -> None:
+async def test_changed_since_names_the_points_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``changed_since`` (what the record cache of search results trusts): the points written
-    after a generation, by id; None when a write's points are unknown (by filter) or too old."""
+    after a generation, by id (a deletion by filter names the points it deleted); None when a
+    write's points are unknown (a deletion by filter of more points than are logged) or too old."""
     rng = np.random.default_rng(41)
     store = EdgeStore(tmp_path)
     await store.open()
@@ -594,8 +597,17 @@ async def test_changed_since_names_the_points_written(tmp_path: Path) -> None:
         await store.set_fields("default", {c.id: {"importance": 9}})
         assert store.changed_since("default", g1) == {c.id}
         assert store.changed_since("default", g0) == {a.id, b.id, c.id}
-        await store.delete_where("default", StoreFilter(expired_at=2e12))  # by filter: unknown
+        g_swept = store.generation("default")
+        assert g_swept is not None
+        assert await store.delete_where("default", StoreFilter(expired_at=2e12)) == 2  # a and c
+        assert store.changed_since("default", g_swept) == {a.id, c.id}
+        assert store.changed_since("default", g0) == {a.id, b.id, c.id}
+        d = record(valid_until=1e12)
+        await store.upsert("default", [StoredPoint(d, unit_vectors(1, rng)[0])])
+        monkeypatch.setattr(edge, "_LOGGED_DELETE_MAX", 0)  # more than is logged: by filter, unknown
+        assert await store.delete_where("default", StoreFilter(expired_at=2e12)) == 1
         assert store.changed_since("default", g0) is None
+        assert await store.count("default", StoreFilter(include_history=True)) == 0
         g2 = store.generation("default")
         assert g2 is not None
         for _ in range(edge._HISTORY + 1):

@@ -38,22 +38,43 @@ def test_patch_merges_changed_points_and_keeps_the_floor() -> None:
     assert entry.floor == 0.6  # a full answer: every point outside scores at most 0.6
     # point 1 moved below the floor (it leaves: it may not be placed among the unknown points),
     # new point 10 scores 0.85, new point 11 is below the floor
-    assert patch(entry, 4, {1: 1, 10: 10, 11: 11}, [_row(1, 0.5), _row(10, 0.85), _row(11, 0.55)])
-    assert ([r[0] for r in entry.rows], entry.floor) == ([0, 10, 2, 3], 0.6)
+    rows = patch(entry, 4, {1: 1, 10: 10, 11: 11}, [_row(1, 0.5), _row(10, 0.85), _row(11, 0.55)])
+    assert rows is not None and [r[:2] for r in rows] == [(0, 0.9), (10, 0.85), (2, 0.7), (3, 0.6)]
+    assert ([r[0] for r in entry.rows()], entry.floor) == ([0, 10, 2, 3], 0.6)
     # two new points above the floor: the list is cut back, the best point cut bounds the rest
-    assert patch(entry, 4, {12: 12, 13: 13}, [_row(12, 0.95), _row(13, 0.65)])
-    assert ([r[0] for r in entry.rows], entry.floor) == ([12, 0, 10, 2], 0.65)
+    assert patch(entry, 4, {12: 12, 13: 13}, [_row(12, 0.95), _row(13, 0.65)]) is not None
+    assert ([r[0] for r in entry.rows()], entry.floor) == ([12, 0, 10, 2], 0.65)
     # two deleted (not found any more): too few left while unknown points may score up to the
     # floor, so the caller searches anew; the list is left as it was
-    assert patch(entry, 4, {0: 0, 10: 10}, []) is False
-    assert [r[0] for r in entry.rows] == [12, 0, 10, 2]
+    assert patch(entry, 4, {0: 0, 10: 10}, []) is None
+    assert [r[0] for r in entry.rows()] == [12, 0, 10, 2]
 
 
 def test_patch_of_a_list_that_holds_every_point_accepts_any_length() -> None:
     entry = _entry([0.9, 0.2], limit=5)  # the engine had only two points
     assert entry.floor == -math.inf
-    assert patch(entry, 5, {0: 0, 7: 7}, [_row(7, -0.3)])  # 0 deleted, 7 added far away
-    assert [r[0] for r in entry.rows] == [1, 7]
+    assert patch(entry, 5, {0: 0, 7: 7}, [_row(7, -0.3)]) is not None  # 0 deleted, 7 added far away
+    assert [r[0] for r in entry.rows()] == [1, 7]
+
+
+def test_patch_forgets_the_cosines_of_changed_points_met_beyond_the_list() -> None:
+    entry = _entry([0.9, 0.8], limit=2)
+    entry.set_others({5: 0.3, 6: 0.2})
+    assert patch(entry, 2, {5: 5}, [_row(5, 0.1)]) is not None  # 5 changed, stays below the floor
+    assert entry.others() == {6: 0.2}
+
+
+def test_a_collection_without_lists_keeps_no_log() -> None:
+    lists = NearestLists(NearestBudget(1))
+    lists.put("q", lists.new([_row(1, 0.5)], 1))
+    lists.changed([(2, 2), (3, 3)])
+    assert lists.seq == 2
+    other = NearestLists(lists._budget)
+    other.put("q", other.new([_row(1, 0.5)], 1))  # evicts the only list of the first
+    assert len(lists) == 0 and lists._log == [] and lists.seq == 2  # white box: log released
+    lists.changed([(4, 4)])  # not logged: no list to patch
+    lists.put("q", lists.new([_row(1, 0.5)], 1))
+    assert lists.get("q") is not None and lists.get("q").changed == {}  # type: ignore[union-attr]
 
 
 def test_budget_is_shared_by_the_collections_of_a_store() -> None:
@@ -107,20 +128,23 @@ def _signature(c: Candidates) -> list[tuple[str, float, float]]:
     return sorted(zip(c.ids, np.round(c.cosine, 5).tolist(), np.round(c.lexical, 4).tolist(), strict=True))
 
 
+@pytest.mark.parametrize("logged_delete_max", [edge._LOGGED_DELETE_MAX, 0], ids=["logged", "reset"])
 async def test_patched_lists_return_what_a_fresh_search_returns(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, logged_delete_max: int
 ) -> None:
     """Two stores receive the same writes — new points (some right beside a probe), vectors
     replaced, deletions by id (enough to empty a list), a memory superseded, an expiry, a deletion
-    by filter — one keeping nearest lists, one searching afresh every time. After every write,
-    every probe's candidates are the same in both. Below the HNSW threshold both are exact."""
+    by filter (its points logged; or, when more than the store logs, every list dropped) — one
+    keeping nearest lists, one searching afresh every time. After every write, every probe's
+    candidates are the same in both. Below the HNSW threshold both are exact."""
+    monkeypatch.setattr(edge, "_LOGGED_DELETE_MAX", logged_delete_max)
     patched: list[int] = []
     real_patch = edge.patch
 
-    def counting_patch(*args: Any) -> bool:
-        ok = real_patch(*args)
-        patched.append(ok)
-        return ok
+    def counting_patch(*args: Any) -> list[Row] | None:
+        rows = real_patch(*args)
+        patched.append(rows is not None)
+        return rows
 
     monkeypatch.setattr(edge, "patch", counting_patch)
     rng = np.random.default_rng(7)
@@ -192,6 +216,8 @@ async def test_patched_lists_return_what_a_fresh_search_returns(
             await same_everywhere()
             for s in stores:
                 assert await s.delete_where("default", StoreFilter(expired_at=NOW)) == 1
+            # white box: a logged deletion keeps the lists (patched next), a larger one drops them
+            assert (len(kept._cols["default"].nearest) > 0) == (logged_delete_max > 0)
             del records[rid], vectors[rid]
         else:  # a far point (below every floor)
             await upsert(new_record(), _unit(-q + 0.05 * rng.normal(size=DIM)))

@@ -39,6 +39,7 @@ import collections
 import concurrent.futures
 import contextlib
 import fcntl
+import hashlib
 import itertools
 import json
 import logging
@@ -131,6 +132,9 @@ _SCROLL_BATCH = 1024
 #: A search without user filters asks the engine, unfiltered, for this many (at least; a quarter
 #: of the limit for large limits) more nearest points than it needs and drops the dead ones itself.
 _LIVENESS_MARGIN = 16
+#: A deletion by filter of at most this many points deletes them by id and logs them (kept nearest
+#: lists and cached records survive it); a larger one drops them all.
+_LOGGED_DELETE_MAX = 4096
 
 
 #: Generations are unique across collections and their re-creations (see ``EdgeStore.generation``).
@@ -224,7 +228,7 @@ class EdgeStore:
         background_hnsw: bool = False,
         segments: int = 0,
         neighbour_ef: int = 0,
-        nearest_lists: int = 256,
+        nearest_lists: int = 4096,
     ) -> None:
         if hnsw_threshold < 0:
             raise ValueError("hnsw_threshold must be >= 0 (0 disables HNSW building)")
@@ -766,7 +770,8 @@ class EdgeStore:
             # The nearest list of this vector kept from an earlier search, if any: patched with
             # the points written since instead of searching the graph again (see ``nearest``).
             nearest = col.nearest if post and not with_vectors and col.nearest.enabled else None
-            list_key = (vector.tobytes(), dense_limit)
+            # (a 128-bit digest of the vector: 16 bytes kept instead of its 1.5 kB)
+            list_key = (hashlib.blake2b(vector.tobytes(), digest_size=16).digest(), dense_limit)
             kept_list = nearest.get(list_key) if nearest is not None else None
             changed_ids = list(kept_list.changed.values()) if kept_list is not None else []
             requests = (
@@ -812,7 +817,9 @@ class EdgeStore:
 
             def known(rows: list[Row]) -> list[Row]:
                 """``rows``, once the ranking fields of each are in ``ranks``."""
-                missing = [pid for k, _, _, pid in rows if k not in ranks]
+                missing = [
+                    uuid.UUID(int=k) if pid is None else pid for k, _, _, pid in rows if k not in ranks
+                ]
                 if missing:
                     for r in col.shard.retrieve(missing, list(CANDIDATE_FIELDS), False):
                         ranks[_engine_key(r.id)] = rank_fields(str(r.id), r.payload, collection)
@@ -865,14 +872,17 @@ class EdgeStore:
             if kept_list is not None:
                 assert nearest is not None
                 entry = kept_list.entry
-                if changed_found is not None and not patch(
-                    entry, dense_limit, kept_list.changed, hits(changed_found)
-                ):
+                patched = (
+                    entry.rows()
+                    if changed_found is None
+                    else patch(entry, dense_limit, kept_list.changed, hits(changed_found))
+                )
+                if patched is None:
                     entry = None  # too few left (deletions): search anew
                     dense = hits(col.shard.query(dense_request(dense_limit, None)))
                 else:
                     entry.seq = nearest.seq
-                    dense = known(entry.rows)
+                    dense = known(patched)
                     how = "patched" if changed_found is not None else "reused"
             else:
                 assert dense_found is not None
@@ -895,15 +905,16 @@ class EdgeStore:
                     # ids (cheaper than shipping their vectors to Python); all found: nothing
                     # writes between the queries (one thread). Kept with the nearest list: a
                     # point's cosine to this vector changes only when its vector does.
-                    others = entry.others if entry is not None else {}
-                    extra = known([others[k] for k in only_lexical if k in others])
+                    others = entry.others() if entry is not None else {}
+                    extra = known([(k, others[k], None, None) for k in only_lexical if k in others])
                     ask = [lexical_id[k] for k in only_lexical if k not in others]
                     if ask:
                         fresh = hits(col.shard.query(by_ids_request(ask)))
                         if entry is not None:
-                            if len(others) > 4 * lexical_limit_asked:
+                            if len(others) > 2 * lexical_limit_asked:
                                 others.clear()
-                            others.update((row[0], row) for row in fresh)
+                            others.update((row[0], row[1]) for row in fresh)
+                            entry.set_others(others)
                         extra += fresh
                     extra.sort(key=lambda row: -row[1])
                     dense = dense + extra
@@ -971,13 +982,27 @@ class EdgeStore:
             col = self._col(collection)
             edge_filter = _edge_filter(filter_plan(flt))
             n = col.shard.count(qe.CountRequest(exact=True, filter=edge_filter))
-            if n:
+            if not n:
+                return 0
+            if n <= _LOGGED_DELETE_MAX:
+                # By id, so that the change logs name the points that went: kept nearest lists
+                # and cached records survive (the sweeper deletes a few expired memories at a time).
+                gone = _ids_where(col.shard, edge_filter)
+                col.touch([str(u) for u in gone])
+                for u in gone:
+                    col.ranks.pop(u.int, None)
+                try:
+                    col.shard.update(qe.UpdateOperation.delete_points(list(gone)))
+                finally:
+                    col.nearest.changed([(u.int, u) for u in gone])
+                n = len(gone)
+            else:
                 col.touch(None)
-                if edge_filter is None:
-                    edge_filter = qe.Filter(must=[])
                 col.nearest.reset()  # (which points went is not known here)
-                col.shard.update(qe.UpdateOperation.delete_points_by_filter(edge_filter))
-                self._durable(col.shard)
+                col.shard.update(
+                    qe.UpdateOperation.delete_points_by_filter(edge_filter or qe.Filter(must=[]))
+                )
+            self._durable(col.shard)
             return n
 
         return await self._run(work)
@@ -1072,6 +1097,21 @@ def _changed(ids: Sequence[str]) -> list[tuple[int, uuid.UUID]]:
         u = uuid.UUID(pid)
         out.append((u.int, u))
     return out
+
+
+def _ids_where(shard: qe.EdgeShard, where: qe.Filter | None) -> list[uuid.UUID]:
+    """Every point id matching ``where``, as the engine's id objects."""
+    out: list[uuid.UUID] = []
+    offset: Any = None
+    while True:
+        records, offset = shard.scroll(
+            qe.ScrollRequest(
+                offset=offset, limit=_SCROLL_BATCH, filter=where, with_payload=False, with_vector=False
+            )
+        )
+        out.extend(r.id if isinstance(r.id, uuid.UUID) else uuid.UUID(str(r.id)) for r in records)
+        if offset is None:
+            return out
 
 
 def _engine_key(pid: qe.PointId) -> int:

@@ -7,11 +7,13 @@ This machine's speed drifts by tens of percent within minutes, so two runs made 
 cannot tell a 5 % change from noise. Here both servers run at once, each on its own copy of
 ``--data`` (an Engram data directory, e.g. one kept by ``bench/stages.py --keep``), and every round
 sends the same request to both in random order: searches after 100 ms idle, and the third of three
-back to back. By default the search result caches are off (``ENGRAM_SEARCH_CACHE_ENTRIES=0``), so
+back to back. By default the search result caches are off (``ENGRAM_SEARCH_CACHE_ENTRIES=0``,
+``ENGRAM_NEAREST_LISTS=0``), so
 every search queries storage while its query embedding is cached (the storage-bound path);
 ``--cache`` keeps the defaults. Prints p50 per side and B / A.
 
 ``--known N`` measures instead N passes per side, alternated, of 200 different questions each
+(``--questions``)
 (asked once before, untimed: their embeddings are cached), every pass right after one AddMemory
 that writes (the caches stay on: no cached candidate list is reused as it was; since the nearest
 lists, the embedded store patches each question's list with the point written — the same
@@ -59,6 +61,7 @@ def start(code: Path, data: Path, port: int, *, cache: bool) -> subprocess.Popen
     env = {**os.environ, "PYTHONPATH": str(code), "ENGRAM_DATA_DIR": str(data), "ENGRAM_PORT": str(port)}
     if not cache:
         env["ENGRAM_SEARCH_CACHE_ENTRIES"] = "0"
+        env["ENGRAM_NEAREST_LISTS"] = "0"
     return subprocess.Popen(
         [sys.executable, "-m", "engram_server", "serve"],
         env=env,
@@ -68,7 +71,10 @@ def start(code: Path, data: Path, port: int, *, cache: bool) -> subprocess.Popen
     )
 
 
-KNOWN = [f"what did person {i} write about the tax return" for i in range(200)]
+def known_questions(n: int) -> list[str]:
+    return [f"what did person {i} write about the tax return" for i in range(n)]
+
+
 PEOPLE = ["Ann", "Bo", "Cy", "Dee", "Eli"]
 THINGS = ["the car", "the desk", "the piano", "the boat", "the garden hose"]
 
@@ -101,10 +107,14 @@ def thread_cpu(pid: int) -> tuple[float, float]:
 
 
 def known_passes(
-    stubs: dict[str, memory_service_pb2_grpc.MemoryServiceStub], pids: dict[str, int], passes: int
+    stubs: dict[str, memory_service_pb2_grpc.MemoryServiceStub],
+    pids: dict[str, int],
+    passes: int,
+    questions: int,
 ) -> dict[str, dict[str, list[float]]]:
+    known = known_questions(questions)
     for stub in stubs.values():
-        for q in KNOWN:  # embeddings cached
+        for q in known:  # embeddings cached
             stub.SearchMemories(s.SearchMemoriesRequest(query=q, limit=10))
     out: dict[str, dict[str, list[float]]] = {n: {"p50": [], "loop": [], "other": []} for n in stubs}
     rng = random.Random(2)
@@ -114,7 +124,7 @@ def known_passes(
             write_one(stub, rng)
             time.sleep(1.3)  # the previous pass's access counters are written meanwhile
             before, lat = thread_cpu(pids[name]), []
-            for q in KNOWN:
+            for q in known:
                 t = time.perf_counter()
                 stub.SearchMemories(s.SearchMemoriesRequest(query=q, limit=10))
                 lat.append(time.perf_counter() - t)
@@ -123,8 +133,8 @@ def known_passes(
             if i == 0:
                 continue
             out[name]["p50"].append(statistics.median(lat) * 1000)
-            out[name]["loop"].append((after[0] - before[0]) / len(KNOWN) * 1000)
-            out[name]["other"].append((after[1] - before[1]) / len(KNOWN) * 1000)
+            out[name]["loop"].append((after[0] - before[0]) / len(known) * 1000)
+            out[name]["other"].append((after[1] - before[1]) / len(known) * 1000)
     return out
 
 
@@ -140,8 +150,9 @@ def main() -> None:
         "--known",
         type=int,
         metavar="N",
-        help="N alternated passes of 200 known questions, each after a write (caches on), with CPU",
+        help="N alternated passes of the known questions, each after a write (caches on), with CPU",
     )
+    ap.add_argument("--questions", type=int, default=200, help="known questions a pass (with --known)")
     args = ap.parse_args()
     for side in (args.a, args.b):
         if not (side / "engram_server").is_dir():
@@ -166,7 +177,7 @@ def main() -> None:
             time.sleep(args.warm_seconds)
             if args.known is not None:
                 pids = {name: proc.pid for name, proc in zip(sides, procs, strict=True)}
-                report_known(args, known_passes(stubs, pids, args.known))
+                report_known(args, known_passes(stubs, pids, args.known, args.questions))
                 return
             for stub in stubs.values():
                 for q in QUERIES * 3:  # query embeddings cached
@@ -200,7 +211,7 @@ def main() -> None:
 
 def report_known(args: argparse.Namespace, got: dict[str, dict[str, list[float]]]) -> None:
     print(
-        f"A = {args.a}, B = {args.b}; {args.known} passes of {len(KNOWN)} known questions, each after a write"
+        f"A = {args.a}, B = {args.b}; {args.known} passes of {args.questions} known questions, each after a write"
     )
     for name in ("A", "B"):
         g = got[name]

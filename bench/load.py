@@ -7,10 +7,10 @@ Installs ghz (pinned) into .tools/go/bin with `go install` if it is not there, s
 `python -m engram_server serve` on a fresh data directory (unless --address is given), seeds a
 corpus through the API, then runs ghz scenarios — AddMemory, SearchMemories with unique queries,
 SearchMemories with one repeated query (the query-embedding and candidate caches), SearchMemories
-with known questions (each asked once in an untimed pass before, then one AddMemory, so every
-question's embedding is cached and its candidates come from storage: the storage-bound path; 400 by
-default, more than the server's caches hold), the same with 200 questions (within the caches: each
-is answered by patching its kept nearest list with the point written, "search-after-write"), and a mixed
+with known questions (each asked once in an untimed pass before with a filter that keeps every
+memory, then one AddMemory, then unfiltered: every question's embedding is cached and its candidates
+come from storage, the storage-bound path), 200 questions asked once, then one AddMemory, then again
+(each answered by patching its kept nearest list with the point written, "search-after-write"), and a mixed
 workload (AddMemory, new questions and a repeated question side by side, 1 : 2 : 5) — at several
 concurrencies. ghz finds the API by server reflection. Every ghz JSON report and one
 Markdown summary (RPS, p50/p95/p99, status codes) go to results/load/. When it starts the server
@@ -38,7 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -64,9 +64,14 @@ UNIQUE_SEARCH_DATA = (
     '{"query": "what did {{randomString 6}} write about taxes {{.RequestNumber}}", "limit": 10}'
 )
 REPEATED_SEARCH_DATA = '{"query": "what did Alice write about the tax return", "limit": 10}'
-# Questions asked once before (embeddings cached), each once per run: the storage-bound path
-# (as long as there are more of them than the server's search caches hold: 256 by default).
+# Questions asked once before (embeddings cached), each once per run: the storage-bound path. The
+# first pass asks them with a filter that keeps every memory: a filtered search keeps no nearest
+# list (embedded storage), and its candidate lists are cached under another key.
 KNOWN_SEARCH_DATA = '{"query": "what did person {{.RequestNumber}} write about the tax return", "limit": 10}'
+KNOWN_FIRST_DATA = (
+    '{"query": "what did person {{.RequestNumber}} write about the tax return", "limit": 10,'
+    ' "filter": {"min_importance": 1}}'
+)
 # Fewer questions asked once before, asked again after one write: within the server's caches, so
 # each is answered by patching its kept nearest list with the point written (embedded storage).
 AFTER_WRITE_SEARCH_DATA = '{"query": "what did person {{.RequestNumber}} say about the garden", "limit": 10}'
@@ -81,6 +86,8 @@ class Scenario:
     data: str
     concurrency: int
     total: int
+    #: Asked once, untimed, before the timed run (the same questions; ``data`` when None).
+    first_data: str | None = None
 
 
 def ensure_ghz() -> Path:
@@ -437,6 +444,7 @@ def main() -> None:
                     KNOWN_SEARCH_DATA,
                     c,
                     args.requests,
+                    KNOWN_FIRST_DATA,
                 ),
                 Scenario(
                     "search-after-write",
@@ -449,7 +457,8 @@ def main() -> None:
             for sc in scenarios:
                 if sc.name in ("search-known", "search-after-write"):
                     print(f"ghz {sc.name} at concurrency {c}: asking the questions once …", flush=True)
-                    run_ghz(ghz, address, sc, args.out, "-first")
+                    first = sc if sc.first_data is None else replace(sc, data=sc.first_data)
+                    run_ghz(ghz, address, first, args.out, "-first")
                     invalidate(address)
                 if meter is None or sc.name not in EMBEDS:
                     print(f"ghz {sc.name} at concurrency {c} …", flush=True)

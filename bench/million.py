@@ -36,9 +36,9 @@ samples, disk per memory, and over one gRPC channel, one call at a time, interle
     note refused by the write gate writes nothing, and the search would be answered from the
     candidate cache (as happened when this phase was re-run on one data directory with the same
     notes before this check existed). The AddMemory outcomes are reported;
-  - ``search_known``: a question asked once before the samples (its embedding is cached) but
-    pushed out of the server's candidate cache and nearest lists since (300 other questions were
-    asked after it; both hold 256): the storage-bound path;
+  - ``search_known``: a question asked once before the samples (its embedding is cached) with a
+    filter that keeps every memory (a filtered search keeps no nearest list; its candidate list is
+    cached under another key, and pushed out since by 300 other questions): the storage-bound path;
   - ``health``: the gRPC health check (the transport floor).
 """
 
@@ -85,7 +85,7 @@ from engram_server.testing import running_server
 
 COLLECTION = "default"
 #: Questions asked after each "known" one before the samples: more than the server's candidate
-#: cache and nearest lists hold (256 each by default), fewer than its query-embedding cache (4,096).
+#: cache holds (256 by default), fewer than its query-embedding cache (4,096).
 KNOWN_PUSHED_OUT = 300
 
 
@@ -335,7 +335,7 @@ async def ingest(args: argparse.Namespace, data_dir: Path, work: Path) -> dict[s
 
 
 async def serve_and_measure(args: argparse.Namespace, data_dir: Path, memories: int) -> dict[str, Any]:
-    from engram_client import AddOutcome, AsyncEngramClient  # noqa: PLC0415
+    from engram_client import AddOutcome, AsyncEngramClient, MemoryFilter  # noqa: PLC0415
 
     res: dict[str, Any] = {}
     port = args.port
@@ -388,11 +388,11 @@ async def serve_and_measure(args: argparse.Namespace, data_dir: Path, memories: 
             await engram.search(repeat, limit=10)
             for j in range(3):  # warm-up
                 await engram.search(query_text(rng, 10_000 + j), limit=10)
-            # Asked once now: embeddings cached (4,096 kept), candidates pushed out of the 256-entry
-            # caches by the later ones.
+            # Asked once now: embeddings cached (4,096 kept); filtered, so no nearest list is kept,
+            # and the candidate lists are pushed out of the 256-entry cache by the later ones.
             known = [query_text(rng, 40_000 + j) for j in range(args.samples + KNOWN_PUSHED_OUT)]
             for q in known:
-                await engram.search(q, limit=10)
+                await engram.search(q, limit=10, filter=MemoryFilter(min_importance=1))
 
             async def timed(name: str, coro: Any) -> None:
                 t0 = time.perf_counter()

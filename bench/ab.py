@@ -211,7 +211,8 @@ def main() -> None:
 
 def report_known(args: argparse.Namespace, got: dict[str, dict[str, list[float]]]) -> None:
     print(
-        f"A = {args.a}, B = {args.b}; {args.known} passes of {args.questions} known questions, each after a write"
+        f"A = {args.a}, B = {args.b}; {args.known} passes of {args.questions} known questions,"
+        " each after a write"
     )
     for name in ("A", "B"):
         g = got[name]

@@ -226,6 +226,15 @@ QUESTIONS = [
 ]
 
 
+#: Searches without a filter, and with user filters (kept nearest lists are per filter).
+SEARCH_FILTERS = [
+    None,
+    None,
+    m.MemoryFilter(types=[m.MEMORY_TYPE_EVENT]),
+    m.MemoryFilter(min_importance=5),
+]
+
+
 async def test_caches_answer_like_a_server_without_them(tmp_path: Path, clock: ManualClock) -> None:
     """Two servers on one clock get the same random adds, updates, deletes, time steps and
     searches; one has every search cache (candidates, nearest lists, records), the other none.
@@ -245,7 +254,8 @@ async def test_caches_answer_like_a_server_without_them(tmp_path: Path, clock: M
             if op == "add" or (not pairs and op in ("update", "delete")):
                 content = f"{rng.choice(FACTS)} (note {step})"
                 importance = rng.randint(1, 10)
-                got = [await add(st, content, importance=importance) for st in stubs]
+                kind = rng.choice([m.MEMORY_TYPE_EVENT, m.MEMORY_TYPE_INSIGHT])
+                got = [await add(st, content, importance=importance, type=kind) for st in stubs]
                 assert got[0].outcome == got[1].outcome
                 if got[0].outcome == s.ADD_OUTCOME_CREATED:
                     pairs.append((got[0].memory.id, got[1].memory.id))
@@ -273,7 +283,8 @@ async def test_caches_answer_like_a_server_without_them(tmp_path: Path, clock: M
                 sweeps += bool(swept[0])
             else:
                 query = rng.choice(QUESTIONS)
-                found = [await search(st, query) for st in stubs]
+                flt = rng.choice(SEARCH_FILTERS)
+                found = [await search(st, query, filter=flt) for st in stubs]
                 for server in (a, b):
                     await server.service.drain()  # counters written alike
                 seen = [
@@ -288,6 +299,6 @@ async def test_caches_answer_like_a_server_without_them(tmp_path: Path, clock: M
                     ]
                     for results in found
                 ]
-                assert seen[0] == seen[1], (step, query)
+                assert seen[0] == seen[1], (step, query, flt)
                 searches += 1
         assert searches >= 15 and len(pairs) >= 5 and sweeps >= 1

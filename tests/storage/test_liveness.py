@@ -1,4 +1,4 @@
-"""Which searches the embedded store may filter for liveness itself (``live_only_at``), and the
+"""Which searches the embedded store may filter for liveness itself (``split_live``), and the
 rule it applies (``is_live``), against the filter plan the engine would otherwise run."""
 
 from __future__ import annotations
@@ -12,31 +12,35 @@ from engram_server.adapters.storage.payload import (
     Range,
     filter_plan,
     is_live,
-    live_only_at,
     rank_fields,
+    split_live,
 )
 from engram_server.domain.model import MemoryType, SourceType, StoreFilter
 
 NOW = 1_800_000_000.0
+LIVENESS = {IsEmpty("superseded_by"), IsEmpty("draft"), Range("valid_until", gt=NOW)}
 
 
-def test_only_the_plain_live_filter_is_decided_beside_the_engine() -> None:
+def test_liveness_is_split_from_the_user_filter_of_a_search() -> None:
     live = StoreFilter(live_at=NOW)
-    assert live_only_at(live) == NOW
+    user, at = split_live(live) or (None, None)
+    assert at == NOW and user is not None and filter_plan(user).must == ()
     # exactly these three conditions, which the ranking fields carry
-    assert set(filter_plan(live).must) == {
-        IsEmpty("superseded_by"),
-        IsEmpty("draft"),
-        Range("valid_until", gt=NOW),
-    }
-    assert live_only_at(StoreFilter()) is None  # no time: expired memories match
-    for other in (
+    assert set(filter_plan(live).must) == LIVENESS
+    for users in (
         replace(live, types=(MemoryType.EVENT,)),
         replace(live, tags_any=("x",)),
-        replace(live, created_after=1.0),
-        replace(live, created_before=NOW),
+        replace(live, created_after=1.0, created_before=NOW),
         replace(live, min_importance=3),
         replace(live, source_types=(SourceType.USER_INPUT,)),
+    ):
+        split = split_live(users)
+        assert split is not None and split[1] == NOW
+        # the engine's part and the store's part make up the whole filter
+        assert set(filter_plan(split[0]).must) | LIVENESS == set(filter_plan(users).must)
+        assert not set(filter_plan(split[0]).must) & LIVENESS
+    assert split_live(StoreFilter()) is None  # no time: expired memories match
+    for other in (
         replace(live, expired_at=NOW),
         replace(live, include_history=True),
         replace(live, only_history_of="a"),
@@ -45,7 +49,7 @@ def test_only_the_plain_live_filter_is_decided_beside_the_engine() -> None:
         replace(live, include_drafts=True),
         replace(live, unreflected=True),
     ):
-        assert live_only_at(other) is None, other
+        assert split_live(other) is None, other
 
 
 @pytest.mark.parametrize(

@@ -17,11 +17,28 @@ from engram_server.adapters.lexical import LEXICAL_ENCODER_ID, Bm25Encoder
 from engram_server.adapters.storage import edge
 from engram_server.adapters.storage.edge import EdgeStore
 from engram_server.adapters.storage.nearest import NearestBudget, NearestList, NearestLists, Row, patch
-from engram_server.domain.model import Candidates, CollectionSpec, MemoryRecord, StoredPoint, StoreFilter
+from engram_server.domain.model import (
+    Candidates,
+    CollectionSpec,
+    MemoryRecord,
+    MemoryType,
+    SourceType,
+    StoredPoint,
+    StoreFilter,
+)
 
 DIM = 16
 NOW = 1_800_000_000.0
 WORDS = ["alpha", "berlin", "coffee", "report", "garden", "piano", "python", "quarterly", "river", "tennis"]
+#: The filters of the probes' searches: none, and a user filter of each kind (liveness always).
+FILTERS = [
+    StoreFilter(live_at=NOW),
+    StoreFilter(live_at=NOW, types=(MemoryType.EVENT, MemoryType.INSIGHT)),
+    StoreFilter(live_at=NOW, min_importance=6),
+    StoreFilter(live_at=NOW, tags_any=("t1",)),
+    StoreFilter(live_at=NOW, source_types=(SourceType.USER_INPUT,)),
+    StoreFilter(live_at=NOW, created_after=150.0, types=(MemoryType.EVENT,)),
+]
 
 
 def _row(key: int, score: float) -> Row:
@@ -133,10 +150,11 @@ async def test_patched_lists_return_what_a_fresh_search_returns(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, logged_delete_max: int
 ) -> None:
     """Two stores receive the same writes — new points (some right beside a probe), vectors
-    replaced, deletions by id (enough to empty a list), a memory superseded, an expiry, a deletion
-    by filter (its points logged; or, when more than the store logs, every list dropped) — one
-    keeping nearest lists, one searching afresh every time. After every write, every probe's
-    candidates are the same in both. Below the HNSW threshold both are exact."""
+    and filtered fields replaced, deletions by id (enough to empty a list), a memory superseded,
+    an expiry, a deletion by filter (its points logged; or, when more than the store logs, every
+    list dropped), a source type set — one keeping nearest lists, one searching afresh every
+    time. After every write, every probe's candidates are the same in both, unfiltered and under
+    each kind of user filter. Below the HNSW threshold both are exact."""
     monkeypatch.setattr(edge, "_LOGGED_DELETE_MAX", logged_delete_max)
     patched: list[int] = []
     real_patch = edge.patch
@@ -164,25 +182,40 @@ async def test_patched_lists_return_what_a_fresh_search_returns(
         for s in stores:
             await s.upsert("default", [point])
 
+    def filtered_fields() -> dict[str, Any]:
+        return {
+            "type": MemoryType(str(rng.choice([t.value for t in MemoryType]))),
+            "importance": int(rng.integers(1, 11)),
+            "tags": tuple(str(t) for t in rng.choice(["t1", "t2", "t3"], size=int(rng.integers(0, 3)))),
+            "source_type": SourceType(str(rng.choice(["user_input", "tool_output", "unknown"]))),
+        }
+
+    created = iter(range(1, 10**6))
+
     def new_record(**kw: Any) -> MemoryRecord:
         rec = MemoryRecord(
-            id=str(uuid.uuid4()), collection="default", content=_text(rng), valid_until=NOW + 1e6
+            id=str(uuid.uuid4()),
+            collection="default",
+            content=_text(rng),
+            valid_until=NOW + 1e6,
+            created_at=float(next(created)),
+            **filtered_fields(),
         )
         return replace(rec, **kw)
 
     for _ in range(300):
-        await upsert(new_record(importance=int(rng.integers(1, 11))), _unit(rng.normal(size=DIM)))
+        await upsert(new_record(), _unit(rng.normal(size=DIM)))
     probes = [_unit(rng.normal(size=DIM)) for _ in range(4)]
     probe_text = [enc.encode_query(_text(rng)) for _ in probes]
 
     async def same_everywhere() -> None:
         for q, sparse in zip(probes, probe_text, strict=True):
-            got = [
-                await s.candidates("default", q, 12, StoreFilter(live_at=NOW), sparse=sparse, lexical_limit=8)
-                for s in stores
-            ]
-            assert len(got[0]) >= 12
-            assert _signature(got[0]) == _signature(got[1])
+            for flt in FILTERS:
+                got = [
+                    await s.candidates("default", q, 12, flt, sparse=sparse, lexical_limit=8) for s in stores
+                ]
+                assert len(got[0]) >= (12 if flt == FILTERS[0] else 1), flt
+                assert _signature(got[0]) == _signature(got[1]), flt
 
     def nearest_ids(q: np.ndarray, n: int) -> list[str]:
         live = [i for i, r in records.items() if not r.superseded_by and r.valid_until > NOW]
@@ -191,12 +224,13 @@ async def test_patched_lists_return_what_a_fresh_search_returns(
     await same_everywhere()
     for step in range(60):
         q = probes[step % len(probes)]
-        kind = step % 6
+        kind = step % 7
         if kind == 0:  # a new point right beside a probe: it enters the list
             await upsert(new_record(), _unit(q + 0.05 * rng.normal(size=DIM)))
-        elif kind == 1:  # a point of a list gets another vector (an update in place)
+        elif kind == 1:  # a point of a list gets another vector and fields (an update in place)
             rid = nearest_ids(q, 3)[int(rng.integers(0, 3))]
-            await upsert(replace(records[rid], content=_text(rng)), _unit(rng.normal(size=DIM)))
+            changed = replace(records[rid], content=_text(rng), **filtered_fields())
+            await upsert(changed, _unit(rng.normal(size=DIM)))
         elif kind == 2:  # the nearest few deleted by id: lists shrink, some below their size
             gone = nearest_ids(q, 8)
             for s in stores:
@@ -219,8 +253,18 @@ async def test_patched_lists_return_what_a_fresh_search_returns(
             # white box: a logged deletion keeps the lists (patched next), a larger one drops them
             assert (len(kept._cols["default"].nearest) > 0) == (logged_delete_max > 0)
             del records[rid], vectors[rid]
-        else:  # a far point (below every floor)
+        elif kind == 5:  # a far point (below every floor)
             await upsert(new_record(), _unit(-q + 0.05 * rng.normal(size=DIM)))
+        else:  # a filtered field set in place (the vector stays): the point may enter or leave
+            for rid in nearest_ids(q, 4):
+                source = (
+                    SourceType.USER_INPUT
+                    if records[rid].source_type != SourceType.USER_INPUT
+                    else "tool_output"
+                )
+                records[rid] = replace(records[rid], source_type=SourceType(source))
+                for s in stores:
+                    await s.set_fields("default", {rid: {"source_type": str(source)}})
         await same_everywhere()
     assert patched.count(True) >= 20  # lists were patched, not searched again
     assert False in patched  # and some emptied by deletions were searched anew

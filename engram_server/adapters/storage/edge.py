@@ -82,7 +82,6 @@ from engram_server.adapters.storage.payload import (
     encode_updates,
     filter_plan,
     is_live,
-    live_only_at,
     point_id,
     point_vectors,
     rank_fields,
@@ -91,6 +90,7 @@ from engram_server.adapters.storage.payload import (
     record_to_payload,
     spec_from_json,
     spec_to_json,
+    split_live,
     validate_collection_name,
     validate_state_key,
 )
@@ -745,15 +745,18 @@ class EdgeStore:
             if limit <= 0:
                 return CandidateBuilder(collection, with_vectors=with_vectors).build()
             edge_filter = _edge_filter(filter_plan(flt))
-            # A search without user filters wants the live current points only. The engine pays
-            # for a filter at every graph node it visits (measured at 100k: top-100 2.3 ms with
-            # the liveness filter, 1.3 ms for an unfiltered top-125), while the ranking fields
-            # kept beside it (``col.ranks``) tell liveness for free: ask for a margin more
-            # nearest points, unfiltered, and keep the first ``limit`` live ones. Exact whenever
-            # that many are live among them (every other live point is farther); otherwise the
-            # filtered query runs.
-            live_at = live_only_at(flt)
-            post = live_at is not None
+            # A search wants the live current points only (and those its user filters match).
+            # The engine pays for a filter at every graph node it visits (measured at 100k:
+            # top-100 2.3 ms with the liveness filter, 1.3 ms for an unfiltered top-125), while
+            # the ranking fields kept beside it (``col.ranks``) tell liveness for free: ask for a
+            # margin more nearest points under the user's filter alone (none, mostly), and keep
+            # the first ``limit`` live ones. Exact whenever that many are live among them (every
+            # other live point is farther); otherwise the whole filter runs in the engine.
+            split = split_live(flt)
+            post = split is not None
+            live_at = split[1] if split is not None else None
+            user_filter = split[0] if split is not None else flt
+            where = _edge_filter(filter_plan(user_filter)) if split is not None else edge_filter
             dense_limit = limit + max(_LIVENESS_MARGIN, limit // 4) if post else limit
 
             def dense_request(n: int, where: qe.Filter | None) -> qe.QueryRequest:
@@ -767,19 +770,18 @@ class EdgeStore:
                     with_vector=want_vector,
                 )
 
-            # The nearest list of this vector kept from an earlier search, if any: patched with
-            # the points written since instead of searching the graph again (see ``nearest``).
+            # The nearest list of this vector (under this user filter) kept from an earlier search,
+            # if any: patched with the points written since instead of searching the graph again
+            # (see ``nearest``).
             nearest = col.nearest if post and not with_vectors and col.nearest.enabled else None
             # (a 128-bit digest of the vector: 16 bytes kept instead of its 1.5 kB)
-            list_key = (hashlib.blake2b(vector.tobytes(), digest_size=16).digest(), dense_limit)
+            list_key = (hashlib.blake2b(vector.tobytes(), digest_size=16).digest(), dense_limit, user_filter)
             kept_list = nearest.get(list_key) if nearest is not None else None
             changed_ids = list(kept_list.changed.values()) if kept_list is not None else []
-            requests = (
-                [] if kept_list is not None else [dense_request(dense_limit, None if post else edge_filter)]
-            )
+            requests = [] if kept_list is not None else [dense_request(dense_limit, where)]
             lexical_n = limit if lexical_limit is None else lexical_limit
             lexical = bool(sparse) and col.spec.lexical is not None and lexical_n > 0
-            # The BM25 side the same way: unfiltered, with a margin, dead ones dropped here.
+            # The BM25 side the same way: the user filter only, a margin, dead ones dropped here.
             lexical_limit_asked = lexical_n + max(_LIVENESS_MARGIN, lexical_n // 4) if post else lexical_n
 
             def sparse_request(n: int, where: qe.Filter | None) -> qe.QueryRequest:
@@ -794,20 +796,23 @@ class EdgeStore:
                     with_vector=False,
                 )
 
-            def by_ids_request(ids: list[Any]) -> qe.QueryRequest:
-                # The exact cosine of these points (those that exist), from the engine.
+            def by_ids_request(ids: list[Any], also: qe.Filter | None = None) -> qe.QueryRequest:
+                # The exact cosine of these points (those that exist, and match ``also``).
+                must: list[Any] = [qe.HasIdCondition(set(ids))]
+                if also is not None:
+                    must.extend(also.must or ())
                 return qe.QueryRequest(
                     limit=len(ids),
                     query=qe.Query.Nearest(query),
-                    filter=qe.Filter(must=[qe.HasIdCondition(set(ids))]),
+                    filter=qe.Filter(must=must),
                     with_payload=False,
                     with_vector=want_vector,
                 )
 
             if lexical:
-                requests.append(sparse_request(lexical_limit_asked, None if post else edge_filter))
-            if changed_ids:
-                requests.append(by_ids_request(changed_ids))
+                requests.append(sparse_request(lexical_limit_asked, where))
+            if changed_ids:  # (those that still match the user filter)
+                requests.append(by_ids_request(changed_ids, where))
             # One planned batch: the engine runs the dense and the sparse query together.
             results = iter(col.shard.query_batch(qe.QueryBatchRequest(requests)) if requests else [])
             dense_found = next(results) if kept_list is None else None
@@ -879,7 +884,7 @@ class EdgeStore:
                 )
                 if patched is None:
                     entry = None  # too few left (deletions): search anew
-                    dense = hits(col.shard.query(dense_request(dense_limit, None)))
+                    dense = hits(col.shard.query(dense_request(dense_limit, where)))
                 else:
                     entry.seq = nearest.seq
                     dense = known(patched)
@@ -1056,6 +1061,13 @@ class EdgeStore:
                         col.shard.update(qe.UpdateOperation.set_payload([pid], payload))
             finally:  # (a moved point may leave an indexed segment)
                 col.wrote(len(existing))
+                # A field a user filter reads (e.g. the source type) may have changed: kept nearest
+                # lists of filtered searches must look at these points again.
+                col.nearest.changed(
+                    _changed(
+                        [pid for pid, payload in encoded.items() if not _UNRANKED_FIELDS.issuperset(payload)]
+                    )
+                )
             self._durable(col.shard)
 
         await self._run(work)

@@ -1,26 +1,29 @@
 """Nearest-point lists of recent queries, kept across writes (the embedded store).
 
-A search's dense candidates are the ``n`` points nearest its query vector. Between two searches
-with the same question an agent usually writes a few memories, which makes the whole candidate
-list stale for a cache keyed by the collection's generation; yet each write changes the dense
-vectors of a handful of points only. :class:`NearestLists` keeps, per recent query vector, the
-unfiltered nearest list the engine returned and a log of the points whose dense vector changed
-since (upserted or deleted). A later search with the same vector asks the engine for the scores
-of those points alone (one query restricted to their ids) and merges them in
+A search's dense candidates are the ``n`` points nearest its query vector (among those its user
+filter matches, if any). Between two searches with the same question an agent usually writes a
+few memories, which makes the whole candidate list stale for a cache keyed by the collection's
+generation; yet each write changes a handful of points only. :class:`NearestLists` keeps, per
+recent query vector and user filter, the nearest list the engine returned and a log of the
+points written since (upserted, deleted, or a payload field other than the access counters
+set). A later search with the same vector and filter asks the engine for the scores of those
+points alone (one query restricted to their ids and the filter) and merges them in
 (:func:`patch`), instead of searching the graph again:
 
-* every point outside a list scores at most its ``floor`` (the last score the engine returned;
-  ``-inf`` when the list holds every point of the collection);
-* a changed point is taken out of the list, and put back when it still exists and scores above the
-  floor; a changed point at or below the floor stays outside, as the invariant allows;
+* every point (matching the filter) outside a list scores at most its ``floor`` (the last score
+  the engine returned; ``-inf`` when the list holds every such point of the collection);
+* a changed point is taken out of the list, and put back when it still exists, still matches
+  and scores above the floor; a changed point at or below the floor stays outside, as the
+  invariant allows;
 * the list is cut back to ``n`` (the floor rises to the best point cut), and must still hold ``n``
   points unless it holds all of them: otherwise the caller searches anew.
 
 So a patched list is the list a new exact search would return, given the old one; against an
-HNSW index the engine's own answer to the same search is approximate either way. Points whose
-payload changed keep their vector: the store decides liveness and ranking from its ranking
-fields at every search, not from the list. Deletions by filter (the sweeper's) and index builds
-drop every list (:meth:`NearestLists.reset`, :meth:`NearestLists.invalidate`).
+HNSW index the engine's own answer to the same search is approximate either way. Liveness
+(expiry, supersession, drafts) is not part of a list's filter: the store decides it, and
+ranking, from its ranking fields at every search. Deletions are logged like any write, up to a
+bound per deletion by filter; a larger one, and index builds, drop every list
+(:meth:`NearestLists.reset`, :meth:`NearestLists.invalidate`).
 
 All methods run on the store's io thread except :meth:`invalidate` (an index build's thread):
 it only increments an integer that :meth:`get` compares.

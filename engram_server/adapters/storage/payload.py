@@ -28,7 +28,7 @@ import json
 import re
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any, Final, Literal
 
 import numpy as np
@@ -67,7 +67,6 @@ __all__ = [
     "encode_updates",
     "filter_plan",
     "is_live",
-    "live_only_at",
     "point_id",
     "point_vectors",
     "rank_key",
@@ -75,6 +74,7 @@ __all__ = [
     "record_to_payload",
     "spec_from_json",
     "spec_to_json",
+    "split_live",
     "validate_collection_name",
     "validate_state_key",
 ]
@@ -284,14 +284,25 @@ def _is_empty(value: Any) -> bool:
     return value is None or value == []
 
 
-def live_only_at(flt: StoreFilter) -> float | None:
-    """``flt.live_at`` if ``flt`` asks for nothing but the live current memories at that time (the
-    filter of a search without user filters), which :func:`is_live` decides from a point's
-    ranking fields alone; None otherwise."""
+def split_live(flt: StoreFilter) -> tuple[StoreFilter, float] | None:
+    """``(user part, live_at)`` of a search filter whose liveness (:func:`is_live` at ``live_at``)
+    the embedded store may decide from the ranking fields while the engine applies the rest: the
+    user's conditions on type, tags, source type, creation time and importance, which change only
+    when a point is written (the user part matches history and drafts too). None for any other
+    filter (no ``live_at``, history, drafts, request ids, reflection, expiry)."""
     live_at = flt.live_at
-    if live_at is not None and flt == StoreFilter(live_at=live_at):
-        return live_at
-    return None
+    if (
+        live_at is None
+        or flt.include_history
+        or flt.include_drafts
+        or flt.only_history_of is not None
+        or flt.request_id is not None
+        or flt.request_ids
+        or flt.unreflected
+        or flt.expired_at is not None
+    ):
+        return None
+    return replace(flt, live_at=None, include_history=True, include_drafts=True), live_at
 
 
 def is_live(rank: RankFields, live_at: float) -> bool:

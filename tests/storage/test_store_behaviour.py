@@ -439,6 +439,62 @@ async def test_add_access_adds_to_the_stored_counters_of_current_memories(store:
     assert await store.add_access("default", {}) == {}
 
 
+async def test_access_counters_are_read_everywhere_and_survive_a_restart(
+    backend: str, new_store: Callable[[], Store]
+) -> None:
+    """Counters written by ``add_access`` come back from retrieve, scroll and search, after a
+    restart too; an upsert writes the counters it carries; a deleted id written again starts anew."""
+    if backend not in PERSISTENT_BACKENDS:
+        pytest.skip("in-memory backend")
+    rng = np.random.default_rng(23)
+    a, b = record(access_count=2, last_accessed_at=100.0), record()
+    vecs = unit_vectors(2, rng)
+
+    def counts(records: Any) -> dict[str, tuple[int, float | None]]:
+        return {r.id: (r.access_count, r.last_accessed_at) for r in records}
+
+    async def everywhere(store: Store) -> list[dict[str, tuple[int, float | None]]]:
+        return [
+            counts(p.record for p in await store.retrieve("default", [a.id, b.id])),
+            counts((await store.scroll("default", StoreFilter(), 10))[0]),
+            counts(h.record for h in await store.search("default", vecs[0], 2, StoreFilter())),
+        ]
+
+    store = new_store()
+    await store.open()
+    try:
+        await store.create_collection(spec())
+        await store.upsert("default", points([a, b], vecs))
+        await store.add_access("default", {a.id: (3, 200.0), b.id: (1, 50.0)})
+        assert await store.add_access("default", {a.id: (1, 300.0)}) == {a.id: (6, 300.0)}
+        want = {a.id: (6, 300.0), b.id: (1, 50.0)}
+        assert await everywhere(store) == [want] * 3
+    finally:
+        await store.close()
+    store = new_store()
+    await store.open()
+    try:
+        assert await everywhere(store) == [want] * 3
+        # an upsert carries the counters it was given (the service writes back what it read)
+        moved = replace(a, content="rewritten", access_count=4, last_accessed_at=250.0)
+        await store.upsert("default", points([moved], vecs[:1]))
+        assert counts(p.record for p in await store.retrieve("default", [a.id])) == {a.id: (4, 250.0)}
+        assert await store.add_access("default", {a.id: (1, 400.0)}) == {a.id: (5, 400.0)}
+        # deleted, then the same id written again: its old counters are gone
+        await store.delete("default", [b.id])
+        await store.upsert("default", points([b], vecs[1:]))
+        want = {a.id: (5, 400.0), b.id: (0, None)}
+        assert await everywhere(store) == [want] * 3
+    finally:
+        await store.close()
+    store = new_store()
+    await store.open()
+    try:
+        assert await everywhere(store) == [want] * 3
+    finally:
+        await store.close()
+
+
 async def test_set_fields(store: Store) -> None:
     await store.create_collection(spec())
     rng = np.random.default_rng(9)

@@ -5,6 +5,8 @@ Layout::
     <data_dir>/.lock                      flock held while a store has the dir open
     <data_dir>/collections/<name>/spec.json   the CollectionSpec (written atomically)
     <data_dir>/collections/<name>/shard/      the EdgeShard (WAL, segments, edge_config.json)
+    <data_dir>/collections/<name>/access.log  access counters written since each point's last
+                                              upsert (``access``: never rewrites a point)
 
 Threads. EdgeShard calls are synchronous, and most hold the GIL while they run: ``optimize()``
 and a query batch with a sparse (BM25) request do; a dense ``query`` alone releases it (measured
@@ -59,6 +61,7 @@ import numpy as np
 import qdrant_edge as qe
 from opentelemetry import metrics
 
+from engram_server.adapters.storage.access import ACCESS_LOG, AccessLedger
 from engram_server.adapters.storage.nearest import NearestBudget, NearestList, NearestLists, Row, patch
 from engram_server.adapters.storage.payload import (
     ACCESS_FIELDS,
@@ -165,6 +168,8 @@ class _Collection:
     spec: CollectionSpec
     path: Path
     shard: qe.EdgeShard
+    #: Access counters written since each point's last upsert (beside the engine: see ``access``).
+    access: AccessLedger
     optimizing: concurrent.futures.Future[None] | None = field(default=None)
     generation: int = field(default_factory=lambda: next(_GENERATIONS))
     #: Ranking fields of points by :func:`rank_key` of their id, so that candidate queries fetch
@@ -199,6 +204,10 @@ class _Collection:
 
     def __post_init__(self) -> None:
         self.history_floor = self.generation
+
+    def counters(self, pid: Any, payload: dict[str, Any] | None) -> dict[str, Any]:
+        """A point's payload as read from the engine, with its current access counters."""
+        return self.access.overlay(_engine_key(pid), payload or {})
 
     def touch(self, ids: Iterable[str] | None) -> None:
         """Called before any change that can alter search results (on the io thread, or the
@@ -477,6 +486,7 @@ class EdgeStore:
                     path,
                     self._open_shard(path, spec, create=False),
                     nearest=NearestLists(self._nearest),
+                    access=AccessLedger(path / ACCESS_LOG, sync=self._sync_writes),
                 )
                 self._cols[spec.name] = col
                 self._maybe_optimize(col)
@@ -530,6 +540,7 @@ class EdgeStore:
                 col.shard.close()
             except Exception:
                 log.exception("closing collection %s failed", col.spec.name)
+            col.access.close()
         self._cols.clear()
         if self._lock_file is not None:
             with contextlib.suppress(OSError):
@@ -583,6 +594,7 @@ class EdgeStore:
             self._open_shard(final, spec, create=False),
             warm=True,
             nearest=NearestLists(self._nearest),
+            access=AccessLedger(final / ACCESS_LOG, sync=self._sync_writes),
         )
 
     async def get_collection(self, name: str) -> CollectionSpec | None:
@@ -607,6 +619,7 @@ class EdgeStore:
         col.nearest.reset()
         count = col.shard.count(qe.CountRequest(exact=True))
         col.shard.close()
+        col.access.close()
         # Rename first so a crash mid-delete never leaves a half collection that open() loads.
         trash = self._root / f".dropped.{name}.{os.getpid()}.{id(col)}"
         os.rename(col.path, trash)
@@ -639,6 +652,7 @@ class EdgeStore:
                 col.nearest.changed(_changed(ids))
             for pid, payload in zip(ids, payloads, strict=True):
                 col.ranks[rank_key(pid)] = rank_fields(pid, payload, collection)
+            col.access.forget(rank_key(pid) for pid in ids)  # the counters are the payload's now
             self._durable(col.shard)
             if self._background_hnsw:
                 self._maybe_optimize(col)
@@ -658,7 +672,7 @@ class EdgeStore:
             records = col.shard.retrieve(list(wanted), True, with_vectors)
             return [
                 StoredPoint(
-                    record_from_payload(r.id, collection, r.payload or {}),
+                    record_from_payload(r.id, collection, col.counters(r.id, r.payload)),
                     as_vector(r.vector) if with_vectors and r.vector is not None else None,
                 )
                 for r in records
@@ -691,7 +705,7 @@ class EdgeStore:
                     params=self._neighbour_params(),
                 )
             )
-            return _scored(collection, hits, with_vectors=with_vectors)
+            return _scored(col, hits, with_vectors=with_vectors)
 
         return await self._run(work)
 
@@ -722,7 +736,7 @@ class EdgeStore:
                     ]
                 )
             )
-            return [_scored(collection, hits, with_vectors=False) for hits in batches]
+            return [_scored(col, hits, with_vectors=False) for hits in batches]
 
         return await self._run(work)
 
@@ -953,7 +967,7 @@ class EdgeStore:
                     with_vector=False,
                 )
             )
-            out = [record_from_payload(r.id, collection, r.payload or {}) for r in records]
+            out = [record_from_payload(r.id, collection, col.counters(r.id, r.payload)) for r in records]
             return out, None if next_offset is None else str(next_offset)
 
         return await self._run(work)
@@ -977,6 +991,7 @@ class EdgeStore:
                     col.shard.update(qe.UpdateOperation.delete_points(list(wanted)))
                 finally:
                     col.nearest.changed(_changed(wanted))
+                col.access.forget(rank_key(pid) for pid in wanted)
                 self._durable(col.shard)
 
         await self._run(work)
@@ -1000,6 +1015,7 @@ class EdgeStore:
                     col.shard.update(qe.UpdateOperation.delete_points(list(gone)))
                 finally:
                     col.nearest.changed([(u.int, u) for u in gone])
+                col.access.forget(u.int for u in gone)
                 n = len(gone)
             else:
                 col.touch(None)
@@ -1083,17 +1099,18 @@ class EdgeStore:
                 return {}
             ids: list[int | uuid.UUID | str] = list(wanted)
             counters: dict[str, tuple[int, float]] = {}
-            try:  # counters are not ranking fields: neither the generation nor ``ranks`` change
-                for r in col.shard.retrieve(ids, list(ACCESS_FIELDS), False):
-                    pid = str(r.id)
-                    payload = access_update(r.payload, *wanted[pid])
-                    if payload is not None:
-                        col.shard.update(qe.UpdateOperation.set_payload([r.id], payload))
-                        counters[pid] = (payload["access_count"], payload["last_accessed_at"])
-            finally:
-                col.wrote(len(counters))
-            if counters:
-                self._durable(col.shard)
+            # Counters are not ranking fields: neither the generation nor ``ranks`` change. They
+            # go to the collection's access ledger, not to the engine (see ``access``).
+            written: dict[int, tuple[int, float]] = {}
+            for r in col.shard.retrieve(ids, list(ACCESS_FIELDS), False):
+                pid = str(r.id)
+                payload = access_update(col.counters(r.id, r.payload), *wanted[pid])
+                if payload is not None:
+                    counters[pid] = written[_engine_key(r.id)] = (
+                        payload["access_count"],
+                        payload["last_accessed_at"],
+                    )
+            col.access.set(written)
             return counters
 
         return await self._run(work)
@@ -1148,14 +1165,14 @@ def _dense_unindexed(col: _Collection) -> int:
     return max(0, info.points_count - indexed)
 
 
-def _scored(collection: str, hits: Sequence[Any], *, with_vectors: bool) -> list[ScoredPoint]:
+def _scored(col: _Collection, hits: Sequence[Any], *, with_vectors: bool) -> list[ScoredPoint]:
     out = []
     for h in hits:
-        payload = h.payload or {}
+        payload = col.counters(h.id, h.payload)
         vector = h.vector if with_vectors else None
         out.append(
             ScoredPoint(
-                record_from_payload(h.id, collection, payload),
+                record_from_payload(h.id, col.spec.name, payload),
                 float(h.score),
                 as_vector(vector) if vector is not None else None,
                 script=str(payload.get("script") or ""),

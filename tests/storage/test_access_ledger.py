@@ -1,0 +1,114 @@
+"""The embedded store's access ledger (``engram_server.adapters.storage.access``): access counters
+kept in a log beside the engine, so that counting search hits never rewrites a point."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engram_server.adapters.storage import access, edge
+from engram_server.adapters.storage.access import ACCESS_LOG, AccessLedger
+from engram_server.adapters.storage.edge import EdgeStore
+from engram_server.domain.model import CollectionSpec, MemoryRecord, StoredPoint, StoreFilter
+
+DIM = 16
+
+
+def _key() -> int:
+    return uuid.uuid4().int
+
+
+def test_entries_replay_from_the_log(tmp_path: Path) -> None:
+    path = tmp_path / ACCESS_LOG
+    a, b, c = _key(), _key(), _key()
+    ledger = AccessLedger(path)
+    ledger.set({a: (1, 10.0), b: (2, 20.0)})
+    ledger.set({a: (3, 30.0)})
+    ledger.forget([b, c])  # c has no entry: nothing written for it
+    ledger.close()
+    assert path.stat().st_size == 4 * 32  # three sets and one tombstone
+    again = AccessLedger(path)
+    assert (again.get(a), again.get(b), again.get(c), len(again)) == ((3, 30.0), None, None, 1)
+    payload = {"access_count": 0, "last_accessed_at": None, "content": "x"}
+    assert again.overlay(a, dict(payload)) == {**payload, "access_count": 3, "last_accessed_at": 30.0}
+    assert again.overlay(b, dict(payload)) == payload
+    again.close()
+
+
+def test_a_torn_last_record_is_dropped_and_later_appends_stay_aligned(tmp_path: Path) -> None:
+    path = tmp_path / ACCESS_LOG
+    a, b = _key(), _key()
+    ledger = AccessLedger(path)
+    ledger.set({a: (5, 50.0)})
+    ledger.close()
+    with open(path, "ab") as f:
+        f.write(b"\x01" * 20)  # a crash in the middle of an append
+    torn = AccessLedger(path)
+    assert torn.get(a) == (5, 50.0) and torn.records == 1
+    assert path.stat().st_size == 32
+    torn.set({b: (1, 1.0)})
+    torn.close()
+    after = AccessLedger(path)
+    assert (after.get(a), after.get(b)) == ((5, 50.0), (1, 1.0))
+    after.close()
+
+
+def test_the_log_is_rewritten_when_mostly_replaced_records(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(access, "_COMPACT_MIN", 40)
+    path = tmp_path / ACCESS_LOG
+    keys = [_key() for _ in range(5)]
+    ledger = AccessLedger(path, sync=True)
+    for n in range(1, 30):
+        ledger.set({k: (n, float(n)) for k in keys})
+    assert ledger.records < 40 + 5  # rewritten at least once
+    ledger.close()
+    again = AccessLedger(path)
+    assert all(again.get(k) == (29, 29.0) for k in keys) and again.records == path.stat().st_size // 32
+    assert not [p for p in tmp_path.iterdir() if p.name != ACCESS_LOG]  # no temporary file left
+    again.close()
+
+
+def test_a_missing_last_access_round_trips(tmp_path: Path) -> None:
+    k = _key()
+    ledger = AccessLedger(tmp_path / ACCESS_LOG)
+    ledger._counts[k] = (0, None)  # white box: an entry without a time
+    ledger._append([(k, 0, None)])
+    ledger.close()
+    again = AccessLedger(tmp_path / ACCESS_LOG)
+    assert again.get(k) == (0, None)
+    again.close()
+
+
+async def test_counting_hits_moves_no_point_out_of_the_index(tmp_path: Path) -> None:
+    """In the engine's payload each counter write would copy the point out of its indexed segment
+    (copy-on-write), and searches would scan it from then on; the ledger leaves the engine alone."""
+    rng = np.random.default_rng(31)
+    store = EdgeStore(tmp_path, hnsw_threshold=100)
+    await store.open()
+    try:
+        await store.create_collection(
+            CollectionSpec(name="default", embedding_model="test/random", dimension=DIM, created_at=1.0)
+        )
+        vecs = rng.normal(size=(300, DIM)).astype(np.float32)
+        vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+        recs = [MemoryRecord(id=str(uuid.uuid4()), collection="default", content=f"m{i}") for i in range(300)]
+        await store.upsert("default", [StoredPoint(r, v) for r, v in zip(recs, vecs, strict=True)])
+    finally:
+        await store.close()
+    store = EdgeStore(tmp_path, hnsw_threshold=100)
+    await store.open()  # builds the index
+    try:
+        col = store._cols["default"]  # white box: the engine's segments
+        assert edge._dense_unindexed(col) == 0
+        for _ in range(3):
+            await store.add_access("default", {r.id: (1, 5.0) for r in recs})
+        assert edge._dense_unindexed(col) == 0
+        assert {p.record.access_count for p in await store.retrieve("default", [r.id for r in recs])} == {3}
+        assert await store.count("default", StoreFilter()) == 300
+    finally:
+        await store.close()

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engram_server.adapters.storage import access, edge
+from engram_server.adapters.storage import access
 from engram_server.adapters.storage.access import ACCESS_LOG, AccessLedger
 from engram_server.adapters.storage.edge import EdgeStore
 from engram_server.domain.model import CollectionSpec, MemoryRecord, StoredPoint, StoreFilter
@@ -84,9 +84,10 @@ def test_a_missing_last_access_round_trips(tmp_path: Path) -> None:
     again.close()
 
 
-async def test_counting_hits_moves_no_point_out_of_the_index(tmp_path: Path) -> None:
+async def test_counting_hits_writes_nothing_to_the_engine(tmp_path: Path) -> None:
     """In the engine's payload each counter write would copy the point out of its indexed segment
-    (copy-on-write), and searches would scan it from then on; the ledger leaves the engine alone."""
+    (copy-on-write: measured at 100k, 20,000 hits counted that way made storage-bound candidate
+    queries ≈ 30 % slower); with the ledger the engine's segments are left exactly as they were."""
     rng = np.random.default_rng(31)
     store = EdgeStore(tmp_path, hnsw_threshold=100)
     await store.open()
@@ -103,11 +104,15 @@ async def test_counting_hits_moves_no_point_out_of_the_index(tmp_path: Path) -> 
     store = EdgeStore(tmp_path, hnsw_threshold=100)
     await store.open()  # builds the index
     try:
-        col = store._cols["default"]  # white box: the engine's segments
-        assert edge._dense_unindexed(col) == 0
+        shard = store._cols["default"].shard  # white box: the engine's segments and their versions
+
+        def segments() -> dict[str, int]:
+            return {seg: m["segment_version"] for seg, m in shard.snapshot_manifest().items()}
+
+        before = segments()
         for _ in range(3):
             await store.add_access("default", {r.id: (1, 5.0) for r in recs})
-        assert edge._dense_unindexed(col) == 0
+        assert segments() == before
         assert {p.record.access_count for p in await store.retrieve("default", [r.id for r in recs])} == {3}
         assert await store.count("default", StoreFilter()) == 300
     finally:

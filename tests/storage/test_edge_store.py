@@ -430,7 +430,8 @@ async def _import_in_segments(path: Path, rng: np.random.Generator) -> tuple[lis
 
 async def test_compact_merges_an_import_s_segments_and_keeps_every_point(tmp_path: Path) -> None:
     """``compact`` (``engram compact``) merges a collection imported with many segments down to the
-    store's setting, keeps every point findable, and the merge persists."""
+    store's setting, keeps every point findable, writes the access ledger's counters into the
+    engine (emptying the ledger), and the merge persists."""
     rng = np.random.default_rng(31)
     recs, vecs = await _import_in_segments(tmp_path, rng)
     probes = [0, 500, 1000, len(recs) - 1]
@@ -439,7 +440,17 @@ async def test_compact_merges_an_import_s_segments_and_keeps_every_point(tmp_pat
     try:
         before = store._cols["default"].shard.info().segments_count  # white box: the engine's segments
         assert before > 3
+        counted = {recs[k].id: (k + 1, 100.0 + k) for k in probes}
+        await store.add_access("default", {i: (n, at) for i, (n, at) in counted.items()})
+
+        async def counters() -> dict[str, tuple[int, float | None]]:
+            got = await store.retrieve("default", list(counted))
+            return {p.record.id: (p.record.access_count, p.record.last_accessed_at) for p in got}
+
         report = await store.compact("default")
+        ledger = store._cols["default"].access
+        assert report.access_folded == len(probes) and len(ledger) == 0 and ledger.records == 0
+        assert await counters() == counted  # now from the engine's payload
         assert (report.collection, report.segments_before, report.points) == ("default", before, len(recs))
         assert report.segments_after <= 3 < before  # 2, plus at most the one being written
         assert report.segments_after == store._cols["default"].shard.info().segments_count
@@ -450,12 +461,15 @@ async def test_compact_merges_an_import_s_segments_and_keeps_every_point(tmp_pat
             assert found.ids[0] == recs[k].id
         again = await store.compact("default")  # nothing left to do
         assert again.optimizer_rounds == 0 and again.segments_after == report.segments_after
+        assert again.access_folded == 0
     finally:
         await store.close()
     reopened = EdgeStore(tmp_path, hnsw_threshold=200, segments=2)
     await reopened.open()
     try:
         assert reopened._cols["default"].shard.info().segments_count == report.segments_after
+        got = await reopened.retrieve("default", list(counted))
+        assert {p.record.id: (p.record.access_count, p.record.last_accessed_at) for p in got} == counted
     finally:
         await reopened.close()
 

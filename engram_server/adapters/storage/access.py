@@ -10,7 +10,8 @@ dict in memory and an append-only log of fixed 32-byte records (the id's 16 byte
 last access time), replayed at open (the last record of an id wins) and rewritten when it holds
 many more records than live entries. The engine's payload keeps the counters a point was
 upserted with; readers overlay this ledger's entry (:meth:`AccessLedger.overlay`). An upsert or
-a deletion forgets a point's entry (a tombstone record: count −1).
+a deletion forgets a point's entry (a tombstone record: count −1). ``engram compact`` writes the
+entries into the engine (its optimizer then rebuilds the segments anyway) and empties the log.
 
 Durability is the store's: with ``sync`` every append is fsynced (``ENGRAM_SYNC_WRITES``);
 otherwise a process crash loses nothing written (the OS has it) and a power loss at most the
@@ -81,6 +82,15 @@ class AccessLedger:
         gone = [k for k in keys if self._counts.pop(k, None) is not None]
         if gone:
             self._append((k, -1, math.nan) for k in gone)
+
+    def entries(self) -> dict[int, tuple[int, float | None]]:
+        """Every entry (a copy)."""
+        return dict(self._counts)
+
+    def clear(self) -> None:
+        """Drop every entry (their counters were written into the engine: ``EdgeStore.compact``)."""
+        self._counts.clear()
+        self._rewrite()
 
     def close(self) -> None:
         if self._file is not None:

@@ -161,6 +161,7 @@ class CompactionReport:
     indexed_vectors: int  # dense and BM25 vectors in indexed segments
     optimizer_rounds: int  # optimizer passes that changed something
     seconds: float
+    access_folded: int = 0  # access counters moved from the ledger into the engine's payload
 
 
 @dataclass
@@ -399,6 +400,7 @@ class EdgeStore:
             col = self._col(collection)
             before = col.shard.info()
             started = time.perf_counter()
+            folded = self._fold_access(col)
             rounds = 0
             while rounds < max_rounds and col.shard.optimize():
                 rounds += 1
@@ -414,9 +416,30 @@ class EdgeStore:
                 indexed_vectors=after.indexed_vectors_count,
                 optimizer_rounds=rounds,
                 seconds=time.perf_counter() - started,
+                access_folded=folded,
             )
 
         return await self._run(work)
+
+    def _fold_access(self, col: _Collection) -> int:
+        """Write the access ledger's counters into the engine's payloads and empty the ledger
+        (compaction rebuilds the segments anyway, so the points they move cost nothing later).
+        Payloads first: a crash in between leaves both saying the same."""
+        entries = col.access.entries()
+        keys = list(entries)
+        written = 0
+        for i in range(0, len(keys), _SCROLL_BATCH):
+            ids: list[int | uuid.UUID | str] = [uuid.UUID(int=k) for k in keys[i : i + _SCROLL_BATCH]]
+            for r in col.shard.retrieve(ids, False, False):  # those that still exist
+                n, at = entries[_engine_key(r.id)]
+                col.shard.update(
+                    qe.UpdateOperation.set_payload([r.id], {"access_count": n, "last_accessed_at": at})
+                )
+                written += 1
+        if entries:
+            col.shard.flush()
+            col.access.clear()
+        return written
 
     def generation(self, collection: str) -> int | None:
         col = self._cols.get(collection)

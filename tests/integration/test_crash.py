@@ -142,3 +142,28 @@ def test_torn_data_directory_is_a_clear_startup_error(tmp_path: Path) -> None:
     )
     assert out.returncode != 0
     assert "spec.json" in out.stderr and "Traceback" not in out.stderr, out.stderr
+
+
+def test_kill_9_keeps_written_access_counters(tmp_path: Path) -> None:
+    """Search hits are counted in a log beside the engine (embedded storage): once written (at most
+    a second after the searches), they survive a kill -9 like the memories themselves."""
+    with server(tmp_path) as (proc, address), grpc.insecure_channel(address) as ch:
+        stub = memory_service_pb2_grpc.MemoryServiceStub(ch)
+        texts = ["The spare key is under the blue flower pot.", "Maya's birthday is on 14 March."]
+        ids = [stub.AddMemory(s.AddMemoryRequest(content=t), timeout=30).memory.id for t in texts]
+        for query in ("where is the spare key", "when is Maya's birthday", "spare key"):
+            stub.SearchMemories(s.SearchMemoriesRequest(query=query, limit=10), timeout=30)
+
+        def counts() -> dict[str, int]:
+            return {i: stub.GetMemory(s.GetMemoryRequest(id=i), timeout=30).memory.access_count for i in ids}
+
+        deadline = time.monotonic() + 30
+        while sum(counts().values()) < 3 * len(ids) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        before = counts()
+        assert before == dict.fromkeys(ids, 3)  # every search returned both memories
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    with server(tmp_path) as (_, address), grpc.insecure_channel(address) as ch:
+        stub = memory_service_pb2_grpc.MemoryServiceStub(ch)
+        assert counts() == before

@@ -251,7 +251,7 @@ SETTINGS_DOC: list[tuple[str, str, str]] = [
         "nearest_lists",
         "ENGRAM_NEAREST_LISTS",
         "Nearest-point lists of recent query vectors kept over all collections (embedded storage "
-        "only, ≈ 8–12 kB each): the same question again, after any writes, asks the engine for the "
+        "only, ≈ 11–13 kB each): the same question again, after any writes, asks the engine for the "
         "scores of the points written since instead of searching its graph. The default matches "
         "`ENGRAM_QUERY_CACHE_SIZE`'s: a question whose embedding is cached has its list too. `0` = off.",
     ),

@@ -5,8 +5,9 @@ does not reuse the adapters' own filter translation."""
 
 from __future__ import annotations
 
+import contextlib
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -460,20 +461,14 @@ async def test_access_counters_are_read_everywhere_and_survive_a_restart(
             counts(h.record for h in await store.search("default", vecs[0], 2, StoreFilter())),
         ]
 
-    store = new_store()
-    await store.open()
-    try:
+    async with _opened(new_store) as store:
         await store.create_collection(spec())
         await store.upsert("default", points([a, b], vecs))
         await store.add_access("default", {a.id: (3, 200.0), b.id: (1, 50.0)})
         assert await store.add_access("default", {a.id: (1, 300.0)}) == {a.id: (6, 300.0)}
         want = {a.id: (6, 300.0), b.id: (1, 50.0)}
         assert await everywhere(store) == [want] * 3
-    finally:
-        await store.close()
-    store = new_store()
-    await store.open()
-    try:
+    async with _opened(new_store) as store:
         assert await everywhere(store) == [want] * 3
         # an upsert carries the counters it was given (the service writes back what it read)
         moved = replace(a, content="rewritten", access_count=4, last_accessed_at=250.0)
@@ -485,12 +480,16 @@ async def test_access_counters_are_read_everywhere_and_survive_a_restart(
         await store.upsert("default", points([b], vecs[1:]))
         want = {a.id: (5, 400.0), b.id: (0, None)}
         assert await everywhere(store) == [want] * 3
-    finally:
-        await store.close()
+    async with _opened(new_store) as store:
+        assert await everywhere(store) == [want] * 3
+
+
+@contextlib.asynccontextmanager
+async def _opened(new_store: Callable[[], Store]) -> AsyncIterator[Store]:
     store = new_store()
     await store.open()
     try:
-        assert await everywhere(store) == [want] * 3
+        yield store
     finally:
         await store.close()
 

@@ -117,7 +117,7 @@ log = logging.getLogger(__name__)
 _nearest_lists = metrics.get_meter("engram_server.storage").create_counter(
     "engram.storage.nearest_lists",
     unit="{search}",
-    description="Unfiltered searches by how their nearest list was had: reused as kept, patched with the "
+    description="Candidate fetches by how their nearest list was had: reused as kept, patched with the "
     "points written since, or searched in the graph.",
 )
 

@@ -4,6 +4,7 @@ search returns."""
 
 from __future__ import annotations
 
+import hashlib
 import math
 import uuid
 from dataclasses import replace
@@ -12,11 +13,13 @@ from typing import Any
 
 import numpy as np
 import pytest
+import qdrant_edge as qe
 
 from engram_server.adapters.lexical import LEXICAL_ENCODER_ID, Bm25Encoder
 from engram_server.adapters.storage import edge
 from engram_server.adapters.storage.edge import EdgeStore
 from engram_server.adapters.storage.nearest import NearestBudget, NearestList, NearestLists, Row, patch
+from engram_server.adapters.storage.payload import filter_plan
 from engram_server.domain.model import (
     Candidates,
     CollectionSpec,
@@ -216,15 +219,36 @@ async def test_patched_lists_return_what_a_fresh_search_returns(
                 ]
                 assert len(got[0]) >= (12 if flt == FILTERS[0] else 1), flt
                 assert _signature(got[0]) == _signature(got[1]), flt
+        lists_are_exact()
+
+    probe_of = {hashlib.blake2b(q.tobytes(), digest_size=16).digest(): q for q in probes}
+
+    def lists_are_exact() -> None:
+        """White box: every kept list (patched or not) holds exactly the points an exact search
+        would return for it (its tail is only a margin for liveness: the candidates alone would
+        not show a point missing there)."""
+        col = kept._cols["default"]
+        for (digest, n, user), entry in col.nearest._lists.items():
+            truth = col.shard.query(
+                qe.QueryRequest(
+                    limit=n,
+                    query=qe.Query.Nearest(probe_of[digest].tolist()),
+                    filter=edge._edge_filter(filter_plan(user)),
+                    with_payload=False,
+                    with_vector=False,
+                )
+            )
+            assert [h.id.int for h in truth] == entry.keys, user
+            assert np.allclose([h.score for h in truth], entry.scores, atol=1e-6)
 
     def nearest_ids(q: np.ndarray, n: int) -> list[str]:
         live = [i for i, r in records.items() if not r.superseded_by and r.valid_until > NOW]
         return sorted(live, key=lambda i: -float(vectors[i] @ q))[:n]
 
     await same_everywhere()
-    for step in range(60):
+    for step in range(80):
         q = probes[step % len(probes)]
-        kind = step % 7
+        kind = step % 8
         if kind == 0:  # a new point right beside a probe: it enters the list
             await upsert(new_record(), _unit(q + 0.05 * rng.normal(size=DIM)))
         elif kind == 1:  # a point of a list gets another vector and fields (an update in place)
@@ -253,6 +277,14 @@ async def test_patched_lists_return_what_a_fresh_search_returns(
             # white box: a logged deletion keeps the lists (patched next), a larger one drops them
             assert (len(kept._cols["default"].nearest) > 0) == (logged_delete_max > 0)
             del records[rid], vectors[rid]
+        elif kind == 7:  # a point just inside the lists' depth (scoring near their floors)
+            scores = sorted((float(v @ q) for v in vectors.values()), reverse=True)
+            r = int(rng.integers(26, 30))  # the unfiltered lists hold 12 + 16 (the margin)
+            target = (scores[r - 1] + scores[r]) / 2
+            side = rng.normal(size=DIM)
+            side -= (side @ q) * q
+            side /= np.linalg.norm(side)
+            await upsert(new_record(), (target * q + np.sqrt(1 - target**2) * side).astype(np.float32))
         elif kind == 5:  # a far point (below every floor)
             await upsert(new_record(), _unit(-q + 0.05 * rng.normal(size=DIM)))
         else:  # a filtered field set in place (the vector stays): the point may enter or leave

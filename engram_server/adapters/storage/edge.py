@@ -833,8 +833,11 @@ class EdgeStore:
                     with_vector=False,
                 )
 
-            def by_ids_request(ids: list[Any], also: qe.Filter | None = None) -> qe.QueryRequest:
-                # The exact cosine of these points (those that exist, and match ``also``).
+            def by_ids_request(
+                ids: list[Any], also: qe.Filter | None = None, above: float | None = None
+            ) -> qe.QueryRequest:
+                # The exact cosine of these points (those that exist, match ``also`` and score at
+                # least ``above``).
                 must: list[Any] = [qe.HasIdCondition(set(ids))]
                 if also is not None:
                     must.extend(also.must or ())
@@ -844,12 +847,16 @@ class EdgeStore:
                     filter=qe.Filter(must=must),
                     with_payload=False,
                     with_vector=want_vector,
+                    score_threshold=above,
                 )
 
             if lexical:
                 requests.append(sparse_request(lexical_limit_asked, where))
-            if changed_ids:  # (those that still match the user filter)
-                requests.append(by_ids_request(changed_ids, where))
+            if kept_list is not None and changed_ids:
+                # Those that still match the user filter and may enter the list (score above its
+                # floor: the engine drops the rest, however many points were written).
+                floor = kept_list.entry.floor
+                requests.append(by_ids_request(changed_ids, where, None if floor == -math.inf else floor))
             # One planned batch: the engine runs the dense and the sparse query together.
             results = iter(col.shard.query_batch(qe.QueryBatchRequest(requests)) if requests else [])
             dense_found = next(results) if kept_list is None else None

@@ -47,8 +47,10 @@ Row = tuple[int, float, Any, Any]
 
 _NO_SCORES: np.ndarray = np.empty(0, dtype=np.float64)
 
-#: Changes remembered per collection; a list older than this many changes is searched anew.
-DEFAULT_LOG_LIMIT = 4096
+#: Changes remembered per collection (the last half to all of them); a list older than the log is
+#: searched anew. Patching costs a few µs per changed point (measured at 100k: 1 changed 1.65 ms,
+#: 256 2.78 ms, 1,024 6.72 ms, against 5.0 ms for a fresh search), so a longer log would not pay.
+DEFAULT_LOG_LIMIT = 512
 
 
 @dataclass(slots=True)

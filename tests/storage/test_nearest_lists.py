@@ -117,6 +117,7 @@ def test_a_list_older_than_the_log_or_an_index_build_is_not_patched() -> None:
     found = lists.get("q")
     assert found is not None and found.changed == {2: 2, 3: 3}
     lists.changed([(i, i) for i in range(10, 15)])  # the log forgets the oldest changes
+    assert len(lists) == 0 and len(lists._budget) == 0  # and the lists it can no longer patch
     assert lists.get("q") is None
     lists.put("q", lists.new([_row(1, 0.5)], 1))
     lists.invalidate()  # an index build (another thread)

@@ -164,6 +164,9 @@ class NearestLists:
             drop = len(self._log) - self._log_limit // 2
             del self._log[:drop]
             self._base += drop
+            for key in [k for k, entry in self._lists.items() if entry.seq < self._base]:
+                self._budget.dropped(self, key)  # older than the log: would be searched anew
+                self.forget(key)
 
     def reset(self) -> None:
         """Drop every list (a change that the log cannot describe, e.g. a deletion by filter; a

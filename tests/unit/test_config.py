@@ -14,6 +14,8 @@ def test_defaults_without_environment() -> None:
     assert (s.host, s.port, s.embedder_provider, s.dedup_threshold) == ("127.0.0.1", 50051, "local", 0.92)
     assert (s.weight_relevance, s.weight_recency, s.weight_importance) == (1.0, 0.5, 0.3)
     assert s.qdrant_url is None and s.data_dir == Path("data")
+    # a question whose embedding is cached keeps its nearest list as long
+    assert (s.nearest_lists, s.query_cache_size, s.search_cache_entries) == (4096, 4096, 256)
 
 
 def test_parses_every_kind_of_value() -> None:
@@ -42,6 +44,9 @@ def test_parses_every_kind_of_value() -> None:
         ("ENGRAM_EMBEDDER_PROVIDER", "cohere"),
         ("ENGRAM_QDRANT_HTTPS", "maybe"),
         ("ENGRAM_GATE_HNSW_EF", "-1"),
+        ("ENGRAM_SEARCH_CACHE_ENTRIES", "-1"),
+        ("ENGRAM_NEAREST_LISTS", "-1"),
+        ("ENGRAM_NEAREST_LISTS", "many"),
     ],
 )
 def test_bad_values_are_clear_errors(var: str, value: str) -> None:

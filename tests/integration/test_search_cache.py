@@ -131,6 +131,13 @@ async def test_writes_updates_deletes_and_expiry_are_seen_at_once(
     assert soon.memory.id in ids(await search(stub))
 
 
+async def test_nearest_lists_follow_their_setting(tmp_path: Path, clock: ManualClock) -> None:
+    for setting, kept in ((None, 4096), (0, 0), (7, 7)):
+        overrides = {} if setting is None else {"nearest_lists": setting}
+        async with running_server(tmp_path / f"data-{setting}", clock=clock, **overrides) as srv:
+            assert srv.store._nearest.entries == kept  # type: ignore[attr-defined]  # white box
+
+
 async def test_cache_off(tmp_path: Path, clock: ManualClock) -> None:
     async with (
         running_server(tmp_path / "data", clock=clock, search_cache_entries=0) as srv,

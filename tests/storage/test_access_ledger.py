@@ -73,11 +73,32 @@ def test_the_log_is_rewritten_when_mostly_replaced_records(
     again.close()
 
 
+def test_a_failed_append_changes_nothing_in_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What readers see is what the log holds: a write that fails (a full disk) is not shown."""
+    a = _key()
+    ledger = AccessLedger(tmp_path / ACCESS_LOG)
+    ledger.set({a: (1, 1.0)})
+
+    class Full:
+        def write(self, _: bytes) -> int:
+            raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(ledger, "_open", Full)
+    with pytest.raises(OSError):
+        ledger.set({a: (2, 2.0)})
+    with pytest.raises(OSError):
+        ledger.forget([a])
+    assert ledger.get(a) == (1, 1.0)
+    monkeypatch.undo()
+    ledger.close()
+    assert AccessLedger(tmp_path / ACCESS_LOG).get(a) == (1, 1.0)
+
+
 def test_a_missing_last_access_round_trips(tmp_path: Path) -> None:
     k = _key()
     ledger = AccessLedger(tmp_path / ACCESS_LOG)
     ledger._counts[k] = (0, None)  # white box: an entry without a time
-    ledger._append([(k, 0, None)])
+    ledger._write([(k, 0, None)])
     ledger.close()
     again = AccessLedger(tmp_path / ACCESS_LOG)
     assert again.get(k) == (0, None)

@@ -71,17 +71,21 @@ class AccessLedger:
         return payload
 
     def set(self, counters: Mapping[int, tuple[int, float]]) -> None:
-        """Record the counters' new values."""
+        """Record the counters' new values (in memory once they are in the log)."""
         if not counters:
             return
+        self._write((k, n, at) for k, (n, at) in counters.items())
         self._counts.update(counters)
-        self._append((k, n, at) for k, (n, at) in counters.items())
+        self._maybe_rewrite()
 
     def forget(self, keys: Iterable[int]) -> None:
         """Drop the entries of these points (upserted with their counters, or deleted)."""
-        gone = [k for k in keys if self._counts.pop(k, None) is not None]
+        gone = [k for k in keys if k in self._counts]
         if gone:
-            self._append((k, -1, math.nan) for k in gone)
+            self._write((k, -1, math.nan) for k in gone)
+            for k in gone:
+                del self._counts[k]
+            self._maybe_rewrite()
 
     def entries(self) -> dict[int, tuple[int, float | None]]:
         """Every entry (a copy)."""
@@ -123,7 +127,8 @@ class AccessLedger:
             self._file = open(self._path, "ab")  # noqa: SIM115 - kept open between appends
         return self._file
 
-    def _append(self, rows: Iterable[tuple[int, int, float | None]]) -> None:
+    def _write(self, rows: Iterable[tuple[int, int, float | None]]) -> None:
+        """Append records (to the OS at once; fsynced with ``sync``)."""
         chunk = b"".join(
             _RECORD.pack(k.to_bytes(16, "big"), n, math.nan if at is None else at) for k, n, at in rows
         )
@@ -133,6 +138,8 @@ class AccessLedger:
         if self._sync:
             os.fsync(f.fileno())
         self._records += len(chunk) // _RECORD.size
+
+    def _maybe_rewrite(self) -> None:
         if self._records > _COMPACT_MIN and self._records > 2 * len(self._counts):
             self._rewrite()
 

@@ -16,9 +16,16 @@ import pytest
 import qdrant_edge as qe
 
 from engram_server.adapters.lexical import LEXICAL_ENCODER_ID, Bm25Encoder
-from engram_server.adapters.storage import edge
+from engram_server.adapters.storage import edge, nearest
 from engram_server.adapters.storage.edge import EdgeStore
-from engram_server.adapters.storage.nearest import NearestBudget, NearestList, NearestLists, Row, patch
+from engram_server.adapters.storage.nearest import (
+    PREFILTER_MARGIN,
+    NearestBudget,
+    NearestList,
+    NearestLists,
+    Row,
+    patch,
+)
 from engram_server.adapters.storage.payload import filter_plan
 from engram_server.domain.model import (
     Candidates,
@@ -91,10 +98,12 @@ def test_a_collection_without_lists_keeps_no_log() -> None:
     assert lists.seq == 2
     other = NearestLists(lists._budget)
     other.put("q", other.new([_row(1, 0.5)], 1))  # evicts the only list of the first
-    assert len(lists) == 0 and lists._log == [] and lists.seq == 2  # white box: log released
+    # white box: log released
+    assert len(lists) == 0 and lists._latest == {} and lists._blocks == [] and lists.seq == 2
     lists.changed([(4, 4)])  # not logged: no list to patch
     lists.put("q", lists.new([_row(1, 0.5)], 1))
-    assert lists.get("q") is not None and lists.get("q").changed == {}  # type: ignore[union-attr]
+    found = lists.get("q")
+    assert found is not None and not found.changed and list(found.changed) == []
 
 
 def test_budget_is_shared_by_the_collections_of_a_store() -> None:
@@ -115,13 +124,89 @@ def test_a_list_older_than_the_log_or_an_index_build_is_not_patched() -> None:
     lists.put("q", lists.new([_row(1, 0.5)], 1))
     lists.changed([(2, 2), (3, 3)])
     found = lists.get("q")
-    assert found is not None and found.changed == {2: 2, 3: 3}
+    assert found is not None and set(found.changed) == {2, 3} and 2 in found.changed
+    assert found.to_ask(np.ones(4)) == [2, 3]  # vectors not known: the engine is asked
     lists.changed([(i, i) for i in range(10, 15)])  # the log forgets the oldest changes
     assert len(lists) == 0 and len(lists._budget) == 0  # and the lists it can no longer patch
     assert lists.get("q") is None
     lists.put("q", lists.new([_row(1, 0.5)], 1))
     lists.invalidate()  # an index build (another thread)
     assert lists.get("q") is None
+
+
+def _axis(cos: float, dim: int = 4) -> np.ndarray:
+    """A unit vector at cosine ``cos`` to the first axis."""
+    v = np.zeros(dim, dtype=np.float32)
+    v[0], v[1] = cos, math.sqrt(1 - cos * cos)
+    return v
+
+
+def test_written_vectors_are_scored_against_the_floor_here() -> None:
+    lists = NearestLists(NearestBudget(4), log_limit=8)
+    lists.put("q", lists.new([_row(1, 0.9), _row(2, 0.5)], 2))  # floor 0.5
+    q = np.array([3.0, 0, 0, 0])  # (any length: scored as a direction)
+    lists.changed([(10, "p10"), (11, "p11")], [_axis(0.8), 2 * _axis(0.2)])  # above / below
+    lists.changed([(12, "p12")], gone=True)  # deleted: leaves, nothing to ask
+    lists.changed([(13, "p13")])  # a payload field set: the engine decides
+    lists.changed([(14, "p14")], [_axis(0.5 - PREFILTER_MARGIN / 2)])  # within the rounding margin
+    found = lists.get("q")
+    assert found is not None
+    assert found.to_ask(q) == ["p10", "p13", "p14"]
+    assert set(found.changed) == {10, 11, 12, 13, 14} and 1 not in found.changed
+    # the latest change of a point counts: 10 moved away, 11 came near, 12 re-created
+    lists.changed([(10, "p10"), (11, "p11"), (12, "p12")], [_axis(0.1), _axis(0.95), _axis(0.7)])
+    assert sorted(lists.get("q").to_ask(q)) == ["p11", "p12", "p13", "p14"]  # type: ignore[union-attr]
+    # a list holding every point (no floor) asks for every changed point still there
+    lists.put("all", lists.new([_row(1, 0.9)], 5))
+    lists.changed([(20, "p20"), (21, "p21")], [_axis(-0.9), _axis(0.0)])
+    lists.changed([(21, "p21")], gone=True)
+    assert lists.get("all").to_ask(q) == ["p20"]  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("block", [128, 4, 5])
+def test_the_log_ring_against_a_model(monkeypatch: pytest.MonkeyPatch, block: int) -> None:
+    """Random batches of changes through a small ring (it wraps around and trims many times):
+    every list still kept reports exactly the points changed since it was made, and asks for
+    the right ones; a list made within the last half of the log is always kept. With vector
+    blocks smaller than the ring (one not dividing it), blocks no longer held are released."""
+    monkeypatch.setattr(nearest, "_BLOCK", block)
+    rng = np.random.default_rng(11)
+    limit = 16
+    lists = NearestLists(NearestBudget(1000), log_limit=limit)
+    history: list[tuple[int, str, np.ndarray | None]] = []  # (key, kind, unit vector)
+    made: dict[str, int] = {}  # list name -> len(history) when made
+    q = _axis(1.0)
+    for step in range(300):
+        name = f"q{step}"
+        lists.put(name, lists.new([_row(1, 0.9), _row(2, 0.4)], 2))  # floor 0.4
+        made[name] = len(history)
+        m = int(rng.integers(1, 6))
+        keys = [int(k) for k in rng.integers(100, 130, size=m)]  # repeats, within and across
+        kind = str(rng.choice(["known", "ask", "gone"]))
+        if kind == "known":
+            vecs = [_axis(float(c)) for c in rng.uniform(-1, 1, size=m)]
+            lists.changed([(k, k) for k in keys], vecs)
+            history += [(k, kind, v) for k, v in zip(keys, vecs, strict=True)]
+        else:
+            lists.changed([(k, k) for k in keys], gone=kind == "gone")
+            history += [(k, kind, None) for k in keys]
+        for old, since in made.items():
+            found = lists.get(old)
+            if found is None:
+                assert len(history) - since > limit // 2, old
+                continue
+            latest = {k: (kd, v) for k, kd, v in history[since:]}
+            assert set(found.changed) == set(latest)
+            want = [
+                k
+                for k, (kd, v) in latest.items()
+                if kd == "ask" or (kd == "known" and v is not None and float(v @ q) > 0.4 - PREFILTER_MARGIN)
+            ]
+            assert sorted(found.to_ask(q)) == sorted(want)
+        made = {n: s for n, s in made.items() if n in lists._lists}  # white box: those kept
+        # white box: vectors kept only in blocks of the slots held
+        held = {(pos % limit) // block for pos in range(lists._base, lists._end)}
+        assert {b for b, rows in enumerate(lists._blocks) if rows is not None} <= held
 
 
 # ------------------------------------------------------------------ against the real engine
@@ -321,3 +406,53 @@ async def test_a_store_without_lists_keeps_none(tmp_path: Path) -> None:
         await store.close()
     with pytest.raises(ValueError, match="nearest_lists"):
         EdgeStore(tmp_path, nearest_lists=-1)
+
+
+async def test_a_list_is_patched_after_many_writes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A question asked again after 1,200 new points (in batches, some right beside it) is
+    patched from its kept list — the log holds the written vectors, scored here — and answers
+    as a fresh search does."""
+    patched: list[bool] = []
+    real_patch = edge.patch
+
+    def counting_patch(*args: Any) -> list[Row] | None:
+        rows = real_patch(*args)
+        patched.append(rows is not None)
+        return rows
+
+    monkeypatch.setattr(edge, "patch", counting_patch)
+    rng = np.random.default_rng(5)
+    enc = Bm25Encoder()
+    kept, fresh = EdgeStore(tmp_path / "kept"), EdgeStore(tmp_path / "fresh", nearest_lists=0)
+    for s in (kept, fresh):
+        await s.open()
+        await s.create_collection(_spec())
+
+    def point(vec: np.ndarray) -> StoredPoint:
+        rec = MemoryRecord(str(uuid.uuid4()), "default", _text(rng), valid_until=NOW + 1e6)
+        return StoredPoint(rec, vec, enc.encode_document(rec.content))
+
+    async def write(vecs: list[np.ndarray]) -> None:
+        points = [point(v) for v in vecs]
+        for s in (kept, fresh):
+            await s.upsert("default", points)
+
+    await write([_unit(rng.normal(size=DIM)) for _ in range(300)])
+    q = _unit(rng.normal(size=DIM))
+    sparse = enc.encode_query(_text(rng))
+
+    async def both() -> list[Candidates]:
+        return [
+            await s.candidates("default", q, 12, StoreFilter(live_at=NOW), sparse=sparse)
+            for s in (kept, fresh)
+        ]
+
+    await both()  # the list is made
+    for i in range(120):
+        near = [_unit(q + 0.3 * rng.normal(size=DIM))] if i % 10 == 0 else []
+        await write(near + [_unit(rng.normal(size=DIM)) for _ in range(10 - len(near))])
+    got = await both()
+    assert _signature(got[0]) == _signature(got[1])
+    assert patched == [True]  # patched, not searched anew
+    for s in (kept, fresh):
+        await s.close()

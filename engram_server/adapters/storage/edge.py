@@ -666,13 +666,15 @@ class EdgeStore:
                 qe.Point(pid, _edge_vector(col.spec, p, vec), payload)
                 for pid, p, vec, payload in zip(ids, points, vectors, payloads, strict=True)
             ]
+            written = False
             try:
                 col.shard.update(qe.UpdateOperation.upsert_points(ops))
+                written = True
             finally:  # (a failed update may have written some: forget rather than guess)
                 for pid in ids:
                     col.ranks.pop(rank_key(pid), None)
                 col.wrote(len(ops))
-                col.nearest.changed(_changed(ids))
+                col.nearest.changed(_changed(ids), [p.vector for p in points] if written else None)
             for pid, payload in zip(ids, payloads, strict=True):
                 col.ranks[rank_key(pid)] = rank_fields(pid, payload, collection)
             col.access.forget(rank_key(pid) for pid in ids)  # the counters are the payload's now
@@ -814,7 +816,8 @@ class EdgeStore:
             # (a 128-bit digest of the vector: 16 bytes kept instead of its 1.5 kB)
             list_key = (hashlib.blake2b(vector.tobytes(), digest_size=16).digest(), dense_limit, user_filter)
             kept_list = nearest.get(list_key) if nearest is not None else None
-            changed_ids = list(kept_list.changed.values()) if kept_list is not None else []
+            # The changed points that may enter the list (and those whose vector is not known).
+            changed_ids = kept_list.to_ask(vector) if kept_list is not None else []
             requests = [] if kept_list is not None else [dense_request(dense_limit, where)]
             lexical_n = limit if lexical_limit is None else lexical_limit
             lexical = bool(sparse) and col.spec.lexical is not None and lexical_n > 0
@@ -922,9 +925,9 @@ class EdgeStore:
                 assert nearest is not None
                 entry = kept_list.entry
                 patched = (
-                    entry.rows()
-                    if changed_found is None
-                    else patch(entry, dense_limit, kept_list.changed, hits(changed_found))
+                    patch(entry, dense_limit, kept_list.changed, hits(changed_found or []))
+                    if kept_list.changed
+                    else entry.rows()
                 )
                 if patched is None:
                     entry = None  # too few left (deletions): search anew
@@ -932,7 +935,7 @@ class EdgeStore:
                 else:
                     entry.seq = nearest.seq
                     dense = known(patched)
-                    how = "patched" if changed_found is not None else "reused"
+                    how = "patched" if kept_list.changed else "reused"
             else:
                 assert dense_found is not None
                 dense = hits(dense_found)
@@ -1017,10 +1020,12 @@ class EdgeStore:
                 col.touch(wanted)
                 for pid in wanted:
                     col.ranks.pop(rank_key(pid), None)
+                deleted = False
                 try:
                     col.shard.update(qe.UpdateOperation.delete_points(list(wanted)))
+                    deleted = True
                 finally:
-                    col.nearest.changed(_changed(wanted))
+                    col.nearest.changed(_changed(wanted), gone=deleted)
                 col.access.forget(rank_key(pid) for pid in wanted)
                 self._durable(col.shard)
 
@@ -1041,10 +1046,12 @@ class EdgeStore:
                 col.touch([str(u) for u in gone])
                 for u in gone:
                     col.ranks.pop(u.int, None)
+                deleted = False
                 try:
                     col.shard.update(qe.UpdateOperation.delete_points(list(gone)))
+                    deleted = True
                 finally:
-                    col.nearest.changed([(u.int, u) for u in gone])
+                    col.nearest.changed([(u.int, u) for u in gone], gone=deleted)
                 col.access.forget(u.int for u in gone)
                 n = len(gone)
             else:

@@ -6,9 +6,12 @@ few memories, which makes the whole candidate list stale for a cache keyed by th
 generation; yet each write changes a handful of points only. :class:`NearestLists` keeps, per
 recent query vector and user filter, the nearest list the engine returned and a log of the
 points written since (upserted, deleted, or a payload field other than the access counters
-set). A later search with the same vector and filter asks the engine for the scores of those
-points alone (one query restricted to their ids and the filter) and merges them in
-(:func:`patch`), instead of searching the graph again:
+set), with each upserted point's new dense vector. A later search with the same vector and
+filter merges those points in (:func:`patch`) instead of searching the graph again: one matrix
+product here finds the changed points that may enter the list (:meth:`Lookup.to_ask`: cosine
+above the list's floor, less a rounding margin), and the engine is asked for the exact scores of
+those few alone — one query restricted to their ids and the filter — and of any point whose
+vector the log does not know (a payload field set, a failed write); deleted points just leave.
 
 * every point (matching the filter) outside a list scores at most its ``floor`` (the last score
   the engine returned; ``-inf`` when the list holds every such point of the collection);
@@ -33,7 +36,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Container, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any
@@ -47,10 +50,22 @@ Row = tuple[int, float, Any, Any]
 
 _NO_SCORES: np.ndarray = np.empty(0, dtype=np.float64)
 
-#: Changes remembered per collection (the last half to all of them); a list older than the log is
-#: searched anew. Patching costs a few µs per changed point (measured at 100k: 1 changed 1.65 ms,
-#: 256 2.78 ms, 1,024 6.72 ms, against 5.0 ms for a fresh search), so a longer log would not pay.
-DEFAULT_LOG_LIMIT = 512
+#: Changes remembered per collection (the last half to all of them, with the written vectors:
+#: ≈ 1.5 kB each at 384 dimensions); a list older than the log is searched anew.
+DEFAULT_LOG_LIMIT = 4096
+
+#: How far below a list's floor the matrix product's cosine of a changed point may be and the
+#: engine still be asked (the engine's float arithmetic differs from numpy's in the last bits).
+PREFILTER_MARGIN = 1e-3
+
+#: What a log slot knows of its point: its new vector, nothing (the engine is asked), or that it
+#: was deleted.
+_KNOWN = 1
+_ASK = 2
+_GONE = 3
+
+#: Rows of vectors allocated at a time (192 kB at 384 dimensions).
+_BLOCK = 128
 
 
 @dataclass(slots=True)
@@ -94,12 +109,45 @@ def _scores(rows: Sequence[Row]) -> np.ndarray:
     return np.fromiter((r[1] for r in rows), dtype=np.float64, count=len(rows))
 
 
-@dataclass(slots=True)
 class Lookup:
-    """A kept list and the points changed since it was made (rank key → engine id)."""
+    """A kept list and the points changed since it was made (a view of the log: use it before
+    the next change)."""
 
-    entry: NearestList
-    changed: dict[int, Any]
+    __slots__ = ("_log", "_since", "entry")
+
+    def __init__(self, log: NearestLists, entry: NearestList) -> None:
+        self._log = log
+        self._since = entry.seq
+        self.entry = entry
+
+    @property
+    def changed(self) -> Changed:
+        """The points changed since (none of them is where the list says)."""
+        return Changed(self._log, self._since)
+
+    def to_ask(self, query: np.ndarray) -> list[Any]:
+        """Engine ids of the changed points that may now belong in the list: those scoring
+        (cosine to ``query``) above its floor, and those whose vector the log does not know."""
+        return self._log._to_ask(self._since, self.entry.floor, query)
+
+
+class Changed:
+    """The rank keys changed since a log position (``in``, ``bool``, iteration)."""
+
+    __slots__ = ("_log", "_since")
+
+    def __init__(self, log: NearestLists, since: int) -> None:
+        self._log = log
+        self._since = since
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, int) and self._log._latest.get(key, -1) >= self._since
+
+    def __bool__(self) -> bool:
+        return self._log.seq > self._since
+
+    def __iter__(self) -> Iterator[int]:
+        return (k for k, pos in self._log._latest.items() if pos >= self._since)
 
 
 class NearestBudget:
@@ -127,16 +175,33 @@ class NearestBudget:
 
 
 class NearestLists:
-    """The nearest lists of one collection, and the log of its dense-vector changes."""
+    """The nearest lists of one collection, and the log of its changes.
+
+    The log is a ring of ``log_limit`` slots (a change at log position ``p`` in slot
+    ``p % log_limit``): each slot's rank key, engine id, kind (new vector known, unknown, deleted)
+    and, for the known, the unit vector in a row of one matrix, so that a patch scores every
+    changed point since a position in one product over at most two contiguous slices. A slot
+    superseded by a later change of the same point is marked stale."""
 
     def __init__(self, budget: NearestBudget, *, log_limit: int = DEFAULT_LOG_LIMIT) -> None:
         if log_limit < 1:
             raise ValueError("log_limit must be >= 1")
         self._budget = budget
         self._lists: dict[Hashable, NearestList] = {}
-        self._log: list[tuple[int, Any]] = []
-        self._base = 0  # change-log position of self._log[0]
-        self._log_limit = log_limit
+        self._cap = log_limit
+        self._base = 0  # the oldest change-log position held
+        self._end = 0  # the next change-log position
+        #: rank key → its latest log position (held positions only)
+        self._latest: dict[int, int] = {}
+        # by slot (allocated while something is logged)
+        self._keys: list[int] = []
+        self._pids: list[Any] = []
+        self._kind = np.zeros(0, dtype=np.int8)
+        self._stale = np.zeros(0, dtype=np.bool_)
+        #: The known vectors by slot, in blocks of ``_BLOCK`` rows made as the log fills and
+        #: released when it no longer holds any of their slots (a collection written a little
+        #: between searches holds one block, not the whole ring).
+        self._blocks: list[np.ndarray | None] = []
         self._epoch = 0
 
     def __len__(self) -> int:
@@ -149,24 +214,132 @@ class NearestLists:
     @property
     def seq(self) -> int:
         """The current change-log position."""
-        return self._base + len(self._log)
+        return self._end
 
     @property
     def epoch(self) -> int:
         return self._epoch
 
-    def changed(self, points: Iterable[tuple[int, Any]]) -> None:
-        """Points (rank key, engine id) whose dense vector was written or deleted."""
+    def changed(
+        self,
+        points: Sequence[tuple[int, Any]],
+        vectors: Sequence[Any] | None = None,
+        *,
+        gone: bool = False,
+    ) -> None:
+        """Points (rank key, engine id) whose dense vector or a filtered field was written: with
+        their new dense ``vectors`` (one each, as stored), deleted (``gone``), or neither (a
+        payload field set, or a write that failed: what the engine holds is not known here)."""
         if not self._lists:
             return  # nothing to patch (a list made later starts from the current position)
-        self._log.extend(points)
-        if len(self._log) > self._log_limit:
-            drop = len(self._log) - self._log_limit // 2
-            del self._log[:drop]
-            self._base += drop
-            for key in [k for k, entry in self._lists.items() if entry.seq < self._base]:
-                self._budget.dropped(self, key)  # older than the log: would be searched anew
-                self.forget(key)
+        m = len(points)
+        if m > self._cap:
+            self._end += m
+            self.reset()  # every list would be older than the log
+            return
+        if self._end - self._base + m > self._cap:
+            self._trim(self._end + m - max(self._cap // 2, m))
+            if not self._lists:
+                return
+        if not self._keys:
+            self._keys = [0] * self._cap
+            self._pids = [None] * self._cap
+            self._kind = np.zeros(self._cap, dtype=np.int8)
+            self._stale = np.zeros(self._cap, dtype=np.bool_)
+        slots = [(self._end + i) % self._cap for i in range(m)]
+        kind = _GONE if gone else _ASK
+        if vectors is not None:
+            rows = np.asarray(
+                [np.asarray(v, dtype=np.float32).reshape(-1) for v in vectors], dtype=np.float32
+            )
+            norms = np.linalg.norm(rows, axis=1, keepdims=True)
+            rows = np.divide(rows, norms, out=np.zeros_like(rows), where=norms > 0)
+            self._store_rows(slots, rows)
+            kind = _KNOWN
+        self._kind[slots] = kind
+        self._stale[slots] = False
+        latest, keys, pids = self._latest, self._keys, self._pids
+        for (key, pid), slot in zip(points, slots, strict=True):
+            before = latest.get(key)
+            if before is not None:
+                self._stale[before % self._cap] = True  # (one batch may name a point twice)
+            latest[key] = self._end
+            keys[slot] = key
+            pids[slot] = pid
+            self._end += 1
+
+    def _store_rows(self, slots: list[int], rows: np.ndarray) -> None:
+        if not self._blocks:
+            self._blocks = [None] * -(-self._cap // _BLOCK)
+        for i, slot in enumerate(slots):
+            b, r = divmod(slot, _BLOCK)
+            block = self._blocks[b]
+            if block is None:
+                block = self._blocks[b] = np.zeros((_BLOCK, rows.shape[1]), dtype=np.float32)
+            block[r] = rows[i]
+
+    def _scores(self, lo: int, hi: int, q: np.ndarray) -> np.ndarray:
+        """Cosines to the unit vector ``q`` of slots ``lo`` to ``hi`` (0 where no vector)."""
+        out = np.zeros(hi - lo, dtype=np.float32)
+        for b in range(lo // _BLOCK, -(-hi // _BLOCK)):
+            block = self._blocks[b] if self._blocks else None
+            if block is None:
+                continue
+            start, stop = max(lo, b * _BLOCK), min(hi, (b + 1) * _BLOCK)
+            out[start - lo : stop - lo] = block[start - b * _BLOCK : stop - b * _BLOCK] @ q
+        return out
+
+    def _trim(self, base: int) -> None:
+        """Forget the changes before log position ``base``, and the lists older than it."""
+        latest, keys = self._latest, self._keys
+        for pos in range(self._base, base):
+            key = keys[pos % self._cap]
+            if latest.get(key) == pos:
+                del latest[key]
+        self._base = base
+        held = {(pos % self._cap) // _BLOCK for pos in range(base, self._end, _BLOCK)}
+        if self._end > base:
+            held.add(((self._end - 1) % self._cap) // _BLOCK)
+        for b in range(len(self._blocks)):
+            if b not in held:
+                self._blocks[b] = None
+        for old in [k for k, entry in self._lists.items() if entry.seq < base]:
+            self._budget.dropped(self, old)  # older than the log: would be searched anew
+            self.forget(old)
+
+    def _clear_log(self) -> None:
+        self._base = self._end
+        self._latest = {}
+        self._keys, self._pids = [], []
+        self._kind = np.zeros(0, dtype=np.int8)
+        self._stale = np.zeros(0, dtype=np.bool_)
+        self._blocks = []
+
+    def _to_ask(self, since: int, floor: float, query: np.ndarray) -> list[Any]:
+        n = self._end - since
+        if n <= 0:
+            return []
+        start = since % self._cap
+        spans = (
+            [(start, start + n)]
+            if start + n <= self._cap
+            else [(start, self._cap), (0, start + n - self._cap)]
+        )
+        q = np.asarray(query, dtype=np.float32).reshape(-1)
+        norm = float(np.linalg.norm(q))
+        q = q / norm if norm > 0 else q
+        ask: list[Any] = []
+        for lo, hi in spans:
+            kind = self._kind[lo:hi]
+            current = ~self._stale[lo:hi]
+            wanted = current & (kind == _ASK)
+            known = current & (kind == _KNOWN)
+            if floor == -math.inf:
+                wanted |= known
+            elif known.any():
+                wanted |= known & (self._scores(lo, hi, q) > floor - PREFILTER_MARGIN)
+            ask.extend(self._pids[lo + i] for i in np.flatnonzero(wanted).tolist())
+        return ask
 
     def reset(self) -> None:
         """Drop every list (a change that the log cannot describe, e.g. a deletion by filter; a
@@ -174,8 +347,7 @@ class NearestLists:
         for key in self._lists:
             self._budget.dropped(self, key)
         self._lists.clear()
-        self._base += len(self._log)
-        self._log.clear()
+        self._clear_log()
 
     def invalidate(self) -> None:
         """Drop every list from another thread (an index build): lists of an older epoch are
@@ -185,8 +357,7 @@ class NearestLists:
     def forget(self, key: Hashable) -> None:
         self._lists.pop(key, None)
         if not self._lists:  # nothing left to patch: the log is not needed either
-            self._base += len(self._log)
-            self._log.clear()
+            self._clear_log()
 
     def get(self, key: Hashable) -> Lookup | None:
         entry = self._lists.get(key)
@@ -197,8 +368,7 @@ class NearestLists:
             self.forget(key)
             return None
         self._budget.used(self, key)
-        changed = dict(self._log[entry.seq - self._base :])
-        return Lookup(entry, changed)
+        return Lookup(self, entry)
 
     def put(self, key: Hashable, entry: NearestList) -> None:
         if self._budget.entries <= 0:
@@ -212,7 +382,7 @@ class NearestLists:
         return NearestList.of(rows, floor, self.seq, self._epoch)
 
 
-def patch(entry: NearestList, limit: int, changed: Mapping[int, Any], fresh: list[Row]) -> list[Row] | None:
+def patch(entry: NearestList, limit: int, changed: Container[int], fresh: list[Row]) -> list[Row] | None:
     """Merge into ``entry`` the current rows ``fresh`` of the ``changed`` points (those of them
     that still exist), in place, and return its rows. None when the list no longer holds
     ``limit`` points while points outside it may exist (the caller must search anew)."""

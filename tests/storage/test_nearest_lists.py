@@ -163,13 +163,15 @@ def test_written_vectors_are_scored_against_the_floor_here() -> None:
     assert lists.get("all").to_ask(q) == ["p20"]  # type: ignore[union-attr]
 
 
+@pytest.mark.parametrize("small", [256, 0], ids=["as-set", "from-the-log"])
 @pytest.mark.parametrize("block", [128, 4, 5])
-def test_the_log_ring_against_a_model(monkeypatch: pytest.MonkeyPatch, block: int) -> None:
+def test_the_log_ring_against_a_model(monkeypatch: pytest.MonkeyPatch, block: int, small: int) -> None:
     """Random batches of changes through a small ring (it wraps around and trims many times):
     every list still kept reports exactly the points changed since it was made, and asks for
     the right ones; a list made within the last half of the log is always kept. With vector
     blocks smaller than the ring (one not dividing it), blocks no longer held are released."""
     monkeypatch.setattr(nearest, "_BLOCK", block)
+    monkeypatch.setattr(nearest, "_SMALL_CHANGE", small)
     rng = np.random.default_rng(11)
     limit = 16
     lists = NearestLists(NearestBudget(1000), log_limit=limit)
@@ -197,6 +199,8 @@ def test_the_log_ring_against_a_model(monkeypatch: pytest.MonkeyPatch, block: in
                 continue
             latest = {k: (kd, v) for k, kd, v in history[since:]}
             assert set(found.changed) == set(latest)
+            assert all(k in found.changed for k in latest) and 99 not in found.changed
+            assert bool(found.changed) == bool(latest)
             want = [
                 k
                 for k, (kd, v) in latest.items()

@@ -37,6 +37,7 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from collections.abc import Container, Hashable, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any
@@ -66,6 +67,9 @@ _GONE = 3
 
 #: Rows of vectors allocated at a time (192 kB at 384 dimensions).
 _BLOCK = 128
+
+#: Up to this many changes since a list, its changed points are handed over as a set.
+_SMALL_CHANGE = 256
 
 
 @dataclass(slots=True)
@@ -121,9 +125,12 @@ class Lookup:
         self.entry = entry
 
     @property
-    def changed(self) -> Changed:
-        """The points changed since (none of them is where the list says)."""
-        return Changed(self._log, self._since)
+    def changed(self) -> AbstractSet[int] | Changed:
+        """The rank keys of the points changed since (none of them is where the list says)."""
+        log, since = self._log, self._since
+        if log.seq - since <= _SMALL_CHANGE:  # (a set tests membership faster)
+            return {log._keys[pos % log._cap] for pos in range(since, log.seq)}
+        return Changed(log, since)
 
     def to_ask(self, query: np.ndarray) -> list[Any]:
         """Engine ids of the changed points that may now belong in the list: those scoring

@@ -20,7 +20,9 @@ lists, the embedded store patches each question's list with the point written â€
 questions asked again after a write; before them, the storage-bound path). Per pass: p50, and
 the server's CPU per search from ``/proc/PID/task/*/stat`` â€” its main thread (the event loop) and
 its other threads (on this path almost only the storage thread; the pass's access-count writes
-included). Prints per-side medians / means and B / A pass by pass.
+included). Prints per-side medians / means and B / A pass by pass. ``--writes W`` writes W
+memories before each pass instead of one (through ``AddMemories``, batches of 64; e.g. 1,000: more
+changes than a nearest list could be patched with before the seventh session).
 """
 
 from __future__ import annotations
@@ -88,6 +90,23 @@ def write_one(stub: memory_service_pb2_grpc.MemoryServiceStub, rng: random.Rando
     raise RuntimeError("no AddMemory was created in 50 tries")
 
 
+def write_many(stub: memory_service_pb2_grpc.MemoryServiceStub, rng: random.Random, n: int) -> None:
+    """``n`` new memories through AddMemories (counted: the gate may refuse near-copies)."""
+    created = 0
+    while created < n:
+        batch = [
+            s.NewMemory(
+                content=f"{rng.choice(PEOPLE)} lent {rng.choice(THINGS)} to {rng.choice(PEOPLE)} "
+                f"on day {rng.randrange(10**6)} for {rng.randrange(10**4)} coins"
+            )
+            for _ in range(min(64, n - created))
+        ]
+        reply = stub.AddMemories(s.AddMemoriesRequest(memories=batch), timeout=300)
+        created += sum(r.outcome == s.ADD_OUTCOME_CREATED for r in reply.results)
+        if not reply.results:
+            raise RuntimeError("AddMemories returned no results")
+
+
 def thread_cpu(pid: int) -> tuple[float, float]:
     """(main thread, other threads) CPU seconds so far of process ``pid``."""
     tick = float(os.sysconf("SC_CLK_TCK"))
@@ -111,6 +130,7 @@ def known_passes(
     pids: dict[str, int],
     passes: int,
     questions: int,
+    writes: int = 1,
 ) -> dict[str, dict[str, list[float]]]:
     known = known_questions(questions)
     for stub in stubs.values():
@@ -121,7 +141,10 @@ def known_passes(
     for i in range(passes + 1):  # the first pass warms up, untimed
         for name in rng.sample(sorted(stubs), len(stubs)):
             stub = stubs[name]
-            write_one(stub, rng)
+            if writes == 1:
+                write_one(stub, rng)
+            else:
+                write_many(stub, rng, writes)
             time.sleep(1.3)  # the previous pass's access counters are written meanwhile
             before, lat = thread_cpu(pids[name]), []
             for q in known:
@@ -153,6 +176,7 @@ def main() -> None:
         help="N alternated passes of the known questions, each after a write (caches on), with CPU",
     )
     ap.add_argument("--questions", type=int, default=200, help="known questions a pass (with --known)")
+    ap.add_argument("--writes", type=int, default=1, help="memories written before each pass (with --known)")
     args = ap.parse_args()
     for side in (args.a, args.b):
         if not (side / "engram_server").is_dir():
@@ -177,7 +201,7 @@ def main() -> None:
             time.sleep(args.warm_seconds)
             if args.known is not None:
                 pids = {name: proc.pid for name, proc in zip(sides, procs, strict=True)}
-                report_known(args, known_passes(stubs, pids, args.known, args.questions))
+                report_known(args, known_passes(stubs, pids, args.known, args.questions, args.writes))
                 return
             for stub in stubs.values():
                 for q in QUERIES * 3:  # query embeddings cached
@@ -212,7 +236,7 @@ def main() -> None:
 def report_known(args: argparse.Namespace, got: dict[str, dict[str, list[float]]]) -> None:
     print(
         f"A = {args.a}, B = {args.b}; {args.known} passes of {args.questions} known questions,"
-        " each after a write"
+        f" each after {args.writes} write(s)"
     )
     for name in ("A", "B"):
         g = got[name]

@@ -84,6 +84,7 @@ def build_store(settings: Settings) -> Store:
         segments=settings.edge_segments,
         neighbour_ef=settings.gate_hnsw_ef,
         nearest_lists=settings.nearest_lists,
+        quantization=settings.edge_quantization,
     )
 
 

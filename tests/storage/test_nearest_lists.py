@@ -443,13 +443,10 @@ async def test_a_list_is_patched_after_many_writes(tmp_path: Path, monkeypatch: 
 
     await write([_unit(rng.normal(size=DIM)) for _ in range(300)])
     q = _unit(rng.normal(size=DIM))
-    sparse = enc.encode_query(_text(rng))
 
     async def both() -> list[Candidates]:
-        return [
-            await s.candidates("default", q, 12, StoreFilter(live_at=NOW), sparse=sparse)
-            for s in (kept, fresh)
-        ]
+        # (dense only: BM25 over these few words ties often, and the engine orders ties freely)
+        return [await s.candidates("default", q, 12, StoreFilter(live_at=NOW)) for s in (kept, fresh)]
 
     await both()  # the list is made
     for i in range(120):

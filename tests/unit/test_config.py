@@ -84,6 +84,11 @@ def test_cluster_settings_parse() -> None:
     assert defaults.qdrant_quantization == "none"
 
 
+def test_edge_quantization_defaults_to_int8_and_can_be_turned_off() -> None:
+    assert load_settings({}).edge_quantization == "int8"
+    assert load_settings({"ENGRAM_EDGE_QUANTIZATION": "none"}).edge_quantization == "none"
+
+
 @pytest.mark.parametrize(
     ("env", "message"),
     [
@@ -96,6 +101,7 @@ def test_cluster_settings_parse() -> None:
             r"must not exceed ENGRAM_QDRANT_REPLICATION_FACTOR \(3 > 2\)",
         ),
         ({"ENGRAM_QDRANT_QUANTIZATION": "binary"}, "ENGRAM_QDRANT_QUANTIZATION must be one of none, int8"),
+        ({"ENGRAM_EDGE_QUANTIZATION": "int4"}, "ENGRAM_EDGE_QUANTIZATION must be one of int8, none"),
         ({"ENGRAM_QDRANT_ON_DISK": "sometimes"}, "ENGRAM_QDRANT_ON_DISK"),
     ],
 )

@@ -239,7 +239,12 @@ class EdgeStore:
         segments: int = 0,
         neighbour_ef: int = 0,
         nearest_lists: int = 4096,
+        quantization: str = "int8",
     ) -> None:
+        if quantization not in EDGE_QUANTIZATIONS:
+            raise ValueError(
+                f"unknown quantization {quantization!r} (one of {', '.join(EDGE_QUANTIZATIONS)})"
+            )
         if hnsw_threshold < 0:
             raise ValueError("hnsw_threshold must be >= 0 (0 disables HNSW building)")
         if segments < 0:
@@ -253,6 +258,8 @@ class EdgeStore:
         self._segments = segments
         #: HNSW beam width of ``search`` / ``search_batch`` (the gate's neighbour lookups).
         self._neighbour_ef = neighbour_ef
+        #: Of the dense vectors of collections created from now on (see ``_QUANTIZED``).
+        self._quantization = quantization
         self._data_dir = Path(data_dir)
         self._root = self._data_dir / "collections"
         self._hnsw_threshold = hnsw_threshold
@@ -281,9 +288,14 @@ class EdgeStore:
             raise CollectionNotFound(f"collection {name!r} does not exist", metadata={"collection": name})
         return col
 
-    def _edge_config(self, spec: CollectionSpec) -> qe.EdgeConfig:
+    def _edge_config(self, spec: CollectionSpec, *, create: bool) -> qe.EdgeConfig:
         dimension = spec.dimension
         kwargs: dict[str, Any] = {}
+        if create and self._quantization == "int8":
+            # (when an existing shard is opened, its own setting stays: None keeps it)
+            kwargs["quantization_config"] = qe.ScalarQuantizationConfig(
+                qe.ScalarType.Int8, quantile=0.99, always_ram=True
+            )
         if spec.lexical is not None:
             kwargs["sparse_vectors"] = {LEXICAL_VECTOR: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)}
         if self._hnsw_threshold > 0:
@@ -308,9 +320,9 @@ class EdgeStore:
         shard_path = str(path / _SHARD_DIR)
         try:
             if create:
-                shard = qe.EdgeShard.create(shard_path, self._edge_config(spec))
+                shard = qe.EdgeShard.create(shard_path, self._edge_config(spec, create=True))
             else:
-                shard = qe.EdgeShard.load(shard_path, self._edge_config(spec))
+                shard = qe.EdgeShard.load(shard_path, self._edge_config(spec, create=False))
         except Exception as exc:
             msg = str(exc)
             if "WouldBlock" in msg or "lock" in msg.lower():
@@ -321,8 +333,10 @@ class EdgeStore:
             raise StorageUnavailable(f"cannot open collection {spec.name!r} at {path}: {msg}") from exc
         return shard
 
-    def _neighbour_params(self) -> qe.SearchParams | None:
-        return qe.SearchParams(hnsw_ef=self._neighbour_ef) if self._neighbour_ef > 0 else None
+    def _neighbour_params(self) -> qe.SearchParams:
+        if self._neighbour_ef > 0:
+            return qe.SearchParams(hnsw_ef=self._neighbour_ef, quantization=_QUANTIZED)
+        return _SEARCH_PARAMS
 
     def _durable(self, shard: qe.EdgeShard) -> None:
         if self._sync_writes:
@@ -807,6 +821,7 @@ class EdgeStore:
                     filter=where,
                     with_payload=False,
                     with_vector=want_vector,
+                    params=_SEARCH_PARAMS,
                 )
 
             # The nearest list of this vector (under this user filter) kept from an earlier search,
@@ -851,6 +866,7 @@ class EdgeStore:
                     with_payload=False,
                     with_vector=want_vector,
                     score_threshold=above,
+                    params=_EXACT_PARAMS,  # (a few points: their original vectors, not int8 codes)
                 )
 
             if lexical:
@@ -1154,6 +1170,20 @@ class EdgeStore:
 
 
 # ---------------------------------------------------------------------- helpers
+
+
+#: Quantizations of the dense vectors of new embedded collections (``ENGRAM_EDGE_QUANTIZATION``).
+EDGE_QUANTIZATIONS = ("int8", "none")
+
+#: Dense searches of int8-quantized segments: the graph is walked on the int8 codes for twice the
+#: points asked, which are then rescored with the original vectors (so every score returned is
+#: exact). Measured at 100k (150 real questions, top 125 against an exact search): recall 0.994
+#: in 1.73 ms, against 0.973 in 2.30 ms without quantization (and 0.960 in 1.13 ms with no
+#: oversampling). No effect on segments without quantization (new points, small collections).
+_QUANTIZED = qe.QuantizationSearchParams(rescore=True, oversampling=2.0)
+_SEARCH_PARAMS = qe.SearchParams(quantization=_QUANTIZED)
+#: Queries restricted to a few ids: the original vectors (a score threshold applies to exact scores).
+_EXACT_PARAMS = qe.SearchParams(quantization=qe.QuantizationSearchParams(ignore=True))
 
 
 def _changed(ids: Sequence[str]) -> list[tuple[int, uuid.UUID]]:

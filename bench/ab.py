@@ -2,6 +2,7 @@
 
     git worktree add /tmp/engram-a main              # the baseline checkout
     .venv/bin/python bench/ab.py --a /tmp/engram-a --data DATA_DIR [--b .] [--rounds 100]
+    .venv/bin/python bench/ab.py --a . --data DATA_DIR --data-b OTHER_DIR   # one version, two layouts
 
 This machine's speed drifts by tens of percent within minutes, so two runs made one after the other
 cannot tell a 5 % change from noise. Here both servers run at once, each on its own copy of
@@ -166,6 +167,9 @@ def main() -> None:
     ap.add_argument("--a", type=Path, required=True, help="checkout of version A (the baseline)")
     ap.add_argument("--b", type=Path, default=ROOT, help="checkout of version B (default: this one)")
     ap.add_argument("--data", type=Path, required=True, help="an Engram data directory (copied twice)")
+    ap.add_argument(
+        "--data-b", type=Path, help="B's own data directory (copied; e.g. the same corpus in another layout)"
+    )
     ap.add_argument("--rounds", type=int, default=100)
     ap.add_argument("--warm-seconds", type=float, default=15.0, help="wait after start-up (ranking fields)")
     ap.add_argument("--cache", action="store_true", help="keep the search result caches on")
@@ -188,7 +192,7 @@ def main() -> None:
         sides = {}
         for name, code in (("A", args.a), ("B", args.b)):
             data = Path(tmp) / name
-            shutil.copytree(args.data, data)
+            shutil.copytree(args.data_b if name == "B" and args.data_b else args.data, data)
             sides[name] = (code.resolve(), data, free_port())
         caching = args.cache or args.known is not None
         procs = [start(code, data, port, cache=caching) for code, data, port in sides.values()]

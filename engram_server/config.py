@@ -188,7 +188,7 @@ SETTINGS_DOC: list[tuple[str, str, str]] = [
         "ENGRAM_EDGE_QUANTIZATION",
         "Embedded store: `int8` (default) or `none` — scalar quantization of the dense vectors of "
         "collections created from then on (+384 B of RAM a memory at 384 dimensions); searches walk "
-        "the graph on the int8 codes for twice the candidates and rescore them with the original "
+        "the graph on the int8 codes for 1.5 times the candidates and rescore them with the original "
         "vectors: faster and closer to an exact search than the plain graph. Existing collections "
         "keep their layout. See Storage.",
     ),

@@ -87,6 +87,7 @@ def _compact(settings: Settings, collections: list[str]) -> None:
             f"({r.indexed_vectors:,} vectors indexed), {r.optimizer_rounds} optimizer round(s), "
             f"{r.seconds:.1f} s"
             + (f", {r.access_folded:,} access counters written into the engine" if r.access_folded else "")
+            + (", dense vectors quantized (int8)" if r.quantized else "")
         )
 
 

@@ -97,3 +97,31 @@ async def test_a_quantized_index_returns_exact_scores_and_the_nearest_points(tmp
         assert float(np.mean(overlap)) >= 0.97, overlap
     finally:
         await store.close()
+
+
+async def test_compact_quantizes_a_collection_made_without_it(tmp_path: Path) -> None:
+    rng = np.random.default_rng(8)
+    old = EdgeStore(tmp_path, hnsw_threshold=200, background_hnsw=True, quantization="none")
+    await old.open()
+    await old.create_collection(_spec())
+    vecs = _unit(rng, 600)
+    points = _points(vecs)
+    await old.upsert("default", points)
+    await old.wait_optimized()
+    assert (await old.compact("default")).quantized is False  # its setting: none
+    await old.close()
+    assert _quantization(tmp_path) is None
+
+    store = EdgeStore(tmp_path, hnsw_threshold=200)
+    await store.open()
+    try:
+        report = await store.compact("default")
+        assert report.quantized and report.points == 600 and report.indexed_vectors >= 600
+        assert _quantization(tmp_path) == {"scalar": {"type": "int8", "quantile": 0.99, "always_ram": True}}
+        for k in (0, 299, 599):  # every point still there, scores exact
+            found = await store.candidates("default", vecs[k], 5, StoreFilter(live_at=NOW))
+            assert found.ids[0] == points[k].record.id
+            assert float(found.cosine[0]) == pytest.approx(1.0, abs=1e-5)
+        assert (await store.compact("default")).quantized is False  # already
+    finally:
+        await store.close()

@@ -162,6 +162,7 @@ class CompactionReport:
     optimizer_rounds: int  # optimizer passes that changed something
     seconds: float
     access_folded: int = 0  # access counters moved from the ledger into the engine's payload
+    quantized: bool = False  # int8 quantization added to the collection's dense vectors
 
 
 @dataclass
@@ -288,10 +289,10 @@ class EdgeStore:
             raise CollectionNotFound(f"collection {name!r} does not exist", metadata={"collection": name})
         return col
 
-    def _edge_config(self, spec: CollectionSpec, *, create: bool) -> qe.EdgeConfig:
+    def _edge_config(self, spec: CollectionSpec, *, create: bool, quantize: bool = False) -> qe.EdgeConfig:
         dimension = spec.dimension
         kwargs: dict[str, Any] = {}
-        if create and self._quantization == "int8":
+        if (create or quantize) and self._quantization == "int8":
             # (when an existing shard is opened, its own setting stays: None keeps it)
             kwargs["quantization_config"] = qe.ScalarQuantizationConfig(
                 qe.ScalarType.Int8, quantile=0.99, always_ram=True
@@ -316,13 +317,17 @@ class EdgeStore:
             **kwargs,
         )
 
-    def _open_shard(self, path: Path, spec: CollectionSpec, *, create: bool) -> qe.EdgeShard:
+    def _open_shard(
+        self, path: Path, spec: CollectionSpec, *, create: bool, quantize: bool = False
+    ) -> qe.EdgeShard:
         shard_path = str(path / _SHARD_DIR)
         try:
             if create:
                 shard = qe.EdgeShard.create(shard_path, self._edge_config(spec, create=True))
             else:
-                shard = qe.EdgeShard.load(shard_path, self._edge_config(spec, create=False))
+                shard = qe.EdgeShard.load(
+                    shard_path, self._edge_config(spec, create=False, quantize=quantize)
+                )
         except Exception as exc:
             msg = str(exc)
             if "WouldBlock" in msg or "lock" in msg.lower():
@@ -405,9 +410,10 @@ class EdgeStore:
     async def compact(self, collection: str, *, max_rounds: int = 8) -> CompactionReport:
         """Run the engine's optimizer on ``collection`` now, until it has nothing left to do: merge
         its segments down to what this store is configured with (``segments``; 0 = the engine's
-        choice) and build every due HNSW index. Maintenance, for a store that serves no traffic
-        (``engram compact``): the optimizer holds the GIL throughout (seconds to many minutes).
-        Typical use: after an import done with many segments (``ENGRAM_EDGE_SEGMENTS=8``)."""
+        choice) and build every due HNSW index; with int8 quantization on (the default), add it to
+        a collection made without it. Maintenance, for a store that serves no traffic (``engram
+        compact``): the optimizer holds the GIL throughout (seconds to many minutes). Typical use:
+        after an import done with many segments (``ENGRAM_EDGE_SEGMENTS=8``)."""
         await self.wait_optimized()
 
         def work() -> CompactionReport:
@@ -415,6 +421,10 @@ class EdgeStore:
             before = col.shard.info()
             started = time.perf_counter()
             folded = self._fold_access(col)
+            quantize = self._quantization == "int8" and not _quantized(col.path)
+            if quantize:  # opened again with the setting: the optimizer rebuilds the segments with it
+                col.shard.close()
+                col.shard = self._open_shard(col.path, col.spec, create=False, quantize=True)
             rounds = 0
             while rounds < max_rounds and col.shard.optimize():
                 rounds += 1
@@ -431,6 +441,7 @@ class EdgeStore:
                 optimizer_rounds=rounds,
                 seconds=time.perf_counter() - started,
                 access_folded=folded,
+                quantized=quantize,
             )
 
         return await self._run(work)
@@ -1185,6 +1196,16 @@ _QUANTIZED = qe.QuantizationSearchParams(rescore=True, oversampling=1.5)
 _SEARCH_PARAMS = qe.SearchParams(quantization=_QUANTIZED)
 #: Queries restricted to a few ids: the original vectors (a score threshold applies to exact scores).
 _EXACT_PARAMS = qe.SearchParams(quantization=qe.QuantizationSearchParams(ignore=True))
+
+
+def _quantized(path: Path) -> bool:
+    """Whether the collection at ``path`` quantizes its dense vectors (the engine's own record of
+    its configuration; unreadable: False, and a compaction opens it with the setting again)."""
+    try:
+        config = json.loads((path / _SHARD_DIR / "edge_config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return bool(isinstance(config, dict) and config.get("quantization_config"))
 
 
 def _changed(ids: Sequence[str]) -> list[tuple[int, uuid.UUID]]:

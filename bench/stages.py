@@ -93,7 +93,7 @@ from engram_client.proto.engram.v1 import memory_service_pb2_grpc
 from engram_server.adapters.embedding.batching import BatchingEmbedder
 from engram_server.adapters.embedding.local import LocalE5Embedder
 from engram_server.adapters.lexical import LEXICAL_ENCODER_ID, Bm25Encoder
-from engram_server.adapters.storage.edge import EdgeStore, _edge_filter
+from engram_server.adapters.storage.edge import DENSE_SEARCH_PARAMS, EdgeStore, _edge_filter
 from engram_server.adapters.storage.payload import LEXICAL_VECTOR, filter_plan, record_from_payload
 from engram_server.domain.model import (
     DEFAULT_COLLECTION,
@@ -452,15 +452,18 @@ def shard_requests(
     lex = qe.Query.Nearest(sparse, using=LEXICAL_VECTOR)
     k = CANDIDATES
     req = qe.QueryRequest
+    dp = DENSE_SEARCH_PARAMS  # as the store asks (int8 codes walked for 1.5 x, rescored; if quantized)
     return {
-        "dense": req(limit=k, query=near, filter=flt, with_payload=True, with_vector=False),
-        "dense_nofilter": req(limit=k, query=near, with_payload=True, with_vector=False),
-        "dense_ids": req(limit=k, query=near, filter=flt, with_payload=False, with_vector=False),
+        "dense": req(limit=k, query=near, filter=flt, with_payload=True, with_vector=False, params=dp),
+        "dense_nofilter": req(limit=k, query=near, with_payload=True, with_vector=False, params=dp),
+        "dense_ids": req(limit=k, query=near, filter=flt, with_payload=False, with_vector=False, params=dp),
         "sparse": req(limit=k, query=lex, filter=flt, with_payload=True, with_vector=[""]),
         "sparse_ids": req(limit=k, query=lex, filter=flt, with_payload=False, with_vector=False),
         "gate": req(limit=GATE_K, query=near, filter=flt, with_payload=True, with_vector=False),
         # What ranking needs, without the rest of the payload (a possible cheaper candidate fetch).
-        "dense_rankfields": req(limit=k, query=near, filter=flt, with_payload=RANK_FIELDS, with_vector=False),
+        "dense_rankfields": req(
+            limit=k, query=near, filter=flt, with_payload=RANK_FIELDS, with_vector=False, params=dp
+        ),
         "sparse_rankfields": req(limit=k, query=lex, filter=flt, with_payload=RANK_FIELDS, with_vector=False),
     }
 

@@ -341,7 +341,7 @@ class EdgeStore:
     def _neighbour_params(self) -> qe.SearchParams:
         if self._neighbour_ef > 0:
             return qe.SearchParams(hnsw_ef=self._neighbour_ef, quantization=_QUANTIZED)
-        return _SEARCH_PARAMS
+        return DENSE_SEARCH_PARAMS
 
     def _durable(self, shard: qe.EdgeShard) -> None:
         if self._sync_writes:
@@ -832,7 +832,7 @@ class EdgeStore:
                     filter=where,
                     with_payload=False,
                     with_vector=want_vector,
-                    params=_SEARCH_PARAMS,
+                    params=DENSE_SEARCH_PARAMS,
                 )
 
             # The nearest list of this vector (under this user filter) kept from an earlier search,
@@ -1193,7 +1193,7 @@ EDGE_QUANTIZATIONS = ("int8", "none")
 #: 1.64 ms, 3: 0.999 in 2.24 ms, none: 0.960 in 1.13 ms. No effect on segments without
 #: quantization (recent points, small collections, collections made with it off).
 _QUANTIZED = qe.QuantizationSearchParams(rescore=True, oversampling=1.5)
-_SEARCH_PARAMS = qe.SearchParams(quantization=_QUANTIZED)
+DENSE_SEARCH_PARAMS = qe.SearchParams(quantization=_QUANTIZED)
 #: Queries restricted to a few ids: the original vectors (a score threshold applies to exact scores).
 _EXACT_PARAMS = qe.SearchParams(quantization=qe.QuantizationSearchParams(ignore=True))
 

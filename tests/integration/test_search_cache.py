@@ -5,6 +5,7 @@ Real server, real gRPC channel, embedded qdrant-edge, the real local model, a ma
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -136,6 +137,22 @@ async def test_nearest_lists_follow_their_setting(tmp_path: Path, clock: ManualC
         overrides = {} if setting is None else {"nearest_lists": setting}
         async with running_server(tmp_path / f"data-{setting}", clock=clock, **overrides) as srv:
             assert srv.store._nearest.entries == kept  # type: ignore[attr-defined]  # white box
+
+
+async def test_quantization_follows_its_setting(tmp_path: Path, clock: ManualClock) -> None:
+    """``ENGRAM_EDGE_QUANTIZATION`` reaches the embedded store: the default collection a first
+    AddMemory creates has int8 codes by default and none with ``none``."""
+    for setting, want in ((None, "int8"), ("none", None)):
+        data = tmp_path / f"data-{setting}"
+        overrides = {} if setting is None else {"edge_quantization": setting}
+        async with (
+            running_server(data, clock=clock, **overrides) as srv,
+            grpc.aio.insecure_channel(srv.address) as ch,
+        ):
+            await add(Stub(ch), "The spare house key is under the blue flower pot.")
+        config = json.loads((data / "collections" / "default" / "shard" / "edge_config.json").read_text())
+        got = config.get("quantization_config")
+        assert (got["scalar"]["type"] if got else None) == want, setting
 
 
 async def test_cache_off(tmp_path: Path, clock: ManualClock) -> None:

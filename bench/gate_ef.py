@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import qdrant_edge as qe
 
-from engram_server.adapters.storage.edge import EdgeStore, _edge_filter
+from engram_server.adapters.storage.edge import DENSE_SEARCH_PARAMS, QUANTIZED, EdgeStore, _edge_filter
 from engram_server.adapters.storage.payload import filter_plan, spec_from_json
 from engram_server.domain.model import StoreFilter
 
@@ -37,7 +37,7 @@ def main() -> None:
     widths = [int(x) for x in args.ef.split(",")]
     col_dir = args.data / "collections" / args.collection
     spec = spec_from_json((col_dir / "spec.json").read_text(), where=str(col_dir))
-    shard = qe.EdgeShard.load(str(col_dir / "shard"), EdgeStore(args.data)._edge_config(spec))
+    shard = qe.EdgeShard.load(str(col_dir / "shard"), EdgeStore(args.data)._edge_config(spec, create=False))
     info = shard.info()
     print(f"{info.points_count:,} points, {info.segments_count} segments", flush=True)
     n = 64 * args.batches
@@ -52,7 +52,8 @@ def main() -> None:
     flt = _edge_filter(filter_plan(StoreFilter(live_at=time.time())))
 
     def batch(rows: list[list[float]], ef: int) -> list[list[str]]:
-        params = qe.SearchParams(hnsw_ef=ef) if ef > 0 else None
+        # as the store asks: on int8 codes (where the collection has them), rescored
+        params = qe.SearchParams(hnsw_ef=ef, quantization=QUANTIZED) if ef > 0 else DENSE_SEARCH_PARAMS
         requests = [
             qe.QueryRequest(
                 limit=8,

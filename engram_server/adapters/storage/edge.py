@@ -259,7 +259,7 @@ class EdgeStore:
         self._segments = segments
         #: HNSW beam width of ``search`` / ``search_batch`` (the gate's neighbour lookups).
         self._neighbour_ef = neighbour_ef
-        #: Of the dense vectors of collections created from now on (see ``_QUANTIZED``).
+        #: Of the dense vectors of collections created from now on (see ``QUANTIZED``).
         self._quantization = quantization
         self._data_dir = Path(data_dir)
         self._root = self._data_dir / "collections"
@@ -340,7 +340,7 @@ class EdgeStore:
 
     def _neighbour_params(self) -> qe.SearchParams:
         if self._neighbour_ef > 0:
-            return qe.SearchParams(hnsw_ef=self._neighbour_ef, quantization=_QUANTIZED)
+            return qe.SearchParams(hnsw_ef=self._neighbour_ef, quantization=QUANTIZED)
         return DENSE_SEARCH_PARAMS
 
     def _durable(self, shard: qe.EdgeShard) -> None:
@@ -1192,8 +1192,8 @@ EDGE_QUANTIZATIONS = ("int8", "none")
 #: recall 0.988 in 1.33 ms, against 0.973 in 2.18 ms for the plain graph; oversampling 2: 0.994 in
 #: 1.64 ms, 3: 0.999 in 2.24 ms, none: 0.960 in 1.13 ms. No effect on segments without
 #: quantization (recent points, small collections, collections made with it off).
-_QUANTIZED = qe.QuantizationSearchParams(rescore=True, oversampling=1.5)
-DENSE_SEARCH_PARAMS = qe.SearchParams(quantization=_QUANTIZED)
+QUANTIZED = qe.QuantizationSearchParams(rescore=True, oversampling=1.5)
+DENSE_SEARCH_PARAMS = qe.SearchParams(quantization=QUANTIZED)
 #: Queries restricted to a few ids: the original vectors (a score threshold applies to exact scores).
 _EXACT_PARAMS = qe.SearchParams(quantization=qe.QuantizationSearchParams(ignore=True))
 

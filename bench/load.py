@@ -17,7 +17,9 @@ Markdown summary (RPS, p50/p95/p99, status codes) go to results/load/. When it s
 (or with --model-rate) it measures the local model's own batch throughput in this process, on the
 same machine, right before each add / search-unique scenario and after each of its rounds
 (``--rounds``, default 1), and reports the scenario's RPS as a ratio to it (÷ model: a round's RPS
-over the mean of the measurements on its two sides; the median of the rounds').
+over the mean of the measurements on its two sides; the median of the rounds'). The model alone is
+run both ways it can go: one batch at a time on every core, and one batch per embedding worker at
+once (``ENGRAM_LOCAL_EMBED_WORKERS``); the faster is the reference.
 With the server's process id (known when it starts the server; ``--server-pid`` otherwise; Linux),
 each scenario's row also splits the server's CPU per request among its threads, read from
 ``/proc/PID/task/*/stat`` around the ghz run: the event loop (gRPC, the servicer, ranking), the
@@ -27,6 +29,7 @@ storage thread, the embedding model's threads, and the rest (gRPC's poller, the 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import random
@@ -319,8 +322,6 @@ class ModelRate:
     not do, and one taken on a single side of a scenario can be off by 10–15 %."""
 
     def __init__(self, seconds: float) -> None:
-        import asyncio  # noqa: PLC0415
-
         from engram_server.adapters.embedding.local import LocalE5Embedder  # noqa: PLC0415
 
         self._loop = asyncio.new_event_loop()
@@ -329,6 +330,7 @@ class ModelRate:
         self._seconds = seconds
         self._rng = random.Random(7)
         self._i = 0
+        self.last = (0.0, 0.0)
 
     def _text(self, kind: str) -> str:
         self._i += 1
@@ -340,16 +342,36 @@ class ModelRate:
         return f"what did {word} write about taxes {self._i}"
 
     def measure(self, kind: str, batch: int) -> float:
-        async def run() -> float:
+        """The better of two ways to run the model alone (``last`` keeps both): one batch of
+        ``batch`` texts at a time, on every core; and as many batches at once as the embedder has
+        workers (``ENGRAM_LOCAL_EMBED_WORKERS``), ``batch`` texts split among them — how the server
+        runs it under load. The stricter reference is the one the server is compared with."""
+
+        async def run(at_once: int, size: int) -> float:
             embed = self._model.embed_documents if kind == "documents" else self._model.embed_queries
-            await embed([self._text(kind) for _ in range(batch)])  # warm
+            await asyncio.gather(*(embed([self._text(kind) for _ in range(size)]) for _ in range(at_once)))
             done, start = 0, time.perf_counter()
-            while time.perf_counter() - start < self._seconds:
-                await embed([self._text(kind) for _ in range(batch)])
-                done += batch
+
+            async def one() -> None:
+                nonlocal done
+                while time.perf_counter() - start < self._seconds / 2:
+                    await embed([self._text(kind) for _ in range(size)])
+                    done += size
+
+            await asyncio.gather(*(one() for _ in range(at_once)))
             return done / (time.perf_counter() - start)
 
-        return self._loop.run_until_complete(run())
+        workers = self._model.workers
+        alone = self._loop.run_until_complete(run(1, batch))
+        side_by_side = (
+            self._loop.run_until_complete(run(workers, max(1, batch // workers))) if workers > 1 else alone
+        )
+        self.last = (alone, side_by_side)
+        return max(alone, side_by_side)
+
+    def describe(self) -> str:
+        alone, side_by_side = self.last
+        return f"(one batch at a time {alone:.1f}, {self._model.workers} at once {side_by_side:.1f})"
 
     def close(self) -> None:
         self._loop.run_until_complete(self._model.close())
@@ -469,7 +491,7 @@ def main() -> None:
                 # ratio is over the mean of the measurements on its two sides.
                 kind, batch = EMBEDS[sc.name], min(c, MODEL_BATCH)
                 rates = [meter.measure(kind, batch)]
-                print(f"the model alone: {rates[-1]:.1f} {kind}/s", flush=True)
+                print(f"the model alone: {rates[-1]:.1f} {kind}/s {meter.describe()}", flush=True)
                 reports, ratios = [], []
                 spent: dict[str, float] | None = dict.fromkeys(CPU_GROUPS, 0.0) if threads else None
                 for r in range(args.rounds):
@@ -480,7 +502,7 @@ def main() -> None:
                     if spent is not None and cpu is not None:
                         spent = {g: spent[g] + cpu[g] for g in CPU_GROUPS}
                     rates.append(meter.measure(kind, batch))
-                    print(f"the model alone: {rates[-1]:.1f} {kind}/s", flush=True)
+                    print(f"the model alone: {rates[-1]:.1f} {kind}/s {meter.describe()}", flush=True)
                     ratios.append(float(reports[-1].get("rps", 0)) / ((rates[-2] + rates[-1]) / 2))
                 rows.append(summary_row(sc, merge_reports(reports), rates, ratios, spent))
             together = mixed(c, args.requests)

@@ -102,6 +102,7 @@ def build_embedder(settings: Settings) -> Embedder:
         batch_max=settings.embed_batch_max,
         batch_wait_ms=settings.embed_batch_wait_ms,
         query_cache_size=settings.query_cache_size,
+        local_workers=settings.local_embed_workers or None,
     )
 
 

@@ -58,6 +58,7 @@ class Settings:
     voyage_base_url: str = "https://api.voyageai.com/v1"
     embed_batch_max: int = 32
     embed_batch_wait_ms: float = 2.0
+    local_embed_workers: int = 0
     query_cache_size: int = 4096
     # Policy
     default_collection: str = "default"
@@ -222,6 +223,12 @@ SETTINGS_DOC: list[tuple[str, str, str]] = [
         "embed_batch_wait_ms",
         "ENGRAM_EMBED_BATCH_WAIT_MS",
         "Longest wait to fill a micro-batch while the model is busy (an idle model takes a request at once).",
+    ),
+    (
+        "local_embed_workers",
+        "ENGRAM_LOCAL_EMBED_WORKERS",
+        "Local model: embedding calls that may run at once, each on its own engine instance and its "
+        "share of the cores (0 = auto: 2, or 1 on a single core).",
     ),
     ("query_cache_size", "ENGRAM_QUERY_CACHE_SIZE", "Query embeddings kept in the LRU cache (0 = off)."),
     ("default_collection", "ENGRAM_DEFAULT_COLLECTION", "Collection used when a request names none."),
@@ -505,6 +512,8 @@ def _check(s: Settings) -> None:
             problems.append(f"{name} must be ≥ 0")
     if s.embedder_provider not in {"local", "openai", "voyage"}:
         problems.append("ENGRAM_EMBEDDER_PROVIDER must be local, openai or voyage")
+    if s.local_embed_workers < 0:
+        problems.append("ENGRAM_LOCAL_EMBED_WORKERS must be ≥ 0")
     if s.max_batch_items < 1:
         problems.append("ENGRAM_MAX_BATCH_ITEMS must be ≥ 1")
     if s.edge_segments < 0:

@@ -10,7 +10,7 @@ import pytest
 
 from engram_server.adapters.embedding.batching import BatchingEmbedder
 from engram_server.adapters.embedding.factory import EmbedderConfigError, build_embedder
-from engram_server.adapters.embedding.local import LocalE5Embedder
+from engram_server.adapters.embedding.local import LocalE5Embedder, usable_cores
 from engram_server.adapters.embedding.openai import OpenAIEmbedder
 from engram_server.adapters.embedding.voyage import VoyageEmbedder
 from engram_server.domain.errors import InvalidArgument
@@ -63,6 +63,24 @@ async def test_local_is_the_default_and_works() -> None:
         await embedder.close()
 
 
+async def test_local_workers_setting_reaches_the_model() -> None:
+    from engram_server.app import build_embedder as from_settings  # noqa: PLC0415
+    from engram_server.config import load_settings  # noqa: PLC0415
+
+    one = from_settings(load_settings({"ENGRAM_LOCAL_EMBED_WORKERS": "1"}))
+    three = _build("local", local_workers=3)
+    auto = from_settings(load_settings({}))
+    try:
+        assert isinstance(one, BatchingEmbedder) and isinstance(one.inner, LocalE5Embedder)
+        assert isinstance(three.inner, LocalE5Embedder) and isinstance(auto, BatchingEmbedder)
+        assert isinstance(auto.inner, LocalE5Embedder)
+        assert (one.inner.workers, three.inner.workers) == (1, 3)
+        assert auto.inner.workers == min(2, usable_cores())
+    finally:
+        for e in (one, three, auto):
+            await e.close()
+
+
 async def test_openai_defaults_and_overrides() -> None:
     embedder = _build("openai", openai_api_key="sk-x")
     custom = _build(
@@ -100,6 +118,7 @@ async def test_voyage_defaults() -> None:
         ("voyage", {}, "voyage api key: required"),
         ("local", {"batch_max": 0}, "batch max"),
         ("local", {"query_cache_size": -1}, "query cache size"),
+        ("local", {"local_workers": 0}, "local workers"),
     ],
 )
 def test_configuration_errors(provider: str, overrides: dict[str, Any], message: str) -> None:

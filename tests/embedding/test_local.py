@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import AsyncIterator
 
 import numpy as np
@@ -118,6 +119,52 @@ async def test_runs_in_one_dedicated_worker_thread() -> None:
     assert not any(t.name.startswith("engram-e5") and t.is_alive() for t in threading.enumerate())
 
 
+class _Recording(LocalE5Embedder):
+    """Records, for each call, the worker thread it ran on, when, and the OpenMP thread count it
+    computed with."""
+
+    def __init__(self, **kw: object) -> None:
+        super().__init__(**kw)  # type: ignore[arg-type]
+        self.calls: list[tuple[str, float, float, int]] = []
+
+    def _encode(self, i: int, texts: list[str], *, is_query: bool) -> np.ndarray:  # type: ignore[override]
+        started = time.perf_counter()
+        out = super()._encode(i, texts, is_query=is_query)
+        name = threading.current_thread().name
+        self.calls.append((name, started, time.perf_counter(), self._threads_set[i]))
+        return out
+
+
+async def test_calls_side_by_side_run_on_separate_instances_with_a_share_of_the_cores() -> None:
+    texts = [f"note {i} about a fairly ordinary topic, padded to some length" for i in range(40)]
+    single = LocalE5Embedder(workers=1, threads=2)
+    pool = _Recording(workers=2, threads=2)
+    try:
+        assert pool.workers == 2
+        expected = await single.embed_documents(texts)
+        await pool.warm_up()  # (loads both instances: one call on each worker)
+        assert len({name for name, *_ in pool.calls}) == 2
+        pool.calls.clear()
+        # A lone call computes on every core.
+        alone = await pool.embed_documents(texts)
+        assert pool.calls[-1][3] == 2
+        pool.calls.clear()
+        # Two calls at once: one on each worker, overlapping; the later one to start takes a
+        # share of the cores (the earlier may have started alone, on both).
+        first, second = await asyncio.gather(pool.embed_documents(texts), pool.embed_documents(texts[::-1]))
+        (a_name, _, a_end, _), (b_name, b_start, _, b_threads) = sorted(pool.calls, key=lambda c: c[1])
+        assert a_name != b_name
+        assert b_start < a_end  # they ran at the same time
+        assert b_threads == 1
+        # Every instance and thread count gives the same vectors.
+        for got in (alone, first, second[::-1]):
+            np.testing.assert_allclose(got, expected, atol=1e-5)
+    finally:
+        await single.close()
+        await pool.close()
+    assert not any(t.name.startswith("engram-e5") and t.is_alive() for t in threading.enumerate())
+
+
 async def test_close_is_idempotent_and_final() -> None:
     embedder = LocalE5Embedder()
     await embedder.warm_up()
@@ -132,6 +179,8 @@ def test_rejects_unknown_variant_and_bad_threads() -> None:
         LocalE5Embedder("large")
     with pytest.raises(ValueError, match="threads"):
         LocalE5Embedder(threads=0)
+    with pytest.raises(ValueError, match="workers"):
+        LocalE5Embedder(workers=0)
 
 
 _SHOW_OPENMP = """

@@ -47,6 +47,7 @@ def test_parses_every_kind_of_value() -> None:
         ("ENGRAM_SEARCH_CACHE_ENTRIES", "-1"),
         ("ENGRAM_NEAREST_LISTS", "-1"),
         ("ENGRAM_NEAREST_LISTS", "many"),
+        ("ENGRAM_LOCAL_EMBED_WORKERS", "-1"),
     ],
 )
 def test_bad_values_are_clear_errors(var: str, value: str) -> None:

@@ -69,6 +69,7 @@ def build_embedder(
     batch_wait_ms: float,
     query_cache_size: int,
     local_threads: int | None = None,
+    local_workers: int | None = None,
 ) -> BatchingEmbedder:
     """The embedder for ``provider`` (``local``, ``openai`` or ``voyage``), wrapped in a
     :class:`BatchingEmbedder`. Raises :class:`EmbedderConfigError` for a configuration that
@@ -93,7 +94,9 @@ def build_embedder(
             )
         if local_threads is not None and local_threads < 1:
             raise EmbedderConfigError.of("local threads", f"must be >= 1, got {local_threads}")
-        inner = LocalE5Embedder(resolve_local_variant(chosen), threads=local_threads)
+        if local_workers is not None and local_workers < 1:
+            raise EmbedderConfigError.of("local workers", f"must be >= 1, got {local_workers}")
+        inner = LocalE5Embedder(resolve_local_variant(chosen), threads=local_threads, workers=local_workers)
     elif name == "openai":
         base_url = openai_base_url or _OPENAI_URL
         _require_key("openai", openai_api_key, base_url, _OPENAI_URL)

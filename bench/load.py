@@ -344,8 +344,8 @@ class ModelRate:
     def measure(self, kind: str, batch: int) -> float:
         """The better of two ways to run the model alone (``last`` keeps both): one batch of
         ``batch`` texts at a time, on every core; and as many batches at once as the embedder has
-        workers (``ENGRAM_LOCAL_EMBED_WORKERS``), ``batch`` texts split among them — how the server
-        runs it under load. The stricter reference is the one the server is compared with."""
+        workers (``ENGRAM_LOCAL_EMBED_WORKERS``) and texts in ``batch``, the texts split among them —
+        how the server runs it under load. The stricter reference is the one the server is compared with."""
 
         async def run(at_once: int, size: int) -> float:
             embed = self._model.embed_documents if kind == "documents" else self._model.embed_queries
@@ -361,11 +361,9 @@ class ModelRate:
             await asyncio.gather(*(one() for _ in range(at_once)))
             return done / (time.perf_counter() - start)
 
-        workers = self._model.workers
+        at_once = min(self._model.workers, batch)  # (no more calls at once than the requests)
         alone = self._loop.run_until_complete(run(1, batch))
-        side_by_side = (
-            self._loop.run_until_complete(run(workers, max(1, batch // workers))) if workers > 1 else alone
-        )
+        side_by_side = self._loop.run_until_complete(run(at_once, batch // at_once)) if at_once > 1 else alone
         self.last = (alone, side_by_side)
         return max(alone, side_by_side)
 

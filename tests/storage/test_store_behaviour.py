@@ -995,6 +995,55 @@ async def test_live_candidates_skip_dead_points_however_many_are_nearest(
         assert (hybrid.lexical[k] > 0) == (i % 20 == 0)
 
 
+@pytest.mark.parametrize("dead_nearest", [3, 60])
+async def test_live_neighbours_skip_dead_points_however_many_are_nearest(
+    store: Store, dead_nearest: int
+) -> None:
+    """``search`` and ``search_batch`` (the write gate, locating a memory) under a search's filter
+    return the nearest live points read in full, exactly as a brute-force reading orders them,
+    whether a few dead points are among the nearest (within the embedded store's margin of extra
+    points it asks for unfiltered) or more than that (the engine filters) — in one batch with a
+    question whose nearest are all live, and with a user filter beside liveness."""
+    await store.create_collection(spec())
+    rng = np.random.default_rng(70 + dead_nearest)
+    query = unit_vectors(1, rng)[0]
+    n = 150
+    noise = unit_vectors(n, rng)
+    vecs = np.stack([query * (1.0 - i / n) + noise[i] * (0.05 + i / n) for i in range(n)])
+    vecs = (vecs / np.linalg.norm(vecs, axis=1, keepdims=True)).astype(np.float32)
+    now = 10_000.0
+    dead = dead_points(dead_nearest, (0, 2, 5))
+    recs = [
+        replace(
+            maybe_dead(dead.get(i), now, content=f"note number {i}", until=now + 1000.0 + i),
+            importance=1 + i % 10,
+        )
+        for i in range(n)
+    ]
+    await store.upsert("default", points(recs, vecs))
+    other = vecs[120] + 0.1 * unit_vectors(1, rng)[0]  # nearest ones live
+    questions = np.stack([other / np.linalg.norm(other), query]).astype(np.float32)
+
+    def expected(q: Vector, limit: int, min_importance: int) -> list[int]:
+        cos = vecs @ q
+        order = np.argsort(-cos, kind="stable")
+        return [int(i) for i in order if i not in dead and recs[i].importance >= min_importance][:limit]
+
+    for flt in (StoreFilter(live_at=now), StoreFilter(live_at=now, min_importance=4)):
+        for limit in (1, 8):
+            batch = await store.search_batch("default", questions, limit, flt)
+            for qi, q in enumerate(questions):
+                want = expected(q, limit, flt.min_importance or 0)
+                one = await store.search("default", q, limit, flt, with_vectors=True)
+                for hits in (batch[qi], one):
+                    assert [h.record for h in hits] == [recs[i] for i in want]
+                    np.testing.assert_allclose([h.score for h in hits], vecs[want] @ q, atol=1e-5)
+                for h, i in zip(one, want, strict=True):
+                    assert h.vector is not None
+                    np.testing.assert_allclose(h.vector, vecs[i], atol=1e-5)
+                assert all(h.vector is None for h in batch[qi])
+
+
 @pytest.mark.parametrize("dead_best", [3, 30])
 async def test_live_lexical_candidates_skip_dead_points_however_many_score_best(
     store: Store, dead_best: int

@@ -742,22 +742,9 @@ class EdgeStore:
         if limit <= 0:
             return []
         query: list[float] = vector.reshape(-1).tolist()
-
-        def work() -> list[ScoredPoint]:
-            col = self._col(collection)
-            hits = col.shard.query(
-                qe.QueryRequest(
-                    limit=limit,
-                    query=qe.Query.Nearest(query),
-                    filter=_edge_filter(filter_plan(flt)),
-                    with_payload=True,
-                    with_vector=[""] if with_vectors else False,
-                    params=self._neighbour_params(),
-                )
-            )
-            return _scored(col, hits, with_vectors=with_vectors)
-
-        return await self._run(work)
+        return await self._run(
+            lambda: self._nearest_records(self._col(collection), [query], limit, flt, with_vectors)[0]
+        )
 
     async def search_batch(
         self, collection: str, vectors: Vector, limit: int, flt: StoreFilter
@@ -765,30 +752,98 @@ class EdgeStore:
         rows: list[list[float]] = np.asarray(vectors, dtype=np.float64).tolist()
         if limit <= 0 or not rows:
             return [[] for _ in rows]
+        return await self._run(lambda: self._nearest_records(self._col(collection), rows, limit, flt, False))
 
-        def work() -> list[list[ScoredPoint]]:
-            col = self._col(collection)
-            edge_filter = _edge_filter(filter_plan(flt))
-            params = self._neighbour_params()
-            # One planned batch: the engine scores the vectors together in one pass.
-            batches = col.shard.query_batch(
+    def _nearest_records(
+        self, col: _Collection, rows: list[list[float]], limit: int, flt: StoreFilter, with_vectors: bool
+    ) -> list[list[ScoredPoint]]:
+        """The nearest ``limit`` points matching ``flt`` to each query row, read in full (the write
+        gate, locating a memory, reflection's copy check), as one planned batch.
+
+        As for ``candidates``, liveness is decided from the ranking fields kept beside the engine
+        rather than by the engine at every graph node it visits: it is asked for the ids and scores
+        of a margin more nearest points under the user's part of the filter, the first ``limit``
+        live ones are read in full (one read for the batch), and a row with too few live ones among
+        them is asked again with the whole filter (measured at 100k, the gate's 8 nearest: 1.12 vs
+        1.67 ms for one vector, 61.5 vs 83.0 ms for 64)."""
+        params = self._neighbour_params()
+        want_vector: list[str] | bool = [""] if with_vectors else False
+
+        def whole(some: list[list[float]]) -> list[list[ScoredPoint]]:
+            where = _edge_filter(filter_plan(flt))
+            found = col.shard.query_batch(
                 qe.QueryBatchRequest(
                     [
                         qe.QueryRequest(
                             limit=limit,
                             query=qe.Query.Nearest(row),
-                            filter=edge_filter,
+                            filter=where,
                             with_payload=True,
-                            with_vector=False,
+                            with_vector=want_vector,
                             params=params,
                         )
-                        for row in rows
+                        for row in some
                     ]
                 )
             )
-            return [_scored(col, hits, with_vectors=False) for hits in batches]
+            return [_scored(col, hits, with_vectors=with_vectors) for hits in found]
 
-        return await self._run(work)
+        split = split_live(flt)
+        if split is None:
+            return whole(rows)
+        user, live_at = split
+        where = _edge_filter(filter_plan(user))
+        asked = limit + max(_LIVENESS_MARGIN, limit // 4)
+        found = col.shard.query_batch(
+            qe.QueryBatchRequest(
+                [
+                    qe.QueryRequest(
+                        limit=asked,
+                        query=qe.Query.Nearest(row),
+                        filter=where,
+                        with_payload=False,
+                        with_vector=False,
+                        params=params,
+                    )
+                    for row in rows
+                ]
+            )
+        )
+        ranks = col.ranks
+        engine_ids: dict[int, Any] = {}
+        answers: list[list[tuple[int, float]]] = []
+        for hits in found:
+            pairs = []
+            for h in hits:
+                key = _engine_key(h.id)
+                engine_ids[key] = h.id
+                pairs.append((key, h.score))
+            answers.append(pairs)
+        _know_ranks(col, engine_ids)
+        chosen: list[list[tuple[int, float]] | None] = []
+        wanted: dict[int, Any] = {}
+        for pairs in answers:
+            live = [(key, score) for key, score in pairs if is_live(ranks[key], live_at)]
+            if len(live) < limit and len(pairs) >= asked:
+                chosen.append(None)  # more dead than the margin among the nearest: the engine filters
+                continue
+            chosen.append(live[:limit])
+            wanted.update((key, engine_ids[key]) for key, _ in live[:limit])
+        read = col.shard.retrieve(list(wanted.values()), True, with_vectors) if wanted else []
+        records = {_engine_key(r.id): r for r in read}
+        redo = [i for i, pairs in enumerate(chosen) if pairs is None]
+        redone = dict(zip(redo, whole([rows[i] for i in redo]), strict=True)) if redo else {}
+        out: list[list[ScoredPoint]] = []
+        for i, kept in enumerate(chosen):
+            if kept is None:
+                out.append(redone[i])
+                continue
+            if any(key not in records for key, _ in kept):  # cannot happen (one thread)
+                raise StorageUnavailable(f"a point in collection {col.spec.name!r} vanished during a query")
+            out.append(
+                _scored(col, [_Hit(records[key], score) for key, score in kept], with_vectors=with_vectors)
+            )
+        return out
 
     async def candidates(
         self,
@@ -1230,6 +1285,27 @@ def _ids_where(shard: qe.EdgeShard, where: qe.Filter | None) -> list[uuid.UUID]:
         out.extend(r.id if isinstance(r.id, uuid.UUID) else uuid.UUID(str(r.id)) for r in records)
         if offset is None:
             return out
+
+
+class _Hit:
+    """A point read in full with the score a query gave it (what ``_scored`` reads)."""
+
+    __slots__ = ("id", "payload", "score", "vector")
+
+    def __init__(self, record: Any, score: float) -> None:
+        self.id, self.payload, self.vector, self.score = record.id, record.payload, record.vector, score
+
+
+def _know_ranks(col: _Collection, engine_ids: Mapping[int, Any]) -> None:
+    """Read the ranking fields of the points (rank key → engine id) not yet in ``col.ranks``
+    (they are loaded in the background after open)."""
+    ranks = col.ranks
+    missing = [pid for key, pid in engine_ids.items() if key not in ranks]
+    if missing:
+        for r in col.shard.retrieve(missing, list(CANDIDATE_FIELDS), False):
+            ranks[_engine_key(r.id)] = rank_fields(str(r.id), r.payload, col.spec.name)
+        if any(key not in ranks for key in engine_ids):  # cannot happen (one thread)
+            raise StorageUnavailable(f"a point in collection {col.spec.name!r} vanished during a query")
 
 
 def _engine_key(pid: qe.PointId) -> int:

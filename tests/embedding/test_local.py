@@ -165,6 +165,25 @@ async def test_calls_side_by_side_run_on_separate_instances_with_a_share_of_the_
     assert not any(t.name.startswith("engram-e5") and t.is_alive() for t in threading.enumerate())
 
 
+async def test_a_call_shares_the_cores_while_another_waits_for_its_turn() -> None:
+    """A worker that starts a call while another call is waiting (given to the other worker, not
+    started yet) takes its share of the cores, not all of them: under load the other call is
+    about to start."""
+    pool = LocalE5Embedder(workers=2, threads=2)
+    try:
+        await pool.warm_up()
+        pool._queued[1] += 1  # (white box: a call handed to worker 1, not started)
+        try:
+            await pool._run(lambda i: pool._encode(i, ["a question"], is_query=True), at=0)
+            assert pool._threads_set[0] == 1
+        finally:
+            pool._queued[1] -= 1
+        await pool._run(lambda i: pool._encode(i, ["a question"], is_query=True), at=0)
+        assert pool._threads_set[0] == 2  # alone again: every core
+    finally:
+        await pool.close()
+
+
 async def test_close_is_idempotent_and_final() -> None:
     embedder = LocalE5Embedder()
     await embedder.warm_up()

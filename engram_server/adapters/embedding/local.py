@@ -13,13 +13,15 @@ model alone (scratch experiment described in ``docs/performance.md``): one insta
 50–52 texts/s; two instances on one core each, side by side, 63–74; with a third thread taking
 bursts of CPU beside them, 37.5 against 50. The event loop never calls the model.
 
-Document calls are cut into chunks of at most ``chunk`` texts (default 4); every call waits in
-one of two queues, queries and documents, and a worker that falls idle takes the next chunk of
-the queue that is behind its share of the model (stride scheduling: documents get at least
+Every call waits in one of two queues, queries and documents, and a worker that falls idle takes
+the next chunk of the queue that is behind its share of the model (stride scheduling: documents get at least
 ``document_share``, default a quarter, of the texts embedded while queries keep the model busy,
 queries the rest; an idle queue banks no credit). So a search that arrives during an import goes
 next, waiting only for the chunks running at that moment — not for the import's whole batches
-(seconds each) — and an import still progresses under a storm of searches. A lone document call
+(seconds each) — and an import still progresses under a storm of searches. Document calls are
+cut into chunks as workers take them: at most ``chunk`` texts (default 4), or
+``chunk_while_searching`` (default 1) while a question was asked within ``search_window`` seconds
+(default 1), so a search waits for less. A lone document call
 of many texts runs on every worker at once (the pool's rate, which beats one instance on every
 core), a lone chunk on one instance with every core. Query calls are not cut: the batcher's
 batches already spread over the workers, and the model's per-text cost falls slightly with the
@@ -38,10 +40,11 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import functools
+import math
 import os
 import threading
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -62,30 +65,39 @@ LOCAL_VARIANTS: Final[dict[str, str]] = {
 }
 LOCAL_DIMENSION: Final = 384
 
-#: Texts per document call to the model at most (see the module docstring).
+#: Texts per document call to the model at most (see the module docstring) …
 DEFAULT_CHUNK: Final = 4
+#: … and while searches are under way (a question seen within ``DEFAULT_SEARCH_WINDOW`` seconds).
+DEFAULT_CHUNK_WHILE_SEARCHING: Final = 1
+DEFAULT_SEARCH_WINDOW: Final = 1.0
 #: The least share of the texts embedded that documents get while queries keep the model busy.
 DEFAULT_DOCUMENT_SHARE: Final = 0.25
 
 
-@dataclass(slots=True)
-class _Job:
-    """One chunk of a call, waiting for an idle worker."""
+@dataclass(slots=True, eq=False)
+class _Call:
+    """One call waiting for (or running on) the workers; its texts are cut into chunks as workers
+    take them (so the chunk size can follow what else is waiting)."""
 
-    texts: int
-    run: Callable[[int], Vector]
+    texts: list[str]
+    is_query: bool
     future: asyncio.Future[Vector]
-    #: The futures of every chunk of its call (one failure gives the call up: the rest are dropped).
-    call: list[asyncio.Future[Vector]]
+    given: int = 0  # texts given to workers so far (the next chunk starts here)
+    running: int = 0  # its chunks computing now
+    parts: dict[int, Vector] = field(default_factory=dict)  # finished chunks, by first text
+
+    @property
+    def waiting(self) -> int:
+        return len(self.texts) - self.given
 
 
 @dataclass(slots=True)
 class _Queue:
-    """The chunks of one kind (queries or documents) waiting for a worker, first come first
+    """The calls of one kind (queries or documents) waiting for a worker, first come first
     served, and the queue's pass: the texts it was given, over its weight (stride scheduling)."""
 
     weight: float
-    jobs: deque[_Job] = field(default_factory=deque)
+    calls: deque[_Call] = field(default_factory=deque)
     pass_: float = 0.0
 
 
@@ -102,8 +114,9 @@ class LocalE5Embedder:
     its ``query:`` path. ``threads`` caps the engine's OpenMP threads over all calls (default: all
     cores); ``workers`` is the number of chunks that may run at once, each on its own engine
     instance (default: two, one on a single core); ``chunk`` is the most texts a document call to
-    the model takes (None: not cut); ``document_share`` the least share of the model documents get
-    while queries keep it busy (see the module docstring)."""
+    the model takes (None: not cut), ``chunk_while_searching`` the most while a question was asked
+    within ``search_window`` seconds; ``document_share`` the least share of the model documents
+    get while queries keep it busy (see the module docstring)."""
 
     def __init__(
         self,
@@ -112,6 +125,8 @@ class LocalE5Embedder:
         workers: int | None = None,
         *,
         chunk: int | None = DEFAULT_CHUNK,
+        chunk_while_searching: int | None = DEFAULT_CHUNK_WHILE_SEARCHING,
+        search_window: float = DEFAULT_SEARCH_WINDOW,
         document_share: float = DEFAULT_DOCUMENT_SHARE,
     ) -> None:
         if variant not in LOCAL_VARIANTS:
@@ -120,13 +135,18 @@ class LocalE5Embedder:
             raise ValueError(f"threads must be >= 1, got {threads}")
         if workers is not None and workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
-        if chunk is not None and chunk < 1:
-            raise ValueError(f"chunk must be >= 1 or None, got {chunk}")
+        for name, value in (("chunk", chunk), ("chunk_while_searching", chunk_while_searching)):
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be >= 1 or None, got {value}")
+        if not search_window >= 0:
+            raise ValueError(f"search_window must be >= 0, got {search_window}")
         if not 0 < document_share < 1:
             raise ValueError(f"document_share must be between 0 and 1 (exclusive), got {document_share}")
         self._variant = variant
         self._cores = threads if threads is not None else usable_cores()
         self._chunk = chunk
+        self._chunk_searching = chunk_while_searching
+        self._search_window = float(search_window)
         n = workers if workers is not None else min(2, self._cores)
         # One engine instance per worker, created (lazily) in its own thread; the OpenMP thread
         # count each last asked for (a per-thread setting). The engine's OpenMP threads, started
@@ -136,12 +156,14 @@ class LocalE5Embedder:
         self._executors: list[ThreadPoolExecutor] = [
             worker(MODEL_THREAD, python_name=f"engram-e5-{variant}-{i}") for i in range(n)
         ]
-        # Event-loop side: the chunks waiting for a worker (queries, documents), the scheduler's
-        # virtual time (the pass of the last chunk given out), the idle workers, and the chunks
-        # waiting or running (read by the workers to share the cores).
+        # Event-loop side: the calls waiting for a worker (queries, documents), the scheduler's
+        # virtual time (the pass of the last chunk given out), when a question last arrived, the
+        # idle workers, and the work waiting or running — texts not given out yet plus chunks
+        # computing (read by the workers to share the cores).
         self._queries = _Queue(1.0 - document_share)
         self._documents = _Queue(document_share)
         self._vtime = 0.0
+        self._last_question = -math.inf
         self._idle: list[int] = list(range(n - 1, -1, -1))  # (popped from the end: worker 0 first)
         self._outstanding = 0
         self._running = 0  # chunks computing right now (worker side)
@@ -189,11 +211,8 @@ class LocalE5Embedder:
             return
         self._closed = True
         for queue in (self._queries, self._documents):
-            while queue.jobs:
-                job = queue.jobs.popleft()
-                self._outstanding -= 1
-                if not job.future.done():
-                    job.future.set_exception(EmbedderUnavailable(f"{self.model_id}: embedder is closed"))
+            while queue.calls:
+                self._give_up(queue.calls[0], EmbedderUnavailable(f"{self.model_id}: embedder is closed"))
         for ex in self._executors:
             await asyncio.to_thread(ex.shutdown, wait=True)  # (each runs one chunk at most)
         self._models = [None] * len(self._models)
@@ -208,78 +227,76 @@ class LocalE5Embedder:
             raise EmbedderUnavailable(f"{self.model_id}: embedder is closed")
         loop = asyncio.get_running_loop()
         queue = self._queries if is_query else self._documents
-        if not queue.jobs:  # (an idle queue banks no credit)
+        if is_query:
+            self._last_question = loop.time()
+        if not queue.calls:  # (an idle queue banks no credit)
             queue.pass_ = max(queue.pass_, self._vtime)
-        size = len(items) if is_query else self._chunk or len(items)
-        futures: list[asyncio.Future[Vector]] = []
-        for start in range(0, len(items), size):
-            part = items[start : start + size]
-            run = functools.partial(self._encode, texts=part, is_query=is_query)
-            queue.jobs.append(_Job(len(part), run, loop.create_future(), futures))
-            self._outstanding += 1
-            futures.append(queue.jobs[-1].future)
+        call = _Call(items, is_query, loop.create_future())
+        queue.calls.append(call)
+        self._outstanding += len(items)
         self._pump()
         try:
-            parts = await asyncio.gather(*futures)
+            return await call.future
         except BaseException:
-            for f in futures:
-                f.cancel()
-            self._drop_cancelled()
+            if call.waiting:  # (cancelled: its texts not given out yet are dropped)
+                self._give_up(call, None)
             raise
-        return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
-    def _drop_cancelled(self) -> None:
-        """Forget the waiting chunks whose calls were given up (they would be skipped anyway, but
-        until then would count as work waiting for the cores)."""
-        for queue in (self._queries, self._documents):
-            kept = deque(job for job in queue.jobs if not job.future.done())
-            self._outstanding -= len(queue.jobs) - len(kept)
-            queue.jobs = kept
+    def _give_up(self, call: _Call, exc: BaseException | None) -> None:
+        """Drop a call's texts not given out yet (its running chunks finish, unused) and fail it
+        with ``exc`` (None: it was cancelled)."""
+        self._outstanding -= call.waiting
+        call.given = len(call.texts)
+        queue = self._queries if call.is_query else self._documents
+        if call in queue.calls:
+            queue.calls.remove(call)
+        if exc is not None and not call.future.done():
+            call.future.set_exception(exc)
 
-    def _next(self) -> _Job | None:
-        """The next chunk to run: from the waiting queue with the lower pass (queries on a tie)."""
-        while True:
-            waiting = [q for q in (self._queries, self._documents) if q.jobs]
-            if not waiting:
-                return None
-            queue = min(waiting, key=lambda q: q.pass_)
-            job = queue.jobs.popleft()
-            if job.future.done():  # its call was cancelled or failed before it started
-                self._outstanding -= 1
-                continue
-            self._vtime = queue.pass_
-            queue.pass_ += job.texts / queue.weight
-            return job
+    def _chunk_size(self, call: _Call, now: float) -> int:
+        if call.is_query:
+            return call.waiting  # (not cut)
+        searching = bool(self._queries.calls) or now - self._last_question < self._search_window
+        return (self._chunk_searching if searching else self._chunk) or call.waiting
 
     def _pump(self) -> None:
-        """Give the next waiting chunks to the idle workers (on the event loop)."""
+        """Give the next chunks to the idle workers (on the event loop): each from the waiting
+        queue with the lower pass (queries on a tie)."""
+        now = asyncio.get_running_loop().time()
         while self._idle and not self._closed:
-            job = self._next()
-            if job is None:
+            waiting = [q for q in (self._queries, self._documents) if q.calls]
+            if not waiting:
                 return
+            queue = min(waiting, key=lambda q: q.pass_)
+            call = queue.calls[0]
+            start = call.given
+            stop = min(len(call.texts), start + self._chunk_size(call, now))
+            call.given = stop
+            call.running += 1
+            self._outstanding -= stop - start - 1  # (the texts given, the chunk now running)
+            if not call.waiting:
+                queue.calls.popleft()
+            self._vtime = queue.pass_
+            queue.pass_ += (stop - start) / queue.weight
+            run = functools.partial(self._encode, texts=call.texts[start:stop], is_query=call.is_query)
             i = self._idle.pop()
-            try:
-                done = asyncio.wrap_future(self._executors[i].submit(job.run, i))
-            except RuntimeError:  # (cannot happen: submits stop with ``_closed``)
-                self._idle.append(i)
-                self._outstanding -= 1
-                job.future.set_exception(EmbedderUnavailable(f"{self.model_id}: embedder is closed"))
-                continue
-            done.add_done_callback(functools.partial(self._finished, i, job))
+            done = asyncio.wrap_future(self._executors[i].submit(run, i))
+            done.add_done_callback(functools.partial(self._finished, i, call, start))
 
-    def _finished(self, i: int, job: _Job, done: asyncio.Future[Vector]) -> None:
+    def _finished(self, i: int, call: _Call, start: int, done: asyncio.Future[Vector]) -> None:
         self._outstanding -= 1
         self._idle.append(i)
-        if not job.future.done():
+        call.running -= 1
+        if not call.future.done():
             if done.cancelled():
-                job.future.set_exception(EmbedderUnavailable(f"{self.model_id}: embedder is closed"))
+                self._give_up(call, EmbedderUnavailable(f"{self.model_id}: embedder is closed"))
             elif (exc := done.exception()) is not None:
-                job.future.set_exception(exc)
-                for other in job.call:  # (before a worker picks one of them up)
-                    other.cancel()
-                self._drop_cancelled()
+                self._give_up(call, exc)  # (its other chunks are not started)
             else:
-                job.future.set_result(done.result())
+                call.parts[start] = done.result()
+                if not call.waiting and not call.running:
+                    parts = [call.parts[k] for k in sorted(call.parts)]
+                    call.future.set_result(parts[0] if len(parts) == 1 else np.concatenate(parts))
         self._pump()
 
     def _load(self, i: int) -> Any:

@@ -287,16 +287,18 @@ class LocalE5Embedder:
         self._outstanding -= 1
         self._idle.append(i)
         call.running -= 1
-        if not call.future.done():
-            if done.cancelled():
-                self._give_up(call, EmbedderUnavailable(f"{self.model_id}: embedder is closed"))
-            elif (exc := done.exception()) is not None:
-                self._give_up(call, exc)  # (its other chunks are not started)
-            else:
-                call.parts[start] = done.result()
-                if not call.waiting and not call.running:
-                    parts = [call.parts[k] for k in sorted(call.parts)]
-                    call.future.set_result(parts[0] if len(parts) == 1 else np.concatenate(parts))
+        if call.future.done():  # (given up: its result is not wanted, its failure already told)
+            if not done.cancelled():
+                done.exception()  # (retrieved: not logged as never retrieved)
+        elif done.cancelled():
+            self._give_up(call, EmbedderUnavailable(f"{self.model_id}: embedder is closed"))
+        elif (exc := done.exception()) is not None:
+            self._give_up(call, exc)  # (its other chunks are not started)
+        else:
+            call.parts[start] = done.result()
+            if not call.waiting and not call.running:
+                parts = [call.parts[k] for k in sorted(call.parts)]
+                call.future.set_result(parts[0] if len(parts) == 1 else np.concatenate(parts))
         self._pump()
 
     def _load(self, i: int) -> Any:

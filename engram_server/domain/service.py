@@ -68,7 +68,7 @@ from engram_server.domain.ranking import (
     mmr_order,
     recency_array,
 )
-from engram_server.domain.text import script_of, word_scripts
+from engram_server.domain.text import cross_script, lexically_blind, script_of, word_scripts
 from engram_server.domain.ttl import compute_valid_until
 from engram_server.domain.validation import (
     Limits,
@@ -860,17 +860,18 @@ class MemoryService:
         n = len(found)
         raw = found.cosine
         off = self._cross_script_offset
+        tags = set(found.scripts)  # script tags (see engram_server.domain.text.script_tag)
         if off and query.script and n:
-            shift = {sc: off.get((query.script, sc), 0.0) for sc in set(found.scripts)}
+            shift = {sc: off.get((query.script, cross_script(query.script, sc)), 0.0) for sc in tags}
             raw = raw + np.fromiter(map(shift.__getitem__, found.scripts), dtype=np.float64, count=n)
-        seen = frozenset(("", *query.word_scripts))
+        blind = {sc: lexically_blind(query.word_scripts, sc) for sc in tags}
         relevance = hybrid_relevance(
             self._cal.relevance_array(raw),
             found.lexical,
             found.created_at,
             self.policy.hybrid,
             np.fromiter(map(_IS_EVENT.__getitem__, found.types), dtype=bool, count=n),
-            blind=~np.fromiter(map(seen.__contains__, found.scripts), dtype=bool, count=n),
+            blind=np.fromiter(map(blind.__getitem__, found.scripts), dtype=bool, count=n),
         )
         return _Pool(found, relevance, decay_array(found.types))
 

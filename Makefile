@@ -10,7 +10,7 @@ TOOLS := .tools
 BUF := $(TOOLS)/node_modules/.bin/buf
 BUF_VERSION := 1.75.0
 
-.PHONY: help install run test lint fmt proto proto-check buf-lint buf-breaking polyglot-check go-stubs bench bench-latency bench-ingest bench-million load eval bench-locomo clean
+.PHONY: help install run test lint fmt proto proto-check buf-lint buf-breaking polyglot-check go-stubs docs bench bench-latency bench-ingest bench-million load eval bench-locomo clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -84,5 +84,8 @@ LOCOMO ?= ../shared/data/locomo
 bench-locomo: install ## LoCoMo evidence recall, Engram vs plain dense (not in CI; CONVERSATIONS=2 for a subset)
 	$(PY) -m eval.locomo --data $(LOCOMO) --out results/locomo $(if $(CONVERSATIONS),--conversations $(CONVERSATIONS))
 
+docs: install ## Build the documentation site into site/ (mkdocs --strict: a broken link or page fails)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+
 clean: ## Remove the virtualenv and tool caches
-	rm -rf $(VENV) $(TOOLS) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(TOOLS) site .pytest_cache .mypy_cache .ruff_cache

@@ -155,13 +155,13 @@ SETTINGS_DOC: list[tuple[str, str, str]] = [
         "qdrant_on_disk",
         "ENGRAM_QDRANT_ON_DISK",
         "Qdrant server: keep the original vectors of new collections on disk (memory-mapped) "
-        "instead of in RAM. See deploy/CAPACITY.md.",
+        "instead of in RAM. See docs/operations/capacity.md.",
     ),
     (
         "qdrant_quantization",
         "ENGRAM_QDRANT_QUANTIZATION",
         "Qdrant server: `none` or `int8` (scalar quantization of new collections, kept in RAM; "
-        "searches rescore with the original vectors). See deploy/CAPACITY.md.",
+        "searches rescore with the original vectors). See docs/operations/capacity.md.",
     ),
     ("qdrant_timeout", "ENGRAM_QDRANT_TIMEOUT", "Seconds before a Qdrant call counts as unavailable."),
     (

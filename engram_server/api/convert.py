@@ -99,6 +99,7 @@ def add_command_in(msg: s.AddMemoryRequest | s.NewMemory, collection: str, prefi
         created_at=ts_in(msg.created_at) if msg.HasField("created_at") else None,
         valid_until=ts_in(msg.valid_until) if msg.HasField("valid_until") else None,
         request_id=msg.request_id,
+        allow_duplicate=msg.allow_duplicate,
     )
 
 
@@ -110,6 +111,7 @@ def add_result_fields(r: AddResult) -> dict[str, Any]:
         "duplicate_similarity": r.duplicate_similarity,
         "near_duplicates": [similar_out(x) for x in r.near_duplicates],
         "replayed": r.replayed,
+        "gate_reason": r.reason.value,
     }
 
 
@@ -144,7 +146,14 @@ def memory_out(r: MemoryRecord) -> m.Memory:
 
 def similar_out(x: Similar) -> m.SimilarMemory:
     return m.SimilarMemory(
-        id=x.record.id, similarity=x.similarity, content=x.record.content, type=TYPE_OUT[x.record.type]
+        id=x.record.id,
+        similarity=x.similarity,
+        content=x.record.content,
+        type=TYPE_OUT[x.record.type],
+        reason=x.reason.value,
+        conflicts=[
+            m.SpecificConflict(kind=c.kind, existing_values=c.existing, new_values=c.new) for c in x.conflicts
+        ],
     )
 
 

@@ -57,6 +57,7 @@ from engram_client.models import (
     SimilarMemory,
     Source,
     SourceType,
+    SpecificConflict,
     UpdateResult,
 )
 
@@ -109,6 +110,7 @@ __all__ = [
     "SimilarMemory",
     "Source",
     "SourceType",
+    "SpecificConflict",
     "StorageUnavailableError",
     "ThresholdTooLowError",
     "UnauthenticatedError",

@@ -29,6 +29,7 @@ from engram_client.models import (
     SimilarMemory,
     Source,
     SourceType,
+    SpecificConflict,
     UpdateResult,
 )
 from engram_client.proto.engram.v1 import memory_pb2, memory_service_pb2
@@ -158,6 +159,10 @@ def _similar(items: Iterable[memory_pb2.SimilarMemory]) -> tuple[SimilarMemory, 
             similarity=s.similarity,
             content=s.content,
             type=_TYPE_FROM.get(s.type, MemoryType.UNSPECIFIED),
+            reason=s.reason,
+            conflicts=tuple(
+                SpecificConflict(c.kind, tuple(c.existing_values), tuple(c.new_values)) for c in s.conflicts
+            ),
         )
         for s in items
     )
@@ -179,6 +184,7 @@ def add_result(
         replayed=resp.replayed,
         request_id=request_id,
         duplicate_of_index=duplicate_of_index,
+        gate_reason=resp.gate_reason,
     )
 
 

@@ -9,9 +9,10 @@ dozen Chinese characters, although it has more Chinese words than English ones.
 
 A stored memory carries a *script tag* (:func:`script_tag`): its main script, followed by ``+`` and
 the other script when it has words in both (``"cjk"``, ``"latin"``, ``"cjk+latin"``, ``"latin+cjk"``;
-``""`` when it has no word at all). Search uses the tag twice (see :func:`cross_script` and
-:func:`lexically_blind`): the cross-lingual offset only for a memory written wholly in the other
-script, the blind-lexical credit only for a memory with no word in any script of the question.
+``""`` when it has no word at all). Search uses its main script twice (see :func:`cross_script` and
+:func:`lexically_blind`): the cross-lingual offset for a memory written mainly in another script
+than the question, the blind-lexical credit for a memory whose main script the question has no word
+in.
 """
 
 from __future__ import annotations
@@ -85,24 +86,24 @@ def word_scripts(text: str) -> frozenset[str]:
 
 def cross_script(query_script: str, tag: str) -> str:
     """The script of a memory tagged ``tag`` for the cross-lingual offset of a query written mainly
-    in ``query_script``: the memory's script when it is written wholly in another script than the
-    query (a translation), else ``""`` (no offset).
+    in ``query_script``: the memory's main script when it differs from the query's, else ``""``
+    (no offset).
 
-    A memory that mixes in words of the query's script ("Grafana dashboard 上 p99 latency 的
-    panel" for a Chinese question) already shares words with the question; adding the offset on top
-    lifted unrelated code-switched memories to the relevance of answers.
+    By words, a Chinese sentence carrying product names or identifiers ("在 staging 环境把 Redis
+    cluster 的 maxmemory-policy 改成 allkeys-lru") is Chinese, so a Chinese question gives it no
+    offset; by letters it counted as English and was lifted to the relevance of answers. A Chinese
+    translation with one Latin token ("我的血型是 AB 型") is still Chinese for an English question.
     """
     if not query_script or not tag:
         return ""
-    parts = tag.split("+")
-    if query_script in parts:
-        return ""
-    return parts[0]
+    main = tag.split("+", maxsplit=1)[0]
+    return "" if main == query_script else main
 
 
 def lexically_blind(query_scripts: frozenset[str], tag: str) -> bool:
-    """Whether a memory tagged ``tag`` has no word in any script of the query (so the lexical side
-    cannot match it and its lexical 0 says nothing). A memory without words (``""``) is not blind."""
+    """Whether the lexical side is (mostly) blind to a memory tagged ``tag``: the question has no word
+    in the memory's main script, so a lexical score of 0 says little about it. A memory without words
+    (``""``) is not blind; one that does score lexically keeps its score either way."""
     if not tag:
         return False
-    return not query_scripts.intersection(tag.split("+"))
+    return tag.split("+", maxsplit=1)[0] not in query_scripts

@@ -56,21 +56,30 @@ def test_word_scripts_lists_every_script_with_a_word() -> None:
     assert word_scripts("2024-10-03 / 17 %") == frozenset()
 
 
-def test_cross_script_offset_only_for_a_memory_wholly_in_the_other_script() -> None:
+def test_cross_script_offset_follows_the_main_script_by_words() -> None:
     assert cross_script("cjk", "latin") == "latin"  # a translation: offset
     assert cross_script("latin", "cjk") == "cjk"
     assert cross_script("cjk", "cjk") == ""
-    # A code-switched memory shares words with the question: no offset, either way round.
-    assert cross_script("cjk", "latin+cjk") == ""
-    assert cross_script("latin", "cjk+latin") == ""
+    # A Chinese sentence with Latin identifiers is Chinese: no offset for a Chinese question …
+    assert (
+        cross_script(
+            "cjk", script_tag("在 staging 环境把 Redis cluster 的 maxmemory-policy 改成 allkeys-lru。")
+        )
+        == ""
+    )
+    # … and the offset for an English one, even with a Latin token in it.
+    assert cross_script("latin", script_tag("我的血型是 AB 型，献过两次血。")) == "cjk"
+    # Mostly English with a Chinese word: English, both ways round.
+    assert cross_script("latin", "latin+cjk") == ""
+    assert cross_script("cjk", "latin+cjk") == "latin"
     assert cross_script("", "latin") == ""
     assert cross_script("cjk", "") == ""
 
 
-def test_lexically_blind_only_without_a_word_in_the_query_scripts() -> None:
+def test_lexically_blind_by_the_main_script() -> None:
     assert lexically_blind(frozenset({"latin"}), "cjk")
-    assert not lexically_blind(frozenset({"latin"}), "cjk+latin")
-    assert not lexically_blind(frozenset({"cjk"}), "latin+cjk")
+    assert lexically_blind(frozenset({"latin"}), "cjk+latin")
+    assert not lexically_blind(frozenset({"cjk"}), "cjk+latin")
     assert not lexically_blind(frozenset({"cjk", "latin"}), "latin")
     assert not lexically_blind(frozenset({"latin"}), "")
     assert lexically_blind(frozenset(), "latin")

@@ -193,7 +193,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not r.passed:
             print(f"FAIL {r.id} ({r.split}): {r.outcome} {r.similarity:.3f} {r.reason}")
     print(f"report: {args.out / 'gate_pairs.json'} {args.out / 'gate_pairs.md'}")
-    return 0
+    # The hard invariant: a different fact is never refused (restatements are a rate, reported).
+    return 1 if summary["different_facts"]["all"]["duplicate"] else 0
 
 
 if __name__ == "__main__":

@@ -68,7 +68,7 @@ from engram_server.domain.ranking import (
     mmr_order,
     recency_array,
 )
-from engram_server.domain.specifics import Conflict, conflicts
+from engram_server.domain.specifics import Conflict, conflicts, same_words
 from engram_server.domain.text import cross_script, lexically_blind, script_of, word_scripts
 from engram_server.domain.ttl import compute_valid_until
 from engram_server.domain.validation import (
@@ -122,6 +122,9 @@ class Policy:
     near_duplicate_threshold: float = 0.70
     #: Compare specifics (numbers, dates, ids, names, negation) before refusing a duplicate.
     check_specifics: bool = True
+    #: With check_specifics: a pair at or above this calibrated similarity (the scale's
+    #: "restatement" level) with the same content words and specifics is a duplicate too.
+    restatement_threshold: float = 0.82
     locate_min_threshold: float = 0.85
     delete_single_min_threshold: float = 0.70
     gate_candidates: int = 8
@@ -173,6 +176,9 @@ class GateReason(StrEnum):
     CONFLICTING_SPECIFICS = "conflicting_specifics"
     #: A duplicate exists, but the caller asked to write anyway (``allow_duplicate``).
     ALLOW_DUPLICATE = "allow_duplicate"
+    #: DUPLICATE below the duplicate threshold: at least a restatement (``restatement_threshold``),
+    #: with the same content words and the same specifics (the same sentence reordered).
+    SAME_WORDS = "same_words"
 
 
 @dataclass(frozen=True, slots=True)
@@ -604,6 +610,7 @@ class MemoryService:
                             top.similarity,
                             near,
                             duplicate_of=None if in_batch is None else in_batch[0],
+                            reason=top.reason,
                         )
                     )
                     continue
@@ -731,6 +738,19 @@ class MemoryService:
                     similar[i] = replace(s, reason=GateReason.ALLOW_DUPLICATE)
                 top = similar[i]
                 break
+            if top is None and pol.check_specifics:
+                # Reworded, not changed: the same content words and specifics as a memory at the
+                # restatement level ("For new services, the team uses X." / "The team uses X for
+                # new services."), which the embedding may place just under the threshold.
+                for i, s in enumerate(similar):
+                    if s.similarity < pol.restatement_threshold:
+                        break
+                    if same_words(s.record.content, content) and not conflicts(s.record.content, content):
+                        similar[i] = replace(
+                            s, reason=GateReason.ALLOW_DUPLICATE if allow_duplicate else GateReason.SAME_WORDS
+                        )
+                        top = similar[i]
+                        break
             # The near zone below the duplicate threshold: name the specifics that differ, so the
             # caller can tell "the same fact, changed" (update it) from "the same fact, reworded".
             for i, s in enumerate(similar):

@@ -40,7 +40,7 @@ import rjieba
 
 from engram_server.domain.text import script_of
 
-__all__ = ["Conflict", "Specifics", "conflicts", "extract"]
+__all__ = ["Conflict", "Specifics", "conflicts", "content_words", "extract", "same_words"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,3 +323,52 @@ def conflicts(existing: str, new: str) -> list[Conflict]:
     if a.negations != b.negations:
         out.append(Conflict("negation", (str(a.negations),), (str(b.negations),)))
     return out
+
+
+#: Words that carry grammar, not content: articles, pronouns, prepositions, conjunctions, the
+#: auxiliaries be/have/do, and the negation cues (negation is compared on its own). Modal verbs stay
+#: content ("can swim" is not "must swim").
+_EN_FUNCTION_TEXT = """
+    a an the this that these those there here it its i me my we our you your he him his she her
+    they them their in on at by for from to of with without into onto over under after before during
+    since until about as and or but if when while where which who whom whose so also then than too
+    is are was were be been being am has have had having do does did doing get gets got
+    not no never none nor cannot
+    """
+_EN_FUNCTION = frozenset(_EN_FUNCTION_TEXT.split())
+_ZH_FUNCTION = frozenset("的了是在都会把被由就着过呢吗啊得地和与及对也还很这那之所为而并或些个")
+_RE_CONTENT_LATIN = re.compile(r"[A-Za-z\u00c0-\u024f0-9]+(?:[-_.'’][A-Za-z\u00c0-\u024f0-9]+)*")
+
+
+def _stem(word: str) -> str:
+    """Light English stemming: possessive and plural / third-person ``s`` ("drinks" = "drink")."""
+    word = _POSSESSIVE.sub("", word.replace("’", "'"))
+    if len(word) > 3 and word.endswith("s") and not word.endswith("ss"):
+        return word[:-1]
+    return word
+
+
+@lru_cache(maxsize=4096)
+def content_words(text: str) -> frozenset[str]:
+    """The content words of ``text``: Latin words case-folded and lightly stemmed, Chinese words as
+    jieba segments them, without function words, negation cues and punctuation. Two texts with the
+    same content words (and the same specifics) say the same thing in a different order or with
+    different grammar words."""
+    out: set[str] = set()
+    for w in _RE_CONTENT_LATIN.findall(text):
+        low = w.casefold()
+        if low in _EN_FUNCTION or _RE_NT.search(low):
+            continue
+        out.add(_stem(low))
+    for run in re.findall(f"[{_CJK}]+", text):
+        for word in rjieba.cut(run):
+            w = word if word in _ZH_NOT_NEGATION else "".join(c for c in word if c not in _ZH_NEGATION_CHARS)
+            if w.strip() and w not in _ZH_FUNCTION:
+                out.add(w)
+    return frozenset(out)
+
+
+def same_words(existing: str, new: str) -> bool:
+    """Whether two texts have the same non-empty set of content words (:func:`content_words`)."""
+    a = content_words(existing)
+    return bool(a) and a == content_words(new)

@@ -101,3 +101,20 @@ async def test_allow_duplicate_is_part_of_the_idempotent_request(stub: Stub) -> 
         grpc.StatusCode.ALREADY_EXISTS,
         "ERROR_REASON_IDEMPOTENCY_CONFLICT",
     )
+
+
+async def test_a_reordered_sentence_under_the_threshold_is_refused_as_same_words(stub: Stub) -> None:
+    # The embedding puts this pair below 0.92 (0.88 with the default model); the content words and
+    # specifics are the same, so it is the same sentence reworded.
+    first = await add(stub, "Mara eats fish, not meat.")
+    again = await add(stub, "Mara doesn't eat meat; she eats fish.")
+    assert again.outcome == s.ADD_OUTCOME_DUPLICATE and again.memory.id == first.memory.id
+    if again.duplicate_similarity <= 0.92:
+        assert again.gate_reason == "same_words"
+    assert again.duplicate_similarity >= 0.82
+    # allow_duplicate writes it anyway, naming the memory it repeats.
+    forced = await add(stub, "Mara doesn't eat meat; she eats fish.", allow_duplicate=True)
+    assert forced.outcome == s.ADD_OUTCOME_CREATED and forced.gate_reason == "allow_duplicate"
+    # A changed negation with the same words is a different fact.
+    other = await add(stub, "Mara eats fish and meat.")
+    assert other.outcome == s.ADD_OUTCOME_CREATED

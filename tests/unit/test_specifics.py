@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from engram_server.domain.specifics import conflicts, extract
+from engram_server.domain.specifics import conflicts, content_words, extract, same_words
 
 
 def kinds(a: str, b: str) -> set[str]:
@@ -114,3 +114,38 @@ def test_conflict_lists_the_values_each_side_has() -> None:
     assert (c.kind, c.existing, c.new) == ("number", ("4471",), ("4472",))
     (n,) = conflicts("用户喜欢猫。", "用户不喜欢猫。")
     assert (n.kind, n.existing, n.new) == ("negation", ("0",), ("1",))
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        (
+            "The user wants brief emails without attachments.",
+            "The user wants emails that are brief and have no attachments.",
+        ),
+        ("Mara eats fish, not meat.", "Mara doesn't eat meat; she eats fish."),
+        ("Deploys happen on Fridays.", "On Fridays, deploys happen."),
+        ("用户希望代码评审简短友好。", "代码评审，用户希望简短友好。"),
+    ],
+)
+def test_reworded_sentences_have_the_same_content_words(a: str, b: str) -> None:
+    assert same_words(a, b)
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("The user wants brief emails.", "The user wants brief emails with attachments."),  # added content
+        ("The user can swim.", "The user must swim."),  # modals are content
+        ("Mara eats fish.", "Mara cooks fish."),
+        ("用户喜欢猫。", "用户喜欢狗。"),
+        ("", ""),  # no content words: never "the same"
+    ],
+)
+def test_changed_content_words_are_not_the_same(a: str, b: str) -> None:
+    assert not same_words(a, b)
+
+
+def test_content_words_drop_grammar_and_negation_cues() -> None:
+    assert content_words("The user doesn't drink coffee.") == {"user", "drink", "coffee"}
+    assert content_words("用户不喜欢吃辣。") == content_words("用户喜欢吃辣。")  # negation is compared apart

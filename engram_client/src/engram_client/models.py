@@ -201,7 +201,8 @@ class AddResult:
     duplicate_of_index: int | None = None
     #: For ``CREATED`` although a memory was above the duplicate threshold, why:
     #: ``"conflicting_specifics"`` (a different fact; the memory is in ``near_duplicates`` with
-    #: its ``conflicts``) or ``"allow_duplicate"``; empty otherwise.
+    #: its ``conflicts``) or ``"allow_duplicate"``; for ``DUPLICATE`` below 0.92, ``"same_words"``
+    #: (the same content words and specifics as the memory: a reworded sentence); empty otherwise.
     gate_reason: str = ""
 
     @property

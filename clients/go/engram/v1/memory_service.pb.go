@@ -373,6 +373,9 @@ type AddMemoryResponse struct {
 	//	consider UpdateMemory on it if the new content replaces it);
 	//
 	// "allow_duplicate": the request set allow_duplicate.
+	// For DUPLICATE below 0.92: "same_words": the new content has the same content words and the
+	// same specifics as `memory`, which is at least at the restatement level (0.82): the same
+	// sentence reworded.
 	// Empty otherwise, and empty in a replayed answer (replayed near_duplicates carry id and
 	// similarity only).
 	GateReason    string `protobuf:"bytes,6,opt,name=gate_reason,json=gateReason,proto3" json:"gate_reason,omitempty"`

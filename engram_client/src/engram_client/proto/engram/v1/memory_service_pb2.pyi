@@ -244,6 +244,9 @@ class AddMemoryResponse(_message.Message):
       content, so it is a different fact (that memory is in near_duplicates with the conflicts;
       consider UpdateMemory on it if the new content replaces it);
     "allow_duplicate": the request set allow_duplicate.
+    For DUPLICATE below 0.92: "same_words": the new content has the same content words and the
+    same specifics as `memory`, which is at least at the restatement level (0.82): the same
+    sentence reworded.
     Empty otherwise, and empty in a replayed answer (replayed near_duplicates carry id and
     similarity only).
     """

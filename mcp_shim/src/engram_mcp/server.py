@@ -1,6 +1,6 @@
 """The MCP tools: each one is a single call through engram-client's AsyncEngramClient.
 
-The tool descriptions carry the write discipline of the reference design: search before writing;
+The tool descriptions carry the write discipline of the original Go Engram: search before writing;
 a best relevance above 0.82 means update instead of add; type and importance are chosen with care
 because they decide how a memory decays and when it expires.
 

@@ -198,10 +198,13 @@ def _tool_error(error: EngramError, target: str | None = None) -> ToolError:
         hint = f"The {server} did not answer in time (ENGRAM_TIMEOUT); try again later."
     elif isinstance(error, UnauthenticatedError | PermissionDeniedError):
         hint = f"The {server} refused the credentials; check ENGRAM_API_KEY."
-    elif isinstance(error, InvalidArgumentError) and error.field_violations:
-        hint = "Fix: " + "; ".join(f"{v.field}: {v.description}" for v in error.field_violations)
     label = (error.reason or error.code.name).removeprefix("ERROR_REASON_")
     text = f"{label}: {error.message}"
+    if not hint and isinstance(error, InvalidArgumentError) and error.field_violations:
+        # Each thing once: the server's message usually names the violations already.
+        said = (f"{v.field}: {v.description}" for v in error.field_violations)
+        unsaid = [s for s in said if s not in text]
+        hint = "Fix: " + "; ".join(unsaid) if unsaid else "Fix the argument named above and call again."
     return ToolError(f"{text}. {hint}" if hint else text)
 
 

@@ -26,7 +26,7 @@ which also survives power loss, at a measured ~11 ms per single-point upsert ins
 
 HNSW. Segments are searched brute force until a collection's unindexed points reach
 ``hnsw_threshold``; then ``optimize()`` builds the HNSW index on a second thread
-("engram-edge-optimize"), one collection at a time. NOTE: qdrant-edge-py 0.9.0 holds the GIL for
+("engram-optimize"), one collection at a time. NOTE: qdrant-edge-py 0.9.0 holds the GIL for
 the whole of ``optimize()`` (measured: a ticking Python thread got no time during a 3-14 s
 build), so while an index is built the process's Python code, event loop included, does not
 run. So by default (``background_hnsw=False``) due indexes are built only in ``open()``, before
@@ -493,7 +493,7 @@ class EdgeStore:
         if self._io is not None:
             return
         self._io = worker(STORAGE_THREAD)
-        self._opt = worker(OPTIMIZER_THREAD, python_name="engram-edge-optimize")
+        self._opt = worker(OPTIMIZER_THREAD)
         try:
             await self._run(self._open_sync)
         except BaseException:

@@ -137,3 +137,12 @@ async def test_page_examples_run(page: Path, tmp_path: Path) -> None:
             )
     if skipped and len(skipped) == len(runnable):
         pytest.skip("; ".join(skipped))
+
+
+def test_readme_links_resolve() -> None:
+    """The front page's relative links point at files that exist (mkdocs --strict checks docs/ only)."""
+    readme = (REPO / "README.md").read_text()
+    targets = re.findall(r"\]\((?!https?://|#)([^)#\s]+)", readme)
+    assert targets, "no relative links found"
+    missing = [t for t in targets if not (REPO / t).exists()]
+    assert not missing, missing

@@ -297,7 +297,7 @@ class EngramMcp:
             Field(description="Collections to search (default: the server's default collection)."),
         ] = None,
     ) -> dict[str, Any]:
-        """Search long-term memory; results are ranked by score = relevance + recency + importance.
+        """Search long-term memory; results are ranked by relevance, raised by recency and importance.
 
         Each result has `relevance` (calibrated similarity to the query, 0-1) and `score` (the fused
         rank). Always search before memory_add, using the text you intend to store with limit 3:

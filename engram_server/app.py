@@ -32,6 +32,7 @@ from engram_server.telemetry import Telemetry, setup_telemetry
 
 if TYPE_CHECKING:
     from engram_server.adapters.storage.edge import CompactionReport
+    from engram_server.api.guard import GuardInterceptor
 
 log = logging.getLogger(__name__)
 
@@ -193,6 +194,7 @@ class EngramServer:
     _reflecting: asyncio.Task[None] | None = None
     _stopped: bool = False
     telemetry: Telemetry | None = None
+    guard: GuardInterceptor | None = None
 
     @classmethod
     def create(
@@ -269,6 +271,12 @@ class EngramServer:
         # RATE_LIMITED) are still traced and counted, with their reason.
         if auth is not None:
             interceptors.append(auth)
+        # Innermost: malformed bodies answer INVALID_ARGUMENT (after the key check), and the bytes
+        # of unread answers are bounded.
+        from engram_server.api.guard import GuardInterceptor  # noqa: PLC0415
+
+        self.guard = GuardInterceptor(max_pending_response_bytes=s.max_pending_response_bytes)
+        interceptors.append(self.guard)
         server = grpc.aio.server(options=options, interceptors=interceptors)
         memory_service_pb2_grpc.add_MemoryServiceServicer_to_server(
             MemoryServicer(self.service, self.reflector), server

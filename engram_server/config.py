@@ -115,6 +115,8 @@ class Settings:
     tls_cert_file: Path | None = None
     tls_key_file: Path | None = None
     tls_client_ca_file: Path | None = None
+    # Connection and load bounds (issue 27: hostile clients)
+    max_pending_response_bytes: int = 256 * 1024 * 1024
 
     extra: Mapping[str, str] = field(default_factory=dict)
 
@@ -428,6 +430,12 @@ SETTINGS_DOC: list[tuple[str, str, str]] = [
         "tls_client_ca_file",
         "ENGRAM_TLS_CLIENT_CA_FILE",
         "PEM CA bundle: require and verify client certificates (mutual TLS).",
+    ),
+    (
+        "max_pending_response_bytes",
+        "ENGRAM_MAX_PENDING_RESPONSE_BYTES",
+        "Server-wide ceiling on the bytes of answers produced and not yet read by their callers "
+        "(slow readers); past it calls get RESOURCE_EXHAUSTED with RetryInfo. 0 = no ceiling.",
     ),
 ]
 

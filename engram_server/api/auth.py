@@ -33,6 +33,7 @@ import grpc
 
 from engram_client.proto.engram.v1 import memory_service_pb2 as s
 from engram_server.api.errors import to_status
+from engram_server.api.guard import Malformed
 from engram_server.config import ConfigError, Settings
 from engram_server.domain.auth import (
     Authenticator,
@@ -175,8 +176,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             response_serializer=handler.response_serializer,
         )
 
-    def check(self, method: str, rule: Rule, request: Any, metadata: Any) -> Principal:
-        """Authenticate, rate-limit and authorize one call; raises the EngramError to answer."""
+    def identify(self, metadata: Any) -> Principal:
         key = api_key_from(metadata)
         principal = self.authenticator.authenticate(key) if key else None
         if principal is None:
@@ -185,6 +185,11 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 if key is None
                 else "unknown API key"
             )
+        return principal
+
+    def check(self, method: str, rule: Rule, request: Any, metadata: Any) -> Principal:
+        """Authenticate, rate-limit and authorize one call; raises the EngramError to answer."""
+        principal = self.identify(metadata)
         delay = self.limiter.acquire(principal, rule.cost(request) if rule.cost is not None else 1)
         if delay > 0:
             limit = self.limiter.limit_for(principal)
@@ -219,6 +224,12 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
     def _behavior(self, method: str, rule: Rule, inner: Behavior) -> Behavior:
         async def behavior(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            if isinstance(request, Malformed):  # the key first; the guard inside answers the body
+                try:
+                    self.identify(context.invocation_metadata())
+                except EngramError as exc:
+                    await context.abort_with_status(to_status(exc))
+                return await inner(request, context)
             try:
                 principal = self.check(method, rule, request, context.invocation_metadata())
             except EngramError as exc:

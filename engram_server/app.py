@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -177,6 +178,36 @@ def server_credentials(settings: Settings) -> grpc.ServerCredentials | None:
     )
 
 
+class BindError(OSError):
+    """The listening address cannot be bound; the message names it and the settings to change."""
+
+    def __init__(self, host: str, port: int, why: str) -> None:
+        super().__init__(
+            f"cannot listen on {host}:{port}: {why}; another process may hold it. "
+            "Set ENGRAM_PORT (or `engram serve --port`) to a free port, or ENGRAM_HOST to another address"
+        )
+
+
+def check_bindable(host: str, port: int) -> None:
+    """Raise :class:`BindError` when ``host:port`` cannot be bound right now, binding the way gRPC
+    does (``SO_REUSEADDR``) and letting go at once. Port 0 (any free port) always passes."""
+    if port == 0:
+        return
+    try:
+        infos = socket.getaddrinfo(
+            host.strip("[]") or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+    except socket.gaierror as exc:
+        raise BindError(host, port, f"cannot resolve {host!r} ({exc.strerror})") from None
+    for family, kind, proto, _, address in infos:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(address)
+            except OSError as exc:
+                raise BindError(host, port, exc.strerror or str(exc)) from None
+
+
 @dataclass
 class EngramServer:
     """One Engram process: the gRPC server and its background work."""
@@ -233,6 +264,7 @@ class EngramServer:
 
     async def start(self) -> None:
         s = self.settings
+        check_bindable(s.host, s.port)  # before anything is opened: one clear line if taken
         # Security first: a server that must not start (no keys on a public bind, unreadable
         # certificates) fails before it opens anything.
         from engram_server.api.auth import build_auth_interceptor  # noqa: PLC0415
@@ -293,12 +325,19 @@ class EngramServer:
             ),
             server,
         )
-        if credentials is None:
-            self.port = server.add_insecure_port(f"{s.host}:{s.port}")
+        try:
+            if credentials is None:
+                self.port = server.add_insecure_port(f"{s.host}:{s.port}")
+            else:
+                self.port = server.add_secure_port(f"{s.host}:{s.port}", credentials)
+        except RuntimeError as exc:  # grpc: "Failed to bind to address …"
+            self.port = 0
+            cause: BaseException | None = exc
         else:
-            self.port = server.add_secure_port(f"{s.host}:{s.port}", credentials)
+            cause = None
         if self.port == 0:
-            raise OSError(f"could not bind {s.host}:{s.port}")
+            await self.store.close()
+            raise BindError(s.host, s.port, "the address is in use or not available") from cause
         await server.start()
         await health.set("", health_pb2.HealthCheckResponse.SERVING)
         await health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)

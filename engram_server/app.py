@@ -33,6 +33,7 @@ from engram_server.telemetry import Telemetry, setup_telemetry
 
 if TYPE_CHECKING:
     from engram_server.adapters.storage.edge import CompactionReport
+    from engram_server.api.auth import AuthInterceptor
     from engram_server.api.guard import GuardInterceptor
 
 log = logging.getLogger(__name__)
@@ -226,6 +227,7 @@ class EngramServer:
     _stopped: bool = False
     telemetry: Telemetry | None = None
     guard: GuardInterceptor | None = None
+    auth: AuthInterceptor | None = None
 
     @classmethod
     def create(
@@ -269,7 +271,7 @@ class EngramServer:
         # certificates) fails before it opens anything.
         from engram_server.api.auth import build_auth_interceptor  # noqa: PLC0415
 
-        auth = build_auth_interceptor(s)
+        auth = self.auth = build_auth_interceptor(s)
         credentials = server_credentials(s)
         await self.store.open()
         warm = getattr(self.embedder, "warm_up", None)

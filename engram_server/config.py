@@ -117,6 +117,9 @@ class Settings:
     tls_client_ca_file: Path | None = None
     # Connection and load bounds (issue 27: hostile clients)
     max_pending_response_bytes: int = 256 * 1024 * 1024
+    auth_failure_rps: float = 2.0
+    auth_failure_burst: int = 30
+    max_in_flight_per_principal: int = 64
 
     extra: Mapping[str, str] = field(default_factory=dict)
 
@@ -437,6 +440,19 @@ SETTINGS_DOC: list[tuple[str, str, str]] = [
         "Server-wide ceiling on the bytes of answers produced and not yet read by their callers "
         "(slow readers); past it calls get RESOURCE_EXHAUSTED with RetryInfo. 0 = no ceiling.",
     ),
+    (
+        "auth_failure_rps",
+        "ENGRAM_AUTH_FAILURE_RPS",
+        "Failed authentications allowed per peer address, per second (refill); past the burst the "
+        "address gets UNAUTHENTICATED with RetryInfo without its key being checked. 0 = no limit.",
+    ),
+    ("auth_failure_burst", "ENGRAM_AUTH_FAILURE_BURST", "Failed authentications a peer address may burst."),
+    (
+        "max_in_flight_per_principal",
+        "ENGRAM_MAX_IN_FLIGHT_PER_PRINCIPAL",
+        "Calls one principal may have running at once; more get RESOURCE_EXHAUSTED "
+        "(`ERROR_REASON_RATE_LIMITED`, RetryInfo). 0 = no limit.",
+    ),
 ]
 
 
@@ -563,6 +579,13 @@ def _check(s: Settings) -> None:
         problems.append(f"ENGRAM_QDRANT_QUANTIZATION must be one of {', '.join(QDRANT_QUANTIZATIONS)}")
     if s.edge_quantization not in EDGE_QUANTIZATIONS:
         problems.append(f"ENGRAM_EDGE_QUANTIZATION must be one of {', '.join(EDGE_QUANTIZATIONS)}")
+    if s.auth_failure_rps < 0 or s.auth_failure_burst < 1:
+        problems.append("ENGRAM_AUTH_FAILURE_RPS must be ≥ 0 and ENGRAM_AUTH_FAILURE_BURST ≥ 1")
+    bounds: dict[str, int] = {
+        "ENGRAM_MAX_IN_FLIGHT_PER_PRINCIPAL": s.max_in_flight_per_principal,
+        "ENGRAM_MAX_PENDING_RESPONSE_BYTES": s.max_pending_response_bytes,
+    }
+    problems.extend(f"{bound} must be ≥ 0" for bound, amount in bounds.items() if amount < 0)
     if problems:
         raise ConfigError("; ".join(problems))
 

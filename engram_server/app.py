@@ -179,6 +179,66 @@ def server_credentials(settings: Settings) -> grpc.ServerCredentials | None:
     )
 
 
+def _ms(seconds: float) -> int:
+    return max(1, round(seconds * 1000))
+
+
+def server_options(s: Settings) -> list[tuple[str, Any]]:
+    """gRPC server channel arguments: message sizes, and the bounds on connections (see
+    docs/operations/limits.md)."""
+    options: list[tuple[str, Any]] = [
+        ("grpc.max_receive_message_length", s.max_message_bytes),
+        ("grpc.max_send_message_length", s.max_message_bytes),
+        ("grpc.keepalive_time_ms", _ms(s.keepalive_seconds)),
+        ("grpc.keepalive_timeout_ms", _ms(s.keepalive_timeout_seconds)),
+        ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+        ("grpc.server_handshake_timeout_ms", _ms(s.handshake_timeout_seconds)),
+        ("grpc.so_reuseport", 0),
+    ]
+    if s.max_connections > 0:
+        options.append(("grpc.max_allowed_incoming_connections", s.max_connections))
+    if s.max_streams_per_connection > 0:
+        options.append(("grpc.max_concurrent_streams", s.max_streams_per_connection))
+    if s.max_connection_idle_seconds > 0:
+        options.append(("grpc.max_connection_idle_ms", _ms(s.max_connection_idle_seconds)))
+    if s.max_connection_age_seconds > 0:
+        options.append(("grpc.max_connection_age_ms", _ms(s.max_connection_age_seconds)))
+        options.append(("grpc.max_connection_age_grace_ms", _ms(s.max_connection_age_grace_seconds)))
+    return options
+
+
+#: File descriptors kept for everything that is not a client connection (store files, model, logs).
+FD_RESERVE = 256
+
+
+def ensure_open_files(max_connections: int) -> None:
+    """Raise the soft open-files limit so ``max_connections`` client connections fit next to
+    the server's own files (up to the hard limit); warn when they cannot."""
+    if max_connections <= 0:
+        return
+    try:
+        import resource  # noqa: PLC0415  (POSIX only)
+    except ImportError:
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = max_connections + FD_RESERVE
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):
+            pass
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        log.warning(
+            "open-files limit %d is below ENGRAM_MAX_CONNECTIONS=%d + %d for the server's own files; "
+            "lower ENGRAM_MAX_CONNECTIONS or raise the limit (ulimit -n)",
+            soft,
+            max_connections,
+            FD_RESERVE,
+        )
+
+
 class BindError(OSError):
     """The listening address cannot be bound; the message names it and the settings to change."""
 
@@ -282,14 +342,8 @@ class EngramServer:
                 "embedding model %s has no calibration; similarity thresholds apply to raw cosine",
                 self.embedder.model_id,
             )
-        options = [
-            ("grpc.max_receive_message_length", s.max_message_bytes),
-            ("grpc.max_send_message_length", s.max_message_bytes),
-            ("grpc.keepalive_time_ms", 60_000),
-            ("grpc.keepalive_timeout_ms", 20_000),
-            ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
-            ("grpc.so_reuseport", 0),
-        ]
+        options = server_options(s)
+        ensure_open_files(s.max_connections)
         self.telemetry = setup_telemetry(s)
         interceptors: list[grpc.aio.ServerInterceptor] = []
         if self.telemetry.enabled:  # nothing configured: no interceptor, no per-call cost
@@ -311,7 +365,11 @@ class EngramServer:
 
         self.guard = GuardInterceptor(max_pending_response_bytes=s.max_pending_response_bytes)
         interceptors.append(self.guard)
-        server = grpc.aio.server(options=options, interceptors=interceptors)
+        server = grpc.aio.server(
+            options=options,
+            interceptors=interceptors,
+            maximum_concurrent_rpcs=s.max_concurrent_rpcs or None,
+        )
         memory_service_pb2_grpc.add_MemoryServiceServicer_to_server(
             MemoryServicer(self.service, self.reflector), server
         )

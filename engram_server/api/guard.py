@@ -101,6 +101,7 @@ class ResponseBudget:
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.pending = 0
+        self.taken = 0
         self.refused = 0
 
     def try_take(self, size: int) -> bool:
@@ -110,6 +111,7 @@ class ResponseBudget:
             self.refused += 1
             return False
         self.pending += size  # one answer larger than the whole budget still goes alone
+        self.taken += 1
         return True
 
     def give_back(self, size: int) -> None:

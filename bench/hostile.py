@@ -17,6 +17,11 @@ loopback with an auth file, in its own process; the clients run here. Per source
   those, how many were checked against the keys (UNAUTHENTICATED without RetryInfo) and how many
   refused by the per-peer failure limit (with RetryInfo).
 
+* ``slow readers: server RSS MiB before / held / after``: 10 raw HTTP/2 connections × 20 streams
+  that never read (zero flow-control window), each asking ListMemories for a ~3.7 MB page (28
+  memories with 64 metadata values of 2 KB), then closed; the server's resident memory before,
+  while they hold, and 5 s after they left.
+
 Figures, not assertions: this machine is shared, so compare the sources within one run.
 """
 
@@ -161,6 +166,45 @@ async def _guesses(address: str, seconds: float) -> tuple[float, int, int]:
         return (tally["checked"] + tally["limited"]) / elapsed, tally["checked"], tally["limited"]
 
 
+def _rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+async def _slow_readers(server: Server, connections: int = 10, streams: int = 20) -> str:
+    from tests.chaos.h2wire import RawH2  # noqa: PLC0415
+
+    md = (("authorization", f"Bearer {GOOD}"),)
+    async with grpc.aio.insecure_channel(server.address) as ch:
+        stub = MemoryServiceStub(ch)
+        memories = [
+            s.NewMemory(
+                content=f"note {i} on topic {i * 7}", metadata={f"k{j}": "v" * 2000 for j in range(64)}
+            )
+            for i in range(28)
+        ]
+        await stub.AddMemories(s.AddMemoriesRequest(memories=memories), metadata=md)
+        await stub.ListMemories(s.ListMemoriesRequest(page_size=1000), metadata=md)
+    await asyncio.sleep(1)
+    before = _rss_mib(server.proc.pid)
+    readers = [RawH2(server.address, window=0) for _ in range(connections)]
+    body = s.ListMemoriesRequest(page_size=1000).SerializeToString()
+    for reader in readers:
+        for _ in range(streams):
+            reader.call("/engram.v1.MemoryService/ListMemories", body, md)
+    await asyncio.sleep(10)
+    for reader in readers:
+        reader.pump()
+    held = _rss_mib(server.proc.pid)
+    for reader in readers:
+        reader.close()
+    await asyncio.sleep(5)
+    after = _rss_mib(server.proc.pid)
+    return f"{before:.0f} / {held:.0f} / {after:.0f}"
+
+
 async def measure(source: Path, seconds: float) -> dict[str, str]:
     out: dict[str, str] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -174,6 +218,7 @@ async def measure(source: Path, seconds: float) -> dict[str, str]:
                 if scrypt:
                     p50, worst = await _health_under_flood(server.address, seconds)
                     out["health p50 / max ms, 32 bad-key senders"] = f"{p50:.1f} / {worst:.0f}"
+                    out["slow readers: server RSS MiB before / held / after"] = await _slow_readers(server)
                 else:
                     rate, checked, limited = await _guesses(server.address, seconds)
                     out["bad-key guesses answered/s"] = f"{rate:.0f}"

@@ -271,7 +271,7 @@ class EngramServer:
             interceptors.append(auth)
         server = grpc.aio.server(options=options, interceptors=interceptors)
         memory_service_pb2_grpc.add_MemoryServiceServicer_to_server(
-            MemoryServicer(self.service, self.reflector), server
+            MemoryServicer(self.service, self.reflector, max_message_bytes=s.max_message_bytes), server
         )
         health = HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health, server)

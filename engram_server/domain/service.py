@@ -1380,6 +1380,12 @@ class MemoryService:
         records, nxt = await self._store.scroll(name, store_flt, size, offset)
         return records, _encode_token(nxt, name) if nxt is not None else ""
 
+    def page_token_at(self, record: MemoryRecord) -> str:
+        """A ``list`` page token that continues with ``record`` (one of the page it returned: the
+        listing is in storage order, by id, and a token names the first id of its page). The
+        gRPC edge ends a page early with it when the whole page would not fit in one message."""
+        return _encode_token(record.id, record.collection)
+
     # ------------------------------------------------------------ sweep
 
     async def sweep(self) -> dict[str, int]:

@@ -1,7 +1,8 @@
 """Every ENGRAM_* setting, typed, in one place.
 
-The README's configuration table is the user-facing copy of :data:`SETTINGS_DOC`; a test keeps
-them in step.
+``docs/reference/config.md`` is generated from :data:`SETTINGS_DOC` and the defaults of
+:class:`Settings` (``scripts/gen_config_docs.py``, the same list ``engram config`` prints); a test
+fails when it is out of date.
 """
 
 from __future__ import annotations
@@ -157,19 +158,21 @@ SETTINGS_DOC: list[tuple[str, str, str]] = [
         "qdrant_on_disk",
         "ENGRAM_QDRANT_ON_DISK",
         "Qdrant server: keep the original vectors of new collections on disk (memory-mapped) "
-        "instead of in RAM. See deploy/CAPACITY.md.",
+        "instead of in RAM. See docs/operations/capacity.md.",
     ),
     (
         "qdrant_quantization",
         "ENGRAM_QDRANT_QUANTIZATION",
         "Qdrant server: `none` or `int8` (scalar quantization of new collections, kept in RAM; "
-        "searches rescore with the original vectors). See deploy/CAPACITY.md.",
+        "searches rescore with the original vectors). See docs/operations/capacity.md.",
     ),
     ("qdrant_timeout", "ENGRAM_QDRANT_TIMEOUT", "Seconds before a Qdrant call counts as unavailable."),
     (
         "hnsw_threshold",
         "ENGRAM_HNSW_THRESHOLD",
-        "Embedded store: build the HNSW index in the background once a collection holds this many points.",
+        "Embedded store: a collection is searched exactly (brute force) until this many of its points "
+        "are unindexed; its HNSW index is then built at the next start-up, or while serving with "
+        "ENGRAM_HNSW_BACKGROUND (0 = never build one).",
     ),
     (
         "hnsw_background",
@@ -184,7 +187,7 @@ SETTINGS_DOC: list[tuple[str, str, str]] = [
         "engine's choice, about one per core: every index build then merges the whole collection "
         "into one graph, which costs more as it grows; 8 keeps each build small for large imports, "
         "at the price of searching several graphs; afterwards `engram compact` merges down to the "
-        "value set then). See Storage.",
+        "value set then). See docs/operations/storage.md.",
     ),
     (
         "edge_quantization",
@@ -193,14 +196,14 @@ SETTINGS_DOC: list[tuple[str, str, str]] = [
         "collections created from then on (+384 B of RAM a memory at 384 dimensions); searches walk "
         "the graph on the int8 codes for 1.5 times the candidates and rescore them with the original "
         "vectors: faster and closer to an exact search than the plain graph. Existing collections "
-        "keep their layout. See Storage.",
+        "keep their layout. See docs/operations/storage.md.",
     ),
     (
         "gate_hnsw_ef",
         "ENGRAM_GATE_HNSW_EF",
         "HNSW beam width (ef) of the nearest-neighbour lookups of the write gate, of updates located "
         "by content and of reflection's copy check (0 = the engine's default, wider and slower). Search "
-        "keeps the engine's default. Both storage backends. See The write gate.",
+        "keeps the engine's default. Both storage backends. See docs/concepts/gate.md.",
     ),
     (
         "sync_writes",
@@ -308,7 +311,7 @@ SETTINGS_DOC: list[tuple[str, str, str]] = [
         "fusion_mode",
         "ENGRAM_FUSION_MODE",
         "`scaled`: relevance·(w_rel + w_rec·recency + w_imp·importance/10); "
-        "`additive`: the reference's w_rel·relevance + w_rec·recency + w_imp·importance/10.",
+        "`additive`: the original Go Engram's w_rel·relevance + w_rec·recency + w_imp·importance/10.",
     ),
     ("max_content_chars", "ENGRAM_MAX_CONTENT_CHARS", "Longest memory content accepted."),
     (
@@ -417,13 +420,13 @@ SETTINGS_DOC: list[tuple[str, str, str]] = [
     (
         "api_key",
         "ENGRAM_API_KEY",
-        "One API key for one admin principal on every collection (the reference's single-key mode).",
+        "One API key for one admin principal on every collection (the original Go Engram's single-key mode).",
     ),
     (
         "auth_file",
         "ENGRAM_AUTH_FILE",
         "TOML or JSON file of principals: hashed keys (`engram hash-key`), grants per collection, "
-        "rate limit. See Security.",
+        "rate limit. See docs/operations/security.md.",
     ),
     (
         "rate_limit_rps",

@@ -263,7 +263,9 @@ README_CHECKOUT = "/path/to/engram"
 def readme_mcp_servers() -> dict[str, Any]:
     """The JSON block of the README's MCP section, parsed."""
     readme = (REPO / "README.md").read_text()
-    section = readme[readme.index("### MCP server (`engram-mcp`)") : readme.index("## How memories behave")]
+    section = readme[
+        readme.index("## MCP server (`engram-mcp`)") : readme.index("## Go, TypeScript and grpcurl")
+    ]
     blocks = re.findall(r"```json\n(.*?)```", section, flags=re.S)
     assert len(blocks) == 1, blocks
     config: dict[str, Any] = json.loads(blocks[0])

@@ -602,13 +602,18 @@ func (x *SimilarMemory) GetType() MemoryType {
 	return MemoryType_MEMORY_TYPE_UNSPECIFIED
 }
 
-// ScoreBreakdown explains a search result's rank:
-// final = w_relevance·relevance + w_recency·recency + w_importance·importance/10.
+// ScoreBreakdown explains a search result's rank. With the default fusion (ENGRAM_FUSION_MODE=scaled),
+// recency and importance scale relevance:
+// final = relevance · (w_relevance + w_recency·recency + w_importance·importance).
+// With ENGRAM_FUSION_MODE=additive:
+// final = w_relevance·relevance + w_recency·recency + w_importance·importance.
+// (importance is already divided by 10 here.)
 type ScoreBreakdown struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The fused score results are sorted by.
 	Final float32 `protobuf:"fixed32,1,opt,name=final,proto3" json:"final,omitempty"`
-	// Calibrated similarity between query and memory, in [0, 1].
+	// How well the memory matches the query, in [0, 1]: the calibrated similarity, raised by
+	// lexical (BM25) evidence and, for events, by a better-matching event of the same episode.
 	Relevance float32 `protobuf:"fixed32,2,opt,name=relevance,proto3" json:"relevance,omitempty"`
 	// Type-specific decay since created_at, in [0, 1]: decay_per_hour ^ hours.
 	Recency float32 `protobuf:"fixed32,3,opt,name=recency,proto3" json:"recency,omitempty"`

@@ -364,8 +364,12 @@ Global___SimilarMemory: _TypeAlias = SimilarMemory  # noqa: Y015
 
 @_typing.final
 class ScoreBreakdown(_message.Message):
-    """ScoreBreakdown explains a search result's rank:
-    final = w_relevance·relevance + w_recency·recency + w_importance·importance/10.
+    """ScoreBreakdown explains a search result's rank. With the default fusion (ENGRAM_FUSION_MODE=scaled),
+    recency and importance scale relevance:
+    final = relevance · (w_relevance + w_recency·recency + w_importance·importance).
+    With ENGRAM_FUSION_MODE=additive:
+    final = w_relevance·relevance + w_recency·recency + w_importance·importance.
+    (importance is already divided by 10 here.)
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -378,7 +382,9 @@ class ScoreBreakdown(_message.Message):
     final: _builtins.float
     """The fused score results are sorted by."""
     relevance: _builtins.float
-    """Calibrated similarity between query and memory, in [0, 1]."""
+    """How well the memory matches the query, in [0, 1]: the calibrated similarity, raised by
+    lexical (BM25) evidence and, for events, by a better-matching event of the same episode.
+    """
     recency: _builtins.float
     """Type-specific decay since created_at, in [0, 1]: decay_per_hour ^ hours."""
     importance: _builtins.float

@@ -85,6 +85,7 @@ def build_store(settings: Settings) -> Store:
         neighbour_ef=settings.gate_hnsw_ef,
         nearest_lists=settings.nearest_lists,
         quantization=settings.edge_quantization,
+        disk_headroom_bytes=settings.disk_headroom_mb * 1024 * 1024,
     )
 
 

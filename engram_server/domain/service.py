@@ -40,6 +40,7 @@ from engram_server.domain.errors import (
     MemorySuperseded,
     NoMatch,
     ProtectedMemory,
+    StorageFull,
     ThresholdTooLow,
 )
 from engram_server.domain.model import (
@@ -1394,9 +1395,12 @@ class MemoryService:
         out: dict[str, int] = {}
         for spec in await self._store.list_collections():
             async with self._lock(spec.name):
-                n = await self._store.delete_where(
-                    spec.name, StoreFilter(expired_at=now, include_history=True)
-                )
+                try:
+                    n = await self._store.delete_where(
+                        spec.name, StoreFilter(expired_at=now, include_history=True)
+                    )
+                except StorageFull:  # (the store logged it): the next sweep tries again
+                    break
             if n:
                 out[spec.name] = n
                 _swept.add(n, {"engram.collection": spec.name})

@@ -40,6 +40,7 @@ import asyncio
 import collections
 import concurrent.futures
 import contextlib
+import faulthandler
 import fcntl
 import hashlib
 import itertools
@@ -62,6 +63,7 @@ import qdrant_edge as qe
 from opentelemetry import metrics
 
 from engram_server.adapters.storage.access import ACCESS_LOG, AccessLedger
+from engram_server.adapters.storage.diskguard import NEW_COLLECTION_BYTES, DiskGuard, disk_usage
 from engram_server.adapters.storage.nearest import NearestBudget, NearestList, NearestLists, Row, patch
 from engram_server.adapters.storage.payload import (
     ACCESS_FIELDS,
@@ -241,6 +243,8 @@ class EdgeStore:
         neighbour_ef: int = 0,
         nearest_lists: int = 4096,
         quantization: str = "int8",
+        disk_headroom_bytes: int = 0,
+        disk_guard: DiskGuard | None = None,
     ) -> None:
         if quantization not in EDGE_QUANTIZATIONS:
             raise ValueError(
@@ -263,6 +267,9 @@ class EdgeStore:
         self._quantization = quantization
         self._data_dir = Path(data_dir)
         self._root = self._data_dir / "collections"
+        #: Refuses writes before they touch the engine while the volume is below its headroom
+        #: (see ``diskguard``: the engine's memory-mapped files SIGBUS on a full volume).
+        self.disk = disk_guard or DiskGuard(self._data_dir, disk_headroom_bytes)
         self._hnsw_threshold = hnsw_threshold
         self._sync_writes = sync_writes
         self._background_hnsw = background_hnsw
@@ -357,6 +364,8 @@ class EdgeStore:
             return  # fewer than the threshold, without counting
         col.unindexed_bound = _dense_unindexed(col)
         if col.unindexed_bound >= self._hnsw_threshold:
+            if not self.disk.room(disk_usage(col.path), what=f"index build of collection {col.spec.name}"):
+                return  # rewriting the segments needs about their size: tried again after a write
             col.unindexed_bound = None  # the build changes it: count again afterwards
             col.optimizing = self._opt.submit(self._optimize, col)
 
@@ -418,6 +427,7 @@ class EdgeStore:
 
         def work() -> CompactionReport:
             col = self._col(collection)
+            self.disk.check(disk_usage(col.path), what=f"compaction of collection {collection}")
             before = col.shard.info()
             started = time.perf_counter()
             folded = self._fold_access(col)
@@ -492,6 +502,11 @@ class EdgeStore:
     async def open(self) -> None:
         if self._io is not None:
             return
+        if not faulthandler.is_enabled():
+            # The engine's memory-mapped files raise SIGBUS if the volume fills despite the disk
+            # guard (e.g. another process took the last bytes between its check and a write):
+            # at least the fault is reported, with the threads' stacks, on stderr.
+            faulthandler.enable()
         self._io = worker(STORAGE_THREAD)
         self._opt = worker(OPTIMIZER_THREAD, python_name="engram-edge-optimize")
         try:
@@ -515,6 +530,9 @@ class EdgeStore:
                 "(only one Engram server may open a data directory)"
             ) from exc
         self._lock_file = lock_file
+        # On a volume below the headroom, the engine's start-up writes (a new log segment, the
+        # log's replay) would SIGBUS: the reserve file makes room for them (see ``diskguard``).
+        self.disk.release_reserve_if_low()
         try:
             for path in sorted(p for p in self._root.iterdir() if p.is_dir()):
                 if path.name.startswith("."):
@@ -539,6 +557,7 @@ class EdgeStore:
                 self._cols[spec.name] = col
                 self._maybe_optimize(col)
                 self._io_submit(self._warm, col, None)
+            self.disk.room(what="start-up")  # logs the state; makes the reserve when there is room
         except BaseException:
             self._close_sync()
             raise
@@ -618,6 +637,7 @@ class EdgeStore:
     def _create_sync(self, spec: CollectionSpec) -> None:
         if spec.name in self._cols:
             return
+        self.disk.check(NEW_COLLECTION_BYTES, what="new collection")
         final = self._root / spec.name
         if final.exists():  # left behind by a crash between mkdir and rename; never loaded
             raise StorageUnavailable(f"{final} exists but holds no loadable collection; remove it")
@@ -683,6 +703,7 @@ class EdgeStore:
 
         def work() -> None:
             col = self._col(collection)
+            self.disk.check()
             vectors = point_vectors(col.spec, points)
             ids = [point_id(p.record.id) for p in points]
             col.touch(ids)
@@ -1099,6 +1120,7 @@ class EdgeStore:
             col = self._col(collection)
             wanted = canonical_ids(ids)
             if wanted:
+                self.disk.check(what="deletion")
                 col.touch(wanted)
                 for pid in wanted:
                     col.ranks.pop(rank_key(pid), None)
@@ -1121,6 +1143,7 @@ class EdgeStore:
             n = col.shard.count(qe.CountRequest(exact=True, filter=edge_filter))
             if not n:
                 return 0
+            self.disk.check(what="deletion")
             if n <= _LOGGED_DELETE_MAX:
                 # By id, so that the change logs name the points that went: kept nearest lists
                 # and cached records survive (the sweeper deletes a few expired memories at a time).
@@ -1170,6 +1193,7 @@ class EdgeStore:
         validate_state_key(key)
 
         def work() -> None:
+            self.disk.check()
             folder = self._data_dir / _STATE_DIR
             folder.mkdir(parents=True, exist_ok=True)
             _write_json_atomic(folder / f"{key}.json", value)
@@ -1183,6 +1207,7 @@ class EdgeStore:
             col = self._col(collection)
             if not encoded:
                 return
+            self.disk.check()
             if any(set(payload) - _UNRANKED_FIELDS for payload in encoded.values()):
                 col.touch(encoded)
             for pid, payload in encoded.items():
@@ -1214,8 +1239,8 @@ class EdgeStore:
 
         def work() -> dict[str, tuple[int, float]]:
             col = self._col(collection)
-            if not wanted:
-                return {}
+            if not wanted or not self.disk.room(what="access counters"):
+                return {}  # below the headroom the counts of these hits are not kept
             ids: list[int | uuid.UUID | str] = list(wanted)
             counters: dict[str, tuple[int, float]] = {}
             # Counters are not ranking fields: neither the generation nor ``ranks`` change. They

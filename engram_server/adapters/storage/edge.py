@@ -24,6 +24,13 @@ with ``sync_writes=True`` every write is followed by ``flush()`` (WAL and segmen
 which also survives power loss, at a measured ~11 ms per single-point upsert instead of
 ~0.4 ms (5,000 points of 384 dimensions, p50, 2 cores).
 
+Disk. The engine writes through memory-mapped files, which SIGBUS the process when a full
+volume cannot back a page. ``disk`` (a :class:`DiskGuard`) refuses every write below the
+configured free-space headroom before it reaches the engine (StorageFull), puts off index builds
+until there is room to rewrite the collection, skips access counters, gives the sparse vector
+chunks their space while there is room (a load would fill them in), and keeps a reserve file that
+a start-up below the headroom releases so the engine can open and serve reads.
+
 HNSW. Segments are searched brute force until a collection's unindexed points reach
 ``hnsw_threshold``; then ``optimize()`` builds the HNSW index on a second thread
 ("engram-edge-optimize"), one collection at a time. NOTE: qdrant-edge-py 0.9.0 holds the GIL for
@@ -63,7 +70,13 @@ import qdrant_edge as qe
 from opentelemetry import metrics
 
 from engram_server.adapters.storage.access import ACCESS_LOG, AccessLedger
-from engram_server.adapters.storage.diskguard import NEW_COLLECTION_BYTES, DiskGuard, disk_usage
+from engram_server.adapters.storage.diskguard import (
+    NEW_COLLECTION_BYTES,
+    DiskGuard,
+    allocate,
+    disk_usage,
+    sparse_files,
+)
 from engram_server.adapters.storage.nearest import NearestBudget, NearestList, NearestLists, Row, patch
 from engram_server.adapters.storage.payload import (
     ACCESS_FIELDS,
@@ -142,6 +155,9 @@ _LIVENESS_MARGIN = 16
 _LOGGED_DELETE_MAX = 4096
 
 
+#: Sparse vector chunks are looked for at most this often while a collection is written.
+_SETTLE_SECONDS = 5.0
+
 #: Generations are unique across collections and their re-creations (see ``EdgeStore.generation``).
 _GENERATIONS = itertools.count(1)
 
@@ -193,6 +209,8 @@ class _Collection:
     #: Whether the warning that searches scan many unindexed points was logged (background builds off).
     unindexed_warned: bool = False
     opened_at: float = field(default_factory=time.monotonic)
+    #: When the sparse files a load would fill in were last looked for (``EdgeStore._settle``).
+    settled_at: float = 0.0
     #: Nearest lists of recent search vectors, patched with the points written since.
     nearest: NearestLists = field(default_factory=lambda: NearestLists(NearestBudget(0)))
 
@@ -353,6 +371,26 @@ class EdgeStore:
     def _durable(self, shard: qe.EdgeShard) -> None:
         if self._sync_writes:
             shard.flush()
+
+    def _settle(self, col: _Collection, *, now: bool = False) -> None:
+        """On the io thread, after writes (at most every :data:`_SETTLE_SECONDS`): give the
+        collection's sparse vector chunks their real space now, while the guard sees room for it,
+        rather than at the next start-up, when the engine fills them in unasked and a full volume
+        would SIGBUS the process (see ``diskguard``)."""
+        at = time.monotonic()
+        if not self.disk.enabled or (not now and at - col.settled_at < _SETTLE_SECONDS):
+            return
+        col.settled_at = at
+        for path, missing in sparse_files(col.path):
+            if not self.disk.room(
+                missing, what=f"allocating {missing // 1024} kB of collection {col.spec.name}"
+            ):
+                return
+            try:
+                allocate(path)
+            except OSError as exc:
+                log.warning("could not allocate %s: %s", path, exc)
+                return
 
     def _maybe_optimize(self, col: _Collection) -> None:
         """Runs on the io thread after writes: schedule an index build when due."""
@@ -557,7 +595,9 @@ class EdgeStore:
                 self._cols[spec.name] = col
                 self._maybe_optimize(col)
                 self._io_submit(self._warm, col, None)
-            self.disk.room(what="start-up")  # logs the state; makes the reserve when there is room
+            if self.disk.room(what="start-up"):  # logs the state; makes the reserve when there is room
+                for col in self._cols.values():
+                    self._settle(col, now=True)
         except BaseException:
             self._close_sync()
             raise
@@ -725,6 +765,7 @@ class EdgeStore:
                 col.ranks[rank_key(pid)] = rank_fields(pid, payload, collection)
             col.access.forget(rank_key(pid) for pid in ids)  # the counters are the payload's now
             self._durable(col.shard)
+            self._settle(col)
             if self._background_hnsw:
                 self._maybe_optimize(col)
             else:

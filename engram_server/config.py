@@ -217,7 +217,7 @@ SETTINGS_DOC: list[tuple[str, str, str]] = [
         "Embedded store: refuse writes (RESOURCE_EXHAUSTED, `ERROR_REASON_STORAGE_FULL`) while the data "
         "volume has less free space than this, before they touch the disk; reads keep working and "
         "background writes (index builds, access counters, the sweeper) pause. An index build also "
-        "needs the collection's own size free. 0 = no check. See Reliability.",
+        "needs the collection's own size free. 0 = no check. See docs/operations/reliability.md.",
     ),
     ("embedder_provider", "ENGRAM_EMBEDDER_PROVIDER", "`local` (default, offline), `openai` or `voyage`."),
     (

@@ -13,7 +13,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engram_server.adapters.storage.diskguard import MIB, NEW_COLLECTION_BYTES, RESERVE_FILE, DiskGuard
+from engram_server.adapters.storage.diskguard import (
+    MIB,
+    NEW_COLLECTION_BYTES,
+    RESERVE_FILE,
+    DiskGuard,
+    filesystem_type,
+)
 from engram_server.adapters.storage.edge import EdgeStore
 from engram_server.domain.errors import Reason, StorageFull
 from engram_server.domain.model import CollectionSpec, MemoryRecord, StoredPoint, StoreFilter
@@ -64,6 +70,18 @@ def test_check_refuses_below_the_headroom_and_says_why(tmp_path: Path) -> None:
     }
     assert "ENGRAM_DISK_HEADROOM_MB" in caught.value.message
     assert not guard.room()
+
+
+def test_filesystem_type_of_a_path(tmp_path: Path) -> None:
+    mounts = tmp_path / "mounts"
+    mounts.write_text(
+        "/dev/vda / ext4 rw 0 0\ntmpfs /srv/engram tmpfs rw 0 0\ntmpfs /srv/engram-old tmpfs rw 0 0\n"
+        "/dev/vdb /srv/engram/disk xfs rw 0 0\n"
+    )
+    assert filesystem_type(Path("/srv/engram/data"), mounts) == "tmpfs"
+    assert filesystem_type(Path("/srv/engram/disk/data"), mounts) == "xfs"
+    assert filesystem_type(Path("/srv/engramx"), mounts) == "ext4"
+    assert filesystem_type(Path("/srv/engram"), tmp_path / "missing") == ""
 
 
 def test_zero_headroom_turns_the_check_off(tmp_path: Path) -> None:
@@ -148,7 +166,8 @@ async def test_edge_store_refuses_writes_below_the_headroom_and_keeps_reading(tm
         assert await store.get_collection("other") is None
         assert {r.id for r in (await store.scroll("c", StoreFilter(), 100))[0]} == {p.record.id for p in kept}
 
-        # A new collection needs its up-front size besides the headroom.
+        # On a tmpfs a new collection needs its up-front size besides the headroom.
+        store.disk.memory_backed = True
         volume.free = HEADROOM + NEW_COLLECTION_BYTES - 1
         await store.upsert("c", [point(6)])  # an ordinary write fits
         with pytest.raises(StorageFull):

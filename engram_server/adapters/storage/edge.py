@@ -378,7 +378,9 @@ class EdgeStore:
         rather than at the next start-up, when the engine fills them in unasked and a full volume
         would SIGBUS the process (see ``diskguard``)."""
         at = time.monotonic()
-        if not self.disk.enabled or (not now and at - col.settled_at < _SETTLE_SECONDS):
+        if not self.disk.enabled or not self.disk.memory_backed:
+            return  # on a disk filesystem a load reads holes without allocating them
+        if not now and at - col.settled_at < _SETTLE_SECONDS:
             return
         col.settled_at = at
         for path, missing in sparse_files(col.path):
@@ -677,7 +679,7 @@ class EdgeStore:
     def _create_sync(self, spec: CollectionSpec) -> None:
         if spec.name in self._cols:
             return
-        self.disk.check(NEW_COLLECTION_BYTES, what="new collection")
+        self.disk.check(NEW_COLLECTION_BYTES if self.disk.memory_backed else 0, what="new collection")
         final = self._root / spec.name
         if final.exists():  # left behind by a crash between mkdir and rename; never loaded
             raise StorageUnavailable(f"{final} exists but holds no loadable collection; remove it")

@@ -311,6 +311,9 @@ async def test_storage_full_through_grpc_with_an_injected_reading(tmp_path: Path
         names = [c.name for c in (await stub.ListCollections(s.ListCollectionsRequest())).collections]
         assert "brand-new" not in names
         await srv.service.drain()  # the search's access counters: skipped, not an error
+        # Dropping a collection frees its space: allowed below the headroom.
+        dropped = await stub.DeleteCollection(s.DeleteCollectionRequest(name="work"))
+        assert dropped.deleted_count == 1
 
         # Space freed: the same writes succeed.
         volume.free = 1 << 40

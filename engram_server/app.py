@@ -89,6 +89,7 @@ def build_store(settings: Settings) -> Store:
         neighbour_ef=settings.gate_hnsw_ef,
         nearest_lists=settings.nearest_lists,
         quantization=settings.edge_quantization,
+        disk_headroom_bytes=settings.disk_headroom_mb * 1024 * 1024,
     )
 
 
@@ -381,7 +382,7 @@ class EngramServer:
             maximum_concurrent_rpcs=s.max_concurrent_rpcs or None,
         )
         memory_service_pb2_grpc.add_MemoryServiceServicer_to_server(
-            MemoryServicer(self.service, self.reflector), server
+            MemoryServicer(self.service, self.reflector, max_message_bytes=s.max_message_bytes), server
         )
         health = HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health, server)

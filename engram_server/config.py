@@ -49,6 +49,8 @@ class Settings:
     edge_quantization: str = "int8"
     gate_hnsw_ef: int = 64
     sync_writes: bool = False
+    # Disk headroom (embedded store): writes are refused below this much free space
+    disk_headroom_mb: int = 256
     # Embeddings
     embedder_provider: str = "local"
     embedding_model: str | None = None
@@ -222,6 +224,14 @@ SETTINGS_DOC: list[tuple[str, str, str]] = [
         "ENGRAM_SYNC_WRITES",
         "Embedded store: fsync every write (survives power loss, ~11 ms per write). Without it a "
         "write is acknowledged once in the write-ahead log, which survives a process crash.",
+    ),
+    (
+        "disk_headroom_mb",
+        "ENGRAM_DISK_HEADROOM_MB",
+        "Embedded store: refuse writes (RESOURCE_EXHAUSTED, `ERROR_REASON_STORAGE_FULL`) while the data "
+        "volume has less free space than this, before they touch the disk; reads keep working and "
+        "background writes (index builds, access counters, the sweeper) pause. An index build also "
+        "needs the collection's own size free. 0 = no check. See docs/operations/reliability.md.",
     ),
     ("embedder_provider", "ENGRAM_EMBEDDER_PROVIDER", "`local` (default, offline), `openai` or `voyage`."),
     (
@@ -662,8 +672,30 @@ def _check(s: Settings) -> None:
     ):
         if not amount > 0:
             problems.append(f"{bound} must be > 0")
+    problems.extend(_check_storage_and_answers(s))
     if problems:
         raise ConfigError("; ".join(problems))
+
+
+# ---------------------------------------------------------------- disk headroom and answer sizes
+
+
+def _check_storage_and_answers(s: Settings) -> list[str]:
+    from engram_server.api.answers import ENVELOPE_BYTES, largest_memory_bytes  # noqa: PLC0415
+    from engram_server.domain.validation import Limits  # noqa: PLC0415
+
+    problems: list[str] = []
+    if s.disk_headroom_mb < 0:
+        problems.append("ENGRAM_DISK_HEADROOM_MB must be ≥ 0 (0 = no free-space check)")
+    # An answer must hold at least two of the largest memories (UpdateMemory's memory and its
+    # previous version; GetMemory's memory and a history version) besides its other fields.
+    need = 2 * largest_memory_bytes(Limits(max_content_chars=s.max_content_chars)) + ENVELOPE_BYTES
+    if s.max_message_bytes < need:
+        problems.append(
+            f"ENGRAM_MAX_MESSAGE_BYTES={s.max_message_bytes} cannot hold two of the largest memories "
+            f"the input limits allow (ENGRAM_MAX_CONTENT_CHARS={s.max_content_chars}): at least {need}"
+        )
+    return problems
 
 
 def documented_fields() -> set[str]:

@@ -57,6 +57,7 @@ CODES: dict[Reason, grpc.StatusCode] = {
     Reason.UNAUTHENTICATED: grpc.StatusCode.UNAUTHENTICATED,
     Reason.PERMISSION_DENIED: grpc.StatusCode.PERMISSION_DENIED,
     Reason.RATE_LIMITED: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    Reason.STORAGE_FULL: grpc.StatusCode.RESOURCE_EXHAUSTED,
 }
 
 

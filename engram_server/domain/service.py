@@ -40,6 +40,7 @@ from engram_server.domain.errors import (
     MemorySuperseded,
     NoMatch,
     ProtectedMemory,
+    StorageFull,
     ThresholdTooLow,
 )
 from engram_server.domain.model import (
@@ -1384,6 +1385,12 @@ class MemoryService:
         records, nxt = await self._store.scroll(name, store_flt, size, offset)
         return records, _encode_token(nxt, name) if nxt is not None else ""
 
+    def page_token_at(self, record: MemoryRecord) -> str:
+        """A ``list`` page token that continues with ``record`` (one of the page it returned: the
+        listing is in storage order, by id, and a token names the first id of its page). The
+        gRPC edge ends a page early with it when the whole page would not fit in one message."""
+        return _encode_token(record.id, record.collection)
+
     # ------------------------------------------------------------ sweep
 
     async def sweep(self) -> dict[str, int]:
@@ -1392,9 +1399,12 @@ class MemoryService:
         out: dict[str, int] = {}
         for spec in await self._store.list_collections():
             async with self._lock(spec.name):
-                n = await self._store.delete_where(
-                    spec.name, StoreFilter(expired_at=now, include_history=True)
-                )
+                try:
+                    n = await self._store.delete_where(
+                        spec.name, StoreFilter(expired_at=now, include_history=True)
+                    )
+                except StorageFull:  # (the store logged it): the next sweep tries again
+                    break
             if n:
                 out[spec.name] = n
                 _swept.add(n, {"engram.collection": spec.name})

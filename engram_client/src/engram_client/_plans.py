@@ -35,7 +35,7 @@ from engram_client.models import (
     Page,
     RankingWeights,
     ReflectionResult,
-    SearchResult,
+    SearchResults,
     Source,
     SourceName,
     SourceType,
@@ -156,7 +156,7 @@ def search(
     diversify: bool,
     mmr_lambda: float | None,
     min_relevance: float,
-) -> Plan[list[SearchResult]]:
+) -> Plan[SearchResults]:
     req = memory_service_pb2.SearchMemoriesRequest(
         query=query,
         collections=_collections(collections),

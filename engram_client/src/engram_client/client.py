@@ -75,7 +75,7 @@ from engram_client.models import (
     Page,
     RankingWeights,
     ReflectionResult,
-    SearchResult,
+    SearchResults,
     Source,
     SourceName,
     SourceType,
@@ -304,7 +304,7 @@ class EngramClient(_ClientBase):
         mmr_lambda: float | None = None,
         min_relevance: float = 0.0,
         timeout: float | None = None,
-    ) -> list[SearchResult]:
+    ) -> SearchResults:
         """The best memories for ``query``, best first, each with its score parts. ``collections``
         (one name or several) defaults to the server's default collection."""
         plan = _plans.search(
@@ -600,7 +600,7 @@ class AsyncEngramClient(_ClientBase):
         mmr_lambda: float | None = None,
         min_relevance: float = 0.0,
         timeout: float | None = None,
-    ) -> list[SearchResult]:
+    ) -> SearchResults:
         """See :meth:`EngramClient.search`."""
         plan = _plans.search(
             query,

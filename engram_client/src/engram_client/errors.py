@@ -42,6 +42,7 @@ __all__ = [
     "ProtectedMemoryError",
     "RateLimitedError",
     "ResourceExhaustedError",
+    "StorageFullError",
     "StorageUnavailableError",
     "ThresholdTooLowError",
     "UnauthenticatedError",
@@ -277,6 +278,13 @@ class RateLimitedError(ResourceExhaustedError):
     REASON = "ERROR_REASON_RATE_LIMITED"
 
 
+class StorageFullError(ResourceExhaustedError):
+    """The server's data volume is below its free-space headroom: writes are refused (nothing was
+    written) until an operator frees space; reads keep working. Retrying soon will not help."""
+
+    REASON = "ERROR_REASON_STORAGE_FULL"
+
+
 _BY_REASON: dict[str, type[EngramError]] = {
     cls.REASON: cls
     for cls in (
@@ -296,6 +304,7 @@ _BY_REASON: dict[str, type[EngramError]] = {
         EmbedderUnavailableError,
         IdempotencyConflictError,
         RateLimitedError,
+        StorageFullError,
         UnauthenticatedError,
         PermissionDeniedError,
     )

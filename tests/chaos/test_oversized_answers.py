@@ -189,3 +189,29 @@ async def test_small_answers_are_unchanged(stub: Stub) -> None:
     assert len(rest.memories) == 1 and not rest.next_page_token
     resp = await stub.SearchMemories(s.SearchMemoriesRequest(query="cat", collections=["small"], limit=100))
     assert len(resp.results) == 3 and not resp.truncated
+
+
+async def test_batch_of_duplicates_of_large_memories_is_abridged(stub: Stub) -> None:
+    """64 short items that each duplicate a 560 kB memory would answer 36 MB: the results that do
+    not fit keep the memory's identity and say ``abridged``."""
+    rng = random.Random(11)
+    big = big_memory(rng, 0)
+    first = await stub.AddMemory(
+        s.AddMemoryRequest(
+            collection="dups", content="I live in Berlin.", tags=big.tags, metadata=big.metadata
+        )
+    )
+    resp = await stub.AddMemories(
+        s.AddMemoriesRequest(
+            collection="dups", memories=[s.NewMemory(content="I live in Berlin.") for _ in range(64)]
+        )
+    )
+    assert resp.ByteSize() <= LIMIT
+    assert len(resp.results) == 64
+    assert all(r.outcome == s.ADD_OUTCOME_DUPLICATE and r.memory.id == first.memory.id for r in resp.results)
+    whole = [r for r in resp.results if not r.abridged]
+    assert whole and len(whole) < 64
+    assert all(len(r.memory.metadata) == 64 and r.memory.content == "I live in Berlin." for r in whole)
+    for r in resp.results:
+        if r.abridged:
+            assert not r.memory.content and not r.memory.metadata and r.memory.version == 1

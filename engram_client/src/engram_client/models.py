@@ -180,6 +180,10 @@ class AddResult:
     #: :meth:`EngramClient.add_many` only: for a ``DUPLICATE`` of a memory created by an earlier
     #: item of the same call, that item's index; otherwise ``None``.
     duplicate_of_index: int | None = None
+    #: :meth:`EngramClient.add_many` only: True when ``memory`` carries only its id, type,
+    #: importance, version and times (no content, tags or metadata), so that the server's answer
+    #: fits in one message; :meth:`EngramClient.get` reads the whole memory.
+    abridged: bool = False
 
     @property
     def created(self) -> bool:

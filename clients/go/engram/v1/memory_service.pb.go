@@ -632,8 +632,13 @@ type AddMemoryResult struct {
 	// For DUPLICATE of a memory created by an earlier item of the same call: that item's
 	// index in `memories`. Unset otherwise.
 	DuplicateOfIndex *int32 `protobuf:"varint,6,opt,name=duplicate_of_index,json=duplicateOfIndex,proto3,oneof" json:"duplicate_of_index,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// True when `memory` carries only its id, collection, type, importance, version and times
+	// (no content, tags or metadata) and `near_duplicates` only ids, similarities and types, so
+	// that the whole answer fits in one message (the server's ENGRAM_MAX_MESSAGE_BYTES): e.g.
+	// many items that duplicate large memories. GetMemory reads the whole memory.
+	Abridged      bool `protobuf:"varint,7,opt,name=abridged,proto3" json:"abridged,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AddMemoryResult) Reset() {
@@ -706,6 +711,13 @@ func (x *AddMemoryResult) GetDuplicateOfIndex() int32 {
 		return *x.DuplicateOfIndex
 	}
 	return 0
+}
+
+func (x *AddMemoryResult) GetAbridged() bool {
+	if x != nil {
+		return x.Abridged
+	}
+	return false
 }
 
 // AddMemoriesResponse reports the outcome of every item of AddMemories.
@@ -2347,14 +2359,15 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\r\n" +
-	"\v_importance\"\xc9\x02\n" +
+	"\v_importance\"\xe5\x02\n" +
 	"\x0fAddMemoryResult\x12)\n" +
 	"\x06memory\x18\x01 \x01(\v2\x11.engram.v1.MemoryR\x06memory\x12/\n" +
 	"\aoutcome\x18\x02 \x01(\x0e2\x15.engram.v1.AddOutcomeR\aoutcome\x121\n" +
 	"\x14duplicate_similarity\x18\x03 \x01(\x02R\x13duplicateSimilarity\x12A\n" +
 	"\x0fnear_duplicates\x18\x04 \x03(\v2\x18.engram.v1.SimilarMemoryR\x0enearDuplicates\x12\x1a\n" +
 	"\breplayed\x18\x05 \x01(\bR\breplayed\x121\n" +
-	"\x12duplicate_of_index\x18\x06 \x01(\x05H\x00R\x10duplicateOfIndex\x88\x01\x01B\x15\n" +
+	"\x12duplicate_of_index\x18\x06 \x01(\x05H\x00R\x10duplicateOfIndex\x88\x01\x01\x12\x1a\n" +
+	"\babridged\x18\a \x01(\bR\babridgedB\x15\n" +
 	"\x13_duplicate_of_index\"K\n" +
 	"\x13AddMemoriesResponse\x124\n" +
 	"\aresults\x18\x01 \x03(\v2\x1a.engram.v1.AddMemoryResultR\aresults\"\xc1\x02\n" +

@@ -399,6 +399,7 @@ class AddMemoryResult(_message.Message):
     NEAR_DUPLICATES_FIELD_NUMBER: _builtins.int
     REPLAYED_FIELD_NUMBER: _builtins.int
     DUPLICATE_OF_INDEX_FIELD_NUMBER: _builtins.int
+    ABRIDGED_FIELD_NUMBER: _builtins.int
     outcome: Global___AddOutcome.ValueType
     """What happened to this item."""
     duplicate_similarity: _builtins.float
@@ -408,6 +409,12 @@ class AddMemoryResult(_message.Message):
     duplicate_of_index: _builtins.int
     """For DUPLICATE of a memory created by an earlier item of the same call: that item's
     index in `memories`. Unset otherwise.
+    """
+    abridged: _builtins.bool
+    """True when `memory` carries only its id, collection, type, importance, version and times
+    (no content, tags or metadata) and `near_duplicates` only ids, similarities and types, so
+    that the whole answer fits in one message (the server's ENGRAM_MAX_MESSAGE_BYTES): e.g.
+    many items that duplicate large memories. GetMemory reads the whole memory.
     """
     @_builtins.property
     def memory(self) -> _memory_pb2.Memory:
@@ -430,10 +437,11 @@ class AddMemoryResult(_message.Message):
         near_duplicates: _abc.Iterable[_memory_pb2.SimilarMemory] | None = ...,
         replayed: _builtins.bool = ...,
         duplicate_of_index: _builtins.int | None = ...,
+        abridged: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_duplicate_of_index", b"_duplicate_of_index", "duplicate_of_index", b"duplicate_of_index", "memory", b"memory"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_duplicate_of_index", b"_duplicate_of_index", "duplicate_of_index", b"duplicate_of_index", "duplicate_similarity", b"duplicate_similarity", "memory", b"memory", "near_duplicates", b"near_duplicates", "outcome", b"outcome", "replayed", b"replayed"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_duplicate_of_index", b"_duplicate_of_index", "abridged", b"abridged", "duplicate_of_index", b"duplicate_of_index", "duplicate_similarity", b"duplicate_similarity", "memory", b"memory", "near_duplicates", b"near_duplicates", "outcome", b"outcome", "replayed", b"replayed"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__duplicate_of_index: _TypeAlias = _typing.Literal["duplicate_of_index"]  # noqa: Y015
     _WhichOneofArgType__duplicate_of_index: _TypeAlias = _typing.Literal["_duplicate_of_index", b"_duplicate_of_index"]  # noqa: Y015

@@ -222,4 +222,10 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
         self, request: s.RunReflectionRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> s.RunReflectionResponse:
         report = await self._reflector.run(request.collection, dry_run=request.dry_run, force=request.force)
-        return c.reflection_out(report)
+        out = c.reflection_out(report)
+        if out.ByteSize() > self._budget:  # the sources are users' memories: keep those that fit
+            sources = list(out.sources)
+            del out.sources[:]
+            kept, out.sources_truncated = fitting(sources, self._budget - out.ByteSize())
+            out.sources.extend(kept)
+        return out

@@ -2178,9 +2178,12 @@ type RunReflectionResponse struct {
 	// The reflection collection written to.
 	ReflectionCollection string `protobuf:"bytes,11,opt,name=reflection_collection,json=reflectionCollection,proto3" json:"reflection_collection,omitempty"`
 	// The LLM model used.
-	Model         string `protobuf:"bytes,12,opt,name=model,proto3" json:"model,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Model string `protobuf:"bytes,12,opt,name=model,proto3" json:"model,omitempty"`
+	// True when the last sources were left out of `sources` so that the answer fits in one
+	// message (the server's ENGRAM_MAX_MESSAGE_BYTES); the run itself used them all.
+	SourcesTruncated bool `protobuf:"varint,13,opt,name=sources_truncated,json=sourcesTruncated,proto3" json:"sources_truncated,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *RunReflectionResponse) Reset() {
@@ -2295,6 +2298,13 @@ func (x *RunReflectionResponse) GetModel() string {
 		return x.Model
 	}
 	return ""
+}
+
+func (x *RunReflectionResponse) GetSourcesTruncated() bool {
+	if x != nil {
+		return x.SourcesTruncated
+	}
+	return false
 }
 
 var File_engram_v1_memory_service_proto protoreflect.FileDescriptor
@@ -2481,7 +2491,7 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"collection\x18\x01 \x01(\tR\n" +
 	"collection\x12\x17\n" +
 	"\adry_run\x18\x02 \x01(\bR\x06dryRun\x12\x14\n" +
-	"\x05force\x18\x03 \x01(\bR\x05force\"\xd7\x04\n" +
+	"\x05force\x18\x03 \x01(\bR\x05force\"\x84\x05\n" +
 	"\x15RunReflectionResponse\x126\n" +
 	"\aoutcome\x18\x01 \x01(\x0e2\x1c.engram.v1.ReflectionOutcomeR\aoutcome\x12<\n" +
 	"\fthrottled_by\x18\x02 \x01(\x0e2\x19.engram.v1.ReflectionGateR\vthrottledBy\x12\x16\n" +
@@ -2497,7 +2507,8 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	" \x03(\v2\x18.engram.v1.SimilarMemoryR\n" +
 	"duplicates\x123\n" +
 	"\x15reflection_collection\x18\v \x01(\tR\x14reflectionCollection\x12\x14\n" +
-	"\x05model\x18\f \x01(\tR\x05model*]\n" +
+	"\x05model\x18\f \x01(\tR\x05model\x12+\n" +
+	"\x11sources_truncated\x18\r \x01(\bR\x10sourcesTruncated*]\n" +
 	"\n" +
 	"AddOutcome\x12\x1b\n" +
 	"\x17ADD_OUTCOME_UNSPECIFIED\x10\x00\x12\x17\n" +

@@ -1208,6 +1208,7 @@ class RunReflectionResponse(_message.Message):
     DUPLICATES_FIELD_NUMBER: _builtins.int
     REFLECTION_COLLECTION_FIELD_NUMBER: _builtins.int
     MODEL_FIELD_NUMBER: _builtins.int
+    SOURCES_TRUNCATED_FIELD_NUMBER: _builtins.int
     outcome: Global___ReflectionOutcome.ValueType
     """What happened."""
     throttled_by: Global___ReflectionGate.ValueType
@@ -1222,6 +1223,10 @@ class RunReflectionResponse(_message.Message):
     """The reflection collection written to."""
     model: _builtins.str
     """The LLM model used."""
+    sources_truncated: _builtins.bool
+    """True when the last sources were left out of `sources` so that the answer fits in one
+    message (the server's ENGRAM_MAX_MESSAGE_BYTES); the run itself used them all.
+    """
     @_builtins.property
     def next_run_after(self) -> _timestamp_pb2.Timestamp:
         """For THROTTLED by a time gate: the earliest time the next run is allowed."""
@@ -1257,10 +1262,11 @@ class RunReflectionResponse(_message.Message):
         duplicates: _abc.Iterable[_memory_pb2.SimilarMemory] | None = ...,
         reflection_collection: _builtins.str = ...,
         model: _builtins.str = ...,
+        sources_truncated: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["next_run_after", b"next_run_after"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["detail", b"detail", "drafts", b"drafts", "duplicates", b"duplicates", "insights", b"insights", "model", b"model", "next_run_after", b"next_run_after", "outcome", b"outcome", "reflection_collection", b"reflection_collection", "sources", b"sources", "throttled_by", b"throttled_by", "unreflected_count", b"unreflected_count", "unreflected_importance", b"unreflected_importance"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["detail", b"detail", "drafts", b"drafts", "duplicates", b"duplicates", "insights", b"insights", "model", b"model", "next_run_after", b"next_run_after", "outcome", b"outcome", "reflection_collection", b"reflection_collection", "sources", b"sources", "sources_truncated", b"sources_truncated", "throttled_by", b"throttled_by", "unreflected_count", b"unreflected_count", "unreflected_importance", b"unreflected_importance"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

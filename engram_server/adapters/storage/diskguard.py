@@ -179,6 +179,7 @@ class DiskGuard:
         self._lock = threading.Lock()
         self._low = False
         self._logged_at = 0.0
+        self._put_off_logged: dict[str, float] = {}
 
     @property
     def enabled(self) -> bool:
@@ -224,7 +225,7 @@ class DiskGuard:
             self._low = low
             if not low and self._reserved is not True and free < self.headroom * _RESERVE_BELOW:
                 self._make_reserve(free)
-        if not ok and not low:
+        if not ok and not low and self._put_off(what):
             log.info(
                 "%s put off: it needs %.0f MB besides the headroom of %.0f MB, %.0f MB are free",
                 what,
@@ -233,6 +234,16 @@ class DiskGuard:
                 free / MIB,
             )
         return ok
+
+    def _put_off(self, what: str) -> bool:
+        """Whether to log that ``what`` was put off (once per kind every few minutes)."""
+        kind = what.split(" of ", 1)[0]
+        now = time.monotonic()
+        with self._lock:
+            if now - self._put_off_logged.get(kind, -_REMIND_SECONDS) < _REMIND_SECONDS:
+                return False
+            self._put_off_logged[kind] = now
+            return True
 
     def release_reserve_if_low(self) -> bool:
         """Before the store opens: below the headroom, delete the reserve file so the engine has

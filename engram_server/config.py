@@ -118,6 +118,20 @@ class Settings:
     tls_cert_file: Path | None = None
     tls_key_file: Path | None = None
     tls_client_ca_file: Path | None = None
+    # Connections and load
+    max_connections: int = 1000
+    max_streams_per_connection: int = 100
+    max_concurrent_rpcs: int = 1000
+    max_connection_idle_seconds: float = 300.0
+    max_connection_age_seconds: float = 3600.0
+    max_connection_age_grace_seconds: float = 30.0
+    keepalive_seconds: float = 60.0
+    keepalive_timeout_seconds: float = 20.0
+    handshake_timeout_seconds: float = 10.0
+    max_pending_response_bytes: int = 256 * 1024 * 1024
+    auth_failure_rps: float = 2.0
+    auth_failure_burst: int = 30
+    max_in_flight_per_principal: int = 64
 
     extra: Mapping[str, str] = field(default_factory=dict)
 
@@ -442,6 +456,76 @@ SETTINGS_DOC: list[tuple[str, str, str]] = [
         "ENGRAM_TLS_CLIENT_CA_FILE",
         "PEM CA bundle: require and verify client certificates (mutual TLS).",
     ),
+    (
+        "max_connections",
+        "ENGRAM_MAX_CONNECTIONS",
+        "Open client connections the server accepts; past it a new connection is closed at once "
+        "(the client sees UNAVAILABLE and retries). The open-files limit is raised to fit. 0 = no cap.",
+    ),
+    (
+        "max_streams_per_connection",
+        "ENGRAM_MAX_STREAMS_PER_CONNECTION",
+        "Concurrent calls (HTTP/2 streams) on one connection; further calls wait in the client "
+        "for a free stream. 0 = gRPC's default (unbounded).",
+    ),
+    (
+        "max_concurrent_rpcs",
+        "ENGRAM_MAX_CONCURRENT_RPCS",
+        "Calls the server runs at once over all connections; past it calls get RESOURCE_EXHAUSTED "
+        "at once (health checks included). 0 = no cap.",
+    ),
+    (
+        "max_connection_idle_seconds",
+        "ENGRAM_MAX_CONNECTION_IDLE_SECONDS",
+        "A connection with no call for this long is closed (GOAWAY; clients reconnect on their "
+        "next call). 0 = never.",
+    ),
+    (
+        "max_connection_age_seconds",
+        "ENGRAM_MAX_CONNECTION_AGE_SECONDS",
+        "A connection is closed after this long (GOAWAY; clients reconnect), so every hold on "
+        "the server ends. 0 = never.",
+    ),
+    (
+        "max_connection_age_grace_seconds",
+        "ENGRAM_MAX_CONNECTION_AGE_GRACE_SECONDS",
+        "How long calls in flight on a connection past its age may finish before it is cut.",
+    ),
+    (
+        "keepalive_seconds",
+        "ENGRAM_KEEPALIVE_SECONDS",
+        "The server pings a connection idle on the wire this often to find dead peers.",
+    ),
+    (
+        "keepalive_timeout_seconds",
+        "ENGRAM_KEEPALIVE_TIMEOUT_SECONDS",
+        "A connection whose ping is not answered within this is closed.",
+    ),
+    (
+        "handshake_timeout_seconds",
+        "ENGRAM_HANDSHAKE_TIMEOUT_SECONDS",
+        "A connection must finish its TLS/HTTP/2 handshake within this, else it is closed (bare "
+        "TCP connections that never speak).",
+    ),
+    (
+        "max_pending_response_bytes",
+        "ENGRAM_MAX_PENDING_RESPONSE_BYTES",
+        "Server-wide ceiling on the bytes of answers produced and not yet read by their callers "
+        "(slow readers); past it calls get RESOURCE_EXHAUSTED with RetryInfo. 0 = no ceiling.",
+    ),
+    (
+        "auth_failure_rps",
+        "ENGRAM_AUTH_FAILURE_RPS",
+        "Failed authentications allowed per peer address, per second (refill); past the burst the "
+        "address gets UNAUTHENTICATED with RetryInfo without its key being checked. 0 = no limit.",
+    ),
+    ("auth_failure_burst", "ENGRAM_AUTH_FAILURE_BURST", "Failed authentications a peer address may burst."),
+    (
+        "max_in_flight_per_principal",
+        "ENGRAM_MAX_IN_FLIGHT_PER_PRINCIPAL",
+        "Calls one principal may have running at once; more get RESOURCE_EXHAUSTED "
+        "(`ERROR_REASON_RATE_LIMITED`, RetryInfo). 0 = no limit.",
+    ),
 ]
 
 
@@ -568,6 +652,26 @@ def _check(s: Settings) -> None:
         problems.append(f"ENGRAM_QDRANT_QUANTIZATION must be one of {', '.join(QDRANT_QUANTIZATIONS)}")
     if s.edge_quantization not in EDGE_QUANTIZATIONS:
         problems.append(f"ENGRAM_EDGE_QUANTIZATION must be one of {', '.join(EDGE_QUANTIZATIONS)}")
+    if s.auth_failure_rps < 0 or s.auth_failure_burst < 1:
+        problems.append("ENGRAM_AUTH_FAILURE_RPS must be ≥ 0 and ENGRAM_AUTH_FAILURE_BURST ≥ 1")
+    bounds: dict[str, float] = {
+        "ENGRAM_MAX_IN_FLIGHT_PER_PRINCIPAL": s.max_in_flight_per_principal,
+        "ENGRAM_MAX_PENDING_RESPONSE_BYTES": s.max_pending_response_bytes,
+        "ENGRAM_MAX_CONNECTIONS": s.max_connections,
+        "ENGRAM_MAX_STREAMS_PER_CONNECTION": s.max_streams_per_connection,
+        "ENGRAM_MAX_CONCURRENT_RPCS": s.max_concurrent_rpcs,
+        "ENGRAM_MAX_CONNECTION_IDLE_SECONDS": s.max_connection_idle_seconds,
+        "ENGRAM_MAX_CONNECTION_AGE_SECONDS": s.max_connection_age_seconds,
+        "ENGRAM_MAX_CONNECTION_AGE_GRACE_SECONDS": s.max_connection_age_grace_seconds,
+    }
+    problems.extend(f"{bound} must be ≥ 0" for bound, amount in bounds.items() if not amount >= 0)
+    for bound, amount in (
+        ("ENGRAM_KEEPALIVE_SECONDS", s.keepalive_seconds),
+        ("ENGRAM_KEEPALIVE_TIMEOUT_SECONDS", s.keepalive_timeout_seconds),
+        ("ENGRAM_HANDSHAKE_TIMEOUT_SECONDS", s.handshake_timeout_seconds),
+    ):
+        if not amount > 0:
+            problems.append(f"{bound} must be > 0")
     problems.extend(_check_storage_and_answers(s))
     if problems:
         raise ConfigError("; ".join(problems))

@@ -137,7 +137,9 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
             importance=request.importance if request.HasField("importance") else None,
             tags=tuple(request.tags.values) if request.HasField("tags") else None,
             metadata=dict(request.metadata.entries) if request.HasField("metadata") else None,
-            valid_until=c.ts_in(request.valid_until) if request.HasField("valid_until") else None,
+            valid_until=c.ts_in(request.valid_until, "valid_until")
+            if request.HasField("valid_until")
+            else None,
             dry_run=request.dry_run,
         )
         result = await self._svc.update(cmd)

@@ -80,7 +80,9 @@ from engram_server.domain.validation import (
     check_metadata,
     check_request_id,
     check_unit_interval,
+    is_blank,
     normalise_tags,
+    valid_collection_name,
 )
 from engram_server.ports import Embedder, LexicalEncoder, Store
 
@@ -451,7 +453,9 @@ class MemoryService:
         v = Violations()
         if not name:
             v.add("name", "must not be empty")
-        else:
+        elif not valid_collection_name(name) and await self._store.get_collection(name) is None:
+            # A name the rules refuse today but an older release accepted (``"bob\n"``) can still
+            # be deleted while it exists; anything else is refused as invalid.
             check_collection(v, "name", name)
         v.raise_if_any()
         async with self._lock(name):
@@ -777,8 +781,8 @@ class MemoryService:
     async def search(self, q: SearchQuery) -> list[SearchHit]:
         pol = self.policy
         v = Violations()
-        if not q.query.strip():
-            v.add("query", "must not be empty")
+        if is_blank(q.query):
+            v.add("query", "must not be empty (or only invisible characters)")
         elif len(q.query) > pol.limits.max_content_chars:
             v.add("query", f"at most {pol.limits.max_content_chars} characters")
         names = list(dict.fromkeys(q.collections)) or [pol.default_collection]

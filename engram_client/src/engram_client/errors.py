@@ -113,8 +113,11 @@ class EngramError(Exception):
     def __str__(self) -> str:
         label = self.reason or self.code.name
         text = f"{label}: {self.message}"
-        if self.field_violations:
-            text += " (" + "; ".join(f"{v.field}: {v.description}" for v in self.field_violations) + ")"
+        # Each thing once: the server's message usually names the violations already.
+        said = (f"{v.field}: {v.description}" for v in self.field_violations)
+        unsaid = [s for s in said if s not in text]
+        if unsaid:
+            text += " (" + "; ".join(unsaid) + ")"
         return text
 
     def __repr__(self) -> str:

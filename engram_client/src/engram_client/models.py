@@ -214,11 +214,14 @@ class NewMemory:
 
 @dataclass(frozen=True, slots=True)
 class ScoreBreakdown:
-    """Why a search result ranks where it does:
-    ``final = w_relevance·relevance + w_recency·recency + w_importance·importance``."""
+    """Why a search result ranks where it does. With the server's default fusion (``scaled``):
+    ``final = relevance · (w_relevance + w_recency·recency + w_importance·importance)``; with
+    ``ENGRAM_FUSION_MODE=additive``: ``w_relevance·relevance + w_recency·recency + w_importance·importance``
+    (``importance`` is already divided by 10)."""
 
     final: float
-    #: Calibrated similarity between query and memory, in [0, 1].
+    #: How well the memory matches the query, in [0, 1]: the calibrated similarity, raised by lexical
+    #: (BM25) evidence and, for events, by a better-matching event of the same episode.
     relevance: float
     #: Type-specific decay since ``created_at``, in [0, 1].
     recency: float

@@ -33,7 +33,7 @@ a start-up below the headroom releases so the engine can open and serve reads.
 
 HNSW. Segments are searched brute force until a collection's unindexed points reach
 ``hnsw_threshold``; then ``optimize()`` builds the HNSW index on a second thread
-("engram-edge-optimize"), one collection at a time. NOTE: qdrant-edge-py 0.9.0 holds the GIL for
+("engram-optimize"), one collection at a time. NOTE: qdrant-edge-py 0.9.0 holds the GIL for
 the whole of ``optimize()`` (measured: a ticking Python thread got no time during a 3-14 s
 build), so while an index is built the process's Python code, event loop included, does not
 run. So by default (``background_hnsw=False``) due indexes are built only in ``open()``, before
@@ -548,7 +548,7 @@ class EdgeStore:
             # at least the fault is reported, with the threads' stacks, on stderr.
             faulthandler.enable()
         self._io = worker(STORAGE_THREAD)
-        self._opt = worker(OPTIMIZER_THREAD, python_name="engram-edge-optimize")
+        self._opt = worker(OPTIMIZER_THREAD)
         try:
             await self._run(self._open_sync)
         except BaseException:

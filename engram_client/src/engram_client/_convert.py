@@ -175,8 +175,11 @@ def add_result(
     """An AddMemory response, or one AddMemories result."""
     outcome = _OUTCOME_FROM.get(resp.outcome, AddOutcome.UNSPECIFIED)
     duplicate_of_index: int | None = None
-    if isinstance(resp, memory_service_pb2.AddMemoryResult) and resp.HasField("duplicate_of_index"):
-        duplicate_of_index = resp.duplicate_of_index
+    abridged = False
+    if isinstance(resp, memory_service_pb2.AddMemoryResult):
+        abridged = resp.abridged
+        if resp.HasField("duplicate_of_index"):
+            duplicate_of_index = resp.duplicate_of_index
     return AddResult(
         memory=memory_from_proto(resp.memory),
         outcome=outcome,
@@ -186,6 +189,7 @@ def add_result(
         request_id=request_id,
         duplicate_of_index=duplicate_of_index,
         gate_reason=resp.gate_reason,
+        abridged=abridged,
     )
 
 

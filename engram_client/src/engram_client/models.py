@@ -204,6 +204,10 @@ class AddResult:
     #: its ``conflicts``) or ``"allow_duplicate"``; for ``DUPLICATE`` below 0.92, ``"same_words"``
     #: (the same content words and specifics as the memory: a reworded sentence); empty otherwise.
     gate_reason: str = ""
+    #: :meth:`EngramClient.add_many` only: True when ``memory`` carries only its id, type,
+    #: importance, version and times (no content, tags or metadata), so that the server's answer
+    #: fits in one message; :meth:`EngramClient.get` reads the whole memory.
+    abridged: bool = False
 
     @property
     def created(self) -> bool:

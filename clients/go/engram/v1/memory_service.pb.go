@@ -673,7 +673,12 @@ type AddMemoryResult struct {
 	// index in `memories`. Unset otherwise.
 	DuplicateOfIndex *int32 `protobuf:"varint,6,opt,name=duplicate_of_index,json=duplicateOfIndex,proto3,oneof" json:"duplicate_of_index,omitempty"`
 	// As AddMemoryResponse.gate_reason.
-	GateReason    string `protobuf:"bytes,7,opt,name=gate_reason,json=gateReason,proto3" json:"gate_reason,omitempty"`
+	GateReason string `protobuf:"bytes,7,opt,name=gate_reason,json=gateReason,proto3" json:"gate_reason,omitempty"`
+	// True when `memory` carries only its id, collection, type, importance, version and times
+	// (no content, tags or metadata) and `near_duplicates` only ids, similarities and types, so
+	// that the whole answer fits in one message (the server's ENGRAM_MAX_MESSAGE_BYTES): e.g.
+	// many items that duplicate large memories. GetMemory reads the whole memory.
+	Abridged      bool `protobuf:"varint,8,opt,name=abridged,proto3" json:"abridged,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -755,6 +760,13 @@ func (x *AddMemoryResult) GetGateReason() string {
 		return x.GateReason
 	}
 	return ""
+}
+
+func (x *AddMemoryResult) GetAbridged() bool {
+	if x != nil {
+		return x.Abridged
+	}
+	return false
 }
 
 // AddMemoriesResponse reports the outcome of every item of AddMemories.
@@ -2215,9 +2227,12 @@ type RunReflectionResponse struct {
 	// The reflection collection written to.
 	ReflectionCollection string `protobuf:"bytes,11,opt,name=reflection_collection,json=reflectionCollection,proto3" json:"reflection_collection,omitempty"`
 	// The LLM model used.
-	Model         string `protobuf:"bytes,12,opt,name=model,proto3" json:"model,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Model string `protobuf:"bytes,12,opt,name=model,proto3" json:"model,omitempty"`
+	// True when the last sources were left out of `sources` so that the answer fits in one
+	// message (the server's ENGRAM_MAX_MESSAGE_BYTES); the run itself used them all.
+	SourcesTruncated bool `protobuf:"varint,13,opt,name=sources_truncated,json=sourcesTruncated,proto3" json:"sources_truncated,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *RunReflectionResponse) Reset() {
@@ -2334,6 +2349,13 @@ func (x *RunReflectionResponse) GetModel() string {
 	return ""
 }
 
+func (x *RunReflectionResponse) GetSourcesTruncated() bool {
+	if x != nil {
+		return x.SourcesTruncated
+	}
+	return false
+}
+
 var File_engram_v1_memory_service_proto protoreflect.FileDescriptor
 
 const file_engram_v1_memory_service_proto_rawDesc = "" +
@@ -2400,7 +2422,7 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\r\n" +
-	"\v_importance\"\xea\x02\n" +
+	"\v_importance\"\x86\x03\n" +
 	"\x0fAddMemoryResult\x12)\n" +
 	"\x06memory\x18\x01 \x01(\v2\x11.engram.v1.MemoryR\x06memory\x12/\n" +
 	"\aoutcome\x18\x02 \x01(\x0e2\x15.engram.v1.AddOutcomeR\aoutcome\x121\n" +
@@ -2409,7 +2431,8 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\breplayed\x18\x05 \x01(\bR\breplayed\x121\n" +
 	"\x12duplicate_of_index\x18\x06 \x01(\x05H\x00R\x10duplicateOfIndex\x88\x01\x01\x12\x1f\n" +
 	"\vgate_reason\x18\a \x01(\tR\n" +
-	"gateReasonB\x15\n" +
+	"gateReason\x12\x1a\n" +
+	"\babridged\x18\b \x01(\bR\babridgedB\x15\n" +
 	"\x13_duplicate_of_index\"K\n" +
 	"\x13AddMemoriesResponse\x124\n" +
 	"\aresults\x18\x01 \x03(\v2\x1a.engram.v1.AddMemoryResultR\aresults\"\xc1\x02\n" +
@@ -2523,7 +2546,7 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"collection\x18\x01 \x01(\tR\n" +
 	"collection\x12\x17\n" +
 	"\adry_run\x18\x02 \x01(\bR\x06dryRun\x12\x14\n" +
-	"\x05force\x18\x03 \x01(\bR\x05force\"\xd7\x04\n" +
+	"\x05force\x18\x03 \x01(\bR\x05force\"\x84\x05\n" +
 	"\x15RunReflectionResponse\x126\n" +
 	"\aoutcome\x18\x01 \x01(\x0e2\x1c.engram.v1.ReflectionOutcomeR\aoutcome\x12<\n" +
 	"\fthrottled_by\x18\x02 \x01(\x0e2\x19.engram.v1.ReflectionGateR\vthrottledBy\x12\x16\n" +
@@ -2539,7 +2562,8 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	" \x03(\v2\x18.engram.v1.SimilarMemoryR\n" +
 	"duplicates\x123\n" +
 	"\x15reflection_collection\x18\v \x01(\tR\x14reflectionCollection\x12\x14\n" +
-	"\x05model\x18\f \x01(\tR\x05model*]\n" +
+	"\x05model\x18\f \x01(\tR\x05model\x12+\n" +
+	"\x11sources_truncated\x18\r \x01(\bR\x10sourcesTruncated*]\n" +
 	"\n" +
 	"AddOutcome\x12\x1b\n" +
 	"\x17ADD_OUTCOME_UNSPECIFIED\x10\x00\x12\x17\n" +

@@ -425,6 +425,7 @@ class AddMemoryResult(_message.Message):
     REPLAYED_FIELD_NUMBER: _builtins.int
     DUPLICATE_OF_INDEX_FIELD_NUMBER: _builtins.int
     GATE_REASON_FIELD_NUMBER: _builtins.int
+    ABRIDGED_FIELD_NUMBER: _builtins.int
     outcome: Global___AddOutcome.ValueType
     """What happened to this item."""
     duplicate_similarity: _builtins.float
@@ -437,6 +438,12 @@ class AddMemoryResult(_message.Message):
     """
     gate_reason: _builtins.str
     """As AddMemoryResponse.gate_reason."""
+    abridged: _builtins.bool
+    """True when `memory` carries only its id, collection, type, importance, version and times
+    (no content, tags or metadata) and `near_duplicates` only ids, similarities and types, so
+    that the whole answer fits in one message (the server's ENGRAM_MAX_MESSAGE_BYTES): e.g.
+    many items that duplicate large memories. GetMemory reads the whole memory.
+    """
     @_builtins.property
     def memory(self) -> _memory_pb2.Memory:
         """CREATED: the new memory. DUPLICATE: the existing memory, or the memory created by an
@@ -459,10 +466,11 @@ class AddMemoryResult(_message.Message):
         replayed: _builtins.bool = ...,
         duplicate_of_index: _builtins.int | None = ...,
         gate_reason: _builtins.str = ...,
+        abridged: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_duplicate_of_index", b"_duplicate_of_index", "duplicate_of_index", b"duplicate_of_index", "memory", b"memory"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_duplicate_of_index", b"_duplicate_of_index", "duplicate_of_index", b"duplicate_of_index", "duplicate_similarity", b"duplicate_similarity", "gate_reason", b"gate_reason", "memory", b"memory", "near_duplicates", b"near_duplicates", "outcome", b"outcome", "replayed", b"replayed"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_duplicate_of_index", b"_duplicate_of_index", "abridged", b"abridged", "duplicate_of_index", b"duplicate_of_index", "duplicate_similarity", b"duplicate_similarity", "gate_reason", b"gate_reason", "memory", b"memory", "near_duplicates", b"near_duplicates", "outcome", b"outcome", "replayed", b"replayed"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__duplicate_of_index: _TypeAlias = _typing.Literal["duplicate_of_index"]  # noqa: Y015
     _WhichOneofArgType__duplicate_of_index: _TypeAlias = _typing.Literal["_duplicate_of_index", b"_duplicate_of_index"]  # noqa: Y015
@@ -1229,6 +1237,7 @@ class RunReflectionResponse(_message.Message):
     DUPLICATES_FIELD_NUMBER: _builtins.int
     REFLECTION_COLLECTION_FIELD_NUMBER: _builtins.int
     MODEL_FIELD_NUMBER: _builtins.int
+    SOURCES_TRUNCATED_FIELD_NUMBER: _builtins.int
     outcome: Global___ReflectionOutcome.ValueType
     """What happened."""
     throttled_by: Global___ReflectionGate.ValueType
@@ -1243,6 +1252,10 @@ class RunReflectionResponse(_message.Message):
     """The reflection collection written to."""
     model: _builtins.str
     """The LLM model used."""
+    sources_truncated: _builtins.bool
+    """True when the last sources were left out of `sources` so that the answer fits in one
+    message (the server's ENGRAM_MAX_MESSAGE_BYTES); the run itself used them all.
+    """
     @_builtins.property
     def next_run_after(self) -> _timestamp_pb2.Timestamp:
         """For THROTTLED by a time gate: the earliest time the next run is allowed."""
@@ -1278,10 +1291,11 @@ class RunReflectionResponse(_message.Message):
         duplicates: _abc.Iterable[_memory_pb2.SimilarMemory] | None = ...,
         reflection_collection: _builtins.str = ...,
         model: _builtins.str = ...,
+        sources_truncated: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["next_run_after", b"next_run_after"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["detail", b"detail", "drafts", b"drafts", "duplicates", b"duplicates", "insights", b"insights", "model", b"model", "next_run_after", b"next_run_after", "outcome", b"outcome", "reflection_collection", b"reflection_collection", "sources", b"sources", "throttled_by", b"throttled_by", "unreflected_count", b"unreflected_count", "unreflected_importance", b"unreflected_importance"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["detail", b"detail", "drafts", b"drafts", "duplicates", b"duplicates", "insights", b"insights", "model", b"model", "next_run_after", b"next_run_after", "outcome", b"outcome", "reflection_collection", b"reflection_collection", "sources", b"sources", "sources_truncated", b"sources_truncated", "throttled_by", b"throttled_by", "unreflected_count", b"unreflected_count", "unreflected_importance", b"unreflected_importance"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -80,9 +80,10 @@ load: install ## ghz load test against a fresh server on the embedded defaults (
 eval: install ## Regression taskset through the gRPC API of an in-process server (reports in results/eval)
 	$(PY) -m eval.regression --out results/eval
 
-LOCOMO ?= ../shared/data/locomo
-bench-locomo: install ## LoCoMo evidence recall, Engram vs plain dense (not in CI; CONVERSATIONS=2 for a subset)
-	$(PY) -m eval.locomo --data $(LOCOMO) --out results/locomo $(if $(CONVERSATIONS),--conversations $(CONVERSATIONS))
+LOCOMO ?= ../shared/data/locomo/locomo_dev.json
+CONVERSATIONS ?= report
+bench-locomo: install ## LoCoMo evidence recall on the held-out dev conversations (CONVERSATIONS=tune|all|ids; LOCOMO=file)
+	$(PY) -m eval.locomo --data $(LOCOMO) --out results/locomo --conversations $(CONVERSATIONS)
 
 clean: ## Remove the virtualenv and tool caches
 	rm -rf $(VENV) $(TOOLS) .pytest_cache .mypy_cache .ruff_cache

@@ -16,7 +16,7 @@ import math
 import unicodedata
 import uuid
 from collections import OrderedDict
-from collections.abc import Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, Final, TypeVar
@@ -199,6 +199,7 @@ class SearchFilter:
 @dataclass(frozen=True, slots=True)
 class SearchQuery:
     query: str
+    #: The collections to search; empty: every existing collection ``readable`` allows.
     collections: tuple[str, ...] = ()
     limit: int = 0
     filter: SearchFilter = field(default_factory=SearchFilter)
@@ -206,6 +207,8 @@ class SearchQuery:
     diversify: bool = False
     mmr_lambda: float | None = None
     min_relevance: float = 0.0
+    #: Which collections the caller may read, for a search that names none (None: all of them).
+    readable: Callable[[str], bool] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -780,7 +783,7 @@ class MemoryService:
             v.add("query", "must not be empty")
         elif len(q.query) > pol.limits.max_content_chars:
             v.add("query", f"at most {pol.limits.max_content_chars} characters")
-        names = list(dict.fromkeys(q.collections)) or [pol.default_collection]
+        names = list(dict.fromkeys(q.collections))
         if len(names) > pol.limits.max_collections_per_search:
             v.add("collections", f"at most {pol.limits.max_collections_per_search} collections")
         for i, name in enumerate(names):
@@ -802,12 +805,11 @@ class MemoryService:
         check_unit_interval(v, "min_relevance", q.min_relevance)
         v.raise_if_any()
 
-        specs = [await self._existing(n) for n in names]
-        live = [s.name for s in specs if s is not None]
-        if not live:
+        specs = await self._search_specs(names, q.readable)
+        if not specs:
             return []
         query = _Query(self, q.query)
-        if len(live) > 1:
+        if len(specs) > 1:
             await query.dense()  # once, before the collections are searched concurrently
         now = self._clock.now()
         asked, flt = flt, replace(flt, live_at=now)
@@ -826,7 +828,6 @@ class MemoryService:
                     with_vectors=q.diversify,
                 )
                 for s in specs
-                if s is not None
             )
         )
         n_found = sum(len(p.found) for p in per_collection)
@@ -853,6 +854,35 @@ class MemoryService:
         results = [SearchHit(full[r.id], r.score) for r in top if r.id in full]
         self._note_access([r.memory for r in results], now)
         return results
+
+    async def _search_specs(
+        self, names: Sequence[str], readable: Callable[[str], bool] | None
+    ) -> list[CollectionSpec]:
+        """The collections a search looks in. Named ones must all exist: a name that does not
+        (a typo) is NOT_FOUND, never an empty answer that reads as "no memories". With none named,
+        every existing collection the caller may read (``readable``; all when None), as the
+        reference design searches every collection."""
+        if not names:
+            found: list[CollectionSpec] = []
+            for stored in await self._store.list_collections():
+                if readable is not None and not readable(stored.name):
+                    continue
+                try:
+                    spec = await self._existing(stored.name)
+                except EmbeddingMismatch:
+                    continue  # built with another model: this server cannot search it at all
+                if spec is not None:
+                    found.append(spec)
+            return found
+        specs = [await self._existing(n) for n in names]
+        missing = [n for n, spec in zip(names, specs, strict=True) if spec is None]
+        if missing:
+            raise CollectionNotFound(
+                f"collection {missing[0]!r} does not exist"
+                + (f" (nor {', '.join(repr(m) for m in missing[1:])})" if len(missing) > 1 else ""),
+                metadata={"collection": missing[0], "missing": ",".join(missing)},
+            )
+        return [spec for spec in specs if spec is not None]
 
     def _prepare(self, found: Candidates, query: _Query) -> _Pool:
         """Relevance of one collection's candidates (semantic, lexical and episode evidence; the
@@ -1135,6 +1165,10 @@ class MemoryService:
         if not _is_uuid(memory_id):
             raise InvalidArgument.of(fieldname, "must be a memory id (UUID)")
         spec = await self._existing(collection)
+        if spec is None and collection != self.policy.default_collection:
+            raise CollectionNotFound(
+                f"collection {collection!r} does not exist", metadata={"collection": collection}
+            )
         if spec is None:
             raise MemoryNotFound(
                 f"memory {memory_id} not found in collection {collection!r}",
@@ -1373,7 +1407,9 @@ class MemoryService:
                 v.add("page_token", "not a page token of this collection")
         v.raise_if_any()
         if await self._existing(name) is None:
-            return [], ""
+            if collection and collection != self.policy.default_collection:
+                raise CollectionNotFound(f"collection {name!r} does not exist", metadata={"collection": name})
+            return [], ""  # the default collection exists implicitly (created by the first write)
         store_flt = replace(
             store_flt, live_at=self._clock.now(), include_history=include_history, include_drafts=True
         )

@@ -24,6 +24,7 @@ from pydantic import Field
 from engram_client import (
     AddResult,
     AsyncEngramClient,
+    CollectionNotFoundError,
     DeadlineExceededError,
     DeleteResult,
     EngramError,
@@ -291,7 +292,10 @@ class EngramMcp:
         ] = None,
         collections: Annotated[
             list[str] | None,
-            Field(description="Collections to search (default: the server's default collection)."),
+            Field(
+                description="Collections to search (default: every collection you may read; "
+                "each result names its collection). A name that does not exist is an error."
+            ),
         ] = None,
     ) -> dict[str, Any]:
         """Search long-term memory; results are ranked by score = relevance + recency + importance.
@@ -309,6 +313,11 @@ class EngramMcp:
         try:
             client = await self.client()
             results = await client.search(query, collections=collections, limit=limit, filter=memory_filter)
+        except CollectionNotFoundError as exc:
+            # The pinned collection is created by its first write: until then it holds nothing.
+            if collections is None or list(collections) != [self.settings.collection]:
+                raise self._tool_error(exc) from exc
+            results = []
         except EngramError as exc:
             raise self._tool_error(exc) from exc
         return {"results": [_search_hit(r) for r in results]}

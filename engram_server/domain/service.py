@@ -59,12 +59,13 @@ from engram_server.domain.model import (
     Vector,
 )
 from engram_server.domain.ranking import (
+    Evidence,
     HybridParams,
     Score,
     Weights,
     decay_array,
+    evidence,
     fuse_array,
-    hybrid_relevance,
     mmr_order,
     recency_array,
 )
@@ -250,7 +251,7 @@ class _Pool:
     the time of the search (cached with the candidates)."""
 
     found: Candidates
-    relevance: npt.NDArray[np.float64]
+    evidence: Evidence
     decay: npt.NDArray[np.float64]
 
 
@@ -894,7 +895,7 @@ class MemoryService:
             shift = {sc: off.get((query.script, sc), 0.0) for sc in set(found.scripts)}
             raw = raw + np.fromiter(map(shift.__getitem__, found.scripts), dtype=np.float64, count=n)
         seen = frozenset(("", *query.word_scripts))
-        relevance = hybrid_relevance(
+        parts = evidence(
             self._cal.relevance_array(raw),
             found.lexical,
             found.created_at,
@@ -902,7 +903,7 @@ class MemoryService:
             np.fromiter(map(_IS_EVENT.__getitem__, found.types), dtype=bool, count=n),
             blind=~np.fromiter(map(seen.__contains__, found.scripts), dtype=bool, count=n),
         )
-        return _Pool(found, relevance, decay_array(found.types))
+        return _Pool(found, parts, decay_array(found.types))
 
     def _rank(
         self,
@@ -913,32 +914,39 @@ class MemoryService:
         *,
         keep: int | None = None,
     ) -> list[_Ranked]:
-        """The best ``keep`` (all when None) candidates at or above ``min_relevance``, best first (ties
-        by id), with their scores. Recency and the fusion are computed for all candidates at once;
-        a score object is made only for the candidates kept."""
+        """The best ``keep`` (all when None) candidates at or above ``min_relevance``, best first (equal
+        scores: the newer first, then by id), with their scores. Recency and the fusion are computed
+        for all candidates at once; a score object is made only for the candidates kept."""
         pools = [p for p in pools if len(p.found)]
         if not pools:
             return []
         if len(pools) == 1:
             (one,) = pools
-            relevance, decay, ids = one.relevance, one.decay, one.found.ids
+            relevance, lexical, episode = one.evidence.relevance, one.evidence.lexical, one.evidence.episode
+            decay, ids = one.decay, one.found.ids
             created, importance = one.found.created_at, one.found.importance
         else:
-            relevance = np.concatenate([p.relevance for p in pools])
+            relevance = np.concatenate([p.evidence.relevance for p in pools])
+            lexical = np.concatenate([p.evidence.lexical for p in pools])
+            episode = np.concatenate([p.evidence.episode for p in pools])
             decay = np.concatenate([p.decay for p in pools])
             ids = [i for p in pools for i in p.found.ids]
             created = np.concatenate([p.found.created_at for p in pools])
             importance = np.concatenate([p.found.importance for p in pools])
         rec = recency_array(decay, created, now)
-        final = fuse_array(relevance, rec, importance, weights, mode=self.policy.hybrid.fusion)
+        final = fuse_array(
+            relevance + lexical + episode, rec, importance, weights, mode=self.policy.hybrid.fusion
+        )
         chosen = np.flatnonzero(relevance >= min_relevance)
         if keep is not None and keep < len(chosen):
             # Only those at or above the keep-th best score can be kept (ties included).
             scores = final[chosen]
             cut = len(scores) - keep
             chosen = chosen[scores >= np.partition(scores, cut)[cut]]
-        fl = final.tolist()
-        order = sorted(chosen.tolist(), key=lambda k: (-fl[k], ids[k]))  # best first, then by id
+        fl, cl = final.tolist(), created.tolist()
+        # Best first; equal scores (e.g. equally relevant memories whose recency has decayed to 0):
+        # the newer first, then by id, so the order never depends on the store's.
+        order = sorted(chosen.tolist(), key=lambda k: (-fl[k], -cl[k], ids[k]))
         if keep is not None:
             order = order[:keep]
         starts = np.cumsum([0] + [len(p.found) for p in pools])
@@ -956,6 +964,8 @@ class MemoryService:
                         recency=float(rec[k]),
                         importance=float(importance[k]) / 10.0,
                         raw_similarity=float(c.cosine[i]),
+                        lexical=float(lexical[k]),
+                        episode=float(episode[k]),
                     ),
                     None if c.vectors is None else c.vectors[i],
                 )

@@ -10,7 +10,7 @@ TOOLS := .tools
 BUF := $(TOOLS)/node_modules/.bin/buf
 BUF_VERSION := 1.75.0
 
-.PHONY: help install run test lint fmt proto proto-check buf-lint buf-breaking polyglot-check go-stubs bench bench-latency bench-ingest bench-million load eval bench-locomo clean
+.PHONY: help install run test lint fmt proto proto-check buf-lint buf-breaking polyglot-check go-stubs docs docs-check bench bench-latency bench-ingest bench-million load eval bench-locomo clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -32,7 +32,7 @@ run: install ## Start the server on its embedded defaults (Qdrant edge + local m
 test: install lint ## Lint, type-check, then run the whole test suite
 	$(PY) -m pytest -q
 
-lint: install proto-check buf-lint buf-breaking polyglot-check ## ruff, mypy, buf lint/breaking, generated-code checks
+lint: install proto-check docs-check buf-lint buf-breaking polyglot-check ## ruff, ruff format, mypy, buf lint + format, buf breaking, Go/TS checks, generated code and docs checks
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
@@ -85,5 +85,15 @@ CONVERSATIONS ?= report
 bench-locomo: install ## LoCoMo evidence recall on the held-out dev conversations (CONVERSATIONS=tune|all|ids; LOCOMO=file)
 	$(PY) -m eval.locomo --data $(LOCOMO) --out results/locomo --conversations $(CONVERSATIONS)
 
+docs: install ## Regenerate the API and configuration references, build the site into site/ (--strict)
+	$(PY) scripts/gen_api_docs.py
+	$(PY) scripts/gen_config_docs.py
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+
+docs-check: install ## Fail if the generated references are out of date or the site has a broken link or page
+	$(PY) scripts/gen_api_docs.py --check
+	$(PY) scripts/gen_config_docs.py --check
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+
 clean: ## Remove the virtualenv and tool caches
-	rm -rf $(VENV) $(TOOLS) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(TOOLS) site .pytest_cache .mypy_cache .ruff_cache

@@ -1,5 +1,5 @@
 """Bytes per memory: write N realistic memories through the gRPC API on the embedded defaults and
-measure what they take on disk and in payload (the input to deploy/CAPACITY.md).
+measure what they take on disk and in payload (the input to docs/operations/capacity.md).
 
     .venv/bin/python bench/capacity.py --memories 1000
 

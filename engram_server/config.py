@@ -1,7 +1,8 @@
 """Every ENGRAM_* setting, typed, in one place.
 
-The README's configuration table is the user-facing copy of :data:`SETTINGS_DOC`; a test keeps
-them in step.
+``docs/reference/config.md`` is generated from :data:`SETTINGS_DOC` and the defaults of
+:class:`Settings` (``scripts/gen_config_docs.py``, the same list ``engram config`` prints); a test
+fails when it is out of date.
 """
 
 from __future__ import annotations
@@ -48,6 +49,8 @@ class Settings:
     edge_quantization: str = "int8"
     gate_hnsw_ef: int = 64
     sync_writes: bool = False
+    # Disk headroom (embedded store): writes are refused below this much free space
+    disk_headroom_mb: int = 256
     # Embeddings
     embedder_provider: str = "local"
     embedding_model: str | None = None
@@ -115,6 +118,20 @@ class Settings:
     tls_cert_file: Path | None = None
     tls_key_file: Path | None = None
     tls_client_ca_file: Path | None = None
+    # Connections and load
+    max_connections: int = 1000
+    max_streams_per_connection: int = 100
+    max_concurrent_rpcs: int = 1000
+    max_connection_idle_seconds: float = 300.0
+    max_connection_age_seconds: float = 3600.0
+    max_connection_age_grace_seconds: float = 30.0
+    keepalive_seconds: float = 60.0
+    keepalive_timeout_seconds: float = 20.0
+    handshake_timeout_seconds: float = 10.0
+    max_pending_response_bytes: int = 256 * 1024 * 1024
+    auth_failure_rps: float = 2.0
+    auth_failure_burst: int = 30
+    max_in_flight_per_principal: int = 64
 
     extra: Mapping[str, str] = field(default_factory=dict)
 
@@ -155,19 +172,21 @@ SETTINGS_DOC: list[tuple[str, str, str]] = [
         "qdrant_on_disk",
         "ENGRAM_QDRANT_ON_DISK",
         "Qdrant server: keep the original vectors of new collections on disk (memory-mapped) "
-        "instead of in RAM. See deploy/CAPACITY.md.",
+        "instead of in RAM. See docs/operations/capacity.md.",
     ),
     (
         "qdrant_quantization",
         "ENGRAM_QDRANT_QUANTIZATION",
         "Qdrant server: `none` or `int8` (scalar quantization of new collections, kept in RAM; "
-        "searches rescore with the original vectors). See deploy/CAPACITY.md.",
+        "searches rescore with the original vectors). See docs/operations/capacity.md.",
     ),
     ("qdrant_timeout", "ENGRAM_QDRANT_TIMEOUT", "Seconds before a Qdrant call counts as unavailable."),
     (
         "hnsw_threshold",
         "ENGRAM_HNSW_THRESHOLD",
-        "Embedded store: build the HNSW index in the background once a collection holds this many points.",
+        "Embedded store: a collection is searched exactly (brute force) until this many of its points "
+        "are unindexed; its HNSW index is then built at the next start-up, or while serving with "
+        "ENGRAM_HNSW_BACKGROUND (0 = never build one).",
     ),
     (
         "hnsw_background",
@@ -182,7 +201,7 @@ SETTINGS_DOC: list[tuple[str, str, str]] = [
         "engine's choice, about one per core: every index build then merges the whole collection "
         "into one graph, which costs more as it grows; 8 keeps each build small for large imports, "
         "at the price of searching several graphs; afterwards `engram compact` merges down to the "
-        "value set then). See Storage.",
+        "value set then). See docs/operations/storage.md.",
     ),
     (
         "edge_quantization",
@@ -191,20 +210,28 @@ SETTINGS_DOC: list[tuple[str, str, str]] = [
         "collections created from then on (+384 B of RAM a memory at 384 dimensions); searches walk "
         "the graph on the int8 codes for 1.5 times the candidates and rescore them with the original "
         "vectors: faster and closer to an exact search than the plain graph. Existing collections "
-        "keep their layout. See Storage.",
+        "keep their layout. See docs/operations/storage.md.",
     ),
     (
         "gate_hnsw_ef",
         "ENGRAM_GATE_HNSW_EF",
         "HNSW beam width (ef) of the nearest-neighbour lookups of the write gate, of updates located "
         "by content and of reflection's copy check (0 = the engine's default, wider and slower). Search "
-        "keeps the engine's default. Both storage backends. See The write gate.",
+        "keeps the engine's default. Both storage backends. See docs/concepts/gate.md.",
     ),
     (
         "sync_writes",
         "ENGRAM_SYNC_WRITES",
         "Embedded store: fsync every write (survives power loss, ~11 ms per write). Without it a "
         "write is acknowledged once in the write-ahead log, which survives a process crash.",
+    ),
+    (
+        "disk_headroom_mb",
+        "ENGRAM_DISK_HEADROOM_MB",
+        "Embedded store: refuse writes (RESOURCE_EXHAUSTED, `ERROR_REASON_STORAGE_FULL`) while the data "
+        "volume has less free space than this, before they touch the disk; reads keep working and "
+        "background writes (index builds, access counters, the sweeper) pause. An index build also "
+        "needs the collection's own size free. 0 = no check. See docs/operations/reliability.md.",
     ),
     ("embedder_provider", "ENGRAM_EMBEDDER_PROVIDER", "`local` (default, offline), `openai` or `voyage`."),
     (
@@ -408,13 +435,13 @@ SETTINGS_DOC: list[tuple[str, str, str]] = [
     (
         "api_key",
         "ENGRAM_API_KEY",
-        "One API key for one admin principal on every collection (the reference's single-key mode).",
+        "One API key for one admin principal on every collection (the original Go Engram's single-key mode).",
     ),
     (
         "auth_file",
         "ENGRAM_AUTH_FILE",
         "TOML or JSON file of principals: hashed keys (`engram hash-key`), grants per collection, "
-        "rate limit. See Security.",
+        "rate limit. See docs/operations/security.md.",
     ),
     (
         "rate_limit_rps",
@@ -429,6 +456,76 @@ SETTINGS_DOC: list[tuple[str, str, str]] = [
         "tls_client_ca_file",
         "ENGRAM_TLS_CLIENT_CA_FILE",
         "PEM CA bundle: require and verify client certificates (mutual TLS).",
+    ),
+    (
+        "max_connections",
+        "ENGRAM_MAX_CONNECTIONS",
+        "Open client connections the server accepts; past it a new connection is closed at once "
+        "(the client sees UNAVAILABLE and retries). The open-files limit is raised to fit. 0 = no cap.",
+    ),
+    (
+        "max_streams_per_connection",
+        "ENGRAM_MAX_STREAMS_PER_CONNECTION",
+        "Concurrent calls (HTTP/2 streams) on one connection; further calls wait in the client "
+        "for a free stream. 0 = gRPC's default (unbounded).",
+    ),
+    (
+        "max_concurrent_rpcs",
+        "ENGRAM_MAX_CONCURRENT_RPCS",
+        "Calls the server runs at once over all connections; past it calls get RESOURCE_EXHAUSTED "
+        "at once (health checks included). 0 = no cap.",
+    ),
+    (
+        "max_connection_idle_seconds",
+        "ENGRAM_MAX_CONNECTION_IDLE_SECONDS",
+        "A connection with no call for this long is closed (GOAWAY; clients reconnect on their "
+        "next call). 0 = never.",
+    ),
+    (
+        "max_connection_age_seconds",
+        "ENGRAM_MAX_CONNECTION_AGE_SECONDS",
+        "A connection is closed after this long (GOAWAY; clients reconnect), so every hold on "
+        "the server ends. 0 = never.",
+    ),
+    (
+        "max_connection_age_grace_seconds",
+        "ENGRAM_MAX_CONNECTION_AGE_GRACE_SECONDS",
+        "How long calls in flight on a connection past its age may finish before it is cut.",
+    ),
+    (
+        "keepalive_seconds",
+        "ENGRAM_KEEPALIVE_SECONDS",
+        "The server pings a connection idle on the wire this often to find dead peers.",
+    ),
+    (
+        "keepalive_timeout_seconds",
+        "ENGRAM_KEEPALIVE_TIMEOUT_SECONDS",
+        "A connection whose ping is not answered within this is closed.",
+    ),
+    (
+        "handshake_timeout_seconds",
+        "ENGRAM_HANDSHAKE_TIMEOUT_SECONDS",
+        "A connection must finish its TLS/HTTP/2 handshake within this, else it is closed (bare "
+        "TCP connections that never speak).",
+    ),
+    (
+        "max_pending_response_bytes",
+        "ENGRAM_MAX_PENDING_RESPONSE_BYTES",
+        "Server-wide ceiling on the bytes of answers produced and not yet read by their callers "
+        "(slow readers); past it calls get RESOURCE_EXHAUSTED with RetryInfo. 0 = no ceiling.",
+    ),
+    (
+        "auth_failure_rps",
+        "ENGRAM_AUTH_FAILURE_RPS",
+        "Failed authentications allowed per peer address, per second (refill); past the burst the "
+        "address gets UNAUTHENTICATED with RetryInfo without its key being checked. 0 = no limit.",
+    ),
+    ("auth_failure_burst", "ENGRAM_AUTH_FAILURE_BURST", "Failed authentications a peer address may burst."),
+    (
+        "max_in_flight_per_principal",
+        "ENGRAM_MAX_IN_FLIGHT_PER_PRINCIPAL",
+        "Calls one principal may have running at once; more get RESOURCE_EXHAUSTED "
+        "(`ERROR_REASON_RATE_LIMITED`, RetryInfo). 0 = no limit.",
     ),
 ]
 
@@ -556,8 +653,50 @@ def _check(s: Settings) -> None:
         problems.append(f"ENGRAM_QDRANT_QUANTIZATION must be one of {', '.join(QDRANT_QUANTIZATIONS)}")
     if s.edge_quantization not in EDGE_QUANTIZATIONS:
         problems.append(f"ENGRAM_EDGE_QUANTIZATION must be one of {', '.join(EDGE_QUANTIZATIONS)}")
+    if s.auth_failure_rps < 0 or s.auth_failure_burst < 1:
+        problems.append("ENGRAM_AUTH_FAILURE_RPS must be ≥ 0 and ENGRAM_AUTH_FAILURE_BURST ≥ 1")
+    bounds: dict[str, float] = {
+        "ENGRAM_MAX_IN_FLIGHT_PER_PRINCIPAL": s.max_in_flight_per_principal,
+        "ENGRAM_MAX_PENDING_RESPONSE_BYTES": s.max_pending_response_bytes,
+        "ENGRAM_MAX_CONNECTIONS": s.max_connections,
+        "ENGRAM_MAX_STREAMS_PER_CONNECTION": s.max_streams_per_connection,
+        "ENGRAM_MAX_CONCURRENT_RPCS": s.max_concurrent_rpcs,
+        "ENGRAM_MAX_CONNECTION_IDLE_SECONDS": s.max_connection_idle_seconds,
+        "ENGRAM_MAX_CONNECTION_AGE_SECONDS": s.max_connection_age_seconds,
+        "ENGRAM_MAX_CONNECTION_AGE_GRACE_SECONDS": s.max_connection_age_grace_seconds,
+    }
+    problems.extend(f"{bound} must be ≥ 0" for bound, amount in bounds.items() if not amount >= 0)
+    for bound, amount in (
+        ("ENGRAM_KEEPALIVE_SECONDS", s.keepalive_seconds),
+        ("ENGRAM_KEEPALIVE_TIMEOUT_SECONDS", s.keepalive_timeout_seconds),
+        ("ENGRAM_HANDSHAKE_TIMEOUT_SECONDS", s.handshake_timeout_seconds),
+    ):
+        if not amount > 0:
+            problems.append(f"{bound} must be > 0")
+    problems.extend(_check_storage_and_answers(s))
     if problems:
         raise ConfigError("; ".join(problems))
+
+
+# ---------------------------------------------------------------- disk headroom and answer sizes
+
+
+def _check_storage_and_answers(s: Settings) -> list[str]:
+    from engram_server.api.answers import ENVELOPE_BYTES, largest_memory_bytes  # noqa: PLC0415
+    from engram_server.domain.validation import Limits  # noqa: PLC0415
+
+    problems: list[str] = []
+    if s.disk_headroom_mb < 0:
+        problems.append("ENGRAM_DISK_HEADROOM_MB must be ≥ 0 (0 = no free-space check)")
+    # An answer must hold at least two of the largest memories (UpdateMemory's memory and its
+    # previous version; GetMemory's memory and a history version) besides its other fields.
+    need = 2 * largest_memory_bytes(Limits(max_content_chars=s.max_content_chars)) + ENVELOPE_BYTES
+    if s.max_message_bytes < need:
+        problems.append(
+            f"ENGRAM_MAX_MESSAGE_BYTES={s.max_message_bytes} cannot hold two of the largest memories "
+            f"the input limits allow (ENGRAM_MAX_CONTENT_CHARS={s.max_content_chars}): at least {need}"
+        )
+    return problems
 
 
 def documented_fields() -> set[str]:

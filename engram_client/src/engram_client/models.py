@@ -238,6 +238,14 @@ class SearchResult:
     score: ScoreBreakdown
 
 
+class SearchResults(list[SearchResult]):
+    """The answer of :meth:`EngramClient.search`: the results, best first (a list)."""
+
+    #: True when the server left lower-ranked results out so that its answer fits in one message
+    #: (memories near the size limits): the results here are the best ones, complete.
+    truncated: bool = False
+
+
 @dataclass(frozen=True, slots=True)
 class UpdateResult:
     """The answer of :meth:`EngramClient.update`."""
@@ -264,6 +272,10 @@ class DeleteResult:
     #: memory gone (``MEMORY_NOT_FOUND``): the lost attempt most likely deleted it (or someone
     #: else did). ``deleted`` is empty in that case. Never set when the first attempt answers.
     already_deleted: bool = False
+    #: How many memories were deleted (or would be): ``len(deleted)`` unless ``truncated``.
+    deleted_count: int | None = None
+    #: True when ``deleted`` lists only those that fit in one answer; the deletion is complete.
+    truncated: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,6 +285,9 @@ class GetResult:
     memory: Memory
     #: Earlier versions, newest first (only when ``include_history`` was set).
     history: tuple[Memory, ...]
+    #: True when the oldest versions were left out so that the answer fits in one message
+    #: (``list_memories(include_history=True)`` lists every version).
+    history_truncated: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -302,10 +302,11 @@ class EngramMcp:
             ),
         ] = None,
     ) -> dict[str, Any]:
-        """Search long-term memory; results are ranked by relevance, raised by recency and importance.
+        """Search long-term memory; relevance leads the ranking, recency and importance order near-ties.
 
-        Each result has `relevance` (calibrated similarity to the query, 0-1) and `score` (the fused
-        rank). Always search before memory_add, using the text you intend to store with limit 3:
+        Each result has `relevance` (0-1, the write gate's scale: > 0.92 a near copy, 0.82-0.92 a
+        restatement, 0.70-0.82 the same topic) and `score` (the fused rank). Always search before
+        memory_add, using the text you intend to store with limit 3:
         best relevance > 0.82 -> memory_update that memory instead of adding; 0.70-0.82 -> add only
         if it is genuinely different, else update; < 0.70 -> add.
         """

@@ -120,8 +120,10 @@ async def test_search_scores_are_explained(stub: Stub) -> None:
     assert top.memory.content == "The user is allergic to peanuts."
     assert top.memory.collection == "default"
     sc = top.score
-    # the default "scaled" fusion: relevance·(1.0 + 0.5·recency + 0.3·importance/10)
-    assert sc.final == pytest.approx(sc.relevance * (1.0 + 0.5 * sc.recency + 0.3 * sc.importance), abs=1e-5)
+    # the default additive fusion: relevance + lexical + episode + 0.05·recency + 0.02·importance/10
+    evidence = sc.relevance + sc.lexical + sc.episode
+    assert sc.final == pytest.approx(evidence + 0.05 * sc.recency + 0.02 * sc.importance, abs=1e-5)
+    assert sc.lexical >= 0 and sc.episode >= 0
     assert sc.importance == pytest.approx(0.9) and sc.recency == pytest.approx(1.0)
     assert 0.0 <= sc.relevance <= 1.0 and 0.0 < sc.raw_similarity <= 1.0
     finals = [r.score.final for r in resp.results]
@@ -326,7 +328,8 @@ async def test_search_diversify_and_limits(stub: Stub) -> None:
         )
     )
     for r in weighted.results:
-        assert r.score.final == pytest.approx(r.score.relevance, abs=1e-5)
+        # weights relevance=1, recency=0, importance=0: the evidence alone; min_relevance on relevance
+        assert r.score.final == pytest.approx(r.score.relevance + r.score.lexical + r.score.episode, abs=1e-5)
         assert r.score.relevance >= 0.5
 
 

@@ -1,0 +1,240 @@
+"""The service's policy, commands and results (plain data; no behaviour)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+import numpy as np
+import numpy.typing as npt
+
+from engram_server.domain.model import (
+    DEFAULT_COLLECTION,
+    Candidates,
+    CollectionSpec,
+    MemoryRecord,
+    MemoryType,
+    Source,
+    SourceType,
+    Vector,
+)
+from engram_server.domain.ranking import (
+    Evidence,
+    HybridParams,
+    Score,
+    Weights,
+)
+from engram_server.domain.specifics import Conflict
+from engram_server.domain.validation import (
+    Limits,
+)
+
+MAX_PROVENANCE_HISTORY = 8
+#: Most field violations one refused AddMemories lists (the rest are counted): the details
+#: travel in the trailers, which gRPC caps at a few kilobytes.
+MAX_LISTED_VIOLATIONS = 10
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """Tunable policy, on the calibrated similarity scale."""
+
+    dedup_threshold: float = 0.92
+    near_duplicate_threshold: float = 0.70
+    #: Compare specifics (numbers, dates, ids, names, negation) before refusing a duplicate.
+    check_specifics: bool = True
+    #: With check_specifics: a pair at or above this calibrated similarity (the scale's
+    #: "restatement" level) with the same content words and specifics is a duplicate too.
+    restatement_threshold: float = 0.82
+    locate_min_threshold: float = 0.85
+    delete_single_min_threshold: float = 0.70
+    gate_candidates: int = 8
+    max_near_duplicates: int = 5
+    weights: Weights = field(default_factory=Weights)
+    mmr_lambda: float = 0.5
+    candidate_factor: int = 3
+    min_candidates: int = 100
+    min_lexical_candidates: int = 50
+    search_cache_entries: int = 256
+    access_flush_seconds: float = 1.0
+    hybrid: HybridParams = field(default_factory=HybridParams)
+    ambiguity_margin: float = 0.02
+    default_collection: str = DEFAULT_COLLECTION
+    limits: Limits = field(default_factory=Limits)
+
+
+# ---------------------------------------------------------------- commands and results
+
+
+@dataclass(frozen=True, slots=True)
+class AddCommand:
+    content: str
+    collection: str = ""
+    type: MemoryType = MemoryType.EVENT
+    importance: int | None = None
+    tags: tuple[str, ...] = ()
+    source: Source = Source.AGENT
+    source_type: SourceType = SourceType.UNKNOWN
+    metadata: Mapping[str, str] = field(default_factory=dict)
+    created_at: float | None = None
+    valid_until: float | None = None
+    request_id: str = ""
+    #: Write even when the gate finds a duplicate (the result names it among the near duplicates).
+    allow_duplicate: bool = False
+
+
+class AddOutcome(StrEnum):
+    CREATED = "created"
+    DUPLICATE = "duplicate"
+
+
+class GateReason(StrEnum):
+    """Why the write gate answered as it did when the similarity alone would have said otherwise."""
+
+    NONE = ""
+    #: Above the duplicate threshold, but the specifics (numbers, ids, dates, names, negation) differ:
+    #: a different fact, written and reported as a near duplicate.
+    CONFLICTING_SPECIFICS = "conflicting_specifics"
+    #: A duplicate exists, but the caller asked to write anyway (``allow_duplicate``).
+    ALLOW_DUPLICATE = "allow_duplicate"
+    #: DUPLICATE below the duplicate threshold: at least a restatement (``restatement_threshold``),
+    #: with the same content words and the same specifics (the same sentence reordered).
+    SAME_WORDS = "same_words"
+
+
+@dataclass(frozen=True, slots=True)
+class Similar:
+    record: MemoryRecord
+    similarity: float
+    #: For a memory above the duplicate threshold that was not treated as a duplicate: why.
+    reason: GateReason = GateReason.NONE
+    #: For CONFLICTING_SPECIFICS: the specifics that differ (existing = this memory's values).
+    conflicts: tuple[Conflict, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class AddResult:
+    memory: MemoryRecord
+    outcome: AddOutcome
+    duplicate_similarity: float = 0.0
+    near_duplicates: tuple[Similar, ...] = ()
+    replayed: bool = False
+    #: For a DUPLICATE of a memory an earlier item of the same batch created: that item's index.
+    duplicate_of: int | None = None
+    #: CREATED although a memory was above the duplicate threshold: why (see :class:`GateReason`).
+    reason: GateReason = GateReason.NONE
+
+
+@dataclass(frozen=True, slots=True)
+class _AddItem:
+    """One validated add, with its defaults applied."""
+
+    cmd: AddCommand
+    importance: int
+    tags: tuple[str, ...]
+    created_at: float
+    request_hash: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class SearchFilter:
+    types: tuple[MemoryType, ...] = ()
+    tags_any: tuple[str, ...] = ()
+    created_after: float | None = None
+    created_before: float | None = None
+    min_importance: int = 0
+    source_types: tuple[SourceType, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SearchQuery:
+    query: str
+    #: The collections to search; empty: every existing collection ``readable`` allows.
+    collections: tuple[str, ...] = ()
+    limit: int = 0
+    filter: SearchFilter = field(default_factory=SearchFilter)
+    weights: Weights | None = None
+    diversify: bool = False
+    mmr_lambda: float | None = None
+    min_relevance: float = 0.0
+    #: Which collections the caller may read, for a search that names none (None: all of them).
+    readable: Callable[[str], bool] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SearchHit:
+    memory: MemoryRecord
+    score: Score
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class _Pool:
+    """One collection's candidates for one query, with what ranking needs that does not depend on
+    the time of the search (cached with the candidates)."""
+
+    found: Candidates
+    evidence: Evidence
+    decay: npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True, slots=True)
+class _Ranked:
+    """A ranked search candidate: where it lives, its score, its vector (for MMR) if fetched."""
+
+    collection: str
+    id: str
+    score: Score
+    vector: Vector | None
+
+
+@dataclass(frozen=True, slots=True)
+class Locator:
+    content: str
+    threshold: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateCommand:
+    collection: str = ""
+    id: str | None = None
+    locate: Locator | None = None
+    content: str = ""
+    type: MemoryType | None = None
+    importance: int | None = None
+    tags: tuple[str, ...] | None = None
+    metadata: Mapping[str, str] | None = None
+    valid_until: float | None = None
+    dry_run: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateResult:
+    memory: MemoryRecord
+    previous: MemoryRecord
+    similarity: float
+    changed: bool
+    dry_run: bool
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteCommand:
+    collection: str = ""
+    id: str | None = None
+    query: str | None = None
+    threshold: float = 0.0
+    limit: int = 0
+    force: bool = False
+    dry_run: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteResult:
+    deleted: tuple[MemoryRecord, ...]
+    dry_run: bool
+
+
+@dataclass(frozen=True, slots=True)
+class CollectionStats:
+    spec: CollectionSpec
+    memory_count: int

@@ -1,0 +1,285 @@
+"""What every use case shares: the service's state, collection specs and locks, embedding,
+writing points, filters and background tasks."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import OrderedDict
+from collections.abc import Coroutine, Sequence
+from dataclasses import replace
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.trace import Span
+
+from engram_server.domain.calibration import CROSS_SCRIPT_OFFSET, Calibration
+from engram_server.domain.clock import Clock
+from engram_server.domain.deadline import ensure_time_left
+from engram_server.domain.errors import (
+    EmbeddingMismatch,
+)
+from engram_server.domain.model import (
+    CollectionSpec,
+    MemoryRecord,
+    ScoredPoint,
+    StoredPoint,
+    StoreFilter,
+    Vector,
+)
+from engram_server.domain.service.commands import Policy, SearchFilter, _Pool
+from engram_server.domain.validation import (
+    Violations,
+    check_collection,
+)
+from engram_server.ports import Embedder, LexicalEncoder, Store
+
+log = logging.getLogger(__name__)
+
+# Telemetry through the OpenTelemetry API only: no-op objects unless the server installed an SDK.
+_tracer = trace.get_tracer("engram_server.domain")
+
+
+def _query_span(collection: str, limit: int, *, lexical: bool) -> contextlib.AbstractContextManager[Span]:
+    """The ``engram.storage.query`` client span of one storage query."""
+    return _tracer.start_as_current_span(
+        "engram.storage.query",
+        kind=trace.SpanKind.CLIENT,
+        attributes={
+            "db.system.name": "qdrant",
+            "db.operation.name": "query",
+            "db.collection.name": collection,
+            "engram.candidates": limit,
+            "engram.lexical": lexical,
+        },
+    )
+
+
+def stored_point(record: MemoryRecord, vector: Vector | None) -> StoredPoint:
+    """The point a record is written as: the one place every write path (add, update,
+    reflection) builds the vectors stored with a memory."""
+    return StoredPoint(record, vector)
+
+
+class ServiceCore:
+    """The state and helpers every use case shares."""
+
+    def __init__(
+        self,
+        store: Store,
+        embedder: Embedder,
+        clock: Clock,
+        calibration: Calibration,
+        policy: Policy | None = None,
+        *,
+        lexical: LexicalEncoder | None = None,
+    ) -> None:
+        self._store = store
+        self._embedder = embedder
+        self._lexical = lexical
+        self._cross_script_offset = CROSS_SCRIPT_OFFSET.get(embedder.model_id, {})
+        # (collection, query, limit, filter, lexical, vectors) -> (generation, fetched at,
+        # expires at, candidates); see _candidates.
+        self._candidate_cache: OrderedDict[tuple[Any, ...], tuple[int, float, float, _Pool]] = OrderedDict()
+        self._clock = clock
+        self._cal = calibration
+        self.policy = policy or Policy()
+        self._specs: dict[str, CollectionSpec] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._background: set[asyncio.Task[None]] = set()
+        #: collection -> memory id -> [searches that returned it, latest time], not yet written.
+        self._pending_access: dict[str, dict[str, list[float]]] = {}
+        # Full records of recent search results: (collection, id) -> (generation, record). Valid
+        # while the store does not report the point written since that generation and its access
+        # counters were not written (the flush drops their entries). A read that overlaps a write
+        # (a new generation or access epoch meanwhile) is not kept.
+        self._record_cache: OrderedDict[tuple[str, str], tuple[int, MemoryRecord]] = OrderedDict()
+        self._access_epoch: dict[str, int] = {}
+        self._access_flush_scheduled = False
+        self._flush_now = asyncio.Event()
+        #: collection -> time of the last write (add or update), for activity-driven reflection.
+        self.last_write_at: dict[str, float] = {}
+
+    def now(self) -> float:
+        return self._clock.now()
+
+    # Accessors for sibling use-cases (reflection) that work on the same collections.
+    @property
+    def store(self) -> Store:
+        return self._store
+
+    @property
+    def embedder(self) -> Embedder:
+        return self._embedder
+
+    @property
+    def calibration(self) -> Calibration:
+        return self._cal
+
+    def lock(self, collection: str) -> asyncio.Lock:
+        """The per-collection write lock (gate + write, update, delete are atomic under it)."""
+        return self._lock(collection)
+
+    async def existing_spec(self, name: str) -> CollectionSpec | None:
+        """The collection's spec if it exists (EmbeddingMismatch if built with another model)."""
+        return await self._existing(name)
+
+    async def ensure_collection(self, name: str) -> CollectionSpec:
+        return await self._ensure(name)
+
+    # ------------------------------------------------------------ collections
+
+    def _lock(self, collection: str) -> asyncio.Lock:
+        lock = self._locks.get(collection)
+        if lock is None:
+            lock = self._locks[collection] = asyncio.Lock()
+        return lock
+
+    def _resolve(self, v: Violations, fieldname: str, collection: str) -> str:
+        name = collection or self.policy.default_collection
+        check_collection(v, fieldname, name)
+        return name
+
+    def _check_spec(self, spec: CollectionSpec) -> None:
+        if spec.embedding_model != self._embedder.model_id or spec.dimension != self._embedder.dimension:
+            raise EmbeddingMismatch(
+                f"collection {spec.name!r} was built with {spec.embedding_model} ({spec.dimension} dims) "
+                f"but the server is configured with {self._embedder.model_id} "
+                f"({self._embedder.dimension} dims); refusing to mix embeddings",
+                metadata={
+                    "collection": spec.name,
+                    "collection_model": spec.embedding_model,
+                    "collection_dimension": str(spec.dimension),
+                    "configured_model": self._embedder.model_id,
+                    "configured_dimension": str(self._embedder.dimension),
+                },
+            )
+
+    async def _existing(self, name: str) -> CollectionSpec | None:
+        spec = self._specs.get(name)
+        if spec is None:
+            spec = await self._store.get_collection(name)
+            if spec is None:
+                return None
+            self._specs[name] = spec
+        self._check_spec(spec)
+        return spec
+
+    async def _ensure(self, name: str) -> CollectionSpec:
+        spec = await self._existing(name)
+        if spec is not None:
+            return spec
+        async with self._lock(name):
+            spec = await self._existing(name)
+            if spec is None:
+                spec = CollectionSpec(
+                    name=name,
+                    embedding_model=self._embedder.model_id,
+                    dimension=self._embedder.dimension,
+                    created_at=self._clock.now(),
+                    lexical=self._lexical.encoder_id if self._lexical is not None else None,
+                )
+                await self._store.create_collection(spec)
+                self._specs[name] = spec
+            return spec
+
+    async def _embed(self, texts: list[str], *, query: bool = False) -> Vector:
+        """Embed through the port inside an ``engram.embed`` span (the batcher adds the batch size)."""
+        with _tracer.start_as_current_span(
+            "engram.embed",
+            attributes={
+                "gen_ai.request.model": self._embedder.model_id,
+                "engram.embedding.kind": "query" if query else "document",
+                "engram.embedding.texts": len(texts),
+            },
+        ):
+            if query:
+                return await self._embedder.embed_queries(texts)
+            return await self._embedder.embed_documents(texts)
+
+    async def _query(
+        self,
+        collection: str,
+        vector: Vector,
+        limit: int,
+        flt: StoreFilter,
+    ) -> list[ScoredPoint]:
+        with _query_span(collection, limit, lexical=False) as span:
+            hits = await self._store.search(collection, vector, limit, flt)
+            span.set_attribute("db.response.returned_rows", len(hits))
+            return hits
+
+    async def _upsert(self, collection: str, points: Sequence[StoredPoint]) -> None:
+        with _tracer.start_as_current_span(
+            "engram.storage.upsert",
+            kind=trace.SpanKind.CLIENT,
+            attributes={
+                "db.system.name": "qdrant",
+                "db.operation.name": "upsert",
+                "db.collection.name": collection,
+                "db.operation.batch.size": len(points),
+            },
+        ):
+            spec = self._specs.get(collection) or await self._store.get_collection(collection)
+            lexical = self._lexical
+            if lexical is not None and self._uses_lexical(spec):
+                points = [
+                    p
+                    if p.sparse is not None
+                    else replace(p, sparse=lexical.encode_document(p.record.content))
+                    for p in points
+                ]
+            ensure_time_left()
+            await self._store.upsert(collection, points)
+
+    async def write_points(self, collection: str, points: Sequence[StoredPoint]) -> None:
+        """Write points as the use-cases do (lexical vectors added, traced, deadline checked).
+
+        For sibling use-cases (reflection); the caller holds the collection's lock.
+        """
+        await self._upsert(collection, points)
+
+    def _uses_lexical(self, spec: CollectionSpec | None) -> bool:
+        """Whether a collection is searched (and written) with lexical vectors by this server."""
+        return spec is not None and self._lexical is not None and spec.lexical == self._lexical.encoder_id
+
+    def _check_filter(self, v: Violations, prefix: str, f: SearchFilter) -> StoreFilter:
+        if f.min_importance and not 1 <= f.min_importance <= 10:
+            v.add(f"{prefix}.min_importance", "must be 0 (no minimum) or between 1 and 10")
+        if (
+            f.created_after is not None
+            and f.created_before is not None
+            and f.created_after >= f.created_before
+        ):
+            v.add(f"{prefix}.created_before", "must be after created_after")
+        for i, tag in enumerate(f.tags_any):
+            if not tag.strip():
+                v.add(f"{prefix}.tags_any[{i}]", "tags must not be empty")
+        return StoreFilter(
+            types=tuple(dict.fromkeys(f.types)),
+            tags_any=tuple(dict.fromkeys(t.strip() for t in f.tags_any)),
+            created_after=f.created_after,
+            created_before=f.created_before,
+            min_importance=f.min_importance or None,
+            source_types=tuple(dict.fromkeys(f.source_types)),
+        )
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task: asyncio.Task[None] = asyncio.ensure_future(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background_done)
+
+    def _background_done(self, task: asyncio.Task[None]) -> None:
+        self._background.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("background task failed: %s", task.exception())
+
+    async def drain(self) -> None:
+        """Finish background work now (pending access counters are written at once)."""
+        self._flush_now.set()
+        try:
+            while self._background:
+                await asyncio.gather(*list(self._background), return_exceptions=True)
+        finally:
+            self._flush_now.clear()

@@ -1,0 +1,452 @@
+"""Search: candidates per collection (cached), ranking assembly (fusion, decay, recency, MMR),
+full records and access counts."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any, Final, TypeVar
+
+import numpy as np
+from opentelemetry import metrics
+
+from engram_server.domain.errors import (
+    CollectionNotFound,
+    EmbeddingMismatch,
+)
+from engram_server.domain.model import (
+    Candidates,
+    CollectionSpec,
+    MemoryRecord,
+    MemoryType,
+    SparseVector,
+    StoreFilter,
+    Vector,
+)
+from engram_server.domain.ranking import (
+    Score,
+    Weights,
+    decay_array,
+    evidence,
+    fuse_array,
+    mmr_order,
+    recency_array,
+)
+from engram_server.domain.service.commands import SearchHit, SearchQuery, _Pool, _Ranked
+from engram_server.domain.service.core import ServiceCore, _query_span, _tracer
+from engram_server.domain.text import cross_script, lexically_blind, script_of, word_scripts
+from engram_server.domain.validation import (
+    Violations,
+    check_collection,
+    check_unit_interval,
+    is_blank,
+)
+
+T = TypeVar("T")
+
+_meter = metrics.get_meter("engram_server.domain")
+_candidate_cache = _meter.create_counter(
+    "engram.search.candidate_cache",
+    unit="{lookup}",
+    description="Search candidate lists reused (hit) or fetched (miss), per collection.",
+)
+
+
+class _Query:
+    """A search's query: its text, script, and vectors — computed once, and only if a collection's
+    candidates are not cached."""
+
+    __slots__ = ("_dense", "_sparse", "_svc", "cached", "script", "text", "word_scripts")
+
+    def __init__(self, svc: ServiceCore, text: str) -> None:
+        self._svc = svc
+        self.text = text
+        self.script = script_of(text)
+        self.word_scripts = word_scripts(text)
+        self.cached = 0  # collections whose candidates came from the cache
+        self._dense: Vector | None = None
+        self._sparse: tuple[SparseVector | None] | None = None
+
+    async def dense(self) -> Vector:
+        if self._dense is None:
+            self._dense = (await self._svc._embed([self.text], query=True))[0]
+        return self._dense
+
+    def sparse(self) -> SparseVector | None:
+        if self._sparse is None:
+            lexical = self._svc._lexical
+            self._sparse = (lexical.encode_query(self.text) if lexical is not None else None,)
+        return self._sparse[0]
+
+
+async def _gather(*aws: Coroutine[Any, Any, T]) -> list[T]:
+    """asyncio.gather, without wrapping a lone awaitable in a task (the usual one-collection case)."""
+    if len(aws) == 1:
+        return [await aws[0]]
+    return list(await asyncio.gather(*aws))
+
+
+#: Which memory types take part in episode context (see :func:`hybrid_relevance`).
+_IS_EVENT: Final[dict[MemoryType, bool]] = {t: t is MemoryType.EVENT for t in MemoryType}
+
+
+class Searching(ServiceCore):
+    """Search, ranking assembly and access counts."""
+
+    # ------------------------------------------------------------ search
+
+    async def search(self, q: SearchQuery) -> list[SearchHit]:
+        pol = self.policy
+        v = Violations()
+        if is_blank(q.query):
+            v.add("query", "must not be empty (or only invisible characters)")
+        elif len(q.query) > pol.limits.max_content_chars:
+            v.add("query", f"at most {pol.limits.max_content_chars} characters")
+        names = list(dict.fromkeys(q.collections))
+        if len(names) > pol.limits.max_collections_per_search:
+            v.add("collections", f"at most {pol.limits.max_collections_per_search} collections")
+        for i, name in enumerate(names):
+            check_collection(v, f"collections[{i}]", name)
+        limit = q.limit or 5
+        if not 1 <= limit <= pol.limits.max_search_limit:
+            v.add("limit", f"must be between 1 and {pol.limits.max_search_limit} (got {q.limit})")
+        flt = self._check_filter(v, "filter", q.filter)
+        weights = q.weights or pol.weights
+        for name, value in (
+            ("relevance", weights.relevance),
+            ("recency", weights.recency),
+            ("importance", weights.importance),
+        ):
+            if not (value >= 0 and math.isfinite(value)):
+                v.add(f"weights.{name}", "must be a finite number ≥ 0")
+        lam = pol.mmr_lambda if q.mmr_lambda is None else q.mmr_lambda
+        check_unit_interval(v, "mmr_lambda", lam)
+        check_unit_interval(v, "min_relevance", q.min_relevance)
+        v.raise_if_any()
+
+        specs = await self._search_specs(names, q.readable)
+        if not specs:
+            return []
+        query = _Query(self, q.query)
+        if len(specs) > 1:
+            await query.dense()  # once, before the collections are searched concurrently
+        now = self._clock.now()
+        asked, flt = flt, replace(flt, live_at=now)
+        n_candidates = max(limit * pol.candidate_factor, pol.min_candidates)
+        n_lexical = max(limit * pol.candidate_factor, pol.min_lexical_candidates)
+        per_collection = await _gather(
+            *(
+                self._candidates(
+                    s.name,
+                    query,
+                    limit=n_candidates,
+                    lexical_limit=n_lexical,
+                    flt=flt,
+                    asked=asked,
+                    lexical=self._uses_lexical(s),
+                    with_vectors=q.diversify,
+                )
+                for s in specs
+            )
+        )
+        n_found = sum(len(p.found) for p in per_collection)
+        with _tracer.start_as_current_span(
+            "engram.rank", attributes={"engram.candidates": n_found, "engram.candidates.cached": query.cached}
+        ) as span:
+            ranked = self._rank(
+                per_collection, now, weights, q.min_relevance, keep=None if q.diversify else limit
+            )
+            if q.diversify and len(ranked) > 1:
+                order = mmr_order(
+                    [r.score.final for r in ranked],
+                    [r.vector for r in ranked if r.vector is not None],
+                    limit,
+                    lam,
+                    self._cal.similarity_array,
+                )
+                ranked = [ranked[i] for i in order]
+            top = ranked[:limit]
+            span.set_attribute("engram.returned", len(top))
+        # Candidates carried only what ranking needs; read the winners in full (a memory deleted
+        # or replaced since the query is dropped, as if the search had run a moment later).
+        full = await self._full_records(top)
+        results = [SearchHit(full[r.id], r.score) for r in top if r.id in full]
+        self._note_access([r.memory for r in results], now)
+        return results
+
+    async def _search_specs(
+        self, names: Sequence[str], readable: Callable[[str], bool] | None
+    ) -> list[CollectionSpec]:
+        """The collections a search looks in. Named ones must all exist: a name that does not
+        (a typo) is NOT_FOUND, never an empty answer that reads as "no memories". With none named,
+        every existing collection the caller may read (``readable``; all when None), as the
+        reference design searches every collection."""
+        if not names:
+            found: list[CollectionSpec] = []
+            for stored in await self._store.list_collections():
+                if readable is not None and not readable(stored.name):
+                    continue
+                try:
+                    spec = await self._existing(stored.name)
+                except EmbeddingMismatch:
+                    continue  # built with another model: this server cannot search it at all
+                if spec is not None:
+                    found.append(spec)
+            return found
+        specs = [await self._existing(n) for n in names]
+        missing = [n for n, spec in zip(names, specs, strict=True) if spec is None]
+        if missing:
+            raise CollectionNotFound(
+                f"collection {missing[0]!r} does not exist"
+                + (f" (nor {', '.join(repr(m) for m in missing[1:])})" if len(missing) > 1 else ""),
+                metadata={"collection": missing[0], "missing": ",".join(missing)},
+            )
+        return [spec for spec in specs if spec is not None]
+
+    def _prepare(self, found: Candidates, query: _Query) -> _Pool:
+        """Relevance of one collection's candidates (semantic, lexical and episode evidence; the
+        lexical side is normalised by the collection's best BM25 score) and their decay factors."""
+        n = len(found)
+        raw = found.cosine
+        off = self._cross_script_offset
+        tags = set(found.scripts)  # script tags (see engram_server.domain.text.script_tag)
+        if off and query.script and n:
+            shift = {sc: off.get((query.script, cross_script(query.script, sc)), 0.0) for sc in tags}
+            raw = raw + np.fromiter(map(shift.__getitem__, found.scripts), dtype=np.float64, count=n)
+        blind = {sc: lexically_blind(query.word_scripts, sc) for sc in tags}
+        parts = evidence(
+            self._cal.relevance_array(raw),
+            found.lexical,
+            found.created_at,
+            self.policy.hybrid,
+            np.fromiter(map(_IS_EVENT.__getitem__, found.types), dtype=bool, count=n),
+            blind=np.fromiter(map(blind.__getitem__, found.scripts), dtype=bool, count=n),
+        )
+        return _Pool(found, parts, decay_array(found.types))
+
+    def _rank(
+        self,
+        pools: Sequence[_Pool],
+        now: float,
+        weights: Weights,
+        min_relevance: float,
+        *,
+        keep: int | None = None,
+    ) -> list[_Ranked]:
+        """The best ``keep`` (all when None) candidates at or above ``min_relevance``, best first (equal
+        scores: the newer first, then by id), with their scores. Recency and the fusion are computed
+        for all candidates at once; a score object is made only for the candidates kept."""
+        pools = [p for p in pools if len(p.found)]
+        if not pools:
+            return []
+        if len(pools) == 1:
+            (one,) = pools
+            relevance, lexical, episode = one.evidence.relevance, one.evidence.lexical, one.evidence.episode
+            decay, ids = one.decay, one.found.ids
+            created, importance = one.found.created_at, one.found.importance
+        else:
+            relevance = np.concatenate([p.evidence.relevance for p in pools])
+            lexical = np.concatenate([p.evidence.lexical for p in pools])
+            episode = np.concatenate([p.evidence.episode for p in pools])
+            decay = np.concatenate([p.decay for p in pools])
+            ids = [i for p in pools for i in p.found.ids]
+            created = np.concatenate([p.found.created_at for p in pools])
+            importance = np.concatenate([p.found.importance for p in pools])
+        rec = recency_array(decay, created, now)
+        final = fuse_array(
+            relevance + lexical + episode, rec, importance, weights, mode=self.policy.hybrid.fusion
+        )
+        chosen = np.flatnonzero(relevance >= min_relevance)
+        if keep is not None and keep < len(chosen):
+            # Only those at or above the keep-th best score can be kept (ties included).
+            scores = final[chosen]
+            cut = len(scores) - keep
+            chosen = chosen[scores >= np.partition(scores, cut)[cut]]
+        fl, cl = final.tolist(), created.tolist()
+        # Best first; equal scores (e.g. equally relevant memories whose recency has decayed to 0):
+        # the newer first, then by id, so the order never depends on the store's.
+        order = sorted(chosen.tolist(), key=lambda k: (-fl[k], -cl[k], ids[k]))
+        if keep is not None:
+            order = order[:keep]
+        starts = np.cumsum([0] + [len(p.found) for p in pools])
+        ranked: list[_Ranked] = []
+        for k in order:
+            j = 0 if len(pools) == 1 else int(np.searchsorted(starts, k, side="right")) - 1
+            c, i = pools[j].found, k - int(starts[j])
+            ranked.append(
+                _Ranked(
+                    c.collection,
+                    c.ids[i],
+                    Score(
+                        final=float(final[k]),
+                        relevance=float(relevance[k]),
+                        recency=float(rec[k]),
+                        importance=float(importance[k]) / 10.0,
+                        raw_similarity=float(c.cosine[i]),
+                        lexical=float(lexical[k]),
+                        episode=float(episode[k]),
+                    ),
+                    None if c.vectors is None else c.vectors[i],
+                )
+            )
+        return ranked
+
+    async def _candidates(
+        self,
+        collection: str,
+        query: _Query,
+        *,
+        limit: int,
+        lexical_limit: int,
+        flt: StoreFilter,
+        asked: StoreFilter,
+        lexical: bool,
+        with_vectors: bool,
+    ) -> _Pool:
+        """The collection's candidates for ``query`` under ``flt`` (``asked`` plus the live-at time):
+        reused from a recent identical search while the store reports the collection unchanged (same
+        generation) and none of them has expired since — exactly what the storage would return now —
+        otherwise fetched (and kept, LRU-bounded)."""
+        now = flt.live_at if flt.live_at is not None else self._clock.now()
+        entries = self.policy.search_cache_entries
+        generation = self._store.generation(collection) if entries > 0 else None
+        key: tuple[Any, ...] | None = None
+        if generation is not None:
+            key = (collection, query.text, limit, lexical_limit, asked, lexical, with_vectors)
+            hit = self._candidate_cache.get(key)
+            if hit is not None:
+                gen, fetched_at, expires_at, cached = hit
+                # (Time going backwards could revive memories expired at fetch time: refetch.)
+                if gen == generation and fetched_at <= now < expires_at:
+                    self._candidate_cache.move_to_end(key)
+                    _candidate_cache.add(1, {"engram.collection": collection, "engram.cache.result": "hit"})
+                    query.cached += 1
+                    return cached
+                del self._candidate_cache[key]
+        vector = await query.dense()
+        sparse = query.sparse() if lexical else None
+        with _query_span(collection, limit, lexical=bool(sparse)) as span:
+            found = await self._store.candidates(
+                collection,
+                vector,
+                limit,
+                flt,
+                sparse=sparse or None,
+                lexical_limit=lexical_limit,
+                with_vectors=with_vectors,
+            )
+            span.set_attribute("db.response.returned_rows", len(found))
+        pool = self._prepare(found, query)
+        if key is not None and generation is not None:
+            _candidate_cache.add(1, {"engram.collection": collection, "engram.cache.result": "miss"})
+            expires_at = float(found.valid_until.min()) if len(found) else math.inf
+            self._candidate_cache[key] = (generation, now, expires_at, pool)
+            while len(self._candidate_cache) > entries:
+                self._candidate_cache.popitem(last=False)
+        return pool
+
+    async def _full_records(self, top: Sequence[_Ranked]) -> dict[str, MemoryRecord]:
+        """The current records of the winners, by id (one read per collection; records of recent
+        results are reused while their collection is unchanged, counters included)."""
+        out: dict[str, MemoryRecord] = {}
+        missing: dict[str, list[str]] = {}
+        caching = self.policy.search_cache_entries > 0
+        cache = self._record_cache
+        changed: dict[tuple[str, int], frozenset[str] | None] = {}
+        for r in top:
+            generation = self._store.generation(r.collection) if caching else None
+            if generation is not None:
+                key = (r.collection, r.id)
+                hit = cache.get(key)
+                if hit is not None:
+                    if hit[0] != generation:
+                        # Written since? (other points' writes leave this record as it was)
+                        since = (r.collection, hit[0])
+                        if since not in changed:
+                            changed[since] = self._store.changed_since(r.collection, hit[0])
+                        written = changed[since]
+                        if written is None or r.id in written:
+                            missing.setdefault(r.collection, []).append(r.id)
+                            continue
+                        hit = (generation, hit[1])
+                        cache[key] = hit
+                    cache.move_to_end(key)
+                    out[r.id] = hit[1]
+                    continue
+            missing.setdefault(r.collection, []).append(r.id)
+        if not missing:
+            return out
+        before = {c: (self._store.generation(c), self._access_epoch.get(c, 0)) for c in missing}
+        fetched = await _gather(*(self._store.retrieve(c, ids) for c, ids in missing.items()))
+        bound = 16 * self.policy.search_cache_entries
+        for collection, points in zip(missing, fetched, strict=True):
+            generation, epoch = before[collection]
+            keep = (
+                caching
+                and generation is not None
+                and (generation, epoch)
+                == (self._store.generation(collection), self._access_epoch.get(collection, 0))
+            )
+            for p in points:
+                if not p.record.is_current:
+                    continue
+                out[p.record.id] = p.record
+                if keep and generation is not None:
+                    cache[(collection, p.record.id)] = (generation, p.record)
+        while len(cache) > bound:
+            cache.popitem(last=False)
+        return out
+
+    def _note_access(self, records: Sequence[MemoryRecord], now: float) -> None:
+        """Count the search hits; the counters are written in one batch per collection, at most
+        ``access_flush_seconds`` later (and at drain/shutdown), off the search's path."""
+        for record in records:
+            entry = self._pending_access.setdefault(record.collection, {}).setdefault(record.id, [0, now])
+            entry[0] += 1
+            entry[1] = max(entry[1], now)
+        if records and not self._access_flush_scheduled:
+            self._access_flush_scheduled = True
+            self._spawn(self._flush_access())
+
+    async def _flush_access(self) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._flush_now.wait(), self.policy.access_flush_seconds)
+        self._access_flush_scheduled = False
+        pending, self._pending_access = self._pending_access, {}
+        for collection, counts in pending.items():
+            async with self._lock(collection):
+                # The store adds to what is stored now (concurrent searches add up; a memory
+                # updated or deleted since it was found is skipped: its history version keeps the
+                # old counters). Records cached for search results carry the counters: they get
+                # the new ones (a read racing with the write is not cached: the epoch).
+                self._access_epoch[collection] = self._access_epoch.get(collection, 0) + 1
+                written: dict[str, tuple[int, float]] = {}
+                try:
+                    written = await self._store.add_access(
+                        collection, {mid: (int(n), float(at)) for mid, (n, at) in counts.items()}
+                    )
+                finally:
+                    self._access_epoch[collection] += 1
+                    self._recount_records(collection, counts, written)
+
+    def _recount_records(
+        self, collection: str, counted: Iterable[str], written: Mapping[str, tuple[int, float]]
+    ) -> None:
+        """Cached records of memories whose counters were just written get the new counters; the
+        others counted (skipped by the store, or the write failed) are dropped."""
+        cache = self._record_cache
+        for mid in counted:
+            hit = cache.get((collection, mid))
+            if hit is None:
+                continue
+            new = written.get(mid)
+            if new is None:
+                del cache[(collection, mid)]
+            else:
+                cache[(collection, mid)] = (
+                    hit[0],
+                    replace(hit[1], access_count=new[0], last_accessed_at=new[1]),
+                )

@@ -1,0 +1,408 @@
+"""Adding memories: validation, the write gate (exact and near duplicates, specifics),
+idempotent replays and provenance."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import unicodedata
+import uuid
+from collections.abc import Sequence
+from dataclasses import replace
+
+import numpy as np
+from opentelemetry import metrics
+
+from engram_server.domain.deadline import ensure_time_left
+from engram_server.domain.errors import (
+    IdempotencyConflict,
+    InvalidArgument,
+)
+from engram_server.domain.model import (
+    NEVER,
+    MemoryRecord,
+    ScoredPoint,
+    SourceType,
+    StoreFilter,
+    Vector,
+)
+from engram_server.domain.service.commands import (
+    MAX_LISTED_VIOLATIONS,
+    MAX_PROVENANCE_HISTORY,
+    AddCommand,
+    AddOutcome,
+    AddResult,
+    GateReason,
+    Similar,
+    _AddItem,
+)
+from engram_server.domain.service.core import ServiceCore, _query_span, _tracer, stored_point
+from engram_server.domain.specifics import Conflict, conflicts, same_words
+from engram_server.domain.ttl import compute_valid_until
+from engram_server.domain.validation import (
+    Violations,
+    check_content,
+    check_importance,
+    check_metadata,
+    check_request_id,
+    normalise_tags,
+)
+
+_meter = metrics.get_meter("engram_server.domain")
+_gate_outcomes = _meter.create_counter(
+    "engram.gate.outcomes",
+    unit="{memory}",
+    description="Write-gate decisions, by collection and outcome (created, duplicate, near_duplicate, "
+    "allowed_duplicate).",
+)
+
+
+def with_provenance(existing: MemoryRecord, source_type: SourceType) -> MemoryRecord:
+    """A duplicate from another provenance is remembered, and the most trusted wins.
+    Returns ``existing`` itself when the provenance is already known."""
+    if source_type in existing.source_type_history:
+        return existing
+    history = (*existing.source_type_history, source_type)[-MAX_PROVENANCE_HISTORY:]
+    primary = min((existing.source_type, source_type), key=lambda s: s.trust_rank)
+    return replace(existing, source_type_history=history, source_type=primary)
+
+
+def _request_hash(cmd: AddCommand, collection: str, importance: int, tags: tuple[str, ...]) -> str:
+    body = json.dumps(
+        [
+            collection,
+            cmd.content,
+            cmd.type.value,
+            importance,
+            list(tags),
+            cmd.source.value,
+            cmd.source_type.value,
+            sorted(cmd.metadata.items()),
+            cmd.created_at,
+            cmd.valid_until,
+            *(["allow_duplicate"] if cmd.allow_duplicate else []),  # absent when False: old hashes hold
+        ],
+        ensure_ascii=False,
+    )
+    return hashlib.sha256(body.encode()).hexdigest()
+
+
+_EDGE_PUNCTUATION = " \t\r\n.,;:!?…。，；：！？、\"'`“”‘’()[]{}（）【】-—~*_"
+
+
+def normalise_text(text: str) -> str:
+    """The form two texts share when they differ only in Unicode width, case, white space or
+    surrounding punctuation ("I live in Berlin." == "i live in  berlin")."""
+    folded = unicodedata.normalize("NFKC", text).casefold()
+    return " ".join(folded.split()).strip(_EDGE_PUNCTUATION)
+
+
+class Writing(ServiceCore):
+    """Add and add-many, with the write gate."""
+
+    # ------------------------------------------------------------ add
+
+    async def add(self, cmd: AddCommand) -> AddResult:
+        v = Violations()
+        collection = self._resolve(v, "collection", cmd.collection)
+        item = self._check_add(v, "", cmd, collection, self._clock.now())
+        v.raise_if_any()
+        return (await self._add_items(collection, [item]))[0]
+
+    async def add_many(self, collection: str, cmds: Sequence[AddCommand]) -> list[AddResult]:
+        """Add several memories to one collection: one result per command, in order.
+
+        Every command is validated first (a violation refuses the whole call, fields named
+        ``memories[i].<field>``); then the batch goes through the same path as :meth:`add`: one
+        embedding call, the write gate per item against the collection and the earlier items of
+        the batch, one upsert. ``cmds[i].collection`` is ignored: ``collection`` applies to all.
+        """
+        self.check_batch_size(len(cmds))
+        v = Violations()
+        name = self._resolve(v, "collection", collection)
+        now = self._clock.now()
+        items: list[_AddItem] = []
+        first_use: dict[str, int] = {}
+        for i, cmd in enumerate(cmds):
+            items.append(self._check_add(v, f"memories[{i}].", cmd, name, now))
+            if cmd.request_id:
+                first = first_use.setdefault(cmd.request_id, i)
+                if first != i:
+                    v.add(f"memories[{i}].request_id", f"repeats memories[{first}].request_id")
+        v.raise_if_any(max_listed=MAX_LISTED_VIOLATIONS)
+        return await self._add_items(name, items)
+
+    def check_batch_size(self, count: int) -> None:
+        """Refuse a batch of ``count`` memories unless 1 ≤ count ≤ the limit (InvalidArgument on
+        ``memories``): checked before anything else, so an oversized batch is not examined."""
+        limit = self.policy.limits.max_batch_items
+        if count < 1:
+            raise InvalidArgument.of("memories", "must hold at least one memory")
+        if count > limit:
+            raise InvalidArgument.of("memories", f"at most {limit} memories per call (got {count})")
+
+    def _check_add(
+        self, v: Violations, prefix: str, cmd: AddCommand, collection: str, now: float
+    ) -> _AddItem:
+        """Validate one add (fields named ``<prefix><field>``) and apply its defaults."""
+        pol = self.policy
+        check_content(v, f"{prefix}content", cmd.content, pol.limits)
+        importance = 5 if cmd.importance is None else cmd.importance
+        check_importance(v, f"{prefix}importance", importance)
+        tags = normalise_tags(v, f"{prefix}tags", cmd.tags, pol.limits)
+        check_metadata(v, f"{prefix}metadata", cmd.metadata, pol.limits)
+        check_request_id(v, f"{prefix}request_id", cmd.request_id, pol.limits)
+        created_at = now if cmd.created_at is None else cmd.created_at
+        if cmd.created_at is not None and cmd.created_at > now + pol.limits.future_skew_seconds:
+            v.add(f"{prefix}created_at", "must not be in the future")
+        elif cmd.created_at is not None and cmd.created_at < 0:
+            v.add(f"{prefix}created_at", "must not be before 1970-01-01")
+        if cmd.valid_until is not None:
+            if cmd.valid_until > NEVER:
+                v.add(f"{prefix}valid_until", "must not be after 9999-12-31")
+            elif cmd.valid_until <= now:
+                v.add(f"{prefix}valid_until", "must be in the future")
+            elif cmd.valid_until <= created_at:
+                v.add(f"{prefix}valid_until", "must be after created_at")
+        request_hash = _request_hash(cmd, collection, importance, tags) if cmd.request_id else None
+        return _AddItem(cmd, importance, tags, created_at, request_hash)
+
+    async def _add_items(self, collection: str, items: Sequence[_AddItem]) -> list[AddResult]:
+        """The write path of :meth:`add` and :meth:`add_many` (validated items, one collection).
+
+        Embeds every content in one call (before taking the collection lock: the model is the slow
+        part); then, under the lock, answers each item in order — a replay of its request_id, a
+        duplicate of a live memory or of an earlier item of the batch, or a new memory — and
+        writes once at the end: one upsert of the new memories, one update of the provenance of
+        existing memories that duplicates promoted. Nothing is written past the caller's deadline.
+        """
+        pol = self.policy
+        vectors = await self._embed([item.cmd.content for item in items])
+        await self._ensure(collection)
+        async with self._lock(collection):
+            now = self._clock.now()
+            # Two storage round trips for the whole batch (nothing is written until the end):
+            # the earlier uses of its request_ids, then the gate's query for every other item.
+            used = await self._used_request_ids(collection, [item.cmd.request_id for item in items])
+            fresh = [i for i, item in enumerate(items) if item.cmd.request_id not in used]
+            stored = await self._gate_hits(collection, vectors[fresh], now)
+            gate_hits = dict(zip(fresh, stored, strict=True))
+            results: list[AddResult] = []
+            new: dict[str, tuple[int, MemoryRecord, Vector]] = {}  # id -> (item index, ...), in order
+            promoted: dict[str, MemoryRecord] = {}  # existing memories whose provenance changed
+            for index, (item, vector) in enumerate(zip(items, vectors, strict=True)):
+                cmd = item.cmd
+                if cmd.request_id in used:
+                    results.append(await self._replay(collection, used[cmd.request_id], item.request_hash))
+                    continue
+                earlier = [(record, vec) for _, record, vec in new.values()]
+                allow = cmd.allow_duplicate
+                similar, top = self._gate(
+                    collection, gate_hits[index], vector, cmd.content, earlier, allow_duplicate=allow
+                )
+                if top is not None and not allow:
+                    near = tuple(
+                        s for s in similar if s is not top and s.similarity >= pol.near_duplicate_threshold
+                    )[: pol.max_near_duplicates]
+                    in_batch = new.get(top.record.id)
+                    if in_batch is not None:  # a copy of an earlier item: merge into its pending write
+                        first, pending, vec = in_batch
+                        existing = with_provenance(pending, cmd.source_type)
+                        new[existing.id] = (first, existing, vec)
+                    else:
+                        base = promoted.get(top.record.id, top.record)
+                        existing = with_provenance(base, cmd.source_type)
+                        if existing is not base:
+                            promoted[existing.id] = existing
+                    results.append(
+                        AddResult(
+                            existing,
+                            AddOutcome.DUPLICATE,
+                            top.similarity,
+                            near,
+                            duplicate_of=None if in_batch is None else in_batch[0],
+                            reason=top.reason,
+                        )
+                    )
+                    continue
+                near = tuple(s for s in similar if s.similarity >= pol.near_duplicate_threshold)[
+                    : pol.max_near_duplicates
+                ]
+                record = self._new_record(collection, item, near, now)
+                new[record.id] = (index, record, vector)
+                if top is not None:
+                    reason = GateReason.ALLOW_DUPLICATE
+                elif similar and similar[0].similarity > pol.dedup_threshold:
+                    reason = GateReason.CONFLICTING_SPECIFICS  # above the threshold, yet a different fact
+                else:
+                    reason = GateReason.NONE
+                results.append(AddResult(record, AddOutcome.CREATED, 0.0, near, reason=reason))
+            if promoted:
+                ensure_time_left()
+                await self._store.set_fields(
+                    collection,
+                    {
+                        r.id: {
+                            "source_type_history": [s.value for s in r.source_type_history],
+                            "source_type": r.source_type.value,
+                        }
+                        for r in promoted.values()
+                    },
+                )
+            if new:
+                await self._upsert(collection, [stored_point(r, vec) for _, r, vec in new.values()])
+                self.last_write_at[collection] = now
+            return results
+
+    def _new_record(
+        self, collection: str, item: _AddItem, near: Sequence[Similar], now: float
+    ) -> MemoryRecord:
+        """The record a new memory is stored as (TTL from type, importance and tags)."""
+        cmd = item.cmd
+        return MemoryRecord(
+            id=str(uuid.uuid4()),
+            collection=collection,
+            content=cmd.content,
+            type=cmd.type,
+            importance=item.importance,
+            tags=item.tags,
+            source=cmd.source,
+            source_type=cmd.source_type,
+            source_type_history=(cmd.source_type,),
+            metadata=dict(cmd.metadata),
+            created_at=item.created_at,
+            updated_at=now,
+            valid_until=compute_valid_until(
+                cmd.type, item.importance, item.tags, item.created_at, cmd.valid_until
+            ),
+            request_id=cmd.request_id or None,
+            request_hash=item.request_hash,
+            near_duplicates=tuple((s.record.id, round(s.similarity, 6)) for s in near),
+        )
+
+    async def _gate_hits(self, collection: str, vectors: Vector, now: float) -> list[list[ScoredPoint]]:
+        """The write gate's storage query for each row of ``vectors``: the nearest live memories
+        (one round trip for a whole batch)."""
+        if not len(vectors):
+            return []
+        limit = self.policy.gate_candidates
+        with _query_span(collection, limit, lexical=False) as span:
+            span.set_attribute("db.operation.batch.size", len(vectors))
+            hits = await self._store.search_batch(collection, vectors, limit, StoreFilter(live_at=now))
+            span.set_attribute("db.response.returned_rows", sum(len(h) for h in hits))
+            return hits
+
+    def _gate(
+        self,
+        collection: str,
+        hits: Sequence[ScoredPoint],
+        vector: Vector,
+        content: str,
+        earlier: Sequence[tuple[MemoryRecord, Vector]] = (),
+        *,
+        allow_duplicate: bool = False,
+    ) -> tuple[list[Similar], Similar | None]:
+        """The write gate's check: the nearest live memories, most similar first, calibrated, and the
+        one ``content`` duplicates (None when it duplicates none).
+
+        ``hits`` are the stored candidates (:meth:`_gate_hits`); ``earlier`` are the memories an
+        earlier item of the same batch is about to write: they are candidates like the stored ones
+        (compared by the cosine of their vectors).
+
+        A candidate whose text equals ``content`` once normalised (Unicode NFKC, case, white space,
+        surrounding punctuation) is an exact copy whatever the embedding says: similarity 1.0.
+
+        A candidate above the duplicate threshold is a duplicate only if its specifics agree with
+        ``content``'s (:func:`engram_server.domain.specifics.conflicts`: numbers, dates, ids, names,
+        negation); one whose specifics conflict is a different fact, kept in the list with reason
+        CONFLICTING_SPECIFICS and the conflicts. The most similar candidate without a conflict is the
+        duplicate; with ``allow_duplicate`` it is kept in the list with reason ALLOW_DUPLICATE.
+        Candidates in the near-duplicate zone get the same reason and conflicts when their specifics
+        differ.
+        """
+        pol = self.policy
+        key = normalise_text(content)
+        with _tracer.start_as_current_span(
+            "engram.gate", attributes={"engram.collection": collection}
+        ) as span:
+            scored = [(h.record, h.score) for h in hits]
+            if earlier:  # unit vectors: the dot product is the cosine
+                cosines = np.stack([vec for _, vec in earlier]) @ vector
+                scored.extend((record, float(c)) for (record, _), c in zip(earlier, cosines, strict=True))
+            similar = [
+                Similar(record, 1.0 if normalise_text(record.content) == key else self._cal.similarity(raw))
+                for record, raw in scored
+            ]
+            similar.sort(key=lambda s: s.similarity, reverse=True)
+            top: Similar | None = None
+            for i, s in enumerate(similar):
+                if s.similarity <= pol.dedup_threshold:
+                    break
+                if s.similarity >= 1.0 or not pol.check_specifics:
+                    found: tuple[Conflict, ...] = ()
+                else:
+                    found = tuple(conflicts(s.record.content, content))
+                if found:
+                    similar[i] = replace(s, reason=GateReason.CONFLICTING_SPECIFICS, conflicts=found)
+                    continue
+                if allow_duplicate:
+                    similar[i] = replace(s, reason=GateReason.ALLOW_DUPLICATE)
+                top = similar[i]
+                break
+            if top is None and pol.check_specifics:
+                # Reworded, not changed: the same content words and specifics as a memory at the
+                # restatement level ("For new services, the team uses X." / "The team uses X for
+                # new services."), which the embedding may place just under the threshold.
+                for i, s in enumerate(similar):
+                    if s.similarity < pol.restatement_threshold:
+                        break
+                    if same_words(s.record.content, content) and not conflicts(s.record.content, content):
+                        similar[i] = replace(
+                            s, reason=GateReason.ALLOW_DUPLICATE if allow_duplicate else GateReason.SAME_WORDS
+                        )
+                        top = similar[i]
+                        break
+            # The near zone below the duplicate threshold: name the specifics that differ, so the
+            # caller can tell "the same fact, changed" (update it) from "the same fact, reworded".
+            for i, s in enumerate(similar):
+                if s.similarity < pol.near_duplicate_threshold:
+                    break
+                if s.reason or s is top or s.similarity > pol.dedup_threshold or not pol.check_specifics:
+                    continue
+                found = tuple(conflicts(s.record.content, content))
+                if found:
+                    similar[i] = replace(s, reason=GateReason.CONFLICTING_SPECIFICS, conflicts=found)
+            best = similar[0].similarity if similar else 0.0
+            if top is not None:
+                outcome = "allowed_duplicate" if allow_duplicate else "duplicate"
+            elif best >= pol.near_duplicate_threshold:
+                outcome = "near_duplicate"
+            else:
+                outcome = "created"
+            span.set_attribute("engram.gate.similarity", best)
+            span.set_attribute("engram.gate.outcome", outcome)
+            _gate_outcomes.add(1, {"engram.collection": collection, "engram.gate.outcome": outcome})
+            return similar, top
+
+    async def _used_request_ids(
+        self, collection: str, request_ids: Sequence[str | None]
+    ) -> dict[str, MemoryRecord]:
+        """The memories created earlier with any of ``request_ids``, by request_id (one query)."""
+        wanted = tuple(dict.fromkeys(r for r in request_ids if r))
+        if not wanted:
+            return {}
+        records, _ = await self._store.scroll(collection, StoreFilter(request_ids=wanted), limit=len(wanted))
+        return {r.request_id: r for r in records if r.request_id}
+
+    async def _replay(self, collection: str, first: MemoryRecord, request_hash: str | None) -> AddResult:
+        """The answer to a repeated request_id: the memory it created (or a conflict if the
+        request differs)."""
+        if first.request_hash != request_hash:
+            raise IdempotencyConflict(
+                f"request_id {first.request_id!r} was already used for a different request",
+                metadata={"request_id": first.request_id or "", "memory_id": first.id},
+            )
+        near_ids = [i for i, _ in first.near_duplicates]
+        found = {p.record.id: p.record for p in await self._store.retrieve(collection, near_ids)}
+        near = tuple(Similar(found[i], s) for i, s in first.near_duplicates if i in found)
+        return AddResult(first, AddOutcome.CREATED, 0.0, near, replayed=True)

@@ -240,14 +240,14 @@ async def test_background_builds_count_unindexed_points_only_when_due(
     from engram_server.adapters.storage import edge  # noqa: PLC0415
 
     counted: list[int] = []
-    exact = edge._dense_unindexed
+    exact = edge.indexes._dense_unindexed
 
     def counting(col: object) -> int:
         n = exact(col)  # type: ignore[arg-type]
         counted.append(n)
         return n
 
-    monkeypatch.setattr(edge, "_dense_unindexed", counting)
+    monkeypatch.setattr(edge.indexes, "_dense_unindexed", counting)
     rng = np.random.default_rng(5)
     store = EdgeStore(tmp_path, hnsw_threshold=300, background_hnsw=True)
     await store.open()
@@ -546,14 +546,14 @@ async def test_neighbour_lookups_use_their_own_beam_width(
     exact = [[recs[i].id for i in np.argsort(-(vecs @ q))[:8]] for q in queries]
 
     sent: list[int | None] = []  # the hnsw_ef of every query request the store builds
-    real = edge.qe.QueryRequest
+    real = edge.engine.qe.QueryRequest
 
     def spy(*args: object, **kwargs: object) -> object:
         params = kwargs.get("params")
         sent.append(None if params is None else params.hnsw_ef)  # type: ignore[attr-defined]
         return real(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(edge.qe, "QueryRequest", spy)
+    monkeypatch.setattr(edge.engine.qe, "QueryRequest", spy)
     store = EdgeStore(tmp_path, hnsw_threshold=500, neighbour_ef=64)
     await store.open()  # builds the index before serving
     try:
@@ -618,13 +618,13 @@ async def test_changed_since_names_the_points_written(
         assert store.changed_since("default", g0) == {a.id, b.id, c.id}
         d = record(valid_until=1e12)
         await store.upsert("default", [StoredPoint(d, unit_vectors(1, rng)[0])])
-        monkeypatch.setattr(edge, "_LOGGED_DELETE_MAX", 0)  # more than is logged: by filter, unknown
+        monkeypatch.setattr(edge.points, "_LOGGED_DELETE_MAX", 0)  # more than is logged: by filter, unknown
         assert await store.delete_where("default", StoreFilter(expired_at=2e12)) == 1
         assert store.changed_since("default", g0) is None
         assert await store.count("default", StoreFilter(include_history=True)) == 0
         g2 = store.generation("default")
         assert g2 is not None
-        for _ in range(edge._HISTORY + 1):
+        for _ in range(edge.engine._HISTORY + 1):
             await store.set_fields("default", {c.id: {"importance": 8}})
         assert store.changed_since("default", g2) is None  # older than what is remembered
         assert store.changed_since("other", g2) is None

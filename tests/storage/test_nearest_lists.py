@@ -238,7 +238,7 @@ def _signature(c: Candidates) -> list[tuple[str, float, float]]:
     return sorted(zip(c.ids, np.round(c.cosine, 5).tolist(), np.round(c.lexical, 4).tolist(), strict=True))
 
 
-@pytest.mark.parametrize("logged_delete_max", [edge._LOGGED_DELETE_MAX, 0], ids=["logged", "reset"])
+@pytest.mark.parametrize("logged_delete_max", [edge.points._LOGGED_DELETE_MAX, 0], ids=["logged", "reset"])
 async def test_patched_lists_return_what_a_fresh_search_returns(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, logged_delete_max: int
 ) -> None:
@@ -248,16 +248,16 @@ async def test_patched_lists_return_what_a_fresh_search_returns(
     list dropped), a source type set — one keeping nearest lists, one searching afresh every
     time. After every write, every probe's candidates are the same in both, unfiltered and under
     each kind of user filter. Below the HNSW threshold both are exact."""
-    monkeypatch.setattr(edge, "_LOGGED_DELETE_MAX", logged_delete_max)
+    monkeypatch.setattr(edge.points, "_LOGGED_DELETE_MAX", logged_delete_max)
     patched: list[int] = []
-    real_patch = edge.patch
+    real_patch = edge.candidates.patch
 
     def counting_patch(*args: Any) -> list[Row] | None:
         rows = real_patch(*args)
         patched.append(rows is not None)
         return rows
 
-    monkeypatch.setattr(edge, "patch", counting_patch)
+    monkeypatch.setattr(edge.candidates, "patch", counting_patch)
     rng = np.random.default_rng(7)
     enc = Bm25Encoder()
     kept, fresh = EdgeStore(tmp_path / "kept"), EdgeStore(tmp_path / "fresh", nearest_lists=0)
@@ -417,14 +417,14 @@ async def test_a_list_is_patched_after_many_writes(tmp_path: Path, monkeypatch: 
     patched from its kept list — the log holds the written vectors, scored here — and answers
     as a fresh search does."""
     patched: list[bool] = []
-    real_patch = edge.patch
+    real_patch = edge.candidates.patch
 
     def counting_patch(*args: Any) -> list[Row] | None:
         rows = real_patch(*args)
         patched.append(rows is not None)
         return rows
 
-    monkeypatch.setattr(edge, "patch", counting_patch)
+    monkeypatch.setattr(edge.candidates, "patch", counting_patch)
     rng = np.random.default_rng(5)
     enc = Bm25Encoder()
     kept, fresh = EdgeStore(tmp_path / "kept"), EdgeStore(tmp_path / "fresh", nearest_lists=0)

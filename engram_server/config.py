@@ -116,6 +116,11 @@ class Settings:
     tls_cert_file: Path | None = None
     tls_key_file: Path | None = None
     tls_client_ca_file: Path | None = None
+    # HTTP/JSON gateway and web console (engram_server/api/http); off unless http_port is set
+    http_port: int | None = None
+    http_host: str = "127.0.0.1"
+    http_timeout_seconds: float = 30.0
+    console: bool = False
 
     extra: Mapping[str, str] = field(default_factory=dict)
 
@@ -432,6 +437,23 @@ SETTINGS_DOC: list[tuple[str, str, str]] = [
         "ENGRAM_TLS_CLIENT_CA_FILE",
         "PEM CA bundle: require and verify client certificates (mutual TLS).",
     ),
+    (
+        "http_port",
+        "ENGRAM_HTTP_PORT",
+        "Serve the HTTP/JSON API (and the console, if on) on this port; unset = no HTTP. "
+        "See docs/clients/http.md.",
+    ),
+    (
+        "http_host",
+        "ENGRAM_HTTP_HOST",
+        "Address of the HTTP port. Anything but loopback needs auth on (API keys).",
+    ),
+    (
+        "http_timeout_seconds",
+        "ENGRAM_HTTP_TIMEOUT_SECONDS",
+        "How long an HTTP client may take to send a request's headers, and then its body.",
+    ),
+    ("console", "ENGRAM_CONSOLE", "Serve the web console at /console/ on the HTTP port."),
 ]
 
 
@@ -558,6 +580,12 @@ def _check(s: Settings) -> None:
         problems.append(f"ENGRAM_QDRANT_QUANTIZATION must be one of {', '.join(QDRANT_QUANTIZATIONS)}")
     if s.edge_quantization not in EDGE_QUANTIZATIONS:
         problems.append(f"ENGRAM_EDGE_QUANTIZATION must be one of {', '.join(EDGE_QUANTIZATIONS)}")
+    if s.http_port is not None and not 0 <= s.http_port <= 65535:
+        problems.append("ENGRAM_HTTP_PORT must be 0–65535")
+    if s.http_timeout_seconds <= 0:
+        problems.append("ENGRAM_HTTP_TIMEOUT_SECONDS must be > 0")
+    if s.console and s.http_port is None:
+        problems.append("ENGRAM_CONSOLE=on needs ENGRAM_HTTP_PORT (the console is served on the HTTP port)")
     if problems:
         raise ConfigError("; ".join(problems))
 

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -32,6 +33,8 @@ from engram_server.telemetry import Telemetry, setup_telemetry
 
 if TYPE_CHECKING:
     from engram_server.adapters.storage.edge import CompactionReport
+    from engram_server.api.auth import AuthInterceptor
+    from engram_server.api.guard import GuardInterceptor
     from engram_server.api.http import HttpAttachment
 
 log = logging.getLogger(__name__)
@@ -86,6 +89,7 @@ def build_store(settings: Settings) -> Store:
         neighbour_ef=settings.gate_hnsw_ef,
         nearest_lists=settings.nearest_lists,
         quantization=settings.edge_quantization,
+        disk_headroom_bytes=settings.disk_headroom_mb * 1024 * 1024,
     )
 
 
@@ -177,6 +181,96 @@ def server_credentials(settings: Settings) -> grpc.ServerCredentials | None:
     )
 
 
+def _ms(seconds: float) -> int:
+    return max(1, round(seconds * 1000))
+
+
+def server_options(s: Settings) -> list[tuple[str, Any]]:
+    """gRPC server channel arguments: message sizes, and the bounds on connections (see
+    docs/operations/limits.md)."""
+    options: list[tuple[str, Any]] = [
+        ("grpc.max_receive_message_length", s.max_message_bytes),
+        ("grpc.max_send_message_length", s.max_message_bytes),
+        ("grpc.keepalive_time_ms", _ms(s.keepalive_seconds)),
+        ("grpc.keepalive_timeout_ms", _ms(s.keepalive_timeout_seconds)),
+        ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+        ("grpc.server_handshake_timeout_ms", _ms(s.handshake_timeout_seconds)),
+        ("grpc.so_reuseport", 0),
+    ]
+    if s.max_connections > 0:
+        options.append(("grpc.max_allowed_incoming_connections", s.max_connections))
+    if s.max_streams_per_connection > 0:
+        options.append(("grpc.max_concurrent_streams", s.max_streams_per_connection))
+    if s.max_connection_idle_seconds > 0:
+        options.append(("grpc.max_connection_idle_ms", _ms(s.max_connection_idle_seconds)))
+    if s.max_connection_age_seconds > 0:
+        options.append(("grpc.max_connection_age_ms", _ms(s.max_connection_age_seconds)))
+        options.append(("grpc.max_connection_age_grace_ms", _ms(s.max_connection_age_grace_seconds)))
+    return options
+
+
+#: File descriptors kept for everything that is not a client connection (store files, model, logs).
+FD_RESERVE = 256
+
+
+def ensure_open_files(max_connections: int) -> None:
+    """Raise the soft open-files limit so ``max_connections`` client connections fit next to
+    the server's own files (up to the hard limit); warn when they cannot."""
+    if max_connections <= 0:
+        return
+    try:
+        import resource  # noqa: PLC0415  (POSIX only)
+    except ImportError:
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = max_connections + FD_RESERVE
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):
+            pass
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        log.warning(
+            "open-files limit %d is below ENGRAM_MAX_CONNECTIONS=%d + %d for the server's own files; "
+            "lower ENGRAM_MAX_CONNECTIONS or raise the limit (ulimit -n)",
+            soft,
+            max_connections,
+            FD_RESERVE,
+        )
+
+
+class BindError(OSError):
+    """The listening address cannot be bound; the message names it and the settings to change."""
+
+    def __init__(self, host: str, port: int, why: str) -> None:
+        super().__init__(
+            f"cannot listen on {host}:{port}: {why}; another process may hold it. "
+            "Set ENGRAM_PORT (or `engram serve --port`) to a free port, or ENGRAM_HOST to another address"
+        )
+
+
+def check_bindable(host: str, port: int) -> None:
+    """Raise :class:`BindError` when ``host:port`` cannot be bound right now, binding the way gRPC
+    does (``SO_REUSEADDR``) and letting go at once. Port 0 (any free port) always passes."""
+    if port == 0:
+        return
+    try:
+        infos = socket.getaddrinfo(
+            host.strip("[]") or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+    except socket.gaierror as exc:
+        raise BindError(host, port, f"cannot resolve {host!r} ({exc.strerror})") from None
+    for family, kind, proto, _, address in infos:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(address)
+            except OSError as exc:
+                raise BindError(host, port, exc.strerror or str(exc)) from None
+
+
 @dataclass
 class EngramServer:
     """One Engram process: the gRPC server and its background work."""
@@ -200,6 +294,9 @@ class EngramServer:
     def http_port(self) -> int:
         """The HTTP/JSON port (0 when HTTP is off)."""
         return self._http.server.port if self._http is not None else 0
+
+    guard: GuardInterceptor | None = None
+    auth: AuthInterceptor | None = None
 
     @classmethod
     def create(
@@ -238,11 +335,12 @@ class EngramServer:
 
     async def start(self) -> None:
         s = self.settings
+        check_bindable(s.host, s.port)  # before anything is opened: one clear line if taken
         # Security first: a server that must not start (no keys on a public bind, unreadable
         # certificates) fails before it opens anything.
         from engram_server.api.auth import build_auth_interceptor  # noqa: PLC0415
 
-        auth = build_auth_interceptor(s)
+        auth = self.auth = build_auth_interceptor(s)
         credentials = server_credentials(s)
         await self.store.open()
         warm = getattr(self.embedder, "warm_up", None)
@@ -253,14 +351,8 @@ class EngramServer:
                 "embedding model %s has no calibration; similarity thresholds apply to raw cosine",
                 self.embedder.model_id,
             )
-        options = [
-            ("grpc.max_receive_message_length", s.max_message_bytes),
-            ("grpc.max_send_message_length", s.max_message_bytes),
-            ("grpc.keepalive_time_ms", 60_000),
-            ("grpc.keepalive_timeout_ms", 20_000),
-            ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
-            ("grpc.so_reuseport", 0),
-        ]
+        options = server_options(s)
+        ensure_open_files(s.max_connections)
         self.telemetry = setup_telemetry(s)
         interceptors: list[grpc.aio.ServerInterceptor] = []
         if self.telemetry.enabled:  # nothing configured: no interceptor, no per-call cost
@@ -276,9 +368,19 @@ class EngramServer:
         # RATE_LIMITED) are still traced and counted, with their reason.
         if auth is not None:
             interceptors.append(auth)
-        server = grpc.aio.server(options=options, interceptors=interceptors)
+        # Innermost: malformed bodies answer INVALID_ARGUMENT (after the key check), and the bytes
+        # of unread answers are bounded.
+        from engram_server.api.guard import GuardInterceptor  # noqa: PLC0415
+
+        self.guard = GuardInterceptor(max_pending_response_bytes=s.max_pending_response_bytes)
+        interceptors.append(self.guard)
+        server = grpc.aio.server(
+            options=options,
+            interceptors=interceptors,
+            maximum_concurrent_rpcs=s.max_concurrent_rpcs or None,
+        )
         memory_service_pb2_grpc.add_MemoryServiceServicer_to_server(
-            MemoryServicer(self.service, self.reflector), server
+            MemoryServicer(self.service, self.reflector, max_message_bytes=s.max_message_bytes), server
         )
         health = HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health, server)
@@ -296,12 +398,19 @@ class EngramServer:
         from engram_server.api.http import prepare as prepare_http  # noqa: PLC0415
 
         self._http = prepare_http(s, server, auth_on=auth is not None)
-        if credentials is None:
-            self.port = server.add_insecure_port(f"{s.host}:{s.port}")
+        try:
+            if credentials is None:
+                self.port = server.add_insecure_port(f"{s.host}:{s.port}")
+            else:
+                self.port = server.add_secure_port(f"{s.host}:{s.port}", credentials)
+        except RuntimeError as exc:  # grpc: "Failed to bind to address …"
+            self.port = 0
+            cause: BaseException | None = exc
         else:
-            self.port = server.add_secure_port(f"{s.host}:{s.port}", credentials)
+            cause = None
         if self.port == 0:
-            raise OSError(f"could not bind {s.host}:{s.port}")
+            await self.store.close()
+            raise BindError(s.host, s.port, "the address is in use or not available") from cause
         await server.start()
         await health.set("", health_pb2.HealthCheckResponse.SERVING)
         await health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)

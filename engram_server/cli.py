@@ -60,10 +60,12 @@ def main(argv: list[str] | None = None) -> None:
         return
     overrides = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
     settings = settings.with_overrides(**overrides)
-    from engram_server.app import serve  # noqa: PLC0415
+    from engram_server.app import BindError, serve  # noqa: PLC0415
 
     try:
         asyncio.run(serve(settings))
+    except BindError as exc:
+        sys.exit(f"engram: {exc}")
     except (EngramError, ConfigError) as exc:
         sys.exit(f"engram: cannot start: {exc}")
     except OSError as exc:

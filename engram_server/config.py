@@ -49,6 +49,8 @@ class Settings:
     edge_quantization: str = "int8"
     gate_hnsw_ef: int = 64
     sync_writes: bool = False
+    # Disk headroom (embedded store): writes are refused below this much free space
+    disk_headroom_mb: int = 256
     # Embeddings
     embedder_provider: str = "local"
     embedding_model: str | None = None
@@ -116,11 +118,25 @@ class Settings:
     tls_cert_file: Path | None = None
     tls_key_file: Path | None = None
     tls_client_ca_file: Path | None = None
-    # HTTP/JSON gateway and web console (engram_server/api/http); off unless http_port is set
+    # HTTP and web console
     http_port: int | None = None
     http_host: str = "127.0.0.1"
     http_timeout_seconds: float = 30.0
     console: bool = False
+    # Connections and load
+    max_connections: int = 1000
+    max_streams_per_connection: int = 100
+    max_concurrent_rpcs: int = 1000
+    max_connection_idle_seconds: float = 300.0
+    max_connection_age_seconds: float = 3600.0
+    max_connection_age_grace_seconds: float = 30.0
+    keepalive_seconds: float = 60.0
+    keepalive_timeout_seconds: float = 20.0
+    handshake_timeout_seconds: float = 10.0
+    max_pending_response_bytes: int = 256 * 1024 * 1024
+    auth_failure_rps: float = 2.0
+    auth_failure_burst: int = 30
+    max_in_flight_per_principal: int = 64
 
     extra: Mapping[str, str] = field(default_factory=dict)
 
@@ -213,6 +229,14 @@ SETTINGS_DOC: list[tuple[str, str, str]] = [
         "ENGRAM_SYNC_WRITES",
         "Embedded store: fsync every write (survives power loss, ~11 ms per write). Without it a "
         "write is acknowledged once in the write-ahead log, which survives a process crash.",
+    ),
+    (
+        "disk_headroom_mb",
+        "ENGRAM_DISK_HEADROOM_MB",
+        "Embedded store: refuse writes (RESOURCE_EXHAUSTED, `ERROR_REASON_STORAGE_FULL`) while the data "
+        "volume has less free space than this, before they touch the disk; reads keep working and "
+        "background writes (index builds, access counters, the sweeper) pause. An index build also "
+        "needs the collection's own size free. 0 = no check. See docs/operations/reliability.md.",
     ),
     ("embedder_provider", "ENGRAM_EMBEDDER_PROVIDER", "`local` (default, offline), `openai` or `voyage`."),
     (
@@ -454,6 +478,76 @@ SETTINGS_DOC: list[tuple[str, str, str]] = [
         "How long an HTTP client may take to send a request's headers, and then its body.",
     ),
     ("console", "ENGRAM_CONSOLE", "Serve the web console at /console/ on the HTTP port."),
+    (
+        "max_connections",
+        "ENGRAM_MAX_CONNECTIONS",
+        "Open client connections the server accepts; past it a new connection is closed at once "
+        "(the client sees UNAVAILABLE and retries). The open-files limit is raised to fit. 0 = no cap.",
+    ),
+    (
+        "max_streams_per_connection",
+        "ENGRAM_MAX_STREAMS_PER_CONNECTION",
+        "Concurrent calls (HTTP/2 streams) on one connection; further calls wait in the client "
+        "for a free stream. 0 = gRPC's default (unbounded).",
+    ),
+    (
+        "max_concurrent_rpcs",
+        "ENGRAM_MAX_CONCURRENT_RPCS",
+        "Calls the server runs at once over all connections; past it calls get RESOURCE_EXHAUSTED "
+        "at once (health checks included). 0 = no cap.",
+    ),
+    (
+        "max_connection_idle_seconds",
+        "ENGRAM_MAX_CONNECTION_IDLE_SECONDS",
+        "A connection with no call for this long is closed (GOAWAY; clients reconnect on their "
+        "next call). 0 = never.",
+    ),
+    (
+        "max_connection_age_seconds",
+        "ENGRAM_MAX_CONNECTION_AGE_SECONDS",
+        "A connection is closed after this long (GOAWAY; clients reconnect), so every hold on "
+        "the server ends. 0 = never.",
+    ),
+    (
+        "max_connection_age_grace_seconds",
+        "ENGRAM_MAX_CONNECTION_AGE_GRACE_SECONDS",
+        "How long calls in flight on a connection past its age may finish before it is cut.",
+    ),
+    (
+        "keepalive_seconds",
+        "ENGRAM_KEEPALIVE_SECONDS",
+        "The server pings a connection idle on the wire this often to find dead peers.",
+    ),
+    (
+        "keepalive_timeout_seconds",
+        "ENGRAM_KEEPALIVE_TIMEOUT_SECONDS",
+        "A connection whose ping is not answered within this is closed.",
+    ),
+    (
+        "handshake_timeout_seconds",
+        "ENGRAM_HANDSHAKE_TIMEOUT_SECONDS",
+        "A connection must finish its TLS/HTTP/2 handshake within this, else it is closed (bare "
+        "TCP connections that never speak).",
+    ),
+    (
+        "max_pending_response_bytes",
+        "ENGRAM_MAX_PENDING_RESPONSE_BYTES",
+        "Server-wide ceiling on the bytes of answers produced and not yet read by their callers "
+        "(slow readers); past it calls get RESOURCE_EXHAUSTED with RetryInfo. 0 = no ceiling.",
+    ),
+    (
+        "auth_failure_rps",
+        "ENGRAM_AUTH_FAILURE_RPS",
+        "Failed authentications allowed per peer address, per second (refill); past the burst the "
+        "address gets UNAUTHENTICATED with RetryInfo without its key being checked. 0 = no limit.",
+    ),
+    ("auth_failure_burst", "ENGRAM_AUTH_FAILURE_BURST", "Failed authentications a peer address may burst."),
+    (
+        "max_in_flight_per_principal",
+        "ENGRAM_MAX_IN_FLIGHT_PER_PRINCIPAL",
+        "Calls one principal may have running at once; more get RESOURCE_EXHAUSTED "
+        "(`ERROR_REASON_RATE_LIMITED`, RetryInfo). 0 = no limit.",
+    ),
 ]
 
 
@@ -586,8 +680,50 @@ def _check(s: Settings) -> None:
         problems.append("ENGRAM_HTTP_TIMEOUT_SECONDS must be > 0")
     if s.console and s.http_port is None:
         problems.append("ENGRAM_CONSOLE=on needs ENGRAM_HTTP_PORT (the console is served on the HTTP port)")
+    if s.auth_failure_rps < 0 or s.auth_failure_burst < 1:
+        problems.append("ENGRAM_AUTH_FAILURE_RPS must be ≥ 0 and ENGRAM_AUTH_FAILURE_BURST ≥ 1")
+    bounds: dict[str, float] = {
+        "ENGRAM_MAX_IN_FLIGHT_PER_PRINCIPAL": s.max_in_flight_per_principal,
+        "ENGRAM_MAX_PENDING_RESPONSE_BYTES": s.max_pending_response_bytes,
+        "ENGRAM_MAX_CONNECTIONS": s.max_connections,
+        "ENGRAM_MAX_STREAMS_PER_CONNECTION": s.max_streams_per_connection,
+        "ENGRAM_MAX_CONCURRENT_RPCS": s.max_concurrent_rpcs,
+        "ENGRAM_MAX_CONNECTION_IDLE_SECONDS": s.max_connection_idle_seconds,
+        "ENGRAM_MAX_CONNECTION_AGE_SECONDS": s.max_connection_age_seconds,
+        "ENGRAM_MAX_CONNECTION_AGE_GRACE_SECONDS": s.max_connection_age_grace_seconds,
+    }
+    problems.extend(f"{bound} must be ≥ 0" for bound, amount in bounds.items() if not amount >= 0)
+    for bound, amount in (
+        ("ENGRAM_KEEPALIVE_SECONDS", s.keepalive_seconds),
+        ("ENGRAM_KEEPALIVE_TIMEOUT_SECONDS", s.keepalive_timeout_seconds),
+        ("ENGRAM_HANDSHAKE_TIMEOUT_SECONDS", s.handshake_timeout_seconds),
+    ):
+        if not amount > 0:
+            problems.append(f"{bound} must be > 0")
+    problems.extend(_check_storage_and_answers(s))
     if problems:
         raise ConfigError("; ".join(problems))
+
+
+# ---------------------------------------------------------------- disk headroom and answer sizes
+
+
+def _check_storage_and_answers(s: Settings) -> list[str]:
+    from engram_server.api.answers import ENVELOPE_BYTES, largest_memory_bytes  # noqa: PLC0415
+    from engram_server.domain.validation import Limits  # noqa: PLC0415
+
+    problems: list[str] = []
+    if s.disk_headroom_mb < 0:
+        problems.append("ENGRAM_DISK_HEADROOM_MB must be ≥ 0 (0 = no free-space check)")
+    # An answer must hold at least two of the largest memories (UpdateMemory's memory and its
+    # previous version; GetMemory's memory and a history version) besides its other fields.
+    need = 2 * largest_memory_bytes(Limits(max_content_chars=s.max_content_chars)) + ENVELOPE_BYTES
+    if s.max_message_bytes < need:
+        problems.append(
+            f"ENGRAM_MAX_MESSAGE_BYTES={s.max_message_bytes} cannot hold two of the largest memories "
+            f"the input limits allow (ENGRAM_MAX_CONTENT_CHARS={s.max_content_chars}): at least {need}"
+        )
+    return problems
 
 
 def documented_fields() -> set[str]:

@@ -249,7 +249,7 @@ def validate_taskset(data: Json) -> list[str]:
 
 
 def _outcome(result: AddResult) -> str:
-    """created / near_duplicate / duplicate, as in the README's write-gate table."""
+    """created / near_duplicate / duplicate, as in the write gate's table (docs/concepts/gate.md)."""
     if result.outcome == AddOutcome.DUPLICATE:
         return "duplicate"
     return "near_duplicate" if result.near_duplicates else "created"

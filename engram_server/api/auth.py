@@ -20,6 +20,7 @@ handler (built once per method and cached) instead of deciding in ``intercept_se
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import json
 import logging
@@ -33,9 +34,11 @@ import grpc
 
 from engram_client.proto.engram.v1 import memory_service_pb2 as s
 from engram_server.api.errors import to_status
+from engram_server.api.guard import LogThrottle, Malformed
 from engram_server.config import ConfigError, Settings
 from engram_server.domain.auth import (
     Authenticator,
+    FailureLimiter,
     Principal,
     RateLimit,
     RateLimiter,
@@ -57,6 +60,8 @@ log = logging.getLogger(__name__)
 SERVICE = s.DESCRIPTOR.services_by_name["MemoryService"].full_name
 #: Services every caller may use without a key.
 OPEN_SERVICES = frozenset({"grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection"})
+#: RetryInfo delay when a principal has too many calls in flight.
+IN_FLIGHT_RETRY_SECONDS = 0.1
 #: Most collections one SearchMemories may name (the service's own limit).
 MAX_SEARCH_COLLECTIONS = 16
 
@@ -132,6 +137,14 @@ def api_key_from(metadata: Sequence[tuple[str, str | bytes]] | None) -> str | No
     return found.pop() or None
 
 
+def peer_host(peer: str) -> str:
+    """The address part of a gRPC peer (``ipv4:10.0.0.1:5555`` -> ``ipv4:10.0.0.1``): failures are
+    counted per address, not per connection."""
+    if peer.startswith(("ipv4:", "ipv6:")):
+        return peer.rpartition(":")[0] or peer
+    return peer
+
+
 class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     def __init__(
         self,
@@ -139,10 +152,23 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         limiter: RateLimiter,
         *,
         default_collection: str,
+        failure_limit: RateLimit | None = None,
+        max_in_flight: int = 0,
+        slow_hash_threads: int = 2,
     ) -> None:
         self.authenticator = authenticator
         self.limiter = limiter
         self.default_collection = default_collection
+        self.failures = FailureLimiter(failure_limit or RateLimit(0, 1))
+        self.max_in_flight = max_in_flight
+        self.in_flight: dict[str, int] = {}
+        self.throttle = LogThrottle()
+        #: Counters (tests and figures): failed authentications, of which refused by the limit.
+        self.failed = 0
+        self.refused_by_limit = 0
+        self._slow_threads = slow_hash_threads
+        self._slow_slots: asyncio.Semaphore | None = None
+        self._pending: dict[bytes, asyncio.Future[Principal | None]] = {}
         self._cache: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
 
     async def intercept_service(
@@ -175,16 +201,75 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             response_serializer=handler.response_serializer,
         )
 
-    def check(self, method: str, rule: Rule, request: Any, metadata: Any) -> Principal:
-        """Authenticate, rate-limit and authorize one call; raises the EngramError to answer."""
+    # --- who is calling ---------------------------------------------------------------------
+
+    async def identify(self, metadata: Any, peer: str) -> Principal:
+        """The caller's principal. A key seen before is answered from the authenticator's caches
+        (one HMAC); a peer over its failure budget is refused (with RetryInfo) before any hash
+        is computed; a new key is checked — SHA-256 hashes inline, scrypt off the event loop,
+        once per distinct key however many calls present it at the same time."""
         key = api_key_from(metadata)
-        principal = self.authenticator.authenticate(key) if key else None
+        known = True
+        if key is not None:
+            known, principal = self.authenticator.cached(key)
+            if principal is not None:
+                return principal
+        host = peer_host(peer)
+        wait = self.failures.blocked_for(host)
+        if wait > 0:
+            self.failed += 1
+            self.refused_by_limit += 1
+            self._warn(host, "refused unchecked: too many failed authentications from this address")
+            error = Unauthenticated(
+                f"too many failed authentications from this address; retry in {wait:.1f}s",
+                metadata={"retry_after_seconds": f"{wait:.3f}"},
+            )
+            error.retry_after = wait
+            raise error
+        principal = await self._verify(key) if key is not None and not known else None
         if principal is None:
+            self.failed += 1
+            self.failures.failed(host)
+            self._warn(host, "no API key" if key is None else "unknown API key")
             raise Unauthenticated(
                 "missing or unknown API key: send it as 'authorization: Bearer <key>' metadata"
                 if key is None
                 else "unknown API key"
             )
+        return principal
+
+    async def _verify(self, key: str) -> Principal | None:
+        settled, principal = self.authenticator.verify_fast(key)
+        if settled:
+            return principal
+        tag = self.authenticator.tag(key)
+        pending = self._pending.get(tag)
+        if pending is None:
+            pending = asyncio.ensure_future(self._verify_slow(key))
+            self._pending[tag] = pending
+            pending.add_done_callback(lambda _done: self._pending.pop(tag, None))
+        return await asyncio.shield(pending)
+
+    async def _verify_slow(self, key: str) -> Principal | None:
+        if self._slow_slots is None:
+            self._slow_slots = asyncio.Semaphore(max(1, self._slow_threads))
+        async with self._slow_slots:
+            return await asyncio.to_thread(self.authenticator.verify_slow, key)
+
+    def _warn(self, host: str, why: str) -> None:
+        held_back = self.throttle.allow(host)
+        if held_back is not None:
+            log.warning(
+                "authentication failed from %s: %s%s",
+                host,
+                why,
+                f" ({held_back} more failures from this address since the last report)" if held_back else "",
+            )
+
+    # --- what it may do ---------------------------------------------------------------------
+
+    def authorize(self, method: str, rule: Rule, request: Any, principal: Principal) -> None:
+        """Rate-limit and authorize one call of ``principal``; raises the EngramError to answer."""
         delay = self.limiter.acquire(principal, rule.cost(request) if rule.cost is not None else 1)
         if delay > 0:
             limit = self.limiter.limit_for(principal)
@@ -215,17 +300,41 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                         "method": method,
                     },
                 )
-        return principal
+        if self.max_in_flight > 0 and self.in_flight.get(principal.name, 0) >= self.max_in_flight:
+            raise RateLimited(
+                f"principal {principal.name!r} already has {self.max_in_flight} calls in flight; "
+                "retry when one finishes",
+                retry_after=IN_FLIGHT_RETRY_SECONDS,
+                violations=(
+                    QuotaViolation(
+                        subject=f"principal:{principal.name}",
+                        description=f"at most {self.max_in_flight} calls in flight",
+                    ),
+                ),
+                metadata={"principal": principal.name, "limit": "in_flight"},
+            )
 
     def _behavior(self, method: str, rule: Rule, inner: Behavior) -> Behavior:
         async def behavior(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
             try:
-                principal = self.check(method, rule, request, context.invocation_metadata())
+                principal = await self.identify(context.invocation_metadata(), context.peer())
+                if isinstance(request, Malformed):  # the key first; the guard inside answers
+                    return await inner(request, context)
+                self.authorize(method, rule, request, principal)
             except EngramError as exc:
                 log.debug("refused %s: %s", method, exc.message)
                 await context.abort_with_status(to_status(exc))
                 raise AssertionError("unreachable") from exc  # abort_with_status always raises
-            response = await inner(request, context)
+            name = principal.name
+            self.in_flight[name] = self.in_flight.get(name, 0) + 1
+            try:
+                response = await inner(request, context)
+            finally:
+                left = self.in_flight[name] - 1
+                if left:
+                    self.in_flight[name] = left
+                else:
+                    del self.in_flight[name]
             if method == "ListCollections" and response is not None:
                 kept = [c for c in response.collections if principal.may(c.name, Role.READ)]
                 del response.collections[:]
@@ -352,4 +461,6 @@ def build_auth_interceptor(settings: Settings) -> AuthInterceptor | None:
         Authenticator(principals),
         RateLimiter(default),
         default_collection=settings.default_collection,
+        failure_limit=RateLimit(settings.auth_failure_rps, settings.auth_failure_burst),
+        max_in_flight=settings.max_in_flight_per_principal,
     )

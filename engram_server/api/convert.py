@@ -19,6 +19,7 @@ from engram_server.domain.service import (
     SearchFilter,
     Similar,
 )
+from engram_server.domain.validation import check_timestamp
 
 TYPE_IN: dict[int, MemoryType] = {
     m.MEMORY_TYPE_UNSPECIFIED: MemoryType.EVENT,
@@ -76,8 +77,16 @@ def enum_in(table: dict[int, T], value: int, fieldname: str) -> T:
         raise InvalidArgument.of(fieldname, f"unknown enum value {value}") from None
 
 
-def ts_in(ts: timestamp_pb2.Timestamp) -> float:
+def ts_in(ts: timestamp_pb2.Timestamp, fieldname: str = "timestamp") -> float:
+    """Seconds since the epoch; a non-normalised Timestamp (nanos outside [0, 1e9), or seconds
+    outside years 1-9999) is InvalidArgument on ``fieldname``."""
+    check_timestamp(fieldname, ts.seconds, ts.nanos)
     return ts.seconds + ts.nanos / 1e9
+
+
+def opt_ts_in(msg: Any, name: str, fieldname: str) -> float | None:
+    """``msg.<name>`` as seconds when set, else None."""
+    return ts_in(getattr(msg, name), fieldname) if msg.HasField(name) else None
 
 
 def ts_out(seconds: float) -> timestamp_pb2.Timestamp:
@@ -96,8 +105,8 @@ def add_command_in(msg: s.AddMemoryRequest | s.NewMemory, collection: str, prefi
         source=enum_in(SOURCE_IN, msg.source, f"{prefix}source"),
         source_type=enum_in(SOURCE_TYPE_IN, msg.source_type, f"{prefix}source_type"),
         metadata=dict(msg.metadata),
-        created_at=ts_in(msg.created_at) if msg.HasField("created_at") else None,
-        valid_until=ts_in(msg.valid_until) if msg.HasField("valid_until") else None,
+        created_at=opt_ts_in(msg, "created_at", f"{prefix}created_at"),
+        valid_until=opt_ts_in(msg, "valid_until", f"{prefix}valid_until"),
         request_id=msg.request_id,
     )
 
@@ -164,8 +173,12 @@ def filter_in(f: m.MemoryFilter, prefix: str) -> SearchFilter:
             enum_in(TYPE_IN, t, f"{prefix}.types") for t in f.types if t != m.MEMORY_TYPE_UNSPECIFIED
         ),
         tags_any=tuple(f.tags_any),
-        created_after=ts_in(f.created_after) if f.HasField("created_after") else None,
-        created_before=ts_in(f.created_before) if f.HasField("created_before") else None,
+        created_after=ts_in(f.created_after, f"{prefix}.created_after")
+        if f.HasField("created_after")
+        else None,
+        created_before=ts_in(f.created_before, f"{prefix}.created_before")
+        if f.HasField("created_before")
+        else None,
         min_importance=f.min_importance,
         source_types=tuple(
             enum_in(SOURCE_TYPE_IN, t, f"{prefix}.source_types")

@@ -1,6 +1,15 @@
 """The one place domain errors become gRPC status: code + google.rpc.Status details
 (ErrorInfo with the ErrorReason name, BadRequest field violations, QuotaFailure and RetryInfo
-for rate limits)."""
+for rate limits).
+
+Every status is bounded in size. The message and the details travel in trailers (the message
+percent-encoded, the details base64-encoded), and gRPC replaces a status whose trailers pass the
+peer's metadata limit (8 KiB by default) with a transport-level RESOURCE_EXHAUSTED ("metadata
+size exceeds soft limit") that hides the real error. So: at most :data:`MAX_VIOLATIONS` field
+violations are listed (then one ``"… N more"`` entry), every echoed string is cut to a few hundred
+characters, and the message to :data:`MAX_MESSAGE_BYTES` of UTF-8 — at most ~3.5 KiB on the wire
+in the worst case.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +26,16 @@ from engram_server.domain.errors import EngramError, FieldViolation, Reason
 log = logging.getLogger(__name__)
 
 DOMAIN = "engram.v1"
+
+#: Most field or quota violations listed in one status (the rest are counted in one more entry).
+MAX_VIOLATIONS = 8
+#: Longest UTF-8 message (percent-encoding can triple it on the wire).
+MAX_MESSAGE_BYTES = 512
+#: Longest echoed field name, description, metadata key or value.
+MAX_DETAIL_CHARS = 160
+#: Largest serialized details (base64 adds a third on the wire). Past it (multi-byte text can
+#: get there) only the ErrorInfo reason and the RetryInfo are kept.
+MAX_DETAILS_BYTES = 2048
 
 CODES: dict[Reason, grpc.StatusCode] = {
     Reason.INVALID_ARGUMENT: grpc.StatusCode.INVALID_ARGUMENT,
@@ -37,6 +56,7 @@ CODES: dict[Reason, grpc.StatusCode] = {
     Reason.UNAUTHENTICATED: grpc.StatusCode.UNAUTHENTICATED,
     Reason.PERMISSION_DENIED: grpc.StatusCode.PERMISSION_DENIED,
     Reason.RATE_LIMITED: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    Reason.STORAGE_FULL: grpc.StatusCode.RESOURCE_EXHAUSTED,
 }
 
 
@@ -46,10 +66,31 @@ def _pack(message: object) -> any_pb2.Any:
     return packed
 
 
+def truncate(text: str, limit: int = MAX_DETAIL_CHARS) -> str:
+    """``text`` cut to ``limit`` characters, marked with "…" when cut."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def truncate_bytes(text: str, limit: int = MAX_MESSAGE_BYTES) -> str:
+    """``text`` cut so its UTF-8 encoding is at most ``limit`` bytes (on a character boundary)."""
+    raw = text.encode("utf-8", "replace")
+    if len(raw) <= limit:
+        return text
+    return raw[: limit - 3].decode("utf-8", "ignore") + "…"
+
+
+def _bounded_violations(violations: tuple[FieldViolation, ...]) -> list[FieldViolation]:
+    out = [FieldViolation(truncate(v.field), truncate(v.description)) for v in violations[:MAX_VIOLATIONS]]
+    if len(violations) > MAX_VIOLATIONS:
+        out.append(FieldViolation("", f"… {len(violations) - MAX_VIOLATIONS} more violations not listed"))
+    return out
+
+
 def to_status(error: EngramError) -> grpc.Status:
     code = CODES[error.reason]
+    metadata = {truncate(k, 64): truncate(v) for k, v in list(error.metadata.items())[:16]}
     details = [
-        _pack(error_details_pb2.ErrorInfo(reason=error.reason.value, domain=DOMAIN, metadata=error.metadata))
+        _pack(error_details_pb2.ErrorInfo(reason=error.reason.value, domain=DOMAIN, metadata=metadata))
     ]
     violations: tuple[FieldViolation, ...] = error.violations
     if error.reason is Reason.THRESHOLD_TOO_LOW and not violations:
@@ -61,7 +102,7 @@ def to_status(error: EngramError) -> grpc.Status:
                 error_details_pb2.BadRequest(
                     field_violations=[
                         error_details_pb2.BadRequest.FieldViolation(field=v.field, description=v.description)
-                        for v in violations
+                        for v in _bounded_violations(violations)
                     ]
                 )
             )
@@ -71,17 +112,26 @@ def to_status(error: EngramError) -> grpc.Status:
             _pack(
                 error_details_pb2.QuotaFailure(
                     violations=[
-                        error_details_pb2.QuotaFailure.Violation(subject=q.subject, description=q.description)
-                        for q in error.quota_violations
+                        error_details_pb2.QuotaFailure.Violation(
+                            subject=truncate(q.subject), description=truncate(q.description)
+                        )
+                        for q in error.quota_violations[:MAX_VIOLATIONS]
                     ]
                 )
             )
         )
+    retry: list[any_pb2.Any] = []
     if error.retry_after is not None:
         delay = duration_pb2.Duration()
         delay.FromNanoseconds(max(0, math.ceil(error.retry_after * 1e9)))
-        details.append(_pack(error_details_pb2.RetryInfo(retry_delay=delay)))
-    status = status_pb2.Status(code=code.value[0], message=error.message, details=details)
+        retry.append(_pack(error_details_pb2.RetryInfo(retry_delay=delay)))
+    details += retry
+    if sum(d.ByteSize() for d in details) > MAX_DETAILS_BYTES:
+        info = error_details_pb2.ErrorInfo(
+            reason=error.reason.value, domain=DOMAIN, metadata={"details_truncated": "true"}
+        )
+        details = [_pack(info), *retry]
+    status = status_pb2.Status(code=code.value[0], message=truncate_bytes(error.message), details=details)
     return rpc_status.to_status(status)
 
 

@@ -13,6 +13,7 @@ from opentelemetry import trace
 from engram_client.proto.engram.v1 import memory_service_pb2 as s
 from engram_client.proto.engram.v1 import memory_service_pb2_grpc
 from engram_server.api import convert as c
+from engram_server.api.answers import answer_budget, fitting
 from engram_server.api.errors import internal_status, to_status
 from engram_server.domain.deadline import set_time_remaining
 from engram_server.domain.errors import EngramError, InvalidArgument
@@ -52,10 +53,22 @@ def rpc(fn: Handler[Req, Resp]) -> Handler[Req, Resp]:
     return wrapper
 
 
+#: grpc's default message limit, the server's unless ``ENGRAM_MAX_MESSAGE_BYTES`` says otherwise.
+DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+
+
 class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
-    def __init__(self, service: MemoryService, reflector: Reflector) -> None:
+    def __init__(
+        self,
+        service: MemoryService,
+        reflector: Reflector,
+        *,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    ) -> None:
         self._svc = service
         self._reflector = reflector
+        #: Bytes the list of memories in one answer may take (see ``api/answers``).
+        self._budget = answer_budget(max_message_bytes)
 
     @rpc
     async def AddMemory(
@@ -97,9 +110,13 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
             min_relevance=request.min_relevance,
         )
         hits = await self._svc.search(query)
-        return s.SearchMemoriesResponse(
-            results=[s.SearchResult(memory=c.memory_out(h.memory), score=c.score_out(h.score)) for h in hits]
+        results, truncated = fitting(
+            (s.SearchResult(memory=c.memory_out(h.memory), score=c.score_out(h.score)) for h in hits),
+            self._budget,
         )
+        if truncated:
+            trace.get_current_span().set_attribute("engram.answer.truncated", True)
+        return s.SearchMemoriesResponse(results=results, truncated=truncated)
 
     @rpc
     async def UpdateMemory(
@@ -117,7 +134,9 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
             importance=request.importance if request.HasField("importance") else None,
             tags=tuple(request.tags.values) if request.HasField("tags") else None,
             metadata=dict(request.metadata.entries) if request.HasField("metadata") else None,
-            valid_until=c.ts_in(request.valid_until) if request.HasField("valid_until") else None,
+            valid_until=c.ts_in(request.valid_until, "valid_until")
+            if request.HasField("valid_until")
+            else None,
             dry_run=request.dry_run,
         )
         result = await self._svc.update(cmd)
@@ -146,8 +165,12 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
             dry_run=request.dry_run,
         )
         result = await self._svc.delete(cmd)
+        deleted, truncated = fitting((c.memory_out(r) for r in result.deleted), self._budget)
         return s.DeleteMemoryResponse(
-            deleted=[c.memory_out(r) for r in result.deleted], dry_run=result.dry_run
+            deleted=deleted,
+            dry_run=result.dry_run,
+            deleted_count=len(result.deleted),
+            truncated=truncated,
         )
 
     @rpc
@@ -155,7 +178,9 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
         self, request: s.GetMemoryRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> s.GetMemoryResponse:
         record, history = await self._svc.get(request.collection, request.id, request.include_history)
-        return s.GetMemoryResponse(memory=c.memory_out(record), history=[c.memory_out(h) for h in history])
+        memory = c.memory_out(record)
+        kept, truncated = fitting((c.memory_out(h) for h in history), self._budget - memory.ByteSize())
+        return s.GetMemoryResponse(memory=memory, history=kept, history_truncated=truncated)
 
     @rpc
     async def ListMemories(
@@ -168,7 +193,10 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
             request.page_token,
             request.include_history,
         )
-        return s.ListMemoriesResponse(memories=[c.memory_out(r) for r in records], next_page_token=token)
+        memories, cut = fitting((c.memory_out(r) for r in records), self._budget)
+        if cut:  # the page ends before the first memory that did not fit; the next one starts there
+            token = self._svc.page_token_at(records[len(memories)])
+        return s.ListMemoriesResponse(memories=memories, next_page_token=token)
 
     @rpc
     async def ListCollections(

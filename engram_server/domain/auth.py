@@ -14,10 +14,14 @@ machine-generated secrets (``engram hash-key --generate`` makes 256-bit ones); b
 it costs microseconds per call and makes checking every configured key on every call cheap. The
 per-key salt stops one precomputed table (or one leaked file) from matching keys across
 deployments and keeps equal keys from having equal lines. ``scrypt`` is accepted for keys a human
-chose (low entropy, where a slow hash matters); a verified scrypt key is remembered in memory
-(keyed by an HMAC under a per-process secret, never the key itself) so the slow hash runs once per
-key, not once per call. Every comparison is :func:`hmac.compare_digest`, and every configured key
-is checked on every call (no early exit), so timing says nothing about which key was close.
+chose (low entropy, where a slow hash matters).
+
+Cost per call. Every key's answer is remembered in memory — matched or not, keyed by an HMAC
+under a per-process secret, never the key itself, in bounded LRU caches — so a key seen before
+costs one HMAC whatever the other principals are. A new key is checked against the SHA-256 hashes
+first (every one of them, constant-time, no early exit); only a key none of them matches meets
+the scrypt hashes, off the event loop, once. Failed authentications are limited per peer address
+(:class:`FailureLimiter`) before any hashing is spent on them.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import math
 import secrets
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
@@ -250,40 +255,131 @@ def single_key_principal(key: str, name: str = "api-key") -> Principal:
 
 
 class Authenticator:
-    """Finds the principal of an API key."""
+    """Finds the principal of an API key, at a cost that does not grow with the other principals.
+
+    * A key seen before is answered from memory: one HMAC of the key under a per-process secret
+      (never the key itself is kept) looked up in two bounded LRU caches, one of keys that matched
+      and one of keys that did not (``cache_size`` entries each).
+    * A key not seen before is checked against the fast (SHA-256) hashes first — microseconds
+      each. Only when none matches does it meet the slow (scrypt) hashes, and then once: the
+      answer is cached. So the calls of SHA-256 principals never run scrypt, and a human-chosen
+      scrypt key costs its hash once per process, not once per call.
+
+    :meth:`authenticate` does all of it in the calling thread; the gRPC edge instead calls
+    :meth:`cached`, :meth:`verify_fast` and, off the event loop, :meth:`verify_slow`.
+    """
 
     def __init__(self, principals: Iterable[Principal], *, cache_size: int = 4096) -> None:
         self.principals = tuple(principals)
-        self._entries = [(p, k) for p in self.principals for k in p.keys]
+        self._fast = [(p, k) for p in self.principals for k in p.keys if not k.slow]
+        self._slow = [(p, k) for p in self.principals for k in p.keys if k.slow]
         self._secret = secrets.token_bytes(32)
-        self._verified: dict[bytes, Principal] = {}  # HMAC(secret, key) -> principal (slow hashes)
+        self._hits: OrderedDict[bytes, Principal] = OrderedDict()
+        self._misses: OrderedDict[bytes, None] = OrderedDict()
         self._cache_size = cache_size
         self._lock = threading.Lock()
+        #: Slow (scrypt) hash computations so far — what the cost tests count.
+        self.slow_hashes = 0
+
+    @property
+    def has_slow_keys(self) -> bool:
+        return bool(self._slow)
+
+    def tag(self, key: str) -> bytes:
+        """What the caches remember of ``key``: HMAC-SHA256 under a per-process secret."""
+        return hmac.new(self._secret, key.encode("utf-8", "surrogatepass"), hashlib.sha256).digest()
+
+    def cached(self, key: str) -> tuple[bool, Principal | None]:
+        """(known, principal): known is False when ``key`` has not been checked yet."""
+        if not key or len(key) > MAX_KEY_CHARS:
+            return True, None
+        tag = self.tag(key)
+        with self._lock:
+            hit = self._hits.get(tag)
+            if hit is not None:
+                self._hits.move_to_end(tag)
+                return True, hit
+            if tag in self._misses:
+                self._misses.move_to_end(tag)
+                return True, None
+        return False, None
+
+    def verify_fast(self, key: str) -> tuple[bool, Principal | None]:
+        """Check ``key`` against the fast hashes: (settled, principal). Not settled: only the slow
+        hashes can tell (see :meth:`verify_slow`). A key claimed by several principals is nobody's.
+        Every fast hash is compared (constant time, no early exit)."""
+        found: dict[str, Principal] = {}
+        for principal, stored in self._fast:
+            if stored.matches(key):
+                found[principal.name] = principal
+        if found or not self._slow:
+            winner = next(iter(found.values())) if len(found) == 1 else None
+            self.remember(key, winner)
+            return True, winner
+        return False, None
+
+    def verify_slow(self, key: str) -> Principal | None:
+        """Check ``key`` against the slow hashes (CPU-heavy: call off the event loop), and remember
+        the answer."""
+        found: dict[str, Principal] = {}
+        for principal, stored in self._slow:
+            with self._lock:
+                self.slow_hashes += 1
+            if stored.matches(key):
+                found[principal.name] = principal
+        winner = next(iter(found.values())) if len(found) == 1 else None
+        self.remember(key, winner)
+        return winner
+
+    def remember(self, key: str, principal: Principal | None) -> None:
+        tag = self.tag(key)
+        with self._lock:
+            table: OrderedDict[bytes, Any] = self._hits if principal is not None else self._misses
+            table[tag] = principal
+            table.move_to_end(tag)
+            while len(table) > self._cache_size:
+                table.popitem(last=False)
 
     def authenticate(self, key: str) -> Principal | None:
         """The principal owning ``key``, or None (unknown key, or one claimed by several principals)."""
-        if not key or len(key) > MAX_KEY_CHARS:
-            return None
-        tag = hmac.new(self._secret, key.encode("utf-8", "surrogatepass"), hashlib.sha256).digest()
-        cached = self._verified.get(tag)
-        if cached is not None:
-            return cached
-        found: set[str] = set()
-        winner: Principal | None = None
-        slow = False
-        for principal, stored in self._entries:  # no early exit: every key is checked
-            if stored.matches(key):
-                found.add(principal.name)
-                winner = principal
-                slow = slow or stored.slow
-        if len(found) != 1 or winner is None:
-            return None
-        if slow:
-            with self._lock:
-                if len(self._verified) >= self._cache_size:
-                    self._verified.clear()
-                self._verified[tag] = winner
-        return winner
+        known, principal = self.cached(key)
+        if known:
+            return principal
+        settled, principal = self.verify_fast(key)
+        return principal if settled else self.verify_slow(key)
+
+
+class FailureLimiter:
+    """Failed authentications per peer address: a token bucket each (``burst`` failures, refilled
+    at ``rps``), at most ``max_peers`` remembered (the least recently failing are forgotten)."""
+
+    def __init__(
+        self, limit: RateLimit, *, max_peers: int = 10_000, now: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.limit = limit
+        self.max_peers = max_peers
+        self._now = now
+        self._buckets: OrderedDict[str, TokenBucket] = OrderedDict()
+
+    def blocked_for(self, peer: str) -> float:
+        """Seconds before ``peer`` may fail again (0.0: it may)."""
+        if self.limit.unlimited:
+            return 0.0
+        bucket = self._buckets.get(peer)
+        if bucket is None:
+            return 0.0
+        return bucket.wait_for(1)
+
+    def failed(self, peer: str) -> None:
+        if self.limit.unlimited:
+            return
+        bucket = self._buckets.get(peer)
+        if bucket is None:
+            bucket = self._buckets[peer] = TokenBucket(self.limit, self._now)
+            while len(self._buckets) > self.max_peers:
+                self._buckets.popitem(last=False)
+        self._buckets.move_to_end(peer)
+        bucket.acquire(1)
 
 
 # --- rate limiting ------------------------------------------------------------------------------
@@ -299,6 +395,15 @@ class TokenBucket:
         self._now = now
         self._tokens = float(limit.burst)
         self._stamp = now()
+
+    def wait_for(self, cost: int = 1) -> float:
+        """Seconds until ``cost`` tokens are available (0.0: now); takes nothing."""
+        if self.limit.unlimited:
+            return 0.0
+        need = float(min(max(cost, 1), self.limit.burst))
+        elapsed = max(0.0, self._now() - self._stamp)
+        tokens = min(float(self.limit.burst), self._tokens + elapsed * self.limit.rps)
+        return 0.0 if tokens >= need else (need - tokens) / self.limit.rps
 
     def acquire(self, cost: int = 1) -> float:
         """0.0 if ``cost`` tokens were taken; otherwise the seconds until they will be available

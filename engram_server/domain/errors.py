@@ -27,6 +27,7 @@ class Reason(StrEnum):
     UNAUTHENTICATED = "ERROR_REASON_UNAUTHENTICATED"
     PERMISSION_DENIED = "ERROR_REASON_PERMISSION_DENIED"
     RATE_LIMITED = "ERROR_REASON_RATE_LIMITED"
+    STORAGE_FULL = "ERROR_REASON_STORAGE_FULL"
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +98,13 @@ class EmbeddingMismatch(EngramError):
 
 class StorageUnavailable(EngramError):
     reason = Reason.STORAGE_UNAVAILABLE
+
+
+class StorageFull(EngramError):
+    """The data volume has less free space than the configured headroom: writes are refused
+    before they touch the disk."""
+
+    reason = Reason.STORAGE_FULL
 
 
 class EmbedderUnavailable(EngramError):

@@ -17,11 +17,11 @@ Final score, with ``recency = decay_per_hour[type] ** hours_since_created`` and 
 
 * ``scaled`` (default): ``relevance · (w_rel + w_rec·recency + w_imp·importance/10)`` — recency and
   importance decide between memories of similar relevance but cannot lift an irrelevant one;
-* ``additive`` (the reference design): ``w_rel·relevance + w_rec·recency + w_imp·importance/10``.
+* ``additive`` (the original Go Engram's): ``w_rel·relevance + w_rec·recency + w_imp·importance/10``.
 
 Both rank the fresher, more important of two equally relevant memories first. They differ on
 irrelevant memories: under ``additive`` a fresh or never-decaying (identity/directive) memory outranks
-relevant older ones whatever it says (measured on LoCoMo in the README's Evaluation section).
+relevant older ones whatever it says (measured on LoCoMo: docs/evaluation.md).
 """
 
 from __future__ import annotations

@@ -40,6 +40,7 @@ from engram_server.domain.errors import (
     MemorySuperseded,
     NoMatch,
     ProtectedMemory,
+    StorageFull,
     ThresholdTooLow,
 )
 from engram_server.domain.model import (
@@ -79,7 +80,9 @@ from engram_server.domain.validation import (
     check_metadata,
     check_request_id,
     check_unit_interval,
+    is_blank,
     normalise_tags,
+    valid_collection_name,
 )
 from engram_server.ports import Embedder, LexicalEncoder, Store
 
@@ -450,7 +453,9 @@ class MemoryService:
         v = Violations()
         if not name:
             v.add("name", "must not be empty")
-        else:
+        elif not valid_collection_name(name) and await self._store.get_collection(name) is None:
+            # A name the rules refuse today but an older release accepted (``"bob\n"``) can still
+            # be deleted while it exists; anything else is refused as invalid.
             check_collection(v, "name", name)
         v.raise_if_any()
         async with self._lock(name):
@@ -776,8 +781,8 @@ class MemoryService:
     async def search(self, q: SearchQuery) -> list[SearchHit]:
         pol = self.policy
         v = Violations()
-        if not q.query.strip():
-            v.add("query", "must not be empty")
+        if is_blank(q.query):
+            v.add("query", "must not be empty (or only invisible characters)")
         elif len(q.query) > pol.limits.max_content_chars:
             v.add("query", f"at most {pol.limits.max_content_chars} characters")
         names = list(dict.fromkeys(q.collections)) or [pol.default_collection]
@@ -1380,6 +1385,12 @@ class MemoryService:
         records, nxt = await self._store.scroll(name, store_flt, size, offset)
         return records, _encode_token(nxt, name) if nxt is not None else ""
 
+    def page_token_at(self, record: MemoryRecord) -> str:
+        """A ``list`` page token that continues with ``record`` (one of the page it returned: the
+        listing is in storage order, by id, and a token names the first id of its page). The
+        gRPC edge ends a page early with it when the whole page would not fit in one message."""
+        return _encode_token(record.id, record.collection)
+
     # ------------------------------------------------------------ sweep
 
     async def sweep(self) -> dict[str, int]:
@@ -1388,9 +1399,12 @@ class MemoryService:
         out: dict[str, int] = {}
         for spec in await self._store.list_collections():
             async with self._lock(spec.name):
-                n = await self._store.delete_where(
-                    spec.name, StoreFilter(expired_at=now, include_history=True)
-                )
+                try:
+                    n = await self._store.delete_where(
+                        spec.name, StoreFilter(expired_at=now, include_history=True)
+                    )
+                except StorageFull:  # (the store logged it): the next sweep tries again
+                    break
             if n:
                 out[spec.name] = n
                 _swept.add(n, {"engram.collection": spec.name})

@@ -4,12 +4,45 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from engram_server.domain.errors import FieldViolation, InvalidArgument
 
-COLLECTION_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+#: Matched with ``fullmatch`` (``$`` alone would let a trailing newline through: ``"bob\n"``).
+COLLECTION_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
+
+#: Characters that render as nothing although Unicode does not class them as whitespace or format
+#: characters (Hangul fillers, the braille blank, the Khmer inherent vowels).
+INVISIBLE = frozenset("\u115f\u1160\u3164\uffa0\u2800\u17b4\u17b5")
+#: Categories that carry no visible text: format (zero-width space/joiners, BOM, bidi marks),
+#: control, separators, unassigned.
+_BLANK_CATEGORIES = frozenset({"Cf", "Cc", "Zs", "Zl", "Zp", "Cn"})
+#: Valid google.protobuf.Timestamp seconds: 0001-01-01T00:00:00Z to 9999-12-31T23:59:59Z.
+MIN_TIMESTAMP_SECONDS = -62_135_596_800
+MAX_TIMESTAMP_SECONDS = 253_402_300_799
+
+
+def is_blank(text: str) -> bool:
+    """True when ``text`` has nothing visible: only whitespace, zero-width and other format or
+    control characters (``"\u200b\u200d\ufeff"`` is blank)."""
+    return all(
+        ch.isspace() or ch in INVISIBLE or unicodedata.category(ch) in _BLANK_CATEGORIES for ch in text
+    )
+
+
+def valid_collection_name(name: str) -> bool:
+    return COLLECTION_RE.fullmatch(name) is not None
+
+
+def check_timestamp(fieldname: str, seconds: int, nanos: int) -> None:
+    """A google.protobuf.Timestamp must be normalised: ``nanos`` in [0, 1e9) and ``seconds`` within
+    years 1–9999, else InvalidArgument."""
+    if not 0 <= nanos < 1_000_000_000:
+        raise InvalidArgument.of(fieldname, f"nanos must be in [0, 999999999] (got {nanos})")
+    if not MIN_TIMESTAMP_SECONDS <= seconds <= MAX_TIMESTAMP_SECONDS:
+        raise InvalidArgument.of(fieldname, f"seconds must be within years 1-9999 (got {seconds})")
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +86,7 @@ class Violations:
 
 
 def check_collection(v: Violations, fieldname: str, name: str) -> None:
-    if not COLLECTION_RE.match(name):
+    if not valid_collection_name(name):
         v.add(
             fieldname,
             "collection names are 1–64 characters of a–z, 0–9, '_' and '-', starting with a letter or digit",
@@ -61,8 +94,8 @@ def check_collection(v: Violations, fieldname: str, name: str) -> None:
 
 
 def check_content(v: Violations, fieldname: str, content: str, limits: Limits) -> None:
-    if not content.strip():
-        v.add(fieldname, "must not be empty")
+    if is_blank(content):
+        v.add(fieldname, "must not be empty (or only invisible characters)")
     elif len(content) > limits.max_content_chars:
         v.add(fieldname, f"at most {limits.max_content_chars} characters (got {len(content)})")
     elif "\x00" in content:
@@ -79,7 +112,7 @@ def normalise_tags(v: Violations, fieldname: str, tags: Iterable[str], limits: L
     seen: set[str] = set()
     for i, raw in enumerate(tags):
         tag = raw.strip()
-        if not tag:
+        if is_blank(tag):
             v.add(f"{fieldname}[{i}]", "tags must not be empty")
             continue
         if len(tag) > limits.max_tag_chars:

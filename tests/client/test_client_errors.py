@@ -58,6 +58,20 @@ def test_protected_memory_from_crafted_status() -> None:
     assert "ERROR_REASON_PROTECTED_MEMORY" in str(err)
 
 
+def test_violations_the_message_does_not_name_are_added_once() -> None:
+    status = rich_status(
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "invalid request: content: must not be empty",
+        reason="ERROR_REASON_INVALID_ARGUMENT",
+        violations=[("content", "must not be empty"), ("tags[0]", "tags must not be empty")],
+    )
+    err = error_from_status(grpc.StatusCode.INVALID_ARGUMENT, status.message, status)
+    assert str(err) == (
+        "ERROR_REASON_INVALID_ARGUMENT: invalid request: content: must not be empty "
+        "(tags[0]: tags must not be empty)"
+    )
+
+
 def test_threshold_too_low_exposes_minimum() -> None:
     status = rich_status(
         grpc.StatusCode.INVALID_ARGUMENT,

@@ -5,7 +5,7 @@ against one fresh in-process server (embedded Qdrant, the real local model) whos
 ``ENGRAM_ADDR`` and whose HTTP/JSON base URL is in ``ENGRAM_HTTP``. A block that cannot run here (it
 starts a server, installs packages, needs Docker or an LLM) says so in a ``<!-- not run: why -->``
 comment right above it; every other block must exit 0. A block that needs a command-line tool which
-is not installed (grpcurl, ghz) is skipped, like the Go and TypeScript contract tests without their
+is not installed (grpcurl, ghz, go) is skipped, like the Go and TypeScript contract tests without their
 toolchains.
 """
 
@@ -30,7 +30,7 @@ NOT_RUN = re.compile(r"<!--\s*not run:\s*(.*?)\s*-->")
 FENCE = re.compile(
     r"^(?P<indent>[ \t]*)```(?P<lang>[\w+-]*)[^\n]*\n(?P<body>.*?)^(?P=indent)```[ \t]*$", re.S | re.M
 )
-OPTIONAL_TOOLS = ("grpcurl", "ghz")
+OPTIONAL_TOOLS = ("grpcurl", "ghz", "go")
 TOOLS_PATH = os.pathsep.join([os.environ.get("PATH", ""), str(Path.home() / "go" / "bin")])
 BLOCK_TIMEOUT_S = 300.0  # a hang guard, not a speed check
 
@@ -130,7 +130,7 @@ async def test_page_examples_run(page: Path, tmp_path: Path) -> None:
             missing = [
                 t
                 for t in OPTIONAL_TOOLS
-                if re.search(rf"\b{t}\b", block.code) and not shutil.which(t, path=TOOLS_PATH)
+                if re.search(rf"(^|[;&|]\s*){t}\s", block.code, re.M) and not shutil.which(t, path=TOOLS_PATH)
             ]
             if missing:
                 skipped.append(f"{block.where()} needs {', '.join(missing)}")
@@ -143,3 +143,12 @@ async def test_page_examples_run(page: Path, tmp_path: Path) -> None:
             )
     if skipped and len(skipped) == len(runnable):
         pytest.skip("; ".join(skipped))
+
+
+def test_readme_links_resolve() -> None:
+    """The front page's relative links point at files that exist (mkdocs --strict checks docs/ only)."""
+    readme = (REPO / "README.md").read_text()
+    targets = re.findall(r"\]\((?!https?://|#)([^)#\s]+)", readme)
+    assert targets, "no relative links found"
+    missing = [t for t in targets if not (REPO / t).exists()]
+    assert not missing, missing

@@ -126,6 +126,8 @@ async def test_errors_tell_the_model_what_to_do(engram: AsyncEngramClient) -> No
         assert "exactly one of id or query" in both
         bad = error_text(await mcp.call_tool("memory_add", {"content": "x", "importance": 11}))
         assert "importance" in bad  # refused by the tool's schema before any call
+        empty = error_text(await mcp.call_tool("memory_add", {"content": ""}))
+        assert empty.count("content: must not be empty") == 1, empty  # said once
         reflection = error_text(await mcp.call_tool("reflection_run", {}))  # this server has no LLM
         assert "LLM_NOT_CONFIGURED" in reflection and "LLM endpoint" in reflection
 
@@ -415,3 +417,18 @@ async def test_reflection_run_reports_the_outcome() -> None:
     assert report["insights"] == [] and report["sources"] == []
     (request,) = servicer.requests
     assert request.collection == "team" and request.dry_run and not request.force
+
+
+def test_help_is_plain_text() -> None:
+    """`engram-mcp --help` as a user runs it: no reStructuredText markup, and the connection settings."""
+    done = subprocess.run(
+        [sys.executable, "-m", "engram_mcp", "--help"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "``" not in done.stdout and ":mod:" not in done.stdout, done.stdout
+    assert "ENGRAM_ADDR" in done.stdout and "--collection" in done.stdout

@@ -99,7 +99,9 @@ def requests(memory_id: str) -> dict[str, tuple[str, Any]]:
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[EngramServer, str]]:
     root = tmp_path_factory.mktemp("matrix")
     auth_file = write_auth_file(root / "auth.json", PRINCIPALS)
-    with threaded_server(root / "data", auth_file=auth_file) as server:
+    # The matrix fails authentication on purpose many times from one address: no failure limit
+    # here (tests/chaos/test_auth_cost.py covers it).
+    with threaded_server(root / "data", auth_file=auth_file, auth_failure_rps=0.0) as server:
         with grpc.insecure_channel(server.address) as channel:
             stub = MemoryServiceStub(channel)
             added = stub.AddMemory(

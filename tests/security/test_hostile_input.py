@@ -166,7 +166,9 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[MemoryServi
         },
     )
     with (
-        threaded_server(root / "data", auth_file=auth_file, rate_limit_rps=0.0) as server,
+        threaded_server(
+            root / "data", auth_file=auth_file, rate_limit_rps=0.0, auth_failure_rps=0.0
+        ) as server,
         grpc.insecure_channel(server.address) as channel,
     ):
         stub = MemoryServiceStub(channel)

@@ -9,6 +9,7 @@ import pytest
 from engram_server import cli
 from engram_server.domain.auth import (
     Authenticator,
+    FailureLimiter,
     KeyHash,
     Principal,
     RateLimit,
@@ -172,3 +173,34 @@ def test_hash_key_command(capsys: pytest.CaptureFixture[str]) -> None:
     key = key_line.removeprefix("key: ")
     assert len(key) > 40 and KeyHash(hash_line).matches(key)
     assert not hmac.compare_digest(key, hash_line)
+
+
+def test_authenticator_caches_are_bounded_and_misses_are_remembered() -> None:
+    fast = Principal("fast", {}, keys=(KeyHash(hash_key("kf")),))
+    slow = Principal("slow", {}, keys=(KeyHash(hash_key("ks", scheme="scrypt")),))
+    auth = Authenticator([fast, slow], cache_size=3)
+    assert auth.authenticate("kf") is fast and auth.slow_hashes == 0  # found among the fast hashes
+    assert auth.authenticate("ks") is slow and auth.slow_hashes == 1
+    assert auth.authenticate("ks") is slow and auth.slow_hashes == 1  # remembered
+    assert auth.authenticate("nope") is None and auth.slow_hashes == 2
+    assert auth.authenticate("nope") is None and auth.slow_hashes == 2  # the miss is remembered too
+    for i in range(10):
+        auth.authenticate(f"guess-{i}")
+    assert len(auth._misses) == 3 and len(auth._hits) <= 3
+    assert auth.authenticate("nope") is None and auth.slow_hashes == 13  # evicted: checked again
+
+
+def test_failure_limiter_counts_per_peer_and_forgets_the_oldest() -> None:
+    now = [0.0]
+    limiter = FailureLimiter(RateLimit(1.0, 2), max_peers=2, now=lambda: now[0])
+    assert limiter.blocked_for("a") == 0.0
+    limiter.failed("a")
+    limiter.failed("a")
+    assert limiter.blocked_for("a") == pytest.approx(1.0)
+    assert limiter.blocked_for("b") == 0.0  # another address is not affected
+    now[0] = 1.0
+    assert limiter.blocked_for("a") == 0.0  # refilled
+    limiter.failed("b")
+    limiter.failed("c")
+    assert len(limiter._buckets) == 2
+    assert FailureLimiter(RateLimit(0, 1)).blocked_for("a") == 0.0  # rps 0: no limit

@@ -26,6 +26,7 @@ from engram_client.models import (
     ReflectionResult,
     ScoreBreakdown,
     SearchResult,
+    SearchResults,
     SimilarMemory,
     Source,
     SourceType,
@@ -188,20 +189,24 @@ def add_results(resp: memory_service_pb2.AddMemoriesResponse, request_ids: list[
     return [add_result(r, rid) for r, rid in zip(resp.results, request_ids, strict=True)]
 
 
-def search_results(resp: memory_service_pb2.SearchMemoriesResponse) -> list[SearchResult]:
-    return [
-        SearchResult(
-            memory=memory_from_proto(r.memory),
-            score=ScoreBreakdown(
-                final=r.score.final,
-                relevance=r.score.relevance,
-                recency=r.score.recency,
-                importance=r.score.importance,
-                raw_similarity=r.score.raw_similarity,
-            ),
-        )
-        for r in resp.results
-    ]
+def search_results(resp: memory_service_pb2.SearchMemoriesResponse) -> SearchResults:
+    out = SearchResults(
+        [
+            SearchResult(
+                memory=memory_from_proto(r.memory),
+                score=ScoreBreakdown(
+                    final=r.score.final,
+                    relevance=r.score.relevance,
+                    recency=r.score.recency,
+                    importance=r.score.importance,
+                    raw_similarity=r.score.raw_similarity,
+                ),
+            )
+            for r in resp.results
+        ]
+    )
+    out.truncated = resp.truncated
+    return out
 
 
 def update_result(resp: memory_service_pb2.UpdateMemoryResponse, semantic: bool) -> UpdateResult:
@@ -215,11 +220,20 @@ def update_result(resp: memory_service_pb2.UpdateMemoryResponse, semantic: bool)
 
 
 def delete_result(resp: memory_service_pb2.DeleteMemoryResponse) -> DeleteResult:
-    return DeleteResult(deleted=_memories(resp.deleted), dry_run=resp.dry_run)
+    return DeleteResult(
+        deleted=_memories(resp.deleted),
+        dry_run=resp.dry_run,
+        deleted_count=resp.deleted_count if resp.deleted_count or resp.truncated else len(resp.deleted),
+        truncated=resp.truncated,
+    )
 
 
 def get_result(resp: memory_service_pb2.GetMemoryResponse) -> GetResult:
-    return GetResult(memory=memory_from_proto(resp.memory), history=_memories(resp.history))
+    return GetResult(
+        memory=memory_from_proto(resp.memory),
+        history=_memories(resp.history),
+        history_truncated=resp.history_truncated,
+    )
 
 
 def page(resp: memory_service_pb2.ListMemoriesResponse) -> Page:

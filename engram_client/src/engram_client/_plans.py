@@ -20,6 +20,7 @@ from engram_client.errors import (
     CollectionNotFoundError,
     EngramError,
     MemoryNotFoundError,
+    UnimplementedError,
 )
 from engram_client.models import (
     AddResult,
@@ -34,7 +35,7 @@ from engram_client.models import (
     Page,
     RankingWeights,
     ReflectionResult,
-    SearchResult,
+    SearchResults,
     Source,
     SourceName,
     SourceType,
@@ -57,6 +58,9 @@ class Plan(Generic[R]):
     #: likely did the work: answer ``gone()`` instead of raising.
     gone_error: type[EngramError] | None = None
     gone: Callable[[], R] | None = None
+    #: The error the call raises for the one it got, when the plan says it more clearly
+    #: (raised ``from`` the original).
+    map_error: Callable[[EngramError], EngramError] | None = None
 
 
 def _collections(value: str | Sequence[str] | None) -> list[str]:
@@ -152,7 +156,7 @@ def search(
     diversify: bool,
     mmr_lambda: float | None,
     min_relevance: float,
-) -> Plan[list[SearchResult]]:
+) -> Plan[SearchResults]:
     req = memory_service_pb2.SearchMemoriesRequest(
         query=query,
         collections=_collections(collections),
@@ -289,4 +293,26 @@ def run_reflection(*, collection: str | None, dry_run: bool, force: bool) -> Pla
     req = memory_service_pb2.RunReflectionRequest(collection=collection or "", dry_run=dry_run, force=force)
     # A real run calls an LLM and writes insights: not retried (a lost answer cannot be told apart
     # from a run that did not happen). A dry run writes nothing and is retried.
-    return Plan("RunReflection", req, _convert.reflection_result, retry=dry_run)
+    return Plan(
+        "RunReflection", req, _convert.reflection_result, retry=dry_run, map_error=_reflection_unavailable
+    )
+
+
+REFLECTION_UNAVAILABLE = "reflection is not available on this server"
+
+
+def _reflection_unavailable(error: EngramError) -> EngramError:
+    """A server that answers UNIMPLEMENTED to RunReflection (generated code knows the RPC, this
+    server does not): the same clear error as when the generated code has no RunReflection at all,
+    keeping what the server sent."""
+    if not isinstance(error, UnimplementedError):
+        return error
+    return UnimplementedError(
+        REFLECTION_UNAVAILABLE,
+        code=error.code,
+        reason=error.reason,
+        domain=error.domain,
+        metadata=error.metadata,
+        status=error.status,
+        details=error.details,
+    )

@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Generator, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Self, TypeVar, cast
@@ -58,10 +58,9 @@ from typing import Any, Self, TypeVar, cast
 import grpc
 import grpc.aio
 
-from engram_client import _otel, _plans
+from engram_client import _call, _otel, _plans
 from engram_client._plans import Plan
 from engram_client.config import ConnectionConfig, RetryPolicy
-from engram_client.errors import EngramError, UnimplementedError, error_from_rpc_error
 from engram_client.models import (
     AddResult,
     CollectionInfo,
@@ -76,7 +75,7 @@ from engram_client.models import (
     Page,
     RankingWeights,
     ReflectionResult,
-    SearchResult,
+    SearchResults,
     Source,
     SourceName,
     SourceType,
@@ -90,7 +89,6 @@ __all__ = ["AsyncEngramClient", "EngramClient"]
 R = TypeVar("R")
 
 _VERSION = "0.1.0a1"
-REFLECTION_UNAVAILABLE = "reflection is not available on this server"
 
 
 def _channel_options(extra: Sequence[tuple[str, Any]]) -> list[tuple[str, Any]]:
@@ -103,58 +101,6 @@ def _credentials(config: ConnectionConfig) -> grpc.ChannelCredentials:
         private_key=config.private_key,
         certificate_chain=config.certificate_chain,
     )
-
-
-def _reflection_unavailable(error: UnimplementedError) -> UnimplementedError:
-    """The server answered UNIMPLEMENTED to RunReflection: the same clear error as when the
-    generated code has no RunReflection at all, keeping what the server sent."""
-    return UnimplementedError(
-        REFLECTION_UNAVAILABLE,
-        code=error.code,
-        reason=error.reason,
-        domain=error.domain,
-        metadata=error.metadata,
-        status=error.status,
-        details=error.details,
-    )
-
-
-class _Attempts:
-    """The retry bookkeeping of one call, shared by both clients."""
-
-    def __init__(self, policy: RetryPolicy, timeout: float | None) -> None:
-        self.policy = policy
-        self.deadline = None if timeout is None else time.monotonic() + timeout
-        self.attempt = 0
-        self.unavailable_seen = False
-
-    def remaining(self) -> float | None:
-        if self.deadline is None:
-            return None
-        return max(0.0, self.deadline - time.monotonic())
-
-    def next_delay(self, plan: Plan[Any], error: EngramError) -> float | None:
-        """Seconds to wait before retrying, or None to give up and raise ``error``."""
-        if error.code != grpc.StatusCode.UNAVAILABLE or not plan.retry:
-            return None
-        if self.attempt >= self.policy.max_attempts:
-            return None
-        delay = self.policy.backoff(self.attempt)
-        if error.retry_after is not None:
-            delay = max(delay, error.retry_after.total_seconds())
-        remaining = self.remaining()
-        if remaining is not None and delay >= remaining:
-            return None
-        self.unavailable_seen = True
-        return delay
-
-    def gone(self, plan: Plan[R], error: EngramError) -> bool:
-        return (
-            self.unavailable_seen
-            and plan.gone is not None
-            and plan.gone_error is not None
-            and isinstance(error, plan.gone_error)
-        )
 
 
 class _ClientBase:
@@ -192,6 +138,14 @@ class _ClientBase:
 
     def _timeout(self, timeout: float | None) -> float | None:
         return self.config.timeout if timeout is None else timeout
+
+    def _attempts(
+        self, plan: Plan[R], timeout: float | None, span: _otel.CallSpan
+    ) -> Generator[_call.Step, Any, R]:
+        """The call's attempt loop (:mod:`engram_client._call`); each face performs its steps."""
+        return _call.attempts(
+            plan, policy=self.retry_policy, timeout=self._timeout(timeout), metadata=self._metadata, span=span
+        )
 
 
 class EngramClient(_ClientBase):
@@ -261,30 +215,26 @@ class EngramClient(_ClientBase):
         self.close()
 
     def _run(self, plan: Plan[R], timeout: float | None) -> R:
-        attempts = _Attempts(self.retry_policy, self._timeout(timeout))
         rpc = getattr(self._stub, plan.method)
         with _otel.call_span(plan.method, self._peer) as span:
+            steps = self._attempts(plan, timeout, span)
+            step = next(steps)
             while True:
-                attempts.attempt += 1
-                # Every attempt carries the current trace context (this call's span, if any).
-                metadata = _otel.trace_metadata(self._metadata)
                 try:
-                    response = rpc(plan.request, timeout=attempts.remaining(), metadata=metadata)
-                except grpc.RpcError as exc:
-                    error = error_from_rpc_error(exc)
-                else:
-                    span.finish(attempts.attempt)
-                    return plan.convert(response)
-                if attempts.gone(plan, error):
-                    assert plan.gone is not None
-                    span.finish(attempts.attempt)
-                    return plan.gone()
-                delay = attempts.next_delay(plan, error)
-                if delay is None:
-                    span.finish(attempts.attempt, error)
-                    raise error
-                span.retry(attempts.attempt, error, delay)
-                time.sleep(delay)
+                    if isinstance(step, _call.Sleep):
+                        time.sleep(step.seconds)
+                        step = next(steps)
+                        continue
+                    try:
+                        response = rpc(step.request, timeout=step.timeout, metadata=step.metadata)
+                    except grpc.RpcError as exc:
+                        failure: grpc.RpcError | None = exc
+                    else:
+                        failure = None
+                    # Outside the except block, so the call's error is not chained to the RpcError.
+                    step = steps.send(response) if failure is None else steps.throw(failure)
+                except StopIteration as done:
+                    return cast("R", done.value)
 
     def add(
         self,
@@ -354,7 +304,7 @@ class EngramClient(_ClientBase):
         mmr_lambda: float | None = None,
         min_relevance: float = 0.0,
         timeout: float | None = None,
-    ) -> list[SearchResult]:
+    ) -> SearchResults:
         """The best memories for ``query``, best first, each with its score parts. ``collections``
         (one name or several) defaults to the server's default collection."""
         plan = _plans.search(
@@ -512,11 +462,7 @@ class EngramClient(_ClientBase):
         Raises UnimplementedError("reflection is not available on this server") when the server
         has no RunReflection (an older server); LlmNotConfiguredError when it has no LLM endpoint;
         LlmUnavailableError / LlmInvalidOutputError when the LLM fails (nothing is written)."""
-        plan = _plans.run_reflection(collection=collection, dry_run=dry_run, force=force)
-        try:
-            return self._run(plan, timeout)
-        except UnimplementedError as exc:  # generated code knows the RPC, this server does not
-            raise _reflection_unavailable(exc) from exc
+        return self._run(_plans.run_reflection(collection=collection, dry_run=dry_run, force=force), timeout)
 
 
 class AsyncEngramClient(_ClientBase):
@@ -579,30 +525,26 @@ class AsyncEngramClient(_ClientBase):
         await self.close()
 
     async def _run(self, plan: Plan[R], timeout: float | None) -> R:
-        attempts = _Attempts(self.retry_policy, self._timeout(timeout))
         rpc = getattr(self._stub, plan.method)
         with _otel.call_span(plan.method, self._peer) as span:
+            steps = self._attempts(plan, timeout, span)
+            step = next(steps)
             while True:
-                attempts.attempt += 1
-                # Every attempt carries the current trace context (this call's span, if any).
-                metadata = _otel.trace_metadata(self._metadata)
                 try:
-                    response = await rpc(plan.request, timeout=attempts.remaining(), metadata=metadata)
-                except grpc.RpcError as exc:
-                    error = error_from_rpc_error(exc)
-                else:
-                    span.finish(attempts.attempt)
-                    return plan.convert(response)
-                if attempts.gone(plan, error):
-                    assert plan.gone is not None
-                    span.finish(attempts.attempt)
-                    return plan.gone()
-                delay = attempts.next_delay(plan, error)
-                if delay is None:
-                    span.finish(attempts.attempt, error)
-                    raise error
-                span.retry(attempts.attempt, error, delay)
-                await asyncio.sleep(delay)
+                    if isinstance(step, _call.Sleep):
+                        await asyncio.sleep(step.seconds)
+                        step = next(steps)
+                        continue
+                    try:
+                        response = await rpc(step.request, timeout=step.timeout, metadata=step.metadata)
+                    except grpc.RpcError as exc:
+                        failure: grpc.RpcError | None = exc
+                    else:
+                        failure = None
+                    # Outside the except block, so the call's error is not chained to the RpcError.
+                    step = steps.send(response) if failure is None else steps.throw(failure)
+                except StopIteration as done:
+                    return cast("R", done.value)
 
     async def add(
         self,
@@ -658,7 +600,7 @@ class AsyncEngramClient(_ClientBase):
         mmr_lambda: float | None = None,
         min_relevance: float = 0.0,
         timeout: float | None = None,
-    ) -> list[SearchResult]:
+    ) -> SearchResults:
         """See :meth:`EngramClient.search`."""
         plan = _plans.search(
             query,
@@ -804,7 +746,4 @@ class AsyncEngramClient(_ClientBase):
     ) -> ReflectionResult:
         """See :meth:`EngramClient.run_reflection`."""
         plan = _plans.run_reflection(collection=collection, dry_run=dry_run, force=force)
-        try:
-            return await self._run(plan, timeout)
-        except UnimplementedError as exc:  # generated code knows the RPC, this server does not
-            raise _reflection_unavailable(exc) from exc
+        return await self._run(plan, timeout)

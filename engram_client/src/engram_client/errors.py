@@ -42,6 +42,7 @@ __all__ = [
     "ProtectedMemoryError",
     "RateLimitedError",
     "ResourceExhaustedError",
+    "StorageFullError",
     "StorageUnavailableError",
     "ThresholdTooLowError",
     "UnauthenticatedError",
@@ -112,8 +113,11 @@ class EngramError(Exception):
     def __str__(self) -> str:
         label = self.reason or self.code.name
         text = f"{label}: {self.message}"
-        if self.field_violations:
-            text += " (" + "; ".join(f"{v.field}: {v.description}" for v in self.field_violations) + ")"
+        # Each thing once: the server's message usually names the violations already.
+        said = (f"{v.field}: {v.description}" for v in self.field_violations)
+        unsaid = [s for s in said if s not in text]
+        if unsaid:
+            text += " (" + "; ".join(unsaid) + ")"
         return text
 
     def __repr__(self) -> str:
@@ -274,6 +278,13 @@ class RateLimitedError(ResourceExhaustedError):
     REASON = "ERROR_REASON_RATE_LIMITED"
 
 
+class StorageFullError(ResourceExhaustedError):
+    """The server's data volume is below its free-space headroom: writes are refused (nothing was
+    written) until an operator frees space; reads keep working. Retrying soon will not help."""
+
+    REASON = "ERROR_REASON_STORAGE_FULL"
+
+
 _BY_REASON: dict[str, type[EngramError]] = {
     cls.REASON: cls
     for cls in (
@@ -293,6 +304,7 @@ _BY_REASON: dict[str, type[EngramError]] = {
         EmbedderUnavailableError,
         IdempotencyConflictError,
         RateLimitedError,
+        StorageFullError,
         UnauthenticatedError,
         PermissionDeniedError,
     )

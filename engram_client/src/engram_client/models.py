@@ -210,11 +210,14 @@ class NewMemory:
 
 @dataclass(frozen=True, slots=True)
 class ScoreBreakdown:
-    """Why a search result ranks where it does:
-    ``final = w_relevance·relevance + w_recency·recency + w_importance·importance``."""
+    """Why a search result ranks where it does. With the server's default fusion (``scaled``):
+    ``final = relevance · (w_relevance + w_recency·recency + w_importance·importance)``; with
+    ``ENGRAM_FUSION_MODE=additive``: ``w_relevance·relevance + w_recency·recency + w_importance·importance``
+    (``importance`` is already divided by 10)."""
 
     final: float
-    #: Calibrated similarity between query and memory, in [0, 1].
+    #: How well the memory matches the query, in [0, 1]: the calibrated similarity, raised by lexical
+    #: (BM25) evidence and, for events, by a better-matching event of the same episode.
     relevance: float
     #: Type-specific decay since ``created_at``, in [0, 1].
     recency: float
@@ -230,6 +233,14 @@ class SearchResult:
 
     memory: Memory
     score: ScoreBreakdown
+
+
+class SearchResults(list[SearchResult]):
+    """The answer of :meth:`EngramClient.search`: the results, best first (a list)."""
+
+    #: True when the server left lower-ranked results out so that its answer fits in one message
+    #: (memories near the size limits): the results here are the best ones, complete.
+    truncated: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,6 +269,10 @@ class DeleteResult:
     #: memory gone (``MEMORY_NOT_FOUND``): the lost attempt most likely deleted it (or someone
     #: else did). ``deleted`` is empty in that case. Never set when the first attempt answers.
     already_deleted: bool = False
+    #: How many memories were deleted (or would be): ``len(deleted)`` unless ``truncated``.
+    deleted_count: int | None = None
+    #: True when ``deleted`` lists only those that fit in one answer; the deletion is complete.
+    truncated: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,6 +282,9 @@ class GetResult:
     memory: Memory
     #: Earlier versions, newest first (only when ``include_history`` was set).
     history: tuple[Memory, ...]
+    #: True when the oldest versions were left out so that the answer fits in one message
+    #: (``list_memories(include_history=True)`` lists every version).
+    history_truncated: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,7 @@ between them. Why a pool: OpenMP parallelises each of the forward pass's ~150 st
 and all its threads meet at a barrier after each; when anything else needs a core (the event
 loop, the storage thread), a descheduled thread holds its partners at every barrier. Two calls on
 one core each do not wait for each other. Measured on a 2-core VM, batches of 10 queries, the
-model alone (scratch experiment described in ``docs/performance.md``): one instance on both cores
+model alone: one instance on both cores
 50–52 texts/s; two instances on one core each, side by side, 63–74; with a third thread taking
 bursts of CPU beside them, 37.5 against 50. The event loop never calls the model.
 
@@ -31,8 +31,8 @@ batch size (one core, interleaved: documents 20.5 / 22.9 / 24.0 texts/s in batch
 OpenMP's threads wait passively (``OMP_WAIT_POLICY=PASSIVE`` unless the environment says
 otherwise): by default an idle OpenMP thread spins before it sleeps, and when anything else wants
 the same cores (the event loop, the storage thread, another process) the spinning threads hold
-their time slices while the one they wait for is descheduled. Measured side by side with
-``bench/omp_wait.py``: the same on an idle machine, several times faster under CPU contention.
+their time slices while the one they wait for is descheduled. Measured side by side: the same
+on an idle machine, several times faster under CPU contention.
 """
 
 from __future__ import annotations

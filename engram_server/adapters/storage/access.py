@@ -21,6 +21,7 @@ open. All methods run on the store's io thread.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import struct
@@ -30,6 +31,8 @@ from pathlib import Path
 from typing import IO, Any
 
 __all__ = ["ACCESS_LOG", "AccessLedger"]
+
+log = logging.getLogger(__name__)
 
 #: The log's file name in a collection's directory.
 ACCESS_LOG = "access.log"
@@ -120,7 +123,10 @@ class AccessLedger:
             with open(self._path, "r+b") as f:
                 f.truncate(whole)
         if self._records > 2 * len(self._counts) and self._records > _COMPACT_MIN // 4:
-            self._rewrite()
+            try:
+                self._rewrite()
+            except OSError as exc:  # e.g. a full volume: the log as it is stays valid
+                log.warning("could not rewrite the access log %s at open: %s", self._path, exc)
 
     def _open(self) -> IO[bytes]:
         if self._file is None:
@@ -147,16 +153,20 @@ class AccessLedger:
         """The log anew from the live entries (a temporary file renamed over it)."""
         self.close()
         tmp = self._path.with_name(f".{self._path.name}.{uuid.uuid4().hex}")
-        with open(tmp, "wb") as f:
-            f.write(
-                b"".join(
-                    _RECORD.pack(k.to_bytes(16, "big"), n, math.nan if at is None else at)
-                    for k, (n, at) in self._counts.items()
+        try:
+            with open(tmp, "wb") as f:
+                f.write(
+                    b"".join(
+                        _RECORD.pack(k.to_bytes(16, "big"), n, math.nan if at is None else at)
+                        for k, (n, at) in self._counts.items()
+                    )
                 )
-            )
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self._path)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self._path)
+        except OSError:  # (ENOSPC): the old log stays, whole
+            tmp.unlink(missing_ok=True)
+            raise
         dir_fd = os.open(self._path.parent, os.O_RDONLY)
         try:
             os.fsync(dir_fd)

@@ -24,9 +24,16 @@ with ``sync_writes=True`` every write is followed by ``flush()`` (WAL and segmen
 which also survives power loss, at a measured ~11 ms per single-point upsert instead of
 ~0.4 ms (5,000 points of 384 dimensions, p50, 2 cores).
 
+Disk. The engine writes through memory-mapped files, which SIGBUS the process when a full
+volume cannot back a page. ``disk`` (a :class:`DiskGuard`) refuses every write below the
+configured free-space headroom before it reaches the engine (StorageFull), puts off index builds
+until there is room to rewrite the collection, skips access counters, gives the sparse vector
+chunks their space while there is room (a load would fill them in), and keeps a reserve file that
+a start-up below the headroom releases so the engine can open and serve reads.
+
 HNSW. Segments are searched brute force until a collection's unindexed points reach
 ``hnsw_threshold``; then ``optimize()`` builds the HNSW index on a second thread
-("engram-edge-optimize"), one collection at a time. NOTE: qdrant-edge-py 0.9.0 holds the GIL for
+("engram-optimize"), one collection at a time. NOTE: qdrant-edge-py 0.9.0 holds the GIL for
 the whole of ``optimize()`` (measured: a ticking Python thread got no time during a 3-14 s
 build), so while an index is built the process's Python code, event loop included, does not
 run. So by default (``background_hnsw=False``) due indexes are built only in ``open()``, before
@@ -40,6 +47,7 @@ import asyncio
 import collections
 import concurrent.futures
 import contextlib
+import faulthandler
 import fcntl
 import hashlib
 import itertools
@@ -62,6 +70,13 @@ import qdrant_edge as qe
 from opentelemetry import metrics
 
 from engram_server.adapters.storage.access import ACCESS_LOG, AccessLedger
+from engram_server.adapters.storage.diskguard import (
+    NEW_COLLECTION_BYTES,
+    DiskGuard,
+    allocate,
+    disk_usage,
+    sparse_files,
+)
 from engram_server.adapters.storage.nearest import NearestBudget, NearestList, NearestLists, Row, patch
 from engram_server.adapters.storage.payload import (
     ACCESS_FIELDS,
@@ -140,6 +155,9 @@ _LIVENESS_MARGIN = 16
 _LOGGED_DELETE_MAX = 4096
 
 
+#: Sparse vector chunks are looked for at most this often while a collection is written.
+_SETTLE_SECONDS = 5.0
+
 #: Generations are unique across collections and their re-creations (see ``EdgeStore.generation``).
 _GENERATIONS = itertools.count(1)
 
@@ -191,6 +209,8 @@ class _Collection:
     #: Whether the warning that searches scan many unindexed points was logged (background builds off).
     unindexed_warned: bool = False
     opened_at: float = field(default_factory=time.monotonic)
+    #: When the sparse files a load would fill in were last looked for (``EdgeStore._settle``).
+    settled_at: float = 0.0
     #: Nearest lists of recent search vectors, patched with the points written since.
     nearest: NearestLists = field(default_factory=lambda: NearestLists(NearestBudget(0)))
 
@@ -241,6 +261,8 @@ class EdgeStore:
         neighbour_ef: int = 0,
         nearest_lists: int = 4096,
         quantization: str = "int8",
+        disk_headroom_bytes: int = 0,
+        disk_guard: DiskGuard | None = None,
     ) -> None:
         if quantization not in EDGE_QUANTIZATIONS:
             raise ValueError(
@@ -263,6 +285,9 @@ class EdgeStore:
         self._quantization = quantization
         self._data_dir = Path(data_dir)
         self._root = self._data_dir / "collections"
+        #: Refuses writes before they touch the engine while the volume is below its headroom
+        #: (see ``diskguard``: the engine's memory-mapped files SIGBUS on a full volume).
+        self.disk = disk_guard or DiskGuard(self._data_dir, disk_headroom_bytes)
         self._hnsw_threshold = hnsw_threshold
         self._sync_writes = sync_writes
         self._background_hnsw = background_hnsw
@@ -347,6 +372,28 @@ class EdgeStore:
         if self._sync_writes:
             shard.flush()
 
+    def _settle(self, col: _Collection, *, now: bool = False) -> None:
+        """On the io thread, after writes (at most every :data:`_SETTLE_SECONDS`): give the
+        collection's sparse vector chunks their real space now, while the guard sees room for it,
+        rather than at the next start-up, when the engine fills them in unasked and a full volume
+        would SIGBUS the process (see ``diskguard``)."""
+        at = time.monotonic()
+        if not self.disk.enabled or not self.disk.memory_backed:
+            return  # on a disk filesystem a load reads holes without allocating them
+        if not now and at - col.settled_at < _SETTLE_SECONDS:
+            return
+        col.settled_at = at
+        for path, missing in sparse_files(col.path):
+            if not self.disk.room(
+                missing, what=f"allocating {missing // 1024} kB of collection {col.spec.name}"
+            ):
+                return
+            try:
+                allocate(path)
+            except OSError as exc:
+                log.warning("could not allocate %s: %s", path, exc)
+                return
+
     def _maybe_optimize(self, col: _Collection) -> None:
         """Runs on the io thread after writes: schedule an index build when due."""
         if self._hnsw_threshold <= 0 or self._opt is None:
@@ -357,6 +404,8 @@ class EdgeStore:
             return  # fewer than the threshold, without counting
         col.unindexed_bound = _dense_unindexed(col)
         if col.unindexed_bound >= self._hnsw_threshold:
+            if not self.disk.room(disk_usage(col.path), what=f"index build of collection {col.spec.name}"):
+                return  # rewriting the segments needs about their size: tried again after a write
             col.unindexed_bound = None  # the build changes it: count again afterwards
             col.optimizing = self._opt.submit(self._optimize, col)
 
@@ -418,6 +467,7 @@ class EdgeStore:
 
         def work() -> CompactionReport:
             col = self._col(collection)
+            self.disk.check(disk_usage(col.path), what=f"compaction of collection {collection}")
             before = col.shard.info()
             started = time.perf_counter()
             folded = self._fold_access(col)
@@ -492,8 +542,13 @@ class EdgeStore:
     async def open(self) -> None:
         if self._io is not None:
             return
+        if not faulthandler.is_enabled():
+            # The engine's memory-mapped files raise SIGBUS if the volume fills despite the disk
+            # guard (e.g. another process took the last bytes between its check and a write):
+            # at least the fault is reported, with the threads' stacks, on stderr.
+            faulthandler.enable()
         self._io = worker(STORAGE_THREAD)
-        self._opt = worker(OPTIMIZER_THREAD, python_name="engram-edge-optimize")
+        self._opt = worker(OPTIMIZER_THREAD)
         try:
             await self._run(self._open_sync)
         except BaseException:
@@ -515,6 +570,9 @@ class EdgeStore:
                 "(only one Engram server may open a data directory)"
             ) from exc
         self._lock_file = lock_file
+        # On a volume below the headroom, the engine's start-up writes (a new log segment, the
+        # log's replay) would SIGBUS: the reserve file makes room for them (see ``diskguard``).
+        self.disk.release_reserve_if_low()
         try:
             for path in sorted(p for p in self._root.iterdir() if p.is_dir()):
                 if path.name.startswith("."):
@@ -539,6 +597,9 @@ class EdgeStore:
                 self._cols[spec.name] = col
                 self._maybe_optimize(col)
                 self._io_submit(self._warm, col, None)
+            if self.disk.room(what="start-up"):  # logs the state; makes the reserve when there is room
+                for col in self._cols.values():
+                    self._settle(col, now=True)
         except BaseException:
             self._close_sync()
             raise
@@ -618,6 +679,7 @@ class EdgeStore:
     def _create_sync(self, spec: CollectionSpec) -> None:
         if spec.name in self._cols:
             return
+        self.disk.check(NEW_COLLECTION_BYTES if self.disk.memory_backed else 0, what="new collection")
         final = self._root / spec.name
         if final.exists():  # left behind by a crash between mkdir and rename; never loaded
             raise StorageUnavailable(f"{final} exists but holds no loadable collection; remove it")
@@ -683,6 +745,7 @@ class EdgeStore:
 
         def work() -> None:
             col = self._col(collection)
+            self.disk.check()
             vectors = point_vectors(col.spec, points)
             ids = [point_id(p.record.id) for p in points]
             col.touch(ids)
@@ -704,6 +767,7 @@ class EdgeStore:
                 col.ranks[rank_key(pid)] = rank_fields(pid, payload, collection)
             col.access.forget(rank_key(pid) for pid in ids)  # the counters are the payload's now
             self._durable(col.shard)
+            self._settle(col)
             if self._background_hnsw:
                 self._maybe_optimize(col)
             else:
@@ -1099,6 +1163,7 @@ class EdgeStore:
             col = self._col(collection)
             wanted = canonical_ids(ids)
             if wanted:
+                self.disk.check(what="deletion")
                 col.touch(wanted)
                 for pid in wanted:
                     col.ranks.pop(rank_key(pid), None)
@@ -1121,6 +1186,7 @@ class EdgeStore:
             n = col.shard.count(qe.CountRequest(exact=True, filter=edge_filter))
             if not n:
                 return 0
+            self.disk.check(what="deletion")
             if n <= _LOGGED_DELETE_MAX:
                 # By id, so that the change logs name the points that went: kept nearest lists
                 # and cached records survive (the sweeper deletes a few expired memories at a time).
@@ -1170,6 +1236,7 @@ class EdgeStore:
         validate_state_key(key)
 
         def work() -> None:
+            self.disk.check()
             folder = self._data_dir / _STATE_DIR
             folder.mkdir(parents=True, exist_ok=True)
             _write_json_atomic(folder / f"{key}.json", value)
@@ -1183,6 +1250,7 @@ class EdgeStore:
             col = self._col(collection)
             if not encoded:
                 return
+            self.disk.check()
             if any(set(payload) - _UNRANKED_FIELDS for payload in encoded.values()):
                 col.touch(encoded)
             for pid, payload in encoded.items():
@@ -1214,8 +1282,8 @@ class EdgeStore:
 
         def work() -> dict[str, tuple[int, float]]:
             col = self._col(collection)
-            if not wanted:
-                return {}
+            if not wanted or not self.disk.room(what="access counters"):
+                return {}  # below the headroom the counts of these hits are not kept
             ids: list[int | uuid.UUID | str] = list(wanted)
             counters: dict[str, tuple[int, float]] = {}
             # Counters are not ranking fields: neither the generation nor ``ranks`` change. They

@@ -15,9 +15,33 @@ from engram_client import ConnectionConfig
 from engram_mcp.server import EngramMcp
 from engram_mcp.settings import ShimSettings
 
+DESCRIPTION = """\
+Give a model Engram's memory tools (memory_search, memory_add, memory_update, memory_delete,
+reflection_run) over MCP, on stdio (the default) or streamable HTTP. Each tool calls the Engram
+server through engram-client. Options override the environment."""
+
+EPILOG = """\
+environment:
+  ENGRAM_ADDR            host:port of the Engram server (default localhost:50051; https:// for TLS)
+  ENGRAM_API_KEY         API key sent to the server, when it requires one
+  ENGRAM_TLS, ENGRAM_TLS_CA_FILE, ENGRAM_TLS_CERT_FILE, ENGRAM_TLS_KEY_FILE
+                         TLS and mutual TLS to the server
+  ENGRAM_TIMEOUT         seconds per call, retries included (default 10)
+  ENGRAM_MCP_TRANSPORT, ENGRAM_MCP_HOST, ENGRAM_MCP_PORT, ENGRAM_MCP_PATH,
+  ENGRAM_MCP_COLLECTION, ENGRAM_MCP_READ_ONLY
+                         the same as the options above
+
+example:
+  ENGRAM_ADDR=127.0.0.1:50051 engram-mcp --collection assistant"""
+
 
 def _parse(argv: Sequence[str] | None) -> ShimSettings:
-    parser = argparse.ArgumentParser(prog="engram-mcp", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="engram-mcp",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument(
         "--transport", choices=["stdio", "streamable-http"], help="default: ENGRAM_MCP_TRANSPORT or stdio"
     )
@@ -25,7 +49,12 @@ def _parse(argv: Sequence[str] | None) -> ShimSettings:
     parser.add_argument("--port", type=int, help="streamable HTTP port (ENGRAM_MCP_PORT, 8000)")
     parser.add_argument("--path", help="streamable HTTP endpoint path (ENGRAM_MCP_PATH, /mcp)")
     parser.add_argument("--collection", help="pin every tool to this collection (ENGRAM_MCP_COLLECTION)")
-    parser.add_argument("--read-only", action="store_true", default=None, help="register memory_search only")
+    parser.add_argument(
+        "--read-only",
+        action="store_true",
+        default=None,
+        help="register memory_search only (ENGRAM_MCP_READ_ONLY=1)",
+    )
     args = parser.parse_args(argv)
     settings = ShimSettings.from_env()
     overrides = {

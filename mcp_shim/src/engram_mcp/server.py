@@ -1,6 +1,6 @@
 """The MCP tools: each one is a single call through engram-client's AsyncEngramClient.
 
-The tool descriptions carry the write discipline of the reference design: search before writing;
+The tool descriptions carry the write discipline of the original Go Engram: search before writing;
 a best relevance above 0.82 means update instead of add; type and importance are chosen with care
 because they decide how a memory decays and when it expires.
 
@@ -198,10 +198,13 @@ def _tool_error(error: EngramError, target: str | None = None) -> ToolError:
         hint = f"The {server} did not answer in time (ENGRAM_TIMEOUT); try again later."
     elif isinstance(error, UnauthenticatedError | PermissionDeniedError):
         hint = f"The {server} refused the credentials; check ENGRAM_API_KEY."
-    elif isinstance(error, InvalidArgumentError) and error.field_violations:
-        hint = "Fix: " + "; ".join(f"{v.field}: {v.description}" for v in error.field_violations)
     label = (error.reason or error.code.name).removeprefix("ERROR_REASON_")
     text = f"{label}: {error.message}"
+    if not hint and isinstance(error, InvalidArgumentError) and error.field_violations:
+        # Each thing once: the server's message usually names the violations already.
+        said = (f"{v.field}: {v.description}" for v in error.field_violations)
+        unsaid = [s for s in said if s not in text]
+        hint = "Fix: " + "; ".join(unsaid) if unsaid else "Fix the argument named above and call again."
     return ToolError(f"{text}. {hint}" if hint else text)
 
 
@@ -294,7 +297,7 @@ class EngramMcp:
             Field(description="Collections to search (default: the server's default collection)."),
         ] = None,
     ) -> dict[str, Any]:
-        """Search long-term memory; results are ranked by score = relevance + recency + importance.
+        """Search long-term memory; results are ranked by relevance, raised by recency and importance.
 
         Each result has `relevance` (calibrated similarity to the query, 0-1) and `score` (the fused
         rank). Always search before memory_add, using the text you intend to store with limit 3:

@@ -82,6 +82,11 @@ const (
 	// `google.rpc.QuotaFailure` and a `google.rpc.RetryInfo` with the delay before a retry can
 	// succeed.
 	ErrorReason_ERROR_REASON_RATE_LIMITED ErrorReason = 19
+	// The data volume of the embedded store has less free space than the configured headroom
+	// (ENGRAM_DISK_HEADROOM_MB), so writes are refused before they touch the disk (status
+	// RESOURCE_EXHAUSTED). Reads keep working. Not worth retrying until an operator frees space;
+	// metadata gives "free_bytes" and "headroom_bytes".
+	ErrorReason_ERROR_REASON_STORAGE_FULL ErrorReason = 20
 )
 
 // Enum value maps for ErrorReason.
@@ -106,6 +111,7 @@ var (
 		17: "ERROR_REASON_UNAUTHENTICATED",
 		18: "ERROR_REASON_PERMISSION_DENIED",
 		19: "ERROR_REASON_RATE_LIMITED",
+		20: "ERROR_REASON_STORAGE_FULL",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":          0,
@@ -127,6 +133,7 @@ var (
 		"ERROR_REASON_UNAUTHENTICATED":      17,
 		"ERROR_REASON_PERMISSION_DENIED":    18,
 		"ERROR_REASON_RATE_LIMITED":         19,
+		"ERROR_REASON_STORAGE_FULL":         20,
 	}
 )
 
@@ -161,7 +168,7 @@ var File_engram_v1_error_reason_proto protoreflect.FileDescriptor
 
 const file_engram_v1_error_reason_proto_rawDesc = "" +
 	"\n" +
-	"\x1cengram/v1/error_reason.proto\x12\tengram.v1*\xcc\x05\n" +
+	"\x1cengram/v1/error_reason.proto\x12\tengram.v1*\xeb\x05\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12!\n" +
 	"\x1dERROR_REASON_INVALID_ARGUMENT\x10\x01\x12!\n" +
@@ -182,7 +189,8 @@ const file_engram_v1_error_reason_proto_rawDesc = "" +
 	"\x1fERROR_REASON_LLM_INVALID_OUTPUT\x10\x10\x12 \n" +
 	"\x1cERROR_REASON_UNAUTHENTICATED\x10\x11\x12\"\n" +
 	"\x1eERROR_REASON_PERMISSION_DENIED\x10\x12\x12\x1d\n" +
-	"\x19ERROR_REASON_RATE_LIMITED\x10\x13\"\x04\b\x0e\x10\x0e*\x1aERROR_REASON_SHUTTING_DOWNB?Z=github.com/engram-memory/engram/clients/go/engram/v1;engramv1b\x06proto3"
+	"\x19ERROR_REASON_RATE_LIMITED\x10\x13\x12\x1d\n" +
+	"\x19ERROR_REASON_STORAGE_FULL\x10\x14\"\x04\b\x0e\x10\x0e*\x1aERROR_REASON_SHUTTING_DOWNB?Z=github.com/engram-memory/engram/clients/go/engram/v1;engramv1b\x06proto3"
 
 var (
 	file_engram_v1_error_reason_proto_rawDescOnce sync.Once

@@ -924,7 +924,11 @@ func (x *SearchResult) GetScore() *ScoreBreakdown {
 type SearchMemoriesResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Results, best first.
-	Results       []*SearchResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	Results []*SearchResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	// True when lower-ranked results were left out so that the answer fits in one message
+	// (the server's ENGRAM_MAX_MESSAGE_BYTES): the results returned are complete and are the
+	// best ones; ask with a smaller limit or a narrower filter to see the boundary clearly.
+	Truncated     bool `protobuf:"varint,2,opt,name=truncated,proto3" json:"truncated,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -964,6 +968,13 @@ func (x *SearchMemoriesResponse) GetResults() []*SearchResult {
 		return x.Results
 	}
 	return nil
+}
+
+func (x *SearchMemoriesResponse) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
 }
 
 // SemanticLocator finds one memory by meaning instead of by id.
@@ -1544,7 +1555,12 @@ type DeleteMemoryResponse struct {
 	// with them are not listed.
 	Deleted []*Memory `protobuf:"bytes,1,rep,name=deleted,proto3" json:"deleted,omitempty"`
 	// True when nothing was deleted because dry_run was set.
-	DryRun        bool `protobuf:"varint,2,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	DryRun bool `protobuf:"varint,2,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	// How many memories were (or would be) deleted: the length of deleted unless truncated.
+	DeletedCount int32 `protobuf:"varint,3,opt,name=deleted_count,json=deletedCount,proto3" json:"deleted_count,omitempty"`
+	// True when deleted lists only the first deleted_count memories that fit in one message
+	// (the server's ENGRAM_MAX_MESSAGE_BYTES); the deletion itself is complete.
+	Truncated     bool `protobuf:"varint,4,opt,name=truncated,proto3" json:"truncated,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1589,6 +1605,20 @@ func (x *DeleteMemoryResponse) GetDeleted() []*Memory {
 func (x *DeleteMemoryResponse) GetDryRun() bool {
 	if x != nil {
 		return x.DryRun
+	}
+	return false
+}
+
+func (x *DeleteMemoryResponse) GetDeletedCount() int32 {
+	if x != nil {
+		return x.DeletedCount
+	}
+	return 0
+}
+
+func (x *DeleteMemoryResponse) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
 	}
 	return false
 }
@@ -1663,9 +1693,13 @@ type GetMemoryResponse struct {
 	// The memory.
 	Memory *Memory `protobuf:"bytes,1,opt,name=memory,proto3" json:"memory,omitempty"`
 	// Earlier versions, newest first (only when include_history was set).
-	History       []*Memory `protobuf:"bytes,2,rep,name=history,proto3" json:"history,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	History []*Memory `protobuf:"bytes,2,rep,name=history,proto3" json:"history,omitempty"`
+	// True when the oldest versions were left out of history so that the answer fits in one
+	// message (the server's ENGRAM_MAX_MESSAGE_BYTES); ListMemories with include_history lists
+	// every version.
+	HistoryTruncated bool `protobuf:"varint,3,opt,name=history_truncated,json=historyTruncated,proto3" json:"history_truncated,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *GetMemoryResponse) Reset() {
@@ -1710,6 +1744,13 @@ func (x *GetMemoryResponse) GetHistory() []*Memory {
 		return x.History
 	}
 	return nil
+}
+
+func (x *GetMemoryResponse) GetHistoryTruncated() bool {
+	if x != nil {
+		return x.HistoryTruncated
+	}
+	return false
 }
 
 // ListMemoriesRequest pages through a collection.
@@ -1797,7 +1838,9 @@ func (x *ListMemoriesRequest) GetIncludeHistory() bool {
 // ListMemoriesResponse is one page.
 type ListMemoriesResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The memories on this page, in storage order (stable across pages).
+	// The memories on this page, in storage order (stable across pages). A page holds fewer
+	// than page_size memories (and a next_page_token) when more would not fit in one message
+	// (the server's ENGRAM_MAX_MESSAGE_BYTES): page on until the token is empty.
 	Memories []*Memory `protobuf:"bytes,1,rep,name=memories,proto3" json:"memories,omitempty"`
 	// Pass as page_token to get the next page; empty when this is the last page.
 	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
@@ -2329,9 +2372,10 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\v_mmr_lambda\"j\n" +
 	"\fSearchResult\x12)\n" +
 	"\x06memory\x18\x01 \x01(\v2\x11.engram.v1.MemoryR\x06memory\x12/\n" +
-	"\x05score\x18\x02 \x01(\v2\x19.engram.v1.ScoreBreakdownR\x05score\"K\n" +
+	"\x05score\x18\x02 \x01(\v2\x19.engram.v1.ScoreBreakdownR\x05score\"i\n" +
 	"\x16SearchMemoriesResponse\x121\n" +
-	"\aresults\x18\x01 \x03(\v2\x17.engram.v1.SearchResultR\aresults\"I\n" +
+	"\aresults\x18\x01 \x03(\v2\x17.engram.v1.SearchResultR\aresults\x12\x1c\n" +
+	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"I\n" +
 	"\x0fSemanticLocator\x12\x18\n" +
 	"\acontent\x18\x01 \x01(\tR\acontent\x12\x1c\n" +
 	"\tthreshold\x18\x02 \x01(\x02R\tthreshold\"$\n" +
@@ -2383,19 +2427,22 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\x05query\x18\x03 \x01(\v2\x16.engram.v1.DeleteQueryH\x00R\x05query\x12\x14\n" +
 	"\x05force\x18\x04 \x01(\bR\x05force\x12\x17\n" +
 	"\adry_run\x18\x05 \x01(\bR\x06dryRunB\b\n" +
-	"\x06target\"\\\n" +
+	"\x06target\"\x9f\x01\n" +
 	"\x14DeleteMemoryResponse\x12+\n" +
 	"\adeleted\x18\x01 \x03(\v2\x11.engram.v1.MemoryR\adeleted\x12\x17\n" +
-	"\adry_run\x18\x02 \x01(\bR\x06dryRun\"k\n" +
+	"\adry_run\x18\x02 \x01(\bR\x06dryRun\x12#\n" +
+	"\rdeleted_count\x18\x03 \x01(\x05R\fdeletedCount\x12\x1c\n" +
+	"\ttruncated\x18\x04 \x01(\bR\ttruncated\"k\n" +
 	"\x10GetMemoryRequest\x12\x1e\n" +
 	"\n" +
 	"collection\x18\x01 \x01(\tR\n" +
 	"collection\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12'\n" +
-	"\x0finclude_history\x18\x03 \x01(\bR\x0eincludeHistory\"k\n" +
+	"\x0finclude_history\x18\x03 \x01(\bR\x0eincludeHistory\"\x98\x01\n" +
 	"\x11GetMemoryResponse\x12)\n" +
 	"\x06memory\x18\x01 \x01(\v2\x11.engram.v1.MemoryR\x06memory\x12+\n" +
-	"\ahistory\x18\x02 \x03(\v2\x11.engram.v1.MemoryR\ahistory\"\xcb\x01\n" +
+	"\ahistory\x18\x02 \x03(\v2\x11.engram.v1.MemoryR\ahistory\x12+\n" +
+	"\x11history_truncated\x18\x03 \x01(\bR\x10historyTruncated\"\xcb\x01\n" +
 	"\x13ListMemoriesRequest\x12\x1e\n" +
 	"\n" +
 	"collection\x18\x01 \x01(\tR\n" +

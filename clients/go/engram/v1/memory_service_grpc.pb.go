@@ -39,7 +39,8 @@ const (
 // typed forgetting (decay and time to live), fused ranking, versioned updates and
 // protected deletes, over physically separate collections.
 //
-// Errors carry a google.rpc.Status whose ErrorInfo.reason names an ErrorReason value.
+// Errors returned by Engram carry a google.rpc.Status whose ErrorInfo.reason names an
+// ErrorReason value (errors raised by gRPC itself, such as an oversized message, carry none).
 type MemoryServiceClient interface {
 	// AddMemory stores a memory unless a near-copy (calibrated similarity > dedup threshold,
 	// default 0.92) already exists in the same collection, in which case nothing is written
@@ -190,7 +191,8 @@ func (c *memoryServiceClient) RunReflection(ctx context.Context, in *RunReflecti
 // typed forgetting (decay and time to live), fused ranking, versioned updates and
 // protected deletes, over physically separate collections.
 //
-// Errors carry a google.rpc.Status whose ErrorInfo.reason names an ErrorReason value.
+// Errors returned by Engram carry a google.rpc.Status whose ErrorInfo.reason names an
+// ErrorReason value (errors raised by gRPC itself, such as an oversized message, carry none).
 type MemoryServiceServer interface {
 	// AddMemory stores a memory unless a near-copy (calibrated similarity > dedup threshold,
 	// default 0.92) already exists in the same collection, in which case nothing is written

@@ -82,6 +82,12 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     `google.rpc.QuotaFailure` and a `google.rpc.RetryInfo` with the delay before a retry can
     succeed.
     """
+    ERROR_REASON_STORAGE_FULL: _ErrorReason.ValueType  # 20
+    """The data volume of the embedded store has less free space than the configured headroom
+    (ENGRAM_DISK_HEADROOM_MB), so writes are refused before they touch the disk (status
+    RESOURCE_EXHAUSTED). Reads keep working. Not worth retrying until an operator frees space;
+    metadata gives "free_bytes" and "headroom_bytes".
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """ErrorReason lists the machine-readable reasons Engram attaches to failed calls.
@@ -153,5 +159,11 @@ ERROR_REASON_RATE_LIMITED: ErrorReason.ValueType  # 19
 """The principal exceeded its rate limit (status RESOURCE_EXHAUSTED). The status carries a
 `google.rpc.QuotaFailure` and a `google.rpc.RetryInfo` with the delay before a retry can
 succeed.
+"""
+ERROR_REASON_STORAGE_FULL: ErrorReason.ValueType  # 20
+"""The data volume of the embedded store has less free space than the configured headroom
+(ENGRAM_DISK_HEADROOM_MB), so writes are refused before they touch the disk (status
+RESOURCE_EXHAUSTED). Reads keep working. Not worth retrying until an operator frees space;
+metadata gives "free_bytes" and "headroom_bytes".
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015

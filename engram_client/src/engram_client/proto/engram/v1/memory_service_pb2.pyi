@@ -562,6 +562,12 @@ class SearchMemoriesResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     RESULTS_FIELD_NUMBER: _builtins.int
+    TRUNCATED_FIELD_NUMBER: _builtins.int
+    truncated: _builtins.bool
+    """True when lower-ranked results were left out so that the answer fits in one message
+    (the server's ENGRAM_MAX_MESSAGE_BYTES): the results returned are complete and are the
+    best ones; ask with a smaller limit or a narrower filter to see the boundary clearly.
+    """
     @_builtins.property
     def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___SearchResult]:
         """Results, best first."""
@@ -570,10 +576,11 @@ class SearchMemoriesResponse(_message.Message):
         self,
         *,
         results: _abc.Iterable[Global___SearchResult] | None = ...,
+        truncated: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["results", b"results"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["results", b"results", "truncated", b"truncated"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -882,8 +889,16 @@ class DeleteMemoryResponse(_message.Message):
 
     DELETED_FIELD_NUMBER: _builtins.int
     DRY_RUN_FIELD_NUMBER: _builtins.int
+    DELETED_COUNT_FIELD_NUMBER: _builtins.int
+    TRUNCATED_FIELD_NUMBER: _builtins.int
     dry_run: _builtins.bool
     """True when nothing was deleted because dry_run was set."""
+    deleted_count: _builtins.int
+    """How many memories were (or would be) deleted: the length of deleted unless truncated."""
+    truncated: _builtins.bool
+    """True when deleted lists only the first deleted_count memories that fit in one message
+    (the server's ENGRAM_MAX_MESSAGE_BYTES); the deletion itself is complete.
+    """
     @_builtins.property
     def deleted(self) -> _containers.RepeatedCompositeFieldContainer[_memory_pb2.Memory]:
         """The memories deleted (or that would be, for dry_run). History versions deleted along
@@ -895,10 +910,12 @@ class DeleteMemoryResponse(_message.Message):
         *,
         deleted: _abc.Iterable[_memory_pb2.Memory] | None = ...,
         dry_run: _builtins.bool = ...,
+        deleted_count: _builtins.int = ...,
+        truncated: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["deleted", b"deleted", "dry_run", b"dry_run"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deleted", b"deleted", "deleted_count", b"deleted_count", "dry_run", b"dry_run", "truncated", b"truncated"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -942,6 +959,12 @@ class GetMemoryResponse(_message.Message):
 
     MEMORY_FIELD_NUMBER: _builtins.int
     HISTORY_FIELD_NUMBER: _builtins.int
+    HISTORY_TRUNCATED_FIELD_NUMBER: _builtins.int
+    history_truncated: _builtins.bool
+    """True when the oldest versions were left out of history so that the answer fits in one
+    message (the server's ENGRAM_MAX_MESSAGE_BYTES); ListMemories with include_history lists
+    every version.
+    """
     @_builtins.property
     def memory(self) -> _memory_pb2.Memory:
         """The memory."""
@@ -955,10 +978,11 @@ class GetMemoryResponse(_message.Message):
         *,
         memory: _memory_pb2.Memory | None = ...,
         history: _abc.Iterable[_memory_pb2.Memory] | None = ...,
+        history_truncated: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["memory", b"memory"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["history", b"history", "memory", b"memory"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["history", b"history", "history_truncated", b"history_truncated", "memory", b"memory"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1016,7 +1040,10 @@ class ListMemoriesResponse(_message.Message):
     """Pass as page_token to get the next page; empty when this is the last page."""
     @_builtins.property
     def memories(self) -> _containers.RepeatedCompositeFieldContainer[_memory_pb2.Memory]:
-        """The memories on this page, in storage order (stable across pages)."""
+        """The memories on this page, in storage order (stable across pages). A page holds fewer
+        than page_size memories (and a next_page_token) when more would not fit in one message
+        (the server's ENGRAM_MAX_MESSAGE_BYTES): page on until the token is empty.
+        """
 
     def __init__(
         self,

@@ -30,7 +30,8 @@ class MemoryServiceStub:
     typed forgetting (decay and time to live), fused ranking, versioned updates and
     protected deletes, over physically separate collections.
 
-    Errors carry a google.rpc.Status whose ErrorInfo.reason names an ErrorReason value.
+    Errors returned by Engram carry a google.rpc.Status whose ErrorInfo.reason names an
+    ErrorReason value (errors raised by gRPC itself, such as an oversized message, carry none).
     """
 
     def __init__(self, channel):
@@ -96,7 +97,8 @@ class MemoryServiceServicer:
     typed forgetting (decay and time to live), fused ranking, versioned updates and
     protected deletes, over physically separate collections.
 
-    Errors carry a google.rpc.Status whose ErrorInfo.reason names an ErrorReason value.
+    Errors returned by Engram carry a google.rpc.Status whose ErrorInfo.reason names an
+    ErrorReason value (errors raised by gRPC itself, such as an oversized message, carry none).
     """
 
     def AddMemory(self, request, context):
@@ -246,7 +248,8 @@ class MemoryService:
     typed forgetting (decay and time to live), fused ranking, versioned updates and
     protected deletes, over physically separate collections.
 
-    Errors carry a google.rpc.Status whose ErrorInfo.reason names an ErrorReason value.
+    Errors returned by Engram carry a google.rpc.Status whose ErrorInfo.reason names an
+    ErrorReason value (errors raised by gRPC itself, such as an oversized message, carry none).
     """
 
     @staticmethod

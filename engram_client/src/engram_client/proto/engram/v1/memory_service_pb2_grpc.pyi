@@ -31,7 +31,8 @@ class MemoryServiceStub:
     typed forgetting (decay and time to live), fused ranking, versioned updates and
     protected deletes, over physically separate collections.
 
-    Errors carry a google.rpc.Status whose ErrorInfo.reason names an ErrorReason value.
+    Errors returned by Engram carry a google.rpc.Status whose ErrorInfo.reason names an
+    ErrorReason value (errors raised by gRPC itself, such as an oversized message, carry none).
     """
 
     @_typing.overload
@@ -82,7 +83,8 @@ class MemoryServiceAsyncStub(MemoryServiceStub):
     typed forgetting (decay and time to live), fused ranking, versioned updates and
     protected deletes, over physically separate collections.
 
-    Errors carry a google.rpc.Status whose ErrorInfo.reason names an ErrorReason value.
+    Errors returned by Engram carry a google.rpc.Status whose ErrorInfo.reason names an
+    ErrorReason value (errors raised by gRPC itself, such as an oversized message, carry none).
     """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
@@ -129,7 +131,8 @@ class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
     typed forgetting (decay and time to live), fused ranking, versioned updates and
     protected deletes, over physically separate collections.
 
-    Errors carry a google.rpc.Status whose ErrorInfo.reason names an ErrorReason value.
+    Errors returned by Engram carry a google.rpc.Status whose ErrorInfo.reason names an
+    ErrorReason value (errors raised by gRPC itself, such as an oversized message, carry none).
     """
 
     @_abc_1.abstractmethod

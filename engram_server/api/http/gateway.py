@@ -339,6 +339,12 @@ def _protocol_with_head_timeout(seconds: float) -> type[H11Protocol]:
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
+            # uvicorn writes a response's headers and body separately: without TCP_NODELAY, Nagle
+            # holds the body until the client's delayed ACK (~40 ms on every keep-alive request).
+            sock = transport.get_extra_info("socket")
+            if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+                with contextlib.suppress(OSError):
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self._arm()
 
         def _arm(self) -> None:

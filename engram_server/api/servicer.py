@@ -15,6 +15,7 @@ from engram_client.proto.engram.v1 import memory_service_pb2_grpc
 from engram_server.api import convert as c
 from engram_server.api.answers import answer_budget, fitting
 from engram_server.api.errors import internal_status, to_status
+from engram_server.api.gate_log import PER_COLLECTION, GateLog, decision_from
 from engram_server.domain.deadline import set_time_remaining
 from engram_server.domain.errors import EngramError, InvalidArgument
 from engram_server.domain.reflection import Reflector
@@ -25,6 +26,7 @@ from engram_server.domain.service import (
     SearchQuery,
     UpdateCommand,
 )
+from engram_server.domain.validation import Violations, check_collection
 
 log = logging.getLogger(__name__)
 
@@ -69,13 +71,17 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
         self._reflector = reflector
         #: Bytes the list of memories in one answer may take (see ``api/answers``).
         self._budget = answer_budget(max_message_bytes)
+        #: The write gate's recent decisions (ListGateDecisions).
+        self._gate_log = GateLog()
 
     @rpc
     async def AddMemory(
         self, request: s.AddMemoryRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> s.AddMemoryResponse:
         result = await self._svc.add(c.add_command_in(request, request.collection))
-        return s.AddMemoryResponse(**c.add_result_fields(result))
+        answer = s.AddMemoryResponse(**c.add_result_fields(result))
+        self._gate_log.record(decision_from(answer, request.content), answer.memory.collection)
+        return answer
 
     @rpc
     async def AddMemories(
@@ -88,12 +94,15 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
             for i, item in enumerate(request.memories)
         ]
         results = await self._svc.add_many(request.collection, cmds)
-        return s.AddMemoriesResponse(
+        answer = s.AddMemoriesResponse(
             results=[
                 s.AddMemoryResult(**c.add_result_fields(r), duplicate_of_index=r.duplicate_of)
                 for r in results
             ]
         )
+        for item, result in zip(request.memories, answer.results, strict=True):
+            self._gate_log.record(decision_from(result, item.content), result.memory.collection)
+        return answer
 
     @rpc
     async def SearchMemories(
@@ -165,6 +174,8 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
             dry_run=request.dry_run,
         )
         result = await self._svc.delete(cmd)
+        if not result.dry_run:
+            self._gate_log.forget_memories(r.id for r in result.deleted)
         deleted, truncated = fitting((c.memory_out(r) for r in result.deleted), self._budget)
         return s.DeleteMemoryResponse(
             deleted=deleted,
@@ -212,6 +223,7 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
         self, request: s.DeleteCollectionRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> s.DeleteCollectionResponse:
         count = await self._svc.delete_collection(request.name)
+        self._gate_log.forget_collection(request.name)
         out = s.DeleteCollectionResponse(deleted_count=count)
         out.deleted_at.CopyFrom(c.ts_out(self._svc.now()))
         return out
@@ -222,3 +234,15 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
     ) -> s.RunReflectionResponse:
         report = await self._reflector.run(request.collection, dry_run=request.dry_run, force=request.force)
         return c.reflection_out(report)
+
+    @rpc
+    async def ListGateDecisions(
+        self, request: s.ListGateDecisionsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> s.ListGateDecisionsResponse:
+        collection = request.collection or self._svc.policy.default_collection
+        v = Violations()
+        check_collection(v, "collection", collection)
+        if not 0 <= request.limit <= PER_COLLECTION:
+            v.add("limit", f"must be between 1 and {PER_COLLECTION} (0 means 50), got {request.limit}")
+        v.raise_if_any()
+        return s.ListGateDecisionsResponse(decisions=self._gate_log.recent(collection, request.limit))

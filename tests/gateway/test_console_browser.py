@@ -63,6 +63,8 @@ def _seed(base: str) -> dict[str, str]:
             )
             assert r.status_code == 200, r.text
             ids[content] = r.json()["memory"]["id"]
+        r = http.post("/v1/memories", json={"content": "The user's name is Ada Lovelace", "importance": 9})
+        assert r.json()["outcome"] == "ADD_OUTCOME_DUPLICATE", r.text
         tea = ids["The user drinks green tea every morning"]
         r = http.post(
             "/v1/memories:update", json={"id": tea, "content": "The user drinks jasmine tea every morning"}
@@ -122,6 +124,17 @@ def test_console_scenario(tmp_path: Path, driver: Any) -> None:
         wait.until(lambda d: d.find_element(By.ID, "tab-search").get_attribute("aria-selected") == "true")
         assert driver.switch_to.active_element.get_attribute("id") == "tab-search"
         assert driver.find_element(By.ID, "view-search").is_displayed()
+
+        # The write gate's decisions, a duplicate among them.
+        driver.find_element(By.ID, "tab-search").send_keys(Keys.ARROW_RIGHT)
+        wait.until(lambda d: d.find_element(By.ID, "view-gate").is_displayed())
+        driver.find_element(By.CSS_SELECTOR, "#gate-form button[type=submit]").click()
+        status_contains("gate decision(s) in default")
+        decided = [r.text for r in driver.find_elements(By.CSS_SELECTOR, "#decisions tbody tr")]
+        assert any("duplicate (" in row and "Ada Lovelace" in row for row in decided), decided
+        assert sum("created" in row for row in decided) == 4, decided
+        driver.save_screenshot(str(shots / "gate.png"))
+        driver.find_element(By.ID, "tab-search").click()
 
         # Search and see the score breakdown.
         query = driver.find_element(By.ID, "search-query")

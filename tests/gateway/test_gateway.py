@@ -125,6 +125,16 @@ async def test_every_rpc_over_http(http: httpx.AsyncClient) -> None:
     assert [x["outcome"] for x in results] == ["ADD_OUTCOME_CREATED"] * 2
     directive = results[1]["memory"]["id"]
 
+    r = await http.get(
+        used("GET", "/v1/collections/{collection}/gateDecisions").format(collection="work"),
+        params={"limit": "5"},
+    )
+    assert r.status_code == 200, r.text
+    decisions = r.json()["decisions"]
+    assert [d["memoryId"] for d in decisions] == [results[1]["memory"]["id"], results[0]["memory"]["id"]]
+    assert decisions[0]["content"] == "Always answer in British English"
+    assert {d["outcome"] for d in decisions} == {"ADD_OUTCOME_CREATED"}
+
     r = await http.post(used("POST", "/v1/memories:search"), json={"query": "what does the user drink?"})
     assert r.status_code == 200, r.text
     hits = r.json()["results"]
@@ -480,3 +490,26 @@ async def test_public_http_bind_needs_auth(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="not loopback"):
         await server.start()
     await server.stop(grace=0)
+
+
+async def test_gate_decisions_show_duplicates_and_forget_deleted_memories(http: httpx.AsyncClient) -> None:
+    text = "The user keeps a sourdough starter called Clint in the fridge"
+    first = (await http.post("/v1/memories", json={"collection": "kitchen", "content": text})).json()
+    again = (await http.post("/v1/memories", json={"collection": "kitchen", "content": text})).json()
+    assert again["outcome"] == "ADD_OUTCOME_DUPLICATE"
+    r = await http.get("/v1/collections/kitchen/gateDecisions")
+    decisions = r.json()["decisions"]
+    assert [d["outcome"] for d in decisions] == ["ADD_OUTCOME_DUPLICATE", "ADD_OUTCOME_CREATED"]
+    assert decisions[0]["memoryId"] == first["memory"]["id"] == decisions[1]["memoryId"]
+    assert decisions[0]["duplicateSimilarity"] == pytest.approx(again["duplicateSimilarity"])
+    assert decisions[0]["duplicateSimilarity"] > 0.9
+    assert (await http.get("/v1/collections/kitchen/gateDecisions", params={"limit": "1"})).json()[
+        "decisions"
+    ] == decisions[:1]
+    r = await http.get("/v1/collections/kitchen/gateDecisions", params={"limit": "257"})
+    assert r.status_code == 400 and "limit" in violations_of(r)
+    r = await http.get("/v1/collections/Bad%20Name/gateDecisions")
+    assert r.status_code == 400 and "collection" in violations_of(r)
+    await http.delete(f"/v1/collections/kitchen/memories/{first['memory']['id']}")
+    r = await http.get("/v1/collections/kitchen/gateDecisions")
+    assert r.status_code == 200 and r.json() == {}  # forgotten with the memory (empty list: omitted)

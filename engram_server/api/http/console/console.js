@@ -89,7 +89,7 @@ function scoreCell(value) {
 
 // --- tabs ----------------------------------------------------------------------------------------
 
-const TABS = ['memories', 'search', 'reflection'];
+const TABS = ['memories', 'search', 'gate', 'reflection'];
 
 function selectTab(name, focus = false) {
   for (const t of TABS) {
@@ -269,6 +269,41 @@ async function search(e) {
   }
 }
 
+// --- the write gate ------------------------------------------------------------------------------
+
+function decisionName(d) {
+  if (d.outcome === 'ADD_OUTCOME_DUPLICATE') return `duplicate (${num(d.duplicateSimilarity)})`;
+  if ((d.nearDuplicates || []).length) return 'created, near-duplicates';
+  return 'created';
+}
+
+async function gate(e) {
+  e.preventDefault();
+  const name = $('gate-collection').value.trim();
+  try {
+    const data = await api('GET', `/v1/collections/${encodeURIComponent(name)}/gateDecisions?limit=100`);
+    const body = $('decisions').tBodies[0];
+    body.replaceChildren();
+    for (const d of data.decisions || []) {
+      const similar = el('ul', { class: 'plain' });
+      for (const n of d.nearDuplicates || []) similar.append(el('li', {}, `${num(n.similarity)} — ${n.content}`));
+      if (d.outcome === 'ADD_OUTCOME_DUPLICATE') {
+        similar.append(el('li', {}, el('button', { type: 'button', class: 'link', onclick: () => showMemory({ collection: name, id: d.memoryId }) }, 'the existing memory')));
+      }
+      body.append(el('tr', {},
+        el('td', { class: 'num' }, when(d.decidedAt)),
+        el('td', {}, decisionName(d) + (d.replayed ? ' (replayed)' : '')),
+        el('td', {}, d.memoryId && d.outcome !== 'ADD_OUTCOME_DUPLICATE'
+          ? el('button', { type: 'button', class: 'link', onclick: () => showMemory({ collection: name, id: d.memoryId }) }, d.content)
+          : d.content),
+        el('td', {}, similar)));
+    }
+    say(`${body.rows.length} gate decision(s) in ${name}.`);
+  } catch (err) {
+    failed(err);
+  }
+}
+
 // --- reflection ----------------------------------------------------------------------------------
 
 async function reflect(e) {
@@ -317,6 +352,7 @@ document.addEventListener('DOMContentLoaded', () => {
   $('more').addEventListener('click', () => openCollection(currentCollection, true));
   $('search-form').addEventListener('submit', search);
   $('reflect-form').addEventListener('submit', reflect);
+  $('gate-form').addEventListener('submit', gate);
   $('delete').addEventListener('click', askDelete);
   $('close-detail').addEventListener('click', closeDetail);
   $('confirm').addEventListener('close', confirmed);

@@ -342,6 +342,9 @@ class EngramServer:
 
         auth = self.auth = build_auth_interceptor(s)
         credentials = server_credentials(s)
+        from engram_server.api.http import check_bind as check_http_bind  # noqa: PLC0415
+
+        check_http_bind(s, auth_on=auth is not None)  # HTTP on a public address needs auth
         await self.store.open()
         warm = getattr(self.embedder, "warm_up", None)
         if warm is not None:
@@ -416,7 +419,11 @@ class EngramServer:
         await health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
         self._server, self._health = server, health
         if self._http is not None:
-            await self._http.start()
+            try:
+                await self._http.start()
+            except OSError:
+                await self.stop(grace=0)
+                raise
             log.info(
                 "HTTP/JSON on %s:%s%s", s.http_host, self.http_port, " with the console" if s.console else ""
             )

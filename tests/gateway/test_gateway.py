@@ -485,11 +485,35 @@ def test_http_settings_and_refusals(tmp_path: Path) -> None:
 
 
 async def test_public_http_bind_needs_auth(tmp_path: Path) -> None:
-    settings = Settings(host="127.0.0.1", port=0, data_dir=tmp_path / "d", http_port=0, http_host="0.0.0.0")
-    server = EngramServer.create(settings)
-    with pytest.raises(ConfigError, match="not loopback"):
-        await server.start()
-    await server.stop(grace=0)
+    """Refused before anything is opened, even with ENGRAM_AUTH=off (which gRPC accepts)."""
+    for auth in ("auto", "off"):
+        settings = Settings(
+            host="127.0.0.1", port=0, data_dir=tmp_path / "d", http_port=0, http_host="0.0.0.0", auth=auth
+        )
+        server = EngramServer.create(settings)
+        with pytest.raises(ConfigError, match="not loopback"):
+            await server.start()
+        assert not (tmp_path / "d").exists()  # the store was never opened
+
+
+async def test_a_taken_http_port_is_a_clear_error_and_nothing_stays_open(tmp_path: Path) -> None:
+    import socket  # noqa: PLC0415
+
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen(1)
+    taken = holder.getsockname()[1]
+    try:
+        server = EngramServer.create(
+            Settings(host="127.0.0.1", port=0, data_dir=tmp_path / "d", http_port=taken)
+        )
+        with pytest.raises(OSError, match="ENGRAM_HTTP_PORT"):
+            await server.start()
+        # the gRPC side was stopped too: the data directory's lock is free for a new server
+        async with running_server(tmp_path / "d", http_port=0) as again:
+            assert again.http_port != taken
+    finally:
+        holder.close()
 
 
 async def test_gate_decisions_show_duplicates_and_forget_deleted_memories(http: httpx.AsyncClient) -> None:

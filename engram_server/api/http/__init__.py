@@ -19,7 +19,7 @@ from engram_server.api.auth import is_loopback
 from engram_server.api.http.gateway import HttpOptions, HttpServer
 from engram_server.config import ConfigError, Settings
 
-__all__ = ["HttpAttachment", "HttpServer", "prepare"]
+__all__ = ["HttpAttachment", "HttpServer", "check_bind", "prepare"]
 
 
 @dataclass
@@ -51,16 +51,23 @@ def _ssl_context(settings: Settings) -> ssl.SSLContext | None:
     return context
 
 
+def check_bind(settings: Settings, *, auth_on: bool) -> None:
+    """Refuse (ConfigError) an HTTP port on a non-loopback address without auth: unlike gRPC there
+    is no ``ENGRAM_AUTH=off`` escape, since any web page a browser on that network opens could
+    reach it."""
+    if settings.http_port is not None and not auth_on and not is_loopback(settings.http_host):
+        raise ConfigError(
+            f"refusing to serve HTTP on {settings.http_host} (not loopback) without authentication: "
+            "set ENGRAM_API_KEY or ENGRAM_AUTH_FILE, or ENGRAM_HTTP_HOST=127.0.0.1"
+        )
+
+
 def prepare(settings: Settings, grpc_server: grpc.aio.Server, *, auth_on: bool) -> HttpAttachment | None:
     """When ENGRAM_HTTP_PORT is set: check the bind is allowed, add the private Unix-socket port to
     the (not yet started) gRPC server, and return the HTTP server to start after it."""
     if settings.http_port is None:
         return None
-    if not auth_on and not is_loopback(settings.http_host):
-        raise ConfigError(
-            f"refusing to serve HTTP on {settings.http_host} (not loopback) without authentication: "
-            "set ENGRAM_API_KEY or ENGRAM_AUTH_FILE, or ENGRAM_HTTP_HOST=127.0.0.1"
-        )
+    check_bind(settings, auth_on=auth_on)
     context = _ssl_context(settings)
     socket_dir = Path(tempfile.mkdtemp(prefix="engram-http-"))  # mode 0700: this user only
     target = f"unix:{socket_dir / 'grpc.sock'}"

@@ -428,9 +428,12 @@ class HttpServer:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((self.host.strip("[]"), self._requested_port))
-        except OSError:
+        except OSError as exc:
             sock.close()
-            raise
+            raise OSError(
+                f"cannot listen on {self.host}:{self._requested_port} for HTTP: {exc.strerror or exc}; "
+                "set ENGRAM_HTTP_PORT to a free port or ENGRAM_HTTP_HOST to another address"
+            ) from exc
         sock.listen(1024)
         sock.setblocking(False)
         self.port = sock.getsockname()[1]

@@ -320,6 +320,13 @@ async def test_transcoding_refusals_are_invalid_argument(http: httpx.AsyncClient
     assert r.status_code == 400 and "collection" in violations_of(r)
 
 
+async def test_headers_grpc_cannot_carry_are_refused(http: httpx.AsyncClient) -> None:
+    r = await http.get("/v1/collections", headers=[(b"authorization", b"Bearer k\xe9y")])
+    assert r.status_code == 400 and "authorization" in violations_of(r)
+    r = await http.get("/v1/collections", headers=[(b"x-api-key", b"\x01")])
+    assert r.status_code == 400 and "x-api-key" in violations_of(r)
+
+
 async def test_routing_answers(http: httpx.AsyncClient) -> None:
     r = await http.get("/v1/nothing-here")
     assert r.status_code == 404 and status_of(r)["code"] == 5

@@ -184,6 +184,10 @@ class Gateway:
             if exc.http_status == 401:
                 extra.append((b"www-authenticate", b'Bearer realm="engram"'))
             await _respond(send, exc.http_status, status_json(exc.status), extra_headers=extra)
+        except Exception:
+            log.exception("unexpected error in the HTTP gateway (%s %s)", scope["method"], scope["path"])
+            status = status_pb2.Status(code=code_pb2.INTERNAL, message="internal error in the HTTP gateway")
+            await _respond(send, 500, status_json(status))
 
     async def _handle(self, scope: Scope, headers: dict[str, str], receive: Receive, send: Send) -> None:
         self._check_origin(headers)
@@ -234,6 +238,9 @@ class Gateway:
         except TranscodeError as exc:
             raise HttpError.of(400, InvalidArgument.of(exc.field, exc.description)) from None
         metadata = [(name, headers[name]) for name in FORWARDED_HEADERS if name in headers]
+        for name, value in metadata:
+            if not value.isascii() or not value.isprintable():
+                raise HttpError.of(400, InvalidArgument.of(name, "header must be printable ASCII"))
         try:
             response: Message = await self._calls[matched.full_method](request, metadata=metadata)
         except grpc.aio.AioRpcError as exc:

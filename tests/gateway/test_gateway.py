@@ -459,6 +459,9 @@ async def test_openapi_document_describes_the_answers(http: httpx.AsyncClient) -
     assert r.status_code == 200 and r.headers["content-type"] == "application/json"
     doc = r.json()
     assert doc["openapi"].startswith("3.1")
+    from openapi_spec_validator import validate as validate_spec  # noqa: PLC0415
+
+    validate_spec(doc)  # a valid OpenAPI 3.1 document, not just JSON
     operations = {(verb.upper(), path) for path, item in doc["paths"].items() for verb in item}
     assert operations == {(b.verb, b.template) for b in bindings_of(SERVICE)}
     text = json.dumps(doc)

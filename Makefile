@@ -10,7 +10,7 @@ TOOLS := .tools
 BUF := $(TOOLS)/node_modules/.bin/buf
 BUF_VERSION := 1.75.0
 
-.PHONY: help install run test lint fmt proto proto-check buf-lint buf-breaking polyglot-check go-stubs docs docs-check bench bench-latency bench-http bench-ingest bench-million load eval bench-locomo clean
+.PHONY: help install run test chaos lint fmt proto proto-check buf-lint buf-breaking polyglot-check go-stubs docs docs-check bench bench-latency bench-http bench-ingest bench-million load eval bench-locomo clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -31,6 +31,9 @@ run: install ## Start the server on its embedded defaults (Qdrant edge + local m
 
 test: install lint ## Lint, type-check, then run the whole test suite
 	$(PY) -m pytest -q
+
+chaos: install ## The chaos suite alone: hostile clients (bad keys, malformed bodies, slow readers, floods) over loopback
+	$(PY) -m pytest -q tests/chaos
 
 lint: install proto-check docs-check buf-lint buf-breaking polyglot-check ## ruff, ruff format, mypy, buf lint + format, buf breaking, Go/TS checks, generated code and docs checks
 	$(VENV)/bin/ruff check .

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import signal
 import socket
@@ -244,11 +245,14 @@ def ensure_open_files(max_connections: int) -> None:
 class BindError(OSError):
     """The listening address cannot be bound; the message names it and the settings to change."""
 
-    def __init__(self, host: str, port: int, why: str) -> None:
-        super().__init__(
-            f"cannot listen on {host}:{port}: {why}; another process may hold it. "
-            "Set ENGRAM_PORT (or `engram serve --port`) to a free port, or ENGRAM_HOST to another address"
+    def __init__(self, host: str, port: int, why: str, *, in_use: bool = True) -> None:
+        hint = (
+            "another process holds it. Set ENGRAM_PORT (or `engram serve --port`) to a free port, "
+            "or ENGRAM_HOST to another address"
+            if in_use
+            else "set ENGRAM_HOST (or `engram serve --host`) to an address of this machine"
         )
+        super().__init__(f"cannot listen on {host}:{port}: {why}; {hint}")
 
 
 def check_bindable(host: str, port: int) -> None:
@@ -261,14 +265,20 @@ def check_bindable(host: str, port: int) -> None:
             host.strip("[]") or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
         )
     except socket.gaierror as exc:
-        raise BindError(host, port, f"cannot resolve {host!r} ({exc.strerror})") from None
+        raise BindError(host, port, f"cannot resolve {host!r} ({exc.strerror})", in_use=False) from None
+    failures: list[OSError] = []
     for family, kind, proto, _, address in infos:
-        with socket.socket(family, kind, proto) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
+        try:
+            with socket.socket(family, kind, proto) as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 probe.bind(address)
-            except OSError as exc:
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
                 raise BindError(host, port, exc.strerror or str(exc)) from None
+            failures.append(exc)
+    # Like gRPC, one usable address is enough ("localhost" on a host without IPv6).
+    if failures and len(failures) == len(infos):
+        raise BindError(host, port, failures[0].strerror or str(failures[0]), in_use=False)
 
 
 @dataclass
@@ -413,7 +423,7 @@ class EngramServer:
             cause = None
         if self.port == 0:
             await self.store.close()
-            raise BindError(s.host, s.port, "the address is in use or not available") from cause
+            raise BindError(s.host, s.port, "gRPC could not bind it") from cause
         await server.start()
         await health.set("", health_pb2.HealthCheckResponse.SERVING)
         await health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)

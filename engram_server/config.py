@@ -133,7 +133,7 @@ class Settings:
     keepalive_seconds: float = 60.0
     keepalive_timeout_seconds: float = 20.0
     handshake_timeout_seconds: float = 10.0
-    max_pending_response_bytes: int = 256 * 1024 * 1024
+    max_pending_response_bytes: int = 64 * 1024 * 1024
     auth_failure_rps: float = 2.0
     auth_failure_burst: int = 30
     max_in_flight_per_principal: int = 64

@@ -204,7 +204,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
     # --- who is calling ---------------------------------------------------------------------
 
-    async def identify(self, metadata: Any, peer: str) -> Principal:
+    async def identify(self, metadata: Any, peer: str | Callable[[], str]) -> Principal:
         """The caller's principal. A key seen before is answered from the authenticator's caches
         (one HMAC); a peer over its failure budget is refused (with RetryInfo) before any hash
         is computed; a new key is checked — SHA-256 hashes inline, scrypt off the event loop,
@@ -215,7 +215,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             known, principal = self.authenticator.cached(key)
             if principal is not None:
                 return principal
-        host = peer_host(peer)
+        host = peer_host(peer if isinstance(peer, str) else peer())
         wait = self.failures.blocked_for(host)
         if wait > 0:
             self.failed += 1
@@ -318,7 +318,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     def _behavior(self, method: str, rule: Rule, inner: Behavior) -> Behavior:
         async def behavior(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
             try:
-                principal = await self.identify(context.invocation_metadata(), context.peer())
+                principal = await self.identify(context.invocation_metadata(), context.peer)
                 if isinstance(request, Malformed):  # the key first; the guard inside answers
                     return await inner(request, context)
                 self.authorize(method, rule, request, principal)

@@ -6,9 +6,9 @@ Every status is bounded in size. The message and the details travel in trailers 
 percent-encoded, the details base64-encoded), and gRPC replaces a status whose trailers pass the
 peer's metadata limit (8 KiB by default) with a transport-level RESOURCE_EXHAUSTED ("metadata
 size exceeds soft limit") that hides the real error. So: at most :data:`MAX_VIOLATIONS` field
-violations are listed (then one ``"… N more"`` entry), every echoed string is cut to a few hundred
-characters, and the message to :data:`MAX_MESSAGE_BYTES` of UTF-8 — at most ~3.5 KiB on the wire
-in the worst case.
+violations are listed (then one ``"N more violations not listed"`` entry), every echoed string is
+cut to a few hundred characters, and the message to :data:`MAX_MESSAGE_BYTES` of UTF-8 — at most
+~3.5 KiB on the wire in the worst case.
 """
 
 from __future__ import annotations
@@ -27,8 +27,9 @@ log = logging.getLogger(__name__)
 
 DOMAIN = "engram.v1"
 
-#: Most field or quota violations listed in one status (the rest are counted in one more entry).
-MAX_VIOLATIONS = 8
+#: Most field or quota violations listed in one status (the rest are counted in one more entry,
+#: as the domain's own cap does: ``Violations.raise_if_any``).
+MAX_VIOLATIONS = 10
 #: Longest UTF-8 message (percent-encoding can triple it on the wire).
 MAX_MESSAGE_BYTES = 512
 #: Longest echoed field name, description, metadata key or value.
@@ -80,10 +81,10 @@ def truncate_bytes(text: str, limit: int = MAX_MESSAGE_BYTES) -> str:
 
 
 def _bounded_violations(violations: tuple[FieldViolation, ...]) -> list[FieldViolation]:
-    out = [FieldViolation(truncate(v.field), truncate(v.description)) for v in violations[:MAX_VIOLATIONS]]
-    if len(violations) > MAX_VIOLATIONS:
-        out.append(FieldViolation("", f"… {len(violations) - MAX_VIOLATIONS} more violations not listed"))
-    return out
+    if len(violations) > MAX_VIOLATIONS + 1:  # one more is the domain's own "N more" entry
+        rest = len(violations) - MAX_VIOLATIONS
+        violations = (*violations[:MAX_VIOLATIONS], FieldViolation("", f"{rest} more violations not listed"))
+    return [FieldViolation(truncate(v.field), truncate(v.description)) for v in violations]
 
 
 def to_status(error: EngramError) -> grpc.Status:

@@ -20,6 +20,7 @@ does not fit is not produced: the call gets RESOURCE_EXHAUSTED (``ERROR_REASON_R
 
 from __future__ import annotations
 
+import ctypes
 import inspect
 import logging
 import time
@@ -95,6 +96,22 @@ class LogThrottle:
         return last[1] if last is not None else 0
 
 
+#: After this many bytes of answers were released and none is pending, free memory is handed
+#: back to the operating system (glibc keeps freed heap otherwise).
+TRIM_AFTER_BYTES = 64 * 1024 * 1024
+
+
+def release_free_memory() -> None:
+    """``malloc_trim(0)`` where glibc has it: return freed heap pages to the OS, so memory that
+    slow readers made the server hold comes back after they go. Elsewhere a no-op."""
+    try:
+        libc = ctypes.CDLL(None)
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):
+        return
+    trim(0)
+
+
 class ResponseBudget:
     """Bytes of answers handed to gRPC and not yet read by their callers, with a ceiling."""
 
@@ -103,6 +120,7 @@ class ResponseBudget:
         self.pending = 0
         self.taken = 0
         self.refused = 0
+        self._released = 0  # bytes given back since the last trim
 
     def try_take(self, size: int) -> bool:
         if self.limit <= 0:
@@ -114,9 +132,17 @@ class ResponseBudget:
         self.taken += 1
         return True
 
+    def full(self) -> bool:
+        return 0 < self.limit <= self.pending
+
     def give_back(self, size: int) -> None:
-        if self.limit > 0:
-            self.pending = max(0, self.pending - size)
+        if self.limit <= 0:
+            return
+        self.pending = max(0, self.pending - size)
+        self._released += size
+        if self.pending == 0 and self._released >= TRIM_AFTER_BYTES:
+            self._released = 0
+            release_free_memory()
 
 
 class GuardInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
@@ -159,6 +185,21 @@ class GuardInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             )
         return handler  # client streaming (reflection): its servicer reads the stream itself
 
+    def _overloaded(self) -> grpc.Status:
+        return to_status(
+            RateLimited(
+                "the server holds too many unread answers; retry shortly",
+                retry_after=self.retry_after,
+                violations=(
+                    QuotaViolation(
+                        subject="server:pending_response_bytes",
+                        description=f"at most {self.budget.limit} bytes of unread answers",
+                    ),
+                ),
+                metadata={"limit": "pending_response_bytes"},
+            )
+        )
+
     async def refuse_malformed(
         self, method: str, request: Malformed, context: grpc.aio.ServicerContext[Any, Any]
     ) -> None:
@@ -188,26 +229,16 @@ class GuardInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         async def behavior(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
             if isinstance(request, Malformed):
                 await self.refuse_malformed(method, request, context)
+            if budget.full():  # refuse before doing the work: the answer could not be held
+                budget.refused += 1
+                await context.abort_with_status(self._overloaded())
             response = await inner(request, context)
             if budget.limit <= 0 or response is None:
                 return response
             size = response.ByteSize()
             if not budget.try_take(size):
-                await context.abort_with_status(
-                    to_status(
-                        RateLimited(
-                            "the server holds too many unread answers; retry shortly",
-                            retry_after=self.retry_after,
-                            violations=(
-                                QuotaViolation(
-                                    subject="server:pending_response_bytes",
-                                    description=f"at most {budget.limit} bytes of unread answers",
-                                ),
-                            ),
-                            metadata={"limit": "pending_response_bytes"},
-                        )
-                    )
-                )
+                del response
+                await context.abort_with_status(self._overloaded())
             context.add_done_callback(lambda _ctx: budget.give_back(size))
             return response
 

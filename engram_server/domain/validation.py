@@ -64,6 +64,11 @@ class Limits:
     future_skew_seconds: float = 300.0
 
 
+#: Most violations one error lists (then one entry counting the rest): error details must stay
+#: small enough to arrive (see ``api/errors.py``).
+MAX_LISTED = 10
+
+
 class Violations:
     """Collects every violation of a request so the caller sees them all at once."""
 
@@ -73,7 +78,7 @@ class Violations:
     def add(self, fieldname: str, description: str) -> None:
         self.items.append(FieldViolation(fieldname, description))
 
-    def raise_if_any(self, *, max_listed: int | None = None) -> None:
+    def raise_if_any(self, *, max_listed: int | None = MAX_LISTED) -> None:
         """Raise InvalidArgument listing the violations (at most ``max_listed`` of them, then a
         count of the rest on the request itself, ``""``)."""
         if self.items:

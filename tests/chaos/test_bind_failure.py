@@ -56,4 +56,6 @@ def test_the_probe_names_the_address(taken_port: tuple[socket.socket, int]) -> N
         check_bindable("127.0.0.1", port)
     with pytest.raises(BindError, match="cannot resolve"):
         check_bindable("no-such-host.invalid", port)
+    with pytest.raises(BindError, match=r"192\.0\.2\.1.*ENGRAM_HOST"):  # TEST-NET: not this machine's
+        check_bindable("192.0.2.1", port)
     check_bindable("127.0.0.1", 0)  # any free port: nothing to check

@@ -85,6 +85,7 @@ load: install ## ghz load test against a fresh server on the embedded defaults (
 
 eval: install ## Regression taskset through the gRPC API of an in-process server (reports in results/eval)
 	$(PY) -m eval.regression --out results/eval
+	$(PY) -m eval.gate_pairs --out results/eval
 
 LOCOMO ?= ../shared/data/locomo
 bench-locomo: install ## LoCoMo evidence recall, Engram vs plain dense (not in CI; CONVERSATIONS=2 for a subset)

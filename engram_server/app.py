@@ -124,6 +124,7 @@ def build_policy(settings: Settings) -> Policy:
     return Policy(
         dedup_threshold=settings.dedup_threshold,
         near_duplicate_threshold=settings.near_duplicate_threshold,
+        check_specifics=settings.gate_specifics,
         weights=Weights(settings.weight_relevance, settings.weight_recency, settings.weight_importance),
         mmr_lambda=settings.mmr_lambda,
         candidate_factor=settings.candidate_factor,

@@ -67,6 +67,7 @@ class Settings:
     default_collection: str = "default"
     dedup_threshold: float = 0.92
     near_duplicate_threshold: float = 0.70
+    gate_specifics: bool = True
     weight_relevance: float = 1.0
     weight_recency: float = 0.5
     weight_importance: float = 0.3
@@ -273,6 +274,13 @@ SETTINGS_DOC: list[tuple[str, str, str]] = [
         "near_duplicate_threshold",
         "ENGRAM_NEAR_DUPLICATE_THRESHOLD",
         "Lower edge of the near-duplicate zone reported by AddMemory.",
+    ),
+    (
+        "gate_specifics",
+        "ENGRAM_GATE_SPECIFICS",
+        "Write gate: compare numbers, dates, ids, names and negation before refusing a duplicate "
+        "(a pair that differs in one is written, reason conflicting_specifics). `false` = similarity "
+        "only (for measurements).",
     ),
     ("weight_relevance", "ENGRAM_WEIGHT_RELEVANCE", "Fusion weight of relevance."),
     ("weight_recency", "ENGRAM_WEIGHT_RECENCY", "Fusion weight of recency."),

@@ -12,6 +12,10 @@ fits (4 kB each), answers that carry lists of memories are sized by bytes:
   ``next_page_token`` that continues with that memory: paging still visits every memory once.
 * SearchMemories, GetMemory (history) and DeleteMemory (the deleted memories) keep the leading
   entries that fit, and say so in the answer (``truncated``): nothing is cut inside a memory.
+* AddMemories answers one result per item, each with its memory: for a duplicate, the existing
+  memory, which can be much larger than the item (64 short items that duplicate memories of
+  600 kB would answer 38 MB). Results that do not fit are ``abridged``: their memory keeps its
+  identity fields only, and says so.
 
 The budget is the message limit less :data:`ENVELOPE_BYTES` for the answer's other fields. A
 server whose message limit could not hold one largest memory refuses to start (config check).
@@ -24,9 +28,18 @@ from typing import TypeVar
 
 from google.protobuf.message import Message
 
+from engram_client.proto.engram.v1 import memory_pb2 as m
+from engram_client.proto.engram.v1 import memory_service_pb2 as s
 from engram_server.domain.validation import Limits
 
-__all__ = ["ENVELOPE_BYTES", "answer_budget", "fitting", "framed_size", "largest_memory_bytes"]
+__all__ = [
+    "ENVELOPE_BYTES",
+    "abridged_to_fit",
+    "answer_budget",
+    "fitting",
+    "framed_size",
+    "largest_memory_bytes",
+]
 
 #: Room kept for an answer's fields besides its list (a page token, flags, a score, a memory
 #: besides a history): a page token is ≈ 150 bytes; one extra memory is accounted for by callers.
@@ -81,3 +94,52 @@ def fitting(messages: Iterable[M], budget: int) -> tuple[list[M], bool]:
         out.append(msg)
         used += size
     return out, False
+
+
+#: Room kept per AddMemories result for its abridged form (ids, times, a few near-duplicate ids).
+_ABRIDGED_BYTES = 512
+
+
+def abridged(result: s.AddMemoryResult) -> s.AddMemoryResult:
+    """``result`` with its memory reduced to its identity fields and its near duplicates to
+    their ids, similarities, types and gate reasons (``abridged`` set)."""
+    full = result.memory
+    memory = m.Memory(
+        id=full.id,
+        collection=full.collection,
+        type=full.type,
+        importance=full.importance,
+        version=full.version,
+        source=full.source,
+        source_type=full.source_type,
+        superseded_by=full.superseded_by,
+    )
+    for name in ("created_at", "updated_at", "valid_until"):
+        if full.HasField(name):
+            getattr(memory, name).CopyFrom(getattr(full, name))
+    out = s.AddMemoryResult()
+    out.CopyFrom(result)
+    out.memory.CopyFrom(memory)
+    del out.near_duplicates[:]
+    out.near_duplicates.extend(
+        m.SimilarMemory(id=x.id, similarity=x.similarity, type=x.type, reason=x.reason)
+        for x in result.near_duplicates
+    )
+    out.abridged = True
+    return out
+
+
+def abridged_to_fit(results: list[s.AddMemoryResult], budget: int) -> list[s.AddMemoryResult]:
+    """The results in order: whole where it still fits in ``budget`` (keeping room for every
+    result in abridged form), abridged otherwise."""
+    room = budget - _ABRIDGED_BYTES * len(results)
+    used = 0
+    out: list[s.AddMemoryResult] = []
+    for result in results:
+        size = framed_size(result.ByteSize())
+        if used + size <= room:
+            out.append(result)
+            used += size
+        else:
+            out.append(abridged(result))
+    return out

@@ -108,6 +108,7 @@ def add_command_in(msg: s.AddMemoryRequest | s.NewMemory, collection: str, prefi
         created_at=opt_ts_in(msg, "created_at", f"{prefix}created_at"),
         valid_until=opt_ts_in(msg, "valid_until", f"{prefix}valid_until"),
         request_id=msg.request_id,
+        allow_duplicate=msg.allow_duplicate,
     )
 
 
@@ -119,6 +120,7 @@ def add_result_fields(r: AddResult) -> dict[str, Any]:
         "duplicate_similarity": r.duplicate_similarity,
         "near_duplicates": [similar_out(x) for x in r.near_duplicates],
         "replayed": r.replayed,
+        "gate_reason": r.reason.value,
     }
 
 
@@ -153,7 +155,14 @@ def memory_out(r: MemoryRecord) -> m.Memory:
 
 def similar_out(x: Similar) -> m.SimilarMemory:
     return m.SimilarMemory(
-        id=x.record.id, similarity=x.similarity, content=x.record.content, type=TYPE_OUT[x.record.type]
+        id=x.record.id,
+        similarity=x.similarity,
+        content=x.record.content,
+        type=TYPE_OUT[x.record.type],
+        reason=x.reason.value,
+        conflicts=[
+            m.SpecificConflict(kind=c.kind, existing_values=c.existing, new_values=c.new) for c in x.conflicts
+        ],
     )
 
 

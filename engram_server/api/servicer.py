@@ -13,7 +13,7 @@ from opentelemetry import trace
 from engram_client.proto.engram.v1 import memory_service_pb2 as s
 from engram_client.proto.engram.v1 import memory_service_pb2_grpc
 from engram_server.api import convert as c
-from engram_server.api.answers import answer_budget, fitting
+from engram_server.api.answers import abridged_to_fit, answer_budget, fitting
 from engram_server.api.errors import internal_status, to_status
 from engram_server.api.gate_log import PER_COLLECTION, GateLog, decision_from
 from engram_server.domain.deadline import set_time_remaining
@@ -95,10 +95,13 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
         ]
         results = await self._svc.add_many(request.collection, cmds)
         answer = s.AddMemoriesResponse(
-            results=[
-                s.AddMemoryResult(**c.add_result_fields(r), duplicate_of_index=r.duplicate_of)
-                for r in results
-            ]
+            results=abridged_to_fit(
+                [
+                    s.AddMemoryResult(**c.add_result_fields(r), duplicate_of_index=r.duplicate_of)
+                    for r in results
+                ],
+                self._budget,
+            )
         )
         for item, result in zip(request.memories, answer.results, strict=True):
             self._gate_log.record(decision_from(result, item.content), result.memory.collection)
@@ -233,7 +236,13 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
         self, request: s.RunReflectionRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> s.RunReflectionResponse:
         report = await self._reflector.run(request.collection, dry_run=request.dry_run, force=request.force)
-        return c.reflection_out(report)
+        out = c.reflection_out(report)
+        if out.ByteSize() > self._budget:  # the sources are users' memories: keep those that fit
+            sources = list(out.sources)
+            del out.sources[:]
+            kept, out.sources_truncated = fitting(sources, self._budget - out.ByteSize())
+            out.sources.extend(kept)
+        return out
 
     @rpc
     async def ListGateDecisions(
@@ -245,4 +254,5 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
         if not 0 <= request.limit <= PER_COLLECTION:
             v.add("limit", f"must be between 1 and {PER_COLLECTION} (0 means 50), got {request.limit}")
         v.raise_if_any()
-        return s.ListGateDecisionsResponse(decisions=self._gate_log.recent(collection, request.limit))
+        kept, truncated = fitting(iter(self._gate_log.recent(collection, request.limit)), self._budget)
+        return s.ListGateDecisionsResponse(decisions=kept, truncated=truncated)

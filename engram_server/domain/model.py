@@ -142,7 +142,8 @@ class Candidates:
     Built once per query by the store (no record object per candidate); the winners are read in
     full afterwards. Row ``i`` of every column describes the memory ``ids[i]``. ``cosine`` is the raw
     cosine similarity to the query; ``lexical`` the raw BM25 score (0 where the memory was not a
-    lexical candidate); ``scripts`` the script of the stored text ("cjk", "latin"; "" if unknown);
+    lexical candidate); ``scripts`` the script tag of the stored text ("cjk", "latin", "cjk+latin",
+    "latin+cjk"; "" if unknown; see :func:`engram_server.domain.text.script_tag`);
     ``vectors`` the dense vectors (rows aligned) when asked for.
     """
 

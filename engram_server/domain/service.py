@@ -69,7 +69,8 @@ from engram_server.domain.ranking import (
     mmr_order,
     recency_array,
 )
-from engram_server.domain.text import script_of, word_scripts
+from engram_server.domain.specifics import Conflict, conflicts, same_words
+from engram_server.domain.text import cross_script, lexically_blind, script_of, word_scripts
 from engram_server.domain.ttl import compute_valid_until
 from engram_server.domain.validation import (
     Limits,
@@ -101,7 +102,8 @@ _candidate_cache = _meter.create_counter(
 _gate_outcomes = _meter.create_counter(
     "engram.gate.outcomes",
     unit="{memory}",
-    description="Write-gate decisions, by collection and outcome (created, duplicate, near_duplicate).",
+    description="Write-gate decisions, by collection and outcome (created, duplicate, near_duplicate, "
+    "allowed_duplicate).",
 )
 _swept = _meter.create_counter(
     "engram.sweeper.deleted",
@@ -121,6 +123,11 @@ class Policy:
 
     dedup_threshold: float = 0.92
     near_duplicate_threshold: float = 0.70
+    #: Compare specifics (numbers, dates, ids, names, negation) before refusing a duplicate.
+    check_specifics: bool = True
+    #: With check_specifics: a pair at or above this calibrated similarity (the scale's
+    #: "restatement" level) with the same content words and specifics is a duplicate too.
+    restatement_threshold: float = 0.82
     locate_min_threshold: float = 0.85
     delete_single_min_threshold: float = 0.70
     gate_candidates: int = 8
@@ -154,6 +161,8 @@ class AddCommand:
     created_at: float | None = None
     valid_until: float | None = None
     request_id: str = ""
+    #: Write even when the gate finds a duplicate (the result names it among the near duplicates).
+    allow_duplicate: bool = False
 
 
 class AddOutcome(StrEnum):
@@ -161,10 +170,28 @@ class AddOutcome(StrEnum):
     DUPLICATE = "duplicate"
 
 
+class GateReason(StrEnum):
+    """Why the write gate answered as it did when the similarity alone would have said otherwise."""
+
+    NONE = ""
+    #: Above the duplicate threshold, but the specifics (numbers, ids, dates, names, negation) differ:
+    #: a different fact, written and reported as a near duplicate.
+    CONFLICTING_SPECIFICS = "conflicting_specifics"
+    #: A duplicate exists, but the caller asked to write anyway (``allow_duplicate``).
+    ALLOW_DUPLICATE = "allow_duplicate"
+    #: DUPLICATE below the duplicate threshold: at least a restatement (``restatement_threshold``),
+    #: with the same content words and the same specifics (the same sentence reordered).
+    SAME_WORDS = "same_words"
+
+
 @dataclass(frozen=True, slots=True)
 class Similar:
     record: MemoryRecord
     similarity: float
+    #: For a memory above the duplicate threshold that was not treated as a duplicate: why.
+    reason: GateReason = GateReason.NONE
+    #: For CONFLICTING_SPECIFICS: the specifics that differ (existing = this memory's values).
+    conflicts: tuple[Conflict, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +203,8 @@ class AddResult:
     replayed: bool = False
     #: For a DUPLICATE of a memory an earlier item of the same batch created: that item's index.
     duplicate_of: int | None = None
+    #: CREATED although a memory was above the duplicate threshold: why (see :class:`GateReason`).
+    reason: GateReason = GateReason.NONE
 
 
 @dataclass(frozen=True, slots=True)
@@ -561,13 +590,13 @@ class MemoryService:
                     results.append(await self._replay(collection, used[cmd.request_id], item.request_hash))
                     continue
                 earlier = [(record, vec) for _, record, vec in new.values()]
-                similar = self._gate(collection, gate_hits[index], vector, cmd.content, earlier)
-                if similar and similar[0].similarity > pol.dedup_threshold:
-                    top = similar[0]
+                allow = cmd.allow_duplicate
+                similar, top = self._gate(
+                    collection, gate_hits[index], vector, cmd.content, earlier, allow_duplicate=allow
+                )
+                if top is not None and not allow:
                     near = tuple(
-                        s
-                        for s in similar[1:]
-                        if pol.near_duplicate_threshold <= s.similarity <= pol.dedup_threshold
+                        s for s in similar if s is not top and s.similarity >= pol.near_duplicate_threshold
                     )[: pol.max_near_duplicates]
                     in_batch = new.get(top.record.id)
                     if in_batch is not None:  # a copy of an earlier item: merge into its pending write
@@ -586,6 +615,7 @@ class MemoryService:
                             top.similarity,
                             near,
                             duplicate_of=None if in_batch is None else in_batch[0],
+                            reason=top.reason,
                         )
                     )
                     continue
@@ -594,7 +624,13 @@ class MemoryService:
                 ]
                 record = self._new_record(collection, item, near, now)
                 new[record.id] = (index, record, vector)
-                results.append(AddResult(record, AddOutcome.CREATED, 0.0, near))
+                if top is not None:
+                    reason = GateReason.ALLOW_DUPLICATE
+                elif similar and similar[0].similarity > pol.dedup_threshold:
+                    reason = GateReason.CONFLICTING_SPECIFICS  # above the threshold, yet a different fact
+                else:
+                    reason = GateReason.NONE
+                results.append(AddResult(record, AddOutcome.CREATED, 0.0, near, reason=reason))
             if promoted:
                 ensure_time_left()
                 await self._store.set_fields(
@@ -657,8 +693,11 @@ class MemoryService:
         vector: Vector,
         content: str,
         earlier: Sequence[tuple[MemoryRecord, Vector]] = (),
-    ) -> list[Similar]:
-        """The nearest live memories, most similar first, calibrated (the write gate's check).
+        *,
+        allow_duplicate: bool = False,
+    ) -> tuple[list[Similar], Similar | None]:
+        """The write gate's check: the nearest live memories, most similar first, calibrated, and the
+        one ``content`` duplicates (None when it duplicates none).
 
         ``hits`` are the stored candidates (:meth:`_gate_hits`); ``earlier`` are the memories an
         earlier item of the same batch is about to write: they are candidates like the stored ones
@@ -666,6 +705,14 @@ class MemoryService:
 
         A candidate whose text equals ``content`` once normalised (Unicode NFKC, case, white space,
         surrounding punctuation) is an exact copy whatever the embedding says: similarity 1.0.
+
+        A candidate above the duplicate threshold is a duplicate only if its specifics agree with
+        ``content``'s (:func:`engram_server.domain.specifics.conflicts`: numbers, dates, ids, names,
+        negation); one whose specifics conflict is a different fact, kept in the list with reason
+        CONFLICTING_SPECIFICS and the conflicts. The most similar candidate without a conflict is the
+        duplicate; with ``allow_duplicate`` it is kept in the list with reason ALLOW_DUPLICATE.
+        Candidates in the near-duplicate zone get the same reason and conflicts when their specifics
+        differ.
         """
         pol = self.policy
         key = normalise_text(content)
@@ -681,9 +728,47 @@ class MemoryService:
                 for record, raw in scored
             ]
             similar.sort(key=lambda s: s.similarity, reverse=True)
+            top: Similar | None = None
+            for i, s in enumerate(similar):
+                if s.similarity <= pol.dedup_threshold:
+                    break
+                if s.similarity >= 1.0 or not pol.check_specifics:
+                    found: tuple[Conflict, ...] = ()
+                else:
+                    found = tuple(conflicts(s.record.content, content))
+                if found:
+                    similar[i] = replace(s, reason=GateReason.CONFLICTING_SPECIFICS, conflicts=found)
+                    continue
+                if allow_duplicate:
+                    similar[i] = replace(s, reason=GateReason.ALLOW_DUPLICATE)
+                top = similar[i]
+                break
+            if top is None and pol.check_specifics:
+                # Reworded, not changed: the same content words and specifics as a memory at the
+                # restatement level ("For new services, the team uses X." / "The team uses X for
+                # new services."), which the embedding may place just under the threshold.
+                for i, s in enumerate(similar):
+                    if s.similarity < pol.restatement_threshold:
+                        break
+                    if same_words(s.record.content, content) and not conflicts(s.record.content, content):
+                        similar[i] = replace(
+                            s, reason=GateReason.ALLOW_DUPLICATE if allow_duplicate else GateReason.SAME_WORDS
+                        )
+                        top = similar[i]
+                        break
+            # The near zone below the duplicate threshold: name the specifics that differ, so the
+            # caller can tell "the same fact, changed" (update it) from "the same fact, reworded".
+            for i, s in enumerate(similar):
+                if s.similarity < pol.near_duplicate_threshold:
+                    break
+                if s.reason or s is top or s.similarity > pol.dedup_threshold or not pol.check_specifics:
+                    continue
+                found = tuple(conflicts(s.record.content, content))
+                if found:
+                    similar[i] = replace(s, reason=GateReason.CONFLICTING_SPECIFICS, conflicts=found)
             best = similar[0].similarity if similar else 0.0
-            if best > pol.dedup_threshold:
-                outcome = "duplicate"
+            if top is not None:
+                outcome = "allowed_duplicate" if allow_duplicate else "duplicate"
             elif best >= pol.near_duplicate_threshold:
                 outcome = "near_duplicate"
             else:
@@ -691,7 +776,7 @@ class MemoryService:
             span.set_attribute("engram.gate.similarity", best)
             span.set_attribute("engram.gate.outcome", outcome)
             _gate_outcomes.add(1, {"engram.collection": collection, "engram.gate.outcome": outcome})
-            return similar
+            return similar, top
 
     async def _embed(self, texts: list[str], *, query: bool = False) -> Vector:
         """Embed through the port inside an ``engram.embed`` span (the batcher adds the batch size)."""
@@ -865,17 +950,18 @@ class MemoryService:
         n = len(found)
         raw = found.cosine
         off = self._cross_script_offset
+        tags = set(found.scripts)  # script tags (see engram_server.domain.text.script_tag)
         if off and query.script and n:
-            shift = {sc: off.get((query.script, sc), 0.0) for sc in set(found.scripts)}
+            shift = {sc: off.get((query.script, cross_script(query.script, sc)), 0.0) for sc in tags}
             raw = raw + np.fromiter(map(shift.__getitem__, found.scripts), dtype=np.float64, count=n)
-        seen = frozenset(("", *query.word_scripts))
+        blind = {sc: lexically_blind(query.word_scripts, sc) for sc in tags}
         relevance = hybrid_relevance(
             self._cal.relevance_array(raw),
             found.lexical,
             found.created_at,
             self.policy.hybrid,
             np.fromiter(map(_IS_EVENT.__getitem__, found.types), dtype=bool, count=n),
-            blind=~np.fromiter(map(seen.__contains__, found.scripts), dtype=bool, count=n),
+            blind=np.fromiter(map(blind.__getitem__, found.scripts), dtype=bool, count=n),
         )
         return _Pool(found, relevance, decay_array(found.types))
 
@@ -1470,6 +1556,7 @@ def _request_hash(cmd: AddCommand, collection: str, importance: int, tags: tuple
             sorted(cmd.metadata.items()),
             cmd.created_at,
             cmd.valid_until,
+            *(["allow_duplicate"] if cmd.allow_duplicate else []),  # absent when False: old hashes hold
         ],
         ensure_ascii=False,
     )

@@ -1,40 +1,109 @@
-"""Text facts the ranking needs (pure)."""
+"""Text facts the ranking and the write gate need (pure): which script a text is written in.
+
+Scripts are told apart by **words**, not letters: a run of Chinese (Japanese, Korean) characters is
+segmented into words with jieba (``rjieba``), a Latin word is a run of letters and digits, joined by
+``- _ .`` (``maxmemory-policy``, ``p99``, ``v3.4``: one word each). Counting letters made a Chinese
+sentence carrying a few product names or code identifiers ("在 staging 环境把 Redis cluster 的
+maxmemory-policy 改成 allkeys-lru") count as English: its three dozen Latin letters outweighed a
+dozen Chinese characters, although it has more Chinese words than English ones.
+
+A stored memory carries a *script tag* (:func:`script_tag`): its main script, followed by ``+`` and
+the other script when it has words in both (``"cjk"``, ``"latin"``, ``"cjk+latin"``, ``"latin+cjk"``;
+``""`` when it has no word at all). Search uses its main script twice (see :func:`cross_script` and
+:func:`lexically_blind`): the cross-lingual offset for a memory written mainly in another script
+than the question, the blind-lexical credit for a memory whose main script the question has no word
+in.
+"""
 
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
-__all__ = ["script_of", "word_scripts"]
+import rjieba
 
-_CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af]")
-_LATIN = re.compile(r"[A-Za-z\u00c0-\u024f]")
+__all__ = ["cross_script", "lexically_blind", "script_of", "script_tag", "word_counts", "word_scripts"]
+
+_CJK_CHARS = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af"
+_CJK_RUN = re.compile(f"[{_CJK_CHARS}]+")
+_LATIN_LETTERS = "A-Za-z\u00c0-\u024f"
+#: A Latin word: starts with a letter; letters and digits, joined by - _ . (an identifier is one word).
+_LATIN_WORD = re.compile(f"[{_LATIN_LETTERS}][{_LATIN_LETTERS}0-9]*(?:[-_.'’][{_LATIN_LETTERS}0-9]+)*")
+_PUNCT = re.compile(r"^\W+$")
+
+
+@lru_cache(maxsize=8192)
+def word_counts(text: str) -> tuple[int, int]:
+    """``(cjk words, latin words)`` in ``text``: CJK runs segmented by jieba, Latin words by regex
+    (digits alone, punctuation and symbols are no word)."""
+    latin = len(_LATIN_WORD.findall(text))
+    cjk = 0
+    for run in _CJK_RUN.findall(text):
+        cjk += sum(1 for w in rjieba.cut(run) if w.strip() and not _PUNCT.match(w))
+    return cjk, latin
 
 
 def script_of(text: str) -> str:
-    """``"cjk"`` or ``"latin"``: the script most of ``text``'s words are written in ("" if neither).
+    """``"cjk"`` or ``"latin"``: the script most of ``text``'s words are written in (a tie counts as
+    CJK); ``""`` if it has no word.
 
-    A CJK character carries about as much as a short word, a Latin word takes about three letters or
-    more, so a text counts as CJK when ``3 × CJK characters ≥ Latin letters``: "Lin Wei 现在用什么
-    编辑器写代码？" is CJK, "Lin Wei is allergic to shellfish (虾、蟹都不能吃)." is Latin.
+    "Lin Wei 现在用什么编辑器写代码？" is CJK (6 Chinese words, 2 Latin), "Lin Wei is allergic to
+    shellfish (虾、蟹都不能吃)." is Latin (6 to 5), "用 PostgreSQL 和 Kubernetes 部署" is CJK (3 to 2).
     """
-    cjk = len(_CJK.findall(text))
-    latin = len(_LATIN.findall(text))
+    cjk, latin = word_counts(text)
     if not cjk and not latin:
         return ""
-    return "cjk" if 3 * cjk >= latin else "latin"
+    return "cjk" if cjk >= latin else "latin"
+
+
+def script_tag(text: str) -> str:
+    """The main script of ``text`` (:func:`script_of`), then ``+`` and the other script when ``text``
+    also has a word in it: ``"cjk"``, ``"latin"``, ``"cjk+latin"``, ``"latin+cjk"`` or ``""``."""
+    main = script_of(text)
+    if not main:
+        return ""
+    cjk, latin = word_counts(text)
+    if cjk and latin:
+        return "cjk+latin" if main == "cjk" else "latin+cjk"
+    return main
 
 
 def word_scripts(text: str) -> frozenset[str]:
     """The scripts ``text`` has any word in: a subset of ``{"cjk", "latin"}``.
 
-    Search uses it on the query: a memory written in a script the query has no word in can share no
-    lexical term with it (see :func:`engram_server.domain.ranking.hybrid_relevance`, ``blind``).
-    Erring towards a script (an English stop word in a Chinese question) only falls back to plain
-    lexical scoring.
+    Search uses it on the query: a memory with no word in any of the query's scripts can share no
+    lexical term with it (see :func:`lexically_blind`). Erring towards a script (an English stop
+    word in a Chinese question) only falls back to plain lexical scoring.
     """
+    cjk, latin = word_counts(text)
     out: set[str] = set()
-    if _CJK.search(text):
+    if cjk:
         out.add("cjk")
-    if _LATIN.search(text):
+    if latin:
         out.add("latin")
     return frozenset(out)
+
+
+def cross_script(query_script: str, tag: str) -> str:
+    """The script of a memory tagged ``tag`` for the cross-lingual offset of a query written mainly
+    in ``query_script``: the memory's main script when it differs from the query's, else ``""``
+    (no offset).
+
+    By words, a Chinese sentence carrying product names or identifiers ("在 staging 环境把 Redis
+    cluster 的 maxmemory-policy 改成 allkeys-lru") is Chinese, so a Chinese question gives it no
+    offset; by letters it counted as English and was lifted to the relevance of answers. A Chinese
+    translation with one Latin token ("我的血型是 AB 型") is still Chinese for an English question.
+    """
+    if not query_script or not tag:
+        return ""
+    main = tag.split("+", maxsplit=1)[0]
+    return "" if main == query_script else main
+
+
+def lexically_blind(query_scripts: frozenset[str], tag: str) -> bool:
+    """Whether the lexical side is (mostly) blind to a memory tagged ``tag``: the question has no word
+    in the memory's main script, so a lexical score of 0 says little about it. A memory without words
+    (``""``) is not blind; one that does score lexically keeps its score either way."""
+    if not tag:
+        return False
+    return tag.split("+", maxsplit=1)[0] not in query_scripts

@@ -37,6 +37,8 @@ from engram_server.adapters.storage.edge import EdgeStore
 from engram_server.testing import rich, running_server
 
 ROOT = Path(__file__).resolve().parents[2]
+#: Two server processes and a few hundred writes on a loaded machine: a wider bound.
+pytestmark = pytest.mark.timeout(900)
 STORAGE_FULL = "ERROR_REASON_STORAGE_FULL"
 WORDS = [
     "falcon", "harbour", "violin", "glacier", "pepper", "lantern", "orchard", "compass",

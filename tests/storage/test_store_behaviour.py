@@ -26,7 +26,7 @@ from engram_server.domain.model import (
     StoreFilter,
     Vector,
 )
-from engram_server.domain.text import script_of
+from engram_server.domain.text import script_tag
 from engram_server.ports import Store
 
 # ------------------------------------------------------------------ helpers
@@ -792,7 +792,7 @@ async def test_candidates_carry_the_ranking_fields_of_every_hit(store: Store) ->
         j = recs.index(want)
         assert row.score == pytest.approx(float(vecs[j] @ vecs[1]), abs=1e-5)
         assert (row.type, row.importance, row.created_at) == (want.type, want.importance, want.created_at)
-        assert row.script == script_of(want.content)
+        assert row.script == script_tag(want.content)
         if i >= 3:
             assert row.lexical > 0  # lexical-only candidates follow the dense ones
     # vectors on request, aligned with the rows

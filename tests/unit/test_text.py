@@ -1,6 +1,8 @@
-"""Script detection for cross-lingual calibration."""
+"""Script detection by words (cross-lingual offset and blind-lexical credit at search)."""
 
-from engram_server.domain.text import script_of
+import pytest
+
+from engram_server.domain.text import cross_script, lexically_blind, script_of, script_tag, word_scripts
 
 
 def test_script_of_mixed_text_follows_its_words() -> None:
@@ -13,10 +15,71 @@ def test_script_of_mixed_text_follows_its_words() -> None:
     assert script_of("42 — 17 %") == ""
 
 
-def test_word_scripts_lists_every_script_with_a_word() -> None:
-    from engram_server.domain.text import word_scripts  # noqa: PLC0415
+@pytest.mark.parametrize(
+    "text",
+    [
+        # Mostly Chinese, carrying product names and code identifiers: more Latin letters than
+        # Chinese characters, but more Chinese words than Latin ones.
+        "在 staging 环境把 Redis cluster 的 maxmemory-policy 改成 allkeys-lru，然后重启 sentinel。",
+        "用 PostgreSQL 和 Kubernetes 部署",
+        "把 payment-service 的 replicas 调到 6 个，明天上线。",
+        "CI 从 Jenkins 迁到了 GitHub Actions，构建时间少了一半。",
+    ],
+)
+def test_mostly_chinese_text_with_latin_identifiers_is_cjk(text: str) -> None:
+    assert script_of(text) == "cjk"
+    assert script_tag(text) == "cjk+latin"
 
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Lin Wei's favourite dish is 红烧肉, the way his grandmother made it.",
+        "The deploy to 生产环境 is scheduled for Friday afternoon after the review.",
+    ],
+)
+def test_mostly_english_text_with_a_few_chinese_words_is_latin(text: str) -> None:
+    assert script_of(text) == "latin"
+    assert script_tag(text) == "latin+cjk"
+
+
+def test_script_tag_of_single_script_text() -> None:
+    assert script_tag("The user is allergic to peanuts.") == "latin"
+    assert script_tag("用户对花生过敏。") == "cjk"
+    assert script_tag("2024-10-03 / 17 %") == ""
+
+
+def test_word_scripts_lists_every_script_with_a_word() -> None:
     assert word_scripts("Where did the team go hiking last autumn?") == {"latin"}
     assert word_scripts("去年秋天团队去哪里徒步了？") == {"cjk"}
     assert word_scripts("Anna 去年秋天去哪里徒步了？") == {"cjk", "latin"}
     assert word_scripts("2024-10-03 / 17 %") == frozenset()
+
+
+def test_cross_script_offset_follows_the_main_script_by_words() -> None:
+    assert cross_script("cjk", "latin") == "latin"  # a translation: offset
+    assert cross_script("latin", "cjk") == "cjk"
+    assert cross_script("cjk", "cjk") == ""
+    # A Chinese sentence with Latin identifiers is Chinese: no offset for a Chinese question …
+    assert (
+        cross_script(
+            "cjk", script_tag("在 staging 环境把 Redis cluster 的 maxmemory-policy 改成 allkeys-lru。")
+        )
+        == ""
+    )
+    # … and the offset for an English one, even with a Latin token in it.
+    assert cross_script("latin", script_tag("我的血型是 AB 型，献过两次血。")) == "cjk"
+    # Mostly English with a Chinese word: English, both ways round.
+    assert cross_script("latin", "latin+cjk") == ""
+    assert cross_script("cjk", "latin+cjk") == "latin"
+    assert cross_script("", "latin") == ""
+    assert cross_script("cjk", "") == ""
+
+
+def test_lexically_blind_by_the_main_script() -> None:
+    assert lexically_blind(frozenset({"latin"}), "cjk")
+    assert lexically_blind(frozenset({"latin"}), "cjk+latin")
+    assert not lexically_blind(frozenset({"cjk"}), "cjk+latin")
+    assert not lexically_blind(frozenset({"cjk", "latin"}), "latin")
+    assert not lexically_blind(frozenset({"latin"}), "")
+    assert lexically_blind(frozenset(), "latin")

@@ -59,6 +59,7 @@ from engram_client.models import (
     SimilarMemory,
     Source,
     SourceType,
+    SpecificConflict,
     UpdateResult,
 )
 
@@ -112,6 +113,7 @@ __all__ = [
     "SimilarMemory",
     "Source",
     "SourceType",
+    "SpecificConflict",
     "StorageFullError",
     "StorageUnavailableError",
     "ThresholdTooLowError",

@@ -30,6 +30,7 @@ from engram_client.models import (
     SimilarMemory,
     Source,
     SourceType,
+    SpecificConflict,
     UpdateResult,
 )
 from engram_client.proto.engram.v1 import memory_pb2, memory_service_pb2
@@ -159,6 +160,10 @@ def _similar(items: Iterable[memory_pb2.SimilarMemory]) -> tuple[SimilarMemory, 
             similarity=s.similarity,
             content=s.content,
             type=_TYPE_FROM.get(s.type, MemoryType.UNSPECIFIED),
+            reason=s.reason,
+            conflicts=tuple(
+                SpecificConflict(c.kind, tuple(c.existing_values), tuple(c.new_values)) for c in s.conflicts
+            ),
         )
         for s in items
     )
@@ -170,8 +175,11 @@ def add_result(
     """An AddMemory response, or one AddMemories result."""
     outcome = _OUTCOME_FROM.get(resp.outcome, AddOutcome.UNSPECIFIED)
     duplicate_of_index: int | None = None
-    if isinstance(resp, memory_service_pb2.AddMemoryResult) and resp.HasField("duplicate_of_index"):
-        duplicate_of_index = resp.duplicate_of_index
+    abridged = False
+    if isinstance(resp, memory_service_pb2.AddMemoryResult):
+        abridged = resp.abridged
+        if resp.HasField("duplicate_of_index"):
+            duplicate_of_index = resp.duplicate_of_index
     return AddResult(
         memory=memory_from_proto(resp.memory),
         outcome=outcome,
@@ -180,6 +188,8 @@ def add_result(
         replayed=resp.replayed,
         request_id=request_id,
         duplicate_of_index=duplicate_of_index,
+        gate_reason=resp.gate_reason,
+        abridged=abridged,
     )
 
 

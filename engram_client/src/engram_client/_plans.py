@@ -86,6 +86,7 @@ def _fill_new_memory(req: _NewMemoryMessage, memory: NewMemory) -> tuple[_NewMem
     req.tags.extend(memory.tags)
     req.metadata.update(memory.metadata or {})
     req.request_id = rid
+    req.allow_duplicate = memory.allow_duplicate
     if memory.type is not None:
         req.type = _convert.memory_type_to_proto(memory.type)
     if memory.importance is not None:
@@ -114,6 +115,7 @@ def add(
     created_at: datetime | None,
     valid_until: datetime | None,
     request_id: str | None,
+    allow_duplicate: bool = False,
 ) -> Plan[AddResult]:
     memory = NewMemory(
         content,
@@ -126,6 +128,7 @@ def add(
         created_at=created_at,
         valid_until=valid_until,
         request_id=request_id,
+        allow_duplicate=allow_duplicate,
     )
     req, rid = _fill_new_memory(memory_service_pb2.AddMemoryRequest(collection=collection or ""), memory)
     # The same request_id is sent on every attempt, so a retry of a write that did land is

@@ -250,12 +250,18 @@ class EngramClient(_ClientBase):
         created_at: datetime | None = None,
         valid_until: datetime | None = None,
         request_id: str | None = None,
+        allow_duplicate: bool = False,
         timeout: float | None = None,
     ) -> AddResult:
         """Store a memory unless a near-copy exists (then ``outcome`` is DUPLICATE and nothing is
         written). ``type`` defaults to event, ``importance`` to 5, ``source`` to agent. Check
         ``near_duplicates`` (0.70–0.92): updating one of them is often better than adding.
         ``request_id`` (default: a new UUID, reused by retries) makes repeats return the first answer.
+
+        A memory above 0.92 whose numbers, dates, ids, names or negation differ is a different fact:
+        the memory is written, ``gate_reason`` is ``"conflicting_specifics"`` and the stored one is
+        listed in ``near_duplicates`` with its ``conflicts``. ``allow_duplicate=True`` writes even a
+        duplicate (``gate_reason`` ``"allow_duplicate"``).
         """
         plan = _plans.add(
             content,
@@ -269,6 +275,7 @@ class EngramClient(_ClientBase):
             created_at=created_at,
             valid_until=valid_until,
             request_id=request_id,
+            allow_duplicate=allow_duplicate,
         )
         return self._run(plan, timeout)
 
@@ -560,6 +567,7 @@ class AsyncEngramClient(_ClientBase):
         created_at: datetime | None = None,
         valid_until: datetime | None = None,
         request_id: str | None = None,
+        allow_duplicate: bool = False,
         timeout: float | None = None,
     ) -> AddResult:
         """See :meth:`EngramClient.add`."""
@@ -575,6 +583,7 @@ class AsyncEngramClient(_ClientBase):
             created_at=created_at,
             valid_until=valid_until,
             request_id=request_id,
+            allow_duplicate=allow_duplicate,
         )
         return await self._run(plan, timeout)
 

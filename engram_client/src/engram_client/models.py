@@ -38,6 +38,7 @@ __all__ = [
     "SourceName",
     "SourceType",
     "SourceTypeName",
+    "SpecificConflict",
     "UpdateResult",
 ]
 
@@ -159,6 +160,24 @@ class SimilarMemory:
     similarity: float
     content: str
     type: MemoryType
+    #: Write gate only: ``"conflicting_specifics"`` when its numbers, dates, ids, names or negation
+    #: differ from the new content (see ``conflicts``; above 0.92 this is why it was not taken as a
+    #: duplicate), ``"allow_duplicate"`` when it is the duplicate written anyway; else empty.
+    reason: str = ""
+    #: For ``"conflicting_specifics"``: the specifics on which the two texts disagree.
+    conflicts: tuple[SpecificConflict, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SpecificConflict:
+    """One kind of specific on which a new memory and a stored one disagree."""
+
+    #: ``number``, ``date``, ``identifier``, ``name`` or ``negation``.
+    kind: str
+    #: Values only the stored memory has (normalised: "2,400" -> "2400", "九点半" -> "9:30").
+    existing_values: tuple[str, ...]
+    #: Values only the new content has.
+    new_values: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,6 +199,15 @@ class AddResult:
     #: :meth:`EngramClient.add_many` only: for a ``DUPLICATE`` of a memory created by an earlier
     #: item of the same call, that item's index; otherwise ``None``.
     duplicate_of_index: int | None = None
+    #: For ``CREATED`` although a memory was above the duplicate threshold, why:
+    #: ``"conflicting_specifics"`` (a different fact; the memory is in ``near_duplicates`` with
+    #: its ``conflicts``) or ``"allow_duplicate"``; for ``DUPLICATE`` below 0.92, ``"same_words"``
+    #: (the same content words and specifics as the memory: a reworded sentence); empty otherwise.
+    gate_reason: str = ""
+    #: :meth:`EngramClient.add_many` only: True when ``memory`` carries only its id, type,
+    #: importance, version and times (no content, tags or metadata), so that the server's answer
+    #: fits in one message; :meth:`EngramClient.get` reads the whole memory.
+    abridged: bool = False
 
     @property
     def created(self) -> bool:
@@ -206,6 +234,8 @@ class NewMemory:
     valid_until: datetime | None = None
     #: Idempotency key; default a new UUID (reused if the call is retried).
     request_id: str | None = None
+    #: Write even if the gate finds a duplicate (the result's ``gate_reason`` is "allow_duplicate").
+    allow_duplicate: bool = False
 
 
 @dataclass(frozen=True, slots=True)

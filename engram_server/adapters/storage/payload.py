@@ -46,7 +46,7 @@ from engram_server.domain.model import (
     StoreFilter,
     Vector,
 )
-from engram_server.domain.text import script_of
+from engram_server.domain.text import script_tag
 
 __all__ = [
     "ACCESS_FIELDS",
@@ -123,7 +123,7 @@ def validate_collection_name(name: str) -> None:
 def record_to_payload(record: MemoryRecord) -> dict[str, Any]:
     payload: dict[str, Any] = {
         "content": record.content,
-        "script": script_of(record.content),  # derived, for cross-lingual calibration at search
+        "script": script_tag(record.content),  # derived, for cross-lingual calibration at search
         "type": record.type.value,
         "importance": int(record.importance),
         "tags": list(record.tags),

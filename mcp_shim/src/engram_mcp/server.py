@@ -39,6 +39,7 @@ from engram_client import (
     ProtectedMemoryError,
     ReflectionResult,
     SearchResult,
+    SimilarMemory,
     ThresholdTooLowError,
     UnauthenticatedError,
     UnavailableError,
@@ -118,15 +119,37 @@ def _add(r: AddResult) -> dict[str, Any]:
         out["duplicate_similarity"] = round(r.duplicate_similarity, 4)
         out["note"] = "A near-copy already exists; nothing was written. Update it if something changed."
     if r.near_duplicates:
-        out["near_duplicates"] = [
-            {"id": s.id, "similarity": round(s.similarity, 4), "content": s.content, "type": s.type.value}
-            for s in r.near_duplicates
-        ]
+        out["near_duplicates"] = [_similar(s) for s in r.near_duplicates]
         if r.created:
             out["note"] = (
                 "Similar memories exist. If the new one restates one of them, memory_delete the new one "
                 "and memory_update the old one instead."
             )
+    if r.gate_reason:
+        out["gate_reason"] = r.gate_reason
+        if r.gate_reason == "conflicting_specifics":
+            out["note"] = (
+                "Written: it differs from a very similar memory in a specific (number, date, id, name or "
+                "negation; see near_duplicates[].conflicts). If the new fact replaces the old one, "
+                "memory_delete the new one and memory_update the old one instead."
+            )
+    return out
+
+
+def _similar(s: SimilarMemory) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "id": s.id,
+        "similarity": round(s.similarity, 4),
+        "content": s.content,
+        "type": s.type.value,
+    }
+    if s.reason:
+        out["reason"] = s.reason
+    if s.conflicts:
+        out["conflicts"] = [
+            {"kind": c.kind, "existing": list(c.existing_values), "new": list(c.new_values)}
+            for c in s.conflicts
+        ]
     return out
 
 
@@ -341,10 +364,19 @@ class EngramMcp:
         collection: Annotated[
             str | None, Field(description="Target collection (default: the server's default collection).")
         ] = None,
+        allow_duplicate: Annotated[
+            bool,
+            Field(
+                description="Write even if the server finds a near-copy. Only when the user wants the "
+                "same fact stored twice (e.g. it happened again)."
+            ),
+        ] = False,
     ) -> dict[str, Any]:
         """Store a new long-term memory. Search first (memory_search, limit 3): if the best relevance
         is above 0.82, use memory_update instead. The server refuses near-copies (outcome
-        'duplicate', nothing written) and reports similar memories in 'near_duplicates'."""
+        'duplicate', nothing written) and reports similar memories in 'near_duplicates'. A text that
+        differs from a stored one only in a number, date, id, name or negation is a different fact:
+        it is written, with gate_reason 'conflicting_specifics'."""
         try:
             client = await self.client()
             result = await client.add(
@@ -355,6 +387,7 @@ class EngramMcp:
                 source=source,
                 source_type="user_input" if source == "user" else None,
                 collection=collection,
+                allow_duplicate=allow_duplicate,
             )
         except EngramError as exc:
             raise self._tool_error(exc) from exc

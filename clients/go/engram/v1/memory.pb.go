@@ -539,7 +539,15 @@ type SimilarMemory struct {
 	// The similar memory's content, so a caller can decide without another call.
 	Content string `protobuf:"bytes,3,opt,name=content,proto3" json:"content,omitempty"`
 	// The similar memory's type.
-	Type          MemoryType `protobuf:"varint,4,opt,name=type,proto3,enum=engram.v1.MemoryType" json:"type,omitempty"`
+	Type MemoryType `protobuf:"varint,4,opt,name=type,proto3,enum=engram.v1.MemoryType" json:"type,omitempty"`
+	// Write gate only. "conflicting_specifics": its numbers, dates, ids, names or negation differ
+	// from the new content (see conflicts): a different fact, however similar — above the
+	// duplicate threshold (0.92) this is why it was not taken as a duplicate; below it, it says
+	// the new content changes this memory's specifics rather than rewording it.
+	// "allow_duplicate": it is the duplicate; the caller asked to write anyway. Empty otherwise.
+	Reason string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	// For "conflicting_specifics": each kind of specific on which the two texts disagree.
+	Conflicts     []*SpecificConflict `protobuf:"bytes,6,rep,name=conflicts,proto3" json:"conflicts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -602,6 +610,89 @@ func (x *SimilarMemory) GetType() MemoryType {
 	return MemoryType_MEMORY_TYPE_UNSPECIFIED
 }
 
+func (x *SimilarMemory) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *SimilarMemory) GetConflicts() []*SpecificConflict {
+	if x != nil {
+		return x.Conflicts
+	}
+	return nil
+}
+
+// SpecificConflict is one kind of specific on which a new memory's content and a similar
+// stored memory disagree, so that they state different facts.
+type SpecificConflict struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "number" (digits, amounts, clock times, Chinese numerals, English number words), "date"
+	// (month and weekday names, either language), "identifier" (codes such as OPS-1182, v3.4.1,
+	// ops@acme.io), "name" (people, places, organisations; compared within one script) or
+	// "negation" (the count of negation cues such as not, never, 不, 没).
+	Kind string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	// Values only the stored memory has (normalised: 2,400 -> "2400", 九点半 -> "9:30",
+	// April -> "month:4"); for negation, its count of cues.
+	ExistingValues []string `protobuf:"bytes,2,rep,name=existing_values,json=existingValues,proto3" json:"existing_values,omitempty"`
+	// Values only the new content has; for negation, its count of cues.
+	NewValues     []string `protobuf:"bytes,3,rep,name=new_values,json=newValues,proto3" json:"new_values,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SpecificConflict) Reset() {
+	*x = SpecificConflict{}
+	mi := &file_engram_v1_memory_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SpecificConflict) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SpecificConflict) ProtoMessage() {}
+
+func (x *SpecificConflict) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SpecificConflict.ProtoReflect.Descriptor instead.
+func (*SpecificConflict) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *SpecificConflict) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *SpecificConflict) GetExistingValues() []string {
+	if x != nil {
+		return x.ExistingValues
+	}
+	return nil
+}
+
+func (x *SpecificConflict) GetNewValues() []string {
+	if x != nil {
+		return x.NewValues
+	}
+	return nil
+}
+
 // ScoreBreakdown explains a search result's rank. With the default fusion (ENGRAM_FUSION_MODE=scaled),
 // recency and importance scale relevance:
 // final = relevance · (w_relevance + w_recency·recency + w_importance·importance).
@@ -627,7 +718,7 @@ type ScoreBreakdown struct {
 
 func (x *ScoreBreakdown) Reset() {
 	*x = ScoreBreakdown{}
-	mi := &file_engram_v1_memory_proto_msgTypes[3]
+	mi := &file_engram_v1_memory_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -639,7 +730,7 @@ func (x *ScoreBreakdown) String() string {
 func (*ScoreBreakdown) ProtoMessage() {}
 
 func (x *ScoreBreakdown) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_proto_msgTypes[3]
+	mi := &file_engram_v1_memory_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -652,7 +743,7 @@ func (x *ScoreBreakdown) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScoreBreakdown.ProtoReflect.Descriptor instead.
 func (*ScoreBreakdown) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_proto_rawDescGZIP(), []int{3}
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ScoreBreakdown) GetFinal() float32 {
@@ -705,7 +796,7 @@ type RankingWeights struct {
 
 func (x *RankingWeights) Reset() {
 	*x = RankingWeights{}
-	mi := &file_engram_v1_memory_proto_msgTypes[4]
+	mi := &file_engram_v1_memory_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -717,7 +808,7 @@ func (x *RankingWeights) String() string {
 func (*RankingWeights) ProtoMessage() {}
 
 func (x *RankingWeights) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_proto_msgTypes[4]
+	mi := &file_engram_v1_memory_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -730,7 +821,7 @@ func (x *RankingWeights) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RankingWeights.ProtoReflect.Descriptor instead.
 func (*RankingWeights) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_proto_rawDescGZIP(), []int{4}
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RankingWeights) GetRelevance() float32 {
@@ -773,7 +864,7 @@ type CollectionInfo struct {
 
 func (x *CollectionInfo) Reset() {
 	*x = CollectionInfo{}
-	mi := &file_engram_v1_memory_proto_msgTypes[5]
+	mi := &file_engram_v1_memory_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -785,7 +876,7 @@ func (x *CollectionInfo) String() string {
 func (*CollectionInfo) ProtoMessage() {}
 
 func (x *CollectionInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_proto_msgTypes[5]
+	mi := &file_engram_v1_memory_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -798,7 +889,7 @@ func (x *CollectionInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CollectionInfo.ProtoReflect.Descriptor instead.
 func (*CollectionInfo) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_proto_rawDescGZIP(), []int{5}
+	return file_engram_v1_memory_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CollectionInfo) GetName() string {
@@ -880,14 +971,21 @@ const file_engram_v1_memory_proto_rawDesc = "" +
 	"\rcreated_after\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\fcreatedAfter\x12A\n" +
 	"\x0ecreated_before\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\rcreatedBefore\x12%\n" +
 	"\x0emin_importance\x18\x05 \x01(\x05R\rminImportance\x128\n" +
-	"\fsource_types\x18\x06 \x03(\x0e2\x15.engram.v1.SourceTypeR\vsourceTypes\"\x84\x01\n" +
+	"\fsource_types\x18\x06 \x03(\x0e2\x15.engram.v1.SourceTypeR\vsourceTypes\"\xd7\x01\n" +
 	"\rSimilarMemory\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1e\n" +
 	"\n" +
 	"similarity\x18\x02 \x01(\x02R\n" +
 	"similarity\x12\x18\n" +
 	"\acontent\x18\x03 \x01(\tR\acontent\x12)\n" +
-	"\x04type\x18\x04 \x01(\x0e2\x15.engram.v1.MemoryTypeR\x04type\"\xa5\x01\n" +
+	"\x04type\x18\x04 \x01(\x0e2\x15.engram.v1.MemoryTypeR\x04type\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\x129\n" +
+	"\tconflicts\x18\x06 \x03(\v2\x1b.engram.v1.SpecificConflictR\tconflicts\"n\n" +
+	"\x10SpecificConflict\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12'\n" +
+	"\x0fexisting_values\x18\x02 \x03(\tR\x0eexistingValues\x12\x1d\n" +
+	"\n" +
+	"new_values\x18\x03 \x03(\tR\tnewValues\"\xa5\x01\n" +
 	"\x0eScoreBreakdown\x12\x14\n" +
 	"\x05final\x18\x01 \x01(\x02R\x05final\x12\x1c\n" +
 	"\trelevance\x18\x02 \x01(\x02R\trelevance\x12\x18\n" +
@@ -945,7 +1043,7 @@ func file_engram_v1_memory_proto_rawDescGZIP() []byte {
 }
 
 var file_engram_v1_memory_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_engram_v1_memory_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_engram_v1_memory_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_engram_v1_memory_proto_goTypes = []any{
 	(MemoryType)(0),               // 0: engram.v1.MemoryType
 	(Source)(0),                   // 1: engram.v1.Source
@@ -953,34 +1051,36 @@ var file_engram_v1_memory_proto_goTypes = []any{
 	(*Memory)(nil),                // 3: engram.v1.Memory
 	(*MemoryFilter)(nil),          // 4: engram.v1.MemoryFilter
 	(*SimilarMemory)(nil),         // 5: engram.v1.SimilarMemory
-	(*ScoreBreakdown)(nil),        // 6: engram.v1.ScoreBreakdown
-	(*RankingWeights)(nil),        // 7: engram.v1.RankingWeights
-	(*CollectionInfo)(nil),        // 8: engram.v1.CollectionInfo
-	nil,                           // 9: engram.v1.Memory.MetadataEntry
-	(*timestamppb.Timestamp)(nil), // 10: google.protobuf.Timestamp
+	(*SpecificConflict)(nil),      // 6: engram.v1.SpecificConflict
+	(*ScoreBreakdown)(nil),        // 7: engram.v1.ScoreBreakdown
+	(*RankingWeights)(nil),        // 8: engram.v1.RankingWeights
+	(*CollectionInfo)(nil),        // 9: engram.v1.CollectionInfo
+	nil,                           // 10: engram.v1.Memory.MetadataEntry
+	(*timestamppb.Timestamp)(nil), // 11: google.protobuf.Timestamp
 }
 var file_engram_v1_memory_proto_depIdxs = []int32{
 	0,  // 0: engram.v1.Memory.type:type_name -> engram.v1.MemoryType
 	1,  // 1: engram.v1.Memory.source:type_name -> engram.v1.Source
 	2,  // 2: engram.v1.Memory.source_type:type_name -> engram.v1.SourceType
 	2,  // 3: engram.v1.Memory.source_type_history:type_name -> engram.v1.SourceType
-	9,  // 4: engram.v1.Memory.metadata:type_name -> engram.v1.Memory.MetadataEntry
-	10, // 5: engram.v1.Memory.created_at:type_name -> google.protobuf.Timestamp
-	10, // 6: engram.v1.Memory.updated_at:type_name -> google.protobuf.Timestamp
-	10, // 7: engram.v1.Memory.valid_until:type_name -> google.protobuf.Timestamp
-	10, // 8: engram.v1.Memory.last_accessed_at:type_name -> google.protobuf.Timestamp
-	10, // 9: engram.v1.Memory.reflected_at:type_name -> google.protobuf.Timestamp
+	10, // 4: engram.v1.Memory.metadata:type_name -> engram.v1.Memory.MetadataEntry
+	11, // 5: engram.v1.Memory.created_at:type_name -> google.protobuf.Timestamp
+	11, // 6: engram.v1.Memory.updated_at:type_name -> google.protobuf.Timestamp
+	11, // 7: engram.v1.Memory.valid_until:type_name -> google.protobuf.Timestamp
+	11, // 8: engram.v1.Memory.last_accessed_at:type_name -> google.protobuf.Timestamp
+	11, // 9: engram.v1.Memory.reflected_at:type_name -> google.protobuf.Timestamp
 	0,  // 10: engram.v1.MemoryFilter.types:type_name -> engram.v1.MemoryType
-	10, // 11: engram.v1.MemoryFilter.created_after:type_name -> google.protobuf.Timestamp
-	10, // 12: engram.v1.MemoryFilter.created_before:type_name -> google.protobuf.Timestamp
+	11, // 11: engram.v1.MemoryFilter.created_after:type_name -> google.protobuf.Timestamp
+	11, // 12: engram.v1.MemoryFilter.created_before:type_name -> google.protobuf.Timestamp
 	2,  // 13: engram.v1.MemoryFilter.source_types:type_name -> engram.v1.SourceType
 	0,  // 14: engram.v1.SimilarMemory.type:type_name -> engram.v1.MemoryType
-	10, // 15: engram.v1.CollectionInfo.created_at:type_name -> google.protobuf.Timestamp
-	16, // [16:16] is the sub-list for method output_type
-	16, // [16:16] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	6,  // 15: engram.v1.SimilarMemory.conflicts:type_name -> engram.v1.SpecificConflict
+	11, // 16: engram.v1.CollectionInfo.created_at:type_name -> google.protobuf.Timestamp
+	17, // [17:17] is the sub-list for method output_type
+	17, // [17:17] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_engram_v1_memory_proto_init() }
@@ -994,7 +1094,7 @@ func file_engram_v1_memory_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_engram_v1_memory_proto_rawDesc), len(file_engram_v1_memory_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   7,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -230,9 +230,12 @@ type AddMemoryRequest struct {
 	// Idempotency key (at most 128 characters), scoped to the collection. A repeat with the
 	// same key and the same request returns the first answer and writes nothing; the same key
 	// with a different request is refused with ERROR_REASON_IDEMPOTENCY_CONFLICT.
-	RequestId     string `protobuf:"bytes,11,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	RequestId string `protobuf:"bytes,11,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// Write even when the gate finds a duplicate: the outcome is CREATED, gate_reason is
+	// "allow_duplicate" and the duplicate is listed in near_duplicates (with that reason).
+	AllowDuplicate bool `protobuf:"varint,12,opt,name=allow_duplicate,json=allowDuplicate,proto3" json:"allow_duplicate,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *AddMemoryRequest) Reset() {
@@ -342,6 +345,13 @@ func (x *AddMemoryRequest) GetRequestId() string {
 	return ""
 }
 
+func (x *AddMemoryRequest) GetAllowDuplicate() bool {
+	if x != nil {
+		return x.AllowDuplicate
+	}
+	return false
+}
+
 // AddMemoryResponse reports the outcome of AddMemory.
 type AddMemoryResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -352,10 +362,24 @@ type AddMemoryResponse struct {
 	// For DUPLICATE: calibrated similarity between the new content and the existing memory.
 	DuplicateSimilarity float32 `protobuf:"fixed32,3,opt,name=duplicate_similarity,json=duplicateSimilarity,proto3" json:"duplicate_similarity,omitempty"`
 	// Memories in the near-duplicate zone (calibrated similarity 0.70–0.92), most similar
-	// first. Consider UpdateMemory on one of them instead of adding.
+	// first. Consider UpdateMemory on one of them instead of adding. Also lists memories above
+	// 0.92 that were not taken as duplicates, with their reason (see gate_reason).
 	NearDuplicates []*SimilarMemory `protobuf:"bytes,4,rep,name=near_duplicates,json=nearDuplicates,proto3" json:"near_duplicates,omitempty"`
 	// True when this answer is a replay of an earlier call with the same request_id.
-	Replayed      bool `protobuf:"varint,5,opt,name=replayed,proto3" json:"replayed,omitempty"`
+	Replayed bool `protobuf:"varint,5,opt,name=replayed,proto3" json:"replayed,omitempty"`
+	// For CREATED although a memory was above the duplicate threshold (0.92), why:
+	// "conflicting_specifics": its numbers, dates, ids, names or negation differ from the new
+	//
+	//	content, so it is a different fact (that memory is in near_duplicates with the conflicts;
+	//	consider UpdateMemory on it if the new content replaces it);
+	//
+	// "allow_duplicate": the request set allow_duplicate.
+	// For DUPLICATE below 0.92: "same_words": the new content has the same content words and the
+	// same specifics as `memory`, which is at least at the restatement level (0.82): the same
+	// sentence reworded.
+	// Empty otherwise, and empty in a replayed answer (replayed near_duplicates carry id and
+	// similarity only).
+	GateReason    string `protobuf:"bytes,6,opt,name=gate_reason,json=gateReason,proto3" json:"gate_reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -423,6 +447,13 @@ func (x *AddMemoryResponse) GetReplayed() bool {
 		return x.Replayed
 	}
 	return false
+}
+
+func (x *AddMemoryResponse) GetGateReason() string {
+	if x != nil {
+		return x.GateReason
+	}
+	return ""
 }
 
 // AddMemoriesRequest asks to store several memories in one collection.
@@ -509,9 +540,11 @@ type NewMemory struct {
 	// AddMemory: an item whose key was already used for the same memory is answered with the
 	// first answer (replayed) and writes nothing; a key used for a different memory refuses
 	// the whole call with ERROR_REASON_IDEMPOTENCY_CONFLICT. Keys must be unique within a call.
-	RequestId     string `protobuf:"bytes,10,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	RequestId string `protobuf:"bytes,10,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// Write even when the gate finds a duplicate (as AddMemoryRequest.allow_duplicate).
+	AllowDuplicate bool `protobuf:"varint,11,opt,name=allow_duplicate,json=allowDuplicate,proto3" json:"allow_duplicate,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *NewMemory) Reset() {
@@ -614,6 +647,13 @@ func (x *NewMemory) GetRequestId() string {
 	return ""
 }
 
+func (x *NewMemory) GetAllowDuplicate() bool {
+	if x != nil {
+		return x.AllowDuplicate
+	}
+	return false
+}
+
 // AddMemoryResult is the outcome of one AddMemories item; its fields 1–5 mean what they mean
 // in AddMemoryResponse.
 type AddMemoryResult struct {
@@ -633,8 +673,15 @@ type AddMemoryResult struct {
 	// For DUPLICATE of a memory created by an earlier item of the same call: that item's
 	// index in `memories`. Unset otherwise.
 	DuplicateOfIndex *int32 `protobuf:"varint,6,opt,name=duplicate_of_index,json=duplicateOfIndex,proto3,oneof" json:"duplicate_of_index,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// As AddMemoryResponse.gate_reason.
+	GateReason string `protobuf:"bytes,7,opt,name=gate_reason,json=gateReason,proto3" json:"gate_reason,omitempty"`
+	// True when `memory` carries only its id, collection, type, importance, version and times
+	// (no content, tags or metadata) and `near_duplicates` only ids, similarities and types, so
+	// that the whole answer fits in one message (the server's ENGRAM_MAX_MESSAGE_BYTES): e.g.
+	// many items that duplicate large memories. GetMemory reads the whole memory.
+	Abridged      bool `protobuf:"varint,8,opt,name=abridged,proto3" json:"abridged,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AddMemoryResult) Reset() {
@@ -707,6 +754,20 @@ func (x *AddMemoryResult) GetDuplicateOfIndex() int32 {
 		return *x.DuplicateOfIndex
 	}
 	return 0
+}
+
+func (x *AddMemoryResult) GetGateReason() string {
+	if x != nil {
+		return x.GateReason
+	}
+	return ""
+}
+
+func (x *AddMemoryResult) GetAbridged() bool {
+	if x != nil {
+		return x.Abridged
+	}
+	return false
 }
 
 // AddMemoriesResponse reports the outcome of every item of AddMemories.
@@ -2167,9 +2228,12 @@ type RunReflectionResponse struct {
 	// The reflection collection written to.
 	ReflectionCollection string `protobuf:"bytes,11,opt,name=reflection_collection,json=reflectionCollection,proto3" json:"reflection_collection,omitempty"`
 	// The LLM model used.
-	Model         string `protobuf:"bytes,12,opt,name=model,proto3" json:"model,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Model string `protobuf:"bytes,12,opt,name=model,proto3" json:"model,omitempty"`
+	// True when the last sources were left out of `sources` so that the answer fits in one
+	// message (the server's ENGRAM_MAX_MESSAGE_BYTES); the run itself used them all.
+	SourcesTruncated bool `protobuf:"varint,13,opt,name=sources_truncated,json=sourcesTruncated,proto3" json:"sources_truncated,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *RunReflectionResponse) Reset() {
@@ -2284,6 +2348,13 @@ func (x *RunReflectionResponse) GetModel() string {
 		return x.Model
 	}
 	return ""
+}
+
+func (x *RunReflectionResponse) GetSourcesTruncated() bool {
+	if x != nil {
+		return x.SourcesTruncated
+	}
+	return false
 }
 
 // ListGateDecisionsRequest asks for a collection's recent write-gate decisions.
@@ -2445,7 +2516,9 @@ func (x *GateDecision) GetReplayed() bool {
 type ListGateDecisionsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The decisions.
-	Decisions     []*GateDecision `protobuf:"bytes,1,rep,name=decisions,proto3" json:"decisions,omitempty"`
+	Decisions []*GateDecision `protobuf:"bytes,1,rep,name=decisions,proto3" json:"decisions,omitempty"`
+	// True when older decisions were left out to keep the answer within the message limit.
+	Truncated     bool `protobuf:"varint,2,opt,name=truncated,proto3" json:"truncated,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2487,11 +2560,18 @@ func (x *ListGateDecisionsResponse) GetDecisions() []*GateDecision {
 	return nil
 }
 
+func (x *ListGateDecisionsResponse) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
 var File_engram_v1_memory_service_proto protoreflect.FileDescriptor
 
 const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\n" +
-	"\x1eengram/v1/memory_service.proto\x12\tengram.v1\x1a\x16engram/v1/memory.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xbd\x04\n" +
+	"\x1eengram/v1/memory_service.proto\x12\tengram.v1\x1a\x16engram/v1/memory.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe6\x04\n" +
 	"\x10AddMemoryRequest\x12\x1e\n" +
 	"\n" +
 	"collection\x18\x01 \x01(\tR\n" +
@@ -2512,22 +2592,25 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"validUntil\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\v \x01(\tR\trequestId\x1a;\n" +
+	"request_id\x18\v \x01(\tR\trequestId\x12'\n" +
+	"\x0fallow_duplicate\x18\f \x01(\bR\x0eallowDuplicate\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\r\n" +
-	"\v_importance\"\x81\x02\n" +
+	"\v_importance\"\xa2\x02\n" +
 	"\x11AddMemoryResponse\x12)\n" +
 	"\x06memory\x18\x01 \x01(\v2\x11.engram.v1.MemoryR\x06memory\x12/\n" +
 	"\aoutcome\x18\x02 \x01(\x0e2\x15.engram.v1.AddOutcomeR\aoutcome\x121\n" +
 	"\x14duplicate_similarity\x18\x03 \x01(\x02R\x13duplicateSimilarity\x12A\n" +
 	"\x0fnear_duplicates\x18\x04 \x03(\v2\x18.engram.v1.SimilarMemoryR\x0enearDuplicates\x12\x1a\n" +
-	"\breplayed\x18\x05 \x01(\bR\breplayed\"f\n" +
+	"\breplayed\x18\x05 \x01(\bR\breplayed\x12\x1f\n" +
+	"\vgate_reason\x18\x06 \x01(\tR\n" +
+	"gateReason\"f\n" +
 	"\x12AddMemoriesRequest\x12\x1e\n" +
 	"\n" +
 	"collection\x18\x01 \x01(\tR\n" +
 	"collection\x120\n" +
-	"\bmemories\x18\x02 \x03(\v2\x14.engram.v1.NewMemoryR\bmemories\"\x8f\x04\n" +
+	"\bmemories\x18\x02 \x03(\v2\x14.engram.v1.NewMemoryR\bmemories\"\xb8\x04\n" +
 	"\tNewMemory\x12\x18\n" +
 	"\acontent\x18\x01 \x01(\tR\acontent\x12)\n" +
 	"\x04type\x18\x02 \x01(\x0e2\x15.engram.v1.MemoryTypeR\x04type\x12#\n" +
@@ -2545,18 +2628,22 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"validUntil\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\n" +
-	" \x01(\tR\trequestId\x1a;\n" +
+	" \x01(\tR\trequestId\x12'\n" +
+	"\x0fallow_duplicate\x18\v \x01(\bR\x0eallowDuplicate\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\r\n" +
-	"\v_importance\"\xc9\x02\n" +
+	"\v_importance\"\x86\x03\n" +
 	"\x0fAddMemoryResult\x12)\n" +
 	"\x06memory\x18\x01 \x01(\v2\x11.engram.v1.MemoryR\x06memory\x12/\n" +
 	"\aoutcome\x18\x02 \x01(\x0e2\x15.engram.v1.AddOutcomeR\aoutcome\x121\n" +
 	"\x14duplicate_similarity\x18\x03 \x01(\x02R\x13duplicateSimilarity\x12A\n" +
 	"\x0fnear_duplicates\x18\x04 \x03(\v2\x18.engram.v1.SimilarMemoryR\x0enearDuplicates\x12\x1a\n" +
 	"\breplayed\x18\x05 \x01(\bR\breplayed\x121\n" +
-	"\x12duplicate_of_index\x18\x06 \x01(\x05H\x00R\x10duplicateOfIndex\x88\x01\x01B\x15\n" +
+	"\x12duplicate_of_index\x18\x06 \x01(\x05H\x00R\x10duplicateOfIndex\x88\x01\x01\x12\x1f\n" +
+	"\vgate_reason\x18\a \x01(\tR\n" +
+	"gateReason\x12\x1a\n" +
+	"\babridged\x18\b \x01(\bR\babridgedB\x15\n" +
 	"\x13_duplicate_of_index\"K\n" +
 	"\x13AddMemoriesResponse\x124\n" +
 	"\aresults\x18\x01 \x03(\v2\x1a.engram.v1.AddMemoryResultR\aresults\"\xc1\x02\n" +
@@ -2670,7 +2757,7 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"collection\x18\x01 \x01(\tR\n" +
 	"collection\x12\x17\n" +
 	"\adry_run\x18\x02 \x01(\bR\x06dryRun\x12\x14\n" +
-	"\x05force\x18\x03 \x01(\bR\x05force\"\xd7\x04\n" +
+	"\x05force\x18\x03 \x01(\bR\x05force\"\x84\x05\n" +
 	"\x15RunReflectionResponse\x126\n" +
 	"\aoutcome\x18\x01 \x01(\x0e2\x1c.engram.v1.ReflectionOutcomeR\aoutcome\x12<\n" +
 	"\fthrottled_by\x18\x02 \x01(\x0e2\x19.engram.v1.ReflectionGateR\vthrottledBy\x12\x16\n" +
@@ -2686,7 +2773,8 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	" \x03(\v2\x18.engram.v1.SimilarMemoryR\n" +
 	"duplicates\x123\n" +
 	"\x15reflection_collection\x18\v \x01(\tR\x14reflectionCollection\x12\x14\n" +
-	"\x05model\x18\f \x01(\tR\x05model\"P\n" +
+	"\x05model\x18\f \x01(\tR\x05model\x12+\n" +
+	"\x11sources_truncated\x18\r \x01(\bR\x10sourcesTruncated\"P\n" +
 	"\x18ListGateDecisionsRequest\x12\x1e\n" +
 	"\n" +
 	"collection\x18\x01 \x01(\tR\n" +
@@ -2700,9 +2788,10 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\tmemory_id\x18\x04 \x01(\tR\bmemoryId\x121\n" +
 	"\x14duplicate_similarity\x18\x05 \x01(\x02R\x13duplicateSimilarity\x12A\n" +
 	"\x0fnear_duplicates\x18\x06 \x03(\v2\x18.engram.v1.SimilarMemoryR\x0enearDuplicates\x12\x1a\n" +
-	"\breplayed\x18\a \x01(\bR\breplayed\"R\n" +
+	"\breplayed\x18\a \x01(\bR\breplayed\"p\n" +
 	"\x19ListGateDecisionsResponse\x125\n" +
-	"\tdecisions\x18\x01 \x03(\v2\x17.engram.v1.GateDecisionR\tdecisions*]\n" +
+	"\tdecisions\x18\x01 \x03(\v2\x17.engram.v1.GateDecisionR\tdecisions\x12\x1c\n" +
+	"\ttruncated\x18\x02 \x01(\bR\ttruncated*]\n" +
 	"\n" +
 	"AddOutcome\x12\x1b\n" +
 	"\x17ADD_OUTCOME_UNSPECIFIED\x10\x00\x12\x17\n" +

@@ -338,6 +338,8 @@ class SimilarMemory(_message.Message):
     SIMILARITY_FIELD_NUMBER: _builtins.int
     CONTENT_FIELD_NUMBER: _builtins.int
     TYPE_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    CONFLICTS_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """The similar memory's id."""
     similarity: _builtins.float
@@ -346,6 +348,17 @@ class SimilarMemory(_message.Message):
     """The similar memory's content, so a caller can decide without another call."""
     type: Global___MemoryType.ValueType
     """The similar memory's type."""
+    reason: _builtins.str
+    """Write gate only. "conflicting_specifics": its numbers, dates, ids, names or negation differ
+    from the new content (see conflicts): a different fact, however similar — above the
+    duplicate threshold (0.92) this is why it was not taken as a duplicate; below it, it says
+    the new content changes this memory's specifics rather than rewording it.
+    "allow_duplicate": it is the duplicate; the caller asked to write anyway. Empty otherwise.
+    """
+    @_builtins.property
+    def conflicts(self) -> _containers.RepeatedCompositeFieldContainer[Global___SpecificConflict]:
+        """For "conflicting_specifics": each kind of specific on which the two texts disagree."""
+
     def __init__(
         self,
         *,
@@ -353,14 +366,58 @@ class SimilarMemory(_message.Message):
         similarity: _builtins.float = ...,
         content: _builtins.str = ...,
         type: Global___MemoryType.ValueType = ...,
+        reason: _builtins.str = ...,
+        conflicts: _abc.Iterable[Global___SpecificConflict] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "id", b"id", "similarity", b"similarity", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["conflicts", b"conflicts", "content", b"content", "id", b"id", "reason", b"reason", "similarity", b"similarity", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___SimilarMemory: _TypeAlias = SimilarMemory  # noqa: Y015
+
+@_typing.final
+class SpecificConflict(_message.Message):
+    """SpecificConflict is one kind of specific on which a new memory's content and a similar
+    stored memory disagree, so that they state different facts.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KIND_FIELD_NUMBER: _builtins.int
+    EXISTING_VALUES_FIELD_NUMBER: _builtins.int
+    NEW_VALUES_FIELD_NUMBER: _builtins.int
+    kind: _builtins.str
+    """"number" (digits, amounts, clock times, Chinese numerals, English number words), "date"
+    (month and weekday names, either language), "identifier" (codes such as OPS-1182, v3.4.1,
+    ops@acme.io), "name" (people, places, organisations; compared within one script) or
+    "negation" (the count of negation cues such as not, never, 不, 没).
+    """
+    @_builtins.property
+    def existing_values(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Values only the stored memory has (normalised: 2,400 -> "2400", 九点半 -> "9:30",
+        April -> "month:4"); for negation, its count of cues.
+        """
+
+    @_builtins.property
+    def new_values(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Values only the new content has; for negation, its count of cues."""
+
+    def __init__(
+        self,
+        *,
+        kind: _builtins.str = ...,
+        existing_values: _abc.Iterable[_builtins.str] | None = ...,
+        new_values: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["existing_values", b"existing_values", "kind", b"kind", "new_values", b"new_values"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SpecificConflict: _TypeAlias = SpecificConflict  # noqa: Y015
 
 @_typing.final
 class ScoreBreakdown(_message.Message):

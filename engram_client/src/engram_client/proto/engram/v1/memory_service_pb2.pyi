@@ -154,6 +154,7 @@ class AddMemoryRequest(_message.Message):
     CREATED_AT_FIELD_NUMBER: _builtins.int
     VALID_UNTIL_FIELD_NUMBER: _builtins.int
     REQUEST_ID_FIELD_NUMBER: _builtins.int
+    ALLOW_DUPLICATE_FIELD_NUMBER: _builtins.int
     collection: _builtins.str
     """Target collection. Empty means the server's default collection ("default").
     Names: 1–64 characters of a–z, 0–9, '_' and '-', starting with a letter or digit.
@@ -172,6 +173,10 @@ class AddMemoryRequest(_message.Message):
     """Idempotency key (at most 128 characters), scoped to the collection. A repeat with the
     same key and the same request returns the first answer and writes nothing; the same key
     with a different request is refused with ERROR_REASON_IDEMPOTENCY_CONFLICT.
+    """
+    allow_duplicate: _builtins.bool
+    """Write even when the gate finds a duplicate: the outcome is CREATED, gate_reason is
+    "allow_duplicate" and the duplicate is listed in near_duplicates (with that reason).
     """
     @_builtins.property
     def tags(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
@@ -203,10 +208,11 @@ class AddMemoryRequest(_message.Message):
         created_at: _timestamp_pb2.Timestamp | None = ...,
         valid_until: _timestamp_pb2.Timestamp | None = ...,
         request_id: _builtins.str = ...,
+        allow_duplicate: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "created_at", b"created_at", "importance", b"importance", "valid_until", b"valid_until"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "collection", b"collection", "content", b"content", "created_at", b"created_at", "importance", b"importance", "metadata", b"metadata", "request_id", b"request_id", "source", b"source", "source_type", b"source_type", "tags", b"tags", "type", b"type", "valid_until", b"valid_until"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "allow_duplicate", b"allow_duplicate", "collection", b"collection", "content", b"content", "created_at", b"created_at", "importance", b"importance", "metadata", b"metadata", "request_id", b"request_id", "source", b"source", "source_type", b"source_type", "tags", b"tags", "type", b"type", "valid_until", b"valid_until"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__importance: _TypeAlias = _typing.Literal["importance"]  # noqa: Y015
     _WhichOneofArgType__importance: _TypeAlias = _typing.Literal["_importance", b"_importance"]  # noqa: Y015
@@ -225,12 +231,25 @@ class AddMemoryResponse(_message.Message):
     DUPLICATE_SIMILARITY_FIELD_NUMBER: _builtins.int
     NEAR_DUPLICATES_FIELD_NUMBER: _builtins.int
     REPLAYED_FIELD_NUMBER: _builtins.int
+    GATE_REASON_FIELD_NUMBER: _builtins.int
     outcome: Global___AddOutcome.ValueType
     """What happened."""
     duplicate_similarity: _builtins.float
     """For DUPLICATE: calibrated similarity between the new content and the existing memory."""
     replayed: _builtins.bool
     """True when this answer is a replay of an earlier call with the same request_id."""
+    gate_reason: _builtins.str
+    """For CREATED although a memory was above the duplicate threshold (0.92), why:
+    "conflicting_specifics": its numbers, dates, ids, names or negation differ from the new
+      content, so it is a different fact (that memory is in near_duplicates with the conflicts;
+      consider UpdateMemory on it if the new content replaces it);
+    "allow_duplicate": the request set allow_duplicate.
+    For DUPLICATE below 0.92: "same_words": the new content has the same content words and the
+    same specifics as `memory`, which is at least at the restatement level (0.82): the same
+    sentence reworded.
+    Empty otherwise, and empty in a replayed answer (replayed near_duplicates carry id and
+    similarity only).
+    """
     @_builtins.property
     def memory(self) -> _memory_pb2.Memory:
         """CREATED: the new memory, with its computed valid_until. DUPLICATE: the existing memory."""
@@ -238,7 +257,8 @@ class AddMemoryResponse(_message.Message):
     @_builtins.property
     def near_duplicates(self) -> _containers.RepeatedCompositeFieldContainer[_memory_pb2.SimilarMemory]:
         """Memories in the near-duplicate zone (calibrated similarity 0.70–0.92), most similar
-        first. Consider UpdateMemory on one of them instead of adding.
+        first. Consider UpdateMemory on one of them instead of adding. Also lists memories above
+        0.92 that were not taken as duplicates, with their reason (see gate_reason).
         """
 
     def __init__(
@@ -249,10 +269,11 @@ class AddMemoryResponse(_message.Message):
         duplicate_similarity: _builtins.float = ...,
         near_duplicates: _abc.Iterable[_memory_pb2.SimilarMemory] | None = ...,
         replayed: _builtins.bool = ...,
+        gate_reason: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["memory", b"memory"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["duplicate_similarity", b"duplicate_similarity", "memory", b"memory", "near_duplicates", b"near_duplicates", "outcome", b"outcome", "replayed", b"replayed"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["duplicate_similarity", b"duplicate_similarity", "gate_reason", b"gate_reason", "memory", b"memory", "near_duplicates", b"near_duplicates", "outcome", b"outcome", "replayed", b"replayed"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -329,6 +350,7 @@ class NewMemory(_message.Message):
     CREATED_AT_FIELD_NUMBER: _builtins.int
     VALID_UNTIL_FIELD_NUMBER: _builtins.int
     REQUEST_ID_FIELD_NUMBER: _builtins.int
+    ALLOW_DUPLICATE_FIELD_NUMBER: _builtins.int
     content: _builtins.str
     """The text to remember. Required; at most 8,192 characters (configurable)."""
     type: _memory_pb2.MemoryType.ValueType
@@ -345,6 +367,8 @@ class NewMemory(_message.Message):
     first answer (replayed) and writes nothing; a key used for a different memory refuses
     the whole call with ERROR_REASON_IDEMPOTENCY_CONFLICT. Keys must be unique within a call.
     """
+    allow_duplicate: _builtins.bool
+    """Write even when the gate finds a duplicate (as AddMemoryRequest.allow_duplicate)."""
     @_builtins.property
     def tags(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Tags (at most 32, each 1–64 characters). Duplicates are removed."""
@@ -374,10 +398,11 @@ class NewMemory(_message.Message):
         created_at: _timestamp_pb2.Timestamp | None = ...,
         valid_until: _timestamp_pb2.Timestamp | None = ...,
         request_id: _builtins.str = ...,
+        allow_duplicate: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "created_at", b"created_at", "importance", b"importance", "valid_until", b"valid_until"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "content", b"content", "created_at", b"created_at", "importance", b"importance", "metadata", b"metadata", "request_id", b"request_id", "source", b"source", "source_type", b"source_type", "tags", b"tags", "type", b"type", "valid_until", b"valid_until"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "allow_duplicate", b"allow_duplicate", "content", b"content", "created_at", b"created_at", "importance", b"importance", "metadata", b"metadata", "request_id", b"request_id", "source", b"source", "source_type", b"source_type", "tags", b"tags", "type", b"type", "valid_until", b"valid_until"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__importance: _TypeAlias = _typing.Literal["importance"]  # noqa: Y015
     _WhichOneofArgType__importance: _TypeAlias = _typing.Literal["_importance", b"_importance"]  # noqa: Y015
@@ -399,6 +424,8 @@ class AddMemoryResult(_message.Message):
     NEAR_DUPLICATES_FIELD_NUMBER: _builtins.int
     REPLAYED_FIELD_NUMBER: _builtins.int
     DUPLICATE_OF_INDEX_FIELD_NUMBER: _builtins.int
+    GATE_REASON_FIELD_NUMBER: _builtins.int
+    ABRIDGED_FIELD_NUMBER: _builtins.int
     outcome: Global___AddOutcome.ValueType
     """What happened to this item."""
     duplicate_similarity: _builtins.float
@@ -408,6 +435,14 @@ class AddMemoryResult(_message.Message):
     duplicate_of_index: _builtins.int
     """For DUPLICATE of a memory created by an earlier item of the same call: that item's
     index in `memories`. Unset otherwise.
+    """
+    gate_reason: _builtins.str
+    """As AddMemoryResponse.gate_reason."""
+    abridged: _builtins.bool
+    """True when `memory` carries only its id, collection, type, importance, version and times
+    (no content, tags or metadata) and `near_duplicates` only ids, similarities and types, so
+    that the whole answer fits in one message (the server's ENGRAM_MAX_MESSAGE_BYTES): e.g.
+    many items that duplicate large memories. GetMemory reads the whole memory.
     """
     @_builtins.property
     def memory(self) -> _memory_pb2.Memory:
@@ -430,10 +465,12 @@ class AddMemoryResult(_message.Message):
         near_duplicates: _abc.Iterable[_memory_pb2.SimilarMemory] | None = ...,
         replayed: _builtins.bool = ...,
         duplicate_of_index: _builtins.int | None = ...,
+        gate_reason: _builtins.str = ...,
+        abridged: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_duplicate_of_index", b"_duplicate_of_index", "duplicate_of_index", b"duplicate_of_index", "memory", b"memory"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_duplicate_of_index", b"_duplicate_of_index", "duplicate_of_index", b"duplicate_of_index", "duplicate_similarity", b"duplicate_similarity", "memory", b"memory", "near_duplicates", b"near_duplicates", "outcome", b"outcome", "replayed", b"replayed"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_duplicate_of_index", b"_duplicate_of_index", "abridged", b"abridged", "duplicate_of_index", b"duplicate_of_index", "duplicate_similarity", b"duplicate_similarity", "gate_reason", b"gate_reason", "memory", b"memory", "near_duplicates", b"near_duplicates", "outcome", b"outcome", "replayed", b"replayed"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__duplicate_of_index: _TypeAlias = _typing.Literal["duplicate_of_index"]  # noqa: Y015
     _WhichOneofArgType__duplicate_of_index: _TypeAlias = _typing.Literal["_duplicate_of_index", b"_duplicate_of_index"]  # noqa: Y015
@@ -1200,6 +1237,7 @@ class RunReflectionResponse(_message.Message):
     DUPLICATES_FIELD_NUMBER: _builtins.int
     REFLECTION_COLLECTION_FIELD_NUMBER: _builtins.int
     MODEL_FIELD_NUMBER: _builtins.int
+    SOURCES_TRUNCATED_FIELD_NUMBER: _builtins.int
     outcome: Global___ReflectionOutcome.ValueType
     """What happened."""
     throttled_by: Global___ReflectionGate.ValueType
@@ -1214,6 +1252,10 @@ class RunReflectionResponse(_message.Message):
     """The reflection collection written to."""
     model: _builtins.str
     """The LLM model used."""
+    sources_truncated: _builtins.bool
+    """True when the last sources were left out of `sources` so that the answer fits in one
+    message (the server's ENGRAM_MAX_MESSAGE_BYTES); the run itself used them all.
+    """
     @_builtins.property
     def next_run_after(self) -> _timestamp_pb2.Timestamp:
         """For THROTTLED by a time gate: the earliest time the next run is allowed."""
@@ -1249,10 +1291,11 @@ class RunReflectionResponse(_message.Message):
         duplicates: _abc.Iterable[_memory_pb2.SimilarMemory] | None = ...,
         reflection_collection: _builtins.str = ...,
         model: _builtins.str = ...,
+        sources_truncated: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["next_run_after", b"next_run_after"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["detail", b"detail", "drafts", b"drafts", "duplicates", b"duplicates", "insights", b"insights", "model", b"model", "next_run_after", b"next_run_after", "outcome", b"outcome", "reflection_collection", b"reflection_collection", "sources", b"sources", "throttled_by", b"throttled_by", "unreflected_count", b"unreflected_count", "unreflected_importance", b"unreflected_importance"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["detail", b"detail", "drafts", b"drafts", "duplicates", b"duplicates", "insights", b"insights", "model", b"model", "next_run_after", b"next_run_after", "outcome", b"outcome", "reflection_collection", b"reflection_collection", "sources", b"sources", "sources_truncated", b"sources_truncated", "throttled_by", b"throttled_by", "unreflected_count", b"unreflected_count", "unreflected_importance", b"unreflected_importance"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1341,6 +1384,9 @@ class ListGateDecisionsResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     DECISIONS_FIELD_NUMBER: _builtins.int
+    TRUNCATED_FIELD_NUMBER: _builtins.int
+    truncated: _builtins.bool
+    """True when older decisions were left out to keep the answer within the message limit."""
     @_builtins.property
     def decisions(self) -> _containers.RepeatedCompositeFieldContainer[Global___GateDecision]:
         """The decisions."""
@@ -1349,10 +1395,11 @@ class ListGateDecisionsResponse(_message.Message):
         self,
         *,
         decisions: _abc.Iterable[Global___GateDecision] | None = ...,
+        truncated: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["decisions", b"decisions"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["decisions", b"decisions", "truncated", b"truncated"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

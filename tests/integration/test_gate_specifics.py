@@ -1,0 +1,120 @@
+"""The write gate keeps different facts apart (issue 26, class 3), through a real gRPC channel to a
+real server (embedded Qdrant, the local model).
+
+A sentence that differs from a stored one in a number, id, date, name or negation sits above the
+duplicate threshold for the embedding; the gate writes it and says why (``conflicting_specifics``
+with the values), and ``allow_duplicate`` writes even a true duplicate."""
+
+from __future__ import annotations
+
+import grpc
+
+from engram_client.proto.engram.v1 import memory_service_pb2 as s
+from engram_client.proto.engram.v1 import memory_service_pb2_grpc
+from tests.support.rpc import add, count, fails
+
+Stub = memory_service_pb2_grpc.MemoryServiceStub
+
+
+async def test_a_changed_number_is_written_and_flagged_with_its_values(stub: Stub) -> None:
+    first = await add(stub, "Purchase order 7731 was approved on June 2.")
+    second = await add(stub, "Purchase order 7713 was approved on June 2.")
+    assert second.outcome == s.ADD_OUTCOME_CREATED
+    assert second.memory.id != first.memory.id
+    assert second.gate_reason == "conflicting_specifics"
+    near = {n.id: n for n in second.near_duplicates}
+    flagged = near[first.memory.id]
+    assert flagged.reason == "conflicting_specifics"
+    assert flagged.similarity > 0.92  # the embedding alone would have refused it
+    (conflict,) = flagged.conflicts
+    assert conflict.kind == "number"
+    assert list(conflict.existing_values) == ["7731"] and list(conflict.new_values) == ["7713"]
+    assert await count(stub) == 2
+
+
+async def test_chinese_negation_and_numerals_are_kept_apart(stub: Stub) -> None:
+    await add(stub, "小王明天会参加周会。")
+    negated = await add(stub, "小王明天不会参加周会。")
+    assert negated.outcome == s.ADD_OUTCOME_CREATED
+    await add(stub, "备用机房有十二台服务器。")
+    other = await add(stub, "备用机房有二十台服务器。")
+    assert other.outcome == s.ADD_OUTCOME_CREATED
+    kinds = {c.kind for n in other.near_duplicates for c in n.conflicts}
+    assert "number" in kinds
+    assert await count(stub) == 4
+
+
+async def test_a_restatement_with_the_same_specifics_is_still_refused(stub: Stub) -> None:
+    first = await add(stub, "Purchase order 7731 was approved on June 2.")
+    again = await add(stub, "On June 2, purchase order 7731 was approved.")
+    assert again.outcome == s.ADD_OUTCOME_DUPLICATE
+    assert again.memory.id == first.memory.id
+    assert again.gate_reason == ""
+    assert await count(stub) == 1
+
+
+async def test_allow_duplicate_writes_a_duplicate_and_names_it(stub: Stub) -> None:
+    first = await add(stub, "The user went for a 5 km run this morning.")
+    forced = await add(stub, "The user went for a 5 km run this morning.", allow_duplicate=True)
+    assert forced.outcome == s.ADD_OUTCOME_CREATED
+    assert forced.memory.id != first.memory.id
+    assert forced.gate_reason == "allow_duplicate"
+    near = {n.id: n for n in forced.near_duplicates}
+    assert near[first.memory.id].reason == "allow_duplicate"
+    assert near[first.memory.id].similarity == 1.0
+    assert await count(stub) == 2
+    # Without the flag, the third copy is refused as before.
+    third = await add(stub, "The user went for a 5 km run this morning.")
+    assert third.outcome == s.ADD_OUTCOME_DUPLICATE
+
+
+async def test_add_memories_applies_the_check_and_the_flag_per_item(stub: Stub) -> None:
+    resp = await stub.AddMemories(
+        s.AddMemoriesRequest(
+            memories=[
+                s.NewMemory(content="Room 210 is booked for the design review."),
+                s.NewMemory(content="Room 211 is booked for the design review."),
+                s.NewMemory(content="Room 210 is booked for the design review."),
+                s.NewMemory(content="Room 210 is booked for the design review.", allow_duplicate=True),
+            ]
+        )
+    )
+    a, b, c, d = resp.results
+    assert a.outcome == s.ADD_OUTCOME_CREATED
+    assert b.outcome == s.ADD_OUTCOME_CREATED and b.memory.id != a.memory.id
+    # Flagged as an earlier item with other specifics, whichever side of 0.92 the embedding put it.
+    flagged = {n.id: n for n in b.near_duplicates if n.reason == "conflicting_specifics"}
+    assert [c.kind for c in flagged[a.memory.id].conflicts] == ["number"]
+    assert c.outcome == s.ADD_OUTCOME_DUPLICATE and c.duplicate_of_index == 0
+    assert d.outcome == s.ADD_OUTCOME_CREATED and d.gate_reason == "allow_duplicate"
+    assert await count(stub) == 3
+
+
+async def test_allow_duplicate_is_part_of_the_idempotent_request(stub: Stub) -> None:
+    text = "Backups of the wiki run nightly at 01:00."
+    first = await add(stub, text, request_id="r-1")
+    again = await add(stub, text, request_id="r-1")
+    assert again.replayed and again.memory.id == first.memory.id
+    # The same key with allow_duplicate set is a different request.
+    await fails(
+        add(stub, text, request_id="r-1", allow_duplicate=True),
+        grpc.StatusCode.ALREADY_EXISTS,
+        "ERROR_REASON_IDEMPOTENCY_CONFLICT",
+    )
+
+
+async def test_a_reordered_sentence_under_the_threshold_is_refused_as_same_words(stub: Stub) -> None:
+    # The embedding puts this pair below 0.92 (0.88 with the default model); the content words and
+    # specifics are the same, so it is the same sentence reworded.
+    first = await add(stub, "Mara eats fish, not meat.")
+    again = await add(stub, "Mara doesn't eat meat; she eats fish.")
+    assert again.outcome == s.ADD_OUTCOME_DUPLICATE and again.memory.id == first.memory.id
+    if again.duplicate_similarity <= 0.92:
+        assert again.gate_reason == "same_words"
+    assert again.duplicate_similarity >= 0.82
+    # allow_duplicate writes it anyway, naming the memory it repeats.
+    forced = await add(stub, "Mara doesn't eat meat; she eats fish.", allow_duplicate=True)
+    assert forced.outcome == s.ADD_OUTCOME_CREATED and forced.gate_reason == "allow_duplicate"
+    # A changed negation with the same words is a different fact.
+    other = await add(stub, "Mara eats fish and meat.")
+    assert other.outcome == s.ADD_OUTCOME_CREATED

@@ -1,0 +1,151 @@
+"""The specifics extractor and comparer the write gate checks before refusing a duplicate.
+
+These sentences are not the ones in eval/pairs/ (those measure the gate); each test names the class
+of specific it covers, in English, Chinese and mixed text."""
+
+from __future__ import annotations
+
+import pytest
+
+from engram_server.domain.specifics import conflicts, content_words, extract, same_words
+
+
+def kinds(a: str, b: str) -> set[str]:
+    return {c.kind for c in conflicts(a, b)}
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "kind"),
+    [
+        # numbers, amounts, percentages, clock times
+        ("The fleet has 40 delivery vans.", "The fleet has 44 delivery vans.", "number"),
+        ("The invoice total is $1,250.", "The invoice total is $1,520.", "number"),
+        ("Disk usage on node-a is at 91%.", "Disk usage on node-a is at 19%.", "number"),
+        ("The call is at 14:00.", "The call is at 15:00.", "number"),
+        ("Bring five chairs to the meeting room.", "Bring nine chairs to the meeting room.", "number"),
+        ("仓库里还有三百箱矿泉水。", "仓库里还有两百箱矿泉水。", "number"),
+        ("他的年薪是二十五万元。", "他的年薪是三十五万元。", "number"),
+        ("晚上八点半出发去机场。", "晚上九点半出发去机场。", "number"),
+        ("转化率是百分之十二。", "转化率是百分之二十一。", "number"),
+        # dates: month and weekday names across languages, ISO dates
+        ("The lease ends in August.", "The lease ends in September.", "date"),
+        ("Garbage is collected on Tuesdays.", "Garbage is collected on Wednesdays.", "date"),
+        ("签证在九月到期。", "签证在十月到期。", "date"),
+        ("每周三下午打羽毛球。", "每周四下午打羽毛球。", "date"),
+        ("Launch is set for 2026-09-14.", "Launch is set for 2026-09-15.", "number"),
+        # identifiers
+        ("Bug BUG-4410 blocks the release.", "Bug BUG-4401 blocks the release.", "identifier"),
+        ("Deploy build v2.8.0 to canary.", "Deploy build v2.8.1 to canary.", "identifier"),
+        ("Page alerts go to sre@example.org.", "Page alerts go to dev@example.org.", "identifier"),
+        ("把 worker-7 从集群里摘掉。", "把 worker-9 从集群里摘掉。", "identifier"),
+        # names (people, places) within one script
+        ("Hannah booked the flight to Oslo.", "Marcus booked the flight to Oslo.", "name"),
+        ("The offsite will be in Porto.", "The offsite will be in Seville.", "name"),
+        ("周杰负责这次数据迁移。", "王强负责这次数据迁移。", "name"),
+        ("团建去了厦门。", "团建去了青岛。", "name"),
+        # negation
+        ("The user likes jazz.", "The user doesn't like jazz.", "negation"),
+        ("Ravi has finished the report.", "Ravi has not finished the report.", "negation"),
+        ("Never push directly to main.", "Always push directly to main.", "negation"),
+        ("用户会开车。", "用户不会开车。", "negation"),
+        ("小李去过日本。", "小李没去过日本。", "negation"),
+    ],
+)
+def test_a_changed_specific_is_a_conflict(a: str, b: str, kind: str) -> None:
+    assert kind in kinds(a, b)
+    assert kind in kinds(b, a)  # symmetric
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("Hannah booked the flight to Oslo.", "The flight to Oslo was booked by Hannah."),
+        ("In 2024, the team moved to Kraków.", "The team moved to Kraków in 2024."),
+        ("Mia's anniversary is on May 4.", "Mia celebrates her anniversary on May 4."),
+        ("The user doesn't drink alcohol.", "The user does not drink alcohol."),
+        ("Rotate the API keys every 90 days.", "Every 90 days, rotate the API keys."),
+        ("The rent of $1,250 is due on the 1st.", "On the 1st, the rent of $1250 is due."),
+        ("周杰负责这次数据迁移。", "这次数据迁移由周杰负责。"),
+        ("仓库里还有三百箱矿泉水。", "仓库里的矿泉水还有三百箱。"),
+        ("每周三下午打羽毛球。", "羽毛球在每周三下午打。"),
+        ("用户不吃香菜。", "用户是不吃香菜的。"),
+        ("把 worker-7 从集群里摘掉。", "从集群里把 worker-7 摘掉。"),
+        # across languages: the script-neutral specifics agree (names are not compared)
+        ("The clinic opens at 8:30 on Mondays.", "诊所每周一8:30开门。"),
+        ("Sophie has three cats.", "苏菲养了三只猫。"),
+        ("The visa expires in October.", "签证十月到期。"),
+        ("Ticket OPS-77 is not fixed yet.", "工单 OPS-77 还没修好。"),
+    ],
+)
+def test_a_restatement_has_no_conflict(a: str, b: str) -> None:
+    assert conflicts(a, b) == []
+    assert conflicts(b, a) == []
+
+
+def test_values_are_normalised() -> None:
+    assert extract("The rent is $2,400.").numbers == {"2400": 1}
+    assert extract("房租是两千四百元。").numbers == {"2400": 1}
+    assert extract("九点半开会").numbers == {"9:30": 1}
+    assert extract("Meet at 9:30.").numbers == {"9:30": 1}
+    assert set(extract("The review is on April 14.").dates) == {"month:4"}
+    assert set(extract("评审在四月十四日。").dates) == {"month:4"}
+    assert set(extract("评审在四月十四日。").numbers) == {"14"}
+    assert set(extract("每周一例会").dates) == {"weekday:1"}
+    assert set(extract("Weekly sync every Monday").dates) == {"weekday:1"}
+    assert set(extract("二〇二六年").numbers) == {"2026"}
+    assert set(extract("five hundred").numbers) == {"500"}
+    assert set(extract("twenty-five").numbers) == {"25"}
+    assert set(extract("Order #58231 shipped.").numbers) == {"58231"}
+    assert set(extract("ticket JIRA-2817").identifiers) == {"jira-2817"}
+
+
+def test_words_that_only_look_like_specifics_are_not() -> None:
+    # "一起", "统一", "一些" are words, not the number one; "may" is a verb unless capitalised.
+    assert not extract("我们一起统一一些配置。").numbers
+    assert not extract("It may rain.").dates
+    # 不过 / 特别 / 无线 / 非常 do not negate.
+    assert extract("不过他特别喜欢无线耳机，非常好用。").negations == 0
+    assert extract("The user does not eat meat.").negations == 1
+    assert extract("用户不吃肉。").negations == 1
+
+
+def test_conflict_lists_the_values_each_side_has() -> None:
+    (c,) = conflicts("Invoice 4471 was paid.", "Invoice 4472 was paid.")
+    assert (c.kind, c.existing, c.new) == ("number", ("4471",), ("4472",))
+    (n,) = conflicts("用户喜欢猫。", "用户不喜欢猫。")
+    assert (n.kind, n.existing, n.new) == ("negation", ("0",), ("1",))
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        (
+            "The user wants brief emails without attachments.",
+            "The user wants emails that are brief and have no attachments.",
+        ),
+        ("Mara eats fish, not meat.", "Mara doesn't eat meat; she eats fish."),
+        ("Deploys happen on Fridays.", "On Fridays, deploys happen."),
+        ("用户希望代码评审简短友好。", "代码评审，用户希望简短友好。"),
+    ],
+)
+def test_reworded_sentences_have_the_same_content_words(a: str, b: str) -> None:
+    assert same_words(a, b)
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("The user wants brief emails.", "The user wants brief emails with attachments."),  # added content
+        ("The user can swim.", "The user must swim."),  # modals are content
+        ("Mara eats fish.", "Mara cooks fish."),
+        ("用户喜欢猫。", "用户喜欢狗。"),
+        ("", ""),  # no content words: never "the same"
+    ],
+)
+def test_changed_content_words_are_not_the_same(a: str, b: str) -> None:
+    assert not same_words(a, b)
+
+
+def test_content_words_drop_grammar_and_negation_cues() -> None:
+    assert content_words("The user doesn't drink coffee.") == {"user", "drink", "coffee"}
+    assert content_words("用户不喜欢吃辣。") == content_words("用户喜欢吃辣。")  # negation is compared apart

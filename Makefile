@@ -87,9 +87,10 @@ eval: install ## Regression taskset through the gRPC API of an in-process server
 	$(PY) -m eval.regression --out results/eval
 	$(PY) -m eval.gate_pairs --out results/eval
 
-LOCOMO ?= ../shared/data/locomo
-bench-locomo: install ## LoCoMo evidence recall, Engram vs plain dense (not in CI; CONVERSATIONS=2 for a subset)
-	$(PY) -m eval.locomo --data $(LOCOMO) --out results/locomo $(if $(CONVERSATIONS),--conversations $(CONVERSATIONS))
+LOCOMO ?= ../shared/data/locomo/locomo_dev.json
+CONVERSATIONS ?= report
+bench-locomo: install ## LoCoMo evidence recall on the held-out dev conversations (CONVERSATIONS=tune|all|ids; LOCOMO=file)
+	$(PY) -m eval.locomo --data $(LOCOMO) --out results/locomo --conversations $(CONVERSATIONS)
 
 docs: install ## Regenerate the API and configuration references, build the site into site/ (--strict)
 	$(PY) scripts/gen_api_docs.py

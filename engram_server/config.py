@@ -69,8 +69,8 @@ class Settings:
     near_duplicate_threshold: float = 0.70
     gate_specifics: bool = True
     weight_relevance: float = 1.0
-    weight_recency: float = 0.5
-    weight_importance: float = 0.3
+    weight_recency: float = 0.05
+    weight_importance: float = 0.02
     mmr_lambda: float = 0.5
     candidate_factor: int = 3
     min_candidates: int = 100
@@ -81,7 +81,7 @@ class Settings:
     semantic_weight: float = 0.5
     context_weight: float = 0.5
     context_window_seconds: float = 300.0
-    fusion_mode: str = "scaled"
+    fusion_mode: str = "additive"
     max_content_chars: int = 8192
     max_batch_items: int = 64
     # Background work
@@ -337,8 +337,9 @@ SETTINGS_DOC: list[tuple[str, str, str]] = [
     (
         "fusion_mode",
         "ENGRAM_FUSION_MODE",
-        "`scaled`: relevance·(w_rel + w_rec·recency + w_imp·importance/10); "
-        "`additive`: the original Go Engram's w_rel·relevance + w_rec·recency + w_imp·importance/10.",
+        "`additive` (default): w_rel·(relevance + lexical + episode) + w_rec·recency + w_imp·importance/10; "
+        "`scaled` (the previous default): (relevance + lexical + episode)·"
+        "(w_rel + w_rec·recency + w_imp·importance/10).",
     ),
     ("max_content_chars", "ENGRAM_MAX_CONTENT_CHARS", "Longest memory content accepted."),
     (

@@ -6,7 +6,8 @@ path is an argument). Each conversation goes into its own collection, one memory
 - content ``"<speaker>: <text>"`` (plus ``" [shares a photo: <blip_caption>]"`` when the turn has an
   image) — the same text is embedded for the dense baseline;
 - ``type=event``, ``importance=5`` (the defaults an agent storing chat turns would use),
-  ``created_at`` = the session's date + 30 s per turn, metadata ``dia_id``, ``speaker``,
+  ``created_at`` = the session's own ``session_N_date_time`` (the only time the data gives: every
+  turn of a session carries it; no spacing is invented), metadata ``dia_id``, ``speaker``,
   ``session``, ``sample_id``;
 - the server runs on a ManualClock set, per conversation, to one minute after that conversation's
   last turn (the moment the questions are asked), so recency is what a live agent would see;
@@ -28,7 +29,17 @@ audit's ``WRONG_CITATION`` corrections applied.
 The dense baseline: the server's own embedder (same model, same texts, query vs passage prompts),
 raw cosine top-k with numpy, no gate, no calibration, no recency, no importance.
 
-    python -m eval.locomo --data ../shared/data/locomo [--conversations 2] [--out results/locomo]
+Tuning discipline: the development half is split. Defaults are tuned on :data:`TUNE`
+(conv-26, conv-41, conv-43) only; :data:`REPORT` (conv-47, conv-49) is reported untouched.
+``--conversations tune|report|all|N|id,id`` picks the conversations; the report gives R@k per
+conversation and for the whole selection, with a 95 % bootstrap interval (questions resampled).
+
+    python -m eval.locomo --data ../shared/data/locomo/locomo_dev.json --conversations report
+    python -m eval.locomo --data FILE [--audit FILE] [--conversations 2] [--out results/locomo]
+
+Any LoCoMo-format file works (``--data`` a file, or a directory holding ``locomo_dev.json``); the
+audit file (WRONG_CITATION corrections) is optional. Reports are named after the data file (and the
+selection): ``<stem>[-<selection>].json`` / ``.md``.
 """
 
 from __future__ import annotations
@@ -56,7 +67,10 @@ DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo
 CATEGORIES = (1, 2, 3, 4)
 CATEGORY_NAMES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 KS = (5, 10, 20)
-TURN_SPACING = timedelta(seconds=30)
+#: The development half's split: defaults are tuned on TUNE only; REPORT is held out.
+TUNE = ("conv-26", "conv-41", "conv-43")
+REPORT = ("conv-47", "conv-49")
+BOOTSTRAP_SAMPLES = 2000
 Json = dict[str, Any]
 Matrix = npt.NDArray[np.float32]
 
@@ -92,7 +106,7 @@ class Conversation:
 
     @property
     def ask_at(self) -> datetime:
-        return self.turns[-1].created_at + timedelta(minutes=1)
+        return max(t.created_at for t in self.turns) + timedelta(minutes=1)
 
 
 def parse_session_date(text: str) -> datetime:
@@ -114,20 +128,42 @@ def turn_text(turn: Json) -> str:
     return text
 
 
-def load_conversations(data_dir: Path, select: str | None) -> tuple[list[Conversation], Json]:
-    samples: list[Json] = json.loads((data_dir / "locomo_dev.json").read_text(encoding="utf-8"))
-    audit: list[Json] = json.loads((data_dir / "locomo_dev_audit_errors.json").read_text(encoding="utf-8"))
+def data_paths(data: Path, audit: Path | None) -> tuple[Path, Path | None]:
+    """The data file and the audit file: ``data`` may be a file or a directory holding
+    ``locomo_dev.json``; without ``audit``, ``<data stem>_audit_errors.json`` next to it is used
+    when present."""
+    if data.is_dir():
+        data = data / "locomo_dev.json"
+    if audit is None:
+        guess = data.with_name(f"{data.stem}_audit_errors.json")
+        audit = guess if guess.exists() else None
+    return data, audit
+
+
+def select_samples(samples: list[Json], select: str | None) -> list[Json]:
+    """``tune`` / ``report`` (the split), ``all`` or None, ``N`` (the first N), or a comma list."""
+    if not select or select == "all":
+        return samples
+    if select.isdigit():
+        return samples[: int(select)]
+    wanted = {"tune": set(TUNE), "report": set(REPORT)}.get(select, set(select.split(",")))
+    missing = wanted - {s["sample_id"] for s in samples}
+    if missing:
+        raise SystemExit(f"no such conversation(s) in the data: {', '.join(sorted(missing))}")
+    return [s for s in samples if s["sample_id"] in wanted]
+
+
+def load_conversations(
+    data_file: Path, select: str | None, audit_file: Path | None = None
+) -> tuple[list[Conversation], Json]:
+    samples: list[Json] = json.loads(data_file.read_text(encoding="utf-8"))
+    audit: list[Json] = json.loads(audit_file.read_text(encoding="utf-8")) if audit_file else []
     fixes: dict[tuple[str, int], Json] = {
         (row["sample_id"], int(row["qa_index"])): row
         for row in audit
         if row.get("error_type") == "WRONG_CITATION"
     }
-    if select:
-        if select.isdigit():
-            samples = samples[: int(select)]
-        else:
-            wanted = set(select.split(","))
-            samples = [s for s in samples if s["sample_id"] in wanted]
+    samples = select_samples(samples, select)
     stats: Json = {"corrections_applied": 0, "corrections_mismatched": 0}
     convs: list[Conversation] = []
     for sample in samples:
@@ -140,8 +176,8 @@ def load_conversations(data_dir: Path, select: str | None) -> tuple[list[Convers
         turns: list[Turn] = []
         for n in numbers:
             start = parse_session_date(conv[f"session_{n}_date_time"])
-            for i, t in enumerate(conv[f"session_{n}"]):
-                turns.append(Turn(t["dia_id"], n, t["speaker"], turn_text(t), start + i * TURN_SPACING))
+            for t in conv[f"session_{n}"]:
+                turns.append(Turn(t["dia_id"], n, t["speaker"], turn_text(t), start))
         questions: list[Question] = []
         for idx, qa in enumerate(sample["qa"]):
             if qa["category"] not in CATEGORIES:
@@ -175,9 +211,35 @@ class Scores:
     values: dict[tuple[str, str, int], dict[int, list[float]]] = field(
         default_factory=lambda: defaultdict(lambda: defaultdict(list))
     )
+    #: (system, version, k) -> conversation -> question recalls (all categories).
+    by_conversation: dict[tuple[str, str, int], dict[str, list[float]]] = field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(list))
+    )
 
-    def add(self, system: str, version: str, k: int, category: int, value: float) -> None:
+    def add(
+        self, system: str, version: str, k: int, category: int, value: float, *, conversation: str = ""
+    ) -> None:
         self.values[(system, version, k)][category].append(value)
+        self.by_conversation[(system, version, k)][conversation].append(value)
+
+    def interval(
+        self, system: str, version: str, k: int, conversation: str | None = None
+    ) -> tuple[float, float]:
+        """95 % bootstrap interval of the mean recall (questions resampled with replacement, within
+        each conversation so every conversation keeps its weight; fixed seed)."""
+        convs = self.by_conversation[(system, version, k)]
+        groups = [np.asarray(v) for c, v in sorted(convs.items()) if conversation in (None, c) and v]
+        if not groups:
+            return float("nan"), float("nan")
+        rng = np.random.default_rng(20260326)
+        total = sum(len(g) for g in groups)
+        means = np.zeros(BOOTSTRAP_SAMPLES)
+        for g in groups:
+            picks = rng.integers(0, len(g), size=(BOOTSTRAP_SAMPLES, len(g)))
+            means += g[picks].sum(axis=1)
+        means /= total
+        low, high = np.percentile(means, [2.5, 97.5])
+        return float(low), float(high)
 
     def mean(self, system: str, version: str, k: int, category: int | None) -> float:
         cats = self.values[(system, version, k)]
@@ -276,13 +338,19 @@ class ConvStats:
     refused_examples: list[str] = field(default_factory=list)
 
 
-async def run(data_dir: Path, select: str | None, ks: Sequence[int], progress: bool = True) -> Json:
+async def run(
+    data_file: Path,
+    select: str | None,
+    ks: Sequence[int],
+    progress: bool = True,
+    audit_file: Path | None = None,
+) -> Json:
     from engram_server.app import build_embedder  # noqa: PLC0415
     from engram_server.config import Settings, env_overrides  # noqa: PLC0415
     from engram_server.domain.clock import ManualClock  # noqa: PLC0415
     from engram_server.testing import running_server  # noqa: PLC0415
 
-    convs, load_stats = load_conversations(data_dir, select)
+    convs, load_stats = load_conversations(data_file, select, audit_file)
     scores = Scores()
     # Evidence-position diagnostic: recall@10 of each evidence id, bucketed by how far back its
     # session is (tercile of the conversation's sessions).
@@ -365,7 +433,14 @@ async def run(data_dir: Path, select: str | None, ks: Sequence[int], progress: b
                         if not evidence:
                             continue
                         for (system, k), found in retrieved.items():
-                            scores.add(system, version, k, q.category, recall(evidence, found))
+                            scores.add(
+                                system,
+                                version,
+                                k,
+                                q.category,
+                                recall(evidence, found),
+                                conversation=conv.sample_id,
+                            )
                     for e in q.corrected:
                         if e not in valid_ids:
                             continue
@@ -387,6 +462,7 @@ async def run(data_dir: Path, select: str | None, ks: Sequence[int], progress: b
                     )
     wall = time.perf_counter() - started
     return _summary(
+        data=(data_file, audit_file, select),
         convs=convs,
         scores=scores,
         conv_stats=conv_stats,
@@ -401,6 +477,7 @@ async def run(data_dir: Path, select: str | None, ks: Sequence[int], progress: b
 
 def _summary(
     *,
+    data: tuple[Path, Path | None, str | None],
     convs: list[Conversation],
     scores: Scores,
     conv_stats: list[ConvStats],
@@ -419,9 +496,29 @@ def _summary(
                 table[key] = {f"R@{k}": round(scores.mean(system, version, k, cat), 4) for k in ks} | {
                     "n": scores.count(system, version, ks[0], cat)
                 }
+    data_file, audit_file, select = data
+    per_conversation: Json = {}
+    for system in ("dense", "engram", "engram-relonly"):
+        for version in ("original", "corrected"):
+            rows = scores.by_conversation[(system, version, 10)]
+            for conv in [*(c.sample_id for c in convs), None]:
+                vals = rows.get(conv, []) if conv else [v for vs in rows.values() for v in vs]
+                low, high = scores.interval(system, version, 10, conv)
+                per_conversation[f"{system}|{version}|{conv or 'all'}"] = {
+                    "R@10": round(float(np.mean(vals)), 4) if vals else None,
+                    "ci95": [round(low, 4), round(high, 4)],
+                    "n": len(vals),
+                }
+    split = "tune" if {c.sample_id for c in convs} <= set(TUNE) else None
+    split = "report (held out)" if {c.sample_id for c in convs} <= set(REPORT) else split
     return {
-        "benchmark": "LoCoMo evidence recall (development half), categories 1-4",
+        "benchmark": f"LoCoMo evidence recall ({data_file.name}), categories 1-4",
+        "data": str(data_file),
+        "audit": str(audit_file) if audit_file else None,
+        "selection": select or "all",
+        "split": split or "mixed (tune and held-out conversations together)",
         "conversations": [c.sample_id for c in convs],
+        "per_conversation_R@10": per_conversation,
         "embedding_model": model,
         "settings_overrides": {k: str(v) for k, v in sorted(overrides.items())},
         "systems": SYSTEMS,
@@ -460,7 +557,10 @@ def to_markdown(result: Json) -> str:
     ks = result["ks"]
     rec = result["recall"]
     lines = [
-        "# LoCoMo evidence recall — Engram vs plain dense",
+        f"# LoCoMo evidence recall — Engram vs plain dense ({Path(result['data']).name})",
+        "",
+        f"Data `{result['data']}`, audit `{result['audit']}`; selection `{result['selection']}`: "
+        f"**{result['split']}**.",
         "",
         f"Conversations {', '.join(result['conversations'])}; embedding model `{result['embedding_model']}`; "
         f"wall time {result['timing']['wall_seconds']} s (batched embedding "
@@ -469,6 +569,22 @@ def to_markdown(result: Json) -> str:
         f"queries + baseline {result['timing']['query_seconds']} s).",
         "",
     ]
+    per_conv = result["per_conversation_R@10"]
+    lines += ["## R@10 per conversation (95 % bootstrap interval, questions resampled)", ""]
+    lines += ["| conversation | n | engram | engram-relonly | dense |", "|---|---|---|---|---|"]
+    for conv in [*result["conversations"], "all"]:
+        texts = []
+        for system in ("engram", "engram-relonly", "dense"):
+            row = per_conv[f"{system}|original|{conv}"]
+            texts.append(
+                "–"
+                if row["R@10"] is None
+                else f"{row['R@10']:.3f} [{row['ci95'][0]:.3f}, {row['ci95'][1]:.3f}]"
+            )
+        n = per_conv[f"engram|original|{conv}"]["n"]
+        label = "**all**" if conv == "all" else conv
+        lines.append(f"| {label} | {n} | " + " | ".join(texts) + " |")
+    lines += ["", "(original answer key)", ""]
     for version, title in (
         ("original", "original answer key"),
         ("corrected", "audit WRONG_CITATION fixes applied"),
@@ -520,19 +636,37 @@ def to_markdown(result: Json) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m eval.locomo", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="directory with locomo_dev.json")
     parser.add_argument(
-        "--conversations", default=None, help="N (the first N) or a comma list of sample ids; default all"
+        "--data",
+        type=Path,
+        default=DEFAULT_DATA,
+        help="a LoCoMo-format JSON file (or a directory with locomo_dev.json)",
+    )
+    parser.add_argument(
+        "--audit",
+        type=Path,
+        default=None,
+        help="audit file with WRONG_CITATION rows (default: <data>_audit_errors.json if present)",
+    )
+    parser.add_argument(
+        "--conversations",
+        default=None,
+        help=f"tune ({','.join(TUNE)}), report ({','.join(REPORT)}, held out), all, N (the first N) "
+        "or a comma list of sample ids; default all",
     )
     parser.add_argument("--ks", default="5,10,20")
     parser.add_argument("--out", type=Path, default=Path("results/locomo"), help="report directory")
     args = parser.parse_args(argv)
     ks = tuple(int(k) for k in args.ks.split(","))
-    result = asyncio.run(run(args.data, args.conversations, ks))
+    data_file, audit_file = data_paths(args.data, args.audit)
+    result = asyncio.run(run(data_file, args.conversations, ks, audit_file=audit_file))
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "locomo_dev.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    label = data_file.stem
+    if args.conversations and args.conversations != "all":
+        label += "-" + re.sub(r"[^A-Za-z0-9_-]+", "_", args.conversations)
+    (args.out / f"{label}.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     md = to_markdown(result)
-    (args.out / "locomo_dev.md").write_text(md, encoding="utf-8")
+    (args.out / f"{label}.md").write_text(md, encoding="utf-8")
     print(md)
     return 0
 

@@ -42,7 +42,17 @@ from engram_client import (
 
 TASKSET_DIR = Path(__file__).resolve().parent / "taskset"
 DEFAULT_TASKSET = TASKSET_DIR / "core_v1.json"
-CATEGORIES = ("retrieve_precision", "dedup_accuracy", "recency_bias", "cross_collection", "trajectory_replay")
+#: Categories every run must have cases in (the reference design's five).
+REQUIRED_CATEGORIES = (
+    "retrieve_precision",
+    "dedup_accuracy",
+    "recency_bias",
+    "cross_collection",
+    "trajectory_replay",
+)
+#: Every known category: the required ones, ``relevance_scale`` (a search's relevance means what the
+#: write gate's similarity means) and ``kept_apart`` (different facts are never refused as duplicates).
+CATEGORIES = (*REQUIRED_CATEGORIES, "relevance_scale", "kept_apart")
 
 Json = dict[str, Any]
 
@@ -110,7 +120,10 @@ class Report:
 
     def categories(self) -> dict[str, CategoryScore]:
         out: dict[str, CategoryScore] = {}
-        for name in [*CATEGORIES, *sorted({c.category for c in self.cases} - set(CATEGORIES))]:
+        present = {c.category for c in self.cases}
+        for name in [*CATEGORIES, *sorted(present - set(CATEGORIES))]:
+            if name not in present and name not in REQUIRED_CATEGORIES:
+                continue
             cases = [c for c in self.cases if c.category == name]
             out[name] = CategoryScore(passed=sum(c.passed for c in cases), total=len(cases))
         return out
@@ -122,7 +135,7 @@ class Report:
         for name, score in self.categories().items():
             if score.total and score.rate < self.gate_per_category:
                 reasons.append(f"{name} {score.rate:.1%} < {self.gate_per_category:.0%}")
-            elif not score.total and name in CATEGORIES:
+            elif not score.total and name in REQUIRED_CATEGORIES:
                 reasons.append(f"{name} has no cases")
         return reasons
 
@@ -233,7 +246,12 @@ def validate_taskset(data: Json) -> list[str]:
                     refs.append(expect[name])
             if "target" in step:
                 refs.append(step["target"])
-            refs += list(expect.get("in_top", {})) + expect.get("order", [])
+            refs += (
+                list(expect.get("in_top", {})) + expect.get("order", []) + list(expect.get("relevance", {}))
+            )
+            same_scale = expect.get("relevance_equals_gate")
+            if same_scale:
+                refs += [same_scale["target"], same_scale["gate_of"]]
             refs += expect.get("absent", []) if step["op"] == "search" else []
             refs += expect.get("keys", []) + list(expect.get("versions", {})) if step["op"] == "list" else []
             for ref in refs:
@@ -241,6 +259,8 @@ def validate_taskset(data: Json) -> list[str]:
                     problems.append(f"{cid} step {i}: unknown memory key {ref!r}")
             if step["op"] == "add":
                 keys.add(step["key"])
+            if same_scale and same_scale["gate_add"] not in keys:
+                problems.append(f"{cid} step {i}: gate_add {same_scale['gate_add']!r} is not an earlier add")
     return problems
 
 
@@ -271,6 +291,8 @@ class TasksetRunner:
         self.globals: dict[str, _Ref] = {}
         self.created_collections: set[str] = set()
         self.fixture_notes: list[str] = []
+        #: (case id, add key) -> {memory id: calibrated similarity the write gate reported}
+        self.gate_similarity: dict[tuple[str, str], dict[str, float]] = {}
 
     # -- names -------------------------------------------------------------------------------
 
@@ -403,6 +425,10 @@ class TasksetRunner:
                 request_id=str(uuid.uuid5(uuid.NAMESPACE_URL, f"{self.nonce}/{cid}/{rid}")) if rid else None,
             )
             keys[step["key"]] = _Ref(res.memory.id, coll)
+            reported = {n.id: n.similarity for n in res.near_duplicates}
+            if res.outcome == AddOutcome.DUPLICATE:
+                reported[res.memory.id] = res.duplicate_similarity or 0.0
+            self.gate_similarity[(cid, step["key"])] = reported
             got = _outcome(res)
             sims = ", ".join(f"{name_of(n.id)} {n.similarity:.3f}" for n in res.near_duplicates)
             detail = (
@@ -443,6 +469,7 @@ class TasksetRunner:
                 min_relevance=step.get("min_relevance", 0.0),
             )
             fails += self._check_search(cid, expect, results, ref)
+            fails += self._check_relevance(cid, expect, results, ref)
             if fails:
                 fails.append(f"returned: {describe(results)}")
         elif op == "update":
@@ -578,6 +605,41 @@ class TasksetRunner:
                 fails.append(f"results not sorted by final score: {finals}")
         return fails
 
+    def _check_relevance(
+        self, cid: str, expect: Json, results: Sequence[SearchResult], ref: Callable[[str], _Ref]
+    ) -> list[str]:
+        """``relevance``: {key: [low, high]} bounds on a result's reported relevance (a key not
+        returned has none to check); ``relevance_equals_gate``: the relevance of ``target`` equals,
+        within ``tolerance``, the similarity the write gate reported between ``gate_add``'s content
+        and ``gate_of`` (the same texts; the search's query is ``gate_add``'s content)."""
+        fails: list[str] = []
+        by_id = {r.memory.id: r.score.relevance for r in results}
+        for key, (low, high) in expect.get("relevance", {}).items():
+            got = by_id.get(ref(key).id)
+            if got is not None and not low <= got <= high:
+                fails.append(f"expected {key}'s relevance in [{low}, {high}], got {got:.3f}")
+        same = expect.get("relevance_equals_gate")
+        if same:
+            reported = self.gate_similarity.get((cid, same["gate_add"]), {})
+            gate = reported.get(ref(same["gate_of"]).id)
+            got = by_id.get(ref(same["target"]).id)
+            tol = float(same.get("tolerance", 0.03))
+            if got is None:
+                fails.append(f"{same['target']} was not returned")
+            elif gate is None:
+                # The gate reports similarities from 0.70 up: none means below the same-topic line.
+                if got >= 0.70 + tol:
+                    fails.append(
+                        f"the gate saw {same['gate_add']} and {same['gate_of']} as unrelated (below 0.70, "
+                        f"not reported) but the search reads {got:.3f}"
+                    )
+            elif abs(got - gate) > tol:
+                fails.append(
+                    f"{same['target']}'s search relevance {got:.3f} differs from the gate's similarity "
+                    f"{gate:.3f} for the same texts by more than {tol}"
+                )
+        return fails
+
     async def cleanup(self) -> None:
         for name in sorted(self.created_collections):
             with contextlib.suppress(EngramError):
@@ -657,41 +719,130 @@ async def run_in_process(
             )
 
 
+def taskset_files(directory: Path = TASKSET_DIR) -> list[Path]:
+    """Every taskset in ``directory`` (a JSON file with ``cases``), core first, then by name."""
+    found = []
+    for path in sorted(directory.glob("*.json")):
+        with contextlib.suppress(ValueError, OSError):
+            if isinstance(json.loads(path.read_text(encoding="utf-8")).get("cases"), list):
+                found.append(path)
+    return sorted(found, key=lambda p: (p != DEFAULT_TASKSET, p.name))
+
+
+def summarize(reports: Sequence[Report]) -> Json:
+    """Per category and overall over several tasksets, with every case's result (for --baseline)."""
+    cats: dict[str, list[int]] = {}
+    for report in reports:
+        for name, score in report.categories().items():
+            acc = cats.setdefault(name, [0, 0])
+            acc[0] += score.passed
+            acc[1] += score.total
+    passed = sum(r.passed for r in reports)
+    total = sum(len(r.cases) for r in reports)
+    return {
+        "tasksets": [r.taskset for r in reports],
+        "started_at": reports[0].started_at if reports else "",
+        "overall": {"passed": passed, "total": total, "rate": round(passed / total, 4) if total else 0.0},
+        "categories": {
+            k: {"passed": p, "total": t, "rate": round(p / t, 4) if t else 0.0} for k, (p, t) in cats.items()
+        },
+        "gate_passed": all(r.gate_passed for r in reports),
+        "cases": {f"{Path(r.taskset).stem}/{c.id}": c.passed for r in reports for c in r.cases},
+    }
+
+
+def compare(summary: Json, baseline: Json) -> str:
+    """Markdown: each category before (``baseline``) and after (``summary``), and the cases that
+    changed. ``baseline`` is an earlier ``summary.json`` (or a single taskset's report JSON)."""
+    base_cases: dict[str, bool] = baseline.get("cases", {})
+    if isinstance(base_cases, list):  # a single taskset's report
+        stem = Path(str(baseline.get("taskset", ""))).stem
+        base_cases = {f"{stem}/{c['id']}": bool(c["passed"]) for c in base_cases}
+    lines = ["| category | before | after |", "|---|---|---|"]
+
+    def cell(entry: Json | None) -> str:
+        return (
+            f"{entry['passed']}/{entry['total']} ({entry['rate']:.1%})" if entry and entry["total"] else "–"
+        )
+
+    names = list(dict.fromkeys([*summary["categories"], *baseline.get("categories", {})]))
+    for name in names:
+        lines.append(
+            f"| {name} | {cell(baseline['categories'].get(name))} | {cell(summary['categories'].get(name))} |"
+        )
+    lines.append(f"| **overall** | {cell(baseline['overall'])} | {cell(summary['overall'])} |")
+    changed = [(k, base_cases.get(k), v) for k, v in summary["cases"].items() if base_cases.get(k) is not v]
+    lines += ["", "Cases that changed (before → after; `new` = not in the baseline):", ""]
+    if not changed:
+        lines.append("None.")
+    for key, before, after in changed:
+        was = "new" if before is None else ("pass" if before else "FAIL")
+        lines.append(f"- {key}: {was} → {'pass' if after else 'FAIL'}")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m eval.regression", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--taskset", type=Path, default=DEFAULT_TASKSET)
+    parser.add_argument(
+        "--taskset",
+        type=Path,
+        action="append",
+        help="a taskset file (repeatable); default: every taskset in eval/taskset/",
+    )
     parser.add_argument("--address", help="run against this server instead of an in-process one")
     parser.add_argument("--out", type=Path, default=Path("results/eval"), help="report directory")
     parser.add_argument("--concurrency", type=int, default=4, help="cases run at the same time")
+    parser.add_argument(
+        "--baseline", type=Path, help="an earlier run's summary.json: report each category before and after"
+    )
     args = parser.parse_args(argv)
-    if args.address:
-        shift = datetime.now(UTC) - taskset_now(args.taskset) - timedelta(seconds=5)
-        report = asyncio.run(
-            run_taskset(
-                args.address,
-                args.taskset,
-                shift=shift,
-                prefix=f"ev{uuid.uuid4().hex[:6]}-",
-                cleanup=True,
-                concurrency=args.concurrency,
+    paths: list[Path] = args.taskset or taskset_files()
+    reports: list[Report] = []
+    for path in paths:
+        if args.address:
+            shift = datetime.now(UTC) - taskset_now(path) - timedelta(seconds=5)
+            report = asyncio.run(
+                run_taskset(
+                    args.address,
+                    path,
+                    shift=shift,
+                    prefix=f"ev{uuid.uuid4().hex[:6]}-",
+                    cleanup=True,
+                    concurrency=args.concurrency,
+                )
             )
-        )
-    else:
-        from engram_server.config import env_overrides  # noqa: PLC0415 - server only when in-process
+        else:
+            from engram_server.config import env_overrides  # noqa: PLC0415 - server only when in-process
 
-        # ENGRAM_* variables configure the in-process server too (ablations: ENGRAM_LEXICAL_SEARCH=false …)
-        report = asyncio.run(run_in_process(args.taskset, concurrency=args.concurrency, **env_overrides()))
-    json_path, md_path = write_report(report, args.out)
-    for name, score in report.categories().items():
-        print(f"{name:20s} {score.passed:3d}/{score.total:<3d} {score.rate:6.1%}")
-    total = len(report.cases)
-    print(f"{'overall':20s} {report.passed:3d}/{total:<3d} {report.overall:6.1%}   ({report.seconds:.1f} s)")
-    for case in report.cases:
-        if not case.passed:
-            print(f"FAIL {case.id}: {case.failures[0]}")
-    print(f"gate {'PASSED' if report.gate_passed else 'FAILED: ' + '; '.join(report.gate_failures())}")
-    print(f"report: {json_path} {md_path}")
-    return 0 if report.gate_passed else 1
+            # ENGRAM_* variables configure the in-process server (ENGRAM_LEXICAL_SEARCH=false …)
+            report = asyncio.run(run_in_process(path, concurrency=args.concurrency, **env_overrides()))
+        json_path, md_path = write_report(report, args.out)
+        print(
+            f"== {path.name}: {report.passed}/{len(report.cases)} ({report.seconds:.1f} s); "
+            f"{json_path} {md_path}"
+        )
+        for case in report.cases:
+            if not case.passed:
+                print(f"FAIL {case.id}: {case.failures[0]}")
+        reports.append(report)
+    summary = summarize(reports)
+    for name, score in summary["categories"].items():
+        print(f"{name:20s} {score['passed']:3d}/{score['total']:<3d} {score['rate']:6.1%}")
+    o = summary["overall"]
+    print(f"{'overall':20s} {o['passed']:3d}/{o['total']:<3d} {o['rate']:6.1%}")
+    for report in reports:
+        verdict = "PASSED" if report.gate_passed else "FAILED: " + "; ".join(report.gate_failures())
+        print(f"gate {report.taskset}: {verdict}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    if args.baseline:
+        table = compare(summary, json.loads(args.baseline.read_text(encoding="utf-8")))
+        (args.out / "comparison.md").write_text(
+            f"# Before ({args.baseline}) and after\n\n{table}", encoding="utf-8"
+        )
+        print(table)
+    print(f"summary: {args.out / 'summary.json'}")
+    return 0 if summary["gate_passed"] else 1
 
 
 if __name__ == "__main__":

@@ -11,8 +11,9 @@ Per call to ``engram.v1.MemoryService`` (health and server reflection stay open)
 3. the collections the request names (resolved exactly as the service resolves them: an empty
    ``collection`` is the default collection) must each be granted with the role the RPC needs,
    else PERMISSION_DENIED (``ERROR_REASON_PERMISSION_DENIED``). ListCollections answers only the
-   collections the principal may read. A method without a rule here is refused: nothing runs
-   unscoped.
+   collections the principal may read; a SearchMemories that names no collection searches only
+   those (:data:`readable_collections` tells the servicer). A method without a rule here is
+   refused: nothing runs unscoped.
 
 The request fields are only visible after deserialization, so the interceptor wraps each unary
 handler (built once per method and cached) instead of deciding in ``intercept_service``.
@@ -26,6 +27,7 @@ import json
 import logging
 import tomllib
 from collections.abc import Awaitable, Callable, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -67,6 +69,12 @@ MAX_SEARCH_COLLECTIONS = 16
 
 Behavior = Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Awaitable[Any]]
 
+#: During an authorized call: which collections its principal may read (None when auth is off:
+#: every collection). A search that names no collection searches only these.
+readable_collections: ContextVar[Callable[[str], bool] | None] = ContextVar(
+    "engram_readable_collections", default=None
+)
+
 
 # --- which role each RPC needs, on which collections ---------------------------------------------
 
@@ -86,11 +94,12 @@ def _one(request: Any, default: str) -> list[str]:
     return [request.collection or default]
 
 
-def _search(request: Any, default: str) -> list[str]:
-    names = list(dict.fromkeys(request.collections)) or [default]
+def _search(request: Any, default: str) -> list[str] | None:
+    """The named collections; None (filtered: only the readable ones are searched) for none."""
+    names = list(dict.fromkeys(request.collections))
     if len(names) > MAX_SEARCH_COLLECTIONS:
         raise InvalidArgument.of("collections", f"at most {MAX_SEARCH_COLLECTIONS} collections per search")
-    return names
+    return names or None
 
 
 def _named(request: Any, default: str) -> list[str]:
@@ -328,9 +337,11 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 raise AssertionError("unreachable") from exc  # abort_with_status always raises
             name = principal.name
             self.in_flight[name] = self.in_flight.get(name, 0) + 1
+            token = readable_collections.set(lambda collection: principal.may(collection, Role.READ))
             try:
                 response = await inner(request, context)
             finally:
+                readable_collections.reset(token)
                 left = self.in_flight[name] - 1
                 if left:
                     self.in_flight[name] = left

@@ -173,6 +173,8 @@ def score_out(x: Score) -> m.ScoreBreakdown:
         recency=x.recency,
         importance=x.importance,
         raw_similarity=x.raw_similarity,
+        lexical=x.lexical,
+        episode=x.episode,
     )
 
 

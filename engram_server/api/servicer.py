@@ -14,6 +14,7 @@ from engram_client.proto.engram.v1 import memory_service_pb2 as s
 from engram_client.proto.engram.v1 import memory_service_pb2_grpc
 from engram_server.api import convert as c
 from engram_server.api.answers import abridged_to_fit, answer_budget, fitting
+from engram_server.api.auth import readable_collections
 from engram_server.api.errors import internal_status, to_status
 from engram_server.api.gate_log import PER_COLLECTION, GateLog, decision_from
 from engram_server.domain.deadline import set_time_remaining
@@ -120,6 +121,7 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
             diversify=request.diversify,
             mmr_lambda=request.mmr_lambda if request.HasField("mmr_lambda") else None,
             min_relevance=request.min_relevance,
+            readable=readable_collections.get(),
         )
         hits = await self._svc.search(query)
         results, truncated = fitting(

@@ -1,33 +1,43 @@
-"""Fusion ranking: hybrid relevance, typed recency decay, importance; optional MMR.
+"""Fusion ranking: calibrated relevance plus lexical and episode evidence, typed recency decay,
+importance; optional MMR.
 
-Relevance (0–1) of a candidate, per collection (see :func:`hybrid_relevance`):
+Evidence of a candidate, per collection (see :func:`evidence`):
 
-1. semantic: the cosine on the model's calibrated query scale;
-2. lexical: the BM25 score divided by the best BM25 score among the collection's candidates;
-   ``matched = max(semantic, α·semantic + (1 − α)·lexical)`` — lexical evidence can only raise a
-   memory (a paraphrase with no shared word keeps its semantic relevance);
-3. episode context: ``event`` memories written within ``context_window`` seconds of each other
-   belong to one episode (a conversation, a task); an event is lifted ``context_weight`` of the way
-   towards its best-matching neighbouring event:
-   ``relevance = matched + w_ctx·max(0, best_neighbour − matched)``. Identity, directive and insight
-   memories are facts, not episodes (a profile imported in one go is not a conversation): they are
-   neither lifted nor lift others.
+1. ``relevance``: the cosine on the model's calibrated query scale, which is fitted onto the write
+   gate's document scale — for the same two texts a search reports (within the calibration's
+   error) the similarity the gate reports: above 0.92 a near copy, 0.82–0.92 a restatement,
+   0.70–0.82 the same topic. Nothing below changes it.
+2. ``lexical``: the BM25 score divided by the best BM25 score among the collection's candidates;
+   ``matched = max(relevance, α·relevance + (1 − α)·bm25)``, and ``lexical = matched − relevance``
+   (≥ 0: a paraphrase with no shared word keeps its relevance, it is not pushed down);
+3. ``episode``: ``event`` memories written within ``context_window`` seconds of each other
+   belong to one episode (a conversation, a task); an event inherits ``context_weight`` of the lead
+   of its best-matching neighbouring event: ``episode = w_ctx·max(0, best_neighbour − matched)``.
+   Identity, directive and insight memories are facts, not episodes: neither lifted nor lifting.
 
 Final score, with ``recency = decay_per_hour[type] ** hours_since_created`` and importance/10:
 
-* ``scaled`` (default): ``relevance · (w_rel + w_rec·recency + w_imp·importance/10)`` — recency and
-  importance decide between memories of similar relevance but cannot lift an irrelevant one;
-* ``additive`` (the original Go Engram's): ``w_rel·relevance + w_rec·recency + w_imp·importance/10``.
+* ``additive`` (default; the reference design's form):
+  ``w_rel·(relevance + lexical + episode) + w_rec·recency + w_imp·importance/10``. With the default
+  weights (1, 0.05, 0.02) recency and importance can move a memory by at most 0.07: a memory more
+  relevant by more than that always ranks first (a 0.92 event decayed to nothing beats a
+  never-decaying 0.66 directive), and recency orders comparably relevant memories (within the
+  calibration's error, ~0.03–0.05) newest first. The reference's own weights (0.5, 0.3) let any
+  fresh or never-decaying memory outrank relevant older ones whatever it says.
+* ``scaled`` (the previous default): ``evidence·(w_rel + w_rec·recency + w_imp·importance/10)``.
 
-Both rank the fresher, more important of two equally relevant memories first. They differ on
-irrelevant memories: under ``additive`` a fresh or never-decaying (identity/directive) memory outranks
-relevant older ones whatever it says (measured on LoCoMo: docs/evaluation.md).
+Equal final scores put the newer memory first, then order by id (two equally relevant memories
+whose recency has decayed to 0 still come out newest first, never in the store's order).
+
+The defaults (form, weights, α, context weight) were chosen on LoCoMo evidence recall of the
+*tuning* conversations conv-26, conv-41 and conv-43 only (``python -m eval.tune_ranking``; the
+held-out conv-47 and conv-49 are reported, never tuned on). See docs/concepts/ranking.md.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 import numpy as np
@@ -48,8 +58,8 @@ DECAY_PER_HOUR: dict[MemoryType, float] = {
 @dataclass(frozen=True, slots=True)
 class Weights:
     relevance: float = 1.0
-    recency: float = 0.5
-    importance: float = 0.3
+    recency: float = 0.05
+    importance: float = 0.02
 
 
 class FusionMode(StrEnum):
@@ -64,7 +74,46 @@ class HybridParams:
     semantic_weight: float = 0.5  # α in max(semantic, α·semantic + (1 − α)·lexical)
     context_weight: float = 0.5  # share of the lead of the best neighbour a memory inherits
     context_window: float = 300.0  # seconds between created_at of two memories of one episode
-    fusion: FusionMode = FusionMode.SCALED
+    fusion: FusionMode = FusionMode.ADDITIVE
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Evidence:
+    """One collection's candidates' evidence, aligned by candidate: ``relevance`` is the calibrated
+    semantic relevance (the gate's scale), ``lexical`` and ``episode`` the lifts the lexical and
+    episode-context evidence add on top of it (≥ 0; they reorder, they do not change relevance)."""
+
+    relevance: npt.NDArray[np.float64]
+    lexical: npt.NDArray[np.float64]
+    episode: npt.NDArray[np.float64]
+
+    @property
+    def combined(self) -> npt.NDArray[np.float64]:
+        return np.asarray(self.relevance + self.lexical + self.episode, dtype=np.float64)
+
+
+def evidence(
+    semantic: npt.NDArray[np.float64],
+    lexical: npt.NDArray[np.float64] | None,
+    created_at: npt.NDArray[np.float64],
+    params: HybridParams,
+    episodic: npt.NDArray[np.bool_] | None = None,
+    *,
+    blind: npt.NDArray[np.bool_] | None = None,
+) -> Evidence:
+    """:func:`hybrid_relevance` split into its parts: the calibrated ``semantic`` relevance, and
+    what the lexical and the episode evidence add to it."""
+    sem = np.asarray(semantic, dtype=np.float64)
+    zero = np.zeros(len(sem))
+    if lexical is None or not len(lexical) or float(np.max(lexical)) <= 0:
+        lexical_only: npt.NDArray[np.float64] | None = None
+    else:
+        lexical_only = lexical
+    matched = hybrid_relevance(
+        sem, lexical_only, created_at, replace(params, context_weight=0.0), blind=blind
+    )
+    full = hybrid_relevance(sem, lexical_only, created_at, params, episodic, blind=blind)
+    return Evidence(sem, np.maximum(matched - sem, zero), np.maximum(full - matched, zero))
 
 
 def hybrid_relevance(
@@ -76,7 +125,8 @@ def hybrid_relevance(
     *,
     blind: npt.NDArray[np.bool_] | None = None,
 ) -> npt.NDArray[np.float64]:
-    """Relevance of one collection's candidates (arrays aligned by candidate; see module doc).
+    """Semantic plus lexical plus episode evidence of one collection's candidates (arrays aligned
+    by candidate; see module doc). Search ranks by it; it reports the parts (:func:`evidence`).
 
     ``semantic`` is calibrated (0–1); ``lexical`` holds raw BM25 scores (None or all zero when the
     search had no lexical side); ``created_at`` in seconds; ``episodic`` marks the candidates that
@@ -221,6 +271,10 @@ class Score:
     recency: float
     importance: float
     raw_similarity: float
+    #: What the lexical (BM25) evidence adds to ``relevance`` in the fusion (≥ 0).
+    lexical: float = 0.0
+    #: What the episode context (neighbouring events) adds to ``relevance`` in the fusion (≥ 0).
+    episode: float = 0.0
 
 
 def recency(memory_type: MemoryType, created_at: float, now: float) -> float:
@@ -239,7 +293,7 @@ def fuse(
     weights: Weights,
     raw: float,
     *,
-    mode: FusionMode = FusionMode.SCALED,
+    mode: FusionMode = FusionMode.ADDITIVE,
 ) -> Score:
     imp = importance / 10.0
     if mode is FusionMode.ADDITIVE:
@@ -268,7 +322,7 @@ def fuse_array(
     importance: npt.NDArray[np.float64],
     weights: Weights,
     *,
-    mode: FusionMode = FusionMode.SCALED,
+    mode: FusionMode = FusionMode.ADDITIVE,
 ) -> npt.NDArray[np.float64]:
     """The ``final`` score of :func:`fuse` for many memories at once (``importance`` on 1–10)."""
     imp = importance / 10.0

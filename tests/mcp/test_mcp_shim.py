@@ -193,6 +193,19 @@ async def test_pinned_collection_cannot_be_escaped(engram: AsyncEngramClient) ->
     assert (await engram.get(secret.memory.id, collection="tenant-b")).memory.content == secret.memory.content
 
 
+async def test_pinned_collection_before_its_first_write(engram: AsyncEngramClient) -> None:
+    """The pinned collection is created by its first write: the pre-write search before it finds
+    nothing (not an error); an unpinned search of a missing collection is an error the agent sees."""
+    async with Client(EngramMcp(ShimSettings(collection="fresh-pin"), client=engram).server) as mcp:
+        found = payload(await mcp.call_tool("memory_search", {"query": "anything at all", "limit": 3}))
+        assert found["results"] == []
+    async with Client(EngramMcp(ShimSettings(), client=engram).server) as mcp:
+        missing = error_text(
+            await mcp.call_tool("memory_search", {"query": "anything", "collections": ["no-such-collection"]})
+        )
+        assert "COLLECTION_NOT_FOUND" in missing
+
+
 def _shim_env(address: str, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("ENGRAM_")}
     env.update({"ENGRAM_ADDR": address, "ENGRAM_TIMEOUT": "60", **extra})

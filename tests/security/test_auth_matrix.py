@@ -185,17 +185,36 @@ def test_search_fan_out_needs_every_collection(stub: MemoryServiceStub) -> None:
     assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED  # type: ignore[attr-defined]
     assert info["metadata"]["collection"] == "alpha"
     assert info["metadata"]["principal"] == "other"
-    # The default collection is a collection like any other: "other" has no grant on it.
+    # Naming a collection without a grant is refused even when it does not exist.
     with pytest.raises(grpc.RpcError) as err:
-        stub.SearchMemories(s.SearchMemoriesRequest(query="x"), metadata=bearer(KEYS["other"]), timeout=30)
+        stub.SearchMemories(
+            s.SearchMemoriesRequest(query="x", collections=["default"]),
+            metadata=bearer(KEYS["other"]),
+            timeout=30,
+        )
     assert details(err.value)["metadata"]["collection"] == "default"
 
 
+def test_search_naming_no_collection_sees_only_readable_collections(stub: MemoryServiceStub) -> None:
+    """No collection named: every collection the caller may read, and only those."""
+    request = s.SearchMemoriesRequest(query="launch code or gardening note", limit=100)
+    seen = {
+        caller: {
+            r.memory.collection
+            for r in stub.SearchMemories(request, metadata=bearer(KEYS[caller]), timeout=30).results
+        }
+        for caller in ("reader", "other", "admin")
+    }
+    assert seen == {"reader": {"alpha"}, "other": {"beta"}, "admin": {"alpha", "beta"}}
+
+
 def test_grant_covers_the_reflection_collection(stub: MemoryServiceStub) -> None:
-    # alpha_reflection does not exist yet: past auth, the answer is NOT_FOUND or empty.
-    stub.ListMemories(
-        s.ListMemoriesRequest(collection="alpha_reflection"), metadata=bearer(KEYS["reader"]), timeout=30
-    )
+    # alpha_reflection does not exist yet: past auth, the answer is NOT_FOUND.
+    with pytest.raises(grpc.RpcError) as err:
+        stub.ListMemories(
+            s.ListMemoriesRequest(collection="alpha_reflection"), metadata=bearer(KEYS["reader"]), timeout=30
+        )
+    assert details(err.value)["reason"] == "ERROR_REASON_COLLECTION_NOT_FOUND"
     with pytest.raises(grpc.RpcError) as err:
         stub.ListMemories(
             s.ListMemoriesRequest(collection="alpha_reflection"), metadata=bearer(KEYS["other"]), timeout=30

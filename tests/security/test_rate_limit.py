@@ -28,14 +28,15 @@ def test_one_principal_hammering_does_not_hurt_another(tmp_path: Path) -> None:
         stub = MemoryServiceStub(channel)
         # 50 calls at once against a quota of 5 per second (burst 5): 10× its quota.
         hog_calls = [
-            stub.ListMemories.future(
-                s.ListMemoriesRequest(collection="hog"), metadata=bearer("hog-key"), timeout=60
+            # a search naming no collection: only the caller's readable ones (none exist yet: empty)
+            stub.SearchMemories.future(
+                s.SearchMemoriesRequest(query="x"), metadata=bearer("hog-key"), timeout=60
             )
             for _ in range(50)
         ]
         calm_calls = [
-            stub.ListMemories.future(
-                s.ListMemoriesRequest(collection="calm"), metadata=bearer("calm-key"), timeout=60
+            stub.SearchMemories.future(
+                s.SearchMemoriesRequest(query="x"), metadata=bearer("calm-key"), timeout=60
             )
             for _ in range(15)
         ]

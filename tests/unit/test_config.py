@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_defaults_without_environment() -> None:
     s = load_settings({})
     assert (s.host, s.port, s.embedder_provider, s.dedup_threshold) == ("127.0.0.1", 50051, "local", 0.92)
-    assert (s.weight_relevance, s.weight_recency, s.weight_importance) == (1.0, 0.5, 0.3)
+    assert (s.weight_relevance, s.weight_recency, s.weight_importance) == (1.0, 0.05, 0.02)
     assert s.qdrant_url is None and s.data_dir == Path("data")
     # a question whose embedding is cached keeps its nearest list as long
     assert (s.nearest_lists, s.query_cache_size, s.search_cache_entries) == (4096, 4096, 256)

@@ -14,6 +14,7 @@ from engram_server.domain.ranking import (
     _best_neighbour_sorted,
     best_neighbour,
     decay_array,
+    evidence,
     fuse,
     fuse_array,
     hybrid_relevance,
@@ -49,10 +50,13 @@ def test_event_decays_per_hour() -> None:
 
 
 def test_fusion_formula_and_default_weights() -> None:
-    additive = fuse(0.8, 0.5, 7, Weights(), raw=0.93, mode=FusionMode.ADDITIVE)
-    assert additive.final == pytest.approx(1.0 * 0.8 + 0.5 * 0.5 + 0.3 * 0.7)
-    scaled = fuse(0.8, 0.5, 7, Weights(), raw=0.93)  # the default
-    assert scaled.final == pytest.approx(0.8 * (1.0 + 0.5 * 0.5 + 0.3 * 0.7))
+    w = Weights()
+    assert (w.relevance, w.recency, w.importance) == (1.0, 0.05, 0.02)
+    assert HybridParams().fusion is FusionMode.ADDITIVE
+    additive = fuse(0.8, 0.5, 7, w, raw=0.93)  # the default
+    assert additive.final == pytest.approx(1.0 * 0.8 + 0.05 * 0.5 + 0.02 * 0.7)
+    scaled = fuse(0.8, 0.5, 7, w, raw=0.93, mode=FusionMode.SCALED)
+    assert scaled.final == pytest.approx(0.8 * (1.0 + 0.05 * 0.5 + 0.02 * 0.7))
     for s in (additive, scaled):
         assert (s.relevance, s.recency, s.importance, s.raw_similarity) == (
             0.8,
@@ -70,16 +74,38 @@ def test_fresher_and_more_important_wins_at_equal_relevance(mode: FusionMode) ->
     assert important.final > new.final > old.final
 
 
-def test_scaled_fusion_does_not_lift_an_irrelevant_memory() -> None:
-    """An identity (recency 1, never decays) that does not match must not outrank a relevant event."""
-    relevant_event = recency(MemoryType.EVENT, NOW - 24 * 30 * H, NOW)  # a month old: ~0.0007
-    args = (Weights(), 0.0)
-    assert fuse(0.6, relevant_event, 5, *args).final > fuse(0.1, 1.0, 9, *args).final
-    # the reference's additive formula ranks them the other way round
-    additive = FusionMode.ADDITIVE
+@pytest.mark.parametrize("mode", list(FusionMode))
+def test_relevance_leads_under_the_default_weights(mode: FusionMode) -> None:
+    """A memory more relevant by more than w_recency + w_importance wins whatever its age and
+    importance: a 0.92 event decayed to ~0 beats never-decaying directives at 0.62–0.66 (the
+    observed failure), and a long-decayed event beats a brand-new unrelated one."""
+    old_event = recency(MemoryType.EVENT, NOW - 24 * 30 * H, NOW)  # a month old: ~0.0007
+    event = fuse(0.92, old_event, 5, Weights(), 0.0, mode=mode).final
+    for rel in (0.62, 0.66, 0.85):
+        assert event > fuse(rel, 1.0, 10, Weights(), 0.0, mode=mode).final
     assert (
-        fuse(0.6, relevant_event, 5, *args, mode=additive).final
-        < fuse(0.1, 1.0, 9, *args, mode=additive).final
+        fuse(0.6, old_event, 5, Weights(), 0.0, mode=mode).final
+        > fuse(0.1, 1.0, 9, Weights(), 0.0, mode=mode).final
+    )
+    # ... while recency still orders comparably relevant memories (0.02 apart): the fresh one first
+    assert (
+        fuse(0.70, 1.0, 5, Weights(), 0.0, mode=mode).final
+        > fuse(0.72, old_event, 5, Weights(), 0.0, mode=mode).final
+    )
+
+
+def test_evidence_reports_lexical_and_episode_apart_from_relevance() -> None:
+    p = HybridParams(semantic_weight=0.5, context_weight=0.5, context_window=300.0)
+    semantic = _arr(0.8, 0.3, 0.5)
+    ev = evidence(semantic, _arr(0.0, 8.0, 0.0), _arr(0, 60, 10_000), p)
+    assert ev.relevance.tolist() == semantic.tolist()  # never inflated
+    # lexical: the BM25 leader is lifted to max(0.3, 0.5·0.3 + 0.5·1) = 0.65
+    assert ev.lexical.tolist() == pytest.approx([0.0, 0.35, 0.0])
+    # episode: 0.3 (0.65 with its lexical lift) written a minute after 0.8 inherits half the lead;
+    # 0.8 inherits nothing (its neighbour is below it); the third is alone in its window
+    assert ev.episode.tolist() == pytest.approx([0.0, 0.5 * (0.8 - 0.65), 0.0])
+    assert ev.combined.tolist() == pytest.approx(
+        hybrid_relevance(semantic, _arr(0.0, 8.0, 0.0), _arr(0, 60, 10_000), p).tolist()
     )
 
 

@@ -210,6 +210,8 @@ def search_results(resp: memory_service_pb2.SearchMemoriesResponse) -> SearchRes
                     recency=r.score.recency,
                     importance=r.score.importance,
                     raw_similarity=r.score.raw_similarity,
+                    lexical=r.score.lexical,
+                    episode=r.score.episode,
                 ),
             )
             for r in resp.results

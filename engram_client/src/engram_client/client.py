@@ -313,7 +313,8 @@ class EngramClient(_ClientBase):
         timeout: float | None = None,
     ) -> SearchResults:
         """The best memories for ``query``, best first, each with its score parts. ``collections``
-        (one name or several) defaults to the server's default collection."""
+        (one name or several) defaults to every collection the caller may read; a named collection
+        that does not exist raises :class:`CollectionNotFoundError`."""
         plan = _plans.search(
             query,
             collections=collections,

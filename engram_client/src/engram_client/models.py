@@ -240,14 +240,13 @@ class NewMemory:
 
 @dataclass(frozen=True, slots=True)
 class ScoreBreakdown:
-    """Why a search result ranks where it does. With the server's default fusion (``scaled``):
-    ``final = relevance · (w_relevance + w_recency·recency + w_importance·importance)``; with
-    ``ENGRAM_FUSION_MODE=additive``: ``w_relevance·relevance + w_recency·recency + w_importance·importance``
-    (``importance`` is already divided by 10)."""
+    """Why a search result ranks where it does (the default, additive fusion):
+    ``final = w_relevance·(relevance + lexical + episode) + w_recency·recency
+    + w_importance·importance``; equal finals put the newer memory first."""
 
     final: float
-    #: How well the memory matches the query, in [0, 1]: the calibrated similarity, raised by lexical
-    #: (BM25) evidence and, for events, by a better-matching event of the same episode.
+    #: Calibrated similarity between query and memory, in [0, 1], on the write gate's scale (above
+    #: 0.92 a near copy, 0.82–0.92 a restatement, 0.70–0.82 the same topic).
     relevance: float
     #: Type-specific decay since ``created_at``, in [0, 1].
     recency: float
@@ -255,6 +254,10 @@ class ScoreBreakdown:
     importance: float
     #: The embedding model's raw cosine similarity, before calibration.
     raw_similarity: float
+    #: What lexical (BM25) evidence adds to ``relevance`` in the fusion (≥ 0).
+    lexical: float = 0.0
+    #: What episode context (neighbouring events) adds to ``relevance`` in the fusion (≥ 0).
+    episode: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -367,11 +370,12 @@ class MemoryFilter:
 
 @dataclass(frozen=True, slots=True)
 class RankingWeights:
-    """Overrides the server's fusion weights for one search (each ≥ 0)."""
+    """Overrides the server's fusion weights for one search (each ≥ 0). The defaults here are the
+    server's defaults (relevance leads; recency and importance break near-ties)."""
 
     relevance: float = 1.0
-    recency: float = 0.5
-    importance: float = 0.3
+    recency: float = 0.05
+    importance: float = 0.02
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,6 +24,7 @@ from pydantic import Field
 from engram_client import (
     AddResult,
     AsyncEngramClient,
+    CollectionNotFoundError,
     DeadlineExceededError,
     DeleteResult,
     EngramError,
@@ -39,6 +40,7 @@ from engram_client import (
     ProtectedMemoryError,
     ReflectionResult,
     SearchResult,
+    SearchResults,
     SimilarMemory,
     ThresholdTooLowError,
     UnauthenticatedError,
@@ -317,13 +319,17 @@ class EngramMcp:
         ] = None,
         collections: Annotated[
             list[str] | None,
-            Field(description="Collections to search (default: the server's default collection)."),
+            Field(
+                description="Collections to search (default: every collection you may read; "
+                "each result names its collection). A name that does not exist is an error."
+            ),
         ] = None,
     ) -> dict[str, Any]:
-        """Search long-term memory; results are ranked by relevance, raised by recency and importance.
+        """Search long-term memory; relevance leads the ranking, recency and importance order near-ties.
 
-        Each result has `relevance` (calibrated similarity to the query, 0-1) and `score` (the fused
-        rank). Always search before memory_add, using the text you intend to store with limit 3:
+        Each result has `relevance` (0-1, the write gate's scale: > 0.92 a near copy, 0.82-0.92 a
+        restatement, 0.70-0.82 the same topic) and `score` (the fused rank). Always search before
+        memory_add, using the text you intend to store with limit 3:
         best relevance > 0.82 -> memory_update that memory instead of adding; 0.70-0.82 -> add only
         if it is genuinely different, else update; < 0.70 -> add.
         """
@@ -335,6 +341,11 @@ class EngramMcp:
         try:
             client = await self.client()
             results = await client.search(query, collections=collections, limit=limit, filter=memory_filter)
+        except CollectionNotFoundError as exc:
+            # The pinned collection is created by its first write: until then it holds nothing.
+            if collections is None or list(collections) != [self.settings.collection]:
+                raise self._tool_error(exc) from exc
+            results = SearchResults()
         except EngramError as exc:
             raise self._tool_error(exc) from exc
         return {"results": [_search_hit(r) for r in results]}

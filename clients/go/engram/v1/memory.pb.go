@@ -693,18 +693,19 @@ func (x *SpecificConflict) GetNewValues() []string {
 	return nil
 }
 
-// ScoreBreakdown explains a search result's rank. With the default fusion (ENGRAM_FUSION_MODE=scaled),
-// recency and importance scale relevance:
-// final = relevance · (w_relevance + w_recency·recency + w_importance·importance).
-// With ENGRAM_FUSION_MODE=additive:
-// final = w_relevance·relevance + w_recency·recency + w_importance·importance.
-// (importance is already divided by 10 here.)
+// ScoreBreakdown explains a search result's rank (the default, additive fusion):
+// final = w_relevance·(relevance + lexical + episode) + w_recency·recency
+//   - w_importance·importance.
+//
+// Results are sorted by final; equal finals put the newer memory first, then order by id.
 type ScoreBreakdown struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The fused score results are sorted by.
 	Final float32 `protobuf:"fixed32,1,opt,name=final,proto3" json:"final,omitempty"`
-	// How well the memory matches the query, in [0, 1]: the calibrated similarity, raised by
-	// lexical (BM25) evidence and, for events, by a better-matching event of the same episode.
+	// Calibrated similarity between query and memory, in [0, 1], on the write gate's scale: for the
+	// same two texts it is (within the calibration's error) the similarity AddMemory reports —
+	// above 0.92 a near copy, 0.82–0.92 a restatement, 0.70–0.82 the same topic. Lexical and
+	// episode evidence never change it (they are the fields below).
 	Relevance float32 `protobuf:"fixed32,2,opt,name=relevance,proto3" json:"relevance,omitempty"`
 	// Type-specific decay since created_at, in [0, 1]: decay_per_hour ^ hours.
 	Recency float32 `protobuf:"fixed32,3,opt,name=recency,proto3" json:"recency,omitempty"`
@@ -712,6 +713,12 @@ type ScoreBreakdown struct {
 	Importance float32 `protobuf:"fixed32,4,opt,name=importance,proto3" json:"importance,omitempty"`
 	// The raw cosine similarity reported by the embedding model, before calibration.
 	RawSimilarity float32 `protobuf:"fixed32,5,opt,name=raw_similarity,json=rawSimilarity,proto3" json:"raw_similarity,omitempty"`
+	// What lexical (BM25) evidence adds to relevance in the fusion, ≥ 0: a memory sharing the
+	// query's rarer words ranks higher than its relevance alone would put it.
+	Lexical float32 `protobuf:"fixed32,6,opt,name=lexical,proto3" json:"lexical,omitempty"`
+	// What episode context adds to relevance in the fusion, ≥ 0: an event written close in time to
+	// a better-matching event (one conversation, one task) inherits part of its lead.
+	Episode       float32 `protobuf:"fixed32,7,opt,name=episode,proto3" json:"episode,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -781,14 +788,28 @@ func (x *ScoreBreakdown) GetRawSimilarity() float32 {
 	return 0
 }
 
+func (x *ScoreBreakdown) GetLexical() float32 {
+	if x != nil {
+		return x.Lexical
+	}
+	return 0
+}
+
+func (x *ScoreBreakdown) GetEpisode() float32 {
+	if x != nil {
+		return x.Episode
+	}
+	return 0
+}
+
 // RankingWeights overrides the server's fusion weights for one search.
 type RankingWeights struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Weight of relevance (server default 1.0). Must be ≥ 0.
 	Relevance float32 `protobuf:"fixed32,1,opt,name=relevance,proto3" json:"relevance,omitempty"`
-	// Weight of recency (server default 0.5). Must be ≥ 0.
+	// Weight of recency (server default 0.05). Must be ≥ 0.
 	Recency float32 `protobuf:"fixed32,2,opt,name=recency,proto3" json:"recency,omitempty"`
-	// Weight of importance (server default 0.3). Must be ≥ 0.
+	// Weight of importance (server default 0.02). Must be ≥ 0.
 	Importance    float32 `protobuf:"fixed32,3,opt,name=importance,proto3" json:"importance,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -985,7 +1006,7 @@ const file_engram_v1_memory_proto_rawDesc = "" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12'\n" +
 	"\x0fexisting_values\x18\x02 \x03(\tR\x0eexistingValues\x12\x1d\n" +
 	"\n" +
-	"new_values\x18\x03 \x03(\tR\tnewValues\"\xa5\x01\n" +
+	"new_values\x18\x03 \x03(\tR\tnewValues\"\xd9\x01\n" +
 	"\x0eScoreBreakdown\x12\x14\n" +
 	"\x05final\x18\x01 \x01(\x02R\x05final\x12\x1c\n" +
 	"\trelevance\x18\x02 \x01(\x02R\trelevance\x12\x18\n" +
@@ -993,7 +1014,9 @@ const file_engram_v1_memory_proto_rawDesc = "" +
 	"\n" +
 	"importance\x18\x04 \x01(\x02R\n" +
 	"importance\x12%\n" +
-	"\x0eraw_similarity\x18\x05 \x01(\x02R\rrawSimilarity\"h\n" +
+	"\x0eraw_similarity\x18\x05 \x01(\x02R\rrawSimilarity\x12\x18\n" +
+	"\alexical\x18\x06 \x01(\x02R\alexical\x12\x18\n" +
+	"\aepisode\x18\a \x01(\x02R\aepisode\"h\n" +
 	"\x0eRankingWeights\x12\x1c\n" +
 	"\trelevance\x18\x01 \x01(\x02R\trelevance\x12\x18\n" +
 	"\arecency\x18\x02 \x01(\x02R\arecency\x12\x1e\n" +

@@ -821,7 +821,9 @@ type SearchMemoriesRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The query text. Required.
 	Query string `protobuf:"bytes,1,opt,name=query,proto3" json:"query,omitempty"`
-	// Collections to search (fan-out; at most 16). Empty means the default collection.
+	// Collections to search (fan-out; at most 16). Empty means every collection the caller may
+	// read (all of them when auth is off). A named collection that does not exist is NOT_FOUND
+	// (ERROR_REASON_COLLECTION_NOT_FOUND), never an empty answer.
 	Collections []string `protobuf:"bytes,2,rep,name=collections,proto3" json:"collections,omitempty"`
 	// Maximum results, 1–100. Zero means 5.
 	Limit int32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
@@ -1687,7 +1689,8 @@ func (x *DeleteMemoryResponse) GetTruncated() bool {
 // GetMemoryRequest reads one memory.
 type GetMemoryRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The collection. Empty means the default collection.
+	// The collection. Empty means the default collection. A named collection that does not exist
+	// is NOT_FOUND (ERROR_REASON_COLLECTION_NOT_FOUND).
 	Collection string `protobuf:"bytes,1,opt,name=collection,proto3" json:"collection,omitempty"`
 	// The memory's id (a current memory or a history version). Required.
 	Id string `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
@@ -1817,7 +1820,8 @@ func (x *GetMemoryResponse) GetHistoryTruncated() bool {
 // ListMemoriesRequest pages through a collection.
 type ListMemoriesRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The collection. Empty means the default collection.
+	// The collection. Empty means the default collection (empty until its first write). A named
+	// collection that does not exist is NOT_FOUND (ERROR_REASON_COLLECTION_NOT_FOUND).
 	Collection string `protobuf:"bytes,1,opt,name=collection,proto3" json:"collection,omitempty"`
 	// Restricts the listing.
 	Filter *MemoryFilter `protobuf:"bytes,2,opt,name=filter,proto3" json:"filter,omitempty"`

@@ -421,12 +421,10 @@ Global___SpecificConflict: _TypeAlias = SpecificConflict  # noqa: Y015
 
 @_typing.final
 class ScoreBreakdown(_message.Message):
-    """ScoreBreakdown explains a search result's rank. With the default fusion (ENGRAM_FUSION_MODE=scaled),
-    recency and importance scale relevance:
-    final = relevance · (w_relevance + w_recency·recency + w_importance·importance).
-    With ENGRAM_FUSION_MODE=additive:
-    final = w_relevance·relevance + w_recency·recency + w_importance·importance.
-    (importance is already divided by 10 here.)
+    """ScoreBreakdown explains a search result's rank (the default, additive fusion):
+    final = w_relevance·(relevance + lexical + episode) + w_recency·recency
+            + w_importance·importance.
+    Results are sorted by final; equal finals put the newer memory first, then order by id.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -436,11 +434,15 @@ class ScoreBreakdown(_message.Message):
     RECENCY_FIELD_NUMBER: _builtins.int
     IMPORTANCE_FIELD_NUMBER: _builtins.int
     RAW_SIMILARITY_FIELD_NUMBER: _builtins.int
+    LEXICAL_FIELD_NUMBER: _builtins.int
+    EPISODE_FIELD_NUMBER: _builtins.int
     final: _builtins.float
     """The fused score results are sorted by."""
     relevance: _builtins.float
-    """How well the memory matches the query, in [0, 1]: the calibrated similarity, raised by
-    lexical (BM25) evidence and, for events, by a better-matching event of the same episode.
+    """Calibrated similarity between query and memory, in [0, 1], on the write gate's scale: for the
+    same two texts it is (within the calibration's error) the similarity AddMemory reports —
+    above 0.92 a near copy, 0.82–0.92 a restatement, 0.70–0.82 the same topic. Lexical and
+    episode evidence never change it (they are the fields below).
     """
     recency: _builtins.float
     """Type-specific decay since created_at, in [0, 1]: decay_per_hour ^ hours."""
@@ -448,6 +450,14 @@ class ScoreBreakdown(_message.Message):
     """The memory's importance divided by 10, in [0.1, 1]."""
     raw_similarity: _builtins.float
     """The raw cosine similarity reported by the embedding model, before calibration."""
+    lexical: _builtins.float
+    """What lexical (BM25) evidence adds to relevance in the fusion, ≥ 0: a memory sharing the
+    query's rarer words ranks higher than its relevance alone would put it.
+    """
+    episode: _builtins.float
+    """What episode context adds to relevance in the fusion, ≥ 0: an event written close in time to
+    a better-matching event (one conversation, one task) inherits part of its lead.
+    """
     def __init__(
         self,
         *,
@@ -456,10 +466,12 @@ class ScoreBreakdown(_message.Message):
         recency: _builtins.float = ...,
         importance: _builtins.float = ...,
         raw_similarity: _builtins.float = ...,
+        lexical: _builtins.float = ...,
+        episode: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["final", b"final", "importance", b"importance", "raw_similarity", b"raw_similarity", "recency", b"recency", "relevance", b"relevance"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["episode", b"episode", "final", b"final", "importance", b"importance", "lexical", b"lexical", "raw_similarity", b"raw_similarity", "recency", b"recency", "relevance", b"relevance"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -477,9 +489,9 @@ class RankingWeights(_message.Message):
     relevance: _builtins.float
     """Weight of relevance (server default 1.0). Must be ≥ 0."""
     recency: _builtins.float
-    """Weight of recency (server default 0.5). Must be ≥ 0."""
+    """Weight of recency (server default 0.05). Must be ≥ 0."""
     importance: _builtins.float
-    """Weight of importance (server default 0.3). Must be ≥ 0."""
+    """Weight of importance (server default 0.02). Must be ≥ 0."""
     def __init__(
         self,
         *,

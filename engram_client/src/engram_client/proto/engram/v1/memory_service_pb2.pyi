@@ -530,7 +530,10 @@ class SearchMemoriesRequest(_message.Message):
     """Drop results whose calibrated relevance is below this, in [0, 1]. Zero keeps all."""
     @_builtins.property
     def collections(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """Collections to search (fan-out; at most 16). Empty means the default collection."""
+        """Collections to search (fan-out; at most 16). Empty means every collection the caller may
+        read (all of them when auth is off). A named collection that does not exist is NOT_FOUND
+        (ERROR_REASON_COLLECTION_NOT_FOUND), never an empty answer.
+        """
 
     @_builtins.property
     def filter(self) -> _memory_pb2.MemoryFilter:
@@ -968,7 +971,9 @@ class GetMemoryRequest(_message.Message):
     ID_FIELD_NUMBER: _builtins.int
     INCLUDE_HISTORY_FIELD_NUMBER: _builtins.int
     collection: _builtins.str
-    """The collection. Empty means the default collection."""
+    """The collection. Empty means the default collection. A named collection that does not exist
+    is NOT_FOUND (ERROR_REASON_COLLECTION_NOT_FOUND).
+    """
     id: _builtins.str
     """The memory's id (a current memory or a history version). Required."""
     include_history: _builtins.bool
@@ -1037,7 +1042,9 @@ class ListMemoriesRequest(_message.Message):
     PAGE_TOKEN_FIELD_NUMBER: _builtins.int
     INCLUDE_HISTORY_FIELD_NUMBER: _builtins.int
     collection: _builtins.str
-    """The collection. Empty means the default collection."""
+    """The collection. Empty means the default collection (empty until its first write). A named
+    collection that does not exist is NOT_FOUND (ERROR_REASON_COLLECTION_NOT_FOUND).
+    """
     page_size: _builtins.int
     """Page size, 1–1000. Zero means 100."""
     page_token: _builtins.str

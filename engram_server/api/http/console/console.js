@@ -260,7 +260,8 @@ async function search(e) {
       const s = r.score || {};
       body.append(el('tr', {},
         el('td', {}, el('button', { type: 'button', class: 'link', onclick: () => showMemory(r.memory) }, r.memory.content)),
-        scoreCell(s.final), scoreCell(s.relevance), scoreCell(s.recency), scoreCell(s.importance), scoreCell(s.rawSimilarity),
+        scoreCell(s.final), scoreCell(s.relevance), scoreCell(s.lexical), scoreCell(s.episode),
+        scoreCell(s.recency), scoreCell(s.importance), scoreCell(s.rawSimilarity),
         el('td', {}, r.memory.collection)));
     }
     say(`${body.rows.length} result(s) for “${request.query}”.`);

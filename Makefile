@@ -32,7 +32,7 @@ run: install ## Start the server on its embedded defaults (Qdrant edge + local m
 test: install lint ## Lint, type-check, then run the whole test suite
 	$(PY) -m pytest -q
 
-chaos: install ## The chaos suite alone: hostile clients (bad keys, malformed bodies, slow readers, floods) over loopback
+chaos: install ## The chaos suite alone: hostile clients, full disks, oversized answers, over loopback
 	$(PY) -m pytest -q tests/chaos
 
 lint: install proto-check docs-check buf-lint buf-breaking polyglot-check ## ruff, ruff format, mypy, buf lint + format, buf breaking, Go/TS checks, generated code and docs checks

@@ -10,7 +10,7 @@ TOOLS := .tools
 BUF := $(TOOLS)/node_modules/.bin/buf
 BUF_VERSION := 1.75.0
 
-.PHONY: help install run test chaos lint fmt proto proto-check buf-lint buf-breaking polyglot-check go-stubs docs docs-check bench bench-latency bench-ingest bench-million load eval bench-locomo clean
+.PHONY: help install run test chaos lint fmt proto proto-check buf-lint buf-breaking polyglot-check go-stubs docs docs-check bench bench-latency bench-http bench-ingest bench-million load eval bench-locomo clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -32,7 +32,7 @@ run: install ## Start the server on its embedded defaults (Qdrant edge + local m
 test: install lint ## Lint, type-check, then run the whole test suite
 	$(PY) -m pytest -q
 
-chaos: install ## The chaos suite alone: hostile clients (bad keys, malformed bodies, slow readers, floods) over loopback
+chaos: install ## The chaos suite alone: hostile clients, full disks, oversized answers, over loopback
 	$(PY) -m pytest -q tests/chaos
 
 lint: install proto-check docs-check buf-lint buf-breaking polyglot-check ## ruff, ruff format, mypy, buf lint + format, buf breaking, Go/TS checks, generated code and docs checks
@@ -59,6 +59,9 @@ bench: install ## Where a search's time goes: per-stage costs and the floor at 1
 
 bench-latency: install ## Add/search latency at 10k memories ingested through the API (not part of CI)
 	$(PY) bench/latency.py --memories 10000 --samples 200
+
+bench-http: install ## HTTP/JSON vs gRPC latency on one server, transports alternating call by call (not in CI)
+	$(PY) bench/http_vs_grpc.py --memories 2000 --samples 300
 
 bench-ingest: install ## Ingest memories/s: AddMemory vs AddMemories batches vs the model's own batch rate (not in CI)
 	$(PY) bench/ingest.py

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from engram_server.adapters.storage.edge import CompactionReport
     from engram_server.api.auth import AuthInterceptor
     from engram_server.api.guard import GuardInterceptor
+    from engram_server.api.http import HttpAttachment
 
 log = logging.getLogger(__name__)
 
@@ -298,6 +299,13 @@ class EngramServer:
     _reflecting: asyncio.Task[None] | None = None
     _stopped: bool = False
     telemetry: Telemetry | None = None
+    _http: HttpAttachment | None = None
+
+    @property
+    def http_port(self) -> int:
+        """The HTTP/JSON port (0 when HTTP is off)."""
+        return self._http.server.port if self._http is not None else 0
+
     guard: GuardInterceptor | None = None
     auth: AuthInterceptor | None = None
 
@@ -345,6 +353,9 @@ class EngramServer:
 
         auth = self.auth = build_auth_interceptor(s)
         credentials = server_credentials(s)
+        from engram_server.api.http import check_bind as check_http_bind  # noqa: PLC0415
+
+        check_http_bind(s, auth_on=auth is not None)  # HTTP on a public address needs auth
         await self.store.open()
         warm = getattr(self.embedder, "warm_up", None)
         if warm is not None:
@@ -397,6 +408,10 @@ class EngramServer:
             ),
             server,
         )
+        # HTTP/JSON gateway (off unless ENGRAM_HTTP_PORT): reaches this server over a private socket.
+        from engram_server.api.http import prepare as prepare_http  # noqa: PLC0415
+
+        self._http = prepare_http(s, server, auth_on=auth is not None)
         try:
             if credentials is None:
                 self.port = server.add_insecure_port(f"{s.host}:{s.port}")
@@ -414,6 +429,15 @@ class EngramServer:
         await health.set("", health_pb2.HealthCheckResponse.SERVING)
         await health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
         self._server, self._health = server, health
+        if self._http is not None:
+            try:
+                await self._http.start()
+            except OSError:
+                await self.stop(grace=0)
+                raise
+            log.info(
+                "HTTP/JSON on %s:%s%s", s.http_host, self.http_port, " with the console" if s.console else ""
+            )
         self.telemetry.start_memory_gauge(self.store, self.clock.now)
         if s.sweep_interval_seconds > 0:
             self._sweeper = asyncio.create_task(self._sweep_forever(s.sweep_interval_seconds))
@@ -453,6 +477,8 @@ class EngramServer:
         self._stopped = True
         if self._health is not None:
             await self._health.enter_graceful_shutdown()
+        if self._http is not None:
+            await self._http.stop()
         for task in (self._sweeper, self._reflecting):
             if task is not None:
                 task.cancel()

@@ -119,6 +119,11 @@ class Settings:
     tls_cert_file: Path | None = None
     tls_key_file: Path | None = None
     tls_client_ca_file: Path | None = None
+    # HTTP and web console
+    http_port: int | None = None
+    http_host: str = "127.0.0.1"
+    http_timeout_seconds: float = 30.0
+    console: bool = False
     # Connections and load
     max_connections: int = 1000
     max_streams_per_connection: int = 100
@@ -466,6 +471,23 @@ SETTINGS_DOC: list[tuple[str, str, str]] = [
         "PEM CA bundle: require and verify client certificates (mutual TLS).",
     ),
     (
+        "http_port",
+        "ENGRAM_HTTP_PORT",
+        "Serve the HTTP/JSON API (and the console, if on) on this port; unset = no HTTP. "
+        "See docs/clients/http.md.",
+    ),
+    (
+        "http_host",
+        "ENGRAM_HTTP_HOST",
+        "Address of the HTTP port. Anything but loopback needs auth on (API keys).",
+    ),
+    (
+        "http_timeout_seconds",
+        "ENGRAM_HTTP_TIMEOUT_SECONDS",
+        "How long an HTTP client may take to send a request's headers, and then its body.",
+    ),
+    ("console", "ENGRAM_CONSOLE", "Serve the web console at /console/ on the HTTP port."),
+    (
         "max_connections",
         "ENGRAM_MAX_CONNECTIONS",
         "Open client connections the server accepts; past it a new connection is closed at once "
@@ -661,6 +683,12 @@ def _check(s: Settings) -> None:
         problems.append(f"ENGRAM_QDRANT_QUANTIZATION must be one of {', '.join(QDRANT_QUANTIZATIONS)}")
     if s.edge_quantization not in EDGE_QUANTIZATIONS:
         problems.append(f"ENGRAM_EDGE_QUANTIZATION must be one of {', '.join(EDGE_QUANTIZATIONS)}")
+    if s.http_port is not None and not 0 <= s.http_port <= 65535:
+        problems.append("ENGRAM_HTTP_PORT must be 0–65535")
+    if s.http_timeout_seconds <= 0:
+        problems.append("ENGRAM_HTTP_TIMEOUT_SECONDS must be > 0")
+    if s.console and s.http_port is None:
+        problems.append("ENGRAM_CONSOLE=on needs ENGRAM_HTTP_PORT (the console is served on the HTTP port)")
     if s.auth_failure_rps < 0 or s.auth_failure_burst < 1:
         problems.append("ENGRAM_AUTH_FAILURE_RPS must be ≥ 0 and ENGRAM_AUTH_FAILURE_BURST ≥ 1")
     bounds: dict[str, float] = {

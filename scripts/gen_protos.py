@@ -30,7 +30,9 @@ INIT_DOC = '"""Generated from proto/ by scripts/gen_protos.py. Do not edit."""\n
 def _generate(out: Path) -> None:
     import grpc_tools  # noqa: PLC0415
 
-    protos = sorted(str(p.relative_to(PROTO_ROOT)) for p in PROTO_ROOT.rglob("*.proto"))
+    # proto/google/api holds vendored googleapis files (HTTP annotations, for buf): their Python
+    # code ships in googleapis-common-protos, so only engram/ is generated.
+    protos = sorted(str(p.relative_to(PROTO_ROOT)) for p in (PROTO_ROOT / "engram").rglob("*.proto"))
     include = Path(grpc_tools.__file__).parent / "_proto"
     plugin = shutil.which("protoc-gen-mypy", path=str(Path(sys.executable).parent))
     plugin_grpc = shutil.which("protoc-gen-mypy_grpc", path=str(Path(sys.executable).parent))

@@ -123,6 +123,7 @@ RULES: dict[str, Rule] = {
     "ListCollections": Rule(Role.READ, _listing),
     "DeleteCollection": Rule(Role.ADMIN, _named),
     "RunReflection": Rule(Role.WRITE, _one, lambda r: Role.ADMIN if r.force else None),
+    "ListGateDecisions": Rule(Role.READ, _one),
 }
 
 

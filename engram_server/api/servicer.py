@@ -16,6 +16,7 @@ from engram_server.api import convert as c
 from engram_server.api.answers import abridged_to_fit, answer_budget, fitting
 from engram_server.api.auth import readable_collections
 from engram_server.api.errors import internal_status, to_status
+from engram_server.api.gate_log import PER_COLLECTION, GateLog, decision_from
 from engram_server.domain.deadline import set_time_remaining
 from engram_server.domain.errors import EngramError, InvalidArgument
 from engram_server.domain.reflection import Reflector
@@ -26,6 +27,7 @@ from engram_server.domain.service import (
     SearchQuery,
     UpdateCommand,
 )
+from engram_server.domain.validation import Violations, check_collection
 
 log = logging.getLogger(__name__)
 
@@ -70,13 +72,17 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
         self._reflector = reflector
         #: Bytes the list of memories in one answer may take (see ``api/answers``).
         self._budget = answer_budget(max_message_bytes)
+        #: The write gate's recent decisions (ListGateDecisions).
+        self._gate_log = GateLog()
 
     @rpc
     async def AddMemory(
         self, request: s.AddMemoryRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> s.AddMemoryResponse:
         result = await self._svc.add(c.add_command_in(request, request.collection))
-        return s.AddMemoryResponse(**c.add_result_fields(result))
+        answer = s.AddMemoryResponse(**c.add_result_fields(result))
+        self._gate_log.record(decision_from(answer, request.content), answer.memory.collection)
+        return answer
 
     @rpc
     async def AddMemories(
@@ -89,7 +95,7 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
             for i, item in enumerate(request.memories)
         ]
         results = await self._svc.add_many(request.collection, cmds)
-        return s.AddMemoriesResponse(
+        answer = s.AddMemoriesResponse(
             results=abridged_to_fit(
                 [
                     s.AddMemoryResult(**c.add_result_fields(r), duplicate_of_index=r.duplicate_of)
@@ -98,6 +104,9 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
                 self._budget,
             )
         )
+        for item, result in zip(request.memories, answer.results, strict=True):
+            self._gate_log.record(decision_from(result, item.content), result.memory.collection)
+        return answer
 
     @rpc
     async def SearchMemories(
@@ -170,6 +179,8 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
             dry_run=request.dry_run,
         )
         result = await self._svc.delete(cmd)
+        if not result.dry_run:
+            self._gate_log.forget_memories(r.id for r in result.deleted)
         deleted, truncated = fitting((c.memory_out(r) for r in result.deleted), self._budget)
         return s.DeleteMemoryResponse(
             deleted=deleted,
@@ -217,6 +228,7 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
         self, request: s.DeleteCollectionRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> s.DeleteCollectionResponse:
         count = await self._svc.delete_collection(request.name)
+        self._gate_log.forget_collection(request.name)
         out = s.DeleteCollectionResponse(deleted_count=count)
         out.deleted_at.CopyFrom(c.ts_out(self._svc.now()))
         return out
@@ -233,3 +245,16 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
             kept, out.sources_truncated = fitting(sources, self._budget - out.ByteSize())
             out.sources.extend(kept)
         return out
+
+    @rpc
+    async def ListGateDecisions(
+        self, request: s.ListGateDecisionsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> s.ListGateDecisionsResponse:
+        collection = request.collection or self._svc.policy.default_collection
+        v = Violations()
+        check_collection(v, "collection", collection)
+        if not 0 <= request.limit <= PER_COLLECTION:
+            v.add("limit", f"must be between 1 and {PER_COLLECTION} (0 means 50), got {request.limit}")
+        v.raise_if_any()
+        kept, truncated = fitting(iter(self._gate_log.recent(collection, request.limit)), self._budget)
+        return s.ListGateDecisionsResponse(decisions=kept, truncated=truncated)

@@ -100,7 +100,7 @@ def check_collection(v: Violations, fieldname: str, name: str) -> None:
 
 def check_content(v: Violations, fieldname: str, content: str, limits: Limits) -> None:
     if is_blank(content):
-        v.add(fieldname, "must not be empty (or only invisible characters)")
+        v.add(fieldname, "must not be empty")
     elif len(content) > limits.max_content_chars:
         v.add(fieldname, f"at most {limits.max_content_chars} characters (got {len(content)})")
     elif "\x00" in content:

@@ -1,11 +1,12 @@
 """Every code example in README.md and docs/ runs against a real server.
 
-Each Markdown file's ```python and ```bash blocks run in order, as a reader would paste them, against
-one fresh in-process server (embedded Qdrant, the real local model) whose address is in
-``ENGRAM_ADDR``. A block that cannot run here (it starts a server, installs packages, needs Docker or
-an LLM) says so in a ``<!-- not run: why -->`` comment right above it; every other block must exit 0.
-A block that needs a command-line tool which is not installed (grpcurl, ghz, go) is skipped, like the Go
-and TypeScript contract tests without their toolchains.
+Each Markdown file's ```python and ```bash blocks run in order, as a reader would paste them,
+against one fresh in-process server (embedded Qdrant, the real local model) whose gRPC address is in
+``ENGRAM_ADDR`` and whose HTTP/JSON base URL is in ``ENGRAM_HTTP``. A block that cannot run here (it
+starts a server, installs packages, needs Docker or an LLM) says so in a ``<!-- not run: why -->``
+comment right above it; every other block must exit 0. A block that needs a command-line tool which
+is not installed (grpcurl, ghz, go) is skipped, like the Go and TypeScript contract tests without their
+toolchains.
 """
 
 from __future__ import annotations
@@ -88,15 +89,18 @@ def test_examples_read_the_address_from_the_environment() -> None:
         for b in ALL_BLOCKS
         if b.lang in RUNNABLE and b.not_run is None
         for line in b.code.splitlines()
-        if address.search(line) and "ENGRAM_ADDR" not in line  # a default beside ENGRAM_ADDR is fine
+        if address.search(line)
+        and "ENGRAM_ADDR" not in line
+        and "ENGRAM_HTTP" not in line  # a default beside them is fine
     ]
     assert not offenders, offenders
 
 
-async def run_block(block: Block, address: str, workdir: Path) -> tuple[int, str]:
+async def run_block(block: Block, address: str, workdir: Path, http: str = "") -> tuple[int, str]:
     env = {
         **os.environ,
         "ENGRAM_ADDR": address,
+        "ENGRAM_HTTP": http,
         "PATH": os.pathsep.join([str(Path(sys.executable).parent), TOOLS_PATH]),
     }
     if block.lang == "python":
@@ -121,7 +125,7 @@ async def test_page_examples_run(page: Path, tmp_path: Path) -> None:
     """The page's examples, in order, against one fresh server: each exits 0."""
     runnable = [b for b in blocks(page) if b.lang in RUNNABLE and b.not_run is None]
     skipped: list[str] = []
-    async with running_server(tmp_path / "data") as server:
+    async with running_server(tmp_path / "data", http_port=0) as server:
         for block in runnable:
             missing = [
                 t
@@ -131,7 +135,9 @@ async def test_page_examples_run(page: Path, tmp_path: Path) -> None:
             if missing:
                 skipped.append(f"{block.where()} needs {', '.join(missing)}")
                 continue
-            code, output = await run_block(block, server.address, tmp_path)
+            code, output = await run_block(
+                block, server.address, tmp_path, http=f"http://127.0.0.1:{server.http_port}"
+            )
             assert code == 0, (
                 f"{block.where()} ({block.lang}) exited {code}:\n{block.code}\n--- output ---\n{output}"
             )

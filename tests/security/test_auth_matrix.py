@@ -55,6 +55,7 @@ NEEDS = {
     "DeleteCollection": "admin",
     "RunReflection": "write",
     "RunReflection(force)": "admin",
+    "ListGateDecisions": "read",
 }
 HOLDS = {"read_only": "read", "read_write": "write", "admin": "admin", "other_tenant": "none"}
 RANK = {"none": 0, "any": 0, "read": 1, "write": 2, "admin": 3}
@@ -92,6 +93,7 @@ def requests(memory_id: str) -> dict[str, tuple[str, Any]]:
             "RunReflection",
             s.RunReflectionRequest(collection="alpha", dry_run=True, force=True),
         ),
+        "ListGateDecisions": ("ListGateDecisions", s.ListGateDecisionsRequest(collection="alpha")),
     }
 
 

@@ -102,7 +102,7 @@ class Searching(ServiceCore):
         pol = self.policy
         v = Violations()
         if is_blank(q.query):
-            v.add("query", "must not be empty (or only invisible characters)")
+            v.add("query", "must not be empty")
         elif len(q.query) > pol.limits.max_content_chars:
             v.add("query", f"at most {pol.limits.max_content_chars} characters")
         names = list(dict.fromkeys(q.collections))

@@ -7,6 +7,7 @@
 package engramv1
 
 import (
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
@@ -2360,11 +2361,221 @@ func (x *RunReflectionResponse) GetSourcesTruncated() bool {
 	return false
 }
 
+// ListGateDecisionsRequest asks for a collection's recent write-gate decisions.
+type ListGateDecisionsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Collection; empty means the server's default collection.
+	Collection string `protobuf:"bytes,1,opt,name=collection,proto3" json:"collection,omitempty"`
+	// At most this many, newest first: 1–256; 0 means 50.
+	Limit         int32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListGateDecisionsRequest) Reset() {
+	*x = ListGateDecisionsRequest{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListGateDecisionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListGateDecisionsRequest) ProtoMessage() {}
+
+func (x *ListGateDecisionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListGateDecisionsRequest.ProtoReflect.Descriptor instead.
+func (*ListGateDecisionsRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ListGateDecisionsRequest) GetCollection() string {
+	if x != nil {
+		return x.Collection
+	}
+	return ""
+}
+
+func (x *ListGateDecisionsRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+// GateDecision is what the write gate did with one memory it was asked to store.
+type GateDecision struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// When the gate decided.
+	DecidedAt *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=decided_at,json=decidedAt,proto3" json:"decided_at,omitempty"`
+	// CREATED (a new memory, possibly beside near-duplicates) or DUPLICATE (nothing written).
+	Outcome AddOutcome `protobuf:"varint,2,opt,name=outcome,proto3,enum=engram.v1.AddOutcome" json:"outcome,omitempty"`
+	// The content the caller asked to store.
+	Content string `protobuf:"bytes,3,opt,name=content,proto3" json:"content,omitempty"`
+	// CREATED: the new memory's id. DUPLICATE: the id of the existing memory it duplicates.
+	MemoryId string `protobuf:"bytes,4,opt,name=memory_id,json=memoryId,proto3" json:"memory_id,omitempty"`
+	// DUPLICATE: calibrated similarity to the existing memory.
+	DuplicateSimilarity float32 `protobuf:"fixed32,5,opt,name=duplicate_similarity,json=duplicateSimilarity,proto3" json:"duplicate_similarity,omitempty"`
+	// Memories in the near-duplicate zone at the time, most similar first.
+	NearDuplicates []*SimilarMemory `protobuf:"bytes,6,rep,name=near_duplicates,json=nearDuplicates,proto3" json:"near_duplicates,omitempty"`
+	// True when the call was an idempotent replay (same request_id): no new decision was made.
+	Replayed      bool `protobuf:"varint,7,opt,name=replayed,proto3" json:"replayed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GateDecision) Reset() {
+	*x = GateDecision{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GateDecision) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GateDecision) ProtoMessage() {}
+
+func (x *GateDecision) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GateDecision.ProtoReflect.Descriptor instead.
+func (*GateDecision) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *GateDecision) GetDecidedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DecidedAt
+	}
+	return nil
+}
+
+func (x *GateDecision) GetOutcome() AddOutcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return AddOutcome_ADD_OUTCOME_UNSPECIFIED
+}
+
+func (x *GateDecision) GetContent() string {
+	if x != nil {
+		return x.Content
+	}
+	return ""
+}
+
+func (x *GateDecision) GetMemoryId() string {
+	if x != nil {
+		return x.MemoryId
+	}
+	return ""
+}
+
+func (x *GateDecision) GetDuplicateSimilarity() float32 {
+	if x != nil {
+		return x.DuplicateSimilarity
+	}
+	return 0
+}
+
+func (x *GateDecision) GetNearDuplicates() []*SimilarMemory {
+	if x != nil {
+		return x.NearDuplicates
+	}
+	return nil
+}
+
+func (x *GateDecision) GetReplayed() bool {
+	if x != nil {
+		return x.Replayed
+	}
+	return false
+}
+
+// ListGateDecisionsResponse lists recent gate decisions, newest first.
+type ListGateDecisionsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The decisions.
+	Decisions []*GateDecision `protobuf:"bytes,1,rep,name=decisions,proto3" json:"decisions,omitempty"`
+	// True when older decisions were left out to keep the answer within the message limit.
+	Truncated     bool `protobuf:"varint,2,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListGateDecisionsResponse) Reset() {
+	*x = ListGateDecisionsResponse{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListGateDecisionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListGateDecisionsResponse) ProtoMessage() {}
+
+func (x *ListGateDecisionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListGateDecisionsResponse.ProtoReflect.Descriptor instead.
+func (*ListGateDecisionsResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *ListGateDecisionsResponse) GetDecisions() []*GateDecision {
+	if x != nil {
+		return x.Decisions
+	}
+	return nil
+}
+
+func (x *ListGateDecisionsResponse) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
 var File_engram_v1_memory_service_proto protoreflect.FileDescriptor
 
 const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\n" +
-	"\x1eengram/v1/memory_service.proto\x12\tengram.v1\x1a\x16engram/v1/memory.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe6\x04\n" +
+	"\x1eengram/v1/memory_service.proto\x12\tengram.v1\x1a\x16engram/v1/memory.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe6\x04\n" +
 	"\x10AddMemoryRequest\x12\x1e\n" +
 	"\n" +
 	"collection\x18\x01 \x01(\tR\n" +
@@ -2567,7 +2778,24 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"duplicates\x123\n" +
 	"\x15reflection_collection\x18\v \x01(\tR\x14reflectionCollection\x12\x14\n" +
 	"\x05model\x18\f \x01(\tR\x05model\x12+\n" +
-	"\x11sources_truncated\x18\r \x01(\bR\x10sourcesTruncated*]\n" +
+	"\x11sources_truncated\x18\r \x01(\bR\x10sourcesTruncated\"P\n" +
+	"\x18ListGateDecisionsRequest\x12\x1e\n" +
+	"\n" +
+	"collection\x18\x01 \x01(\tR\n" +
+	"collection\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\x05R\x05limit\"\xc3\x02\n" +
+	"\fGateDecision\x129\n" +
+	"\n" +
+	"decided_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\tdecidedAt\x12/\n" +
+	"\aoutcome\x18\x02 \x01(\x0e2\x15.engram.v1.AddOutcomeR\aoutcome\x12\x18\n" +
+	"\acontent\x18\x03 \x01(\tR\acontent\x12\x1b\n" +
+	"\tmemory_id\x18\x04 \x01(\tR\bmemoryId\x121\n" +
+	"\x14duplicate_similarity\x18\x05 \x01(\x02R\x13duplicateSimilarity\x12A\n" +
+	"\x0fnear_duplicates\x18\x06 \x03(\v2\x18.engram.v1.SimilarMemoryR\x0enearDuplicates\x12\x1a\n" +
+	"\breplayed\x18\a \x01(\bR\breplayed\"p\n" +
+	"\x19ListGateDecisionsResponse\x125\n" +
+	"\tdecisions\x18\x01 \x03(\v2\x17.engram.v1.GateDecisionR\tdecisions\x12\x1c\n" +
+	"\ttruncated\x18\x02 \x01(\bR\ttruncated*]\n" +
 	"\n" +
 	"AddOutcome\x12\x1b\n" +
 	"\x17ADD_OUTCOME_UNSPECIFIED\x10\x00\x12\x17\n" +
@@ -2585,18 +2813,19 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\x19REFLECTION_GATE_DAILY_CAP\x10\x02\x12\x1e\n" +
 	"\x1aREFLECTION_GATE_IMPORTANCE\x10\x03\x12$\n" +
 	" REFLECTION_GATE_TOO_FEW_MEMORIES\x10\x04\x12\x1f\n" +
-	"\x1bREFLECTION_GATE_IN_PROGRESS\x10\x052\xc2\x06\n" +
-	"\rMemoryService\x12F\n" +
-	"\tAddMemory\x12\x1b.engram.v1.AddMemoryRequest\x1a\x1c.engram.v1.AddMemoryResponse\x12L\n" +
-	"\vAddMemories\x12\x1d.engram.v1.AddMemoriesRequest\x1a\x1e.engram.v1.AddMemoriesResponse\x12U\n" +
-	"\x0eSearchMemories\x12 .engram.v1.SearchMemoriesRequest\x1a!.engram.v1.SearchMemoriesResponse\x12O\n" +
-	"\fUpdateMemory\x12\x1e.engram.v1.UpdateMemoryRequest\x1a\x1f.engram.v1.UpdateMemoryResponse\x12O\n" +
-	"\fDeleteMemory\x12\x1e.engram.v1.DeleteMemoryRequest\x1a\x1f.engram.v1.DeleteMemoryResponse\x12F\n" +
-	"\tGetMemory\x12\x1b.engram.v1.GetMemoryRequest\x1a\x1c.engram.v1.GetMemoryResponse\x12O\n" +
-	"\fListMemories\x12\x1e.engram.v1.ListMemoriesRequest\x1a\x1f.engram.v1.ListMemoriesResponse\x12X\n" +
-	"\x0fListCollections\x12!.engram.v1.ListCollectionsRequest\x1a\".engram.v1.ListCollectionsResponse\x12[\n" +
-	"\x10DeleteCollection\x12\".engram.v1.DeleteCollectionRequest\x1a#.engram.v1.DeleteCollectionResponse\x12R\n" +
-	"\rRunReflection\x12\x1f.engram.v1.RunReflectionRequest\x1a .engram.v1.RunReflectionResponseB?Z=github.com/engram-memory/engram/clients/go/engram/v1;engramv1b\x06proto3"
+	"\x1bREFLECTION_GATE_IN_PROGRESS\x10\x052\x9e\v\n" +
+	"\rMemoryService\x12_\n" +
+	"\tAddMemory\x12\x1b.engram.v1.AddMemoryRequest\x1a\x1c.engram.v1.AddMemoryResponse\"\x17\x82\xd3\xe4\x93\x02\x11:\x01*\"\f/v1/memories\x12n\n" +
+	"\vAddMemories\x12\x1d.engram.v1.AddMemoriesRequest\x1a\x1e.engram.v1.AddMemoriesResponse\" \x82\xd3\xe4\x93\x02\x1a:\x01*\"\x15/v1/memories:batchAdd\x12u\n" +
+	"\x0eSearchMemories\x12 .engram.v1.SearchMemoriesRequest\x1a!.engram.v1.SearchMemoriesResponse\"\x1e\x82\xd3\xe4\x93\x02\x18:\x01*\"\x13/v1/memories:search\x12o\n" +
+	"\fUpdateMemory\x12\x1e.engram.v1.UpdateMemoryRequest\x1a\x1f.engram.v1.UpdateMemoryResponse\"\x1e\x82\xd3\xe4\x93\x02\x18:\x01*\"\x13/v1/memories:update\x12\x9d\x01\n" +
+	"\fDeleteMemory\x12\x1e.engram.v1.DeleteMemoryRequest\x1a\x1f.engram.v1.DeleteMemoryResponse\"L\x82\xd3\xe4\x93\x02F:\x01*Z,**/v1/collections/{collection}/memories/{id}\"\x13/v1/memories:delete\x12\x8f\x01\n" +
+	"\tGetMemory\x12\x1b.engram.v1.GetMemoryRequest\x1a\x1c.engram.v1.GetMemoryResponse\"G\x82\xd3\xe4\x93\x02AZ\x13\x12\x11/v1/memories/{id}\x12*/v1/collections/{collection}/memories/{id}\x12\x96\x01\n" +
+	"\fListMemories\x12\x1e.engram.v1.ListMemoriesRequest\x1a\x1f.engram.v1.ListMemoriesResponse\"E\x82\xd3\xe4\x93\x02?Z\x16:\x01*\"\x11/v1/memories:list\x12%/v1/collections/{collection}/memories\x12q\n" +
+	"\x0fListCollections\x12!.engram.v1.ListCollectionsRequest\x1a\".engram.v1.ListCollectionsResponse\"\x17\x82\xd3\xe4\x93\x02\x11\x12\x0f/v1/collections\x12{\n" +
+	"\x10DeleteCollection\x12\".engram.v1.DeleteCollectionRequest\x1a#.engram.v1.DeleteCollectionResponse\"\x1e\x82\xd3\xe4\x93\x02\x18*\x16/v1/collections/{name}\x12\x83\x01\n" +
+	"\rRunReflection\x12\x1f.engram.v1.RunReflectionRequest\x1a .engram.v1.RunReflectionResponse\"/\x82\xd3\xe4\x93\x02):\x01*\"$/v1/collections/{collection}:reflect\x12\x92\x01\n" +
+	"\x11ListGateDecisions\x12#.engram.v1.ListGateDecisionsRequest\x1a$.engram.v1.ListGateDecisionsResponse\"2\x82\xd3\xe4\x93\x02,\x12*/v1/collections/{collection}/gateDecisionsB?Z=github.com/engram-memory/engram/clients/go/engram/v1;engramv1b\x06proto3"
 
 var (
 	file_engram_v1_memory_service_proto_rawDescOnce sync.Once
@@ -2611,126 +2840,135 @@ func file_engram_v1_memory_service_proto_rawDescGZIP() []byte {
 }
 
 var file_engram_v1_memory_service_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_engram_v1_memory_service_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_engram_v1_memory_service_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_engram_v1_memory_service_proto_goTypes = []any{
-	(AddOutcome)(0),                  // 0: engram.v1.AddOutcome
-	(ReflectionOutcome)(0),           // 1: engram.v1.ReflectionOutcome
-	(ReflectionGate)(0),              // 2: engram.v1.ReflectionGate
-	(*AddMemoryRequest)(nil),         // 3: engram.v1.AddMemoryRequest
-	(*AddMemoryResponse)(nil),        // 4: engram.v1.AddMemoryResponse
-	(*AddMemoriesRequest)(nil),       // 5: engram.v1.AddMemoriesRequest
-	(*NewMemory)(nil),                // 6: engram.v1.NewMemory
-	(*AddMemoryResult)(nil),          // 7: engram.v1.AddMemoryResult
-	(*AddMemoriesResponse)(nil),      // 8: engram.v1.AddMemoriesResponse
-	(*SearchMemoriesRequest)(nil),    // 9: engram.v1.SearchMemoriesRequest
-	(*SearchResult)(nil),             // 10: engram.v1.SearchResult
-	(*SearchMemoriesResponse)(nil),   // 11: engram.v1.SearchMemoriesResponse
-	(*SemanticLocator)(nil),          // 12: engram.v1.SemanticLocator
-	(*StringList)(nil),               // 13: engram.v1.StringList
-	(*StringMap)(nil),                // 14: engram.v1.StringMap
-	(*UpdateMemoryRequest)(nil),      // 15: engram.v1.UpdateMemoryRequest
-	(*UpdateMemoryResponse)(nil),     // 16: engram.v1.UpdateMemoryResponse
-	(*DeleteQuery)(nil),              // 17: engram.v1.DeleteQuery
-	(*DeleteMemoryRequest)(nil),      // 18: engram.v1.DeleteMemoryRequest
-	(*DeleteMemoryResponse)(nil),     // 19: engram.v1.DeleteMemoryResponse
-	(*GetMemoryRequest)(nil),         // 20: engram.v1.GetMemoryRequest
-	(*GetMemoryResponse)(nil),        // 21: engram.v1.GetMemoryResponse
-	(*ListMemoriesRequest)(nil),      // 22: engram.v1.ListMemoriesRequest
-	(*ListMemoriesResponse)(nil),     // 23: engram.v1.ListMemoriesResponse
-	(*ListCollectionsRequest)(nil),   // 24: engram.v1.ListCollectionsRequest
-	(*ListCollectionsResponse)(nil),  // 25: engram.v1.ListCollectionsResponse
-	(*DeleteCollectionRequest)(nil),  // 26: engram.v1.DeleteCollectionRequest
-	(*DeleteCollectionResponse)(nil), // 27: engram.v1.DeleteCollectionResponse
-	(*RunReflectionRequest)(nil),     // 28: engram.v1.RunReflectionRequest
-	(*RunReflectionResponse)(nil),    // 29: engram.v1.RunReflectionResponse
-	nil,                              // 30: engram.v1.AddMemoryRequest.MetadataEntry
-	nil,                              // 31: engram.v1.NewMemory.MetadataEntry
-	nil,                              // 32: engram.v1.StringMap.EntriesEntry
-	(MemoryType)(0),                  // 33: engram.v1.MemoryType
-	(Source)(0),                      // 34: engram.v1.Source
-	(SourceType)(0),                  // 35: engram.v1.SourceType
-	(*timestamppb.Timestamp)(nil),    // 36: google.protobuf.Timestamp
-	(*Memory)(nil),                   // 37: engram.v1.Memory
-	(*SimilarMemory)(nil),            // 38: engram.v1.SimilarMemory
-	(*MemoryFilter)(nil),             // 39: engram.v1.MemoryFilter
-	(*RankingWeights)(nil),           // 40: engram.v1.RankingWeights
-	(*ScoreBreakdown)(nil),           // 41: engram.v1.ScoreBreakdown
-	(*CollectionInfo)(nil),           // 42: engram.v1.CollectionInfo
+	(AddOutcome)(0),                   // 0: engram.v1.AddOutcome
+	(ReflectionOutcome)(0),            // 1: engram.v1.ReflectionOutcome
+	(ReflectionGate)(0),               // 2: engram.v1.ReflectionGate
+	(*AddMemoryRequest)(nil),          // 3: engram.v1.AddMemoryRequest
+	(*AddMemoryResponse)(nil),         // 4: engram.v1.AddMemoryResponse
+	(*AddMemoriesRequest)(nil),        // 5: engram.v1.AddMemoriesRequest
+	(*NewMemory)(nil),                 // 6: engram.v1.NewMemory
+	(*AddMemoryResult)(nil),           // 7: engram.v1.AddMemoryResult
+	(*AddMemoriesResponse)(nil),       // 8: engram.v1.AddMemoriesResponse
+	(*SearchMemoriesRequest)(nil),     // 9: engram.v1.SearchMemoriesRequest
+	(*SearchResult)(nil),              // 10: engram.v1.SearchResult
+	(*SearchMemoriesResponse)(nil),    // 11: engram.v1.SearchMemoriesResponse
+	(*SemanticLocator)(nil),           // 12: engram.v1.SemanticLocator
+	(*StringList)(nil),                // 13: engram.v1.StringList
+	(*StringMap)(nil),                 // 14: engram.v1.StringMap
+	(*UpdateMemoryRequest)(nil),       // 15: engram.v1.UpdateMemoryRequest
+	(*UpdateMemoryResponse)(nil),      // 16: engram.v1.UpdateMemoryResponse
+	(*DeleteQuery)(nil),               // 17: engram.v1.DeleteQuery
+	(*DeleteMemoryRequest)(nil),       // 18: engram.v1.DeleteMemoryRequest
+	(*DeleteMemoryResponse)(nil),      // 19: engram.v1.DeleteMemoryResponse
+	(*GetMemoryRequest)(nil),          // 20: engram.v1.GetMemoryRequest
+	(*GetMemoryResponse)(nil),         // 21: engram.v1.GetMemoryResponse
+	(*ListMemoriesRequest)(nil),       // 22: engram.v1.ListMemoriesRequest
+	(*ListMemoriesResponse)(nil),      // 23: engram.v1.ListMemoriesResponse
+	(*ListCollectionsRequest)(nil),    // 24: engram.v1.ListCollectionsRequest
+	(*ListCollectionsResponse)(nil),   // 25: engram.v1.ListCollectionsResponse
+	(*DeleteCollectionRequest)(nil),   // 26: engram.v1.DeleteCollectionRequest
+	(*DeleteCollectionResponse)(nil),  // 27: engram.v1.DeleteCollectionResponse
+	(*RunReflectionRequest)(nil),      // 28: engram.v1.RunReflectionRequest
+	(*RunReflectionResponse)(nil),     // 29: engram.v1.RunReflectionResponse
+	(*ListGateDecisionsRequest)(nil),  // 30: engram.v1.ListGateDecisionsRequest
+	(*GateDecision)(nil),              // 31: engram.v1.GateDecision
+	(*ListGateDecisionsResponse)(nil), // 32: engram.v1.ListGateDecisionsResponse
+	nil,                               // 33: engram.v1.AddMemoryRequest.MetadataEntry
+	nil,                               // 34: engram.v1.NewMemory.MetadataEntry
+	nil,                               // 35: engram.v1.StringMap.EntriesEntry
+	(MemoryType)(0),                   // 36: engram.v1.MemoryType
+	(Source)(0),                       // 37: engram.v1.Source
+	(SourceType)(0),                   // 38: engram.v1.SourceType
+	(*timestamppb.Timestamp)(nil),     // 39: google.protobuf.Timestamp
+	(*Memory)(nil),                    // 40: engram.v1.Memory
+	(*SimilarMemory)(nil),             // 41: engram.v1.SimilarMemory
+	(*MemoryFilter)(nil),              // 42: engram.v1.MemoryFilter
+	(*RankingWeights)(nil),            // 43: engram.v1.RankingWeights
+	(*ScoreBreakdown)(nil),            // 44: engram.v1.ScoreBreakdown
+	(*CollectionInfo)(nil),            // 45: engram.v1.CollectionInfo
 }
 var file_engram_v1_memory_service_proto_depIdxs = []int32{
-	33, // 0: engram.v1.AddMemoryRequest.type:type_name -> engram.v1.MemoryType
-	34, // 1: engram.v1.AddMemoryRequest.source:type_name -> engram.v1.Source
-	35, // 2: engram.v1.AddMemoryRequest.source_type:type_name -> engram.v1.SourceType
-	30, // 3: engram.v1.AddMemoryRequest.metadata:type_name -> engram.v1.AddMemoryRequest.MetadataEntry
-	36, // 4: engram.v1.AddMemoryRequest.created_at:type_name -> google.protobuf.Timestamp
-	36, // 5: engram.v1.AddMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
-	37, // 6: engram.v1.AddMemoryResponse.memory:type_name -> engram.v1.Memory
+	36, // 0: engram.v1.AddMemoryRequest.type:type_name -> engram.v1.MemoryType
+	37, // 1: engram.v1.AddMemoryRequest.source:type_name -> engram.v1.Source
+	38, // 2: engram.v1.AddMemoryRequest.source_type:type_name -> engram.v1.SourceType
+	33, // 3: engram.v1.AddMemoryRequest.metadata:type_name -> engram.v1.AddMemoryRequest.MetadataEntry
+	39, // 4: engram.v1.AddMemoryRequest.created_at:type_name -> google.protobuf.Timestamp
+	39, // 5: engram.v1.AddMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
+	40, // 6: engram.v1.AddMemoryResponse.memory:type_name -> engram.v1.Memory
 	0,  // 7: engram.v1.AddMemoryResponse.outcome:type_name -> engram.v1.AddOutcome
-	38, // 8: engram.v1.AddMemoryResponse.near_duplicates:type_name -> engram.v1.SimilarMemory
+	41, // 8: engram.v1.AddMemoryResponse.near_duplicates:type_name -> engram.v1.SimilarMemory
 	6,  // 9: engram.v1.AddMemoriesRequest.memories:type_name -> engram.v1.NewMemory
-	33, // 10: engram.v1.NewMemory.type:type_name -> engram.v1.MemoryType
-	34, // 11: engram.v1.NewMemory.source:type_name -> engram.v1.Source
-	35, // 12: engram.v1.NewMemory.source_type:type_name -> engram.v1.SourceType
-	31, // 13: engram.v1.NewMemory.metadata:type_name -> engram.v1.NewMemory.MetadataEntry
-	36, // 14: engram.v1.NewMemory.created_at:type_name -> google.protobuf.Timestamp
-	36, // 15: engram.v1.NewMemory.valid_until:type_name -> google.protobuf.Timestamp
-	37, // 16: engram.v1.AddMemoryResult.memory:type_name -> engram.v1.Memory
+	36, // 10: engram.v1.NewMemory.type:type_name -> engram.v1.MemoryType
+	37, // 11: engram.v1.NewMemory.source:type_name -> engram.v1.Source
+	38, // 12: engram.v1.NewMemory.source_type:type_name -> engram.v1.SourceType
+	34, // 13: engram.v1.NewMemory.metadata:type_name -> engram.v1.NewMemory.MetadataEntry
+	39, // 14: engram.v1.NewMemory.created_at:type_name -> google.protobuf.Timestamp
+	39, // 15: engram.v1.NewMemory.valid_until:type_name -> google.protobuf.Timestamp
+	40, // 16: engram.v1.AddMemoryResult.memory:type_name -> engram.v1.Memory
 	0,  // 17: engram.v1.AddMemoryResult.outcome:type_name -> engram.v1.AddOutcome
-	38, // 18: engram.v1.AddMemoryResult.near_duplicates:type_name -> engram.v1.SimilarMemory
+	41, // 18: engram.v1.AddMemoryResult.near_duplicates:type_name -> engram.v1.SimilarMemory
 	7,  // 19: engram.v1.AddMemoriesResponse.results:type_name -> engram.v1.AddMemoryResult
-	39, // 20: engram.v1.SearchMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
-	40, // 21: engram.v1.SearchMemoriesRequest.weights:type_name -> engram.v1.RankingWeights
-	37, // 22: engram.v1.SearchResult.memory:type_name -> engram.v1.Memory
-	41, // 23: engram.v1.SearchResult.score:type_name -> engram.v1.ScoreBreakdown
+	42, // 20: engram.v1.SearchMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
+	43, // 21: engram.v1.SearchMemoriesRequest.weights:type_name -> engram.v1.RankingWeights
+	40, // 22: engram.v1.SearchResult.memory:type_name -> engram.v1.Memory
+	44, // 23: engram.v1.SearchResult.score:type_name -> engram.v1.ScoreBreakdown
 	10, // 24: engram.v1.SearchMemoriesResponse.results:type_name -> engram.v1.SearchResult
-	32, // 25: engram.v1.StringMap.entries:type_name -> engram.v1.StringMap.EntriesEntry
+	35, // 25: engram.v1.StringMap.entries:type_name -> engram.v1.StringMap.EntriesEntry
 	12, // 26: engram.v1.UpdateMemoryRequest.locate:type_name -> engram.v1.SemanticLocator
-	33, // 27: engram.v1.UpdateMemoryRequest.type:type_name -> engram.v1.MemoryType
+	36, // 27: engram.v1.UpdateMemoryRequest.type:type_name -> engram.v1.MemoryType
 	13, // 28: engram.v1.UpdateMemoryRequest.tags:type_name -> engram.v1.StringList
 	14, // 29: engram.v1.UpdateMemoryRequest.metadata:type_name -> engram.v1.StringMap
-	36, // 30: engram.v1.UpdateMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
-	37, // 31: engram.v1.UpdateMemoryResponse.memory:type_name -> engram.v1.Memory
-	37, // 32: engram.v1.UpdateMemoryResponse.previous:type_name -> engram.v1.Memory
+	39, // 30: engram.v1.UpdateMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
+	40, // 31: engram.v1.UpdateMemoryResponse.memory:type_name -> engram.v1.Memory
+	40, // 32: engram.v1.UpdateMemoryResponse.previous:type_name -> engram.v1.Memory
 	17, // 33: engram.v1.DeleteMemoryRequest.query:type_name -> engram.v1.DeleteQuery
-	37, // 34: engram.v1.DeleteMemoryResponse.deleted:type_name -> engram.v1.Memory
-	37, // 35: engram.v1.GetMemoryResponse.memory:type_name -> engram.v1.Memory
-	37, // 36: engram.v1.GetMemoryResponse.history:type_name -> engram.v1.Memory
-	39, // 37: engram.v1.ListMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
-	37, // 38: engram.v1.ListMemoriesResponse.memories:type_name -> engram.v1.Memory
-	42, // 39: engram.v1.ListCollectionsResponse.collections:type_name -> engram.v1.CollectionInfo
-	36, // 40: engram.v1.DeleteCollectionResponse.deleted_at:type_name -> google.protobuf.Timestamp
+	40, // 34: engram.v1.DeleteMemoryResponse.deleted:type_name -> engram.v1.Memory
+	40, // 35: engram.v1.GetMemoryResponse.memory:type_name -> engram.v1.Memory
+	40, // 36: engram.v1.GetMemoryResponse.history:type_name -> engram.v1.Memory
+	42, // 37: engram.v1.ListMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
+	40, // 38: engram.v1.ListMemoriesResponse.memories:type_name -> engram.v1.Memory
+	45, // 39: engram.v1.ListCollectionsResponse.collections:type_name -> engram.v1.CollectionInfo
+	39, // 40: engram.v1.DeleteCollectionResponse.deleted_at:type_name -> google.protobuf.Timestamp
 	1,  // 41: engram.v1.RunReflectionResponse.outcome:type_name -> engram.v1.ReflectionOutcome
 	2,  // 42: engram.v1.RunReflectionResponse.throttled_by:type_name -> engram.v1.ReflectionGate
-	36, // 43: engram.v1.RunReflectionResponse.next_run_after:type_name -> google.protobuf.Timestamp
-	37, // 44: engram.v1.RunReflectionResponse.sources:type_name -> engram.v1.Memory
-	37, // 45: engram.v1.RunReflectionResponse.insights:type_name -> engram.v1.Memory
-	37, // 46: engram.v1.RunReflectionResponse.drafts:type_name -> engram.v1.Memory
-	38, // 47: engram.v1.RunReflectionResponse.duplicates:type_name -> engram.v1.SimilarMemory
-	3,  // 48: engram.v1.MemoryService.AddMemory:input_type -> engram.v1.AddMemoryRequest
-	5,  // 49: engram.v1.MemoryService.AddMemories:input_type -> engram.v1.AddMemoriesRequest
-	9,  // 50: engram.v1.MemoryService.SearchMemories:input_type -> engram.v1.SearchMemoriesRequest
-	15, // 51: engram.v1.MemoryService.UpdateMemory:input_type -> engram.v1.UpdateMemoryRequest
-	18, // 52: engram.v1.MemoryService.DeleteMemory:input_type -> engram.v1.DeleteMemoryRequest
-	20, // 53: engram.v1.MemoryService.GetMemory:input_type -> engram.v1.GetMemoryRequest
-	22, // 54: engram.v1.MemoryService.ListMemories:input_type -> engram.v1.ListMemoriesRequest
-	24, // 55: engram.v1.MemoryService.ListCollections:input_type -> engram.v1.ListCollectionsRequest
-	26, // 56: engram.v1.MemoryService.DeleteCollection:input_type -> engram.v1.DeleteCollectionRequest
-	28, // 57: engram.v1.MemoryService.RunReflection:input_type -> engram.v1.RunReflectionRequest
-	4,  // 58: engram.v1.MemoryService.AddMemory:output_type -> engram.v1.AddMemoryResponse
-	8,  // 59: engram.v1.MemoryService.AddMemories:output_type -> engram.v1.AddMemoriesResponse
-	11, // 60: engram.v1.MemoryService.SearchMemories:output_type -> engram.v1.SearchMemoriesResponse
-	16, // 61: engram.v1.MemoryService.UpdateMemory:output_type -> engram.v1.UpdateMemoryResponse
-	19, // 62: engram.v1.MemoryService.DeleteMemory:output_type -> engram.v1.DeleteMemoryResponse
-	21, // 63: engram.v1.MemoryService.GetMemory:output_type -> engram.v1.GetMemoryResponse
-	23, // 64: engram.v1.MemoryService.ListMemories:output_type -> engram.v1.ListMemoriesResponse
-	25, // 65: engram.v1.MemoryService.ListCollections:output_type -> engram.v1.ListCollectionsResponse
-	27, // 66: engram.v1.MemoryService.DeleteCollection:output_type -> engram.v1.DeleteCollectionResponse
-	29, // 67: engram.v1.MemoryService.RunReflection:output_type -> engram.v1.RunReflectionResponse
-	58, // [58:68] is the sub-list for method output_type
-	48, // [48:58] is the sub-list for method input_type
-	48, // [48:48] is the sub-list for extension type_name
-	48, // [48:48] is the sub-list for extension extendee
-	0,  // [0:48] is the sub-list for field type_name
+	39, // 43: engram.v1.RunReflectionResponse.next_run_after:type_name -> google.protobuf.Timestamp
+	40, // 44: engram.v1.RunReflectionResponse.sources:type_name -> engram.v1.Memory
+	40, // 45: engram.v1.RunReflectionResponse.insights:type_name -> engram.v1.Memory
+	40, // 46: engram.v1.RunReflectionResponse.drafts:type_name -> engram.v1.Memory
+	41, // 47: engram.v1.RunReflectionResponse.duplicates:type_name -> engram.v1.SimilarMemory
+	39, // 48: engram.v1.GateDecision.decided_at:type_name -> google.protobuf.Timestamp
+	0,  // 49: engram.v1.GateDecision.outcome:type_name -> engram.v1.AddOutcome
+	41, // 50: engram.v1.GateDecision.near_duplicates:type_name -> engram.v1.SimilarMemory
+	31, // 51: engram.v1.ListGateDecisionsResponse.decisions:type_name -> engram.v1.GateDecision
+	3,  // 52: engram.v1.MemoryService.AddMemory:input_type -> engram.v1.AddMemoryRequest
+	5,  // 53: engram.v1.MemoryService.AddMemories:input_type -> engram.v1.AddMemoriesRequest
+	9,  // 54: engram.v1.MemoryService.SearchMemories:input_type -> engram.v1.SearchMemoriesRequest
+	15, // 55: engram.v1.MemoryService.UpdateMemory:input_type -> engram.v1.UpdateMemoryRequest
+	18, // 56: engram.v1.MemoryService.DeleteMemory:input_type -> engram.v1.DeleteMemoryRequest
+	20, // 57: engram.v1.MemoryService.GetMemory:input_type -> engram.v1.GetMemoryRequest
+	22, // 58: engram.v1.MemoryService.ListMemories:input_type -> engram.v1.ListMemoriesRequest
+	24, // 59: engram.v1.MemoryService.ListCollections:input_type -> engram.v1.ListCollectionsRequest
+	26, // 60: engram.v1.MemoryService.DeleteCollection:input_type -> engram.v1.DeleteCollectionRequest
+	28, // 61: engram.v1.MemoryService.RunReflection:input_type -> engram.v1.RunReflectionRequest
+	30, // 62: engram.v1.MemoryService.ListGateDecisions:input_type -> engram.v1.ListGateDecisionsRequest
+	4,  // 63: engram.v1.MemoryService.AddMemory:output_type -> engram.v1.AddMemoryResponse
+	8,  // 64: engram.v1.MemoryService.AddMemories:output_type -> engram.v1.AddMemoriesResponse
+	11, // 65: engram.v1.MemoryService.SearchMemories:output_type -> engram.v1.SearchMemoriesResponse
+	16, // 66: engram.v1.MemoryService.UpdateMemory:output_type -> engram.v1.UpdateMemoryResponse
+	19, // 67: engram.v1.MemoryService.DeleteMemory:output_type -> engram.v1.DeleteMemoryResponse
+	21, // 68: engram.v1.MemoryService.GetMemory:output_type -> engram.v1.GetMemoryResponse
+	23, // 69: engram.v1.MemoryService.ListMemories:output_type -> engram.v1.ListMemoriesResponse
+	25, // 70: engram.v1.MemoryService.ListCollections:output_type -> engram.v1.ListCollectionsResponse
+	27, // 71: engram.v1.MemoryService.DeleteCollection:output_type -> engram.v1.DeleteCollectionResponse
+	29, // 72: engram.v1.MemoryService.RunReflection:output_type -> engram.v1.RunReflectionResponse
+	32, // 73: engram.v1.MemoryService.ListGateDecisions:output_type -> engram.v1.ListGateDecisionsResponse
+	63, // [63:74] is the sub-list for method output_type
+	52, // [52:63] is the sub-list for method input_type
+	52, // [52:52] is the sub-list for extension type_name
+	52, // [52:52] is the sub-list for extension extendee
+	0,  // [0:52] is the sub-list for field type_name
 }
 
 func init() { file_engram_v1_memory_service_proto_init() }
@@ -2757,7 +2995,7 @@ func file_engram_v1_memory_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_engram_v1_memory_service_proto_rawDesc), len(file_engram_v1_memory_service_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   30,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,16 +19,17 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	MemoryService_AddMemory_FullMethodName        = "/engram.v1.MemoryService/AddMemory"
-	MemoryService_AddMemories_FullMethodName      = "/engram.v1.MemoryService/AddMemories"
-	MemoryService_SearchMemories_FullMethodName   = "/engram.v1.MemoryService/SearchMemories"
-	MemoryService_UpdateMemory_FullMethodName     = "/engram.v1.MemoryService/UpdateMemory"
-	MemoryService_DeleteMemory_FullMethodName     = "/engram.v1.MemoryService/DeleteMemory"
-	MemoryService_GetMemory_FullMethodName        = "/engram.v1.MemoryService/GetMemory"
-	MemoryService_ListMemories_FullMethodName     = "/engram.v1.MemoryService/ListMemories"
-	MemoryService_ListCollections_FullMethodName  = "/engram.v1.MemoryService/ListCollections"
-	MemoryService_DeleteCollection_FullMethodName = "/engram.v1.MemoryService/DeleteCollection"
-	MemoryService_RunReflection_FullMethodName    = "/engram.v1.MemoryService/RunReflection"
+	MemoryService_AddMemory_FullMethodName         = "/engram.v1.MemoryService/AddMemory"
+	MemoryService_AddMemories_FullMethodName       = "/engram.v1.MemoryService/AddMemories"
+	MemoryService_SearchMemories_FullMethodName    = "/engram.v1.MemoryService/SearchMemories"
+	MemoryService_UpdateMemory_FullMethodName      = "/engram.v1.MemoryService/UpdateMemory"
+	MemoryService_DeleteMemory_FullMethodName      = "/engram.v1.MemoryService/DeleteMemory"
+	MemoryService_GetMemory_FullMethodName         = "/engram.v1.MemoryService/GetMemory"
+	MemoryService_ListMemories_FullMethodName      = "/engram.v1.MemoryService/ListMemories"
+	MemoryService_ListCollections_FullMethodName   = "/engram.v1.MemoryService/ListCollections"
+	MemoryService_DeleteCollection_FullMethodName  = "/engram.v1.MemoryService/DeleteCollection"
+	MemoryService_RunReflection_FullMethodName     = "/engram.v1.MemoryService/RunReflection"
+	MemoryService_ListGateDecisions_FullMethodName = "/engram.v1.MemoryService/ListGateDecisions"
 )
 
 // MemoryServiceClient is the client API for MemoryService service.
@@ -73,6 +74,12 @@ type MemoryServiceClient interface {
 	// insights, stored in the collection's reflection collection ("<collection>_reflection").
 	// Throttled: minimum interval, daily cap, minimum summed importance (in that order).
 	RunReflection(ctx context.Context, in *RunReflectionRequest, opts ...grpc.CallOption) (*RunReflectionResponse, error)
+	// ListGateDecisions returns the write gate's most recent decisions in a collection, newest
+	// first: what AddMemory and AddMemories were asked to store and what the gate did (created,
+	// created beside near-duplicates, or refused as a duplicate of an existing memory). The
+	// serving process keeps the last 256 per collection in memory: a restart, or another
+	// replica, starts empty. Decisions about deleted memories are forgotten with them.
+	ListGateDecisions(ctx context.Context, in *ListGateDecisionsRequest, opts ...grpc.CallOption) (*ListGateDecisionsResponse, error)
 }
 
 type memoryServiceClient struct {
@@ -183,6 +190,16 @@ func (c *memoryServiceClient) RunReflection(ctx context.Context, in *RunReflecti
 	return out, nil
 }
 
+func (c *memoryServiceClient) ListGateDecisions(ctx context.Context, in *ListGateDecisionsRequest, opts ...grpc.CallOption) (*ListGateDecisionsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListGateDecisionsResponse)
+	err := c.cc.Invoke(ctx, MemoryService_ListGateDecisions_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MemoryServiceServer is the server API for MemoryService service.
 // All implementations must embed UnimplementedMemoryServiceServer
 // for forward compatibility.
@@ -225,6 +242,12 @@ type MemoryServiceServer interface {
 	// insights, stored in the collection's reflection collection ("<collection>_reflection").
 	// Throttled: minimum interval, daily cap, minimum summed importance (in that order).
 	RunReflection(context.Context, *RunReflectionRequest) (*RunReflectionResponse, error)
+	// ListGateDecisions returns the write gate's most recent decisions in a collection, newest
+	// first: what AddMemory and AddMemories were asked to store and what the gate did (created,
+	// created beside near-duplicates, or refused as a duplicate of an existing memory). The
+	// serving process keeps the last 256 per collection in memory: a restart, or another
+	// replica, starts empty. Decisions about deleted memories are forgotten with them.
+	ListGateDecisions(context.Context, *ListGateDecisionsRequest) (*ListGateDecisionsResponse, error)
 	mustEmbedUnimplementedMemoryServiceServer()
 }
 
@@ -264,6 +287,9 @@ func (UnimplementedMemoryServiceServer) DeleteCollection(context.Context, *Delet
 }
 func (UnimplementedMemoryServiceServer) RunReflection(context.Context, *RunReflectionRequest) (*RunReflectionResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RunReflection not implemented")
+}
+func (UnimplementedMemoryServiceServer) ListGateDecisions(context.Context, *ListGateDecisionsRequest) (*ListGateDecisionsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListGateDecisions not implemented")
 }
 func (UnimplementedMemoryServiceServer) mustEmbedUnimplementedMemoryServiceServer() {}
 func (UnimplementedMemoryServiceServer) testEmbeddedByValue()                       {}
@@ -466,6 +492,24 @@ func _MemoryService_RunReflection_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _MemoryService_ListGateDecisions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListGateDecisionsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MemoryServiceServer).ListGateDecisions(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: MemoryService_ListGateDecisions_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MemoryServiceServer).ListGateDecisions(ctx, req.(*ListGateDecisionsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // MemoryService_ServiceDesc is the grpc.ServiceDesc for MemoryService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -512,6 +556,10 @@ var MemoryService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RunReflection",
 			Handler:    _MemoryService_RunReflection_Handler,
+		},
+		{
+			MethodName: "ListGateDecisions",
+			Handler:    _MemoryService_ListGateDecisions_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -1307,3 +1307,107 @@ class RunReflectionResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RunReflectionResponse: _TypeAlias = RunReflectionResponse  # noqa: Y015
+
+@_typing.final
+class ListGateDecisionsRequest(_message.Message):
+    """ListGateDecisionsRequest asks for a collection's recent write-gate decisions."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COLLECTION_FIELD_NUMBER: _builtins.int
+    LIMIT_FIELD_NUMBER: _builtins.int
+    collection: _builtins.str
+    """Collection; empty means the server's default collection."""
+    limit: _builtins.int
+    """At most this many, newest first: 1–256; 0 means 50."""
+    def __init__(
+        self,
+        *,
+        collection: _builtins.str = ...,
+        limit: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["collection", b"collection", "limit", b"limit"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListGateDecisionsRequest: _TypeAlias = ListGateDecisionsRequest  # noqa: Y015
+
+@_typing.final
+class GateDecision(_message.Message):
+    """GateDecision is what the write gate did with one memory it was asked to store."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DECIDED_AT_FIELD_NUMBER: _builtins.int
+    OUTCOME_FIELD_NUMBER: _builtins.int
+    CONTENT_FIELD_NUMBER: _builtins.int
+    MEMORY_ID_FIELD_NUMBER: _builtins.int
+    DUPLICATE_SIMILARITY_FIELD_NUMBER: _builtins.int
+    NEAR_DUPLICATES_FIELD_NUMBER: _builtins.int
+    REPLAYED_FIELD_NUMBER: _builtins.int
+    outcome: Global___AddOutcome.ValueType
+    """CREATED (a new memory, possibly beside near-duplicates) or DUPLICATE (nothing written)."""
+    content: _builtins.str
+    """The content the caller asked to store."""
+    memory_id: _builtins.str
+    """CREATED: the new memory's id. DUPLICATE: the id of the existing memory it duplicates."""
+    duplicate_similarity: _builtins.float
+    """DUPLICATE: calibrated similarity to the existing memory."""
+    replayed: _builtins.bool
+    """True when the call was an idempotent replay (same request_id): no new decision was made."""
+    @_builtins.property
+    def decided_at(self) -> _timestamp_pb2.Timestamp:
+        """When the gate decided."""
+
+    @_builtins.property
+    def near_duplicates(self) -> _containers.RepeatedCompositeFieldContainer[_memory_pb2.SimilarMemory]:
+        """Memories in the near-duplicate zone at the time, most similar first."""
+
+    def __init__(
+        self,
+        *,
+        decided_at: _timestamp_pb2.Timestamp | None = ...,
+        outcome: Global___AddOutcome.ValueType = ...,
+        content: _builtins.str = ...,
+        memory_id: _builtins.str = ...,
+        duplicate_similarity: _builtins.float = ...,
+        near_duplicates: _abc.Iterable[_memory_pb2.SimilarMemory] | None = ...,
+        replayed: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["decided_at", b"decided_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "decided_at", b"decided_at", "duplicate_similarity", b"duplicate_similarity", "memory_id", b"memory_id", "near_duplicates", b"near_duplicates", "outcome", b"outcome", "replayed", b"replayed"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GateDecision: _TypeAlias = GateDecision  # noqa: Y015
+
+@_typing.final
+class ListGateDecisionsResponse(_message.Message):
+    """ListGateDecisionsResponse lists recent gate decisions, newest first."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DECISIONS_FIELD_NUMBER: _builtins.int
+    TRUNCATED_FIELD_NUMBER: _builtins.int
+    truncated: _builtins.bool
+    """True when older decisions were left out to keep the answer within the message limit."""
+    @_builtins.property
+    def decisions(self) -> _containers.RepeatedCompositeFieldContainer[Global___GateDecision]:
+        """The decisions."""
+
+    def __init__(
+        self,
+        *,
+        decisions: _abc.Iterable[Global___GateDecision] | None = ...,
+        truncated: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["decisions", b"decisions", "truncated", b"truncated"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListGateDecisionsResponse: _TypeAlias = ListGateDecisionsResponse  # noqa: Y015

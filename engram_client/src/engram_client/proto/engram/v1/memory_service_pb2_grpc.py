@@ -90,6 +90,11 @@ class MemoryServiceStub:
                 request_serializer=engram_dot_v1_dot_memory__service__pb2.RunReflectionRequest.SerializeToString,
                 response_deserializer=engram_dot_v1_dot_memory__service__pb2.RunReflectionResponse.FromString,
                 _registered_method=True)
+        self.ListGateDecisions = channel.unary_unary(
+                '/engram.v1.MemoryService/ListGateDecisions',
+                request_serializer=engram_dot_v1_dot_memory__service__pb2.ListGateDecisionsRequest.SerializeToString,
+                response_deserializer=engram_dot_v1_dot_memory__service__pb2.ListGateDecisionsResponse.FromString,
+                _registered_method=True)
 
 
 class MemoryServiceServicer:
@@ -182,6 +187,17 @@ class MemoryServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListGateDecisions(self, request, context):
+        """ListGateDecisions returns the write gate's most recent decisions in a collection, newest
+        first: what AddMemory and AddMemories were asked to store and what the gate did (created,
+        created beside near-duplicates, or refused as a duplicate of an existing memory). The
+        serving process keeps the last 256 per collection in memory: a restart, or another
+        replica, starts empty. Decisions about deleted memories are forgotten with them.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MemoryServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -234,6 +250,11 @@ def add_MemoryServiceServicer_to_server(servicer, server):
                     servicer.RunReflection,
                     request_deserializer=engram_dot_v1_dot_memory__service__pb2.RunReflectionRequest.FromString,
                     response_serializer=engram_dot_v1_dot_memory__service__pb2.RunReflectionResponse.SerializeToString,
+            ),
+            'ListGateDecisions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListGateDecisions,
+                    request_deserializer=engram_dot_v1_dot_memory__service__pb2.ListGateDecisionsRequest.FromString,
+                    response_serializer=engram_dot_v1_dot_memory__service__pb2.ListGateDecisionsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -512,6 +533,33 @@ class MemoryService:
             '/engram.v1.MemoryService/RunReflection',
             engram_dot_v1_dot_memory__service__pb2.RunReflectionRequest.SerializeToString,
             engram_dot_v1_dot_memory__service__pb2.RunReflectionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListGateDecisions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.v1.MemoryService/ListGateDecisions',
+            engram_dot_v1_dot_memory__service__pb2.ListGateDecisionsRequest.SerializeToString,
+            engram_dot_v1_dot_memory__service__pb2.ListGateDecisionsResponse.FromString,
             options,
             channel_credentials,
             insecure,

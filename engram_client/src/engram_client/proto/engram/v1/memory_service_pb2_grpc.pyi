@@ -76,6 +76,13 @@ class MemoryServiceStub:
     insights, stored in the collection's reflection collection ("<collection>_reflection").
     Throttled: minimum interval, daily cap, minimum summed importance (in that order).
     """
+    ListGateDecisions: _grpc.UnaryUnaryMultiCallable[_memory_service_pb2.ListGateDecisionsRequest, _memory_service_pb2.ListGateDecisionsResponse]
+    """ListGateDecisions returns the write gate's most recent decisions in a collection, newest
+    first: what AddMemory and AddMemories were asked to store and what the gate did (created,
+    created beside near-duplicates, or refused as a duplicate of an existing memory). The
+    serving process keeps the last 256 per collection in memory: a restart, or another
+    replica, starts empty. Decisions about deleted memories are forgotten with them.
+    """
 
 @_typing.type_check_only
 class MemoryServiceAsyncStub(MemoryServiceStub):
@@ -124,6 +131,13 @@ class MemoryServiceAsyncStub(MemoryServiceStub):
     """RunReflection asks an LLM to turn a collection's unreflected memories into up to three
     insights, stored in the collection's reflection collection ("<collection>_reflection").
     Throttled: minimum interval, daily cap, minimum summed importance (in that order).
+    """
+    ListGateDecisions: _aio.UnaryUnaryMultiCallable[_memory_service_pb2.ListGateDecisionsRequest, _memory_service_pb2.ListGateDecisionsResponse]  # type: ignore[assignment]
+    """ListGateDecisions returns the write gate's most recent decisions in a collection, newest
+    first: what AddMemory and AddMemories were asked to store and what the gate did (created,
+    created beside near-duplicates, or refused as a duplicate of an existing memory). The
+    serving process keeps the last 256 per collection in memory: a restart, or another
+    replica, starts empty. Decisions about deleted memories are forgotten with them.
     """
 
 class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -230,6 +244,19 @@ class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
         """RunReflection asks an LLM to turn a collection's unreflected memories into up to three
         insights, stored in the collection's reflection collection ("<collection>_reflection").
         Throttled: minimum interval, daily cap, minimum summed importance (in that order).
+        """
+
+    @_abc_1.abstractmethod
+    def ListGateDecisions(
+        self,
+        request: _memory_service_pb2.ListGateDecisionsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_memory_service_pb2.ListGateDecisionsResponse, _abc.Awaitable[_memory_service_pb2.ListGateDecisionsResponse]]:
+        """ListGateDecisions returns the write gate's most recent decisions in a collection, newest
+        first: what AddMemory and AddMemories were asked to store and what the gate did (created,
+        created beside near-duplicates, or refused as a duplicate of an existing memory). The
+        serving process keeps the last 256 per collection in memory: a restart, or another
+        replica, starts empty. Decisions about deleted memories are forgotten with them.
         """
 
 def add_MemoryServiceServicer_to_server(servicer: MemoryServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

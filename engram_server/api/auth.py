@@ -37,6 +37,7 @@ import grpc
 from engram_client.proto.engram.v1 import memory_service_pb2 as s
 from engram_server.api.errors import to_status
 from engram_server.api.guard import LogThrottle, Malformed
+from engram_server.api.wrapping import WrappingInterceptor
 from engram_server.config import ConfigError, Settings
 from engram_server.domain.auth import (
     Authenticator,
@@ -155,7 +156,7 @@ def peer_host(peer: str) -> str:
     return peer
 
 
-class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+class AuthInterceptor(WrappingInterceptor):
     def __init__(
         self,
         authenticator: Authenticator,
@@ -166,6 +167,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         max_in_flight: int = 0,
         slow_hash_threads: int = 2,
     ) -> None:
+        super().__init__()
         self.authenticator = authenticator
         self.limiter = limiter
         self.default_collection = default_collection
@@ -179,22 +181,6 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         self._slow_threads = slow_hash_threads
         self._slow_slots: asyncio.Semaphore | None = None
         self._pending: dict[bytes, asyncio.Future[Principal | None]] = {}
-        self._cache: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
-
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        handler = await continuation(handler_call_details)
-        method: str = handler_call_details.method
-        cached = self._cache.get(method)
-        if cached is not None and cached[0] is handler:
-            return cached[1]
-        wrapped = self._wrap(method, handler)
-        if handler is not None:
-            self._cache[method] = (handler, wrapped)
-        return wrapped
 
     def _wrap(self, full_method: str, handler: grpc.RpcMethodHandler | None) -> grpc.RpcMethodHandler:
         if handler is None:

@@ -30,6 +30,7 @@ from typing import Any
 import grpc
 
 from engram_server.api.errors import to_status
+from engram_server.api.wrapping import WrappingInterceptor
 from engram_server.domain.errors import InvalidArgument, QuotaViolation, RateLimited
 
 log = logging.getLogger(__name__)
@@ -145,29 +146,13 @@ class ResponseBudget:
             release_free_memory()
 
 
-class GuardInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+class GuardInterceptor(WrappingInterceptor):
     def __init__(self, *, max_pending_response_bytes: int = 0, retry_after: float = 1.0) -> None:
+        super().__init__()
         self.budget = ResponseBudget(max_pending_response_bytes)
         self.retry_after = retry_after
         self.throttle = LogThrottle()
         self.malformed = 0
-        self._cache: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
-
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        handler = await continuation(handler_call_details)
-        if handler is None:
-            return handler
-        method: str = handler_call_details.method
-        cached = self._cache.get(method)
-        if cached is not None and cached[0] is handler:
-            return cached[1]
-        wrapped = self._wrap(method, handler)
-        self._cache[method] = (handler, wrapped)
-        return wrapped
 
     def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         deserializer = safe_deserializer(handler.request_deserializer)

@@ -27,6 +27,7 @@ from opentelemetry.propagators.textmap import Getter
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from engram_server import telemetry
+from engram_server.api.wrapping import WrappingInterceptor
 
 GRPC_DETAILS_KEY = "grpc-status-details-bin"
 
@@ -77,7 +78,7 @@ def error_reason(trailing_metadata: Iterable[tuple[str, str | bytes]] | None) ->
     return ""
 
 
-class TelemetryInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+class TelemetryInterceptor(WrappingInterceptor):
     """A ``grpc.aio`` server interceptor tracing and timing unary-unary calls."""
 
     def __init__(
@@ -87,24 +88,10 @@ class TelemetryInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         record_content: bool = False,
         tracer: trace.Tracer | None = None,
     ) -> None:
+        super().__init__()
         self._excluded = frozenset(excluded_services)
         self._record_content = record_content
         self._tracer = tracer or telemetry.tracer
-        self._cache: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
-
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        handler = await continuation(handler_call_details)
-        method: str = handler_call_details.method
-        cached = self._cache.get(method)
-        if cached is not None and cached[0] is handler:
-            return cached[1]
-        wrapped = self._wrap(method, handler)
-        self._cache[method] = (handler, wrapped)
-        return wrapped
 
     def _wrap(self, full_method: str, handler: grpc.RpcMethodHandler | None) -> grpc.RpcMethodHandler:
         if handler is None or handler.unary_unary is None:

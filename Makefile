@@ -10,7 +10,7 @@ TOOLS := .tools
 BUF := $(TOOLS)/node_modules/.bin/buf
 BUF_VERSION := 1.75.0
 
-.PHONY: help install run test chaos lint fmt proto proto-check buf-lint buf-breaking polyglot-check go-stubs docs docs-check bench bench-latency bench-http bench-ingest bench-million load eval bench-locomo clean
+.PHONY: help install run test browser chaos lint fmt proto proto-check buf-lint buf-breaking polyglot-check go-stubs docs docs-check bench bench-latency bench-http bench-ingest bench-million load eval bench-locomo clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -29,7 +29,18 @@ install: $(VENV)/.installed ## Create .venv and install everything
 run: install ## Start the server on its embedded defaults (Qdrant edge + local model, ./data)
 	$(PY) -m engram_server serve
 
-test: install lint ## Lint, type-check, then run the whole test suite
+browser: ## Debian's chromium + chromedriver for the console's browser test (installed when missing and root)
+	@if ! command -v chromedriver >/dev/null 2>&1; then \
+	  if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+	    apt-get install -y -qq chromium chromium-driver >/dev/null || \
+	      { apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null; } || \
+	      echo "could not install chromium: the console browser test will be skipped" >&2; \
+	  else \
+	    echo "chromium/chromedriver missing and not installable here (needs apt-get as root): the console browser test will be skipped" >&2; \
+	  fi; \
+	fi
+
+test: install lint browser ## Lint, type-check, then run the whole test suite
 	$(PY) -m pytest -q
 
 chaos: install ## The chaos suite alone: hostile clients, full disks, oversized answers, over loopback

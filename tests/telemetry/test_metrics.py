@@ -3,6 +3,7 @@ every assertion compares before and after)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,12 @@ async def test_rpc_duration_by_method_and_status(otel: Otel, stub: Stub) -> None
     for _ in range(2):
         with pytest.raises(grpc.aio.AioRpcError):
             await stub.GetMemory(s.GetMemoryRequest(id="00000000-0000-4000-8000-000000000000"))
+    # A refused call's duration is recorded after its status went out (abort sends it at once):
+    # give the server a moment to record the last one before reading the counts.
+    for _ in range(100):
+        if total(otel, "rpc.server.call.duration", **key, **{"rpc.grpc.status_code": 5}) >= nf_before + 2:
+            break
+        await asyncio.sleep(0.05)
     assert total(otel, "rpc.server.call.duration", **key, **{"rpc.grpc.status_code": 0}) == ok_before + 1
     assert total(otel, "rpc.server.call.duration", **key, **{"rpc.grpc.status_code": 5}) == nf_before + 2
     (attrs, point), *_ = [

@@ -77,7 +77,10 @@ def build_store(settings: Settings) -> Store:
             quantization=settings.qdrant_quantization,
             timeout=settings.qdrant_timeout,
             https=settings.qdrant_https,
+            grpc_port=settings.qdrant_grpc_port,
             neighbour_ef=settings.gate_hnsw_ef,
+            write_lease=settings.qdrant_write_lease,
+            lease_seconds=settings.qdrant_lease_seconds,
         )
     from engram_server.adapters.storage.edge import EdgeStore  # noqa: PLC0415
 

@@ -43,6 +43,9 @@ class Settings:
     qdrant_on_disk: bool = False
     qdrant_quantization: str = "none"
     qdrant_timeout: float = 10.0
+    qdrant_grpc_port: int = 6334
+    qdrant_write_lease: bool = True
+    qdrant_lease_seconds: float = 30.0
     hnsw_threshold: int = 20_000
     hnsw_background: bool = False
     edge_segments: int = 0
@@ -187,6 +190,23 @@ SETTINGS_DOC: list[tuple[str, str, str]] = [
         "searches rescore with the original vectors). See docs/operations/capacity.md.",
     ),
     ("qdrant_timeout", "ENGRAM_QDRANT_TIMEOUT", "Seconds before a Qdrant call counts as unavailable."),
+    (
+        "qdrant_grpc_port",
+        "ENGRAM_QDRANT_GRPC_PORT",
+        "Qdrant server: its gRPC port (Engram talks gRPC to the host of ENGRAM_QDRANT_URL).",
+    ),
+    (
+        "qdrant_write_lease",
+        "ENGRAM_QDRANT_WRITE_LEASE",
+        "Qdrant server: the write gate also takes a per-collection lease kept in Qdrant, so several "
+        "Engram replicas on one Qdrant never admit the same memory twice (`false`: one replica "
+        "writes each collection, e.g. a single replica). See docs/operations/deploy.md.",
+    ),
+    (
+        "qdrant_lease_seconds",
+        "ENGRAM_QDRANT_LEASE_SECONDS",
+        "Qdrant server: how long a write lease lasts when its holder dies without releasing it.",
+    ),
     (
         "hnsw_threshold",
         "ENGRAM_HNSW_THRESHOLD",
@@ -610,6 +630,8 @@ def _check(s: Settings) -> None:
     problems: list[str] = []
     if not 0 <= s.port <= 65535:
         problems.append("ENGRAM_PORT must be 0–65535")
+    if not 1 <= s.qdrant_grpc_port <= 65535:
+        problems.append("ENGRAM_QDRANT_GRPC_PORT must be 1–65535")
     if s.log_format not in {"text", "json"}:
         problems.append("ENGRAM_LOG_FORMAT must be text or json")
     for var, value, allowed in (
@@ -706,6 +728,7 @@ def _check(s: Settings) -> None:
         ("ENGRAM_KEEPALIVE_SECONDS", s.keepalive_seconds),
         ("ENGRAM_KEEPALIVE_TIMEOUT_SECONDS", s.keepalive_timeout_seconds),
         ("ENGRAM_HANDSHAKE_TIMEOUT_SECONDS", s.handshake_timeout_seconds),
+        ("ENGRAM_QDRANT_LEASE_SECONDS", s.qdrant_lease_seconds),
     ):
         if not amount > 0:
             problems.append(f"{bound} must be > 0")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -183,6 +184,13 @@ class Store(Protocol):
         """Overwrite some payload fields of existing points, ``{id: {field: value}}``, without
         touching their vectors. Field names are those of :class:`MemoryRecord`
         (e.g. ``access_count``, ``last_accessed_at``, ``reflected_at``, ``source_type``)."""
+        ...
+
+    def write_lease(self, collection: str) -> AbstractAsyncContextManager[None]:
+        """Held while the write gate runs (duplicate check + write), on top of the service's
+        per-process lock: a store that other processes write too (a Qdrant server shared by
+        several Engram replicas) makes it exclusive across them; a store one process owns (the
+        embedded one) returns a no-op. Fails with StorageUnavailable when it cannot be had."""
         ...
 
     async def add_access(

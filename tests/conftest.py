@@ -3,7 +3,7 @@ model) and a real gRPC channel to it."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import grpc
@@ -13,6 +13,7 @@ from engram_client.proto.engram.v1 import memory_service_pb2_grpc
 from engram_server.app import EngramServer
 from engram_server.domain.clock import ManualClock
 from engram_server.testing import running_server
+from tests.support.qdrant import QdrantNode, qdrant_binary, running_node
 
 
 @pytest.fixture
@@ -38,3 +39,15 @@ async def engram_server(tmp_path: Path) -> AsyncIterator[str]:
 async def stub(server: EngramServer) -> AsyncIterator[memory_service_pb2_grpc.MemoryServiceStub]:
     async with grpc.aio.insecure_channel(server.address) as channel:
         yield memory_service_pb2_grpc.MemoryServiceStub(channel)
+
+
+@pytest.fixture(scope="session")
+def qdrant_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[QdrantNode]:
+    """One real Qdrant server node for the whole session, on free ports with its own storage
+    (skips, saying why, where there is no binary: see tests/support/qdrant.py). Tests share it:
+    each uses its own collection prefix."""
+    binary, why = qdrant_binary()
+    if binary is None:
+        pytest.skip(why)
+    with running_node(binary, tmp_path_factory.mktemp("qdrant-server")) as node:
+        yield node

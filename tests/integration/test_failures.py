@@ -4,6 +4,7 @@ restart), embedding provider down, ambiguous semantic locate."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -48,6 +49,9 @@ class SwitchableStore:
 
     async def close(self) -> None:
         await self.inner.close()
+
+    def write_lease(self, collection: str) -> contextlib.AbstractAsyncContextManager[None]:
+        return self.inner.write_lease(collection)
 
     async def create_collection(self, spec: CollectionSpec) -> None:
         self._check("create_collection")

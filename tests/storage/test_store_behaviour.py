@@ -32,7 +32,7 @@ from engram_server.ports import Store
 # ------------------------------------------------------------------ helpers
 
 DIM = 16
-PERSISTENT_BACKENDS = ("edge", "qdrant-path")
+PERSISTENT_BACKENDS = ("edge", "qdrant-path", "qdrant-server")
 
 
 def spec(name: str = "default", dimension: int = DIM) -> CollectionSpec:

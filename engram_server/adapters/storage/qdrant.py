@@ -13,15 +13,27 @@ store and every Engram server sees the same specs; local mode keeps collection m
 Writes use ``wait=True``: they return once the server has applied them (and written its WAL).
 Payload indexes are created with each collection on a server; local mode ignores (and warns
 about) payload indexes, so they are skipped there.
+
+With int8 quantization, searches preselect ``QUANTIZED_OVERSAMPLING`` times the candidates on the
+int8 codes and rescore them with the original vectors (the scores returned are exact cosines).
+
+``write_lease`` is the cross-replica half of the write gate: a per-collection lease kept as one
+point of the ``_engram_state`` collection and taken with conditional upserts (``update_filter`` on
+the lease's fencing token, through the shard's permanent leader), so two Engram replicas on one
+Qdrant never run the gate of one collection at the same time.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import fcntl
 import math
 import os
+import random
+import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import grpc  # grpcio ships no stubs; types-grpcio not installed
@@ -71,7 +83,11 @@ from engram_server.domain.model import (
     Vector,
 )
 
-__all__ = ["QdrantStore"]
+__all__ = ["QUANTIZED_OVERSAMPLING", "QdrantStore"]
+
+#: With int8 quantization: candidates preselected on the int8 codes per result wanted, rescored
+#: with the original vectors (as the embedded store does).
+QUANTIZED_OVERSAMPLING = 1.5
 
 T = TypeVar("T")
 
@@ -99,8 +115,11 @@ class QdrantStore:
         quantization: str = "none",
         timeout: float = 10.0,
         prefer_grpc: bool = True,
+        grpc_port: int = 6334,
         https: bool | None = None,
         neighbour_ef: int = 0,
+        write_lease: bool = True,
+        lease_seconds: float = 30.0,
     ) -> None:
         if neighbour_ef < 0:
             raise ValueError("neighbour_ef must be >= 0 (0 = the engine's default)")
@@ -116,13 +135,26 @@ class QdrantStore:
         self._quantization = quantization
         self._timeout = timeout
         self._prefer_grpc = prefer_grpc
+        self._grpc_port = grpc_port
         self._https = https
         self._local = location == ":memory:" or location.startswith("path:")
         #: HNSW beam width of ``search`` / ``search_batch`` (the gate's neighbour lookups); local
         #: mode searches exactly and warns about search params, so they are not sent there.
+        quantized = None
+        if quantization == "int8" and not self._local:
+            quantized = models.QuantizationSearchParams(rescore=True, oversampling=QUANTIZED_OVERSAMPLING)
+        #: Search params of ``candidates`` (the search's own query).
+        self._search_params = None if quantized is None else models.SearchParams(quantization=quantized)
         self._neighbour_params = (
-            models.SearchParams(hnsw_ef=neighbour_ef) if neighbour_ef > 0 and not self._local else None
+            models.SearchParams(hnsw_ef=neighbour_ef or None, quantization=quantized)
+            if (neighbour_ef > 0 or quantized is not None) and not self._local
+            else None
         )
+        if lease_seconds <= 0:
+            raise ValueError("lease_seconds must be > 0")
+        #: The cross-replica gate lease (a server only: local mode has one process per store).
+        self._lease = write_lease and not self._local
+        self._lease_seconds = lease_seconds
         self._client: AsyncQdrantClient | None = None
         self._specs: dict[str, CollectionSpec] = {}
 
@@ -145,6 +177,7 @@ class QdrantStore:
             url=self._location,
             api_key=self._api_key,
             prefer_grpc=self._prefer_grpc,
+            grpc_port=self._grpc_port,
             https=self._https,
             timeout=max(1, math.ceil(self._timeout)),
             # The version check is a blocking call at construction that only warns on failure;
@@ -465,6 +498,7 @@ class QdrantStore:
                 limit=limit,
                 with_payload=fields,
                 with_vector=[""] if with_vectors else False,
+                params=self._search_params,
             )
         ]
         lexical = bool(sparse) and spec.lexical is not None
@@ -604,6 +638,115 @@ class QdrantStore:
             "check state collection", lambda: self._c.collection_exists(self._state_collection)
         )
 
+    # ------------------------------------------------------------------ the gate's lease
+
+    @contextlib.asynccontextmanager
+    async def write_lease(self, collection: str) -> AsyncIterator[None]:
+        """Hold the collection's write lease (shared by every replica) for the body.
+
+        The lease is the point ``_lock_id(collection)`` of the state collection: ``holder`` (a
+        random id per acquisition), ``token`` (the fencing token, +1 per acquisition) and
+        ``expires`` (wall-clock seconds; a holder that died frees it then). It is taken with an
+        upsert conditioned on the token read just before (``update_filter``: exactly one of two
+        racing replicas matches) or, when missing, an insert-only upsert, then read back. Writes go
+        through the shard's permanent leader (``ordering=strong``), so every replica applies the
+        conditional updates in one order. Waiting is bounded by the lease period plus the store
+        timeout; past it the call fails with StorageUnavailable (retryable).
+        """
+        if not self._lease:
+            yield
+            return
+        holder, token = await self._acquire(collection)
+        try:
+            yield
+        finally:
+            await self._release(collection, holder, token)
+
+    async def _acquire(self, collection: str) -> tuple[str, int]:
+        if not await self._state_exists():
+            await self._create_state_collection()
+        holder = uuid.uuid4().hex
+        deadline = time.monotonic() + self._lease_seconds + self._timeout
+        delay = 0.002
+        while True:
+            token = await self._try_take(collection, holder)
+            if token is not None:
+                return holder, token
+            if time.monotonic() > deadline:
+                raise StorageUnavailable(
+                    f"the write lease of collection {collection!r} on {self._describe()} stayed taken "
+                    f"for {self._lease_seconds + self._timeout:.0f} s (another replica holds it)"
+                )
+            await asyncio.sleep(delay * (1 + random.random()))
+            delay = min(delay * 2, 0.1)
+
+    async def _read_lease(self, collection: str) -> dict[str, Any] | None:
+        state, pid = self._state_collection, _lock_id(collection)
+        found = await self._call("read lease", lambda: self._c.retrieve(state, [pid], with_payload=True))
+        return (found[0].payload or {}) if found else None
+
+    async def _try_take(self, collection: str, holder: str) -> int | None:
+        """One attempt: the new fencing token if ``holder`` now holds the lease, else None."""
+        current = await self._read_lease(collection)
+        now = time.time()
+        if current is not None and current.get("holder") and float(current.get("expires", 0)) > now:
+            return None  # held, not expired
+        token = 1 if current is None else int(current.get("token", 0)) + 1
+        point = models.PointStruct(
+            id=_lock_id(collection),
+            vector=[0.0],
+            payload={
+                "key": f"lease:{collection}",
+                "holder": holder,
+                "token": token,
+                "expires": now + self._lease_seconds,
+            },
+        )
+        # Missing: insert only (an insert that lost the race changes nothing). Present: only if
+        # its token is still the one read (a conditional update that lost changes nothing).
+        condition = None if current is None else _token_is(token - 1)
+        state = self._state_collection
+        await self._call(
+            "take lease",
+            lambda: self._c.upsert(
+                state,
+                [point],
+                wait=True,
+                ordering=models.WriteOrdering.STRONG,
+                update_filter=condition,
+                update_mode=models.UpdateMode.INSERT_ONLY if condition is None else None,
+            ),
+        )
+        after = await self._read_lease(collection) or {}
+        return token if after.get("holder") == holder and after.get("token") == token else None
+
+    async def _release(self, collection: str, holder: str, token: int) -> None:
+        state, pid = self._state_collection, _lock_id(collection)
+        point = models.PointStruct(
+            id=pid,
+            vector=[0.0],
+            payload={"key": f"lease:{collection}", "holder": "", "token": token, "expires": 0.0},
+        )
+        # Only if still ours: a lease that expired and was taken by another replica stays theirs.
+        mine = models.Filter(
+            must=[
+                models.FieldCondition(key="holder", match=models.MatchValue(value=holder)),
+                models.FieldCondition(key="token", match=models.MatchValue(value=token)),
+            ]
+        )
+        with contextlib.suppress(StorageUnavailable):  # it expires by itself
+            await self._call(
+                "release lease",
+                lambda: self._c.upsert(
+                    state,
+                    [point],
+                    wait=True,
+                    ordering=models.WriteOrdering.STRONG,
+                    update_filter=mine,
+                    update_mode=models.UpdateMode.UPDATE_ONLY,
+                ),
+            )
+
     async def set_fields(self, collection: str, updates: Mapping[str, Mapping[str, Any]]) -> None:
         encoded = encode_updates(updates)
         await self._spec(collection)
@@ -708,6 +851,14 @@ def _qdrant_filter(plan: FilterPlan) -> models.Filter | None:
     if not plan.must:
         return None
     return models.Filter(must=[_qdrant_condition(c) for c in plan.must])
+
+
+def _token_is(token: int) -> models.Filter:
+    return models.Filter(must=[models.FieldCondition(key="token", match=models.MatchValue(value=token))])
+
+
+def _lock_id(collection: str) -> str:
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"engram-lease:{collection}"))
 
 
 def _state_id(key: str) -> str:

@@ -179,7 +179,9 @@ class Writing(ServiceCore):
         pol = self.policy
         vectors = await self._embed([item.cmd.content for item in items])
         await self._ensure(collection)
-        async with self._lock(collection):
+        # The per-process lock first, then the store's lease (exclusive across replicas sharing a
+        # Qdrant server; a no-op on the embedded store): the gate sees every earlier write.
+        async with self._lock(collection), self._store.write_lease(collection):
             now = self._clock.now()
             # Two storage round trips for the whole batch (nothing is written until the end):
             # the earlier uses of its request_ids, then the gate's query for every other item.

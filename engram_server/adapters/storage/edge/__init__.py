@@ -50,6 +50,8 @@ candidates with their ranking columns and nearest lists, the gate's neighbours) 
 
 from __future__ import annotations
 
+import contextlib
+
 from engram_server.adapters.storage.edge.candidates import EdgeCandidates
 from engram_server.adapters.storage.edge.engine import (
     DENSE_SEARCH_PARAMS,
@@ -74,3 +76,7 @@ __all__ = [
 
 class EdgeStore(EdgePoints, EdgeCandidates, EdgeLifecycle):
     """:class:`engram_server.ports.Store` on qdrant-edge shards under ``data_dir``."""
+
+    def write_lease(self, collection: str) -> contextlib.AbstractAsyncContextManager[None]:
+        """A no-op: one process owns the data dir, so the service's per-process lock suffices."""
+        return contextlib.nullcontext()

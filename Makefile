@@ -10,7 +10,7 @@ TOOLS := .tools
 BUF := $(TOOLS)/node_modules/.bin/buf
 BUF_VERSION := 1.75.0
 
-.PHONY: help install run test browser chaos lint fmt proto proto-check buf-lint buf-breaking polyglot-check go-stubs docs docs-check bench bench-latency bench-http bench-ingest bench-million load eval bench-locomo clean
+.PHONY: help install run test test-cluster browser chaos lint fmt proto proto-check buf-lint buf-breaking polyglot-check go-stubs docs docs-check bench bench-latency bench-http bench-ingest bench-million load eval bench-locomo clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -45,6 +45,10 @@ test: install lint browser ## Lint, type-check, then run the whole test suite
 
 chaos: install ## The chaos suite alone: hostile clients, full disks, oversized answers, over loopback
 	$(PY) -m pytest -q tests/chaos
+
+test-cluster: install ## A real 3-node Qdrant cluster on loopback: placement, kill -9 of a node under writes (figures in results/cluster)
+	mkdir -p results/cluster
+	ENGRAM_TEST_CLUSTER=1 ENGRAM_CLUSTER_FIGURES=results/cluster/figures $(PY) -m pytest -q -s tests/cluster
 
 lint: install proto-check docs-check buf-lint buf-breaking polyglot-check ## ruff, ruff format, mypy, buf lint + format, buf breaking, Go/TS checks, generated code and docs checks
 	$(VENV)/bin/ruff check .

@@ -352,3 +352,18 @@ def test_real_secrets_are_ignored_by_git() -> None:
     assert (DEPLOY / ".gitignore").read_text().split() == [".env"]
     assert (DEPLOY / "secrets" / ".gitignore").read_text().splitlines()[-2:] == ["*", "!.gitignore"]
     assert compose()["secrets"]["engram_auth"]["file"] == "./secrets/auth.toml"
+
+
+def test_the_compose_cluster_is_the_one_the_cluster_tests_run() -> None:
+    """tests/cluster (make test-cluster) kills a node of a real 3-node cluster under these settings."""
+    from tests.cluster import test_qdrant_cluster as tested  # noqa: PLC0415
+
+    assert len(qdrant_services()) == 3
+    for svc in engram_services().values():
+        env = interpolated(svc["environment"])
+        assert (
+            int(env["ENGRAM_QDRANT_SHARD_NUMBER"]),
+            int(env["ENGRAM_QDRANT_REPLICATION_FACTOR"]),
+            int(env["ENGRAM_QDRANT_WRITE_CONSISTENCY_FACTOR"]),
+        ) == (tested.SHARDS, tested.REPLICATION, tested.WRITE_CONSISTENCY)
+        assert env.get("ENGRAM_QDRANT_WRITE_LEASE", "true") == "true"  # the gate holds across replicas

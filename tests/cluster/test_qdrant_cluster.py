@@ -148,6 +148,7 @@ async def test_a_node_killed_during_writes_loses_no_acknowledged_write_and_catch
     acked: dict[str, StoredPoint] = {}
     refused = 0
     searches = {"before": [0, 0], "outage": [0, 0], "after": [0, 0]}  # [answered, failed]
+    leases = {"before": [0, 0], "outage": [0, 0], "after": [0, 0]}  # the write gate's lease: [taken, failed]
     phase = "before"
     stop = asyncio.Event()
 
@@ -178,9 +179,21 @@ async def test_a_node_killed_during_writes_loses_no_acknowledged_write_and_catch
                 searches[current][1] += 1
             await asyncio.sleep(0.01)
 
+    async def gatekeeper(k: int) -> None:
+        store = stores[k % 2]
+        while not stop.is_set():
+            current = phase
+            try:
+                async with store.write_lease("notes"):
+                    leases[current][0] += 1
+            except StorageUnavailable:
+                leases[current][1] += 1
+            await asyncio.sleep(0.05)
+
     tasks = [asyncio.create_task(writer(w)) for w in range(4)] + [
         asyncio.create_task(searcher(k)) for k in range(2)
     ]
+    tasks += [asyncio.create_task(gatekeeper(k)) for k in range(2)]
     try:
         await asyncio.sleep(1.5)
         acked_before = len(acked)
@@ -243,6 +256,7 @@ async def test_a_node_killed_during_writes_loses_no_acknowledged_write_and_catch
         "writes_lost": len(lost),
         "points_in_collection": total,
         "searches": {k: {"answered": v[0], "failed": v[1]} for k, v in searches.items()},
+        "write_leases": {k: {"taken": v[0], "failed": v[1]} for k, v in leases.items()},
         "outage_seconds": round(restarted_at - killed_at, 2),
         "catch_up_seconds_after_ready": round(caught_up, 2) if agreed else None,
         "replicas_after": {str(k): list(v.values()) for k, v in states.items()},
@@ -256,6 +270,8 @@ async def test_a_node_killed_during_writes_loses_no_acknowledged_write_and_catch
     if write_consistency == 1:
         assert agreed, states  # caught up: every replica of every shard has every point
         assert refused == 0 and acked_outage > 0
+        # the gate's lease stays available with a node down
+        assert leases["outage"][0] > 0 and leases["outage"][1] == 0, leases
     assert lost == set()
     assert total >= len(acked)  # refused writes may still have landed; acknowledged ones all did
     assert acked_outage + refused > 0  # the writers kept going through the outage

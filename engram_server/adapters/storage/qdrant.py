@@ -19,7 +19,7 @@ int8 codes and rescore them with the original vectors (the scores returned are e
 
 ``write_lease`` is the cross-replica half of the write gate: a per-collection lease kept as one
 point of the ``_engram_state`` collection and taken with conditional upserts (``update_filter`` on
-the lease's fencing token, through the shard's permanent leader), so two Engram replicas on one
+the lease's fencing token, through the shard's leader), so two Engram replicas on one
 Qdrant never run the gate of one collection at the same time.
 """
 
@@ -649,9 +649,11 @@ class QdrantStore:
         ``expires`` (wall-clock seconds; a holder that died frees it then). It is taken with an
         upsert conditioned on the token read just before (``update_filter``: exactly one of two
         racing replicas matches) or, when missing, an insert-only upsert, then read back. Writes go
-        through the shard's permanent leader (``ordering=strong``), so every replica applies the
-        conditional updates in one order. Waiting is bounded by the lease period plus the store
-        timeout; past it the call fails with StorageUnavailable (retryable).
+        through the shard's leader (``ordering=medium``: the highest live replica, so the lease
+        stays available with a node down), so every copy applies the conditional updates in one
+        order. A holder id is unique per acquisition: seeing ours on a later read means an attempt
+        whose read-back came from a lagging copy did take it. Waiting is bounded by the lease
+        period plus the store timeout; past it the call fails with StorageUnavailable (retryable).
         """
         if not self._lease:
             yield
@@ -689,6 +691,8 @@ class QdrantStore:
         """One attempt: the new fencing token if ``holder`` now holds the lease, else None."""
         current = await self._read_lease(collection)
         now = time.time()
+        if current is not None and current.get("holder") == holder:
+            return int(current["token"])  # our earlier attempt landed (its read-back was stale)
         if current is not None and current.get("holder") and float(current.get("expires", 0)) > now:
             return None  # held, not expired
         token = 1 if current is None else int(current.get("token", 0)) + 1
@@ -712,7 +716,7 @@ class QdrantStore:
                 state,
                 [point],
                 wait=True,
-                ordering=models.WriteOrdering.STRONG,
+                ordering=models.WriteOrdering.MEDIUM,
                 update_filter=condition,
                 update_mode=models.UpdateMode.INSERT_ONLY if condition is None else None,
             ),
@@ -741,7 +745,7 @@ class QdrantStore:
                     state,
                     [point],
                     wait=True,
-                    ordering=models.WriteOrdering.STRONG,
+                    ordering=models.WriteOrdering.MEDIUM,
                     update_filter=mine,
                     update_mode=models.UpdateMode.UPDATE_ONLY,
                 ),

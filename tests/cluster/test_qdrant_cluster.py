@@ -149,6 +149,7 @@ async def test_a_node_killed_during_writes_loses_no_acknowledged_write_and_catch
     refused = 0
     searches = {"before": [0, 0], "outage": [0, 0], "after": [0, 0]}  # [answered, failed]
     leases = {"before": [0, 0], "outage": [0, 0], "after": [0, 0]}  # the write gate's lease: [taken, failed]
+    lease_errors: list[str] = []
     phase = "before"
     stop = asyncio.Event()
 
@@ -186,8 +187,9 @@ async def test_a_node_killed_during_writes_loses_no_acknowledged_write_and_catch
             try:
                 async with store.write_lease("notes"):
                     leases[current][0] += 1
-            except StorageUnavailable:
+            except StorageUnavailable as exc:
                 leases[current][1] += 1
+                lease_errors.append(f"{current}: {exc}"[:300])
             await asyncio.sleep(0.05)
 
     tasks = [asyncio.create_task(writer(w)) for w in range(4)] + [
@@ -257,6 +259,7 @@ async def test_a_node_killed_during_writes_loses_no_acknowledged_write_and_catch
         "points_in_collection": total,
         "searches": {k: {"answered": v[0], "failed": v[1]} for k, v in searches.items()},
         "write_leases": {k: {"taken": v[0], "failed": v[1]} for k, v in leases.items()},
+        "write_lease_errors": lease_errors[:5],
         "outage_seconds": round(restarted_at - killed_at, 2),
         "catch_up_seconds_after_ready": round(caught_up, 2) if agreed else None,
         "replicas_after": {str(k): list(v.values()) for k, v in states.items()},
@@ -270,8 +273,9 @@ async def test_a_node_killed_during_writes_loses_no_acknowledged_write_and_catch
     if write_consistency == 1:
         assert agreed, states  # caught up: every replica of every shard has every point
         assert refused == 0 and acked_outage > 0
-        # the gate's lease stays available with a node down
-        assert leases["outage"][0] > 0 and leases["outage"][1] == 0, leases
+        # the gate's lease stays available with a node down (a take that fails as the shard's
+        # leader is lost is retried within the lease's deadline)
+        assert leases["outage"][0] > 0 and sum(failed for _, failed in leases.values()) == 0, lease_errors
     assert lost == set()
     assert total >= len(acked)  # refused writes may still have landed; acknowledged ones all did
     assert acked_outage + refused > 0  # the writers kept going through the outage

@@ -671,7 +671,14 @@ class QdrantStore:
         deadline = time.monotonic() + self._lease_seconds + self._timeout
         delay = 0.002
         while True:
-            token = await self._try_take(collection, holder)
+            try:
+                token = await self._try_take(collection, holder)
+            except StorageUnavailable:
+                # e.g. the shard's leader was just lost: retry until the deadline (an attempt that
+                # did land is recognised by its holder id)
+                if time.monotonic() > deadline:
+                    raise
+                token = None
             if token is not None:
                 return holder, token
             if time.monotonic() > deadline:

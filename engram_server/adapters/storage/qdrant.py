@@ -157,6 +157,8 @@ class QdrantStore:
         self._lease_seconds = lease_seconds
         self._client: AsyncQdrantClient | None = None
         self._specs: dict[str, CollectionSpec] = {}
+        #: Names (without the prefix) of collections that are not Engram's (no spec metadata).
+        self._foreign: set[str] = set()
 
     # ------------------------------------------------------------------ plumbing
 
@@ -248,6 +250,7 @@ class QdrantStore:
     async def close(self) -> None:
         client, self._client = self._client, None
         self._specs.clear()
+        self._foreign.clear()
         if client is not None:
             await client.close()
 
@@ -319,6 +322,7 @@ class QdrantStore:
         spec = self._spec_of(qname, info.config.metadata)
         if spec is not None:
             self._specs[name] = spec
+            self._foreign.discard(name)
         return spec
 
     def _spec_of(self, qname: str, metadata: Mapping[str, Any] | None) -> CollectionSpec | None:
@@ -327,15 +331,26 @@ class QdrantStore:
         return spec_from_json(metadata[_META_KEY], where=f"{self._describe()} collection {qname!r} metadata")
 
     async def list_collections(self) -> list[CollectionSpec]:
+        """One round trip for the names (a search that names no collection calls this every
+        time); specs are read once per collection and kept (a spec never changes while its
+        collection exists), and so is the verdict on collections that are not Engram's. Names
+        no longer on the server are forgotten, so a collection dropped and re-created by another
+        replica is read again once this replica has seen it gone (or hit its 404)."""
         response = await self._call("list collections", self._c.get_collections)
+        listed = {
+            desc.name.removeprefix(self._prefix)
+            for desc in response.collections
+            if desc.name.startswith(self._prefix)
+        }
+        for gone in set(self._specs) - listed:
+            del self._specs[gone]
+        self._foreign &= listed
         specs: list[CollectionSpec] = []
-        for desc in response.collections:
-            if not desc.name.startswith(self._prefix):
-                continue
-            name = desc.name.removeprefix(self._prefix)
-            self._specs.pop(name, None)  # refresh from the server
+        for name in sorted(listed - self._foreign):
             spec = await self.get_collection(name)
-            if spec is not None:
+            if spec is None:
+                self._foreign.add(name)
+            else:
                 specs.append(spec)
         return sorted(specs, key=lambda s: s.name)
 

@@ -83,6 +83,16 @@ class MemoryServiceStub:
     serving process keeps the last 256 per collection in memory: a restart, or another
     replica, starts empty. Decisions about deleted memories are forgotten with them.
     """
+    ExtractMemories: _grpc.UnaryUnaryMultiCallable[_memory_service_pb2.ExtractMemoriesRequest, _memory_service_pb2.ExtractMemoriesResponse]
+    """ExtractMemories turns a text, a conversation or a tool observation into typed memories
+    (type, importance, tags), each written through the write gate as AddMemories would. Every
+    input text goes through the privacy filter first (secrets and <private> spans never reach
+    the LLM, the embedder or the store). With an LLM configured it extracts (structured
+    output); without one, or when it fails or is rate limited, rule-based extraction runs
+    instead and the response says why. An input identical to one extracted in the same
+    collection within the dedup window is dropped (deduplicated). dry_run returns the
+    proposals and writes nothing.
+    """
 
 @_typing.type_check_only
 class MemoryServiceAsyncStub(MemoryServiceStub):
@@ -138,6 +148,16 @@ class MemoryServiceAsyncStub(MemoryServiceStub):
     created beside near-duplicates, or refused as a duplicate of an existing memory). The
     serving process keeps the last 256 per collection in memory: a restart, or another
     replica, starts empty. Decisions about deleted memories are forgotten with them.
+    """
+    ExtractMemories: _aio.UnaryUnaryMultiCallable[_memory_service_pb2.ExtractMemoriesRequest, _memory_service_pb2.ExtractMemoriesResponse]  # type: ignore[assignment]
+    """ExtractMemories turns a text, a conversation or a tool observation into typed memories
+    (type, importance, tags), each written through the write gate as AddMemories would. Every
+    input text goes through the privacy filter first (secrets and <private> spans never reach
+    the LLM, the embedder or the store). With an LLM configured it extracts (structured
+    output); without one, or when it fails or is rate limited, rule-based extraction runs
+    instead and the response says why. An input identical to one extracted in the same
+    collection within the dedup window is dropped (deduplicated). dry_run returns the
+    proposals and writes nothing.
     """
 
 class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -257,6 +277,22 @@ class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
         created beside near-duplicates, or refused as a duplicate of an existing memory). The
         serving process keeps the last 256 per collection in memory: a restart, or another
         replica, starts empty. Decisions about deleted memories are forgotten with them.
+        """
+
+    @_abc_1.abstractmethod
+    def ExtractMemories(
+        self,
+        request: _memory_service_pb2.ExtractMemoriesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_memory_service_pb2.ExtractMemoriesResponse, _abc.Awaitable[_memory_service_pb2.ExtractMemoriesResponse]]:
+        """ExtractMemories turns a text, a conversation or a tool observation into typed memories
+        (type, importance, tags), each written through the write gate as AddMemories would. Every
+        input text goes through the privacy filter first (secrets and <private> spans never reach
+        the LLM, the embedder or the store). With an LLM configured it extracts (structured
+        output); without one, or when it fails or is rate limited, rule-based extraction runs
+        instead and the response says why. An input identical to one extracted in the same
+        collection within the dedup window is dropped (deduplicated). dry_run returns the
+        proposals and writes nothing.
         """
 
 def add_MemoryServiceServicer_to_server(servicer: MemoryServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

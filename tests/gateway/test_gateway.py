@@ -135,6 +135,12 @@ async def test_every_rpc_over_http(http: httpx.AsyncClient) -> None:
     assert decisions[0]["content"] == "Always answer in British English"
     assert {d["outcome"] for d in decisions} == {"ADD_OUTCOME_CREATED"}
 
+    r = await http.get(
+        used("GET", "/v1/collections/{collection}/reflectionRuns").format(collection="work"),
+        params={"limit": "5"},
+    )
+    assert r.status_code == 200 and r.json() == {}, r.text  # no LLM here, so no run was ever kept
+
     r = await http.post(used("POST", "/v1/memories:search"), json={"query": "what does the user drink?"})
     assert r.status_code == 200, r.text
     hits = r.json()["results"]

@@ -157,7 +157,7 @@ _ZH_FILLER = re.compile(r"^(?:你好|嗨|谢谢|好的|好吧|行|嗯|哈哈|再
 # line break.
 _SPLIT = re.compile(
     r"(?<=[!?。！？；;])\s*|(?<!\bSt)(?<!\bDr)(?<!\bMr)(?<!\bMs)(?<!\bMrs)(?<!\bJr)(?<!\bvs)(?<!\be\.g)"
-    r"(?<!\bi\.e)(?<=[a-z\)\"'”])\.\s+|\.(?=\s*$)|\n+",
+    r"(?<!\bi\.e)(?<=[a-z0-9%\)\"'”])\.\s+|\.(?=\s*$)|\n+",
     re.IGNORECASE,
 )
 

@@ -165,14 +165,14 @@ async def evaluate(convs: list[Conversation]) -> dict[str, dict[str, Any]]:
             wire.handler = oracle(convs, fail_every=fail_every)
             await wire.start()
             try:
-                settings = {
-                    "llm_base_url": wire.base_url,
-                    "llm_model": "scripted",
-                    "llm_max_retries": 0,
-                    "llm_timeout_seconds": 10.0,
-                }
                 async with (
-                    running_server(Path(tmp) / name, **settings) as srv,
+                    running_server(
+                        Path(tmp) / name,
+                        llm_base_url=wire.base_url,
+                        llm_model="scripted",
+                        llm_max_retries=0,
+                        llm_timeout_seconds=10.0,
+                    ) as srv,
                     grpc.aio.insecure_channel(srv.address) as ch,
                 ):
                     scores = await run_path(convs, memory_service_pb2_grpc.MemoryServiceStub(ch))

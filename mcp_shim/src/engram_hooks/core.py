@@ -210,7 +210,7 @@ def session_summary(payload: Mapping[str, Any], transcript: Transcript) -> str:
     day = (transcript.messages[0].created_at if transcript.messages else None) or datetime.now(UTC)
     parts = [f"Claude Code session on {day:%Y-%m-%d} in {project}."]
     if transcript.prompts:
-        asks = "; ".join(_short(p, 160) for p in transcript.prompts[:6])
+        asks = "; ".join(_short(p, 160).rstrip(" .;") for p in transcript.prompts[:6])
         more = f" (+{len(transcript.prompts) - 6} more)" if len(transcript.prompts) > 6 else ""
         parts.append(f"The user asked: {asks}{more}.")
     files = list(dict.fromkeys(transcript.files))

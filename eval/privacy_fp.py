@@ -64,6 +64,9 @@ TECHNICAL = [
     "The AKIA prefix marks long-term AWS access keys; ASIA marks temporary ones.",
     "eyJ is what every base64-encoded JSON object starts with.",
     "-----BEGIN CERTIFICATE----- blocks are public and safe to share.",
+    'curl -H "x-api-key: $ENGRAM_API_KEY" "$BASE/v1/collections"',
+    "headers={'api-key': os.environ['ENGRAM_QDRANT_API_KEY']}",
+    "Set password=<your-password> in the template and token={{ vault_token }} in CI.",
 ]
 
 

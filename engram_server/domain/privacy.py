@@ -78,6 +78,11 @@ _ASSIGN_ZH = re.compile(
 _URL_PASSWORD = re.compile(r"(?P<key>\b[a-zA-Z][a-zA-Z0-9+.\-]*://[^\s:/@]+:)(?P<value>[^\s@/]+)(?=@)")
 
 
+#: A value that refers to a secret instead of holding it: ``$VAR``, ``${VAR}``, ``os.environ[…]``,
+#: ``process.env.X``, ``<your-key>``, ``{{ secret }}``.
+_REFERENCE = re.compile(r"[\"']?(?:\$|os\.environ|os\.getenv|process\.env|<[^<>\s]+>$|\{\{)")
+
+
 @dataclass(frozen=True, slots=True)
 class Redacted:
     """The filtered text and what was taken out (kinds, in order, repeated per finding)."""
@@ -157,8 +162,10 @@ def _marker(kind: str, kinds: list[str]) -> Callable[[re.Match[str]], str]:
 def _keep_key(kind: str, kinds: list[str]) -> Callable[[re.Match[str]], str]:
     def sub(m: re.Match[str]) -> str:
         value = m.group("value")
-        if value.startswith("[REDACTED:") or value.strip("\"'").startswith("[REDACTED:"):
+        if value.strip("\"'").startswith("[REDACTED:"):
             return m.group(0)  # already taken by a specific pattern
+        if _REFERENCE.match(value):
+            return m.group(0)  # names where the secret is (an environment variable, a template)
         kinds.append(kind)
         return m.group("key") + MARK.format(kind=kind)
 

@@ -152,6 +152,9 @@ NEGATIVE = [
     "我们明天 10 点在会议室讨论数据库迁移，密码学课程下周开始。",
     "Base64 of hello is aGVsbG8= and the hex is 68656c6c6f.",
     "git clone https://github.com/engram-memory/engram.git && cd engram",
+    'curl -H "x-api-key: $ENGRAM_API_KEY" "$BASE/v1/collections"',
+    "headers={'api-key': os.environ['ENGRAM_QDRANT_API_KEY']}",
+    "Set password=<your-password> in the template and token={{ vault_token }} in CI.",
     "Docker image sha256:4bcff63911fcb4448bd4fdacec207030997caf25e9bea4045fa6c8c44de311d1 was pulled.",
 ]
 

@@ -359,3 +359,11 @@ async def test_the_filter_can_be_turned_off_and_extended(tmp_path: Path) -> None
     ):
         r = await Stub(ch).AddMemory(s.AddMemoryRequest(content="DB_PASSWORD=hunter2 on the old box"))
         assert r.memory.content == "DB_PASSWORD=hunter2 on the old box"
+
+
+async def test_a_search_query_is_filtered_before_it_is_embedded(st: Stub) -> None:
+    await st.AddMemory(s.AddMemoryRequest(content="The deploy token lives in the CI secrets store"))
+    hits = await st.SearchMemories(s.SearchMemoriesRequest(query=f"where does {GH} live?"))
+    assert hits.results  # the rest of the query still searches
+    empty = await st.SearchMemories(s.SearchMemoriesRequest(query="<private>my diagnosis</private>"))
+    assert not empty.results

@@ -40,8 +40,9 @@ from engram_client import (
 
 #: The most stdin is read (a tool response can be large; the rest is not needed).
 MAX_STDIN = 4 * 1024 * 1024
-#: Transcript messages given to one extraction (the most recent ones).
-MAX_MESSAGES = 200
+#: Transcript messages given to one extraction: the most recent ones (Stop runs after every turn,
+#: so earlier turns were sent before; the write gate answers repeats as duplicates).
+MAX_MESSAGES = 40
 MAX_MESSAGE_CHARS = 4000
 SUMMARY_TAG = "session-summary"
 HOOK_TAG = "source:hooks"

@@ -19,17 +19,19 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	MemoryService_AddMemory_FullMethodName         = "/engram.v1.MemoryService/AddMemory"
-	MemoryService_AddMemories_FullMethodName       = "/engram.v1.MemoryService/AddMemories"
-	MemoryService_SearchMemories_FullMethodName    = "/engram.v1.MemoryService/SearchMemories"
-	MemoryService_UpdateMemory_FullMethodName      = "/engram.v1.MemoryService/UpdateMemory"
-	MemoryService_DeleteMemory_FullMethodName      = "/engram.v1.MemoryService/DeleteMemory"
-	MemoryService_GetMemory_FullMethodName         = "/engram.v1.MemoryService/GetMemory"
-	MemoryService_ListMemories_FullMethodName      = "/engram.v1.MemoryService/ListMemories"
-	MemoryService_ListCollections_FullMethodName   = "/engram.v1.MemoryService/ListCollections"
-	MemoryService_DeleteCollection_FullMethodName  = "/engram.v1.MemoryService/DeleteCollection"
-	MemoryService_RunReflection_FullMethodName     = "/engram.v1.MemoryService/RunReflection"
-	MemoryService_ListGateDecisions_FullMethodName = "/engram.v1.MemoryService/ListGateDecisions"
+	MemoryService_AddMemory_FullMethodName          = "/engram.v1.MemoryService/AddMemory"
+	MemoryService_AddMemories_FullMethodName        = "/engram.v1.MemoryService/AddMemories"
+	MemoryService_SearchMemories_FullMethodName     = "/engram.v1.MemoryService/SearchMemories"
+	MemoryService_UpdateMemory_FullMethodName       = "/engram.v1.MemoryService/UpdateMemory"
+	MemoryService_DeleteMemory_FullMethodName       = "/engram.v1.MemoryService/DeleteMemory"
+	MemoryService_GetMemory_FullMethodName          = "/engram.v1.MemoryService/GetMemory"
+	MemoryService_ListMemories_FullMethodName       = "/engram.v1.MemoryService/ListMemories"
+	MemoryService_ListCollections_FullMethodName    = "/engram.v1.MemoryService/ListCollections"
+	MemoryService_DeleteCollection_FullMethodName   = "/engram.v1.MemoryService/DeleteCollection"
+	MemoryService_RunReflection_FullMethodName      = "/engram.v1.MemoryService/RunReflection"
+	MemoryService_ListGateDecisions_FullMethodName  = "/engram.v1.MemoryService/ListGateDecisions"
+	MemoryService_ListReflectionRuns_FullMethodName = "/engram.v1.MemoryService/ListReflectionRuns"
+	MemoryService_ExtractMemories_FullMethodName    = "/engram.v1.MemoryService/ExtractMemories"
 )
 
 // MemoryServiceClient is the client API for MemoryService service.
@@ -80,6 +82,20 @@ type MemoryServiceClient interface {
 	// serving process keeps the last 256 per collection in memory: a restart, or another
 	// replica, starts empty. Decisions about deleted memories are forgotten with them.
 	ListGateDecisions(ctx context.Context, in *ListGateDecisionsRequest, opts ...grpc.CallOption) (*ListGateDecisionsResponse, error)
+	// ListReflectionRuns returns a collection's recent reflection runs, newest first: the runs
+	// that called the LLM (completed, no insight, or failed), whether asked for by RunReflection
+	// or started by the periodic schedule. Throttled and dry runs are answered to their caller
+	// and not kept. The last 50 runs are kept with the store, so they survive restarts.
+	ListReflectionRuns(ctx context.Context, in *ListReflectionRunsRequest, opts ...grpc.CallOption) (*ListReflectionRunsResponse, error)
+	// ExtractMemories turns a text, a conversation or a tool observation into typed memories
+	// (type, importance, tags), each written through the write gate as AddMemories would. Every
+	// input text goes through the privacy filter first (secrets and <private> spans never reach
+	// the LLM, the embedder or the store). With an LLM configured it extracts (structured
+	// output); without one, or when it fails or is rate limited, rule-based extraction runs
+	// instead and the response says why. An input identical to one extracted in the same
+	// collection within the dedup window is dropped (deduplicated). dry_run returns the
+	// proposals and writes nothing.
+	ExtractMemories(ctx context.Context, in *ExtractMemoriesRequest, opts ...grpc.CallOption) (*ExtractMemoriesResponse, error)
 }
 
 type memoryServiceClient struct {
@@ -200,6 +216,26 @@ func (c *memoryServiceClient) ListGateDecisions(ctx context.Context, in *ListGat
 	return out, nil
 }
 
+func (c *memoryServiceClient) ListReflectionRuns(ctx context.Context, in *ListReflectionRunsRequest, opts ...grpc.CallOption) (*ListReflectionRunsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListReflectionRunsResponse)
+	err := c.cc.Invoke(ctx, MemoryService_ListReflectionRuns_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *memoryServiceClient) ExtractMemories(ctx context.Context, in *ExtractMemoriesRequest, opts ...grpc.CallOption) (*ExtractMemoriesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ExtractMemoriesResponse)
+	err := c.cc.Invoke(ctx, MemoryService_ExtractMemories_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MemoryServiceServer is the server API for MemoryService service.
 // All implementations must embed UnimplementedMemoryServiceServer
 // for forward compatibility.
@@ -248,6 +284,20 @@ type MemoryServiceServer interface {
 	// serving process keeps the last 256 per collection in memory: a restart, or another
 	// replica, starts empty. Decisions about deleted memories are forgotten with them.
 	ListGateDecisions(context.Context, *ListGateDecisionsRequest) (*ListGateDecisionsResponse, error)
+	// ListReflectionRuns returns a collection's recent reflection runs, newest first: the runs
+	// that called the LLM (completed, no insight, or failed), whether asked for by RunReflection
+	// or started by the periodic schedule. Throttled and dry runs are answered to their caller
+	// and not kept. The last 50 runs are kept with the store, so they survive restarts.
+	ListReflectionRuns(context.Context, *ListReflectionRunsRequest) (*ListReflectionRunsResponse, error)
+	// ExtractMemories turns a text, a conversation or a tool observation into typed memories
+	// (type, importance, tags), each written through the write gate as AddMemories would. Every
+	// input text goes through the privacy filter first (secrets and <private> spans never reach
+	// the LLM, the embedder or the store). With an LLM configured it extracts (structured
+	// output); without one, or when it fails or is rate limited, rule-based extraction runs
+	// instead and the response says why. An input identical to one extracted in the same
+	// collection within the dedup window is dropped (deduplicated). dry_run returns the
+	// proposals and writes nothing.
+	ExtractMemories(context.Context, *ExtractMemoriesRequest) (*ExtractMemoriesResponse, error)
 	mustEmbedUnimplementedMemoryServiceServer()
 }
 
@@ -290,6 +340,12 @@ func (UnimplementedMemoryServiceServer) RunReflection(context.Context, *RunRefle
 }
 func (UnimplementedMemoryServiceServer) ListGateDecisions(context.Context, *ListGateDecisionsRequest) (*ListGateDecisionsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListGateDecisions not implemented")
+}
+func (UnimplementedMemoryServiceServer) ListReflectionRuns(context.Context, *ListReflectionRunsRequest) (*ListReflectionRunsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListReflectionRuns not implemented")
+}
+func (UnimplementedMemoryServiceServer) ExtractMemories(context.Context, *ExtractMemoriesRequest) (*ExtractMemoriesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ExtractMemories not implemented")
 }
 func (UnimplementedMemoryServiceServer) mustEmbedUnimplementedMemoryServiceServer() {}
 func (UnimplementedMemoryServiceServer) testEmbeddedByValue()                       {}
@@ -510,6 +566,42 @@ func _MemoryService_ListGateDecisions_Handler(srv interface{}, ctx context.Conte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _MemoryService_ListReflectionRuns_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListReflectionRunsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MemoryServiceServer).ListReflectionRuns(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: MemoryService_ListReflectionRuns_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MemoryServiceServer).ListReflectionRuns(ctx, req.(*ListReflectionRunsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _MemoryService_ExtractMemories_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ExtractMemoriesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MemoryServiceServer).ExtractMemories(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: MemoryService_ExtractMemories_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MemoryServiceServer).ExtractMemories(ctx, req.(*ExtractMemoriesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // MemoryService_ServiceDesc is the grpc.ServiceDesc for MemoryService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -560,6 +652,14 @@ var MemoryService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListGateDecisions",
 			Handler:    _MemoryService_ListGateDecisions_Handler,
+		},
+		{
+			MethodName: "ListReflectionRuns",
+			Handler:    _MemoryService_ListReflectionRuns_Handler,
+		},
+		{
+			MethodName: "ExtractMemories",
+			Handler:    _MemoryService_ExtractMemories_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -43,6 +43,7 @@ GRID: dict[str, dict[str, str]] = {
     },
     **{f"α {a}": {"ENGRAM_SEMANTIC_WEIGHT": a} for a in ("0.3", "0.5", "0.7", "1.0")},
     **{f"context {c}": {"ENGRAM_CONTEXT_WEIGHT": c} for c in ("0", "0.25", "0.5", "0.75")},
+    **{f"lexical power {p}": {"ENGRAM_LEXICAL_POWER": p} for p in ("0.3", "0.4", "0.5", "0.7", "1.0")},
 }
 
 _SHARED_MEMO: dict[tuple[bool, str], npt.NDArray[np.float32]] = {}

@@ -9,8 +9,8 @@ questions.
     python -m eval.tune_ranking --data ../shared/data/locomo/locomo_dev.json [--out results/tune]
 
 The grid varies one thing at a time around the defaults (the fusion form, the recency weight, the
-lexical weight α, the episode-context weight); the report lists R@10 (original key, categories
-1–4, pooled over the tuning questions) with its bootstrap interval for every setting.
+lexical weight α, the lexical power p, the episode-context weight); the report lists R@10 (original
+key, categories 1–4, pooled over the tuning questions) with its bootstrap interval for every setting.
 """
 
 from __future__ import annotations

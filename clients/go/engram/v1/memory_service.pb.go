@@ -91,6 +91,9 @@ const (
 	ReflectionOutcome_REFLECTION_OUTCOME_THROTTLED ReflectionOutcome = 3
 	// dry_run: every gate passed and a run would use `sources`.
 	ReflectionOutcome_REFLECTION_OUTCOME_WOULD_RUN ReflectionOutcome = 4
+	// The LLM call or the writes failed; nothing was written. Only in ListReflectionRuns:
+	// RunReflection answers such a run with an error status.
+	ReflectionOutcome_REFLECTION_OUTCOME_FAILED ReflectionOutcome = 5
 )
 
 // Enum value maps for ReflectionOutcome.
@@ -101,6 +104,7 @@ var (
 		2: "REFLECTION_OUTCOME_NO_INSIGHT",
 		3: "REFLECTION_OUTCOME_THROTTLED",
 		4: "REFLECTION_OUTCOME_WOULD_RUN",
+		5: "REFLECTION_OUTCOME_FAILED",
 	}
 	ReflectionOutcome_value = map[string]int32{
 		"REFLECTION_OUTCOME_UNSPECIFIED": 0,
@@ -108,6 +112,7 @@ var (
 		"REFLECTION_OUTCOME_NO_INSIGHT":  2,
 		"REFLECTION_OUTCOME_THROTTLED":   3,
 		"REFLECTION_OUTCOME_WOULD_RUN":   4,
+		"REFLECTION_OUTCOME_FAILED":      5,
 	}
 )
 
@@ -2571,6 +2576,234 @@ func (x *ListGateDecisionsResponse) GetTruncated() bool {
 	return false
 }
 
+// ListReflectionRunsRequest asks for a collection's recent reflection runs.
+type ListReflectionRunsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The source collection (not its "_reflection" collection); empty means the default collection.
+	Collection string `protobuf:"bytes,1,opt,name=collection,proto3" json:"collection,omitempty"`
+	// At most this many, newest first: 1–50; 0 means 20.
+	Limit         int32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListReflectionRunsRequest) Reset() {
+	*x = ListReflectionRunsRequest{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListReflectionRunsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListReflectionRunsRequest) ProtoMessage() {}
+
+func (x *ListReflectionRunsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListReflectionRunsRequest.ProtoReflect.Descriptor instead.
+func (*ListReflectionRunsRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *ListReflectionRunsRequest) GetCollection() string {
+	if x != nil {
+		return x.Collection
+	}
+	return ""
+}
+
+func (x *ListReflectionRunsRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+// ReflectionRun is one reflection run that called the LLM.
+type ReflectionRun struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// When the run started.
+	StartedAt *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	// COMPLETED, NO_INSIGHT or FAILED.
+	Outcome ReflectionOutcome `protobuf:"varint,2,opt,name=outcome,proto3,enum=engram.v1.ReflectionOutcome" json:"outcome,omitempty"`
+	// A human-readable account of the run (what was produced, or the error).
+	Detail string `protobuf:"bytes,3,opt,name=detail,proto3" json:"detail,omitempty"`
+	// True when the periodic schedule started the run, false when RunReflection asked for it.
+	Scheduled bool `protobuf:"varint,4,opt,name=scheduled,proto3" json:"scheduled,omitempty"`
+	// The LLM model used.
+	Model string `protobuf:"bytes,5,opt,name=model,proto3" json:"model,omitempty"`
+	// Ids of the memories the run reflected on.
+	SourceIds []string `protobuf:"bytes,6,rep,name=source_ids,json=sourceIds,proto3" json:"source_ids,omitempty"`
+	// Ids of the insights it stored (in the reflection collection).
+	InsightIds []string `protobuf:"bytes,7,rep,name=insight_ids,json=insightIds,proto3" json:"insight_ids,omitempty"`
+	// Ids of the low-confidence insights it kept as drafts.
+	DraftIds []string `protobuf:"bytes,8,rep,name=draft_ids,json=draftIds,proto3" json:"draft_ids,omitempty"`
+	// How many proposed insights were dropped as near-copies of existing insights.
+	Duplicates    int32 `protobuf:"varint,9,opt,name=duplicates,proto3" json:"duplicates,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReflectionRun) Reset() {
+	*x = ReflectionRun{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReflectionRun) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReflectionRun) ProtoMessage() {}
+
+func (x *ReflectionRun) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReflectionRun.ProtoReflect.Descriptor instead.
+func (*ReflectionRun) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *ReflectionRun) GetStartedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartedAt
+	}
+	return nil
+}
+
+func (x *ReflectionRun) GetOutcome() ReflectionOutcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return ReflectionOutcome_REFLECTION_OUTCOME_UNSPECIFIED
+}
+
+func (x *ReflectionRun) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+func (x *ReflectionRun) GetScheduled() bool {
+	if x != nil {
+		return x.Scheduled
+	}
+	return false
+}
+
+func (x *ReflectionRun) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *ReflectionRun) GetSourceIds() []string {
+	if x != nil {
+		return x.SourceIds
+	}
+	return nil
+}
+
+func (x *ReflectionRun) GetInsightIds() []string {
+	if x != nil {
+		return x.InsightIds
+	}
+	return nil
+}
+
+func (x *ReflectionRun) GetDraftIds() []string {
+	if x != nil {
+		return x.DraftIds
+	}
+	return nil
+}
+
+func (x *ReflectionRun) GetDuplicates() int32 {
+	if x != nil {
+		return x.Duplicates
+	}
+	return 0
+}
+
+// ListReflectionRunsResponse lists recent reflection runs, newest first.
+type ListReflectionRunsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The runs.
+	Runs []*ReflectionRun `protobuf:"bytes,1,rep,name=runs,proto3" json:"runs,omitempty"`
+	// True when older runs were left out to keep the answer within the message limit.
+	Truncated     bool `protobuf:"varint,2,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListReflectionRunsResponse) Reset() {
+	*x = ListReflectionRunsResponse{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListReflectionRunsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListReflectionRunsResponse) ProtoMessage() {}
+
+func (x *ListReflectionRunsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListReflectionRunsResponse.ProtoReflect.Descriptor instead.
+func (*ListReflectionRunsResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *ListReflectionRunsResponse) GetRuns() []*ReflectionRun {
+	if x != nil {
+		return x.Runs
+	}
+	return nil
+}
+
+func (x *ListReflectionRunsResponse) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
 var File_engram_v1_memory_service_proto protoreflect.FileDescriptor
 
 const file_engram_v1_memory_service_proto_rawDesc = "" +
@@ -2795,25 +3028,49 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\breplayed\x18\a \x01(\bR\breplayed\"p\n" +
 	"\x19ListGateDecisionsResponse\x125\n" +
 	"\tdecisions\x18\x01 \x03(\v2\x17.engram.v1.GateDecisionR\tdecisions\x12\x1c\n" +
+	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"Q\n" +
+	"\x19ListReflectionRunsRequest\x12\x1e\n" +
+	"\n" +
+	"collection\x18\x01 \x01(\tR\n" +
+	"collection\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\x05R\x05limit\"\xcb\x02\n" +
+	"\rReflectionRun\x129\n" +
+	"\n" +
+	"started_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x126\n" +
+	"\aoutcome\x18\x02 \x01(\x0e2\x1c.engram.v1.ReflectionOutcomeR\aoutcome\x12\x16\n" +
+	"\x06detail\x18\x03 \x01(\tR\x06detail\x12\x1c\n" +
+	"\tscheduled\x18\x04 \x01(\bR\tscheduled\x12\x14\n" +
+	"\x05model\x18\x05 \x01(\tR\x05model\x12\x1d\n" +
+	"\n" +
+	"source_ids\x18\x06 \x03(\tR\tsourceIds\x12\x1f\n" +
+	"\vinsight_ids\x18\a \x03(\tR\n" +
+	"insightIds\x12\x1b\n" +
+	"\tdraft_ids\x18\b \x03(\tR\bdraftIds\x12\x1e\n" +
+	"\n" +
+	"duplicates\x18\t \x01(\x05R\n" +
+	"duplicates\"h\n" +
+	"\x1aListReflectionRunsResponse\x12,\n" +
+	"\x04runs\x18\x01 \x03(\v2\x18.engram.v1.ReflectionRunR\x04runs\x12\x1c\n" +
 	"\ttruncated\x18\x02 \x01(\bR\ttruncated*]\n" +
 	"\n" +
 	"AddOutcome\x12\x1b\n" +
 	"\x17ADD_OUTCOME_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13ADD_OUTCOME_CREATED\x10\x01\x12\x19\n" +
-	"\x15ADD_OUTCOME_DUPLICATE\x10\x02*\xc0\x01\n" +
+	"\x15ADD_OUTCOME_DUPLICATE\x10\x02*\xdf\x01\n" +
 	"\x11ReflectionOutcome\x12\"\n" +
 	"\x1eREFLECTION_OUTCOME_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cREFLECTION_OUTCOME_COMPLETED\x10\x01\x12!\n" +
 	"\x1dREFLECTION_OUTCOME_NO_INSIGHT\x10\x02\x12 \n" +
 	"\x1cREFLECTION_OUTCOME_THROTTLED\x10\x03\x12 \n" +
-	"\x1cREFLECTION_OUTCOME_WOULD_RUN\x10\x04*\xd9\x01\n" +
+	"\x1cREFLECTION_OUTCOME_WOULD_RUN\x10\x04\x12\x1d\n" +
+	"\x19REFLECTION_OUTCOME_FAILED\x10\x05*\xd9\x01\n" +
 	"\x0eReflectionGate\x12\x1f\n" +
 	"\x1bREFLECTION_GATE_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cREFLECTION_GATE_MIN_INTERVAL\x10\x01\x12\x1d\n" +
 	"\x19REFLECTION_GATE_DAILY_CAP\x10\x02\x12\x1e\n" +
 	"\x1aREFLECTION_GATE_IMPORTANCE\x10\x03\x12$\n" +
 	" REFLECTION_GATE_TOO_FEW_MEMORIES\x10\x04\x12\x1f\n" +
-	"\x1bREFLECTION_GATE_IN_PROGRESS\x10\x052\x9e\v\n" +
+	"\x1bREFLECTION_GATE_IN_PROGRESS\x10\x052\xb7\f\n" +
 	"\rMemoryService\x12_\n" +
 	"\tAddMemory\x12\x1b.engram.v1.AddMemoryRequest\x1a\x1c.engram.v1.AddMemoryResponse\"\x17\x82\xd3\xe4\x93\x02\x11:\x01*\"\f/v1/memories\x12n\n" +
 	"\vAddMemories\x12\x1d.engram.v1.AddMemoriesRequest\x1a\x1e.engram.v1.AddMemoriesResponse\" \x82\xd3\xe4\x93\x02\x1a:\x01*\"\x15/v1/memories:batchAdd\x12u\n" +
@@ -2825,7 +3082,8 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\x0fListCollections\x12!.engram.v1.ListCollectionsRequest\x1a\".engram.v1.ListCollectionsResponse\"\x17\x82\xd3\xe4\x93\x02\x11\x12\x0f/v1/collections\x12{\n" +
 	"\x10DeleteCollection\x12\".engram.v1.DeleteCollectionRequest\x1a#.engram.v1.DeleteCollectionResponse\"\x1e\x82\xd3\xe4\x93\x02\x18*\x16/v1/collections/{name}\x12\x83\x01\n" +
 	"\rRunReflection\x12\x1f.engram.v1.RunReflectionRequest\x1a .engram.v1.RunReflectionResponse\"/\x82\xd3\xe4\x93\x02):\x01*\"$/v1/collections/{collection}:reflect\x12\x92\x01\n" +
-	"\x11ListGateDecisions\x12#.engram.v1.ListGateDecisionsRequest\x1a$.engram.v1.ListGateDecisionsResponse\"2\x82\xd3\xe4\x93\x02,\x12*/v1/collections/{collection}/gateDecisionsB?Z=github.com/engram-memory/engram/clients/go/engram/v1;engramv1b\x06proto3"
+	"\x11ListGateDecisions\x12#.engram.v1.ListGateDecisionsRequest\x1a$.engram.v1.ListGateDecisionsResponse\"2\x82\xd3\xe4\x93\x02,\x12*/v1/collections/{collection}/gateDecisions\x12\x96\x01\n" +
+	"\x12ListReflectionRuns\x12$.engram.v1.ListReflectionRunsRequest\x1a%.engram.v1.ListReflectionRunsResponse\"3\x82\xd3\xe4\x93\x02-\x12+/v1/collections/{collection}/reflectionRunsB?Z=github.com/engram-memory/engram/clients/go/engram/v1;engramv1b\x06proto3"
 
 var (
 	file_engram_v1_memory_service_proto_rawDescOnce sync.Once
@@ -2840,135 +3098,143 @@ func file_engram_v1_memory_service_proto_rawDescGZIP() []byte {
 }
 
 var file_engram_v1_memory_service_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_engram_v1_memory_service_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_engram_v1_memory_service_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_engram_v1_memory_service_proto_goTypes = []any{
-	(AddOutcome)(0),                   // 0: engram.v1.AddOutcome
-	(ReflectionOutcome)(0),            // 1: engram.v1.ReflectionOutcome
-	(ReflectionGate)(0),               // 2: engram.v1.ReflectionGate
-	(*AddMemoryRequest)(nil),          // 3: engram.v1.AddMemoryRequest
-	(*AddMemoryResponse)(nil),         // 4: engram.v1.AddMemoryResponse
-	(*AddMemoriesRequest)(nil),        // 5: engram.v1.AddMemoriesRequest
-	(*NewMemory)(nil),                 // 6: engram.v1.NewMemory
-	(*AddMemoryResult)(nil),           // 7: engram.v1.AddMemoryResult
-	(*AddMemoriesResponse)(nil),       // 8: engram.v1.AddMemoriesResponse
-	(*SearchMemoriesRequest)(nil),     // 9: engram.v1.SearchMemoriesRequest
-	(*SearchResult)(nil),              // 10: engram.v1.SearchResult
-	(*SearchMemoriesResponse)(nil),    // 11: engram.v1.SearchMemoriesResponse
-	(*SemanticLocator)(nil),           // 12: engram.v1.SemanticLocator
-	(*StringList)(nil),                // 13: engram.v1.StringList
-	(*StringMap)(nil),                 // 14: engram.v1.StringMap
-	(*UpdateMemoryRequest)(nil),       // 15: engram.v1.UpdateMemoryRequest
-	(*UpdateMemoryResponse)(nil),      // 16: engram.v1.UpdateMemoryResponse
-	(*DeleteQuery)(nil),               // 17: engram.v1.DeleteQuery
-	(*DeleteMemoryRequest)(nil),       // 18: engram.v1.DeleteMemoryRequest
-	(*DeleteMemoryResponse)(nil),      // 19: engram.v1.DeleteMemoryResponse
-	(*GetMemoryRequest)(nil),          // 20: engram.v1.GetMemoryRequest
-	(*GetMemoryResponse)(nil),         // 21: engram.v1.GetMemoryResponse
-	(*ListMemoriesRequest)(nil),       // 22: engram.v1.ListMemoriesRequest
-	(*ListMemoriesResponse)(nil),      // 23: engram.v1.ListMemoriesResponse
-	(*ListCollectionsRequest)(nil),    // 24: engram.v1.ListCollectionsRequest
-	(*ListCollectionsResponse)(nil),   // 25: engram.v1.ListCollectionsResponse
-	(*DeleteCollectionRequest)(nil),   // 26: engram.v1.DeleteCollectionRequest
-	(*DeleteCollectionResponse)(nil),  // 27: engram.v1.DeleteCollectionResponse
-	(*RunReflectionRequest)(nil),      // 28: engram.v1.RunReflectionRequest
-	(*RunReflectionResponse)(nil),     // 29: engram.v1.RunReflectionResponse
-	(*ListGateDecisionsRequest)(nil),  // 30: engram.v1.ListGateDecisionsRequest
-	(*GateDecision)(nil),              // 31: engram.v1.GateDecision
-	(*ListGateDecisionsResponse)(nil), // 32: engram.v1.ListGateDecisionsResponse
-	nil,                               // 33: engram.v1.AddMemoryRequest.MetadataEntry
-	nil,                               // 34: engram.v1.NewMemory.MetadataEntry
-	nil,                               // 35: engram.v1.StringMap.EntriesEntry
-	(MemoryType)(0),                   // 36: engram.v1.MemoryType
-	(Source)(0),                       // 37: engram.v1.Source
-	(SourceType)(0),                   // 38: engram.v1.SourceType
-	(*timestamppb.Timestamp)(nil),     // 39: google.protobuf.Timestamp
-	(*Memory)(nil),                    // 40: engram.v1.Memory
-	(*SimilarMemory)(nil),             // 41: engram.v1.SimilarMemory
-	(*MemoryFilter)(nil),              // 42: engram.v1.MemoryFilter
-	(*RankingWeights)(nil),            // 43: engram.v1.RankingWeights
-	(*ScoreBreakdown)(nil),            // 44: engram.v1.ScoreBreakdown
-	(*CollectionInfo)(nil),            // 45: engram.v1.CollectionInfo
+	(AddOutcome)(0),                    // 0: engram.v1.AddOutcome
+	(ReflectionOutcome)(0),             // 1: engram.v1.ReflectionOutcome
+	(ReflectionGate)(0),                // 2: engram.v1.ReflectionGate
+	(*AddMemoryRequest)(nil),           // 3: engram.v1.AddMemoryRequest
+	(*AddMemoryResponse)(nil),          // 4: engram.v1.AddMemoryResponse
+	(*AddMemoriesRequest)(nil),         // 5: engram.v1.AddMemoriesRequest
+	(*NewMemory)(nil),                  // 6: engram.v1.NewMemory
+	(*AddMemoryResult)(nil),            // 7: engram.v1.AddMemoryResult
+	(*AddMemoriesResponse)(nil),        // 8: engram.v1.AddMemoriesResponse
+	(*SearchMemoriesRequest)(nil),      // 9: engram.v1.SearchMemoriesRequest
+	(*SearchResult)(nil),               // 10: engram.v1.SearchResult
+	(*SearchMemoriesResponse)(nil),     // 11: engram.v1.SearchMemoriesResponse
+	(*SemanticLocator)(nil),            // 12: engram.v1.SemanticLocator
+	(*StringList)(nil),                 // 13: engram.v1.StringList
+	(*StringMap)(nil),                  // 14: engram.v1.StringMap
+	(*UpdateMemoryRequest)(nil),        // 15: engram.v1.UpdateMemoryRequest
+	(*UpdateMemoryResponse)(nil),       // 16: engram.v1.UpdateMemoryResponse
+	(*DeleteQuery)(nil),                // 17: engram.v1.DeleteQuery
+	(*DeleteMemoryRequest)(nil),        // 18: engram.v1.DeleteMemoryRequest
+	(*DeleteMemoryResponse)(nil),       // 19: engram.v1.DeleteMemoryResponse
+	(*GetMemoryRequest)(nil),           // 20: engram.v1.GetMemoryRequest
+	(*GetMemoryResponse)(nil),          // 21: engram.v1.GetMemoryResponse
+	(*ListMemoriesRequest)(nil),        // 22: engram.v1.ListMemoriesRequest
+	(*ListMemoriesResponse)(nil),       // 23: engram.v1.ListMemoriesResponse
+	(*ListCollectionsRequest)(nil),     // 24: engram.v1.ListCollectionsRequest
+	(*ListCollectionsResponse)(nil),    // 25: engram.v1.ListCollectionsResponse
+	(*DeleteCollectionRequest)(nil),    // 26: engram.v1.DeleteCollectionRequest
+	(*DeleteCollectionResponse)(nil),   // 27: engram.v1.DeleteCollectionResponse
+	(*RunReflectionRequest)(nil),       // 28: engram.v1.RunReflectionRequest
+	(*RunReflectionResponse)(nil),      // 29: engram.v1.RunReflectionResponse
+	(*ListGateDecisionsRequest)(nil),   // 30: engram.v1.ListGateDecisionsRequest
+	(*GateDecision)(nil),               // 31: engram.v1.GateDecision
+	(*ListGateDecisionsResponse)(nil),  // 32: engram.v1.ListGateDecisionsResponse
+	(*ListReflectionRunsRequest)(nil),  // 33: engram.v1.ListReflectionRunsRequest
+	(*ReflectionRun)(nil),              // 34: engram.v1.ReflectionRun
+	(*ListReflectionRunsResponse)(nil), // 35: engram.v1.ListReflectionRunsResponse
+	nil,                                // 36: engram.v1.AddMemoryRequest.MetadataEntry
+	nil,                                // 37: engram.v1.NewMemory.MetadataEntry
+	nil,                                // 38: engram.v1.StringMap.EntriesEntry
+	(MemoryType)(0),                    // 39: engram.v1.MemoryType
+	(Source)(0),                        // 40: engram.v1.Source
+	(SourceType)(0),                    // 41: engram.v1.SourceType
+	(*timestamppb.Timestamp)(nil),      // 42: google.protobuf.Timestamp
+	(*Memory)(nil),                     // 43: engram.v1.Memory
+	(*SimilarMemory)(nil),              // 44: engram.v1.SimilarMemory
+	(*MemoryFilter)(nil),               // 45: engram.v1.MemoryFilter
+	(*RankingWeights)(nil),             // 46: engram.v1.RankingWeights
+	(*ScoreBreakdown)(nil),             // 47: engram.v1.ScoreBreakdown
+	(*CollectionInfo)(nil),             // 48: engram.v1.CollectionInfo
 }
 var file_engram_v1_memory_service_proto_depIdxs = []int32{
-	36, // 0: engram.v1.AddMemoryRequest.type:type_name -> engram.v1.MemoryType
-	37, // 1: engram.v1.AddMemoryRequest.source:type_name -> engram.v1.Source
-	38, // 2: engram.v1.AddMemoryRequest.source_type:type_name -> engram.v1.SourceType
-	33, // 3: engram.v1.AddMemoryRequest.metadata:type_name -> engram.v1.AddMemoryRequest.MetadataEntry
-	39, // 4: engram.v1.AddMemoryRequest.created_at:type_name -> google.protobuf.Timestamp
-	39, // 5: engram.v1.AddMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
-	40, // 6: engram.v1.AddMemoryResponse.memory:type_name -> engram.v1.Memory
+	39, // 0: engram.v1.AddMemoryRequest.type:type_name -> engram.v1.MemoryType
+	40, // 1: engram.v1.AddMemoryRequest.source:type_name -> engram.v1.Source
+	41, // 2: engram.v1.AddMemoryRequest.source_type:type_name -> engram.v1.SourceType
+	36, // 3: engram.v1.AddMemoryRequest.metadata:type_name -> engram.v1.AddMemoryRequest.MetadataEntry
+	42, // 4: engram.v1.AddMemoryRequest.created_at:type_name -> google.protobuf.Timestamp
+	42, // 5: engram.v1.AddMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
+	43, // 6: engram.v1.AddMemoryResponse.memory:type_name -> engram.v1.Memory
 	0,  // 7: engram.v1.AddMemoryResponse.outcome:type_name -> engram.v1.AddOutcome
-	41, // 8: engram.v1.AddMemoryResponse.near_duplicates:type_name -> engram.v1.SimilarMemory
+	44, // 8: engram.v1.AddMemoryResponse.near_duplicates:type_name -> engram.v1.SimilarMemory
 	6,  // 9: engram.v1.AddMemoriesRequest.memories:type_name -> engram.v1.NewMemory
-	36, // 10: engram.v1.NewMemory.type:type_name -> engram.v1.MemoryType
-	37, // 11: engram.v1.NewMemory.source:type_name -> engram.v1.Source
-	38, // 12: engram.v1.NewMemory.source_type:type_name -> engram.v1.SourceType
-	34, // 13: engram.v1.NewMemory.metadata:type_name -> engram.v1.NewMemory.MetadataEntry
-	39, // 14: engram.v1.NewMemory.created_at:type_name -> google.protobuf.Timestamp
-	39, // 15: engram.v1.NewMemory.valid_until:type_name -> google.protobuf.Timestamp
-	40, // 16: engram.v1.AddMemoryResult.memory:type_name -> engram.v1.Memory
+	39, // 10: engram.v1.NewMemory.type:type_name -> engram.v1.MemoryType
+	40, // 11: engram.v1.NewMemory.source:type_name -> engram.v1.Source
+	41, // 12: engram.v1.NewMemory.source_type:type_name -> engram.v1.SourceType
+	37, // 13: engram.v1.NewMemory.metadata:type_name -> engram.v1.NewMemory.MetadataEntry
+	42, // 14: engram.v1.NewMemory.created_at:type_name -> google.protobuf.Timestamp
+	42, // 15: engram.v1.NewMemory.valid_until:type_name -> google.protobuf.Timestamp
+	43, // 16: engram.v1.AddMemoryResult.memory:type_name -> engram.v1.Memory
 	0,  // 17: engram.v1.AddMemoryResult.outcome:type_name -> engram.v1.AddOutcome
-	41, // 18: engram.v1.AddMemoryResult.near_duplicates:type_name -> engram.v1.SimilarMemory
+	44, // 18: engram.v1.AddMemoryResult.near_duplicates:type_name -> engram.v1.SimilarMemory
 	7,  // 19: engram.v1.AddMemoriesResponse.results:type_name -> engram.v1.AddMemoryResult
-	42, // 20: engram.v1.SearchMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
-	43, // 21: engram.v1.SearchMemoriesRequest.weights:type_name -> engram.v1.RankingWeights
-	40, // 22: engram.v1.SearchResult.memory:type_name -> engram.v1.Memory
-	44, // 23: engram.v1.SearchResult.score:type_name -> engram.v1.ScoreBreakdown
+	45, // 20: engram.v1.SearchMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
+	46, // 21: engram.v1.SearchMemoriesRequest.weights:type_name -> engram.v1.RankingWeights
+	43, // 22: engram.v1.SearchResult.memory:type_name -> engram.v1.Memory
+	47, // 23: engram.v1.SearchResult.score:type_name -> engram.v1.ScoreBreakdown
 	10, // 24: engram.v1.SearchMemoriesResponse.results:type_name -> engram.v1.SearchResult
-	35, // 25: engram.v1.StringMap.entries:type_name -> engram.v1.StringMap.EntriesEntry
+	38, // 25: engram.v1.StringMap.entries:type_name -> engram.v1.StringMap.EntriesEntry
 	12, // 26: engram.v1.UpdateMemoryRequest.locate:type_name -> engram.v1.SemanticLocator
-	36, // 27: engram.v1.UpdateMemoryRequest.type:type_name -> engram.v1.MemoryType
+	39, // 27: engram.v1.UpdateMemoryRequest.type:type_name -> engram.v1.MemoryType
 	13, // 28: engram.v1.UpdateMemoryRequest.tags:type_name -> engram.v1.StringList
 	14, // 29: engram.v1.UpdateMemoryRequest.metadata:type_name -> engram.v1.StringMap
-	39, // 30: engram.v1.UpdateMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
-	40, // 31: engram.v1.UpdateMemoryResponse.memory:type_name -> engram.v1.Memory
-	40, // 32: engram.v1.UpdateMemoryResponse.previous:type_name -> engram.v1.Memory
+	42, // 30: engram.v1.UpdateMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
+	43, // 31: engram.v1.UpdateMemoryResponse.memory:type_name -> engram.v1.Memory
+	43, // 32: engram.v1.UpdateMemoryResponse.previous:type_name -> engram.v1.Memory
 	17, // 33: engram.v1.DeleteMemoryRequest.query:type_name -> engram.v1.DeleteQuery
-	40, // 34: engram.v1.DeleteMemoryResponse.deleted:type_name -> engram.v1.Memory
-	40, // 35: engram.v1.GetMemoryResponse.memory:type_name -> engram.v1.Memory
-	40, // 36: engram.v1.GetMemoryResponse.history:type_name -> engram.v1.Memory
-	42, // 37: engram.v1.ListMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
-	40, // 38: engram.v1.ListMemoriesResponse.memories:type_name -> engram.v1.Memory
-	45, // 39: engram.v1.ListCollectionsResponse.collections:type_name -> engram.v1.CollectionInfo
-	39, // 40: engram.v1.DeleteCollectionResponse.deleted_at:type_name -> google.protobuf.Timestamp
+	43, // 34: engram.v1.DeleteMemoryResponse.deleted:type_name -> engram.v1.Memory
+	43, // 35: engram.v1.GetMemoryResponse.memory:type_name -> engram.v1.Memory
+	43, // 36: engram.v1.GetMemoryResponse.history:type_name -> engram.v1.Memory
+	45, // 37: engram.v1.ListMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
+	43, // 38: engram.v1.ListMemoriesResponse.memories:type_name -> engram.v1.Memory
+	48, // 39: engram.v1.ListCollectionsResponse.collections:type_name -> engram.v1.CollectionInfo
+	42, // 40: engram.v1.DeleteCollectionResponse.deleted_at:type_name -> google.protobuf.Timestamp
 	1,  // 41: engram.v1.RunReflectionResponse.outcome:type_name -> engram.v1.ReflectionOutcome
 	2,  // 42: engram.v1.RunReflectionResponse.throttled_by:type_name -> engram.v1.ReflectionGate
-	39, // 43: engram.v1.RunReflectionResponse.next_run_after:type_name -> google.protobuf.Timestamp
-	40, // 44: engram.v1.RunReflectionResponse.sources:type_name -> engram.v1.Memory
-	40, // 45: engram.v1.RunReflectionResponse.insights:type_name -> engram.v1.Memory
-	40, // 46: engram.v1.RunReflectionResponse.drafts:type_name -> engram.v1.Memory
-	41, // 47: engram.v1.RunReflectionResponse.duplicates:type_name -> engram.v1.SimilarMemory
-	39, // 48: engram.v1.GateDecision.decided_at:type_name -> google.protobuf.Timestamp
+	42, // 43: engram.v1.RunReflectionResponse.next_run_after:type_name -> google.protobuf.Timestamp
+	43, // 44: engram.v1.RunReflectionResponse.sources:type_name -> engram.v1.Memory
+	43, // 45: engram.v1.RunReflectionResponse.insights:type_name -> engram.v1.Memory
+	43, // 46: engram.v1.RunReflectionResponse.drafts:type_name -> engram.v1.Memory
+	44, // 47: engram.v1.RunReflectionResponse.duplicates:type_name -> engram.v1.SimilarMemory
+	42, // 48: engram.v1.GateDecision.decided_at:type_name -> google.protobuf.Timestamp
 	0,  // 49: engram.v1.GateDecision.outcome:type_name -> engram.v1.AddOutcome
-	41, // 50: engram.v1.GateDecision.near_duplicates:type_name -> engram.v1.SimilarMemory
+	44, // 50: engram.v1.GateDecision.near_duplicates:type_name -> engram.v1.SimilarMemory
 	31, // 51: engram.v1.ListGateDecisionsResponse.decisions:type_name -> engram.v1.GateDecision
-	3,  // 52: engram.v1.MemoryService.AddMemory:input_type -> engram.v1.AddMemoryRequest
-	5,  // 53: engram.v1.MemoryService.AddMemories:input_type -> engram.v1.AddMemoriesRequest
-	9,  // 54: engram.v1.MemoryService.SearchMemories:input_type -> engram.v1.SearchMemoriesRequest
-	15, // 55: engram.v1.MemoryService.UpdateMemory:input_type -> engram.v1.UpdateMemoryRequest
-	18, // 56: engram.v1.MemoryService.DeleteMemory:input_type -> engram.v1.DeleteMemoryRequest
-	20, // 57: engram.v1.MemoryService.GetMemory:input_type -> engram.v1.GetMemoryRequest
-	22, // 58: engram.v1.MemoryService.ListMemories:input_type -> engram.v1.ListMemoriesRequest
-	24, // 59: engram.v1.MemoryService.ListCollections:input_type -> engram.v1.ListCollectionsRequest
-	26, // 60: engram.v1.MemoryService.DeleteCollection:input_type -> engram.v1.DeleteCollectionRequest
-	28, // 61: engram.v1.MemoryService.RunReflection:input_type -> engram.v1.RunReflectionRequest
-	30, // 62: engram.v1.MemoryService.ListGateDecisions:input_type -> engram.v1.ListGateDecisionsRequest
-	4,  // 63: engram.v1.MemoryService.AddMemory:output_type -> engram.v1.AddMemoryResponse
-	8,  // 64: engram.v1.MemoryService.AddMemories:output_type -> engram.v1.AddMemoriesResponse
-	11, // 65: engram.v1.MemoryService.SearchMemories:output_type -> engram.v1.SearchMemoriesResponse
-	16, // 66: engram.v1.MemoryService.UpdateMemory:output_type -> engram.v1.UpdateMemoryResponse
-	19, // 67: engram.v1.MemoryService.DeleteMemory:output_type -> engram.v1.DeleteMemoryResponse
-	21, // 68: engram.v1.MemoryService.GetMemory:output_type -> engram.v1.GetMemoryResponse
-	23, // 69: engram.v1.MemoryService.ListMemories:output_type -> engram.v1.ListMemoriesResponse
-	25, // 70: engram.v1.MemoryService.ListCollections:output_type -> engram.v1.ListCollectionsResponse
-	27, // 71: engram.v1.MemoryService.DeleteCollection:output_type -> engram.v1.DeleteCollectionResponse
-	29, // 72: engram.v1.MemoryService.RunReflection:output_type -> engram.v1.RunReflectionResponse
-	32, // 73: engram.v1.MemoryService.ListGateDecisions:output_type -> engram.v1.ListGateDecisionsResponse
-	63, // [63:74] is the sub-list for method output_type
-	52, // [52:63] is the sub-list for method input_type
-	52, // [52:52] is the sub-list for extension type_name
-	52, // [52:52] is the sub-list for extension extendee
-	0,  // [0:52] is the sub-list for field type_name
+	42, // 52: engram.v1.ReflectionRun.started_at:type_name -> google.protobuf.Timestamp
+	1,  // 53: engram.v1.ReflectionRun.outcome:type_name -> engram.v1.ReflectionOutcome
+	34, // 54: engram.v1.ListReflectionRunsResponse.runs:type_name -> engram.v1.ReflectionRun
+	3,  // 55: engram.v1.MemoryService.AddMemory:input_type -> engram.v1.AddMemoryRequest
+	5,  // 56: engram.v1.MemoryService.AddMemories:input_type -> engram.v1.AddMemoriesRequest
+	9,  // 57: engram.v1.MemoryService.SearchMemories:input_type -> engram.v1.SearchMemoriesRequest
+	15, // 58: engram.v1.MemoryService.UpdateMemory:input_type -> engram.v1.UpdateMemoryRequest
+	18, // 59: engram.v1.MemoryService.DeleteMemory:input_type -> engram.v1.DeleteMemoryRequest
+	20, // 60: engram.v1.MemoryService.GetMemory:input_type -> engram.v1.GetMemoryRequest
+	22, // 61: engram.v1.MemoryService.ListMemories:input_type -> engram.v1.ListMemoriesRequest
+	24, // 62: engram.v1.MemoryService.ListCollections:input_type -> engram.v1.ListCollectionsRequest
+	26, // 63: engram.v1.MemoryService.DeleteCollection:input_type -> engram.v1.DeleteCollectionRequest
+	28, // 64: engram.v1.MemoryService.RunReflection:input_type -> engram.v1.RunReflectionRequest
+	30, // 65: engram.v1.MemoryService.ListGateDecisions:input_type -> engram.v1.ListGateDecisionsRequest
+	33, // 66: engram.v1.MemoryService.ListReflectionRuns:input_type -> engram.v1.ListReflectionRunsRequest
+	4,  // 67: engram.v1.MemoryService.AddMemory:output_type -> engram.v1.AddMemoryResponse
+	8,  // 68: engram.v1.MemoryService.AddMemories:output_type -> engram.v1.AddMemoriesResponse
+	11, // 69: engram.v1.MemoryService.SearchMemories:output_type -> engram.v1.SearchMemoriesResponse
+	16, // 70: engram.v1.MemoryService.UpdateMemory:output_type -> engram.v1.UpdateMemoryResponse
+	19, // 71: engram.v1.MemoryService.DeleteMemory:output_type -> engram.v1.DeleteMemoryResponse
+	21, // 72: engram.v1.MemoryService.GetMemory:output_type -> engram.v1.GetMemoryResponse
+	23, // 73: engram.v1.MemoryService.ListMemories:output_type -> engram.v1.ListMemoriesResponse
+	25, // 74: engram.v1.MemoryService.ListCollections:output_type -> engram.v1.ListCollectionsResponse
+	27, // 75: engram.v1.MemoryService.DeleteCollection:output_type -> engram.v1.DeleteCollectionResponse
+	29, // 76: engram.v1.MemoryService.RunReflection:output_type -> engram.v1.RunReflectionResponse
+	32, // 77: engram.v1.MemoryService.ListGateDecisions:output_type -> engram.v1.ListGateDecisionsResponse
+	35, // 78: engram.v1.MemoryService.ListReflectionRuns:output_type -> engram.v1.ListReflectionRunsResponse
+	67, // [67:79] is the sub-list for method output_type
+	55, // [55:67] is the sub-list for method input_type
+	55, // [55:55] is the sub-list for extension type_name
+	55, // [55:55] is the sub-list for extension extendee
+	0,  // [0:55] is the sub-list for field type_name
 }
 
 func init() { file_engram_v1_memory_service_proto_init() }
@@ -2995,7 +3261,7 @@ func file_engram_v1_memory_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_engram_v1_memory_service_proto_rawDesc), len(file_engram_v1_memory_service_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   33,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

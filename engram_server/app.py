@@ -138,6 +138,7 @@ def build_policy(settings: Settings) -> Policy:
             fusion=FusionMode(settings.fusion_mode),
         ),
         default_collection=settings.default_collection,
+        trash_retention_seconds=settings.trash_retention_seconds,
         limits=Limits(max_content_chars=settings.max_content_chars, max_batch_items=settings.max_batch_items),
     )
 

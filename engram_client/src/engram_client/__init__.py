@@ -10,6 +10,7 @@ from engram_client.config import ConnectionConfig, RetryPolicy
 from engram_client.errors import (
     AlreadyExistsError,
     AmbiguousMatchError,
+    CollectionInTrashError,
     CollectionNotFoundError,
     DeadlineExceededError,
     EmbedderUnavailableError,
@@ -53,6 +54,7 @@ from engram_client.models import (
     ReflectionGate,
     ReflectionOutcome,
     ReflectionResult,
+    RestoreResult,
     ScoreBreakdown,
     SearchResult,
     SearchResults,
@@ -60,6 +62,7 @@ from engram_client.models import (
     Source,
     SourceType,
     SpecificConflict,
+    TrashedCollection,
     UpdateResult,
 )
 
@@ -71,6 +74,7 @@ __all__ = [
     "AlreadyExistsError",
     "AmbiguousMatchError",
     "AsyncEngramClient",
+    "CollectionInTrashError",
     "CollectionInfo",
     "CollectionNotFoundError",
     "ConnectionConfig",
@@ -106,6 +110,7 @@ __all__ = [
     "ReflectionOutcome",
     "ReflectionResult",
     "ResourceExhaustedError",
+    "RestoreResult",
     "RetryPolicy",
     "ScoreBreakdown",
     "SearchResult",
@@ -117,6 +122,7 @@ __all__ = [
     "StorageFullError",
     "StorageUnavailableError",
     "ThresholdTooLowError",
+    "TrashedCollection",
     "UnauthenticatedError",
     "UnavailableError",
     "UnimplementedError",

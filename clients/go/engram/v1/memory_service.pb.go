@@ -1623,7 +1623,10 @@ type DeleteMemoryResponse struct {
 	DeletedCount int32 `protobuf:"varint,3,opt,name=deleted_count,json=deletedCount,proto3" json:"deleted_count,omitempty"`
 	// True when deleted lists only the first deleted_count memories that fit in one message
 	// (the server's ENGRAM_MAX_MESSAGE_BYTES); the deletion itself is complete.
-	Truncated     bool `protobuf:"varint,4,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	Truncated bool `protobuf:"varint,4,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	// When the deleted memories leave the trash for good (RestoreMemory works until then).
+	// Unset when the deletion is final (the trash is off) or for dry_run.
+	PurgeAt       *timestamppb.Timestamp `protobuf:"bytes,40,opt,name=purge_at,json=purgeAt,proto3" json:"purge_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1684,6 +1687,13 @@ func (x *DeleteMemoryResponse) GetTruncated() bool {
 		return x.Truncated
 	}
 	return false
+}
+
+func (x *DeleteMemoryResponse) GetPurgeAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.PurgeAt
+	}
+	return nil
 }
 
 // GetMemoryRequest reads one memory.
@@ -1959,9 +1969,11 @@ func (x *ListMemoriesResponse) GetNextPageToken() string {
 
 // ListCollectionsRequest lists collections. It has no parameters.
 type ListCollectionsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Also list the collections in the trash (in ListCollectionsResponse.trashed).
+	IncludeTrashed bool `protobuf:"varint,40,opt,name=include_trashed,json=includeTrashed,proto3" json:"include_trashed,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ListCollectionsRequest) Reset() {
@@ -1994,11 +2006,20 @@ func (*ListCollectionsRequest) Descriptor() ([]byte, []int) {
 	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{21}
 }
 
+func (x *ListCollectionsRequest) GetIncludeTrashed() bool {
+	if x != nil {
+		return x.IncludeTrashed
+	}
+	return false
+}
+
 // ListCollectionsResponse lists collections.
 type ListCollectionsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The collections, by name.
-	Collections   []*CollectionInfo `protobuf:"bytes,1,rep,name=collections,proto3" json:"collections,omitempty"`
+	// The collections, by name (not those in the trash).
+	Collections []*CollectionInfo `protobuf:"bytes,1,rep,name=collections,proto3" json:"collections,omitempty"`
+	// With include_trashed: the collections in the trash, by name.
+	Trashed       []*TrashedCollection `protobuf:"bytes,40,rep,name=trashed,proto3" json:"trashed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2040,6 +2061,86 @@ func (x *ListCollectionsResponse) GetCollections() []*CollectionInfo {
 	return nil
 }
 
+func (x *ListCollectionsResponse) GetTrashed() []*TrashedCollection {
+	if x != nil {
+		return x.Trashed
+	}
+	return nil
+}
+
+// TrashedCollection is a deleted collection still in the trash.
+type TrashedCollection struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The collection's name.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Memories (current versions, not expired) it held when listed.
+	MemoryCount int64 `protobuf:"varint,2,opt,name=memory_count,json=memoryCount,proto3" json:"memory_count,omitempty"`
+	// When DeleteCollection moved it to the trash.
+	TrashedAt *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=trashed_at,json=trashedAt,proto3" json:"trashed_at,omitempty"`
+	// When the sweeper drops it for good (RestoreCollection works until then).
+	PurgeAt       *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=purge_at,json=purgeAt,proto3" json:"purge_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TrashedCollection) Reset() {
+	*x = TrashedCollection{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TrashedCollection) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TrashedCollection) ProtoMessage() {}
+
+func (x *TrashedCollection) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TrashedCollection.ProtoReflect.Descriptor instead.
+func (*TrashedCollection) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *TrashedCollection) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *TrashedCollection) GetMemoryCount() int64 {
+	if x != nil {
+		return x.MemoryCount
+	}
+	return 0
+}
+
+func (x *TrashedCollection) GetTrashedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.TrashedAt
+	}
+	return nil
+}
+
+func (x *TrashedCollection) GetPurgeAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.PurgeAt
+	}
+	return nil
+}
+
 // DeleteCollectionRequest removes a collection with everything in it.
 type DeleteCollectionRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2051,7 +2152,7 @@ type DeleteCollectionRequest struct {
 
 func (x *DeleteCollectionRequest) Reset() {
 	*x = DeleteCollectionRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[23]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2063,7 +2164,7 @@ func (x *DeleteCollectionRequest) String() string {
 func (*DeleteCollectionRequest) ProtoMessage() {}
 
 func (x *DeleteCollectionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[23]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2076,7 +2177,7 @@ func (x *DeleteCollectionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteCollectionRequest.ProtoReflect.Descriptor instead.
 func (*DeleteCollectionRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{23}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DeleteCollectionRequest) GetName() string {
@@ -2092,14 +2193,17 @@ type DeleteCollectionResponse struct {
 	// How many memories (including history versions) were removed.
 	DeletedCount int64 `protobuf:"varint,1,opt,name=deleted_count,json=deletedCount,proto3" json:"deleted_count,omitempty"`
 	// When the deletion happened.
-	DeletedAt     *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=deleted_at,json=deletedAt,proto3" json:"deleted_at,omitempty"`
+	DeletedAt *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=deleted_at,json=deletedAt,proto3" json:"deleted_at,omitempty"`
+	// When the collection leaves the trash for good (RestoreCollection works until then).
+	// Unset when the deletion is final (the trash is off).
+	PurgeAt       *timestamppb.Timestamp `protobuf:"bytes,40,opt,name=purge_at,json=purgeAt,proto3" json:"purge_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DeleteCollectionResponse) Reset() {
 	*x = DeleteCollectionResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[24]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2111,7 +2215,7 @@ func (x *DeleteCollectionResponse) String() string {
 func (*DeleteCollectionResponse) ProtoMessage() {}
 
 func (x *DeleteCollectionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[24]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2124,7 +2228,7 @@ func (x *DeleteCollectionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteCollectionResponse.ProtoReflect.Descriptor instead.
 func (*DeleteCollectionResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{24}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DeleteCollectionResponse) GetDeletedCount() int64 {
@@ -2137,6 +2241,13 @@ func (x *DeleteCollectionResponse) GetDeletedCount() int64 {
 func (x *DeleteCollectionResponse) GetDeletedAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.DeletedAt
+	}
+	return nil
+}
+
+func (x *DeleteCollectionResponse) GetPurgeAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.PurgeAt
 	}
 	return nil
 }
@@ -2157,7 +2268,7 @@ type RunReflectionRequest struct {
 
 func (x *RunReflectionRequest) Reset() {
 	*x = RunReflectionRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[25]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2169,7 +2280,7 @@ func (x *RunReflectionRequest) String() string {
 func (*RunReflectionRequest) ProtoMessage() {}
 
 func (x *RunReflectionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[25]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2182,7 +2293,7 @@ func (x *RunReflectionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunReflectionRequest.ProtoReflect.Descriptor instead.
 func (*RunReflectionRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{25}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RunReflectionRequest) GetCollection() string {
@@ -2242,7 +2353,7 @@ type RunReflectionResponse struct {
 
 func (x *RunReflectionResponse) Reset() {
 	*x = RunReflectionResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[26]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2254,7 +2365,7 @@ func (x *RunReflectionResponse) String() string {
 func (*RunReflectionResponse) ProtoMessage() {}
 
 func (x *RunReflectionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[26]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2267,7 +2378,7 @@ func (x *RunReflectionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunReflectionResponse.ProtoReflect.Descriptor instead.
 func (*RunReflectionResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{26}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RunReflectionResponse) GetOutcome() ReflectionOutcome {
@@ -2374,7 +2485,7 @@ type ListGateDecisionsRequest struct {
 
 func (x *ListGateDecisionsRequest) Reset() {
 	*x = ListGateDecisionsRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[27]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2386,7 +2497,7 @@ func (x *ListGateDecisionsRequest) String() string {
 func (*ListGateDecisionsRequest) ProtoMessage() {}
 
 func (x *ListGateDecisionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[27]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2399,7 +2510,7 @@ func (x *ListGateDecisionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGateDecisionsRequest.ProtoReflect.Descriptor instead.
 func (*ListGateDecisionsRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{27}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListGateDecisionsRequest) GetCollection() string {
@@ -2439,7 +2550,7 @@ type GateDecision struct {
 
 func (x *GateDecision) Reset() {
 	*x = GateDecision{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[28]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2451,7 +2562,7 @@ func (x *GateDecision) String() string {
 func (*GateDecision) ProtoMessage() {}
 
 func (x *GateDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[28]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2464,7 +2575,7 @@ func (x *GateDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GateDecision.ProtoReflect.Descriptor instead.
 func (*GateDecision) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{28}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GateDecision) GetDecidedAt() *timestamppb.Timestamp {
@@ -2529,7 +2640,7 @@ type ListGateDecisionsResponse struct {
 
 func (x *ListGateDecisionsResponse) Reset() {
 	*x = ListGateDecisionsResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[29]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2541,7 +2652,7 @@ func (x *ListGateDecisionsResponse) String() string {
 func (*ListGateDecisionsResponse) ProtoMessage() {}
 
 func (x *ListGateDecisionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[29]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2554,7 +2665,7 @@ func (x *ListGateDecisionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGateDecisionsResponse.ProtoReflect.Descriptor instead.
 func (*ListGateDecisionsResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{29}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListGateDecisionsResponse) GetDecisions() []*GateDecision {
@@ -2569,6 +2680,439 @@ func (x *ListGateDecisionsResponse) GetTruncated() bool {
 		return x.Truncated
 	}
 	return false
+}
+
+// ListTrashRequest asks for a page of a collection's trash.
+type ListTrashRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The collection. Empty means the default collection.
+	Collection string `protobuf:"bytes,1,opt,name=collection,proto3" json:"collection,omitempty"`
+	// Page size, 1–1000. Zero means 100.
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// The next_page_token of the previous page; empty for the first page.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTrashRequest) Reset() {
+	*x = ListTrashRequest{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTrashRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTrashRequest) ProtoMessage() {}
+
+func (x *ListTrashRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTrashRequest.ProtoReflect.Descriptor instead.
+func (*ListTrashRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *ListTrashRequest) GetCollection() string {
+	if x != nil {
+		return x.Collection
+	}
+	return ""
+}
+
+func (x *ListTrashRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListTrashRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListTrashResponse is a page of the trash.
+type ListTrashResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The trashed memories on this page, in storage order, with trashed_at and purge_at set.
+	Memories []*Memory `protobuf:"bytes,1,rep,name=memories,proto3" json:"memories,omitempty"`
+	// Pass as page_token to get the next page; empty when this is the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTrashResponse) Reset() {
+	*x = ListTrashResponse{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTrashResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTrashResponse) ProtoMessage() {}
+
+func (x *ListTrashResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTrashResponse.ProtoReflect.Descriptor instead.
+func (*ListTrashResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *ListTrashResponse) GetMemories() []*Memory {
+	if x != nil {
+		return x.Memories
+	}
+	return nil
+}
+
+func (x *ListTrashResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// RestoreMemoryRequest names a memory in the trash.
+type RestoreMemoryRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The collection. Empty means the default collection.
+	Collection string `protobuf:"bytes,1,opt,name=collection,proto3" json:"collection,omitempty"`
+	// The trashed memory's id. Required.
+	Id            string `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RestoreMemoryRequest) Reset() {
+	*x = RestoreMemoryRequest{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RestoreMemoryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RestoreMemoryRequest) ProtoMessage() {}
+
+func (x *RestoreMemoryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RestoreMemoryRequest.ProtoReflect.Descriptor instead.
+func (*RestoreMemoryRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *RestoreMemoryRequest) GetCollection() string {
+	if x != nil {
+		return x.Collection
+	}
+	return ""
+}
+
+func (x *RestoreMemoryRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+// RestoreMemoryResponse is the restored memory.
+type RestoreMemoryResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The memory, live again (trashed_at unset).
+	Memory *Memory `protobuf:"bytes,1,opt,name=memory,proto3" json:"memory,omitempty"`
+	// Live memories at or above the near-duplicate threshold (0.70) to the restored one, most
+	// similar first: a near-copy written while it was in the trash is now beside it. Consider
+	// DeleteMemory on one of them.
+	NearDuplicates []*SimilarMemory `protobuf:"bytes,2,rep,name=near_duplicates,json=nearDuplicates,proto3" json:"near_duplicates,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *RestoreMemoryResponse) Reset() {
+	*x = RestoreMemoryResponse{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RestoreMemoryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RestoreMemoryResponse) ProtoMessage() {}
+
+func (x *RestoreMemoryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RestoreMemoryResponse.ProtoReflect.Descriptor instead.
+func (*RestoreMemoryResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *RestoreMemoryResponse) GetMemory() *Memory {
+	if x != nil {
+		return x.Memory
+	}
+	return nil
+}
+
+func (x *RestoreMemoryResponse) GetNearDuplicates() []*SimilarMemory {
+	if x != nil {
+		return x.NearDuplicates
+	}
+	return nil
+}
+
+// PurgeTrashRequest says what to delete for good.
+type PurgeTrashRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The collection. Empty means the default collection.
+	Collection string `protobuf:"bytes,1,opt,name=collection,proto3" json:"collection,omitempty"`
+	// Only these trashed memories (with their history). Empty: everything in the trash.
+	Ids []string `protobuf:"bytes,2,rep,name=ids,proto3" json:"ids,omitempty"`
+	// Drop the collection itself, which must be in the trash, with every memory in it.
+	PurgeCollection bool `protobuf:"varint,3,opt,name=purge_collection,json=purgeCollection,proto3" json:"purge_collection,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *PurgeTrashRequest) Reset() {
+	*x = PurgeTrashRequest{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PurgeTrashRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PurgeTrashRequest) ProtoMessage() {}
+
+func (x *PurgeTrashRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PurgeTrashRequest.ProtoReflect.Descriptor instead.
+func (*PurgeTrashRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *PurgeTrashRequest) GetCollection() string {
+	if x != nil {
+		return x.Collection
+	}
+	return ""
+}
+
+func (x *PurgeTrashRequest) GetIds() []string {
+	if x != nil {
+		return x.Ids
+	}
+	return nil
+}
+
+func (x *PurgeTrashRequest) GetPurgeCollection() bool {
+	if x != nil {
+		return x.PurgeCollection
+	}
+	return false
+}
+
+// PurgeTrashResponse says what was deleted for good.
+type PurgeTrashResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How many stored memories (including history versions) were deleted.
+	PurgedCount   int64 `protobuf:"varint,1,opt,name=purged_count,json=purgedCount,proto3" json:"purged_count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PurgeTrashResponse) Reset() {
+	*x = PurgeTrashResponse{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PurgeTrashResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PurgeTrashResponse) ProtoMessage() {}
+
+func (x *PurgeTrashResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PurgeTrashResponse.ProtoReflect.Descriptor instead.
+func (*PurgeTrashResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *PurgeTrashResponse) GetPurgedCount() int64 {
+	if x != nil {
+		return x.PurgedCount
+	}
+	return 0
+}
+
+// RestoreCollectionRequest names a collection in the trash.
+type RestoreCollectionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The collection's name. Required.
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RestoreCollectionRequest) Reset() {
+	*x = RestoreCollectionRequest{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RestoreCollectionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RestoreCollectionRequest) ProtoMessage() {}
+
+func (x *RestoreCollectionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RestoreCollectionRequest.ProtoReflect.Descriptor instead.
+func (*RestoreCollectionRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *RestoreCollectionRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// RestoreCollectionResponse is the restored collection.
+type RestoreCollectionResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The collection, live again.
+	Collection    *CollectionInfo `protobuf:"bytes,1,opt,name=collection,proto3" json:"collection,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RestoreCollectionResponse) Reset() {
+	*x = RestoreCollectionResponse{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RestoreCollectionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RestoreCollectionResponse) ProtoMessage() {}
+
+func (x *RestoreCollectionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RestoreCollectionResponse.ProtoReflect.Descriptor instead.
+func (*RestoreCollectionResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *RestoreCollectionResponse) GetCollection() *CollectionInfo {
+	if x != nil {
+		return x.Collection
+	}
+	return nil
 }
 
 var File_engram_v1_memory_service_proto protoreflect.FileDescriptor
@@ -2719,12 +3263,13 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\x05query\x18\x03 \x01(\v2\x16.engram.v1.DeleteQueryH\x00R\x05query\x12\x14\n" +
 	"\x05force\x18\x04 \x01(\bR\x05force\x12\x17\n" +
 	"\adry_run\x18\x05 \x01(\bR\x06dryRunB\b\n" +
-	"\x06target\"\x9f\x01\n" +
+	"\x06target\"\xd6\x01\n" +
 	"\x14DeleteMemoryResponse\x12+\n" +
 	"\adeleted\x18\x01 \x03(\v2\x11.engram.v1.MemoryR\adeleted\x12\x17\n" +
 	"\adry_run\x18\x02 \x01(\bR\x06dryRun\x12#\n" +
 	"\rdeleted_count\x18\x03 \x01(\x05R\fdeletedCount\x12\x1c\n" +
-	"\ttruncated\x18\x04 \x01(\bR\ttruncated\"k\n" +
+	"\ttruncated\x18\x04 \x01(\bR\ttruncated\x125\n" +
+	"\bpurge_at\x18( \x01(\v2\x1a.google.protobuf.TimestampR\apurgeAt\"k\n" +
 	"\x10GetMemoryRequest\x12\x1e\n" +
 	"\n" +
 	"collection\x18\x01 \x01(\tR\n" +
@@ -2746,16 +3291,25 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\x0finclude_history\x18\x05 \x01(\bR\x0eincludeHistory\"m\n" +
 	"\x14ListMemoriesResponse\x12-\n" +
 	"\bmemories\x18\x01 \x03(\v2\x11.engram.v1.MemoryR\bmemories\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x18\n" +
-	"\x16ListCollectionsRequest\"V\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"A\n" +
+	"\x16ListCollectionsRequest\x12'\n" +
+	"\x0finclude_trashed\x18( \x01(\bR\x0eincludeTrashed\"\x8e\x01\n" +
 	"\x17ListCollectionsResponse\x12;\n" +
-	"\vcollections\x18\x01 \x03(\v2\x19.engram.v1.CollectionInfoR\vcollections\"-\n" +
+	"\vcollections\x18\x01 \x03(\v2\x19.engram.v1.CollectionInfoR\vcollections\x126\n" +
+	"\atrashed\x18( \x03(\v2\x1c.engram.v1.TrashedCollectionR\atrashed\"\xbc\x01\n" +
+	"\x11TrashedCollection\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
+	"\fmemory_count\x18\x02 \x01(\x03R\vmemoryCount\x129\n" +
+	"\n" +
+	"trashed_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\ttrashedAt\x125\n" +
+	"\bpurge_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\apurgeAt\"-\n" +
 	"\x17DeleteCollectionRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"z\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\xb1\x01\n" +
 	"\x18DeleteCollectionResponse\x12#\n" +
 	"\rdeleted_count\x18\x01 \x01(\x03R\fdeletedCount\x129\n" +
 	"\n" +
-	"deleted_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tdeletedAt\"e\n" +
+	"deleted_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tdeletedAt\x125\n" +
+	"\bpurge_at\x18( \x01(\v2\x1a.google.protobuf.TimestampR\apurgeAt\"e\n" +
 	"\x14RunReflectionRequest\x12\x1e\n" +
 	"\n" +
 	"collection\x18\x01 \x01(\tR\n" +
@@ -2795,7 +3349,39 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\breplayed\x18\a \x01(\bR\breplayed\"p\n" +
 	"\x19ListGateDecisionsResponse\x125\n" +
 	"\tdecisions\x18\x01 \x03(\v2\x17.engram.v1.GateDecisionR\tdecisions\x12\x1c\n" +
-	"\ttruncated\x18\x02 \x01(\bR\ttruncated*]\n" +
+	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"n\n" +
+	"\x10ListTrashRequest\x12\x1e\n" +
+	"\n" +
+	"collection\x18\x01 \x01(\tR\n" +
+	"collection\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"j\n" +
+	"\x11ListTrashResponse\x12-\n" +
+	"\bmemories\x18\x01 \x03(\v2\x11.engram.v1.MemoryR\bmemories\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"F\n" +
+	"\x14RestoreMemoryRequest\x12\x1e\n" +
+	"\n" +
+	"collection\x18\x01 \x01(\tR\n" +
+	"collection\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\"\x85\x01\n" +
+	"\x15RestoreMemoryResponse\x12)\n" +
+	"\x06memory\x18\x01 \x01(\v2\x11.engram.v1.MemoryR\x06memory\x12A\n" +
+	"\x0fnear_duplicates\x18\x02 \x03(\v2\x18.engram.v1.SimilarMemoryR\x0enearDuplicates\"p\n" +
+	"\x11PurgeTrashRequest\x12\x1e\n" +
+	"\n" +
+	"collection\x18\x01 \x01(\tR\n" +
+	"collection\x12\x10\n" +
+	"\x03ids\x18\x02 \x03(\tR\x03ids\x12)\n" +
+	"\x10purge_collection\x18\x03 \x01(\bR\x0fpurgeCollection\"7\n" +
+	"\x12PurgeTrashResponse\x12!\n" +
+	"\fpurged_count\x18\x01 \x01(\x03R\vpurgedCount\".\n" +
+	"\x18RestoreCollectionRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"V\n" +
+	"\x19RestoreCollectionResponse\x129\n" +
+	"\n" +
+	"collection\x18\x01 \x01(\v2\x19.engram.v1.CollectionInfoR\n" +
+	"collection*]\n" +
 	"\n" +
 	"AddOutcome\x12\x1b\n" +
 	"\x17ADD_OUTCOME_UNSPECIFIED\x10\x00\x12\x17\n" +
@@ -2813,7 +3399,7 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\x19REFLECTION_GATE_DAILY_CAP\x10\x02\x12\x1e\n" +
 	"\x1aREFLECTION_GATE_IMPORTANCE\x10\x03\x12$\n" +
 	" REFLECTION_GATE_TOO_FEW_MEMORIES\x10\x04\x12\x1f\n" +
-	"\x1bREFLECTION_GATE_IN_PROGRESS\x10\x052\x9e\v\n" +
+	"\x1bREFLECTION_GATE_IN_PROGRESS\x10\x052\xb2\x0f\n" +
 	"\rMemoryService\x12_\n" +
 	"\tAddMemory\x12\x1b.engram.v1.AddMemoryRequest\x1a\x1c.engram.v1.AddMemoryResponse\"\x17\x82\xd3\xe4\x93\x02\x11:\x01*\"\f/v1/memories\x12n\n" +
 	"\vAddMemories\x12\x1d.engram.v1.AddMemoriesRequest\x1a\x1e.engram.v1.AddMemoriesResponse\" \x82\xd3\xe4\x93\x02\x1a:\x01*\"\x15/v1/memories:batchAdd\x12u\n" +
@@ -2825,7 +3411,12 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\x0fListCollections\x12!.engram.v1.ListCollectionsRequest\x1a\".engram.v1.ListCollectionsResponse\"\x17\x82\xd3\xe4\x93\x02\x11\x12\x0f/v1/collections\x12{\n" +
 	"\x10DeleteCollection\x12\".engram.v1.DeleteCollectionRequest\x1a#.engram.v1.DeleteCollectionResponse\"\x1e\x82\xd3\xe4\x93\x02\x18*\x16/v1/collections/{name}\x12\x83\x01\n" +
 	"\rRunReflection\x12\x1f.engram.v1.RunReflectionRequest\x1a .engram.v1.RunReflectionResponse\"/\x82\xd3\xe4\x93\x02):\x01*\"$/v1/collections/{collection}:reflect\x12\x92\x01\n" +
-	"\x11ListGateDecisions\x12#.engram.v1.ListGateDecisionsRequest\x1a$.engram.v1.ListGateDecisionsResponse\"2\x82\xd3\xe4\x93\x02,\x12*/v1/collections/{collection}/gateDecisionsB?Z=github.com/engram-memory/engram/clients/go/engram/v1;engramv1b\x06proto3"
+	"\x11ListGateDecisions\x12#.engram.v1.ListGateDecisionsRequest\x1a$.engram.v1.ListGateDecisionsResponse\"2\x82\xd3\xe4\x93\x02,\x12*/v1/collections/{collection}/gateDecisions\x12r\n" +
+	"\tListTrash\x12\x1b.engram.v1.ListTrashRequest\x1a\x1c.engram.v1.ListTrashResponse\"*\x82\xd3\xe4\x93\x02$\x12\"/v1/collections/{collection}/trash\x12\x91\x01\n" +
+	"\rRestoreMemory\x12\x1f.engram.v1.RestoreMemoryRequest\x1a .engram.v1.RestoreMemoryResponse\"=\x82\xd3\xe4\x93\x027:\x01*\"2/v1/collections/{collection}/memories/{id}:restore\x12~\n" +
+	"\n" +
+	"PurgeTrash\x12\x1c.engram.v1.PurgeTrashRequest\x1a\x1d.engram.v1.PurgeTrashResponse\"3\x82\xd3\xe4\x93\x02-:\x01*\"(/v1/collections/{collection}/trash:purge\x12\x89\x01\n" +
+	"\x11RestoreCollection\x12#.engram.v1.RestoreCollectionRequest\x1a$.engram.v1.RestoreCollectionResponse\")\x82\xd3\xe4\x93\x02#:\x01*\"\x1e/v1/collections/{name}:restoreB?Z=github.com/engram-memory/engram/clients/go/engram/v1;engramv1b\x06proto3"
 
 var (
 	file_engram_v1_memory_service_proto_rawDescOnce sync.Once
@@ -2840,7 +3431,7 @@ func file_engram_v1_memory_service_proto_rawDescGZIP() []byte {
 }
 
 var file_engram_v1_memory_service_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_engram_v1_memory_service_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_engram_v1_memory_service_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_engram_v1_memory_service_proto_goTypes = []any{
 	(AddOutcome)(0),                   // 0: engram.v1.AddOutcome
 	(ReflectionOutcome)(0),            // 1: engram.v1.ReflectionOutcome
@@ -2868,107 +3459,133 @@ var file_engram_v1_memory_service_proto_goTypes = []any{
 	(*ListMemoriesResponse)(nil),      // 23: engram.v1.ListMemoriesResponse
 	(*ListCollectionsRequest)(nil),    // 24: engram.v1.ListCollectionsRequest
 	(*ListCollectionsResponse)(nil),   // 25: engram.v1.ListCollectionsResponse
-	(*DeleteCollectionRequest)(nil),   // 26: engram.v1.DeleteCollectionRequest
-	(*DeleteCollectionResponse)(nil),  // 27: engram.v1.DeleteCollectionResponse
-	(*RunReflectionRequest)(nil),      // 28: engram.v1.RunReflectionRequest
-	(*RunReflectionResponse)(nil),     // 29: engram.v1.RunReflectionResponse
-	(*ListGateDecisionsRequest)(nil),  // 30: engram.v1.ListGateDecisionsRequest
-	(*GateDecision)(nil),              // 31: engram.v1.GateDecision
-	(*ListGateDecisionsResponse)(nil), // 32: engram.v1.ListGateDecisionsResponse
-	nil,                               // 33: engram.v1.AddMemoryRequest.MetadataEntry
-	nil,                               // 34: engram.v1.NewMemory.MetadataEntry
-	nil,                               // 35: engram.v1.StringMap.EntriesEntry
-	(MemoryType)(0),                   // 36: engram.v1.MemoryType
-	(Source)(0),                       // 37: engram.v1.Source
-	(SourceType)(0),                   // 38: engram.v1.SourceType
-	(*timestamppb.Timestamp)(nil),     // 39: google.protobuf.Timestamp
-	(*Memory)(nil),                    // 40: engram.v1.Memory
-	(*SimilarMemory)(nil),             // 41: engram.v1.SimilarMemory
-	(*MemoryFilter)(nil),              // 42: engram.v1.MemoryFilter
-	(*RankingWeights)(nil),            // 43: engram.v1.RankingWeights
-	(*ScoreBreakdown)(nil),            // 44: engram.v1.ScoreBreakdown
-	(*CollectionInfo)(nil),            // 45: engram.v1.CollectionInfo
+	(*TrashedCollection)(nil),         // 26: engram.v1.TrashedCollection
+	(*DeleteCollectionRequest)(nil),   // 27: engram.v1.DeleteCollectionRequest
+	(*DeleteCollectionResponse)(nil),  // 28: engram.v1.DeleteCollectionResponse
+	(*RunReflectionRequest)(nil),      // 29: engram.v1.RunReflectionRequest
+	(*RunReflectionResponse)(nil),     // 30: engram.v1.RunReflectionResponse
+	(*ListGateDecisionsRequest)(nil),  // 31: engram.v1.ListGateDecisionsRequest
+	(*GateDecision)(nil),              // 32: engram.v1.GateDecision
+	(*ListGateDecisionsResponse)(nil), // 33: engram.v1.ListGateDecisionsResponse
+	(*ListTrashRequest)(nil),          // 34: engram.v1.ListTrashRequest
+	(*ListTrashResponse)(nil),         // 35: engram.v1.ListTrashResponse
+	(*RestoreMemoryRequest)(nil),      // 36: engram.v1.RestoreMemoryRequest
+	(*RestoreMemoryResponse)(nil),     // 37: engram.v1.RestoreMemoryResponse
+	(*PurgeTrashRequest)(nil),         // 38: engram.v1.PurgeTrashRequest
+	(*PurgeTrashResponse)(nil),        // 39: engram.v1.PurgeTrashResponse
+	(*RestoreCollectionRequest)(nil),  // 40: engram.v1.RestoreCollectionRequest
+	(*RestoreCollectionResponse)(nil), // 41: engram.v1.RestoreCollectionResponse
+	nil,                               // 42: engram.v1.AddMemoryRequest.MetadataEntry
+	nil,                               // 43: engram.v1.NewMemory.MetadataEntry
+	nil,                               // 44: engram.v1.StringMap.EntriesEntry
+	(MemoryType)(0),                   // 45: engram.v1.MemoryType
+	(Source)(0),                       // 46: engram.v1.Source
+	(SourceType)(0),                   // 47: engram.v1.SourceType
+	(*timestamppb.Timestamp)(nil),     // 48: google.protobuf.Timestamp
+	(*Memory)(nil),                    // 49: engram.v1.Memory
+	(*SimilarMemory)(nil),             // 50: engram.v1.SimilarMemory
+	(*MemoryFilter)(nil),              // 51: engram.v1.MemoryFilter
+	(*RankingWeights)(nil),            // 52: engram.v1.RankingWeights
+	(*ScoreBreakdown)(nil),            // 53: engram.v1.ScoreBreakdown
+	(*CollectionInfo)(nil),            // 54: engram.v1.CollectionInfo
 }
 var file_engram_v1_memory_service_proto_depIdxs = []int32{
-	36, // 0: engram.v1.AddMemoryRequest.type:type_name -> engram.v1.MemoryType
-	37, // 1: engram.v1.AddMemoryRequest.source:type_name -> engram.v1.Source
-	38, // 2: engram.v1.AddMemoryRequest.source_type:type_name -> engram.v1.SourceType
-	33, // 3: engram.v1.AddMemoryRequest.metadata:type_name -> engram.v1.AddMemoryRequest.MetadataEntry
-	39, // 4: engram.v1.AddMemoryRequest.created_at:type_name -> google.protobuf.Timestamp
-	39, // 5: engram.v1.AddMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
-	40, // 6: engram.v1.AddMemoryResponse.memory:type_name -> engram.v1.Memory
+	45, // 0: engram.v1.AddMemoryRequest.type:type_name -> engram.v1.MemoryType
+	46, // 1: engram.v1.AddMemoryRequest.source:type_name -> engram.v1.Source
+	47, // 2: engram.v1.AddMemoryRequest.source_type:type_name -> engram.v1.SourceType
+	42, // 3: engram.v1.AddMemoryRequest.metadata:type_name -> engram.v1.AddMemoryRequest.MetadataEntry
+	48, // 4: engram.v1.AddMemoryRequest.created_at:type_name -> google.protobuf.Timestamp
+	48, // 5: engram.v1.AddMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
+	49, // 6: engram.v1.AddMemoryResponse.memory:type_name -> engram.v1.Memory
 	0,  // 7: engram.v1.AddMemoryResponse.outcome:type_name -> engram.v1.AddOutcome
-	41, // 8: engram.v1.AddMemoryResponse.near_duplicates:type_name -> engram.v1.SimilarMemory
+	50, // 8: engram.v1.AddMemoryResponse.near_duplicates:type_name -> engram.v1.SimilarMemory
 	6,  // 9: engram.v1.AddMemoriesRequest.memories:type_name -> engram.v1.NewMemory
-	36, // 10: engram.v1.NewMemory.type:type_name -> engram.v1.MemoryType
-	37, // 11: engram.v1.NewMemory.source:type_name -> engram.v1.Source
-	38, // 12: engram.v1.NewMemory.source_type:type_name -> engram.v1.SourceType
-	34, // 13: engram.v1.NewMemory.metadata:type_name -> engram.v1.NewMemory.MetadataEntry
-	39, // 14: engram.v1.NewMemory.created_at:type_name -> google.protobuf.Timestamp
-	39, // 15: engram.v1.NewMemory.valid_until:type_name -> google.protobuf.Timestamp
-	40, // 16: engram.v1.AddMemoryResult.memory:type_name -> engram.v1.Memory
+	45, // 10: engram.v1.NewMemory.type:type_name -> engram.v1.MemoryType
+	46, // 11: engram.v1.NewMemory.source:type_name -> engram.v1.Source
+	47, // 12: engram.v1.NewMemory.source_type:type_name -> engram.v1.SourceType
+	43, // 13: engram.v1.NewMemory.metadata:type_name -> engram.v1.NewMemory.MetadataEntry
+	48, // 14: engram.v1.NewMemory.created_at:type_name -> google.protobuf.Timestamp
+	48, // 15: engram.v1.NewMemory.valid_until:type_name -> google.protobuf.Timestamp
+	49, // 16: engram.v1.AddMemoryResult.memory:type_name -> engram.v1.Memory
 	0,  // 17: engram.v1.AddMemoryResult.outcome:type_name -> engram.v1.AddOutcome
-	41, // 18: engram.v1.AddMemoryResult.near_duplicates:type_name -> engram.v1.SimilarMemory
+	50, // 18: engram.v1.AddMemoryResult.near_duplicates:type_name -> engram.v1.SimilarMemory
 	7,  // 19: engram.v1.AddMemoriesResponse.results:type_name -> engram.v1.AddMemoryResult
-	42, // 20: engram.v1.SearchMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
-	43, // 21: engram.v1.SearchMemoriesRequest.weights:type_name -> engram.v1.RankingWeights
-	40, // 22: engram.v1.SearchResult.memory:type_name -> engram.v1.Memory
-	44, // 23: engram.v1.SearchResult.score:type_name -> engram.v1.ScoreBreakdown
+	51, // 20: engram.v1.SearchMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
+	52, // 21: engram.v1.SearchMemoriesRequest.weights:type_name -> engram.v1.RankingWeights
+	49, // 22: engram.v1.SearchResult.memory:type_name -> engram.v1.Memory
+	53, // 23: engram.v1.SearchResult.score:type_name -> engram.v1.ScoreBreakdown
 	10, // 24: engram.v1.SearchMemoriesResponse.results:type_name -> engram.v1.SearchResult
-	35, // 25: engram.v1.StringMap.entries:type_name -> engram.v1.StringMap.EntriesEntry
+	44, // 25: engram.v1.StringMap.entries:type_name -> engram.v1.StringMap.EntriesEntry
 	12, // 26: engram.v1.UpdateMemoryRequest.locate:type_name -> engram.v1.SemanticLocator
-	36, // 27: engram.v1.UpdateMemoryRequest.type:type_name -> engram.v1.MemoryType
+	45, // 27: engram.v1.UpdateMemoryRequest.type:type_name -> engram.v1.MemoryType
 	13, // 28: engram.v1.UpdateMemoryRequest.tags:type_name -> engram.v1.StringList
 	14, // 29: engram.v1.UpdateMemoryRequest.metadata:type_name -> engram.v1.StringMap
-	39, // 30: engram.v1.UpdateMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
-	40, // 31: engram.v1.UpdateMemoryResponse.memory:type_name -> engram.v1.Memory
-	40, // 32: engram.v1.UpdateMemoryResponse.previous:type_name -> engram.v1.Memory
+	48, // 30: engram.v1.UpdateMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
+	49, // 31: engram.v1.UpdateMemoryResponse.memory:type_name -> engram.v1.Memory
+	49, // 32: engram.v1.UpdateMemoryResponse.previous:type_name -> engram.v1.Memory
 	17, // 33: engram.v1.DeleteMemoryRequest.query:type_name -> engram.v1.DeleteQuery
-	40, // 34: engram.v1.DeleteMemoryResponse.deleted:type_name -> engram.v1.Memory
-	40, // 35: engram.v1.GetMemoryResponse.memory:type_name -> engram.v1.Memory
-	40, // 36: engram.v1.GetMemoryResponse.history:type_name -> engram.v1.Memory
-	42, // 37: engram.v1.ListMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
-	40, // 38: engram.v1.ListMemoriesResponse.memories:type_name -> engram.v1.Memory
-	45, // 39: engram.v1.ListCollectionsResponse.collections:type_name -> engram.v1.CollectionInfo
-	39, // 40: engram.v1.DeleteCollectionResponse.deleted_at:type_name -> google.protobuf.Timestamp
-	1,  // 41: engram.v1.RunReflectionResponse.outcome:type_name -> engram.v1.ReflectionOutcome
-	2,  // 42: engram.v1.RunReflectionResponse.throttled_by:type_name -> engram.v1.ReflectionGate
-	39, // 43: engram.v1.RunReflectionResponse.next_run_after:type_name -> google.protobuf.Timestamp
-	40, // 44: engram.v1.RunReflectionResponse.sources:type_name -> engram.v1.Memory
-	40, // 45: engram.v1.RunReflectionResponse.insights:type_name -> engram.v1.Memory
-	40, // 46: engram.v1.RunReflectionResponse.drafts:type_name -> engram.v1.Memory
-	41, // 47: engram.v1.RunReflectionResponse.duplicates:type_name -> engram.v1.SimilarMemory
-	39, // 48: engram.v1.GateDecision.decided_at:type_name -> google.protobuf.Timestamp
-	0,  // 49: engram.v1.GateDecision.outcome:type_name -> engram.v1.AddOutcome
-	41, // 50: engram.v1.GateDecision.near_duplicates:type_name -> engram.v1.SimilarMemory
-	31, // 51: engram.v1.ListGateDecisionsResponse.decisions:type_name -> engram.v1.GateDecision
-	3,  // 52: engram.v1.MemoryService.AddMemory:input_type -> engram.v1.AddMemoryRequest
-	5,  // 53: engram.v1.MemoryService.AddMemories:input_type -> engram.v1.AddMemoriesRequest
-	9,  // 54: engram.v1.MemoryService.SearchMemories:input_type -> engram.v1.SearchMemoriesRequest
-	15, // 55: engram.v1.MemoryService.UpdateMemory:input_type -> engram.v1.UpdateMemoryRequest
-	18, // 56: engram.v1.MemoryService.DeleteMemory:input_type -> engram.v1.DeleteMemoryRequest
-	20, // 57: engram.v1.MemoryService.GetMemory:input_type -> engram.v1.GetMemoryRequest
-	22, // 58: engram.v1.MemoryService.ListMemories:input_type -> engram.v1.ListMemoriesRequest
-	24, // 59: engram.v1.MemoryService.ListCollections:input_type -> engram.v1.ListCollectionsRequest
-	26, // 60: engram.v1.MemoryService.DeleteCollection:input_type -> engram.v1.DeleteCollectionRequest
-	28, // 61: engram.v1.MemoryService.RunReflection:input_type -> engram.v1.RunReflectionRequest
-	30, // 62: engram.v1.MemoryService.ListGateDecisions:input_type -> engram.v1.ListGateDecisionsRequest
-	4,  // 63: engram.v1.MemoryService.AddMemory:output_type -> engram.v1.AddMemoryResponse
-	8,  // 64: engram.v1.MemoryService.AddMemories:output_type -> engram.v1.AddMemoriesResponse
-	11, // 65: engram.v1.MemoryService.SearchMemories:output_type -> engram.v1.SearchMemoriesResponse
-	16, // 66: engram.v1.MemoryService.UpdateMemory:output_type -> engram.v1.UpdateMemoryResponse
-	19, // 67: engram.v1.MemoryService.DeleteMemory:output_type -> engram.v1.DeleteMemoryResponse
-	21, // 68: engram.v1.MemoryService.GetMemory:output_type -> engram.v1.GetMemoryResponse
-	23, // 69: engram.v1.MemoryService.ListMemories:output_type -> engram.v1.ListMemoriesResponse
-	25, // 70: engram.v1.MemoryService.ListCollections:output_type -> engram.v1.ListCollectionsResponse
-	27, // 71: engram.v1.MemoryService.DeleteCollection:output_type -> engram.v1.DeleteCollectionResponse
-	29, // 72: engram.v1.MemoryService.RunReflection:output_type -> engram.v1.RunReflectionResponse
-	32, // 73: engram.v1.MemoryService.ListGateDecisions:output_type -> engram.v1.ListGateDecisionsResponse
-	63, // [63:74] is the sub-list for method output_type
-	52, // [52:63] is the sub-list for method input_type
-	52, // [52:52] is the sub-list for extension type_name
-	52, // [52:52] is the sub-list for extension extendee
-	0,  // [0:52] is the sub-list for field type_name
+	49, // 34: engram.v1.DeleteMemoryResponse.deleted:type_name -> engram.v1.Memory
+	48, // 35: engram.v1.DeleteMemoryResponse.purge_at:type_name -> google.protobuf.Timestamp
+	49, // 36: engram.v1.GetMemoryResponse.memory:type_name -> engram.v1.Memory
+	49, // 37: engram.v1.GetMemoryResponse.history:type_name -> engram.v1.Memory
+	51, // 38: engram.v1.ListMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
+	49, // 39: engram.v1.ListMemoriesResponse.memories:type_name -> engram.v1.Memory
+	54, // 40: engram.v1.ListCollectionsResponse.collections:type_name -> engram.v1.CollectionInfo
+	26, // 41: engram.v1.ListCollectionsResponse.trashed:type_name -> engram.v1.TrashedCollection
+	48, // 42: engram.v1.TrashedCollection.trashed_at:type_name -> google.protobuf.Timestamp
+	48, // 43: engram.v1.TrashedCollection.purge_at:type_name -> google.protobuf.Timestamp
+	48, // 44: engram.v1.DeleteCollectionResponse.deleted_at:type_name -> google.protobuf.Timestamp
+	48, // 45: engram.v1.DeleteCollectionResponse.purge_at:type_name -> google.protobuf.Timestamp
+	1,  // 46: engram.v1.RunReflectionResponse.outcome:type_name -> engram.v1.ReflectionOutcome
+	2,  // 47: engram.v1.RunReflectionResponse.throttled_by:type_name -> engram.v1.ReflectionGate
+	48, // 48: engram.v1.RunReflectionResponse.next_run_after:type_name -> google.protobuf.Timestamp
+	49, // 49: engram.v1.RunReflectionResponse.sources:type_name -> engram.v1.Memory
+	49, // 50: engram.v1.RunReflectionResponse.insights:type_name -> engram.v1.Memory
+	49, // 51: engram.v1.RunReflectionResponse.drafts:type_name -> engram.v1.Memory
+	50, // 52: engram.v1.RunReflectionResponse.duplicates:type_name -> engram.v1.SimilarMemory
+	48, // 53: engram.v1.GateDecision.decided_at:type_name -> google.protobuf.Timestamp
+	0,  // 54: engram.v1.GateDecision.outcome:type_name -> engram.v1.AddOutcome
+	50, // 55: engram.v1.GateDecision.near_duplicates:type_name -> engram.v1.SimilarMemory
+	32, // 56: engram.v1.ListGateDecisionsResponse.decisions:type_name -> engram.v1.GateDecision
+	49, // 57: engram.v1.ListTrashResponse.memories:type_name -> engram.v1.Memory
+	49, // 58: engram.v1.RestoreMemoryResponse.memory:type_name -> engram.v1.Memory
+	50, // 59: engram.v1.RestoreMemoryResponse.near_duplicates:type_name -> engram.v1.SimilarMemory
+	54, // 60: engram.v1.RestoreCollectionResponse.collection:type_name -> engram.v1.CollectionInfo
+	3,  // 61: engram.v1.MemoryService.AddMemory:input_type -> engram.v1.AddMemoryRequest
+	5,  // 62: engram.v1.MemoryService.AddMemories:input_type -> engram.v1.AddMemoriesRequest
+	9,  // 63: engram.v1.MemoryService.SearchMemories:input_type -> engram.v1.SearchMemoriesRequest
+	15, // 64: engram.v1.MemoryService.UpdateMemory:input_type -> engram.v1.UpdateMemoryRequest
+	18, // 65: engram.v1.MemoryService.DeleteMemory:input_type -> engram.v1.DeleteMemoryRequest
+	20, // 66: engram.v1.MemoryService.GetMemory:input_type -> engram.v1.GetMemoryRequest
+	22, // 67: engram.v1.MemoryService.ListMemories:input_type -> engram.v1.ListMemoriesRequest
+	24, // 68: engram.v1.MemoryService.ListCollections:input_type -> engram.v1.ListCollectionsRequest
+	27, // 69: engram.v1.MemoryService.DeleteCollection:input_type -> engram.v1.DeleteCollectionRequest
+	29, // 70: engram.v1.MemoryService.RunReflection:input_type -> engram.v1.RunReflectionRequest
+	31, // 71: engram.v1.MemoryService.ListGateDecisions:input_type -> engram.v1.ListGateDecisionsRequest
+	34, // 72: engram.v1.MemoryService.ListTrash:input_type -> engram.v1.ListTrashRequest
+	36, // 73: engram.v1.MemoryService.RestoreMemory:input_type -> engram.v1.RestoreMemoryRequest
+	38, // 74: engram.v1.MemoryService.PurgeTrash:input_type -> engram.v1.PurgeTrashRequest
+	40, // 75: engram.v1.MemoryService.RestoreCollection:input_type -> engram.v1.RestoreCollectionRequest
+	4,  // 76: engram.v1.MemoryService.AddMemory:output_type -> engram.v1.AddMemoryResponse
+	8,  // 77: engram.v1.MemoryService.AddMemories:output_type -> engram.v1.AddMemoriesResponse
+	11, // 78: engram.v1.MemoryService.SearchMemories:output_type -> engram.v1.SearchMemoriesResponse
+	16, // 79: engram.v1.MemoryService.UpdateMemory:output_type -> engram.v1.UpdateMemoryResponse
+	19, // 80: engram.v1.MemoryService.DeleteMemory:output_type -> engram.v1.DeleteMemoryResponse
+	21, // 81: engram.v1.MemoryService.GetMemory:output_type -> engram.v1.GetMemoryResponse
+	23, // 82: engram.v1.MemoryService.ListMemories:output_type -> engram.v1.ListMemoriesResponse
+	25, // 83: engram.v1.MemoryService.ListCollections:output_type -> engram.v1.ListCollectionsResponse
+	28, // 84: engram.v1.MemoryService.DeleteCollection:output_type -> engram.v1.DeleteCollectionResponse
+	30, // 85: engram.v1.MemoryService.RunReflection:output_type -> engram.v1.RunReflectionResponse
+	33, // 86: engram.v1.MemoryService.ListGateDecisions:output_type -> engram.v1.ListGateDecisionsResponse
+	35, // 87: engram.v1.MemoryService.ListTrash:output_type -> engram.v1.ListTrashResponse
+	37, // 88: engram.v1.MemoryService.RestoreMemory:output_type -> engram.v1.RestoreMemoryResponse
+	39, // 89: engram.v1.MemoryService.PurgeTrash:output_type -> engram.v1.PurgeTrashResponse
+	41, // 90: engram.v1.MemoryService.RestoreCollection:output_type -> engram.v1.RestoreCollectionResponse
+	76, // [76:91] is the sub-list for method output_type
+	61, // [61:76] is the sub-list for method input_type
+	61, // [61:61] is the sub-list for extension type_name
+	61, // [61:61] is the sub-list for extension extendee
+	0,  // [0:61] is the sub-list for field type_name
 }
 
 func init() { file_engram_v1_memory_service_proto_init() }
@@ -2995,7 +3612,7 @@ func file_engram_v1_memory_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_engram_v1_memory_service_proto_rawDesc), len(file_engram_v1_memory_service_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   33,
+			NumMessages:   42,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

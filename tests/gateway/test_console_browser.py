@@ -234,6 +234,8 @@ def test_console_scenario(tmp_path: Path, driver: Any) -> None:
         driver.find_element(By.ID, "restore-confirm").click()
         status_contains("Restored collection work")
         assert "No deleted collections." in driver.find_element(By.ID, "trashed-collections").text
+        driver.find_element(By.ID, "tab-memories").click()
+        wait.until(ec.visibility_of_element_located((By.ID, "collections")))
         listed = [b.text.split("\n")[0] for b in driver.find_elements(By.CSS_SELECTOR, "#collections button")]
         assert listed == ["default", "work"], listed
 

@@ -56,6 +56,7 @@ NEEDS = {
     "RunReflection": "write",
     "RunReflection(force)": "admin",
     "ListGateDecisions": "read",
+    "ListReflectionRuns": "read",
     "ListTrash": "read",
     "RestoreMemory": "write",
     "PurgeTrash": "write",
@@ -102,6 +103,7 @@ def requests(memory_id: str) -> dict[str, tuple[str, Any]]:
             s.RunReflectionRequest(collection="alpha", dry_run=True, force=True),
         ),
         "ListGateDecisions": ("ListGateDecisions", s.ListGateDecisionsRequest(collection="alpha")),
+        "ListReflectionRuns": ("ListReflectionRuns", s.ListReflectionRunsRequest(collection="alpha")),
         # The trash calls name nothing in the trash: past auth they answer NOT_FOUND, harmlessly.
         "ListTrash": ("ListTrash", s.ListTrashRequest(collection="alpha")),
         "RestoreMemory": ("RestoreMemory", s.RestoreMemoryRequest(collection="alpha", id=NOT_TRASHED)),
@@ -112,6 +114,13 @@ def requests(memory_id: str) -> dict[str, tuple[str, Any]]:
         ),
         "RestoreCollection": ("RestoreCollection", s.RestoreCollectionRequest(name="alpha")),
     }
+
+
+def test_the_matrix_covers_every_rpc() -> None:
+    """A new RPC gets its row here, so its role is tested, not assumed."""
+    methods = {m.name for m in s.DESCRIPTOR.services_by_name["MemoryService"].methods}
+    assert {call.split("(")[0] for call in NEEDS} == methods
+    assert {rpc for rpc, _ in requests("x").values()} == methods
 
 
 @pytest.fixture(scope="module")

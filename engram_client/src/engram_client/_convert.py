@@ -25,6 +25,7 @@ from engram_client.models import (
     ReflectionGate,
     ReflectionOutcome,
     ReflectionResult,
+    ReflectionRun,
     RestoreResult,
     ScoreBreakdown,
     SearchResult,
@@ -328,3 +329,20 @@ def reflection_result(resp: memory_service_pb2.RunReflectionResponse) -> Reflect
         reflection_collection=resp.reflection_collection,
         model=resp.model,
     )
+
+
+def reflection_runs(resp: memory_service_pb2.ListReflectionRunsResponse) -> list[ReflectionRun]:
+    return [
+        ReflectionRun(
+            started_at=_time(r, "started_at"),
+            outcome=_REFLECTION_FROM.get(r.outcome, ReflectionOutcome.UNSPECIFIED),
+            detail=r.detail,
+            scheduled=r.scheduled,
+            model=r.model,
+            source_ids=tuple(r.source_ids),
+            insight_ids=tuple(r.insight_ids),
+            draft_ids=tuple(r.draft_ids),
+            duplicates=r.duplicates,
+        )
+        for r in resp.runs
+    ]

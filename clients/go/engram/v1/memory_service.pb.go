@@ -91,6 +91,9 @@ const (
 	ReflectionOutcome_REFLECTION_OUTCOME_THROTTLED ReflectionOutcome = 3
 	// dry_run: every gate passed and a run would use `sources`.
 	ReflectionOutcome_REFLECTION_OUTCOME_WOULD_RUN ReflectionOutcome = 4
+	// The LLM call or the writes failed; nothing was written. Only in ListReflectionRuns:
+	// RunReflection answers such a run with an error status.
+	ReflectionOutcome_REFLECTION_OUTCOME_FAILED ReflectionOutcome = 5
 )
 
 // Enum value maps for ReflectionOutcome.
@@ -101,6 +104,7 @@ var (
 		2: "REFLECTION_OUTCOME_NO_INSIGHT",
 		3: "REFLECTION_OUTCOME_THROTTLED",
 		4: "REFLECTION_OUTCOME_WOULD_RUN",
+		5: "REFLECTION_OUTCOME_FAILED",
 	}
 	ReflectionOutcome_value = map[string]int32{
 		"REFLECTION_OUTCOME_UNSPECIFIED": 0,
@@ -108,6 +112,7 @@ var (
 		"REFLECTION_OUTCOME_NO_INSIGHT":  2,
 		"REFLECTION_OUTCOME_THROTTLED":   3,
 		"REFLECTION_OUTCOME_WOULD_RUN":   4,
+		"REFLECTION_OUTCOME_FAILED":      5,
 	}
 )
 
@@ -2682,6 +2687,234 @@ func (x *ListGateDecisionsResponse) GetTruncated() bool {
 	return false
 }
 
+// ListReflectionRunsRequest asks for a collection's recent reflection runs.
+type ListReflectionRunsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The source collection (not its "_reflection" collection); empty means the default collection.
+	Collection string `protobuf:"bytes,1,opt,name=collection,proto3" json:"collection,omitempty"`
+	// At most this many, newest first: 1–50; 0 means 20.
+	Limit         int32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListReflectionRunsRequest) Reset() {
+	*x = ListReflectionRunsRequest{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListReflectionRunsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListReflectionRunsRequest) ProtoMessage() {}
+
+func (x *ListReflectionRunsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListReflectionRunsRequest.ProtoReflect.Descriptor instead.
+func (*ListReflectionRunsRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *ListReflectionRunsRequest) GetCollection() string {
+	if x != nil {
+		return x.Collection
+	}
+	return ""
+}
+
+func (x *ListReflectionRunsRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+// ReflectionRun is one reflection run that called the LLM.
+type ReflectionRun struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// When the run started.
+	StartedAt *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	// COMPLETED, NO_INSIGHT or FAILED.
+	Outcome ReflectionOutcome `protobuf:"varint,2,opt,name=outcome,proto3,enum=engram.v1.ReflectionOutcome" json:"outcome,omitempty"`
+	// A human-readable account of the run (what was produced, or the error).
+	Detail string `protobuf:"bytes,3,opt,name=detail,proto3" json:"detail,omitempty"`
+	// True when the periodic schedule started the run, false when RunReflection asked for it.
+	Scheduled bool `protobuf:"varint,4,opt,name=scheduled,proto3" json:"scheduled,omitempty"`
+	// The LLM model used.
+	Model string `protobuf:"bytes,5,opt,name=model,proto3" json:"model,omitempty"`
+	// Ids of the memories the run reflected on.
+	SourceIds []string `protobuf:"bytes,6,rep,name=source_ids,json=sourceIds,proto3" json:"source_ids,omitempty"`
+	// Ids of the insights it stored (in the reflection collection).
+	InsightIds []string `protobuf:"bytes,7,rep,name=insight_ids,json=insightIds,proto3" json:"insight_ids,omitempty"`
+	// Ids of the low-confidence insights it kept as drafts.
+	DraftIds []string `protobuf:"bytes,8,rep,name=draft_ids,json=draftIds,proto3" json:"draft_ids,omitempty"`
+	// How many proposed insights were dropped as near-copies of existing insights.
+	Duplicates    int32 `protobuf:"varint,9,opt,name=duplicates,proto3" json:"duplicates,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReflectionRun) Reset() {
+	*x = ReflectionRun{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReflectionRun) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReflectionRun) ProtoMessage() {}
+
+func (x *ReflectionRun) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReflectionRun.ProtoReflect.Descriptor instead.
+func (*ReflectionRun) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *ReflectionRun) GetStartedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartedAt
+	}
+	return nil
+}
+
+func (x *ReflectionRun) GetOutcome() ReflectionOutcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return ReflectionOutcome_REFLECTION_OUTCOME_UNSPECIFIED
+}
+
+func (x *ReflectionRun) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+func (x *ReflectionRun) GetScheduled() bool {
+	if x != nil {
+		return x.Scheduled
+	}
+	return false
+}
+
+func (x *ReflectionRun) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *ReflectionRun) GetSourceIds() []string {
+	if x != nil {
+		return x.SourceIds
+	}
+	return nil
+}
+
+func (x *ReflectionRun) GetInsightIds() []string {
+	if x != nil {
+		return x.InsightIds
+	}
+	return nil
+}
+
+func (x *ReflectionRun) GetDraftIds() []string {
+	if x != nil {
+		return x.DraftIds
+	}
+	return nil
+}
+
+func (x *ReflectionRun) GetDuplicates() int32 {
+	if x != nil {
+		return x.Duplicates
+	}
+	return 0
+}
+
+// ListReflectionRunsResponse lists recent reflection runs, newest first.
+type ListReflectionRunsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The runs.
+	Runs []*ReflectionRun `protobuf:"bytes,1,rep,name=runs,proto3" json:"runs,omitempty"`
+	// True when older runs were left out to keep the answer within the message limit.
+	Truncated     bool `protobuf:"varint,2,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListReflectionRunsResponse) Reset() {
+	*x = ListReflectionRunsResponse{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListReflectionRunsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListReflectionRunsResponse) ProtoMessage() {}
+
+func (x *ListReflectionRunsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListReflectionRunsResponse.ProtoReflect.Descriptor instead.
+func (*ListReflectionRunsResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *ListReflectionRunsResponse) GetRuns() []*ReflectionRun {
+	if x != nil {
+		return x.Runs
+	}
+	return nil
+}
+
+func (x *ListReflectionRunsResponse) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
 // ListTrashRequest asks for a page of a collection's trash.
 type ListTrashRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2697,7 +2930,7 @@ type ListTrashRequest struct {
 
 func (x *ListTrashRequest) Reset() {
 	*x = ListTrashRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[31]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2709,7 +2942,7 @@ func (x *ListTrashRequest) String() string {
 func (*ListTrashRequest) ProtoMessage() {}
 
 func (x *ListTrashRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[31]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2722,7 +2955,7 @@ func (x *ListTrashRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTrashRequest.ProtoReflect.Descriptor instead.
 func (*ListTrashRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{31}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListTrashRequest) GetCollection() string {
@@ -2759,7 +2992,7 @@ type ListTrashResponse struct {
 
 func (x *ListTrashResponse) Reset() {
 	*x = ListTrashResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[32]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2771,7 +3004,7 @@ func (x *ListTrashResponse) String() string {
 func (*ListTrashResponse) ProtoMessage() {}
 
 func (x *ListTrashResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[32]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2784,7 +3017,7 @@ func (x *ListTrashResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTrashResponse.ProtoReflect.Descriptor instead.
 func (*ListTrashResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{32}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListTrashResponse) GetMemories() []*Memory {
@@ -2814,7 +3047,7 @@ type RestoreMemoryRequest struct {
 
 func (x *RestoreMemoryRequest) Reset() {
 	*x = RestoreMemoryRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[33]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2826,7 +3059,7 @@ func (x *RestoreMemoryRequest) String() string {
 func (*RestoreMemoryRequest) ProtoMessage() {}
 
 func (x *RestoreMemoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[33]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2839,7 +3072,7 @@ func (x *RestoreMemoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreMemoryRequest.ProtoReflect.Descriptor instead.
 func (*RestoreMemoryRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{33}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *RestoreMemoryRequest) GetCollection() string {
@@ -2871,7 +3104,7 @@ type RestoreMemoryResponse struct {
 
 func (x *RestoreMemoryResponse) Reset() {
 	*x = RestoreMemoryResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[34]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2883,7 +3116,7 @@ func (x *RestoreMemoryResponse) String() string {
 func (*RestoreMemoryResponse) ProtoMessage() {}
 
 func (x *RestoreMemoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[34]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2896,7 +3129,7 @@ func (x *RestoreMemoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreMemoryResponse.ProtoReflect.Descriptor instead.
 func (*RestoreMemoryResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{34}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *RestoreMemoryResponse) GetMemory() *Memory {
@@ -2928,7 +3161,7 @@ type PurgeTrashRequest struct {
 
 func (x *PurgeTrashRequest) Reset() {
 	*x = PurgeTrashRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[35]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2940,7 +3173,7 @@ func (x *PurgeTrashRequest) String() string {
 func (*PurgeTrashRequest) ProtoMessage() {}
 
 func (x *PurgeTrashRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[35]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2953,7 +3186,7 @@ func (x *PurgeTrashRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeTrashRequest.ProtoReflect.Descriptor instead.
 func (*PurgeTrashRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{35}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *PurgeTrashRequest) GetCollection() string {
@@ -2988,7 +3221,7 @@ type PurgeTrashResponse struct {
 
 func (x *PurgeTrashResponse) Reset() {
 	*x = PurgeTrashResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[36]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3000,7 +3233,7 @@ func (x *PurgeTrashResponse) String() string {
 func (*PurgeTrashResponse) ProtoMessage() {}
 
 func (x *PurgeTrashResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[36]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3013,7 +3246,7 @@ func (x *PurgeTrashResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeTrashResponse.ProtoReflect.Descriptor instead.
 func (*PurgeTrashResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{36}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *PurgeTrashResponse) GetPurgedCount() int64 {
@@ -3034,7 +3267,7 @@ type RestoreCollectionRequest struct {
 
 func (x *RestoreCollectionRequest) Reset() {
 	*x = RestoreCollectionRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[37]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3046,7 +3279,7 @@ func (x *RestoreCollectionRequest) String() string {
 func (*RestoreCollectionRequest) ProtoMessage() {}
 
 func (x *RestoreCollectionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[37]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3059,7 +3292,7 @@ func (x *RestoreCollectionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreCollectionRequest.ProtoReflect.Descriptor instead.
 func (*RestoreCollectionRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{37}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *RestoreCollectionRequest) GetName() string {
@@ -3080,7 +3313,7 @@ type RestoreCollectionResponse struct {
 
 func (x *RestoreCollectionResponse) Reset() {
 	*x = RestoreCollectionResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[38]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3092,7 +3325,7 @@ func (x *RestoreCollectionResponse) String() string {
 func (*RestoreCollectionResponse) ProtoMessage() {}
 
 func (x *RestoreCollectionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[38]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3105,7 +3338,7 @@ func (x *RestoreCollectionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreCollectionResponse.ProtoReflect.Descriptor instead.
 func (*RestoreCollectionResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{38}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *RestoreCollectionResponse) GetCollection() *CollectionInfo {
@@ -3349,6 +3582,29 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\breplayed\x18\a \x01(\bR\breplayed\"p\n" +
 	"\x19ListGateDecisionsResponse\x125\n" +
 	"\tdecisions\x18\x01 \x03(\v2\x17.engram.v1.GateDecisionR\tdecisions\x12\x1c\n" +
+	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"Q\n" +
+	"\x19ListReflectionRunsRequest\x12\x1e\n" +
+	"\n" +
+	"collection\x18\x01 \x01(\tR\n" +
+	"collection\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\x05R\x05limit\"\xcb\x02\n" +
+	"\rReflectionRun\x129\n" +
+	"\n" +
+	"started_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x126\n" +
+	"\aoutcome\x18\x02 \x01(\x0e2\x1c.engram.v1.ReflectionOutcomeR\aoutcome\x12\x16\n" +
+	"\x06detail\x18\x03 \x01(\tR\x06detail\x12\x1c\n" +
+	"\tscheduled\x18\x04 \x01(\bR\tscheduled\x12\x14\n" +
+	"\x05model\x18\x05 \x01(\tR\x05model\x12\x1d\n" +
+	"\n" +
+	"source_ids\x18\x06 \x03(\tR\tsourceIds\x12\x1f\n" +
+	"\vinsight_ids\x18\a \x03(\tR\n" +
+	"insightIds\x12\x1b\n" +
+	"\tdraft_ids\x18\b \x03(\tR\bdraftIds\x12\x1e\n" +
+	"\n" +
+	"duplicates\x18\t \x01(\x05R\n" +
+	"duplicates\"h\n" +
+	"\x1aListReflectionRunsResponse\x12,\n" +
+	"\x04runs\x18\x01 \x03(\v2\x18.engram.v1.ReflectionRunR\x04runs\x12\x1c\n" +
 	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"n\n" +
 	"\x10ListTrashRequest\x12\x1e\n" +
 	"\n" +
@@ -3386,20 +3642,21 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"AddOutcome\x12\x1b\n" +
 	"\x17ADD_OUTCOME_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13ADD_OUTCOME_CREATED\x10\x01\x12\x19\n" +
-	"\x15ADD_OUTCOME_DUPLICATE\x10\x02*\xc0\x01\n" +
+	"\x15ADD_OUTCOME_DUPLICATE\x10\x02*\xdf\x01\n" +
 	"\x11ReflectionOutcome\x12\"\n" +
 	"\x1eREFLECTION_OUTCOME_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cREFLECTION_OUTCOME_COMPLETED\x10\x01\x12!\n" +
 	"\x1dREFLECTION_OUTCOME_NO_INSIGHT\x10\x02\x12 \n" +
 	"\x1cREFLECTION_OUTCOME_THROTTLED\x10\x03\x12 \n" +
-	"\x1cREFLECTION_OUTCOME_WOULD_RUN\x10\x04*\xd9\x01\n" +
+	"\x1cREFLECTION_OUTCOME_WOULD_RUN\x10\x04\x12\x1d\n" +
+	"\x19REFLECTION_OUTCOME_FAILED\x10\x05*\xd9\x01\n" +
 	"\x0eReflectionGate\x12\x1f\n" +
 	"\x1bREFLECTION_GATE_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cREFLECTION_GATE_MIN_INTERVAL\x10\x01\x12\x1d\n" +
 	"\x19REFLECTION_GATE_DAILY_CAP\x10\x02\x12\x1e\n" +
 	"\x1aREFLECTION_GATE_IMPORTANCE\x10\x03\x12$\n" +
 	" REFLECTION_GATE_TOO_FEW_MEMORIES\x10\x04\x12\x1f\n" +
-	"\x1bREFLECTION_GATE_IN_PROGRESS\x10\x052\xb2\x0f\n" +
+	"\x1bREFLECTION_GATE_IN_PROGRESS\x10\x052\xcb\x10\n" +
 	"\rMemoryService\x12_\n" +
 	"\tAddMemory\x12\x1b.engram.v1.AddMemoryRequest\x1a\x1c.engram.v1.AddMemoryResponse\"\x17\x82\xd3\xe4\x93\x02\x11:\x01*\"\f/v1/memories\x12n\n" +
 	"\vAddMemories\x12\x1d.engram.v1.AddMemoriesRequest\x1a\x1e.engram.v1.AddMemoriesResponse\" \x82\xd3\xe4\x93\x02\x1a:\x01*\"\x15/v1/memories:batchAdd\x12u\n" +
@@ -3411,7 +3668,8 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\x0fListCollections\x12!.engram.v1.ListCollectionsRequest\x1a\".engram.v1.ListCollectionsResponse\"\x17\x82\xd3\xe4\x93\x02\x11\x12\x0f/v1/collections\x12{\n" +
 	"\x10DeleteCollection\x12\".engram.v1.DeleteCollectionRequest\x1a#.engram.v1.DeleteCollectionResponse\"\x1e\x82\xd3\xe4\x93\x02\x18*\x16/v1/collections/{name}\x12\x83\x01\n" +
 	"\rRunReflection\x12\x1f.engram.v1.RunReflectionRequest\x1a .engram.v1.RunReflectionResponse\"/\x82\xd3\xe4\x93\x02):\x01*\"$/v1/collections/{collection}:reflect\x12\x92\x01\n" +
-	"\x11ListGateDecisions\x12#.engram.v1.ListGateDecisionsRequest\x1a$.engram.v1.ListGateDecisionsResponse\"2\x82\xd3\xe4\x93\x02,\x12*/v1/collections/{collection}/gateDecisions\x12r\n" +
+	"\x11ListGateDecisions\x12#.engram.v1.ListGateDecisionsRequest\x1a$.engram.v1.ListGateDecisionsResponse\"2\x82\xd3\xe4\x93\x02,\x12*/v1/collections/{collection}/gateDecisions\x12\x96\x01\n" +
+	"\x12ListReflectionRuns\x12$.engram.v1.ListReflectionRunsRequest\x1a%.engram.v1.ListReflectionRunsResponse\"3\x82\xd3\xe4\x93\x02-\x12+/v1/collections/{collection}/reflectionRuns\x12r\n" +
 	"\tListTrash\x12\x1b.engram.v1.ListTrashRequest\x1a\x1c.engram.v1.ListTrashResponse\"*\x82\xd3\xe4\x93\x02$\x12\"/v1/collections/{collection}/trash\x12\x91\x01\n" +
 	"\rRestoreMemory\x12\x1f.engram.v1.RestoreMemoryRequest\x1a .engram.v1.RestoreMemoryResponse\"=\x82\xd3\xe4\x93\x027:\x01*\"2/v1/collections/{collection}/memories/{id}:restore\x12~\n" +
 	"\n" +
@@ -3431,161 +3689,169 @@ func file_engram_v1_memory_service_proto_rawDescGZIP() []byte {
 }
 
 var file_engram_v1_memory_service_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_engram_v1_memory_service_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_engram_v1_memory_service_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
 var file_engram_v1_memory_service_proto_goTypes = []any{
-	(AddOutcome)(0),                   // 0: engram.v1.AddOutcome
-	(ReflectionOutcome)(0),            // 1: engram.v1.ReflectionOutcome
-	(ReflectionGate)(0),               // 2: engram.v1.ReflectionGate
-	(*AddMemoryRequest)(nil),          // 3: engram.v1.AddMemoryRequest
-	(*AddMemoryResponse)(nil),         // 4: engram.v1.AddMemoryResponse
-	(*AddMemoriesRequest)(nil),        // 5: engram.v1.AddMemoriesRequest
-	(*NewMemory)(nil),                 // 6: engram.v1.NewMemory
-	(*AddMemoryResult)(nil),           // 7: engram.v1.AddMemoryResult
-	(*AddMemoriesResponse)(nil),       // 8: engram.v1.AddMemoriesResponse
-	(*SearchMemoriesRequest)(nil),     // 9: engram.v1.SearchMemoriesRequest
-	(*SearchResult)(nil),              // 10: engram.v1.SearchResult
-	(*SearchMemoriesResponse)(nil),    // 11: engram.v1.SearchMemoriesResponse
-	(*SemanticLocator)(nil),           // 12: engram.v1.SemanticLocator
-	(*StringList)(nil),                // 13: engram.v1.StringList
-	(*StringMap)(nil),                 // 14: engram.v1.StringMap
-	(*UpdateMemoryRequest)(nil),       // 15: engram.v1.UpdateMemoryRequest
-	(*UpdateMemoryResponse)(nil),      // 16: engram.v1.UpdateMemoryResponse
-	(*DeleteQuery)(nil),               // 17: engram.v1.DeleteQuery
-	(*DeleteMemoryRequest)(nil),       // 18: engram.v1.DeleteMemoryRequest
-	(*DeleteMemoryResponse)(nil),      // 19: engram.v1.DeleteMemoryResponse
-	(*GetMemoryRequest)(nil),          // 20: engram.v1.GetMemoryRequest
-	(*GetMemoryResponse)(nil),         // 21: engram.v1.GetMemoryResponse
-	(*ListMemoriesRequest)(nil),       // 22: engram.v1.ListMemoriesRequest
-	(*ListMemoriesResponse)(nil),      // 23: engram.v1.ListMemoriesResponse
-	(*ListCollectionsRequest)(nil),    // 24: engram.v1.ListCollectionsRequest
-	(*ListCollectionsResponse)(nil),   // 25: engram.v1.ListCollectionsResponse
-	(*TrashedCollection)(nil),         // 26: engram.v1.TrashedCollection
-	(*DeleteCollectionRequest)(nil),   // 27: engram.v1.DeleteCollectionRequest
-	(*DeleteCollectionResponse)(nil),  // 28: engram.v1.DeleteCollectionResponse
-	(*RunReflectionRequest)(nil),      // 29: engram.v1.RunReflectionRequest
-	(*RunReflectionResponse)(nil),     // 30: engram.v1.RunReflectionResponse
-	(*ListGateDecisionsRequest)(nil),  // 31: engram.v1.ListGateDecisionsRequest
-	(*GateDecision)(nil),              // 32: engram.v1.GateDecision
-	(*ListGateDecisionsResponse)(nil), // 33: engram.v1.ListGateDecisionsResponse
-	(*ListTrashRequest)(nil),          // 34: engram.v1.ListTrashRequest
-	(*ListTrashResponse)(nil),         // 35: engram.v1.ListTrashResponse
-	(*RestoreMemoryRequest)(nil),      // 36: engram.v1.RestoreMemoryRequest
-	(*RestoreMemoryResponse)(nil),     // 37: engram.v1.RestoreMemoryResponse
-	(*PurgeTrashRequest)(nil),         // 38: engram.v1.PurgeTrashRequest
-	(*PurgeTrashResponse)(nil),        // 39: engram.v1.PurgeTrashResponse
-	(*RestoreCollectionRequest)(nil),  // 40: engram.v1.RestoreCollectionRequest
-	(*RestoreCollectionResponse)(nil), // 41: engram.v1.RestoreCollectionResponse
-	nil,                               // 42: engram.v1.AddMemoryRequest.MetadataEntry
-	nil,                               // 43: engram.v1.NewMemory.MetadataEntry
-	nil,                               // 44: engram.v1.StringMap.EntriesEntry
-	(MemoryType)(0),                   // 45: engram.v1.MemoryType
-	(Source)(0),                       // 46: engram.v1.Source
-	(SourceType)(0),                   // 47: engram.v1.SourceType
-	(*timestamppb.Timestamp)(nil),     // 48: google.protobuf.Timestamp
-	(*Memory)(nil),                    // 49: engram.v1.Memory
-	(*SimilarMemory)(nil),             // 50: engram.v1.SimilarMemory
-	(*MemoryFilter)(nil),              // 51: engram.v1.MemoryFilter
-	(*RankingWeights)(nil),            // 52: engram.v1.RankingWeights
-	(*ScoreBreakdown)(nil),            // 53: engram.v1.ScoreBreakdown
-	(*CollectionInfo)(nil),            // 54: engram.v1.CollectionInfo
+	(AddOutcome)(0),                    // 0: engram.v1.AddOutcome
+	(ReflectionOutcome)(0),             // 1: engram.v1.ReflectionOutcome
+	(ReflectionGate)(0),                // 2: engram.v1.ReflectionGate
+	(*AddMemoryRequest)(nil),           // 3: engram.v1.AddMemoryRequest
+	(*AddMemoryResponse)(nil),          // 4: engram.v1.AddMemoryResponse
+	(*AddMemoriesRequest)(nil),         // 5: engram.v1.AddMemoriesRequest
+	(*NewMemory)(nil),                  // 6: engram.v1.NewMemory
+	(*AddMemoryResult)(nil),            // 7: engram.v1.AddMemoryResult
+	(*AddMemoriesResponse)(nil),        // 8: engram.v1.AddMemoriesResponse
+	(*SearchMemoriesRequest)(nil),      // 9: engram.v1.SearchMemoriesRequest
+	(*SearchResult)(nil),               // 10: engram.v1.SearchResult
+	(*SearchMemoriesResponse)(nil),     // 11: engram.v1.SearchMemoriesResponse
+	(*SemanticLocator)(nil),            // 12: engram.v1.SemanticLocator
+	(*StringList)(nil),                 // 13: engram.v1.StringList
+	(*StringMap)(nil),                  // 14: engram.v1.StringMap
+	(*UpdateMemoryRequest)(nil),        // 15: engram.v1.UpdateMemoryRequest
+	(*UpdateMemoryResponse)(nil),       // 16: engram.v1.UpdateMemoryResponse
+	(*DeleteQuery)(nil),                // 17: engram.v1.DeleteQuery
+	(*DeleteMemoryRequest)(nil),        // 18: engram.v1.DeleteMemoryRequest
+	(*DeleteMemoryResponse)(nil),       // 19: engram.v1.DeleteMemoryResponse
+	(*GetMemoryRequest)(nil),           // 20: engram.v1.GetMemoryRequest
+	(*GetMemoryResponse)(nil),          // 21: engram.v1.GetMemoryResponse
+	(*ListMemoriesRequest)(nil),        // 22: engram.v1.ListMemoriesRequest
+	(*ListMemoriesResponse)(nil),       // 23: engram.v1.ListMemoriesResponse
+	(*ListCollectionsRequest)(nil),     // 24: engram.v1.ListCollectionsRequest
+	(*ListCollectionsResponse)(nil),    // 25: engram.v1.ListCollectionsResponse
+	(*TrashedCollection)(nil),          // 26: engram.v1.TrashedCollection
+	(*DeleteCollectionRequest)(nil),    // 27: engram.v1.DeleteCollectionRequest
+	(*DeleteCollectionResponse)(nil),   // 28: engram.v1.DeleteCollectionResponse
+	(*RunReflectionRequest)(nil),       // 29: engram.v1.RunReflectionRequest
+	(*RunReflectionResponse)(nil),      // 30: engram.v1.RunReflectionResponse
+	(*ListGateDecisionsRequest)(nil),   // 31: engram.v1.ListGateDecisionsRequest
+	(*GateDecision)(nil),               // 32: engram.v1.GateDecision
+	(*ListGateDecisionsResponse)(nil),  // 33: engram.v1.ListGateDecisionsResponse
+	(*ListReflectionRunsRequest)(nil),  // 34: engram.v1.ListReflectionRunsRequest
+	(*ReflectionRun)(nil),              // 35: engram.v1.ReflectionRun
+	(*ListReflectionRunsResponse)(nil), // 36: engram.v1.ListReflectionRunsResponse
+	(*ListTrashRequest)(nil),           // 37: engram.v1.ListTrashRequest
+	(*ListTrashResponse)(nil),          // 38: engram.v1.ListTrashResponse
+	(*RestoreMemoryRequest)(nil),       // 39: engram.v1.RestoreMemoryRequest
+	(*RestoreMemoryResponse)(nil),      // 40: engram.v1.RestoreMemoryResponse
+	(*PurgeTrashRequest)(nil),          // 41: engram.v1.PurgeTrashRequest
+	(*PurgeTrashResponse)(nil),         // 42: engram.v1.PurgeTrashResponse
+	(*RestoreCollectionRequest)(nil),   // 43: engram.v1.RestoreCollectionRequest
+	(*RestoreCollectionResponse)(nil),  // 44: engram.v1.RestoreCollectionResponse
+	nil,                                // 45: engram.v1.AddMemoryRequest.MetadataEntry
+	nil,                                // 46: engram.v1.NewMemory.MetadataEntry
+	nil,                                // 47: engram.v1.StringMap.EntriesEntry
+	(MemoryType)(0),                    // 48: engram.v1.MemoryType
+	(Source)(0),                        // 49: engram.v1.Source
+	(SourceType)(0),                    // 50: engram.v1.SourceType
+	(*timestamppb.Timestamp)(nil),      // 51: google.protobuf.Timestamp
+	(*Memory)(nil),                     // 52: engram.v1.Memory
+	(*SimilarMemory)(nil),              // 53: engram.v1.SimilarMemory
+	(*MemoryFilter)(nil),               // 54: engram.v1.MemoryFilter
+	(*RankingWeights)(nil),             // 55: engram.v1.RankingWeights
+	(*ScoreBreakdown)(nil),             // 56: engram.v1.ScoreBreakdown
+	(*CollectionInfo)(nil),             // 57: engram.v1.CollectionInfo
 }
 var file_engram_v1_memory_service_proto_depIdxs = []int32{
-	45, // 0: engram.v1.AddMemoryRequest.type:type_name -> engram.v1.MemoryType
-	46, // 1: engram.v1.AddMemoryRequest.source:type_name -> engram.v1.Source
-	47, // 2: engram.v1.AddMemoryRequest.source_type:type_name -> engram.v1.SourceType
-	42, // 3: engram.v1.AddMemoryRequest.metadata:type_name -> engram.v1.AddMemoryRequest.MetadataEntry
-	48, // 4: engram.v1.AddMemoryRequest.created_at:type_name -> google.protobuf.Timestamp
-	48, // 5: engram.v1.AddMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
-	49, // 6: engram.v1.AddMemoryResponse.memory:type_name -> engram.v1.Memory
+	48, // 0: engram.v1.AddMemoryRequest.type:type_name -> engram.v1.MemoryType
+	49, // 1: engram.v1.AddMemoryRequest.source:type_name -> engram.v1.Source
+	50, // 2: engram.v1.AddMemoryRequest.source_type:type_name -> engram.v1.SourceType
+	45, // 3: engram.v1.AddMemoryRequest.metadata:type_name -> engram.v1.AddMemoryRequest.MetadataEntry
+	51, // 4: engram.v1.AddMemoryRequest.created_at:type_name -> google.protobuf.Timestamp
+	51, // 5: engram.v1.AddMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
+	52, // 6: engram.v1.AddMemoryResponse.memory:type_name -> engram.v1.Memory
 	0,  // 7: engram.v1.AddMemoryResponse.outcome:type_name -> engram.v1.AddOutcome
-	50, // 8: engram.v1.AddMemoryResponse.near_duplicates:type_name -> engram.v1.SimilarMemory
+	53, // 8: engram.v1.AddMemoryResponse.near_duplicates:type_name -> engram.v1.SimilarMemory
 	6,  // 9: engram.v1.AddMemoriesRequest.memories:type_name -> engram.v1.NewMemory
-	45, // 10: engram.v1.NewMemory.type:type_name -> engram.v1.MemoryType
-	46, // 11: engram.v1.NewMemory.source:type_name -> engram.v1.Source
-	47, // 12: engram.v1.NewMemory.source_type:type_name -> engram.v1.SourceType
-	43, // 13: engram.v1.NewMemory.metadata:type_name -> engram.v1.NewMemory.MetadataEntry
-	48, // 14: engram.v1.NewMemory.created_at:type_name -> google.protobuf.Timestamp
-	48, // 15: engram.v1.NewMemory.valid_until:type_name -> google.protobuf.Timestamp
-	49, // 16: engram.v1.AddMemoryResult.memory:type_name -> engram.v1.Memory
+	48, // 10: engram.v1.NewMemory.type:type_name -> engram.v1.MemoryType
+	49, // 11: engram.v1.NewMemory.source:type_name -> engram.v1.Source
+	50, // 12: engram.v1.NewMemory.source_type:type_name -> engram.v1.SourceType
+	46, // 13: engram.v1.NewMemory.metadata:type_name -> engram.v1.NewMemory.MetadataEntry
+	51, // 14: engram.v1.NewMemory.created_at:type_name -> google.protobuf.Timestamp
+	51, // 15: engram.v1.NewMemory.valid_until:type_name -> google.protobuf.Timestamp
+	52, // 16: engram.v1.AddMemoryResult.memory:type_name -> engram.v1.Memory
 	0,  // 17: engram.v1.AddMemoryResult.outcome:type_name -> engram.v1.AddOutcome
-	50, // 18: engram.v1.AddMemoryResult.near_duplicates:type_name -> engram.v1.SimilarMemory
+	53, // 18: engram.v1.AddMemoryResult.near_duplicates:type_name -> engram.v1.SimilarMemory
 	7,  // 19: engram.v1.AddMemoriesResponse.results:type_name -> engram.v1.AddMemoryResult
-	51, // 20: engram.v1.SearchMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
-	52, // 21: engram.v1.SearchMemoriesRequest.weights:type_name -> engram.v1.RankingWeights
-	49, // 22: engram.v1.SearchResult.memory:type_name -> engram.v1.Memory
-	53, // 23: engram.v1.SearchResult.score:type_name -> engram.v1.ScoreBreakdown
+	54, // 20: engram.v1.SearchMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
+	55, // 21: engram.v1.SearchMemoriesRequest.weights:type_name -> engram.v1.RankingWeights
+	52, // 22: engram.v1.SearchResult.memory:type_name -> engram.v1.Memory
+	56, // 23: engram.v1.SearchResult.score:type_name -> engram.v1.ScoreBreakdown
 	10, // 24: engram.v1.SearchMemoriesResponse.results:type_name -> engram.v1.SearchResult
-	44, // 25: engram.v1.StringMap.entries:type_name -> engram.v1.StringMap.EntriesEntry
+	47, // 25: engram.v1.StringMap.entries:type_name -> engram.v1.StringMap.EntriesEntry
 	12, // 26: engram.v1.UpdateMemoryRequest.locate:type_name -> engram.v1.SemanticLocator
-	45, // 27: engram.v1.UpdateMemoryRequest.type:type_name -> engram.v1.MemoryType
+	48, // 27: engram.v1.UpdateMemoryRequest.type:type_name -> engram.v1.MemoryType
 	13, // 28: engram.v1.UpdateMemoryRequest.tags:type_name -> engram.v1.StringList
 	14, // 29: engram.v1.UpdateMemoryRequest.metadata:type_name -> engram.v1.StringMap
-	48, // 30: engram.v1.UpdateMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
-	49, // 31: engram.v1.UpdateMemoryResponse.memory:type_name -> engram.v1.Memory
-	49, // 32: engram.v1.UpdateMemoryResponse.previous:type_name -> engram.v1.Memory
+	51, // 30: engram.v1.UpdateMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
+	52, // 31: engram.v1.UpdateMemoryResponse.memory:type_name -> engram.v1.Memory
+	52, // 32: engram.v1.UpdateMemoryResponse.previous:type_name -> engram.v1.Memory
 	17, // 33: engram.v1.DeleteMemoryRequest.query:type_name -> engram.v1.DeleteQuery
-	49, // 34: engram.v1.DeleteMemoryResponse.deleted:type_name -> engram.v1.Memory
-	48, // 35: engram.v1.DeleteMemoryResponse.purge_at:type_name -> google.protobuf.Timestamp
-	49, // 36: engram.v1.GetMemoryResponse.memory:type_name -> engram.v1.Memory
-	49, // 37: engram.v1.GetMemoryResponse.history:type_name -> engram.v1.Memory
-	51, // 38: engram.v1.ListMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
-	49, // 39: engram.v1.ListMemoriesResponse.memories:type_name -> engram.v1.Memory
-	54, // 40: engram.v1.ListCollectionsResponse.collections:type_name -> engram.v1.CollectionInfo
+	52, // 34: engram.v1.DeleteMemoryResponse.deleted:type_name -> engram.v1.Memory
+	51, // 35: engram.v1.DeleteMemoryResponse.purge_at:type_name -> google.protobuf.Timestamp
+	52, // 36: engram.v1.GetMemoryResponse.memory:type_name -> engram.v1.Memory
+	52, // 37: engram.v1.GetMemoryResponse.history:type_name -> engram.v1.Memory
+	54, // 38: engram.v1.ListMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
+	52, // 39: engram.v1.ListMemoriesResponse.memories:type_name -> engram.v1.Memory
+	57, // 40: engram.v1.ListCollectionsResponse.collections:type_name -> engram.v1.CollectionInfo
 	26, // 41: engram.v1.ListCollectionsResponse.trashed:type_name -> engram.v1.TrashedCollection
-	48, // 42: engram.v1.TrashedCollection.trashed_at:type_name -> google.protobuf.Timestamp
-	48, // 43: engram.v1.TrashedCollection.purge_at:type_name -> google.protobuf.Timestamp
-	48, // 44: engram.v1.DeleteCollectionResponse.deleted_at:type_name -> google.protobuf.Timestamp
-	48, // 45: engram.v1.DeleteCollectionResponse.purge_at:type_name -> google.protobuf.Timestamp
+	51, // 42: engram.v1.TrashedCollection.trashed_at:type_name -> google.protobuf.Timestamp
+	51, // 43: engram.v1.TrashedCollection.purge_at:type_name -> google.protobuf.Timestamp
+	51, // 44: engram.v1.DeleteCollectionResponse.deleted_at:type_name -> google.protobuf.Timestamp
+	51, // 45: engram.v1.DeleteCollectionResponse.purge_at:type_name -> google.protobuf.Timestamp
 	1,  // 46: engram.v1.RunReflectionResponse.outcome:type_name -> engram.v1.ReflectionOutcome
 	2,  // 47: engram.v1.RunReflectionResponse.throttled_by:type_name -> engram.v1.ReflectionGate
-	48, // 48: engram.v1.RunReflectionResponse.next_run_after:type_name -> google.protobuf.Timestamp
-	49, // 49: engram.v1.RunReflectionResponse.sources:type_name -> engram.v1.Memory
-	49, // 50: engram.v1.RunReflectionResponse.insights:type_name -> engram.v1.Memory
-	49, // 51: engram.v1.RunReflectionResponse.drafts:type_name -> engram.v1.Memory
-	50, // 52: engram.v1.RunReflectionResponse.duplicates:type_name -> engram.v1.SimilarMemory
-	48, // 53: engram.v1.GateDecision.decided_at:type_name -> google.protobuf.Timestamp
+	51, // 48: engram.v1.RunReflectionResponse.next_run_after:type_name -> google.protobuf.Timestamp
+	52, // 49: engram.v1.RunReflectionResponse.sources:type_name -> engram.v1.Memory
+	52, // 50: engram.v1.RunReflectionResponse.insights:type_name -> engram.v1.Memory
+	52, // 51: engram.v1.RunReflectionResponse.drafts:type_name -> engram.v1.Memory
+	53, // 52: engram.v1.RunReflectionResponse.duplicates:type_name -> engram.v1.SimilarMemory
+	51, // 53: engram.v1.GateDecision.decided_at:type_name -> google.protobuf.Timestamp
 	0,  // 54: engram.v1.GateDecision.outcome:type_name -> engram.v1.AddOutcome
-	50, // 55: engram.v1.GateDecision.near_duplicates:type_name -> engram.v1.SimilarMemory
+	53, // 55: engram.v1.GateDecision.near_duplicates:type_name -> engram.v1.SimilarMemory
 	32, // 56: engram.v1.ListGateDecisionsResponse.decisions:type_name -> engram.v1.GateDecision
-	49, // 57: engram.v1.ListTrashResponse.memories:type_name -> engram.v1.Memory
-	49, // 58: engram.v1.RestoreMemoryResponse.memory:type_name -> engram.v1.Memory
-	50, // 59: engram.v1.RestoreMemoryResponse.near_duplicates:type_name -> engram.v1.SimilarMemory
-	54, // 60: engram.v1.RestoreCollectionResponse.collection:type_name -> engram.v1.CollectionInfo
-	3,  // 61: engram.v1.MemoryService.AddMemory:input_type -> engram.v1.AddMemoryRequest
-	5,  // 62: engram.v1.MemoryService.AddMemories:input_type -> engram.v1.AddMemoriesRequest
-	9,  // 63: engram.v1.MemoryService.SearchMemories:input_type -> engram.v1.SearchMemoriesRequest
-	15, // 64: engram.v1.MemoryService.UpdateMemory:input_type -> engram.v1.UpdateMemoryRequest
-	18, // 65: engram.v1.MemoryService.DeleteMemory:input_type -> engram.v1.DeleteMemoryRequest
-	20, // 66: engram.v1.MemoryService.GetMemory:input_type -> engram.v1.GetMemoryRequest
-	22, // 67: engram.v1.MemoryService.ListMemories:input_type -> engram.v1.ListMemoriesRequest
-	24, // 68: engram.v1.MemoryService.ListCollections:input_type -> engram.v1.ListCollectionsRequest
-	27, // 69: engram.v1.MemoryService.DeleteCollection:input_type -> engram.v1.DeleteCollectionRequest
-	29, // 70: engram.v1.MemoryService.RunReflection:input_type -> engram.v1.RunReflectionRequest
-	31, // 71: engram.v1.MemoryService.ListGateDecisions:input_type -> engram.v1.ListGateDecisionsRequest
-	34, // 72: engram.v1.MemoryService.ListTrash:input_type -> engram.v1.ListTrashRequest
-	36, // 73: engram.v1.MemoryService.RestoreMemory:input_type -> engram.v1.RestoreMemoryRequest
-	38, // 74: engram.v1.MemoryService.PurgeTrash:input_type -> engram.v1.PurgeTrashRequest
-	40, // 75: engram.v1.MemoryService.RestoreCollection:input_type -> engram.v1.RestoreCollectionRequest
-	4,  // 76: engram.v1.MemoryService.AddMemory:output_type -> engram.v1.AddMemoryResponse
-	8,  // 77: engram.v1.MemoryService.AddMemories:output_type -> engram.v1.AddMemoriesResponse
-	11, // 78: engram.v1.MemoryService.SearchMemories:output_type -> engram.v1.SearchMemoriesResponse
-	16, // 79: engram.v1.MemoryService.UpdateMemory:output_type -> engram.v1.UpdateMemoryResponse
-	19, // 80: engram.v1.MemoryService.DeleteMemory:output_type -> engram.v1.DeleteMemoryResponse
-	21, // 81: engram.v1.MemoryService.GetMemory:output_type -> engram.v1.GetMemoryResponse
-	23, // 82: engram.v1.MemoryService.ListMemories:output_type -> engram.v1.ListMemoriesResponse
-	25, // 83: engram.v1.MemoryService.ListCollections:output_type -> engram.v1.ListCollectionsResponse
-	28, // 84: engram.v1.MemoryService.DeleteCollection:output_type -> engram.v1.DeleteCollectionResponse
-	30, // 85: engram.v1.MemoryService.RunReflection:output_type -> engram.v1.RunReflectionResponse
-	33, // 86: engram.v1.MemoryService.ListGateDecisions:output_type -> engram.v1.ListGateDecisionsResponse
-	35, // 87: engram.v1.MemoryService.ListTrash:output_type -> engram.v1.ListTrashResponse
-	37, // 88: engram.v1.MemoryService.RestoreMemory:output_type -> engram.v1.RestoreMemoryResponse
-	39, // 89: engram.v1.MemoryService.PurgeTrash:output_type -> engram.v1.PurgeTrashResponse
-	41, // 90: engram.v1.MemoryService.RestoreCollection:output_type -> engram.v1.RestoreCollectionResponse
-	76, // [76:91] is the sub-list for method output_type
-	61, // [61:76] is the sub-list for method input_type
-	61, // [61:61] is the sub-list for extension type_name
-	61, // [61:61] is the sub-list for extension extendee
-	0,  // [0:61] is the sub-list for field type_name
+	51, // 57: engram.v1.ReflectionRun.started_at:type_name -> google.protobuf.Timestamp
+	1,  // 58: engram.v1.ReflectionRun.outcome:type_name -> engram.v1.ReflectionOutcome
+	35, // 59: engram.v1.ListReflectionRunsResponse.runs:type_name -> engram.v1.ReflectionRun
+	52, // 60: engram.v1.ListTrashResponse.memories:type_name -> engram.v1.Memory
+	52, // 61: engram.v1.RestoreMemoryResponse.memory:type_name -> engram.v1.Memory
+	53, // 62: engram.v1.RestoreMemoryResponse.near_duplicates:type_name -> engram.v1.SimilarMemory
+	57, // 63: engram.v1.RestoreCollectionResponse.collection:type_name -> engram.v1.CollectionInfo
+	3,  // 64: engram.v1.MemoryService.AddMemory:input_type -> engram.v1.AddMemoryRequest
+	5,  // 65: engram.v1.MemoryService.AddMemories:input_type -> engram.v1.AddMemoriesRequest
+	9,  // 66: engram.v1.MemoryService.SearchMemories:input_type -> engram.v1.SearchMemoriesRequest
+	15, // 67: engram.v1.MemoryService.UpdateMemory:input_type -> engram.v1.UpdateMemoryRequest
+	18, // 68: engram.v1.MemoryService.DeleteMemory:input_type -> engram.v1.DeleteMemoryRequest
+	20, // 69: engram.v1.MemoryService.GetMemory:input_type -> engram.v1.GetMemoryRequest
+	22, // 70: engram.v1.MemoryService.ListMemories:input_type -> engram.v1.ListMemoriesRequest
+	24, // 71: engram.v1.MemoryService.ListCollections:input_type -> engram.v1.ListCollectionsRequest
+	27, // 72: engram.v1.MemoryService.DeleteCollection:input_type -> engram.v1.DeleteCollectionRequest
+	29, // 73: engram.v1.MemoryService.RunReflection:input_type -> engram.v1.RunReflectionRequest
+	31, // 74: engram.v1.MemoryService.ListGateDecisions:input_type -> engram.v1.ListGateDecisionsRequest
+	34, // 75: engram.v1.MemoryService.ListReflectionRuns:input_type -> engram.v1.ListReflectionRunsRequest
+	37, // 76: engram.v1.MemoryService.ListTrash:input_type -> engram.v1.ListTrashRequest
+	39, // 77: engram.v1.MemoryService.RestoreMemory:input_type -> engram.v1.RestoreMemoryRequest
+	41, // 78: engram.v1.MemoryService.PurgeTrash:input_type -> engram.v1.PurgeTrashRequest
+	43, // 79: engram.v1.MemoryService.RestoreCollection:input_type -> engram.v1.RestoreCollectionRequest
+	4,  // 80: engram.v1.MemoryService.AddMemory:output_type -> engram.v1.AddMemoryResponse
+	8,  // 81: engram.v1.MemoryService.AddMemories:output_type -> engram.v1.AddMemoriesResponse
+	11, // 82: engram.v1.MemoryService.SearchMemories:output_type -> engram.v1.SearchMemoriesResponse
+	16, // 83: engram.v1.MemoryService.UpdateMemory:output_type -> engram.v1.UpdateMemoryResponse
+	19, // 84: engram.v1.MemoryService.DeleteMemory:output_type -> engram.v1.DeleteMemoryResponse
+	21, // 85: engram.v1.MemoryService.GetMemory:output_type -> engram.v1.GetMemoryResponse
+	23, // 86: engram.v1.MemoryService.ListMemories:output_type -> engram.v1.ListMemoriesResponse
+	25, // 87: engram.v1.MemoryService.ListCollections:output_type -> engram.v1.ListCollectionsResponse
+	28, // 88: engram.v1.MemoryService.DeleteCollection:output_type -> engram.v1.DeleteCollectionResponse
+	30, // 89: engram.v1.MemoryService.RunReflection:output_type -> engram.v1.RunReflectionResponse
+	33, // 90: engram.v1.MemoryService.ListGateDecisions:output_type -> engram.v1.ListGateDecisionsResponse
+	36, // 91: engram.v1.MemoryService.ListReflectionRuns:output_type -> engram.v1.ListReflectionRunsResponse
+	38, // 92: engram.v1.MemoryService.ListTrash:output_type -> engram.v1.ListTrashResponse
+	40, // 93: engram.v1.MemoryService.RestoreMemory:output_type -> engram.v1.RestoreMemoryResponse
+	42, // 94: engram.v1.MemoryService.PurgeTrash:output_type -> engram.v1.PurgeTrashResponse
+	44, // 95: engram.v1.MemoryService.RestoreCollection:output_type -> engram.v1.RestoreCollectionResponse
+	80, // [80:96] is the sub-list for method output_type
+	64, // [64:80] is the sub-list for method input_type
+	64, // [64:64] is the sub-list for extension type_name
+	64, // [64:64] is the sub-list for extension extendee
+	0,  // [0:64] is the sub-list for field type_name
 }
 
 func init() { file_engram_v1_memory_service_proto_init() }
@@ -3612,7 +3878,7 @@ func file_engram_v1_memory_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_engram_v1_memory_service_proto_rawDesc), len(file_engram_v1_memory_service_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   42,
+			NumMessages:   45,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -88,6 +88,12 @@ class MemoryServiceStub:
     serving process keeps the last 256 per collection in memory: a restart, or another
     replica, starts empty. Decisions about deleted memories are forgotten with them.
     """
+    ListReflectionRuns: _grpc.UnaryUnaryMultiCallable[_memory_service_pb2.ListReflectionRunsRequest, _memory_service_pb2.ListReflectionRunsResponse]
+    """ListReflectionRuns returns a collection's recent reflection runs, newest first: the runs
+    that called the LLM (completed, no insight, or failed), whether asked for by RunReflection
+    or started by the periodic schedule. Throttled and dry runs are answered to their caller
+    and not kept. The last 50 runs are kept with the store, so they survive restarts.
+    """
     ListTrash: _grpc.UnaryUnaryMultiCallable[_memory_service_pb2.ListTrashRequest, _memory_service_pb2.ListTrashResponse]
     """ListTrash pages through the memories in a collection's trash (deleted, not yet purged),
     each with its trashed_at and purge_at. History versions are not listed: they went to the
@@ -168,6 +174,12 @@ class MemoryServiceAsyncStub(MemoryServiceStub):
     created beside near-duplicates, or refused as a duplicate of an existing memory). The
     serving process keeps the last 256 per collection in memory: a restart, or another
     replica, starts empty. Decisions about deleted memories are forgotten with them.
+    """
+    ListReflectionRuns: _aio.UnaryUnaryMultiCallable[_memory_service_pb2.ListReflectionRunsRequest, _memory_service_pb2.ListReflectionRunsResponse]  # type: ignore[assignment]
+    """ListReflectionRuns returns a collection's recent reflection runs, newest first: the runs
+    that called the LLM (completed, no insight, or failed), whether asked for by RunReflection
+    or started by the periodic schedule. Throttled and dry runs are answered to their caller
+    and not kept. The last 50 runs are kept with the store, so they survive restarts.
     """
     ListTrash: _aio.UnaryUnaryMultiCallable[_memory_service_pb2.ListTrashRequest, _memory_service_pb2.ListTrashResponse]  # type: ignore[assignment]
     """ListTrash pages through the memories in a collection's trash (deleted, not yet purged),
@@ -312,6 +324,18 @@ class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
         created beside near-duplicates, or refused as a duplicate of an existing memory). The
         serving process keeps the last 256 per collection in memory: a restart, or another
         replica, starts empty. Decisions about deleted memories are forgotten with them.
+        """
+
+    @_abc_1.abstractmethod
+    def ListReflectionRuns(
+        self,
+        request: _memory_service_pb2.ListReflectionRunsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_memory_service_pb2.ListReflectionRunsResponse, _abc.Awaitable[_memory_service_pb2.ListReflectionRunsResponse]]:
+        """ListReflectionRuns returns a collection's recent reflection runs, newest first: the runs
+        that called the LLM (completed, no insight, or failed), whether asked for by RunReflection
+        or started by the periodic schedule. Throttled and dry runs are answered to their caller
+        and not kept. The last 50 runs are kept with the store, so they survive restarts.
         """
 
     @_abc_1.abstractmethod

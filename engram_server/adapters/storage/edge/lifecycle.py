@@ -235,6 +235,10 @@ class EdgeLifecycle(EdgeIndexes):
         return sorted((c.spec for c in self._cols.values()), key=lambda s: s.name)
 
     async def update_collection(self, spec: CollectionSpec) -> None:
+        current = self._cols.get(spec.name)
+        if current is not None and current.optimizing is not None and spec.format > current.spec.format:
+            await asyncio.wrap_future(current.optimizing)  # (indexes are created on an idle shard)
+
         def work() -> None:
             col = self._cols.get(spec.name)
             if col is None:

@@ -57,6 +57,7 @@ NEEDS = {
     "RunReflection(force)": "admin",
     "ListGateDecisions": "read",
     "ListReflectionRuns": "read",
+    "ExtractMemories": "write",
     "ListTrash": "read",
     "RestoreMemory": "write",
     "PurgeTrash": "write",
@@ -104,6 +105,10 @@ def requests(memory_id: str) -> dict[str, tuple[str, Any]]:
         ),
         "ListGateDecisions": ("ListGateDecisions", s.ListGateDecisionsRequest(collection="alpha")),
         "ListReflectionRuns": ("ListReflectionRuns", s.ListReflectionRunsRequest(collection="alpha")),
+        "ExtractMemories": (
+            "ExtractMemories",
+            s.ExtractMemoriesRequest(collection="alpha", text="I prefer tabs over spaces.", dry_run=True),
+        ),
         # The trash calls name nothing in the trash: past auth they answer NOT_FOUND, harmlessly.
         "ListTrash": ("ListTrash", s.ListTrashRequest(collection="alpha")),
         "RestoreMemory": ("RestoreMemory", s.RestoreMemoryRequest(collection="alpha", id=NOT_TRASHED)),

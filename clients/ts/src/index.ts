@@ -33,6 +33,8 @@ import type { DeleteCollectionRequest } from './gen/engram/v1/DeleteCollectionRe
 import type { DeleteCollectionResponse__Output } from './gen/engram/v1/DeleteCollectionResponse';
 import type { RunReflectionRequest } from './gen/engram/v1/RunReflectionRequest';
 import type { RunReflectionResponse__Output } from './gen/engram/v1/RunReflectionResponse';
+import type { ExtractMemoriesRequest } from './gen/engram/v1/ExtractMemoriesRequest';
+import type { ExtractMemoriesResponse__Output } from './gen/engram/v1/ExtractMemoriesResponse';
 import type { ListTrashRequest } from './gen/engram/v1/ListTrashRequest';
 import type { ListTrashResponse__Output } from './gen/engram/v1/ListTrashResponse';
 import type { RestoreMemoryRequest } from './gen/engram/v1/RestoreMemoryRequest';
@@ -93,6 +95,7 @@ export interface Rpcs {
   ListCollections: [ListCollectionsRequest, ListCollectionsResponse__Output];
   DeleteCollection: [DeleteCollectionRequest, DeleteCollectionResponse__Output];
   RunReflection: [RunReflectionRequest, RunReflectionResponse__Output];
+  ExtractMemories: [ExtractMemoriesRequest, ExtractMemoriesResponse__Output];
   ListTrash: [ListTrashRequest, ListTrashResponse__Output];
   RestoreMemory: [RestoreMemoryRequest, RestoreMemoryResponse__Output];
   PurgeTrash: [PurgeTrashRequest, PurgeTrashResponse__Output];

@@ -208,6 +208,117 @@ func (ReflectionGate) EnumDescriptor() ([]byte, []int) {
 	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{2}
 }
 
+// ExtractionMode chooses the extractor of ExtractMemories.
+type ExtractionMode int32
+
+const (
+	// As EXTRACTION_MODE_AUTO.
+	ExtractionMode_EXTRACTION_MODE_UNSPECIFIED ExtractionMode = 0
+	// The LLM when the server has one configured (ENGRAM_LLM_*), else the rules; when the LLM
+	// fails or is rate limited, the rules.
+	ExtractionMode_EXTRACTION_MODE_AUTO ExtractionMode = 1
+	// The rules only (free and instant, lower quality), even with an LLM configured.
+	ExtractionMode_EXTRACTION_MODE_RULES ExtractionMode = 2
+)
+
+// Enum value maps for ExtractionMode.
+var (
+	ExtractionMode_name = map[int32]string{
+		0: "EXTRACTION_MODE_UNSPECIFIED",
+		1: "EXTRACTION_MODE_AUTO",
+		2: "EXTRACTION_MODE_RULES",
+	}
+	ExtractionMode_value = map[string]int32{
+		"EXTRACTION_MODE_UNSPECIFIED": 0,
+		"EXTRACTION_MODE_AUTO":        1,
+		"EXTRACTION_MODE_RULES":       2,
+	}
+)
+
+func (x ExtractionMode) Enum() *ExtractionMode {
+	p := new(ExtractionMode)
+	*p = x
+	return p
+}
+
+func (x ExtractionMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ExtractionMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_engram_v1_memory_service_proto_enumTypes[3].Descriptor()
+}
+
+func (ExtractionMode) Type() protoreflect.EnumType {
+	return &file_engram_v1_memory_service_proto_enumTypes[3]
+}
+
+func (x ExtractionMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ExtractionMode.Descriptor instead.
+func (ExtractionMode) EnumDescriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{3}
+}
+
+// Extractor names what produced the proposals of an ExtractMemories call.
+type Extractor int32
+
+const (
+	// Never sent.
+	Extractor_EXTRACTOR_UNSPECIFIED Extractor = 0
+	// The LLM.
+	Extractor_EXTRACTOR_LLM Extractor = 1
+	// The rule-based extractor.
+	Extractor_EXTRACTOR_RULES Extractor = 2
+	// Nothing ran: the input repeats one seen within the dedup window.
+	Extractor_EXTRACTOR_NONE Extractor = 3
+)
+
+// Enum value maps for Extractor.
+var (
+	Extractor_name = map[int32]string{
+		0: "EXTRACTOR_UNSPECIFIED",
+		1: "EXTRACTOR_LLM",
+		2: "EXTRACTOR_RULES",
+		3: "EXTRACTOR_NONE",
+	}
+	Extractor_value = map[string]int32{
+		"EXTRACTOR_UNSPECIFIED": 0,
+		"EXTRACTOR_LLM":         1,
+		"EXTRACTOR_RULES":       2,
+		"EXTRACTOR_NONE":        3,
+	}
+)
+
+func (x Extractor) Enum() *Extractor {
+	p := new(Extractor)
+	*p = x
+	return p
+}
+
+func (x Extractor) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Extractor) Descriptor() protoreflect.EnumDescriptor {
+	return file_engram_v1_memory_service_proto_enumTypes[4].Descriptor()
+}
+
+func (Extractor) Type() protoreflect.EnumType {
+	return &file_engram_v1_memory_service_proto_enumTypes[4]
+}
+
+func (x Extractor) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Extractor.Descriptor instead.
+func (Extractor) EnumDescriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{4}
+}
+
 // AddMemoryRequest asks to store one memory.
 type AddMemoryRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2915,6 +3026,525 @@ func (x *ListReflectionRunsResponse) GetTruncated() bool {
 	return false
 }
 
+// ConversationMessage is one turn of a conversation given to ExtractMemories.
+type ConversationMessage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Who spoke: "user", "assistant", or another speaker's name. Facts are taken mainly from
+	// the user's turns.
+	Role string `protobuf:"bytes,1,opt,name=role,proto3" json:"role,omitempty"`
+	// What was said. Required.
+	Content string `protobuf:"bytes,2,opt,name=content,proto3" json:"content,omitempty"`
+	// When it was said; memories extracted from this turn get it as created_at. Unset means now.
+	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConversationMessage) Reset() {
+	*x = ConversationMessage{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConversationMessage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConversationMessage) ProtoMessage() {}
+
+func (x *ConversationMessage) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConversationMessage.ProtoReflect.Descriptor instead.
+func (*ConversationMessage) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *ConversationMessage) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *ConversationMessage) GetContent() string {
+	if x != nil {
+		return x.Content
+	}
+	return ""
+}
+
+func (x *ConversationMessage) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+// Conversation is a sequence of turns, oldest first.
+type Conversation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The turns (at most 500).
+	Messages      []*ConversationMessage `protobuf:"bytes,1,rep,name=messages,proto3" json:"messages,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Conversation) Reset() {
+	*x = Conversation{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Conversation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Conversation) ProtoMessage() {}
+
+func (x *Conversation) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Conversation.ProtoReflect.Descriptor instead.
+func (*Conversation) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *Conversation) GetMessages() []*ConversationMessage {
+	if x != nil {
+		return x.Messages
+	}
+	return nil
+}
+
+// ToolObservation is what an agent's tool call did (e.g. a Claude Code PostToolUse hook).
+type ToolObservation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The tool's name, e.g. "Bash", "Edit". Required.
+	ToolName string `protobuf:"bytes,1,opt,name=tool_name,json=toolName,proto3" json:"tool_name,omitempty"`
+	// The tool's input, as text (usually its JSON arguments).
+	Input string `protobuf:"bytes,2,opt,name=input,proto3" json:"input,omitempty"`
+	// What the tool returned, as text.
+	Output string `protobuf:"bytes,3,opt,name=output,proto3" json:"output,omitempty"`
+	// The error when the call failed; empty when it succeeded.
+	Error         string `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToolObservation) Reset() {
+	*x = ToolObservation{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolObservation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolObservation) ProtoMessage() {}
+
+func (x *ToolObservation) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolObservation.ProtoReflect.Descriptor instead.
+func (*ToolObservation) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *ToolObservation) GetToolName() string {
+	if x != nil {
+		return x.ToolName
+	}
+	return ""
+}
+
+func (x *ToolObservation) GetInput() string {
+	if x != nil {
+		return x.Input
+	}
+	return ""
+}
+
+func (x *ToolObservation) GetOutput() string {
+	if x != nil {
+		return x.Output
+	}
+	return ""
+}
+
+func (x *ToolObservation) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+// ExtractMemoriesRequest asks for the memories worth keeping from one input.
+type ExtractMemoriesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Target collection. Empty means the default collection.
+	Collection string `protobuf:"bytes,1,opt,name=collection,proto3" json:"collection,omitempty"`
+	// The input: exactly one (at most 100,000 characters in all).
+	//
+	// Types that are valid to be assigned to Input:
+	//
+	//	*ExtractMemoriesRequest_Text
+	//	*ExtractMemoriesRequest_Conversation
+	//	*ExtractMemoriesRequest_Observation
+	Input isExtractMemoriesRequest_Input `protobuf_oneof:"input"`
+	// Which extractor to use; unspecified means AUTO.
+	Mode ExtractionMode `protobuf:"varint,5,opt,name=mode,proto3,enum=engram.v1.ExtractionMode" json:"mode,omitempty"`
+	// Return the proposals without writing anything (and without recording the input in the
+	// dedup window).
+	DryRun bool `protobuf:"varint,6,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	// Tags added to every extracted memory (besides "source:extraction" and the extractor's own).
+	Tags          []string `protobuf:"bytes,7,rep,name=tags,proto3" json:"tags,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExtractMemoriesRequest) Reset() {
+	*x = ExtractMemoriesRequest{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExtractMemoriesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExtractMemoriesRequest) ProtoMessage() {}
+
+func (x *ExtractMemoriesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExtractMemoriesRequest.ProtoReflect.Descriptor instead.
+func (*ExtractMemoriesRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *ExtractMemoriesRequest) GetCollection() string {
+	if x != nil {
+		return x.Collection
+	}
+	return ""
+}
+
+func (x *ExtractMemoriesRequest) GetInput() isExtractMemoriesRequest_Input {
+	if x != nil {
+		return x.Input
+	}
+	return nil
+}
+
+func (x *ExtractMemoriesRequest) GetText() string {
+	if x != nil {
+		if x, ok := x.Input.(*ExtractMemoriesRequest_Text); ok {
+			return x.Text
+		}
+	}
+	return ""
+}
+
+func (x *ExtractMemoriesRequest) GetConversation() *Conversation {
+	if x != nil {
+		if x, ok := x.Input.(*ExtractMemoriesRequest_Conversation); ok {
+			return x.Conversation
+		}
+	}
+	return nil
+}
+
+func (x *ExtractMemoriesRequest) GetObservation() *ToolObservation {
+	if x != nil {
+		if x, ok := x.Input.(*ExtractMemoriesRequest_Observation); ok {
+			return x.Observation
+		}
+	}
+	return nil
+}
+
+func (x *ExtractMemoriesRequest) GetMode() ExtractionMode {
+	if x != nil {
+		return x.Mode
+	}
+	return ExtractionMode_EXTRACTION_MODE_UNSPECIFIED
+}
+
+func (x *ExtractMemoriesRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+func (x *ExtractMemoriesRequest) GetTags() []string {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
+}
+
+type isExtractMemoriesRequest_Input interface {
+	isExtractMemoriesRequest_Input()
+}
+
+type ExtractMemoriesRequest_Text struct {
+	// Free text (notes, a document, a message).
+	Text string `protobuf:"bytes,2,opt,name=text,proto3,oneof"`
+}
+
+type ExtractMemoriesRequest_Conversation struct {
+	// A conversation.
+	Conversation *Conversation `protobuf:"bytes,3,opt,name=conversation,proto3,oneof"`
+}
+
+type ExtractMemoriesRequest_Observation struct {
+	// A tool observation.
+	Observation *ToolObservation `protobuf:"bytes,4,opt,name=observation,proto3,oneof"`
+}
+
+func (*ExtractMemoriesRequest_Text) isExtractMemoriesRequest_Input() {}
+
+func (*ExtractMemoriesRequest_Conversation) isExtractMemoriesRequest_Input() {}
+
+func (*ExtractMemoriesRequest_Observation) isExtractMemoriesRequest_Input() {}
+
+// ExtractedMemory is one proposal and, unless dry_run, what the write gate did with it.
+type ExtractedMemory struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The memory's text (already through the privacy filter).
+	Content string `protobuf:"bytes,1,opt,name=content,proto3" json:"content,omitempty"`
+	// Its type.
+	Type MemoryType `protobuf:"varint,2,opt,name=type,proto3,enum=engram.v1.MemoryType" json:"type,omitempty"`
+	// Its importance, 1–10.
+	Importance int32 `protobuf:"varint,3,opt,name=importance,proto3" json:"importance,omitempty"`
+	// Its tags.
+	Tags []string `protobuf:"bytes,4,rep,name=tags,proto3" json:"tags,omitempty"`
+	// When it happened (the conversation turn's time), if known.
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// The write gate's outcome (CREATED or DUPLICATE, as in AddMemories). Unset for dry_run.
+	Result        *AddMemoryResult `protobuf:"bytes,6,opt,name=result,proto3" json:"result,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExtractedMemory) Reset() {
+	*x = ExtractedMemory{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExtractedMemory) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExtractedMemory) ProtoMessage() {}
+
+func (x *ExtractedMemory) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExtractedMemory.ProtoReflect.Descriptor instead.
+func (*ExtractedMemory) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *ExtractedMemory) GetContent() string {
+	if x != nil {
+		return x.Content
+	}
+	return ""
+}
+
+func (x *ExtractedMemory) GetType() MemoryType {
+	if x != nil {
+		return x.Type
+	}
+	return MemoryType_MEMORY_TYPE_UNSPECIFIED
+}
+
+func (x *ExtractedMemory) GetImportance() int32 {
+	if x != nil {
+		return x.Importance
+	}
+	return 0
+}
+
+func (x *ExtractedMemory) GetTags() []string {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
+}
+
+func (x *ExtractedMemory) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *ExtractedMemory) GetResult() *AddMemoryResult {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+// ExtractMemoriesResponse reports an extraction.
+type ExtractMemoriesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The extracted memories, in input order (empty when nothing was worth keeping).
+	Memories []*ExtractedMemory `protobuf:"bytes,1,rep,name=memories,proto3" json:"memories,omitempty"`
+	// What produced them.
+	Extractor Extractor `protobuf:"varint,2,opt,name=extractor,proto3,enum=engram.v1.Extractor" json:"extractor,omitempty"`
+	// When the rules ran although an LLM is configured: the LLM's error (unavailable, rate
+	// limited, unusable answer). Empty otherwise.
+	FallbackReason string `protobuf:"bytes,3,opt,name=fallback_reason,json=fallbackReason,proto3" json:"fallback_reason,omitempty"`
+	// True when the input repeats one extracted in this collection within the dedup window:
+	// nothing was extracted or written.
+	Deduplicated bool `protobuf:"varint,4,opt,name=deduplicated,proto3" json:"deduplicated,omitempty"`
+	// What the privacy filter removed from the input, one kind per finding (e.g. "github_token",
+	// "assigned_secret", "private").
+	Redactions []string `protobuf:"bytes,5,rep,name=redactions,proto3" json:"redactions,omitempty"`
+	// The LLM model, when the LLM extracted.
+	Model string `protobuf:"bytes,6,opt,name=model,proto3" json:"model,omitempty"`
+	// True when nothing was written because dry_run was set.
+	DryRun        bool `protobuf:"varint,7,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExtractMemoriesResponse) Reset() {
+	*x = ExtractMemoriesResponse{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExtractMemoriesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExtractMemoriesResponse) ProtoMessage() {}
+
+func (x *ExtractMemoriesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExtractMemoriesResponse.ProtoReflect.Descriptor instead.
+func (*ExtractMemoriesResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *ExtractMemoriesResponse) GetMemories() []*ExtractedMemory {
+	if x != nil {
+		return x.Memories
+	}
+	return nil
+}
+
+func (x *ExtractMemoriesResponse) GetExtractor() Extractor {
+	if x != nil {
+		return x.Extractor
+	}
+	return Extractor_EXTRACTOR_UNSPECIFIED
+}
+
+func (x *ExtractMemoriesResponse) GetFallbackReason() string {
+	if x != nil {
+		return x.FallbackReason
+	}
+	return ""
+}
+
+func (x *ExtractMemoriesResponse) GetDeduplicated() bool {
+	if x != nil {
+		return x.Deduplicated
+	}
+	return false
+}
+
+func (x *ExtractMemoriesResponse) GetRedactions() []string {
+	if x != nil {
+		return x.Redactions
+	}
+	return nil
+}
+
+func (x *ExtractMemoriesResponse) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *ExtractMemoriesResponse) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
 // ListTrashRequest asks for a page of a collection's trash.
 type ListTrashRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2930,7 +3560,7 @@ type ListTrashRequest struct {
 
 func (x *ListTrashRequest) Reset() {
 	*x = ListTrashRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[34]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2942,7 +3572,7 @@ func (x *ListTrashRequest) String() string {
 func (*ListTrashRequest) ProtoMessage() {}
 
 func (x *ListTrashRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[34]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2955,7 +3585,7 @@ func (x *ListTrashRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTrashRequest.ProtoReflect.Descriptor instead.
 func (*ListTrashRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{34}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListTrashRequest) GetCollection() string {
@@ -2992,7 +3622,7 @@ type ListTrashResponse struct {
 
 func (x *ListTrashResponse) Reset() {
 	*x = ListTrashResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[35]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3004,7 +3634,7 @@ func (x *ListTrashResponse) String() string {
 func (*ListTrashResponse) ProtoMessage() {}
 
 func (x *ListTrashResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[35]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3017,7 +3647,7 @@ func (x *ListTrashResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTrashResponse.ProtoReflect.Descriptor instead.
 func (*ListTrashResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{35}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListTrashResponse) GetMemories() []*Memory {
@@ -3047,7 +3677,7 @@ type RestoreMemoryRequest struct {
 
 func (x *RestoreMemoryRequest) Reset() {
 	*x = RestoreMemoryRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[36]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3059,7 +3689,7 @@ func (x *RestoreMemoryRequest) String() string {
 func (*RestoreMemoryRequest) ProtoMessage() {}
 
 func (x *RestoreMemoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[36]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3072,7 +3702,7 @@ func (x *RestoreMemoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreMemoryRequest.ProtoReflect.Descriptor instead.
 func (*RestoreMemoryRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{36}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *RestoreMemoryRequest) GetCollection() string {
@@ -3104,7 +3734,7 @@ type RestoreMemoryResponse struct {
 
 func (x *RestoreMemoryResponse) Reset() {
 	*x = RestoreMemoryResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[37]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3116,7 +3746,7 @@ func (x *RestoreMemoryResponse) String() string {
 func (*RestoreMemoryResponse) ProtoMessage() {}
 
 func (x *RestoreMemoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[37]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3129,7 +3759,7 @@ func (x *RestoreMemoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreMemoryResponse.ProtoReflect.Descriptor instead.
 func (*RestoreMemoryResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{37}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *RestoreMemoryResponse) GetMemory() *Memory {
@@ -3161,7 +3791,7 @@ type PurgeTrashRequest struct {
 
 func (x *PurgeTrashRequest) Reset() {
 	*x = PurgeTrashRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[38]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3173,7 +3803,7 @@ func (x *PurgeTrashRequest) String() string {
 func (*PurgeTrashRequest) ProtoMessage() {}
 
 func (x *PurgeTrashRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[38]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3186,7 +3816,7 @@ func (x *PurgeTrashRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeTrashRequest.ProtoReflect.Descriptor instead.
 func (*PurgeTrashRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{38}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *PurgeTrashRequest) GetCollection() string {
@@ -3221,7 +3851,7 @@ type PurgeTrashResponse struct {
 
 func (x *PurgeTrashResponse) Reset() {
 	*x = PurgeTrashResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[39]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3233,7 +3863,7 @@ func (x *PurgeTrashResponse) String() string {
 func (*PurgeTrashResponse) ProtoMessage() {}
 
 func (x *PurgeTrashResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[39]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3246,7 +3876,7 @@ func (x *PurgeTrashResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeTrashResponse.ProtoReflect.Descriptor instead.
 func (*PurgeTrashResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{39}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *PurgeTrashResponse) GetPurgedCount() int64 {
@@ -3267,7 +3897,7 @@ type RestoreCollectionRequest struct {
 
 func (x *RestoreCollectionRequest) Reset() {
 	*x = RestoreCollectionRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[40]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3279,7 +3909,7 @@ func (x *RestoreCollectionRequest) String() string {
 func (*RestoreCollectionRequest) ProtoMessage() {}
 
 func (x *RestoreCollectionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[40]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3292,7 +3922,7 @@ func (x *RestoreCollectionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreCollectionRequest.ProtoReflect.Descriptor instead.
 func (*RestoreCollectionRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{40}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *RestoreCollectionRequest) GetName() string {
@@ -3313,7 +3943,7 @@ type RestoreCollectionResponse struct {
 
 func (x *RestoreCollectionResponse) Reset() {
 	*x = RestoreCollectionResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[41]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3325,7 +3955,7 @@ func (x *RestoreCollectionResponse) String() string {
 func (*RestoreCollectionResponse) ProtoMessage() {}
 
 func (x *RestoreCollectionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[41]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3338,7 +3968,7 @@ func (x *RestoreCollectionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreCollectionResponse.ProtoReflect.Descriptor instead.
 func (*RestoreCollectionResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{41}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *RestoreCollectionResponse) GetCollection() *CollectionInfo {
@@ -3605,7 +4235,50 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"duplicates\"h\n" +
 	"\x1aListReflectionRunsResponse\x12,\n" +
 	"\x04runs\x18\x01 \x03(\v2\x18.engram.v1.ReflectionRunR\x04runs\x12\x1c\n" +
-	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"n\n" +
+	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"~\n" +
+	"\x13ConversationMessage\x12\x12\n" +
+	"\x04role\x18\x01 \x01(\tR\x04role\x12\x18\n" +
+	"\acontent\x18\x02 \x01(\tR\acontent\x129\n" +
+	"\n" +
+	"created_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"J\n" +
+	"\fConversation\x12:\n" +
+	"\bmessages\x18\x01 \x03(\v2\x1e.engram.v1.ConversationMessageR\bmessages\"r\n" +
+	"\x0fToolObservation\x12\x1b\n" +
+	"\ttool_name\x18\x01 \x01(\tR\btoolName\x12\x14\n" +
+	"\x05input\x18\x02 \x01(\tR\x05input\x12\x16\n" +
+	"\x06output\x18\x03 \x01(\tR\x06output\x12\x14\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\"\xb2\x02\n" +
+	"\x16ExtractMemoriesRequest\x12\x1e\n" +
+	"\n" +
+	"collection\x18\x01 \x01(\tR\n" +
+	"collection\x12\x14\n" +
+	"\x04text\x18\x02 \x01(\tH\x00R\x04text\x12=\n" +
+	"\fconversation\x18\x03 \x01(\v2\x17.engram.v1.ConversationH\x00R\fconversation\x12>\n" +
+	"\vobservation\x18\x04 \x01(\v2\x1a.engram.v1.ToolObservationH\x00R\vobservation\x12-\n" +
+	"\x04mode\x18\x05 \x01(\x0e2\x19.engram.v1.ExtractionModeR\x04mode\x12\x17\n" +
+	"\adry_run\x18\x06 \x01(\bR\x06dryRun\x12\x12\n" +
+	"\x04tags\x18\a \x03(\tR\x04tagsB\a\n" +
+	"\x05input\"\xf9\x01\n" +
+	"\x0fExtractedMemory\x12\x18\n" +
+	"\acontent\x18\x01 \x01(\tR\acontent\x12)\n" +
+	"\x04type\x18\x02 \x01(\x0e2\x15.engram.v1.MemoryTypeR\x04type\x12\x1e\n" +
+	"\n" +
+	"importance\x18\x03 \x01(\x05R\n" +
+	"importance\x12\x12\n" +
+	"\x04tags\x18\x04 \x03(\tR\x04tags\x129\n" +
+	"\n" +
+	"created_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x122\n" +
+	"\x06result\x18\x06 \x01(\v2\x1a.engram.v1.AddMemoryResultR\x06result\"\xa1\x02\n" +
+	"\x17ExtractMemoriesResponse\x126\n" +
+	"\bmemories\x18\x01 \x03(\v2\x1a.engram.v1.ExtractedMemoryR\bmemories\x122\n" +
+	"\textractor\x18\x02 \x01(\x0e2\x14.engram.v1.ExtractorR\textractor\x12'\n" +
+	"\x0ffallback_reason\x18\x03 \x01(\tR\x0efallbackReason\x12\"\n" +
+	"\fdeduplicated\x18\x04 \x01(\bR\fdeduplicated\x12\x1e\n" +
+	"\n" +
+	"redactions\x18\x05 \x03(\tR\n" +
+	"redactions\x12\x14\n" +
+	"\x05model\x18\x06 \x01(\tR\x05model\x12\x17\n" +
+	"\adry_run\x18\a \x01(\bR\x06dryRun\"n\n" +
 	"\x10ListTrashRequest\x12\x1e\n" +
 	"\n" +
 	"collection\x18\x01 \x01(\tR\n" +
@@ -3656,7 +4329,16 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\x19REFLECTION_GATE_DAILY_CAP\x10\x02\x12\x1e\n" +
 	"\x1aREFLECTION_GATE_IMPORTANCE\x10\x03\x12$\n" +
 	" REFLECTION_GATE_TOO_FEW_MEMORIES\x10\x04\x12\x1f\n" +
-	"\x1bREFLECTION_GATE_IN_PROGRESS\x10\x052\xcb\x10\n" +
+	"\x1bREFLECTION_GATE_IN_PROGRESS\x10\x05*f\n" +
+	"\x0eExtractionMode\x12\x1f\n" +
+	"\x1bEXTRACTION_MODE_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14EXTRACTION_MODE_AUTO\x10\x01\x12\x19\n" +
+	"\x15EXTRACTION_MODE_RULES\x10\x02*b\n" +
+	"\tExtractor\x12\x19\n" +
+	"\x15EXTRACTOR_UNSPECIFIED\x10\x00\x12\x11\n" +
+	"\rEXTRACTOR_LLM\x10\x01\x12\x13\n" +
+	"\x0fEXTRACTOR_RULES\x10\x02\x12\x12\n" +
+	"\x0eEXTRACTOR_NONE\x10\x032\xc6\x11\n" +
 	"\rMemoryService\x12_\n" +
 	"\tAddMemory\x12\x1b.engram.v1.AddMemoryRequest\x1a\x1c.engram.v1.AddMemoryResponse\"\x17\x82\xd3\xe4\x93\x02\x11:\x01*\"\f/v1/memories\x12n\n" +
 	"\vAddMemories\x12\x1d.engram.v1.AddMemoriesRequest\x1a\x1e.engram.v1.AddMemoriesResponse\" \x82\xd3\xe4\x93\x02\x1a:\x01*\"\x15/v1/memories:batchAdd\x12u\n" +
@@ -3669,7 +4351,8 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\x10DeleteCollection\x12\".engram.v1.DeleteCollectionRequest\x1a#.engram.v1.DeleteCollectionResponse\"\x1e\x82\xd3\xe4\x93\x02\x18*\x16/v1/collections/{name}\x12\x83\x01\n" +
 	"\rRunReflection\x12\x1f.engram.v1.RunReflectionRequest\x1a .engram.v1.RunReflectionResponse\"/\x82\xd3\xe4\x93\x02):\x01*\"$/v1/collections/{collection}:reflect\x12\x92\x01\n" +
 	"\x11ListGateDecisions\x12#.engram.v1.ListGateDecisionsRequest\x1a$.engram.v1.ListGateDecisionsResponse\"2\x82\xd3\xe4\x93\x02,\x12*/v1/collections/{collection}/gateDecisions\x12\x96\x01\n" +
-	"\x12ListReflectionRuns\x12$.engram.v1.ListReflectionRunsRequest\x1a%.engram.v1.ListReflectionRunsResponse\"3\x82\xd3\xe4\x93\x02-\x12+/v1/collections/{collection}/reflectionRuns\x12r\n" +
+	"\x12ListReflectionRuns\x12$.engram.v1.ListReflectionRunsRequest\x1a%.engram.v1.ListReflectionRunsResponse\"3\x82\xd3\xe4\x93\x02-\x12+/v1/collections/{collection}/reflectionRuns\x12y\n" +
+	"\x0fExtractMemories\x12!.engram.v1.ExtractMemoriesRequest\x1a\".engram.v1.ExtractMemoriesResponse\"\x1f\x82\xd3\xe4\x93\x02\x19:\x01*\"\x14/v1/memories:extract\x12r\n" +
 	"\tListTrash\x12\x1b.engram.v1.ListTrashRequest\x1a\x1c.engram.v1.ListTrashResponse\"*\x82\xd3\xe4\x93\x02$\x12\"/v1/collections/{collection}/trash\x12\x91\x01\n" +
 	"\rRestoreMemory\x12\x1f.engram.v1.RestoreMemoryRequest\x1a .engram.v1.RestoreMemoryResponse\"=\x82\xd3\xe4\x93\x027:\x01*\"2/v1/collections/{collection}/memories/{id}:restore\x12~\n" +
 	"\n" +
@@ -3688,170 +4371,190 @@ func file_engram_v1_memory_service_proto_rawDescGZIP() []byte {
 	return file_engram_v1_memory_service_proto_rawDescData
 }
 
-var file_engram_v1_memory_service_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_engram_v1_memory_service_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
+var file_engram_v1_memory_service_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
+var file_engram_v1_memory_service_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
 var file_engram_v1_memory_service_proto_goTypes = []any{
 	(AddOutcome)(0),                    // 0: engram.v1.AddOutcome
 	(ReflectionOutcome)(0),             // 1: engram.v1.ReflectionOutcome
 	(ReflectionGate)(0),                // 2: engram.v1.ReflectionGate
-	(*AddMemoryRequest)(nil),           // 3: engram.v1.AddMemoryRequest
-	(*AddMemoryResponse)(nil),          // 4: engram.v1.AddMemoryResponse
-	(*AddMemoriesRequest)(nil),         // 5: engram.v1.AddMemoriesRequest
-	(*NewMemory)(nil),                  // 6: engram.v1.NewMemory
-	(*AddMemoryResult)(nil),            // 7: engram.v1.AddMemoryResult
-	(*AddMemoriesResponse)(nil),        // 8: engram.v1.AddMemoriesResponse
-	(*SearchMemoriesRequest)(nil),      // 9: engram.v1.SearchMemoriesRequest
-	(*SearchResult)(nil),               // 10: engram.v1.SearchResult
-	(*SearchMemoriesResponse)(nil),     // 11: engram.v1.SearchMemoriesResponse
-	(*SemanticLocator)(nil),            // 12: engram.v1.SemanticLocator
-	(*StringList)(nil),                 // 13: engram.v1.StringList
-	(*StringMap)(nil),                  // 14: engram.v1.StringMap
-	(*UpdateMemoryRequest)(nil),        // 15: engram.v1.UpdateMemoryRequest
-	(*UpdateMemoryResponse)(nil),       // 16: engram.v1.UpdateMemoryResponse
-	(*DeleteQuery)(nil),                // 17: engram.v1.DeleteQuery
-	(*DeleteMemoryRequest)(nil),        // 18: engram.v1.DeleteMemoryRequest
-	(*DeleteMemoryResponse)(nil),       // 19: engram.v1.DeleteMemoryResponse
-	(*GetMemoryRequest)(nil),           // 20: engram.v1.GetMemoryRequest
-	(*GetMemoryResponse)(nil),          // 21: engram.v1.GetMemoryResponse
-	(*ListMemoriesRequest)(nil),        // 22: engram.v1.ListMemoriesRequest
-	(*ListMemoriesResponse)(nil),       // 23: engram.v1.ListMemoriesResponse
-	(*ListCollectionsRequest)(nil),     // 24: engram.v1.ListCollectionsRequest
-	(*ListCollectionsResponse)(nil),    // 25: engram.v1.ListCollectionsResponse
-	(*TrashedCollection)(nil),          // 26: engram.v1.TrashedCollection
-	(*DeleteCollectionRequest)(nil),    // 27: engram.v1.DeleteCollectionRequest
-	(*DeleteCollectionResponse)(nil),   // 28: engram.v1.DeleteCollectionResponse
-	(*RunReflectionRequest)(nil),       // 29: engram.v1.RunReflectionRequest
-	(*RunReflectionResponse)(nil),      // 30: engram.v1.RunReflectionResponse
-	(*ListGateDecisionsRequest)(nil),   // 31: engram.v1.ListGateDecisionsRequest
-	(*GateDecision)(nil),               // 32: engram.v1.GateDecision
-	(*ListGateDecisionsResponse)(nil),  // 33: engram.v1.ListGateDecisionsResponse
-	(*ListReflectionRunsRequest)(nil),  // 34: engram.v1.ListReflectionRunsRequest
-	(*ReflectionRun)(nil),              // 35: engram.v1.ReflectionRun
-	(*ListReflectionRunsResponse)(nil), // 36: engram.v1.ListReflectionRunsResponse
-	(*ListTrashRequest)(nil),           // 37: engram.v1.ListTrashRequest
-	(*ListTrashResponse)(nil),          // 38: engram.v1.ListTrashResponse
-	(*RestoreMemoryRequest)(nil),       // 39: engram.v1.RestoreMemoryRequest
-	(*RestoreMemoryResponse)(nil),      // 40: engram.v1.RestoreMemoryResponse
-	(*PurgeTrashRequest)(nil),          // 41: engram.v1.PurgeTrashRequest
-	(*PurgeTrashResponse)(nil),         // 42: engram.v1.PurgeTrashResponse
-	(*RestoreCollectionRequest)(nil),   // 43: engram.v1.RestoreCollectionRequest
-	(*RestoreCollectionResponse)(nil),  // 44: engram.v1.RestoreCollectionResponse
-	nil,                                // 45: engram.v1.AddMemoryRequest.MetadataEntry
-	nil,                                // 46: engram.v1.NewMemory.MetadataEntry
-	nil,                                // 47: engram.v1.StringMap.EntriesEntry
-	(MemoryType)(0),                    // 48: engram.v1.MemoryType
-	(Source)(0),                        // 49: engram.v1.Source
-	(SourceType)(0),                    // 50: engram.v1.SourceType
-	(*timestamppb.Timestamp)(nil),      // 51: google.protobuf.Timestamp
-	(*Memory)(nil),                     // 52: engram.v1.Memory
-	(*SimilarMemory)(nil),              // 53: engram.v1.SimilarMemory
-	(*MemoryFilter)(nil),               // 54: engram.v1.MemoryFilter
-	(*RankingWeights)(nil),             // 55: engram.v1.RankingWeights
-	(*ScoreBreakdown)(nil),             // 56: engram.v1.ScoreBreakdown
-	(*CollectionInfo)(nil),             // 57: engram.v1.CollectionInfo
+	(ExtractionMode)(0),                // 3: engram.v1.ExtractionMode
+	(Extractor)(0),                     // 4: engram.v1.Extractor
+	(*AddMemoryRequest)(nil),           // 5: engram.v1.AddMemoryRequest
+	(*AddMemoryResponse)(nil),          // 6: engram.v1.AddMemoryResponse
+	(*AddMemoriesRequest)(nil),         // 7: engram.v1.AddMemoriesRequest
+	(*NewMemory)(nil),                  // 8: engram.v1.NewMemory
+	(*AddMemoryResult)(nil),            // 9: engram.v1.AddMemoryResult
+	(*AddMemoriesResponse)(nil),        // 10: engram.v1.AddMemoriesResponse
+	(*SearchMemoriesRequest)(nil),      // 11: engram.v1.SearchMemoriesRequest
+	(*SearchResult)(nil),               // 12: engram.v1.SearchResult
+	(*SearchMemoriesResponse)(nil),     // 13: engram.v1.SearchMemoriesResponse
+	(*SemanticLocator)(nil),            // 14: engram.v1.SemanticLocator
+	(*StringList)(nil),                 // 15: engram.v1.StringList
+	(*StringMap)(nil),                  // 16: engram.v1.StringMap
+	(*UpdateMemoryRequest)(nil),        // 17: engram.v1.UpdateMemoryRequest
+	(*UpdateMemoryResponse)(nil),       // 18: engram.v1.UpdateMemoryResponse
+	(*DeleteQuery)(nil),                // 19: engram.v1.DeleteQuery
+	(*DeleteMemoryRequest)(nil),        // 20: engram.v1.DeleteMemoryRequest
+	(*DeleteMemoryResponse)(nil),       // 21: engram.v1.DeleteMemoryResponse
+	(*GetMemoryRequest)(nil),           // 22: engram.v1.GetMemoryRequest
+	(*GetMemoryResponse)(nil),          // 23: engram.v1.GetMemoryResponse
+	(*ListMemoriesRequest)(nil),        // 24: engram.v1.ListMemoriesRequest
+	(*ListMemoriesResponse)(nil),       // 25: engram.v1.ListMemoriesResponse
+	(*ListCollectionsRequest)(nil),     // 26: engram.v1.ListCollectionsRequest
+	(*ListCollectionsResponse)(nil),    // 27: engram.v1.ListCollectionsResponse
+	(*TrashedCollection)(nil),          // 28: engram.v1.TrashedCollection
+	(*DeleteCollectionRequest)(nil),    // 29: engram.v1.DeleteCollectionRequest
+	(*DeleteCollectionResponse)(nil),   // 30: engram.v1.DeleteCollectionResponse
+	(*RunReflectionRequest)(nil),       // 31: engram.v1.RunReflectionRequest
+	(*RunReflectionResponse)(nil),      // 32: engram.v1.RunReflectionResponse
+	(*ListGateDecisionsRequest)(nil),   // 33: engram.v1.ListGateDecisionsRequest
+	(*GateDecision)(nil),               // 34: engram.v1.GateDecision
+	(*ListGateDecisionsResponse)(nil),  // 35: engram.v1.ListGateDecisionsResponse
+	(*ListReflectionRunsRequest)(nil),  // 36: engram.v1.ListReflectionRunsRequest
+	(*ReflectionRun)(nil),              // 37: engram.v1.ReflectionRun
+	(*ListReflectionRunsResponse)(nil), // 38: engram.v1.ListReflectionRunsResponse
+	(*ConversationMessage)(nil),        // 39: engram.v1.ConversationMessage
+	(*Conversation)(nil),               // 40: engram.v1.Conversation
+	(*ToolObservation)(nil),            // 41: engram.v1.ToolObservation
+	(*ExtractMemoriesRequest)(nil),     // 42: engram.v1.ExtractMemoriesRequest
+	(*ExtractedMemory)(nil),            // 43: engram.v1.ExtractedMemory
+	(*ExtractMemoriesResponse)(nil),    // 44: engram.v1.ExtractMemoriesResponse
+	(*ListTrashRequest)(nil),           // 45: engram.v1.ListTrashRequest
+	(*ListTrashResponse)(nil),          // 46: engram.v1.ListTrashResponse
+	(*RestoreMemoryRequest)(nil),       // 47: engram.v1.RestoreMemoryRequest
+	(*RestoreMemoryResponse)(nil),      // 48: engram.v1.RestoreMemoryResponse
+	(*PurgeTrashRequest)(nil),          // 49: engram.v1.PurgeTrashRequest
+	(*PurgeTrashResponse)(nil),         // 50: engram.v1.PurgeTrashResponse
+	(*RestoreCollectionRequest)(nil),   // 51: engram.v1.RestoreCollectionRequest
+	(*RestoreCollectionResponse)(nil),  // 52: engram.v1.RestoreCollectionResponse
+	nil,                                // 53: engram.v1.AddMemoryRequest.MetadataEntry
+	nil,                                // 54: engram.v1.NewMemory.MetadataEntry
+	nil,                                // 55: engram.v1.StringMap.EntriesEntry
+	(MemoryType)(0),                    // 56: engram.v1.MemoryType
+	(Source)(0),                        // 57: engram.v1.Source
+	(SourceType)(0),                    // 58: engram.v1.SourceType
+	(*timestamppb.Timestamp)(nil),      // 59: google.protobuf.Timestamp
+	(*Memory)(nil),                     // 60: engram.v1.Memory
+	(*SimilarMemory)(nil),              // 61: engram.v1.SimilarMemory
+	(*MemoryFilter)(nil),               // 62: engram.v1.MemoryFilter
+	(*RankingWeights)(nil),             // 63: engram.v1.RankingWeights
+	(*ScoreBreakdown)(nil),             // 64: engram.v1.ScoreBreakdown
+	(*CollectionInfo)(nil),             // 65: engram.v1.CollectionInfo
 }
 var file_engram_v1_memory_service_proto_depIdxs = []int32{
-	48, // 0: engram.v1.AddMemoryRequest.type:type_name -> engram.v1.MemoryType
-	49, // 1: engram.v1.AddMemoryRequest.source:type_name -> engram.v1.Source
-	50, // 2: engram.v1.AddMemoryRequest.source_type:type_name -> engram.v1.SourceType
-	45, // 3: engram.v1.AddMemoryRequest.metadata:type_name -> engram.v1.AddMemoryRequest.MetadataEntry
-	51, // 4: engram.v1.AddMemoryRequest.created_at:type_name -> google.protobuf.Timestamp
-	51, // 5: engram.v1.AddMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
-	52, // 6: engram.v1.AddMemoryResponse.memory:type_name -> engram.v1.Memory
+	56, // 0: engram.v1.AddMemoryRequest.type:type_name -> engram.v1.MemoryType
+	57, // 1: engram.v1.AddMemoryRequest.source:type_name -> engram.v1.Source
+	58, // 2: engram.v1.AddMemoryRequest.source_type:type_name -> engram.v1.SourceType
+	53, // 3: engram.v1.AddMemoryRequest.metadata:type_name -> engram.v1.AddMemoryRequest.MetadataEntry
+	59, // 4: engram.v1.AddMemoryRequest.created_at:type_name -> google.protobuf.Timestamp
+	59, // 5: engram.v1.AddMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
+	60, // 6: engram.v1.AddMemoryResponse.memory:type_name -> engram.v1.Memory
 	0,  // 7: engram.v1.AddMemoryResponse.outcome:type_name -> engram.v1.AddOutcome
-	53, // 8: engram.v1.AddMemoryResponse.near_duplicates:type_name -> engram.v1.SimilarMemory
-	6,  // 9: engram.v1.AddMemoriesRequest.memories:type_name -> engram.v1.NewMemory
-	48, // 10: engram.v1.NewMemory.type:type_name -> engram.v1.MemoryType
-	49, // 11: engram.v1.NewMemory.source:type_name -> engram.v1.Source
-	50, // 12: engram.v1.NewMemory.source_type:type_name -> engram.v1.SourceType
-	46, // 13: engram.v1.NewMemory.metadata:type_name -> engram.v1.NewMemory.MetadataEntry
-	51, // 14: engram.v1.NewMemory.created_at:type_name -> google.protobuf.Timestamp
-	51, // 15: engram.v1.NewMemory.valid_until:type_name -> google.protobuf.Timestamp
-	52, // 16: engram.v1.AddMemoryResult.memory:type_name -> engram.v1.Memory
+	61, // 8: engram.v1.AddMemoryResponse.near_duplicates:type_name -> engram.v1.SimilarMemory
+	8,  // 9: engram.v1.AddMemoriesRequest.memories:type_name -> engram.v1.NewMemory
+	56, // 10: engram.v1.NewMemory.type:type_name -> engram.v1.MemoryType
+	57, // 11: engram.v1.NewMemory.source:type_name -> engram.v1.Source
+	58, // 12: engram.v1.NewMemory.source_type:type_name -> engram.v1.SourceType
+	54, // 13: engram.v1.NewMemory.metadata:type_name -> engram.v1.NewMemory.MetadataEntry
+	59, // 14: engram.v1.NewMemory.created_at:type_name -> google.protobuf.Timestamp
+	59, // 15: engram.v1.NewMemory.valid_until:type_name -> google.protobuf.Timestamp
+	60, // 16: engram.v1.AddMemoryResult.memory:type_name -> engram.v1.Memory
 	0,  // 17: engram.v1.AddMemoryResult.outcome:type_name -> engram.v1.AddOutcome
-	53, // 18: engram.v1.AddMemoryResult.near_duplicates:type_name -> engram.v1.SimilarMemory
-	7,  // 19: engram.v1.AddMemoriesResponse.results:type_name -> engram.v1.AddMemoryResult
-	54, // 20: engram.v1.SearchMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
-	55, // 21: engram.v1.SearchMemoriesRequest.weights:type_name -> engram.v1.RankingWeights
-	52, // 22: engram.v1.SearchResult.memory:type_name -> engram.v1.Memory
-	56, // 23: engram.v1.SearchResult.score:type_name -> engram.v1.ScoreBreakdown
-	10, // 24: engram.v1.SearchMemoriesResponse.results:type_name -> engram.v1.SearchResult
-	47, // 25: engram.v1.StringMap.entries:type_name -> engram.v1.StringMap.EntriesEntry
-	12, // 26: engram.v1.UpdateMemoryRequest.locate:type_name -> engram.v1.SemanticLocator
-	48, // 27: engram.v1.UpdateMemoryRequest.type:type_name -> engram.v1.MemoryType
-	13, // 28: engram.v1.UpdateMemoryRequest.tags:type_name -> engram.v1.StringList
-	14, // 29: engram.v1.UpdateMemoryRequest.metadata:type_name -> engram.v1.StringMap
-	51, // 30: engram.v1.UpdateMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
-	52, // 31: engram.v1.UpdateMemoryResponse.memory:type_name -> engram.v1.Memory
-	52, // 32: engram.v1.UpdateMemoryResponse.previous:type_name -> engram.v1.Memory
-	17, // 33: engram.v1.DeleteMemoryRequest.query:type_name -> engram.v1.DeleteQuery
-	52, // 34: engram.v1.DeleteMemoryResponse.deleted:type_name -> engram.v1.Memory
-	51, // 35: engram.v1.DeleteMemoryResponse.purge_at:type_name -> google.protobuf.Timestamp
-	52, // 36: engram.v1.GetMemoryResponse.memory:type_name -> engram.v1.Memory
-	52, // 37: engram.v1.GetMemoryResponse.history:type_name -> engram.v1.Memory
-	54, // 38: engram.v1.ListMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
-	52, // 39: engram.v1.ListMemoriesResponse.memories:type_name -> engram.v1.Memory
-	57, // 40: engram.v1.ListCollectionsResponse.collections:type_name -> engram.v1.CollectionInfo
-	26, // 41: engram.v1.ListCollectionsResponse.trashed:type_name -> engram.v1.TrashedCollection
-	51, // 42: engram.v1.TrashedCollection.trashed_at:type_name -> google.protobuf.Timestamp
-	51, // 43: engram.v1.TrashedCollection.purge_at:type_name -> google.protobuf.Timestamp
-	51, // 44: engram.v1.DeleteCollectionResponse.deleted_at:type_name -> google.protobuf.Timestamp
-	51, // 45: engram.v1.DeleteCollectionResponse.purge_at:type_name -> google.protobuf.Timestamp
+	61, // 18: engram.v1.AddMemoryResult.near_duplicates:type_name -> engram.v1.SimilarMemory
+	9,  // 19: engram.v1.AddMemoriesResponse.results:type_name -> engram.v1.AddMemoryResult
+	62, // 20: engram.v1.SearchMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
+	63, // 21: engram.v1.SearchMemoriesRequest.weights:type_name -> engram.v1.RankingWeights
+	60, // 22: engram.v1.SearchResult.memory:type_name -> engram.v1.Memory
+	64, // 23: engram.v1.SearchResult.score:type_name -> engram.v1.ScoreBreakdown
+	12, // 24: engram.v1.SearchMemoriesResponse.results:type_name -> engram.v1.SearchResult
+	55, // 25: engram.v1.StringMap.entries:type_name -> engram.v1.StringMap.EntriesEntry
+	14, // 26: engram.v1.UpdateMemoryRequest.locate:type_name -> engram.v1.SemanticLocator
+	56, // 27: engram.v1.UpdateMemoryRequest.type:type_name -> engram.v1.MemoryType
+	15, // 28: engram.v1.UpdateMemoryRequest.tags:type_name -> engram.v1.StringList
+	16, // 29: engram.v1.UpdateMemoryRequest.metadata:type_name -> engram.v1.StringMap
+	59, // 30: engram.v1.UpdateMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
+	60, // 31: engram.v1.UpdateMemoryResponse.memory:type_name -> engram.v1.Memory
+	60, // 32: engram.v1.UpdateMemoryResponse.previous:type_name -> engram.v1.Memory
+	19, // 33: engram.v1.DeleteMemoryRequest.query:type_name -> engram.v1.DeleteQuery
+	60, // 34: engram.v1.DeleteMemoryResponse.deleted:type_name -> engram.v1.Memory
+	59, // 35: engram.v1.DeleteMemoryResponse.purge_at:type_name -> google.protobuf.Timestamp
+	60, // 36: engram.v1.GetMemoryResponse.memory:type_name -> engram.v1.Memory
+	60, // 37: engram.v1.GetMemoryResponse.history:type_name -> engram.v1.Memory
+	62, // 38: engram.v1.ListMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
+	60, // 39: engram.v1.ListMemoriesResponse.memories:type_name -> engram.v1.Memory
+	65, // 40: engram.v1.ListCollectionsResponse.collections:type_name -> engram.v1.CollectionInfo
+	28, // 41: engram.v1.ListCollectionsResponse.trashed:type_name -> engram.v1.TrashedCollection
+	59, // 42: engram.v1.TrashedCollection.trashed_at:type_name -> google.protobuf.Timestamp
+	59, // 43: engram.v1.TrashedCollection.purge_at:type_name -> google.protobuf.Timestamp
+	59, // 44: engram.v1.DeleteCollectionResponse.deleted_at:type_name -> google.protobuf.Timestamp
+	59, // 45: engram.v1.DeleteCollectionResponse.purge_at:type_name -> google.protobuf.Timestamp
 	1,  // 46: engram.v1.RunReflectionResponse.outcome:type_name -> engram.v1.ReflectionOutcome
 	2,  // 47: engram.v1.RunReflectionResponse.throttled_by:type_name -> engram.v1.ReflectionGate
-	51, // 48: engram.v1.RunReflectionResponse.next_run_after:type_name -> google.protobuf.Timestamp
-	52, // 49: engram.v1.RunReflectionResponse.sources:type_name -> engram.v1.Memory
-	52, // 50: engram.v1.RunReflectionResponse.insights:type_name -> engram.v1.Memory
-	52, // 51: engram.v1.RunReflectionResponse.drafts:type_name -> engram.v1.Memory
-	53, // 52: engram.v1.RunReflectionResponse.duplicates:type_name -> engram.v1.SimilarMemory
-	51, // 53: engram.v1.GateDecision.decided_at:type_name -> google.protobuf.Timestamp
+	59, // 48: engram.v1.RunReflectionResponse.next_run_after:type_name -> google.protobuf.Timestamp
+	60, // 49: engram.v1.RunReflectionResponse.sources:type_name -> engram.v1.Memory
+	60, // 50: engram.v1.RunReflectionResponse.insights:type_name -> engram.v1.Memory
+	60, // 51: engram.v1.RunReflectionResponse.drafts:type_name -> engram.v1.Memory
+	61, // 52: engram.v1.RunReflectionResponse.duplicates:type_name -> engram.v1.SimilarMemory
+	59, // 53: engram.v1.GateDecision.decided_at:type_name -> google.protobuf.Timestamp
 	0,  // 54: engram.v1.GateDecision.outcome:type_name -> engram.v1.AddOutcome
-	53, // 55: engram.v1.GateDecision.near_duplicates:type_name -> engram.v1.SimilarMemory
-	32, // 56: engram.v1.ListGateDecisionsResponse.decisions:type_name -> engram.v1.GateDecision
-	51, // 57: engram.v1.ReflectionRun.started_at:type_name -> google.protobuf.Timestamp
+	61, // 55: engram.v1.GateDecision.near_duplicates:type_name -> engram.v1.SimilarMemory
+	34, // 56: engram.v1.ListGateDecisionsResponse.decisions:type_name -> engram.v1.GateDecision
+	59, // 57: engram.v1.ReflectionRun.started_at:type_name -> google.protobuf.Timestamp
 	1,  // 58: engram.v1.ReflectionRun.outcome:type_name -> engram.v1.ReflectionOutcome
-	35, // 59: engram.v1.ListReflectionRunsResponse.runs:type_name -> engram.v1.ReflectionRun
-	52, // 60: engram.v1.ListTrashResponse.memories:type_name -> engram.v1.Memory
-	52, // 61: engram.v1.RestoreMemoryResponse.memory:type_name -> engram.v1.Memory
-	53, // 62: engram.v1.RestoreMemoryResponse.near_duplicates:type_name -> engram.v1.SimilarMemory
-	57, // 63: engram.v1.RestoreCollectionResponse.collection:type_name -> engram.v1.CollectionInfo
-	3,  // 64: engram.v1.MemoryService.AddMemory:input_type -> engram.v1.AddMemoryRequest
-	5,  // 65: engram.v1.MemoryService.AddMemories:input_type -> engram.v1.AddMemoriesRequest
-	9,  // 66: engram.v1.MemoryService.SearchMemories:input_type -> engram.v1.SearchMemoriesRequest
-	15, // 67: engram.v1.MemoryService.UpdateMemory:input_type -> engram.v1.UpdateMemoryRequest
-	18, // 68: engram.v1.MemoryService.DeleteMemory:input_type -> engram.v1.DeleteMemoryRequest
-	20, // 69: engram.v1.MemoryService.GetMemory:input_type -> engram.v1.GetMemoryRequest
-	22, // 70: engram.v1.MemoryService.ListMemories:input_type -> engram.v1.ListMemoriesRequest
-	24, // 71: engram.v1.MemoryService.ListCollections:input_type -> engram.v1.ListCollectionsRequest
-	27, // 72: engram.v1.MemoryService.DeleteCollection:input_type -> engram.v1.DeleteCollectionRequest
-	29, // 73: engram.v1.MemoryService.RunReflection:input_type -> engram.v1.RunReflectionRequest
-	31, // 74: engram.v1.MemoryService.ListGateDecisions:input_type -> engram.v1.ListGateDecisionsRequest
-	34, // 75: engram.v1.MemoryService.ListReflectionRuns:input_type -> engram.v1.ListReflectionRunsRequest
-	37, // 76: engram.v1.MemoryService.ListTrash:input_type -> engram.v1.ListTrashRequest
-	39, // 77: engram.v1.MemoryService.RestoreMemory:input_type -> engram.v1.RestoreMemoryRequest
-	41, // 78: engram.v1.MemoryService.PurgeTrash:input_type -> engram.v1.PurgeTrashRequest
-	43, // 79: engram.v1.MemoryService.RestoreCollection:input_type -> engram.v1.RestoreCollectionRequest
-	4,  // 80: engram.v1.MemoryService.AddMemory:output_type -> engram.v1.AddMemoryResponse
-	8,  // 81: engram.v1.MemoryService.AddMemories:output_type -> engram.v1.AddMemoriesResponse
-	11, // 82: engram.v1.MemoryService.SearchMemories:output_type -> engram.v1.SearchMemoriesResponse
-	16, // 83: engram.v1.MemoryService.UpdateMemory:output_type -> engram.v1.UpdateMemoryResponse
-	19, // 84: engram.v1.MemoryService.DeleteMemory:output_type -> engram.v1.DeleteMemoryResponse
-	21, // 85: engram.v1.MemoryService.GetMemory:output_type -> engram.v1.GetMemoryResponse
-	23, // 86: engram.v1.MemoryService.ListMemories:output_type -> engram.v1.ListMemoriesResponse
-	25, // 87: engram.v1.MemoryService.ListCollections:output_type -> engram.v1.ListCollectionsResponse
-	28, // 88: engram.v1.MemoryService.DeleteCollection:output_type -> engram.v1.DeleteCollectionResponse
-	30, // 89: engram.v1.MemoryService.RunReflection:output_type -> engram.v1.RunReflectionResponse
-	33, // 90: engram.v1.MemoryService.ListGateDecisions:output_type -> engram.v1.ListGateDecisionsResponse
-	36, // 91: engram.v1.MemoryService.ListReflectionRuns:output_type -> engram.v1.ListReflectionRunsResponse
-	38, // 92: engram.v1.MemoryService.ListTrash:output_type -> engram.v1.ListTrashResponse
-	40, // 93: engram.v1.MemoryService.RestoreMemory:output_type -> engram.v1.RestoreMemoryResponse
-	42, // 94: engram.v1.MemoryService.PurgeTrash:output_type -> engram.v1.PurgeTrashResponse
-	44, // 95: engram.v1.MemoryService.RestoreCollection:output_type -> engram.v1.RestoreCollectionResponse
-	80, // [80:96] is the sub-list for method output_type
-	64, // [64:80] is the sub-list for method input_type
-	64, // [64:64] is the sub-list for extension type_name
-	64, // [64:64] is the sub-list for extension extendee
-	0,  // [0:64] is the sub-list for field type_name
+	37, // 59: engram.v1.ListReflectionRunsResponse.runs:type_name -> engram.v1.ReflectionRun
+	59, // 60: engram.v1.ConversationMessage.created_at:type_name -> google.protobuf.Timestamp
+	39, // 61: engram.v1.Conversation.messages:type_name -> engram.v1.ConversationMessage
+	40, // 62: engram.v1.ExtractMemoriesRequest.conversation:type_name -> engram.v1.Conversation
+	41, // 63: engram.v1.ExtractMemoriesRequest.observation:type_name -> engram.v1.ToolObservation
+	3,  // 64: engram.v1.ExtractMemoriesRequest.mode:type_name -> engram.v1.ExtractionMode
+	56, // 65: engram.v1.ExtractedMemory.type:type_name -> engram.v1.MemoryType
+	59, // 66: engram.v1.ExtractedMemory.created_at:type_name -> google.protobuf.Timestamp
+	9,  // 67: engram.v1.ExtractedMemory.result:type_name -> engram.v1.AddMemoryResult
+	43, // 68: engram.v1.ExtractMemoriesResponse.memories:type_name -> engram.v1.ExtractedMemory
+	4,  // 69: engram.v1.ExtractMemoriesResponse.extractor:type_name -> engram.v1.Extractor
+	60, // 70: engram.v1.ListTrashResponse.memories:type_name -> engram.v1.Memory
+	60, // 71: engram.v1.RestoreMemoryResponse.memory:type_name -> engram.v1.Memory
+	61, // 72: engram.v1.RestoreMemoryResponse.near_duplicates:type_name -> engram.v1.SimilarMemory
+	65, // 73: engram.v1.RestoreCollectionResponse.collection:type_name -> engram.v1.CollectionInfo
+	5,  // 74: engram.v1.MemoryService.AddMemory:input_type -> engram.v1.AddMemoryRequest
+	7,  // 75: engram.v1.MemoryService.AddMemories:input_type -> engram.v1.AddMemoriesRequest
+	11, // 76: engram.v1.MemoryService.SearchMemories:input_type -> engram.v1.SearchMemoriesRequest
+	17, // 77: engram.v1.MemoryService.UpdateMemory:input_type -> engram.v1.UpdateMemoryRequest
+	20, // 78: engram.v1.MemoryService.DeleteMemory:input_type -> engram.v1.DeleteMemoryRequest
+	22, // 79: engram.v1.MemoryService.GetMemory:input_type -> engram.v1.GetMemoryRequest
+	24, // 80: engram.v1.MemoryService.ListMemories:input_type -> engram.v1.ListMemoriesRequest
+	26, // 81: engram.v1.MemoryService.ListCollections:input_type -> engram.v1.ListCollectionsRequest
+	29, // 82: engram.v1.MemoryService.DeleteCollection:input_type -> engram.v1.DeleteCollectionRequest
+	31, // 83: engram.v1.MemoryService.RunReflection:input_type -> engram.v1.RunReflectionRequest
+	33, // 84: engram.v1.MemoryService.ListGateDecisions:input_type -> engram.v1.ListGateDecisionsRequest
+	36, // 85: engram.v1.MemoryService.ListReflectionRuns:input_type -> engram.v1.ListReflectionRunsRequest
+	42, // 86: engram.v1.MemoryService.ExtractMemories:input_type -> engram.v1.ExtractMemoriesRequest
+	45, // 87: engram.v1.MemoryService.ListTrash:input_type -> engram.v1.ListTrashRequest
+	47, // 88: engram.v1.MemoryService.RestoreMemory:input_type -> engram.v1.RestoreMemoryRequest
+	49, // 89: engram.v1.MemoryService.PurgeTrash:input_type -> engram.v1.PurgeTrashRequest
+	51, // 90: engram.v1.MemoryService.RestoreCollection:input_type -> engram.v1.RestoreCollectionRequest
+	6,  // 91: engram.v1.MemoryService.AddMemory:output_type -> engram.v1.AddMemoryResponse
+	10, // 92: engram.v1.MemoryService.AddMemories:output_type -> engram.v1.AddMemoriesResponse
+	13, // 93: engram.v1.MemoryService.SearchMemories:output_type -> engram.v1.SearchMemoriesResponse
+	18, // 94: engram.v1.MemoryService.UpdateMemory:output_type -> engram.v1.UpdateMemoryResponse
+	21, // 95: engram.v1.MemoryService.DeleteMemory:output_type -> engram.v1.DeleteMemoryResponse
+	23, // 96: engram.v1.MemoryService.GetMemory:output_type -> engram.v1.GetMemoryResponse
+	25, // 97: engram.v1.MemoryService.ListMemories:output_type -> engram.v1.ListMemoriesResponse
+	27, // 98: engram.v1.MemoryService.ListCollections:output_type -> engram.v1.ListCollectionsResponse
+	30, // 99: engram.v1.MemoryService.DeleteCollection:output_type -> engram.v1.DeleteCollectionResponse
+	32, // 100: engram.v1.MemoryService.RunReflection:output_type -> engram.v1.RunReflectionResponse
+	35, // 101: engram.v1.MemoryService.ListGateDecisions:output_type -> engram.v1.ListGateDecisionsResponse
+	38, // 102: engram.v1.MemoryService.ListReflectionRuns:output_type -> engram.v1.ListReflectionRunsResponse
+	44, // 103: engram.v1.MemoryService.ExtractMemories:output_type -> engram.v1.ExtractMemoriesResponse
+	46, // 104: engram.v1.MemoryService.ListTrash:output_type -> engram.v1.ListTrashResponse
+	48, // 105: engram.v1.MemoryService.RestoreMemory:output_type -> engram.v1.RestoreMemoryResponse
+	50, // 106: engram.v1.MemoryService.PurgeTrash:output_type -> engram.v1.PurgeTrashResponse
+	52, // 107: engram.v1.MemoryService.RestoreCollection:output_type -> engram.v1.RestoreCollectionResponse
+	91, // [91:108] is the sub-list for method output_type
+	74, // [74:91] is the sub-list for method input_type
+	74, // [74:74] is the sub-list for extension type_name
+	74, // [74:74] is the sub-list for extension extendee
+	0,  // [0:74] is the sub-list for field type_name
 }
 
 func init() { file_engram_v1_memory_service_proto_init() }
@@ -3872,13 +4575,18 @@ func file_engram_v1_memory_service_proto_init() {
 		(*DeleteMemoryRequest_Id)(nil),
 		(*DeleteMemoryRequest_Query)(nil),
 	}
+	file_engram_v1_memory_service_proto_msgTypes[37].OneofWrappers = []any{
+		(*ExtractMemoriesRequest_Text)(nil),
+		(*ExtractMemoriesRequest_Conversation)(nil),
+		(*ExtractMemoriesRequest_Observation)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_engram_v1_memory_service_proto_rawDesc), len(file_engram_v1_memory_service_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   45,
+			NumEnums:      5,
+			NumMessages:   51,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -156,6 +156,7 @@ class Runner {
               outcome: x.result ? x.result.outcome : '',
             })),
           };
+        }
         case 'ListTrash': {
           const r = await call(c, 'ListTrash', request);
           return { id_set: this.sortedNames(r.memories) };

@@ -89,6 +89,9 @@ __all__ = ["QUANTIZED_OVERSAMPLING", "QdrantStore"]
 #: with the original vectors (as the embedded store does).
 QUANTIZED_OVERSAMPLING = 1.5
 
+#: How stale the specs a search naming no collection looks in may be (``list_collections``).
+SPEC_REFRESH_SECONDS = 5.0
+
 T = TypeVar("T")
 
 _META_KEY = "engram"
@@ -159,6 +162,7 @@ class QdrantStore:
         self._specs: dict[str, CollectionSpec] = {}
         #: Names (without the prefix) of collections that are not Engram's (no spec metadata).
         self._foreign: set[str] = set()
+        self._specs_read_at = -math.inf  # time.monotonic() of the last full read of the specs
 
     # ------------------------------------------------------------------ plumbing
 
@@ -332,10 +336,15 @@ class QdrantStore:
 
     async def list_collections(self) -> list[CollectionSpec]:
         """One round trip for the names (a search that names no collection calls this every
-        time); specs are read once per collection and kept (a spec never changes while its
-        collection exists), and so is the verdict on collections that are not Engram's. Names
-        no longer on the server are forgotten, so a collection dropped and re-created by another
-        replica is read again once this replica has seen it gone (or hit its 404)."""
+        time); the specs, and the verdict on collections that are not Engram's, are read again
+        at most every ``SPEC_REFRESH_SECONDS`` (another replica may have changed a spec, e.g. its
+        trash mark, or dropped and re-created a collection). Names no longer on the server are
+        forgotten at once."""
+        now = time.monotonic()
+        if now - self._specs_read_at > SPEC_REFRESH_SECONDS:
+            self._specs.clear()
+            self._foreign.clear()
+            self._specs_read_at = now
         response = await self._call("list collections", self._c.get_collections)
         listed = {
             desc.name.removeprefix(self._prefix)

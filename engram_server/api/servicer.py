@@ -262,6 +262,14 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
         return s.ListGateDecisionsResponse(decisions=kept, truncated=truncated)
 
     @rpc
+    async def ListReflectionRuns(
+        self, request: s.ListReflectionRunsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> s.ListReflectionRunsResponse:
+        runs = await self._reflector.history(request.collection, request.limit)
+        kept, truncated = fitting(iter(c.reflection_run_out(r) for r in runs), self._budget)
+        return s.ListReflectionRunsResponse(runs=kept, truncated=truncated)
+
+    @rpc
     async def GetContext(
         self, request: s.GetContextRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> s.GetContextResponse:

@@ -56,6 +56,7 @@ NEEDS = {
     "RunReflection": "write",
     "RunReflection(force)": "admin",
     "ListGateDecisions": "read",
+    "ListReflectionRuns": "read",
     "GetContext": "read",
     "GetTriggers": "read",
     "ListSlots": "read",
@@ -98,6 +99,7 @@ def requests(memory_id: str) -> dict[str, tuple[str, Any]]:
             s.RunReflectionRequest(collection="alpha", dry_run=True, force=True),
         ),
         "ListGateDecisions": ("ListGateDecisions", s.ListGateDecisionsRequest(collection="alpha")),
+        "ListReflectionRuns": ("ListReflectionRuns", s.ListReflectionRunsRequest(collection="alpha")),
         "GetContext": ("GetContext", s.GetContextRequest(collections=["alpha"], query="probe")),
         "GetTriggers": ("GetTriggers", s.GetTriggersRequest(collections=["alpha"], action="deploy")),
         "ListSlots": ("ListSlots", s.ListSlotsRequest(collection="alpha")),
@@ -106,6 +108,13 @@ def requests(memory_id: str) -> dict[str, tuple[str, Any]]:
             s.UpdateSlotRequest(collection="alpha", name="guidance", content="probe"),
         ),
     }
+
+
+def test_the_matrix_covers_every_rpc() -> None:
+    """A new RPC gets its row here, so its role is tested, not assumed."""
+    methods = {m.name for m in s.DESCRIPTOR.services_by_name["MemoryService"].methods}
+    assert {call.split("(")[0] for call in NEEDS} == methods
+    assert {rpc for rpc, _ in requests("x").values()} == methods
 
 
 @pytest.fixture(scope="module")

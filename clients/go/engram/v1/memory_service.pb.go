@@ -91,6 +91,9 @@ const (
 	ReflectionOutcome_REFLECTION_OUTCOME_THROTTLED ReflectionOutcome = 3
 	// dry_run: every gate passed and a run would use `sources`.
 	ReflectionOutcome_REFLECTION_OUTCOME_WOULD_RUN ReflectionOutcome = 4
+	// The LLM call or the writes failed; nothing was written. Only in ListReflectionRuns:
+	// RunReflection answers such a run with an error status.
+	ReflectionOutcome_REFLECTION_OUTCOME_FAILED ReflectionOutcome = 5
 )
 
 // Enum value maps for ReflectionOutcome.
@@ -101,6 +104,7 @@ var (
 		2: "REFLECTION_OUTCOME_NO_INSIGHT",
 		3: "REFLECTION_OUTCOME_THROTTLED",
 		4: "REFLECTION_OUTCOME_WOULD_RUN",
+		5: "REFLECTION_OUTCOME_FAILED",
 	}
 	ReflectionOutcome_value = map[string]int32{
 		"REFLECTION_OUTCOME_UNSPECIFIED": 0,
@@ -108,6 +112,7 @@ var (
 		"REFLECTION_OUTCOME_NO_INSIGHT":  2,
 		"REFLECTION_OUTCOME_THROTTLED":   3,
 		"REFLECTION_OUTCOME_WOULD_RUN":   4,
+		"REFLECTION_OUTCOME_FAILED":      5,
 	}
 )
 
@@ -2854,6 +2859,234 @@ func (x *ListGateDecisionsResponse) GetTruncated() bool {
 	return false
 }
 
+// ListReflectionRunsRequest asks for a collection's recent reflection runs.
+type ListReflectionRunsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The source collection (not its "_reflection" collection); empty means the default collection.
+	Collection string `protobuf:"bytes,1,opt,name=collection,proto3" json:"collection,omitempty"`
+	// At most this many, newest first: 1–50; 0 means 20.
+	Limit         int32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListReflectionRunsRequest) Reset() {
+	*x = ListReflectionRunsRequest{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListReflectionRunsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListReflectionRunsRequest) ProtoMessage() {}
+
+func (x *ListReflectionRunsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListReflectionRunsRequest.ProtoReflect.Descriptor instead.
+func (*ListReflectionRunsRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *ListReflectionRunsRequest) GetCollection() string {
+	if x != nil {
+		return x.Collection
+	}
+	return ""
+}
+
+func (x *ListReflectionRunsRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+// ReflectionRun is one reflection run that called the LLM.
+type ReflectionRun struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// When the run started.
+	StartedAt *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	// COMPLETED, NO_INSIGHT or FAILED.
+	Outcome ReflectionOutcome `protobuf:"varint,2,opt,name=outcome,proto3,enum=engram.v1.ReflectionOutcome" json:"outcome,omitempty"`
+	// A human-readable account of the run (what was produced, or the error).
+	Detail string `protobuf:"bytes,3,opt,name=detail,proto3" json:"detail,omitempty"`
+	// True when the periodic schedule started the run, false when RunReflection asked for it.
+	Scheduled bool `protobuf:"varint,4,opt,name=scheduled,proto3" json:"scheduled,omitempty"`
+	// The LLM model used.
+	Model string `protobuf:"bytes,5,opt,name=model,proto3" json:"model,omitempty"`
+	// Ids of the memories the run reflected on.
+	SourceIds []string `protobuf:"bytes,6,rep,name=source_ids,json=sourceIds,proto3" json:"source_ids,omitempty"`
+	// Ids of the insights it stored (in the reflection collection).
+	InsightIds []string `protobuf:"bytes,7,rep,name=insight_ids,json=insightIds,proto3" json:"insight_ids,omitempty"`
+	// Ids of the low-confidence insights it kept as drafts.
+	DraftIds []string `protobuf:"bytes,8,rep,name=draft_ids,json=draftIds,proto3" json:"draft_ids,omitempty"`
+	// How many proposed insights were dropped as near-copies of existing insights.
+	Duplicates    int32 `protobuf:"varint,9,opt,name=duplicates,proto3" json:"duplicates,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReflectionRun) Reset() {
+	*x = ReflectionRun{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReflectionRun) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReflectionRun) ProtoMessage() {}
+
+func (x *ReflectionRun) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReflectionRun.ProtoReflect.Descriptor instead.
+func (*ReflectionRun) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *ReflectionRun) GetStartedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartedAt
+	}
+	return nil
+}
+
+func (x *ReflectionRun) GetOutcome() ReflectionOutcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return ReflectionOutcome_REFLECTION_OUTCOME_UNSPECIFIED
+}
+
+func (x *ReflectionRun) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+func (x *ReflectionRun) GetScheduled() bool {
+	if x != nil {
+		return x.Scheduled
+	}
+	return false
+}
+
+func (x *ReflectionRun) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *ReflectionRun) GetSourceIds() []string {
+	if x != nil {
+		return x.SourceIds
+	}
+	return nil
+}
+
+func (x *ReflectionRun) GetInsightIds() []string {
+	if x != nil {
+		return x.InsightIds
+	}
+	return nil
+}
+
+func (x *ReflectionRun) GetDraftIds() []string {
+	if x != nil {
+		return x.DraftIds
+	}
+	return nil
+}
+
+func (x *ReflectionRun) GetDuplicates() int32 {
+	if x != nil {
+		return x.Duplicates
+	}
+	return 0
+}
+
+// ListReflectionRunsResponse lists recent reflection runs, newest first.
+type ListReflectionRunsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The runs.
+	Runs []*ReflectionRun `protobuf:"bytes,1,rep,name=runs,proto3" json:"runs,omitempty"`
+	// True when older runs were left out to keep the answer within the message limit.
+	Truncated     bool `protobuf:"varint,2,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListReflectionRunsResponse) Reset() {
+	*x = ListReflectionRunsResponse{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListReflectionRunsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListReflectionRunsResponse) ProtoMessage() {}
+
+func (x *ListReflectionRunsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListReflectionRunsResponse.ProtoReflect.Descriptor instead.
+func (*ListReflectionRunsResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *ListReflectionRunsResponse) GetRuns() []*ReflectionRun {
+	if x != nil {
+		return x.Runs
+	}
+	return nil
+}
+
+func (x *ListReflectionRunsResponse) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
 // GetContextRequest asks for the context pack of a session.
 type GetContextRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2884,7 +3117,7 @@ type GetContextRequest struct {
 
 func (x *GetContextRequest) Reset() {
 	*x = GetContextRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[30]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2896,7 +3129,7 @@ func (x *GetContextRequest) String() string {
 func (*GetContextRequest) ProtoMessage() {}
 
 func (x *GetContextRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[30]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2909,7 +3142,7 @@ func (x *GetContextRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetContextRequest.ProtoReflect.Descriptor instead.
 func (*GetContextRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{30}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *GetContextRequest) GetCollections() []string {
@@ -2969,7 +3202,7 @@ type ContextTopic struct {
 
 func (x *ContextTopic) Reset() {
 	*x = ContextTopic{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[31]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2981,7 +3214,7 @@ func (x *ContextTopic) String() string {
 func (*ContextTopic) ProtoMessage() {}
 
 func (x *ContextTopic) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[31]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2994,7 +3227,7 @@ func (x *ContextTopic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContextTopic.ProtoReflect.Descriptor instead.
 func (*ContextTopic) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{31}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ContextTopic) GetId() string {
@@ -3045,7 +3278,7 @@ type ContextItem struct {
 
 func (x *ContextItem) Reset() {
 	*x = ContextItem{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[32]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3057,7 +3290,7 @@ func (x *ContextItem) String() string {
 func (*ContextItem) ProtoMessage() {}
 
 func (x *ContextItem) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[32]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3070,7 +3303,7 @@ func (x *ContextItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContextItem.ProtoReflect.Descriptor instead.
 func (*ContextItem) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{32}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ContextItem) GetMemory() *Memory {
@@ -3148,7 +3381,7 @@ type ContextSection struct {
 
 func (x *ContextSection) Reset() {
 	*x = ContextSection{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[33]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3160,7 +3393,7 @@ func (x *ContextSection) String() string {
 func (*ContextSection) ProtoMessage() {}
 
 func (x *ContextSection) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[33]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3173,7 +3406,7 @@ func (x *ContextSection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContextSection.ProtoReflect.Descriptor instead.
 func (*ContextSection) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{33}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ContextSection) GetKind() ContextSectionKind {
@@ -3240,7 +3473,7 @@ type GetContextResponse struct {
 
 func (x *GetContextResponse) Reset() {
 	*x = GetContextResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[34]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3252,7 +3485,7 @@ func (x *GetContextResponse) String() string {
 func (*GetContextResponse) ProtoMessage() {}
 
 func (x *GetContextResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[34]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3265,7 +3498,7 @@ func (x *GetContextResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetContextResponse.ProtoReflect.Descriptor instead.
 func (*GetContextResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{34}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GetContextResponse) GetSections() []*ContextSection {
@@ -3355,7 +3588,7 @@ type GetTriggersRequest struct {
 
 func (x *GetTriggersRequest) Reset() {
 	*x = GetTriggersRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[35]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3367,7 +3600,7 @@ func (x *GetTriggersRequest) String() string {
 func (*GetTriggersRequest) ProtoMessage() {}
 
 func (x *GetTriggersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[35]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3380,7 +3613,7 @@ func (x *GetTriggersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTriggersRequest.ProtoReflect.Descriptor instead.
 func (*GetTriggersRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{35}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *GetTriggersRequest) GetCollections() []string {
@@ -3421,7 +3654,7 @@ type GetTriggersResponse struct {
 
 func (x *GetTriggersResponse) Reset() {
 	*x = GetTriggersResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[36]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3433,7 +3666,7 @@ func (x *GetTriggersResponse) String() string {
 func (*GetTriggersResponse) ProtoMessage() {}
 
 func (x *GetTriggersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[36]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3446,7 +3679,7 @@ func (x *GetTriggersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTriggersResponse.ProtoReflect.Descriptor instead.
 func (*GetTriggersResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{36}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *GetTriggersResponse) GetAction() string {
@@ -3498,7 +3731,7 @@ type Slot struct {
 
 func (x *Slot) Reset() {
 	*x = Slot{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[37]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3510,7 +3743,7 @@ func (x *Slot) String() string {
 func (*Slot) ProtoMessage() {}
 
 func (x *Slot) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[37]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3523,7 +3756,7 @@ func (x *Slot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Slot.ProtoReflect.Descriptor instead.
 func (*Slot) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{37}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *Slot) GetName() string {
@@ -3579,7 +3812,7 @@ type ListSlotsRequest struct {
 
 func (x *ListSlotsRequest) Reset() {
 	*x = ListSlotsRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[38]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3591,7 +3824,7 @@ func (x *ListSlotsRequest) String() string {
 func (*ListSlotsRequest) ProtoMessage() {}
 
 func (x *ListSlotsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[38]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3604,7 +3837,7 @@ func (x *ListSlotsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSlotsRequest.ProtoReflect.Descriptor instead.
 func (*ListSlotsRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{38}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListSlotsRequest) GetCollection() string {
@@ -3628,7 +3861,7 @@ type ListSlotsResponse struct {
 
 func (x *ListSlotsResponse) Reset() {
 	*x = ListSlotsResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[39]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3640,7 +3873,7 @@ func (x *ListSlotsResponse) String() string {
 func (*ListSlotsResponse) ProtoMessage() {}
 
 func (x *ListSlotsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[39]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3653,7 +3886,7 @@ func (x *ListSlotsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSlotsResponse.ProtoReflect.Descriptor instead.
 func (*ListSlotsResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{39}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListSlotsResponse) GetSlots() []*Slot {
@@ -3688,7 +3921,7 @@ type UpdateSlotRequest struct {
 
 func (x *UpdateSlotRequest) Reset() {
 	*x = UpdateSlotRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[40]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3700,7 +3933,7 @@ func (x *UpdateSlotRequest) String() string {
 func (*UpdateSlotRequest) ProtoMessage() {}
 
 func (x *UpdateSlotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[40]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3713,7 +3946,7 @@ func (x *UpdateSlotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateSlotRequest.ProtoReflect.Descriptor instead.
 func (*UpdateSlotRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{40}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *UpdateSlotRequest) GetCollection() string {
@@ -3757,7 +3990,7 @@ type UpdateSlotResponse struct {
 
 func (x *UpdateSlotResponse) Reset() {
 	*x = UpdateSlotResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[41]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3769,7 +4002,7 @@ func (x *UpdateSlotResponse) String() string {
 func (*UpdateSlotResponse) ProtoMessage() {}
 
 func (x *UpdateSlotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[41]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3782,7 +4015,7 @@ func (x *UpdateSlotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateSlotResponse.ProtoReflect.Descriptor instead.
 func (*UpdateSlotResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{41}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *UpdateSlotResponse) GetSlot() *Slot {
@@ -4030,6 +4263,29 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\breplayed\x18\a \x01(\bR\breplayed\"p\n" +
 	"\x19ListGateDecisionsResponse\x125\n" +
 	"\tdecisions\x18\x01 \x03(\v2\x17.engram.v1.GateDecisionR\tdecisions\x12\x1c\n" +
+	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"Q\n" +
+	"\x19ListReflectionRunsRequest\x12\x1e\n" +
+	"\n" +
+	"collection\x18\x01 \x01(\tR\n" +
+	"collection\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\x05R\x05limit\"\xcb\x02\n" +
+	"\rReflectionRun\x129\n" +
+	"\n" +
+	"started_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x126\n" +
+	"\aoutcome\x18\x02 \x01(\x0e2\x1c.engram.v1.ReflectionOutcomeR\aoutcome\x12\x16\n" +
+	"\x06detail\x18\x03 \x01(\tR\x06detail\x12\x1c\n" +
+	"\tscheduled\x18\x04 \x01(\bR\tscheduled\x12\x14\n" +
+	"\x05model\x18\x05 \x01(\tR\x05model\x12\x1d\n" +
+	"\n" +
+	"source_ids\x18\x06 \x03(\tR\tsourceIds\x12\x1f\n" +
+	"\vinsight_ids\x18\a \x03(\tR\n" +
+	"insightIds\x12\x1b\n" +
+	"\tdraft_ids\x18\b \x03(\tR\bdraftIds\x12\x1e\n" +
+	"\n" +
+	"duplicates\x18\t \x01(\x05R\n" +
+	"duplicates\"h\n" +
+	"\x1aListReflectionRunsResponse\x12,\n" +
+	"\x04runs\x18\x01 \x03(\v2\x18.engram.v1.ReflectionRunR\x04runs\x12\x1c\n" +
 	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"\xf0\x01\n" +
 	"\x11GetContextRequest\x12 \n" +
 	"\vcollections\x18\x01 \x03(\tR\vcollections\x12\x14\n" +
@@ -4112,13 +4368,14 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"AddOutcome\x12\x1b\n" +
 	"\x17ADD_OUTCOME_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13ADD_OUTCOME_CREATED\x10\x01\x12\x19\n" +
-	"\x15ADD_OUTCOME_DUPLICATE\x10\x02*\xc0\x01\n" +
+	"\x15ADD_OUTCOME_DUPLICATE\x10\x02*\xdf\x01\n" +
 	"\x11ReflectionOutcome\x12\"\n" +
 	"\x1eREFLECTION_OUTCOME_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cREFLECTION_OUTCOME_COMPLETED\x10\x01\x12!\n" +
 	"\x1dREFLECTION_OUTCOME_NO_INSIGHT\x10\x02\x12 \n" +
 	"\x1cREFLECTION_OUTCOME_THROTTLED\x10\x03\x12 \n" +
-	"\x1cREFLECTION_OUTCOME_WOULD_RUN\x10\x04*\xd9\x01\n" +
+	"\x1cREFLECTION_OUTCOME_WOULD_RUN\x10\x04\x12\x1d\n" +
+	"\x19REFLECTION_OUTCOME_FAILED\x10\x05*\xd9\x01\n" +
 	"\x0eReflectionGate\x12\x1f\n" +
 	"\x1bREFLECTION_GATE_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cREFLECTION_GATE_MIN_INTERVAL\x10\x01\x12\x1d\n" +
@@ -4146,7 +4403,7 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\x0eSlotCompaction\x12\x1f\n" +
 	"\x1bSLOT_COMPACTION_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13SLOT_COMPACTION_LLM\x10\x01\x12\x1e\n" +
-	"\x1aSLOT_COMPACTION_TRUNCATION\x10\x022\xb7\x0e\n" +
+	"\x1aSLOT_COMPACTION_TRUNCATION\x10\x022\xd0\x0f\n" +
 	"\rMemoryService\x12_\n" +
 	"\tAddMemory\x12\x1b.engram.v1.AddMemoryRequest\x1a\x1c.engram.v1.AddMemoryResponse\"\x17\x82\xd3\xe4\x93\x02\x11:\x01*\"\f/v1/memories\x12n\n" +
 	"\vAddMemories\x12\x1d.engram.v1.AddMemoriesRequest\x1a\x1e.engram.v1.AddMemoriesResponse\" \x82\xd3\xe4\x93\x02\x1a:\x01*\"\x15/v1/memories:batchAdd\x12u\n" +
@@ -4158,7 +4415,8 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\x0fListCollections\x12!.engram.v1.ListCollectionsRequest\x1a\".engram.v1.ListCollectionsResponse\"\x17\x82\xd3\xe4\x93\x02\x11\x12\x0f/v1/collections\x12{\n" +
 	"\x10DeleteCollection\x12\".engram.v1.DeleteCollectionRequest\x1a#.engram.v1.DeleteCollectionResponse\"\x1e\x82\xd3\xe4\x93\x02\x18*\x16/v1/collections/{name}\x12\x83\x01\n" +
 	"\rRunReflection\x12\x1f.engram.v1.RunReflectionRequest\x1a .engram.v1.RunReflectionResponse\"/\x82\xd3\xe4\x93\x02):\x01*\"$/v1/collections/{collection}:reflect\x12\x92\x01\n" +
-	"\x11ListGateDecisions\x12#.engram.v1.ListGateDecisionsRequest\x1a$.engram.v1.ListGateDecisionsResponse\"2\x82\xd3\xe4\x93\x02,\x12*/v1/collections/{collection}/gateDecisions\x12a\n" +
+	"\x11ListGateDecisions\x12#.engram.v1.ListGateDecisionsRequest\x1a$.engram.v1.ListGateDecisionsResponse\"2\x82\xd3\xe4\x93\x02,\x12*/v1/collections/{collection}/gateDecisions\x12\x96\x01\n" +
+	"\x12ListReflectionRuns\x12$.engram.v1.ListReflectionRunsRequest\x1a%.engram.v1.ListReflectionRunsResponse\"3\x82\xd3\xe4\x93\x02-\x12+/v1/collections/{collection}/reflectionRuns\x12a\n" +
 	"\n" +
 	"GetContext\x12\x1c.engram.v1.GetContextRequest\x1a\x1d.engram.v1.GetContextResponse\"\x16\x82\xd3\xe4\x93\x02\x10:\x01*\"\v/v1/context\x12i\n" +
 	"\vGetTriggers\x12\x1d.engram.v1.GetTriggersRequest\x1a\x1e.engram.v1.GetTriggersResponse\"\x1b\x82\xd3\xe4\x93\x02\x15:\x01*\"\x10/v1/triggers:get\x12a\n" +
@@ -4179,174 +4437,182 @@ func file_engram_v1_memory_service_proto_rawDescGZIP() []byte {
 }
 
 var file_engram_v1_memory_service_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_engram_v1_memory_service_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
+var file_engram_v1_memory_service_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
 var file_engram_v1_memory_service_proto_goTypes = []any{
-	(AddOutcome)(0),                   // 0: engram.v1.AddOutcome
-	(ReflectionOutcome)(0),            // 1: engram.v1.ReflectionOutcome
-	(ReflectionGate)(0),               // 2: engram.v1.ReflectionGate
-	(ContextSectionKind)(0),           // 3: engram.v1.ContextSectionKind
-	(SinceSource)(0),                  // 4: engram.v1.SinceSource
-	(SlotUpdateMode)(0),               // 5: engram.v1.SlotUpdateMode
-	(SlotCompaction)(0),               // 6: engram.v1.SlotCompaction
-	(*AddMemoryRequest)(nil),          // 7: engram.v1.AddMemoryRequest
-	(*AddMemoryResponse)(nil),         // 8: engram.v1.AddMemoryResponse
-	(*AddMemoriesRequest)(nil),        // 9: engram.v1.AddMemoriesRequest
-	(*NewMemory)(nil),                 // 10: engram.v1.NewMemory
-	(*AddMemoryResult)(nil),           // 11: engram.v1.AddMemoryResult
-	(*AddMemoriesResponse)(nil),       // 12: engram.v1.AddMemoriesResponse
-	(*SearchMemoriesRequest)(nil),     // 13: engram.v1.SearchMemoriesRequest
-	(*SearchResult)(nil),              // 14: engram.v1.SearchResult
-	(*SearchMemoriesResponse)(nil),    // 15: engram.v1.SearchMemoriesResponse
-	(*SemanticLocator)(nil),           // 16: engram.v1.SemanticLocator
-	(*StringList)(nil),                // 17: engram.v1.StringList
-	(*StringMap)(nil),                 // 18: engram.v1.StringMap
-	(*UpdateMemoryRequest)(nil),       // 19: engram.v1.UpdateMemoryRequest
-	(*UpdateMemoryResponse)(nil),      // 20: engram.v1.UpdateMemoryResponse
-	(*DeleteQuery)(nil),               // 21: engram.v1.DeleteQuery
-	(*DeleteMemoryRequest)(nil),       // 22: engram.v1.DeleteMemoryRequest
-	(*DeleteMemoryResponse)(nil),      // 23: engram.v1.DeleteMemoryResponse
-	(*GetMemoryRequest)(nil),          // 24: engram.v1.GetMemoryRequest
-	(*GetMemoryResponse)(nil),         // 25: engram.v1.GetMemoryResponse
-	(*ListMemoriesRequest)(nil),       // 26: engram.v1.ListMemoriesRequest
-	(*ListMemoriesResponse)(nil),      // 27: engram.v1.ListMemoriesResponse
-	(*ListCollectionsRequest)(nil),    // 28: engram.v1.ListCollectionsRequest
-	(*ListCollectionsResponse)(nil),   // 29: engram.v1.ListCollectionsResponse
-	(*DeleteCollectionRequest)(nil),   // 30: engram.v1.DeleteCollectionRequest
-	(*DeleteCollectionResponse)(nil),  // 31: engram.v1.DeleteCollectionResponse
-	(*RunReflectionRequest)(nil),      // 32: engram.v1.RunReflectionRequest
-	(*RunReflectionResponse)(nil),     // 33: engram.v1.RunReflectionResponse
-	(*ListGateDecisionsRequest)(nil),  // 34: engram.v1.ListGateDecisionsRequest
-	(*GateDecision)(nil),              // 35: engram.v1.GateDecision
-	(*ListGateDecisionsResponse)(nil), // 36: engram.v1.ListGateDecisionsResponse
-	(*GetContextRequest)(nil),         // 37: engram.v1.GetContextRequest
-	(*ContextTopic)(nil),              // 38: engram.v1.ContextTopic
-	(*ContextItem)(nil),               // 39: engram.v1.ContextItem
-	(*ContextSection)(nil),            // 40: engram.v1.ContextSection
-	(*GetContextResponse)(nil),        // 41: engram.v1.GetContextResponse
-	(*GetTriggersRequest)(nil),        // 42: engram.v1.GetTriggersRequest
-	(*GetTriggersResponse)(nil),       // 43: engram.v1.GetTriggersResponse
-	(*Slot)(nil),                      // 44: engram.v1.Slot
-	(*ListSlotsRequest)(nil),          // 45: engram.v1.ListSlotsRequest
-	(*ListSlotsResponse)(nil),         // 46: engram.v1.ListSlotsResponse
-	(*UpdateSlotRequest)(nil),         // 47: engram.v1.UpdateSlotRequest
-	(*UpdateSlotResponse)(nil),        // 48: engram.v1.UpdateSlotResponse
-	nil,                               // 49: engram.v1.AddMemoryRequest.MetadataEntry
-	nil,                               // 50: engram.v1.NewMemory.MetadataEntry
-	nil,                               // 51: engram.v1.StringMap.EntriesEntry
-	(MemoryType)(0),                   // 52: engram.v1.MemoryType
-	(Source)(0),                       // 53: engram.v1.Source
-	(SourceType)(0),                   // 54: engram.v1.SourceType
-	(*timestamppb.Timestamp)(nil),     // 55: google.protobuf.Timestamp
-	(*Memory)(nil),                    // 56: engram.v1.Memory
-	(*SimilarMemory)(nil),             // 57: engram.v1.SimilarMemory
-	(*MemoryFilter)(nil),              // 58: engram.v1.MemoryFilter
-	(*RankingWeights)(nil),            // 59: engram.v1.RankingWeights
-	(*ScoreBreakdown)(nil),            // 60: engram.v1.ScoreBreakdown
-	(*CollectionInfo)(nil),            // 61: engram.v1.CollectionInfo
+	(AddOutcome)(0),                    // 0: engram.v1.AddOutcome
+	(ReflectionOutcome)(0),             // 1: engram.v1.ReflectionOutcome
+	(ReflectionGate)(0),                // 2: engram.v1.ReflectionGate
+	(ContextSectionKind)(0),            // 3: engram.v1.ContextSectionKind
+	(SinceSource)(0),                   // 4: engram.v1.SinceSource
+	(SlotUpdateMode)(0),                // 5: engram.v1.SlotUpdateMode
+	(SlotCompaction)(0),                // 6: engram.v1.SlotCompaction
+	(*AddMemoryRequest)(nil),           // 7: engram.v1.AddMemoryRequest
+	(*AddMemoryResponse)(nil),          // 8: engram.v1.AddMemoryResponse
+	(*AddMemoriesRequest)(nil),         // 9: engram.v1.AddMemoriesRequest
+	(*NewMemory)(nil),                  // 10: engram.v1.NewMemory
+	(*AddMemoryResult)(nil),            // 11: engram.v1.AddMemoryResult
+	(*AddMemoriesResponse)(nil),        // 12: engram.v1.AddMemoriesResponse
+	(*SearchMemoriesRequest)(nil),      // 13: engram.v1.SearchMemoriesRequest
+	(*SearchResult)(nil),               // 14: engram.v1.SearchResult
+	(*SearchMemoriesResponse)(nil),     // 15: engram.v1.SearchMemoriesResponse
+	(*SemanticLocator)(nil),            // 16: engram.v1.SemanticLocator
+	(*StringList)(nil),                 // 17: engram.v1.StringList
+	(*StringMap)(nil),                  // 18: engram.v1.StringMap
+	(*UpdateMemoryRequest)(nil),        // 19: engram.v1.UpdateMemoryRequest
+	(*UpdateMemoryResponse)(nil),       // 20: engram.v1.UpdateMemoryResponse
+	(*DeleteQuery)(nil),                // 21: engram.v1.DeleteQuery
+	(*DeleteMemoryRequest)(nil),        // 22: engram.v1.DeleteMemoryRequest
+	(*DeleteMemoryResponse)(nil),       // 23: engram.v1.DeleteMemoryResponse
+	(*GetMemoryRequest)(nil),           // 24: engram.v1.GetMemoryRequest
+	(*GetMemoryResponse)(nil),          // 25: engram.v1.GetMemoryResponse
+	(*ListMemoriesRequest)(nil),        // 26: engram.v1.ListMemoriesRequest
+	(*ListMemoriesResponse)(nil),       // 27: engram.v1.ListMemoriesResponse
+	(*ListCollectionsRequest)(nil),     // 28: engram.v1.ListCollectionsRequest
+	(*ListCollectionsResponse)(nil),    // 29: engram.v1.ListCollectionsResponse
+	(*DeleteCollectionRequest)(nil),    // 30: engram.v1.DeleteCollectionRequest
+	(*DeleteCollectionResponse)(nil),   // 31: engram.v1.DeleteCollectionResponse
+	(*RunReflectionRequest)(nil),       // 32: engram.v1.RunReflectionRequest
+	(*RunReflectionResponse)(nil),      // 33: engram.v1.RunReflectionResponse
+	(*ListGateDecisionsRequest)(nil),   // 34: engram.v1.ListGateDecisionsRequest
+	(*GateDecision)(nil),               // 35: engram.v1.GateDecision
+	(*ListGateDecisionsResponse)(nil),  // 36: engram.v1.ListGateDecisionsResponse
+	(*ListReflectionRunsRequest)(nil),  // 37: engram.v1.ListReflectionRunsRequest
+	(*ReflectionRun)(nil),              // 38: engram.v1.ReflectionRun
+	(*ListReflectionRunsResponse)(nil), // 39: engram.v1.ListReflectionRunsResponse
+	(*GetContextRequest)(nil),          // 40: engram.v1.GetContextRequest
+	(*ContextTopic)(nil),               // 41: engram.v1.ContextTopic
+	(*ContextItem)(nil),                // 42: engram.v1.ContextItem
+	(*ContextSection)(nil),             // 43: engram.v1.ContextSection
+	(*GetContextResponse)(nil),         // 44: engram.v1.GetContextResponse
+	(*GetTriggersRequest)(nil),         // 45: engram.v1.GetTriggersRequest
+	(*GetTriggersResponse)(nil),        // 46: engram.v1.GetTriggersResponse
+	(*Slot)(nil),                       // 47: engram.v1.Slot
+	(*ListSlotsRequest)(nil),           // 48: engram.v1.ListSlotsRequest
+	(*ListSlotsResponse)(nil),          // 49: engram.v1.ListSlotsResponse
+	(*UpdateSlotRequest)(nil),          // 50: engram.v1.UpdateSlotRequest
+	(*UpdateSlotResponse)(nil),         // 51: engram.v1.UpdateSlotResponse
+	nil,                                // 52: engram.v1.AddMemoryRequest.MetadataEntry
+	nil,                                // 53: engram.v1.NewMemory.MetadataEntry
+	nil,                                // 54: engram.v1.StringMap.EntriesEntry
+	(MemoryType)(0),                    // 55: engram.v1.MemoryType
+	(Source)(0),                        // 56: engram.v1.Source
+	(SourceType)(0),                    // 57: engram.v1.SourceType
+	(*timestamppb.Timestamp)(nil),      // 58: google.protobuf.Timestamp
+	(*Memory)(nil),                     // 59: engram.v1.Memory
+	(*SimilarMemory)(nil),              // 60: engram.v1.SimilarMemory
+	(*MemoryFilter)(nil),               // 61: engram.v1.MemoryFilter
+	(*RankingWeights)(nil),             // 62: engram.v1.RankingWeights
+	(*ScoreBreakdown)(nil),             // 63: engram.v1.ScoreBreakdown
+	(*CollectionInfo)(nil),             // 64: engram.v1.CollectionInfo
 }
 var file_engram_v1_memory_service_proto_depIdxs = []int32{
-	52, // 0: engram.v1.AddMemoryRequest.type:type_name -> engram.v1.MemoryType
-	53, // 1: engram.v1.AddMemoryRequest.source:type_name -> engram.v1.Source
-	54, // 2: engram.v1.AddMemoryRequest.source_type:type_name -> engram.v1.SourceType
-	49, // 3: engram.v1.AddMemoryRequest.metadata:type_name -> engram.v1.AddMemoryRequest.MetadataEntry
-	55, // 4: engram.v1.AddMemoryRequest.created_at:type_name -> google.protobuf.Timestamp
-	55, // 5: engram.v1.AddMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
-	56, // 6: engram.v1.AddMemoryResponse.memory:type_name -> engram.v1.Memory
+	55, // 0: engram.v1.AddMemoryRequest.type:type_name -> engram.v1.MemoryType
+	56, // 1: engram.v1.AddMemoryRequest.source:type_name -> engram.v1.Source
+	57, // 2: engram.v1.AddMemoryRequest.source_type:type_name -> engram.v1.SourceType
+	52, // 3: engram.v1.AddMemoryRequest.metadata:type_name -> engram.v1.AddMemoryRequest.MetadataEntry
+	58, // 4: engram.v1.AddMemoryRequest.created_at:type_name -> google.protobuf.Timestamp
+	58, // 5: engram.v1.AddMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
+	59, // 6: engram.v1.AddMemoryResponse.memory:type_name -> engram.v1.Memory
 	0,  // 7: engram.v1.AddMemoryResponse.outcome:type_name -> engram.v1.AddOutcome
-	57, // 8: engram.v1.AddMemoryResponse.near_duplicates:type_name -> engram.v1.SimilarMemory
+	60, // 8: engram.v1.AddMemoryResponse.near_duplicates:type_name -> engram.v1.SimilarMemory
 	10, // 9: engram.v1.AddMemoriesRequest.memories:type_name -> engram.v1.NewMemory
-	52, // 10: engram.v1.NewMemory.type:type_name -> engram.v1.MemoryType
-	53, // 11: engram.v1.NewMemory.source:type_name -> engram.v1.Source
-	54, // 12: engram.v1.NewMemory.source_type:type_name -> engram.v1.SourceType
-	50, // 13: engram.v1.NewMemory.metadata:type_name -> engram.v1.NewMemory.MetadataEntry
-	55, // 14: engram.v1.NewMemory.created_at:type_name -> google.protobuf.Timestamp
-	55, // 15: engram.v1.NewMemory.valid_until:type_name -> google.protobuf.Timestamp
-	56, // 16: engram.v1.AddMemoryResult.memory:type_name -> engram.v1.Memory
+	55, // 10: engram.v1.NewMemory.type:type_name -> engram.v1.MemoryType
+	56, // 11: engram.v1.NewMemory.source:type_name -> engram.v1.Source
+	57, // 12: engram.v1.NewMemory.source_type:type_name -> engram.v1.SourceType
+	53, // 13: engram.v1.NewMemory.metadata:type_name -> engram.v1.NewMemory.MetadataEntry
+	58, // 14: engram.v1.NewMemory.created_at:type_name -> google.protobuf.Timestamp
+	58, // 15: engram.v1.NewMemory.valid_until:type_name -> google.protobuf.Timestamp
+	59, // 16: engram.v1.AddMemoryResult.memory:type_name -> engram.v1.Memory
 	0,  // 17: engram.v1.AddMemoryResult.outcome:type_name -> engram.v1.AddOutcome
-	57, // 18: engram.v1.AddMemoryResult.near_duplicates:type_name -> engram.v1.SimilarMemory
+	60, // 18: engram.v1.AddMemoryResult.near_duplicates:type_name -> engram.v1.SimilarMemory
 	11, // 19: engram.v1.AddMemoriesResponse.results:type_name -> engram.v1.AddMemoryResult
-	58, // 20: engram.v1.SearchMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
-	59, // 21: engram.v1.SearchMemoriesRequest.weights:type_name -> engram.v1.RankingWeights
-	56, // 22: engram.v1.SearchResult.memory:type_name -> engram.v1.Memory
-	60, // 23: engram.v1.SearchResult.score:type_name -> engram.v1.ScoreBreakdown
+	61, // 20: engram.v1.SearchMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
+	62, // 21: engram.v1.SearchMemoriesRequest.weights:type_name -> engram.v1.RankingWeights
+	59, // 22: engram.v1.SearchResult.memory:type_name -> engram.v1.Memory
+	63, // 23: engram.v1.SearchResult.score:type_name -> engram.v1.ScoreBreakdown
 	14, // 24: engram.v1.SearchMemoriesResponse.results:type_name -> engram.v1.SearchResult
-	51, // 25: engram.v1.StringMap.entries:type_name -> engram.v1.StringMap.EntriesEntry
+	54, // 25: engram.v1.StringMap.entries:type_name -> engram.v1.StringMap.EntriesEntry
 	16, // 26: engram.v1.UpdateMemoryRequest.locate:type_name -> engram.v1.SemanticLocator
-	52, // 27: engram.v1.UpdateMemoryRequest.type:type_name -> engram.v1.MemoryType
+	55, // 27: engram.v1.UpdateMemoryRequest.type:type_name -> engram.v1.MemoryType
 	17, // 28: engram.v1.UpdateMemoryRequest.tags:type_name -> engram.v1.StringList
 	18, // 29: engram.v1.UpdateMemoryRequest.metadata:type_name -> engram.v1.StringMap
-	55, // 30: engram.v1.UpdateMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
-	56, // 31: engram.v1.UpdateMemoryResponse.memory:type_name -> engram.v1.Memory
-	56, // 32: engram.v1.UpdateMemoryResponse.previous:type_name -> engram.v1.Memory
+	58, // 30: engram.v1.UpdateMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
+	59, // 31: engram.v1.UpdateMemoryResponse.memory:type_name -> engram.v1.Memory
+	59, // 32: engram.v1.UpdateMemoryResponse.previous:type_name -> engram.v1.Memory
 	21, // 33: engram.v1.DeleteMemoryRequest.query:type_name -> engram.v1.DeleteQuery
-	56, // 34: engram.v1.DeleteMemoryResponse.deleted:type_name -> engram.v1.Memory
-	56, // 35: engram.v1.GetMemoryResponse.memory:type_name -> engram.v1.Memory
-	56, // 36: engram.v1.GetMemoryResponse.history:type_name -> engram.v1.Memory
-	58, // 37: engram.v1.ListMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
-	56, // 38: engram.v1.ListMemoriesResponse.memories:type_name -> engram.v1.Memory
-	61, // 39: engram.v1.ListCollectionsResponse.collections:type_name -> engram.v1.CollectionInfo
-	55, // 40: engram.v1.DeleteCollectionResponse.deleted_at:type_name -> google.protobuf.Timestamp
+	59, // 34: engram.v1.DeleteMemoryResponse.deleted:type_name -> engram.v1.Memory
+	59, // 35: engram.v1.GetMemoryResponse.memory:type_name -> engram.v1.Memory
+	59, // 36: engram.v1.GetMemoryResponse.history:type_name -> engram.v1.Memory
+	61, // 37: engram.v1.ListMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
+	59, // 38: engram.v1.ListMemoriesResponse.memories:type_name -> engram.v1.Memory
+	64, // 39: engram.v1.ListCollectionsResponse.collections:type_name -> engram.v1.CollectionInfo
+	58, // 40: engram.v1.DeleteCollectionResponse.deleted_at:type_name -> google.protobuf.Timestamp
 	1,  // 41: engram.v1.RunReflectionResponse.outcome:type_name -> engram.v1.ReflectionOutcome
 	2,  // 42: engram.v1.RunReflectionResponse.throttled_by:type_name -> engram.v1.ReflectionGate
-	55, // 43: engram.v1.RunReflectionResponse.next_run_after:type_name -> google.protobuf.Timestamp
-	56, // 44: engram.v1.RunReflectionResponse.sources:type_name -> engram.v1.Memory
-	56, // 45: engram.v1.RunReflectionResponse.insights:type_name -> engram.v1.Memory
-	56, // 46: engram.v1.RunReflectionResponse.drafts:type_name -> engram.v1.Memory
-	57, // 47: engram.v1.RunReflectionResponse.duplicates:type_name -> engram.v1.SimilarMemory
-	55, // 48: engram.v1.GateDecision.decided_at:type_name -> google.protobuf.Timestamp
+	58, // 43: engram.v1.RunReflectionResponse.next_run_after:type_name -> google.protobuf.Timestamp
+	59, // 44: engram.v1.RunReflectionResponse.sources:type_name -> engram.v1.Memory
+	59, // 45: engram.v1.RunReflectionResponse.insights:type_name -> engram.v1.Memory
+	59, // 46: engram.v1.RunReflectionResponse.drafts:type_name -> engram.v1.Memory
+	60, // 47: engram.v1.RunReflectionResponse.duplicates:type_name -> engram.v1.SimilarMemory
+	58, // 48: engram.v1.GateDecision.decided_at:type_name -> google.protobuf.Timestamp
 	0,  // 49: engram.v1.GateDecision.outcome:type_name -> engram.v1.AddOutcome
-	57, // 50: engram.v1.GateDecision.near_duplicates:type_name -> engram.v1.SimilarMemory
+	60, // 50: engram.v1.GateDecision.near_duplicates:type_name -> engram.v1.SimilarMemory
 	35, // 51: engram.v1.ListGateDecisionsResponse.decisions:type_name -> engram.v1.GateDecision
-	55, // 52: engram.v1.GetContextRequest.since:type_name -> google.protobuf.Timestamp
-	56, // 53: engram.v1.ContextItem.memory:type_name -> engram.v1.Memory
-	38, // 54: engram.v1.ContextItem.topic:type_name -> engram.v1.ContextTopic
-	3,  // 55: engram.v1.ContextSection.kind:type_name -> engram.v1.ContextSectionKind
-	39, // 56: engram.v1.ContextSection.items:type_name -> engram.v1.ContextItem
-	40, // 57: engram.v1.GetContextResponse.sections:type_name -> engram.v1.ContextSection
-	55, // 58: engram.v1.GetContextResponse.since:type_name -> google.protobuf.Timestamp
-	4,  // 59: engram.v1.GetContextResponse.since_source:type_name -> engram.v1.SinceSource
-	38, // 60: engram.v1.GetContextResponse.topics:type_name -> engram.v1.ContextTopic
-	56, // 61: engram.v1.GetTriggersResponse.memories:type_name -> engram.v1.Memory
-	55, // 62: engram.v1.Slot.updated_at:type_name -> google.protobuf.Timestamp
-	44, // 63: engram.v1.ListSlotsResponse.slots:type_name -> engram.v1.Slot
-	5,  // 64: engram.v1.UpdateSlotRequest.mode:type_name -> engram.v1.SlotUpdateMode
-	44, // 65: engram.v1.UpdateSlotResponse.slot:type_name -> engram.v1.Slot
-	6,  // 66: engram.v1.UpdateSlotResponse.compaction:type_name -> engram.v1.SlotCompaction
-	7,  // 67: engram.v1.MemoryService.AddMemory:input_type -> engram.v1.AddMemoryRequest
-	9,  // 68: engram.v1.MemoryService.AddMemories:input_type -> engram.v1.AddMemoriesRequest
-	13, // 69: engram.v1.MemoryService.SearchMemories:input_type -> engram.v1.SearchMemoriesRequest
-	19, // 70: engram.v1.MemoryService.UpdateMemory:input_type -> engram.v1.UpdateMemoryRequest
-	22, // 71: engram.v1.MemoryService.DeleteMemory:input_type -> engram.v1.DeleteMemoryRequest
-	24, // 72: engram.v1.MemoryService.GetMemory:input_type -> engram.v1.GetMemoryRequest
-	26, // 73: engram.v1.MemoryService.ListMemories:input_type -> engram.v1.ListMemoriesRequest
-	28, // 74: engram.v1.MemoryService.ListCollections:input_type -> engram.v1.ListCollectionsRequest
-	30, // 75: engram.v1.MemoryService.DeleteCollection:input_type -> engram.v1.DeleteCollectionRequest
-	32, // 76: engram.v1.MemoryService.RunReflection:input_type -> engram.v1.RunReflectionRequest
-	34, // 77: engram.v1.MemoryService.ListGateDecisions:input_type -> engram.v1.ListGateDecisionsRequest
-	37, // 78: engram.v1.MemoryService.GetContext:input_type -> engram.v1.GetContextRequest
-	42, // 79: engram.v1.MemoryService.GetTriggers:input_type -> engram.v1.GetTriggersRequest
-	45, // 80: engram.v1.MemoryService.ListSlots:input_type -> engram.v1.ListSlotsRequest
-	47, // 81: engram.v1.MemoryService.UpdateSlot:input_type -> engram.v1.UpdateSlotRequest
-	8,  // 82: engram.v1.MemoryService.AddMemory:output_type -> engram.v1.AddMemoryResponse
-	12, // 83: engram.v1.MemoryService.AddMemories:output_type -> engram.v1.AddMemoriesResponse
-	15, // 84: engram.v1.MemoryService.SearchMemories:output_type -> engram.v1.SearchMemoriesResponse
-	20, // 85: engram.v1.MemoryService.UpdateMemory:output_type -> engram.v1.UpdateMemoryResponse
-	23, // 86: engram.v1.MemoryService.DeleteMemory:output_type -> engram.v1.DeleteMemoryResponse
-	25, // 87: engram.v1.MemoryService.GetMemory:output_type -> engram.v1.GetMemoryResponse
-	27, // 88: engram.v1.MemoryService.ListMemories:output_type -> engram.v1.ListMemoriesResponse
-	29, // 89: engram.v1.MemoryService.ListCollections:output_type -> engram.v1.ListCollectionsResponse
-	31, // 90: engram.v1.MemoryService.DeleteCollection:output_type -> engram.v1.DeleteCollectionResponse
-	33, // 91: engram.v1.MemoryService.RunReflection:output_type -> engram.v1.RunReflectionResponse
-	36, // 92: engram.v1.MemoryService.ListGateDecisions:output_type -> engram.v1.ListGateDecisionsResponse
-	41, // 93: engram.v1.MemoryService.GetContext:output_type -> engram.v1.GetContextResponse
-	43, // 94: engram.v1.MemoryService.GetTriggers:output_type -> engram.v1.GetTriggersResponse
-	46, // 95: engram.v1.MemoryService.ListSlots:output_type -> engram.v1.ListSlotsResponse
-	48, // 96: engram.v1.MemoryService.UpdateSlot:output_type -> engram.v1.UpdateSlotResponse
-	82, // [82:97] is the sub-list for method output_type
-	67, // [67:82] is the sub-list for method input_type
-	67, // [67:67] is the sub-list for extension type_name
-	67, // [67:67] is the sub-list for extension extendee
-	0,  // [0:67] is the sub-list for field type_name
+	58, // 52: engram.v1.ReflectionRun.started_at:type_name -> google.protobuf.Timestamp
+	1,  // 53: engram.v1.ReflectionRun.outcome:type_name -> engram.v1.ReflectionOutcome
+	38, // 54: engram.v1.ListReflectionRunsResponse.runs:type_name -> engram.v1.ReflectionRun
+	58, // 55: engram.v1.GetContextRequest.since:type_name -> google.protobuf.Timestamp
+	59, // 56: engram.v1.ContextItem.memory:type_name -> engram.v1.Memory
+	41, // 57: engram.v1.ContextItem.topic:type_name -> engram.v1.ContextTopic
+	3,  // 58: engram.v1.ContextSection.kind:type_name -> engram.v1.ContextSectionKind
+	42, // 59: engram.v1.ContextSection.items:type_name -> engram.v1.ContextItem
+	43, // 60: engram.v1.GetContextResponse.sections:type_name -> engram.v1.ContextSection
+	58, // 61: engram.v1.GetContextResponse.since:type_name -> google.protobuf.Timestamp
+	4,  // 62: engram.v1.GetContextResponse.since_source:type_name -> engram.v1.SinceSource
+	41, // 63: engram.v1.GetContextResponse.topics:type_name -> engram.v1.ContextTopic
+	59, // 64: engram.v1.GetTriggersResponse.memories:type_name -> engram.v1.Memory
+	58, // 65: engram.v1.Slot.updated_at:type_name -> google.protobuf.Timestamp
+	47, // 66: engram.v1.ListSlotsResponse.slots:type_name -> engram.v1.Slot
+	5,  // 67: engram.v1.UpdateSlotRequest.mode:type_name -> engram.v1.SlotUpdateMode
+	47, // 68: engram.v1.UpdateSlotResponse.slot:type_name -> engram.v1.Slot
+	6,  // 69: engram.v1.UpdateSlotResponse.compaction:type_name -> engram.v1.SlotCompaction
+	7,  // 70: engram.v1.MemoryService.AddMemory:input_type -> engram.v1.AddMemoryRequest
+	9,  // 71: engram.v1.MemoryService.AddMemories:input_type -> engram.v1.AddMemoriesRequest
+	13, // 72: engram.v1.MemoryService.SearchMemories:input_type -> engram.v1.SearchMemoriesRequest
+	19, // 73: engram.v1.MemoryService.UpdateMemory:input_type -> engram.v1.UpdateMemoryRequest
+	22, // 74: engram.v1.MemoryService.DeleteMemory:input_type -> engram.v1.DeleteMemoryRequest
+	24, // 75: engram.v1.MemoryService.GetMemory:input_type -> engram.v1.GetMemoryRequest
+	26, // 76: engram.v1.MemoryService.ListMemories:input_type -> engram.v1.ListMemoriesRequest
+	28, // 77: engram.v1.MemoryService.ListCollections:input_type -> engram.v1.ListCollectionsRequest
+	30, // 78: engram.v1.MemoryService.DeleteCollection:input_type -> engram.v1.DeleteCollectionRequest
+	32, // 79: engram.v1.MemoryService.RunReflection:input_type -> engram.v1.RunReflectionRequest
+	34, // 80: engram.v1.MemoryService.ListGateDecisions:input_type -> engram.v1.ListGateDecisionsRequest
+	37, // 81: engram.v1.MemoryService.ListReflectionRuns:input_type -> engram.v1.ListReflectionRunsRequest
+	40, // 82: engram.v1.MemoryService.GetContext:input_type -> engram.v1.GetContextRequest
+	45, // 83: engram.v1.MemoryService.GetTriggers:input_type -> engram.v1.GetTriggersRequest
+	48, // 84: engram.v1.MemoryService.ListSlots:input_type -> engram.v1.ListSlotsRequest
+	50, // 85: engram.v1.MemoryService.UpdateSlot:input_type -> engram.v1.UpdateSlotRequest
+	8,  // 86: engram.v1.MemoryService.AddMemory:output_type -> engram.v1.AddMemoryResponse
+	12, // 87: engram.v1.MemoryService.AddMemories:output_type -> engram.v1.AddMemoriesResponse
+	15, // 88: engram.v1.MemoryService.SearchMemories:output_type -> engram.v1.SearchMemoriesResponse
+	20, // 89: engram.v1.MemoryService.UpdateMemory:output_type -> engram.v1.UpdateMemoryResponse
+	23, // 90: engram.v1.MemoryService.DeleteMemory:output_type -> engram.v1.DeleteMemoryResponse
+	25, // 91: engram.v1.MemoryService.GetMemory:output_type -> engram.v1.GetMemoryResponse
+	27, // 92: engram.v1.MemoryService.ListMemories:output_type -> engram.v1.ListMemoriesResponse
+	29, // 93: engram.v1.MemoryService.ListCollections:output_type -> engram.v1.ListCollectionsResponse
+	31, // 94: engram.v1.MemoryService.DeleteCollection:output_type -> engram.v1.DeleteCollectionResponse
+	33, // 95: engram.v1.MemoryService.RunReflection:output_type -> engram.v1.RunReflectionResponse
+	36, // 96: engram.v1.MemoryService.ListGateDecisions:output_type -> engram.v1.ListGateDecisionsResponse
+	39, // 97: engram.v1.MemoryService.ListReflectionRuns:output_type -> engram.v1.ListReflectionRunsResponse
+	44, // 98: engram.v1.MemoryService.GetContext:output_type -> engram.v1.GetContextResponse
+	46, // 99: engram.v1.MemoryService.GetTriggers:output_type -> engram.v1.GetTriggersResponse
+	49, // 100: engram.v1.MemoryService.ListSlots:output_type -> engram.v1.ListSlotsResponse
+	51, // 101: engram.v1.MemoryService.UpdateSlot:output_type -> engram.v1.UpdateSlotResponse
+	86, // [86:102] is the sub-list for method output_type
+	70, // [70:86] is the sub-list for method input_type
+	70, // [70:70] is the sub-list for extension type_name
+	70, // [70:70] is the sub-list for extension extendee
+	0,  // [0:70] is the sub-list for field type_name
 }
 
 func init() { file_engram_v1_memory_service_proto_init() }
@@ -4367,14 +4633,14 @@ func file_engram_v1_memory_service_proto_init() {
 		(*DeleteMemoryRequest_Id)(nil),
 		(*DeleteMemoryRequest_Query)(nil),
 	}
-	file_engram_v1_memory_service_proto_msgTypes[30].OneofWrappers = []any{}
+	file_engram_v1_memory_service_proto_msgTypes[33].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_engram_v1_memory_service_proto_rawDesc), len(file_engram_v1_memory_service_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   45,
+			NumMessages:   48,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

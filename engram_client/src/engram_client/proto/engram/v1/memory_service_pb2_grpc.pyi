@@ -83,6 +83,12 @@ class MemoryServiceStub:
     serving process keeps the last 256 per collection in memory: a restart, or another
     replica, starts empty. Decisions about deleted memories are forgotten with them.
     """
+    ListReflectionRuns: _grpc.UnaryUnaryMultiCallable[_memory_service_pb2.ListReflectionRunsRequest, _memory_service_pb2.ListReflectionRunsResponse]
+    """ListReflectionRuns returns a collection's recent reflection runs, newest first: the runs
+    that called the LLM (completed, no insight, or failed), whether asked for by RunReflection
+    or started by the periodic schedule. Throttled and dry runs are answered to their caller
+    and not kept. The last 50 runs are kept with the store, so they survive restarts.
+    """
     GetContext: _grpc.UnaryUnaryMultiCallable[_memory_service_pb2.GetContextRequest, _memory_service_pb2.GetContextResponse]
     """GetContext returns the context pack an agent loads at session start or after its context
     was compacted: ordered sections (core: slots, identity and directive memories; triggers;
@@ -161,6 +167,12 @@ class MemoryServiceAsyncStub(MemoryServiceStub):
     created beside near-duplicates, or refused as a duplicate of an existing memory). The
     serving process keeps the last 256 per collection in memory: a restart, or another
     replica, starts empty. Decisions about deleted memories are forgotten with them.
+    """
+    ListReflectionRuns: _aio.UnaryUnaryMultiCallable[_memory_service_pb2.ListReflectionRunsRequest, _memory_service_pb2.ListReflectionRunsResponse]  # type: ignore[assignment]
+    """ListReflectionRuns returns a collection's recent reflection runs, newest first: the runs
+    that called the LLM (completed, no insight, or failed), whether asked for by RunReflection
+    or started by the periodic schedule. Throttled and dry runs are answered to their caller
+    and not kept. The last 50 runs are kept with the store, so they survive restarts.
     """
     GetContext: _aio.UnaryUnaryMultiCallable[_memory_service_pb2.GetContextRequest, _memory_service_pb2.GetContextResponse]  # type: ignore[assignment]
     """GetContext returns the context pack an agent loads at session start or after its context
@@ -303,6 +315,18 @@ class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
         created beside near-duplicates, or refused as a duplicate of an existing memory). The
         serving process keeps the last 256 per collection in memory: a restart, or another
         replica, starts empty. Decisions about deleted memories are forgotten with them.
+        """
+
+    @_abc_1.abstractmethod
+    def ListReflectionRuns(
+        self,
+        request: _memory_service_pb2.ListReflectionRunsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_memory_service_pb2.ListReflectionRunsResponse, _abc.Awaitable[_memory_service_pb2.ListReflectionRunsResponse]]:
+        """ListReflectionRuns returns a collection's recent reflection runs, newest first: the runs
+        that called the LLM (completed, no insight, or failed), whether asked for by RunReflection
+        or started by the periodic schedule. Throttled and dry runs are answered to their caller
+        and not kept. The last 50 runs are kept with the store, so they survive restarts.
         """
 
     @_abc_1.abstractmethod

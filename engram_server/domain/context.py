@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from enum import IntEnum
 from typing import Final
@@ -160,10 +160,12 @@ def pack(
     heading_tokens: Sequence[int],
     *,
     has_query: bool,
+    count: Callable[[str], int],
 ) -> bool:
     """Choose each section's items within ``budget`` tokens, in place; True when some candidate
-    did not fit. ``sections[k].items`` come in as candidates (with their tokens), in the section's
-    order; ``heading_tokens[k]`` is what the section's heading costs once it has an item.
+    did not fit. ``sections[k].items`` come in as candidates, in the section's order, and are
+    counted (``count`` of their text) only when the packing gets to them;
+    ``heading_tokens[k]`` is what the section's heading costs once it has an item.
 
     First pass: each section in order takes the candidates that fit in its share of the budget
     (plus what earlier sections left), stopping at the first that does not fit (never a later,
@@ -183,6 +185,8 @@ def pack(
         nonlocal spent
         cands = sections[k].items
         while nxt[k] < len(cands):
+            if not cands[nxt[k]].tokens:
+                cands[nxt[k]] = replace(cands[nxt[k]], tokens=max(1, count(cands[nxt[k]].text)))
             cost = cands[nxt[k]].tokens + (heading_tokens[k] if not chosen[k] else 0)
             if cost > allowance or spent + cost > budget:
                 break

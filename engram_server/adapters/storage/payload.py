@@ -53,6 +53,7 @@ from engram_server.domain.text import script_tag
 
 __all__ = [
     "ACCESS_FIELDS",
+    "ORDERABLE",
     "PAYLOAD_INDEXES",
     "Condition",
     "FilterPlan",
@@ -104,6 +105,9 @@ PAYLOAD_INDEXES: Final[Mapping[str, IndexKind]] = {
     "updated_at": "float",
     "has_trigger": "keyword",
 }
+
+#: The fields ``Store.top`` may order by (they have range indexes).
+ORDERABLE: Final[frozenset[str]] = frozenset({"updated_at", "importance"})
 
 _COLLECTION_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 

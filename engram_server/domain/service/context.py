@@ -63,6 +63,8 @@ from engram_server.ports import Tokenizer
 
 #: Most memories one section reads per collection (scanned, then ordered; the rest are not seen).
 SCAN_LIMIT: Final = 1_000
+#: The fewest tokens a rendered memory item takes ("- x _(event, importance 5)_" is 8).
+MIN_ITEM_TOKENS: Final = 8
 _PAGE: Final = 500
 
 
@@ -183,13 +185,21 @@ class ContextPacks(Searching):
 
         query = req.query.strip() if not is_blank(req.query) else ""
         live = StoreFilter(live_at=now)
+        # No section can show more items than this (an item takes at least ~8 tokens): the most
+        # important (core, open items) or the newest (recent) this many are read.
+        want = min(SCAN_LIMIT, max(20, budget // MIN_ITEM_TOKENS))
         per_col = await asyncio.gather(
             *(
                 asyncio.gather(
-                    self._scan(c, replace(live, types=(MemoryType.IDENTITY, MemoryType.DIRECTIVE))),
+                    self._store.top(
+                        c,
+                        replace(live, types=(MemoryType.IDENTITY, MemoryType.DIRECTIVE)),
+                        want,
+                        "importance",
+                    ),
                     self._scan(c, replace(live, with_trigger=True)),
-                    self._scan(c, replace(live, tags_any=(PENDING_TAG,))),
-                    self._recent(c, live, since),
+                    self._store.top(c, replace(live, tags_any=(PENDING_TAG,)), want, "importance"),
+                    self._store.top(c, replace(live, updated_after=since), want, "updated_at"),
                     self._slots(c),
                 )
                 for c in cols
@@ -285,13 +295,9 @@ class ContextPacks(Searching):
             Section(SectionKind.TOPICS, TITLES[SectionKind.TOPICS], topic_items),
         ]
         headings = [heading(s, since=since) for s in sections]
-        all_items = [i for s in sections for i in s.items]
-        counted = await tok.count([*headings, *(i.text for i in all_items)])
-        head_tokens = counted[: len(headings)]
-        it = iter(counted[len(headings) :])
-        for s in sections:
-            s.items = [replace(i, tokens=next(it)) for i in s.items]
-        truncated = pack(sections, budget, head_tokens, has_query=bool(query))
+        head_tokens = await tok.count(headings)
+        # Items are counted as the packing reaches them (the candidates past the budget never are).
+        truncated = pack(sections, budget, head_tokens, has_query=bool(query), count=tok.count_now)
         markdown = render(sections, headings)
         used_tokens = (await tok.count([markdown]))[0]
         # The items were counted one by one; the pack as one text may count a little differently.
@@ -324,19 +330,6 @@ class ContextPacks(Searching):
             if offset is None:
                 break
         return out
-
-    async def _recent(self, collection: str, live: StoreFilter, since: float) -> list[MemoryRecord]:
-        """The memories updated at or after ``since`` — or, when more than :data:`SCAN_LIMIT` were,
-        after a later start (halving the window until at most that many remain), so that the
-        newest are the ones read."""
-        start, now = since, live.live_at or since
-        flt = replace(live, updated_after=start)
-        for _ in range(24):
-            if await self._store.count(collection, flt) <= SCAN_LIMIT:
-                break
-            start = start + (now - start) / 2
-            flt = replace(live, updated_after=start)
-        return await self._scan(collection, flt)
 
     # ------------------------------------------------------------ triggers
 

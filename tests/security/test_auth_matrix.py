@@ -57,6 +57,7 @@ NEEDS = {
     "RunReflection(force)": "admin",
     "ListGateDecisions": "read",
     "ListReflectionRuns": "read",
+    "ExtractMemories": "write",
     "GetContext": "read",
     "GetTriggers": "read",
     "ListSlots": "read",
@@ -100,6 +101,10 @@ def requests(memory_id: str) -> dict[str, tuple[str, Any]]:
         ),
         "ListGateDecisions": ("ListGateDecisions", s.ListGateDecisionsRequest(collection="alpha")),
         "ListReflectionRuns": ("ListReflectionRuns", s.ListReflectionRunsRequest(collection="alpha")),
+        "ExtractMemories": (
+            "ExtractMemories",
+            s.ExtractMemoriesRequest(collection="alpha", text="I prefer tabs over spaces.", dry_run=True),
+        ),
         "GetContext": ("GetContext", s.GetContextRequest(collections=["alpha"], query="probe")),
         "GetTriggers": ("GetTriggers", s.GetTriggersRequest(collections=["alpha"], action="deploy")),
         "ListSlots": ("ListSlots", s.ListSlotsRequest(collection="alpha")),

@@ -131,6 +131,12 @@ class Searching(ServiceCore):
                 f"must be between 0 (no cap) and {pol.limits.max_search_limit} (got {q.max_per_session})",
             )
         v.raise_if_any()
+        # The privacy filter, as on writes: a secret in a query is not embedded (nor cached).
+        redacted = pol.privacy.redact(q.query)
+        if redacted.changed:
+            if is_blank(redacted.text):
+                return []  # the query was private through and through
+            q = replace(q, query=redacted.text)
 
         specs = await self._search_specs(names, q.readable)
         if not specs:

@@ -208,6 +208,117 @@ func (ReflectionGate) EnumDescriptor() ([]byte, []int) {
 	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{2}
 }
 
+// ExtractionMode chooses the extractor of ExtractMemories.
+type ExtractionMode int32
+
+const (
+	// As EXTRACTION_MODE_AUTO.
+	ExtractionMode_EXTRACTION_MODE_UNSPECIFIED ExtractionMode = 0
+	// The LLM when the server has one configured (ENGRAM_LLM_*), else the rules; when the LLM
+	// fails or is rate limited, the rules.
+	ExtractionMode_EXTRACTION_MODE_AUTO ExtractionMode = 1
+	// The rules only (free and instant, lower quality), even with an LLM configured.
+	ExtractionMode_EXTRACTION_MODE_RULES ExtractionMode = 2
+)
+
+// Enum value maps for ExtractionMode.
+var (
+	ExtractionMode_name = map[int32]string{
+		0: "EXTRACTION_MODE_UNSPECIFIED",
+		1: "EXTRACTION_MODE_AUTO",
+		2: "EXTRACTION_MODE_RULES",
+	}
+	ExtractionMode_value = map[string]int32{
+		"EXTRACTION_MODE_UNSPECIFIED": 0,
+		"EXTRACTION_MODE_AUTO":        1,
+		"EXTRACTION_MODE_RULES":       2,
+	}
+)
+
+func (x ExtractionMode) Enum() *ExtractionMode {
+	p := new(ExtractionMode)
+	*p = x
+	return p
+}
+
+func (x ExtractionMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ExtractionMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_engram_v1_memory_service_proto_enumTypes[3].Descriptor()
+}
+
+func (ExtractionMode) Type() protoreflect.EnumType {
+	return &file_engram_v1_memory_service_proto_enumTypes[3]
+}
+
+func (x ExtractionMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ExtractionMode.Descriptor instead.
+func (ExtractionMode) EnumDescriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{3}
+}
+
+// Extractor names what produced the proposals of an ExtractMemories call.
+type Extractor int32
+
+const (
+	// Never sent.
+	Extractor_EXTRACTOR_UNSPECIFIED Extractor = 0
+	// The LLM.
+	Extractor_EXTRACTOR_LLM Extractor = 1
+	// The rule-based extractor.
+	Extractor_EXTRACTOR_RULES Extractor = 2
+	// Nothing ran: the input repeats one seen within the dedup window.
+	Extractor_EXTRACTOR_NONE Extractor = 3
+)
+
+// Enum value maps for Extractor.
+var (
+	Extractor_name = map[int32]string{
+		0: "EXTRACTOR_UNSPECIFIED",
+		1: "EXTRACTOR_LLM",
+		2: "EXTRACTOR_RULES",
+		3: "EXTRACTOR_NONE",
+	}
+	Extractor_value = map[string]int32{
+		"EXTRACTOR_UNSPECIFIED": 0,
+		"EXTRACTOR_LLM":         1,
+		"EXTRACTOR_RULES":       2,
+		"EXTRACTOR_NONE":        3,
+	}
+)
+
+func (x Extractor) Enum() *Extractor {
+	p := new(Extractor)
+	*p = x
+	return p
+}
+
+func (x Extractor) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Extractor) Descriptor() protoreflect.EnumDescriptor {
+	return file_engram_v1_memory_service_proto_enumTypes[4].Descriptor()
+}
+
+func (Extractor) Type() protoreflect.EnumType {
+	return &file_engram_v1_memory_service_proto_enumTypes[4]
+}
+
+func (x Extractor) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Extractor.Descriptor instead.
+func (Extractor) EnumDescriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{4}
+}
+
 // ContextSectionKind names a section of the context pack; sections come in this order.
 type ContextSectionKind int32
 
@@ -261,11 +372,11 @@ func (x ContextSectionKind) String() string {
 }
 
 func (ContextSectionKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_engram_v1_memory_service_proto_enumTypes[3].Descriptor()
+	return file_engram_v1_memory_service_proto_enumTypes[5].Descriptor()
 }
 
 func (ContextSectionKind) Type() protoreflect.EnumType {
-	return &file_engram_v1_memory_service_proto_enumTypes[3]
+	return &file_engram_v1_memory_service_proto_enumTypes[5]
 }
 
 func (x ContextSectionKind) Number() protoreflect.EnumNumber {
@@ -274,7 +385,7 @@ func (x ContextSectionKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ContextSectionKind.Descriptor instead.
 func (ContextSectionKind) EnumDescriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{3}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{5}
 }
 
 // SinceSource says where the recent section's window start came from.
@@ -318,11 +429,11 @@ func (x SinceSource) String() string {
 }
 
 func (SinceSource) Descriptor() protoreflect.EnumDescriptor {
-	return file_engram_v1_memory_service_proto_enumTypes[4].Descriptor()
+	return file_engram_v1_memory_service_proto_enumTypes[6].Descriptor()
 }
 
 func (SinceSource) Type() protoreflect.EnumType {
-	return &file_engram_v1_memory_service_proto_enumTypes[4]
+	return &file_engram_v1_memory_service_proto_enumTypes[6]
 }
 
 func (x SinceSource) Number() protoreflect.EnumNumber {
@@ -331,7 +442,7 @@ func (x SinceSource) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SinceSource.Descriptor instead.
 func (SinceSource) EnumDescriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{4}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{6}
 }
 
 // SlotUpdateMode says how UpdateSlot changes the content.
@@ -371,11 +482,11 @@ func (x SlotUpdateMode) String() string {
 }
 
 func (SlotUpdateMode) Descriptor() protoreflect.EnumDescriptor {
-	return file_engram_v1_memory_service_proto_enumTypes[5].Descriptor()
+	return file_engram_v1_memory_service_proto_enumTypes[7].Descriptor()
 }
 
 func (SlotUpdateMode) Type() protoreflect.EnumType {
-	return &file_engram_v1_memory_service_proto_enumTypes[5]
+	return &file_engram_v1_memory_service_proto_enumTypes[7]
 }
 
 func (x SlotUpdateMode) Number() protoreflect.EnumNumber {
@@ -384,7 +495,7 @@ func (x SlotUpdateMode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SlotUpdateMode.Descriptor instead.
 func (SlotUpdateMode) EnumDescriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{5}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{7}
 }
 
 // How a slot's overflow was compacted.
@@ -424,11 +535,11 @@ func (x SlotCompaction) String() string {
 }
 
 func (SlotCompaction) Descriptor() protoreflect.EnumDescriptor {
-	return file_engram_v1_memory_service_proto_enumTypes[6].Descriptor()
+	return file_engram_v1_memory_service_proto_enumTypes[8].Descriptor()
 }
 
 func (SlotCompaction) Type() protoreflect.EnumType {
-	return &file_engram_v1_memory_service_proto_enumTypes[6]
+	return &file_engram_v1_memory_service_proto_enumTypes[8]
 }
 
 func (x SlotCompaction) Number() protoreflect.EnumNumber {
@@ -437,7 +548,7 @@ func (x SlotCompaction) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SlotCompaction.Descriptor instead.
 func (SlotCompaction) EnumDescriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{6}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{8}
 }
 
 // AddMemoryRequest asks to store one memory.
@@ -3087,6 +3198,525 @@ func (x *ListReflectionRunsResponse) GetTruncated() bool {
 	return false
 }
 
+// ConversationMessage is one turn of a conversation given to ExtractMemories.
+type ConversationMessage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Who spoke: "user", "assistant", or another speaker's name. Facts are taken mainly from
+	// the user's turns.
+	Role string `protobuf:"bytes,1,opt,name=role,proto3" json:"role,omitempty"`
+	// What was said. Required.
+	Content string `protobuf:"bytes,2,opt,name=content,proto3" json:"content,omitempty"`
+	// When it was said; memories extracted from this turn get it as created_at. Unset means now.
+	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConversationMessage) Reset() {
+	*x = ConversationMessage{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConversationMessage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConversationMessage) ProtoMessage() {}
+
+func (x *ConversationMessage) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConversationMessage.ProtoReflect.Descriptor instead.
+func (*ConversationMessage) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *ConversationMessage) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *ConversationMessage) GetContent() string {
+	if x != nil {
+		return x.Content
+	}
+	return ""
+}
+
+func (x *ConversationMessage) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+// Conversation is a sequence of turns, oldest first.
+type Conversation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The turns (at most 500).
+	Messages      []*ConversationMessage `protobuf:"bytes,1,rep,name=messages,proto3" json:"messages,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Conversation) Reset() {
+	*x = Conversation{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Conversation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Conversation) ProtoMessage() {}
+
+func (x *Conversation) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Conversation.ProtoReflect.Descriptor instead.
+func (*Conversation) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *Conversation) GetMessages() []*ConversationMessage {
+	if x != nil {
+		return x.Messages
+	}
+	return nil
+}
+
+// ToolObservation is what an agent's tool call did (e.g. a Claude Code PostToolUse hook).
+type ToolObservation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The tool's name, e.g. "Bash", "Edit". Required.
+	ToolName string `protobuf:"bytes,1,opt,name=tool_name,json=toolName,proto3" json:"tool_name,omitempty"`
+	// The tool's input, as text (usually its JSON arguments).
+	Input string `protobuf:"bytes,2,opt,name=input,proto3" json:"input,omitempty"`
+	// What the tool returned, as text.
+	Output string `protobuf:"bytes,3,opt,name=output,proto3" json:"output,omitempty"`
+	// The error when the call failed; empty when it succeeded.
+	Error         string `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToolObservation) Reset() {
+	*x = ToolObservation{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolObservation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolObservation) ProtoMessage() {}
+
+func (x *ToolObservation) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolObservation.ProtoReflect.Descriptor instead.
+func (*ToolObservation) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *ToolObservation) GetToolName() string {
+	if x != nil {
+		return x.ToolName
+	}
+	return ""
+}
+
+func (x *ToolObservation) GetInput() string {
+	if x != nil {
+		return x.Input
+	}
+	return ""
+}
+
+func (x *ToolObservation) GetOutput() string {
+	if x != nil {
+		return x.Output
+	}
+	return ""
+}
+
+func (x *ToolObservation) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+// ExtractMemoriesRequest asks for the memories worth keeping from one input.
+type ExtractMemoriesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Target collection. Empty means the default collection.
+	Collection string `protobuf:"bytes,1,opt,name=collection,proto3" json:"collection,omitempty"`
+	// The input: exactly one (at most 100,000 characters in all).
+	//
+	// Types that are valid to be assigned to Input:
+	//
+	//	*ExtractMemoriesRequest_Text
+	//	*ExtractMemoriesRequest_Conversation
+	//	*ExtractMemoriesRequest_Observation
+	Input isExtractMemoriesRequest_Input `protobuf_oneof:"input"`
+	// Which extractor to use; unspecified means AUTO.
+	Mode ExtractionMode `protobuf:"varint,5,opt,name=mode,proto3,enum=engram.v1.ExtractionMode" json:"mode,omitempty"`
+	// Return the proposals without writing anything (and without recording the input in the
+	// dedup window).
+	DryRun bool `protobuf:"varint,6,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	// Tags added to every extracted memory (besides "source:extraction" and the extractor's own).
+	Tags          []string `protobuf:"bytes,7,rep,name=tags,proto3" json:"tags,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExtractMemoriesRequest) Reset() {
+	*x = ExtractMemoriesRequest{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExtractMemoriesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExtractMemoriesRequest) ProtoMessage() {}
+
+func (x *ExtractMemoriesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExtractMemoriesRequest.ProtoReflect.Descriptor instead.
+func (*ExtractMemoriesRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *ExtractMemoriesRequest) GetCollection() string {
+	if x != nil {
+		return x.Collection
+	}
+	return ""
+}
+
+func (x *ExtractMemoriesRequest) GetInput() isExtractMemoriesRequest_Input {
+	if x != nil {
+		return x.Input
+	}
+	return nil
+}
+
+func (x *ExtractMemoriesRequest) GetText() string {
+	if x != nil {
+		if x, ok := x.Input.(*ExtractMemoriesRequest_Text); ok {
+			return x.Text
+		}
+	}
+	return ""
+}
+
+func (x *ExtractMemoriesRequest) GetConversation() *Conversation {
+	if x != nil {
+		if x, ok := x.Input.(*ExtractMemoriesRequest_Conversation); ok {
+			return x.Conversation
+		}
+	}
+	return nil
+}
+
+func (x *ExtractMemoriesRequest) GetObservation() *ToolObservation {
+	if x != nil {
+		if x, ok := x.Input.(*ExtractMemoriesRequest_Observation); ok {
+			return x.Observation
+		}
+	}
+	return nil
+}
+
+func (x *ExtractMemoriesRequest) GetMode() ExtractionMode {
+	if x != nil {
+		return x.Mode
+	}
+	return ExtractionMode_EXTRACTION_MODE_UNSPECIFIED
+}
+
+func (x *ExtractMemoriesRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+func (x *ExtractMemoriesRequest) GetTags() []string {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
+}
+
+type isExtractMemoriesRequest_Input interface {
+	isExtractMemoriesRequest_Input()
+}
+
+type ExtractMemoriesRequest_Text struct {
+	// Free text (notes, a document, a message).
+	Text string `protobuf:"bytes,2,opt,name=text,proto3,oneof"`
+}
+
+type ExtractMemoriesRequest_Conversation struct {
+	// A conversation.
+	Conversation *Conversation `protobuf:"bytes,3,opt,name=conversation,proto3,oneof"`
+}
+
+type ExtractMemoriesRequest_Observation struct {
+	// A tool observation.
+	Observation *ToolObservation `protobuf:"bytes,4,opt,name=observation,proto3,oneof"`
+}
+
+func (*ExtractMemoriesRequest_Text) isExtractMemoriesRequest_Input() {}
+
+func (*ExtractMemoriesRequest_Conversation) isExtractMemoriesRequest_Input() {}
+
+func (*ExtractMemoriesRequest_Observation) isExtractMemoriesRequest_Input() {}
+
+// ExtractedMemory is one proposal and, unless dry_run, what the write gate did with it.
+type ExtractedMemory struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The memory's text (already through the privacy filter).
+	Content string `protobuf:"bytes,1,opt,name=content,proto3" json:"content,omitempty"`
+	// Its type.
+	Type MemoryType `protobuf:"varint,2,opt,name=type,proto3,enum=engram.v1.MemoryType" json:"type,omitempty"`
+	// Its importance, 1–10.
+	Importance int32 `protobuf:"varint,3,opt,name=importance,proto3" json:"importance,omitempty"`
+	// Its tags.
+	Tags []string `protobuf:"bytes,4,rep,name=tags,proto3" json:"tags,omitempty"`
+	// When it happened (the conversation turn's time), if known.
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// The write gate's outcome (CREATED or DUPLICATE, as in AddMemories). Unset for dry_run.
+	Result        *AddMemoryResult `protobuf:"bytes,6,opt,name=result,proto3" json:"result,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExtractedMemory) Reset() {
+	*x = ExtractedMemory{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExtractedMemory) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExtractedMemory) ProtoMessage() {}
+
+func (x *ExtractedMemory) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExtractedMemory.ProtoReflect.Descriptor instead.
+func (*ExtractedMemory) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *ExtractedMemory) GetContent() string {
+	if x != nil {
+		return x.Content
+	}
+	return ""
+}
+
+func (x *ExtractedMemory) GetType() MemoryType {
+	if x != nil {
+		return x.Type
+	}
+	return MemoryType_MEMORY_TYPE_UNSPECIFIED
+}
+
+func (x *ExtractedMemory) GetImportance() int32 {
+	if x != nil {
+		return x.Importance
+	}
+	return 0
+}
+
+func (x *ExtractedMemory) GetTags() []string {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
+}
+
+func (x *ExtractedMemory) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *ExtractedMemory) GetResult() *AddMemoryResult {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+// ExtractMemoriesResponse reports an extraction.
+type ExtractMemoriesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The extracted memories, in input order (empty when nothing was worth keeping).
+	Memories []*ExtractedMemory `protobuf:"bytes,1,rep,name=memories,proto3" json:"memories,omitempty"`
+	// What produced them.
+	Extractor Extractor `protobuf:"varint,2,opt,name=extractor,proto3,enum=engram.v1.Extractor" json:"extractor,omitempty"`
+	// When the rules ran although an LLM is configured: the LLM's error (unavailable, rate
+	// limited, unusable answer). Empty otherwise.
+	FallbackReason string `protobuf:"bytes,3,opt,name=fallback_reason,json=fallbackReason,proto3" json:"fallback_reason,omitempty"`
+	// True when the input repeats one extracted in this collection within the dedup window:
+	// nothing was extracted or written.
+	Deduplicated bool `protobuf:"varint,4,opt,name=deduplicated,proto3" json:"deduplicated,omitempty"`
+	// What the privacy filter removed from the input, one kind per finding (e.g. "github_token",
+	// "assigned_secret", "private").
+	Redactions []string `protobuf:"bytes,5,rep,name=redactions,proto3" json:"redactions,omitempty"`
+	// The LLM model, when the LLM extracted.
+	Model string `protobuf:"bytes,6,opt,name=model,proto3" json:"model,omitempty"`
+	// True when nothing was written because dry_run was set.
+	DryRun        bool `protobuf:"varint,7,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExtractMemoriesResponse) Reset() {
+	*x = ExtractMemoriesResponse{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExtractMemoriesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExtractMemoriesResponse) ProtoMessage() {}
+
+func (x *ExtractMemoriesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExtractMemoriesResponse.ProtoReflect.Descriptor instead.
+func (*ExtractMemoriesResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *ExtractMemoriesResponse) GetMemories() []*ExtractedMemory {
+	if x != nil {
+		return x.Memories
+	}
+	return nil
+}
+
+func (x *ExtractMemoriesResponse) GetExtractor() Extractor {
+	if x != nil {
+		return x.Extractor
+	}
+	return Extractor_EXTRACTOR_UNSPECIFIED
+}
+
+func (x *ExtractMemoriesResponse) GetFallbackReason() string {
+	if x != nil {
+		return x.FallbackReason
+	}
+	return ""
+}
+
+func (x *ExtractMemoriesResponse) GetDeduplicated() bool {
+	if x != nil {
+		return x.Deduplicated
+	}
+	return false
+}
+
+func (x *ExtractMemoriesResponse) GetRedactions() []string {
+	if x != nil {
+		return x.Redactions
+	}
+	return nil
+}
+
+func (x *ExtractMemoriesResponse) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *ExtractMemoriesResponse) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
 // GetContextRequest asks for the context pack of a session.
 type GetContextRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -3117,7 +3747,7 @@ type GetContextRequest struct {
 
 func (x *GetContextRequest) Reset() {
 	*x = GetContextRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[33]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3129,7 +3759,7 @@ func (x *GetContextRequest) String() string {
 func (*GetContextRequest) ProtoMessage() {}
 
 func (x *GetContextRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[33]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3142,7 +3772,7 @@ func (x *GetContextRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetContextRequest.ProtoReflect.Descriptor instead.
 func (*GetContextRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{33}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *GetContextRequest) GetCollections() []string {
@@ -3202,7 +3832,7 @@ type ContextTopic struct {
 
 func (x *ContextTopic) Reset() {
 	*x = ContextTopic{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[34]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3214,7 +3844,7 @@ func (x *ContextTopic) String() string {
 func (*ContextTopic) ProtoMessage() {}
 
 func (x *ContextTopic) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[34]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3227,7 +3857,7 @@ func (x *ContextTopic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContextTopic.ProtoReflect.Descriptor instead.
 func (*ContextTopic) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{34}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ContextTopic) GetId() string {
@@ -3278,7 +3908,7 @@ type ContextItem struct {
 
 func (x *ContextItem) Reset() {
 	*x = ContextItem{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[35]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3290,7 +3920,7 @@ func (x *ContextItem) String() string {
 func (*ContextItem) ProtoMessage() {}
 
 func (x *ContextItem) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[35]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3303,7 +3933,7 @@ func (x *ContextItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContextItem.ProtoReflect.Descriptor instead.
 func (*ContextItem) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{35}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ContextItem) GetMemory() *Memory {
@@ -3381,7 +4011,7 @@ type ContextSection struct {
 
 func (x *ContextSection) Reset() {
 	*x = ContextSection{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[36]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3393,7 +4023,7 @@ func (x *ContextSection) String() string {
 func (*ContextSection) ProtoMessage() {}
 
 func (x *ContextSection) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[36]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3406,7 +4036,7 @@ func (x *ContextSection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContextSection.ProtoReflect.Descriptor instead.
 func (*ContextSection) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{36}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ContextSection) GetKind() ContextSectionKind {
@@ -3473,7 +4103,7 @@ type GetContextResponse struct {
 
 func (x *GetContextResponse) Reset() {
 	*x = GetContextResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[37]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3485,7 +4115,7 @@ func (x *GetContextResponse) String() string {
 func (*GetContextResponse) ProtoMessage() {}
 
 func (x *GetContextResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[37]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3498,7 +4128,7 @@ func (x *GetContextResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetContextResponse.ProtoReflect.Descriptor instead.
 func (*GetContextResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{37}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *GetContextResponse) GetSections() []*ContextSection {
@@ -3588,7 +4218,7 @@ type GetTriggersRequest struct {
 
 func (x *GetTriggersRequest) Reset() {
 	*x = GetTriggersRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[38]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3600,7 +4230,7 @@ func (x *GetTriggersRequest) String() string {
 func (*GetTriggersRequest) ProtoMessage() {}
 
 func (x *GetTriggersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[38]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3613,7 +4243,7 @@ func (x *GetTriggersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTriggersRequest.ProtoReflect.Descriptor instead.
 func (*GetTriggersRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{38}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *GetTriggersRequest) GetCollections() []string {
@@ -3654,7 +4284,7 @@ type GetTriggersResponse struct {
 
 func (x *GetTriggersResponse) Reset() {
 	*x = GetTriggersResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[39]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3666,7 +4296,7 @@ func (x *GetTriggersResponse) String() string {
 func (*GetTriggersResponse) ProtoMessage() {}
 
 func (x *GetTriggersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[39]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3679,7 +4309,7 @@ func (x *GetTriggersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTriggersResponse.ProtoReflect.Descriptor instead.
 func (*GetTriggersResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{39}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *GetTriggersResponse) GetAction() string {
@@ -3731,7 +4361,7 @@ type Slot struct {
 
 func (x *Slot) Reset() {
 	*x = Slot{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[40]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3743,7 +4373,7 @@ func (x *Slot) String() string {
 func (*Slot) ProtoMessage() {}
 
 func (x *Slot) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[40]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3756,7 +4386,7 @@ func (x *Slot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Slot.ProtoReflect.Descriptor instead.
 func (*Slot) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{40}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *Slot) GetName() string {
@@ -3812,7 +4442,7 @@ type ListSlotsRequest struct {
 
 func (x *ListSlotsRequest) Reset() {
 	*x = ListSlotsRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[41]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3824,7 +4454,7 @@ func (x *ListSlotsRequest) String() string {
 func (*ListSlotsRequest) ProtoMessage() {}
 
 func (x *ListSlotsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[41]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3837,7 +4467,7 @@ func (x *ListSlotsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSlotsRequest.ProtoReflect.Descriptor instead.
 func (*ListSlotsRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{41}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ListSlotsRequest) GetCollection() string {
@@ -3861,7 +4491,7 @@ type ListSlotsResponse struct {
 
 func (x *ListSlotsResponse) Reset() {
 	*x = ListSlotsResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[42]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3873,7 +4503,7 @@ func (x *ListSlotsResponse) String() string {
 func (*ListSlotsResponse) ProtoMessage() {}
 
 func (x *ListSlotsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[42]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3886,7 +4516,7 @@ func (x *ListSlotsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSlotsResponse.ProtoReflect.Descriptor instead.
 func (*ListSlotsResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{42}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ListSlotsResponse) GetSlots() []*Slot {
@@ -3921,7 +4551,7 @@ type UpdateSlotRequest struct {
 
 func (x *UpdateSlotRequest) Reset() {
 	*x = UpdateSlotRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[43]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3933,7 +4563,7 @@ func (x *UpdateSlotRequest) String() string {
 func (*UpdateSlotRequest) ProtoMessage() {}
 
 func (x *UpdateSlotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[43]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3946,7 +4576,7 @@ func (x *UpdateSlotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateSlotRequest.ProtoReflect.Descriptor instead.
 func (*UpdateSlotRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{43}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *UpdateSlotRequest) GetCollection() string {
@@ -3990,7 +4620,7 @@ type UpdateSlotResponse struct {
 
 func (x *UpdateSlotResponse) Reset() {
 	*x = UpdateSlotResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[44]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4002,7 +4632,7 @@ func (x *UpdateSlotResponse) String() string {
 func (*UpdateSlotResponse) ProtoMessage() {}
 
 func (x *UpdateSlotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[44]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4015,7 +4645,7 @@ func (x *UpdateSlotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateSlotResponse.ProtoReflect.Descriptor instead.
 func (*UpdateSlotResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{44}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *UpdateSlotResponse) GetSlot() *Slot {
@@ -4286,7 +4916,50 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"duplicates\"h\n" +
 	"\x1aListReflectionRunsResponse\x12,\n" +
 	"\x04runs\x18\x01 \x03(\v2\x18.engram.v1.ReflectionRunR\x04runs\x12\x1c\n" +
-	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"\xf0\x01\n" +
+	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"~\n" +
+	"\x13ConversationMessage\x12\x12\n" +
+	"\x04role\x18\x01 \x01(\tR\x04role\x12\x18\n" +
+	"\acontent\x18\x02 \x01(\tR\acontent\x129\n" +
+	"\n" +
+	"created_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"J\n" +
+	"\fConversation\x12:\n" +
+	"\bmessages\x18\x01 \x03(\v2\x1e.engram.v1.ConversationMessageR\bmessages\"r\n" +
+	"\x0fToolObservation\x12\x1b\n" +
+	"\ttool_name\x18\x01 \x01(\tR\btoolName\x12\x14\n" +
+	"\x05input\x18\x02 \x01(\tR\x05input\x12\x16\n" +
+	"\x06output\x18\x03 \x01(\tR\x06output\x12\x14\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\"\xb2\x02\n" +
+	"\x16ExtractMemoriesRequest\x12\x1e\n" +
+	"\n" +
+	"collection\x18\x01 \x01(\tR\n" +
+	"collection\x12\x14\n" +
+	"\x04text\x18\x02 \x01(\tH\x00R\x04text\x12=\n" +
+	"\fconversation\x18\x03 \x01(\v2\x17.engram.v1.ConversationH\x00R\fconversation\x12>\n" +
+	"\vobservation\x18\x04 \x01(\v2\x1a.engram.v1.ToolObservationH\x00R\vobservation\x12-\n" +
+	"\x04mode\x18\x05 \x01(\x0e2\x19.engram.v1.ExtractionModeR\x04mode\x12\x17\n" +
+	"\adry_run\x18\x06 \x01(\bR\x06dryRun\x12\x12\n" +
+	"\x04tags\x18\a \x03(\tR\x04tagsB\a\n" +
+	"\x05input\"\xf9\x01\n" +
+	"\x0fExtractedMemory\x12\x18\n" +
+	"\acontent\x18\x01 \x01(\tR\acontent\x12)\n" +
+	"\x04type\x18\x02 \x01(\x0e2\x15.engram.v1.MemoryTypeR\x04type\x12\x1e\n" +
+	"\n" +
+	"importance\x18\x03 \x01(\x05R\n" +
+	"importance\x12\x12\n" +
+	"\x04tags\x18\x04 \x03(\tR\x04tags\x129\n" +
+	"\n" +
+	"created_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x122\n" +
+	"\x06result\x18\x06 \x01(\v2\x1a.engram.v1.AddMemoryResultR\x06result\"\xa1\x02\n" +
+	"\x17ExtractMemoriesResponse\x126\n" +
+	"\bmemories\x18\x01 \x03(\v2\x1a.engram.v1.ExtractedMemoryR\bmemories\x122\n" +
+	"\textractor\x18\x02 \x01(\x0e2\x14.engram.v1.ExtractorR\textractor\x12'\n" +
+	"\x0ffallback_reason\x18\x03 \x01(\tR\x0efallbackReason\x12\"\n" +
+	"\fdeduplicated\x18\x04 \x01(\bR\fdeduplicated\x12\x1e\n" +
+	"\n" +
+	"redactions\x18\x05 \x03(\tR\n" +
+	"redactions\x12\x14\n" +
+	"\x05model\x18\x06 \x01(\tR\x05model\x12\x17\n" +
+	"\adry_run\x18\a \x01(\bR\x06dryRun\"\xf0\x01\n" +
 	"\x11GetContextRequest\x12 \n" +
 	"\vcollections\x18\x01 \x03(\tR\vcollections\x12\x14\n" +
 	"\x05query\x18\x02 \x01(\tR\x05query\x12&\n" +
@@ -4382,7 +5055,16 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\x19REFLECTION_GATE_DAILY_CAP\x10\x02\x12\x1e\n" +
 	"\x1aREFLECTION_GATE_IMPORTANCE\x10\x03\x12$\n" +
 	" REFLECTION_GATE_TOO_FEW_MEMORIES\x10\x04\x12\x1f\n" +
-	"\x1bREFLECTION_GATE_IN_PROGRESS\x10\x05*\x86\x02\n" +
+	"\x1bREFLECTION_GATE_IN_PROGRESS\x10\x05*f\n" +
+	"\x0eExtractionMode\x12\x1f\n" +
+	"\x1bEXTRACTION_MODE_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14EXTRACTION_MODE_AUTO\x10\x01\x12\x19\n" +
+	"\x15EXTRACTION_MODE_RULES\x10\x02*b\n" +
+	"\tExtractor\x12\x19\n" +
+	"\x15EXTRACTOR_UNSPECIFIED\x10\x00\x12\x11\n" +
+	"\rEXTRACTOR_LLM\x10\x01\x12\x13\n" +
+	"\x0fEXTRACTOR_RULES\x10\x02\x12\x12\n" +
+	"\x0eEXTRACTOR_NONE\x10\x03*\x86\x02\n" +
 	"\x12ContextSectionKind\x12$\n" +
 	" CONTEXT_SECTION_KIND_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19CONTEXT_SECTION_KIND_CORE\x10\x01\x12!\n" +
@@ -4403,7 +5085,7 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\x0eSlotCompaction\x12\x1f\n" +
 	"\x1bSLOT_COMPACTION_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13SLOT_COMPACTION_LLM\x10\x01\x12\x1e\n" +
-	"\x1aSLOT_COMPACTION_TRUNCATION\x10\x022\xd0\x0f\n" +
+	"\x1aSLOT_COMPACTION_TRUNCATION\x10\x022\xcb\x10\n" +
 	"\rMemoryService\x12_\n" +
 	"\tAddMemory\x12\x1b.engram.v1.AddMemoryRequest\x1a\x1c.engram.v1.AddMemoryResponse\"\x17\x82\xd3\xe4\x93\x02\x11:\x01*\"\f/v1/memories\x12n\n" +
 	"\vAddMemories\x12\x1d.engram.v1.AddMemoriesRequest\x1a\x1e.engram.v1.AddMemoriesResponse\" \x82\xd3\xe4\x93\x02\x1a:\x01*\"\x15/v1/memories:batchAdd\x12u\n" +
@@ -4416,7 +5098,8 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\x10DeleteCollection\x12\".engram.v1.DeleteCollectionRequest\x1a#.engram.v1.DeleteCollectionResponse\"\x1e\x82\xd3\xe4\x93\x02\x18*\x16/v1/collections/{name}\x12\x83\x01\n" +
 	"\rRunReflection\x12\x1f.engram.v1.RunReflectionRequest\x1a .engram.v1.RunReflectionResponse\"/\x82\xd3\xe4\x93\x02):\x01*\"$/v1/collections/{collection}:reflect\x12\x92\x01\n" +
 	"\x11ListGateDecisions\x12#.engram.v1.ListGateDecisionsRequest\x1a$.engram.v1.ListGateDecisionsResponse\"2\x82\xd3\xe4\x93\x02,\x12*/v1/collections/{collection}/gateDecisions\x12\x96\x01\n" +
-	"\x12ListReflectionRuns\x12$.engram.v1.ListReflectionRunsRequest\x1a%.engram.v1.ListReflectionRunsResponse\"3\x82\xd3\xe4\x93\x02-\x12+/v1/collections/{collection}/reflectionRuns\x12a\n" +
+	"\x12ListReflectionRuns\x12$.engram.v1.ListReflectionRunsRequest\x1a%.engram.v1.ListReflectionRunsResponse\"3\x82\xd3\xe4\x93\x02-\x12+/v1/collections/{collection}/reflectionRuns\x12y\n" +
+	"\x0fExtractMemories\x12!.engram.v1.ExtractMemoriesRequest\x1a\".engram.v1.ExtractMemoriesResponse\"\x1f\x82\xd3\xe4\x93\x02\x19:\x01*\"\x14/v1/memories:extract\x12a\n" +
 	"\n" +
 	"GetContext\x12\x1c.engram.v1.GetContextRequest\x1a\x1d.engram.v1.GetContextResponse\"\x16\x82\xd3\xe4\x93\x02\x10:\x01*\"\v/v1/context\x12i\n" +
 	"\vGetTriggers\x12\x1d.engram.v1.GetTriggersRequest\x1a\x1e.engram.v1.GetTriggersResponse\"\x1b\x82\xd3\xe4\x93\x02\x15:\x01*\"\x10/v1/triggers:get\x12a\n" +
@@ -4436,183 +5119,203 @@ func file_engram_v1_memory_service_proto_rawDescGZIP() []byte {
 	return file_engram_v1_memory_service_proto_rawDescData
 }
 
-var file_engram_v1_memory_service_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_engram_v1_memory_service_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
+var file_engram_v1_memory_service_proto_enumTypes = make([]protoimpl.EnumInfo, 9)
+var file_engram_v1_memory_service_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
 var file_engram_v1_memory_service_proto_goTypes = []any{
 	(AddOutcome)(0),                    // 0: engram.v1.AddOutcome
 	(ReflectionOutcome)(0),             // 1: engram.v1.ReflectionOutcome
 	(ReflectionGate)(0),                // 2: engram.v1.ReflectionGate
-	(ContextSectionKind)(0),            // 3: engram.v1.ContextSectionKind
-	(SinceSource)(0),                   // 4: engram.v1.SinceSource
-	(SlotUpdateMode)(0),                // 5: engram.v1.SlotUpdateMode
-	(SlotCompaction)(0),                // 6: engram.v1.SlotCompaction
-	(*AddMemoryRequest)(nil),           // 7: engram.v1.AddMemoryRequest
-	(*AddMemoryResponse)(nil),          // 8: engram.v1.AddMemoryResponse
-	(*AddMemoriesRequest)(nil),         // 9: engram.v1.AddMemoriesRequest
-	(*NewMemory)(nil),                  // 10: engram.v1.NewMemory
-	(*AddMemoryResult)(nil),            // 11: engram.v1.AddMemoryResult
-	(*AddMemoriesResponse)(nil),        // 12: engram.v1.AddMemoriesResponse
-	(*SearchMemoriesRequest)(nil),      // 13: engram.v1.SearchMemoriesRequest
-	(*SearchResult)(nil),               // 14: engram.v1.SearchResult
-	(*SearchMemoriesResponse)(nil),     // 15: engram.v1.SearchMemoriesResponse
-	(*SemanticLocator)(nil),            // 16: engram.v1.SemanticLocator
-	(*StringList)(nil),                 // 17: engram.v1.StringList
-	(*StringMap)(nil),                  // 18: engram.v1.StringMap
-	(*UpdateMemoryRequest)(nil),        // 19: engram.v1.UpdateMemoryRequest
-	(*UpdateMemoryResponse)(nil),       // 20: engram.v1.UpdateMemoryResponse
-	(*DeleteQuery)(nil),                // 21: engram.v1.DeleteQuery
-	(*DeleteMemoryRequest)(nil),        // 22: engram.v1.DeleteMemoryRequest
-	(*DeleteMemoryResponse)(nil),       // 23: engram.v1.DeleteMemoryResponse
-	(*GetMemoryRequest)(nil),           // 24: engram.v1.GetMemoryRequest
-	(*GetMemoryResponse)(nil),          // 25: engram.v1.GetMemoryResponse
-	(*ListMemoriesRequest)(nil),        // 26: engram.v1.ListMemoriesRequest
-	(*ListMemoriesResponse)(nil),       // 27: engram.v1.ListMemoriesResponse
-	(*ListCollectionsRequest)(nil),     // 28: engram.v1.ListCollectionsRequest
-	(*ListCollectionsResponse)(nil),    // 29: engram.v1.ListCollectionsResponse
-	(*DeleteCollectionRequest)(nil),    // 30: engram.v1.DeleteCollectionRequest
-	(*DeleteCollectionResponse)(nil),   // 31: engram.v1.DeleteCollectionResponse
-	(*RunReflectionRequest)(nil),       // 32: engram.v1.RunReflectionRequest
-	(*RunReflectionResponse)(nil),      // 33: engram.v1.RunReflectionResponse
-	(*ListGateDecisionsRequest)(nil),   // 34: engram.v1.ListGateDecisionsRequest
-	(*GateDecision)(nil),               // 35: engram.v1.GateDecision
-	(*ListGateDecisionsResponse)(nil),  // 36: engram.v1.ListGateDecisionsResponse
-	(*ListReflectionRunsRequest)(nil),  // 37: engram.v1.ListReflectionRunsRequest
-	(*ReflectionRun)(nil),              // 38: engram.v1.ReflectionRun
-	(*ListReflectionRunsResponse)(nil), // 39: engram.v1.ListReflectionRunsResponse
-	(*GetContextRequest)(nil),          // 40: engram.v1.GetContextRequest
-	(*ContextTopic)(nil),               // 41: engram.v1.ContextTopic
-	(*ContextItem)(nil),                // 42: engram.v1.ContextItem
-	(*ContextSection)(nil),             // 43: engram.v1.ContextSection
-	(*GetContextResponse)(nil),         // 44: engram.v1.GetContextResponse
-	(*GetTriggersRequest)(nil),         // 45: engram.v1.GetTriggersRequest
-	(*GetTriggersResponse)(nil),        // 46: engram.v1.GetTriggersResponse
-	(*Slot)(nil),                       // 47: engram.v1.Slot
-	(*ListSlotsRequest)(nil),           // 48: engram.v1.ListSlotsRequest
-	(*ListSlotsResponse)(nil),          // 49: engram.v1.ListSlotsResponse
-	(*UpdateSlotRequest)(nil),          // 50: engram.v1.UpdateSlotRequest
-	(*UpdateSlotResponse)(nil),         // 51: engram.v1.UpdateSlotResponse
-	nil,                                // 52: engram.v1.AddMemoryRequest.MetadataEntry
-	nil,                                // 53: engram.v1.NewMemory.MetadataEntry
-	nil,                                // 54: engram.v1.StringMap.EntriesEntry
-	(MemoryType)(0),                    // 55: engram.v1.MemoryType
-	(Source)(0),                        // 56: engram.v1.Source
-	(SourceType)(0),                    // 57: engram.v1.SourceType
-	(*timestamppb.Timestamp)(nil),      // 58: google.protobuf.Timestamp
-	(*Memory)(nil),                     // 59: engram.v1.Memory
-	(*SimilarMemory)(nil),              // 60: engram.v1.SimilarMemory
-	(*MemoryFilter)(nil),               // 61: engram.v1.MemoryFilter
-	(*RankingWeights)(nil),             // 62: engram.v1.RankingWeights
-	(*ScoreBreakdown)(nil),             // 63: engram.v1.ScoreBreakdown
-	(*CollectionInfo)(nil),             // 64: engram.v1.CollectionInfo
+	(ExtractionMode)(0),                // 3: engram.v1.ExtractionMode
+	(Extractor)(0),                     // 4: engram.v1.Extractor
+	(ContextSectionKind)(0),            // 5: engram.v1.ContextSectionKind
+	(SinceSource)(0),                   // 6: engram.v1.SinceSource
+	(SlotUpdateMode)(0),                // 7: engram.v1.SlotUpdateMode
+	(SlotCompaction)(0),                // 8: engram.v1.SlotCompaction
+	(*AddMemoryRequest)(nil),           // 9: engram.v1.AddMemoryRequest
+	(*AddMemoryResponse)(nil),          // 10: engram.v1.AddMemoryResponse
+	(*AddMemoriesRequest)(nil),         // 11: engram.v1.AddMemoriesRequest
+	(*NewMemory)(nil),                  // 12: engram.v1.NewMemory
+	(*AddMemoryResult)(nil),            // 13: engram.v1.AddMemoryResult
+	(*AddMemoriesResponse)(nil),        // 14: engram.v1.AddMemoriesResponse
+	(*SearchMemoriesRequest)(nil),      // 15: engram.v1.SearchMemoriesRequest
+	(*SearchResult)(nil),               // 16: engram.v1.SearchResult
+	(*SearchMemoriesResponse)(nil),     // 17: engram.v1.SearchMemoriesResponse
+	(*SemanticLocator)(nil),            // 18: engram.v1.SemanticLocator
+	(*StringList)(nil),                 // 19: engram.v1.StringList
+	(*StringMap)(nil),                  // 20: engram.v1.StringMap
+	(*UpdateMemoryRequest)(nil),        // 21: engram.v1.UpdateMemoryRequest
+	(*UpdateMemoryResponse)(nil),       // 22: engram.v1.UpdateMemoryResponse
+	(*DeleteQuery)(nil),                // 23: engram.v1.DeleteQuery
+	(*DeleteMemoryRequest)(nil),        // 24: engram.v1.DeleteMemoryRequest
+	(*DeleteMemoryResponse)(nil),       // 25: engram.v1.DeleteMemoryResponse
+	(*GetMemoryRequest)(nil),           // 26: engram.v1.GetMemoryRequest
+	(*GetMemoryResponse)(nil),          // 27: engram.v1.GetMemoryResponse
+	(*ListMemoriesRequest)(nil),        // 28: engram.v1.ListMemoriesRequest
+	(*ListMemoriesResponse)(nil),       // 29: engram.v1.ListMemoriesResponse
+	(*ListCollectionsRequest)(nil),     // 30: engram.v1.ListCollectionsRequest
+	(*ListCollectionsResponse)(nil),    // 31: engram.v1.ListCollectionsResponse
+	(*DeleteCollectionRequest)(nil),    // 32: engram.v1.DeleteCollectionRequest
+	(*DeleteCollectionResponse)(nil),   // 33: engram.v1.DeleteCollectionResponse
+	(*RunReflectionRequest)(nil),       // 34: engram.v1.RunReflectionRequest
+	(*RunReflectionResponse)(nil),      // 35: engram.v1.RunReflectionResponse
+	(*ListGateDecisionsRequest)(nil),   // 36: engram.v1.ListGateDecisionsRequest
+	(*GateDecision)(nil),               // 37: engram.v1.GateDecision
+	(*ListGateDecisionsResponse)(nil),  // 38: engram.v1.ListGateDecisionsResponse
+	(*ListReflectionRunsRequest)(nil),  // 39: engram.v1.ListReflectionRunsRequest
+	(*ReflectionRun)(nil),              // 40: engram.v1.ReflectionRun
+	(*ListReflectionRunsResponse)(nil), // 41: engram.v1.ListReflectionRunsResponse
+	(*ConversationMessage)(nil),        // 42: engram.v1.ConversationMessage
+	(*Conversation)(nil),               // 43: engram.v1.Conversation
+	(*ToolObservation)(nil),            // 44: engram.v1.ToolObservation
+	(*ExtractMemoriesRequest)(nil),     // 45: engram.v1.ExtractMemoriesRequest
+	(*ExtractedMemory)(nil),            // 46: engram.v1.ExtractedMemory
+	(*ExtractMemoriesResponse)(nil),    // 47: engram.v1.ExtractMemoriesResponse
+	(*GetContextRequest)(nil),          // 48: engram.v1.GetContextRequest
+	(*ContextTopic)(nil),               // 49: engram.v1.ContextTopic
+	(*ContextItem)(nil),                // 50: engram.v1.ContextItem
+	(*ContextSection)(nil),             // 51: engram.v1.ContextSection
+	(*GetContextResponse)(nil),         // 52: engram.v1.GetContextResponse
+	(*GetTriggersRequest)(nil),         // 53: engram.v1.GetTriggersRequest
+	(*GetTriggersResponse)(nil),        // 54: engram.v1.GetTriggersResponse
+	(*Slot)(nil),                       // 55: engram.v1.Slot
+	(*ListSlotsRequest)(nil),           // 56: engram.v1.ListSlotsRequest
+	(*ListSlotsResponse)(nil),          // 57: engram.v1.ListSlotsResponse
+	(*UpdateSlotRequest)(nil),          // 58: engram.v1.UpdateSlotRequest
+	(*UpdateSlotResponse)(nil),         // 59: engram.v1.UpdateSlotResponse
+	nil,                                // 60: engram.v1.AddMemoryRequest.MetadataEntry
+	nil,                                // 61: engram.v1.NewMemory.MetadataEntry
+	nil,                                // 62: engram.v1.StringMap.EntriesEntry
+	(MemoryType)(0),                    // 63: engram.v1.MemoryType
+	(Source)(0),                        // 64: engram.v1.Source
+	(SourceType)(0),                    // 65: engram.v1.SourceType
+	(*timestamppb.Timestamp)(nil),      // 66: google.protobuf.Timestamp
+	(*Memory)(nil),                     // 67: engram.v1.Memory
+	(*SimilarMemory)(nil),              // 68: engram.v1.SimilarMemory
+	(*MemoryFilter)(nil),               // 69: engram.v1.MemoryFilter
+	(*RankingWeights)(nil),             // 70: engram.v1.RankingWeights
+	(*ScoreBreakdown)(nil),             // 71: engram.v1.ScoreBreakdown
+	(*CollectionInfo)(nil),             // 72: engram.v1.CollectionInfo
 }
 var file_engram_v1_memory_service_proto_depIdxs = []int32{
-	55, // 0: engram.v1.AddMemoryRequest.type:type_name -> engram.v1.MemoryType
-	56, // 1: engram.v1.AddMemoryRequest.source:type_name -> engram.v1.Source
-	57, // 2: engram.v1.AddMemoryRequest.source_type:type_name -> engram.v1.SourceType
-	52, // 3: engram.v1.AddMemoryRequest.metadata:type_name -> engram.v1.AddMemoryRequest.MetadataEntry
-	58, // 4: engram.v1.AddMemoryRequest.created_at:type_name -> google.protobuf.Timestamp
-	58, // 5: engram.v1.AddMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
-	59, // 6: engram.v1.AddMemoryResponse.memory:type_name -> engram.v1.Memory
+	63, // 0: engram.v1.AddMemoryRequest.type:type_name -> engram.v1.MemoryType
+	64, // 1: engram.v1.AddMemoryRequest.source:type_name -> engram.v1.Source
+	65, // 2: engram.v1.AddMemoryRequest.source_type:type_name -> engram.v1.SourceType
+	60, // 3: engram.v1.AddMemoryRequest.metadata:type_name -> engram.v1.AddMemoryRequest.MetadataEntry
+	66, // 4: engram.v1.AddMemoryRequest.created_at:type_name -> google.protobuf.Timestamp
+	66, // 5: engram.v1.AddMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
+	67, // 6: engram.v1.AddMemoryResponse.memory:type_name -> engram.v1.Memory
 	0,  // 7: engram.v1.AddMemoryResponse.outcome:type_name -> engram.v1.AddOutcome
-	60, // 8: engram.v1.AddMemoryResponse.near_duplicates:type_name -> engram.v1.SimilarMemory
-	10, // 9: engram.v1.AddMemoriesRequest.memories:type_name -> engram.v1.NewMemory
-	55, // 10: engram.v1.NewMemory.type:type_name -> engram.v1.MemoryType
-	56, // 11: engram.v1.NewMemory.source:type_name -> engram.v1.Source
-	57, // 12: engram.v1.NewMemory.source_type:type_name -> engram.v1.SourceType
-	53, // 13: engram.v1.NewMemory.metadata:type_name -> engram.v1.NewMemory.MetadataEntry
-	58, // 14: engram.v1.NewMemory.created_at:type_name -> google.protobuf.Timestamp
-	58, // 15: engram.v1.NewMemory.valid_until:type_name -> google.protobuf.Timestamp
-	59, // 16: engram.v1.AddMemoryResult.memory:type_name -> engram.v1.Memory
+	68, // 8: engram.v1.AddMemoryResponse.near_duplicates:type_name -> engram.v1.SimilarMemory
+	12, // 9: engram.v1.AddMemoriesRequest.memories:type_name -> engram.v1.NewMemory
+	63, // 10: engram.v1.NewMemory.type:type_name -> engram.v1.MemoryType
+	64, // 11: engram.v1.NewMemory.source:type_name -> engram.v1.Source
+	65, // 12: engram.v1.NewMemory.source_type:type_name -> engram.v1.SourceType
+	61, // 13: engram.v1.NewMemory.metadata:type_name -> engram.v1.NewMemory.MetadataEntry
+	66, // 14: engram.v1.NewMemory.created_at:type_name -> google.protobuf.Timestamp
+	66, // 15: engram.v1.NewMemory.valid_until:type_name -> google.protobuf.Timestamp
+	67, // 16: engram.v1.AddMemoryResult.memory:type_name -> engram.v1.Memory
 	0,  // 17: engram.v1.AddMemoryResult.outcome:type_name -> engram.v1.AddOutcome
-	60, // 18: engram.v1.AddMemoryResult.near_duplicates:type_name -> engram.v1.SimilarMemory
-	11, // 19: engram.v1.AddMemoriesResponse.results:type_name -> engram.v1.AddMemoryResult
-	61, // 20: engram.v1.SearchMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
-	62, // 21: engram.v1.SearchMemoriesRequest.weights:type_name -> engram.v1.RankingWeights
-	59, // 22: engram.v1.SearchResult.memory:type_name -> engram.v1.Memory
-	63, // 23: engram.v1.SearchResult.score:type_name -> engram.v1.ScoreBreakdown
-	14, // 24: engram.v1.SearchMemoriesResponse.results:type_name -> engram.v1.SearchResult
-	54, // 25: engram.v1.StringMap.entries:type_name -> engram.v1.StringMap.EntriesEntry
-	16, // 26: engram.v1.UpdateMemoryRequest.locate:type_name -> engram.v1.SemanticLocator
-	55, // 27: engram.v1.UpdateMemoryRequest.type:type_name -> engram.v1.MemoryType
-	17, // 28: engram.v1.UpdateMemoryRequest.tags:type_name -> engram.v1.StringList
-	18, // 29: engram.v1.UpdateMemoryRequest.metadata:type_name -> engram.v1.StringMap
-	58, // 30: engram.v1.UpdateMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
-	59, // 31: engram.v1.UpdateMemoryResponse.memory:type_name -> engram.v1.Memory
-	59, // 32: engram.v1.UpdateMemoryResponse.previous:type_name -> engram.v1.Memory
-	21, // 33: engram.v1.DeleteMemoryRequest.query:type_name -> engram.v1.DeleteQuery
-	59, // 34: engram.v1.DeleteMemoryResponse.deleted:type_name -> engram.v1.Memory
-	59, // 35: engram.v1.GetMemoryResponse.memory:type_name -> engram.v1.Memory
-	59, // 36: engram.v1.GetMemoryResponse.history:type_name -> engram.v1.Memory
-	61, // 37: engram.v1.ListMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
-	59, // 38: engram.v1.ListMemoriesResponse.memories:type_name -> engram.v1.Memory
-	64, // 39: engram.v1.ListCollectionsResponse.collections:type_name -> engram.v1.CollectionInfo
-	58, // 40: engram.v1.DeleteCollectionResponse.deleted_at:type_name -> google.protobuf.Timestamp
+	68, // 18: engram.v1.AddMemoryResult.near_duplicates:type_name -> engram.v1.SimilarMemory
+	13, // 19: engram.v1.AddMemoriesResponse.results:type_name -> engram.v1.AddMemoryResult
+	69, // 20: engram.v1.SearchMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
+	70, // 21: engram.v1.SearchMemoriesRequest.weights:type_name -> engram.v1.RankingWeights
+	67, // 22: engram.v1.SearchResult.memory:type_name -> engram.v1.Memory
+	71, // 23: engram.v1.SearchResult.score:type_name -> engram.v1.ScoreBreakdown
+	16, // 24: engram.v1.SearchMemoriesResponse.results:type_name -> engram.v1.SearchResult
+	62, // 25: engram.v1.StringMap.entries:type_name -> engram.v1.StringMap.EntriesEntry
+	18, // 26: engram.v1.UpdateMemoryRequest.locate:type_name -> engram.v1.SemanticLocator
+	63, // 27: engram.v1.UpdateMemoryRequest.type:type_name -> engram.v1.MemoryType
+	19, // 28: engram.v1.UpdateMemoryRequest.tags:type_name -> engram.v1.StringList
+	20, // 29: engram.v1.UpdateMemoryRequest.metadata:type_name -> engram.v1.StringMap
+	66, // 30: engram.v1.UpdateMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
+	67, // 31: engram.v1.UpdateMemoryResponse.memory:type_name -> engram.v1.Memory
+	67, // 32: engram.v1.UpdateMemoryResponse.previous:type_name -> engram.v1.Memory
+	23, // 33: engram.v1.DeleteMemoryRequest.query:type_name -> engram.v1.DeleteQuery
+	67, // 34: engram.v1.DeleteMemoryResponse.deleted:type_name -> engram.v1.Memory
+	67, // 35: engram.v1.GetMemoryResponse.memory:type_name -> engram.v1.Memory
+	67, // 36: engram.v1.GetMemoryResponse.history:type_name -> engram.v1.Memory
+	69, // 37: engram.v1.ListMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
+	67, // 38: engram.v1.ListMemoriesResponse.memories:type_name -> engram.v1.Memory
+	72, // 39: engram.v1.ListCollectionsResponse.collections:type_name -> engram.v1.CollectionInfo
+	66, // 40: engram.v1.DeleteCollectionResponse.deleted_at:type_name -> google.protobuf.Timestamp
 	1,  // 41: engram.v1.RunReflectionResponse.outcome:type_name -> engram.v1.ReflectionOutcome
 	2,  // 42: engram.v1.RunReflectionResponse.throttled_by:type_name -> engram.v1.ReflectionGate
-	58, // 43: engram.v1.RunReflectionResponse.next_run_after:type_name -> google.protobuf.Timestamp
-	59, // 44: engram.v1.RunReflectionResponse.sources:type_name -> engram.v1.Memory
-	59, // 45: engram.v1.RunReflectionResponse.insights:type_name -> engram.v1.Memory
-	59, // 46: engram.v1.RunReflectionResponse.drafts:type_name -> engram.v1.Memory
-	60, // 47: engram.v1.RunReflectionResponse.duplicates:type_name -> engram.v1.SimilarMemory
-	58, // 48: engram.v1.GateDecision.decided_at:type_name -> google.protobuf.Timestamp
+	66, // 43: engram.v1.RunReflectionResponse.next_run_after:type_name -> google.protobuf.Timestamp
+	67, // 44: engram.v1.RunReflectionResponse.sources:type_name -> engram.v1.Memory
+	67, // 45: engram.v1.RunReflectionResponse.insights:type_name -> engram.v1.Memory
+	67, // 46: engram.v1.RunReflectionResponse.drafts:type_name -> engram.v1.Memory
+	68, // 47: engram.v1.RunReflectionResponse.duplicates:type_name -> engram.v1.SimilarMemory
+	66, // 48: engram.v1.GateDecision.decided_at:type_name -> google.protobuf.Timestamp
 	0,  // 49: engram.v1.GateDecision.outcome:type_name -> engram.v1.AddOutcome
-	60, // 50: engram.v1.GateDecision.near_duplicates:type_name -> engram.v1.SimilarMemory
-	35, // 51: engram.v1.ListGateDecisionsResponse.decisions:type_name -> engram.v1.GateDecision
-	58, // 52: engram.v1.ReflectionRun.started_at:type_name -> google.protobuf.Timestamp
+	68, // 50: engram.v1.GateDecision.near_duplicates:type_name -> engram.v1.SimilarMemory
+	37, // 51: engram.v1.ListGateDecisionsResponse.decisions:type_name -> engram.v1.GateDecision
+	66, // 52: engram.v1.ReflectionRun.started_at:type_name -> google.protobuf.Timestamp
 	1,  // 53: engram.v1.ReflectionRun.outcome:type_name -> engram.v1.ReflectionOutcome
-	38, // 54: engram.v1.ListReflectionRunsResponse.runs:type_name -> engram.v1.ReflectionRun
-	58, // 55: engram.v1.GetContextRequest.since:type_name -> google.protobuf.Timestamp
-	59, // 56: engram.v1.ContextItem.memory:type_name -> engram.v1.Memory
-	41, // 57: engram.v1.ContextItem.topic:type_name -> engram.v1.ContextTopic
-	3,  // 58: engram.v1.ContextSection.kind:type_name -> engram.v1.ContextSectionKind
-	42, // 59: engram.v1.ContextSection.items:type_name -> engram.v1.ContextItem
-	43, // 60: engram.v1.GetContextResponse.sections:type_name -> engram.v1.ContextSection
-	58, // 61: engram.v1.GetContextResponse.since:type_name -> google.protobuf.Timestamp
-	4,  // 62: engram.v1.GetContextResponse.since_source:type_name -> engram.v1.SinceSource
-	41, // 63: engram.v1.GetContextResponse.topics:type_name -> engram.v1.ContextTopic
-	59, // 64: engram.v1.GetTriggersResponse.memories:type_name -> engram.v1.Memory
-	58, // 65: engram.v1.Slot.updated_at:type_name -> google.protobuf.Timestamp
-	47, // 66: engram.v1.ListSlotsResponse.slots:type_name -> engram.v1.Slot
-	5,  // 67: engram.v1.UpdateSlotRequest.mode:type_name -> engram.v1.SlotUpdateMode
-	47, // 68: engram.v1.UpdateSlotResponse.slot:type_name -> engram.v1.Slot
-	6,  // 69: engram.v1.UpdateSlotResponse.compaction:type_name -> engram.v1.SlotCompaction
-	7,  // 70: engram.v1.MemoryService.AddMemory:input_type -> engram.v1.AddMemoryRequest
-	9,  // 71: engram.v1.MemoryService.AddMemories:input_type -> engram.v1.AddMemoriesRequest
-	13, // 72: engram.v1.MemoryService.SearchMemories:input_type -> engram.v1.SearchMemoriesRequest
-	19, // 73: engram.v1.MemoryService.UpdateMemory:input_type -> engram.v1.UpdateMemoryRequest
-	22, // 74: engram.v1.MemoryService.DeleteMemory:input_type -> engram.v1.DeleteMemoryRequest
-	24, // 75: engram.v1.MemoryService.GetMemory:input_type -> engram.v1.GetMemoryRequest
-	26, // 76: engram.v1.MemoryService.ListMemories:input_type -> engram.v1.ListMemoriesRequest
-	28, // 77: engram.v1.MemoryService.ListCollections:input_type -> engram.v1.ListCollectionsRequest
-	30, // 78: engram.v1.MemoryService.DeleteCollection:input_type -> engram.v1.DeleteCollectionRequest
-	32, // 79: engram.v1.MemoryService.RunReflection:input_type -> engram.v1.RunReflectionRequest
-	34, // 80: engram.v1.MemoryService.ListGateDecisions:input_type -> engram.v1.ListGateDecisionsRequest
-	37, // 81: engram.v1.MemoryService.ListReflectionRuns:input_type -> engram.v1.ListReflectionRunsRequest
-	40, // 82: engram.v1.MemoryService.GetContext:input_type -> engram.v1.GetContextRequest
-	45, // 83: engram.v1.MemoryService.GetTriggers:input_type -> engram.v1.GetTriggersRequest
-	48, // 84: engram.v1.MemoryService.ListSlots:input_type -> engram.v1.ListSlotsRequest
-	50, // 85: engram.v1.MemoryService.UpdateSlot:input_type -> engram.v1.UpdateSlotRequest
-	8,  // 86: engram.v1.MemoryService.AddMemory:output_type -> engram.v1.AddMemoryResponse
-	12, // 87: engram.v1.MemoryService.AddMemories:output_type -> engram.v1.AddMemoriesResponse
-	15, // 88: engram.v1.MemoryService.SearchMemories:output_type -> engram.v1.SearchMemoriesResponse
-	20, // 89: engram.v1.MemoryService.UpdateMemory:output_type -> engram.v1.UpdateMemoryResponse
-	23, // 90: engram.v1.MemoryService.DeleteMemory:output_type -> engram.v1.DeleteMemoryResponse
-	25, // 91: engram.v1.MemoryService.GetMemory:output_type -> engram.v1.GetMemoryResponse
-	27, // 92: engram.v1.MemoryService.ListMemories:output_type -> engram.v1.ListMemoriesResponse
-	29, // 93: engram.v1.MemoryService.ListCollections:output_type -> engram.v1.ListCollectionsResponse
-	31, // 94: engram.v1.MemoryService.DeleteCollection:output_type -> engram.v1.DeleteCollectionResponse
-	33, // 95: engram.v1.MemoryService.RunReflection:output_type -> engram.v1.RunReflectionResponse
-	36, // 96: engram.v1.MemoryService.ListGateDecisions:output_type -> engram.v1.ListGateDecisionsResponse
-	39, // 97: engram.v1.MemoryService.ListReflectionRuns:output_type -> engram.v1.ListReflectionRunsResponse
-	44, // 98: engram.v1.MemoryService.GetContext:output_type -> engram.v1.GetContextResponse
-	46, // 99: engram.v1.MemoryService.GetTriggers:output_type -> engram.v1.GetTriggersResponse
-	49, // 100: engram.v1.MemoryService.ListSlots:output_type -> engram.v1.ListSlotsResponse
-	51, // 101: engram.v1.MemoryService.UpdateSlot:output_type -> engram.v1.UpdateSlotResponse
-	86, // [86:102] is the sub-list for method output_type
-	70, // [70:86] is the sub-list for method input_type
-	70, // [70:70] is the sub-list for extension type_name
-	70, // [70:70] is the sub-list for extension extendee
-	0,  // [0:70] is the sub-list for field type_name
+	40, // 54: engram.v1.ListReflectionRunsResponse.runs:type_name -> engram.v1.ReflectionRun
+	66, // 55: engram.v1.ConversationMessage.created_at:type_name -> google.protobuf.Timestamp
+	42, // 56: engram.v1.Conversation.messages:type_name -> engram.v1.ConversationMessage
+	43, // 57: engram.v1.ExtractMemoriesRequest.conversation:type_name -> engram.v1.Conversation
+	44, // 58: engram.v1.ExtractMemoriesRequest.observation:type_name -> engram.v1.ToolObservation
+	3,  // 59: engram.v1.ExtractMemoriesRequest.mode:type_name -> engram.v1.ExtractionMode
+	63, // 60: engram.v1.ExtractedMemory.type:type_name -> engram.v1.MemoryType
+	66, // 61: engram.v1.ExtractedMemory.created_at:type_name -> google.protobuf.Timestamp
+	13, // 62: engram.v1.ExtractedMemory.result:type_name -> engram.v1.AddMemoryResult
+	46, // 63: engram.v1.ExtractMemoriesResponse.memories:type_name -> engram.v1.ExtractedMemory
+	4,  // 64: engram.v1.ExtractMemoriesResponse.extractor:type_name -> engram.v1.Extractor
+	66, // 65: engram.v1.GetContextRequest.since:type_name -> google.protobuf.Timestamp
+	67, // 66: engram.v1.ContextItem.memory:type_name -> engram.v1.Memory
+	49, // 67: engram.v1.ContextItem.topic:type_name -> engram.v1.ContextTopic
+	5,  // 68: engram.v1.ContextSection.kind:type_name -> engram.v1.ContextSectionKind
+	50, // 69: engram.v1.ContextSection.items:type_name -> engram.v1.ContextItem
+	51, // 70: engram.v1.GetContextResponse.sections:type_name -> engram.v1.ContextSection
+	66, // 71: engram.v1.GetContextResponse.since:type_name -> google.protobuf.Timestamp
+	6,  // 72: engram.v1.GetContextResponse.since_source:type_name -> engram.v1.SinceSource
+	49, // 73: engram.v1.GetContextResponse.topics:type_name -> engram.v1.ContextTopic
+	67, // 74: engram.v1.GetTriggersResponse.memories:type_name -> engram.v1.Memory
+	66, // 75: engram.v1.Slot.updated_at:type_name -> google.protobuf.Timestamp
+	55, // 76: engram.v1.ListSlotsResponse.slots:type_name -> engram.v1.Slot
+	7,  // 77: engram.v1.UpdateSlotRequest.mode:type_name -> engram.v1.SlotUpdateMode
+	55, // 78: engram.v1.UpdateSlotResponse.slot:type_name -> engram.v1.Slot
+	8,  // 79: engram.v1.UpdateSlotResponse.compaction:type_name -> engram.v1.SlotCompaction
+	9,  // 80: engram.v1.MemoryService.AddMemory:input_type -> engram.v1.AddMemoryRequest
+	11, // 81: engram.v1.MemoryService.AddMemories:input_type -> engram.v1.AddMemoriesRequest
+	15, // 82: engram.v1.MemoryService.SearchMemories:input_type -> engram.v1.SearchMemoriesRequest
+	21, // 83: engram.v1.MemoryService.UpdateMemory:input_type -> engram.v1.UpdateMemoryRequest
+	24, // 84: engram.v1.MemoryService.DeleteMemory:input_type -> engram.v1.DeleteMemoryRequest
+	26, // 85: engram.v1.MemoryService.GetMemory:input_type -> engram.v1.GetMemoryRequest
+	28, // 86: engram.v1.MemoryService.ListMemories:input_type -> engram.v1.ListMemoriesRequest
+	30, // 87: engram.v1.MemoryService.ListCollections:input_type -> engram.v1.ListCollectionsRequest
+	32, // 88: engram.v1.MemoryService.DeleteCollection:input_type -> engram.v1.DeleteCollectionRequest
+	34, // 89: engram.v1.MemoryService.RunReflection:input_type -> engram.v1.RunReflectionRequest
+	36, // 90: engram.v1.MemoryService.ListGateDecisions:input_type -> engram.v1.ListGateDecisionsRequest
+	39, // 91: engram.v1.MemoryService.ListReflectionRuns:input_type -> engram.v1.ListReflectionRunsRequest
+	45, // 92: engram.v1.MemoryService.ExtractMemories:input_type -> engram.v1.ExtractMemoriesRequest
+	48, // 93: engram.v1.MemoryService.GetContext:input_type -> engram.v1.GetContextRequest
+	53, // 94: engram.v1.MemoryService.GetTriggers:input_type -> engram.v1.GetTriggersRequest
+	56, // 95: engram.v1.MemoryService.ListSlots:input_type -> engram.v1.ListSlotsRequest
+	58, // 96: engram.v1.MemoryService.UpdateSlot:input_type -> engram.v1.UpdateSlotRequest
+	10, // 97: engram.v1.MemoryService.AddMemory:output_type -> engram.v1.AddMemoryResponse
+	14, // 98: engram.v1.MemoryService.AddMemories:output_type -> engram.v1.AddMemoriesResponse
+	17, // 99: engram.v1.MemoryService.SearchMemories:output_type -> engram.v1.SearchMemoriesResponse
+	22, // 100: engram.v1.MemoryService.UpdateMemory:output_type -> engram.v1.UpdateMemoryResponse
+	25, // 101: engram.v1.MemoryService.DeleteMemory:output_type -> engram.v1.DeleteMemoryResponse
+	27, // 102: engram.v1.MemoryService.GetMemory:output_type -> engram.v1.GetMemoryResponse
+	29, // 103: engram.v1.MemoryService.ListMemories:output_type -> engram.v1.ListMemoriesResponse
+	31, // 104: engram.v1.MemoryService.ListCollections:output_type -> engram.v1.ListCollectionsResponse
+	33, // 105: engram.v1.MemoryService.DeleteCollection:output_type -> engram.v1.DeleteCollectionResponse
+	35, // 106: engram.v1.MemoryService.RunReflection:output_type -> engram.v1.RunReflectionResponse
+	38, // 107: engram.v1.MemoryService.ListGateDecisions:output_type -> engram.v1.ListGateDecisionsResponse
+	41, // 108: engram.v1.MemoryService.ListReflectionRuns:output_type -> engram.v1.ListReflectionRunsResponse
+	47, // 109: engram.v1.MemoryService.ExtractMemories:output_type -> engram.v1.ExtractMemoriesResponse
+	52, // 110: engram.v1.MemoryService.GetContext:output_type -> engram.v1.GetContextResponse
+	54, // 111: engram.v1.MemoryService.GetTriggers:output_type -> engram.v1.GetTriggersResponse
+	57, // 112: engram.v1.MemoryService.ListSlots:output_type -> engram.v1.ListSlotsResponse
+	59, // 113: engram.v1.MemoryService.UpdateSlot:output_type -> engram.v1.UpdateSlotResponse
+	97, // [97:114] is the sub-list for method output_type
+	80, // [80:97] is the sub-list for method input_type
+	80, // [80:80] is the sub-list for extension type_name
+	80, // [80:80] is the sub-list for extension extendee
+	0,  // [0:80] is the sub-list for field type_name
 }
 
 func init() { file_engram_v1_memory_service_proto_init() }
@@ -4633,14 +5336,19 @@ func file_engram_v1_memory_service_proto_init() {
 		(*DeleteMemoryRequest_Id)(nil),
 		(*DeleteMemoryRequest_Query)(nil),
 	}
-	file_engram_v1_memory_service_proto_msgTypes[33].OneofWrappers = []any{}
+	file_engram_v1_memory_service_proto_msgTypes[36].OneofWrappers = []any{
+		(*ExtractMemoriesRequest_Text)(nil),
+		(*ExtractMemoriesRequest_Conversation)(nil),
+		(*ExtractMemoriesRequest_Observation)(nil),
+	}
+	file_engram_v1_memory_service_proto_msgTypes[39].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_engram_v1_memory_service_proto_rawDesc), len(file_engram_v1_memory_service_proto_rawDesc)),
-			NumEnums:      7,
-			NumMessages:   48,
+			NumEnums:      9,
+			NumMessages:   54,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

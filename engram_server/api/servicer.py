@@ -284,6 +284,7 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
                 self._gate_log.record(decision_from(item.result, item.content), item.result.memory.collection)
         return answer
 
+    @rpc
     async def GetContext(
         self, request: s.GetContextRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> s.GetContextResponse:

@@ -155,6 +155,8 @@ class Runner {
               tags: [...x.tags].sort(),
               outcome: x.result ? x.result.outcome : '',
             })),
+          };
+        }
         case 'GetContext': {
           // The Markdown holds dates: its parts are compared instead.
           const r = await call(c, 'GetContext', request);

@@ -151,10 +151,10 @@ async def test_a_session_wired_with_the_hooks_builds_a_useful_memory(engram_serv
     out, err = await hook(addr, payload("SessionStart", session_id="9f00aa11"))
     assert err == ""
     text = context(out, "SessionStart")
-    assert "## The user and standing instructions" in text and "## The shop project" in text
-    about = text[: text.index("## The shop project")]
-    assert "My name is Maya" in about and "never npm" in about and "always run the checkout tests" in about
-    assert "charges the card" in text[text.index("## The shop project") :]
+    assert "## Core" in text and "## Relevant to the task" in text, text
+    core = text[text.index("## Core") : text.index("## Relevant to the task")]
+    assert "My name is Maya" in core and "never npm" in core and "always run the checkout tests" in core
+    assert "charges the card" in text[text.index("## Relevant to the task") :]
     out, _ = await hook(
         addr, payload("UserPromptSubmit", prompt="Which package manager should I use to add zod?")
     )

@@ -45,6 +45,8 @@ MAX_STDIN = 4 * 1024 * 1024
 MAX_MESSAGES = 40
 MAX_MESSAGE_CHARS = 4000
 SUMMARY_TAG = "session-summary"
+#: The session and agent ids the server accepts (engram_server.domain.validation.SESSION_ID_RE).
+SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@/+-]{0,127}")
 HOOK_TAG = "source:hooks"
 #: Our own MCP tools: capturing their calls would store memories about storing memories.
 OWN_TOOLS = re.compile(r"^mcp__engram", re.IGNORECASE)
@@ -62,6 +64,10 @@ class HookSettings:
     recall_limit: int = 5
     #: Recalled memories below this calibrated relevance are not shown.
     min_relevance: float = 0.5
+    #: SessionStart's context pack budget, in tokens (the server's tokenizer).
+    context_budget: int = 2000
+    #: The agent id the hooks write under and GetContext reads "the last session" of.
+    agent_id: str = "claude-code"
     env: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -76,6 +82,10 @@ class HookSettings:
             values["recall_limit"] = int(raw)
         if raw := env.get("ENGRAM_HOOKS_MIN_RELEVANCE", "").strip():
             values["min_relevance"] = float(raw)
+        if raw := env.get("ENGRAM_HOOKS_CONTEXT_BUDGET", "").strip():
+            values["context_budget"] = int(raw)
+        if raw := env.get("ENGRAM_HOOKS_AGENT_ID", "").strip():
+            values["agent_id"] = raw
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
 
@@ -113,6 +123,12 @@ def _project(payload: Mapping[str, Any]) -> str:
     cwd = str(payload.get("cwd") or "")
     name = Path(cwd).name.lower() if cwd else ""
     return re.sub(r"[^a-z0-9_.\-]+", "-", name).strip("-")[:48]
+
+
+def _session_id(payload: Mapping[str, Any]) -> str | None:
+    """Claude Code's session id when it is one Engram accepts (a UUID is)."""
+    sid = str(payload.get("session_id") or "")[:128]
+    return sid if SESSION_ID.fullmatch(sid) else None
 
 
 def _tags(payload: Mapping[str, Any]) -> list[str]:
@@ -242,37 +258,23 @@ def _search(client: EngramClient, settings: HookSettings, query: str, **kw: Any)
 
 
 def session_start(client: EngramClient, settings: HookSettings, payload: Mapping[str, Any]) -> str | None:
-    """Search-based recall: who the user is and their standing instructions, then this project."""
-    about = _search(
-        client,
-        settings,
-        "who the user is, their preferences and standing instructions",
-        limit=8,
-        filter=MemoryFilter(types=["identity", "directive"]),
-    )
+    """The context pack (GetContext) within ``settings.context_budget`` tokens: slots, identity and
+    directive memories, trigger names, open items, what changed since this agent's last session,
+    and what is relevant to this project's recent work."""
     project = _project(payload)
-    seen = {r.memory.id for r in about}
-    work: list[SearchResult] = []
-    if project:
-        work = [
-            r
-            for r in _search(
-                client,
-                settings,
-                f"recent work, decisions and problems in the {project} project",
-                limit=8,
-                filter=MemoryFilter(tags_any=[f"project:{project}"]),
-            )
-            if r.memory.id not in seen
-        ]
-    if not about and not work:
+    try:
+        pack = client.get_context(
+            f"recent work, decisions and problems in the {project} project" if project else None,
+            collections=settings.collection,
+            token_budget=settings.context_budget,
+            session_id=_session_id(payload),
+            agent_id=settings.agent_id,
+        )
+    except CollectionNotFoundError:  # nothing written there yet
         return None
-    lines = ["# From Engram (long-term memory)"]
-    if about:
-        lines += ["", "## The user and standing instructions", *_bullets(about)]
-    if work:
-        lines += ["", f"## The {project} project", *_bullets(work)]
-    return _context("SessionStart", "\n".join(lines))
+    if not any(section.items for section in pack.sections):
+        return None
+    return _context("SessionStart", "# From Engram (long-term memory)\n\n" + pack.markdown.strip())
 
 
 def user_prompt(client: EngramClient, settings: HookSettings, payload: Mapping[str, Any]) -> str | None:
@@ -339,6 +341,8 @@ def conversation(client: EngramClient, settings: HookSettings, payload: Mapping[
         source_type="tool_output",
         collection=settings.collection,
         allow_duplicate=True,
+        session_id=_session_id(payload),
+        agent_id=settings.agent_id,
     )
 
 

@@ -12,7 +12,8 @@ each path in one file:
 - :mod:`.searching`: search, candidates, ranking assembly, record cache and access counts;
 - :mod:`.editing`: locate, update, delete, get, history, list and page tokens;
 - :mod:`.trash`: list, restore and purge the trash;
-- :mod:`.collections`: list / delete / restore collections and the sweep (expiry, trash purge).
+- :mod:`.collections`: list / delete / restore collections and the sweep (expiry, trash purge);
+- :mod:`.context`: the session context pack, triggers and slots.
 """
 
 from __future__ import annotations
@@ -40,8 +41,16 @@ from engram_server.domain.service.commands import (
     _Pool,
     _Ranked,
 )
-from engram_server.domain.service.core import ServiceCore, stored_point
-from engram_server.domain.service.searching import Searching, _Query
+from engram_server.domain.service.context import (
+    ContextPack,
+    ContextPacks,
+    ContextRequest,
+    SlotState,
+    SlotUpdate,
+    TriggerResult,
+)
+from engram_server.domain.service.core import ServiceCore, TopicSource, stored_point
+from engram_server.domain.service.searching import _Query
 from engram_server.domain.service.trash import Trash
 from engram_server.domain.service.writing import Writing, normalise_text, with_provenance
 
@@ -52,6 +61,8 @@ __all__ = [
     "AddOutcome",
     "AddResult",
     "CollectionStats",
+    "ContextPack",
+    "ContextRequest",
     "DeleteCommand",
     "DeleteResult",
     "GateReason",
@@ -63,6 +74,10 @@ __all__ = [
     "SearchQuery",
     "ServiceCore",
     "Similar",
+    "SlotState",
+    "SlotUpdate",
+    "TopicSource",
+    "TriggerResult",
     "UpdateCommand",
     "UpdateResult",
     "_AddItem",
@@ -75,5 +90,5 @@ __all__ = [
 ]
 
 
-class MemoryService(Writing, Searching, Trash, Collections):
+class MemoryService(Writing, ContextPacks, Trash, Collections):
     """Engram's memory lifecycle over a Store and an Embedder."""

@@ -10,7 +10,7 @@ TOOLS := .tools
 BUF := $(TOOLS)/node_modules/.bin/buf
 BUF_VERSION := 1.75.0
 
-.PHONY: help install run test test-cluster browser chaos lint fmt proto proto-check buf-lint buf-breaking polyglot-check go-stubs docs docs-check bench bench-context bench-latency bench-http bench-ingest bench-million load eval bench-locomo clean
+.PHONY: help install run test test-cluster browser chaos lint fmt proto proto-check buf-lint buf-breaking polyglot-check go-stubs docs docs-check bench bench-cpu bench-context bench-latency bench-http bench-ingest bench-million load eval bench-locomo clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -71,6 +71,10 @@ buf-lint: $(BUF) ## buf lint (STANDARD) over proto/
 
 bench: install ## Where a search's time goes: per-stage costs and the floor at 10k / 100k (reports in results/bench)
 	$(PY) bench/stages.py --memories 10000,100000 --samples 200 --json results/bench/stages.json --md results/bench/stages.md
+
+bench-cpu: install ## Engram's own CPU per search, search p50 and RPS at c=32 beside the engine alone, 100k, embeddings known (not in CI)
+	test -d results/bench/corpus/data-100000 || $(PY) bench/stages.py --memories 100000 --samples 1 --keep results/bench/corpus
+	$(PY) bench/cpu.py --data results/bench/corpus/data-100000 --queries 200 --rounds 3 --json results/bench/cpu.json
 
 bench-context: install ## GetContext (the context pack) p50 at 10k memories beside SearchMemories (not part of CI)
 	$(PY) bench/context.py --memories 10000 --samples 50

@@ -24,6 +24,8 @@ from engram_server.api.servicer import MemoryServicer
 from engram_server.config import ConfigError, Settings
 from engram_server.domain.calibration import calibration_for, is_calibrated
 from engram_server.domain.clock import Clock, SystemClock
+from engram_server.domain.consolidation import ConsolidationPolicy, Consolidator
+from engram_server.domain.contradictions import ContradictionMode, ContradictionPolicy
 from engram_server.domain.errors import CollectionNotFound
 from engram_server.domain.ranking import FusionMode, HybridParams, Weights
 from engram_server.domain.reflection import ReflectionPolicy, Reflector
@@ -139,6 +141,17 @@ def build_policy(settings: Settings) -> Policy:
         ),
         default_collection=settings.default_collection,
         limits=Limits(max_content_chars=settings.max_content_chars, max_batch_items=settings.max_batch_items),
+        contradictions=ContradictionPolicy(mode=ContradictionMode(settings.contradictions)),
+    )
+
+
+def build_consolidation_policy(settings: Settings) -> ConsolidationPolicy:
+    return ConsolidationPolicy(
+        min_interval_seconds=settings.consolidation_min_interval_seconds,
+        daily_cap=settings.consolidation_daily_cap,
+        cluster_threshold=settings.consolidation_cluster_threshold,
+        min_cluster=settings.consolidation_min_cluster,
+        max_cluster=settings.consolidation_max_cluster,
     )
 
 
@@ -291,12 +304,14 @@ class EngramServer:
     embedder: Embedder
     service: MemoryService
     reflector: Reflector
+    consolidator: Consolidator
     clock: Clock
     port: int = 0
     _server: grpc.aio.Server | None = None
     _health: HealthServicer | None = None
     _sweeper: asyncio.Task[None] | None = None
     _reflecting: asyncio.Task[None] | None = None
+    _consolidating: asyncio.Task[None] | None = None
     _stopped: bool = False
     telemetry: Telemetry | None = None
     _http: HttpAttachment | None = None
@@ -330,13 +345,18 @@ class EngramServer:
             build_policy(settings),
             lexical=build_lexical(settings),
         )
-        reflector = Reflector(service, llm or build_llm(settings), build_reflection_policy(settings))
+        llm = llm or build_llm(settings)
+        reflector = Reflector(service, llm, build_reflection_policy(settings))
+        if settings.contradiction_llm:
+            service.contradiction_llm = llm
+        consolidator = Consolidator(service, llm, build_consolidation_policy(settings))
         return cls(
             settings=settings,
             store=store,
             embedder=embedder,
             service=service,
             reflector=reflector,
+            consolidator=consolidator,
             clock=clock,
         )
 
@@ -394,7 +414,13 @@ class EngramServer:
             maximum_concurrent_rpcs=s.max_concurrent_rpcs or None,
         )
         memory_service_pb2_grpc.add_MemoryServiceServicer_to_server(
-            MemoryServicer(self.service, self.reflector, max_message_bytes=s.max_message_bytes), server
+            MemoryServicer(
+                self.service,
+                self.reflector,
+                max_message_bytes=s.max_message_bytes,
+                consolidator=self.consolidator,
+            ),
+            server,
         )
         health = HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health, server)
@@ -443,6 +469,10 @@ class EngramServer:
             self._sweeper = asyncio.create_task(self._sweep_forever(s.sweep_interval_seconds))
         if s.reflection_interval_seconds > 0 and self.reflector.llm is not None:
             self._reflecting = asyncio.create_task(self._reflect_forever(s.reflection_interval_seconds))
+        if s.consolidation_interval_seconds > 0:
+            self._consolidating = asyncio.create_task(
+                self._consolidate_forever(s.consolidation_interval_seconds)
+            )
         log.info(
             "engram listening on %s (storage: %s, embedder: %s)",
             self.address,
@@ -470,6 +500,18 @@ class EngramServer:
             except Exception:
                 log.exception("periodic reflection failed; will retry")
 
+    async def _consolidate_forever(self, interval: float) -> None:
+        """Periodic consolidation: only collections written to since their last run."""
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                for name, report in (await self.consolidator.run_due()).items():
+                    log.info(
+                        "periodic consolidation of %s: %s (%s)", name, report.outcome.value, report.detail
+                    )
+            except Exception:
+                log.exception("periodic consolidation failed; will retry")
+
     async def stop(self, grace: float | None = None) -> None:
         """Health turns NOT_SERVING, new calls are refused, in-flight calls finish (up to grace)."""
         if self._stopped:
@@ -479,7 +521,7 @@ class EngramServer:
             await self._health.enter_graceful_shutdown()
         if self._http is not None:
             await self._http.stop()
-        for task in (self._sweeper, self._reflecting):
+        for task in (self._sweeper, self._reflecting, self._consolidating):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

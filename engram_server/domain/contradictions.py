@@ -139,20 +139,29 @@ def change_cue(text: str) -> Cue | None:
 
 # ------------------------------------------------------------------ subject labels
 
-_LABEL_NOUNS = frozenset(
-    """invoice invoices ticket tickets order orders issue issues bug bugs pr prs case cases room rooms
+_LABEL_NOUNS_TEXT = """
+    invoice invoices ticket tickets order orders issue issues bug bugs pr prs case cases room rooms
     flight flights account accounts table tables step steps item items task tasks incident incidents
     request requests job jobs build builds batch batches release releases version versions sprint
     sprints chapter chapters section sections page pages line lines row rows invoice# no no. number
     id ticket# order# contract contracts customer customers patient patients unit units lot lots
     server servers node nodes host hosts cluster clusters project projects phase phases milestone
-    milestones gate gates seat seats bus route routes apartment apartments floor floors building""".split()
-)
+    milestones gate gates seat seats bus route routes apartment apartments floor floors building"""
+_LABEL_NOUNS = frozenset(_LABEL_NOUNS_TEXT.split())
 _ZH_LABEL_BEFORE = re.compile(
     r"(?:发票|订单|工单|房间|航班|编号|单号|账号|账户|合同|客户|病人|患者|工号|车次|座位|版本|任务|"
     r"事故|第)\s*$"
 )
 _ZH_LABEL_AFTER = re.compile(r"^\s*(?:号|次航班|号房|号楼|号线)")
+_RE_CJK_START = re.compile("[\u3400-\u4dbf\u4e00-\u9fff]")
+#: A narrated past occurrence ("ran 5 km", "paid $40 yesterday", 跑了, 昨天): two of them with other
+#: numbers are two occurrences, not a changed fact (unless a change statement says otherwise).
+_RE_EN_PAST = re.compile(
+    r"\b(?:was|were|did|had|went|ran|paid|bought|met|took|ate|visited|sent|spent|saw|made|got|"
+    r"walked|cooked|read|wrote|called|yesterday|ago|last (?:week|month|year|night|time))\b",
+    re.IGNORECASE,
+)
+_RE_ZH_PAST = re.compile(r"了|过|昨天|前天|上周|上个月|去年|刚才")
 _RE_TOKEN = re.compile(r"[A-Za-z\u00c0-\u024f0-9#][A-Za-z\u00c0-\u024f0-9#\-_.@/:+]*")
 
 
@@ -186,6 +195,8 @@ def _labels_subject(text: str, value: str) -> bool:
 
 def _leads(text: str, name: str) -> bool:
     """Whether the name is the first content word of ``text`` (the sentence's subject)."""
+    if _RE_CJK_START.match(name):
+        return text.lstrip().startswith(name)
     words = [w.casefold() for w in _RE_TOKEN.findall(text)[:3]]
     words = [w for w in words if w not in ("the", "a", "an", "our", "my", "their", "his", "her")]
     return bool(words) and re.sub(r"'s$", "", words[0]) == name
@@ -274,6 +285,8 @@ def judge(
         return Verdict(None, None, "a change statement, but not clearly about the stored memory")
     if not found or similarity < pol.specifics_threshold:
         return Verdict(None, None, "no specific differs" if not found else "too far apart to tell")
+    if _RE_EN_PAST.search(existing) or _RE_EN_PAST.search(new) or _RE_ZH_PAST.search(existing + new):
+        return Verdict(None, None, "two narrated occurrences, not a changed fact")
     kinds = {c.kind for c in found}
     if kinds <= {"identifier"}:
         return Verdict(False, None, "only identifiers differ: different things")

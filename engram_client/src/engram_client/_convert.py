@@ -13,6 +13,9 @@ from engram_client.models import (
     AddOutcome,
     AddResult,
     CollectionInfo,
+    ConsolidatedCluster,
+    ConsolidationResult,
+    Contradiction,
     DeleteCollectionResult,
     DeleteResult,
     GetResult,
@@ -93,7 +96,10 @@ def timestamp_to_proto(value: datetime, what: str) -> Timestamp:
 
 
 def _time(
-    message: memory_pb2.Memory | memory_pb2.CollectionInfo | memory_service_pb2.RunReflectionResponse,
+    message: memory_pb2.Memory
+    | memory_pb2.CollectionInfo
+    | memory_service_pb2.RunReflectionResponse
+    | memory_service_pb2.RunConsolidationResponse,
     name: str,
 ) -> datetime | None:
     if not message.HasField(name):  # type: ignore[arg-type]
@@ -190,6 +196,22 @@ def add_result(
         duplicate_of_index=duplicate_of_index,
         gate_reason=resp.gate_reason,
         abridged=abridged,
+        conflicts=tuple(
+            Contradiction(
+                memory_id=x.memory_id,
+                content=x.content,
+                type=_TYPE_FROM.get(x.type, MemoryType.UNSPECIFIED),
+                similarity=x.similarity,
+                basis=x.basis,
+                specifics=tuple(
+                    SpecificConflict(c.kind, tuple(c.existing_values), tuple(c.new_values))
+                    for c in x.specifics
+                ),
+                explanation=x.explanation,
+                superseded=x.superseded,
+            )
+            for x in resp.conflicts
+        ),
     )
 
 
@@ -285,4 +307,43 @@ def reflection_result(resp: memory_service_pb2.RunReflectionResponse) -> Reflect
         duplicates=_similar(resp.duplicates),
         reflection_collection=resp.reflection_collection,
         model=resp.model,
+    )
+
+
+_CONTRADICTION_MODES = {
+    "supersede": memory_service_pb2.CONTRADICTION_MODE_SUPERSEDE,
+    "report": memory_service_pb2.CONTRADICTION_MODE_REPORT,
+    "off": memory_service_pb2.CONTRADICTION_MODE_OFF,
+}
+
+
+def contradiction_mode_to_proto(mode: str) -> memory_service_pb2.ContradictionMode.ValueType:
+    try:
+        return _CONTRADICTION_MODES[mode]
+    except KeyError:
+        raise ValueError(
+            f"contradictions must be one of {sorted(_CONTRADICTION_MODES)}, not {mode!r}"
+        ) from None
+
+
+_CONSOLIDATION_FROM = {
+    memory_service_pb2.CONSOLIDATION_OUTCOME_COMPLETED: "completed",
+    memory_service_pb2.CONSOLIDATION_OUTCOME_NOTHING_TO_MERGE: "nothing_to_merge",
+    memory_service_pb2.CONSOLIDATION_OUTCOME_THROTTLED: "throttled",
+    memory_service_pb2.CONSOLIDATION_OUTCOME_WOULD_RUN: "would_run",
+}
+
+
+def consolidation_result(resp: memory_service_pb2.RunConsolidationResponse) -> ConsolidationResult:
+    return ConsolidationResult(
+        outcome=_CONSOLIDATION_FROM.get(resp.outcome, "unspecified"),
+        detail=resp.detail,
+        next_run_after=_time(resp, "next_run_after"),
+        clusters=tuple(
+            ConsolidatedCluster(memory_from_proto(x.insight), tuple(x.source_ids), x.merged_by)
+            for x in resp.clusters
+        ),
+        candidates=resp.candidates,
+        memories_before=resp.memories_before,
+        memories_after=resp.memories_after,
     )

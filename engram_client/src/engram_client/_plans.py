@@ -25,6 +25,7 @@ from engram_client.errors import (
 from engram_client.models import (
     AddResult,
     CollectionInfo,
+    ConsolidationResult,
     DeleteCollectionResult,
     DeleteResult,
     GetResult,
@@ -87,6 +88,8 @@ def _fill_new_memory(req: _NewMemoryMessage, memory: NewMemory) -> tuple[_NewMem
     req.metadata.update(memory.metadata or {})
     req.request_id = rid
     req.allow_duplicate = memory.allow_duplicate
+    if memory.contradictions is not None:
+        req.contradictions = _convert.contradiction_mode_to_proto(memory.contradictions)
     if memory.type is not None:
         req.type = _convert.memory_type_to_proto(memory.type)
     if memory.importance is not None:
@@ -116,6 +119,7 @@ def add(
     valid_until: datetime | None,
     request_id: str | None,
     allow_duplicate: bool = False,
+    contradictions: str | None = None,
 ) -> Plan[AddResult]:
     memory = NewMemory(
         content,
@@ -129,6 +133,7 @@ def add(
         valid_until=valid_until,
         request_id=request_id,
         allow_duplicate=allow_duplicate,
+        contradictions=contradictions,
     )
     req, rid = _fill_new_memory(memory_service_pb2.AddMemoryRequest(collection=collection or ""), memory)
     # The same request_id is sent on every attempt, so a retry of a write that did land is
@@ -299,6 +304,14 @@ def run_reflection(*, collection: str | None, dry_run: bool, force: bool) -> Pla
     return Plan(
         "RunReflection", req, _convert.reflection_result, retry=dry_run, map_error=_reflection_unavailable
     )
+
+
+def run_consolidation(*, collection: str | None, dry_run: bool, force: bool) -> Plan[ConsolidationResult]:
+    req = memory_service_pb2.RunConsolidationRequest(
+        collection=collection or "", dry_run=dry_run, force=force
+    )
+    # A real run writes insights: not retried; a dry run writes nothing and is retried.
+    return Plan("RunConsolidation", req, _convert.consolidation_result, retry=dry_run)
 
 
 REFLECTION_UNAVAILABLE = "reflection is not available on this server"

@@ -64,6 +64,7 @@ from engram_client.config import ConnectionConfig, RetryPolicy
 from engram_client.models import (
     AddResult,
     CollectionInfo,
+    ConsolidationResult,
     DeleteCollectionResult,
     DeleteResult,
     GetResult,
@@ -251,6 +252,7 @@ class EngramClient(_ClientBase):
         valid_until: datetime | None = None,
         request_id: str | None = None,
         allow_duplicate: bool = False,
+        contradictions: str | None = None,
         timeout: float | None = None,
     ) -> AddResult:
         """Store a memory unless a near-copy exists (then ``outcome`` is DUPLICATE and nothing is
@@ -262,6 +264,11 @@ class EngramClient(_ClientBase):
         the memory is written, ``gate_reason`` is ``"conflicting_specifics"`` and the stored one is
         listed in ``near_duplicates`` with its ``conflicts``. ``allow_duplicate=True`` writes even a
         duplicate (``gate_reason`` ``"allow_duplicate"``).
+
+        A stored memory the new one contradicts (the same subject with another value: "moved from
+        X to Y", a changed number or date, a negation) is listed in ``conflicts`` and, by default,
+        superseded (history, never searched); ``contradictions="report"`` only lists it,
+        ``"off"`` does not look.
         """
         plan = _plans.add(
             content,
@@ -276,6 +283,7 @@ class EngramClient(_ClientBase):
             valid_until=valid_until,
             request_id=request_id,
             allow_duplicate=allow_duplicate,
+            contradictions=contradictions,
         )
         return self._run(plan, timeout)
 
@@ -472,6 +480,21 @@ class EngramClient(_ClientBase):
         LlmUnavailableError / LlmInvalidOutputError when the LLM fails (nothing is written)."""
         return self._run(_plans.run_reflection(collection=collection, dry_run=dry_run, force=force), timeout)
 
+    def run_consolidation(
+        self,
+        *,
+        collection: str | None = None,
+        dry_run: bool = False,
+        force: bool = False,
+        timeout: float | None = None,
+    ) -> ConsolidationResult:
+        """Merge clusters of related event memories of ``collection`` into one insight each (every
+        number, date and name kept); the sources become the insight's history. Throttled (minimum
+        interval and nothing-written-since, which ``force`` skips; daily cap): a refused run is
+        ``outcome="throttled"``. ``dry_run`` reports the clusters without writing."""
+        plan = _plans.run_consolidation(collection=collection, dry_run=dry_run, force=force)
+        return self._run(plan, timeout)
+
 
 class AsyncEngramClient(_ClientBase):
     """asyncio client; same arguments and methods as :class:`EngramClient`, awaited.
@@ -569,6 +592,7 @@ class AsyncEngramClient(_ClientBase):
         valid_until: datetime | None = None,
         request_id: str | None = None,
         allow_duplicate: bool = False,
+        contradictions: str | None = None,
         timeout: float | None = None,
     ) -> AddResult:
         """See :meth:`EngramClient.add`."""
@@ -585,6 +609,7 @@ class AsyncEngramClient(_ClientBase):
             valid_until=valid_until,
             request_id=request_id,
             allow_duplicate=allow_duplicate,
+            contradictions=contradictions,
         )
         return await self._run(plan, timeout)
 
@@ -756,4 +781,16 @@ class AsyncEngramClient(_ClientBase):
     ) -> ReflectionResult:
         """See :meth:`EngramClient.run_reflection`."""
         plan = _plans.run_reflection(collection=collection, dry_run=dry_run, force=force)
+        return await self._run(plan, timeout)
+
+    async def run_consolidation(
+        self,
+        *,
+        collection: str | None = None,
+        dry_run: bool = False,
+        force: bool = False,
+        timeout: float | None = None,
+    ) -> ConsolidationResult:
+        """See :meth:`EngramClient.run_consolidation`."""
+        plan = _plans.run_consolidation(collection=collection, dry_run=dry_run, force=force)
         return await self._run(plan, timeout)

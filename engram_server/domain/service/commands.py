@@ -9,6 +9,7 @@ from enum import StrEnum
 import numpy as np
 import numpy.typing as npt
 
+from engram_server.domain.contradictions import Basis, ContradictionMode, ContradictionPolicy
 from engram_server.domain.model import (
     DEFAULT_COLLECTION,
     Candidates,
@@ -62,6 +63,8 @@ class Policy:
     ambiguity_margin: float = 0.02
     default_collection: str = DEFAULT_COLLECTION
     limits: Limits = field(default_factory=Limits)
+    #: Contradictions: supersede the older memory, only report, or off (see domain/contradictions.py).
+    contradictions: ContradictionPolicy = field(default_factory=ContradictionPolicy)
 
 
 # ---------------------------------------------------------------- commands and results
@@ -82,6 +85,8 @@ class AddCommand:
     request_id: str = ""
     #: Write even when the gate finds a duplicate (the result names it among the near duplicates).
     allow_duplicate: bool = False
+    #: What to do with a stored memory the new one contradicts; None: the policy's mode.
+    contradictions: ContradictionMode | None = None
 
 
 class AddOutcome(StrEnum):
@@ -114,6 +119,19 @@ class Similar:
 
 
 @dataclass(frozen=True, slots=True)
+class Contradiction:
+    """A stored memory the new one contradicts (same subject, another value), and what was done."""
+
+    record: MemoryRecord
+    similarity: float
+    basis: Basis
+    conflicts: tuple[Conflict, ...]
+    explanation: str
+    #: The stored memory is now superseded by the new one.
+    superseded: bool
+
+
+@dataclass(frozen=True, slots=True)
 class AddResult:
     memory: MemoryRecord
     outcome: AddOutcome
@@ -124,6 +142,8 @@ class AddResult:
     duplicate_of: int | None = None
     #: CREATED although a memory was above the duplicate threshold: why (see :class:`GateReason`).
     reason: GateReason = GateReason.NONE
+    #: CREATED: the stored memories the new one contradicts (superseded or only reported).
+    contradictions: tuple[Contradiction, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,7 +33,7 @@ from engram_server.domain.validation import (
     Violations,
     check_collection,
 )
-from engram_server.ports import Embedder, LexicalEncoder, Store
+from engram_server.ports import Embedder, LexicalEncoder, Llm, Store
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +100,8 @@ class ServiceCore:
         self._flush_now = asyncio.Event()
         #: collection -> time of the last write (add or update), for activity-driven reflection.
         self.last_write_at: dict[str, float] = {}
+        #: The LLM that judges contradictions the rules cannot decide (None: rules only).
+        self.contradiction_llm: Llm | None = None
 
     def now(self) -> float:
         return self._clock.now()

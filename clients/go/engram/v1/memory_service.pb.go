@@ -23,6 +23,64 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// ContradictionMode says what the write gate does with a stored memory the new one contradicts.
+type ContradictionMode int32
+
+const (
+	// The server's setting (ENGRAM_CONTRADICTIONS; default supersede).
+	ContradictionMode_CONTRADICTION_MODE_UNSPECIFIED ContradictionMode = 0
+	// Mark the stored memory superseded by the new one: it stays in the new memory's history
+	// (GetMemory with include_history) and is never returned by search again.
+	ContradictionMode_CONTRADICTION_MODE_SUPERSEDE ContradictionMode = 1
+	// Only list it in `conflicts` (superseded false); nothing else changes.
+	ContradictionMode_CONTRADICTION_MODE_REPORT ContradictionMode = 2
+	// Do not look for contradictions (`conflicts` stays empty).
+	ContradictionMode_CONTRADICTION_MODE_OFF ContradictionMode = 3
+)
+
+// Enum value maps for ContradictionMode.
+var (
+	ContradictionMode_name = map[int32]string{
+		0: "CONTRADICTION_MODE_UNSPECIFIED",
+		1: "CONTRADICTION_MODE_SUPERSEDE",
+		2: "CONTRADICTION_MODE_REPORT",
+		3: "CONTRADICTION_MODE_OFF",
+	}
+	ContradictionMode_value = map[string]int32{
+		"CONTRADICTION_MODE_UNSPECIFIED": 0,
+		"CONTRADICTION_MODE_SUPERSEDE":   1,
+		"CONTRADICTION_MODE_REPORT":      2,
+		"CONTRADICTION_MODE_OFF":         3,
+	}
+)
+
+func (x ContradictionMode) Enum() *ContradictionMode {
+	p := new(ContradictionMode)
+	*p = x
+	return p
+}
+
+func (x ContradictionMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ContradictionMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_engram_v1_memory_service_proto_enumTypes[0].Descriptor()
+}
+
+func (ContradictionMode) Type() protoreflect.EnumType {
+	return &file_engram_v1_memory_service_proto_enumTypes[0]
+}
+
+func (x ContradictionMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ContradictionMode.Descriptor instead.
+func (ContradictionMode) EnumDescriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{0}
+}
+
 // AddOutcome says what AddMemory did (or AddMemories did with one item).
 type AddOutcome int32
 
@@ -60,11 +118,11 @@ func (x AddOutcome) String() string {
 }
 
 func (AddOutcome) Descriptor() protoreflect.EnumDescriptor {
-	return file_engram_v1_memory_service_proto_enumTypes[0].Descriptor()
+	return file_engram_v1_memory_service_proto_enumTypes[1].Descriptor()
 }
 
 func (AddOutcome) Type() protoreflect.EnumType {
-	return &file_engram_v1_memory_service_proto_enumTypes[0]
+	return &file_engram_v1_memory_service_proto_enumTypes[1]
 }
 
 func (x AddOutcome) Number() protoreflect.EnumNumber {
@@ -73,7 +131,7 @@ func (x AddOutcome) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use AddOutcome.Descriptor instead.
 func (AddOutcome) EnumDescriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{0}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{1}
 }
 
 // ReflectionOutcome says what RunReflection did.
@@ -122,11 +180,11 @@ func (x ReflectionOutcome) String() string {
 }
 
 func (ReflectionOutcome) Descriptor() protoreflect.EnumDescriptor {
-	return file_engram_v1_memory_service_proto_enumTypes[1].Descriptor()
+	return file_engram_v1_memory_service_proto_enumTypes[2].Descriptor()
 }
 
 func (ReflectionOutcome) Type() protoreflect.EnumType {
-	return &file_engram_v1_memory_service_proto_enumTypes[1]
+	return &file_engram_v1_memory_service_proto_enumTypes[2]
 }
 
 func (x ReflectionOutcome) Number() protoreflect.EnumNumber {
@@ -135,7 +193,7 @@ func (x ReflectionOutcome) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ReflectionOutcome.Descriptor instead.
 func (ReflectionOutcome) EnumDescriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{1}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{2}
 }
 
 // ReflectionGate names the gate that refused a run.
@@ -187,11 +245,11 @@ func (x ReflectionGate) String() string {
 }
 
 func (ReflectionGate) Descriptor() protoreflect.EnumDescriptor {
-	return file_engram_v1_memory_service_proto_enumTypes[2].Descriptor()
+	return file_engram_v1_memory_service_proto_enumTypes[3].Descriptor()
 }
 
 func (ReflectionGate) Type() protoreflect.EnumType {
-	return &file_engram_v1_memory_service_proto_enumTypes[2]
+	return &file_engram_v1_memory_service_proto_enumTypes[3]
 }
 
 func (x ReflectionGate) Number() protoreflect.EnumNumber {
@@ -200,7 +258,68 @@ func (x ReflectionGate) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ReflectionGate.Descriptor instead.
 func (ReflectionGate) EnumDescriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{2}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{3}
+}
+
+// ConsolidationOutcome says what RunConsolidation did.
+type ConsolidationOutcome int32
+
+const (
+	// Never sent.
+	ConsolidationOutcome_CONSOLIDATION_OUTCOME_UNSPECIFIED ConsolidationOutcome = 0
+	// Insights were written and their sources superseded.
+	ConsolidationOutcome_CONSOLIDATION_OUTCOME_COMPLETED ConsolidationOutcome = 1
+	// No cluster of related event memories was found; nothing was written.
+	ConsolidationOutcome_CONSOLIDATION_OUTCOME_NOTHING_TO_MERGE ConsolidationOutcome = 2
+	// A gate refused the run; see detail and next_run_after.
+	ConsolidationOutcome_CONSOLIDATION_OUTCOME_THROTTLED ConsolidationOutcome = 3
+	// dry_run: these clusters would be merged.
+	ConsolidationOutcome_CONSOLIDATION_OUTCOME_WOULD_RUN ConsolidationOutcome = 4
+)
+
+// Enum value maps for ConsolidationOutcome.
+var (
+	ConsolidationOutcome_name = map[int32]string{
+		0: "CONSOLIDATION_OUTCOME_UNSPECIFIED",
+		1: "CONSOLIDATION_OUTCOME_COMPLETED",
+		2: "CONSOLIDATION_OUTCOME_NOTHING_TO_MERGE",
+		3: "CONSOLIDATION_OUTCOME_THROTTLED",
+		4: "CONSOLIDATION_OUTCOME_WOULD_RUN",
+	}
+	ConsolidationOutcome_value = map[string]int32{
+		"CONSOLIDATION_OUTCOME_UNSPECIFIED":      0,
+		"CONSOLIDATION_OUTCOME_COMPLETED":        1,
+		"CONSOLIDATION_OUTCOME_NOTHING_TO_MERGE": 2,
+		"CONSOLIDATION_OUTCOME_THROTTLED":        3,
+		"CONSOLIDATION_OUTCOME_WOULD_RUN":        4,
+	}
+)
+
+func (x ConsolidationOutcome) Enum() *ConsolidationOutcome {
+	p := new(ConsolidationOutcome)
+	*p = x
+	return p
+}
+
+func (x ConsolidationOutcome) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ConsolidationOutcome) Descriptor() protoreflect.EnumDescriptor {
+	return file_engram_v1_memory_service_proto_enumTypes[4].Descriptor()
+}
+
+func (ConsolidationOutcome) Type() protoreflect.EnumType {
+	return &file_engram_v1_memory_service_proto_enumTypes[4]
+}
+
+func (x ConsolidationOutcome) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ConsolidationOutcome.Descriptor instead.
+func (ConsolidationOutcome) EnumDescriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{4}
 }
 
 // AddMemoryRequest asks to store one memory.
@@ -234,6 +353,10 @@ type AddMemoryRequest struct {
 	// Write even when the gate finds a duplicate: the outcome is CREATED, gate_reason is
 	// "allow_duplicate" and the duplicate is listed in near_duplicates (with that reason).
 	AllowDuplicate bool `protobuf:"varint,12,opt,name=allow_duplicate,json=allowDuplicate,proto3" json:"allow_duplicate,omitempty"`
+	// What to do when the new memory contradicts a stored one (the same subject with another
+	// value): supersede it, only report it, or not look. Unspecified means the server's
+	// ENGRAM_CONTRADICTIONS (default supersede). See `conflicts` in the response.
+	Contradictions ContradictionMode `protobuf:"varint,65,opt,name=contradictions,proto3,enum=engram.v1.ContradictionMode" json:"contradictions,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -352,6 +475,126 @@ func (x *AddMemoryRequest) GetAllowDuplicate() bool {
 	return false
 }
 
+func (x *AddMemoryRequest) GetContradictions() ContradictionMode {
+	if x != nil {
+		return x.Contradictions
+	}
+	return ContradictionMode_CONTRADICTION_MODE_UNSPECIFIED
+}
+
+// Contradiction explains why a new memory contradicts a stored one (same subject, another value).
+type Contradiction struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The stored memory's id.
+	MemoryId string `protobuf:"bytes,1,opt,name=memory_id,json=memoryId,proto3" json:"memory_id,omitempty"`
+	// The stored memory's content.
+	Content string `protobuf:"bytes,2,opt,name=content,proto3" json:"content,omitempty"`
+	// Its type.
+	Type MemoryType `protobuf:"varint,3,opt,name=type,proto3,enum=engram.v1.MemoryType" json:"type,omitempty"`
+	// Calibrated similarity between the stored memory and the new content.
+	Similarity float32 `protobuf:"fixed32,4,opt,name=similarity,proto3" json:"similarity,omitempty"`
+	// Why it is a contradiction: "change_statement" (the new content says the value changed:
+	// "moved from X to Y", "no longer", 改为 …), "specifics" (the same statement with another
+	// number, date, name or negation) or "llm" (the configured LLM judged it).
+	Basis string `protobuf:"bytes,5,opt,name=basis,proto3" json:"basis,omitempty"`
+	// The specifics on which the two disagree (old values in existing_values, new in new_values).
+	Specifics []*SpecificConflict `protobuf:"bytes,6,rep,name=specifics,proto3" json:"specifics,omitempty"`
+	// A human-readable explanation.
+	Explanation string `protobuf:"bytes,7,opt,name=explanation,proto3" json:"explanation,omitempty"`
+	// True when the stored memory is now superseded by the new one (its superseded_by is set).
+	// False in report mode, for a protected memory (identity or directive) contradicted by a memory
+	// of another type, and when the new memory is older (created_at) than the stored one.
+	Superseded    bool `protobuf:"varint,8,opt,name=superseded,proto3" json:"superseded,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Contradiction) Reset() {
+	*x = Contradiction{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Contradiction) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Contradiction) ProtoMessage() {}
+
+func (x *Contradiction) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Contradiction.ProtoReflect.Descriptor instead.
+func (*Contradiction) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Contradiction) GetMemoryId() string {
+	if x != nil {
+		return x.MemoryId
+	}
+	return ""
+}
+
+func (x *Contradiction) GetContent() string {
+	if x != nil {
+		return x.Content
+	}
+	return ""
+}
+
+func (x *Contradiction) GetType() MemoryType {
+	if x != nil {
+		return x.Type
+	}
+	return MemoryType_MEMORY_TYPE_UNSPECIFIED
+}
+
+func (x *Contradiction) GetSimilarity() float32 {
+	if x != nil {
+		return x.Similarity
+	}
+	return 0
+}
+
+func (x *Contradiction) GetBasis() string {
+	if x != nil {
+		return x.Basis
+	}
+	return ""
+}
+
+func (x *Contradiction) GetSpecifics() []*SpecificConflict {
+	if x != nil {
+		return x.Specifics
+	}
+	return nil
+}
+
+func (x *Contradiction) GetExplanation() string {
+	if x != nil {
+		return x.Explanation
+	}
+	return ""
+}
+
+func (x *Contradiction) GetSuperseded() bool {
+	if x != nil {
+		return x.Superseded
+	}
+	return false
+}
+
 // AddMemoryResponse reports the outcome of AddMemory.
 type AddMemoryResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -379,14 +622,17 @@ type AddMemoryResponse struct {
 	// sentence reworded.
 	// Empty otherwise, and empty in a replayed answer (replayed near_duplicates carry id and
 	// similarity only).
-	GateReason    string `protobuf:"bytes,6,opt,name=gate_reason,json=gateReason,proto3" json:"gate_reason,omitempty"`
+	GateReason string `protobuf:"bytes,6,opt,name=gate_reason,json=gateReason,proto3" json:"gate_reason,omitempty"`
+	// For CREATED: the stored memories the new one contradicts (the same subject with another
+	// value), each with the reason and whether it was superseded. Empty in a replayed answer.
+	Conflicts     []*Contradiction `protobuf:"bytes,65,rep,name=conflicts,proto3" json:"conflicts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AddMemoryResponse) Reset() {
 	*x = AddMemoryResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[1]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -398,7 +644,7 @@ func (x *AddMemoryResponse) String() string {
 func (*AddMemoryResponse) ProtoMessage() {}
 
 func (x *AddMemoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[1]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -411,7 +657,7 @@ func (x *AddMemoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMemoryResponse.ProtoReflect.Descriptor instead.
 func (*AddMemoryResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{1}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *AddMemoryResponse) GetMemory() *Memory {
@@ -456,6 +702,13 @@ func (x *AddMemoryResponse) GetGateReason() string {
 	return ""
 }
 
+func (x *AddMemoryResponse) GetConflicts() []*Contradiction {
+	if x != nil {
+		return x.Conflicts
+	}
+	return nil
+}
+
 // AddMemoriesRequest asks to store several memories in one collection.
 type AddMemoriesRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -472,7 +725,7 @@ type AddMemoriesRequest struct {
 
 func (x *AddMemoriesRequest) Reset() {
 	*x = AddMemoriesRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[2]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -484,7 +737,7 @@ func (x *AddMemoriesRequest) String() string {
 func (*AddMemoriesRequest) ProtoMessage() {}
 
 func (x *AddMemoriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[2]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -497,7 +750,7 @@ func (x *AddMemoriesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMemoriesRequest.ProtoReflect.Descriptor instead.
 func (*AddMemoriesRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{2}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *AddMemoriesRequest) GetCollection() string {
@@ -543,13 +796,15 @@ type NewMemory struct {
 	RequestId string `protobuf:"bytes,10,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// Write even when the gate finds a duplicate (as AddMemoryRequest.allow_duplicate).
 	AllowDuplicate bool `protobuf:"varint,11,opt,name=allow_duplicate,json=allowDuplicate,proto3" json:"allow_duplicate,omitempty"`
+	// As AddMemoryRequest.contradictions.
+	Contradictions ContradictionMode `protobuf:"varint,65,opt,name=contradictions,proto3,enum=engram.v1.ContradictionMode" json:"contradictions,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
 
 func (x *NewMemory) Reset() {
 	*x = NewMemory{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[3]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -561,7 +816,7 @@ func (x *NewMemory) String() string {
 func (*NewMemory) ProtoMessage() {}
 
 func (x *NewMemory) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[3]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -574,7 +829,7 @@ func (x *NewMemory) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NewMemory.ProtoReflect.Descriptor instead.
 func (*NewMemory) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{3}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *NewMemory) GetContent() string {
@@ -654,6 +909,13 @@ func (x *NewMemory) GetAllowDuplicate() bool {
 	return false
 }
 
+func (x *NewMemory) GetContradictions() ContradictionMode {
+	if x != nil {
+		return x.Contradictions
+	}
+	return ContradictionMode_CONTRADICTION_MODE_UNSPECIFIED
+}
+
 // AddMemoryResult is the outcome of one AddMemories item; its fields 1–5 mean what they mean
 // in AddMemoryResponse.
 type AddMemoryResult struct {
@@ -679,14 +941,16 @@ type AddMemoryResult struct {
 	// (no content, tags or metadata) and `near_duplicates` only ids, similarities and types, so
 	// that the whole answer fits in one message (the server's ENGRAM_MAX_MESSAGE_BYTES): e.g.
 	// many items that duplicate large memories. GetMemory reads the whole memory.
-	Abridged      bool `protobuf:"varint,8,opt,name=abridged,proto3" json:"abridged,omitempty"`
+	Abridged bool `protobuf:"varint,8,opt,name=abridged,proto3" json:"abridged,omitempty"`
+	// As AddMemoryResponse.conflicts.
+	Conflicts     []*Contradiction `protobuf:"bytes,65,rep,name=conflicts,proto3" json:"conflicts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AddMemoryResult) Reset() {
 	*x = AddMemoryResult{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[4]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -698,7 +962,7 @@ func (x *AddMemoryResult) String() string {
 func (*AddMemoryResult) ProtoMessage() {}
 
 func (x *AddMemoryResult) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[4]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -711,7 +975,7 @@ func (x *AddMemoryResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMemoryResult.ProtoReflect.Descriptor instead.
 func (*AddMemoryResult) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{4}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *AddMemoryResult) GetMemory() *Memory {
@@ -770,6 +1034,13 @@ func (x *AddMemoryResult) GetAbridged() bool {
 	return false
 }
 
+func (x *AddMemoryResult) GetConflicts() []*Contradiction {
+	if x != nil {
+		return x.Conflicts
+	}
+	return nil
+}
+
 // AddMemoriesResponse reports the outcome of every item of AddMemories.
 type AddMemoriesResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -781,7 +1052,7 @@ type AddMemoriesResponse struct {
 
 func (x *AddMemoriesResponse) Reset() {
 	*x = AddMemoriesResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[5]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -793,7 +1064,7 @@ func (x *AddMemoriesResponse) String() string {
 func (*AddMemoriesResponse) ProtoMessage() {}
 
 func (x *AddMemoriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[5]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -806,7 +1077,7 @@ func (x *AddMemoriesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMemoriesResponse.ProtoReflect.Descriptor instead.
 func (*AddMemoriesResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{5}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *AddMemoriesResponse) GetResults() []*AddMemoryResult {
@@ -844,7 +1115,7 @@ type SearchMemoriesRequest struct {
 
 func (x *SearchMemoriesRequest) Reset() {
 	*x = SearchMemoriesRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[6]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -856,7 +1127,7 @@ func (x *SearchMemoriesRequest) String() string {
 func (*SearchMemoriesRequest) ProtoMessage() {}
 
 func (x *SearchMemoriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[6]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -869,7 +1140,7 @@ func (x *SearchMemoriesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SearchMemoriesRequest.ProtoReflect.Descriptor instead.
 func (*SearchMemoriesRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{6}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SearchMemoriesRequest) GetQuery() string {
@@ -941,7 +1212,7 @@ type SearchResult struct {
 
 func (x *SearchResult) Reset() {
 	*x = SearchResult{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[7]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -953,7 +1224,7 @@ func (x *SearchResult) String() string {
 func (*SearchResult) ProtoMessage() {}
 
 func (x *SearchResult) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[7]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -966,7 +1237,7 @@ func (x *SearchResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SearchResult.ProtoReflect.Descriptor instead.
 func (*SearchResult) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{7}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SearchResult) GetMemory() *Memory {
@@ -998,7 +1269,7 @@ type SearchMemoriesResponse struct {
 
 func (x *SearchMemoriesResponse) Reset() {
 	*x = SearchMemoriesResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[8]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1010,7 +1281,7 @@ func (x *SearchMemoriesResponse) String() string {
 func (*SearchMemoriesResponse) ProtoMessage() {}
 
 func (x *SearchMemoriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[8]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1023,7 +1294,7 @@ func (x *SearchMemoriesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SearchMemoriesResponse.ProtoReflect.Descriptor instead.
 func (*SearchMemoriesResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{8}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SearchMemoriesResponse) GetResults() []*SearchResult {
@@ -1054,7 +1325,7 @@ type SemanticLocator struct {
 
 func (x *SemanticLocator) Reset() {
 	*x = SemanticLocator{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[9]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1066,7 +1337,7 @@ func (x *SemanticLocator) String() string {
 func (*SemanticLocator) ProtoMessage() {}
 
 func (x *SemanticLocator) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[9]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1079,7 +1350,7 @@ func (x *SemanticLocator) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SemanticLocator.ProtoReflect.Descriptor instead.
 func (*SemanticLocator) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{9}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SemanticLocator) GetContent() string {
@@ -1107,7 +1378,7 @@ type StringList struct {
 
 func (x *StringList) Reset() {
 	*x = StringList{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[10]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1119,7 +1390,7 @@ func (x *StringList) String() string {
 func (*StringList) ProtoMessage() {}
 
 func (x *StringList) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[10]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1132,7 +1403,7 @@ func (x *StringList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StringList.ProtoReflect.Descriptor instead.
 func (*StringList) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{10}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *StringList) GetValues() []string {
@@ -1153,7 +1424,7 @@ type StringMap struct {
 
 func (x *StringMap) Reset() {
 	*x = StringMap{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[11]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1165,7 +1436,7 @@ func (x *StringMap) String() string {
 func (*StringMap) ProtoMessage() {}
 
 func (x *StringMap) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[11]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1178,7 +1449,7 @@ func (x *StringMap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StringMap.ProtoReflect.Descriptor instead.
 func (*StringMap) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{11}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *StringMap) GetEntries() map[string]string {
@@ -1222,7 +1493,7 @@ type UpdateMemoryRequest struct {
 
 func (x *UpdateMemoryRequest) Reset() {
 	*x = UpdateMemoryRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[12]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1234,7 +1505,7 @@ func (x *UpdateMemoryRequest) String() string {
 func (*UpdateMemoryRequest) ProtoMessage() {}
 
 func (x *UpdateMemoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[12]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1247,7 +1518,7 @@ func (x *UpdateMemoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateMemoryRequest.ProtoReflect.Descriptor instead.
 func (*UpdateMemoryRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{12}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *UpdateMemoryRequest) GetCollection() string {
@@ -1368,7 +1639,7 @@ type UpdateMemoryResponse struct {
 
 func (x *UpdateMemoryResponse) Reset() {
 	*x = UpdateMemoryResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[13]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1380,7 +1651,7 @@ func (x *UpdateMemoryResponse) String() string {
 func (*UpdateMemoryResponse) ProtoMessage() {}
 
 func (x *UpdateMemoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[13]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1393,7 +1664,7 @@ func (x *UpdateMemoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateMemoryResponse.ProtoReflect.Descriptor instead.
 func (*UpdateMemoryResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{13}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *UpdateMemoryResponse) GetMemory() *Memory {
@@ -1447,7 +1718,7 @@ type DeleteQuery struct {
 
 func (x *DeleteQuery) Reset() {
 	*x = DeleteQuery{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[14]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1459,7 +1730,7 @@ func (x *DeleteQuery) String() string {
 func (*DeleteQuery) ProtoMessage() {}
 
 func (x *DeleteQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[14]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1472,7 +1743,7 @@ func (x *DeleteQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteQuery.ProtoReflect.Descriptor instead.
 func (*DeleteQuery) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{14}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *DeleteQuery) GetQuery() string {
@@ -1519,7 +1790,7 @@ type DeleteMemoryRequest struct {
 
 func (x *DeleteMemoryRequest) Reset() {
 	*x = DeleteMemoryRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[15]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1531,7 +1802,7 @@ func (x *DeleteMemoryRequest) String() string {
 func (*DeleteMemoryRequest) ProtoMessage() {}
 
 func (x *DeleteMemoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[15]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1544,7 +1815,7 @@ func (x *DeleteMemoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteMemoryRequest.ProtoReflect.Descriptor instead.
 func (*DeleteMemoryRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{15}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DeleteMemoryRequest) GetCollection() string {
@@ -1630,7 +1901,7 @@ type DeleteMemoryResponse struct {
 
 func (x *DeleteMemoryResponse) Reset() {
 	*x = DeleteMemoryResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[16]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1642,7 +1913,7 @@ func (x *DeleteMemoryResponse) String() string {
 func (*DeleteMemoryResponse) ProtoMessage() {}
 
 func (x *DeleteMemoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[16]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1655,7 +1926,7 @@ func (x *DeleteMemoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteMemoryResponse.ProtoReflect.Descriptor instead.
 func (*DeleteMemoryResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{16}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DeleteMemoryResponse) GetDeleted() []*Memory {
@@ -1702,7 +1973,7 @@ type GetMemoryRequest struct {
 
 func (x *GetMemoryRequest) Reset() {
 	*x = GetMemoryRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[17]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1714,7 +1985,7 @@ func (x *GetMemoryRequest) String() string {
 func (*GetMemoryRequest) ProtoMessage() {}
 
 func (x *GetMemoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[17]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1727,7 +1998,7 @@ func (x *GetMemoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMemoryRequest.ProtoReflect.Descriptor instead.
 func (*GetMemoryRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{17}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetMemoryRequest) GetCollection() string {
@@ -1768,7 +2039,7 @@ type GetMemoryResponse struct {
 
 func (x *GetMemoryResponse) Reset() {
 	*x = GetMemoryResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[18]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1780,7 +2051,7 @@ func (x *GetMemoryResponse) String() string {
 func (*GetMemoryResponse) ProtoMessage() {}
 
 func (x *GetMemoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[18]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1793,7 +2064,7 @@ func (x *GetMemoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMemoryResponse.ProtoReflect.Descriptor instead.
 func (*GetMemoryResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{18}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetMemoryResponse) GetMemory() *Memory {
@@ -1837,7 +2108,7 @@ type ListMemoriesRequest struct {
 
 func (x *ListMemoriesRequest) Reset() {
 	*x = ListMemoriesRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[19]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1849,7 +2120,7 @@ func (x *ListMemoriesRequest) String() string {
 func (*ListMemoriesRequest) ProtoMessage() {}
 
 func (x *ListMemoriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[19]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1862,7 +2133,7 @@ func (x *ListMemoriesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMemoriesRequest.ProtoReflect.Descriptor instead.
 func (*ListMemoriesRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{19}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListMemoriesRequest) GetCollection() string {
@@ -1915,7 +2186,7 @@ type ListMemoriesResponse struct {
 
 func (x *ListMemoriesResponse) Reset() {
 	*x = ListMemoriesResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[20]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1927,7 +2198,7 @@ func (x *ListMemoriesResponse) String() string {
 func (*ListMemoriesResponse) ProtoMessage() {}
 
 func (x *ListMemoriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[20]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1940,7 +2211,7 @@ func (x *ListMemoriesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMemoriesResponse.ProtoReflect.Descriptor instead.
 func (*ListMemoriesResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{20}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListMemoriesResponse) GetMemories() []*Memory {
@@ -1966,7 +2237,7 @@ type ListCollectionsRequest struct {
 
 func (x *ListCollectionsRequest) Reset() {
 	*x = ListCollectionsRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[21]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1978,7 +2249,7 @@ func (x *ListCollectionsRequest) String() string {
 func (*ListCollectionsRequest) ProtoMessage() {}
 
 func (x *ListCollectionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[21]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1991,7 +2262,7 @@ func (x *ListCollectionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCollectionsRequest.ProtoReflect.Descriptor instead.
 func (*ListCollectionsRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{21}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{22}
 }
 
 // ListCollectionsResponse lists collections.
@@ -2005,7 +2276,7 @@ type ListCollectionsResponse struct {
 
 func (x *ListCollectionsResponse) Reset() {
 	*x = ListCollectionsResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[22]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2017,7 +2288,7 @@ func (x *ListCollectionsResponse) String() string {
 func (*ListCollectionsResponse) ProtoMessage() {}
 
 func (x *ListCollectionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[22]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2030,7 +2301,7 @@ func (x *ListCollectionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCollectionsResponse.ProtoReflect.Descriptor instead.
 func (*ListCollectionsResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{22}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListCollectionsResponse) GetCollections() []*CollectionInfo {
@@ -2051,7 +2322,7 @@ type DeleteCollectionRequest struct {
 
 func (x *DeleteCollectionRequest) Reset() {
 	*x = DeleteCollectionRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[23]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2063,7 +2334,7 @@ func (x *DeleteCollectionRequest) String() string {
 func (*DeleteCollectionRequest) ProtoMessage() {}
 
 func (x *DeleteCollectionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[23]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2076,7 +2347,7 @@ func (x *DeleteCollectionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteCollectionRequest.ProtoReflect.Descriptor instead.
 func (*DeleteCollectionRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{23}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DeleteCollectionRequest) GetName() string {
@@ -2099,7 +2370,7 @@ type DeleteCollectionResponse struct {
 
 func (x *DeleteCollectionResponse) Reset() {
 	*x = DeleteCollectionResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[24]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2111,7 +2382,7 @@ func (x *DeleteCollectionResponse) String() string {
 func (*DeleteCollectionResponse) ProtoMessage() {}
 
 func (x *DeleteCollectionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[24]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2124,7 +2395,7 @@ func (x *DeleteCollectionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteCollectionResponse.ProtoReflect.Descriptor instead.
 func (*DeleteCollectionResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{24}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DeleteCollectionResponse) GetDeletedCount() int64 {
@@ -2157,7 +2428,7 @@ type RunReflectionRequest struct {
 
 func (x *RunReflectionRequest) Reset() {
 	*x = RunReflectionRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[25]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2169,7 +2440,7 @@ func (x *RunReflectionRequest) String() string {
 func (*RunReflectionRequest) ProtoMessage() {}
 
 func (x *RunReflectionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[25]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2182,7 +2453,7 @@ func (x *RunReflectionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunReflectionRequest.ProtoReflect.Descriptor instead.
 func (*RunReflectionRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{25}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RunReflectionRequest) GetCollection() string {
@@ -2242,7 +2513,7 @@ type RunReflectionResponse struct {
 
 func (x *RunReflectionResponse) Reset() {
 	*x = RunReflectionResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[26]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2254,7 +2525,7 @@ func (x *RunReflectionResponse) String() string {
 func (*RunReflectionResponse) ProtoMessage() {}
 
 func (x *RunReflectionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[26]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2267,7 +2538,7 @@ func (x *RunReflectionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunReflectionResponse.ProtoReflect.Descriptor instead.
 func (*RunReflectionResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{26}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RunReflectionResponse) GetOutcome() ReflectionOutcome {
@@ -2374,7 +2645,7 @@ type ListGateDecisionsRequest struct {
 
 func (x *ListGateDecisionsRequest) Reset() {
 	*x = ListGateDecisionsRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[27]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2386,7 +2657,7 @@ func (x *ListGateDecisionsRequest) String() string {
 func (*ListGateDecisionsRequest) ProtoMessage() {}
 
 func (x *ListGateDecisionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[27]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2399,7 +2670,7 @@ func (x *ListGateDecisionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGateDecisionsRequest.ProtoReflect.Descriptor instead.
 func (*ListGateDecisionsRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{27}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListGateDecisionsRequest) GetCollection() string {
@@ -2439,7 +2710,7 @@ type GateDecision struct {
 
 func (x *GateDecision) Reset() {
 	*x = GateDecision{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[28]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2451,7 +2722,7 @@ func (x *GateDecision) String() string {
 func (*GateDecision) ProtoMessage() {}
 
 func (x *GateDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[28]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2464,7 +2735,7 @@ func (x *GateDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GateDecision.ProtoReflect.Descriptor instead.
 func (*GateDecision) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{28}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GateDecision) GetDecidedAt() *timestamppb.Timestamp {
@@ -2529,7 +2800,7 @@ type ListGateDecisionsResponse struct {
 
 func (x *ListGateDecisionsResponse) Reset() {
 	*x = ListGateDecisionsResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[29]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2541,7 +2812,7 @@ func (x *ListGateDecisionsResponse) String() string {
 func (*ListGateDecisionsResponse) ProtoMessage() {}
 
 func (x *ListGateDecisionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[29]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2554,7 +2825,7 @@ func (x *ListGateDecisionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGateDecisionsResponse.ProtoReflect.Descriptor instead.
 func (*ListGateDecisionsResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{29}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListGateDecisionsResponse) GetDecisions() []*GateDecision {
@@ -2571,11 +2842,239 @@ func (x *ListGateDecisionsResponse) GetTruncated() bool {
 	return false
 }
 
+// RunConsolidationRequest asks for one consolidation run over a collection.
+type RunConsolidationRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The collection to consolidate. Empty means the default collection.
+	Collection string `protobuf:"bytes,1,opt,name=collection,proto3" json:"collection,omitempty"`
+	// Find the clusters and report them, but merge and write nothing.
+	DryRun bool `protobuf:"varint,2,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	// Skip the minimum-interval and nothing-changed gates (the daily cap still applies).
+	Force         bool `protobuf:"varint,3,opt,name=force,proto3" json:"force,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunConsolidationRequest) Reset() {
+	*x = RunConsolidationRequest{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunConsolidationRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunConsolidationRequest) ProtoMessage() {}
+
+func (x *RunConsolidationRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunConsolidationRequest.ProtoReflect.Descriptor instead.
+func (*RunConsolidationRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *RunConsolidationRequest) GetCollection() string {
+	if x != nil {
+		return x.Collection
+	}
+	return ""
+}
+
+func (x *RunConsolidationRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+func (x *RunConsolidationRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
+// ConsolidatedCluster is one merge: the insight and the memories it replaces.
+type ConsolidatedCluster struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The insight written (for dry_run: the merged content, not stored, no id).
+	Insight *Memory `protobuf:"bytes,1,opt,name=insight,proto3" json:"insight,omitempty"`
+	// The ids of the source memories, oldest first (now superseded by the insight).
+	SourceIds []string `protobuf:"bytes,2,rep,name=source_ids,json=sourceIds,proto3" json:"source_ids,omitempty"`
+	// "llm" or "rules": what wrote the merged content.
+	MergedBy      string `protobuf:"bytes,3,opt,name=merged_by,json=mergedBy,proto3" json:"merged_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConsolidatedCluster) Reset() {
+	*x = ConsolidatedCluster{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConsolidatedCluster) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConsolidatedCluster) ProtoMessage() {}
+
+func (x *ConsolidatedCluster) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConsolidatedCluster.ProtoReflect.Descriptor instead.
+func (*ConsolidatedCluster) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *ConsolidatedCluster) GetInsight() *Memory {
+	if x != nil {
+		return x.Insight
+	}
+	return nil
+}
+
+func (x *ConsolidatedCluster) GetSourceIds() []string {
+	if x != nil {
+		return x.SourceIds
+	}
+	return nil
+}
+
+func (x *ConsolidatedCluster) GetMergedBy() string {
+	if x != nil {
+		return x.MergedBy
+	}
+	return ""
+}
+
+// RunConsolidationResponse reports a consolidation run.
+type RunConsolidationResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What happened.
+	Outcome ConsolidationOutcome `protobuf:"varint,1,opt,name=outcome,proto3,enum=engram.v1.ConsolidationOutcome" json:"outcome,omitempty"`
+	// A human-readable explanation (why throttled, what was merged).
+	Detail string `protobuf:"bytes,2,opt,name=detail,proto3" json:"detail,omitempty"`
+	// For THROTTLED by a time gate: the earliest time the next run is allowed.
+	NextRunAfter *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=next_run_after,json=nextRunAfter,proto3" json:"next_run_after,omitempty"`
+	// The merges, largest first.
+	Clusters []*ConsolidatedCluster `protobuf:"bytes,4,rep,name=clusters,proto3" json:"clusters,omitempty"`
+	// Live event memories considered.
+	Candidates int32 `protobuf:"varint,5,opt,name=candidates,proto3" json:"candidates,omitempty"`
+	// The collection's live memories (history excluded) before and after the run.
+	MemoriesBefore int32 `protobuf:"varint,6,opt,name=memories_before,json=memoriesBefore,proto3" json:"memories_before,omitempty"`
+	// After the run (equal to memories_before for dry_run and when nothing was merged).
+	MemoriesAfter int32 `protobuf:"varint,7,opt,name=memories_after,json=memoriesAfter,proto3" json:"memories_after,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunConsolidationResponse) Reset() {
+	*x = RunConsolidationResponse{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunConsolidationResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunConsolidationResponse) ProtoMessage() {}
+
+func (x *RunConsolidationResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunConsolidationResponse.ProtoReflect.Descriptor instead.
+func (*RunConsolidationResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *RunConsolidationResponse) GetOutcome() ConsolidationOutcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return ConsolidationOutcome_CONSOLIDATION_OUTCOME_UNSPECIFIED
+}
+
+func (x *RunConsolidationResponse) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+func (x *RunConsolidationResponse) GetNextRunAfter() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NextRunAfter
+	}
+	return nil
+}
+
+func (x *RunConsolidationResponse) GetClusters() []*ConsolidatedCluster {
+	if x != nil {
+		return x.Clusters
+	}
+	return nil
+}
+
+func (x *RunConsolidationResponse) GetCandidates() int32 {
+	if x != nil {
+		return x.Candidates
+	}
+	return 0
+}
+
+func (x *RunConsolidationResponse) GetMemoriesBefore() int32 {
+	if x != nil {
+		return x.MemoriesBefore
+	}
+	return 0
+}
+
+func (x *RunConsolidationResponse) GetMemoriesAfter() int32 {
+	if x != nil {
+		return x.MemoriesAfter
+	}
+	return 0
+}
+
 var File_engram_v1_memory_service_proto protoreflect.FileDescriptor
 
 const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\n" +
-	"\x1eengram/v1/memory_service.proto\x12\tengram.v1\x1a\x16engram/v1/memory.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe6\x04\n" +
+	"\x1eengram/v1/memory_service.proto\x12\tengram.v1\x1a\x16engram/v1/memory.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xac\x05\n" +
 	"\x10AddMemoryRequest\x12\x1e\n" +
 	"\n" +
 	"collection\x18\x01 \x01(\tR\n" +
@@ -2597,11 +3096,25 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"validUntil\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\v \x01(\tR\trequestId\x12'\n" +
-	"\x0fallow_duplicate\x18\f \x01(\bR\x0eallowDuplicate\x1a;\n" +
+	"\x0fallow_duplicate\x18\f \x01(\bR\x0eallowDuplicate\x12D\n" +
+	"\x0econtradictions\x18A \x01(\x0e2\x1c.engram.v1.ContradictionModeR\x0econtradictions\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\r\n" +
-	"\v_importance\"\xa2\x02\n" +
+	"\v_importance\"\xa4\x02\n" +
+	"\rContradiction\x12\x1b\n" +
+	"\tmemory_id\x18\x01 \x01(\tR\bmemoryId\x12\x18\n" +
+	"\acontent\x18\x02 \x01(\tR\acontent\x12)\n" +
+	"\x04type\x18\x03 \x01(\x0e2\x15.engram.v1.MemoryTypeR\x04type\x12\x1e\n" +
+	"\n" +
+	"similarity\x18\x04 \x01(\x02R\n" +
+	"similarity\x12\x14\n" +
+	"\x05basis\x18\x05 \x01(\tR\x05basis\x129\n" +
+	"\tspecifics\x18\x06 \x03(\v2\x1b.engram.v1.SpecificConflictR\tspecifics\x12 \n" +
+	"\vexplanation\x18\a \x01(\tR\vexplanation\x12\x1e\n" +
+	"\n" +
+	"superseded\x18\b \x01(\bR\n" +
+	"superseded\"\xda\x02\n" +
 	"\x11AddMemoryResponse\x12)\n" +
 	"\x06memory\x18\x01 \x01(\v2\x11.engram.v1.MemoryR\x06memory\x12/\n" +
 	"\aoutcome\x18\x02 \x01(\x0e2\x15.engram.v1.AddOutcomeR\aoutcome\x121\n" +
@@ -2609,12 +3122,13 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\x0fnear_duplicates\x18\x04 \x03(\v2\x18.engram.v1.SimilarMemoryR\x0enearDuplicates\x12\x1a\n" +
 	"\breplayed\x18\x05 \x01(\bR\breplayed\x12\x1f\n" +
 	"\vgate_reason\x18\x06 \x01(\tR\n" +
-	"gateReason\"f\n" +
+	"gateReason\x126\n" +
+	"\tconflicts\x18A \x03(\v2\x18.engram.v1.ContradictionR\tconflicts\"f\n" +
 	"\x12AddMemoriesRequest\x12\x1e\n" +
 	"\n" +
 	"collection\x18\x01 \x01(\tR\n" +
 	"collection\x120\n" +
-	"\bmemories\x18\x02 \x03(\v2\x14.engram.v1.NewMemoryR\bmemories\"\xb8\x04\n" +
+	"\bmemories\x18\x02 \x03(\v2\x14.engram.v1.NewMemoryR\bmemories\"\xfe\x04\n" +
 	"\tNewMemory\x12\x18\n" +
 	"\acontent\x18\x01 \x01(\tR\acontent\x12)\n" +
 	"\x04type\x18\x02 \x01(\x0e2\x15.engram.v1.MemoryTypeR\x04type\x12#\n" +
@@ -2633,11 +3147,12 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\n" +
 	" \x01(\tR\trequestId\x12'\n" +
-	"\x0fallow_duplicate\x18\v \x01(\bR\x0eallowDuplicate\x1a;\n" +
+	"\x0fallow_duplicate\x18\v \x01(\bR\x0eallowDuplicate\x12D\n" +
+	"\x0econtradictions\x18A \x01(\x0e2\x1c.engram.v1.ContradictionModeR\x0econtradictions\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\r\n" +
-	"\v_importance\"\x86\x03\n" +
+	"\v_importance\"\xbe\x03\n" +
 	"\x0fAddMemoryResult\x12)\n" +
 	"\x06memory\x18\x01 \x01(\v2\x11.engram.v1.MemoryR\x06memory\x12/\n" +
 	"\aoutcome\x18\x02 \x01(\x0e2\x15.engram.v1.AddOutcomeR\aoutcome\x121\n" +
@@ -2647,7 +3162,8 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\x12duplicate_of_index\x18\x06 \x01(\x05H\x00R\x10duplicateOfIndex\x88\x01\x01\x12\x1f\n" +
 	"\vgate_reason\x18\a \x01(\tR\n" +
 	"gateReason\x12\x1a\n" +
-	"\babridged\x18\b \x01(\bR\babridgedB\x15\n" +
+	"\babridged\x18\b \x01(\bR\babridged\x126\n" +
+	"\tconflicts\x18A \x03(\v2\x18.engram.v1.ContradictionR\tconflictsB\x15\n" +
 	"\x13_duplicate_of_index\"K\n" +
 	"\x13AddMemoriesResponse\x124\n" +
 	"\aresults\x18\x01 \x03(\v2\x1a.engram.v1.AddMemoryResultR\aresults\"\xc1\x02\n" +
@@ -2795,7 +3311,33 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\breplayed\x18\a \x01(\bR\breplayed\"p\n" +
 	"\x19ListGateDecisionsResponse\x125\n" +
 	"\tdecisions\x18\x01 \x03(\v2\x17.engram.v1.GateDecisionR\tdecisions\x12\x1c\n" +
-	"\ttruncated\x18\x02 \x01(\bR\ttruncated*]\n" +
+	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"h\n" +
+	"\x17RunConsolidationRequest\x12\x1e\n" +
+	"\n" +
+	"collection\x18\x01 \x01(\tR\n" +
+	"collection\x12\x17\n" +
+	"\adry_run\x18\x02 \x01(\bR\x06dryRun\x12\x14\n" +
+	"\x05force\x18\x03 \x01(\bR\x05force\"~\n" +
+	"\x13ConsolidatedCluster\x12+\n" +
+	"\ainsight\x18\x01 \x01(\v2\x11.engram.v1.MemoryR\ainsight\x12\x1d\n" +
+	"\n" +
+	"source_ids\x18\x02 \x03(\tR\tsourceIds\x12\x1b\n" +
+	"\tmerged_by\x18\x03 \x01(\tR\bmergedBy\"\xdb\x02\n" +
+	"\x18RunConsolidationResponse\x129\n" +
+	"\aoutcome\x18\x01 \x01(\x0e2\x1f.engram.v1.ConsolidationOutcomeR\aoutcome\x12\x16\n" +
+	"\x06detail\x18\x02 \x01(\tR\x06detail\x12@\n" +
+	"\x0enext_run_after\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\fnextRunAfter\x12:\n" +
+	"\bclusters\x18\x04 \x03(\v2\x1e.engram.v1.ConsolidatedClusterR\bclusters\x12\x1e\n" +
+	"\n" +
+	"candidates\x18\x05 \x01(\x05R\n" +
+	"candidates\x12'\n" +
+	"\x0fmemories_before\x18\x06 \x01(\x05R\x0ememoriesBefore\x12%\n" +
+	"\x0ememories_after\x18\a \x01(\x05R\rmemoriesAfter*\x94\x01\n" +
+	"\x11ContradictionMode\x12\"\n" +
+	"\x1eCONTRADICTION_MODE_UNSPECIFIED\x10\x00\x12 \n" +
+	"\x1cCONTRADICTION_MODE_SUPERSEDE\x10\x01\x12\x1d\n" +
+	"\x19CONTRADICTION_MODE_REPORT\x10\x02\x12\x1a\n" +
+	"\x16CONTRADICTION_MODE_OFF\x10\x03*]\n" +
 	"\n" +
 	"AddOutcome\x12\x1b\n" +
 	"\x17ADD_OUTCOME_UNSPECIFIED\x10\x00\x12\x17\n" +
@@ -2813,7 +3355,13 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\x19REFLECTION_GATE_DAILY_CAP\x10\x02\x12\x1e\n" +
 	"\x1aREFLECTION_GATE_IMPORTANCE\x10\x03\x12$\n" +
 	" REFLECTION_GATE_TOO_FEW_MEMORIES\x10\x04\x12\x1f\n" +
-	"\x1bREFLECTION_GATE_IN_PROGRESS\x10\x052\x9e\v\n" +
+	"\x1bREFLECTION_GATE_IN_PROGRESS\x10\x05*\xd8\x01\n" +
+	"\x14ConsolidationOutcome\x12%\n" +
+	"!CONSOLIDATION_OUTCOME_UNSPECIFIED\x10\x00\x12#\n" +
+	"\x1fCONSOLIDATION_OUTCOME_COMPLETED\x10\x01\x12*\n" +
+	"&CONSOLIDATION_OUTCOME_NOTHING_TO_MERGE\x10\x02\x12#\n" +
+	"\x1fCONSOLIDATION_OUTCOME_THROTTLED\x10\x03\x12#\n" +
+	"\x1fCONSOLIDATION_OUTCOME_WOULD_RUN\x10\x042\xb1\f\n" +
 	"\rMemoryService\x12_\n" +
 	"\tAddMemory\x12\x1b.engram.v1.AddMemoryRequest\x1a\x1c.engram.v1.AddMemoryResponse\"\x17\x82\xd3\xe4\x93\x02\x11:\x01*\"\f/v1/memories\x12n\n" +
 	"\vAddMemories\x12\x1d.engram.v1.AddMemoriesRequest\x1a\x1e.engram.v1.AddMemoriesResponse\" \x82\xd3\xe4\x93\x02\x1a:\x01*\"\x15/v1/memories:batchAdd\x12u\n" +
@@ -2825,7 +3373,8 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\x0fListCollections\x12!.engram.v1.ListCollectionsRequest\x1a\".engram.v1.ListCollectionsResponse\"\x17\x82\xd3\xe4\x93\x02\x11\x12\x0f/v1/collections\x12{\n" +
 	"\x10DeleteCollection\x12\".engram.v1.DeleteCollectionRequest\x1a#.engram.v1.DeleteCollectionResponse\"\x1e\x82\xd3\xe4\x93\x02\x18*\x16/v1/collections/{name}\x12\x83\x01\n" +
 	"\rRunReflection\x12\x1f.engram.v1.RunReflectionRequest\x1a .engram.v1.RunReflectionResponse\"/\x82\xd3\xe4\x93\x02):\x01*\"$/v1/collections/{collection}:reflect\x12\x92\x01\n" +
-	"\x11ListGateDecisions\x12#.engram.v1.ListGateDecisionsRequest\x1a$.engram.v1.ListGateDecisionsResponse\"2\x82\xd3\xe4\x93\x02,\x12*/v1/collections/{collection}/gateDecisionsB?Z=github.com/engram-memory/engram/clients/go/engram/v1;engramv1b\x06proto3"
+	"\x11ListGateDecisions\x12#.engram.v1.ListGateDecisionsRequest\x1a$.engram.v1.ListGateDecisionsResponse\"2\x82\xd3\xe4\x93\x02,\x12*/v1/collections/{collection}/gateDecisions\x12\x90\x01\n" +
+	"\x10RunConsolidation\x12\".engram.v1.RunConsolidationRequest\x1a#.engram.v1.RunConsolidationResponse\"3\x82\xd3\xe4\x93\x02-:\x01*\"(/v1/collections/{collection}:consolidateB?Z=github.com/engram-memory/engram/clients/go/engram/v1;engramv1b\x06proto3"
 
 var (
 	file_engram_v1_memory_service_proto_rawDescOnce sync.Once
@@ -2839,136 +3388,155 @@ func file_engram_v1_memory_service_proto_rawDescGZIP() []byte {
 	return file_engram_v1_memory_service_proto_rawDescData
 }
 
-var file_engram_v1_memory_service_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_engram_v1_memory_service_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_engram_v1_memory_service_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
+var file_engram_v1_memory_service_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_engram_v1_memory_service_proto_goTypes = []any{
-	(AddOutcome)(0),                   // 0: engram.v1.AddOutcome
-	(ReflectionOutcome)(0),            // 1: engram.v1.ReflectionOutcome
-	(ReflectionGate)(0),               // 2: engram.v1.ReflectionGate
-	(*AddMemoryRequest)(nil),          // 3: engram.v1.AddMemoryRequest
-	(*AddMemoryResponse)(nil),         // 4: engram.v1.AddMemoryResponse
-	(*AddMemoriesRequest)(nil),        // 5: engram.v1.AddMemoriesRequest
-	(*NewMemory)(nil),                 // 6: engram.v1.NewMemory
-	(*AddMemoryResult)(nil),           // 7: engram.v1.AddMemoryResult
-	(*AddMemoriesResponse)(nil),       // 8: engram.v1.AddMemoriesResponse
-	(*SearchMemoriesRequest)(nil),     // 9: engram.v1.SearchMemoriesRequest
-	(*SearchResult)(nil),              // 10: engram.v1.SearchResult
-	(*SearchMemoriesResponse)(nil),    // 11: engram.v1.SearchMemoriesResponse
-	(*SemanticLocator)(nil),           // 12: engram.v1.SemanticLocator
-	(*StringList)(nil),                // 13: engram.v1.StringList
-	(*StringMap)(nil),                 // 14: engram.v1.StringMap
-	(*UpdateMemoryRequest)(nil),       // 15: engram.v1.UpdateMemoryRequest
-	(*UpdateMemoryResponse)(nil),      // 16: engram.v1.UpdateMemoryResponse
-	(*DeleteQuery)(nil),               // 17: engram.v1.DeleteQuery
-	(*DeleteMemoryRequest)(nil),       // 18: engram.v1.DeleteMemoryRequest
-	(*DeleteMemoryResponse)(nil),      // 19: engram.v1.DeleteMemoryResponse
-	(*GetMemoryRequest)(nil),          // 20: engram.v1.GetMemoryRequest
-	(*GetMemoryResponse)(nil),         // 21: engram.v1.GetMemoryResponse
-	(*ListMemoriesRequest)(nil),       // 22: engram.v1.ListMemoriesRequest
-	(*ListMemoriesResponse)(nil),      // 23: engram.v1.ListMemoriesResponse
-	(*ListCollectionsRequest)(nil),    // 24: engram.v1.ListCollectionsRequest
-	(*ListCollectionsResponse)(nil),   // 25: engram.v1.ListCollectionsResponse
-	(*DeleteCollectionRequest)(nil),   // 26: engram.v1.DeleteCollectionRequest
-	(*DeleteCollectionResponse)(nil),  // 27: engram.v1.DeleteCollectionResponse
-	(*RunReflectionRequest)(nil),      // 28: engram.v1.RunReflectionRequest
-	(*RunReflectionResponse)(nil),     // 29: engram.v1.RunReflectionResponse
-	(*ListGateDecisionsRequest)(nil),  // 30: engram.v1.ListGateDecisionsRequest
-	(*GateDecision)(nil),              // 31: engram.v1.GateDecision
-	(*ListGateDecisionsResponse)(nil), // 32: engram.v1.ListGateDecisionsResponse
-	nil,                               // 33: engram.v1.AddMemoryRequest.MetadataEntry
-	nil,                               // 34: engram.v1.NewMemory.MetadataEntry
-	nil,                               // 35: engram.v1.StringMap.EntriesEntry
-	(MemoryType)(0),                   // 36: engram.v1.MemoryType
-	(Source)(0),                       // 37: engram.v1.Source
-	(SourceType)(0),                   // 38: engram.v1.SourceType
-	(*timestamppb.Timestamp)(nil),     // 39: google.protobuf.Timestamp
-	(*Memory)(nil),                    // 40: engram.v1.Memory
-	(*SimilarMemory)(nil),             // 41: engram.v1.SimilarMemory
-	(*MemoryFilter)(nil),              // 42: engram.v1.MemoryFilter
-	(*RankingWeights)(nil),            // 43: engram.v1.RankingWeights
-	(*ScoreBreakdown)(nil),            // 44: engram.v1.ScoreBreakdown
-	(*CollectionInfo)(nil),            // 45: engram.v1.CollectionInfo
+	(ContradictionMode)(0),            // 0: engram.v1.ContradictionMode
+	(AddOutcome)(0),                   // 1: engram.v1.AddOutcome
+	(ReflectionOutcome)(0),            // 2: engram.v1.ReflectionOutcome
+	(ReflectionGate)(0),               // 3: engram.v1.ReflectionGate
+	(ConsolidationOutcome)(0),         // 4: engram.v1.ConsolidationOutcome
+	(*AddMemoryRequest)(nil),          // 5: engram.v1.AddMemoryRequest
+	(*Contradiction)(nil),             // 6: engram.v1.Contradiction
+	(*AddMemoryResponse)(nil),         // 7: engram.v1.AddMemoryResponse
+	(*AddMemoriesRequest)(nil),        // 8: engram.v1.AddMemoriesRequest
+	(*NewMemory)(nil),                 // 9: engram.v1.NewMemory
+	(*AddMemoryResult)(nil),           // 10: engram.v1.AddMemoryResult
+	(*AddMemoriesResponse)(nil),       // 11: engram.v1.AddMemoriesResponse
+	(*SearchMemoriesRequest)(nil),     // 12: engram.v1.SearchMemoriesRequest
+	(*SearchResult)(nil),              // 13: engram.v1.SearchResult
+	(*SearchMemoriesResponse)(nil),    // 14: engram.v1.SearchMemoriesResponse
+	(*SemanticLocator)(nil),           // 15: engram.v1.SemanticLocator
+	(*StringList)(nil),                // 16: engram.v1.StringList
+	(*StringMap)(nil),                 // 17: engram.v1.StringMap
+	(*UpdateMemoryRequest)(nil),       // 18: engram.v1.UpdateMemoryRequest
+	(*UpdateMemoryResponse)(nil),      // 19: engram.v1.UpdateMemoryResponse
+	(*DeleteQuery)(nil),               // 20: engram.v1.DeleteQuery
+	(*DeleteMemoryRequest)(nil),       // 21: engram.v1.DeleteMemoryRequest
+	(*DeleteMemoryResponse)(nil),      // 22: engram.v1.DeleteMemoryResponse
+	(*GetMemoryRequest)(nil),          // 23: engram.v1.GetMemoryRequest
+	(*GetMemoryResponse)(nil),         // 24: engram.v1.GetMemoryResponse
+	(*ListMemoriesRequest)(nil),       // 25: engram.v1.ListMemoriesRequest
+	(*ListMemoriesResponse)(nil),      // 26: engram.v1.ListMemoriesResponse
+	(*ListCollectionsRequest)(nil),    // 27: engram.v1.ListCollectionsRequest
+	(*ListCollectionsResponse)(nil),   // 28: engram.v1.ListCollectionsResponse
+	(*DeleteCollectionRequest)(nil),   // 29: engram.v1.DeleteCollectionRequest
+	(*DeleteCollectionResponse)(nil),  // 30: engram.v1.DeleteCollectionResponse
+	(*RunReflectionRequest)(nil),      // 31: engram.v1.RunReflectionRequest
+	(*RunReflectionResponse)(nil),     // 32: engram.v1.RunReflectionResponse
+	(*ListGateDecisionsRequest)(nil),  // 33: engram.v1.ListGateDecisionsRequest
+	(*GateDecision)(nil),              // 34: engram.v1.GateDecision
+	(*ListGateDecisionsResponse)(nil), // 35: engram.v1.ListGateDecisionsResponse
+	(*RunConsolidationRequest)(nil),   // 36: engram.v1.RunConsolidationRequest
+	(*ConsolidatedCluster)(nil),       // 37: engram.v1.ConsolidatedCluster
+	(*RunConsolidationResponse)(nil),  // 38: engram.v1.RunConsolidationResponse
+	nil,                               // 39: engram.v1.AddMemoryRequest.MetadataEntry
+	nil,                               // 40: engram.v1.NewMemory.MetadataEntry
+	nil,                               // 41: engram.v1.StringMap.EntriesEntry
+	(MemoryType)(0),                   // 42: engram.v1.MemoryType
+	(Source)(0),                       // 43: engram.v1.Source
+	(SourceType)(0),                   // 44: engram.v1.SourceType
+	(*timestamppb.Timestamp)(nil),     // 45: google.protobuf.Timestamp
+	(*SpecificConflict)(nil),          // 46: engram.v1.SpecificConflict
+	(*Memory)(nil),                    // 47: engram.v1.Memory
+	(*SimilarMemory)(nil),             // 48: engram.v1.SimilarMemory
+	(*MemoryFilter)(nil),              // 49: engram.v1.MemoryFilter
+	(*RankingWeights)(nil),            // 50: engram.v1.RankingWeights
+	(*ScoreBreakdown)(nil),            // 51: engram.v1.ScoreBreakdown
+	(*CollectionInfo)(nil),            // 52: engram.v1.CollectionInfo
 }
 var file_engram_v1_memory_service_proto_depIdxs = []int32{
-	36, // 0: engram.v1.AddMemoryRequest.type:type_name -> engram.v1.MemoryType
-	37, // 1: engram.v1.AddMemoryRequest.source:type_name -> engram.v1.Source
-	38, // 2: engram.v1.AddMemoryRequest.source_type:type_name -> engram.v1.SourceType
-	33, // 3: engram.v1.AddMemoryRequest.metadata:type_name -> engram.v1.AddMemoryRequest.MetadataEntry
-	39, // 4: engram.v1.AddMemoryRequest.created_at:type_name -> google.protobuf.Timestamp
-	39, // 5: engram.v1.AddMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
-	40, // 6: engram.v1.AddMemoryResponse.memory:type_name -> engram.v1.Memory
-	0,  // 7: engram.v1.AddMemoryResponse.outcome:type_name -> engram.v1.AddOutcome
-	41, // 8: engram.v1.AddMemoryResponse.near_duplicates:type_name -> engram.v1.SimilarMemory
-	6,  // 9: engram.v1.AddMemoriesRequest.memories:type_name -> engram.v1.NewMemory
-	36, // 10: engram.v1.NewMemory.type:type_name -> engram.v1.MemoryType
-	37, // 11: engram.v1.NewMemory.source:type_name -> engram.v1.Source
-	38, // 12: engram.v1.NewMemory.source_type:type_name -> engram.v1.SourceType
-	34, // 13: engram.v1.NewMemory.metadata:type_name -> engram.v1.NewMemory.MetadataEntry
-	39, // 14: engram.v1.NewMemory.created_at:type_name -> google.protobuf.Timestamp
-	39, // 15: engram.v1.NewMemory.valid_until:type_name -> google.protobuf.Timestamp
-	40, // 16: engram.v1.AddMemoryResult.memory:type_name -> engram.v1.Memory
-	0,  // 17: engram.v1.AddMemoryResult.outcome:type_name -> engram.v1.AddOutcome
-	41, // 18: engram.v1.AddMemoryResult.near_duplicates:type_name -> engram.v1.SimilarMemory
-	7,  // 19: engram.v1.AddMemoriesResponse.results:type_name -> engram.v1.AddMemoryResult
-	42, // 20: engram.v1.SearchMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
-	43, // 21: engram.v1.SearchMemoriesRequest.weights:type_name -> engram.v1.RankingWeights
-	40, // 22: engram.v1.SearchResult.memory:type_name -> engram.v1.Memory
-	44, // 23: engram.v1.SearchResult.score:type_name -> engram.v1.ScoreBreakdown
-	10, // 24: engram.v1.SearchMemoriesResponse.results:type_name -> engram.v1.SearchResult
-	35, // 25: engram.v1.StringMap.entries:type_name -> engram.v1.StringMap.EntriesEntry
-	12, // 26: engram.v1.UpdateMemoryRequest.locate:type_name -> engram.v1.SemanticLocator
-	36, // 27: engram.v1.UpdateMemoryRequest.type:type_name -> engram.v1.MemoryType
-	13, // 28: engram.v1.UpdateMemoryRequest.tags:type_name -> engram.v1.StringList
-	14, // 29: engram.v1.UpdateMemoryRequest.metadata:type_name -> engram.v1.StringMap
-	39, // 30: engram.v1.UpdateMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
-	40, // 31: engram.v1.UpdateMemoryResponse.memory:type_name -> engram.v1.Memory
-	40, // 32: engram.v1.UpdateMemoryResponse.previous:type_name -> engram.v1.Memory
-	17, // 33: engram.v1.DeleteMemoryRequest.query:type_name -> engram.v1.DeleteQuery
-	40, // 34: engram.v1.DeleteMemoryResponse.deleted:type_name -> engram.v1.Memory
-	40, // 35: engram.v1.GetMemoryResponse.memory:type_name -> engram.v1.Memory
-	40, // 36: engram.v1.GetMemoryResponse.history:type_name -> engram.v1.Memory
-	42, // 37: engram.v1.ListMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
-	40, // 38: engram.v1.ListMemoriesResponse.memories:type_name -> engram.v1.Memory
-	45, // 39: engram.v1.ListCollectionsResponse.collections:type_name -> engram.v1.CollectionInfo
-	39, // 40: engram.v1.DeleteCollectionResponse.deleted_at:type_name -> google.protobuf.Timestamp
-	1,  // 41: engram.v1.RunReflectionResponse.outcome:type_name -> engram.v1.ReflectionOutcome
-	2,  // 42: engram.v1.RunReflectionResponse.throttled_by:type_name -> engram.v1.ReflectionGate
-	39, // 43: engram.v1.RunReflectionResponse.next_run_after:type_name -> google.protobuf.Timestamp
-	40, // 44: engram.v1.RunReflectionResponse.sources:type_name -> engram.v1.Memory
-	40, // 45: engram.v1.RunReflectionResponse.insights:type_name -> engram.v1.Memory
-	40, // 46: engram.v1.RunReflectionResponse.drafts:type_name -> engram.v1.Memory
-	41, // 47: engram.v1.RunReflectionResponse.duplicates:type_name -> engram.v1.SimilarMemory
-	39, // 48: engram.v1.GateDecision.decided_at:type_name -> google.protobuf.Timestamp
-	0,  // 49: engram.v1.GateDecision.outcome:type_name -> engram.v1.AddOutcome
-	41, // 50: engram.v1.GateDecision.near_duplicates:type_name -> engram.v1.SimilarMemory
-	31, // 51: engram.v1.ListGateDecisionsResponse.decisions:type_name -> engram.v1.GateDecision
-	3,  // 52: engram.v1.MemoryService.AddMemory:input_type -> engram.v1.AddMemoryRequest
-	5,  // 53: engram.v1.MemoryService.AddMemories:input_type -> engram.v1.AddMemoriesRequest
-	9,  // 54: engram.v1.MemoryService.SearchMemories:input_type -> engram.v1.SearchMemoriesRequest
-	15, // 55: engram.v1.MemoryService.UpdateMemory:input_type -> engram.v1.UpdateMemoryRequest
-	18, // 56: engram.v1.MemoryService.DeleteMemory:input_type -> engram.v1.DeleteMemoryRequest
-	20, // 57: engram.v1.MemoryService.GetMemory:input_type -> engram.v1.GetMemoryRequest
-	22, // 58: engram.v1.MemoryService.ListMemories:input_type -> engram.v1.ListMemoriesRequest
-	24, // 59: engram.v1.MemoryService.ListCollections:input_type -> engram.v1.ListCollectionsRequest
-	26, // 60: engram.v1.MemoryService.DeleteCollection:input_type -> engram.v1.DeleteCollectionRequest
-	28, // 61: engram.v1.MemoryService.RunReflection:input_type -> engram.v1.RunReflectionRequest
-	30, // 62: engram.v1.MemoryService.ListGateDecisions:input_type -> engram.v1.ListGateDecisionsRequest
-	4,  // 63: engram.v1.MemoryService.AddMemory:output_type -> engram.v1.AddMemoryResponse
-	8,  // 64: engram.v1.MemoryService.AddMemories:output_type -> engram.v1.AddMemoriesResponse
-	11, // 65: engram.v1.MemoryService.SearchMemories:output_type -> engram.v1.SearchMemoriesResponse
-	16, // 66: engram.v1.MemoryService.UpdateMemory:output_type -> engram.v1.UpdateMemoryResponse
-	19, // 67: engram.v1.MemoryService.DeleteMemory:output_type -> engram.v1.DeleteMemoryResponse
-	21, // 68: engram.v1.MemoryService.GetMemory:output_type -> engram.v1.GetMemoryResponse
-	23, // 69: engram.v1.MemoryService.ListMemories:output_type -> engram.v1.ListMemoriesResponse
-	25, // 70: engram.v1.MemoryService.ListCollections:output_type -> engram.v1.ListCollectionsResponse
-	27, // 71: engram.v1.MemoryService.DeleteCollection:output_type -> engram.v1.DeleteCollectionResponse
-	29, // 72: engram.v1.MemoryService.RunReflection:output_type -> engram.v1.RunReflectionResponse
-	32, // 73: engram.v1.MemoryService.ListGateDecisions:output_type -> engram.v1.ListGateDecisionsResponse
-	63, // [63:74] is the sub-list for method output_type
-	52, // [52:63] is the sub-list for method input_type
-	52, // [52:52] is the sub-list for extension type_name
-	52, // [52:52] is the sub-list for extension extendee
-	0,  // [0:52] is the sub-list for field type_name
+	42, // 0: engram.v1.AddMemoryRequest.type:type_name -> engram.v1.MemoryType
+	43, // 1: engram.v1.AddMemoryRequest.source:type_name -> engram.v1.Source
+	44, // 2: engram.v1.AddMemoryRequest.source_type:type_name -> engram.v1.SourceType
+	39, // 3: engram.v1.AddMemoryRequest.metadata:type_name -> engram.v1.AddMemoryRequest.MetadataEntry
+	45, // 4: engram.v1.AddMemoryRequest.created_at:type_name -> google.protobuf.Timestamp
+	45, // 5: engram.v1.AddMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
+	0,  // 6: engram.v1.AddMemoryRequest.contradictions:type_name -> engram.v1.ContradictionMode
+	42, // 7: engram.v1.Contradiction.type:type_name -> engram.v1.MemoryType
+	46, // 8: engram.v1.Contradiction.specifics:type_name -> engram.v1.SpecificConflict
+	47, // 9: engram.v1.AddMemoryResponse.memory:type_name -> engram.v1.Memory
+	1,  // 10: engram.v1.AddMemoryResponse.outcome:type_name -> engram.v1.AddOutcome
+	48, // 11: engram.v1.AddMemoryResponse.near_duplicates:type_name -> engram.v1.SimilarMemory
+	6,  // 12: engram.v1.AddMemoryResponse.conflicts:type_name -> engram.v1.Contradiction
+	9,  // 13: engram.v1.AddMemoriesRequest.memories:type_name -> engram.v1.NewMemory
+	42, // 14: engram.v1.NewMemory.type:type_name -> engram.v1.MemoryType
+	43, // 15: engram.v1.NewMemory.source:type_name -> engram.v1.Source
+	44, // 16: engram.v1.NewMemory.source_type:type_name -> engram.v1.SourceType
+	40, // 17: engram.v1.NewMemory.metadata:type_name -> engram.v1.NewMemory.MetadataEntry
+	45, // 18: engram.v1.NewMemory.created_at:type_name -> google.protobuf.Timestamp
+	45, // 19: engram.v1.NewMemory.valid_until:type_name -> google.protobuf.Timestamp
+	0,  // 20: engram.v1.NewMemory.contradictions:type_name -> engram.v1.ContradictionMode
+	47, // 21: engram.v1.AddMemoryResult.memory:type_name -> engram.v1.Memory
+	1,  // 22: engram.v1.AddMemoryResult.outcome:type_name -> engram.v1.AddOutcome
+	48, // 23: engram.v1.AddMemoryResult.near_duplicates:type_name -> engram.v1.SimilarMemory
+	6,  // 24: engram.v1.AddMemoryResult.conflicts:type_name -> engram.v1.Contradiction
+	10, // 25: engram.v1.AddMemoriesResponse.results:type_name -> engram.v1.AddMemoryResult
+	49, // 26: engram.v1.SearchMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
+	50, // 27: engram.v1.SearchMemoriesRequest.weights:type_name -> engram.v1.RankingWeights
+	47, // 28: engram.v1.SearchResult.memory:type_name -> engram.v1.Memory
+	51, // 29: engram.v1.SearchResult.score:type_name -> engram.v1.ScoreBreakdown
+	13, // 30: engram.v1.SearchMemoriesResponse.results:type_name -> engram.v1.SearchResult
+	41, // 31: engram.v1.StringMap.entries:type_name -> engram.v1.StringMap.EntriesEntry
+	15, // 32: engram.v1.UpdateMemoryRequest.locate:type_name -> engram.v1.SemanticLocator
+	42, // 33: engram.v1.UpdateMemoryRequest.type:type_name -> engram.v1.MemoryType
+	16, // 34: engram.v1.UpdateMemoryRequest.tags:type_name -> engram.v1.StringList
+	17, // 35: engram.v1.UpdateMemoryRequest.metadata:type_name -> engram.v1.StringMap
+	45, // 36: engram.v1.UpdateMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
+	47, // 37: engram.v1.UpdateMemoryResponse.memory:type_name -> engram.v1.Memory
+	47, // 38: engram.v1.UpdateMemoryResponse.previous:type_name -> engram.v1.Memory
+	20, // 39: engram.v1.DeleteMemoryRequest.query:type_name -> engram.v1.DeleteQuery
+	47, // 40: engram.v1.DeleteMemoryResponse.deleted:type_name -> engram.v1.Memory
+	47, // 41: engram.v1.GetMemoryResponse.memory:type_name -> engram.v1.Memory
+	47, // 42: engram.v1.GetMemoryResponse.history:type_name -> engram.v1.Memory
+	49, // 43: engram.v1.ListMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
+	47, // 44: engram.v1.ListMemoriesResponse.memories:type_name -> engram.v1.Memory
+	52, // 45: engram.v1.ListCollectionsResponse.collections:type_name -> engram.v1.CollectionInfo
+	45, // 46: engram.v1.DeleteCollectionResponse.deleted_at:type_name -> google.protobuf.Timestamp
+	2,  // 47: engram.v1.RunReflectionResponse.outcome:type_name -> engram.v1.ReflectionOutcome
+	3,  // 48: engram.v1.RunReflectionResponse.throttled_by:type_name -> engram.v1.ReflectionGate
+	45, // 49: engram.v1.RunReflectionResponse.next_run_after:type_name -> google.protobuf.Timestamp
+	47, // 50: engram.v1.RunReflectionResponse.sources:type_name -> engram.v1.Memory
+	47, // 51: engram.v1.RunReflectionResponse.insights:type_name -> engram.v1.Memory
+	47, // 52: engram.v1.RunReflectionResponse.drafts:type_name -> engram.v1.Memory
+	48, // 53: engram.v1.RunReflectionResponse.duplicates:type_name -> engram.v1.SimilarMemory
+	45, // 54: engram.v1.GateDecision.decided_at:type_name -> google.protobuf.Timestamp
+	1,  // 55: engram.v1.GateDecision.outcome:type_name -> engram.v1.AddOutcome
+	48, // 56: engram.v1.GateDecision.near_duplicates:type_name -> engram.v1.SimilarMemory
+	34, // 57: engram.v1.ListGateDecisionsResponse.decisions:type_name -> engram.v1.GateDecision
+	47, // 58: engram.v1.ConsolidatedCluster.insight:type_name -> engram.v1.Memory
+	4,  // 59: engram.v1.RunConsolidationResponse.outcome:type_name -> engram.v1.ConsolidationOutcome
+	45, // 60: engram.v1.RunConsolidationResponse.next_run_after:type_name -> google.protobuf.Timestamp
+	37, // 61: engram.v1.RunConsolidationResponse.clusters:type_name -> engram.v1.ConsolidatedCluster
+	5,  // 62: engram.v1.MemoryService.AddMemory:input_type -> engram.v1.AddMemoryRequest
+	8,  // 63: engram.v1.MemoryService.AddMemories:input_type -> engram.v1.AddMemoriesRequest
+	12, // 64: engram.v1.MemoryService.SearchMemories:input_type -> engram.v1.SearchMemoriesRequest
+	18, // 65: engram.v1.MemoryService.UpdateMemory:input_type -> engram.v1.UpdateMemoryRequest
+	21, // 66: engram.v1.MemoryService.DeleteMemory:input_type -> engram.v1.DeleteMemoryRequest
+	23, // 67: engram.v1.MemoryService.GetMemory:input_type -> engram.v1.GetMemoryRequest
+	25, // 68: engram.v1.MemoryService.ListMemories:input_type -> engram.v1.ListMemoriesRequest
+	27, // 69: engram.v1.MemoryService.ListCollections:input_type -> engram.v1.ListCollectionsRequest
+	29, // 70: engram.v1.MemoryService.DeleteCollection:input_type -> engram.v1.DeleteCollectionRequest
+	31, // 71: engram.v1.MemoryService.RunReflection:input_type -> engram.v1.RunReflectionRequest
+	33, // 72: engram.v1.MemoryService.ListGateDecisions:input_type -> engram.v1.ListGateDecisionsRequest
+	36, // 73: engram.v1.MemoryService.RunConsolidation:input_type -> engram.v1.RunConsolidationRequest
+	7,  // 74: engram.v1.MemoryService.AddMemory:output_type -> engram.v1.AddMemoryResponse
+	11, // 75: engram.v1.MemoryService.AddMemories:output_type -> engram.v1.AddMemoriesResponse
+	14, // 76: engram.v1.MemoryService.SearchMemories:output_type -> engram.v1.SearchMemoriesResponse
+	19, // 77: engram.v1.MemoryService.UpdateMemory:output_type -> engram.v1.UpdateMemoryResponse
+	22, // 78: engram.v1.MemoryService.DeleteMemory:output_type -> engram.v1.DeleteMemoryResponse
+	24, // 79: engram.v1.MemoryService.GetMemory:output_type -> engram.v1.GetMemoryResponse
+	26, // 80: engram.v1.MemoryService.ListMemories:output_type -> engram.v1.ListMemoriesResponse
+	28, // 81: engram.v1.MemoryService.ListCollections:output_type -> engram.v1.ListCollectionsResponse
+	30, // 82: engram.v1.MemoryService.DeleteCollection:output_type -> engram.v1.DeleteCollectionResponse
+	32, // 83: engram.v1.MemoryService.RunReflection:output_type -> engram.v1.RunReflectionResponse
+	35, // 84: engram.v1.MemoryService.ListGateDecisions:output_type -> engram.v1.ListGateDecisionsResponse
+	38, // 85: engram.v1.MemoryService.RunConsolidation:output_type -> engram.v1.RunConsolidationResponse
+	74, // [74:86] is the sub-list for method output_type
+	62, // [62:74] is the sub-list for method input_type
+	62, // [62:62] is the sub-list for extension type_name
+	62, // [62:62] is the sub-list for extension extendee
+	0,  // [0:62] is the sub-list for field type_name
 }
 
 func init() { file_engram_v1_memory_service_proto_init() }
@@ -2978,14 +3546,14 @@ func file_engram_v1_memory_service_proto_init() {
 	}
 	file_engram_v1_memory_proto_init()
 	file_engram_v1_memory_service_proto_msgTypes[0].OneofWrappers = []any{}
-	file_engram_v1_memory_service_proto_msgTypes[3].OneofWrappers = []any{}
 	file_engram_v1_memory_service_proto_msgTypes[4].OneofWrappers = []any{}
-	file_engram_v1_memory_service_proto_msgTypes[6].OneofWrappers = []any{}
-	file_engram_v1_memory_service_proto_msgTypes[12].OneofWrappers = []any{
+	file_engram_v1_memory_service_proto_msgTypes[5].OneofWrappers = []any{}
+	file_engram_v1_memory_service_proto_msgTypes[7].OneofWrappers = []any{}
+	file_engram_v1_memory_service_proto_msgTypes[13].OneofWrappers = []any{
 		(*UpdateMemoryRequest_Id)(nil),
 		(*UpdateMemoryRequest_Locate)(nil),
 	}
-	file_engram_v1_memory_service_proto_msgTypes[15].OneofWrappers = []any{
+	file_engram_v1_memory_service_proto_msgTypes[16].OneofWrappers = []any{
 		(*DeleteMemoryRequest_Id)(nil),
 		(*DeleteMemoryRequest_Query)(nil),
 	}
@@ -2994,8 +3562,8 @@ func file_engram_v1_memory_service_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_engram_v1_memory_service_proto_rawDesc), len(file_engram_v1_memory_service_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   33,
+			NumEnums:      5,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

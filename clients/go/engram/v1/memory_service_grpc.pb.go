@@ -30,6 +30,7 @@ const (
 	MemoryService_DeleteCollection_FullMethodName  = "/engram.v1.MemoryService/DeleteCollection"
 	MemoryService_RunReflection_FullMethodName     = "/engram.v1.MemoryService/RunReflection"
 	MemoryService_ListGateDecisions_FullMethodName = "/engram.v1.MemoryService/ListGateDecisions"
+	MemoryService_RunConsolidation_FullMethodName  = "/engram.v1.MemoryService/RunConsolidation"
 )
 
 // MemoryServiceClient is the client API for MemoryService service.
@@ -80,6 +81,13 @@ type MemoryServiceClient interface {
 	// serving process keeps the last 256 per collection in memory: a restart, or another
 	// replica, starts empty. Decisions about deleted memories are forgotten with them.
 	ListGateDecisions(ctx context.Context, in *ListGateDecisionsRequest, opts ...grpc.CallOption) (*ListGateDecisionsResponse, error)
+	// RunConsolidation merges clusters of related event memories of a collection into one insight
+	// each, keeping every specific detail (numbers, dates, names); the sources become the
+	// insight's history (superseded_by set, never searched) and the insight names them in
+	// derived_from. With an LLM configured it writes the insight, else a rule-based merge does.
+	// Throttled like reflection: minimum interval, daily cap, skipped when nothing was written
+	// since the last run.
+	RunConsolidation(ctx context.Context, in *RunConsolidationRequest, opts ...grpc.CallOption) (*RunConsolidationResponse, error)
 }
 
 type memoryServiceClient struct {
@@ -200,6 +208,16 @@ func (c *memoryServiceClient) ListGateDecisions(ctx context.Context, in *ListGat
 	return out, nil
 }
 
+func (c *memoryServiceClient) RunConsolidation(ctx context.Context, in *RunConsolidationRequest, opts ...grpc.CallOption) (*RunConsolidationResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RunConsolidationResponse)
+	err := c.cc.Invoke(ctx, MemoryService_RunConsolidation_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MemoryServiceServer is the server API for MemoryService service.
 // All implementations must embed UnimplementedMemoryServiceServer
 // for forward compatibility.
@@ -248,6 +266,13 @@ type MemoryServiceServer interface {
 	// serving process keeps the last 256 per collection in memory: a restart, or another
 	// replica, starts empty. Decisions about deleted memories are forgotten with them.
 	ListGateDecisions(context.Context, *ListGateDecisionsRequest) (*ListGateDecisionsResponse, error)
+	// RunConsolidation merges clusters of related event memories of a collection into one insight
+	// each, keeping every specific detail (numbers, dates, names); the sources become the
+	// insight's history (superseded_by set, never searched) and the insight names them in
+	// derived_from. With an LLM configured it writes the insight, else a rule-based merge does.
+	// Throttled like reflection: minimum interval, daily cap, skipped when nothing was written
+	// since the last run.
+	RunConsolidation(context.Context, *RunConsolidationRequest) (*RunConsolidationResponse, error)
 	mustEmbedUnimplementedMemoryServiceServer()
 }
 
@@ -290,6 +315,9 @@ func (UnimplementedMemoryServiceServer) RunReflection(context.Context, *RunRefle
 }
 func (UnimplementedMemoryServiceServer) ListGateDecisions(context.Context, *ListGateDecisionsRequest) (*ListGateDecisionsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListGateDecisions not implemented")
+}
+func (UnimplementedMemoryServiceServer) RunConsolidation(context.Context, *RunConsolidationRequest) (*RunConsolidationResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RunConsolidation not implemented")
 }
 func (UnimplementedMemoryServiceServer) mustEmbedUnimplementedMemoryServiceServer() {}
 func (UnimplementedMemoryServiceServer) testEmbeddedByValue()                       {}
@@ -510,6 +538,24 @@ func _MemoryService_ListGateDecisions_Handler(srv interface{}, ctx context.Conte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _MemoryService_RunConsolidation_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RunConsolidationRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MemoryServiceServer).RunConsolidation(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: MemoryService_RunConsolidation_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MemoryServiceServer).RunConsolidation(ctx, req.(*RunConsolidationRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // MemoryService_ServiceDesc is the grpc.ServiceDesc for MemoryService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -560,6 +606,10 @@ var MemoryService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListGateDecisions",
 			Handler:    _MemoryService_ListGateDecisions_Handler,
+		},
+		{
+			MethodName: "RunConsolidation",
+			Handler:    _MemoryService_RunConsolidation_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -8,10 +8,13 @@ each, the specifics on which they disagree (:func:`engram_server.domain.specific
 1. **Change statements.** The new text says that something changed: "moved from X to Y",
    "switched to", "changed to", "no longer", "now uses", "instead of"; 搬到, 改为, 改成, 换成, 不再,
    现在改 … With an old value named ("from Express", "从北京") the stored memory must contain it
-   (similarity ≥ ``cue_threshold``); without one it must be a restatement of the same sentence with
-   other values (similarity ≥ ``specifics_threshold``) or contain none of the new value.
-2. **Changed specifics.** Without a change cue: a restatement-level pair (≥ ``specifics_threshold``)
-   whose specifics conflict (a number, date, name or negation) while the rest of the sentence is
+   (similarity ≥ ``cue_threshold``); without one the pair must replace a value (a specific both
+   hold with other values, or a negation) while sharing the subject (content words outside the
+   specifics overlap ≥ ``cue_overlap``), or be a restatement (≥ ``specifics_threshold``).
+   Two narrated past occurrences ("ran 5 km", 跑了) with other numbers are never a change without a
+   change statement.
+2. **Changed specifics.** Without a change cue: a pair (≥ ``cue_threshold``) whose specifics
+   conflict (a number, date, name or negation) while the rest of the sentence is
    the same (the content words outside the specifics overlap by ≥ ``word_overlap``): "The staging
    cluster has 12 nodes." → "… 16 nodes."; "The user eats meat." → "The user does not eat meat."
 3. **Different subjects are never superseded.** A conflicting value that *labels* the subject (a
@@ -66,11 +69,13 @@ class ContradictionPolicy:
     mode: ContradictionMode = ContradictionMode.SUPERSEDE
     #: Calibrated similarity at or above which a change statement naming the old value is checked.
     cue_threshold: float = 0.72
-    #: Calibrated similarity at or above which changed specifics (or a change statement without an
-    #: old value) may make a contradiction: the scale's restatement level.
+    #: Calibrated similarity at or above which a change statement alone (no replaced value, no old
+    #: value named) makes a contradiction: the scale's restatement level.
     specifics_threshold: float = 0.82
     #: Least overlap (Jaccard) of the content words outside the specifics for changed specifics.
     word_overlap: float = 0.6
+    #: The same for a change statement that replaces a value ("switched to", "改为" …).
+    cue_overlap: float = 0.3
     #: Protected types (identity, directive) are superseded only by a memory of the same type.
     protect_types: bool = True
 
@@ -222,8 +227,12 @@ def _different_subjects(existing: str, new: str, found: Sequence[Conflict]) -> s
     return None
 
 
-def _words_outside(text: str, found: Sequence[Conflict]) -> frozenset[str]:
+def _words_outside(text: str, found: Sequence[Conflict], cue: Cue | None = None) -> frozenset[str]:
+    """The content words of ``text`` outside its conflicting values and its change statement."""
     values = {v.casefold() for c in found for v in (*c.existing, *c.new)}
+    values |= {w for v in list(values) for w in content_words(v)}
+    if cue is not None:
+        values |= content_words(cue.words)
     return frozenset(w for w in content_words(text) if w not in values and not w.isdigit())
 
 
@@ -257,6 +266,10 @@ def judge(
     if different is not None:
         return Verdict(False, None, f"different subjects: {different}")
     cue = change_cue(new)
+    a, b = _words_outside(existing, found), _words_outside(new, found, cue)
+    overlap = _overlap(a, b)
+    # A replaced value: a kind of specific both texts hold with other values, or a negation flip.
+    replaced = any(c.kind == "negation" or (c.existing and c.new) for c in found)
     if cue is not None:
         if cue.old is not None:
             old = cue.old.casefold()
@@ -267,8 +280,12 @@ def judge(
                     Basis.CHANGE_STATEMENT,
                     f"the new memory says it changed ({cue.words!r}) from a value the stored one states",
                 )
-            if similarity < pol.specifics_threshold:
-                return Verdict(None, None, "a change statement whose old value the stored memory lacks")
+        if replaced and overlap >= pol.cue_overlap:
+            return Verdict(
+                True,
+                Basis.CHANGE_STATEMENT,
+                f"the new memory says it changed ({cue.words!r}): {_describe(found)}",
+            )
         if similarity >= pol.specifics_threshold:
             return Verdict(
                 True,
@@ -276,29 +293,16 @@ def judge(
                 f"the new memory says it changed ({cue.words!r}); the stored one says the same thing before"
                 + (f" ({_describe(found)})" if found else ""),
             )
-        if cue.new is not None and cue.new.casefold() not in existing.casefold() and found:
-            return Verdict(
-                True,
-                Basis.CHANGE_STATEMENT,
-                f"the new memory says it changed ({cue.words!r}): {_describe(found)}",
-            )
         return Verdict(None, None, "a change statement, but not clearly about the stored memory")
-    if not found or similarity < pol.specifics_threshold:
-        return Verdict(None, None, "no specific differs" if not found else "too far apart to tell")
+    if not found:
+        return Verdict(None, None, "no specific differs")
     if _RE_EN_PAST.search(existing) or _RE_EN_PAST.search(new) or _RE_ZH_PAST.search(existing + new):
         return Verdict(None, None, "two narrated occurrences, not a changed fact")
-    kinds = {c.kind for c in found}
-    if kinds <= {"identifier"}:
+    if {c.kind for c in found} <= {"identifier"}:
         return Verdict(False, None, "only identifiers differ: different things")
-    a, b = _words_outside(existing, found), _words_outside(new, found)
-    overlap = _overlap(a, b)
     if overlap < pol.word_overlap:
         return Verdict(None, None, f"the rest of the sentence differs (overlap {overlap:.2f})")
-    # A number or date one side lacks entirely adds a detail rather than changing one.
-    added_only = all(
-        (c.kind != "negation" and not c.existing) or (c.kind != "negation" and not c.new) for c in found
-    )
-    if added_only:
+    if not replaced:  # a value one side lacks entirely adds a detail rather than changing one
         return Verdict(None, None, "one memory adds a detail the other lacks")
     return Verdict(True, Basis.SPECIFICS, f"the same statement with other values: {_describe(found)}")
 

@@ -101,7 +101,7 @@ class Settings:
     reflection_interval_seconds: float = 0.0
     # Contradictions and consolidation
     contradictions: str = "supersede"
-    contradiction_llm: bool = True
+    contradiction_llm: bool = False
     consolidation_min_interval_seconds: float = 21600.0
     consolidation_daily_cap: int = 4
     consolidation_cluster_threshold: float = 0.82
@@ -411,7 +411,7 @@ SETTINGS_DOC: list[tuple[str, str, str]] = [
     (
         "contradiction_llm",
         "ENGRAM_CONTRADICTION_LLM",
-        "With an LLM configured (`ENGRAM_LLM_*`), ask it about the pairs the contradiction rules cannot "
+        "Opt-in: with an LLM configured (`ENGRAM_LLM_*`), ask it about the pairs the contradiction rules cannot "
         "decide (one call per add that has such pairs; on failure the rules' answer stands).",
     ),
     (

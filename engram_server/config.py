@@ -104,7 +104,7 @@ class Settings:
     contradiction_llm: bool = False
     consolidation_min_interval_seconds: float = 21600.0
     consolidation_daily_cap: int = 4
-    consolidation_cluster_threshold: float = 0.82
+    consolidation_cluster_threshold: float = 0.75
     consolidation_min_cluster: int = 3
     consolidation_max_cluster: int = 8
     consolidation_interval_seconds: float = 0.0
@@ -411,8 +411,8 @@ SETTINGS_DOC: list[tuple[str, str, str]] = [
     (
         "contradiction_llm",
         "ENGRAM_CONTRADICTION_LLM",
-        "Opt-in: with an LLM configured (`ENGRAM_LLM_*`), ask it about the pairs the contradiction rules cannot "
-        "decide (one call per add that has such pairs; on failure the rules' answer stands).",
+        "Opt-in: with an LLM configured (`ENGRAM_LLM_*`), ask it about the pairs the contradiction rules "
+        "cannot decide (one call per add that has such pairs; on failure the rules' answer stands).",
     ),
     (
         "consolidation_min_interval_seconds",

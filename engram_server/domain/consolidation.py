@@ -60,9 +60,9 @@ class ConsolidationPolicy:
     min_interval_seconds: float = 6 * 3600.0
     daily_cap: int = 4
     #: Calibrated similarity to the cluster's first memory (the scale's "same topic" is 0.70–0.82).
-    cluster_threshold: float = 0.82
+    cluster_threshold: float = 0.75
     #: Every member is at least ``cluster_threshold - link_slack`` from every other one.
-    link_slack: float = 0.06
+    link_slack: float = 0.15
     min_cluster: int = 3
     max_cluster: int = 8
     #: Most event memories one run looks at (the newest).

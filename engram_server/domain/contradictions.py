@@ -96,11 +96,14 @@ _EN_VERBS = (
     r"converted|rescheduled|postponed|pushed|moved back|renamed|updated|raised|lowered|increased|"
     r"decreased|reduced|bumped|cut|dropped|changing|switching|moving|migrating"
 )
+#: Within one clause: any character but a clause end (a dot inside "5.7" or "v3.4" is not one).
+_CLAUSE = r"(?:[^.;,]|\.(?=\S))"
 _RE_EN_FROM_TO = re.compile(
-    rf"\b(?:{_EN_VERBS})\b[^.;]*?\bfrom\s+(?P<old>[^.;,]+?)\s+(?:to|into|with)\s+(?P<new>[^.;,]+)",
+    rf"\b(?:{_EN_VERBS})\b(?:[^.;]|\.(?=\S))*?\bfrom\s+(?P<old>{_CLAUSE}+?)\s+(?:to|into|with)\s+"
+    rf"(?P<new>{_CLAUSE}+)",
     re.IGNORECASE,
 )
-_RE_EN_INSTEAD = re.compile(r"\binstead of\s+(?P<old>[^.;,]+)", re.IGNORECASE)
+_RE_EN_INSTEAD = re.compile(rf"\binstead of\s+(?P<old>{_CLAUSE}+)", re.IGNORECASE)
 _RE_EN_CUE = re.compile(
     rf"\b(?:(?:{_EN_VERBS})\s+(?:to|over to|it to|them to|back to|into)|no longer|not anymore|"
     r"any ?more|stopped|quit|gave up|now (?:uses?|is|are|lives?|works?|prefers?|has|have|runs?|"

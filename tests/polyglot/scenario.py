@@ -41,6 +41,7 @@ REQUEST_TYPES: dict[str, type[Message]] = {
     "ListMemories": memory_service_pb2.ListMemoriesRequest,
     "ListCollections": memory_service_pb2.ListCollectionsRequest,
     "DeleteCollection": memory_service_pb2.DeleteCollectionRequest,
+    "RunConsolidation": memory_service_pb2.RunConsolidationRequest,
 }
 
 
@@ -100,6 +101,10 @@ class Observer:
                 "memory": self.memory(resp.memory),
                 "near_duplicates": [self.name(s.id) for s in resp.near_duplicates],
                 "replayed": resp.replayed,
+                "conflicts": [
+                    {"memory": self.name(c.memory_id), "basis": c.basis, "superseded": c.superseded}
+                    for c in resp.conflicts
+                ],
             }
         if call == "SearchMemories":
             return self.ids([r.memory for r in resp.results])
@@ -125,6 +130,16 @@ class Observer:
             }
         if call == "DeleteCollection":
             return {"deleted_count": resp.deleted_count}
+        if call == "RunConsolidation":
+            return {
+                "outcome": memory_service_pb2.ConsolidationOutcome.Name(resp.outcome),
+                "memories_before": resp.memories_before,
+                "memories_after": resp.memories_after,
+                "clusters": [
+                    {"sources": sorted(self.name(i) for i in c.source_ids), "merged_by": c.merged_by}
+                    for c in resp.clusters
+                ],
+            }
         raise ScenarioFailure(f"unknown call {call}")
 
     def error(self, exc: grpc.RpcError) -> dict[str, Any]:

@@ -56,6 +56,9 @@ NEEDS = {
     "RunReflection": "write",
     "RunReflection(force)": "admin",
     "ListGateDecisions": "read",
+    "ListReflectionRuns": "read",
+    "RunConsolidation": "write",
+    "RunConsolidation(force)": "admin",
 }
 HOLDS = {"read_only": "read", "read_write": "write", "admin": "admin", "other_tenant": "none"}
 RANK = {"none": 0, "any": 0, "read": 1, "write": 2, "admin": 3}
@@ -94,7 +97,20 @@ def requests(memory_id: str) -> dict[str, tuple[str, Any]]:
             s.RunReflectionRequest(collection="alpha", dry_run=True, force=True),
         ),
         "ListGateDecisions": ("ListGateDecisions", s.ListGateDecisionsRequest(collection="alpha")),
+        "ListReflectionRuns": ("ListReflectionRuns", s.ListReflectionRunsRequest(collection="alpha")),
+        "RunConsolidation": ("RunConsolidation", s.RunConsolidationRequest(collection="alpha", dry_run=True)),
+        "RunConsolidation(force)": (
+            "RunConsolidation",
+            s.RunConsolidationRequest(collection="alpha", dry_run=True, force=True),
+        ),
     }
+
+
+def test_the_matrix_covers_every_rpc() -> None:
+    """A new RPC gets its row here, so its role is tested, not assumed."""
+    methods = {m.name for m in s.DESCRIPTOR.services_by_name["MemoryService"].methods}
+    assert {call.split("(")[0] for call in NEEDS} == methods
+    assert {rpc for rpc, _ in requests("x").values()} == methods
 
 
 @pytest.fixture(scope="module")

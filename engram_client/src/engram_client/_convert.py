@@ -27,6 +27,7 @@ from engram_client.models import (
     ReflectionGate,
     ReflectionOutcome,
     ReflectionResult,
+    ReflectionRun,
     ScoreBreakdown,
     SearchResult,
     SearchResults,
@@ -99,6 +100,7 @@ def _time(
     message: memory_pb2.Memory
     | memory_pb2.CollectionInfo
     | memory_service_pb2.RunReflectionResponse
+    | memory_service_pb2.ReflectionRun
     | memory_service_pb2.RunConsolidationResponse,
     name: str,
 ) -> datetime | None:
@@ -308,6 +310,23 @@ def reflection_result(resp: memory_service_pb2.RunReflectionResponse) -> Reflect
         reflection_collection=resp.reflection_collection,
         model=resp.model,
     )
+
+
+def reflection_runs(resp: memory_service_pb2.ListReflectionRunsResponse) -> list[ReflectionRun]:
+    return [
+        ReflectionRun(
+            started_at=_time(r, "started_at"),
+            outcome=_REFLECTION_FROM.get(r.outcome, ReflectionOutcome.UNSPECIFIED),
+            detail=r.detail,
+            scheduled=r.scheduled,
+            model=r.model,
+            source_ids=tuple(r.source_ids),
+            insight_ids=tuple(r.insight_ids),
+            draft_ids=tuple(r.draft_ids),
+            duplicates=r.duplicates,
+        )
+        for r in resp.runs
+    ]
 
 
 _CONTRADICTION_MODES = {

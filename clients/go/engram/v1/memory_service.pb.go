@@ -149,6 +149,9 @@ const (
 	ReflectionOutcome_REFLECTION_OUTCOME_THROTTLED ReflectionOutcome = 3
 	// dry_run: every gate passed and a run would use `sources`.
 	ReflectionOutcome_REFLECTION_OUTCOME_WOULD_RUN ReflectionOutcome = 4
+	// The LLM call or the writes failed; nothing was written. Only in ListReflectionRuns:
+	// RunReflection answers such a run with an error status.
+	ReflectionOutcome_REFLECTION_OUTCOME_FAILED ReflectionOutcome = 5
 )
 
 // Enum value maps for ReflectionOutcome.
@@ -159,6 +162,7 @@ var (
 		2: "REFLECTION_OUTCOME_NO_INSIGHT",
 		3: "REFLECTION_OUTCOME_THROTTLED",
 		4: "REFLECTION_OUTCOME_WOULD_RUN",
+		5: "REFLECTION_OUTCOME_FAILED",
 	}
 	ReflectionOutcome_value = map[string]int32{
 		"REFLECTION_OUTCOME_UNSPECIFIED": 0,
@@ -166,6 +170,7 @@ var (
 		"REFLECTION_OUTCOME_NO_INSIGHT":  2,
 		"REFLECTION_OUTCOME_THROTTLED":   3,
 		"REFLECTION_OUTCOME_WOULD_RUN":   4,
+		"REFLECTION_OUTCOME_FAILED":      5,
 	}
 )
 
@@ -2842,6 +2847,234 @@ func (x *ListGateDecisionsResponse) GetTruncated() bool {
 	return false
 }
 
+// ListReflectionRunsRequest asks for a collection's recent reflection runs.
+type ListReflectionRunsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The source collection (not its "_reflection" collection); empty means the default collection.
+	Collection string `protobuf:"bytes,1,opt,name=collection,proto3" json:"collection,omitempty"`
+	// At most this many, newest first: 1–50; 0 means 20.
+	Limit         int32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListReflectionRunsRequest) Reset() {
+	*x = ListReflectionRunsRequest{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListReflectionRunsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListReflectionRunsRequest) ProtoMessage() {}
+
+func (x *ListReflectionRunsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListReflectionRunsRequest.ProtoReflect.Descriptor instead.
+func (*ListReflectionRunsRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *ListReflectionRunsRequest) GetCollection() string {
+	if x != nil {
+		return x.Collection
+	}
+	return ""
+}
+
+func (x *ListReflectionRunsRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+// ReflectionRun is one reflection run that called the LLM.
+type ReflectionRun struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// When the run started.
+	StartedAt *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	// COMPLETED, NO_INSIGHT or FAILED.
+	Outcome ReflectionOutcome `protobuf:"varint,2,opt,name=outcome,proto3,enum=engram.v1.ReflectionOutcome" json:"outcome,omitempty"`
+	// A human-readable account of the run (what was produced, or the error).
+	Detail string `protobuf:"bytes,3,opt,name=detail,proto3" json:"detail,omitempty"`
+	// True when the periodic schedule started the run, false when RunReflection asked for it.
+	Scheduled bool `protobuf:"varint,4,opt,name=scheduled,proto3" json:"scheduled,omitempty"`
+	// The LLM model used.
+	Model string `protobuf:"bytes,5,opt,name=model,proto3" json:"model,omitempty"`
+	// Ids of the memories the run reflected on.
+	SourceIds []string `protobuf:"bytes,6,rep,name=source_ids,json=sourceIds,proto3" json:"source_ids,omitempty"`
+	// Ids of the insights it stored (in the reflection collection).
+	InsightIds []string `protobuf:"bytes,7,rep,name=insight_ids,json=insightIds,proto3" json:"insight_ids,omitempty"`
+	// Ids of the low-confidence insights it kept as drafts.
+	DraftIds []string `protobuf:"bytes,8,rep,name=draft_ids,json=draftIds,proto3" json:"draft_ids,omitempty"`
+	// How many proposed insights were dropped as near-copies of existing insights.
+	Duplicates    int32 `protobuf:"varint,9,opt,name=duplicates,proto3" json:"duplicates,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReflectionRun) Reset() {
+	*x = ReflectionRun{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReflectionRun) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReflectionRun) ProtoMessage() {}
+
+func (x *ReflectionRun) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReflectionRun.ProtoReflect.Descriptor instead.
+func (*ReflectionRun) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *ReflectionRun) GetStartedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartedAt
+	}
+	return nil
+}
+
+func (x *ReflectionRun) GetOutcome() ReflectionOutcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return ReflectionOutcome_REFLECTION_OUTCOME_UNSPECIFIED
+}
+
+func (x *ReflectionRun) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+func (x *ReflectionRun) GetScheduled() bool {
+	if x != nil {
+		return x.Scheduled
+	}
+	return false
+}
+
+func (x *ReflectionRun) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *ReflectionRun) GetSourceIds() []string {
+	if x != nil {
+		return x.SourceIds
+	}
+	return nil
+}
+
+func (x *ReflectionRun) GetInsightIds() []string {
+	if x != nil {
+		return x.InsightIds
+	}
+	return nil
+}
+
+func (x *ReflectionRun) GetDraftIds() []string {
+	if x != nil {
+		return x.DraftIds
+	}
+	return nil
+}
+
+func (x *ReflectionRun) GetDuplicates() int32 {
+	if x != nil {
+		return x.Duplicates
+	}
+	return 0
+}
+
+// ListReflectionRunsResponse lists recent reflection runs, newest first.
+type ListReflectionRunsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The runs.
+	Runs []*ReflectionRun `protobuf:"bytes,1,rep,name=runs,proto3" json:"runs,omitempty"`
+	// True when older runs were left out to keep the answer within the message limit.
+	Truncated     bool `protobuf:"varint,2,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListReflectionRunsResponse) Reset() {
+	*x = ListReflectionRunsResponse{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListReflectionRunsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListReflectionRunsResponse) ProtoMessage() {}
+
+func (x *ListReflectionRunsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListReflectionRunsResponse.ProtoReflect.Descriptor instead.
+func (*ListReflectionRunsResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *ListReflectionRunsResponse) GetRuns() []*ReflectionRun {
+	if x != nil {
+		return x.Runs
+	}
+	return nil
+}
+
+func (x *ListReflectionRunsResponse) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
 // RunConsolidationRequest asks for one consolidation run over a collection.
 type RunConsolidationRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2857,7 +3090,7 @@ type RunConsolidationRequest struct {
 
 func (x *RunConsolidationRequest) Reset() {
 	*x = RunConsolidationRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[31]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2869,7 +3102,7 @@ func (x *RunConsolidationRequest) String() string {
 func (*RunConsolidationRequest) ProtoMessage() {}
 
 func (x *RunConsolidationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[31]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2882,7 +3115,7 @@ func (x *RunConsolidationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunConsolidationRequest.ProtoReflect.Descriptor instead.
 func (*RunConsolidationRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{31}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RunConsolidationRequest) GetCollection() string {
@@ -2921,7 +3154,7 @@ type ConsolidatedCluster struct {
 
 func (x *ConsolidatedCluster) Reset() {
 	*x = ConsolidatedCluster{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[32]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2933,7 +3166,7 @@ func (x *ConsolidatedCluster) String() string {
 func (*ConsolidatedCluster) ProtoMessage() {}
 
 func (x *ConsolidatedCluster) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[32]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2946,7 +3179,7 @@ func (x *ConsolidatedCluster) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsolidatedCluster.ProtoReflect.Descriptor instead.
 func (*ConsolidatedCluster) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{32}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ConsolidatedCluster) GetInsight() *Memory {
@@ -2993,7 +3226,7 @@ type RunConsolidationResponse struct {
 
 func (x *RunConsolidationResponse) Reset() {
 	*x = RunConsolidationResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[33]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3005,7 +3238,7 @@ func (x *RunConsolidationResponse) String() string {
 func (*RunConsolidationResponse) ProtoMessage() {}
 
 func (x *RunConsolidationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[33]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3018,7 +3251,7 @@ func (x *RunConsolidationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunConsolidationResponse.ProtoReflect.Descriptor instead.
 func (*RunConsolidationResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{33}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *RunConsolidationResponse) GetOutcome() ConsolidationOutcome {
@@ -3311,6 +3544,29 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\breplayed\x18\a \x01(\bR\breplayed\"p\n" +
 	"\x19ListGateDecisionsResponse\x125\n" +
 	"\tdecisions\x18\x01 \x03(\v2\x17.engram.v1.GateDecisionR\tdecisions\x12\x1c\n" +
+	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"Q\n" +
+	"\x19ListReflectionRunsRequest\x12\x1e\n" +
+	"\n" +
+	"collection\x18\x01 \x01(\tR\n" +
+	"collection\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\x05R\x05limit\"\xcb\x02\n" +
+	"\rReflectionRun\x129\n" +
+	"\n" +
+	"started_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x126\n" +
+	"\aoutcome\x18\x02 \x01(\x0e2\x1c.engram.v1.ReflectionOutcomeR\aoutcome\x12\x16\n" +
+	"\x06detail\x18\x03 \x01(\tR\x06detail\x12\x1c\n" +
+	"\tscheduled\x18\x04 \x01(\bR\tscheduled\x12\x14\n" +
+	"\x05model\x18\x05 \x01(\tR\x05model\x12\x1d\n" +
+	"\n" +
+	"source_ids\x18\x06 \x03(\tR\tsourceIds\x12\x1f\n" +
+	"\vinsight_ids\x18\a \x03(\tR\n" +
+	"insightIds\x12\x1b\n" +
+	"\tdraft_ids\x18\b \x03(\tR\bdraftIds\x12\x1e\n" +
+	"\n" +
+	"duplicates\x18\t \x01(\x05R\n" +
+	"duplicates\"h\n" +
+	"\x1aListReflectionRunsResponse\x12,\n" +
+	"\x04runs\x18\x01 \x03(\v2\x18.engram.v1.ReflectionRunR\x04runs\x12\x1c\n" +
 	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"h\n" +
 	"\x17RunConsolidationRequest\x12\x1e\n" +
 	"\n" +
@@ -3342,13 +3598,14 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"AddOutcome\x12\x1b\n" +
 	"\x17ADD_OUTCOME_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13ADD_OUTCOME_CREATED\x10\x01\x12\x19\n" +
-	"\x15ADD_OUTCOME_DUPLICATE\x10\x02*\xc0\x01\n" +
+	"\x15ADD_OUTCOME_DUPLICATE\x10\x02*\xdf\x01\n" +
 	"\x11ReflectionOutcome\x12\"\n" +
 	"\x1eREFLECTION_OUTCOME_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cREFLECTION_OUTCOME_COMPLETED\x10\x01\x12!\n" +
 	"\x1dREFLECTION_OUTCOME_NO_INSIGHT\x10\x02\x12 \n" +
 	"\x1cREFLECTION_OUTCOME_THROTTLED\x10\x03\x12 \n" +
-	"\x1cREFLECTION_OUTCOME_WOULD_RUN\x10\x04*\xd9\x01\n" +
+	"\x1cREFLECTION_OUTCOME_WOULD_RUN\x10\x04\x12\x1d\n" +
+	"\x19REFLECTION_OUTCOME_FAILED\x10\x05*\xd9\x01\n" +
 	"\x0eReflectionGate\x12\x1f\n" +
 	"\x1bREFLECTION_GATE_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cREFLECTION_GATE_MIN_INTERVAL\x10\x01\x12\x1d\n" +
@@ -3361,7 +3618,7 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\x1fCONSOLIDATION_OUTCOME_COMPLETED\x10\x01\x12*\n" +
 	"&CONSOLIDATION_OUTCOME_NOTHING_TO_MERGE\x10\x02\x12#\n" +
 	"\x1fCONSOLIDATION_OUTCOME_THROTTLED\x10\x03\x12#\n" +
-	"\x1fCONSOLIDATION_OUTCOME_WOULD_RUN\x10\x042\xb1\f\n" +
+	"\x1fCONSOLIDATION_OUTCOME_WOULD_RUN\x10\x042\xca\r\n" +
 	"\rMemoryService\x12_\n" +
 	"\tAddMemory\x12\x1b.engram.v1.AddMemoryRequest\x1a\x1c.engram.v1.AddMemoryResponse\"\x17\x82\xd3\xe4\x93\x02\x11:\x01*\"\f/v1/memories\x12n\n" +
 	"\vAddMemories\x12\x1d.engram.v1.AddMemoriesRequest\x1a\x1e.engram.v1.AddMemoriesResponse\" \x82\xd3\xe4\x93\x02\x1a:\x01*\"\x15/v1/memories:batchAdd\x12u\n" +
@@ -3373,7 +3630,8 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\x0fListCollections\x12!.engram.v1.ListCollectionsRequest\x1a\".engram.v1.ListCollectionsResponse\"\x17\x82\xd3\xe4\x93\x02\x11\x12\x0f/v1/collections\x12{\n" +
 	"\x10DeleteCollection\x12\".engram.v1.DeleteCollectionRequest\x1a#.engram.v1.DeleteCollectionResponse\"\x1e\x82\xd3\xe4\x93\x02\x18*\x16/v1/collections/{name}\x12\x83\x01\n" +
 	"\rRunReflection\x12\x1f.engram.v1.RunReflectionRequest\x1a .engram.v1.RunReflectionResponse\"/\x82\xd3\xe4\x93\x02):\x01*\"$/v1/collections/{collection}:reflect\x12\x92\x01\n" +
-	"\x11ListGateDecisions\x12#.engram.v1.ListGateDecisionsRequest\x1a$.engram.v1.ListGateDecisionsResponse\"2\x82\xd3\xe4\x93\x02,\x12*/v1/collections/{collection}/gateDecisions\x12\x90\x01\n" +
+	"\x11ListGateDecisions\x12#.engram.v1.ListGateDecisionsRequest\x1a$.engram.v1.ListGateDecisionsResponse\"2\x82\xd3\xe4\x93\x02,\x12*/v1/collections/{collection}/gateDecisions\x12\x96\x01\n" +
+	"\x12ListReflectionRuns\x12$.engram.v1.ListReflectionRunsRequest\x1a%.engram.v1.ListReflectionRunsResponse\"3\x82\xd3\xe4\x93\x02-\x12+/v1/collections/{collection}/reflectionRuns\x12\x90\x01\n" +
 	"\x10RunConsolidation\x12\".engram.v1.RunConsolidationRequest\x1a#.engram.v1.RunConsolidationResponse\"3\x82\xd3\xe4\x93\x02-:\x01*\"(/v1/collections/{collection}:consolidateB?Z=github.com/engram-memory/engram/clients/go/engram/v1;engramv1b\x06proto3"
 
 var (
@@ -3389,154 +3647,162 @@ func file_engram_v1_memory_service_proto_rawDescGZIP() []byte {
 }
 
 var file_engram_v1_memory_service_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_engram_v1_memory_service_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_engram_v1_memory_service_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
 var file_engram_v1_memory_service_proto_goTypes = []any{
-	(ContradictionMode)(0),            // 0: engram.v1.ContradictionMode
-	(AddOutcome)(0),                   // 1: engram.v1.AddOutcome
-	(ReflectionOutcome)(0),            // 2: engram.v1.ReflectionOutcome
-	(ReflectionGate)(0),               // 3: engram.v1.ReflectionGate
-	(ConsolidationOutcome)(0),         // 4: engram.v1.ConsolidationOutcome
-	(*AddMemoryRequest)(nil),          // 5: engram.v1.AddMemoryRequest
-	(*Contradiction)(nil),             // 6: engram.v1.Contradiction
-	(*AddMemoryResponse)(nil),         // 7: engram.v1.AddMemoryResponse
-	(*AddMemoriesRequest)(nil),        // 8: engram.v1.AddMemoriesRequest
-	(*NewMemory)(nil),                 // 9: engram.v1.NewMemory
-	(*AddMemoryResult)(nil),           // 10: engram.v1.AddMemoryResult
-	(*AddMemoriesResponse)(nil),       // 11: engram.v1.AddMemoriesResponse
-	(*SearchMemoriesRequest)(nil),     // 12: engram.v1.SearchMemoriesRequest
-	(*SearchResult)(nil),              // 13: engram.v1.SearchResult
-	(*SearchMemoriesResponse)(nil),    // 14: engram.v1.SearchMemoriesResponse
-	(*SemanticLocator)(nil),           // 15: engram.v1.SemanticLocator
-	(*StringList)(nil),                // 16: engram.v1.StringList
-	(*StringMap)(nil),                 // 17: engram.v1.StringMap
-	(*UpdateMemoryRequest)(nil),       // 18: engram.v1.UpdateMemoryRequest
-	(*UpdateMemoryResponse)(nil),      // 19: engram.v1.UpdateMemoryResponse
-	(*DeleteQuery)(nil),               // 20: engram.v1.DeleteQuery
-	(*DeleteMemoryRequest)(nil),       // 21: engram.v1.DeleteMemoryRequest
-	(*DeleteMemoryResponse)(nil),      // 22: engram.v1.DeleteMemoryResponse
-	(*GetMemoryRequest)(nil),          // 23: engram.v1.GetMemoryRequest
-	(*GetMemoryResponse)(nil),         // 24: engram.v1.GetMemoryResponse
-	(*ListMemoriesRequest)(nil),       // 25: engram.v1.ListMemoriesRequest
-	(*ListMemoriesResponse)(nil),      // 26: engram.v1.ListMemoriesResponse
-	(*ListCollectionsRequest)(nil),    // 27: engram.v1.ListCollectionsRequest
-	(*ListCollectionsResponse)(nil),   // 28: engram.v1.ListCollectionsResponse
-	(*DeleteCollectionRequest)(nil),   // 29: engram.v1.DeleteCollectionRequest
-	(*DeleteCollectionResponse)(nil),  // 30: engram.v1.DeleteCollectionResponse
-	(*RunReflectionRequest)(nil),      // 31: engram.v1.RunReflectionRequest
-	(*RunReflectionResponse)(nil),     // 32: engram.v1.RunReflectionResponse
-	(*ListGateDecisionsRequest)(nil),  // 33: engram.v1.ListGateDecisionsRequest
-	(*GateDecision)(nil),              // 34: engram.v1.GateDecision
-	(*ListGateDecisionsResponse)(nil), // 35: engram.v1.ListGateDecisionsResponse
-	(*RunConsolidationRequest)(nil),   // 36: engram.v1.RunConsolidationRequest
-	(*ConsolidatedCluster)(nil),       // 37: engram.v1.ConsolidatedCluster
-	(*RunConsolidationResponse)(nil),  // 38: engram.v1.RunConsolidationResponse
-	nil,                               // 39: engram.v1.AddMemoryRequest.MetadataEntry
-	nil,                               // 40: engram.v1.NewMemory.MetadataEntry
-	nil,                               // 41: engram.v1.StringMap.EntriesEntry
-	(MemoryType)(0),                   // 42: engram.v1.MemoryType
-	(Source)(0),                       // 43: engram.v1.Source
-	(SourceType)(0),                   // 44: engram.v1.SourceType
-	(*timestamppb.Timestamp)(nil),     // 45: google.protobuf.Timestamp
-	(*SpecificConflict)(nil),          // 46: engram.v1.SpecificConflict
-	(*Memory)(nil),                    // 47: engram.v1.Memory
-	(*SimilarMemory)(nil),             // 48: engram.v1.SimilarMemory
-	(*MemoryFilter)(nil),              // 49: engram.v1.MemoryFilter
-	(*RankingWeights)(nil),            // 50: engram.v1.RankingWeights
-	(*ScoreBreakdown)(nil),            // 51: engram.v1.ScoreBreakdown
-	(*CollectionInfo)(nil),            // 52: engram.v1.CollectionInfo
+	(ContradictionMode)(0),             // 0: engram.v1.ContradictionMode
+	(AddOutcome)(0),                    // 1: engram.v1.AddOutcome
+	(ReflectionOutcome)(0),             // 2: engram.v1.ReflectionOutcome
+	(ReflectionGate)(0),                // 3: engram.v1.ReflectionGate
+	(ConsolidationOutcome)(0),          // 4: engram.v1.ConsolidationOutcome
+	(*AddMemoryRequest)(nil),           // 5: engram.v1.AddMemoryRequest
+	(*Contradiction)(nil),              // 6: engram.v1.Contradiction
+	(*AddMemoryResponse)(nil),          // 7: engram.v1.AddMemoryResponse
+	(*AddMemoriesRequest)(nil),         // 8: engram.v1.AddMemoriesRequest
+	(*NewMemory)(nil),                  // 9: engram.v1.NewMemory
+	(*AddMemoryResult)(nil),            // 10: engram.v1.AddMemoryResult
+	(*AddMemoriesResponse)(nil),        // 11: engram.v1.AddMemoriesResponse
+	(*SearchMemoriesRequest)(nil),      // 12: engram.v1.SearchMemoriesRequest
+	(*SearchResult)(nil),               // 13: engram.v1.SearchResult
+	(*SearchMemoriesResponse)(nil),     // 14: engram.v1.SearchMemoriesResponse
+	(*SemanticLocator)(nil),            // 15: engram.v1.SemanticLocator
+	(*StringList)(nil),                 // 16: engram.v1.StringList
+	(*StringMap)(nil),                  // 17: engram.v1.StringMap
+	(*UpdateMemoryRequest)(nil),        // 18: engram.v1.UpdateMemoryRequest
+	(*UpdateMemoryResponse)(nil),       // 19: engram.v1.UpdateMemoryResponse
+	(*DeleteQuery)(nil),                // 20: engram.v1.DeleteQuery
+	(*DeleteMemoryRequest)(nil),        // 21: engram.v1.DeleteMemoryRequest
+	(*DeleteMemoryResponse)(nil),       // 22: engram.v1.DeleteMemoryResponse
+	(*GetMemoryRequest)(nil),           // 23: engram.v1.GetMemoryRequest
+	(*GetMemoryResponse)(nil),          // 24: engram.v1.GetMemoryResponse
+	(*ListMemoriesRequest)(nil),        // 25: engram.v1.ListMemoriesRequest
+	(*ListMemoriesResponse)(nil),       // 26: engram.v1.ListMemoriesResponse
+	(*ListCollectionsRequest)(nil),     // 27: engram.v1.ListCollectionsRequest
+	(*ListCollectionsResponse)(nil),    // 28: engram.v1.ListCollectionsResponse
+	(*DeleteCollectionRequest)(nil),    // 29: engram.v1.DeleteCollectionRequest
+	(*DeleteCollectionResponse)(nil),   // 30: engram.v1.DeleteCollectionResponse
+	(*RunReflectionRequest)(nil),       // 31: engram.v1.RunReflectionRequest
+	(*RunReflectionResponse)(nil),      // 32: engram.v1.RunReflectionResponse
+	(*ListGateDecisionsRequest)(nil),   // 33: engram.v1.ListGateDecisionsRequest
+	(*GateDecision)(nil),               // 34: engram.v1.GateDecision
+	(*ListGateDecisionsResponse)(nil),  // 35: engram.v1.ListGateDecisionsResponse
+	(*ListReflectionRunsRequest)(nil),  // 36: engram.v1.ListReflectionRunsRequest
+	(*ReflectionRun)(nil),              // 37: engram.v1.ReflectionRun
+	(*ListReflectionRunsResponse)(nil), // 38: engram.v1.ListReflectionRunsResponse
+	(*RunConsolidationRequest)(nil),    // 39: engram.v1.RunConsolidationRequest
+	(*ConsolidatedCluster)(nil),        // 40: engram.v1.ConsolidatedCluster
+	(*RunConsolidationResponse)(nil),   // 41: engram.v1.RunConsolidationResponse
+	nil,                                // 42: engram.v1.AddMemoryRequest.MetadataEntry
+	nil,                                // 43: engram.v1.NewMemory.MetadataEntry
+	nil,                                // 44: engram.v1.StringMap.EntriesEntry
+	(MemoryType)(0),                    // 45: engram.v1.MemoryType
+	(Source)(0),                        // 46: engram.v1.Source
+	(SourceType)(0),                    // 47: engram.v1.SourceType
+	(*timestamppb.Timestamp)(nil),      // 48: google.protobuf.Timestamp
+	(*SpecificConflict)(nil),           // 49: engram.v1.SpecificConflict
+	(*Memory)(nil),                     // 50: engram.v1.Memory
+	(*SimilarMemory)(nil),              // 51: engram.v1.SimilarMemory
+	(*MemoryFilter)(nil),               // 52: engram.v1.MemoryFilter
+	(*RankingWeights)(nil),             // 53: engram.v1.RankingWeights
+	(*ScoreBreakdown)(nil),             // 54: engram.v1.ScoreBreakdown
+	(*CollectionInfo)(nil),             // 55: engram.v1.CollectionInfo
 }
 var file_engram_v1_memory_service_proto_depIdxs = []int32{
-	42, // 0: engram.v1.AddMemoryRequest.type:type_name -> engram.v1.MemoryType
-	43, // 1: engram.v1.AddMemoryRequest.source:type_name -> engram.v1.Source
-	44, // 2: engram.v1.AddMemoryRequest.source_type:type_name -> engram.v1.SourceType
-	39, // 3: engram.v1.AddMemoryRequest.metadata:type_name -> engram.v1.AddMemoryRequest.MetadataEntry
-	45, // 4: engram.v1.AddMemoryRequest.created_at:type_name -> google.protobuf.Timestamp
-	45, // 5: engram.v1.AddMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
+	45, // 0: engram.v1.AddMemoryRequest.type:type_name -> engram.v1.MemoryType
+	46, // 1: engram.v1.AddMemoryRequest.source:type_name -> engram.v1.Source
+	47, // 2: engram.v1.AddMemoryRequest.source_type:type_name -> engram.v1.SourceType
+	42, // 3: engram.v1.AddMemoryRequest.metadata:type_name -> engram.v1.AddMemoryRequest.MetadataEntry
+	48, // 4: engram.v1.AddMemoryRequest.created_at:type_name -> google.protobuf.Timestamp
+	48, // 5: engram.v1.AddMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
 	0,  // 6: engram.v1.AddMemoryRequest.contradictions:type_name -> engram.v1.ContradictionMode
-	42, // 7: engram.v1.Contradiction.type:type_name -> engram.v1.MemoryType
-	46, // 8: engram.v1.Contradiction.specifics:type_name -> engram.v1.SpecificConflict
-	47, // 9: engram.v1.AddMemoryResponse.memory:type_name -> engram.v1.Memory
+	45, // 7: engram.v1.Contradiction.type:type_name -> engram.v1.MemoryType
+	49, // 8: engram.v1.Contradiction.specifics:type_name -> engram.v1.SpecificConflict
+	50, // 9: engram.v1.AddMemoryResponse.memory:type_name -> engram.v1.Memory
 	1,  // 10: engram.v1.AddMemoryResponse.outcome:type_name -> engram.v1.AddOutcome
-	48, // 11: engram.v1.AddMemoryResponse.near_duplicates:type_name -> engram.v1.SimilarMemory
+	51, // 11: engram.v1.AddMemoryResponse.near_duplicates:type_name -> engram.v1.SimilarMemory
 	6,  // 12: engram.v1.AddMemoryResponse.conflicts:type_name -> engram.v1.Contradiction
 	9,  // 13: engram.v1.AddMemoriesRequest.memories:type_name -> engram.v1.NewMemory
-	42, // 14: engram.v1.NewMemory.type:type_name -> engram.v1.MemoryType
-	43, // 15: engram.v1.NewMemory.source:type_name -> engram.v1.Source
-	44, // 16: engram.v1.NewMemory.source_type:type_name -> engram.v1.SourceType
-	40, // 17: engram.v1.NewMemory.metadata:type_name -> engram.v1.NewMemory.MetadataEntry
-	45, // 18: engram.v1.NewMemory.created_at:type_name -> google.protobuf.Timestamp
-	45, // 19: engram.v1.NewMemory.valid_until:type_name -> google.protobuf.Timestamp
+	45, // 14: engram.v1.NewMemory.type:type_name -> engram.v1.MemoryType
+	46, // 15: engram.v1.NewMemory.source:type_name -> engram.v1.Source
+	47, // 16: engram.v1.NewMemory.source_type:type_name -> engram.v1.SourceType
+	43, // 17: engram.v1.NewMemory.metadata:type_name -> engram.v1.NewMemory.MetadataEntry
+	48, // 18: engram.v1.NewMemory.created_at:type_name -> google.protobuf.Timestamp
+	48, // 19: engram.v1.NewMemory.valid_until:type_name -> google.protobuf.Timestamp
 	0,  // 20: engram.v1.NewMemory.contradictions:type_name -> engram.v1.ContradictionMode
-	47, // 21: engram.v1.AddMemoryResult.memory:type_name -> engram.v1.Memory
+	50, // 21: engram.v1.AddMemoryResult.memory:type_name -> engram.v1.Memory
 	1,  // 22: engram.v1.AddMemoryResult.outcome:type_name -> engram.v1.AddOutcome
-	48, // 23: engram.v1.AddMemoryResult.near_duplicates:type_name -> engram.v1.SimilarMemory
+	51, // 23: engram.v1.AddMemoryResult.near_duplicates:type_name -> engram.v1.SimilarMemory
 	6,  // 24: engram.v1.AddMemoryResult.conflicts:type_name -> engram.v1.Contradiction
 	10, // 25: engram.v1.AddMemoriesResponse.results:type_name -> engram.v1.AddMemoryResult
-	49, // 26: engram.v1.SearchMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
-	50, // 27: engram.v1.SearchMemoriesRequest.weights:type_name -> engram.v1.RankingWeights
-	47, // 28: engram.v1.SearchResult.memory:type_name -> engram.v1.Memory
-	51, // 29: engram.v1.SearchResult.score:type_name -> engram.v1.ScoreBreakdown
+	52, // 26: engram.v1.SearchMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
+	53, // 27: engram.v1.SearchMemoriesRequest.weights:type_name -> engram.v1.RankingWeights
+	50, // 28: engram.v1.SearchResult.memory:type_name -> engram.v1.Memory
+	54, // 29: engram.v1.SearchResult.score:type_name -> engram.v1.ScoreBreakdown
 	13, // 30: engram.v1.SearchMemoriesResponse.results:type_name -> engram.v1.SearchResult
-	41, // 31: engram.v1.StringMap.entries:type_name -> engram.v1.StringMap.EntriesEntry
+	44, // 31: engram.v1.StringMap.entries:type_name -> engram.v1.StringMap.EntriesEntry
 	15, // 32: engram.v1.UpdateMemoryRequest.locate:type_name -> engram.v1.SemanticLocator
-	42, // 33: engram.v1.UpdateMemoryRequest.type:type_name -> engram.v1.MemoryType
+	45, // 33: engram.v1.UpdateMemoryRequest.type:type_name -> engram.v1.MemoryType
 	16, // 34: engram.v1.UpdateMemoryRequest.tags:type_name -> engram.v1.StringList
 	17, // 35: engram.v1.UpdateMemoryRequest.metadata:type_name -> engram.v1.StringMap
-	45, // 36: engram.v1.UpdateMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
-	47, // 37: engram.v1.UpdateMemoryResponse.memory:type_name -> engram.v1.Memory
-	47, // 38: engram.v1.UpdateMemoryResponse.previous:type_name -> engram.v1.Memory
+	48, // 36: engram.v1.UpdateMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
+	50, // 37: engram.v1.UpdateMemoryResponse.memory:type_name -> engram.v1.Memory
+	50, // 38: engram.v1.UpdateMemoryResponse.previous:type_name -> engram.v1.Memory
 	20, // 39: engram.v1.DeleteMemoryRequest.query:type_name -> engram.v1.DeleteQuery
-	47, // 40: engram.v1.DeleteMemoryResponse.deleted:type_name -> engram.v1.Memory
-	47, // 41: engram.v1.GetMemoryResponse.memory:type_name -> engram.v1.Memory
-	47, // 42: engram.v1.GetMemoryResponse.history:type_name -> engram.v1.Memory
-	49, // 43: engram.v1.ListMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
-	47, // 44: engram.v1.ListMemoriesResponse.memories:type_name -> engram.v1.Memory
-	52, // 45: engram.v1.ListCollectionsResponse.collections:type_name -> engram.v1.CollectionInfo
-	45, // 46: engram.v1.DeleteCollectionResponse.deleted_at:type_name -> google.protobuf.Timestamp
+	50, // 40: engram.v1.DeleteMemoryResponse.deleted:type_name -> engram.v1.Memory
+	50, // 41: engram.v1.GetMemoryResponse.memory:type_name -> engram.v1.Memory
+	50, // 42: engram.v1.GetMemoryResponse.history:type_name -> engram.v1.Memory
+	52, // 43: engram.v1.ListMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
+	50, // 44: engram.v1.ListMemoriesResponse.memories:type_name -> engram.v1.Memory
+	55, // 45: engram.v1.ListCollectionsResponse.collections:type_name -> engram.v1.CollectionInfo
+	48, // 46: engram.v1.DeleteCollectionResponse.deleted_at:type_name -> google.protobuf.Timestamp
 	2,  // 47: engram.v1.RunReflectionResponse.outcome:type_name -> engram.v1.ReflectionOutcome
 	3,  // 48: engram.v1.RunReflectionResponse.throttled_by:type_name -> engram.v1.ReflectionGate
-	45, // 49: engram.v1.RunReflectionResponse.next_run_after:type_name -> google.protobuf.Timestamp
-	47, // 50: engram.v1.RunReflectionResponse.sources:type_name -> engram.v1.Memory
-	47, // 51: engram.v1.RunReflectionResponse.insights:type_name -> engram.v1.Memory
-	47, // 52: engram.v1.RunReflectionResponse.drafts:type_name -> engram.v1.Memory
-	48, // 53: engram.v1.RunReflectionResponse.duplicates:type_name -> engram.v1.SimilarMemory
-	45, // 54: engram.v1.GateDecision.decided_at:type_name -> google.protobuf.Timestamp
+	48, // 49: engram.v1.RunReflectionResponse.next_run_after:type_name -> google.protobuf.Timestamp
+	50, // 50: engram.v1.RunReflectionResponse.sources:type_name -> engram.v1.Memory
+	50, // 51: engram.v1.RunReflectionResponse.insights:type_name -> engram.v1.Memory
+	50, // 52: engram.v1.RunReflectionResponse.drafts:type_name -> engram.v1.Memory
+	51, // 53: engram.v1.RunReflectionResponse.duplicates:type_name -> engram.v1.SimilarMemory
+	48, // 54: engram.v1.GateDecision.decided_at:type_name -> google.protobuf.Timestamp
 	1,  // 55: engram.v1.GateDecision.outcome:type_name -> engram.v1.AddOutcome
-	48, // 56: engram.v1.GateDecision.near_duplicates:type_name -> engram.v1.SimilarMemory
+	51, // 56: engram.v1.GateDecision.near_duplicates:type_name -> engram.v1.SimilarMemory
 	34, // 57: engram.v1.ListGateDecisionsResponse.decisions:type_name -> engram.v1.GateDecision
-	47, // 58: engram.v1.ConsolidatedCluster.insight:type_name -> engram.v1.Memory
-	4,  // 59: engram.v1.RunConsolidationResponse.outcome:type_name -> engram.v1.ConsolidationOutcome
-	45, // 60: engram.v1.RunConsolidationResponse.next_run_after:type_name -> google.protobuf.Timestamp
-	37, // 61: engram.v1.RunConsolidationResponse.clusters:type_name -> engram.v1.ConsolidatedCluster
-	5,  // 62: engram.v1.MemoryService.AddMemory:input_type -> engram.v1.AddMemoryRequest
-	8,  // 63: engram.v1.MemoryService.AddMemories:input_type -> engram.v1.AddMemoriesRequest
-	12, // 64: engram.v1.MemoryService.SearchMemories:input_type -> engram.v1.SearchMemoriesRequest
-	18, // 65: engram.v1.MemoryService.UpdateMemory:input_type -> engram.v1.UpdateMemoryRequest
-	21, // 66: engram.v1.MemoryService.DeleteMemory:input_type -> engram.v1.DeleteMemoryRequest
-	23, // 67: engram.v1.MemoryService.GetMemory:input_type -> engram.v1.GetMemoryRequest
-	25, // 68: engram.v1.MemoryService.ListMemories:input_type -> engram.v1.ListMemoriesRequest
-	27, // 69: engram.v1.MemoryService.ListCollections:input_type -> engram.v1.ListCollectionsRequest
-	29, // 70: engram.v1.MemoryService.DeleteCollection:input_type -> engram.v1.DeleteCollectionRequest
-	31, // 71: engram.v1.MemoryService.RunReflection:input_type -> engram.v1.RunReflectionRequest
-	33, // 72: engram.v1.MemoryService.ListGateDecisions:input_type -> engram.v1.ListGateDecisionsRequest
-	36, // 73: engram.v1.MemoryService.RunConsolidation:input_type -> engram.v1.RunConsolidationRequest
-	7,  // 74: engram.v1.MemoryService.AddMemory:output_type -> engram.v1.AddMemoryResponse
-	11, // 75: engram.v1.MemoryService.AddMemories:output_type -> engram.v1.AddMemoriesResponse
-	14, // 76: engram.v1.MemoryService.SearchMemories:output_type -> engram.v1.SearchMemoriesResponse
-	19, // 77: engram.v1.MemoryService.UpdateMemory:output_type -> engram.v1.UpdateMemoryResponse
-	22, // 78: engram.v1.MemoryService.DeleteMemory:output_type -> engram.v1.DeleteMemoryResponse
-	24, // 79: engram.v1.MemoryService.GetMemory:output_type -> engram.v1.GetMemoryResponse
-	26, // 80: engram.v1.MemoryService.ListMemories:output_type -> engram.v1.ListMemoriesResponse
-	28, // 81: engram.v1.MemoryService.ListCollections:output_type -> engram.v1.ListCollectionsResponse
-	30, // 82: engram.v1.MemoryService.DeleteCollection:output_type -> engram.v1.DeleteCollectionResponse
-	32, // 83: engram.v1.MemoryService.RunReflection:output_type -> engram.v1.RunReflectionResponse
-	35, // 84: engram.v1.MemoryService.ListGateDecisions:output_type -> engram.v1.ListGateDecisionsResponse
-	38, // 85: engram.v1.MemoryService.RunConsolidation:output_type -> engram.v1.RunConsolidationResponse
-	74, // [74:86] is the sub-list for method output_type
-	62, // [62:74] is the sub-list for method input_type
-	62, // [62:62] is the sub-list for extension type_name
-	62, // [62:62] is the sub-list for extension extendee
-	0,  // [0:62] is the sub-list for field type_name
+	48, // 58: engram.v1.ReflectionRun.started_at:type_name -> google.protobuf.Timestamp
+	2,  // 59: engram.v1.ReflectionRun.outcome:type_name -> engram.v1.ReflectionOutcome
+	37, // 60: engram.v1.ListReflectionRunsResponse.runs:type_name -> engram.v1.ReflectionRun
+	50, // 61: engram.v1.ConsolidatedCluster.insight:type_name -> engram.v1.Memory
+	4,  // 62: engram.v1.RunConsolidationResponse.outcome:type_name -> engram.v1.ConsolidationOutcome
+	48, // 63: engram.v1.RunConsolidationResponse.next_run_after:type_name -> google.protobuf.Timestamp
+	40, // 64: engram.v1.RunConsolidationResponse.clusters:type_name -> engram.v1.ConsolidatedCluster
+	5,  // 65: engram.v1.MemoryService.AddMemory:input_type -> engram.v1.AddMemoryRequest
+	8,  // 66: engram.v1.MemoryService.AddMemories:input_type -> engram.v1.AddMemoriesRequest
+	12, // 67: engram.v1.MemoryService.SearchMemories:input_type -> engram.v1.SearchMemoriesRequest
+	18, // 68: engram.v1.MemoryService.UpdateMemory:input_type -> engram.v1.UpdateMemoryRequest
+	21, // 69: engram.v1.MemoryService.DeleteMemory:input_type -> engram.v1.DeleteMemoryRequest
+	23, // 70: engram.v1.MemoryService.GetMemory:input_type -> engram.v1.GetMemoryRequest
+	25, // 71: engram.v1.MemoryService.ListMemories:input_type -> engram.v1.ListMemoriesRequest
+	27, // 72: engram.v1.MemoryService.ListCollections:input_type -> engram.v1.ListCollectionsRequest
+	29, // 73: engram.v1.MemoryService.DeleteCollection:input_type -> engram.v1.DeleteCollectionRequest
+	31, // 74: engram.v1.MemoryService.RunReflection:input_type -> engram.v1.RunReflectionRequest
+	33, // 75: engram.v1.MemoryService.ListGateDecisions:input_type -> engram.v1.ListGateDecisionsRequest
+	36, // 76: engram.v1.MemoryService.ListReflectionRuns:input_type -> engram.v1.ListReflectionRunsRequest
+	39, // 77: engram.v1.MemoryService.RunConsolidation:input_type -> engram.v1.RunConsolidationRequest
+	7,  // 78: engram.v1.MemoryService.AddMemory:output_type -> engram.v1.AddMemoryResponse
+	11, // 79: engram.v1.MemoryService.AddMemories:output_type -> engram.v1.AddMemoriesResponse
+	14, // 80: engram.v1.MemoryService.SearchMemories:output_type -> engram.v1.SearchMemoriesResponse
+	19, // 81: engram.v1.MemoryService.UpdateMemory:output_type -> engram.v1.UpdateMemoryResponse
+	22, // 82: engram.v1.MemoryService.DeleteMemory:output_type -> engram.v1.DeleteMemoryResponse
+	24, // 83: engram.v1.MemoryService.GetMemory:output_type -> engram.v1.GetMemoryResponse
+	26, // 84: engram.v1.MemoryService.ListMemories:output_type -> engram.v1.ListMemoriesResponse
+	28, // 85: engram.v1.MemoryService.ListCollections:output_type -> engram.v1.ListCollectionsResponse
+	30, // 86: engram.v1.MemoryService.DeleteCollection:output_type -> engram.v1.DeleteCollectionResponse
+	32, // 87: engram.v1.MemoryService.RunReflection:output_type -> engram.v1.RunReflectionResponse
+	35, // 88: engram.v1.MemoryService.ListGateDecisions:output_type -> engram.v1.ListGateDecisionsResponse
+	38, // 89: engram.v1.MemoryService.ListReflectionRuns:output_type -> engram.v1.ListReflectionRunsResponse
+	41, // 90: engram.v1.MemoryService.RunConsolidation:output_type -> engram.v1.RunConsolidationResponse
+	78, // [78:91] is the sub-list for method output_type
+	65, // [65:78] is the sub-list for method input_type
+	65, // [65:65] is the sub-list for extension type_name
+	65, // [65:65] is the sub-list for extension extendee
+	0,  // [0:65] is the sub-list for field type_name
 }
 
 func init() { file_engram_v1_memory_service_proto_init() }
@@ -3563,7 +3829,7 @@ func file_engram_v1_memory_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_engram_v1_memory_service_proto_rawDesc), len(file_engram_v1_memory_service_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   37,
+			NumMessages:   40,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,18 +19,19 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	MemoryService_AddMemory_FullMethodName         = "/engram.v1.MemoryService/AddMemory"
-	MemoryService_AddMemories_FullMethodName       = "/engram.v1.MemoryService/AddMemories"
-	MemoryService_SearchMemories_FullMethodName    = "/engram.v1.MemoryService/SearchMemories"
-	MemoryService_UpdateMemory_FullMethodName      = "/engram.v1.MemoryService/UpdateMemory"
-	MemoryService_DeleteMemory_FullMethodName      = "/engram.v1.MemoryService/DeleteMemory"
-	MemoryService_GetMemory_FullMethodName         = "/engram.v1.MemoryService/GetMemory"
-	MemoryService_ListMemories_FullMethodName      = "/engram.v1.MemoryService/ListMemories"
-	MemoryService_ListCollections_FullMethodName   = "/engram.v1.MemoryService/ListCollections"
-	MemoryService_DeleteCollection_FullMethodName  = "/engram.v1.MemoryService/DeleteCollection"
-	MemoryService_RunReflection_FullMethodName     = "/engram.v1.MemoryService/RunReflection"
-	MemoryService_ListGateDecisions_FullMethodName = "/engram.v1.MemoryService/ListGateDecisions"
-	MemoryService_RunConsolidation_FullMethodName  = "/engram.v1.MemoryService/RunConsolidation"
+	MemoryService_AddMemory_FullMethodName          = "/engram.v1.MemoryService/AddMemory"
+	MemoryService_AddMemories_FullMethodName        = "/engram.v1.MemoryService/AddMemories"
+	MemoryService_SearchMemories_FullMethodName     = "/engram.v1.MemoryService/SearchMemories"
+	MemoryService_UpdateMemory_FullMethodName       = "/engram.v1.MemoryService/UpdateMemory"
+	MemoryService_DeleteMemory_FullMethodName       = "/engram.v1.MemoryService/DeleteMemory"
+	MemoryService_GetMemory_FullMethodName          = "/engram.v1.MemoryService/GetMemory"
+	MemoryService_ListMemories_FullMethodName       = "/engram.v1.MemoryService/ListMemories"
+	MemoryService_ListCollections_FullMethodName    = "/engram.v1.MemoryService/ListCollections"
+	MemoryService_DeleteCollection_FullMethodName   = "/engram.v1.MemoryService/DeleteCollection"
+	MemoryService_RunReflection_FullMethodName      = "/engram.v1.MemoryService/RunReflection"
+	MemoryService_ListGateDecisions_FullMethodName  = "/engram.v1.MemoryService/ListGateDecisions"
+	MemoryService_ListReflectionRuns_FullMethodName = "/engram.v1.MemoryService/ListReflectionRuns"
+	MemoryService_RunConsolidation_FullMethodName   = "/engram.v1.MemoryService/RunConsolidation"
 )
 
 // MemoryServiceClient is the client API for MemoryService service.
@@ -81,6 +82,11 @@ type MemoryServiceClient interface {
 	// serving process keeps the last 256 per collection in memory: a restart, or another
 	// replica, starts empty. Decisions about deleted memories are forgotten with them.
 	ListGateDecisions(ctx context.Context, in *ListGateDecisionsRequest, opts ...grpc.CallOption) (*ListGateDecisionsResponse, error)
+	// ListReflectionRuns returns a collection's recent reflection runs, newest first: the runs
+	// that called the LLM (completed, no insight, or failed), whether asked for by RunReflection
+	// or started by the periodic schedule. Throttled and dry runs are answered to their caller
+	// and not kept. The last 50 runs are kept with the store, so they survive restarts.
+	ListReflectionRuns(ctx context.Context, in *ListReflectionRunsRequest, opts ...grpc.CallOption) (*ListReflectionRunsResponse, error)
 	// RunConsolidation merges clusters of related event memories of a collection into one insight
 	// each, keeping every specific detail (numbers, dates, names); the sources become the
 	// insight's history (superseded_by set, never searched) and the insight names them in
@@ -208,6 +214,16 @@ func (c *memoryServiceClient) ListGateDecisions(ctx context.Context, in *ListGat
 	return out, nil
 }
 
+func (c *memoryServiceClient) ListReflectionRuns(ctx context.Context, in *ListReflectionRunsRequest, opts ...grpc.CallOption) (*ListReflectionRunsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListReflectionRunsResponse)
+	err := c.cc.Invoke(ctx, MemoryService_ListReflectionRuns_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *memoryServiceClient) RunConsolidation(ctx context.Context, in *RunConsolidationRequest, opts ...grpc.CallOption) (*RunConsolidationResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(RunConsolidationResponse)
@@ -266,6 +282,11 @@ type MemoryServiceServer interface {
 	// serving process keeps the last 256 per collection in memory: a restart, or another
 	// replica, starts empty. Decisions about deleted memories are forgotten with them.
 	ListGateDecisions(context.Context, *ListGateDecisionsRequest) (*ListGateDecisionsResponse, error)
+	// ListReflectionRuns returns a collection's recent reflection runs, newest first: the runs
+	// that called the LLM (completed, no insight, or failed), whether asked for by RunReflection
+	// or started by the periodic schedule. Throttled and dry runs are answered to their caller
+	// and not kept. The last 50 runs are kept with the store, so they survive restarts.
+	ListReflectionRuns(context.Context, *ListReflectionRunsRequest) (*ListReflectionRunsResponse, error)
 	// RunConsolidation merges clusters of related event memories of a collection into one insight
 	// each, keeping every specific detail (numbers, dates, names); the sources become the
 	// insight's history (superseded_by set, never searched) and the insight names them in
@@ -315,6 +336,9 @@ func (UnimplementedMemoryServiceServer) RunReflection(context.Context, *RunRefle
 }
 func (UnimplementedMemoryServiceServer) ListGateDecisions(context.Context, *ListGateDecisionsRequest) (*ListGateDecisionsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListGateDecisions not implemented")
+}
+func (UnimplementedMemoryServiceServer) ListReflectionRuns(context.Context, *ListReflectionRunsRequest) (*ListReflectionRunsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListReflectionRuns not implemented")
 }
 func (UnimplementedMemoryServiceServer) RunConsolidation(context.Context, *RunConsolidationRequest) (*RunConsolidationResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RunConsolidation not implemented")
@@ -538,6 +562,24 @@ func _MemoryService_ListGateDecisions_Handler(srv interface{}, ctx context.Conte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _MemoryService_ListReflectionRuns_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListReflectionRunsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MemoryServiceServer).ListReflectionRuns(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: MemoryService_ListReflectionRuns_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MemoryServiceServer).ListReflectionRuns(ctx, req.(*ListReflectionRunsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _MemoryService_RunConsolidation_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(RunConsolidationRequest)
 	if err := dec(in); err != nil {
@@ -606,6 +648,10 @@ var MemoryService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListGateDecisions",
 			Handler:    _MemoryService_ListGateDecisions_Handler,
+		},
+		{
+			MethodName: "ListReflectionRuns",
+			Handler:    _MemoryService_ListReflectionRuns_Handler,
 		},
 		{
 			MethodName: "RunConsolidation",

@@ -83,6 +83,12 @@ class MemoryServiceStub:
     serving process keeps the last 256 per collection in memory: a restart, or another
     replica, starts empty. Decisions about deleted memories are forgotten with them.
     """
+    ListReflectionRuns: _grpc.UnaryUnaryMultiCallable[_memory_service_pb2.ListReflectionRunsRequest, _memory_service_pb2.ListReflectionRunsResponse]
+    """ListReflectionRuns returns a collection's recent reflection runs, newest first: the runs
+    that called the LLM (completed, no insight, or failed), whether asked for by RunReflection
+    or started by the periodic schedule. Throttled and dry runs are answered to their caller
+    and not kept. The last 50 runs are kept with the store, so they survive restarts.
+    """
     RunConsolidation: _grpc.UnaryUnaryMultiCallable[_memory_service_pb2.RunConsolidationRequest, _memory_service_pb2.RunConsolidationResponse]
     """RunConsolidation merges clusters of related event memories of a collection into one insight
     each, keeping every specific detail (numbers, dates, names); the sources become the
@@ -146,6 +152,12 @@ class MemoryServiceAsyncStub(MemoryServiceStub):
     created beside near-duplicates, or refused as a duplicate of an existing memory). The
     serving process keeps the last 256 per collection in memory: a restart, or another
     replica, starts empty. Decisions about deleted memories are forgotten with them.
+    """
+    ListReflectionRuns: _aio.UnaryUnaryMultiCallable[_memory_service_pb2.ListReflectionRunsRequest, _memory_service_pb2.ListReflectionRunsResponse]  # type: ignore[assignment]
+    """ListReflectionRuns returns a collection's recent reflection runs, newest first: the runs
+    that called the LLM (completed, no insight, or failed), whether asked for by RunReflection
+    or started by the periodic schedule. Throttled and dry runs are answered to their caller
+    and not kept. The last 50 runs are kept with the store, so they survive restarts.
     """
     RunConsolidation: _aio.UnaryUnaryMultiCallable[_memory_service_pb2.RunConsolidationRequest, _memory_service_pb2.RunConsolidationResponse]  # type: ignore[assignment]
     """RunConsolidation merges clusters of related event memories of a collection into one insight
@@ -273,6 +285,18 @@ class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
         created beside near-duplicates, or refused as a duplicate of an existing memory). The
         serving process keeps the last 256 per collection in memory: a restart, or another
         replica, starts empty. Decisions about deleted memories are forgotten with them.
+        """
+
+    @_abc_1.abstractmethod
+    def ListReflectionRuns(
+        self,
+        request: _memory_service_pb2.ListReflectionRunsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_memory_service_pb2.ListReflectionRunsResponse, _abc.Awaitable[_memory_service_pb2.ListReflectionRunsResponse]]:
+        """ListReflectionRuns returns a collection's recent reflection runs, newest first: the runs
+        that called the LLM (completed, no insight, or failed), whether asked for by RunReflection
+        or started by the periodic schedule. Throttled and dry runs are answered to their caller
+        and not kept. The last 50 runs are kept with the store, so they survive restarts.
         """
 
     @_abc_1.abstractmethod

@@ -126,6 +126,7 @@ RULES: dict[str, Rule] = {
     "RunReflection": Rule(Role.WRITE, _one, lambda r: Role.ADMIN if r.force else None),
     "ListGateDecisions": Rule(Role.READ, _one),
     "ListReflectionRuns": Rule(Role.READ, _one),
+    "ExtractMemories": Rule(Role.WRITE, _one),
     "RunConsolidation": Rule(Role.WRITE, _one, lambda r: Role.ADMIN if r.force else None),
 }
 

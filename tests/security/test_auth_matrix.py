@@ -57,6 +57,7 @@ NEEDS = {
     "RunReflection(force)": "admin",
     "ListGateDecisions": "read",
     "ListReflectionRuns": "read",
+    "ExtractMemories": "write",
     "RunConsolidation": "write",
     "RunConsolidation(force)": "admin",
 }
@@ -98,6 +99,10 @@ def requests(memory_id: str) -> dict[str, tuple[str, Any]]:
         ),
         "ListGateDecisions": ("ListGateDecisions", s.ListGateDecisionsRequest(collection="alpha")),
         "ListReflectionRuns": ("ListReflectionRuns", s.ListReflectionRunsRequest(collection="alpha")),
+        "ExtractMemories": (
+            "ExtractMemories",
+            s.ExtractMemoriesRequest(collection="alpha", text="I prefer tabs over spaces.", dry_run=True),
+        ),
         "RunConsolidation": ("RunConsolidation", s.RunConsolidationRequest(collection="alpha", dry_run=True)),
         "RunConsolidation(force)": (
             "RunConsolidation",

@@ -33,6 +33,8 @@ import type { DeleteCollectionRequest } from './gen/engram/v1/DeleteCollectionRe
 import type { DeleteCollectionResponse__Output } from './gen/engram/v1/DeleteCollectionResponse';
 import type { RunReflectionRequest } from './gen/engram/v1/RunReflectionRequest';
 import type { RunReflectionResponse__Output } from './gen/engram/v1/RunReflectionResponse';
+import type { ExtractMemoriesRequest } from './gen/engram/v1/ExtractMemoriesRequest';
+import type { ExtractMemoriesResponse__Output } from './gen/engram/v1/ExtractMemoriesResponse';
 import type { RunConsolidationRequest } from './gen/engram/v1/RunConsolidationRequest';
 import type { RunConsolidationResponse__Output } from './gen/engram/v1/RunConsolidationResponse';
 
@@ -87,6 +89,7 @@ export interface Rpcs {
   ListCollections: [ListCollectionsRequest, ListCollectionsResponse__Output];
   DeleteCollection: [DeleteCollectionRequest, DeleteCollectionResponse__Output];
   RunReflection: [RunReflectionRequest, RunReflectionResponse__Output];
+  ExtractMemories: [ExtractMemoriesRequest, ExtractMemoriesResponse__Output];
   RunConsolidation: [RunConsolidationRequest, RunConsolidationResponse__Output];
 }
 

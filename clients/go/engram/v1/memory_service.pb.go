@@ -266,6 +266,117 @@ func (ReflectionGate) EnumDescriptor() ([]byte, []int) {
 	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{3}
 }
 
+// ExtractionMode chooses the extractor of ExtractMemories.
+type ExtractionMode int32
+
+const (
+	// As EXTRACTION_MODE_AUTO.
+	ExtractionMode_EXTRACTION_MODE_UNSPECIFIED ExtractionMode = 0
+	// The LLM when the server has one configured (ENGRAM_LLM_*), else the rules; when the LLM
+	// fails or is rate limited, the rules.
+	ExtractionMode_EXTRACTION_MODE_AUTO ExtractionMode = 1
+	// The rules only (free and instant, lower quality), even with an LLM configured.
+	ExtractionMode_EXTRACTION_MODE_RULES ExtractionMode = 2
+)
+
+// Enum value maps for ExtractionMode.
+var (
+	ExtractionMode_name = map[int32]string{
+		0: "EXTRACTION_MODE_UNSPECIFIED",
+		1: "EXTRACTION_MODE_AUTO",
+		2: "EXTRACTION_MODE_RULES",
+	}
+	ExtractionMode_value = map[string]int32{
+		"EXTRACTION_MODE_UNSPECIFIED": 0,
+		"EXTRACTION_MODE_AUTO":        1,
+		"EXTRACTION_MODE_RULES":       2,
+	}
+)
+
+func (x ExtractionMode) Enum() *ExtractionMode {
+	p := new(ExtractionMode)
+	*p = x
+	return p
+}
+
+func (x ExtractionMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ExtractionMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_engram_v1_memory_service_proto_enumTypes[4].Descriptor()
+}
+
+func (ExtractionMode) Type() protoreflect.EnumType {
+	return &file_engram_v1_memory_service_proto_enumTypes[4]
+}
+
+func (x ExtractionMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ExtractionMode.Descriptor instead.
+func (ExtractionMode) EnumDescriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{4}
+}
+
+// Extractor names what produced the proposals of an ExtractMemories call.
+type Extractor int32
+
+const (
+	// Never sent.
+	Extractor_EXTRACTOR_UNSPECIFIED Extractor = 0
+	// The LLM.
+	Extractor_EXTRACTOR_LLM Extractor = 1
+	// The rule-based extractor.
+	Extractor_EXTRACTOR_RULES Extractor = 2
+	// Nothing ran: the input repeats one seen within the dedup window.
+	Extractor_EXTRACTOR_NONE Extractor = 3
+)
+
+// Enum value maps for Extractor.
+var (
+	Extractor_name = map[int32]string{
+		0: "EXTRACTOR_UNSPECIFIED",
+		1: "EXTRACTOR_LLM",
+		2: "EXTRACTOR_RULES",
+		3: "EXTRACTOR_NONE",
+	}
+	Extractor_value = map[string]int32{
+		"EXTRACTOR_UNSPECIFIED": 0,
+		"EXTRACTOR_LLM":         1,
+		"EXTRACTOR_RULES":       2,
+		"EXTRACTOR_NONE":        3,
+	}
+)
+
+func (x Extractor) Enum() *Extractor {
+	p := new(Extractor)
+	*p = x
+	return p
+}
+
+func (x Extractor) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Extractor) Descriptor() protoreflect.EnumDescriptor {
+	return file_engram_v1_memory_service_proto_enumTypes[5].Descriptor()
+}
+
+func (Extractor) Type() protoreflect.EnumType {
+	return &file_engram_v1_memory_service_proto_enumTypes[5]
+}
+
+func (x Extractor) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Extractor.Descriptor instead.
+func (Extractor) EnumDescriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{5}
+}
+
 // ConsolidationOutcome says what RunConsolidation did.
 type ConsolidationOutcome int32
 
@@ -311,11 +422,11 @@ func (x ConsolidationOutcome) String() string {
 }
 
 func (ConsolidationOutcome) Descriptor() protoreflect.EnumDescriptor {
-	return file_engram_v1_memory_service_proto_enumTypes[4].Descriptor()
+	return file_engram_v1_memory_service_proto_enumTypes[6].Descriptor()
 }
 
 func (ConsolidationOutcome) Type() protoreflect.EnumType {
-	return &file_engram_v1_memory_service_proto_enumTypes[4]
+	return &file_engram_v1_memory_service_proto_enumTypes[6]
 }
 
 func (x ConsolidationOutcome) Number() protoreflect.EnumNumber {
@@ -324,7 +435,7 @@ func (x ConsolidationOutcome) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ConsolidationOutcome.Descriptor instead.
 func (ConsolidationOutcome) EnumDescriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{4}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{6}
 }
 
 // AddMemoryRequest asks to store one memory.
@@ -3075,6 +3186,525 @@ func (x *ListReflectionRunsResponse) GetTruncated() bool {
 	return false
 }
 
+// ConversationMessage is one turn of a conversation given to ExtractMemories.
+type ConversationMessage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Who spoke: "user", "assistant", or another speaker's name. Facts are taken mainly from
+	// the user's turns.
+	Role string `protobuf:"bytes,1,opt,name=role,proto3" json:"role,omitempty"`
+	// What was said. Required.
+	Content string `protobuf:"bytes,2,opt,name=content,proto3" json:"content,omitempty"`
+	// When it was said; memories extracted from this turn get it as created_at. Unset means now.
+	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConversationMessage) Reset() {
+	*x = ConversationMessage{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConversationMessage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConversationMessage) ProtoMessage() {}
+
+func (x *ConversationMessage) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConversationMessage.ProtoReflect.Descriptor instead.
+func (*ConversationMessage) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *ConversationMessage) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *ConversationMessage) GetContent() string {
+	if x != nil {
+		return x.Content
+	}
+	return ""
+}
+
+func (x *ConversationMessage) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+// Conversation is a sequence of turns, oldest first.
+type Conversation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The turns (at most 500).
+	Messages      []*ConversationMessage `protobuf:"bytes,1,rep,name=messages,proto3" json:"messages,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Conversation) Reset() {
+	*x = Conversation{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Conversation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Conversation) ProtoMessage() {}
+
+func (x *Conversation) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Conversation.ProtoReflect.Descriptor instead.
+func (*Conversation) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *Conversation) GetMessages() []*ConversationMessage {
+	if x != nil {
+		return x.Messages
+	}
+	return nil
+}
+
+// ToolObservation is what an agent's tool call did (e.g. a Claude Code PostToolUse hook).
+type ToolObservation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The tool's name, e.g. "Bash", "Edit". Required.
+	ToolName string `protobuf:"bytes,1,opt,name=tool_name,json=toolName,proto3" json:"tool_name,omitempty"`
+	// The tool's input, as text (usually its JSON arguments).
+	Input string `protobuf:"bytes,2,opt,name=input,proto3" json:"input,omitempty"`
+	// What the tool returned, as text.
+	Output string `protobuf:"bytes,3,opt,name=output,proto3" json:"output,omitempty"`
+	// The error when the call failed; empty when it succeeded.
+	Error         string `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToolObservation) Reset() {
+	*x = ToolObservation{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolObservation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolObservation) ProtoMessage() {}
+
+func (x *ToolObservation) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolObservation.ProtoReflect.Descriptor instead.
+func (*ToolObservation) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *ToolObservation) GetToolName() string {
+	if x != nil {
+		return x.ToolName
+	}
+	return ""
+}
+
+func (x *ToolObservation) GetInput() string {
+	if x != nil {
+		return x.Input
+	}
+	return ""
+}
+
+func (x *ToolObservation) GetOutput() string {
+	if x != nil {
+		return x.Output
+	}
+	return ""
+}
+
+func (x *ToolObservation) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+// ExtractMemoriesRequest asks for the memories worth keeping from one input.
+type ExtractMemoriesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Target collection. Empty means the default collection.
+	Collection string `protobuf:"bytes,1,opt,name=collection,proto3" json:"collection,omitempty"`
+	// The input: exactly one (at most 100,000 characters in all).
+	//
+	// Types that are valid to be assigned to Input:
+	//
+	//	*ExtractMemoriesRequest_Text
+	//	*ExtractMemoriesRequest_Conversation
+	//	*ExtractMemoriesRequest_Observation
+	Input isExtractMemoriesRequest_Input `protobuf_oneof:"input"`
+	// Which extractor to use; unspecified means AUTO.
+	Mode ExtractionMode `protobuf:"varint,5,opt,name=mode,proto3,enum=engram.v1.ExtractionMode" json:"mode,omitempty"`
+	// Return the proposals without writing anything (and without recording the input in the
+	// dedup window).
+	DryRun bool `protobuf:"varint,6,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	// Tags added to every extracted memory (besides "source:extraction" and the extractor's own).
+	Tags          []string `protobuf:"bytes,7,rep,name=tags,proto3" json:"tags,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExtractMemoriesRequest) Reset() {
+	*x = ExtractMemoriesRequest{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExtractMemoriesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExtractMemoriesRequest) ProtoMessage() {}
+
+func (x *ExtractMemoriesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExtractMemoriesRequest.ProtoReflect.Descriptor instead.
+func (*ExtractMemoriesRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *ExtractMemoriesRequest) GetCollection() string {
+	if x != nil {
+		return x.Collection
+	}
+	return ""
+}
+
+func (x *ExtractMemoriesRequest) GetInput() isExtractMemoriesRequest_Input {
+	if x != nil {
+		return x.Input
+	}
+	return nil
+}
+
+func (x *ExtractMemoriesRequest) GetText() string {
+	if x != nil {
+		if x, ok := x.Input.(*ExtractMemoriesRequest_Text); ok {
+			return x.Text
+		}
+	}
+	return ""
+}
+
+func (x *ExtractMemoriesRequest) GetConversation() *Conversation {
+	if x != nil {
+		if x, ok := x.Input.(*ExtractMemoriesRequest_Conversation); ok {
+			return x.Conversation
+		}
+	}
+	return nil
+}
+
+func (x *ExtractMemoriesRequest) GetObservation() *ToolObservation {
+	if x != nil {
+		if x, ok := x.Input.(*ExtractMemoriesRequest_Observation); ok {
+			return x.Observation
+		}
+	}
+	return nil
+}
+
+func (x *ExtractMemoriesRequest) GetMode() ExtractionMode {
+	if x != nil {
+		return x.Mode
+	}
+	return ExtractionMode_EXTRACTION_MODE_UNSPECIFIED
+}
+
+func (x *ExtractMemoriesRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+func (x *ExtractMemoriesRequest) GetTags() []string {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
+}
+
+type isExtractMemoriesRequest_Input interface {
+	isExtractMemoriesRequest_Input()
+}
+
+type ExtractMemoriesRequest_Text struct {
+	// Free text (notes, a document, a message).
+	Text string `protobuf:"bytes,2,opt,name=text,proto3,oneof"`
+}
+
+type ExtractMemoriesRequest_Conversation struct {
+	// A conversation.
+	Conversation *Conversation `protobuf:"bytes,3,opt,name=conversation,proto3,oneof"`
+}
+
+type ExtractMemoriesRequest_Observation struct {
+	// A tool observation.
+	Observation *ToolObservation `protobuf:"bytes,4,opt,name=observation,proto3,oneof"`
+}
+
+func (*ExtractMemoriesRequest_Text) isExtractMemoriesRequest_Input() {}
+
+func (*ExtractMemoriesRequest_Conversation) isExtractMemoriesRequest_Input() {}
+
+func (*ExtractMemoriesRequest_Observation) isExtractMemoriesRequest_Input() {}
+
+// ExtractedMemory is one proposal and, unless dry_run, what the write gate did with it.
+type ExtractedMemory struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The memory's text (already through the privacy filter).
+	Content string `protobuf:"bytes,1,opt,name=content,proto3" json:"content,omitempty"`
+	// Its type.
+	Type MemoryType `protobuf:"varint,2,opt,name=type,proto3,enum=engram.v1.MemoryType" json:"type,omitempty"`
+	// Its importance, 1–10.
+	Importance int32 `protobuf:"varint,3,opt,name=importance,proto3" json:"importance,omitempty"`
+	// Its tags.
+	Tags []string `protobuf:"bytes,4,rep,name=tags,proto3" json:"tags,omitempty"`
+	// When it happened (the conversation turn's time), if known.
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// The write gate's outcome (CREATED or DUPLICATE, as in AddMemories). Unset for dry_run.
+	Result        *AddMemoryResult `protobuf:"bytes,6,opt,name=result,proto3" json:"result,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExtractedMemory) Reset() {
+	*x = ExtractedMemory{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExtractedMemory) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExtractedMemory) ProtoMessage() {}
+
+func (x *ExtractedMemory) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExtractedMemory.ProtoReflect.Descriptor instead.
+func (*ExtractedMemory) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *ExtractedMemory) GetContent() string {
+	if x != nil {
+		return x.Content
+	}
+	return ""
+}
+
+func (x *ExtractedMemory) GetType() MemoryType {
+	if x != nil {
+		return x.Type
+	}
+	return MemoryType_MEMORY_TYPE_UNSPECIFIED
+}
+
+func (x *ExtractedMemory) GetImportance() int32 {
+	if x != nil {
+		return x.Importance
+	}
+	return 0
+}
+
+func (x *ExtractedMemory) GetTags() []string {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
+}
+
+func (x *ExtractedMemory) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *ExtractedMemory) GetResult() *AddMemoryResult {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+// ExtractMemoriesResponse reports an extraction.
+type ExtractMemoriesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The extracted memories, in input order (empty when nothing was worth keeping).
+	Memories []*ExtractedMemory `protobuf:"bytes,1,rep,name=memories,proto3" json:"memories,omitempty"`
+	// What produced them.
+	Extractor Extractor `protobuf:"varint,2,opt,name=extractor,proto3,enum=engram.v1.Extractor" json:"extractor,omitempty"`
+	// When the rules ran although an LLM is configured: the LLM's error (unavailable, rate
+	// limited, unusable answer). Empty otherwise.
+	FallbackReason string `protobuf:"bytes,3,opt,name=fallback_reason,json=fallbackReason,proto3" json:"fallback_reason,omitempty"`
+	// True when the input repeats one extracted in this collection within the dedup window:
+	// nothing was extracted or written.
+	Deduplicated bool `protobuf:"varint,4,opt,name=deduplicated,proto3" json:"deduplicated,omitempty"`
+	// What the privacy filter removed from the input, one kind per finding (e.g. "github_token",
+	// "assigned_secret", "private").
+	Redactions []string `protobuf:"bytes,5,rep,name=redactions,proto3" json:"redactions,omitempty"`
+	// The LLM model, when the LLM extracted.
+	Model string `protobuf:"bytes,6,opt,name=model,proto3" json:"model,omitempty"`
+	// True when nothing was written because dry_run was set.
+	DryRun        bool `protobuf:"varint,7,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExtractMemoriesResponse) Reset() {
+	*x = ExtractMemoriesResponse{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExtractMemoriesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExtractMemoriesResponse) ProtoMessage() {}
+
+func (x *ExtractMemoriesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExtractMemoriesResponse.ProtoReflect.Descriptor instead.
+func (*ExtractMemoriesResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *ExtractMemoriesResponse) GetMemories() []*ExtractedMemory {
+	if x != nil {
+		return x.Memories
+	}
+	return nil
+}
+
+func (x *ExtractMemoriesResponse) GetExtractor() Extractor {
+	if x != nil {
+		return x.Extractor
+	}
+	return Extractor_EXTRACTOR_UNSPECIFIED
+}
+
+func (x *ExtractMemoriesResponse) GetFallbackReason() string {
+	if x != nil {
+		return x.FallbackReason
+	}
+	return ""
+}
+
+func (x *ExtractMemoriesResponse) GetDeduplicated() bool {
+	if x != nil {
+		return x.Deduplicated
+	}
+	return false
+}
+
+func (x *ExtractMemoriesResponse) GetRedactions() []string {
+	if x != nil {
+		return x.Redactions
+	}
+	return nil
+}
+
+func (x *ExtractMemoriesResponse) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *ExtractMemoriesResponse) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
 // RunConsolidationRequest asks for one consolidation run over a collection.
 type RunConsolidationRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -3090,7 +3720,7 @@ type RunConsolidationRequest struct {
 
 func (x *RunConsolidationRequest) Reset() {
 	*x = RunConsolidationRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[34]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3102,7 +3732,7 @@ func (x *RunConsolidationRequest) String() string {
 func (*RunConsolidationRequest) ProtoMessage() {}
 
 func (x *RunConsolidationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[34]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3115,7 +3745,7 @@ func (x *RunConsolidationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunConsolidationRequest.ProtoReflect.Descriptor instead.
 func (*RunConsolidationRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{34}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *RunConsolidationRequest) GetCollection() string {
@@ -3154,7 +3784,7 @@ type ConsolidatedCluster struct {
 
 func (x *ConsolidatedCluster) Reset() {
 	*x = ConsolidatedCluster{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[35]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3166,7 +3796,7 @@ func (x *ConsolidatedCluster) String() string {
 func (*ConsolidatedCluster) ProtoMessage() {}
 
 func (x *ConsolidatedCluster) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[35]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3179,7 +3809,7 @@ func (x *ConsolidatedCluster) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsolidatedCluster.ProtoReflect.Descriptor instead.
 func (*ConsolidatedCluster) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{35}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ConsolidatedCluster) GetInsight() *Memory {
@@ -3226,7 +3856,7 @@ type RunConsolidationResponse struct {
 
 func (x *RunConsolidationResponse) Reset() {
 	*x = RunConsolidationResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[36]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3238,7 +3868,7 @@ func (x *RunConsolidationResponse) String() string {
 func (*RunConsolidationResponse) ProtoMessage() {}
 
 func (x *RunConsolidationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[36]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3251,7 +3881,7 @@ func (x *RunConsolidationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunConsolidationResponse.ProtoReflect.Descriptor instead.
 func (*RunConsolidationResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{36}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *RunConsolidationResponse) GetOutcome() ConsolidationOutcome {
@@ -3567,7 +4197,50 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"duplicates\"h\n" +
 	"\x1aListReflectionRunsResponse\x12,\n" +
 	"\x04runs\x18\x01 \x03(\v2\x18.engram.v1.ReflectionRunR\x04runs\x12\x1c\n" +
-	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"h\n" +
+	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"~\n" +
+	"\x13ConversationMessage\x12\x12\n" +
+	"\x04role\x18\x01 \x01(\tR\x04role\x12\x18\n" +
+	"\acontent\x18\x02 \x01(\tR\acontent\x129\n" +
+	"\n" +
+	"created_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"J\n" +
+	"\fConversation\x12:\n" +
+	"\bmessages\x18\x01 \x03(\v2\x1e.engram.v1.ConversationMessageR\bmessages\"r\n" +
+	"\x0fToolObservation\x12\x1b\n" +
+	"\ttool_name\x18\x01 \x01(\tR\btoolName\x12\x14\n" +
+	"\x05input\x18\x02 \x01(\tR\x05input\x12\x16\n" +
+	"\x06output\x18\x03 \x01(\tR\x06output\x12\x14\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\"\xb2\x02\n" +
+	"\x16ExtractMemoriesRequest\x12\x1e\n" +
+	"\n" +
+	"collection\x18\x01 \x01(\tR\n" +
+	"collection\x12\x14\n" +
+	"\x04text\x18\x02 \x01(\tH\x00R\x04text\x12=\n" +
+	"\fconversation\x18\x03 \x01(\v2\x17.engram.v1.ConversationH\x00R\fconversation\x12>\n" +
+	"\vobservation\x18\x04 \x01(\v2\x1a.engram.v1.ToolObservationH\x00R\vobservation\x12-\n" +
+	"\x04mode\x18\x05 \x01(\x0e2\x19.engram.v1.ExtractionModeR\x04mode\x12\x17\n" +
+	"\adry_run\x18\x06 \x01(\bR\x06dryRun\x12\x12\n" +
+	"\x04tags\x18\a \x03(\tR\x04tagsB\a\n" +
+	"\x05input\"\xf9\x01\n" +
+	"\x0fExtractedMemory\x12\x18\n" +
+	"\acontent\x18\x01 \x01(\tR\acontent\x12)\n" +
+	"\x04type\x18\x02 \x01(\x0e2\x15.engram.v1.MemoryTypeR\x04type\x12\x1e\n" +
+	"\n" +
+	"importance\x18\x03 \x01(\x05R\n" +
+	"importance\x12\x12\n" +
+	"\x04tags\x18\x04 \x03(\tR\x04tags\x129\n" +
+	"\n" +
+	"created_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x122\n" +
+	"\x06result\x18\x06 \x01(\v2\x1a.engram.v1.AddMemoryResultR\x06result\"\xa1\x02\n" +
+	"\x17ExtractMemoriesResponse\x126\n" +
+	"\bmemories\x18\x01 \x03(\v2\x1a.engram.v1.ExtractedMemoryR\bmemories\x122\n" +
+	"\textractor\x18\x02 \x01(\x0e2\x14.engram.v1.ExtractorR\textractor\x12'\n" +
+	"\x0ffallback_reason\x18\x03 \x01(\tR\x0efallbackReason\x12\"\n" +
+	"\fdeduplicated\x18\x04 \x01(\bR\fdeduplicated\x12\x1e\n" +
+	"\n" +
+	"redactions\x18\x05 \x03(\tR\n" +
+	"redactions\x12\x14\n" +
+	"\x05model\x18\x06 \x01(\tR\x05model\x12\x17\n" +
+	"\adry_run\x18\a \x01(\bR\x06dryRun\"h\n" +
 	"\x17RunConsolidationRequest\x12\x1e\n" +
 	"\n" +
 	"collection\x18\x01 \x01(\tR\n" +
@@ -3612,13 +4285,22 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\x19REFLECTION_GATE_DAILY_CAP\x10\x02\x12\x1e\n" +
 	"\x1aREFLECTION_GATE_IMPORTANCE\x10\x03\x12$\n" +
 	" REFLECTION_GATE_TOO_FEW_MEMORIES\x10\x04\x12\x1f\n" +
-	"\x1bREFLECTION_GATE_IN_PROGRESS\x10\x05*\xd8\x01\n" +
+	"\x1bREFLECTION_GATE_IN_PROGRESS\x10\x05*f\n" +
+	"\x0eExtractionMode\x12\x1f\n" +
+	"\x1bEXTRACTION_MODE_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14EXTRACTION_MODE_AUTO\x10\x01\x12\x19\n" +
+	"\x15EXTRACTION_MODE_RULES\x10\x02*b\n" +
+	"\tExtractor\x12\x19\n" +
+	"\x15EXTRACTOR_UNSPECIFIED\x10\x00\x12\x11\n" +
+	"\rEXTRACTOR_LLM\x10\x01\x12\x13\n" +
+	"\x0fEXTRACTOR_RULES\x10\x02\x12\x12\n" +
+	"\x0eEXTRACTOR_NONE\x10\x03*\xd8\x01\n" +
 	"\x14ConsolidationOutcome\x12%\n" +
 	"!CONSOLIDATION_OUTCOME_UNSPECIFIED\x10\x00\x12#\n" +
 	"\x1fCONSOLIDATION_OUTCOME_COMPLETED\x10\x01\x12*\n" +
 	"&CONSOLIDATION_OUTCOME_NOTHING_TO_MERGE\x10\x02\x12#\n" +
 	"\x1fCONSOLIDATION_OUTCOME_THROTTLED\x10\x03\x12#\n" +
-	"\x1fCONSOLIDATION_OUTCOME_WOULD_RUN\x10\x042\xca\r\n" +
+	"\x1fCONSOLIDATION_OUTCOME_WOULD_RUN\x10\x042\xc5\x0e\n" +
 	"\rMemoryService\x12_\n" +
 	"\tAddMemory\x12\x1b.engram.v1.AddMemoryRequest\x1a\x1c.engram.v1.AddMemoryResponse\"\x17\x82\xd3\xe4\x93\x02\x11:\x01*\"\f/v1/memories\x12n\n" +
 	"\vAddMemories\x12\x1d.engram.v1.AddMemoriesRequest\x1a\x1e.engram.v1.AddMemoriesResponse\" \x82\xd3\xe4\x93\x02\x1a:\x01*\"\x15/v1/memories:batchAdd\x12u\n" +
@@ -3631,7 +4313,8 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\x10DeleteCollection\x12\".engram.v1.DeleteCollectionRequest\x1a#.engram.v1.DeleteCollectionResponse\"\x1e\x82\xd3\xe4\x93\x02\x18*\x16/v1/collections/{name}\x12\x83\x01\n" +
 	"\rRunReflection\x12\x1f.engram.v1.RunReflectionRequest\x1a .engram.v1.RunReflectionResponse\"/\x82\xd3\xe4\x93\x02):\x01*\"$/v1/collections/{collection}:reflect\x12\x92\x01\n" +
 	"\x11ListGateDecisions\x12#.engram.v1.ListGateDecisionsRequest\x1a$.engram.v1.ListGateDecisionsResponse\"2\x82\xd3\xe4\x93\x02,\x12*/v1/collections/{collection}/gateDecisions\x12\x96\x01\n" +
-	"\x12ListReflectionRuns\x12$.engram.v1.ListReflectionRunsRequest\x1a%.engram.v1.ListReflectionRunsResponse\"3\x82\xd3\xe4\x93\x02-\x12+/v1/collections/{collection}/reflectionRuns\x12\x90\x01\n" +
+	"\x12ListReflectionRuns\x12$.engram.v1.ListReflectionRunsRequest\x1a%.engram.v1.ListReflectionRunsResponse\"3\x82\xd3\xe4\x93\x02-\x12+/v1/collections/{collection}/reflectionRuns\x12y\n" +
+	"\x0fExtractMemories\x12!.engram.v1.ExtractMemoriesRequest\x1a\".engram.v1.ExtractMemoriesResponse\"\x1f\x82\xd3\xe4\x93\x02\x19:\x01*\"\x14/v1/memories:extract\x12\x90\x01\n" +
 	"\x10RunConsolidation\x12\".engram.v1.RunConsolidationRequest\x1a#.engram.v1.RunConsolidationResponse\"3\x82\xd3\xe4\x93\x02-:\x01*\"(/v1/collections/{collection}:consolidateB?Z=github.com/engram-memory/engram/clients/go/engram/v1;engramv1b\x06proto3"
 
 var (
@@ -3646,163 +4329,183 @@ func file_engram_v1_memory_service_proto_rawDescGZIP() []byte {
 	return file_engram_v1_memory_service_proto_rawDescData
 }
 
-var file_engram_v1_memory_service_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_engram_v1_memory_service_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
+var file_engram_v1_memory_service_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
+var file_engram_v1_memory_service_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
 var file_engram_v1_memory_service_proto_goTypes = []any{
 	(ContradictionMode)(0),             // 0: engram.v1.ContradictionMode
 	(AddOutcome)(0),                    // 1: engram.v1.AddOutcome
 	(ReflectionOutcome)(0),             // 2: engram.v1.ReflectionOutcome
 	(ReflectionGate)(0),                // 3: engram.v1.ReflectionGate
-	(ConsolidationOutcome)(0),          // 4: engram.v1.ConsolidationOutcome
-	(*AddMemoryRequest)(nil),           // 5: engram.v1.AddMemoryRequest
-	(*Contradiction)(nil),              // 6: engram.v1.Contradiction
-	(*AddMemoryResponse)(nil),          // 7: engram.v1.AddMemoryResponse
-	(*AddMemoriesRequest)(nil),         // 8: engram.v1.AddMemoriesRequest
-	(*NewMemory)(nil),                  // 9: engram.v1.NewMemory
-	(*AddMemoryResult)(nil),            // 10: engram.v1.AddMemoryResult
-	(*AddMemoriesResponse)(nil),        // 11: engram.v1.AddMemoriesResponse
-	(*SearchMemoriesRequest)(nil),      // 12: engram.v1.SearchMemoriesRequest
-	(*SearchResult)(nil),               // 13: engram.v1.SearchResult
-	(*SearchMemoriesResponse)(nil),     // 14: engram.v1.SearchMemoriesResponse
-	(*SemanticLocator)(nil),            // 15: engram.v1.SemanticLocator
-	(*StringList)(nil),                 // 16: engram.v1.StringList
-	(*StringMap)(nil),                  // 17: engram.v1.StringMap
-	(*UpdateMemoryRequest)(nil),        // 18: engram.v1.UpdateMemoryRequest
-	(*UpdateMemoryResponse)(nil),       // 19: engram.v1.UpdateMemoryResponse
-	(*DeleteQuery)(nil),                // 20: engram.v1.DeleteQuery
-	(*DeleteMemoryRequest)(nil),        // 21: engram.v1.DeleteMemoryRequest
-	(*DeleteMemoryResponse)(nil),       // 22: engram.v1.DeleteMemoryResponse
-	(*GetMemoryRequest)(nil),           // 23: engram.v1.GetMemoryRequest
-	(*GetMemoryResponse)(nil),          // 24: engram.v1.GetMemoryResponse
-	(*ListMemoriesRequest)(nil),        // 25: engram.v1.ListMemoriesRequest
-	(*ListMemoriesResponse)(nil),       // 26: engram.v1.ListMemoriesResponse
-	(*ListCollectionsRequest)(nil),     // 27: engram.v1.ListCollectionsRequest
-	(*ListCollectionsResponse)(nil),    // 28: engram.v1.ListCollectionsResponse
-	(*DeleteCollectionRequest)(nil),    // 29: engram.v1.DeleteCollectionRequest
-	(*DeleteCollectionResponse)(nil),   // 30: engram.v1.DeleteCollectionResponse
-	(*RunReflectionRequest)(nil),       // 31: engram.v1.RunReflectionRequest
-	(*RunReflectionResponse)(nil),      // 32: engram.v1.RunReflectionResponse
-	(*ListGateDecisionsRequest)(nil),   // 33: engram.v1.ListGateDecisionsRequest
-	(*GateDecision)(nil),               // 34: engram.v1.GateDecision
-	(*ListGateDecisionsResponse)(nil),  // 35: engram.v1.ListGateDecisionsResponse
-	(*ListReflectionRunsRequest)(nil),  // 36: engram.v1.ListReflectionRunsRequest
-	(*ReflectionRun)(nil),              // 37: engram.v1.ReflectionRun
-	(*ListReflectionRunsResponse)(nil), // 38: engram.v1.ListReflectionRunsResponse
-	(*RunConsolidationRequest)(nil),    // 39: engram.v1.RunConsolidationRequest
-	(*ConsolidatedCluster)(nil),        // 40: engram.v1.ConsolidatedCluster
-	(*RunConsolidationResponse)(nil),   // 41: engram.v1.RunConsolidationResponse
-	nil,                                // 42: engram.v1.AddMemoryRequest.MetadataEntry
-	nil,                                // 43: engram.v1.NewMemory.MetadataEntry
-	nil,                                // 44: engram.v1.StringMap.EntriesEntry
-	(MemoryType)(0),                    // 45: engram.v1.MemoryType
-	(Source)(0),                        // 46: engram.v1.Source
-	(SourceType)(0),                    // 47: engram.v1.SourceType
-	(*timestamppb.Timestamp)(nil),      // 48: google.protobuf.Timestamp
-	(*SpecificConflict)(nil),           // 49: engram.v1.SpecificConflict
-	(*Memory)(nil),                     // 50: engram.v1.Memory
-	(*SimilarMemory)(nil),              // 51: engram.v1.SimilarMemory
-	(*MemoryFilter)(nil),               // 52: engram.v1.MemoryFilter
-	(*RankingWeights)(nil),             // 53: engram.v1.RankingWeights
-	(*ScoreBreakdown)(nil),             // 54: engram.v1.ScoreBreakdown
-	(*CollectionInfo)(nil),             // 55: engram.v1.CollectionInfo
+	(ExtractionMode)(0),                // 4: engram.v1.ExtractionMode
+	(Extractor)(0),                     // 5: engram.v1.Extractor
+	(ConsolidationOutcome)(0),          // 6: engram.v1.ConsolidationOutcome
+	(*AddMemoryRequest)(nil),           // 7: engram.v1.AddMemoryRequest
+	(*Contradiction)(nil),              // 8: engram.v1.Contradiction
+	(*AddMemoryResponse)(nil),          // 9: engram.v1.AddMemoryResponse
+	(*AddMemoriesRequest)(nil),         // 10: engram.v1.AddMemoriesRequest
+	(*NewMemory)(nil),                  // 11: engram.v1.NewMemory
+	(*AddMemoryResult)(nil),            // 12: engram.v1.AddMemoryResult
+	(*AddMemoriesResponse)(nil),        // 13: engram.v1.AddMemoriesResponse
+	(*SearchMemoriesRequest)(nil),      // 14: engram.v1.SearchMemoriesRequest
+	(*SearchResult)(nil),               // 15: engram.v1.SearchResult
+	(*SearchMemoriesResponse)(nil),     // 16: engram.v1.SearchMemoriesResponse
+	(*SemanticLocator)(nil),            // 17: engram.v1.SemanticLocator
+	(*StringList)(nil),                 // 18: engram.v1.StringList
+	(*StringMap)(nil),                  // 19: engram.v1.StringMap
+	(*UpdateMemoryRequest)(nil),        // 20: engram.v1.UpdateMemoryRequest
+	(*UpdateMemoryResponse)(nil),       // 21: engram.v1.UpdateMemoryResponse
+	(*DeleteQuery)(nil),                // 22: engram.v1.DeleteQuery
+	(*DeleteMemoryRequest)(nil),        // 23: engram.v1.DeleteMemoryRequest
+	(*DeleteMemoryResponse)(nil),       // 24: engram.v1.DeleteMemoryResponse
+	(*GetMemoryRequest)(nil),           // 25: engram.v1.GetMemoryRequest
+	(*GetMemoryResponse)(nil),          // 26: engram.v1.GetMemoryResponse
+	(*ListMemoriesRequest)(nil),        // 27: engram.v1.ListMemoriesRequest
+	(*ListMemoriesResponse)(nil),       // 28: engram.v1.ListMemoriesResponse
+	(*ListCollectionsRequest)(nil),     // 29: engram.v1.ListCollectionsRequest
+	(*ListCollectionsResponse)(nil),    // 30: engram.v1.ListCollectionsResponse
+	(*DeleteCollectionRequest)(nil),    // 31: engram.v1.DeleteCollectionRequest
+	(*DeleteCollectionResponse)(nil),   // 32: engram.v1.DeleteCollectionResponse
+	(*RunReflectionRequest)(nil),       // 33: engram.v1.RunReflectionRequest
+	(*RunReflectionResponse)(nil),      // 34: engram.v1.RunReflectionResponse
+	(*ListGateDecisionsRequest)(nil),   // 35: engram.v1.ListGateDecisionsRequest
+	(*GateDecision)(nil),               // 36: engram.v1.GateDecision
+	(*ListGateDecisionsResponse)(nil),  // 37: engram.v1.ListGateDecisionsResponse
+	(*ListReflectionRunsRequest)(nil),  // 38: engram.v1.ListReflectionRunsRequest
+	(*ReflectionRun)(nil),              // 39: engram.v1.ReflectionRun
+	(*ListReflectionRunsResponse)(nil), // 40: engram.v1.ListReflectionRunsResponse
+	(*ConversationMessage)(nil),        // 41: engram.v1.ConversationMessage
+	(*Conversation)(nil),               // 42: engram.v1.Conversation
+	(*ToolObservation)(nil),            // 43: engram.v1.ToolObservation
+	(*ExtractMemoriesRequest)(nil),     // 44: engram.v1.ExtractMemoriesRequest
+	(*ExtractedMemory)(nil),            // 45: engram.v1.ExtractedMemory
+	(*ExtractMemoriesResponse)(nil),    // 46: engram.v1.ExtractMemoriesResponse
+	(*RunConsolidationRequest)(nil),    // 47: engram.v1.RunConsolidationRequest
+	(*ConsolidatedCluster)(nil),        // 48: engram.v1.ConsolidatedCluster
+	(*RunConsolidationResponse)(nil),   // 49: engram.v1.RunConsolidationResponse
+	nil,                                // 50: engram.v1.AddMemoryRequest.MetadataEntry
+	nil,                                // 51: engram.v1.NewMemory.MetadataEntry
+	nil,                                // 52: engram.v1.StringMap.EntriesEntry
+	(MemoryType)(0),                    // 53: engram.v1.MemoryType
+	(Source)(0),                        // 54: engram.v1.Source
+	(SourceType)(0),                    // 55: engram.v1.SourceType
+	(*timestamppb.Timestamp)(nil),      // 56: google.protobuf.Timestamp
+	(*SpecificConflict)(nil),           // 57: engram.v1.SpecificConflict
+	(*Memory)(nil),                     // 58: engram.v1.Memory
+	(*SimilarMemory)(nil),              // 59: engram.v1.SimilarMemory
+	(*MemoryFilter)(nil),               // 60: engram.v1.MemoryFilter
+	(*RankingWeights)(nil),             // 61: engram.v1.RankingWeights
+	(*ScoreBreakdown)(nil),             // 62: engram.v1.ScoreBreakdown
+	(*CollectionInfo)(nil),             // 63: engram.v1.CollectionInfo
 }
 var file_engram_v1_memory_service_proto_depIdxs = []int32{
-	45, // 0: engram.v1.AddMemoryRequest.type:type_name -> engram.v1.MemoryType
-	46, // 1: engram.v1.AddMemoryRequest.source:type_name -> engram.v1.Source
-	47, // 2: engram.v1.AddMemoryRequest.source_type:type_name -> engram.v1.SourceType
-	42, // 3: engram.v1.AddMemoryRequest.metadata:type_name -> engram.v1.AddMemoryRequest.MetadataEntry
-	48, // 4: engram.v1.AddMemoryRequest.created_at:type_name -> google.protobuf.Timestamp
-	48, // 5: engram.v1.AddMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
+	53, // 0: engram.v1.AddMemoryRequest.type:type_name -> engram.v1.MemoryType
+	54, // 1: engram.v1.AddMemoryRequest.source:type_name -> engram.v1.Source
+	55, // 2: engram.v1.AddMemoryRequest.source_type:type_name -> engram.v1.SourceType
+	50, // 3: engram.v1.AddMemoryRequest.metadata:type_name -> engram.v1.AddMemoryRequest.MetadataEntry
+	56, // 4: engram.v1.AddMemoryRequest.created_at:type_name -> google.protobuf.Timestamp
+	56, // 5: engram.v1.AddMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
 	0,  // 6: engram.v1.AddMemoryRequest.contradictions:type_name -> engram.v1.ContradictionMode
-	45, // 7: engram.v1.Contradiction.type:type_name -> engram.v1.MemoryType
-	49, // 8: engram.v1.Contradiction.specifics:type_name -> engram.v1.SpecificConflict
-	50, // 9: engram.v1.AddMemoryResponse.memory:type_name -> engram.v1.Memory
+	53, // 7: engram.v1.Contradiction.type:type_name -> engram.v1.MemoryType
+	57, // 8: engram.v1.Contradiction.specifics:type_name -> engram.v1.SpecificConflict
+	58, // 9: engram.v1.AddMemoryResponse.memory:type_name -> engram.v1.Memory
 	1,  // 10: engram.v1.AddMemoryResponse.outcome:type_name -> engram.v1.AddOutcome
-	51, // 11: engram.v1.AddMemoryResponse.near_duplicates:type_name -> engram.v1.SimilarMemory
-	6,  // 12: engram.v1.AddMemoryResponse.conflicts:type_name -> engram.v1.Contradiction
-	9,  // 13: engram.v1.AddMemoriesRequest.memories:type_name -> engram.v1.NewMemory
-	45, // 14: engram.v1.NewMemory.type:type_name -> engram.v1.MemoryType
-	46, // 15: engram.v1.NewMemory.source:type_name -> engram.v1.Source
-	47, // 16: engram.v1.NewMemory.source_type:type_name -> engram.v1.SourceType
-	43, // 17: engram.v1.NewMemory.metadata:type_name -> engram.v1.NewMemory.MetadataEntry
-	48, // 18: engram.v1.NewMemory.created_at:type_name -> google.protobuf.Timestamp
-	48, // 19: engram.v1.NewMemory.valid_until:type_name -> google.protobuf.Timestamp
+	59, // 11: engram.v1.AddMemoryResponse.near_duplicates:type_name -> engram.v1.SimilarMemory
+	8,  // 12: engram.v1.AddMemoryResponse.conflicts:type_name -> engram.v1.Contradiction
+	11, // 13: engram.v1.AddMemoriesRequest.memories:type_name -> engram.v1.NewMemory
+	53, // 14: engram.v1.NewMemory.type:type_name -> engram.v1.MemoryType
+	54, // 15: engram.v1.NewMemory.source:type_name -> engram.v1.Source
+	55, // 16: engram.v1.NewMemory.source_type:type_name -> engram.v1.SourceType
+	51, // 17: engram.v1.NewMemory.metadata:type_name -> engram.v1.NewMemory.MetadataEntry
+	56, // 18: engram.v1.NewMemory.created_at:type_name -> google.protobuf.Timestamp
+	56, // 19: engram.v1.NewMemory.valid_until:type_name -> google.protobuf.Timestamp
 	0,  // 20: engram.v1.NewMemory.contradictions:type_name -> engram.v1.ContradictionMode
-	50, // 21: engram.v1.AddMemoryResult.memory:type_name -> engram.v1.Memory
+	58, // 21: engram.v1.AddMemoryResult.memory:type_name -> engram.v1.Memory
 	1,  // 22: engram.v1.AddMemoryResult.outcome:type_name -> engram.v1.AddOutcome
-	51, // 23: engram.v1.AddMemoryResult.near_duplicates:type_name -> engram.v1.SimilarMemory
-	6,  // 24: engram.v1.AddMemoryResult.conflicts:type_name -> engram.v1.Contradiction
-	10, // 25: engram.v1.AddMemoriesResponse.results:type_name -> engram.v1.AddMemoryResult
-	52, // 26: engram.v1.SearchMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
-	53, // 27: engram.v1.SearchMemoriesRequest.weights:type_name -> engram.v1.RankingWeights
-	50, // 28: engram.v1.SearchResult.memory:type_name -> engram.v1.Memory
-	54, // 29: engram.v1.SearchResult.score:type_name -> engram.v1.ScoreBreakdown
-	13, // 30: engram.v1.SearchMemoriesResponse.results:type_name -> engram.v1.SearchResult
-	44, // 31: engram.v1.StringMap.entries:type_name -> engram.v1.StringMap.EntriesEntry
-	15, // 32: engram.v1.UpdateMemoryRequest.locate:type_name -> engram.v1.SemanticLocator
-	45, // 33: engram.v1.UpdateMemoryRequest.type:type_name -> engram.v1.MemoryType
-	16, // 34: engram.v1.UpdateMemoryRequest.tags:type_name -> engram.v1.StringList
-	17, // 35: engram.v1.UpdateMemoryRequest.metadata:type_name -> engram.v1.StringMap
-	48, // 36: engram.v1.UpdateMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
-	50, // 37: engram.v1.UpdateMemoryResponse.memory:type_name -> engram.v1.Memory
-	50, // 38: engram.v1.UpdateMemoryResponse.previous:type_name -> engram.v1.Memory
-	20, // 39: engram.v1.DeleteMemoryRequest.query:type_name -> engram.v1.DeleteQuery
-	50, // 40: engram.v1.DeleteMemoryResponse.deleted:type_name -> engram.v1.Memory
-	50, // 41: engram.v1.GetMemoryResponse.memory:type_name -> engram.v1.Memory
-	50, // 42: engram.v1.GetMemoryResponse.history:type_name -> engram.v1.Memory
-	52, // 43: engram.v1.ListMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
-	50, // 44: engram.v1.ListMemoriesResponse.memories:type_name -> engram.v1.Memory
-	55, // 45: engram.v1.ListCollectionsResponse.collections:type_name -> engram.v1.CollectionInfo
-	48, // 46: engram.v1.DeleteCollectionResponse.deleted_at:type_name -> google.protobuf.Timestamp
+	59, // 23: engram.v1.AddMemoryResult.near_duplicates:type_name -> engram.v1.SimilarMemory
+	8,  // 24: engram.v1.AddMemoryResult.conflicts:type_name -> engram.v1.Contradiction
+	12, // 25: engram.v1.AddMemoriesResponse.results:type_name -> engram.v1.AddMemoryResult
+	60, // 26: engram.v1.SearchMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
+	61, // 27: engram.v1.SearchMemoriesRequest.weights:type_name -> engram.v1.RankingWeights
+	58, // 28: engram.v1.SearchResult.memory:type_name -> engram.v1.Memory
+	62, // 29: engram.v1.SearchResult.score:type_name -> engram.v1.ScoreBreakdown
+	15, // 30: engram.v1.SearchMemoriesResponse.results:type_name -> engram.v1.SearchResult
+	52, // 31: engram.v1.StringMap.entries:type_name -> engram.v1.StringMap.EntriesEntry
+	17, // 32: engram.v1.UpdateMemoryRequest.locate:type_name -> engram.v1.SemanticLocator
+	53, // 33: engram.v1.UpdateMemoryRequest.type:type_name -> engram.v1.MemoryType
+	18, // 34: engram.v1.UpdateMemoryRequest.tags:type_name -> engram.v1.StringList
+	19, // 35: engram.v1.UpdateMemoryRequest.metadata:type_name -> engram.v1.StringMap
+	56, // 36: engram.v1.UpdateMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
+	58, // 37: engram.v1.UpdateMemoryResponse.memory:type_name -> engram.v1.Memory
+	58, // 38: engram.v1.UpdateMemoryResponse.previous:type_name -> engram.v1.Memory
+	22, // 39: engram.v1.DeleteMemoryRequest.query:type_name -> engram.v1.DeleteQuery
+	58, // 40: engram.v1.DeleteMemoryResponse.deleted:type_name -> engram.v1.Memory
+	58, // 41: engram.v1.GetMemoryResponse.memory:type_name -> engram.v1.Memory
+	58, // 42: engram.v1.GetMemoryResponse.history:type_name -> engram.v1.Memory
+	60, // 43: engram.v1.ListMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
+	58, // 44: engram.v1.ListMemoriesResponse.memories:type_name -> engram.v1.Memory
+	63, // 45: engram.v1.ListCollectionsResponse.collections:type_name -> engram.v1.CollectionInfo
+	56, // 46: engram.v1.DeleteCollectionResponse.deleted_at:type_name -> google.protobuf.Timestamp
 	2,  // 47: engram.v1.RunReflectionResponse.outcome:type_name -> engram.v1.ReflectionOutcome
 	3,  // 48: engram.v1.RunReflectionResponse.throttled_by:type_name -> engram.v1.ReflectionGate
-	48, // 49: engram.v1.RunReflectionResponse.next_run_after:type_name -> google.protobuf.Timestamp
-	50, // 50: engram.v1.RunReflectionResponse.sources:type_name -> engram.v1.Memory
-	50, // 51: engram.v1.RunReflectionResponse.insights:type_name -> engram.v1.Memory
-	50, // 52: engram.v1.RunReflectionResponse.drafts:type_name -> engram.v1.Memory
-	51, // 53: engram.v1.RunReflectionResponse.duplicates:type_name -> engram.v1.SimilarMemory
-	48, // 54: engram.v1.GateDecision.decided_at:type_name -> google.protobuf.Timestamp
+	56, // 49: engram.v1.RunReflectionResponse.next_run_after:type_name -> google.protobuf.Timestamp
+	58, // 50: engram.v1.RunReflectionResponse.sources:type_name -> engram.v1.Memory
+	58, // 51: engram.v1.RunReflectionResponse.insights:type_name -> engram.v1.Memory
+	58, // 52: engram.v1.RunReflectionResponse.drafts:type_name -> engram.v1.Memory
+	59, // 53: engram.v1.RunReflectionResponse.duplicates:type_name -> engram.v1.SimilarMemory
+	56, // 54: engram.v1.GateDecision.decided_at:type_name -> google.protobuf.Timestamp
 	1,  // 55: engram.v1.GateDecision.outcome:type_name -> engram.v1.AddOutcome
-	51, // 56: engram.v1.GateDecision.near_duplicates:type_name -> engram.v1.SimilarMemory
-	34, // 57: engram.v1.ListGateDecisionsResponse.decisions:type_name -> engram.v1.GateDecision
-	48, // 58: engram.v1.ReflectionRun.started_at:type_name -> google.protobuf.Timestamp
+	59, // 56: engram.v1.GateDecision.near_duplicates:type_name -> engram.v1.SimilarMemory
+	36, // 57: engram.v1.ListGateDecisionsResponse.decisions:type_name -> engram.v1.GateDecision
+	56, // 58: engram.v1.ReflectionRun.started_at:type_name -> google.protobuf.Timestamp
 	2,  // 59: engram.v1.ReflectionRun.outcome:type_name -> engram.v1.ReflectionOutcome
-	37, // 60: engram.v1.ListReflectionRunsResponse.runs:type_name -> engram.v1.ReflectionRun
-	50, // 61: engram.v1.ConsolidatedCluster.insight:type_name -> engram.v1.Memory
-	4,  // 62: engram.v1.RunConsolidationResponse.outcome:type_name -> engram.v1.ConsolidationOutcome
-	48, // 63: engram.v1.RunConsolidationResponse.next_run_after:type_name -> google.protobuf.Timestamp
-	40, // 64: engram.v1.RunConsolidationResponse.clusters:type_name -> engram.v1.ConsolidatedCluster
-	5,  // 65: engram.v1.MemoryService.AddMemory:input_type -> engram.v1.AddMemoryRequest
-	8,  // 66: engram.v1.MemoryService.AddMemories:input_type -> engram.v1.AddMemoriesRequest
-	12, // 67: engram.v1.MemoryService.SearchMemories:input_type -> engram.v1.SearchMemoriesRequest
-	18, // 68: engram.v1.MemoryService.UpdateMemory:input_type -> engram.v1.UpdateMemoryRequest
-	21, // 69: engram.v1.MemoryService.DeleteMemory:input_type -> engram.v1.DeleteMemoryRequest
-	23, // 70: engram.v1.MemoryService.GetMemory:input_type -> engram.v1.GetMemoryRequest
-	25, // 71: engram.v1.MemoryService.ListMemories:input_type -> engram.v1.ListMemoriesRequest
-	27, // 72: engram.v1.MemoryService.ListCollections:input_type -> engram.v1.ListCollectionsRequest
-	29, // 73: engram.v1.MemoryService.DeleteCollection:input_type -> engram.v1.DeleteCollectionRequest
-	31, // 74: engram.v1.MemoryService.RunReflection:input_type -> engram.v1.RunReflectionRequest
-	33, // 75: engram.v1.MemoryService.ListGateDecisions:input_type -> engram.v1.ListGateDecisionsRequest
-	36, // 76: engram.v1.MemoryService.ListReflectionRuns:input_type -> engram.v1.ListReflectionRunsRequest
-	39, // 77: engram.v1.MemoryService.RunConsolidation:input_type -> engram.v1.RunConsolidationRequest
-	7,  // 78: engram.v1.MemoryService.AddMemory:output_type -> engram.v1.AddMemoryResponse
-	11, // 79: engram.v1.MemoryService.AddMemories:output_type -> engram.v1.AddMemoriesResponse
-	14, // 80: engram.v1.MemoryService.SearchMemories:output_type -> engram.v1.SearchMemoriesResponse
-	19, // 81: engram.v1.MemoryService.UpdateMemory:output_type -> engram.v1.UpdateMemoryResponse
-	22, // 82: engram.v1.MemoryService.DeleteMemory:output_type -> engram.v1.DeleteMemoryResponse
-	24, // 83: engram.v1.MemoryService.GetMemory:output_type -> engram.v1.GetMemoryResponse
-	26, // 84: engram.v1.MemoryService.ListMemories:output_type -> engram.v1.ListMemoriesResponse
-	28, // 85: engram.v1.MemoryService.ListCollections:output_type -> engram.v1.ListCollectionsResponse
-	30, // 86: engram.v1.MemoryService.DeleteCollection:output_type -> engram.v1.DeleteCollectionResponse
-	32, // 87: engram.v1.MemoryService.RunReflection:output_type -> engram.v1.RunReflectionResponse
-	35, // 88: engram.v1.MemoryService.ListGateDecisions:output_type -> engram.v1.ListGateDecisionsResponse
-	38, // 89: engram.v1.MemoryService.ListReflectionRuns:output_type -> engram.v1.ListReflectionRunsResponse
-	41, // 90: engram.v1.MemoryService.RunConsolidation:output_type -> engram.v1.RunConsolidationResponse
-	78, // [78:91] is the sub-list for method output_type
-	65, // [65:78] is the sub-list for method input_type
-	65, // [65:65] is the sub-list for extension type_name
-	65, // [65:65] is the sub-list for extension extendee
-	0,  // [0:65] is the sub-list for field type_name
+	39, // 60: engram.v1.ListReflectionRunsResponse.runs:type_name -> engram.v1.ReflectionRun
+	56, // 61: engram.v1.ConversationMessage.created_at:type_name -> google.protobuf.Timestamp
+	41, // 62: engram.v1.Conversation.messages:type_name -> engram.v1.ConversationMessage
+	42, // 63: engram.v1.ExtractMemoriesRequest.conversation:type_name -> engram.v1.Conversation
+	43, // 64: engram.v1.ExtractMemoriesRequest.observation:type_name -> engram.v1.ToolObservation
+	4,  // 65: engram.v1.ExtractMemoriesRequest.mode:type_name -> engram.v1.ExtractionMode
+	53, // 66: engram.v1.ExtractedMemory.type:type_name -> engram.v1.MemoryType
+	56, // 67: engram.v1.ExtractedMemory.created_at:type_name -> google.protobuf.Timestamp
+	12, // 68: engram.v1.ExtractedMemory.result:type_name -> engram.v1.AddMemoryResult
+	45, // 69: engram.v1.ExtractMemoriesResponse.memories:type_name -> engram.v1.ExtractedMemory
+	5,  // 70: engram.v1.ExtractMemoriesResponse.extractor:type_name -> engram.v1.Extractor
+	58, // 71: engram.v1.ConsolidatedCluster.insight:type_name -> engram.v1.Memory
+	6,  // 72: engram.v1.RunConsolidationResponse.outcome:type_name -> engram.v1.ConsolidationOutcome
+	56, // 73: engram.v1.RunConsolidationResponse.next_run_after:type_name -> google.protobuf.Timestamp
+	48, // 74: engram.v1.RunConsolidationResponse.clusters:type_name -> engram.v1.ConsolidatedCluster
+	7,  // 75: engram.v1.MemoryService.AddMemory:input_type -> engram.v1.AddMemoryRequest
+	10, // 76: engram.v1.MemoryService.AddMemories:input_type -> engram.v1.AddMemoriesRequest
+	14, // 77: engram.v1.MemoryService.SearchMemories:input_type -> engram.v1.SearchMemoriesRequest
+	20, // 78: engram.v1.MemoryService.UpdateMemory:input_type -> engram.v1.UpdateMemoryRequest
+	23, // 79: engram.v1.MemoryService.DeleteMemory:input_type -> engram.v1.DeleteMemoryRequest
+	25, // 80: engram.v1.MemoryService.GetMemory:input_type -> engram.v1.GetMemoryRequest
+	27, // 81: engram.v1.MemoryService.ListMemories:input_type -> engram.v1.ListMemoriesRequest
+	29, // 82: engram.v1.MemoryService.ListCollections:input_type -> engram.v1.ListCollectionsRequest
+	31, // 83: engram.v1.MemoryService.DeleteCollection:input_type -> engram.v1.DeleteCollectionRequest
+	33, // 84: engram.v1.MemoryService.RunReflection:input_type -> engram.v1.RunReflectionRequest
+	35, // 85: engram.v1.MemoryService.ListGateDecisions:input_type -> engram.v1.ListGateDecisionsRequest
+	38, // 86: engram.v1.MemoryService.ListReflectionRuns:input_type -> engram.v1.ListReflectionRunsRequest
+	44, // 87: engram.v1.MemoryService.ExtractMemories:input_type -> engram.v1.ExtractMemoriesRequest
+	47, // 88: engram.v1.MemoryService.RunConsolidation:input_type -> engram.v1.RunConsolidationRequest
+	9,  // 89: engram.v1.MemoryService.AddMemory:output_type -> engram.v1.AddMemoryResponse
+	13, // 90: engram.v1.MemoryService.AddMemories:output_type -> engram.v1.AddMemoriesResponse
+	16, // 91: engram.v1.MemoryService.SearchMemories:output_type -> engram.v1.SearchMemoriesResponse
+	21, // 92: engram.v1.MemoryService.UpdateMemory:output_type -> engram.v1.UpdateMemoryResponse
+	24, // 93: engram.v1.MemoryService.DeleteMemory:output_type -> engram.v1.DeleteMemoryResponse
+	26, // 94: engram.v1.MemoryService.GetMemory:output_type -> engram.v1.GetMemoryResponse
+	28, // 95: engram.v1.MemoryService.ListMemories:output_type -> engram.v1.ListMemoriesResponse
+	30, // 96: engram.v1.MemoryService.ListCollections:output_type -> engram.v1.ListCollectionsResponse
+	32, // 97: engram.v1.MemoryService.DeleteCollection:output_type -> engram.v1.DeleteCollectionResponse
+	34, // 98: engram.v1.MemoryService.RunReflection:output_type -> engram.v1.RunReflectionResponse
+	37, // 99: engram.v1.MemoryService.ListGateDecisions:output_type -> engram.v1.ListGateDecisionsResponse
+	40, // 100: engram.v1.MemoryService.ListReflectionRuns:output_type -> engram.v1.ListReflectionRunsResponse
+	46, // 101: engram.v1.MemoryService.ExtractMemories:output_type -> engram.v1.ExtractMemoriesResponse
+	49, // 102: engram.v1.MemoryService.RunConsolidation:output_type -> engram.v1.RunConsolidationResponse
+	89, // [89:103] is the sub-list for method output_type
+	75, // [75:89] is the sub-list for method input_type
+	75, // [75:75] is the sub-list for extension type_name
+	75, // [75:75] is the sub-list for extension extendee
+	0,  // [0:75] is the sub-list for field type_name
 }
 
 func init() { file_engram_v1_memory_service_proto_init() }
@@ -3823,13 +4526,18 @@ func file_engram_v1_memory_service_proto_init() {
 		(*DeleteMemoryRequest_Id)(nil),
 		(*DeleteMemoryRequest_Query)(nil),
 	}
+	file_engram_v1_memory_service_proto_msgTypes[37].OneofWrappers = []any{
+		(*ExtractMemoriesRequest_Text)(nil),
+		(*ExtractMemoriesRequest_Conversation)(nil),
+		(*ExtractMemoriesRequest_Observation)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_engram_v1_memory_service_proto_rawDesc), len(file_engram_v1_memory_service_proto_rawDesc)),
-			NumEnums:      5,
-			NumMessages:   40,
+			NumEnums:      7,
+			NumMessages:   46,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -137,6 +137,7 @@ def build_policy(settings: Settings) -> Policy:
         search_cache_entries=settings.search_cache_entries,
         hybrid=HybridParams(
             semantic_weight=settings.semantic_weight,
+            lexical_power=settings.lexical_power,
             context_weight=settings.context_weight,
             context_window=settings.context_window_seconds,
             fusion=FusionMode(settings.fusion_mode),

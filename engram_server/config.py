@@ -79,6 +79,7 @@ class Settings:
     nearest_lists: int = 4096
     lexical_search: bool = True
     semantic_weight: float = 0.5
+    lexical_power: float = 0.5
     context_weight: float = 0.5
     context_window_seconds: float = 300.0
     fusion_mode: str = "additive"
@@ -338,6 +339,12 @@ SETTINGS_DOC: list[tuple[str, str, str]] = [
         "semantic_weight",
         "ENGRAM_SEMANTIC_WEIGHT",
         "α in relevance = max(semantic, α·semantic + (1−α)·lexical); lexical is BM25 / best BM25.",
+    ),
+    (
+        "lexical_power",
+        "ENGRAM_LEXICAL_POWER",
+        "p in lexical = (BM25 / best BM25) ** p (0 < p ≤ 1; 1 = linear; 0.5 chosen on the LoCoMo "
+        "tuning conversations).",
     ),
     (
         "context_weight",
@@ -729,6 +736,8 @@ def _check(s: Settings) -> None:
             problems.append(f"{var} must be one of {', '.join(sorted(allowed))}")
     if s.fusion_mode not in {"scaled", "additive"}:
         problems.append("ENGRAM_FUSION_MODE must be scaled or additive")
+    if not 0.0 < s.lexical_power <= 1.0:
+        problems.append("ENGRAM_LEXICAL_POWER must be > 0 and ≤ 1")
     if s.contradictions not in {"supersede", "report", "off"}:
         problems.append("ENGRAM_CONTRADICTIONS must be supersede, report or off")
     if not 0.0 <= s.consolidation_cluster_threshold <= 1.0:

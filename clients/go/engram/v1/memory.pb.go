@@ -630,13 +630,16 @@ type SpecificConflict struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// "number" (digits, amounts, clock times, Chinese numerals, English number words), "date"
 	// (month and weekday names, either language), "identifier" (codes such as OPS-1182, v3.4.1,
-	// ops@acme.io), "name" (people, places, organisations; compared within one script) or
+	// ops@acme.io), "name" (people, places, organisations; compared within one script), "order"
+	// (two shared names trading places: "from Berlin to Paris" vs "from Paris to Berlin") or
 	// "negation" (the count of negation cues such as not, never, 不, 没).
 	Kind string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
 	// Values only the stored memory has (normalised: 2,400 -> "2400", 九点半 -> "9:30",
-	// April -> "month:4"); for negation, its count of cues.
+	// April -> "month:4"); for negation, its count of cues; for order, the shared names in the
+	// stored memory's order.
 	ExistingValues []string `protobuf:"bytes,2,rep,name=existing_values,json=existingValues,proto3" json:"existing_values,omitempty"`
-	// Values only the new content has; for negation, its count of cues.
+	// Values only the new content has; for negation, its count of cues; for order, the shared
+	// names in the new content's order.
 	NewValues     []string `protobuf:"bytes,3,rep,name=new_values,json=newValues,proto3" json:"new_values,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -391,18 +391,22 @@ class SpecificConflict(_message.Message):
     kind: _builtins.str
     """"number" (digits, amounts, clock times, Chinese numerals, English number words), "date"
     (month and weekday names, either language), "identifier" (codes such as OPS-1182, v3.4.1,
-    ops@acme.io), "name" (people, places, organisations; compared within one script) or
+    ops@acme.io), "name" (people, places, organisations; compared within one script), "order"
+    (two shared names trading places: "from Berlin to Paris" vs "from Paris to Berlin") or
     "negation" (the count of negation cues such as not, never, 不, 没).
     """
     @_builtins.property
     def existing_values(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Values only the stored memory has (normalised: 2,400 -> "2400", 九点半 -> "9:30",
-        April -> "month:4"); for negation, its count of cues.
+        April -> "month:4"); for negation, its count of cues; for order, the shared names in the
+        stored memory's order.
         """
 
     @_builtins.property
     def new_values(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """Values only the new content has; for negation, its count of cues."""
+        """Values only the new content has; for negation, its count of cues; for order, the shared
+        names in the new content's order.
+        """
 
     def __init__(
         self,

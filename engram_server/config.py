@@ -87,6 +87,8 @@ class Settings:
     max_batch_items: int = 64
     # Background work
     sweep_interval_seconds: float = 600.0
+    trash_retention_seconds: float = 7 * 24 * 3600.0
+    auto_migrate: bool = True
     # Reflection (LLM)
     llm_base_url: str | None = None
     llm_api_key: str | None = None
@@ -373,7 +375,19 @@ SETTINGS_DOC: list[tuple[str, str, str]] = [
     (
         "sweep_interval_seconds",
         "ENGRAM_SWEEP_INTERVAL_SECONDS",
-        "How often the sweeper hard-deletes expired memories (0 = never).",
+        "How often the sweeper hard-deletes expired memories and purges the trash (0 = never).",
+    ),
+    (
+        "trash_retention_seconds",
+        "ENGRAM_TRASH_RETENTION_SECONDS",
+        "How long deleted memories and collections stay in the trash (restorable with RestoreMemory / "
+        "RestoreCollection) before the sweeper purges them; 0 makes deletes final (no trash).",
+    ),
+    (
+        "auto_migrate",
+        "ENGRAM_AUTO_MIGRATE",
+        "Migrate collections written by an older release to this release's storage format at start-up. "
+        "`false`: refuse to start on an older format instead, naming `engram migrate`.",
     ),
     (
         "llm_base_url",
@@ -775,6 +789,8 @@ def _check(s: Settings) -> None:
         problems.append("ENGRAM_LOCAL_EMBED_WORKERS must be ≥ 0")
     if s.max_batch_items < 1:
         problems.append("ENGRAM_MAX_BATCH_ITEMS must be ≥ 1")
+    if s.trash_retention_seconds < 0:
+        problems.append("ENGRAM_TRASH_RETENTION_SECONDS must be ≥ 0")
     if s.edge_segments < 0:
         problems.append("ENGRAM_EDGE_SEGMENTS must be ≥ 0")
     if s.gate_hnsw_ef < 0:

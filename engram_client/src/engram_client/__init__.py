@@ -10,6 +10,7 @@ from engram_client.config import ConnectionConfig, RetryPolicy
 from engram_client.errors import (
     AlreadyExistsError,
     AmbiguousMatchError,
+    CollectionInTrashError,
     CollectionNotFoundError,
     DeadlineExceededError,
     EmbedderUnavailableError,
@@ -60,6 +61,7 @@ from engram_client.models import (
     ReflectionOutcome,
     ReflectionResult,
     ReflectionRun,
+    RestoreResult,
     ScoreBreakdown,
     SearchResult,
     SearchResults,
@@ -68,6 +70,7 @@ from engram_client.models import (
     SourceType,
     SpecificConflict,
     ToolObservation,
+    TrashedCollection,
     UpdateResult,
 )
 
@@ -79,6 +82,7 @@ __all__ = [
     "AlreadyExistsError",
     "AmbiguousMatchError",
     "AsyncEngramClient",
+    "CollectionInTrashError",
     "CollectionInfo",
     "CollectionNotFoundError",
     "ConnectionConfig",
@@ -121,6 +125,7 @@ __all__ = [
     "ReflectionResult",
     "ReflectionRun",
     "ResourceExhaustedError",
+    "RestoreResult",
     "RetryPolicy",
     "ScoreBreakdown",
     "SearchResult",
@@ -133,6 +138,7 @@ __all__ = [
     "StorageUnavailableError",
     "ThresholdTooLowError",
     "ToolObservation",
+    "TrashedCollection",
     "UnauthenticatedError",
     "UnavailableError",
     "UnimplementedError",

@@ -24,6 +24,8 @@ from engram_server.api.servicer import MemoryServicer
 from engram_server.config import ConfigError, Settings, privacy_patterns
 from engram_server.domain.calibration import calibration_for, is_calibrated
 from engram_server.domain.clock import Clock, SystemClock
+from engram_server.domain.consolidation import ConsolidationPolicy, Consolidator
+from engram_server.domain.contradictions import ContradictionMode, ContradictionPolicy
 from engram_server.domain.errors import CollectionNotFound
 from engram_server.domain.extraction import ExtractionPolicy, MemoryExtractor
 from engram_server.domain.privacy import PrivacyFilter
@@ -156,6 +158,7 @@ def build_policy(settings: Settings) -> Policy:
         trash_retention_seconds=settings.trash_retention_seconds,
         limits=Limits(max_content_chars=settings.max_content_chars, max_batch_items=settings.max_batch_items),
         privacy=PrivacyFilter(settings.privacy_filter, privacy_patterns(settings)),
+        contradictions=ContradictionPolicy(mode=ContradictionMode(settings.contradictions)),
     )
 
 
@@ -164,6 +167,16 @@ def build_extraction_policy(settings: Settings) -> ExtractionPolicy:
         use_llm=settings.extraction_llm,
         dedup_window_seconds=settings.extraction_dedup_window_seconds,
         max_memories=settings.extraction_max_memories,
+    )
+
+
+def build_consolidation_policy(settings: Settings) -> ConsolidationPolicy:
+    return ConsolidationPolicy(
+        min_interval_seconds=settings.consolidation_min_interval_seconds,
+        daily_cap=settings.consolidation_daily_cap,
+        cluster_threshold=settings.consolidation_cluster_threshold,
+        min_cluster=settings.consolidation_min_cluster,
+        max_cluster=settings.consolidation_max_cluster,
     )
 
 
@@ -316,12 +329,14 @@ class EngramServer:
     embedder: Embedder
     service: MemoryService
     reflector: Reflector
+    consolidator: Consolidator
     clock: Clock
     port: int = 0
     _server: grpc.aio.Server | None = None
     _health: HealthServicer | None = None
     _sweeper: asyncio.Task[None] | None = None
     _reflecting: asyncio.Task[None] | None = None
+    _consolidating: asyncio.Task[None] | None = None
     _stopped: bool = False
     telemetry: Telemetry | None = None
     _http: HttpAttachment | None = None
@@ -356,15 +371,20 @@ class EngramServer:
             lexical=build_lexical(settings),
             tokenizer=build_tokenizer(settings),
         )
-        reflector = Reflector(service, llm or build_llm(settings), build_reflection_policy(settings))
+        llm = llm or build_llm(settings)
+        reflector = Reflector(service, llm, build_reflection_policy(settings))
         service.llm = reflector.llm  # slot compaction summarises with the same model
         service.slot_capacity_tokens = settings.slot_capacity_tokens
+        if settings.contradiction_llm:
+            service.contradiction_llm = llm
+        consolidator = Consolidator(service, llm, build_consolidation_policy(settings))
         return cls(
             settings=settings,
             store=store,
             embedder=embedder,
             service=service,
             reflector=reflector,
+            consolidator=consolidator,
             clock=clock,
         )
 
@@ -432,6 +452,7 @@ class EngramServer:
                 self.reflector,
                 max_message_bytes=s.max_message_bytes,
                 extractor=MemoryExtractor(self.service, self.reflector.llm, build_extraction_policy(s)),
+                consolidator=self.consolidator,
             ),
             server,
         )
@@ -482,6 +503,10 @@ class EngramServer:
             self._sweeper = asyncio.create_task(self._sweep_forever(s.sweep_interval_seconds))
         if s.reflection_interval_seconds > 0 and self.reflector.llm is not None:
             self._reflecting = asyncio.create_task(self._reflect_forever(s.reflection_interval_seconds))
+        if s.consolidation_interval_seconds > 0:
+            self._consolidating = asyncio.create_task(
+                self._consolidate_forever(s.consolidation_interval_seconds)
+            )
         log.info(
             "engram listening on %s (storage: %s, embedder: %s)",
             self.address,
@@ -509,6 +534,18 @@ class EngramServer:
             except Exception:
                 log.exception("periodic reflection failed; will retry")
 
+    async def _consolidate_forever(self, interval: float) -> None:
+        """Periodic consolidation: only collections written to since their last run."""
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                for name, report in (await self.consolidator.run_due()).items():
+                    log.info(
+                        "periodic consolidation of %s: %s (%s)", name, report.outcome.value, report.detail
+                    )
+            except Exception:
+                log.exception("periodic consolidation failed; will retry")
+
     async def stop(self, grace: float | None = None) -> None:
         """Health turns NOT_SERVING, new calls are refused, in-flight calls finish (up to grace)."""
         if self._stopped:
@@ -518,7 +555,7 @@ class EngramServer:
             await self._health.enter_graceful_shutdown()
         if self._http is not None:
             await self._http.stop()
-        for task in (self._sweeper, self._reflecting):
+        for task in (self._sweeper, self._reflecting, self._consolidating):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

@@ -112,6 +112,15 @@ class Settings:
     extraction_llm: bool = True
     extraction_dedup_window_seconds: float = 600.0
     extraction_max_memories: int = 20
+    # Contradictions and consolidation
+    contradictions: str = "supersede"
+    contradiction_llm: bool = False
+    consolidation_min_interval_seconds: float = 21600.0
+    consolidation_daily_cap: int = 4
+    consolidation_cluster_threshold: float = 0.75
+    consolidation_min_cluster: int = 3
+    consolidation_max_cluster: int = 8
+    consolidation_interval_seconds: float = 0.0
     # Observability
     log_format: str = "text"
     log_levels: str = ""
@@ -477,6 +486,51 @@ SETTINGS_DOC: list[tuple[str, str, str]] = [
         "ENGRAM_EXTRACTION_MAX_MEMORIES",
         "Most memories one ExtractMemories call keeps.",
     ),
+    (
+        "contradictions",
+        "ENGRAM_CONTRADICTIONS",
+        "Write gate: what a new memory does to a stored one it contradicts (the same subject with "
+        "another value): `supersede` (history; never searched again), `report` (listed in the add "
+        "response's `conflicts` only) or `off`. A request's `contradictions` overrides it. See "
+        "docs/concepts/contradictions.md.",
+    ),
+    (
+        "contradiction_llm",
+        "ENGRAM_CONTRADICTION_LLM",
+        "Opt-in: with an LLM configured (`ENGRAM_LLM_*`), ask it about the pairs the contradiction rules "
+        "cannot decide (one call per add that has such pairs; on failure the rules' answer stands).",
+    ),
+    (
+        "consolidation_min_interval_seconds",
+        "ENGRAM_CONSOLIDATION_MIN_INTERVAL_SECONDS",
+        "Consolidation: minimum time between two runs on a collection (`force` skips it).",
+    ),
+    (
+        "consolidation_daily_cap",
+        "ENGRAM_CONSOLIDATION_DAILY_CAP",
+        "Consolidation: most runs per collection in any 24 h.",
+    ),
+    (
+        "consolidation_cluster_threshold",
+        "ENGRAM_CONSOLIDATION_CLUSTER_THRESHOLD",
+        "Consolidation: calibrated similarity of an event memory to a cluster's first memory for it to join.",
+    ),
+    (
+        "consolidation_min_cluster",
+        "ENGRAM_CONSOLIDATION_MIN_CLUSTER",
+        "Consolidation: fewest memories merged into one insight.",
+    ),
+    (
+        "consolidation_max_cluster",
+        "ENGRAM_CONSOLIDATION_MAX_CLUSTER",
+        "Consolidation: most memories merged into one insight.",
+    ),
+    (
+        "consolidation_interval_seconds",
+        "ENGRAM_CONSOLIDATION_INTERVAL_SECONDS",
+        "Periodic consolidation: every this many seconds, consolidate collections written to since their "
+        "last run (0 = off, the default). Works without an LLM (rule-based merge).",
+    ),
     ("log_format", "ENGRAM_LOG_FORMAT", "`text` or `json` (one object per line, with trace and span ids)."),
     (
         "log_levels",
@@ -729,6 +783,12 @@ def _check(s: Settings) -> None:
         problems.append("ENGRAM_FUSION_MODE must be scaled or additive")
     if not 0.0 < s.lexical_power <= 1.0:
         problems.append("ENGRAM_LEXICAL_POWER must be > 0 and ≤ 1")
+    if s.contradictions not in {"supersede", "report", "off"}:
+        problems.append("ENGRAM_CONTRADICTIONS must be supersede, report or off")
+    if not 0.0 <= s.consolidation_cluster_threshold <= 1.0:
+        problems.append("ENGRAM_CONSOLIDATION_CLUSTER_THRESHOLD must be between 0 and 1")
+    if not 2 <= s.consolidation_min_cluster <= s.consolidation_max_cluster:
+        problems.append("ENGRAM_CONSOLIDATION_MIN_CLUSTER must be ≥ 2 and ≤ ENGRAM_CONSOLIDATION_MAX_CLUSTER")
     if s.context_window_seconds < 0:
         problems.append("ENGRAM_CONTEXT_WINDOW_SECONDS must be ≥ 0")
     for name in (

@@ -85,7 +85,7 @@ class Rule:
     role: Role
     #: request, default collection -> the collections the call touches (None: filtered response).
     scope: Callable[[Any, str], list[str] | None]
-    #: request -> a stronger role for some options (RunReflection ``force``).
+    #: request -> a stronger role for some options (RunReflection and RunConsolidation ``force``).
     escalate: Callable[[Any], Role | None] | None = None
     #: request -> rate-limit tokens the call costs (default one).
     cost: Callable[[Any], int] | None = None
@@ -137,6 +137,7 @@ RULES: dict[str, Rule] = {
     "GetTriggers": Rule(Role.READ, _search),
     "ListSlots": Rule(Role.READ, _one),
     "UpdateSlot": Rule(Role.WRITE, _one),
+    "RunConsolidation": Rule(Role.WRITE, _one, lambda r: Role.ADMIN if r.force else None),
 }
 
 

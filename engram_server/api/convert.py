@@ -8,7 +8,9 @@ from google.protobuf import timestamp_pb2
 
 from engram_client.proto.engram.v1 import memory_pb2 as m
 from engram_client.proto.engram.v1 import memory_service_pb2 as s
+from engram_server.domain.consolidation import ConsolidationOutcome, ConsolidationReport
 from engram_server.domain.context import Item, TopicEntry
+from engram_server.domain.contradictions import ContradictionMode
 from engram_server.domain.errors import InvalidArgument
 from engram_server.domain.extraction import (
     ExtractCommand,
@@ -26,6 +28,7 @@ from engram_server.domain.service import (
     AddOutcome,
     AddResult,
     ContextPack,
+    Contradiction,
     SearchFilter,
     Similar,
     SlotState,
@@ -75,6 +78,18 @@ SOURCE_TYPE_OUT: dict[SourceType, m.SourceType.ValueType] = {
     SourceType.REFLECTION: m.SOURCE_TYPE_REFLECTION,
     SourceType.UNKNOWN: m.SOURCE_TYPE_UNKNOWN,
 }
+CONTRADICTIONS_IN: dict[int, ContradictionMode | None] = {
+    s.CONTRADICTION_MODE_UNSPECIFIED: None,
+    s.CONTRADICTION_MODE_SUPERSEDE: ContradictionMode.SUPERSEDE,
+    s.CONTRADICTION_MODE_REPORT: ContradictionMode.REPORT,
+    s.CONTRADICTION_MODE_OFF: ContradictionMode.OFF,
+}
+CONSOLIDATION_OUTCOME_OUT = {
+    ConsolidationOutcome.COMPLETED: s.CONSOLIDATION_OUTCOME_COMPLETED,
+    ConsolidationOutcome.NOTHING_TO_MERGE: s.CONSOLIDATION_OUTCOME_NOTHING_TO_MERGE,
+    ConsolidationOutcome.THROTTLED: s.CONSOLIDATION_OUTCOME_THROTTLED,
+    ConsolidationOutcome.WOULD_RUN: s.CONSOLIDATION_OUTCOME_WOULD_RUN,
+}
 OUTCOME_OUT = {AddOutcome.CREATED: s.ADD_OUTCOME_CREATED, AddOutcome.DUPLICATE: s.ADD_OUTCOME_DUPLICATE}
 
 
@@ -122,6 +137,7 @@ def add_command_in(msg: s.AddMemoryRequest | s.NewMemory, collection: str, prefi
         allow_duplicate=msg.allow_duplicate,
         session_id=msg.session_id,
         agent_id=msg.agent_id,
+        contradictions=enum_in(CONTRADICTIONS_IN, msg.contradictions, f"{prefix}contradictions"),
     )
 
 
@@ -134,7 +150,42 @@ def add_result_fields(r: AddResult) -> dict[str, Any]:
         "near_duplicates": [similar_out(x) for x in r.near_duplicates],
         "replayed": r.replayed,
         "gate_reason": r.reason.value,
+        "conflicts": [contradiction_out(x) for x in r.contradictions],
     }
+
+
+def contradiction_out(x: Contradiction) -> s.Contradiction:
+    return s.Contradiction(
+        memory_id=x.record.id,
+        content=x.record.content,
+        type=TYPE_OUT[x.record.type],
+        similarity=x.similarity,
+        basis=x.basis.value,
+        specifics=[
+            m.SpecificConflict(kind=c.kind, existing_values=c.existing, new_values=c.new) for c in x.conflicts
+        ],
+        explanation=x.explanation,
+        superseded=x.superseded,
+    )
+
+
+def consolidation_out(r: ConsolidationReport) -> s.RunConsolidationResponse:
+    out = s.RunConsolidationResponse(
+        outcome=CONSOLIDATION_OUTCOME_OUT[r.outcome],
+        detail=r.detail,
+        clusters=[
+            s.ConsolidatedCluster(
+                insight=memory_out(x.insight), source_ids=[y.id for y in x.sources], merged_by=x.merged_by
+            )
+            for x in r.merges
+        ],
+        candidates=r.candidates,
+        memories_before=r.memories_before,
+        memories_after=r.memories_after,
+    )
+    if r.next_run_after is not None:
+        out.next_run_after.CopyFrom(ts_out(r.next_run_after))
+    return out
 
 
 def memory_out(r: MemoryRecord) -> m.Memory:

@@ -17,6 +17,7 @@ from engram_server.api.answers import abridged_to_fit, answer_budget, fitting
 from engram_server.api.auth import readable_collections
 from engram_server.api.errors import internal_status, to_status
 from engram_server.api.gate_log import PER_COLLECTION, GateLog, decision_from
+from engram_server.domain.consolidation import Consolidator
 from engram_server.domain.deadline import set_time_remaining
 from engram_server.domain.errors import EngramError, InvalidArgument
 from engram_server.domain.extraction import MemoryExtractor
@@ -70,10 +71,12 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
         *,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         extractor: MemoryExtractor | None = None,
+        consolidator: Consolidator | None = None,
     ) -> None:
         self._svc = service
         self._reflector = reflector
         self._extractor = extractor or MemoryExtractor(service, reflector.llm)
+        self._consolidator = consolidator or Consolidator(service, reflector.llm)
         #: Bytes the list of memories in one answer may take (see ``api/answers``).
         self._budget = answer_budget(max_message_bytes)
         #: The write gate's recent decisions (ListGateDecisions).
@@ -261,6 +264,19 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
             del out.sources[:]
             kept, out.sources_truncated = fitting(sources, self._budget - out.ByteSize())
             out.sources.extend(kept)
+        return out
+
+    @rpc
+    async def RunConsolidation(
+        self, request: s.RunConsolidationRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> s.RunConsolidationResponse:
+        report = await self._consolidator.run(
+            request.collection, dry_run=request.dry_run, force=request.force
+        )
+        out = c.consolidation_out(report)
+        if out.ByteSize() > self._budget:  # the insights hold users' memories: drop the last clusters
+            while out.clusters and out.ByteSize() > self._budget:
+                del out.clusters[-1]
         return out
 
     @rpc

@@ -39,6 +39,7 @@ held-out conv-47 and conv-49 are reported, never tuned on). See docs/concepts/ra
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
@@ -314,6 +315,23 @@ def fuse(
 def decay_array(types: Sequence[MemoryType]) -> npt.NDArray[np.float64]:
     """The hourly decay factor of each memory type (see :data:`DECAY_PER_HOUR`)."""
     return np.fromiter(map(DECAY_PER_HOUR.__getitem__, types), dtype=np.float64, count=len(types))
+
+
+#: Reinforcement: a memory recalled ``n`` times (its ``access_count``, one per search that returned
+#: it) ages ``1 + REINFORCEMENT·ln(1 + n)`` times more slowly: 10 recalls stretch an event's recency
+#: half-life from 2.9 to 6.3 days, 100 recalls to 9.5 days. Never-decaying types stay at 1.
+REINFORCEMENT = 0.5
+
+
+def reinforced_recency(
+    decay_per_hour: float, hours: float, access_count: int, strength: float = REINFORCEMENT
+) -> float:
+    """``decay_per_hour ** (hours / (1 + strength·ln(1 + access_count)))``: :func:`recency` slowed by
+    how often the memory was recalled (1.0 for types that never decay)."""
+    if decay_per_hour >= 1.0:
+        return 1.0
+    stretch = 1.0 + strength * math.log1p(max(0, access_count))
+    return float(decay_per_hour ** (max(0.0, hours) / stretch))
 
 
 def recency_array(

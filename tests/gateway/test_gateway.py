@@ -141,6 +141,16 @@ async def test_every_rpc_over_http(http: httpx.AsyncClient) -> None:
     )
     assert r.status_code == 200 and r.json() == {}, r.text  # no LLM here, so no run was ever kept
 
+    r = await http.post(
+        used("POST", "/v1/collections/{collection}:consolidate").format(collection="work"),
+        json={"dry_run": True},
+    )
+    assert r.status_code == 200, r.text
+    assert r.json()["outcome"] in (
+        "CONSOLIDATION_OUTCOME_NOTHING_TO_MERGE",
+        "CONSOLIDATION_OUTCOME_WOULD_RUN",
+    )
+
     r = await http.post(used("POST", "/v1/memories:search"), json={"query": "what does the user drink?"})
     assert r.status_code == 200, r.text
     hits = r.json()["results"]

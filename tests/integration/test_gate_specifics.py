@@ -41,7 +41,12 @@ async def test_chinese_negation_and_numerals_are_kept_apart(stub: Stub) -> None:
     assert other.outcome == s.ADD_OUTCOME_CREATED
     kinds = {c.kind for n in other.near_duplicates for c in n.conflicts}
     assert "number" in kinds
-    assert await count(stub) == 4
+    # All four written; each second one states a new value for the same subject, so it also
+    # supersedes the first (docs/concepts/contradictions.md): two current, two in history.
+    assert [c.superseded for c in negated.conflicts] == [True]
+    assert [c.superseded for c in other.conflicts] == [True]
+    assert await count(stub, include_history=True) == 4
+    assert await count(stub) == 2
 
 
 async def test_a_restatement_with_the_same_specifics_is_still_refused(stub: Stub) -> None:

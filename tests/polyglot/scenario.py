@@ -50,6 +50,7 @@ REQUEST_TYPES: dict[str, type[Message]] = {
     "GetTriggers": memory_service_pb2.GetTriggersRequest,
     "ListSlots": memory_service_pb2.ListSlotsRequest,
     "UpdateSlot": memory_service_pb2.UpdateSlotRequest,
+    "RunConsolidation": memory_service_pb2.RunConsolidationRequest,
 }
 
 
@@ -109,6 +110,10 @@ class Observer:
                 "memory": self.memory(resp.memory),
                 "near_duplicates": [self.name(s.id) for s in resp.near_duplicates],
                 "replayed": resp.replayed,
+                "conflicts": [
+                    {"memory": self.name(c.memory_id), "basis": c.basis, "superseded": c.superseded}
+                    for c in resp.conflicts
+                ],
             }
         if call == "SearchMemories":
             return self.ids([r.memory for r in resp.results])
@@ -193,6 +198,16 @@ class Observer:
             return {
                 "slot": {"name": resp.slot.name, "content": resp.slot.content},
                 "compaction": memory_service_pb2.SlotCompaction.Name(resp.compaction),
+            }
+        if call == "RunConsolidation":
+            return {
+                "outcome": memory_service_pb2.ConsolidationOutcome.Name(resp.outcome),
+                "memories_before": resp.memories_before,
+                "memories_after": resp.memories_after,
+                "clusters": [
+                    {"sources": sorted(self.name(i) for i in c.source_ids), "merged_by": c.merged_by}
+                    for c in resp.clusters
+                ],
             }
         raise ScenarioFailure(f"unknown call {call}")
 

@@ -67,6 +67,8 @@ NEEDS = {
     "GetTriggers": "read",
     "ListSlots": "read",
     "UpdateSlot": "write",
+    "RunConsolidation": "write",
+    "RunConsolidation(force)": "admin",
 }
 HOLDS = {"read_only": "read", "read_write": "write", "admin": "admin", "other_tenant": "none"}
 RANK = {"none": 0, "any": 0, "read": 1, "write": 2, "admin": 3}
@@ -128,6 +130,11 @@ def requests(memory_id: str) -> dict[str, tuple[str, Any]]:
         "UpdateSlot": (
             "UpdateSlot",
             s.UpdateSlotRequest(collection="alpha", name="guidance", content="probe"),
+        ),
+        "RunConsolidation": ("RunConsolidation", s.RunConsolidationRequest(collection="alpha", dry_run=True)),
+        "RunConsolidation(force)": (
+            "RunConsolidation",
+            s.RunConsolidationRequest(collection="alpha", dry_run=True, force=True),
         ),
     }
 

@@ -147,6 +147,8 @@ func (r *runner) step(st step) (any, error) {
 		req = &engramv1.ListSlotsRequest{}
 	case "UpdateSlot":
 		req = &engramv1.UpdateSlotRequest{}
+	case "RunConsolidation":
+		req = &engramv1.RunConsolidationRequest{}
 	default:
 		return nil, fmt.Errorf("unknown call %q", st.Call)
 	}
@@ -168,11 +170,20 @@ func (r *runner) step(st step) (any, error) {
 		for _, s := range resp.GetNearDuplicates() {
 			near = append(near, r.name(s.GetId()))
 		}
+		conflicts := []any{}
+		for _, c := range resp.GetConflicts() {
+			conflicts = append(conflicts, map[string]any{
+				"memory":     r.name(c.GetMemoryId()),
+				"basis":      c.GetBasis(),
+				"superseded": c.GetSuperseded(),
+			})
+		}
 		obs = map[string]any{
 			"outcome":         resp.GetOutcome().String(),
 			"memory":          r.memory(resp.GetMemory()),
 			"near_duplicates": near,
 			"replayed":        resp.GetReplayed(),
+			"conflicts":       conflicts,
 		}
 	case *engramv1.SearchMemoriesRequest:
 		resp, err := r.client.SearchMemories(ctx, q)
@@ -362,6 +373,26 @@ func (r *runner) step(st step) (any, error) {
 		obs = map[string]any{
 			"slot":       map[string]any{"name": resp.GetSlot().GetName(), "content": resp.GetSlot().GetContent()},
 			"compaction": resp.GetCompaction().String(),
+		}
+	case *engramv1.RunConsolidationRequest:
+		resp, err := r.client.RunConsolidation(ctx, q)
+		if err != nil {
+			return normalize(r.rpcError(err))
+		}
+		clusters := []any{}
+		for _, c := range resp.GetClusters() {
+			sources := []string{}
+			for _, id := range c.GetSourceIds() {
+				sources = append(sources, r.name(id))
+			}
+			sort.Strings(sources)
+			clusters = append(clusters, map[string]any{"sources": sources, "merged_by": c.GetMergedBy()})
+		}
+		obs = map[string]any{
+			"outcome":         resp.GetOutcome().String(),
+			"memories_before": resp.GetMemoriesBefore(),
+			"memories_after":  resp.GetMemoriesAfter(),
+			"clusters":        clusters,
 		}
 	}
 	return normalize(obs)

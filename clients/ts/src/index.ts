@@ -53,6 +53,8 @@ import type { ListSlotsRequest } from './gen/engram/v1/ListSlotsRequest';
 import type { ListSlotsResponse__Output } from './gen/engram/v1/ListSlotsResponse';
 import type { UpdateSlotRequest } from './gen/engram/v1/UpdateSlotRequest';
 import type { UpdateSlotResponse__Output } from './gen/engram/v1/UpdateSlotResponse';
+import type { RunConsolidationRequest } from './gen/engram/v1/RunConsolidationRequest';
+import type { RunConsolidationResponse__Output } from './gen/engram/v1/RunConsolidationResponse';
 
 export type { MemoryServiceClient } from './gen/engram/v1/MemoryService';
 export type { Memory__Output as Memory } from './gen/engram/v1/Memory';
@@ -115,6 +117,7 @@ export interface Rpcs {
   GetTriggers: [GetTriggersRequest, GetTriggersResponse__Output];
   ListSlots: [ListSlotsRequest, ListSlotsResponse__Output];
   UpdateSlot: [UpdateSlotRequest, UpdateSlotResponse__Output];
+  RunConsolidation: [RunConsolidationRequest, RunConsolidationResponse__Output];
 }
 
 type Callback = (err: grpc.ServiceError | null, res?: unknown) => void;

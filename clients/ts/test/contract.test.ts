@@ -102,6 +102,23 @@ class Runner {
             memory: this.memory(r.memory),
             near_duplicates: r.near_duplicates.map((s) => this.name(s.id)),
             replayed: r.replayed,
+            conflicts: r.conflicts.map((x) => ({
+              memory: this.name(x.memory_id),
+              basis: x.basis,
+              superseded: x.superseded,
+            })),
+          };
+        }
+        case 'RunConsolidation': {
+          const r = await call(c, 'RunConsolidation', request);
+          return {
+            outcome: r.outcome,
+            memories_before: r.memories_before,
+            memories_after: r.memories_after,
+            clusters: r.clusters.map((x) => ({
+              sources: x.source_ids.map((id) => this.name(id)).sort(),
+              merged_by: x.merged_by,
+            })),
           };
         }
         case 'SearchMemories': {

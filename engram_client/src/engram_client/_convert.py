@@ -14,10 +14,13 @@ from engram_client.models import (
     AddOutcome,
     AddResult,
     CollectionInfo,
+    ConsolidatedCluster,
+    ConsolidationResult,
     ContextItem,
     ContextPack,
     ContextSection,
     ContextTopic,
+    Contradiction,
     DeleteCollectionResult,
     DeleteResult,
     ExtractedMemory,
@@ -206,6 +209,22 @@ def add_result(
         duplicate_of_index=duplicate_of_index,
         gate_reason=resp.gate_reason,
         abridged=abridged,
+        conflicts=tuple(
+            Contradiction(
+                memory_id=x.memory_id,
+                content=x.content,
+                type=_TYPE_FROM.get(x.type, MemoryType.UNSPECIFIED),
+                similarity=x.similarity,
+                basis=x.basis,
+                specifics=tuple(
+                    SpecificConflict(c.kind, tuple(c.existing_values), tuple(c.new_values))
+                    for c in x.specifics
+                ),
+                explanation=x.explanation,
+                superseded=x.superseded,
+            )
+            for x in resp.conflicts
+        ),
     )
 
 
@@ -475,3 +494,42 @@ def slots(resp: memory_service_pb2.ListSlotsResponse) -> list[Slot]:
 
 def slot_update(resp: memory_service_pb2.UpdateSlotResponse) -> SlotUpdate:
     return SlotUpdate(slot=slot(resp.slot), compaction=_COMPACTION.get(resp.compaction, ""))
+
+
+_CONTRADICTION_MODES = {
+    "supersede": memory_service_pb2.CONTRADICTION_MODE_SUPERSEDE,
+    "report": memory_service_pb2.CONTRADICTION_MODE_REPORT,
+    "off": memory_service_pb2.CONTRADICTION_MODE_OFF,
+}
+
+
+def contradiction_mode_to_proto(mode: str) -> memory_service_pb2.ContradictionMode.ValueType:
+    try:
+        return _CONTRADICTION_MODES[mode]
+    except KeyError:
+        raise ValueError(
+            f"contradictions must be one of {sorted(_CONTRADICTION_MODES)}, not {mode!r}"
+        ) from None
+
+
+_CONSOLIDATION_FROM = {
+    memory_service_pb2.CONSOLIDATION_OUTCOME_COMPLETED: "completed",
+    memory_service_pb2.CONSOLIDATION_OUTCOME_NOTHING_TO_MERGE: "nothing_to_merge",
+    memory_service_pb2.CONSOLIDATION_OUTCOME_THROTTLED: "throttled",
+    memory_service_pb2.CONSOLIDATION_OUTCOME_WOULD_RUN: "would_run",
+}
+
+
+def consolidation_result(resp: memory_service_pb2.RunConsolidationResponse) -> ConsolidationResult:
+    return ConsolidationResult(
+        outcome=_CONSOLIDATION_FROM.get(resp.outcome, "unspecified"),
+        detail=resp.detail,
+        next_run_after=_time(resp, "next_run_after"),
+        clusters=tuple(
+            ConsolidatedCluster(memory_from_proto(x.insight), tuple(x.source_ids), x.merged_by)
+            for x in resp.clusters
+        ),
+        candidates=resp.candidates,
+        memories_before=resp.memories_before,
+        memories_after=resp.memories_after,
+    )

@@ -26,6 +26,7 @@ from engram_client.errors import (
 from engram_client.models import (
     AddResult,
     CollectionInfo,
+    ConsolidationResult,
     ContextPack,
     ConversationMessage,
     DeleteCollectionResult,
@@ -100,6 +101,8 @@ def _fill_new_memory(req: _NewMemoryMessage, memory: NewMemory) -> tuple[_NewMem
     req.allow_duplicate = memory.allow_duplicate
     req.session_id = memory.session_id or ""
     req.agent_id = memory.agent_id or ""
+    if memory.contradictions is not None:
+        req.contradictions = _convert.contradiction_mode_to_proto(memory.contradictions)
     if memory.type is not None:
         req.type = _convert.memory_type_to_proto(memory.type)
     if memory.importance is not None:
@@ -131,6 +134,7 @@ def add(
     allow_duplicate: bool = False,
     session_id: str | None = None,
     agent_id: str | None = None,
+    contradictions: str | None = None,
 ) -> Plan[AddResult]:
     memory = NewMemory(
         content,
@@ -146,6 +150,7 @@ def add(
         allow_duplicate=allow_duplicate,
         session_id=session_id,
         agent_id=agent_id,
+        contradictions=contradictions,
     )
     req, rid = _fill_new_memory(memory_service_pb2.AddMemoryRequest(collection=collection or ""), memory)
     # The same request_id is sent on every attempt, so a retry of a write that did land is
@@ -354,6 +359,14 @@ def run_reflection(*, collection: str | None, dry_run: bool, force: bool) -> Pla
 def reflection_runs(*, collection: str | None, limit: int) -> Plan[list[ReflectionRun]]:
     req = memory_service_pb2.ListReflectionRunsRequest(collection=collection or "", limit=limit)
     return Plan("ListReflectionRuns", req, _convert.reflection_runs, map_error=_reflection_unavailable)
+
+
+def run_consolidation(*, collection: str | None, dry_run: bool, force: bool) -> Plan[ConsolidationResult]:
+    req = memory_service_pb2.RunConsolidationRequest(
+        collection=collection or "", dry_run=dry_run, force=force
+    )
+    # A real run writes insights: not retried; a dry run writes nothing and is retried.
+    return Plan("RunConsolidation", req, _convert.consolidation_result, retry=dry_run)
 
 
 REFLECTION_UNAVAILABLE = "reflection is not available on this server"

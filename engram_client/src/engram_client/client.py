@@ -64,6 +64,7 @@ from engram_client.config import ConnectionConfig, RetryPolicy
 from engram_client.models import (
     AddResult,
     CollectionInfo,
+    ConsolidationResult,
     ContextPack,
     ConversationMessage,
     DeleteCollectionResult,
@@ -263,6 +264,7 @@ class EngramClient(_ClientBase):
         allow_duplicate: bool = False,
         session_id: str | None = None,
         agent_id: str | None = None,
+        contradictions: str | None = None,
         timeout: float | None = None,
     ) -> AddResult:
         """Store a memory unless a near-copy exists (then ``outcome`` is DUPLICATE and nothing is
@@ -276,6 +278,11 @@ class EngramClient(_ClientBase):
         duplicate (``gate_reason`` ``"allow_duplicate"``). ``session_id`` / ``agent_id`` record the
         agent session and the agent writing it (filters, the per-session search cap and
         :meth:`get_context`'s "last session" read them).
+
+        A stored memory the new one contradicts (the same subject with another value: "moved from
+        X to Y", a changed number or date, a negation) is listed in ``conflicts`` and, by default,
+        superseded (history, never searched); ``contradictions="report"`` only lists it,
+        ``"off"`` does not look.
         """
         plan = _plans.add(
             content,
@@ -292,6 +299,7 @@ class EngramClient(_ClientBase):
             allow_duplicate=allow_duplicate,
             session_id=session_id,
             agent_id=agent_id,
+            contradictions=contradictions,
         )
         return self._run(plan, timeout)
 
@@ -631,6 +639,21 @@ class EngramClient(_ClientBase):
         append is not retried after UNAVAILABLE (it may have landed)."""
         return self._run(_plans.update_slot(name, content, collection=collection, replace=replace), timeout)
 
+    def run_consolidation(
+        self,
+        *,
+        collection: str | None = None,
+        dry_run: bool = False,
+        force: bool = False,
+        timeout: float | None = None,
+    ) -> ConsolidationResult:
+        """Merge clusters of related event memories of ``collection`` into one insight each (every
+        number, date and name kept); the sources become the insight's history. Throttled (minimum
+        interval and nothing-written-since, which ``force`` skips; daily cap): a refused run is
+        ``outcome="throttled"``. ``dry_run`` reports the clusters without writing."""
+        plan = _plans.run_consolidation(collection=collection, dry_run=dry_run, force=force)
+        return self._run(plan, timeout)
+
 
 class AsyncEngramClient(_ClientBase):
     """asyncio client; same arguments and methods as :class:`EngramClient`, awaited.
@@ -730,6 +753,7 @@ class AsyncEngramClient(_ClientBase):
         allow_duplicate: bool = False,
         session_id: str | None = None,
         agent_id: str | None = None,
+        contradictions: str | None = None,
         timeout: float | None = None,
     ) -> AddResult:
         """See :meth:`EngramClient.add`."""
@@ -748,6 +772,7 @@ class AsyncEngramClient(_ClientBase):
             allow_duplicate=allow_duplicate,
             session_id=session_id,
             agent_id=agent_id,
+            contradictions=contradictions,
         )
         return await self._run(plan, timeout)
 
@@ -1055,3 +1080,15 @@ class AsyncEngramClient(_ClientBase):
         return await self._run(
             _plans.update_slot(name, content, collection=collection, replace=replace), timeout
         )
+
+    async def run_consolidation(
+        self,
+        *,
+        collection: str | None = None,
+        dry_run: bool = False,
+        force: bool = False,
+        timeout: float | None = None,
+    ) -> ConsolidationResult:
+        """See :meth:`EngramClient.run_consolidation`."""
+        plan = _plans.run_consolidation(collection=collection, dry_run=dry_run, force=force)
+        return await self._run(plan, timeout)

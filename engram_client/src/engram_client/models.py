@@ -18,10 +18,13 @@ __all__ = [
     "AddOutcome",
     "AddResult",
     "CollectionInfo",
+    "ConsolidatedCluster",
+    "ConsolidationResult",
     "ContextItem",
     "ContextPack",
     "ContextSection",
     "ContextTopic",
+    "Contradiction",
     "DeleteCollectionResult",
     "DeleteResult",
     "GetResult",
@@ -198,6 +201,22 @@ class SpecificConflict:
 
 
 @dataclass(frozen=True, slots=True)
+class Contradiction:
+    """A stored memory a new one contradicts (the same subject with another value)."""
+
+    memory_id: str
+    content: str
+    type: MemoryType
+    similarity: float
+    #: ``"change_statement"``, ``"specifics"`` or ``"llm"``.
+    basis: str
+    specifics: tuple[SpecificConflict, ...]
+    explanation: str
+    #: True when the stored memory is now superseded by the new one.
+    superseded: bool
+
+
+@dataclass(frozen=True, slots=True)
 class AddResult:
     """The answer of :meth:`EngramClient.add`."""
 
@@ -225,6 +244,9 @@ class AddResult:
     #: importance, version and times (no content, tags or metadata), so that the server's answer
     #: fits in one message; :meth:`EngramClient.get` reads the whole memory.
     abridged: bool = False
+    #: For ``CREATED``: the stored memories the new one contradicts (the same subject with another
+    #: value), each with why and whether it is now superseded (history, never searched).
+    conflicts: tuple[Contradiction, ...] = ()
 
     @property
     def created(self) -> bool:
@@ -256,6 +278,9 @@ class NewMemory:
     #: The agent session and the agent writing the memory (letters, digits and ``. _ : @ / + -``).
     session_id: str | None = None
     agent_id: str | None = None
+    #: What to do with a stored memory this one contradicts: ``"supersede"``, ``"report"`` or
+    #: ``"off"``; ``None``: the server's ENGRAM_CONTRADICTIONS.
+    contradictions: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -631,3 +656,27 @@ class SlotUpdate:
     slot: Slot
     #: ``""`` (it fit), ``"llm"`` (the LLM summarised the oldest content) or ``"truncation"``.
     compaction: str
+
+
+@dataclass(frozen=True, slots=True)
+class ConsolidatedCluster:
+    """One consolidation merge: the insight and the ids of the memories it replaces."""
+
+    insight: Memory
+    source_ids: tuple[str, ...]
+    #: ``"llm"`` or ``"rules"``.
+    merged_by: str
+
+
+@dataclass(frozen=True, slots=True)
+class ConsolidationResult:
+    """The answer of :meth:`EngramClient.run_consolidation`."""
+
+    #: ``"completed"``, ``"nothing_to_merge"``, ``"throttled"`` or ``"would_run"``.
+    outcome: str
+    detail: str
+    next_run_after: datetime | None
+    clusters: tuple[ConsolidatedCluster, ...]
+    candidates: int
+    memories_before: int
+    memories_after: int

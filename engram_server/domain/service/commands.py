@@ -9,6 +9,7 @@ from enum import StrEnum
 import numpy as np
 import numpy.typing as npt
 
+from engram_server.domain.contradictions import Basis, ContradictionMode, ContradictionPolicy
 from engram_server.domain.model import (
     DEFAULT_COLLECTION,
     Candidates,
@@ -68,6 +69,8 @@ class Policy:
     #: Secrets and ``<private>`` spans removed from content and metadata values before anything
     #: is embedded or stored (every write path).
     privacy: PrivacyFilter = field(default_factory=PrivacyFilter)
+    #: Contradictions: supersede the older memory, only report, or off (see domain/contradictions.py).
+    contradictions: ContradictionPolicy = field(default_factory=ContradictionPolicy)
 
 
 # ---------------------------------------------------------------- commands and results
@@ -91,6 +94,8 @@ class AddCommand:
     #: The agent session and the agent writing the memory ("" = not given).
     session_id: str = ""
     agent_id: str = ""
+    #: What to do with a stored memory the new one contradicts; None: the policy's mode.
+    contradictions: ContradictionMode | None = None
 
 
 class AddOutcome(StrEnum):
@@ -123,6 +128,19 @@ class Similar:
 
 
 @dataclass(frozen=True, slots=True)
+class Contradiction:
+    """A stored memory the new one contradicts (same subject, another value), and what was done."""
+
+    record: MemoryRecord
+    similarity: float
+    basis: Basis
+    conflicts: tuple[Conflict, ...]
+    explanation: str
+    #: The stored memory is now superseded by the new one.
+    superseded: bool
+
+
+@dataclass(frozen=True, slots=True)
 class AddResult:
     memory: MemoryRecord
     outcome: AddOutcome
@@ -133,6 +151,8 @@ class AddResult:
     duplicate_of: int | None = None
     #: CREATED although a memory was above the duplicate threshold: why (see :class:`GateReason`).
     reason: GateReason = GateReason.NONE
+    #: CREATED: the stored memories the new one contradicts (superseded or only reported).
+    contradictions: tuple[Contradiction, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

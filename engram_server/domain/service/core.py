@@ -124,6 +124,8 @@ class ServiceCore:
         self.topic_source: TopicSource | None = None
         #: Tokens a slot may hold.
         self.slot_capacity_tokens = 200
+        #: The LLM that judges contradictions the rules cannot decide (None: rules only).
+        self.contradiction_llm: Llm | None = None
 
     def now(self) -> float:
         return self._clock.now()

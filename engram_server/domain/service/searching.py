@@ -28,6 +28,7 @@ from engram_server.domain.model import (
     Vector,
 )
 from engram_server.domain.ranking import (
+    DECAY_PER_HOUR,
     Score,
     Weights,
     decay_array,
@@ -35,6 +36,7 @@ from engram_server.domain.ranking import (
     fuse_array,
     mmr_order,
     recency_array,
+    reinforced_recency,
 )
 from engram_server.domain.service.commands import SearchHit, SearchQuery, _Pool, _Ranked
 from engram_server.domain.service.core import ServiceCore, _query_span, _tracer
@@ -194,6 +196,8 @@ class Searching(ServiceCore):
             # or replaced since the query is dropped, as if the search had run a moment later).
             full = await self._full_records(top)
             results = [SearchHit(full[r.id], r.score) for r in top if r.id in full]
+        if not q.diversify:
+            results = self._reinforce(results, now, weights)
         self._note_access([r.memory for r in results], now)
         return results
 
@@ -220,6 +224,31 @@ class Searching(ServiceCore):
                 if len(results) == limit:
                     return results
         return results
+
+    def _reinforce(self, hits: list[SearchHit], now: float, weights: Weights) -> list[SearchHit]:
+        """The hits with the recency of each recalled memory slowed by its access count
+        (:func:`engram_server.domain.ranking.reinforced_recency`), re-sorted as :meth:`_rank` sorts.
+        Applied to the returned memories (their access counts are read with them), so it orders
+        them; which memories are returned is decided by the unreinforced ranking."""
+        if not any(h.memory.access_count for h in hits):
+            return hits
+        out: list[SearchHit] = []
+        for h in hits:
+            sc = h.score
+            if h.memory.access_count:
+                hours = (now - h.memory.created_at) / 3600.0
+                rec = reinforced_recency(DECAY_PER_HOUR[h.memory.type], hours, h.memory.access_count)
+                final = fuse_array(
+                    np.array([sc.relevance + sc.lexical + sc.episode]),
+                    np.array([rec]),
+                    np.array([sc.importance * 10.0]),
+                    weights,
+                    mode=self.policy.hybrid.fusion,
+                )
+                sc = replace(sc, recency=rec, final=float(final[0]))
+            out.append(SearchHit(h.memory, sc))
+        out.sort(key=lambda h: (-h.score.final, -h.memory.created_at, h.memory.id))
+        return out
 
     async def _search_specs(
         self, names: Sequence[str], readable: Callable[[str], bool] | None

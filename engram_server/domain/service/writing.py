@@ -37,7 +37,8 @@ from engram_server.domain.service.commands import (
     Similar,
     _AddItem,
 )
-from engram_server.domain.service.core import ServiceCore, _query_span, _tracer, stored_point
+from engram_server.domain.service.core import _query_span, _tracer, stored_point
+from engram_server.domain.service.superseding import Superseding
 from engram_server.domain.specifics import Conflict, conflicts, same_words
 from engram_server.domain.ttl import compute_valid_until
 from engram_server.domain.validation import (
@@ -84,6 +85,7 @@ def _request_hash(cmd: AddCommand, collection: str, importance: int, tags: tuple
             cmd.valid_until,
             *(["allow_duplicate"] if cmd.allow_duplicate else []),  # absent when False: old hashes hold
             *([["session", cmd.session_id, cmd.agent_id]] if cmd.session_id or cmd.agent_id else []),
+            *([f"contradictions:{cmd.contradictions.value}"] if cmd.contradictions else []),
         ],
         ensure_ascii=False,
     )
@@ -100,7 +102,7 @@ def normalise_text(text: str) -> str:
     return " ".join(folded.split()).strip(_EDGE_PUNCTUATION)
 
 
-class Writing(ServiceCore):
+class Writing(Superseding):
     """Add and add-many, with the write gate."""
 
     # ------------------------------------------------------------ add
@@ -212,6 +214,7 @@ class Writing(ServiceCore):
             results: list[AddResult] = []
             new: dict[str, tuple[int, MemoryRecord, Vector]] = {}  # id -> (item index, ...), in order
             promoted: dict[str, MemoryRecord] = {}  # existing memories whose provenance changed
+            superseded: dict[str, str] = {}  # stored memory id -> id of the new memory superseding it
             for index, (item, vector) in enumerate(zip(items, vectors, strict=True)):
                 cmd = item.cmd
                 if cmd.request_id in used:
@@ -255,6 +258,16 @@ class Writing(ServiceCore):
                     : pol.max_near_duplicates
                 ]
                 record = self._new_record(collection, item, near, now)
+                found = await self._contradictions(cmd, record, similar)
+                for c in found:
+                    if not c.superseded:
+                        continue
+                    waiting = new.get(c.record.id)
+                    if waiting is not None:  # an earlier item of this batch: supersede before writing
+                        at, earlier_record, vec = waiting
+                        new[c.record.id] = (at, replace(earlier_record, superseded_by=record.id), vec)
+                    else:
+                        superseded[c.record.id] = record.id
                 new[record.id] = (index, record, vector)
                 if top is not None:
                     reason = GateReason.ALLOW_DUPLICATE
@@ -262,7 +275,9 @@ class Writing(ServiceCore):
                     reason = GateReason.CONFLICTING_SPECIFICS  # above the threshold, yet a different fact
                 else:
                     reason = GateReason.NONE
-                results.append(AddResult(record, AddOutcome.CREATED, 0.0, near, reason=reason))
+                results.append(
+                    AddResult(record, AddOutcome.CREATED, 0.0, near, reason=reason, contradictions=found)
+                )
             if promoted:
                 ensure_time_left()
                 await self._store.set_fields(
@@ -278,6 +293,10 @@ class Writing(ServiceCore):
             if new:
                 await self._upsert(collection, [stored_point(r, vec) for _, r, vec in new.values()])
                 self.last_write_at[collection] = now
+            if superseded:  # after the new memories exist: a superseded memory always has a successor
+                await self._store.set_fields(
+                    collection, {old: {"superseded_by": by} for old, by in superseded.items()}
+                )
         for _, r, _ in new.values():
             if r.session_id is not None:
                 await self.sessions.seen(r.agent_id or "", r.session_id, r.created_at)

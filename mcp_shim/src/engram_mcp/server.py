@@ -67,6 +67,7 @@ WRITE_TOOLS = (
     "reflection_run",
     "memory_extract",
     "memory_slot_update",
+    "memory_consolidate",
 )
 REFLECTION_UNAVAILABLE = "reflection is not available on this server"
 
@@ -160,6 +161,22 @@ def _add(r: AddResult) -> dict[str, Any]:
                 "Written: it differs from a very similar memory in a specific (number, date, id, name or "
                 "negation; see near_duplicates[].conflicts). If the new fact replaces the old one, "
                 "memory_delete the new one and memory_update the old one instead."
+            )
+    if r.conflicts:
+        out["conflicts"] = [
+            {
+                "id": c.memory_id,
+                "content": c.content,
+                "basis": c.basis,
+                "superseded": c.superseded,
+                "explanation": c.explanation,
+            }
+            for c in r.conflicts
+        ]
+        if any(c.superseded for c in r.conflicts):
+            out["note"] = (
+                "Written, and it replaces the memories in 'conflicts' with superseded=true (same subject, "
+                "new value): they are kept in history and no longer searched. Nothing else to do."
             )
     return out
 
@@ -401,6 +418,7 @@ class EngramMcp:
         self._add_tool(self.reflection_run, ToolAnnotations(read_only_hint=False, destructive_hint=False))
         self._add_tool(self.memory_extract, ToolAnnotations(read_only_hint=False, destructive_hint=False))
         self._add_tool(self.memory_slot_update, ToolAnnotations(read_only_hint=False, destructive_hint=True))
+        self._add_tool(self.memory_consolidate, ToolAnnotations(read_only_hint=False, destructive_hint=False))
 
     def _add_tool(
         self, fn: Callable[..., Awaitable[Any]], annotations: ToolAnnotations, **pinned_override: Any
@@ -664,6 +682,31 @@ class EngramMcp:
         if result.near_duplicates:
             out["near_duplicates"] = [_similar(s) for s in result.near_duplicates]
         return out
+
+    async def memory_consolidate(
+        self,
+        *,
+        dry_run: Annotated[bool, Field(description="Report the clusters without merging anything.")] = False,
+        collection: Annotated[str | None, Field(description="The collection to consolidate.")] = None,
+    ) -> dict[str, Any]:
+        """Merge clusters of related event memories into one insight each, keeping every number, date
+        and name; the merged memories stay in the insight's history. The server throttles it (minimum
+        interval, daily cap, skipped when nothing new was written), so it may do nothing."""
+        try:
+            client = await self.client()
+            result = await client.run_consolidation(collection=collection, dry_run=dry_run)
+        except EngramError as exc:
+            raise self._tool_error(exc) from exc
+        return {
+            "outcome": result.outcome,
+            "detail": result.detail,
+            "memories_before": result.memories_before,
+            "memories_after": result.memories_after,
+            "clusters": [
+                {"insight": _memory(c.insight), "source_ids": list(c.source_ids), "merged_by": c.merged_by}
+                for c in result.clusters
+            ],
+        }
 
     async def reflection_run(
         self,

@@ -23,6 +23,64 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// ContradictionMode says what the write gate does with a stored memory the new one contradicts.
+type ContradictionMode int32
+
+const (
+	// The server's setting (ENGRAM_CONTRADICTIONS; default supersede).
+	ContradictionMode_CONTRADICTION_MODE_UNSPECIFIED ContradictionMode = 0
+	// Mark the stored memory superseded by the new one: it stays in the new memory's history
+	// (GetMemory with include_history) and is never returned by search again.
+	ContradictionMode_CONTRADICTION_MODE_SUPERSEDE ContradictionMode = 1
+	// Only list it in `conflicts` (superseded false); nothing else changes.
+	ContradictionMode_CONTRADICTION_MODE_REPORT ContradictionMode = 2
+	// Do not look for contradictions (`conflicts` stays empty).
+	ContradictionMode_CONTRADICTION_MODE_OFF ContradictionMode = 3
+)
+
+// Enum value maps for ContradictionMode.
+var (
+	ContradictionMode_name = map[int32]string{
+		0: "CONTRADICTION_MODE_UNSPECIFIED",
+		1: "CONTRADICTION_MODE_SUPERSEDE",
+		2: "CONTRADICTION_MODE_REPORT",
+		3: "CONTRADICTION_MODE_OFF",
+	}
+	ContradictionMode_value = map[string]int32{
+		"CONTRADICTION_MODE_UNSPECIFIED": 0,
+		"CONTRADICTION_MODE_SUPERSEDE":   1,
+		"CONTRADICTION_MODE_REPORT":      2,
+		"CONTRADICTION_MODE_OFF":         3,
+	}
+)
+
+func (x ContradictionMode) Enum() *ContradictionMode {
+	p := new(ContradictionMode)
+	*p = x
+	return p
+}
+
+func (x ContradictionMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ContradictionMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_engram_v1_memory_service_proto_enumTypes[0].Descriptor()
+}
+
+func (ContradictionMode) Type() protoreflect.EnumType {
+	return &file_engram_v1_memory_service_proto_enumTypes[0]
+}
+
+func (x ContradictionMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ContradictionMode.Descriptor instead.
+func (ContradictionMode) EnumDescriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{0}
+}
+
 // AddOutcome says what AddMemory did (or AddMemories did with one item).
 type AddOutcome int32
 
@@ -60,11 +118,11 @@ func (x AddOutcome) String() string {
 }
 
 func (AddOutcome) Descriptor() protoreflect.EnumDescriptor {
-	return file_engram_v1_memory_service_proto_enumTypes[0].Descriptor()
+	return file_engram_v1_memory_service_proto_enumTypes[1].Descriptor()
 }
 
 func (AddOutcome) Type() protoreflect.EnumType {
-	return &file_engram_v1_memory_service_proto_enumTypes[0]
+	return &file_engram_v1_memory_service_proto_enumTypes[1]
 }
 
 func (x AddOutcome) Number() protoreflect.EnumNumber {
@@ -73,7 +131,7 @@ func (x AddOutcome) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use AddOutcome.Descriptor instead.
 func (AddOutcome) EnumDescriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{0}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{1}
 }
 
 // ReflectionOutcome says what RunReflection did.
@@ -127,11 +185,11 @@ func (x ReflectionOutcome) String() string {
 }
 
 func (ReflectionOutcome) Descriptor() protoreflect.EnumDescriptor {
-	return file_engram_v1_memory_service_proto_enumTypes[1].Descriptor()
+	return file_engram_v1_memory_service_proto_enumTypes[2].Descriptor()
 }
 
 func (ReflectionOutcome) Type() protoreflect.EnumType {
-	return &file_engram_v1_memory_service_proto_enumTypes[1]
+	return &file_engram_v1_memory_service_proto_enumTypes[2]
 }
 
 func (x ReflectionOutcome) Number() protoreflect.EnumNumber {
@@ -140,7 +198,7 @@ func (x ReflectionOutcome) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ReflectionOutcome.Descriptor instead.
 func (ReflectionOutcome) EnumDescriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{1}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{2}
 }
 
 // ReflectionGate names the gate that refused a run.
@@ -192,11 +250,11 @@ func (x ReflectionGate) String() string {
 }
 
 func (ReflectionGate) Descriptor() protoreflect.EnumDescriptor {
-	return file_engram_v1_memory_service_proto_enumTypes[2].Descriptor()
+	return file_engram_v1_memory_service_proto_enumTypes[3].Descriptor()
 }
 
 func (ReflectionGate) Type() protoreflect.EnumType {
-	return &file_engram_v1_memory_service_proto_enumTypes[2]
+	return &file_engram_v1_memory_service_proto_enumTypes[3]
 }
 
 func (x ReflectionGate) Number() protoreflect.EnumNumber {
@@ -205,7 +263,7 @@ func (x ReflectionGate) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ReflectionGate.Descriptor instead.
 func (ReflectionGate) EnumDescriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{2}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{3}
 }
 
 // ExtractionMode chooses the extractor of ExtractMemories.
@@ -246,11 +304,11 @@ func (x ExtractionMode) String() string {
 }
 
 func (ExtractionMode) Descriptor() protoreflect.EnumDescriptor {
-	return file_engram_v1_memory_service_proto_enumTypes[3].Descriptor()
+	return file_engram_v1_memory_service_proto_enumTypes[4].Descriptor()
 }
 
 func (ExtractionMode) Type() protoreflect.EnumType {
-	return &file_engram_v1_memory_service_proto_enumTypes[3]
+	return &file_engram_v1_memory_service_proto_enumTypes[4]
 }
 
 func (x ExtractionMode) Number() protoreflect.EnumNumber {
@@ -259,7 +317,7 @@ func (x ExtractionMode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ExtractionMode.Descriptor instead.
 func (ExtractionMode) EnumDescriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{3}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{4}
 }
 
 // Extractor names what produced the proposals of an ExtractMemories call.
@@ -303,11 +361,11 @@ func (x Extractor) String() string {
 }
 
 func (Extractor) Descriptor() protoreflect.EnumDescriptor {
-	return file_engram_v1_memory_service_proto_enumTypes[4].Descriptor()
+	return file_engram_v1_memory_service_proto_enumTypes[5].Descriptor()
 }
 
 func (Extractor) Type() protoreflect.EnumType {
-	return &file_engram_v1_memory_service_proto_enumTypes[4]
+	return &file_engram_v1_memory_service_proto_enumTypes[5]
 }
 
 func (x Extractor) Number() protoreflect.EnumNumber {
@@ -316,7 +374,7 @@ func (x Extractor) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Extractor.Descriptor instead.
 func (Extractor) EnumDescriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{4}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{5}
 }
 
 // ContextSectionKind names a section of the context pack; sections come in this order.
@@ -372,11 +430,11 @@ func (x ContextSectionKind) String() string {
 }
 
 func (ContextSectionKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_engram_v1_memory_service_proto_enumTypes[5].Descriptor()
+	return file_engram_v1_memory_service_proto_enumTypes[6].Descriptor()
 }
 
 func (ContextSectionKind) Type() protoreflect.EnumType {
-	return &file_engram_v1_memory_service_proto_enumTypes[5]
+	return &file_engram_v1_memory_service_proto_enumTypes[6]
 }
 
 func (x ContextSectionKind) Number() protoreflect.EnumNumber {
@@ -385,7 +443,7 @@ func (x ContextSectionKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ContextSectionKind.Descriptor instead.
 func (ContextSectionKind) EnumDescriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{5}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{6}
 }
 
 // SinceSource says where the recent section's window start came from.
@@ -429,11 +487,11 @@ func (x SinceSource) String() string {
 }
 
 func (SinceSource) Descriptor() protoreflect.EnumDescriptor {
-	return file_engram_v1_memory_service_proto_enumTypes[6].Descriptor()
+	return file_engram_v1_memory_service_proto_enumTypes[7].Descriptor()
 }
 
 func (SinceSource) Type() protoreflect.EnumType {
-	return &file_engram_v1_memory_service_proto_enumTypes[6]
+	return &file_engram_v1_memory_service_proto_enumTypes[7]
 }
 
 func (x SinceSource) Number() protoreflect.EnumNumber {
@@ -442,7 +500,7 @@ func (x SinceSource) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SinceSource.Descriptor instead.
 func (SinceSource) EnumDescriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{6}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{7}
 }
 
 // SlotUpdateMode says how UpdateSlot changes the content.
@@ -482,11 +540,11 @@ func (x SlotUpdateMode) String() string {
 }
 
 func (SlotUpdateMode) Descriptor() protoreflect.EnumDescriptor {
-	return file_engram_v1_memory_service_proto_enumTypes[7].Descriptor()
+	return file_engram_v1_memory_service_proto_enumTypes[8].Descriptor()
 }
 
 func (SlotUpdateMode) Type() protoreflect.EnumType {
-	return &file_engram_v1_memory_service_proto_enumTypes[7]
+	return &file_engram_v1_memory_service_proto_enumTypes[8]
 }
 
 func (x SlotUpdateMode) Number() protoreflect.EnumNumber {
@@ -495,7 +553,7 @@ func (x SlotUpdateMode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SlotUpdateMode.Descriptor instead.
 func (SlotUpdateMode) EnumDescriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{7}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{8}
 }
 
 // How a slot's overflow was compacted.
@@ -535,11 +593,11 @@ func (x SlotCompaction) String() string {
 }
 
 func (SlotCompaction) Descriptor() protoreflect.EnumDescriptor {
-	return file_engram_v1_memory_service_proto_enumTypes[8].Descriptor()
+	return file_engram_v1_memory_service_proto_enumTypes[9].Descriptor()
 }
 
 func (SlotCompaction) Type() protoreflect.EnumType {
-	return &file_engram_v1_memory_service_proto_enumTypes[8]
+	return &file_engram_v1_memory_service_proto_enumTypes[9]
 }
 
 func (x SlotCompaction) Number() protoreflect.EnumNumber {
@@ -548,7 +606,68 @@ func (x SlotCompaction) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SlotCompaction.Descriptor instead.
 func (SlotCompaction) EnumDescriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{8}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{9}
+}
+
+// ConsolidationOutcome says what RunConsolidation did.
+type ConsolidationOutcome int32
+
+const (
+	// Never sent.
+	ConsolidationOutcome_CONSOLIDATION_OUTCOME_UNSPECIFIED ConsolidationOutcome = 0
+	// Insights were written and their sources superseded.
+	ConsolidationOutcome_CONSOLIDATION_OUTCOME_COMPLETED ConsolidationOutcome = 1
+	// No cluster of related event memories was found; nothing was written.
+	ConsolidationOutcome_CONSOLIDATION_OUTCOME_NOTHING_TO_MERGE ConsolidationOutcome = 2
+	// A gate refused the run; see detail and next_run_after.
+	ConsolidationOutcome_CONSOLIDATION_OUTCOME_THROTTLED ConsolidationOutcome = 3
+	// dry_run: these clusters would be merged.
+	ConsolidationOutcome_CONSOLIDATION_OUTCOME_WOULD_RUN ConsolidationOutcome = 4
+)
+
+// Enum value maps for ConsolidationOutcome.
+var (
+	ConsolidationOutcome_name = map[int32]string{
+		0: "CONSOLIDATION_OUTCOME_UNSPECIFIED",
+		1: "CONSOLIDATION_OUTCOME_COMPLETED",
+		2: "CONSOLIDATION_OUTCOME_NOTHING_TO_MERGE",
+		3: "CONSOLIDATION_OUTCOME_THROTTLED",
+		4: "CONSOLIDATION_OUTCOME_WOULD_RUN",
+	}
+	ConsolidationOutcome_value = map[string]int32{
+		"CONSOLIDATION_OUTCOME_UNSPECIFIED":      0,
+		"CONSOLIDATION_OUTCOME_COMPLETED":        1,
+		"CONSOLIDATION_OUTCOME_NOTHING_TO_MERGE": 2,
+		"CONSOLIDATION_OUTCOME_THROTTLED":        3,
+		"CONSOLIDATION_OUTCOME_WOULD_RUN":        4,
+	}
+)
+
+func (x ConsolidationOutcome) Enum() *ConsolidationOutcome {
+	p := new(ConsolidationOutcome)
+	*p = x
+	return p
+}
+
+func (x ConsolidationOutcome) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ConsolidationOutcome) Descriptor() protoreflect.EnumDescriptor {
+	return file_engram_v1_memory_service_proto_enumTypes[10].Descriptor()
+}
+
+func (ConsolidationOutcome) Type() protoreflect.EnumType {
+	return &file_engram_v1_memory_service_proto_enumTypes[10]
+}
+
+func (x ConsolidationOutcome) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ConsolidationOutcome.Descriptor instead.
+func (ConsolidationOutcome) EnumDescriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{10}
 }
 
 // AddMemoryRequest asks to store one memory.
@@ -589,9 +708,13 @@ type AddMemoryRequest struct {
 	SessionId string `protobuf:"bytes,20,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	// The agent writing the memory (same characters as session_id). Empty means none. Stored as
 	// Memory.agent_id; MemoryFilter.agent_ids and GetContext read it.
-	AgentId       string `protobuf:"bytes,21,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	AgentId string `protobuf:"bytes,21,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	// What to do when the new memory contradicts a stored one (the same subject with another
+	// value): supersede it, only report it, or not look. Unspecified means the server's
+	// ENGRAM_CONTRADICTIONS (default supersede). See `conflicts` in the response.
+	Contradictions ContradictionMode `protobuf:"varint,65,opt,name=contradictions,proto3,enum=engram.v1.ContradictionMode" json:"contradictions,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *AddMemoryRequest) Reset() {
@@ -722,6 +845,126 @@ func (x *AddMemoryRequest) GetAgentId() string {
 	return ""
 }
 
+func (x *AddMemoryRequest) GetContradictions() ContradictionMode {
+	if x != nil {
+		return x.Contradictions
+	}
+	return ContradictionMode_CONTRADICTION_MODE_UNSPECIFIED
+}
+
+// Contradiction explains why a new memory contradicts a stored one (same subject, another value).
+type Contradiction struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The stored memory's id.
+	MemoryId string `protobuf:"bytes,1,opt,name=memory_id,json=memoryId,proto3" json:"memory_id,omitempty"`
+	// The stored memory's content.
+	Content string `protobuf:"bytes,2,opt,name=content,proto3" json:"content,omitempty"`
+	// Its type.
+	Type MemoryType `protobuf:"varint,3,opt,name=type,proto3,enum=engram.v1.MemoryType" json:"type,omitempty"`
+	// Calibrated similarity between the stored memory and the new content.
+	Similarity float32 `protobuf:"fixed32,4,opt,name=similarity,proto3" json:"similarity,omitempty"`
+	// Why it is a contradiction: "change_statement" (the new content says the value changed:
+	// "moved from X to Y", "no longer", 改为 …), "specifics" (the same statement with another
+	// number, date, name or negation) or "llm" (the configured LLM judged it).
+	Basis string `protobuf:"bytes,5,opt,name=basis,proto3" json:"basis,omitempty"`
+	// The specifics on which the two disagree (old values in existing_values, new in new_values).
+	Specifics []*SpecificConflict `protobuf:"bytes,6,rep,name=specifics,proto3" json:"specifics,omitempty"`
+	// A human-readable explanation.
+	Explanation string `protobuf:"bytes,7,opt,name=explanation,proto3" json:"explanation,omitempty"`
+	// True when the stored memory is now superseded by the new one (its superseded_by is set).
+	// False in report mode, for a protected memory (identity or directive) contradicted by a memory
+	// of another type, and when the new memory is older (created_at) than the stored one.
+	Superseded    bool `protobuf:"varint,8,opt,name=superseded,proto3" json:"superseded,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Contradiction) Reset() {
+	*x = Contradiction{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Contradiction) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Contradiction) ProtoMessage() {}
+
+func (x *Contradiction) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Contradiction.ProtoReflect.Descriptor instead.
+func (*Contradiction) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Contradiction) GetMemoryId() string {
+	if x != nil {
+		return x.MemoryId
+	}
+	return ""
+}
+
+func (x *Contradiction) GetContent() string {
+	if x != nil {
+		return x.Content
+	}
+	return ""
+}
+
+func (x *Contradiction) GetType() MemoryType {
+	if x != nil {
+		return x.Type
+	}
+	return MemoryType_MEMORY_TYPE_UNSPECIFIED
+}
+
+func (x *Contradiction) GetSimilarity() float32 {
+	if x != nil {
+		return x.Similarity
+	}
+	return 0
+}
+
+func (x *Contradiction) GetBasis() string {
+	if x != nil {
+		return x.Basis
+	}
+	return ""
+}
+
+func (x *Contradiction) GetSpecifics() []*SpecificConflict {
+	if x != nil {
+		return x.Specifics
+	}
+	return nil
+}
+
+func (x *Contradiction) GetExplanation() string {
+	if x != nil {
+		return x.Explanation
+	}
+	return ""
+}
+
+func (x *Contradiction) GetSuperseded() bool {
+	if x != nil {
+		return x.Superseded
+	}
+	return false
+}
+
 // AddMemoryResponse reports the outcome of AddMemory.
 type AddMemoryResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -749,14 +992,17 @@ type AddMemoryResponse struct {
 	// sentence reworded.
 	// Empty otherwise, and empty in a replayed answer (replayed near_duplicates carry id and
 	// similarity only).
-	GateReason    string `protobuf:"bytes,6,opt,name=gate_reason,json=gateReason,proto3" json:"gate_reason,omitempty"`
+	GateReason string `protobuf:"bytes,6,opt,name=gate_reason,json=gateReason,proto3" json:"gate_reason,omitempty"`
+	// For CREATED: the stored memories the new one contradicts (the same subject with another
+	// value), each with the reason and whether it was superseded. Empty in a replayed answer.
+	Conflicts     []*Contradiction `protobuf:"bytes,65,rep,name=conflicts,proto3" json:"conflicts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AddMemoryResponse) Reset() {
 	*x = AddMemoryResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[1]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -768,7 +1014,7 @@ func (x *AddMemoryResponse) String() string {
 func (*AddMemoryResponse) ProtoMessage() {}
 
 func (x *AddMemoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[1]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -781,7 +1027,7 @@ func (x *AddMemoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMemoryResponse.ProtoReflect.Descriptor instead.
 func (*AddMemoryResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{1}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *AddMemoryResponse) GetMemory() *Memory {
@@ -826,6 +1072,13 @@ func (x *AddMemoryResponse) GetGateReason() string {
 	return ""
 }
 
+func (x *AddMemoryResponse) GetConflicts() []*Contradiction {
+	if x != nil {
+		return x.Conflicts
+	}
+	return nil
+}
+
 // AddMemoriesRequest asks to store several memories in one collection.
 type AddMemoriesRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -842,7 +1095,7 @@ type AddMemoriesRequest struct {
 
 func (x *AddMemoriesRequest) Reset() {
 	*x = AddMemoriesRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[2]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -854,7 +1107,7 @@ func (x *AddMemoriesRequest) String() string {
 func (*AddMemoriesRequest) ProtoMessage() {}
 
 func (x *AddMemoriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[2]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -867,7 +1120,7 @@ func (x *AddMemoriesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMemoriesRequest.ProtoReflect.Descriptor instead.
 func (*AddMemoriesRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{2}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *AddMemoriesRequest) GetCollection() string {
@@ -916,14 +1169,16 @@ type NewMemory struct {
 	// The agent session (as AddMemoryRequest.session_id).
 	SessionId string `protobuf:"bytes,20,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	// The agent (as AddMemoryRequest.agent_id).
-	AgentId       string `protobuf:"bytes,21,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	AgentId string `protobuf:"bytes,21,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	// As AddMemoryRequest.contradictions.
+	Contradictions ContradictionMode `protobuf:"varint,65,opt,name=contradictions,proto3,enum=engram.v1.ContradictionMode" json:"contradictions,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *NewMemory) Reset() {
 	*x = NewMemory{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[3]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -935,7 +1190,7 @@ func (x *NewMemory) String() string {
 func (*NewMemory) ProtoMessage() {}
 
 func (x *NewMemory) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[3]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -948,7 +1203,7 @@ func (x *NewMemory) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NewMemory.ProtoReflect.Descriptor instead.
 func (*NewMemory) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{3}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *NewMemory) GetContent() string {
@@ -1042,6 +1297,13 @@ func (x *NewMemory) GetAgentId() string {
 	return ""
 }
 
+func (x *NewMemory) GetContradictions() ContradictionMode {
+	if x != nil {
+		return x.Contradictions
+	}
+	return ContradictionMode_CONTRADICTION_MODE_UNSPECIFIED
+}
+
 // AddMemoryResult is the outcome of one AddMemories item; its fields 1–5 mean what they mean
 // in AddMemoryResponse.
 type AddMemoryResult struct {
@@ -1067,14 +1329,16 @@ type AddMemoryResult struct {
 	// (no content, tags or metadata) and `near_duplicates` only ids, similarities and types, so
 	// that the whole answer fits in one message (the server's ENGRAM_MAX_MESSAGE_BYTES): e.g.
 	// many items that duplicate large memories. GetMemory reads the whole memory.
-	Abridged      bool `protobuf:"varint,8,opt,name=abridged,proto3" json:"abridged,omitempty"`
+	Abridged bool `protobuf:"varint,8,opt,name=abridged,proto3" json:"abridged,omitempty"`
+	// As AddMemoryResponse.conflicts.
+	Conflicts     []*Contradiction `protobuf:"bytes,65,rep,name=conflicts,proto3" json:"conflicts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AddMemoryResult) Reset() {
 	*x = AddMemoryResult{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[4]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1086,7 +1350,7 @@ func (x *AddMemoryResult) String() string {
 func (*AddMemoryResult) ProtoMessage() {}
 
 func (x *AddMemoryResult) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[4]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1099,7 +1363,7 @@ func (x *AddMemoryResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMemoryResult.ProtoReflect.Descriptor instead.
 func (*AddMemoryResult) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{4}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *AddMemoryResult) GetMemory() *Memory {
@@ -1158,6 +1422,13 @@ func (x *AddMemoryResult) GetAbridged() bool {
 	return false
 }
 
+func (x *AddMemoryResult) GetConflicts() []*Contradiction {
+	if x != nil {
+		return x.Conflicts
+	}
+	return nil
+}
+
 // AddMemoriesResponse reports the outcome of every item of AddMemories.
 type AddMemoriesResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1169,7 +1440,7 @@ type AddMemoriesResponse struct {
 
 func (x *AddMemoriesResponse) Reset() {
 	*x = AddMemoriesResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[5]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1181,7 +1452,7 @@ func (x *AddMemoriesResponse) String() string {
 func (*AddMemoriesResponse) ProtoMessage() {}
 
 func (x *AddMemoriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[5]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1194,7 +1465,7 @@ func (x *AddMemoriesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMemoriesResponse.ProtoReflect.Descriptor instead.
 func (*AddMemoriesResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{5}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *AddMemoriesResponse) GetResults() []*AddMemoryResult {
@@ -1236,7 +1507,7 @@ type SearchMemoriesRequest struct {
 
 func (x *SearchMemoriesRequest) Reset() {
 	*x = SearchMemoriesRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[6]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1248,7 +1519,7 @@ func (x *SearchMemoriesRequest) String() string {
 func (*SearchMemoriesRequest) ProtoMessage() {}
 
 func (x *SearchMemoriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[6]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1261,7 +1532,7 @@ func (x *SearchMemoriesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SearchMemoriesRequest.ProtoReflect.Descriptor instead.
 func (*SearchMemoriesRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{6}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SearchMemoriesRequest) GetQuery() string {
@@ -1340,7 +1611,7 @@ type SearchResult struct {
 
 func (x *SearchResult) Reset() {
 	*x = SearchResult{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[7]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1352,7 +1623,7 @@ func (x *SearchResult) String() string {
 func (*SearchResult) ProtoMessage() {}
 
 func (x *SearchResult) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[7]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1365,7 +1636,7 @@ func (x *SearchResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SearchResult.ProtoReflect.Descriptor instead.
 func (*SearchResult) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{7}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SearchResult) GetMemory() *Memory {
@@ -1397,7 +1668,7 @@ type SearchMemoriesResponse struct {
 
 func (x *SearchMemoriesResponse) Reset() {
 	*x = SearchMemoriesResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[8]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1409,7 +1680,7 @@ func (x *SearchMemoriesResponse) String() string {
 func (*SearchMemoriesResponse) ProtoMessage() {}
 
 func (x *SearchMemoriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[8]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1422,7 +1693,7 @@ func (x *SearchMemoriesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SearchMemoriesResponse.ProtoReflect.Descriptor instead.
 func (*SearchMemoriesResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{8}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SearchMemoriesResponse) GetResults() []*SearchResult {
@@ -1453,7 +1724,7 @@ type SemanticLocator struct {
 
 func (x *SemanticLocator) Reset() {
 	*x = SemanticLocator{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[9]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1465,7 +1736,7 @@ func (x *SemanticLocator) String() string {
 func (*SemanticLocator) ProtoMessage() {}
 
 func (x *SemanticLocator) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[9]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1478,7 +1749,7 @@ func (x *SemanticLocator) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SemanticLocator.ProtoReflect.Descriptor instead.
 func (*SemanticLocator) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{9}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SemanticLocator) GetContent() string {
@@ -1506,7 +1777,7 @@ type StringList struct {
 
 func (x *StringList) Reset() {
 	*x = StringList{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[10]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1518,7 +1789,7 @@ func (x *StringList) String() string {
 func (*StringList) ProtoMessage() {}
 
 func (x *StringList) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[10]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1531,7 +1802,7 @@ func (x *StringList) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StringList.ProtoReflect.Descriptor instead.
 func (*StringList) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{10}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *StringList) GetValues() []string {
@@ -1552,7 +1823,7 @@ type StringMap struct {
 
 func (x *StringMap) Reset() {
 	*x = StringMap{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[11]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1564,7 +1835,7 @@ func (x *StringMap) String() string {
 func (*StringMap) ProtoMessage() {}
 
 func (x *StringMap) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[11]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1577,7 +1848,7 @@ func (x *StringMap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StringMap.ProtoReflect.Descriptor instead.
 func (*StringMap) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{11}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *StringMap) GetEntries() map[string]string {
@@ -1621,7 +1892,7 @@ type UpdateMemoryRequest struct {
 
 func (x *UpdateMemoryRequest) Reset() {
 	*x = UpdateMemoryRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[12]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1633,7 +1904,7 @@ func (x *UpdateMemoryRequest) String() string {
 func (*UpdateMemoryRequest) ProtoMessage() {}
 
 func (x *UpdateMemoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[12]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1646,7 +1917,7 @@ func (x *UpdateMemoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateMemoryRequest.ProtoReflect.Descriptor instead.
 func (*UpdateMemoryRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{12}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *UpdateMemoryRequest) GetCollection() string {
@@ -1767,7 +2038,7 @@ type UpdateMemoryResponse struct {
 
 func (x *UpdateMemoryResponse) Reset() {
 	*x = UpdateMemoryResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[13]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1779,7 +2050,7 @@ func (x *UpdateMemoryResponse) String() string {
 func (*UpdateMemoryResponse) ProtoMessage() {}
 
 func (x *UpdateMemoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[13]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1792,7 +2063,7 @@ func (x *UpdateMemoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateMemoryResponse.ProtoReflect.Descriptor instead.
 func (*UpdateMemoryResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{13}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *UpdateMemoryResponse) GetMemory() *Memory {
@@ -1846,7 +2117,7 @@ type DeleteQuery struct {
 
 func (x *DeleteQuery) Reset() {
 	*x = DeleteQuery{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[14]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1858,7 +2129,7 @@ func (x *DeleteQuery) String() string {
 func (*DeleteQuery) ProtoMessage() {}
 
 func (x *DeleteQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[14]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1871,7 +2142,7 @@ func (x *DeleteQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteQuery.ProtoReflect.Descriptor instead.
 func (*DeleteQuery) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{14}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *DeleteQuery) GetQuery() string {
@@ -1918,7 +2189,7 @@ type DeleteMemoryRequest struct {
 
 func (x *DeleteMemoryRequest) Reset() {
 	*x = DeleteMemoryRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[15]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1930,7 +2201,7 @@ func (x *DeleteMemoryRequest) String() string {
 func (*DeleteMemoryRequest) ProtoMessage() {}
 
 func (x *DeleteMemoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[15]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1943,7 +2214,7 @@ func (x *DeleteMemoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteMemoryRequest.ProtoReflect.Descriptor instead.
 func (*DeleteMemoryRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{15}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DeleteMemoryRequest) GetCollection() string {
@@ -2032,7 +2303,7 @@ type DeleteMemoryResponse struct {
 
 func (x *DeleteMemoryResponse) Reset() {
 	*x = DeleteMemoryResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[16]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2044,7 +2315,7 @@ func (x *DeleteMemoryResponse) String() string {
 func (*DeleteMemoryResponse) ProtoMessage() {}
 
 func (x *DeleteMemoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[16]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2057,7 +2328,7 @@ func (x *DeleteMemoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteMemoryResponse.ProtoReflect.Descriptor instead.
 func (*DeleteMemoryResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{16}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DeleteMemoryResponse) GetDeleted() []*Memory {
@@ -2111,7 +2382,7 @@ type GetMemoryRequest struct {
 
 func (x *GetMemoryRequest) Reset() {
 	*x = GetMemoryRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[17]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2123,7 +2394,7 @@ func (x *GetMemoryRequest) String() string {
 func (*GetMemoryRequest) ProtoMessage() {}
 
 func (x *GetMemoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[17]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2136,7 +2407,7 @@ func (x *GetMemoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMemoryRequest.ProtoReflect.Descriptor instead.
 func (*GetMemoryRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{17}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetMemoryRequest) GetCollection() string {
@@ -2177,7 +2448,7 @@ type GetMemoryResponse struct {
 
 func (x *GetMemoryResponse) Reset() {
 	*x = GetMemoryResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[18]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2189,7 +2460,7 @@ func (x *GetMemoryResponse) String() string {
 func (*GetMemoryResponse) ProtoMessage() {}
 
 func (x *GetMemoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[18]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2202,7 +2473,7 @@ func (x *GetMemoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMemoryResponse.ProtoReflect.Descriptor instead.
 func (*GetMemoryResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{18}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetMemoryResponse) GetMemory() *Memory {
@@ -2246,7 +2517,7 @@ type ListMemoriesRequest struct {
 
 func (x *ListMemoriesRequest) Reset() {
 	*x = ListMemoriesRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[19]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2258,7 +2529,7 @@ func (x *ListMemoriesRequest) String() string {
 func (*ListMemoriesRequest) ProtoMessage() {}
 
 func (x *ListMemoriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[19]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2271,7 +2542,7 @@ func (x *ListMemoriesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMemoriesRequest.ProtoReflect.Descriptor instead.
 func (*ListMemoriesRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{19}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListMemoriesRequest) GetCollection() string {
@@ -2324,7 +2595,7 @@ type ListMemoriesResponse struct {
 
 func (x *ListMemoriesResponse) Reset() {
 	*x = ListMemoriesResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[20]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2336,7 +2607,7 @@ func (x *ListMemoriesResponse) String() string {
 func (*ListMemoriesResponse) ProtoMessage() {}
 
 func (x *ListMemoriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[20]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2349,7 +2620,7 @@ func (x *ListMemoriesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMemoriesResponse.ProtoReflect.Descriptor instead.
 func (*ListMemoriesResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{20}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListMemoriesResponse) GetMemories() []*Memory {
@@ -2377,7 +2648,7 @@ type ListCollectionsRequest struct {
 
 func (x *ListCollectionsRequest) Reset() {
 	*x = ListCollectionsRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[21]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2389,7 +2660,7 @@ func (x *ListCollectionsRequest) String() string {
 func (*ListCollectionsRequest) ProtoMessage() {}
 
 func (x *ListCollectionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[21]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2402,7 +2673,7 @@ func (x *ListCollectionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCollectionsRequest.ProtoReflect.Descriptor instead.
 func (*ListCollectionsRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{21}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListCollectionsRequest) GetIncludeTrashed() bool {
@@ -2425,7 +2696,7 @@ type ListCollectionsResponse struct {
 
 func (x *ListCollectionsResponse) Reset() {
 	*x = ListCollectionsResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[22]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2437,7 +2708,7 @@ func (x *ListCollectionsResponse) String() string {
 func (*ListCollectionsResponse) ProtoMessage() {}
 
 func (x *ListCollectionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[22]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2450,7 +2721,7 @@ func (x *ListCollectionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCollectionsResponse.ProtoReflect.Descriptor instead.
 func (*ListCollectionsResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{22}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListCollectionsResponse) GetCollections() []*CollectionInfo {
@@ -2484,7 +2755,7 @@ type TrashedCollection struct {
 
 func (x *TrashedCollection) Reset() {
 	*x = TrashedCollection{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[23]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2496,7 +2767,7 @@ func (x *TrashedCollection) String() string {
 func (*TrashedCollection) ProtoMessage() {}
 
 func (x *TrashedCollection) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[23]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2509,7 +2780,7 @@ func (x *TrashedCollection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrashedCollection.ProtoReflect.Descriptor instead.
 func (*TrashedCollection) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{23}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *TrashedCollection) GetName() string {
@@ -2551,7 +2822,7 @@ type DeleteCollectionRequest struct {
 
 func (x *DeleteCollectionRequest) Reset() {
 	*x = DeleteCollectionRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[24]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2563,7 +2834,7 @@ func (x *DeleteCollectionRequest) String() string {
 func (*DeleteCollectionRequest) ProtoMessage() {}
 
 func (x *DeleteCollectionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[24]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2576,7 +2847,7 @@ func (x *DeleteCollectionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteCollectionRequest.ProtoReflect.Descriptor instead.
 func (*DeleteCollectionRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{24}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DeleteCollectionRequest) GetName() string {
@@ -2602,7 +2873,7 @@ type DeleteCollectionResponse struct {
 
 func (x *DeleteCollectionResponse) Reset() {
 	*x = DeleteCollectionResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[25]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2614,7 +2885,7 @@ func (x *DeleteCollectionResponse) String() string {
 func (*DeleteCollectionResponse) ProtoMessage() {}
 
 func (x *DeleteCollectionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[25]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2627,7 +2898,7 @@ func (x *DeleteCollectionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteCollectionResponse.ProtoReflect.Descriptor instead.
 func (*DeleteCollectionResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{25}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DeleteCollectionResponse) GetDeletedCount() int64 {
@@ -2667,7 +2938,7 @@ type RunReflectionRequest struct {
 
 func (x *RunReflectionRequest) Reset() {
 	*x = RunReflectionRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[26]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2679,7 +2950,7 @@ func (x *RunReflectionRequest) String() string {
 func (*RunReflectionRequest) ProtoMessage() {}
 
 func (x *RunReflectionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[26]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2692,7 +2963,7 @@ func (x *RunReflectionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunReflectionRequest.ProtoReflect.Descriptor instead.
 func (*RunReflectionRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{26}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RunReflectionRequest) GetCollection() string {
@@ -2752,7 +3023,7 @@ type RunReflectionResponse struct {
 
 func (x *RunReflectionResponse) Reset() {
 	*x = RunReflectionResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[27]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2764,7 +3035,7 @@ func (x *RunReflectionResponse) String() string {
 func (*RunReflectionResponse) ProtoMessage() {}
 
 func (x *RunReflectionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[27]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2777,7 +3048,7 @@ func (x *RunReflectionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunReflectionResponse.ProtoReflect.Descriptor instead.
 func (*RunReflectionResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{27}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RunReflectionResponse) GetOutcome() ReflectionOutcome {
@@ -2884,7 +3155,7 @@ type ListGateDecisionsRequest struct {
 
 func (x *ListGateDecisionsRequest) Reset() {
 	*x = ListGateDecisionsRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[28]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2896,7 +3167,7 @@ func (x *ListGateDecisionsRequest) String() string {
 func (*ListGateDecisionsRequest) ProtoMessage() {}
 
 func (x *ListGateDecisionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[28]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2909,7 +3180,7 @@ func (x *ListGateDecisionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGateDecisionsRequest.ProtoReflect.Descriptor instead.
 func (*ListGateDecisionsRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{28}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListGateDecisionsRequest) GetCollection() string {
@@ -2949,7 +3220,7 @@ type GateDecision struct {
 
 func (x *GateDecision) Reset() {
 	*x = GateDecision{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[29]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2961,7 +3232,7 @@ func (x *GateDecision) String() string {
 func (*GateDecision) ProtoMessage() {}
 
 func (x *GateDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[29]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2974,7 +3245,7 @@ func (x *GateDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GateDecision.ProtoReflect.Descriptor instead.
 func (*GateDecision) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{29}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GateDecision) GetDecidedAt() *timestamppb.Timestamp {
@@ -3039,7 +3310,7 @@ type ListGateDecisionsResponse struct {
 
 func (x *ListGateDecisionsResponse) Reset() {
 	*x = ListGateDecisionsResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[30]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3051,7 +3322,7 @@ func (x *ListGateDecisionsResponse) String() string {
 func (*ListGateDecisionsResponse) ProtoMessage() {}
 
 func (x *ListGateDecisionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[30]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3064,7 +3335,7 @@ func (x *ListGateDecisionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGateDecisionsResponse.ProtoReflect.Descriptor instead.
 func (*ListGateDecisionsResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{30}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListGateDecisionsResponse) GetDecisions() []*GateDecision {
@@ -3094,7 +3365,7 @@ type ListReflectionRunsRequest struct {
 
 func (x *ListReflectionRunsRequest) Reset() {
 	*x = ListReflectionRunsRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[31]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3106,7 +3377,7 @@ func (x *ListReflectionRunsRequest) String() string {
 func (*ListReflectionRunsRequest) ProtoMessage() {}
 
 func (x *ListReflectionRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[31]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3119,7 +3390,7 @@ func (x *ListReflectionRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReflectionRunsRequest.ProtoReflect.Descriptor instead.
 func (*ListReflectionRunsRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{31}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListReflectionRunsRequest) GetCollection() string {
@@ -3163,7 +3434,7 @@ type ReflectionRun struct {
 
 func (x *ReflectionRun) Reset() {
 	*x = ReflectionRun{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[32]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3175,7 +3446,7 @@ func (x *ReflectionRun) String() string {
 func (*ReflectionRun) ProtoMessage() {}
 
 func (x *ReflectionRun) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[32]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3188,7 +3459,7 @@ func (x *ReflectionRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReflectionRun.ProtoReflect.Descriptor instead.
 func (*ReflectionRun) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{32}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ReflectionRun) GetStartedAt() *timestamppb.Timestamp {
@@ -3267,7 +3538,7 @@ type ListReflectionRunsResponse struct {
 
 func (x *ListReflectionRunsResponse) Reset() {
 	*x = ListReflectionRunsResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[33]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3279,7 +3550,7 @@ func (x *ListReflectionRunsResponse) String() string {
 func (*ListReflectionRunsResponse) ProtoMessage() {}
 
 func (x *ListReflectionRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[33]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3292,7 +3563,7 @@ func (x *ListReflectionRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReflectionRunsResponse.ProtoReflect.Descriptor instead.
 func (*ListReflectionRunsResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{33}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListReflectionRunsResponse) GetRuns() []*ReflectionRun {
@@ -3325,7 +3596,7 @@ type ConversationMessage struct {
 
 func (x *ConversationMessage) Reset() {
 	*x = ConversationMessage{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[34]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3337,7 +3608,7 @@ func (x *ConversationMessage) String() string {
 func (*ConversationMessage) ProtoMessage() {}
 
 func (x *ConversationMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[34]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3350,7 +3621,7 @@ func (x *ConversationMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConversationMessage.ProtoReflect.Descriptor instead.
 func (*ConversationMessage) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{34}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ConversationMessage) GetRole() string {
@@ -3385,7 +3656,7 @@ type Conversation struct {
 
 func (x *Conversation) Reset() {
 	*x = Conversation{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[35]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3397,7 +3668,7 @@ func (x *Conversation) String() string {
 func (*Conversation) ProtoMessage() {}
 
 func (x *Conversation) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[35]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3410,7 +3681,7 @@ func (x *Conversation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Conversation.ProtoReflect.Descriptor instead.
 func (*Conversation) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{35}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Conversation) GetMessages() []*ConversationMessage {
@@ -3437,7 +3708,7 @@ type ToolObservation struct {
 
 func (x *ToolObservation) Reset() {
 	*x = ToolObservation{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[36]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3449,7 +3720,7 @@ func (x *ToolObservation) String() string {
 func (*ToolObservation) ProtoMessage() {}
 
 func (x *ToolObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[36]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3462,7 +3733,7 @@ func (x *ToolObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolObservation.ProtoReflect.Descriptor instead.
 func (*ToolObservation) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{36}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ToolObservation) GetToolName() string {
@@ -3519,7 +3790,7 @@ type ExtractMemoriesRequest struct {
 
 func (x *ExtractMemoriesRequest) Reset() {
 	*x = ExtractMemoriesRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[37]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3531,7 +3802,7 @@ func (x *ExtractMemoriesRequest) String() string {
 func (*ExtractMemoriesRequest) ProtoMessage() {}
 
 func (x *ExtractMemoriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[37]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3544,7 +3815,7 @@ func (x *ExtractMemoriesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtractMemoriesRequest.ProtoReflect.Descriptor instead.
 func (*ExtractMemoriesRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{37}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ExtractMemoriesRequest) GetCollection() string {
@@ -3655,7 +3926,7 @@ type ExtractedMemory struct {
 
 func (x *ExtractedMemory) Reset() {
 	*x = ExtractedMemory{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[38]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3667,7 +3938,7 @@ func (x *ExtractedMemory) String() string {
 func (*ExtractedMemory) ProtoMessage() {}
 
 func (x *ExtractedMemory) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[38]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3680,7 +3951,7 @@ func (x *ExtractedMemory) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtractedMemory.ProtoReflect.Descriptor instead.
 func (*ExtractedMemory) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{38}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ExtractedMemory) GetContent() string {
@@ -3751,7 +4022,7 @@ type ExtractMemoriesResponse struct {
 
 func (x *ExtractMemoriesResponse) Reset() {
 	*x = ExtractMemoriesResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[39]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3763,7 +4034,7 @@ func (x *ExtractMemoriesResponse) String() string {
 func (*ExtractMemoriesResponse) ProtoMessage() {}
 
 func (x *ExtractMemoriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[39]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3776,7 +4047,7 @@ func (x *ExtractMemoriesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtractMemoriesResponse.ProtoReflect.Descriptor instead.
 func (*ExtractMemoriesResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{39}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ExtractMemoriesResponse) GetMemories() []*ExtractedMemory {
@@ -3843,7 +4114,7 @@ type ListTrashRequest struct {
 
 func (x *ListTrashRequest) Reset() {
 	*x = ListTrashRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[40]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3855,7 +4126,7 @@ func (x *ListTrashRequest) String() string {
 func (*ListTrashRequest) ProtoMessage() {}
 
 func (x *ListTrashRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[40]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3868,7 +4139,7 @@ func (x *ListTrashRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTrashRequest.ProtoReflect.Descriptor instead.
 func (*ListTrashRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{40}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListTrashRequest) GetCollection() string {
@@ -3905,7 +4176,7 @@ type ListTrashResponse struct {
 
 func (x *ListTrashResponse) Reset() {
 	*x = ListTrashResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[41]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3917,7 +4188,7 @@ func (x *ListTrashResponse) String() string {
 func (*ListTrashResponse) ProtoMessage() {}
 
 func (x *ListTrashResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[41]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3930,7 +4201,7 @@ func (x *ListTrashResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTrashResponse.ProtoReflect.Descriptor instead.
 func (*ListTrashResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{41}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListTrashResponse) GetMemories() []*Memory {
@@ -3960,7 +4231,7 @@ type RestoreMemoryRequest struct {
 
 func (x *RestoreMemoryRequest) Reset() {
 	*x = RestoreMemoryRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[42]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3972,7 +4243,7 @@ func (x *RestoreMemoryRequest) String() string {
 func (*RestoreMemoryRequest) ProtoMessage() {}
 
 func (x *RestoreMemoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[42]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3985,7 +4256,7 @@ func (x *RestoreMemoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreMemoryRequest.ProtoReflect.Descriptor instead.
 func (*RestoreMemoryRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{42}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *RestoreMemoryRequest) GetCollection() string {
@@ -4017,7 +4288,7 @@ type RestoreMemoryResponse struct {
 
 func (x *RestoreMemoryResponse) Reset() {
 	*x = RestoreMemoryResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[43]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4029,7 +4300,7 @@ func (x *RestoreMemoryResponse) String() string {
 func (*RestoreMemoryResponse) ProtoMessage() {}
 
 func (x *RestoreMemoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[43]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4042,7 +4313,7 @@ func (x *RestoreMemoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreMemoryResponse.ProtoReflect.Descriptor instead.
 func (*RestoreMemoryResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{43}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *RestoreMemoryResponse) GetMemory() *Memory {
@@ -4074,7 +4345,7 @@ type PurgeTrashRequest struct {
 
 func (x *PurgeTrashRequest) Reset() {
 	*x = PurgeTrashRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[44]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4086,7 +4357,7 @@ func (x *PurgeTrashRequest) String() string {
 func (*PurgeTrashRequest) ProtoMessage() {}
 
 func (x *PurgeTrashRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[44]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4099,7 +4370,7 @@ func (x *PurgeTrashRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeTrashRequest.ProtoReflect.Descriptor instead.
 func (*PurgeTrashRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{44}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *PurgeTrashRequest) GetCollection() string {
@@ -4134,7 +4405,7 @@ type PurgeTrashResponse struct {
 
 func (x *PurgeTrashResponse) Reset() {
 	*x = PurgeTrashResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[45]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4146,7 +4417,7 @@ func (x *PurgeTrashResponse) String() string {
 func (*PurgeTrashResponse) ProtoMessage() {}
 
 func (x *PurgeTrashResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[45]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4159,7 +4430,7 @@ func (x *PurgeTrashResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeTrashResponse.ProtoReflect.Descriptor instead.
 func (*PurgeTrashResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{45}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *PurgeTrashResponse) GetPurgedCount() int64 {
@@ -4180,7 +4451,7 @@ type RestoreCollectionRequest struct {
 
 func (x *RestoreCollectionRequest) Reset() {
 	*x = RestoreCollectionRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[46]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4192,7 +4463,7 @@ func (x *RestoreCollectionRequest) String() string {
 func (*RestoreCollectionRequest) ProtoMessage() {}
 
 func (x *RestoreCollectionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[46]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4205,7 +4476,7 @@ func (x *RestoreCollectionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreCollectionRequest.ProtoReflect.Descriptor instead.
 func (*RestoreCollectionRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{46}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *RestoreCollectionRequest) GetName() string {
@@ -4226,7 +4497,7 @@ type RestoreCollectionResponse struct {
 
 func (x *RestoreCollectionResponse) Reset() {
 	*x = RestoreCollectionResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[47]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4238,7 +4509,7 @@ func (x *RestoreCollectionResponse) String() string {
 func (*RestoreCollectionResponse) ProtoMessage() {}
 
 func (x *RestoreCollectionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[47]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4251,7 +4522,7 @@ func (x *RestoreCollectionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreCollectionResponse.ProtoReflect.Descriptor instead.
 func (*RestoreCollectionResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{47}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *RestoreCollectionResponse) GetCollection() *CollectionInfo {
@@ -4291,7 +4562,7 @@ type GetContextRequest struct {
 
 func (x *GetContextRequest) Reset() {
 	*x = GetContextRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[48]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4303,7 +4574,7 @@ func (x *GetContextRequest) String() string {
 func (*GetContextRequest) ProtoMessage() {}
 
 func (x *GetContextRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[48]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4316,7 +4587,7 @@ func (x *GetContextRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetContextRequest.ProtoReflect.Descriptor instead.
 func (*GetContextRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{48}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *GetContextRequest) GetCollections() []string {
@@ -4376,7 +4647,7 @@ type ContextTopic struct {
 
 func (x *ContextTopic) Reset() {
 	*x = ContextTopic{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[49]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4388,7 +4659,7 @@ func (x *ContextTopic) String() string {
 func (*ContextTopic) ProtoMessage() {}
 
 func (x *ContextTopic) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[49]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4401,7 +4672,7 @@ func (x *ContextTopic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContextTopic.ProtoReflect.Descriptor instead.
 func (*ContextTopic) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{49}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ContextTopic) GetId() string {
@@ -4452,7 +4723,7 @@ type ContextItem struct {
 
 func (x *ContextItem) Reset() {
 	*x = ContextItem{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[50]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4464,7 +4735,7 @@ func (x *ContextItem) String() string {
 func (*ContextItem) ProtoMessage() {}
 
 func (x *ContextItem) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[50]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4477,7 +4748,7 @@ func (x *ContextItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContextItem.ProtoReflect.Descriptor instead.
 func (*ContextItem) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{50}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ContextItem) GetMemory() *Memory {
@@ -4555,7 +4826,7 @@ type ContextSection struct {
 
 func (x *ContextSection) Reset() {
 	*x = ContextSection{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[51]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4567,7 +4838,7 @@ func (x *ContextSection) String() string {
 func (*ContextSection) ProtoMessage() {}
 
 func (x *ContextSection) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[51]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4580,7 +4851,7 @@ func (x *ContextSection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContextSection.ProtoReflect.Descriptor instead.
 func (*ContextSection) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{51}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ContextSection) GetKind() ContextSectionKind {
@@ -4647,7 +4918,7 @@ type GetContextResponse struct {
 
 func (x *GetContextResponse) Reset() {
 	*x = GetContextResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[52]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4659,7 +4930,7 @@ func (x *GetContextResponse) String() string {
 func (*GetContextResponse) ProtoMessage() {}
 
 func (x *GetContextResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[52]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4672,7 +4943,7 @@ func (x *GetContextResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetContextResponse.ProtoReflect.Descriptor instead.
 func (*GetContextResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{52}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *GetContextResponse) GetSections() []*ContextSection {
@@ -4762,7 +5033,7 @@ type GetTriggersRequest struct {
 
 func (x *GetTriggersRequest) Reset() {
 	*x = GetTriggersRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[53]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4774,7 +5045,7 @@ func (x *GetTriggersRequest) String() string {
 func (*GetTriggersRequest) ProtoMessage() {}
 
 func (x *GetTriggersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[53]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4787,7 +5058,7 @@ func (x *GetTriggersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTriggersRequest.ProtoReflect.Descriptor instead.
 func (*GetTriggersRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{53}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *GetTriggersRequest) GetCollections() []string {
@@ -4828,7 +5099,7 @@ type GetTriggersResponse struct {
 
 func (x *GetTriggersResponse) Reset() {
 	*x = GetTriggersResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[54]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4840,7 +5111,7 @@ func (x *GetTriggersResponse) String() string {
 func (*GetTriggersResponse) ProtoMessage() {}
 
 func (x *GetTriggersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[54]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4853,7 +5124,7 @@ func (x *GetTriggersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTriggersResponse.ProtoReflect.Descriptor instead.
 func (*GetTriggersResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{54}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *GetTriggersResponse) GetAction() string {
@@ -4905,7 +5176,7 @@ type Slot struct {
 
 func (x *Slot) Reset() {
 	*x = Slot{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[55]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4917,7 +5188,7 @@ func (x *Slot) String() string {
 func (*Slot) ProtoMessage() {}
 
 func (x *Slot) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[55]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4930,7 +5201,7 @@ func (x *Slot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Slot.ProtoReflect.Descriptor instead.
 func (*Slot) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{55}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *Slot) GetName() string {
@@ -4986,7 +5257,7 @@ type ListSlotsRequest struct {
 
 func (x *ListSlotsRequest) Reset() {
 	*x = ListSlotsRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[56]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4998,7 +5269,7 @@ func (x *ListSlotsRequest) String() string {
 func (*ListSlotsRequest) ProtoMessage() {}
 
 func (x *ListSlotsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[56]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5011,7 +5282,7 @@ func (x *ListSlotsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSlotsRequest.ProtoReflect.Descriptor instead.
 func (*ListSlotsRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{56}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ListSlotsRequest) GetCollection() string {
@@ -5035,7 +5306,7 @@ type ListSlotsResponse struct {
 
 func (x *ListSlotsResponse) Reset() {
 	*x = ListSlotsResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[57]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5047,7 +5318,7 @@ func (x *ListSlotsResponse) String() string {
 func (*ListSlotsResponse) ProtoMessage() {}
 
 func (x *ListSlotsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[57]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5060,7 +5331,7 @@ func (x *ListSlotsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSlotsResponse.ProtoReflect.Descriptor instead.
 func (*ListSlotsResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{57}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ListSlotsResponse) GetSlots() []*Slot {
@@ -5095,7 +5366,7 @@ type UpdateSlotRequest struct {
 
 func (x *UpdateSlotRequest) Reset() {
 	*x = UpdateSlotRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[58]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5107,7 +5378,7 @@ func (x *UpdateSlotRequest) String() string {
 func (*UpdateSlotRequest) ProtoMessage() {}
 
 func (x *UpdateSlotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[58]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5120,7 +5391,7 @@ func (x *UpdateSlotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateSlotRequest.ProtoReflect.Descriptor instead.
 func (*UpdateSlotRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{58}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *UpdateSlotRequest) GetCollection() string {
@@ -5164,7 +5435,7 @@ type UpdateSlotResponse struct {
 
 func (x *UpdateSlotResponse) Reset() {
 	*x = UpdateSlotResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[59]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5176,7 +5447,7 @@ func (x *UpdateSlotResponse) String() string {
 func (*UpdateSlotResponse) ProtoMessage() {}
 
 func (x *UpdateSlotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[59]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5189,7 +5460,7 @@ func (x *UpdateSlotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateSlotResponse.ProtoReflect.Descriptor instead.
 func (*UpdateSlotResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{59}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *UpdateSlotResponse) GetSlot() *Slot {
@@ -5206,11 +5477,239 @@ func (x *UpdateSlotResponse) GetCompaction() SlotCompaction {
 	return SlotCompaction_SLOT_COMPACTION_UNSPECIFIED
 }
 
+// RunConsolidationRequest asks for one consolidation run over a collection.
+type RunConsolidationRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The collection to consolidate. Empty means the default collection.
+	Collection string `protobuf:"bytes,1,opt,name=collection,proto3" json:"collection,omitempty"`
+	// Find the clusters and report them, but merge and write nothing.
+	DryRun bool `protobuf:"varint,2,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	// Skip the minimum-interval and nothing-changed gates (the daily cap still applies).
+	Force         bool `protobuf:"varint,3,opt,name=force,proto3" json:"force,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunConsolidationRequest) Reset() {
+	*x = RunConsolidationRequest{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunConsolidationRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunConsolidationRequest) ProtoMessage() {}
+
+func (x *RunConsolidationRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunConsolidationRequest.ProtoReflect.Descriptor instead.
+func (*RunConsolidationRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{61}
+}
+
+func (x *RunConsolidationRequest) GetCollection() string {
+	if x != nil {
+		return x.Collection
+	}
+	return ""
+}
+
+func (x *RunConsolidationRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+func (x *RunConsolidationRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
+// ConsolidatedCluster is one merge: the insight and the memories it replaces.
+type ConsolidatedCluster struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The insight written (for dry_run: the merged content, not stored, no id).
+	Insight *Memory `protobuf:"bytes,1,opt,name=insight,proto3" json:"insight,omitempty"`
+	// The ids of the source memories, oldest first (now superseded by the insight).
+	SourceIds []string `protobuf:"bytes,2,rep,name=source_ids,json=sourceIds,proto3" json:"source_ids,omitempty"`
+	// "llm" or "rules": what wrote the merged content.
+	MergedBy      string `protobuf:"bytes,3,opt,name=merged_by,json=mergedBy,proto3" json:"merged_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConsolidatedCluster) Reset() {
+	*x = ConsolidatedCluster{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[62]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConsolidatedCluster) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConsolidatedCluster) ProtoMessage() {}
+
+func (x *ConsolidatedCluster) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[62]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConsolidatedCluster.ProtoReflect.Descriptor instead.
+func (*ConsolidatedCluster) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{62}
+}
+
+func (x *ConsolidatedCluster) GetInsight() *Memory {
+	if x != nil {
+		return x.Insight
+	}
+	return nil
+}
+
+func (x *ConsolidatedCluster) GetSourceIds() []string {
+	if x != nil {
+		return x.SourceIds
+	}
+	return nil
+}
+
+func (x *ConsolidatedCluster) GetMergedBy() string {
+	if x != nil {
+		return x.MergedBy
+	}
+	return ""
+}
+
+// RunConsolidationResponse reports a consolidation run.
+type RunConsolidationResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What happened.
+	Outcome ConsolidationOutcome `protobuf:"varint,1,opt,name=outcome,proto3,enum=engram.v1.ConsolidationOutcome" json:"outcome,omitempty"`
+	// A human-readable explanation (why throttled, what was merged).
+	Detail string `protobuf:"bytes,2,opt,name=detail,proto3" json:"detail,omitempty"`
+	// For THROTTLED by a time gate: the earliest time the next run is allowed.
+	NextRunAfter *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=next_run_after,json=nextRunAfter,proto3" json:"next_run_after,omitempty"`
+	// The merges, largest first.
+	Clusters []*ConsolidatedCluster `protobuf:"bytes,4,rep,name=clusters,proto3" json:"clusters,omitempty"`
+	// Live event memories considered.
+	Candidates int32 `protobuf:"varint,5,opt,name=candidates,proto3" json:"candidates,omitempty"`
+	// The collection's live memories (history excluded) before and after the run.
+	MemoriesBefore int32 `protobuf:"varint,6,opt,name=memories_before,json=memoriesBefore,proto3" json:"memories_before,omitempty"`
+	// After the run (equal to memories_before for dry_run and when nothing was merged).
+	MemoriesAfter int32 `protobuf:"varint,7,opt,name=memories_after,json=memoriesAfter,proto3" json:"memories_after,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunConsolidationResponse) Reset() {
+	*x = RunConsolidationResponse{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[63]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunConsolidationResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunConsolidationResponse) ProtoMessage() {}
+
+func (x *RunConsolidationResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[63]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunConsolidationResponse.ProtoReflect.Descriptor instead.
+func (*RunConsolidationResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{63}
+}
+
+func (x *RunConsolidationResponse) GetOutcome() ConsolidationOutcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return ConsolidationOutcome_CONSOLIDATION_OUTCOME_UNSPECIFIED
+}
+
+func (x *RunConsolidationResponse) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+func (x *RunConsolidationResponse) GetNextRunAfter() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NextRunAfter
+	}
+	return nil
+}
+
+func (x *RunConsolidationResponse) GetClusters() []*ConsolidatedCluster {
+	if x != nil {
+		return x.Clusters
+	}
+	return nil
+}
+
+func (x *RunConsolidationResponse) GetCandidates() int32 {
+	if x != nil {
+		return x.Candidates
+	}
+	return 0
+}
+
+func (x *RunConsolidationResponse) GetMemoriesBefore() int32 {
+	if x != nil {
+		return x.MemoriesBefore
+	}
+	return 0
+}
+
+func (x *RunConsolidationResponse) GetMemoriesAfter() int32 {
+	if x != nil {
+		return x.MemoriesAfter
+	}
+	return 0
+}
+
 var File_engram_v1_memory_service_proto protoreflect.FileDescriptor
 
 const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\n" +
-	"\x1eengram/v1/memory_service.proto\x12\tengram.v1\x1a\x16engram/v1/memory.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa0\x05\n" +
+	"\x1eengram/v1/memory_service.proto\x12\tengram.v1\x1a\x16engram/v1/memory.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe6\x05\n" +
 	"\x10AddMemoryRequest\x12\x1e\n" +
 	"\n" +
 	"collection\x18\x01 \x01(\tR\n" +
@@ -5235,11 +5734,25 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\x0fallow_duplicate\x18\f \x01(\bR\x0eallowDuplicate\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x14 \x01(\tR\tsessionId\x12\x19\n" +
-	"\bagent_id\x18\x15 \x01(\tR\aagentId\x1a;\n" +
+	"\bagent_id\x18\x15 \x01(\tR\aagentId\x12D\n" +
+	"\x0econtradictions\x18A \x01(\x0e2\x1c.engram.v1.ContradictionModeR\x0econtradictions\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\r\n" +
-	"\v_importance\"\xa2\x02\n" +
+	"\v_importance\"\xa4\x02\n" +
+	"\rContradiction\x12\x1b\n" +
+	"\tmemory_id\x18\x01 \x01(\tR\bmemoryId\x12\x18\n" +
+	"\acontent\x18\x02 \x01(\tR\acontent\x12)\n" +
+	"\x04type\x18\x03 \x01(\x0e2\x15.engram.v1.MemoryTypeR\x04type\x12\x1e\n" +
+	"\n" +
+	"similarity\x18\x04 \x01(\x02R\n" +
+	"similarity\x12\x14\n" +
+	"\x05basis\x18\x05 \x01(\tR\x05basis\x129\n" +
+	"\tspecifics\x18\x06 \x03(\v2\x1b.engram.v1.SpecificConflictR\tspecifics\x12 \n" +
+	"\vexplanation\x18\a \x01(\tR\vexplanation\x12\x1e\n" +
+	"\n" +
+	"superseded\x18\b \x01(\bR\n" +
+	"superseded\"\xda\x02\n" +
 	"\x11AddMemoryResponse\x12)\n" +
 	"\x06memory\x18\x01 \x01(\v2\x11.engram.v1.MemoryR\x06memory\x12/\n" +
 	"\aoutcome\x18\x02 \x01(\x0e2\x15.engram.v1.AddOutcomeR\aoutcome\x121\n" +
@@ -5247,12 +5760,13 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\x0fnear_duplicates\x18\x04 \x03(\v2\x18.engram.v1.SimilarMemoryR\x0enearDuplicates\x12\x1a\n" +
 	"\breplayed\x18\x05 \x01(\bR\breplayed\x12\x1f\n" +
 	"\vgate_reason\x18\x06 \x01(\tR\n" +
-	"gateReason\"f\n" +
+	"gateReason\x126\n" +
+	"\tconflicts\x18A \x03(\v2\x18.engram.v1.ContradictionR\tconflicts\"f\n" +
 	"\x12AddMemoriesRequest\x12\x1e\n" +
 	"\n" +
 	"collection\x18\x01 \x01(\tR\n" +
 	"collection\x120\n" +
-	"\bmemories\x18\x02 \x03(\v2\x14.engram.v1.NewMemoryR\bmemories\"\xf2\x04\n" +
+	"\bmemories\x18\x02 \x03(\v2\x14.engram.v1.NewMemoryR\bmemories\"\xb8\x05\n" +
 	"\tNewMemory\x12\x18\n" +
 	"\acontent\x18\x01 \x01(\tR\acontent\x12)\n" +
 	"\x04type\x18\x02 \x01(\x0e2\x15.engram.v1.MemoryTypeR\x04type\x12#\n" +
@@ -5274,11 +5788,12 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\x0fallow_duplicate\x18\v \x01(\bR\x0eallowDuplicate\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x14 \x01(\tR\tsessionId\x12\x19\n" +
-	"\bagent_id\x18\x15 \x01(\tR\aagentId\x1a;\n" +
+	"\bagent_id\x18\x15 \x01(\tR\aagentId\x12D\n" +
+	"\x0econtradictions\x18A \x01(\x0e2\x1c.engram.v1.ContradictionModeR\x0econtradictions\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\r\n" +
-	"\v_importance\"\x86\x03\n" +
+	"\v_importance\"\xbe\x03\n" +
 	"\x0fAddMemoryResult\x12)\n" +
 	"\x06memory\x18\x01 \x01(\v2\x11.engram.v1.MemoryR\x06memory\x12/\n" +
 	"\aoutcome\x18\x02 \x01(\x0e2\x15.engram.v1.AddOutcomeR\aoutcome\x121\n" +
@@ -5288,7 +5803,8 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\x12duplicate_of_index\x18\x06 \x01(\x05H\x00R\x10duplicateOfIndex\x88\x01\x01\x12\x1f\n" +
 	"\vgate_reason\x18\a \x01(\tR\n" +
 	"gateReason\x12\x1a\n" +
-	"\babridged\x18\b \x01(\bR\babridgedB\x15\n" +
+	"\babridged\x18\b \x01(\bR\babridged\x126\n" +
+	"\tconflicts\x18A \x03(\v2\x18.engram.v1.ContradictionR\tconflictsB\x15\n" +
 	"\x13_duplicate_of_index\"K\n" +
 	"\x13AddMemoriesResponse\x124\n" +
 	"\aresults\x18\x01 \x03(\v2\x1a.engram.v1.AddMemoryResultR\aresults\"\xe9\x02\n" +
@@ -5622,7 +6138,33 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\x04slot\x18\x01 \x01(\v2\x0f.engram.v1.SlotR\x04slot\x129\n" +
 	"\n" +
 	"compaction\x18\x02 \x01(\x0e2\x19.engram.v1.SlotCompactionR\n" +
-	"compaction*]\n" +
+	"compaction\"h\n" +
+	"\x17RunConsolidationRequest\x12\x1e\n" +
+	"\n" +
+	"collection\x18\x01 \x01(\tR\n" +
+	"collection\x12\x17\n" +
+	"\adry_run\x18\x02 \x01(\bR\x06dryRun\x12\x14\n" +
+	"\x05force\x18\x03 \x01(\bR\x05force\"~\n" +
+	"\x13ConsolidatedCluster\x12+\n" +
+	"\ainsight\x18\x01 \x01(\v2\x11.engram.v1.MemoryR\ainsight\x12\x1d\n" +
+	"\n" +
+	"source_ids\x18\x02 \x03(\tR\tsourceIds\x12\x1b\n" +
+	"\tmerged_by\x18\x03 \x01(\tR\bmergedBy\"\xdb\x02\n" +
+	"\x18RunConsolidationResponse\x129\n" +
+	"\aoutcome\x18\x01 \x01(\x0e2\x1f.engram.v1.ConsolidationOutcomeR\aoutcome\x12\x16\n" +
+	"\x06detail\x18\x02 \x01(\tR\x06detail\x12@\n" +
+	"\x0enext_run_after\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\fnextRunAfter\x12:\n" +
+	"\bclusters\x18\x04 \x03(\v2\x1e.engram.v1.ConsolidatedClusterR\bclusters\x12\x1e\n" +
+	"\n" +
+	"candidates\x18\x05 \x01(\x05R\n" +
+	"candidates\x12'\n" +
+	"\x0fmemories_before\x18\x06 \x01(\x05R\x0ememoriesBefore\x12%\n" +
+	"\x0ememories_after\x18\a \x01(\x05R\rmemoriesAfter*\x94\x01\n" +
+	"\x11ContradictionMode\x12\"\n" +
+	"\x1eCONTRADICTION_MODE_UNSPECIFIED\x10\x00\x12 \n" +
+	"\x1cCONTRADICTION_MODE_SUPERSEDE\x10\x01\x12\x1d\n" +
+	"\x19CONTRADICTION_MODE_REPORT\x10\x02\x12\x1a\n" +
+	"\x16CONTRADICTION_MODE_OFF\x10\x03*]\n" +
 	"\n" +
 	"AddOutcome\x12\x1b\n" +
 	"\x17ADD_OUTCOME_UNSPECIFIED\x10\x00\x12\x17\n" +
@@ -5671,7 +6213,13 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\x0eSlotCompaction\x12\x1f\n" +
 	"\x1bSLOT_COMPACTION_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13SLOT_COMPACTION_LLM\x10\x01\x12\x1e\n" +
-	"\x1aSLOT_COMPACTION_TRUNCATION\x10\x022\xdf\x14\n" +
+	"\x1aSLOT_COMPACTION_TRUNCATION\x10\x02*\xd8\x01\n" +
+	"\x14ConsolidationOutcome\x12%\n" +
+	"!CONSOLIDATION_OUTCOME_UNSPECIFIED\x10\x00\x12#\n" +
+	"\x1fCONSOLIDATION_OUTCOME_COMPLETED\x10\x01\x12*\n" +
+	"&CONSOLIDATION_OUTCOME_NOTHING_TO_MERGE\x10\x02\x12#\n" +
+	"\x1fCONSOLIDATION_OUTCOME_THROTTLED\x10\x03\x12#\n" +
+	"\x1fCONSOLIDATION_OUTCOME_WOULD_RUN\x10\x042\xf2\x15\n" +
 	"\rMemoryService\x12_\n" +
 	"\tAddMemory\x12\x1b.engram.v1.AddMemoryRequest\x1a\x1c.engram.v1.AddMemoryResponse\"\x17\x82\xd3\xe4\x93\x02\x11:\x01*\"\f/v1/memories\x12n\n" +
 	"\vAddMemories\x12\x1d.engram.v1.AddMemoriesRequest\x1a\x1e.engram.v1.AddMemoriesResponse\" \x82\xd3\xe4\x93\x02\x1a:\x01*\"\x15/v1/memories:batchAdd\x12u\n" +
@@ -5696,7 +6244,8 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\vGetTriggers\x12\x1d.engram.v1.GetTriggersRequest\x1a\x1e.engram.v1.GetTriggersResponse\"\x1b\x82\xd3\xe4\x93\x02\x15:\x01*\"\x10/v1/triggers:get\x12a\n" +
 	"\tListSlots\x12\x1b.engram.v1.ListSlotsRequest\x1a\x1c.engram.v1.ListSlotsResponse\"\x19\x82\xd3\xe4\x93\x02\x13:\x01*\"\x0e/v1/slots:list\x12f\n" +
 	"\n" +
-	"UpdateSlot\x12\x1c.engram.v1.UpdateSlotRequest\x1a\x1d.engram.v1.UpdateSlotResponse\"\x1b\x82\xd3\xe4\x93\x02\x15:\x01*\"\x10/v1/slots:updateB?Z=github.com/engram-memory/engram/clients/go/engram/v1;engramv1b\x06proto3"
+	"UpdateSlot\x12\x1c.engram.v1.UpdateSlotRequest\x1a\x1d.engram.v1.UpdateSlotResponse\"\x1b\x82\xd3\xe4\x93\x02\x15:\x01*\"\x10/v1/slots:update\x12\x90\x01\n" +
+	"\x10RunConsolidation\x12\".engram.v1.RunConsolidationRequest\x1a#.engram.v1.RunConsolidationResponse\"3\x82\xd3\xe4\x93\x02-:\x01*\"(/v1/collections/{collection}:consolidateB?Z=github.com/engram-memory/engram/clients/go/engram/v1;engramv1b\x06proto3"
 
 var (
 	file_engram_v1_memory_service_proto_rawDescOnce sync.Once
@@ -5710,229 +6259,248 @@ func file_engram_v1_memory_service_proto_rawDescGZIP() []byte {
 	return file_engram_v1_memory_service_proto_rawDescData
 }
 
-var file_engram_v1_memory_service_proto_enumTypes = make([]protoimpl.EnumInfo, 9)
-var file_engram_v1_memory_service_proto_msgTypes = make([]protoimpl.MessageInfo, 63)
+var file_engram_v1_memory_service_proto_enumTypes = make([]protoimpl.EnumInfo, 11)
+var file_engram_v1_memory_service_proto_msgTypes = make([]protoimpl.MessageInfo, 67)
 var file_engram_v1_memory_service_proto_goTypes = []any{
-	(AddOutcome)(0),                    // 0: engram.v1.AddOutcome
-	(ReflectionOutcome)(0),             // 1: engram.v1.ReflectionOutcome
-	(ReflectionGate)(0),                // 2: engram.v1.ReflectionGate
-	(ExtractionMode)(0),                // 3: engram.v1.ExtractionMode
-	(Extractor)(0),                     // 4: engram.v1.Extractor
-	(ContextSectionKind)(0),            // 5: engram.v1.ContextSectionKind
-	(SinceSource)(0),                   // 6: engram.v1.SinceSource
-	(SlotUpdateMode)(0),                // 7: engram.v1.SlotUpdateMode
-	(SlotCompaction)(0),                // 8: engram.v1.SlotCompaction
-	(*AddMemoryRequest)(nil),           // 9: engram.v1.AddMemoryRequest
-	(*AddMemoryResponse)(nil),          // 10: engram.v1.AddMemoryResponse
-	(*AddMemoriesRequest)(nil),         // 11: engram.v1.AddMemoriesRequest
-	(*NewMemory)(nil),                  // 12: engram.v1.NewMemory
-	(*AddMemoryResult)(nil),            // 13: engram.v1.AddMemoryResult
-	(*AddMemoriesResponse)(nil),        // 14: engram.v1.AddMemoriesResponse
-	(*SearchMemoriesRequest)(nil),      // 15: engram.v1.SearchMemoriesRequest
-	(*SearchResult)(nil),               // 16: engram.v1.SearchResult
-	(*SearchMemoriesResponse)(nil),     // 17: engram.v1.SearchMemoriesResponse
-	(*SemanticLocator)(nil),            // 18: engram.v1.SemanticLocator
-	(*StringList)(nil),                 // 19: engram.v1.StringList
-	(*StringMap)(nil),                  // 20: engram.v1.StringMap
-	(*UpdateMemoryRequest)(nil),        // 21: engram.v1.UpdateMemoryRequest
-	(*UpdateMemoryResponse)(nil),       // 22: engram.v1.UpdateMemoryResponse
-	(*DeleteQuery)(nil),                // 23: engram.v1.DeleteQuery
-	(*DeleteMemoryRequest)(nil),        // 24: engram.v1.DeleteMemoryRequest
-	(*DeleteMemoryResponse)(nil),       // 25: engram.v1.DeleteMemoryResponse
-	(*GetMemoryRequest)(nil),           // 26: engram.v1.GetMemoryRequest
-	(*GetMemoryResponse)(nil),          // 27: engram.v1.GetMemoryResponse
-	(*ListMemoriesRequest)(nil),        // 28: engram.v1.ListMemoriesRequest
-	(*ListMemoriesResponse)(nil),       // 29: engram.v1.ListMemoriesResponse
-	(*ListCollectionsRequest)(nil),     // 30: engram.v1.ListCollectionsRequest
-	(*ListCollectionsResponse)(nil),    // 31: engram.v1.ListCollectionsResponse
-	(*TrashedCollection)(nil),          // 32: engram.v1.TrashedCollection
-	(*DeleteCollectionRequest)(nil),    // 33: engram.v1.DeleteCollectionRequest
-	(*DeleteCollectionResponse)(nil),   // 34: engram.v1.DeleteCollectionResponse
-	(*RunReflectionRequest)(nil),       // 35: engram.v1.RunReflectionRequest
-	(*RunReflectionResponse)(nil),      // 36: engram.v1.RunReflectionResponse
-	(*ListGateDecisionsRequest)(nil),   // 37: engram.v1.ListGateDecisionsRequest
-	(*GateDecision)(nil),               // 38: engram.v1.GateDecision
-	(*ListGateDecisionsResponse)(nil),  // 39: engram.v1.ListGateDecisionsResponse
-	(*ListReflectionRunsRequest)(nil),  // 40: engram.v1.ListReflectionRunsRequest
-	(*ReflectionRun)(nil),              // 41: engram.v1.ReflectionRun
-	(*ListReflectionRunsResponse)(nil), // 42: engram.v1.ListReflectionRunsResponse
-	(*ConversationMessage)(nil),        // 43: engram.v1.ConversationMessage
-	(*Conversation)(nil),               // 44: engram.v1.Conversation
-	(*ToolObservation)(nil),            // 45: engram.v1.ToolObservation
-	(*ExtractMemoriesRequest)(nil),     // 46: engram.v1.ExtractMemoriesRequest
-	(*ExtractedMemory)(nil),            // 47: engram.v1.ExtractedMemory
-	(*ExtractMemoriesResponse)(nil),    // 48: engram.v1.ExtractMemoriesResponse
-	(*ListTrashRequest)(nil),           // 49: engram.v1.ListTrashRequest
-	(*ListTrashResponse)(nil),          // 50: engram.v1.ListTrashResponse
-	(*RestoreMemoryRequest)(nil),       // 51: engram.v1.RestoreMemoryRequest
-	(*RestoreMemoryResponse)(nil),      // 52: engram.v1.RestoreMemoryResponse
-	(*PurgeTrashRequest)(nil),          // 53: engram.v1.PurgeTrashRequest
-	(*PurgeTrashResponse)(nil),         // 54: engram.v1.PurgeTrashResponse
-	(*RestoreCollectionRequest)(nil),   // 55: engram.v1.RestoreCollectionRequest
-	(*RestoreCollectionResponse)(nil),  // 56: engram.v1.RestoreCollectionResponse
-	(*GetContextRequest)(nil),          // 57: engram.v1.GetContextRequest
-	(*ContextTopic)(nil),               // 58: engram.v1.ContextTopic
-	(*ContextItem)(nil),                // 59: engram.v1.ContextItem
-	(*ContextSection)(nil),             // 60: engram.v1.ContextSection
-	(*GetContextResponse)(nil),         // 61: engram.v1.GetContextResponse
-	(*GetTriggersRequest)(nil),         // 62: engram.v1.GetTriggersRequest
-	(*GetTriggersResponse)(nil),        // 63: engram.v1.GetTriggersResponse
-	(*Slot)(nil),                       // 64: engram.v1.Slot
-	(*ListSlotsRequest)(nil),           // 65: engram.v1.ListSlotsRequest
-	(*ListSlotsResponse)(nil),          // 66: engram.v1.ListSlotsResponse
-	(*UpdateSlotRequest)(nil),          // 67: engram.v1.UpdateSlotRequest
-	(*UpdateSlotResponse)(nil),         // 68: engram.v1.UpdateSlotResponse
-	nil,                                // 69: engram.v1.AddMemoryRequest.MetadataEntry
-	nil,                                // 70: engram.v1.NewMemory.MetadataEntry
-	nil,                                // 71: engram.v1.StringMap.EntriesEntry
-	(MemoryType)(0),                    // 72: engram.v1.MemoryType
-	(Source)(0),                        // 73: engram.v1.Source
-	(SourceType)(0),                    // 74: engram.v1.SourceType
-	(*timestamppb.Timestamp)(nil),      // 75: google.protobuf.Timestamp
-	(*Memory)(nil),                     // 76: engram.v1.Memory
-	(*SimilarMemory)(nil),              // 77: engram.v1.SimilarMemory
-	(*MemoryFilter)(nil),               // 78: engram.v1.MemoryFilter
-	(*RankingWeights)(nil),             // 79: engram.v1.RankingWeights
-	(*ScoreBreakdown)(nil),             // 80: engram.v1.ScoreBreakdown
-	(*CollectionInfo)(nil),             // 81: engram.v1.CollectionInfo
+	(ContradictionMode)(0),             // 0: engram.v1.ContradictionMode
+	(AddOutcome)(0),                    // 1: engram.v1.AddOutcome
+	(ReflectionOutcome)(0),             // 2: engram.v1.ReflectionOutcome
+	(ReflectionGate)(0),                // 3: engram.v1.ReflectionGate
+	(ExtractionMode)(0),                // 4: engram.v1.ExtractionMode
+	(Extractor)(0),                     // 5: engram.v1.Extractor
+	(ContextSectionKind)(0),            // 6: engram.v1.ContextSectionKind
+	(SinceSource)(0),                   // 7: engram.v1.SinceSource
+	(SlotUpdateMode)(0),                // 8: engram.v1.SlotUpdateMode
+	(SlotCompaction)(0),                // 9: engram.v1.SlotCompaction
+	(ConsolidationOutcome)(0),          // 10: engram.v1.ConsolidationOutcome
+	(*AddMemoryRequest)(nil),           // 11: engram.v1.AddMemoryRequest
+	(*Contradiction)(nil),              // 12: engram.v1.Contradiction
+	(*AddMemoryResponse)(nil),          // 13: engram.v1.AddMemoryResponse
+	(*AddMemoriesRequest)(nil),         // 14: engram.v1.AddMemoriesRequest
+	(*NewMemory)(nil),                  // 15: engram.v1.NewMemory
+	(*AddMemoryResult)(nil),            // 16: engram.v1.AddMemoryResult
+	(*AddMemoriesResponse)(nil),        // 17: engram.v1.AddMemoriesResponse
+	(*SearchMemoriesRequest)(nil),      // 18: engram.v1.SearchMemoriesRequest
+	(*SearchResult)(nil),               // 19: engram.v1.SearchResult
+	(*SearchMemoriesResponse)(nil),     // 20: engram.v1.SearchMemoriesResponse
+	(*SemanticLocator)(nil),            // 21: engram.v1.SemanticLocator
+	(*StringList)(nil),                 // 22: engram.v1.StringList
+	(*StringMap)(nil),                  // 23: engram.v1.StringMap
+	(*UpdateMemoryRequest)(nil),        // 24: engram.v1.UpdateMemoryRequest
+	(*UpdateMemoryResponse)(nil),       // 25: engram.v1.UpdateMemoryResponse
+	(*DeleteQuery)(nil),                // 26: engram.v1.DeleteQuery
+	(*DeleteMemoryRequest)(nil),        // 27: engram.v1.DeleteMemoryRequest
+	(*DeleteMemoryResponse)(nil),       // 28: engram.v1.DeleteMemoryResponse
+	(*GetMemoryRequest)(nil),           // 29: engram.v1.GetMemoryRequest
+	(*GetMemoryResponse)(nil),          // 30: engram.v1.GetMemoryResponse
+	(*ListMemoriesRequest)(nil),        // 31: engram.v1.ListMemoriesRequest
+	(*ListMemoriesResponse)(nil),       // 32: engram.v1.ListMemoriesResponse
+	(*ListCollectionsRequest)(nil),     // 33: engram.v1.ListCollectionsRequest
+	(*ListCollectionsResponse)(nil),    // 34: engram.v1.ListCollectionsResponse
+	(*TrashedCollection)(nil),          // 35: engram.v1.TrashedCollection
+	(*DeleteCollectionRequest)(nil),    // 36: engram.v1.DeleteCollectionRequest
+	(*DeleteCollectionResponse)(nil),   // 37: engram.v1.DeleteCollectionResponse
+	(*RunReflectionRequest)(nil),       // 38: engram.v1.RunReflectionRequest
+	(*RunReflectionResponse)(nil),      // 39: engram.v1.RunReflectionResponse
+	(*ListGateDecisionsRequest)(nil),   // 40: engram.v1.ListGateDecisionsRequest
+	(*GateDecision)(nil),               // 41: engram.v1.GateDecision
+	(*ListGateDecisionsResponse)(nil),  // 42: engram.v1.ListGateDecisionsResponse
+	(*ListReflectionRunsRequest)(nil),  // 43: engram.v1.ListReflectionRunsRequest
+	(*ReflectionRun)(nil),              // 44: engram.v1.ReflectionRun
+	(*ListReflectionRunsResponse)(nil), // 45: engram.v1.ListReflectionRunsResponse
+	(*ConversationMessage)(nil),        // 46: engram.v1.ConversationMessage
+	(*Conversation)(nil),               // 47: engram.v1.Conversation
+	(*ToolObservation)(nil),            // 48: engram.v1.ToolObservation
+	(*ExtractMemoriesRequest)(nil),     // 49: engram.v1.ExtractMemoriesRequest
+	(*ExtractedMemory)(nil),            // 50: engram.v1.ExtractedMemory
+	(*ExtractMemoriesResponse)(nil),    // 51: engram.v1.ExtractMemoriesResponse
+	(*ListTrashRequest)(nil),           // 52: engram.v1.ListTrashRequest
+	(*ListTrashResponse)(nil),          // 53: engram.v1.ListTrashResponse
+	(*RestoreMemoryRequest)(nil),       // 54: engram.v1.RestoreMemoryRequest
+	(*RestoreMemoryResponse)(nil),      // 55: engram.v1.RestoreMemoryResponse
+	(*PurgeTrashRequest)(nil),          // 56: engram.v1.PurgeTrashRequest
+	(*PurgeTrashResponse)(nil),         // 57: engram.v1.PurgeTrashResponse
+	(*RestoreCollectionRequest)(nil),   // 58: engram.v1.RestoreCollectionRequest
+	(*RestoreCollectionResponse)(nil),  // 59: engram.v1.RestoreCollectionResponse
+	(*GetContextRequest)(nil),          // 60: engram.v1.GetContextRequest
+	(*ContextTopic)(nil),               // 61: engram.v1.ContextTopic
+	(*ContextItem)(nil),                // 62: engram.v1.ContextItem
+	(*ContextSection)(nil),             // 63: engram.v1.ContextSection
+	(*GetContextResponse)(nil),         // 64: engram.v1.GetContextResponse
+	(*GetTriggersRequest)(nil),         // 65: engram.v1.GetTriggersRequest
+	(*GetTriggersResponse)(nil),        // 66: engram.v1.GetTriggersResponse
+	(*Slot)(nil),                       // 67: engram.v1.Slot
+	(*ListSlotsRequest)(nil),           // 68: engram.v1.ListSlotsRequest
+	(*ListSlotsResponse)(nil),          // 69: engram.v1.ListSlotsResponse
+	(*UpdateSlotRequest)(nil),          // 70: engram.v1.UpdateSlotRequest
+	(*UpdateSlotResponse)(nil),         // 71: engram.v1.UpdateSlotResponse
+	(*RunConsolidationRequest)(nil),    // 72: engram.v1.RunConsolidationRequest
+	(*ConsolidatedCluster)(nil),        // 73: engram.v1.ConsolidatedCluster
+	(*RunConsolidationResponse)(nil),   // 74: engram.v1.RunConsolidationResponse
+	nil,                                // 75: engram.v1.AddMemoryRequest.MetadataEntry
+	nil,                                // 76: engram.v1.NewMemory.MetadataEntry
+	nil,                                // 77: engram.v1.StringMap.EntriesEntry
+	(MemoryType)(0),                    // 78: engram.v1.MemoryType
+	(Source)(0),                        // 79: engram.v1.Source
+	(SourceType)(0),                    // 80: engram.v1.SourceType
+	(*timestamppb.Timestamp)(nil),      // 81: google.protobuf.Timestamp
+	(*SpecificConflict)(nil),           // 82: engram.v1.SpecificConflict
+	(*Memory)(nil),                     // 83: engram.v1.Memory
+	(*SimilarMemory)(nil),              // 84: engram.v1.SimilarMemory
+	(*MemoryFilter)(nil),               // 85: engram.v1.MemoryFilter
+	(*RankingWeights)(nil),             // 86: engram.v1.RankingWeights
+	(*ScoreBreakdown)(nil),             // 87: engram.v1.ScoreBreakdown
+	(*CollectionInfo)(nil),             // 88: engram.v1.CollectionInfo
 }
 var file_engram_v1_memory_service_proto_depIdxs = []int32{
-	72,  // 0: engram.v1.AddMemoryRequest.type:type_name -> engram.v1.MemoryType
-	73,  // 1: engram.v1.AddMemoryRequest.source:type_name -> engram.v1.Source
-	74,  // 2: engram.v1.AddMemoryRequest.source_type:type_name -> engram.v1.SourceType
-	69,  // 3: engram.v1.AddMemoryRequest.metadata:type_name -> engram.v1.AddMemoryRequest.MetadataEntry
-	75,  // 4: engram.v1.AddMemoryRequest.created_at:type_name -> google.protobuf.Timestamp
-	75,  // 5: engram.v1.AddMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
-	76,  // 6: engram.v1.AddMemoryResponse.memory:type_name -> engram.v1.Memory
-	0,   // 7: engram.v1.AddMemoryResponse.outcome:type_name -> engram.v1.AddOutcome
-	77,  // 8: engram.v1.AddMemoryResponse.near_duplicates:type_name -> engram.v1.SimilarMemory
-	12,  // 9: engram.v1.AddMemoriesRequest.memories:type_name -> engram.v1.NewMemory
-	72,  // 10: engram.v1.NewMemory.type:type_name -> engram.v1.MemoryType
-	73,  // 11: engram.v1.NewMemory.source:type_name -> engram.v1.Source
-	74,  // 12: engram.v1.NewMemory.source_type:type_name -> engram.v1.SourceType
-	70,  // 13: engram.v1.NewMemory.metadata:type_name -> engram.v1.NewMemory.MetadataEntry
-	75,  // 14: engram.v1.NewMemory.created_at:type_name -> google.protobuf.Timestamp
-	75,  // 15: engram.v1.NewMemory.valid_until:type_name -> google.protobuf.Timestamp
-	76,  // 16: engram.v1.AddMemoryResult.memory:type_name -> engram.v1.Memory
-	0,   // 17: engram.v1.AddMemoryResult.outcome:type_name -> engram.v1.AddOutcome
-	77,  // 18: engram.v1.AddMemoryResult.near_duplicates:type_name -> engram.v1.SimilarMemory
-	13,  // 19: engram.v1.AddMemoriesResponse.results:type_name -> engram.v1.AddMemoryResult
-	78,  // 20: engram.v1.SearchMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
-	79,  // 21: engram.v1.SearchMemoriesRequest.weights:type_name -> engram.v1.RankingWeights
-	76,  // 22: engram.v1.SearchResult.memory:type_name -> engram.v1.Memory
-	80,  // 23: engram.v1.SearchResult.score:type_name -> engram.v1.ScoreBreakdown
-	16,  // 24: engram.v1.SearchMemoriesResponse.results:type_name -> engram.v1.SearchResult
-	71,  // 25: engram.v1.StringMap.entries:type_name -> engram.v1.StringMap.EntriesEntry
-	18,  // 26: engram.v1.UpdateMemoryRequest.locate:type_name -> engram.v1.SemanticLocator
-	72,  // 27: engram.v1.UpdateMemoryRequest.type:type_name -> engram.v1.MemoryType
-	19,  // 28: engram.v1.UpdateMemoryRequest.tags:type_name -> engram.v1.StringList
-	20,  // 29: engram.v1.UpdateMemoryRequest.metadata:type_name -> engram.v1.StringMap
-	75,  // 30: engram.v1.UpdateMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
-	76,  // 31: engram.v1.UpdateMemoryResponse.memory:type_name -> engram.v1.Memory
-	76,  // 32: engram.v1.UpdateMemoryResponse.previous:type_name -> engram.v1.Memory
-	23,  // 33: engram.v1.DeleteMemoryRequest.query:type_name -> engram.v1.DeleteQuery
-	76,  // 34: engram.v1.DeleteMemoryResponse.deleted:type_name -> engram.v1.Memory
-	75,  // 35: engram.v1.DeleteMemoryResponse.purge_at:type_name -> google.protobuf.Timestamp
-	76,  // 36: engram.v1.GetMemoryResponse.memory:type_name -> engram.v1.Memory
-	76,  // 37: engram.v1.GetMemoryResponse.history:type_name -> engram.v1.Memory
-	78,  // 38: engram.v1.ListMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
-	76,  // 39: engram.v1.ListMemoriesResponse.memories:type_name -> engram.v1.Memory
-	81,  // 40: engram.v1.ListCollectionsResponse.collections:type_name -> engram.v1.CollectionInfo
-	32,  // 41: engram.v1.ListCollectionsResponse.trashed:type_name -> engram.v1.TrashedCollection
-	75,  // 42: engram.v1.TrashedCollection.trashed_at:type_name -> google.protobuf.Timestamp
-	75,  // 43: engram.v1.TrashedCollection.purge_at:type_name -> google.protobuf.Timestamp
-	75,  // 44: engram.v1.DeleteCollectionResponse.deleted_at:type_name -> google.protobuf.Timestamp
-	75,  // 45: engram.v1.DeleteCollectionResponse.purge_at:type_name -> google.protobuf.Timestamp
-	1,   // 46: engram.v1.RunReflectionResponse.outcome:type_name -> engram.v1.ReflectionOutcome
-	2,   // 47: engram.v1.RunReflectionResponse.throttled_by:type_name -> engram.v1.ReflectionGate
-	75,  // 48: engram.v1.RunReflectionResponse.next_run_after:type_name -> google.protobuf.Timestamp
-	76,  // 49: engram.v1.RunReflectionResponse.sources:type_name -> engram.v1.Memory
-	76,  // 50: engram.v1.RunReflectionResponse.insights:type_name -> engram.v1.Memory
-	76,  // 51: engram.v1.RunReflectionResponse.drafts:type_name -> engram.v1.Memory
-	77,  // 52: engram.v1.RunReflectionResponse.duplicates:type_name -> engram.v1.SimilarMemory
-	75,  // 53: engram.v1.GateDecision.decided_at:type_name -> google.protobuf.Timestamp
-	0,   // 54: engram.v1.GateDecision.outcome:type_name -> engram.v1.AddOutcome
-	77,  // 55: engram.v1.GateDecision.near_duplicates:type_name -> engram.v1.SimilarMemory
-	38,  // 56: engram.v1.ListGateDecisionsResponse.decisions:type_name -> engram.v1.GateDecision
-	75,  // 57: engram.v1.ReflectionRun.started_at:type_name -> google.protobuf.Timestamp
-	1,   // 58: engram.v1.ReflectionRun.outcome:type_name -> engram.v1.ReflectionOutcome
-	41,  // 59: engram.v1.ListReflectionRunsResponse.runs:type_name -> engram.v1.ReflectionRun
-	75,  // 60: engram.v1.ConversationMessage.created_at:type_name -> google.protobuf.Timestamp
-	43,  // 61: engram.v1.Conversation.messages:type_name -> engram.v1.ConversationMessage
-	44,  // 62: engram.v1.ExtractMemoriesRequest.conversation:type_name -> engram.v1.Conversation
-	45,  // 63: engram.v1.ExtractMemoriesRequest.observation:type_name -> engram.v1.ToolObservation
-	3,   // 64: engram.v1.ExtractMemoriesRequest.mode:type_name -> engram.v1.ExtractionMode
-	72,  // 65: engram.v1.ExtractedMemory.type:type_name -> engram.v1.MemoryType
-	75,  // 66: engram.v1.ExtractedMemory.created_at:type_name -> google.protobuf.Timestamp
-	13,  // 67: engram.v1.ExtractedMemory.result:type_name -> engram.v1.AddMemoryResult
-	47,  // 68: engram.v1.ExtractMemoriesResponse.memories:type_name -> engram.v1.ExtractedMemory
-	4,   // 69: engram.v1.ExtractMemoriesResponse.extractor:type_name -> engram.v1.Extractor
-	76,  // 70: engram.v1.ListTrashResponse.memories:type_name -> engram.v1.Memory
-	76,  // 71: engram.v1.RestoreMemoryResponse.memory:type_name -> engram.v1.Memory
-	77,  // 72: engram.v1.RestoreMemoryResponse.near_duplicates:type_name -> engram.v1.SimilarMemory
-	81,  // 73: engram.v1.RestoreCollectionResponse.collection:type_name -> engram.v1.CollectionInfo
-	75,  // 74: engram.v1.GetContextRequest.since:type_name -> google.protobuf.Timestamp
-	76,  // 75: engram.v1.ContextItem.memory:type_name -> engram.v1.Memory
-	58,  // 76: engram.v1.ContextItem.topic:type_name -> engram.v1.ContextTopic
-	5,   // 77: engram.v1.ContextSection.kind:type_name -> engram.v1.ContextSectionKind
-	59,  // 78: engram.v1.ContextSection.items:type_name -> engram.v1.ContextItem
-	60,  // 79: engram.v1.GetContextResponse.sections:type_name -> engram.v1.ContextSection
-	75,  // 80: engram.v1.GetContextResponse.since:type_name -> google.protobuf.Timestamp
-	6,   // 81: engram.v1.GetContextResponse.since_source:type_name -> engram.v1.SinceSource
-	58,  // 82: engram.v1.GetContextResponse.topics:type_name -> engram.v1.ContextTopic
-	76,  // 83: engram.v1.GetTriggersResponse.memories:type_name -> engram.v1.Memory
-	75,  // 84: engram.v1.Slot.updated_at:type_name -> google.protobuf.Timestamp
-	64,  // 85: engram.v1.ListSlotsResponse.slots:type_name -> engram.v1.Slot
-	7,   // 86: engram.v1.UpdateSlotRequest.mode:type_name -> engram.v1.SlotUpdateMode
-	64,  // 87: engram.v1.UpdateSlotResponse.slot:type_name -> engram.v1.Slot
-	8,   // 88: engram.v1.UpdateSlotResponse.compaction:type_name -> engram.v1.SlotCompaction
-	9,   // 89: engram.v1.MemoryService.AddMemory:input_type -> engram.v1.AddMemoryRequest
-	11,  // 90: engram.v1.MemoryService.AddMemories:input_type -> engram.v1.AddMemoriesRequest
-	15,  // 91: engram.v1.MemoryService.SearchMemories:input_type -> engram.v1.SearchMemoriesRequest
-	21,  // 92: engram.v1.MemoryService.UpdateMemory:input_type -> engram.v1.UpdateMemoryRequest
-	24,  // 93: engram.v1.MemoryService.DeleteMemory:input_type -> engram.v1.DeleteMemoryRequest
-	26,  // 94: engram.v1.MemoryService.GetMemory:input_type -> engram.v1.GetMemoryRequest
-	28,  // 95: engram.v1.MemoryService.ListMemories:input_type -> engram.v1.ListMemoriesRequest
-	30,  // 96: engram.v1.MemoryService.ListCollections:input_type -> engram.v1.ListCollectionsRequest
-	33,  // 97: engram.v1.MemoryService.DeleteCollection:input_type -> engram.v1.DeleteCollectionRequest
-	35,  // 98: engram.v1.MemoryService.RunReflection:input_type -> engram.v1.RunReflectionRequest
-	37,  // 99: engram.v1.MemoryService.ListGateDecisions:input_type -> engram.v1.ListGateDecisionsRequest
-	40,  // 100: engram.v1.MemoryService.ListReflectionRuns:input_type -> engram.v1.ListReflectionRunsRequest
-	46,  // 101: engram.v1.MemoryService.ExtractMemories:input_type -> engram.v1.ExtractMemoriesRequest
-	49,  // 102: engram.v1.MemoryService.ListTrash:input_type -> engram.v1.ListTrashRequest
-	51,  // 103: engram.v1.MemoryService.RestoreMemory:input_type -> engram.v1.RestoreMemoryRequest
-	53,  // 104: engram.v1.MemoryService.PurgeTrash:input_type -> engram.v1.PurgeTrashRequest
-	55,  // 105: engram.v1.MemoryService.RestoreCollection:input_type -> engram.v1.RestoreCollectionRequest
-	57,  // 106: engram.v1.MemoryService.GetContext:input_type -> engram.v1.GetContextRequest
-	62,  // 107: engram.v1.MemoryService.GetTriggers:input_type -> engram.v1.GetTriggersRequest
-	65,  // 108: engram.v1.MemoryService.ListSlots:input_type -> engram.v1.ListSlotsRequest
-	67,  // 109: engram.v1.MemoryService.UpdateSlot:input_type -> engram.v1.UpdateSlotRequest
-	10,  // 110: engram.v1.MemoryService.AddMemory:output_type -> engram.v1.AddMemoryResponse
-	14,  // 111: engram.v1.MemoryService.AddMemories:output_type -> engram.v1.AddMemoriesResponse
-	17,  // 112: engram.v1.MemoryService.SearchMemories:output_type -> engram.v1.SearchMemoriesResponse
-	22,  // 113: engram.v1.MemoryService.UpdateMemory:output_type -> engram.v1.UpdateMemoryResponse
-	25,  // 114: engram.v1.MemoryService.DeleteMemory:output_type -> engram.v1.DeleteMemoryResponse
-	27,  // 115: engram.v1.MemoryService.GetMemory:output_type -> engram.v1.GetMemoryResponse
-	29,  // 116: engram.v1.MemoryService.ListMemories:output_type -> engram.v1.ListMemoriesResponse
-	31,  // 117: engram.v1.MemoryService.ListCollections:output_type -> engram.v1.ListCollectionsResponse
-	34,  // 118: engram.v1.MemoryService.DeleteCollection:output_type -> engram.v1.DeleteCollectionResponse
-	36,  // 119: engram.v1.MemoryService.RunReflection:output_type -> engram.v1.RunReflectionResponse
-	39,  // 120: engram.v1.MemoryService.ListGateDecisions:output_type -> engram.v1.ListGateDecisionsResponse
-	42,  // 121: engram.v1.MemoryService.ListReflectionRuns:output_type -> engram.v1.ListReflectionRunsResponse
-	48,  // 122: engram.v1.MemoryService.ExtractMemories:output_type -> engram.v1.ExtractMemoriesResponse
-	50,  // 123: engram.v1.MemoryService.ListTrash:output_type -> engram.v1.ListTrashResponse
-	52,  // 124: engram.v1.MemoryService.RestoreMemory:output_type -> engram.v1.RestoreMemoryResponse
-	54,  // 125: engram.v1.MemoryService.PurgeTrash:output_type -> engram.v1.PurgeTrashResponse
-	56,  // 126: engram.v1.MemoryService.RestoreCollection:output_type -> engram.v1.RestoreCollectionResponse
-	61,  // 127: engram.v1.MemoryService.GetContext:output_type -> engram.v1.GetContextResponse
-	63,  // 128: engram.v1.MemoryService.GetTriggers:output_type -> engram.v1.GetTriggersResponse
-	66,  // 129: engram.v1.MemoryService.ListSlots:output_type -> engram.v1.ListSlotsResponse
-	68,  // 130: engram.v1.MemoryService.UpdateSlot:output_type -> engram.v1.UpdateSlotResponse
-	110, // [110:131] is the sub-list for method output_type
-	89,  // [89:110] is the sub-list for method input_type
-	89,  // [89:89] is the sub-list for extension type_name
-	89,  // [89:89] is the sub-list for extension extendee
-	0,   // [0:89] is the sub-list for field type_name
+	78,  // 0: engram.v1.AddMemoryRequest.type:type_name -> engram.v1.MemoryType
+	79,  // 1: engram.v1.AddMemoryRequest.source:type_name -> engram.v1.Source
+	80,  // 2: engram.v1.AddMemoryRequest.source_type:type_name -> engram.v1.SourceType
+	75,  // 3: engram.v1.AddMemoryRequest.metadata:type_name -> engram.v1.AddMemoryRequest.MetadataEntry
+	81,  // 4: engram.v1.AddMemoryRequest.created_at:type_name -> google.protobuf.Timestamp
+	81,  // 5: engram.v1.AddMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
+	0,   // 6: engram.v1.AddMemoryRequest.contradictions:type_name -> engram.v1.ContradictionMode
+	78,  // 7: engram.v1.Contradiction.type:type_name -> engram.v1.MemoryType
+	82,  // 8: engram.v1.Contradiction.specifics:type_name -> engram.v1.SpecificConflict
+	83,  // 9: engram.v1.AddMemoryResponse.memory:type_name -> engram.v1.Memory
+	1,   // 10: engram.v1.AddMemoryResponse.outcome:type_name -> engram.v1.AddOutcome
+	84,  // 11: engram.v1.AddMemoryResponse.near_duplicates:type_name -> engram.v1.SimilarMemory
+	12,  // 12: engram.v1.AddMemoryResponse.conflicts:type_name -> engram.v1.Contradiction
+	15,  // 13: engram.v1.AddMemoriesRequest.memories:type_name -> engram.v1.NewMemory
+	78,  // 14: engram.v1.NewMemory.type:type_name -> engram.v1.MemoryType
+	79,  // 15: engram.v1.NewMemory.source:type_name -> engram.v1.Source
+	80,  // 16: engram.v1.NewMemory.source_type:type_name -> engram.v1.SourceType
+	76,  // 17: engram.v1.NewMemory.metadata:type_name -> engram.v1.NewMemory.MetadataEntry
+	81,  // 18: engram.v1.NewMemory.created_at:type_name -> google.protobuf.Timestamp
+	81,  // 19: engram.v1.NewMemory.valid_until:type_name -> google.protobuf.Timestamp
+	0,   // 20: engram.v1.NewMemory.contradictions:type_name -> engram.v1.ContradictionMode
+	83,  // 21: engram.v1.AddMemoryResult.memory:type_name -> engram.v1.Memory
+	1,   // 22: engram.v1.AddMemoryResult.outcome:type_name -> engram.v1.AddOutcome
+	84,  // 23: engram.v1.AddMemoryResult.near_duplicates:type_name -> engram.v1.SimilarMemory
+	12,  // 24: engram.v1.AddMemoryResult.conflicts:type_name -> engram.v1.Contradiction
+	16,  // 25: engram.v1.AddMemoriesResponse.results:type_name -> engram.v1.AddMemoryResult
+	85,  // 26: engram.v1.SearchMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
+	86,  // 27: engram.v1.SearchMemoriesRequest.weights:type_name -> engram.v1.RankingWeights
+	83,  // 28: engram.v1.SearchResult.memory:type_name -> engram.v1.Memory
+	87,  // 29: engram.v1.SearchResult.score:type_name -> engram.v1.ScoreBreakdown
+	19,  // 30: engram.v1.SearchMemoriesResponse.results:type_name -> engram.v1.SearchResult
+	77,  // 31: engram.v1.StringMap.entries:type_name -> engram.v1.StringMap.EntriesEntry
+	21,  // 32: engram.v1.UpdateMemoryRequest.locate:type_name -> engram.v1.SemanticLocator
+	78,  // 33: engram.v1.UpdateMemoryRequest.type:type_name -> engram.v1.MemoryType
+	22,  // 34: engram.v1.UpdateMemoryRequest.tags:type_name -> engram.v1.StringList
+	23,  // 35: engram.v1.UpdateMemoryRequest.metadata:type_name -> engram.v1.StringMap
+	81,  // 36: engram.v1.UpdateMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
+	83,  // 37: engram.v1.UpdateMemoryResponse.memory:type_name -> engram.v1.Memory
+	83,  // 38: engram.v1.UpdateMemoryResponse.previous:type_name -> engram.v1.Memory
+	26,  // 39: engram.v1.DeleteMemoryRequest.query:type_name -> engram.v1.DeleteQuery
+	83,  // 40: engram.v1.DeleteMemoryResponse.deleted:type_name -> engram.v1.Memory
+	81,  // 41: engram.v1.DeleteMemoryResponse.purge_at:type_name -> google.protobuf.Timestamp
+	83,  // 42: engram.v1.GetMemoryResponse.memory:type_name -> engram.v1.Memory
+	83,  // 43: engram.v1.GetMemoryResponse.history:type_name -> engram.v1.Memory
+	85,  // 44: engram.v1.ListMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
+	83,  // 45: engram.v1.ListMemoriesResponse.memories:type_name -> engram.v1.Memory
+	88,  // 46: engram.v1.ListCollectionsResponse.collections:type_name -> engram.v1.CollectionInfo
+	35,  // 47: engram.v1.ListCollectionsResponse.trashed:type_name -> engram.v1.TrashedCollection
+	81,  // 48: engram.v1.TrashedCollection.trashed_at:type_name -> google.protobuf.Timestamp
+	81,  // 49: engram.v1.TrashedCollection.purge_at:type_name -> google.protobuf.Timestamp
+	81,  // 50: engram.v1.DeleteCollectionResponse.deleted_at:type_name -> google.protobuf.Timestamp
+	81,  // 51: engram.v1.DeleteCollectionResponse.purge_at:type_name -> google.protobuf.Timestamp
+	2,   // 52: engram.v1.RunReflectionResponse.outcome:type_name -> engram.v1.ReflectionOutcome
+	3,   // 53: engram.v1.RunReflectionResponse.throttled_by:type_name -> engram.v1.ReflectionGate
+	81,  // 54: engram.v1.RunReflectionResponse.next_run_after:type_name -> google.protobuf.Timestamp
+	83,  // 55: engram.v1.RunReflectionResponse.sources:type_name -> engram.v1.Memory
+	83,  // 56: engram.v1.RunReflectionResponse.insights:type_name -> engram.v1.Memory
+	83,  // 57: engram.v1.RunReflectionResponse.drafts:type_name -> engram.v1.Memory
+	84,  // 58: engram.v1.RunReflectionResponse.duplicates:type_name -> engram.v1.SimilarMemory
+	81,  // 59: engram.v1.GateDecision.decided_at:type_name -> google.protobuf.Timestamp
+	1,   // 60: engram.v1.GateDecision.outcome:type_name -> engram.v1.AddOutcome
+	84,  // 61: engram.v1.GateDecision.near_duplicates:type_name -> engram.v1.SimilarMemory
+	41,  // 62: engram.v1.ListGateDecisionsResponse.decisions:type_name -> engram.v1.GateDecision
+	81,  // 63: engram.v1.ReflectionRun.started_at:type_name -> google.protobuf.Timestamp
+	2,   // 64: engram.v1.ReflectionRun.outcome:type_name -> engram.v1.ReflectionOutcome
+	44,  // 65: engram.v1.ListReflectionRunsResponse.runs:type_name -> engram.v1.ReflectionRun
+	81,  // 66: engram.v1.ConversationMessage.created_at:type_name -> google.protobuf.Timestamp
+	46,  // 67: engram.v1.Conversation.messages:type_name -> engram.v1.ConversationMessage
+	47,  // 68: engram.v1.ExtractMemoriesRequest.conversation:type_name -> engram.v1.Conversation
+	48,  // 69: engram.v1.ExtractMemoriesRequest.observation:type_name -> engram.v1.ToolObservation
+	4,   // 70: engram.v1.ExtractMemoriesRequest.mode:type_name -> engram.v1.ExtractionMode
+	78,  // 71: engram.v1.ExtractedMemory.type:type_name -> engram.v1.MemoryType
+	81,  // 72: engram.v1.ExtractedMemory.created_at:type_name -> google.protobuf.Timestamp
+	16,  // 73: engram.v1.ExtractedMemory.result:type_name -> engram.v1.AddMemoryResult
+	50,  // 74: engram.v1.ExtractMemoriesResponse.memories:type_name -> engram.v1.ExtractedMemory
+	5,   // 75: engram.v1.ExtractMemoriesResponse.extractor:type_name -> engram.v1.Extractor
+	83,  // 76: engram.v1.ListTrashResponse.memories:type_name -> engram.v1.Memory
+	83,  // 77: engram.v1.RestoreMemoryResponse.memory:type_name -> engram.v1.Memory
+	84,  // 78: engram.v1.RestoreMemoryResponse.near_duplicates:type_name -> engram.v1.SimilarMemory
+	88,  // 79: engram.v1.RestoreCollectionResponse.collection:type_name -> engram.v1.CollectionInfo
+	81,  // 80: engram.v1.GetContextRequest.since:type_name -> google.protobuf.Timestamp
+	83,  // 81: engram.v1.ContextItem.memory:type_name -> engram.v1.Memory
+	61,  // 82: engram.v1.ContextItem.topic:type_name -> engram.v1.ContextTopic
+	6,   // 83: engram.v1.ContextSection.kind:type_name -> engram.v1.ContextSectionKind
+	62,  // 84: engram.v1.ContextSection.items:type_name -> engram.v1.ContextItem
+	63,  // 85: engram.v1.GetContextResponse.sections:type_name -> engram.v1.ContextSection
+	81,  // 86: engram.v1.GetContextResponse.since:type_name -> google.protobuf.Timestamp
+	7,   // 87: engram.v1.GetContextResponse.since_source:type_name -> engram.v1.SinceSource
+	61,  // 88: engram.v1.GetContextResponse.topics:type_name -> engram.v1.ContextTopic
+	83,  // 89: engram.v1.GetTriggersResponse.memories:type_name -> engram.v1.Memory
+	81,  // 90: engram.v1.Slot.updated_at:type_name -> google.protobuf.Timestamp
+	67,  // 91: engram.v1.ListSlotsResponse.slots:type_name -> engram.v1.Slot
+	8,   // 92: engram.v1.UpdateSlotRequest.mode:type_name -> engram.v1.SlotUpdateMode
+	67,  // 93: engram.v1.UpdateSlotResponse.slot:type_name -> engram.v1.Slot
+	9,   // 94: engram.v1.UpdateSlotResponse.compaction:type_name -> engram.v1.SlotCompaction
+	83,  // 95: engram.v1.ConsolidatedCluster.insight:type_name -> engram.v1.Memory
+	10,  // 96: engram.v1.RunConsolidationResponse.outcome:type_name -> engram.v1.ConsolidationOutcome
+	81,  // 97: engram.v1.RunConsolidationResponse.next_run_after:type_name -> google.protobuf.Timestamp
+	73,  // 98: engram.v1.RunConsolidationResponse.clusters:type_name -> engram.v1.ConsolidatedCluster
+	11,  // 99: engram.v1.MemoryService.AddMemory:input_type -> engram.v1.AddMemoryRequest
+	14,  // 100: engram.v1.MemoryService.AddMemories:input_type -> engram.v1.AddMemoriesRequest
+	18,  // 101: engram.v1.MemoryService.SearchMemories:input_type -> engram.v1.SearchMemoriesRequest
+	24,  // 102: engram.v1.MemoryService.UpdateMemory:input_type -> engram.v1.UpdateMemoryRequest
+	27,  // 103: engram.v1.MemoryService.DeleteMemory:input_type -> engram.v1.DeleteMemoryRequest
+	29,  // 104: engram.v1.MemoryService.GetMemory:input_type -> engram.v1.GetMemoryRequest
+	31,  // 105: engram.v1.MemoryService.ListMemories:input_type -> engram.v1.ListMemoriesRequest
+	33,  // 106: engram.v1.MemoryService.ListCollections:input_type -> engram.v1.ListCollectionsRequest
+	36,  // 107: engram.v1.MemoryService.DeleteCollection:input_type -> engram.v1.DeleteCollectionRequest
+	38,  // 108: engram.v1.MemoryService.RunReflection:input_type -> engram.v1.RunReflectionRequest
+	40,  // 109: engram.v1.MemoryService.ListGateDecisions:input_type -> engram.v1.ListGateDecisionsRequest
+	43,  // 110: engram.v1.MemoryService.ListReflectionRuns:input_type -> engram.v1.ListReflectionRunsRequest
+	49,  // 111: engram.v1.MemoryService.ExtractMemories:input_type -> engram.v1.ExtractMemoriesRequest
+	52,  // 112: engram.v1.MemoryService.ListTrash:input_type -> engram.v1.ListTrashRequest
+	54,  // 113: engram.v1.MemoryService.RestoreMemory:input_type -> engram.v1.RestoreMemoryRequest
+	56,  // 114: engram.v1.MemoryService.PurgeTrash:input_type -> engram.v1.PurgeTrashRequest
+	58,  // 115: engram.v1.MemoryService.RestoreCollection:input_type -> engram.v1.RestoreCollectionRequest
+	60,  // 116: engram.v1.MemoryService.GetContext:input_type -> engram.v1.GetContextRequest
+	65,  // 117: engram.v1.MemoryService.GetTriggers:input_type -> engram.v1.GetTriggersRequest
+	68,  // 118: engram.v1.MemoryService.ListSlots:input_type -> engram.v1.ListSlotsRequest
+	70,  // 119: engram.v1.MemoryService.UpdateSlot:input_type -> engram.v1.UpdateSlotRequest
+	72,  // 120: engram.v1.MemoryService.RunConsolidation:input_type -> engram.v1.RunConsolidationRequest
+	13,  // 121: engram.v1.MemoryService.AddMemory:output_type -> engram.v1.AddMemoryResponse
+	17,  // 122: engram.v1.MemoryService.AddMemories:output_type -> engram.v1.AddMemoriesResponse
+	20,  // 123: engram.v1.MemoryService.SearchMemories:output_type -> engram.v1.SearchMemoriesResponse
+	25,  // 124: engram.v1.MemoryService.UpdateMemory:output_type -> engram.v1.UpdateMemoryResponse
+	28,  // 125: engram.v1.MemoryService.DeleteMemory:output_type -> engram.v1.DeleteMemoryResponse
+	30,  // 126: engram.v1.MemoryService.GetMemory:output_type -> engram.v1.GetMemoryResponse
+	32,  // 127: engram.v1.MemoryService.ListMemories:output_type -> engram.v1.ListMemoriesResponse
+	34,  // 128: engram.v1.MemoryService.ListCollections:output_type -> engram.v1.ListCollectionsResponse
+	37,  // 129: engram.v1.MemoryService.DeleteCollection:output_type -> engram.v1.DeleteCollectionResponse
+	39,  // 130: engram.v1.MemoryService.RunReflection:output_type -> engram.v1.RunReflectionResponse
+	42,  // 131: engram.v1.MemoryService.ListGateDecisions:output_type -> engram.v1.ListGateDecisionsResponse
+	45,  // 132: engram.v1.MemoryService.ListReflectionRuns:output_type -> engram.v1.ListReflectionRunsResponse
+	51,  // 133: engram.v1.MemoryService.ExtractMemories:output_type -> engram.v1.ExtractMemoriesResponse
+	53,  // 134: engram.v1.MemoryService.ListTrash:output_type -> engram.v1.ListTrashResponse
+	55,  // 135: engram.v1.MemoryService.RestoreMemory:output_type -> engram.v1.RestoreMemoryResponse
+	57,  // 136: engram.v1.MemoryService.PurgeTrash:output_type -> engram.v1.PurgeTrashResponse
+	59,  // 137: engram.v1.MemoryService.RestoreCollection:output_type -> engram.v1.RestoreCollectionResponse
+	64,  // 138: engram.v1.MemoryService.GetContext:output_type -> engram.v1.GetContextResponse
+	66,  // 139: engram.v1.MemoryService.GetTriggers:output_type -> engram.v1.GetTriggersResponse
+	69,  // 140: engram.v1.MemoryService.ListSlots:output_type -> engram.v1.ListSlotsResponse
+	71,  // 141: engram.v1.MemoryService.UpdateSlot:output_type -> engram.v1.UpdateSlotResponse
+	74,  // 142: engram.v1.MemoryService.RunConsolidation:output_type -> engram.v1.RunConsolidationResponse
+	121, // [121:143] is the sub-list for method output_type
+	99,  // [99:121] is the sub-list for method input_type
+	99,  // [99:99] is the sub-list for extension type_name
+	99,  // [99:99] is the sub-list for extension extendee
+	0,   // [0:99] is the sub-list for field type_name
 }
 
 func init() { file_engram_v1_memory_service_proto_init() }
@@ -5942,30 +6510,30 @@ func file_engram_v1_memory_service_proto_init() {
 	}
 	file_engram_v1_memory_proto_init()
 	file_engram_v1_memory_service_proto_msgTypes[0].OneofWrappers = []any{}
-	file_engram_v1_memory_service_proto_msgTypes[3].OneofWrappers = []any{}
 	file_engram_v1_memory_service_proto_msgTypes[4].OneofWrappers = []any{}
-	file_engram_v1_memory_service_proto_msgTypes[6].OneofWrappers = []any{}
-	file_engram_v1_memory_service_proto_msgTypes[12].OneofWrappers = []any{
+	file_engram_v1_memory_service_proto_msgTypes[5].OneofWrappers = []any{}
+	file_engram_v1_memory_service_proto_msgTypes[7].OneofWrappers = []any{}
+	file_engram_v1_memory_service_proto_msgTypes[13].OneofWrappers = []any{
 		(*UpdateMemoryRequest_Id)(nil),
 		(*UpdateMemoryRequest_Locate)(nil),
 	}
-	file_engram_v1_memory_service_proto_msgTypes[15].OneofWrappers = []any{
+	file_engram_v1_memory_service_proto_msgTypes[16].OneofWrappers = []any{
 		(*DeleteMemoryRequest_Id)(nil),
 		(*DeleteMemoryRequest_Query)(nil),
 	}
-	file_engram_v1_memory_service_proto_msgTypes[37].OneofWrappers = []any{
+	file_engram_v1_memory_service_proto_msgTypes[38].OneofWrappers = []any{
 		(*ExtractMemoriesRequest_Text)(nil),
 		(*ExtractMemoriesRequest_Conversation)(nil),
 		(*ExtractMemoriesRequest_Observation)(nil),
 	}
-	file_engram_v1_memory_service_proto_msgTypes[48].OneofWrappers = []any{}
+	file_engram_v1_memory_service_proto_msgTypes[49].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_engram_v1_memory_service_proto_rawDesc), len(file_engram_v1_memory_service_proto_rawDesc)),
-			NumEnums:      9,
-			NumMessages:   63,
+			NumEnums:      11,
+			NumMessages:   67,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -40,6 +40,7 @@ const (
 	MemoryService_GetTriggers_FullMethodName        = "/engram.v1.MemoryService/GetTriggers"
 	MemoryService_ListSlots_FullMethodName          = "/engram.v1.MemoryService/ListSlots"
 	MemoryService_UpdateSlot_FullMethodName         = "/engram.v1.MemoryService/UpdateSlot"
+	MemoryService_RunConsolidation_FullMethodName   = "/engram.v1.MemoryService/RunConsolidation"
 )
 
 // MemoryServiceClient is the client API for MemoryService service.
@@ -143,6 +144,13 @@ type MemoryServiceClient interface {
 	// capacity, its oldest content is compacted: summarised by the LLM when one is configured,
 	// else cut, leaving a marker that says how much was removed.
 	UpdateSlot(ctx context.Context, in *UpdateSlotRequest, opts ...grpc.CallOption) (*UpdateSlotResponse, error)
+	// RunConsolidation merges clusters of related event memories of a collection into one insight
+	// each, keeping every specific detail (numbers, dates, names); the sources become the
+	// insight's history (superseded_by set, never searched) and the insight names them in
+	// derived_from. With an LLM configured it writes the insight, else a rule-based merge does.
+	// Throttled like reflection: minimum interval, daily cap, skipped when nothing was written
+	// since the last run.
+	RunConsolidation(ctx context.Context, in *RunConsolidationRequest, opts ...grpc.CallOption) (*RunConsolidationResponse, error)
 }
 
 type memoryServiceClient struct {
@@ -363,6 +371,16 @@ func (c *memoryServiceClient) UpdateSlot(ctx context.Context, in *UpdateSlotRequ
 	return out, nil
 }
 
+func (c *memoryServiceClient) RunConsolidation(ctx context.Context, in *RunConsolidationRequest, opts ...grpc.CallOption) (*RunConsolidationResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RunConsolidationResponse)
+	err := c.cc.Invoke(ctx, MemoryService_RunConsolidation_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MemoryServiceServer is the server API for MemoryService service.
 // All implementations must embed UnimplementedMemoryServiceServer
 // for forward compatibility.
@@ -464,6 +482,13 @@ type MemoryServiceServer interface {
 	// capacity, its oldest content is compacted: summarised by the LLM when one is configured,
 	// else cut, leaving a marker that says how much was removed.
 	UpdateSlot(context.Context, *UpdateSlotRequest) (*UpdateSlotResponse, error)
+	// RunConsolidation merges clusters of related event memories of a collection into one insight
+	// each, keeping every specific detail (numbers, dates, names); the sources become the
+	// insight's history (superseded_by set, never searched) and the insight names them in
+	// derived_from. With an LLM configured it writes the insight, else a rule-based merge does.
+	// Throttled like reflection: minimum interval, daily cap, skipped when nothing was written
+	// since the last run.
+	RunConsolidation(context.Context, *RunConsolidationRequest) (*RunConsolidationResponse, error)
 	mustEmbedUnimplementedMemoryServiceServer()
 }
 
@@ -536,6 +561,9 @@ func (UnimplementedMemoryServiceServer) ListSlots(context.Context, *ListSlotsReq
 }
 func (UnimplementedMemoryServiceServer) UpdateSlot(context.Context, *UpdateSlotRequest) (*UpdateSlotResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method UpdateSlot not implemented")
+}
+func (UnimplementedMemoryServiceServer) RunConsolidation(context.Context, *RunConsolidationRequest) (*RunConsolidationResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RunConsolidation not implemented")
 }
 func (UnimplementedMemoryServiceServer) mustEmbedUnimplementedMemoryServiceServer() {}
 func (UnimplementedMemoryServiceServer) testEmbeddedByValue()                       {}
@@ -936,6 +964,24 @@ func _MemoryService_UpdateSlot_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _MemoryService_RunConsolidation_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RunConsolidationRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MemoryServiceServer).RunConsolidation(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: MemoryService_RunConsolidation_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MemoryServiceServer).RunConsolidation(ctx, req.(*RunConsolidationRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // MemoryService_ServiceDesc is the grpc.ServiceDesc for MemoryService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1026,6 +1072,10 @@ var MemoryService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "UpdateSlot",
 			Handler:    _MemoryService_UpdateSlot_Handler,
+		},
+		{
+			MethodName: "RunConsolidation",
+			Handler:    _MemoryService_RunConsolidation_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

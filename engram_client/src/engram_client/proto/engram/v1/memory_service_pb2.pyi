@@ -21,6 +21,38 @@ else:
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class _ContradictionMode:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ContradictionModeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ContradictionMode.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    CONTRADICTION_MODE_UNSPECIFIED: _ContradictionMode.ValueType  # 0
+    """The server's setting (ENGRAM_CONTRADICTIONS; default supersede)."""
+    CONTRADICTION_MODE_SUPERSEDE: _ContradictionMode.ValueType  # 1
+    """Mark the stored memory superseded by the new one: it stays in the new memory's history
+    (GetMemory with include_history) and is never returned by search again.
+    """
+    CONTRADICTION_MODE_REPORT: _ContradictionMode.ValueType  # 2
+    """Only list it in `conflicts` (superseded false); nothing else changes."""
+    CONTRADICTION_MODE_OFF: _ContradictionMode.ValueType  # 3
+    """Do not look for contradictions (`conflicts` stays empty)."""
+
+class ContradictionMode(_ContradictionMode, metaclass=_ContradictionModeEnumTypeWrapper):
+    """ContradictionMode says what the write gate does with a stored memory the new one contradicts."""
+
+CONTRADICTION_MODE_UNSPECIFIED: ContradictionMode.ValueType  # 0
+"""The server's setting (ENGRAM_CONTRADICTIONS; default supersede)."""
+CONTRADICTION_MODE_SUPERSEDE: ContradictionMode.ValueType  # 1
+"""Mark the stored memory superseded by the new one: it stays in the new memory's history
+(GetMemory with include_history) and is never returned by search again.
+"""
+CONTRADICTION_MODE_REPORT: ContradictionMode.ValueType  # 2
+"""Only list it in `conflicts` (superseded false); nothing else changes."""
+CONTRADICTION_MODE_OFF: ContradictionMode.ValueType  # 3
+"""Do not look for contradictions (`conflicts` stays empty)."""
+Global___ContradictionMode: _TypeAlias = ContradictionMode  # noqa: Y015
+
 class _AddOutcome:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -297,6 +329,38 @@ SLOT_COMPACTION_TRUNCATION: SlotCompaction.ValueType  # 2
 """The oldest content was cut and replaced by a marker "[… N earlier tokens removed …]"."""
 Global___SlotCompaction: _TypeAlias = SlotCompaction  # noqa: Y015
 
+class _ConsolidationOutcome:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ConsolidationOutcomeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ConsolidationOutcome.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    CONSOLIDATION_OUTCOME_UNSPECIFIED: _ConsolidationOutcome.ValueType  # 0
+    """Never sent."""
+    CONSOLIDATION_OUTCOME_COMPLETED: _ConsolidationOutcome.ValueType  # 1
+    """Insights were written and their sources superseded."""
+    CONSOLIDATION_OUTCOME_NOTHING_TO_MERGE: _ConsolidationOutcome.ValueType  # 2
+    """No cluster of related event memories was found; nothing was written."""
+    CONSOLIDATION_OUTCOME_THROTTLED: _ConsolidationOutcome.ValueType  # 3
+    """A gate refused the run; see detail and next_run_after."""
+    CONSOLIDATION_OUTCOME_WOULD_RUN: _ConsolidationOutcome.ValueType  # 4
+    """dry_run: these clusters would be merged."""
+
+class ConsolidationOutcome(_ConsolidationOutcome, metaclass=_ConsolidationOutcomeEnumTypeWrapper):
+    """ConsolidationOutcome says what RunConsolidation did."""
+
+CONSOLIDATION_OUTCOME_UNSPECIFIED: ConsolidationOutcome.ValueType  # 0
+"""Never sent."""
+CONSOLIDATION_OUTCOME_COMPLETED: ConsolidationOutcome.ValueType  # 1
+"""Insights were written and their sources superseded."""
+CONSOLIDATION_OUTCOME_NOTHING_TO_MERGE: ConsolidationOutcome.ValueType  # 2
+"""No cluster of related event memories was found; nothing was written."""
+CONSOLIDATION_OUTCOME_THROTTLED: ConsolidationOutcome.ValueType  # 3
+"""A gate refused the run; see detail and next_run_after."""
+CONSOLIDATION_OUTCOME_WOULD_RUN: ConsolidationOutcome.ValueType  # 4
+"""dry_run: these clusters would be merged."""
+Global___ConsolidationOutcome: _TypeAlias = ConsolidationOutcome  # noqa: Y015
+
 @_typing.final
 class AddMemoryRequest(_message.Message):
     """AddMemoryRequest asks to store one memory."""
@@ -337,6 +401,7 @@ class AddMemoryRequest(_message.Message):
     ALLOW_DUPLICATE_FIELD_NUMBER: _builtins.int
     SESSION_ID_FIELD_NUMBER: _builtins.int
     AGENT_ID_FIELD_NUMBER: _builtins.int
+    CONTRADICTIONS_FIELD_NUMBER: _builtins.int
     collection: _builtins.str
     """Target collection. Empty means the server's default collection ("default").
     Names: 1–64 characters of a–z, 0–9, '_' and '-', starting with a letter or digit.
@@ -369,6 +434,11 @@ class AddMemoryRequest(_message.Message):
     agent_id: _builtins.str
     """The agent writing the memory (same characters as session_id). Empty means none. Stored as
     Memory.agent_id; MemoryFilter.agent_ids and GetContext read it.
+    """
+    contradictions: Global___ContradictionMode.ValueType
+    """What to do when the new memory contradicts a stored one (the same subject with another
+    value): supersede it, only report it, or not look. Unspecified means the server's
+    ENGRAM_CONTRADICTIONS (default supersede). See `conflicts` in the response.
     """
     @_builtins.property
     def tags(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
@@ -403,16 +473,75 @@ class AddMemoryRequest(_message.Message):
         allow_duplicate: _builtins.bool = ...,
         session_id: _builtins.str = ...,
         agent_id: _builtins.str = ...,
+        contradictions: Global___ContradictionMode.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "created_at", b"created_at", "importance", b"importance", "valid_until", b"valid_until"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "agent_id", b"agent_id", "allow_duplicate", b"allow_duplicate", "collection", b"collection", "content", b"content", "created_at", b"created_at", "importance", b"importance", "metadata", b"metadata", "request_id", b"request_id", "session_id", b"session_id", "source", b"source", "source_type", b"source_type", "tags", b"tags", "type", b"type", "valid_until", b"valid_until"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "agent_id", b"agent_id", "allow_duplicate", b"allow_duplicate", "collection", b"collection", "content", b"content", "contradictions", b"contradictions", "created_at", b"created_at", "importance", b"importance", "metadata", b"metadata", "request_id", b"request_id", "session_id", b"session_id", "source", b"source", "source_type", b"source_type", "tags", b"tags", "type", b"type", "valid_until", b"valid_until"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__importance: _TypeAlias = _typing.Literal["importance"]  # noqa: Y015
     _WhichOneofArgType__importance: _TypeAlias = _typing.Literal["_importance", b"_importance"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType__importance) -> _WhichOneofReturnType__importance | None: ...
 
 Global___AddMemoryRequest: _TypeAlias = AddMemoryRequest  # noqa: Y015
+
+@_typing.final
+class Contradiction(_message.Message):
+    """Contradiction explains why a new memory contradicts a stored one (same subject, another value)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MEMORY_ID_FIELD_NUMBER: _builtins.int
+    CONTENT_FIELD_NUMBER: _builtins.int
+    TYPE_FIELD_NUMBER: _builtins.int
+    SIMILARITY_FIELD_NUMBER: _builtins.int
+    BASIS_FIELD_NUMBER: _builtins.int
+    SPECIFICS_FIELD_NUMBER: _builtins.int
+    EXPLANATION_FIELD_NUMBER: _builtins.int
+    SUPERSEDED_FIELD_NUMBER: _builtins.int
+    memory_id: _builtins.str
+    """The stored memory's id."""
+    content: _builtins.str
+    """The stored memory's content."""
+    type: _memory_pb2.MemoryType.ValueType
+    """Its type."""
+    similarity: _builtins.float
+    """Calibrated similarity between the stored memory and the new content."""
+    basis: _builtins.str
+    """Why it is a contradiction: "change_statement" (the new content says the value changed:
+    "moved from X to Y", "no longer", 改为 …), "specifics" (the same statement with another
+    number, date, name or negation) or "llm" (the configured LLM judged it).
+    """
+    explanation: _builtins.str
+    """A human-readable explanation."""
+    superseded: _builtins.bool
+    """True when the stored memory is now superseded by the new one (its superseded_by is set).
+    False in report mode, for a protected memory (identity or directive) contradicted by a memory
+    of another type, and when the new memory is older (created_at) than the stored one.
+    """
+    @_builtins.property
+    def specifics(self) -> _containers.RepeatedCompositeFieldContainer[_memory_pb2.SpecificConflict]:
+        """The specifics on which the two disagree (old values in existing_values, new in new_values)."""
+
+    def __init__(
+        self,
+        *,
+        memory_id: _builtins.str = ...,
+        content: _builtins.str = ...,
+        type: _memory_pb2.MemoryType.ValueType = ...,
+        similarity: _builtins.float = ...,
+        basis: _builtins.str = ...,
+        specifics: _abc.Iterable[_memory_pb2.SpecificConflict] | None = ...,
+        explanation: _builtins.str = ...,
+        superseded: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["basis", b"basis", "content", b"content", "explanation", b"explanation", "memory_id", b"memory_id", "similarity", b"similarity", "specifics", b"specifics", "superseded", b"superseded", "type", b"type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Contradiction: _TypeAlias = Contradiction  # noqa: Y015
 
 @_typing.final
 class AddMemoryResponse(_message.Message):
@@ -426,6 +555,7 @@ class AddMemoryResponse(_message.Message):
     NEAR_DUPLICATES_FIELD_NUMBER: _builtins.int
     REPLAYED_FIELD_NUMBER: _builtins.int
     GATE_REASON_FIELD_NUMBER: _builtins.int
+    CONFLICTS_FIELD_NUMBER: _builtins.int
     outcome: Global___AddOutcome.ValueType
     """What happened."""
     duplicate_similarity: _builtins.float
@@ -455,6 +585,12 @@ class AddMemoryResponse(_message.Message):
         0.92 that were not taken as duplicates, with their reason (see gate_reason).
         """
 
+    @_builtins.property
+    def conflicts(self) -> _containers.RepeatedCompositeFieldContainer[Global___Contradiction]:
+        """For CREATED: the stored memories the new one contradicts (the same subject with another
+        value), each with the reason and whether it was superseded. Empty in a replayed answer.
+        """
+
     def __init__(
         self,
         *,
@@ -464,10 +600,11 @@ class AddMemoryResponse(_message.Message):
         near_duplicates: _abc.Iterable[_memory_pb2.SimilarMemory] | None = ...,
         replayed: _builtins.bool = ...,
         gate_reason: _builtins.str = ...,
+        conflicts: _abc.Iterable[Global___Contradiction] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["memory", b"memory"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["duplicate_similarity", b"duplicate_similarity", "gate_reason", b"gate_reason", "memory", b"memory", "near_duplicates", b"near_duplicates", "outcome", b"outcome", "replayed", b"replayed"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["conflicts", b"conflicts", "duplicate_similarity", b"duplicate_similarity", "gate_reason", b"gate_reason", "memory", b"memory", "near_duplicates", b"near_duplicates", "outcome", b"outcome", "replayed", b"replayed"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -547,6 +684,7 @@ class NewMemory(_message.Message):
     ALLOW_DUPLICATE_FIELD_NUMBER: _builtins.int
     SESSION_ID_FIELD_NUMBER: _builtins.int
     AGENT_ID_FIELD_NUMBER: _builtins.int
+    CONTRADICTIONS_FIELD_NUMBER: _builtins.int
     content: _builtins.str
     """The text to remember. Required; at most 8,192 characters (configurable)."""
     type: _memory_pb2.MemoryType.ValueType
@@ -569,6 +707,8 @@ class NewMemory(_message.Message):
     """The agent session (as AddMemoryRequest.session_id)."""
     agent_id: _builtins.str
     """The agent (as AddMemoryRequest.agent_id)."""
+    contradictions: Global___ContradictionMode.ValueType
+    """As AddMemoryRequest.contradictions."""
     @_builtins.property
     def tags(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Tags (at most 32, each 1–64 characters). Duplicates are removed."""
@@ -601,10 +741,11 @@ class NewMemory(_message.Message):
         allow_duplicate: _builtins.bool = ...,
         session_id: _builtins.str = ...,
         agent_id: _builtins.str = ...,
+        contradictions: Global___ContradictionMode.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "created_at", b"created_at", "importance", b"importance", "valid_until", b"valid_until"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "agent_id", b"agent_id", "allow_duplicate", b"allow_duplicate", "content", b"content", "created_at", b"created_at", "importance", b"importance", "metadata", b"metadata", "request_id", b"request_id", "session_id", b"session_id", "source", b"source", "source_type", b"source_type", "tags", b"tags", "type", b"type", "valid_until", b"valid_until"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "agent_id", b"agent_id", "allow_duplicate", b"allow_duplicate", "content", b"content", "contradictions", b"contradictions", "created_at", b"created_at", "importance", b"importance", "metadata", b"metadata", "request_id", b"request_id", "session_id", b"session_id", "source", b"source", "source_type", b"source_type", "tags", b"tags", "type", b"type", "valid_until", b"valid_until"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__importance: _TypeAlias = _typing.Literal["importance"]  # noqa: Y015
     _WhichOneofArgType__importance: _TypeAlias = _typing.Literal["_importance", b"_importance"]  # noqa: Y015
@@ -628,6 +769,7 @@ class AddMemoryResult(_message.Message):
     DUPLICATE_OF_INDEX_FIELD_NUMBER: _builtins.int
     GATE_REASON_FIELD_NUMBER: _builtins.int
     ABRIDGED_FIELD_NUMBER: _builtins.int
+    CONFLICTS_FIELD_NUMBER: _builtins.int
     outcome: Global___AddOutcome.ValueType
     """What happened to this item."""
     duplicate_similarity: _builtins.float
@@ -658,6 +800,10 @@ class AddMemoryResult(_message.Message):
         first, including memories created by earlier items of the same call.
         """
 
+    @_builtins.property
+    def conflicts(self) -> _containers.RepeatedCompositeFieldContainer[Global___Contradiction]:
+        """As AddMemoryResponse.conflicts."""
+
     def __init__(
         self,
         *,
@@ -669,10 +815,11 @@ class AddMemoryResult(_message.Message):
         duplicate_of_index: _builtins.int | None = ...,
         gate_reason: _builtins.str = ...,
         abridged: _builtins.bool = ...,
+        conflicts: _abc.Iterable[Global___Contradiction] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_duplicate_of_index", b"_duplicate_of_index", "duplicate_of_index", b"duplicate_of_index", "memory", b"memory"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_duplicate_of_index", b"_duplicate_of_index", "abridged", b"abridged", "duplicate_of_index", b"duplicate_of_index", "duplicate_similarity", b"duplicate_similarity", "gate_reason", b"gate_reason", "memory", b"memory", "near_duplicates", b"near_duplicates", "outcome", b"outcome", "replayed", b"replayed"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_duplicate_of_index", b"_duplicate_of_index", "abridged", b"abridged", "conflicts", b"conflicts", "duplicate_of_index", b"duplicate_of_index", "duplicate_similarity", b"duplicate_similarity", "gate_reason", b"gate_reason", "memory", b"memory", "near_duplicates", b"near_duplicates", "outcome", b"outcome", "replayed", b"replayed"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__duplicate_of_index: _TypeAlias = _typing.Literal["duplicate_of_index"]  # noqa: Y015
     _WhichOneofArgType__duplicate_of_index: _TypeAlias = _typing.Literal["_duplicate_of_index", b"_duplicate_of_index"]  # noqa: Y015
@@ -2758,3 +2905,117 @@ class UpdateSlotResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___UpdateSlotResponse: _TypeAlias = UpdateSlotResponse  # noqa: Y015
+
+@_typing.final
+class RunConsolidationRequest(_message.Message):
+    """RunConsolidationRequest asks for one consolidation run over a collection."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COLLECTION_FIELD_NUMBER: _builtins.int
+    DRY_RUN_FIELD_NUMBER: _builtins.int
+    FORCE_FIELD_NUMBER: _builtins.int
+    collection: _builtins.str
+    """The collection to consolidate. Empty means the default collection."""
+    dry_run: _builtins.bool
+    """Find the clusters and report them, but merge and write nothing."""
+    force: _builtins.bool
+    """Skip the minimum-interval and nothing-changed gates (the daily cap still applies)."""
+    def __init__(
+        self,
+        *,
+        collection: _builtins.str = ...,
+        dry_run: _builtins.bool = ...,
+        force: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["collection", b"collection", "dry_run", b"dry_run", "force", b"force"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RunConsolidationRequest: _TypeAlias = RunConsolidationRequest  # noqa: Y015
+
+@_typing.final
+class ConsolidatedCluster(_message.Message):
+    """ConsolidatedCluster is one merge: the insight and the memories it replaces."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INSIGHT_FIELD_NUMBER: _builtins.int
+    SOURCE_IDS_FIELD_NUMBER: _builtins.int
+    MERGED_BY_FIELD_NUMBER: _builtins.int
+    merged_by: _builtins.str
+    """"llm" or "rules": what wrote the merged content."""
+    @_builtins.property
+    def insight(self) -> _memory_pb2.Memory:
+        """The insight written (for dry_run: the merged content, not stored, no id)."""
+
+    @_builtins.property
+    def source_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The ids of the source memories, oldest first (now superseded by the insight)."""
+
+    def __init__(
+        self,
+        *,
+        insight: _memory_pb2.Memory | None = ...,
+        source_ids: _abc.Iterable[_builtins.str] | None = ...,
+        merged_by: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["insight", b"insight"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["insight", b"insight", "merged_by", b"merged_by", "source_ids", b"source_ids"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ConsolidatedCluster: _TypeAlias = ConsolidatedCluster  # noqa: Y015
+
+@_typing.final
+class RunConsolidationResponse(_message.Message):
+    """RunConsolidationResponse reports a consolidation run."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OUTCOME_FIELD_NUMBER: _builtins.int
+    DETAIL_FIELD_NUMBER: _builtins.int
+    NEXT_RUN_AFTER_FIELD_NUMBER: _builtins.int
+    CLUSTERS_FIELD_NUMBER: _builtins.int
+    CANDIDATES_FIELD_NUMBER: _builtins.int
+    MEMORIES_BEFORE_FIELD_NUMBER: _builtins.int
+    MEMORIES_AFTER_FIELD_NUMBER: _builtins.int
+    outcome: Global___ConsolidationOutcome.ValueType
+    """What happened."""
+    detail: _builtins.str
+    """A human-readable explanation (why throttled, what was merged)."""
+    candidates: _builtins.int
+    """Live event memories considered."""
+    memories_before: _builtins.int
+    """The collection's live memories (history excluded) before and after the run."""
+    memories_after: _builtins.int
+    """After the run (equal to memories_before for dry_run and when nothing was merged)."""
+    @_builtins.property
+    def next_run_after(self) -> _timestamp_pb2.Timestamp:
+        """For THROTTLED by a time gate: the earliest time the next run is allowed."""
+
+    @_builtins.property
+    def clusters(self) -> _containers.RepeatedCompositeFieldContainer[Global___ConsolidatedCluster]:
+        """The merges, largest first."""
+
+    def __init__(
+        self,
+        *,
+        outcome: Global___ConsolidationOutcome.ValueType = ...,
+        detail: _builtins.str = ...,
+        next_run_after: _timestamp_pb2.Timestamp | None = ...,
+        clusters: _abc.Iterable[Global___ConsolidatedCluster] | None = ...,
+        candidates: _builtins.int = ...,
+        memories_before: _builtins.int = ...,
+        memories_after: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["next_run_after", b"next_run_after"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["candidates", b"candidates", "clusters", b"clusters", "detail", b"detail", "memories_after", b"memories_after", "memories_before", b"memories_before", "next_run_after", b"next_run_after", "outcome", b"outcome"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RunConsolidationResponse: _TypeAlias = RunConsolidationResponse  # noqa: Y015

@@ -145,6 +145,11 @@ class MemoryServiceStub:
                 request_serializer=engram_dot_v1_dot_memory__service__pb2.UpdateSlotRequest.SerializeToString,
                 response_deserializer=engram_dot_v1_dot_memory__service__pb2.UpdateSlotResponse.FromString,
                 _registered_method=True)
+        self.RunConsolidation = channel.unary_unary(
+                '/engram.v1.MemoryService/RunConsolidation',
+                request_serializer=engram_dot_v1_dot_memory__service__pb2.RunConsolidationRequest.SerializeToString,
+                response_deserializer=engram_dot_v1_dot_memory__service__pb2.RunConsolidationResponse.FromString,
+                _registered_method=True)
 
 
 class MemoryServiceServicer:
@@ -351,6 +356,18 @@ class MemoryServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RunConsolidation(self, request, context):
+        """RunConsolidation merges clusters of related event memories of a collection into one insight
+        each, keeping every specific detail (numbers, dates, names); the sources become the
+        insight's history (superseded_by set, never searched) and the insight names them in
+        derived_from. With an LLM configured it writes the insight, else a rule-based merge does.
+        Throttled like reflection: minimum interval, daily cap, skipped when nothing was written
+        since the last run.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MemoryServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -458,6 +475,11 @@ def add_MemoryServiceServicer_to_server(servicer, server):
                     servicer.UpdateSlot,
                     request_deserializer=engram_dot_v1_dot_memory__service__pb2.UpdateSlotRequest.FromString,
                     response_serializer=engram_dot_v1_dot_memory__service__pb2.UpdateSlotResponse.SerializeToString,
+            ),
+            'RunConsolidation': grpc.unary_unary_rpc_method_handler(
+                    servicer.RunConsolidation,
+                    request_deserializer=engram_dot_v1_dot_memory__service__pb2.RunConsolidationRequest.FromString,
+                    response_serializer=engram_dot_v1_dot_memory__service__pb2.RunConsolidationResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1033,6 +1055,33 @@ class MemoryService:
             '/engram.v1.MemoryService/UpdateSlot',
             engram_dot_v1_dot_memory__service__pb2.UpdateSlotRequest.SerializeToString,
             engram_dot_v1_dot_memory__service__pb2.UpdateSlotResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RunConsolidation(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.v1.MemoryService/RunConsolidation',
+            engram_dot_v1_dot_memory__service__pb2.RunConsolidationRequest.SerializeToString,
+            engram_dot_v1_dot_memory__service__pb2.RunConsolidationResponse.FromString,
             options,
             channel_credentials,
             insecure,

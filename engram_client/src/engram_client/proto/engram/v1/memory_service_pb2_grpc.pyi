@@ -147,6 +147,14 @@ class MemoryServiceStub:
     capacity, its oldest content is compacted: summarised by the LLM when one is configured,
     else cut, leaving a marker that says how much was removed.
     """
+    RunConsolidation: _grpc.UnaryUnaryMultiCallable[_memory_service_pb2.RunConsolidationRequest, _memory_service_pb2.RunConsolidationResponse]
+    """RunConsolidation merges clusters of related event memories of a collection into one insight
+    each, keeping every specific detail (numbers, dates, names); the sources become the
+    insight's history (superseded_by set, never searched) and the insight names them in
+    derived_from. With an LLM configured it writes the insight, else a rule-based merge does.
+    Throttled like reflection: minimum interval, daily cap, skipped when nothing was written
+    since the last run.
+    """
 
 @_typing.type_check_only
 class MemoryServiceAsyncStub(MemoryServiceStub):
@@ -266,6 +274,14 @@ class MemoryServiceAsyncStub(MemoryServiceStub):
     """UpdateSlot replaces or appends to one slot's content. When the content exceeds the slot's
     capacity, its oldest content is compacted: summarised by the LLM when one is configured,
     else cut, leaving a marker that says how much was removed.
+    """
+    RunConsolidation: _aio.UnaryUnaryMultiCallable[_memory_service_pb2.RunConsolidationRequest, _memory_service_pb2.RunConsolidationResponse]  # type: ignore[assignment]
+    """RunConsolidation merges clusters of related event memories of a collection into one insight
+    each, keeping every specific detail (numbers, dates, names); the sources become the
+    insight's history (superseded_by set, never searched) and the insight names them in
+    derived_from. With an LLM configured it writes the insight, else a rule-based merge does.
+    Throttled like reflection: minimum interval, daily cap, skipped when nothing was written
+    since the last run.
     """
 
 class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -509,6 +525,20 @@ class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
         """UpdateSlot replaces or appends to one slot's content. When the content exceeds the slot's
         capacity, its oldest content is compacted: summarised by the LLM when one is configured,
         else cut, leaving a marker that says how much was removed.
+        """
+
+    @_abc_1.abstractmethod
+    def RunConsolidation(
+        self,
+        request: _memory_service_pb2.RunConsolidationRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_memory_service_pb2.RunConsolidationResponse, _abc.Awaitable[_memory_service_pb2.RunConsolidationResponse]]:
+        """RunConsolidation merges clusters of related event memories of a collection into one insight
+        each, keeping every specific detail (numbers, dates, names); the sources become the
+        insight's history (superseded_by set, never searched) and the insight names them in
+        derived_from. With an LLM configured it writes the insight, else a rule-based merge does.
+        Throttled like reflection: minimum interval, daily cap, skipped when nothing was written
+        since the last run.
         """
 
 def add_MemoryServiceServicer_to_server(servicer: MemoryServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

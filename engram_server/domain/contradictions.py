@@ -1,0 +1,373 @@
+"""Contradictions: when a new memory states a different value for the same subject as a stored one,
+the stored one is superseded (pure rules; the optional LLM judge is :class:`LlmJudge`).
+
+The write gate lists the stored memories near a new one (calibrated similarity ≥ 0.70) and, for
+each, the specifics on which they disagree (:func:`engram_server.domain.specifics.conflicts`).
+:func:`judge` decides, for one such pair, whether the new memory *replaces* the stored one:
+
+1. **Change statements.** The new text says that something changed: "moved from X to Y",
+   "switched to", "changed to", "no longer", "now uses", "instead of"; 搬到, 改为, 改成, 换成, 不再,
+   现在改 … With an old value named ("from Express", "从北京") the stored memory must contain it
+   (similarity ≥ ``cue_threshold``); without one the pair must replace a value (a specific both
+   hold with other values, or a negation) while sharing the subject (content words outside the
+   specifics overlap ≥ ``cue_overlap``), or be a restatement (≥ ``specifics_threshold``).
+   Two narrated past occurrences ("ran 5 km", 跑了) with other numbers are never a change without a
+   change statement.
+2. **Changed specifics.** Without a change cue: a pair (≥ ``cue_threshold``) whose specifics
+   conflict (a number, date, name or negation) while the rest of the sentence is
+   the same (the content words outside the specifics overlap by ≥ ``word_overlap``): "The staging
+   cluster has 12 nodes." → "… 16 nodes."; "The user eats meat." → "The user does not eat meat."
+3. **Different subjects are never superseded.** A conflicting value that *labels* the subject (a
+   number or code after a label noun: "Invoice 4471", "ticket OPS-1182", "#58231", "发票4471",
+   "4471号"), or a different name at the start of the sentence ("Priya leads …" / "Maria leads …"),
+   makes the pair two subjects, not one changed fact.
+
+Everything else is "undecided": the LLM judge (when configured) may still call it a contradiction.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from engram_server.domain.specifics import Conflict, content_words, extract
+
+__all__ = [
+    "Basis",
+    "ContradictionMode",
+    "ContradictionPolicy",
+    "Verdict",
+    "change_cue",
+    "judge",
+]
+
+
+class ContradictionMode(StrEnum):
+    """What the write gate does with a contradicted memory."""
+
+    #: Mark the older memory superseded by the new one (history; never searched again).
+    SUPERSEDE = "supersede"
+    #: Only report it in the add response's ``conflicts``.
+    REPORT = "report"
+    #: Do not look for contradictions.
+    OFF = "off"
+
+
+class Basis(StrEnum):
+    """Why a pair is a contradiction."""
+
+    CHANGE_STATEMENT = "change_statement"
+    SPECIFICS = "specifics"
+    LLM = "llm"
+
+
+@dataclass(frozen=True, slots=True)
+class ContradictionPolicy:
+    mode: ContradictionMode = ContradictionMode.SUPERSEDE
+    #: Calibrated similarity at or above which a change statement naming the old value is checked.
+    cue_threshold: float = 0.72
+    #: Calibrated similarity at or above which a change statement alone (no replaced value, no old
+    #: value named) makes a contradiction: the scale's restatement level.
+    specifics_threshold: float = 0.82
+    #: Least overlap (Jaccard) of the content words outside the specifics for changed specifics.
+    word_overlap: float = 0.6
+    #: The same for a change statement that replaces a value ("switched to", "改为" …).
+    cue_overlap: float = 0.3
+    #: Protected types (identity, directive) are superseded only by a memory of the same type.
+    protect_types: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """One pair's judgement: ``contradiction`` True/False, or None when the rules cannot tell."""
+
+    contradiction: bool | None
+    basis: Basis | None
+    explanation: str
+
+
+# ------------------------------------------------------------------ change cues
+
+_EN_VERBS = (
+    r"moved|switched|changed|migrated|upgraded|downgraded|relocated|transferred|shifted|went|"
+    r"converted|rescheduled|postponed|pushed|moved back|renamed|updated|raised|lowered|increased|"
+    r"decreased|reduced|bumped|cut|dropped|changing|switching|moving|migrating"
+)
+#: Within one clause: any character but a clause end (a dot inside "5.7" or "v3.4" is not one).
+_CLAUSE = r"(?:[^.;,]|\.(?=\S))"
+_RE_EN_FROM_TO = re.compile(
+    rf"\b(?:{_EN_VERBS})\b(?:[^.;]|\.(?=\S))*?\bfrom\s+(?P<old>{_CLAUSE}+?)\s+(?:to|into|with)\s+"
+    rf"(?P<new>{_CLAUSE}+)",
+    re.IGNORECASE,
+)
+_RE_EN_INSTEAD = re.compile(rf"\binstead of\s+(?P<old>{_CLAUSE}+)", re.IGNORECASE)
+_RE_EN_CUE = re.compile(
+    rf"\b(?:(?:{_EN_VERBS})\s+(?:to|over to|it to|them to|back to|into)|no longer|not anymore|"
+    r"any ?more|stopped|quit|gave up|now (?:uses?|is|are|lives?|works?|prefers?|has|have|runs?|"
+    r"leads?|goes|takes?)|has become|became|is now|are now|was replaced by|were replaced by|"
+    r"replaced)\b",
+    re.IGNORECASE,
+)
+_RE_ZH_FROM_TO = re.compile(
+    r"(?:从|由)(?P<old>[^，。,.；;]{1,20}?)(?:搬到|搬去|改为|改成|换成|换到|调整为|调整到|变成|变为|"
+    r"更改为|更换为|迁移到|迁到|转到|升级到|升级为|降到|涨到|提高到|推迟到|提前到|延期到|到)"
+    r"(?P<new>[^，。,.；;]{1,20})"
+)
+_RE_ZH_CUE = re.compile(
+    r"搬到|搬去|改为|改成|换成|换到|调整为|调整到|变成|变为|更改为|更换为|迁移到|迁到|转到|升级到|"
+    r"不再|已经不|现在改|现在用|现在是|现在在|改用|改到|推迟到|提前到|延期到|取代|代替"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Cue:
+    """A change statement found in a text: the words that say it and, if named, the old value."""
+
+    words: str
+    old: str | None = None
+    new: str | None = None
+
+
+def change_cue(text: str) -> Cue | None:
+    """The change statement in ``text`` ("moved from X to Y", "no longer", 改为 …), or None."""
+    m = _RE_EN_FROM_TO.search(text) or _RE_ZH_FROM_TO.search(text)
+    if m:
+        return Cue(m[0], m["old"].strip(), m["new"].strip())
+    m = _RE_EN_INSTEAD.search(text)
+    if m:
+        return Cue(m[0], m["old"].strip())
+    m = _RE_EN_CUE.search(text) or _RE_ZH_CUE.search(text)
+    if m:
+        return Cue(m[0])
+    return None
+
+
+# ------------------------------------------------------------------ subject labels
+
+_LABEL_NOUNS_TEXT = """
+    invoice invoices ticket tickets order orders issue issues bug bugs pr prs case cases room rooms
+    flight flights account accounts table tables step steps item items task tasks incident incidents
+    request requests job jobs build builds batch batches release releases version versions sprint
+    sprints chapter chapters section sections page pages line lines row rows invoice# no no. number
+    id ticket# order# contract contracts customer customers patient patients unit units lot lots
+    server servers node nodes host hosts cluster clusters project projects phase phases milestone
+    milestones gate gates seat seats bus route routes apartment apartments floor floors building"""
+_LABEL_NOUNS = frozenset(_LABEL_NOUNS_TEXT.split())
+_ZH_LABEL_BEFORE = re.compile(
+    r"(?:发票|订单|工单|房间|航班|编号|单号|账号|账户|合同|客户|病人|患者|工号|车次|座位|版本|任务|"
+    r"事故|第)\s*$"
+)
+_ZH_LABEL_AFTER = re.compile(r"^\s*(?:号|次航班|号房|号楼|号线)")
+_RE_CJK_START = re.compile("[\u3400-\u4dbf\u4e00-\u9fff]")
+#: A narrated past occurrence ("ran 5 km", "paid $40 yesterday", 跑了, 昨天): two of them with other
+#: numbers are two occurrences, not a changed fact (unless a change statement says otherwise).
+_RE_EN_PAST = re.compile(
+    r"\b(?:was|were|did|had|went|ran|paid|bought|met|took|ate|visited|sent|spent|saw|made|got|"
+    r"walked|cooked|read|wrote|called|yesterday|ago|last (?:week|month|year|night|time))\b",
+    re.IGNORECASE,
+)
+_RE_ZH_PAST = re.compile(r"了|过|昨天|前天|上周|上个月|去年|刚才")
+_RE_TOKEN = re.compile(r"[A-Za-z\u00c0-\u024f0-9#][A-Za-z\u00c0-\u024f0-9#\-_.@/:+]*")
+
+
+def _value_spans(text: str, value: str) -> list[tuple[int, int]]:
+    """Where a normalised specific value (as :func:`extract` gives it) is written in ``text``."""
+    if value.startswith(("month:", "weekday:")):
+        return []
+    if value.isdigit():
+        pattern = rf"(?<![0-9]){re.escape(value)}(?![0-9])"
+        spans = [(m.start(), m.end()) for m in re.finditer(pattern, text.replace(",", ""))]
+        if spans:
+            return spans
+    return [(m.start(), m.end()) for m in re.finditer(re.escape(value), text, re.IGNORECASE)]
+
+
+def _labels_subject(text: str, value: str) -> bool:
+    """Whether ``value`` (a number or code) names what ``text`` is about: it follows a label noun
+    ("Invoice 4471", "ticket #58231", "发票4471") or is a ``#`` number."""
+    plain = text.replace(",", "")
+    for start, end in _value_spans(text, value):
+        before = plain[:start]
+        if before.rstrip().endswith("#"):
+            return True
+        words = _RE_TOKEN.findall(before[-40:])
+        if words and words[-1].casefold().rstrip(".#:") in _LABEL_NOUNS:
+            return True
+        if _ZH_LABEL_BEFORE.search(before[-8:]) or _ZH_LABEL_AFTER.match(plain[end : end + 4]):
+            return True
+    return False
+
+
+def _leads(text: str, name: str) -> bool:
+    """Whether the name is the first content word of ``text`` (the sentence's subject)."""
+    if _RE_CJK_START.match(name):
+        return text.lstrip().startswith(name)
+    words = [w.casefold() for w in _RE_TOKEN.findall(text)[:3]]
+    words = [w for w in words if w not in ("the", "a", "an", "our", "my", "their", "his", "her")]
+    return bool(words) and re.sub(r"'s$", "", words[0]) == name
+
+
+def _different_subjects(existing: str, new: str, found: Sequence[Conflict]) -> str | None:
+    """Why the two texts are about different subjects (a label or a leading name differs), or None."""
+    for c in found:
+        if c.kind in ("number", "identifier"):
+            for v in c.existing:
+                if _labels_subject(existing, v):
+                    return f"{v!r} labels what the stored memory is about"
+            for v in c.new:
+                if _labels_subject(new, v):
+                    return f"{v!r} labels what the new memory is about"
+        elif c.kind == "name":
+            for v in c.existing:
+                if _leads(existing, v):
+                    return f"the stored memory is about {v!r}"
+            for v in c.new:
+                if _leads(new, v):
+                    return f"the new memory is about {v!r}"
+    return None
+
+
+def _words_outside(text: str, found: Sequence[Conflict], cue: Cue | None = None) -> frozenset[str]:
+    """The content words of ``text`` outside its conflicting values and its change statement."""
+    values = {v.casefold() for c in found for v in (*c.existing, *c.new)}
+    values |= {w for v in list(values) for w in content_words(v)}
+    if cue is not None:
+        values |= content_words(cue.words)
+    return frozenset(w for w in content_words(text) if w not in values and not w.isdigit())
+
+
+def _overlap(a: frozenset[str], b: frozenset[str]) -> float:
+    return len(a & b) / len(a | b) if a | b else 1.0
+
+
+def _describe(found: Sequence[Conflict]) -> str:
+    parts = []
+    for c in found:
+        if c.kind == "negation":
+            parts.append("negation differs")
+        else:
+            parts.append(f"{c.kind} {', '.join(c.existing) or '—'} → {', '.join(c.new) or '—'}")
+    return "; ".join(parts)
+
+
+def judge(
+    existing: str,
+    new: str,
+    similarity: float,
+    found: Sequence[Conflict],
+    policy: ContradictionPolicy | None = None,
+) -> Verdict:
+    """Whether ``new`` replaces ``existing`` (see the module doc). ``found`` are the specifics on
+    which they disagree; ``similarity`` is calibrated."""
+    pol = policy or ContradictionPolicy()
+    if similarity < pol.cue_threshold:
+        return Verdict(False, None, "not about the same thing")
+    different = _different_subjects(existing, new, found)
+    if different is not None:
+        return Verdict(False, None, f"different subjects: {different}")
+    cue = change_cue(new)
+    a, b = _words_outside(existing, found), _words_outside(new, found, cue)
+    overlap = _overlap(a, b)
+    # A replaced value: a kind of specific both texts hold with other values, or a negation flip.
+    replaced = any(c.kind == "negation" or (c.existing and c.new) for c in found)
+    if cue is not None:
+        if cue.old is not None:
+            old = cue.old.casefold()
+            key_words = content_words(cue.old)
+            if old in existing.casefold() or (key_words and key_words <= content_words(existing)):
+                return Verdict(
+                    True,
+                    Basis.CHANGE_STATEMENT,
+                    f"the new memory says it changed ({cue.words!r}) from a value the stored one states",
+                )
+        if replaced and overlap >= pol.cue_overlap:
+            return Verdict(
+                True,
+                Basis.CHANGE_STATEMENT,
+                f"the new memory says it changed ({cue.words!r}): {_describe(found)}",
+            )
+        if similarity >= pol.specifics_threshold:
+            return Verdict(
+                True,
+                Basis.CHANGE_STATEMENT,
+                f"the new memory says it changed ({cue.words!r}); the stored one says the same thing before"
+                + (f" ({_describe(found)})" if found else ""),
+            )
+        return Verdict(None, None, "a change statement, but not clearly about the stored memory")
+    if not found:
+        return Verdict(None, None, "no specific differs")
+    if _RE_EN_PAST.search(existing) or _RE_EN_PAST.search(new) or _RE_ZH_PAST.search(existing + new):
+        return Verdict(None, None, "two narrated occurrences, not a changed fact")
+    if {c.kind for c in found} <= {"identifier"}:
+        return Verdict(False, None, "only identifiers differ: different things")
+    if overlap < pol.word_overlap:
+        return Verdict(None, None, f"the rest of the sentence differs (overlap {overlap:.2f})")
+    if not replaced:  # a value one side lacks entirely adds a detail rather than changing one
+        return Verdict(None, None, "one memory adds a detail the other lacks")
+    return Verdict(True, Basis.SPECIFICS, f"the same statement with other values: {_describe(found)}")
+
+
+# ------------------------------------------------------------------ the LLM judge
+
+JUDGE_SYSTEM_PROMPT = """\
+You are the contradiction check of a long-term memory system. You receive one NEW memory and \
+numbered STORED memories. For each stored memory decide whether the new memory contradicts it \
+about the same subject, so that the stored memory is now out of date (a changed value, a move, a \
+reversed preference, a negation). Two memories about different subjects (two invoices, two \
+people, two projects) do not contradict, and a memory that adds detail does not contradict. \
+Answer with a JSON object only."""
+
+JUDGE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["verdicts"],
+    "properties": {
+        "verdicts": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["index", "contradicts", "explanation"],
+                "properties": {
+                    "index": {"type": "integer"},
+                    "contradicts": {"type": "boolean"},
+                    "explanation": {"type": "string"},
+                },
+            },
+        }
+    },
+}
+
+
+def judge_prompt(new: str, stored: Sequence[str]) -> str:
+    lines = [f"NEW: {new}", "STORED:"]
+    lines.extend(f"[{i}] {text}" for i, text in enumerate(stored, start=1))
+    return "\n".join(lines)
+
+
+def parse_judgement(data: dict[str, Any], count: int) -> dict[int, tuple[bool, str]]:
+    """The LLM's verdicts by 0-based index (entries out of range or malformed are skipped)."""
+    out: dict[int, tuple[bool, str]] = {}
+    items = data.get("verdicts")
+    if not isinstance(items, list):
+        return out
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        index, verdict = item.get("index"), item.get("contradicts")
+        if isinstance(index, bool) or not isinstance(index, int) or not 1 <= index <= count:
+            continue
+        if not isinstance(verdict, bool):
+            continue
+        explanation = item.get("explanation")
+        out[index - 1] = (verdict, explanation.strip()[:500] if isinstance(explanation, str) else "")
+    return out
+
+
+def specifics_of(text: str) -> int:
+    """How many specifics a text carries (numbers, dates, identifiers): for tests and the eval."""
+    s = extract(text)
+    return sum(s.numbers.values()) + sum(s.dates.values()) + sum(s.identifiers.values())

@@ -1,0 +1,139 @@
+"""The contradiction rules and the consolidation merge, pure (no model: similarities are given)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engram_server.domain.consolidation import ConsolidationPolicy, clusters, missing_specifics, rule_merge
+from engram_server.domain.contradictions import Basis, change_cue, judge
+from engram_server.domain.model import MemoryRecord
+from engram_server.domain.specifics import conflicts
+
+
+def verdict(a: str, b: str, similarity: float = 0.85) -> tuple[bool | None, Basis | None]:
+    v = judge(a, b, similarity, conflicts(a, b))
+    return v.contradiction, v.basis
+
+
+@pytest.mark.parametrize(
+    ("text", "old"),
+    [
+        ("The project moved from Express to Fastify.", "Express"),
+        ("We migrated the database from MySQL 5.7 to PostgreSQL.", "MySQL 5.7"),
+        ("用户从北京搬到了上海。", "北京"),
+        ("项目的数据库从MySQL换成了PostgreSQL。", "MySQL"),
+        ("The team now uses Linear instead of Jira.", "Jira"),
+    ],
+)
+def test_change_statements_name_the_old_value(text: str, old: str) -> None:
+    cue = change_cue(text)
+    assert cue is not None and cue.old == old
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "The user no longer drinks coffee.",
+        "用户不再喝咖啡了。",
+        "CI switched to GitHub Actions.",
+        "站会改为十点。",
+    ],
+)
+def test_change_statements_without_an_old_value(text: str) -> None:
+    cue = change_cue(text)
+    assert cue is not None and cue.old is None
+
+
+def test_plain_statements_are_not_change_statements() -> None:
+    for text in ("The staging cluster has 12 nodes.", "用户住在北京。", "Invoice 4471 was paid on March 3."):
+        assert change_cue(text) is None
+
+
+def test_a_change_statement_naming_the_stored_value_supersedes_even_at_the_floor() -> None:
+    assert verdict("The project uses Express.", "The project moved from Express to Fastify.", 0.73) == (
+        True,
+        Basis.CHANGE_STATEMENT,
+    )
+    # Below the floor (0.72) nothing is judged.
+    assert (
+        verdict("The project uses Express.", "The project moved from Express to Fastify.", 0.70)[0] is False
+    )
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("The staging cluster has 12 nodes.", "The staging cluster has 16 nodes."),
+        ("The team standup is at 9:30.", "The team standup is at 10:00."),
+        ("The user's manager is Priya.", "The user's manager is Daniel."),
+        ("Maria eats meat.", "Maria does not eat meat."),
+        ("服务的超时时间是30秒。", "服务的超时时间是60秒。"),
+    ],
+)
+def test_changed_specifics_of_the_same_statement_supersede(a: str, b: str) -> None:
+    assert verdict(a, b) == (True, Basis.SPECIFICS)
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("Invoice 4471 was paid on March 3.", "Invoice 4472 was paid on March 3."),
+        ("Ticket OPS-1182 is assigned to Maria.", "Ticket OPS-1190 is assigned to Maria."),
+        ("Room 12 is booked for the design review.", "Room 14 is booked for the design review."),
+        ("发票4471已付款。", "发票4472已付款。"),
+        ("12号会议室订给了设计评审。", "14号会议室订给了设计评审。"),
+        ("Priya leads the payments team.", "Daniel leads the payments team."),
+        ("Server db-eu-3 has 64 GB of RAM.", "Server db-eu-4 has 64 GB of RAM."),
+    ],
+)
+def test_labels_and_leading_names_make_different_subjects(a: str, b: str) -> None:
+    assert verdict(a, b, 0.97)[0] is False
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("The user ran 5 km on Monday.", "The user ran 8 km on Monday."),
+        ("用户昨天跑了5公里。", "用户昨天跑了8公里。"),
+        ("The backend service has 3 replicas.", "The frontend service has 5 replicas."),
+        ("The user likes Italian food.", "The user likes Italian wine."),
+        ("The meeting is on Monday.", "The meeting is on Monday at 10:00."),  # adds a detail
+    ],
+)
+def test_occurrences_other_things_and_added_details_are_left_alone(a: str, b: str) -> None:
+    assert verdict(a, b, 0.9)[0] is not True
+
+
+def _record(i: int, content: str, day: int) -> MemoryRecord:
+    return MemoryRecord(id=f"id-{i}", collection="c", content=content, created_at=day * 86_400.0)
+
+
+def test_the_rule_merge_keeps_every_sentence_in_time_order_with_days() -> None:
+    sources = [
+        _record(2, "Emma had her second lesson on March 10", 9),
+        _record(1, "Emma started piano lessons on March 3.", 2),
+        _record(3, "Emma started piano lessons on March 3.", 10),  # an exact repeat
+    ]
+    merged = rule_merge(sources)
+    assert merged == (
+        "(1970-01-03) Emma started piano lessons on March 3. "
+        "(1970-01-10) Emma had her second lesson on March 10."
+    )
+    assert missing_specifics(sources, merged) == []
+    assert set(missing_specifics(sources, "Emma takes piano lessons.")) == {"3", "10", "month:3"}
+
+
+def test_clusters_need_a_seed_link_and_every_member_close() -> None:
+    pol = ConsolidationPolicy(cluster_threshold=0.8, link_slack=0.1, min_cluster=3, max_cluster=3)
+    sim = np.array(
+        [
+            [1.0, 0.85, 0.82, 0.81, 0.1],
+            [0.85, 1.0, 0.75, 0.60, 0.1],
+            [0.82, 0.75, 1.0, 0.65, 0.1],
+            [0.81, 0.60, 0.65, 1.0, 0.1],
+            [0.1, 0.1, 0.1, 0.1, 1.0],
+        ]
+    )
+    assert clusters(sim, [0.0, 1.0, 2.0, 3.0, 4.0], pol) == [[0, 1, 2]]
+    assert clusters(sim, [0.0, 1.0, 2.0, 3.0, 4.0], ConsolidationPolicy(cluster_threshold=0.9)) == []

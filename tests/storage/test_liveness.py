@@ -18,14 +18,14 @@ from engram_server.adapters.storage.payload import (
 from engram_server.domain.model import MemoryType, SourceType, StoreFilter
 
 NOW = 1_800_000_000.0
-LIVENESS = {IsEmpty("superseded_by"), IsEmpty("draft"), Range("valid_until", gt=NOW)}
+LIVENESS = {IsEmpty("superseded_by"), IsEmpty("draft"), IsEmpty("trashed_at"), Range("valid_until", gt=NOW)}
 
 
 def test_liveness_is_split_from_the_user_filter_of_a_search() -> None:
     live = StoreFilter(live_at=NOW)
     user, at = split_live(live) or (None, None)
     assert at == NOW and user is not None and filter_plan(user).must == ()
-    # exactly these three conditions, which the ranking fields carry
+    # exactly these conditions, which the ranking fields carry
     assert set(filter_plan(live).must) == LIVENESS
     for users in (
         replace(live, types=(MemoryType.EVENT,)),

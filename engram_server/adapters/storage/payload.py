@@ -333,7 +333,10 @@ def split_live(flt: StoreFilter) -> tuple[StoreFilter, float] | None:
         or flt.expired_at is not None
     ):
         return None
-    return replace(flt, live_at=None, include_history=True, include_drafts=True), live_at
+    # The ranking fields' live flag covers history, drafts and the trash (rank_fields).
+    return replace(
+        flt, live_at=None, include_history=True, include_drafts=True, include_trashed=True
+    ), live_at
 
 
 def is_live(rank: RankFields, live_at: float) -> bool:

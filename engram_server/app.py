@@ -394,7 +394,13 @@ class EngramServer:
             maximum_concurrent_rpcs=s.max_concurrent_rpcs or None,
         )
         memory_service_pb2_grpc.add_MemoryServiceServicer_to_server(
-            MemoryServicer(self.service, self.reflector, max_message_bytes=s.max_message_bytes), server
+            MemoryServicer(
+                self.service,
+                self.reflector,
+                max_message_bytes=s.max_message_bytes,
+                backup_dir=s.backup_dir,
+            ),
+            server,
         )
         health = HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health, server)

@@ -197,3 +197,11 @@ class StoreFilter:
     request_ids: tuple[str, ...] = ()  # only memories created with one of these request_ids
     include_drafts: bool = False  # also match reflection drafts (excluded by default)
     unreflected: bool = False  # only memories never used as a reflection source (reflected_at unset)
+
+
+@dataclass(frozen=True, slots=True)
+class BackupStats:
+    """What a store's backup wrote: bytes, and points (history versions included) per collection."""
+
+    bytes: int
+    points: Mapping[str, int]

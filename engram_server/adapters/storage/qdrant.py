@@ -59,8 +59,9 @@ from engram_server.adapters.storage.payload import (
     validate_collection_name,
     validate_state_key,
 )
-from engram_server.domain.errors import CollectionNotFound, EngramError, StorageUnavailable
+from engram_server.domain.errors import CollectionNotFound, EngramError, InvalidArgument, StorageUnavailable
 from engram_server.domain.model import (
+    BackupStats,
     Candidates,
     CollectionSpec,
     MemoryRecord,
@@ -566,6 +567,13 @@ class QdrantStore:
         if not isinstance(value, dict):
             raise StorageUnavailable(f"state {key!r} on {self._describe()} is not an object")
         return value
+
+    async def backup(self, directory: str, taken_at: float) -> BackupStats:
+        raise InvalidArgument.of(
+            "directory",
+            "the store is a Qdrant server: back it up with Qdrant's snapshot API "
+            "(docs/operations/backup.md), not through Engram",
+        )
 
     async def put_state(self, key: str, value: Mapping[str, Any]) -> None:
         validate_state_key(key)

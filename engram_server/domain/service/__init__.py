@@ -11,7 +11,8 @@ each path in one file:
 - :mod:`.writing`: add / add-many and the write gate;
 - :mod:`.searching`: search, candidates, ranking assembly, record cache and access counts;
 - :mod:`.editing`: locate, update, delete, get, history, list and page tokens;
-- :mod:`.collections`: list / delete collections and the expiry sweep.
+- :mod:`.collections`: list / delete collections and the expiry sweep;
+- :mod:`.porting`: export, import and backup.
 """
 
 from __future__ import annotations
@@ -41,6 +42,15 @@ from engram_server.domain.service.commands import (
 )
 from engram_server.domain.service.core import ServiceCore, stored_point
 from engram_server.domain.service.editing import Editing
+from engram_server.domain.service.porting import (
+    BackupReport,
+    ExportPlan,
+    ImportCounts,
+    Importer,
+    ImportMode,
+    Porting,
+    Reembed,
+)
 from engram_server.domain.service.searching import Searching, _Query
 from engram_server.domain.service.writing import Writing, normalise_text, with_provenance
 
@@ -50,13 +60,19 @@ __all__ = [
     "AddCommand",
     "AddOutcome",
     "AddResult",
+    "BackupReport",
     "CollectionStats",
     "DeleteCommand",
     "DeleteResult",
+    "ExportPlan",
     "GateReason",
+    "ImportCounts",
+    "ImportMode",
+    "Importer",
     "Locator",
     "MemoryService",
     "Policy",
+    "Reembed",
     "SearchFilter",
     "SearchHit",
     "SearchQuery",
@@ -74,5 +90,5 @@ __all__ = [
 ]
 
 
-class MemoryService(Writing, Searching, Editing, Collections):
+class MemoryService(Porting, Writing, Searching, Editing, Collections):
     """Engram's memory lifecycle over a Store and an Embedder."""

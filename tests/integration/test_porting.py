@@ -212,7 +212,8 @@ async def test_another_dimension_is_refused_without_re_embedding(stub: Stub, clo
         "ERROR_REASON_EMBEDDING_MISMATCH",
     )
     assert err.metadata["line"] == "1" and err.metadata["file_dimension"] == "8"
-    assert await everything(stub, "copy") == {}
+    listed = await stub.ListCollections(s.ListCollectionsRequest())
+    assert "copy" not in [c.name for c in listed.collections]  # refused before anything was created
     result = await import_bytes(stub, data, collection="copy")  # AUTO: embeds again
     assert result.reembedded == len(original)
     assert await everything(stub, "copy") == original

@@ -203,6 +203,118 @@ func (ReflectionGate) EnumDescriptor() ([]byte, []int) {
 	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{2}
 }
 
+// ImportMode says how imported memories meet the memories already stored.
+type ImportMode int32
+
+const (
+	// Means IMPORT_MODE_RESTORE.
+	ImportMode_IMPORT_MODE_UNSPECIFIED ImportMode = 0
+	// Write every memory as it is in the file (same id replaces, identical is skipped): for
+	// restoring into an empty or older copy of the same store.
+	ImportMode_IMPORT_MODE_RESTORE ImportMode = 1
+	// Merge into a live store: a memory whose id exists is kept as stored; a new one goes
+	// through the write gate and is skipped when a near-copy is already stored.
+	ImportMode_IMPORT_MODE_MERGE ImportMode = 2
+)
+
+// Enum value maps for ImportMode.
+var (
+	ImportMode_name = map[int32]string{
+		0: "IMPORT_MODE_UNSPECIFIED",
+		1: "IMPORT_MODE_RESTORE",
+		2: "IMPORT_MODE_MERGE",
+	}
+	ImportMode_value = map[string]int32{
+		"IMPORT_MODE_UNSPECIFIED": 0,
+		"IMPORT_MODE_RESTORE":     1,
+		"IMPORT_MODE_MERGE":       2,
+	}
+)
+
+func (x ImportMode) Enum() *ImportMode {
+	p := new(ImportMode)
+	*p = x
+	return p
+}
+
+func (x ImportMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ImportMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_engram_v1_memory_service_proto_enumTypes[3].Descriptor()
+}
+
+func (ImportMode) Type() protoreflect.EnumType {
+	return &file_engram_v1_memory_service_proto_enumTypes[3]
+}
+
+func (x ImportMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ImportMode.Descriptor instead.
+func (ImportMode) EnumDescriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{3}
+}
+
+// Reembed says when an import embeds the content again instead of using the file's vectors.
+type Reembed int32
+
+const (
+	// Means REEMBED_AUTO.
+	Reembed_REEMBED_UNSPECIFIED Reembed = 0
+	// When the file has no vectors or was exported with another embedding model.
+	Reembed_REEMBED_AUTO Reembed = 1
+	// Never: a file without vectors, or from another model or dimension, is refused.
+	Reembed_REEMBED_NEVER Reembed = 2
+	// Always, even when the file's vectors would fit.
+	Reembed_REEMBED_ALWAYS Reembed = 3
+)
+
+// Enum value maps for Reembed.
+var (
+	Reembed_name = map[int32]string{
+		0: "REEMBED_UNSPECIFIED",
+		1: "REEMBED_AUTO",
+		2: "REEMBED_NEVER",
+		3: "REEMBED_ALWAYS",
+	}
+	Reembed_value = map[string]int32{
+		"REEMBED_UNSPECIFIED": 0,
+		"REEMBED_AUTO":        1,
+		"REEMBED_NEVER":       2,
+		"REEMBED_ALWAYS":      3,
+	}
+)
+
+func (x Reembed) Enum() *Reembed {
+	p := new(Reembed)
+	*p = x
+	return p
+}
+
+func (x Reembed) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Reembed) Descriptor() protoreflect.EnumDescriptor {
+	return file_engram_v1_memory_service_proto_enumTypes[4].Descriptor()
+}
+
+func (Reembed) Type() protoreflect.EnumType {
+	return &file_engram_v1_memory_service_proto_enumTypes[4]
+}
+
+func (x Reembed) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Reembed.Descriptor instead.
+func (Reembed) EnumDescriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{4}
+}
+
 // AddMemoryRequest asks to store one memory.
 type AddMemoryRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2571,6 +2683,449 @@ func (x *ListGateDecisionsResponse) GetTruncated() bool {
 	return false
 }
 
+// ExportMemoriesRequest says what to export.
+type ExportMemoriesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Collections to export; empty means every collection.
+	Collections []string `protobuf:"bytes,1,rep,name=collections,proto3" json:"collections,omitempty"`
+	// Only the current memories matching this filter (with their history versions).
+	Filter *MemoryFilter `protobuf:"bytes,2,opt,name=filter,proto3" json:"filter,omitempty"`
+	// Include each memory's embedding (and its history versions'), base64 float32: a restore into
+	// a server with the same model then embeds nothing.
+	IncludeVectors bool `protobuf:"varint,3,opt,name=include_vectors,json=includeVectors,proto3" json:"include_vectors,omitempty"`
+	// Leave out memories that have expired (by default they are exported until the sweep removes them).
+	LiveOnly      bool `protobuf:"varint,4,opt,name=live_only,json=liveOnly,proto3" json:"live_only,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportMemoriesRequest) Reset() {
+	*x = ExportMemoriesRequest{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportMemoriesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportMemoriesRequest) ProtoMessage() {}
+
+func (x *ExportMemoriesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportMemoriesRequest.ProtoReflect.Descriptor instead.
+func (*ExportMemoriesRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *ExportMemoriesRequest) GetCollections() []string {
+	if x != nil {
+		return x.Collections
+	}
+	return nil
+}
+
+func (x *ExportMemoriesRequest) GetFilter() *MemoryFilter {
+	if x != nil {
+		return x.Filter
+	}
+	return nil
+}
+
+func (x *ExportMemoriesRequest) GetIncludeVectors() bool {
+	if x != nil {
+		return x.IncludeVectors
+	}
+	return false
+}
+
+func (x *ExportMemoriesRequest) GetLiveOnly() bool {
+	if x != nil {
+		return x.LiveOnly
+	}
+	return false
+}
+
+// ExportMemoriesResponse is the next chunk of the export file.
+type ExportMemoriesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The next bytes of the JSON Lines file (UTF-8). A chunk ends at a line end unless one line
+	// is larger than a chunk.
+	Data []byte `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	// Memories (lines other than headers) exported so far, this chunk included.
+	MemoriesDone int64 `protobuf:"varint,2,opt,name=memories_done,json=memoriesDone,proto3" json:"memories_done,omitempty"`
+	// Current memories the export holds in all (known after the first chunk; for progress).
+	MemoriesTotal int64 `protobuf:"varint,3,opt,name=memories_total,json=memoriesTotal,proto3" json:"memories_total,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportMemoriesResponse) Reset() {
+	*x = ExportMemoriesResponse{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportMemoriesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportMemoriesResponse) ProtoMessage() {}
+
+func (x *ExportMemoriesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportMemoriesResponse.ProtoReflect.Descriptor instead.
+func (*ExportMemoriesResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *ExportMemoriesResponse) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *ExportMemoriesResponse) GetMemoriesDone() int64 {
+	if x != nil {
+		return x.MemoriesDone
+	}
+	return 0
+}
+
+func (x *ExportMemoriesResponse) GetMemoriesTotal() int64 {
+	if x != nil {
+		return x.MemoriesTotal
+	}
+	return 0
+}
+
+// ImportMemoriesRequest is the next chunk of the file to import; the options are read from
+// the first message only.
+type ImportMemoriesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The next bytes of the JSON Lines file.
+	Data []byte `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	// First message only: how to meet existing memories (default RESTORE).
+	Mode ImportMode `protobuf:"varint,2,opt,name=mode,proto3,enum=engram.v1.ImportMode" json:"mode,omitempty"`
+	// First message only: when to embed again (default AUTO).
+	Reembed Reembed `protobuf:"varint,3,opt,name=reembed,proto3,enum=engram.v1.Reembed" json:"reembed,omitempty"`
+	// First message only: import every section of the file into this collection instead of
+	// the one its header names.
+	Collection    string `protobuf:"bytes,4,opt,name=collection,proto3" json:"collection,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImportMemoriesRequest) Reset() {
+	*x = ImportMemoriesRequest{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImportMemoriesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImportMemoriesRequest) ProtoMessage() {}
+
+func (x *ImportMemoriesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImportMemoriesRequest.ProtoReflect.Descriptor instead.
+func (*ImportMemoriesRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *ImportMemoriesRequest) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *ImportMemoriesRequest) GetMode() ImportMode {
+	if x != nil {
+		return x.Mode
+	}
+	return ImportMode_IMPORT_MODE_UNSPECIFIED
+}
+
+func (x *ImportMemoriesRequest) GetReembed() Reembed {
+	if x != nil {
+		return x.Reembed
+	}
+	return Reembed_REEMBED_UNSPECIFIED
+}
+
+func (x *ImportMemoriesRequest) GetCollection() string {
+	if x != nil {
+		return x.Collection
+	}
+	return ""
+}
+
+// ImportMemoriesResponse counts what an import did (history versions included).
+type ImportMemoriesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Lines read, headers included.
+	Lines int64 `protobuf:"varint,1,opt,name=lines,proto3" json:"lines,omitempty"`
+	// Memories written that were not stored before.
+	Created int64 `protobuf:"varint,2,opt,name=created,proto3" json:"created,omitempty"`
+	// Memories written over a stored memory of the same id that differed (RESTORE).
+	Replaced int64 `protobuf:"varint,3,opt,name=replaced,proto3" json:"replaced,omitempty"`
+	// Memories already stored as in the file (or, MERGE, stored under the same id): not written.
+	Unchanged int64 `protobuf:"varint,4,opt,name=unchanged,proto3" json:"unchanged,omitempty"`
+	// MERGE: new memories the write gate refused as near-copies of stored ones: not written.
+	Duplicates int64 `protobuf:"varint,5,opt,name=duplicates,proto3" json:"duplicates,omitempty"`
+	// Memories whose content was embedded again (another model, no vectors, or ALWAYS).
+	Reembedded int64 `protobuf:"varint,6,opt,name=reembedded,proto3" json:"reembedded,omitempty"`
+	// The collections written to.
+	Collections   []string `protobuf:"bytes,7,rep,name=collections,proto3" json:"collections,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImportMemoriesResponse) Reset() {
+	*x = ImportMemoriesResponse{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImportMemoriesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImportMemoriesResponse) ProtoMessage() {}
+
+func (x *ImportMemoriesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImportMemoriesResponse.ProtoReflect.Descriptor instead.
+func (*ImportMemoriesResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *ImportMemoriesResponse) GetLines() int64 {
+	if x != nil {
+		return x.Lines
+	}
+	return 0
+}
+
+func (x *ImportMemoriesResponse) GetCreated() int64 {
+	if x != nil {
+		return x.Created
+	}
+	return 0
+}
+
+func (x *ImportMemoriesResponse) GetReplaced() int64 {
+	if x != nil {
+		return x.Replaced
+	}
+	return 0
+}
+
+func (x *ImportMemoriesResponse) GetUnchanged() int64 {
+	if x != nil {
+		return x.Unchanged
+	}
+	return 0
+}
+
+func (x *ImportMemoriesResponse) GetDuplicates() int64 {
+	if x != nil {
+		return x.Duplicates
+	}
+	return 0
+}
+
+func (x *ImportMemoriesResponse) GetReembedded() int64 {
+	if x != nil {
+		return x.Reembedded
+	}
+	return 0
+}
+
+func (x *ImportMemoriesResponse) GetCollections() []string {
+	if x != nil {
+		return x.Collections
+	}
+	return nil
+}
+
+// BackupStoreRequest asks for a backup.
+type BackupStoreRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Absolute path of a new (absent or empty) directory on the server's machine, inside the
+	// directory ENGRAM_BACKUP_DIR names (backups through the API are off while it is unset).
+	Directory     string `protobuf:"bytes,1,opt,name=directory,proto3" json:"directory,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackupStoreRequest) Reset() {
+	*x = BackupStoreRequest{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackupStoreRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackupStoreRequest) ProtoMessage() {}
+
+func (x *BackupStoreRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackupStoreRequest.ProtoReflect.Descriptor instead.
+func (*BackupStoreRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *BackupStoreRequest) GetDirectory() string {
+	if x != nil {
+		return x.Directory
+	}
+	return ""
+}
+
+// BackupStoreResponse describes the backup written.
+type BackupStoreResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The directory written.
+	Directory string `protobuf:"bytes,1,opt,name=directory,proto3" json:"directory,omitempty"`
+	// The moment of the backup: every write acknowledged before it is in the backup.
+	TakenAt *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=taken_at,json=takenAt,proto3" json:"taken_at,omitempty"`
+	// The collections copied with their memory counts (history versions included).
+	Collections []*CollectionInfo `protobuf:"bytes,3,rep,name=collections,proto3" json:"collections,omitempty"`
+	// Bytes written.
+	Bytes int64 `protobuf:"varint,4,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	// Seconds writes waited for the copy (the store-wide write barrier).
+	BarrierSeconds float64 `protobuf:"fixed64,5,opt,name=barrier_seconds,json=barrierSeconds,proto3" json:"barrier_seconds,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *BackupStoreResponse) Reset() {
+	*x = BackupStoreResponse{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackupStoreResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackupStoreResponse) ProtoMessage() {}
+
+func (x *BackupStoreResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackupStoreResponse.ProtoReflect.Descriptor instead.
+func (*BackupStoreResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *BackupStoreResponse) GetDirectory() string {
+	if x != nil {
+		return x.Directory
+	}
+	return ""
+}
+
+func (x *BackupStoreResponse) GetTakenAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.TakenAt
+	}
+	return nil
+}
+
+func (x *BackupStoreResponse) GetCollections() []*CollectionInfo {
+	if x != nil {
+		return x.Collections
+	}
+	return nil
+}
+
+func (x *BackupStoreResponse) GetBytes() int64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *BackupStoreResponse) GetBarrierSeconds() float64 {
+	if x != nil {
+		return x.BarrierSeconds
+	}
+	return 0
+}
+
 var File_engram_v1_memory_service_proto protoreflect.FileDescriptor
 
 const file_engram_v1_memory_service_proto_rawDesc = "" +
@@ -2795,7 +3350,43 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\breplayed\x18\a \x01(\bR\breplayed\"p\n" +
 	"\x19ListGateDecisionsResponse\x125\n" +
 	"\tdecisions\x18\x01 \x03(\v2\x17.engram.v1.GateDecisionR\tdecisions\x12\x1c\n" +
-	"\ttruncated\x18\x02 \x01(\bR\ttruncated*]\n" +
+	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"\xb0\x01\n" +
+	"\x15ExportMemoriesRequest\x12 \n" +
+	"\vcollections\x18\x01 \x03(\tR\vcollections\x12/\n" +
+	"\x06filter\x18\x02 \x01(\v2\x17.engram.v1.MemoryFilterR\x06filter\x12'\n" +
+	"\x0finclude_vectors\x18\x03 \x01(\bR\x0eincludeVectors\x12\x1b\n" +
+	"\tlive_only\x18\x04 \x01(\bR\bliveOnly\"x\n" +
+	"\x16ExportMemoriesResponse\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\x12#\n" +
+	"\rmemories_done\x18\x02 \x01(\x03R\fmemoriesDone\x12%\n" +
+	"\x0ememories_total\x18\x03 \x01(\x03R\rmemoriesTotal\"\xa4\x01\n" +
+	"\x15ImportMemoriesRequest\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\x12)\n" +
+	"\x04mode\x18\x02 \x01(\x0e2\x15.engram.v1.ImportModeR\x04mode\x12,\n" +
+	"\areembed\x18\x03 \x01(\x0e2\x12.engram.v1.ReembedR\areembed\x12\x1e\n" +
+	"\n" +
+	"collection\x18\x04 \x01(\tR\n" +
+	"collection\"\xe4\x01\n" +
+	"\x16ImportMemoriesResponse\x12\x14\n" +
+	"\x05lines\x18\x01 \x01(\x03R\x05lines\x12\x18\n" +
+	"\acreated\x18\x02 \x01(\x03R\acreated\x12\x1a\n" +
+	"\breplaced\x18\x03 \x01(\x03R\breplaced\x12\x1c\n" +
+	"\tunchanged\x18\x04 \x01(\x03R\tunchanged\x12\x1e\n" +
+	"\n" +
+	"duplicates\x18\x05 \x01(\x03R\n" +
+	"duplicates\x12\x1e\n" +
+	"\n" +
+	"reembedded\x18\x06 \x01(\x03R\n" +
+	"reembedded\x12 \n" +
+	"\vcollections\x18\a \x03(\tR\vcollections\"2\n" +
+	"\x12BackupStoreRequest\x12\x1c\n" +
+	"\tdirectory\x18\x01 \x01(\tR\tdirectory\"\xe6\x01\n" +
+	"\x13BackupStoreResponse\x12\x1c\n" +
+	"\tdirectory\x18\x01 \x01(\tR\tdirectory\x125\n" +
+	"\btaken_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\atakenAt\x12;\n" +
+	"\vcollections\x18\x03 \x03(\v2\x19.engram.v1.CollectionInfoR\vcollections\x12\x14\n" +
+	"\x05bytes\x18\x04 \x01(\x03R\x05bytes\x12'\n" +
+	"\x0fbarrier_seconds\x18\x05 \x01(\x01R\x0ebarrierSeconds*]\n" +
 	"\n" +
 	"AddOutcome\x12\x1b\n" +
 	"\x17ADD_OUTCOME_UNSPECIFIED\x10\x00\x12\x17\n" +
@@ -2813,7 +3404,17 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\x19REFLECTION_GATE_DAILY_CAP\x10\x02\x12\x1e\n" +
 	"\x1aREFLECTION_GATE_IMPORTANCE\x10\x03\x12$\n" +
 	" REFLECTION_GATE_TOO_FEW_MEMORIES\x10\x04\x12\x1f\n" +
-	"\x1bREFLECTION_GATE_IN_PROGRESS\x10\x052\x9e\v\n" +
+	"\x1bREFLECTION_GATE_IN_PROGRESS\x10\x05*Y\n" +
+	"\n" +
+	"ImportMode\x12\x1b\n" +
+	"\x17IMPORT_MODE_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13IMPORT_MODE_RESTORE\x10\x01\x12\x15\n" +
+	"\x11IMPORT_MODE_MERGE\x10\x02*[\n" +
+	"\aReembed\x12\x17\n" +
+	"\x13REEMBED_UNSPECIFIED\x10\x00\x12\x10\n" +
+	"\fREEMBED_AUTO\x10\x01\x12\x11\n" +
+	"\rREEMBED_NEVER\x10\x02\x12\x12\n" +
+	"\x0eREEMBED_ALWAYS\x10\x032\xbb\r\n" +
 	"\rMemoryService\x12_\n" +
 	"\tAddMemory\x12\x1b.engram.v1.AddMemoryRequest\x1a\x1c.engram.v1.AddMemoryResponse\"\x17\x82\xd3\xe4\x93\x02\x11:\x01*\"\f/v1/memories\x12n\n" +
 	"\vAddMemories\x12\x1d.engram.v1.AddMemoriesRequest\x1a\x1e.engram.v1.AddMemoriesResponse\" \x82\xd3\xe4\x93\x02\x1a:\x01*\"\x15/v1/memories:batchAdd\x12u\n" +
@@ -2825,7 +3426,10 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\x0fListCollections\x12!.engram.v1.ListCollectionsRequest\x1a\".engram.v1.ListCollectionsResponse\"\x17\x82\xd3\xe4\x93\x02\x11\x12\x0f/v1/collections\x12{\n" +
 	"\x10DeleteCollection\x12\".engram.v1.DeleteCollectionRequest\x1a#.engram.v1.DeleteCollectionResponse\"\x1e\x82\xd3\xe4\x93\x02\x18*\x16/v1/collections/{name}\x12\x83\x01\n" +
 	"\rRunReflection\x12\x1f.engram.v1.RunReflectionRequest\x1a .engram.v1.RunReflectionResponse\"/\x82\xd3\xe4\x93\x02):\x01*\"$/v1/collections/{collection}:reflect\x12\x92\x01\n" +
-	"\x11ListGateDecisions\x12#.engram.v1.ListGateDecisionsRequest\x1a$.engram.v1.ListGateDecisionsResponse\"2\x82\xd3\xe4\x93\x02,\x12*/v1/collections/{collection}/gateDecisionsB?Z=github.com/engram-memory/engram/clients/go/engram/v1;engramv1b\x06proto3"
+	"\x11ListGateDecisions\x12#.engram.v1.ListGateDecisionsRequest\x1a$.engram.v1.ListGateDecisionsResponse\"2\x82\xd3\xe4\x93\x02,\x12*/v1/collections/{collection}/gateDecisions\x12W\n" +
+	"\x0eExportMemories\x12 .engram.v1.ExportMemoriesRequest\x1a!.engram.v1.ExportMemoriesResponse0\x01\x12W\n" +
+	"\x0eImportMemories\x12 .engram.v1.ImportMemoriesRequest\x1a!.engram.v1.ImportMemoriesResponse(\x01\x12i\n" +
+	"\vBackupStore\x12\x1d.engram.v1.BackupStoreRequest\x1a\x1e.engram.v1.BackupStoreResponse\"\x1b\x82\xd3\xe4\x93\x02\x15:\x01*\"\x10/v1/admin:backupB?Z=github.com/engram-memory/engram/clients/go/engram/v1;engramv1b\x06proto3"
 
 var (
 	file_engram_v1_memory_service_proto_rawDescOnce sync.Once
@@ -2839,136 +3443,155 @@ func file_engram_v1_memory_service_proto_rawDescGZIP() []byte {
 	return file_engram_v1_memory_service_proto_rawDescData
 }
 
-var file_engram_v1_memory_service_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_engram_v1_memory_service_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_engram_v1_memory_service_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
+var file_engram_v1_memory_service_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_engram_v1_memory_service_proto_goTypes = []any{
 	(AddOutcome)(0),                   // 0: engram.v1.AddOutcome
 	(ReflectionOutcome)(0),            // 1: engram.v1.ReflectionOutcome
 	(ReflectionGate)(0),               // 2: engram.v1.ReflectionGate
-	(*AddMemoryRequest)(nil),          // 3: engram.v1.AddMemoryRequest
-	(*AddMemoryResponse)(nil),         // 4: engram.v1.AddMemoryResponse
-	(*AddMemoriesRequest)(nil),        // 5: engram.v1.AddMemoriesRequest
-	(*NewMemory)(nil),                 // 6: engram.v1.NewMemory
-	(*AddMemoryResult)(nil),           // 7: engram.v1.AddMemoryResult
-	(*AddMemoriesResponse)(nil),       // 8: engram.v1.AddMemoriesResponse
-	(*SearchMemoriesRequest)(nil),     // 9: engram.v1.SearchMemoriesRequest
-	(*SearchResult)(nil),              // 10: engram.v1.SearchResult
-	(*SearchMemoriesResponse)(nil),    // 11: engram.v1.SearchMemoriesResponse
-	(*SemanticLocator)(nil),           // 12: engram.v1.SemanticLocator
-	(*StringList)(nil),                // 13: engram.v1.StringList
-	(*StringMap)(nil),                 // 14: engram.v1.StringMap
-	(*UpdateMemoryRequest)(nil),       // 15: engram.v1.UpdateMemoryRequest
-	(*UpdateMemoryResponse)(nil),      // 16: engram.v1.UpdateMemoryResponse
-	(*DeleteQuery)(nil),               // 17: engram.v1.DeleteQuery
-	(*DeleteMemoryRequest)(nil),       // 18: engram.v1.DeleteMemoryRequest
-	(*DeleteMemoryResponse)(nil),      // 19: engram.v1.DeleteMemoryResponse
-	(*GetMemoryRequest)(nil),          // 20: engram.v1.GetMemoryRequest
-	(*GetMemoryResponse)(nil),         // 21: engram.v1.GetMemoryResponse
-	(*ListMemoriesRequest)(nil),       // 22: engram.v1.ListMemoriesRequest
-	(*ListMemoriesResponse)(nil),      // 23: engram.v1.ListMemoriesResponse
-	(*ListCollectionsRequest)(nil),    // 24: engram.v1.ListCollectionsRequest
-	(*ListCollectionsResponse)(nil),   // 25: engram.v1.ListCollectionsResponse
-	(*DeleteCollectionRequest)(nil),   // 26: engram.v1.DeleteCollectionRequest
-	(*DeleteCollectionResponse)(nil),  // 27: engram.v1.DeleteCollectionResponse
-	(*RunReflectionRequest)(nil),      // 28: engram.v1.RunReflectionRequest
-	(*RunReflectionResponse)(nil),     // 29: engram.v1.RunReflectionResponse
-	(*ListGateDecisionsRequest)(nil),  // 30: engram.v1.ListGateDecisionsRequest
-	(*GateDecision)(nil),              // 31: engram.v1.GateDecision
-	(*ListGateDecisionsResponse)(nil), // 32: engram.v1.ListGateDecisionsResponse
-	nil,                               // 33: engram.v1.AddMemoryRequest.MetadataEntry
-	nil,                               // 34: engram.v1.NewMemory.MetadataEntry
-	nil,                               // 35: engram.v1.StringMap.EntriesEntry
-	(MemoryType)(0),                   // 36: engram.v1.MemoryType
-	(Source)(0),                       // 37: engram.v1.Source
-	(SourceType)(0),                   // 38: engram.v1.SourceType
-	(*timestamppb.Timestamp)(nil),     // 39: google.protobuf.Timestamp
-	(*Memory)(nil),                    // 40: engram.v1.Memory
-	(*SimilarMemory)(nil),             // 41: engram.v1.SimilarMemory
-	(*MemoryFilter)(nil),              // 42: engram.v1.MemoryFilter
-	(*RankingWeights)(nil),            // 43: engram.v1.RankingWeights
-	(*ScoreBreakdown)(nil),            // 44: engram.v1.ScoreBreakdown
-	(*CollectionInfo)(nil),            // 45: engram.v1.CollectionInfo
+	(ImportMode)(0),                   // 3: engram.v1.ImportMode
+	(Reembed)(0),                      // 4: engram.v1.Reembed
+	(*AddMemoryRequest)(nil),          // 5: engram.v1.AddMemoryRequest
+	(*AddMemoryResponse)(nil),         // 6: engram.v1.AddMemoryResponse
+	(*AddMemoriesRequest)(nil),        // 7: engram.v1.AddMemoriesRequest
+	(*NewMemory)(nil),                 // 8: engram.v1.NewMemory
+	(*AddMemoryResult)(nil),           // 9: engram.v1.AddMemoryResult
+	(*AddMemoriesResponse)(nil),       // 10: engram.v1.AddMemoriesResponse
+	(*SearchMemoriesRequest)(nil),     // 11: engram.v1.SearchMemoriesRequest
+	(*SearchResult)(nil),              // 12: engram.v1.SearchResult
+	(*SearchMemoriesResponse)(nil),    // 13: engram.v1.SearchMemoriesResponse
+	(*SemanticLocator)(nil),           // 14: engram.v1.SemanticLocator
+	(*StringList)(nil),                // 15: engram.v1.StringList
+	(*StringMap)(nil),                 // 16: engram.v1.StringMap
+	(*UpdateMemoryRequest)(nil),       // 17: engram.v1.UpdateMemoryRequest
+	(*UpdateMemoryResponse)(nil),      // 18: engram.v1.UpdateMemoryResponse
+	(*DeleteQuery)(nil),               // 19: engram.v1.DeleteQuery
+	(*DeleteMemoryRequest)(nil),       // 20: engram.v1.DeleteMemoryRequest
+	(*DeleteMemoryResponse)(nil),      // 21: engram.v1.DeleteMemoryResponse
+	(*GetMemoryRequest)(nil),          // 22: engram.v1.GetMemoryRequest
+	(*GetMemoryResponse)(nil),         // 23: engram.v1.GetMemoryResponse
+	(*ListMemoriesRequest)(nil),       // 24: engram.v1.ListMemoriesRequest
+	(*ListMemoriesResponse)(nil),      // 25: engram.v1.ListMemoriesResponse
+	(*ListCollectionsRequest)(nil),    // 26: engram.v1.ListCollectionsRequest
+	(*ListCollectionsResponse)(nil),   // 27: engram.v1.ListCollectionsResponse
+	(*DeleteCollectionRequest)(nil),   // 28: engram.v1.DeleteCollectionRequest
+	(*DeleteCollectionResponse)(nil),  // 29: engram.v1.DeleteCollectionResponse
+	(*RunReflectionRequest)(nil),      // 30: engram.v1.RunReflectionRequest
+	(*RunReflectionResponse)(nil),     // 31: engram.v1.RunReflectionResponse
+	(*ListGateDecisionsRequest)(nil),  // 32: engram.v1.ListGateDecisionsRequest
+	(*GateDecision)(nil),              // 33: engram.v1.GateDecision
+	(*ListGateDecisionsResponse)(nil), // 34: engram.v1.ListGateDecisionsResponse
+	(*ExportMemoriesRequest)(nil),     // 35: engram.v1.ExportMemoriesRequest
+	(*ExportMemoriesResponse)(nil),    // 36: engram.v1.ExportMemoriesResponse
+	(*ImportMemoriesRequest)(nil),     // 37: engram.v1.ImportMemoriesRequest
+	(*ImportMemoriesResponse)(nil),    // 38: engram.v1.ImportMemoriesResponse
+	(*BackupStoreRequest)(nil),        // 39: engram.v1.BackupStoreRequest
+	(*BackupStoreResponse)(nil),       // 40: engram.v1.BackupStoreResponse
+	nil,                               // 41: engram.v1.AddMemoryRequest.MetadataEntry
+	nil,                               // 42: engram.v1.NewMemory.MetadataEntry
+	nil,                               // 43: engram.v1.StringMap.EntriesEntry
+	(MemoryType)(0),                   // 44: engram.v1.MemoryType
+	(Source)(0),                       // 45: engram.v1.Source
+	(SourceType)(0),                   // 46: engram.v1.SourceType
+	(*timestamppb.Timestamp)(nil),     // 47: google.protobuf.Timestamp
+	(*Memory)(nil),                    // 48: engram.v1.Memory
+	(*SimilarMemory)(nil),             // 49: engram.v1.SimilarMemory
+	(*MemoryFilter)(nil),              // 50: engram.v1.MemoryFilter
+	(*RankingWeights)(nil),            // 51: engram.v1.RankingWeights
+	(*ScoreBreakdown)(nil),            // 52: engram.v1.ScoreBreakdown
+	(*CollectionInfo)(nil),            // 53: engram.v1.CollectionInfo
 }
 var file_engram_v1_memory_service_proto_depIdxs = []int32{
-	36, // 0: engram.v1.AddMemoryRequest.type:type_name -> engram.v1.MemoryType
-	37, // 1: engram.v1.AddMemoryRequest.source:type_name -> engram.v1.Source
-	38, // 2: engram.v1.AddMemoryRequest.source_type:type_name -> engram.v1.SourceType
-	33, // 3: engram.v1.AddMemoryRequest.metadata:type_name -> engram.v1.AddMemoryRequest.MetadataEntry
-	39, // 4: engram.v1.AddMemoryRequest.created_at:type_name -> google.protobuf.Timestamp
-	39, // 5: engram.v1.AddMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
-	40, // 6: engram.v1.AddMemoryResponse.memory:type_name -> engram.v1.Memory
+	44, // 0: engram.v1.AddMemoryRequest.type:type_name -> engram.v1.MemoryType
+	45, // 1: engram.v1.AddMemoryRequest.source:type_name -> engram.v1.Source
+	46, // 2: engram.v1.AddMemoryRequest.source_type:type_name -> engram.v1.SourceType
+	41, // 3: engram.v1.AddMemoryRequest.metadata:type_name -> engram.v1.AddMemoryRequest.MetadataEntry
+	47, // 4: engram.v1.AddMemoryRequest.created_at:type_name -> google.protobuf.Timestamp
+	47, // 5: engram.v1.AddMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
+	48, // 6: engram.v1.AddMemoryResponse.memory:type_name -> engram.v1.Memory
 	0,  // 7: engram.v1.AddMemoryResponse.outcome:type_name -> engram.v1.AddOutcome
-	41, // 8: engram.v1.AddMemoryResponse.near_duplicates:type_name -> engram.v1.SimilarMemory
-	6,  // 9: engram.v1.AddMemoriesRequest.memories:type_name -> engram.v1.NewMemory
-	36, // 10: engram.v1.NewMemory.type:type_name -> engram.v1.MemoryType
-	37, // 11: engram.v1.NewMemory.source:type_name -> engram.v1.Source
-	38, // 12: engram.v1.NewMemory.source_type:type_name -> engram.v1.SourceType
-	34, // 13: engram.v1.NewMemory.metadata:type_name -> engram.v1.NewMemory.MetadataEntry
-	39, // 14: engram.v1.NewMemory.created_at:type_name -> google.protobuf.Timestamp
-	39, // 15: engram.v1.NewMemory.valid_until:type_name -> google.protobuf.Timestamp
-	40, // 16: engram.v1.AddMemoryResult.memory:type_name -> engram.v1.Memory
+	49, // 8: engram.v1.AddMemoryResponse.near_duplicates:type_name -> engram.v1.SimilarMemory
+	8,  // 9: engram.v1.AddMemoriesRequest.memories:type_name -> engram.v1.NewMemory
+	44, // 10: engram.v1.NewMemory.type:type_name -> engram.v1.MemoryType
+	45, // 11: engram.v1.NewMemory.source:type_name -> engram.v1.Source
+	46, // 12: engram.v1.NewMemory.source_type:type_name -> engram.v1.SourceType
+	42, // 13: engram.v1.NewMemory.metadata:type_name -> engram.v1.NewMemory.MetadataEntry
+	47, // 14: engram.v1.NewMemory.created_at:type_name -> google.protobuf.Timestamp
+	47, // 15: engram.v1.NewMemory.valid_until:type_name -> google.protobuf.Timestamp
+	48, // 16: engram.v1.AddMemoryResult.memory:type_name -> engram.v1.Memory
 	0,  // 17: engram.v1.AddMemoryResult.outcome:type_name -> engram.v1.AddOutcome
-	41, // 18: engram.v1.AddMemoryResult.near_duplicates:type_name -> engram.v1.SimilarMemory
-	7,  // 19: engram.v1.AddMemoriesResponse.results:type_name -> engram.v1.AddMemoryResult
-	42, // 20: engram.v1.SearchMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
-	43, // 21: engram.v1.SearchMemoriesRequest.weights:type_name -> engram.v1.RankingWeights
-	40, // 22: engram.v1.SearchResult.memory:type_name -> engram.v1.Memory
-	44, // 23: engram.v1.SearchResult.score:type_name -> engram.v1.ScoreBreakdown
-	10, // 24: engram.v1.SearchMemoriesResponse.results:type_name -> engram.v1.SearchResult
-	35, // 25: engram.v1.StringMap.entries:type_name -> engram.v1.StringMap.EntriesEntry
-	12, // 26: engram.v1.UpdateMemoryRequest.locate:type_name -> engram.v1.SemanticLocator
-	36, // 27: engram.v1.UpdateMemoryRequest.type:type_name -> engram.v1.MemoryType
-	13, // 28: engram.v1.UpdateMemoryRequest.tags:type_name -> engram.v1.StringList
-	14, // 29: engram.v1.UpdateMemoryRequest.metadata:type_name -> engram.v1.StringMap
-	39, // 30: engram.v1.UpdateMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
-	40, // 31: engram.v1.UpdateMemoryResponse.memory:type_name -> engram.v1.Memory
-	40, // 32: engram.v1.UpdateMemoryResponse.previous:type_name -> engram.v1.Memory
-	17, // 33: engram.v1.DeleteMemoryRequest.query:type_name -> engram.v1.DeleteQuery
-	40, // 34: engram.v1.DeleteMemoryResponse.deleted:type_name -> engram.v1.Memory
-	40, // 35: engram.v1.GetMemoryResponse.memory:type_name -> engram.v1.Memory
-	40, // 36: engram.v1.GetMemoryResponse.history:type_name -> engram.v1.Memory
-	42, // 37: engram.v1.ListMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
-	40, // 38: engram.v1.ListMemoriesResponse.memories:type_name -> engram.v1.Memory
-	45, // 39: engram.v1.ListCollectionsResponse.collections:type_name -> engram.v1.CollectionInfo
-	39, // 40: engram.v1.DeleteCollectionResponse.deleted_at:type_name -> google.protobuf.Timestamp
+	49, // 18: engram.v1.AddMemoryResult.near_duplicates:type_name -> engram.v1.SimilarMemory
+	9,  // 19: engram.v1.AddMemoriesResponse.results:type_name -> engram.v1.AddMemoryResult
+	50, // 20: engram.v1.SearchMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
+	51, // 21: engram.v1.SearchMemoriesRequest.weights:type_name -> engram.v1.RankingWeights
+	48, // 22: engram.v1.SearchResult.memory:type_name -> engram.v1.Memory
+	52, // 23: engram.v1.SearchResult.score:type_name -> engram.v1.ScoreBreakdown
+	12, // 24: engram.v1.SearchMemoriesResponse.results:type_name -> engram.v1.SearchResult
+	43, // 25: engram.v1.StringMap.entries:type_name -> engram.v1.StringMap.EntriesEntry
+	14, // 26: engram.v1.UpdateMemoryRequest.locate:type_name -> engram.v1.SemanticLocator
+	44, // 27: engram.v1.UpdateMemoryRequest.type:type_name -> engram.v1.MemoryType
+	15, // 28: engram.v1.UpdateMemoryRequest.tags:type_name -> engram.v1.StringList
+	16, // 29: engram.v1.UpdateMemoryRequest.metadata:type_name -> engram.v1.StringMap
+	47, // 30: engram.v1.UpdateMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
+	48, // 31: engram.v1.UpdateMemoryResponse.memory:type_name -> engram.v1.Memory
+	48, // 32: engram.v1.UpdateMemoryResponse.previous:type_name -> engram.v1.Memory
+	19, // 33: engram.v1.DeleteMemoryRequest.query:type_name -> engram.v1.DeleteQuery
+	48, // 34: engram.v1.DeleteMemoryResponse.deleted:type_name -> engram.v1.Memory
+	48, // 35: engram.v1.GetMemoryResponse.memory:type_name -> engram.v1.Memory
+	48, // 36: engram.v1.GetMemoryResponse.history:type_name -> engram.v1.Memory
+	50, // 37: engram.v1.ListMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
+	48, // 38: engram.v1.ListMemoriesResponse.memories:type_name -> engram.v1.Memory
+	53, // 39: engram.v1.ListCollectionsResponse.collections:type_name -> engram.v1.CollectionInfo
+	47, // 40: engram.v1.DeleteCollectionResponse.deleted_at:type_name -> google.protobuf.Timestamp
 	1,  // 41: engram.v1.RunReflectionResponse.outcome:type_name -> engram.v1.ReflectionOutcome
 	2,  // 42: engram.v1.RunReflectionResponse.throttled_by:type_name -> engram.v1.ReflectionGate
-	39, // 43: engram.v1.RunReflectionResponse.next_run_after:type_name -> google.protobuf.Timestamp
-	40, // 44: engram.v1.RunReflectionResponse.sources:type_name -> engram.v1.Memory
-	40, // 45: engram.v1.RunReflectionResponse.insights:type_name -> engram.v1.Memory
-	40, // 46: engram.v1.RunReflectionResponse.drafts:type_name -> engram.v1.Memory
-	41, // 47: engram.v1.RunReflectionResponse.duplicates:type_name -> engram.v1.SimilarMemory
-	39, // 48: engram.v1.GateDecision.decided_at:type_name -> google.protobuf.Timestamp
+	47, // 43: engram.v1.RunReflectionResponse.next_run_after:type_name -> google.protobuf.Timestamp
+	48, // 44: engram.v1.RunReflectionResponse.sources:type_name -> engram.v1.Memory
+	48, // 45: engram.v1.RunReflectionResponse.insights:type_name -> engram.v1.Memory
+	48, // 46: engram.v1.RunReflectionResponse.drafts:type_name -> engram.v1.Memory
+	49, // 47: engram.v1.RunReflectionResponse.duplicates:type_name -> engram.v1.SimilarMemory
+	47, // 48: engram.v1.GateDecision.decided_at:type_name -> google.protobuf.Timestamp
 	0,  // 49: engram.v1.GateDecision.outcome:type_name -> engram.v1.AddOutcome
-	41, // 50: engram.v1.GateDecision.near_duplicates:type_name -> engram.v1.SimilarMemory
-	31, // 51: engram.v1.ListGateDecisionsResponse.decisions:type_name -> engram.v1.GateDecision
-	3,  // 52: engram.v1.MemoryService.AddMemory:input_type -> engram.v1.AddMemoryRequest
-	5,  // 53: engram.v1.MemoryService.AddMemories:input_type -> engram.v1.AddMemoriesRequest
-	9,  // 54: engram.v1.MemoryService.SearchMemories:input_type -> engram.v1.SearchMemoriesRequest
-	15, // 55: engram.v1.MemoryService.UpdateMemory:input_type -> engram.v1.UpdateMemoryRequest
-	18, // 56: engram.v1.MemoryService.DeleteMemory:input_type -> engram.v1.DeleteMemoryRequest
-	20, // 57: engram.v1.MemoryService.GetMemory:input_type -> engram.v1.GetMemoryRequest
-	22, // 58: engram.v1.MemoryService.ListMemories:input_type -> engram.v1.ListMemoriesRequest
-	24, // 59: engram.v1.MemoryService.ListCollections:input_type -> engram.v1.ListCollectionsRequest
-	26, // 60: engram.v1.MemoryService.DeleteCollection:input_type -> engram.v1.DeleteCollectionRequest
-	28, // 61: engram.v1.MemoryService.RunReflection:input_type -> engram.v1.RunReflectionRequest
-	30, // 62: engram.v1.MemoryService.ListGateDecisions:input_type -> engram.v1.ListGateDecisionsRequest
-	4,  // 63: engram.v1.MemoryService.AddMemory:output_type -> engram.v1.AddMemoryResponse
-	8,  // 64: engram.v1.MemoryService.AddMemories:output_type -> engram.v1.AddMemoriesResponse
-	11, // 65: engram.v1.MemoryService.SearchMemories:output_type -> engram.v1.SearchMemoriesResponse
-	16, // 66: engram.v1.MemoryService.UpdateMemory:output_type -> engram.v1.UpdateMemoryResponse
-	19, // 67: engram.v1.MemoryService.DeleteMemory:output_type -> engram.v1.DeleteMemoryResponse
-	21, // 68: engram.v1.MemoryService.GetMemory:output_type -> engram.v1.GetMemoryResponse
-	23, // 69: engram.v1.MemoryService.ListMemories:output_type -> engram.v1.ListMemoriesResponse
-	25, // 70: engram.v1.MemoryService.ListCollections:output_type -> engram.v1.ListCollectionsResponse
-	27, // 71: engram.v1.MemoryService.DeleteCollection:output_type -> engram.v1.DeleteCollectionResponse
-	29, // 72: engram.v1.MemoryService.RunReflection:output_type -> engram.v1.RunReflectionResponse
-	32, // 73: engram.v1.MemoryService.ListGateDecisions:output_type -> engram.v1.ListGateDecisionsResponse
-	63, // [63:74] is the sub-list for method output_type
-	52, // [52:63] is the sub-list for method input_type
-	52, // [52:52] is the sub-list for extension type_name
-	52, // [52:52] is the sub-list for extension extendee
-	0,  // [0:52] is the sub-list for field type_name
+	49, // 50: engram.v1.GateDecision.near_duplicates:type_name -> engram.v1.SimilarMemory
+	33, // 51: engram.v1.ListGateDecisionsResponse.decisions:type_name -> engram.v1.GateDecision
+	50, // 52: engram.v1.ExportMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
+	3,  // 53: engram.v1.ImportMemoriesRequest.mode:type_name -> engram.v1.ImportMode
+	4,  // 54: engram.v1.ImportMemoriesRequest.reembed:type_name -> engram.v1.Reembed
+	47, // 55: engram.v1.BackupStoreResponse.taken_at:type_name -> google.protobuf.Timestamp
+	53, // 56: engram.v1.BackupStoreResponse.collections:type_name -> engram.v1.CollectionInfo
+	5,  // 57: engram.v1.MemoryService.AddMemory:input_type -> engram.v1.AddMemoryRequest
+	7,  // 58: engram.v1.MemoryService.AddMemories:input_type -> engram.v1.AddMemoriesRequest
+	11, // 59: engram.v1.MemoryService.SearchMemories:input_type -> engram.v1.SearchMemoriesRequest
+	17, // 60: engram.v1.MemoryService.UpdateMemory:input_type -> engram.v1.UpdateMemoryRequest
+	20, // 61: engram.v1.MemoryService.DeleteMemory:input_type -> engram.v1.DeleteMemoryRequest
+	22, // 62: engram.v1.MemoryService.GetMemory:input_type -> engram.v1.GetMemoryRequest
+	24, // 63: engram.v1.MemoryService.ListMemories:input_type -> engram.v1.ListMemoriesRequest
+	26, // 64: engram.v1.MemoryService.ListCollections:input_type -> engram.v1.ListCollectionsRequest
+	28, // 65: engram.v1.MemoryService.DeleteCollection:input_type -> engram.v1.DeleteCollectionRequest
+	30, // 66: engram.v1.MemoryService.RunReflection:input_type -> engram.v1.RunReflectionRequest
+	32, // 67: engram.v1.MemoryService.ListGateDecisions:input_type -> engram.v1.ListGateDecisionsRequest
+	35, // 68: engram.v1.MemoryService.ExportMemories:input_type -> engram.v1.ExportMemoriesRequest
+	37, // 69: engram.v1.MemoryService.ImportMemories:input_type -> engram.v1.ImportMemoriesRequest
+	39, // 70: engram.v1.MemoryService.BackupStore:input_type -> engram.v1.BackupStoreRequest
+	6,  // 71: engram.v1.MemoryService.AddMemory:output_type -> engram.v1.AddMemoryResponse
+	10, // 72: engram.v1.MemoryService.AddMemories:output_type -> engram.v1.AddMemoriesResponse
+	13, // 73: engram.v1.MemoryService.SearchMemories:output_type -> engram.v1.SearchMemoriesResponse
+	18, // 74: engram.v1.MemoryService.UpdateMemory:output_type -> engram.v1.UpdateMemoryResponse
+	21, // 75: engram.v1.MemoryService.DeleteMemory:output_type -> engram.v1.DeleteMemoryResponse
+	23, // 76: engram.v1.MemoryService.GetMemory:output_type -> engram.v1.GetMemoryResponse
+	25, // 77: engram.v1.MemoryService.ListMemories:output_type -> engram.v1.ListMemoriesResponse
+	27, // 78: engram.v1.MemoryService.ListCollections:output_type -> engram.v1.ListCollectionsResponse
+	29, // 79: engram.v1.MemoryService.DeleteCollection:output_type -> engram.v1.DeleteCollectionResponse
+	31, // 80: engram.v1.MemoryService.RunReflection:output_type -> engram.v1.RunReflectionResponse
+	34, // 81: engram.v1.MemoryService.ListGateDecisions:output_type -> engram.v1.ListGateDecisionsResponse
+	36, // 82: engram.v1.MemoryService.ExportMemories:output_type -> engram.v1.ExportMemoriesResponse
+	38, // 83: engram.v1.MemoryService.ImportMemories:output_type -> engram.v1.ImportMemoriesResponse
+	40, // 84: engram.v1.MemoryService.BackupStore:output_type -> engram.v1.BackupStoreResponse
+	71, // [71:85] is the sub-list for method output_type
+	57, // [57:71] is the sub-list for method input_type
+	57, // [57:57] is the sub-list for extension type_name
+	57, // [57:57] is the sub-list for extension extendee
+	0,  // [0:57] is the sub-list for field type_name
 }
 
 func init() { file_engram_v1_memory_service_proto_init() }
@@ -2994,8 +3617,8 @@ func file_engram_v1_memory_service_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_engram_v1_memory_service_proto_rawDesc), len(file_engram_v1_memory_service_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   33,
+			NumEnums:      5,
+			NumMessages:   39,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

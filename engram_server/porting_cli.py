@@ -18,6 +18,8 @@ from typing import IO, Any
 
 from google.protobuf import timestamp_pb2
 
+from engram_server.adapters.storage.edge.lifecycle import _copy_sparse
+
 #: The manifest a backup directory holds (see ``adapters/storage/edge/lifecycle``).
 BACKUP_MANIFEST = "engram-backup.json"
 #: Bytes of file per ImportMemories message.
@@ -206,9 +208,9 @@ def _restore(backup: Path, data_dir: str | None, *, force: bool) -> int | str:
             if item.name == BACKUP_MANIFEST:
                 continue
             if item.is_dir():
-                shutil.copytree(item, target / item.name)
+                shutil.copytree(item, target / item.name, copy_function=_copy_sparse)
             else:
-                shutil.copy2(item, target / item.name)
+                _copy_sparse(str(item), str(target / item.name))
     points = info.get("points", {})
     print(
         f"engram restore: {target} now holds the backup of {info.get('taken_at')} "

@@ -3053,7 +3053,7 @@ type BackupStoreResponse struct {
 	TakenAt *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=taken_at,json=takenAt,proto3" json:"taken_at,omitempty"`
 	// The collections copied with their memory counts (history versions included).
 	Collections []*CollectionInfo `protobuf:"bytes,3,rep,name=collections,proto3" json:"collections,omitempty"`
-	// Bytes written.
+	// Bytes the backup takes on disk (the engine's sparse files stay sparse).
 	Bytes int64 `protobuf:"varint,4,opt,name=bytes,proto3" json:"bytes,omitempty"`
 	// Seconds writes waited for the copy (the store-wide write barrier).
 	BarrierSeconds float64 `protobuf:"fixed64,5,opt,name=barrier_seconds,json=barrierSeconds,proto3" json:"barrier_seconds,omitempty"`

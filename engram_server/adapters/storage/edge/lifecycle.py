@@ -52,6 +52,34 @@ BACKUP_FORMAT = 1
 _STATE_DIR = "state"
 
 
+def _copy_sparse(src: str, dst: str) -> str:
+    """Copy a file keeping its holes: the engine pre-allocates sparse files (WAL segments, mmap
+    chunks of 32 MB), which a plain copy would write out as zeros (a fresh collection: 230 MB
+    apparent, under 1 MB allocated)."""
+    with open(src, "rb") as fin, open(dst, "wb") as fout:
+        size = os.fstat(fin.fileno()).st_size
+        offset = 0
+        while offset < size:
+            try:
+                start = os.lseek(fin.fileno(), offset, os.SEEK_DATA)
+            except OSError:  # no data after offset (ENXIO)
+                break
+            end = os.lseek(fin.fileno(), start, os.SEEK_HOLE)
+            os.lseek(fin.fileno(), start, os.SEEK_SET)
+            os.lseek(fout.fileno(), start, os.SEEK_SET)
+            left = end - start
+            while left > 0:
+                chunk = os.read(fin.fileno(), min(left, 1 << 20))
+                if not chunk:
+                    break
+                os.write(fout.fileno(), chunk)
+                left -= len(chunk)
+            offset = end
+        os.ftruncate(fout.fileno(), size)
+    shutil.copystat(src, dst)
+    return dst
+
+
 def _fsync_tree(root: Path) -> None:
     """Make a copied tree durable: every file, then every directory."""
     for path in sorted(root.rglob("*"), key=lambda p: len(p.parts), reverse=True):
@@ -282,7 +310,7 @@ class EdgeLifecycle(EdgeIndexes):
         for name, col in sorted(self._cols.items()):
             col.shard.flush()  # the WAL and segments on disk: the copy reads the files
             points[name] = col.shard.count(qe.CountRequest(exact=True))
-            shutil.copytree(col.path, dest / "collections" / name)
+            shutil.copytree(col.path, dest / "collections" / name, copy_function=_copy_sparse)
         state = self._data_dir / _STATE_DIR
         if state.is_dir():
             shutil.copytree(state, dest / _STATE_DIR)
@@ -293,7 +321,7 @@ class EdgeLifecycle(EdgeIndexes):
             "points": points,
         }
         _write_json_atomic(dest / BACKUP_MANIFEST, manifest)
-        size = sum(f.stat().st_size for f in dest.rglob("*") if f.is_file())
+        size = sum(f.stat().st_blocks * 512 for f in dest.rglob("*") if f.is_file())
         _fsync_tree(dest)
         return BackupStats(size, points)
 

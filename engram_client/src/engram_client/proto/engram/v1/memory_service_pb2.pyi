@@ -1668,7 +1668,7 @@ class BackupStoreResponse(_message.Message):
     directory: _builtins.str
     """The directory written."""
     bytes: _builtins.int
-    """Bytes written."""
+    """Bytes the backup takes on disk (the engine's sparse files stay sparse)."""
     barrier_seconds: _builtins.float
     """Seconds writes waited for the copy (the store-wide write barrier)."""
     @_builtins.property

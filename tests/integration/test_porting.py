@@ -248,7 +248,8 @@ async def test_backup_while_writers_run_then_restore(tmp_path: Path) -> None:
     backups.mkdir()
     acknowledged: list[tuple[float, str]] = []
     stop = asyncio.Event()
-    enough = asyncio.Event()  # set every 30 acknowledged writes
+    enough = asyncio.Event()  # set once `target` writes were acknowledged
+    target = 30
     async with running_server(tmp_path / "data", backup_dir=backups) as srv:
         channel = grpc.aio.insecure_channel(srv.address)
         stub = Stub(channel)
@@ -263,17 +264,16 @@ async def test_backup_while_writers_run_then_restore(tmp_path: Path) -> None:
                     collection=f"w{n % 2}",
                 )
                 acknowledged.append((asyncio.get_running_loop().time(), answer.memory.id))
-                if len(acknowledged) % 30 == 0:
+                if len(acknowledged) >= target:
                     enough.set()
 
         writers = [asyncio.create_task(writer(n)) for n in range(3)]
         await enough.wait()
         asked_at = asyncio.get_running_loop().time()
         answer = await stub.BackupStore(s.BackupStoreRequest(directory=str(backups / "one")))
+        target = len(acknowledged) + 30
         enough.clear()
-        after = len(acknowledged)
         await enough.wait()  # writers went on after the backup
-        assert len(acknowledged) >= after + 30
         stop.set()
         await asyncio.gather(*writers)
         before = {i for t, i in acknowledged if t < asked_at}

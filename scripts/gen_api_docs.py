@@ -11,6 +11,7 @@ the comment written above it in the proto. No description is kept by hand.
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
 import tempfile
@@ -22,6 +23,8 @@ from google.protobuf import descriptor_pb2
 ROOT = Path(__file__).resolve().parent.parent
 PROTO_ROOT = ROOT / "proto"
 TARGET = ROOT / "docs" / "reference" / "api.md"
+# The same comments as data, for the OpenAPI document the HTTP gateway serves (descriptions).
+DESCRIPTIONS = ROOT / "engram_server" / "api" / "http" / "descriptions.json"
 PACKAGE = "engram.v1"
 
 # Field numbers of the descriptor messages, as used in SourceCodeInfo.Location.path.
@@ -173,8 +176,47 @@ def render_message(
     return lines
 
 
-def render() -> str:
-    files = [f for f in descriptor_set().file if f.package == PACKAGE]
+def describe(files: list[descriptor_pb2.FileDescriptorProto]) -> dict[str, str]:
+    """Every element's comment by its full name (``engram.v1.Memory.id``), as plain paragraphs."""
+    out: dict[str, str] = {}
+
+    def put(name: str, text: str) -> None:
+        blocks = (" ".join(line for line in b.split("\n") if line) for b in text.split("\n\n"))
+        text = "\n\n".join(b for b in blocks if b)
+        if text:
+            out[name] = text
+
+    def enum(e: descriptor_pb2.EnumDescriptorProto, full: str, c: Comments, path: tuple[int, ...]) -> None:
+        put(full, c.get(*path))
+        for i, value in enumerate(e.value):
+            put(f"{full}.{value.name}", c.get(*path, ENUM_VALUE, i))
+
+    def message(m: descriptor_pb2.DescriptorProto, full: str, c: Comments, path: tuple[int, ...]) -> None:
+        put(full, c.get(*path))
+        for i, field in enumerate(m.field):
+            put(f"{full}.{field.name}", c.get(*path, MESSAGE_FIELD, i))
+        for i, nested in enumerate(m.nested_type):
+            message(nested, f"{full}.{nested.name}", c, (*path, MESSAGE_NESTED, i))
+        for i, e in enumerate(m.enum_type):
+            enum(e, f"{full}.{e.name}", c, (*path, MESSAGE_ENUM, i))
+
+    for file in files:
+        comments = Comments(file)
+        for si, service in enumerate(file.service):
+            put(f"{PACKAGE}.{service.name}", comments.get(FILE_SERVICE, si))
+            for mi, method in enumerate(service.method):
+                put(
+                    f"{PACKAGE}.{service.name}.{method.name}",
+                    comments.get(FILE_SERVICE, si, SERVICE_METHOD, mi),
+                )
+        for i, m in enumerate(file.message_type):
+            message(m, f"{PACKAGE}.{m.name}", comments, (FILE_MESSAGE, i))
+        for i, e in enumerate(file.enum_type):
+            enum(e, f"{PACKAGE}.{e.name}", comments, (FILE_ENUM, i))
+    return dict(sorted(out.items()))
+
+
+def render(files: list[descriptor_pb2.FileDescriptorProto]) -> str:
     services: list[str] = []
     messages: list[str] = []
     enums: list[str] = []
@@ -207,12 +249,19 @@ def main() -> None:
     )
     parser.add_argument("--check", action="store_true", help="fail if the committed page differs")
     args = parser.parse_args()
-    text = render()
-    if args.check:
-        if not TARGET.is_file() or TARGET.read_text() != text:
-            sys.exit(f"{TARGET.relative_to(ROOT)} is out of date: run `make docs` (scripts/gen_api_docs.py)")
-        return
-    TARGET.write_text(text)
+    files = [f for f in descriptor_set().file if f.package == PACKAGE]
+    outputs = {
+        TARGET: render(files),
+        DESCRIPTIONS: json.dumps(describe(files), indent=1, ensure_ascii=False) + "\n",
+    }
+    for target, text in outputs.items():
+        if args.check:
+            if not target.is_file() or target.read_text() != text:
+                sys.exit(
+                    f"{target.relative_to(ROOT)} is out of date: run `make docs` (scripts/gen_api_docs.py)"
+                )
+        else:
+            target.write_text(text)
 
 
 if __name__ == "__main__":

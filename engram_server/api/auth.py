@@ -138,6 +138,7 @@ RULES: dict[str, Rule] = {
     "DeleteCollection": Rule(Role.ADMIN, _named),
     "RunReflection": Rule(Role.WRITE, _one, lambda r: Role.ADMIN if r.force else None),
     "ListGateDecisions": Rule(Role.READ, _one),
+    "ListReflectionRuns": Rule(Role.READ, _one),
     "ExportMemories": Rule(Role.ADMIN, _exported),
     "ImportMemories": Rule(Role.ADMIN, _store_wide),
     "BackupStore": Rule(Role.ADMIN, _store_wide),

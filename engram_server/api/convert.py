@@ -11,7 +11,7 @@ from engram_client.proto.engram.v1 import memory_service_pb2 as s
 from engram_server.domain.errors import InvalidArgument
 from engram_server.domain.model import NEVER, CollectionSpec, MemoryRecord, MemoryType, Source, SourceType
 from engram_server.domain.ranking import Score, Weights
-from engram_server.domain.reflection import Gate, ReflectionOutcome, ReflectionReport
+from engram_server.domain.reflection import Gate, ReflectionOutcome, ReflectionReport, ReflectionRun
 from engram_server.domain.service import (
     AddCommand,
     AddOutcome,
@@ -208,6 +208,7 @@ REFLECTION_OUTCOME_OUT = {
     ReflectionOutcome.NO_INSIGHT: s.REFLECTION_OUTCOME_NO_INSIGHT,
     ReflectionOutcome.THROTTLED: s.REFLECTION_OUTCOME_THROTTLED,
     ReflectionOutcome.WOULD_RUN: s.REFLECTION_OUTCOME_WOULD_RUN,
+    ReflectionOutcome.FAILED: s.REFLECTION_OUTCOME_FAILED,
 }
 GATE_OUT = {
     Gate.MIN_INTERVAL: s.REFLECTION_GATE_MIN_INTERVAL,
@@ -234,6 +235,21 @@ def reflection_out(r: ReflectionReport) -> s.RunReflectionResponse:
     )
     if r.next_run_after is not None:
         out.next_run_after.CopyFrom(ts_out(r.next_run_after))
+    return out
+
+
+def reflection_run_out(r: ReflectionRun) -> s.ReflectionRun:
+    out = s.ReflectionRun(
+        outcome=REFLECTION_OUTCOME_OUT[r.outcome],
+        detail=r.detail,
+        scheduled=r.scheduled,
+        model=r.model,
+        source_ids=r.source_ids,
+        insight_ids=r.insight_ids,
+        draft_ids=r.draft_ids,
+        duplicates=r.duplicates,
+    )
+    out.started_at.CopyFrom(ts_out(r.started_at))
     return out
 
 

@@ -291,6 +291,14 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
         kept, truncated = fitting(iter(self._gate_log.recent(collection, request.limit)), self._budget)
         return s.ListGateDecisionsResponse(decisions=kept, truncated=truncated)
 
+    @rpc
+    async def ListReflectionRuns(
+        self, request: s.ListReflectionRunsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> s.ListReflectionRunsResponse:
+        runs = await self._reflector.history(request.collection, request.limit)
+        kept, truncated = fitting(iter(c.reflection_run_out(r) for r in runs), self._budget)
+        return s.ListReflectionRunsResponse(runs=kept, truncated=truncated)
+
     async def ExportMemories(
         self, request: s.ExportMemoriesRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[s.ExportMemoriesResponse]:

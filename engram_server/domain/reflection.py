@@ -7,11 +7,16 @@ drops proposals that are near-copies of existing insights (calibrated document s
 the rest in ``<collection>_reflection`` — confident ones as ``insight`` memories, the others as
 drafts that are never searched — and only then marks the sources reflected and records the run
 in the persisted throttle state. Any failure before the writes leaves everything untouched.
+
+Every run that calls the LLM (completed, no insight, failed) is kept in a short persisted history
+(:meth:`Reflector.history`, the last :data:`HISTORY` runs per collection); throttled and dry runs
+are answered to their caller only.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import uuid
 from dataclasses import dataclass
@@ -34,8 +39,12 @@ from engram_server.domain.ttl import compute_valid_until
 from engram_server.domain.validation import Violations, check_collection
 from engram_server.ports import Llm
 
+log = logging.getLogger(__name__)
+
 DAY = 86_400.0
 REFLECTION_TAG = "source:reflection"
+#: Runs kept per collection in the persisted history.
+HISTORY = 50
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +65,8 @@ class ReflectionOutcome(StrEnum):
     NO_INSIGHT = "no_insight"
     THROTTLED = "throttled"
     WOULD_RUN = "would_run"
+    #: Only in the history: the LLM call or the writes raised (RunReflection answers an error).
+    FAILED = "failed"
 
 
 class Gate(StrEnum):
@@ -80,6 +91,52 @@ class ReflectionReport:
     drafts: tuple[MemoryRecord, ...] = ()
     duplicates: tuple[Similar, ...] = ()
     model: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ReflectionRun:
+    """One run that called the LLM, as kept in the history."""
+
+    started_at: float
+    outcome: ReflectionOutcome
+    detail: str
+    scheduled: bool = False
+    model: str = ""
+    source_ids: tuple[str, ...] = ()
+    insight_ids: tuple[str, ...] = ()
+    draft_ids: tuple[str, ...] = ()
+    duplicates: int = 0
+
+    def to_state(self) -> dict[str, Any]:
+        return {
+            "started_at": self.started_at,
+            "outcome": self.outcome.value,
+            "detail": self.detail,
+            "scheduled": self.scheduled,
+            "model": self.model,
+            "source_ids": list(self.source_ids),
+            "insight_ids": list(self.insight_ids),
+            "draft_ids": list(self.draft_ids),
+            "duplicates": self.duplicates,
+        }
+
+    @classmethod
+    def from_state(cls, data: dict[str, Any]) -> ReflectionRun | None:
+        """None for an entry this version cannot read (the history is best effort, never fatal)."""
+        try:
+            return cls(
+                started_at=float(data["started_at"]),
+                outcome=ReflectionOutcome(data["outcome"]),
+                detail=str(data.get("detail", "")),
+                scheduled=bool(data.get("scheduled", False)),
+                model=str(data.get("model", "")),
+                source_ids=tuple(str(x) for x in data.get("source_ids", ())),
+                insight_ids=tuple(str(x) for x in data.get("insight_ids", ())),
+                draft_ids=tuple(str(x) for x in data.get("draft_ids", ())),
+                duplicates=int(data.get("duplicates", 0)),
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +209,7 @@ class Reflector:
     # ------------------------------------------------------------ the run
 
     async def run(
-        self, collection: str = "", *, dry_run: bool = False, force: bool = False
+        self, collection: str = "", *, dry_run: bool = False, force: bool = False, scheduled: bool = False
     ) -> ReflectionReport:
         pol = self.policy
         v = Violations()
@@ -179,11 +236,23 @@ class Reflector:
             )
         async with lock:
             with telemetry.reflection_span(name, dry_run=dry_run) as span:
+                started = self._memory.now()
                 try:
                     report = await self._run_locked(name, target, self._llm, dry_run=dry_run, force=force)
-                except Exception:
+                except Exception as exc:
                     telemetry.record_reflection_run("failed", collection=name, dry_run=dry_run)
+                    if not dry_run:
+                        failed = ReflectionRun(
+                            started,
+                            ReflectionOutcome.FAILED,
+                            f"{type(exc).__name__}: {exc}"[:500],
+                            scheduled=scheduled,
+                            model=self._llm.model,
+                        )
+                        await self._remember(name, failed)
                     raise
+                if report.outcome in (ReflectionOutcome.COMPLETED, ReflectionOutcome.NO_INSIGHT):
+                    await self._remember(name, _history_entry(report, started, scheduled=scheduled))
                 telemetry.record_reflection_run(report.outcome.value, collection=name, dry_run=dry_run)
                 telemetry.record_reflection_insights("stored", len(report.insights))
                 telemetry.record_reflection_insights("draft", len(report.drafts))
@@ -441,6 +510,35 @@ class Reflector:
             _state_key(name), {**state, "last_run_at": now, "runs": [*runs, now]}
         )
 
+    # ------------------------------------------------------------ history
+
+    async def history(self, collection: str = "", limit: int = 0) -> list[ReflectionRun]:
+        """The collection's recent runs that called the LLM, newest first: at most ``limit``
+        (1 to :data:`HISTORY`; 0 means 20)."""
+        name = collection or self._memory.policy.default_collection
+        v = Violations()
+        check_collection(v, "collection", name)
+        if not 0 <= limit <= HISTORY:
+            v.add("limit", f"must be between 1 and {HISTORY} (0 means 20), got {limit}")
+        v.raise_if_any()
+        limit = limit or 20
+        state = await self._memory.store.get_state(_history_key(name)) or {}
+        entries = state.get("runs", [])
+        runs = [r for r in (ReflectionRun.from_state(e) for e in entries if isinstance(e, dict)) if r]
+        return sorted(runs, key=lambda r: -r.started_at)[:limit]
+
+    async def _remember(self, name: str, run: ReflectionRun) -> None:
+        """Append to the persisted history. Best effort: a failure to record never fails the run
+        (the run's own writes and throttle state are already stored)."""
+        try:
+            # its own key: the throttle state stays exactly what the gates read
+            state = await self._memory.store.get_state(_history_key(name)) or {}
+            history = [e for e in state.get("runs", []) if isinstance(e, dict)]
+            history = [*history, run.to_state()][-HISTORY:]
+            await self._memory.store.put_state(_history_key(name), {"runs": history})
+        except Exception:  # the history must never turn a run into an error
+            log.warning("reflection history of %r not recorded", name, exc_info=True)
+
     # ------------------------------------------------------------ periodic
 
     async def run_due(self) -> dict[str, ReflectionReport]:
@@ -453,12 +551,30 @@ class Reflector:
             last = _float_or_none(state.get("last_run_at"))
             if last is not None and written <= last:
                 continue  # nothing new since the last run
-            out[name] = await self.run(name)
+            out[name] = await self.run(name, scheduled=True)
         return out
+
+
+def _history_entry(report: ReflectionReport, started: float, *, scheduled: bool) -> ReflectionRun:
+    return ReflectionRun(
+        started,
+        report.outcome,
+        report.detail,
+        scheduled=scheduled,
+        model=report.model,
+        source_ids=tuple(r.id for r in report.sources),
+        insight_ids=tuple(r.id for r in report.insights),
+        draft_ids=tuple(r.id for r in report.drafts),
+        duplicates=len(report.duplicates),
+    )
 
 
 def _state_key(collection: str) -> str:
     return f"reflection.{collection}"
+
+
+def _history_key(collection: str) -> str:
+    return f"reflection_runs.{collection}"
 
 
 def _float_or_none(value: object) -> float | None:

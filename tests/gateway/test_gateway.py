@@ -135,6 +135,12 @@ async def test_every_rpc_over_http(http: httpx.AsyncClient) -> None:
     assert decisions[0]["content"] == "Always answer in British English"
     assert {d["outcome"] for d in decisions} == {"ADD_OUTCOME_CREATED"}
 
+    r = await http.get(
+        used("GET", "/v1/collections/{collection}/reflectionRuns").format(collection="work"),
+        params={"limit": "5"},
+    )
+    assert r.status_code == 200 and r.json() == {}, r.text  # no LLM here, so no run was ever kept
+
     r = await http.post(used("POST", "/v1/memories:search"), json={"query": "what does the user drink?"})
     assert r.status_code == 200, r.text
     hits = r.json()["results"]
@@ -482,6 +488,32 @@ async def test_openapi_document_describes_the_answers(http: httpx.AsyncClient) -
     validate(bad.json(), "/v1/memories", "post", "default")
     with pytest.raises(jsonschema.ValidationError):  # the schemas can fail
         validate({"memory": {"importance": "high"}}, "/v1/memories", "post")
+
+
+def test_openapi_descriptions_come_from_the_proto_comments() -> None:
+    """Every operation, schema and property carries the comment written above it in the proto."""
+    from engram_server.api.http.openapi import descriptions, openapi_document  # noqa: PLC0415
+
+    doc = openapi_document(SERVICE, version="test")
+    docs = descriptions()
+    for binding in bindings_of(SERVICE):
+        operation = doc["paths"][binding.template][binding.verb.lower()]
+        written = docs[binding.method.full_name]
+        assert operation["description"].startswith(written), binding.method.name
+        assert written.startswith(operation["summary"].rstrip(".")), binding.method.name
+    memory = doc["components"]["schemas"]["engram.v1.Memory"]
+    assert memory["description"] == docs["engram.v1.Memory"]
+    assert memory["properties"]["validUntil"]["description"] == docs["engram.v1.Memory.valid_until"]
+    kinds = doc["components"]["schemas"]["engram.v1.MemoryType"]["description"]
+    assert "`MEMORY_TYPE_EVENT`: " + docs["engram.v1.MemoryType.MEMORY_TYPE_EVENT"] in kinds
+    undocumented = [
+        f"{name}.{prop}"
+        for name, schema in doc["components"]["schemas"].items()
+        if name.startswith("engram.v1.")
+        for prop, value in schema.get("properties", {}).items()
+        if not value.get("description")
+    ]
+    assert undocumented == []  # buf lint asks for a comment on every field; the document keeps them
 
 
 def test_http_settings_and_refusals(tmp_path: Path) -> None:

@@ -456,3 +456,66 @@ async def test_periodic_reflection_is_activity_driven(tmp_path: Path, llm: Llm) 
         reports = await server.reflector.run_due()
         gate = reports["default"].gate
         assert gate is not None and gate.value == "importance"  # ran the gates again
+
+
+async def runs(st: Stub, **kw: Any) -> list[s.ReflectionRun]:
+    resp: s.ListReflectionRunsResponse = await st.ListReflectionRuns(s.ListReflectionRunsRequest(**kw))
+    return list(resp.runs)
+
+
+async def test_runs_that_called_the_llm_are_kept_newest_first_across_restarts(
+    tmp_path: Path, llm: Llm
+) -> None:
+    clock = ManualClock()
+    async with (
+        running_server(tmp_path, clock=clock, **settings_for(llm)) as server,
+        grpc.aio.insecure_channel(server.address) as ch,
+    ):
+        st = Stub(ch)
+        assert await runs(st) == []
+        added = await seed(st)
+        llm.replies.append(chat_reply(GOOD))
+        done = await reflect(st)
+        started_first = int(clock.now())
+        assert (await reflect(st)).outcome == s.REFLECTION_OUTCOME_THROTTLED  # answered, not kept
+        assert (await reflect(st, dry_run=True, force=True)).outcome != s.REFLECTION_OUTCOME_COMPLETED
+
+        clock.advance(3 * HOUR)
+        for text in LESSONS[:5]:
+            await st.AddMemory(s.AddMemoryRequest(content=text, importance=9))
+        llm.replies += [chat_reply("{}", status=500), chat_reply("{}", status=500)]
+        with pytest.raises(grpc.aio.AioRpcError):
+            await reflect(st)
+
+        clock.advance(3 * HOUR)
+        llm.replies.append(chat_reply(insights()))
+        assert (await server.reflector.run_due())["default"].outcome.value == "no_insight"
+
+    async with (
+        running_server(tmp_path, clock=clock, **settings_for(llm)) as server,
+        grpc.aio.insecure_channel(server.address) as ch,
+    ):
+        st = Stub(ch)
+        newest, failed, first = await runs(st)
+        assert [r.outcome for r in (newest, failed, first)] == [
+            s.REFLECTION_OUTCOME_NO_INSIGHT,
+            s.REFLECTION_OUTCOME_FAILED,
+            s.REFLECTION_OUTCOME_COMPLETED,
+        ]
+        assert (newest.scheduled, failed.scheduled, first.scheduled) == (True, False, False)
+        assert first.started_at.seconds == started_first and first.model == "test-llm"
+        assert list(first.insight_ids) == [x.id for x in done.insights]
+        assert list(first.draft_ids) == [x.id for x in done.drafts]
+        assert set(first.source_ids) == {a.memory.id for a in added}
+        assert "LlmUnavailable" in failed.detail and not failed.insight_ids
+        assert [r.outcome for r in await runs(st, limit=1)] == [s.REFLECTION_OUTCOME_NO_INSIGHT]
+        assert await runs(st, collection="elsewhere") == []
+        for bad in (-1, 51):
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                await runs(st, limit=bad)
+            err = rich(info.value)
+            assert (err.code, err.reason) == (
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "ERROR_REASON_INVALID_ARGUMENT",
+            )
+            assert set(err.violations) == {"limit"}

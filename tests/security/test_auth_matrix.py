@@ -56,6 +56,7 @@ NEEDS = {
     "RunReflection": "write",
     "RunReflection(force)": "admin",
     "ListGateDecisions": "read",
+    "ListReflectionRuns": "read",
     "ExportMemories": "admin",  # admin on each collection exported
     "ImportMemories": "admin",  # store-wide: only a "*" admin grant
     "BackupStore": "admin",  # store-wide
@@ -97,12 +98,20 @@ def requests(memory_id: str) -> dict[str, tuple[str, Any]]:
             s.RunReflectionRequest(collection="alpha", dry_run=True, force=True),
         ),
         "ListGateDecisions": ("ListGateDecisions", s.ListGateDecisionsRequest(collection="alpha")),
+        "ListReflectionRuns": ("ListReflectionRuns", s.ListReflectionRunsRequest(collection="alpha")),
         "ExportMemories": ("ExportMemories", s.ExportMemoriesRequest(collections=["alpha"])),
         # An empty file: the admin cell imports nothing.
         "ImportMemories": ("ImportMemories", s.ImportMemoriesRequest(collection="alpha")),
         # No ENGRAM_BACKUP_DIR: the admin cell is refused past auth (INVALID_ARGUMENT).
         "BackupStore": ("BackupStore", s.BackupStoreRequest(directory="/nowhere")),
     }
+
+
+def test_the_matrix_covers_every_rpc() -> None:
+    """A new RPC gets its row here, so its role is tested, not assumed."""
+    methods = {m.name for m in s.DESCRIPTOR.services_by_name["MemoryService"].methods}
+    assert {call.split("(")[0] for call in NEEDS} == methods
+    assert {rpc for rpc, _ in requests("x").values()} == methods
 
 
 @pytest.fixture(scope="module")

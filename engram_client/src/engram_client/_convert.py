@@ -24,6 +24,7 @@ from engram_client.models import (
     ReflectionGate,
     ReflectionOutcome,
     ReflectionResult,
+    ReflectionRun,
     ScoreBreakdown,
     SearchResult,
     SearchResults,
@@ -93,7 +94,10 @@ def timestamp_to_proto(value: datetime, what: str) -> Timestamp:
 
 
 def _time(
-    message: memory_pb2.Memory | memory_pb2.CollectionInfo | memory_service_pb2.RunReflectionResponse,
+    message: memory_pb2.Memory
+    | memory_pb2.CollectionInfo
+    | memory_service_pb2.RunReflectionResponse
+    | memory_service_pb2.ReflectionRun,
     name: str,
 ) -> datetime | None:
     if not message.HasField(name):  # type: ignore[arg-type]
@@ -286,3 +290,20 @@ def reflection_result(resp: memory_service_pb2.RunReflectionResponse) -> Reflect
         reflection_collection=resp.reflection_collection,
         model=resp.model,
     )
+
+
+def reflection_runs(resp: memory_service_pb2.ListReflectionRunsResponse) -> list[ReflectionRun]:
+    return [
+        ReflectionRun(
+            started_at=_time(r, "started_at"),
+            outcome=_REFLECTION_FROM.get(r.outcome, ReflectionOutcome.UNSPECIFIED),
+            detail=r.detail,
+            scheduled=r.scheduled,
+            model=r.model,
+            source_ids=tuple(r.source_ids),
+            insight_ids=tuple(r.insight_ids),
+            draft_ids=tuple(r.draft_ids),
+            duplicates=r.duplicates,
+        )
+        for r in resp.runs
+    ]

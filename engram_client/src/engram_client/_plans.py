@@ -35,6 +35,7 @@ from engram_client.models import (
     Page,
     RankingWeights,
     ReflectionResult,
+    ReflectionRun,
     SearchResults,
     Source,
     SourceName,
@@ -299,6 +300,11 @@ def run_reflection(*, collection: str | None, dry_run: bool, force: bool) -> Pla
     return Plan(
         "RunReflection", req, _convert.reflection_result, retry=dry_run, map_error=_reflection_unavailable
     )
+
+
+def reflection_runs(*, collection: str | None, limit: int) -> Plan[list[ReflectionRun]]:
+    req = memory_service_pb2.ListReflectionRunsRequest(collection=collection or "", limit=limit)
+    return Plan("ListReflectionRuns", req, _convert.reflection_runs, map_error=_reflection_unavailable)
 
 
 REFLECTION_UNAVAILABLE = "reflection is not available on this server"

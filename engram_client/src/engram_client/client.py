@@ -76,6 +76,7 @@ from engram_client.models import (
     Page,
     RankingWeights,
     ReflectionResult,
+    ReflectionRun,
     SearchResults,
     Source,
     SourceName,
@@ -473,6 +474,14 @@ class EngramClient(_ClientBase):
         LlmUnavailableError / LlmInvalidOutputError when the LLM fails (nothing is written)."""
         return self._run(_plans.run_reflection(collection=collection, dry_run=dry_run, force=force), timeout)
 
+    def reflection_runs(
+        self, *, collection: str | None = None, limit: int = 0, timeout: float | None = None
+    ) -> list[ReflectionRun]:
+        """The collection's recent reflection runs that called the LLM (completed, no insight or
+        failed; scheduled or asked for), newest first: at most ``limit`` (1–50; 0 means 20). The
+        server keeps the last 50 per collection with the store."""
+        return self._run(_plans.reflection_runs(collection=collection, limit=limit), timeout)
+
     # --- export, import, backup (admin; long calls: no deadline unless ``timeout`` is given) -------
 
     def export(
@@ -834,3 +843,9 @@ class AsyncEngramClient(_ClientBase):
         """See :meth:`EngramClient.run_reflection`."""
         plan = _plans.run_reflection(collection=collection, dry_run=dry_run, force=force)
         return await self._run(plan, timeout)
+
+    async def reflection_runs(
+        self, *, collection: str | None = None, limit: int = 0, timeout: float | None = None
+    ) -> list[ReflectionRun]:
+        """See :meth:`EngramClient.reflection_runs`."""
+        return await self._run(_plans.reflection_runs(collection=collection, limit=limit), timeout)

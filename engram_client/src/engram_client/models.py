@@ -102,6 +102,8 @@ class ReflectionOutcome(StrEnum):
     THROTTLED = "throttled"
     #: ``dry_run``: every gate passed and a run would use ``sources``.
     WOULD_RUN = "would_run"
+    #: Only in :meth:`EngramClient.reflection_runs`: the LLM call or the writes failed.
+    FAILED = "failed"
 
 
 class ReflectionGate(StrEnum):
@@ -401,3 +403,23 @@ class ReflectionResult:
     duplicates: tuple[SimilarMemory, ...]
     reflection_collection: str
     model: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReflectionRun:
+    """One reflection run that called the LLM, from :meth:`EngramClient.reflection_runs`."""
+
+    started_at: datetime | None
+    #: ``COMPLETED``, ``NO_INSIGHT`` or ``FAILED``.
+    outcome: ReflectionOutcome
+    #: What the run produced, or its error.
+    detail: str
+    #: True when the periodic schedule started it, False when ``run_reflection`` asked for it.
+    scheduled: bool
+    model: str
+    source_ids: tuple[str, ...]
+    #: Insights stored in the collection's reflection collection.
+    insight_ids: tuple[str, ...]
+    draft_ids: tuple[str, ...]
+    #: Proposed insights dropped as near-copies of existing ones.
+    duplicates: int

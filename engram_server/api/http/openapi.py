@@ -1,11 +1,15 @@
 """An OpenAPI 3.1 document generated from the service descriptor and its ``google.api.http``
 annotations: one operation per binding, one schema per message and enum, in the proto3 JSON
 mapping the gateway speaks (lowerCamelCase names, 64-bit integers as strings, enums by name,
-Timestamps as RFC 3339 strings). Errors are ``google.rpc.Status``.
+Timestamps as RFC 3339 strings). Errors are ``google.rpc.Status``. Descriptions are the proto's own
+comments, kept as data in ``descriptions.json`` by ``scripts/gen_api_docs.py``.
 """
 
 from __future__ import annotations
 
+import json
+from functools import cache
+from importlib import resources
 from typing import Any
 
 from google.protobuf.descriptor import Descriptor, EnumDescriptor, FieldDescriptor, ServiceDescriptor
@@ -46,16 +50,45 @@ def _ref(name: str) -> dict[str, Any]:
     return {"$ref": f"#/components/schemas/{name}"}
 
 
+@cache
+def descriptions() -> dict[str, str]:
+    """The proto comments by full name (``engram.v1.Memory.id``); generated, so never stale."""
+    text = resources.files(__package__).joinpath("descriptions.json").read_text(encoding="utf-8")
+    loaded: dict[str, str] = json.loads(text)
+    return loaded
+
+
+def _described(schema: dict[str, Any], name: str) -> dict[str, Any]:
+    doc = descriptions().get(name)
+    if doc:
+        schema = {**schema, "description": doc}
+    return schema
+
+
+def _summary(doc: str) -> str:
+    first = doc.split("\n\n", maxsplit=1)[0]
+    end = first.find(". ")
+    return first if end < 0 else first[: end + 1]
+
+
 class _Schemas:
     def __init__(self) -> None:
         self.schemas: dict[str, Any] = {}
 
     def enum(self, enum: EnumDescriptor) -> dict[str, Any]:
         if enum.full_name not in self.schemas:
+            doc = descriptions().get(enum.full_name, enum.full_name)
+            values = [
+                f"- `{v.name}`: {descriptions()[f'{enum.full_name}.{v.name}']}"
+                for v in enum.values
+                if f"{enum.full_name}.{v.name}" in descriptions()
+            ]
             self.schemas[enum.full_name] = {
                 "type": "string",
                 "enum": [v.name for v in enum.values],
-                "description": f"{enum.full_name}, by value name (numbers are accepted on input).",
+                "description": "\n\n".join(
+                    [doc, "By value name (numbers are accepted on input).", "\n".join(values)]
+                ).rstrip(),
             }
         return _ref(enum.full_name)
 
@@ -80,19 +113,25 @@ class _Schemas:
             return dict(_WELL_KNOWN[message.full_name])
         if message.full_name not in self.schemas:
             self.schemas[message.full_name] = {}  # placeholder: recursion ends here
-            properties = {f.json_name: self.field(f) for f in message.fields}
+            properties = {f.json_name: _described(self.field(f), f.full_name) for f in message.fields}
             schema: dict[str, Any] = {
                 "type": "object",
                 "title": message.name,
                 "properties": properties,
                 "additionalProperties": False,
             }
+            notes = [descriptions().get(message.full_name, "")]
             oneofs = [o for o in message.oneofs if not o.name.startswith("_")]
             if oneofs:
-                schema["description"] = "; ".join(
-                    f"at most one of {', '.join(f.json_name for f in o.fields)} (oneof {o.name})"
-                    for o in oneofs
+                notes.append(
+                    "; ".join(
+                        f"At most one of {', '.join(f.json_name for f in o.fields)} (oneof {o.name})"
+                        for o in oneofs
+                    )
+                    + "."
                 )
+            if any(notes):
+                schema["description"] = "\n\n".join(n for n in notes if n)
             self.schemas[message.full_name] = schema
         return _ref(message.full_name)
 
@@ -102,7 +141,12 @@ def _parameters(binding: Binding, schemas: _Schemas) -> list[dict[str, Any]]:
     request = binding.method.input_type
     for path in binding.variables:
         field = request.fields_by_name[path.split(".")[0]]
-        params.append({"name": path, "in": "path", "required": True, "schema": schemas.field(field)})
+        params.append(
+            _described(
+                {"name": path, "in": "path", "required": True, "schema": schemas.field(field)},
+                field.full_name,
+            )
+        )
     if binding.body == "*":
         return params
     for field in request.fields:
@@ -116,17 +160,23 @@ def _parameters(binding: Binding, schemas: _Schemas) -> list[dict[str, Any]]:
                 if sub.message_type is not None and sub.message_type.full_name not in _WELL_KNOWN:
                     continue
                 params.append(
-                    {
-                        "name": f"{field.json_name}.{sub.json_name}",
-                        "in": "query",
-                        "required": False,
-                        "schema": schemas.field(sub),
-                        "explode": True,
-                    }
+                    _described(
+                        {
+                            "name": f"{field.json_name}.{sub.json_name}",
+                            "in": "query",
+                            "required": False,
+                            "schema": schemas.field(sub),
+                            "explode": True,
+                        },
+                        sub.full_name,
+                    )
                 )
             continue
         params.append(
-            {"name": field.json_name, "in": "query", "required": False, "schema": schemas.field(field)}
+            _described(
+                {"name": field.json_name, "in": "query", "required": False, "schema": schemas.field(field)},
+                field.full_name,
+            )
         )
     return params
 
@@ -142,9 +192,11 @@ def openapi_document(service: ServiceDescriptor, *, version: str, title: str = "
     for binding in bindings:
         name = binding.method.name
         seen[name] = seen.get(name, 0) + 1
+        doc = descriptions().get(binding.method.full_name, "")
         operation: dict[str, Any] = {
             "operationId": name if seen[name] == 1 else f"{name}{seen[name]}",
-            "summary": f"{service.full_name}.{name}",
+            "summary": _summary(doc) if doc else f"{service.full_name}.{name}",
+            "description": f"{doc}\n\ngRPC: `{binding.method.full_name}`".strip(),
             "tags": [service.name],
             "parameters": _parameters(binding, schemas),
             "responses": {

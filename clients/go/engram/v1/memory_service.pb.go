@@ -91,6 +91,9 @@ const (
 	ReflectionOutcome_REFLECTION_OUTCOME_THROTTLED ReflectionOutcome = 3
 	// dry_run: every gate passed and a run would use `sources`.
 	ReflectionOutcome_REFLECTION_OUTCOME_WOULD_RUN ReflectionOutcome = 4
+	// The LLM call or the writes failed; nothing was written. Only in ListReflectionRuns:
+	// RunReflection answers such a run with an error status.
+	ReflectionOutcome_REFLECTION_OUTCOME_FAILED ReflectionOutcome = 5
 )
 
 // Enum value maps for ReflectionOutcome.
@@ -101,6 +104,7 @@ var (
 		2: "REFLECTION_OUTCOME_NO_INSIGHT",
 		3: "REFLECTION_OUTCOME_THROTTLED",
 		4: "REFLECTION_OUTCOME_WOULD_RUN",
+		5: "REFLECTION_OUTCOME_FAILED",
 	}
 	ReflectionOutcome_value = map[string]int32{
 		"REFLECTION_OUTCOME_UNSPECIFIED": 0,
@@ -108,6 +112,7 @@ var (
 		"REFLECTION_OUTCOME_NO_INSIGHT":  2,
 		"REFLECTION_OUTCOME_THROTTLED":   3,
 		"REFLECTION_OUTCOME_WOULD_RUN":   4,
+		"REFLECTION_OUTCOME_FAILED":      5,
 	}
 )
 
@@ -2683,6 +2688,234 @@ func (x *ListGateDecisionsResponse) GetTruncated() bool {
 	return false
 }
 
+// ListReflectionRunsRequest asks for a collection's recent reflection runs.
+type ListReflectionRunsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The source collection (not its "_reflection" collection); empty means the default collection.
+	Collection string `protobuf:"bytes,1,opt,name=collection,proto3" json:"collection,omitempty"`
+	// At most this many, newest first: 1–50; 0 means 20.
+	Limit         int32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListReflectionRunsRequest) Reset() {
+	*x = ListReflectionRunsRequest{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListReflectionRunsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListReflectionRunsRequest) ProtoMessage() {}
+
+func (x *ListReflectionRunsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListReflectionRunsRequest.ProtoReflect.Descriptor instead.
+func (*ListReflectionRunsRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *ListReflectionRunsRequest) GetCollection() string {
+	if x != nil {
+		return x.Collection
+	}
+	return ""
+}
+
+func (x *ListReflectionRunsRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+// ReflectionRun is one reflection run that called the LLM.
+type ReflectionRun struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// When the run started.
+	StartedAt *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	// COMPLETED, NO_INSIGHT or FAILED.
+	Outcome ReflectionOutcome `protobuf:"varint,2,opt,name=outcome,proto3,enum=engram.v1.ReflectionOutcome" json:"outcome,omitempty"`
+	// A human-readable account of the run (what was produced, or the error).
+	Detail string `protobuf:"bytes,3,opt,name=detail,proto3" json:"detail,omitempty"`
+	// True when the periodic schedule started the run, false when RunReflection asked for it.
+	Scheduled bool `protobuf:"varint,4,opt,name=scheduled,proto3" json:"scheduled,omitempty"`
+	// The LLM model used.
+	Model string `protobuf:"bytes,5,opt,name=model,proto3" json:"model,omitempty"`
+	// Ids of the memories the run reflected on.
+	SourceIds []string `protobuf:"bytes,6,rep,name=source_ids,json=sourceIds,proto3" json:"source_ids,omitempty"`
+	// Ids of the insights it stored (in the reflection collection).
+	InsightIds []string `protobuf:"bytes,7,rep,name=insight_ids,json=insightIds,proto3" json:"insight_ids,omitempty"`
+	// Ids of the low-confidence insights it kept as drafts.
+	DraftIds []string `protobuf:"bytes,8,rep,name=draft_ids,json=draftIds,proto3" json:"draft_ids,omitempty"`
+	// How many proposed insights were dropped as near-copies of existing insights.
+	Duplicates    int32 `protobuf:"varint,9,opt,name=duplicates,proto3" json:"duplicates,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReflectionRun) Reset() {
+	*x = ReflectionRun{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReflectionRun) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReflectionRun) ProtoMessage() {}
+
+func (x *ReflectionRun) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReflectionRun.ProtoReflect.Descriptor instead.
+func (*ReflectionRun) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *ReflectionRun) GetStartedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartedAt
+	}
+	return nil
+}
+
+func (x *ReflectionRun) GetOutcome() ReflectionOutcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return ReflectionOutcome_REFLECTION_OUTCOME_UNSPECIFIED
+}
+
+func (x *ReflectionRun) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+func (x *ReflectionRun) GetScheduled() bool {
+	if x != nil {
+		return x.Scheduled
+	}
+	return false
+}
+
+func (x *ReflectionRun) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *ReflectionRun) GetSourceIds() []string {
+	if x != nil {
+		return x.SourceIds
+	}
+	return nil
+}
+
+func (x *ReflectionRun) GetInsightIds() []string {
+	if x != nil {
+		return x.InsightIds
+	}
+	return nil
+}
+
+func (x *ReflectionRun) GetDraftIds() []string {
+	if x != nil {
+		return x.DraftIds
+	}
+	return nil
+}
+
+func (x *ReflectionRun) GetDuplicates() int32 {
+	if x != nil {
+		return x.Duplicates
+	}
+	return 0
+}
+
+// ListReflectionRunsResponse lists recent reflection runs, newest first.
+type ListReflectionRunsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The runs.
+	Runs []*ReflectionRun `protobuf:"bytes,1,rep,name=runs,proto3" json:"runs,omitempty"`
+	// True when older runs were left out to keep the answer within the message limit.
+	Truncated     bool `protobuf:"varint,2,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListReflectionRunsResponse) Reset() {
+	*x = ListReflectionRunsResponse{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListReflectionRunsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListReflectionRunsResponse) ProtoMessage() {}
+
+func (x *ListReflectionRunsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListReflectionRunsResponse.ProtoReflect.Descriptor instead.
+func (*ListReflectionRunsResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *ListReflectionRunsResponse) GetRuns() []*ReflectionRun {
+	if x != nil {
+		return x.Runs
+	}
+	return nil
+}
+
+func (x *ListReflectionRunsResponse) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
 // ExportMemoriesRequest says what to export.
 type ExportMemoriesRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2701,7 +2934,7 @@ type ExportMemoriesRequest struct {
 
 func (x *ExportMemoriesRequest) Reset() {
 	*x = ExportMemoriesRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[30]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2713,7 +2946,7 @@ func (x *ExportMemoriesRequest) String() string {
 func (*ExportMemoriesRequest) ProtoMessage() {}
 
 func (x *ExportMemoriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[30]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2726,7 +2959,7 @@ func (x *ExportMemoriesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportMemoriesRequest.ProtoReflect.Descriptor instead.
 func (*ExportMemoriesRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{30}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ExportMemoriesRequest) GetCollections() []string {
@@ -2773,7 +3006,7 @@ type ExportMemoriesResponse struct {
 
 func (x *ExportMemoriesResponse) Reset() {
 	*x = ExportMemoriesResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[31]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2785,7 +3018,7 @@ func (x *ExportMemoriesResponse) String() string {
 func (*ExportMemoriesResponse) ProtoMessage() {}
 
 func (x *ExportMemoriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[31]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2798,7 +3031,7 @@ func (x *ExportMemoriesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportMemoriesResponse.ProtoReflect.Descriptor instead.
 func (*ExportMemoriesResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{31}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ExportMemoriesResponse) GetData() []byte {
@@ -2841,7 +3074,7 @@ type ImportMemoriesRequest struct {
 
 func (x *ImportMemoriesRequest) Reset() {
 	*x = ImportMemoriesRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[32]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2853,7 +3086,7 @@ func (x *ImportMemoriesRequest) String() string {
 func (*ImportMemoriesRequest) ProtoMessage() {}
 
 func (x *ImportMemoriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[32]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2866,7 +3099,7 @@ func (x *ImportMemoriesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportMemoriesRequest.ProtoReflect.Descriptor instead.
 func (*ImportMemoriesRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{32}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ImportMemoriesRequest) GetData() []byte {
@@ -2920,7 +3153,7 @@ type ImportMemoriesResponse struct {
 
 func (x *ImportMemoriesResponse) Reset() {
 	*x = ImportMemoriesResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[33]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2932,7 +3165,7 @@ func (x *ImportMemoriesResponse) String() string {
 func (*ImportMemoriesResponse) ProtoMessage() {}
 
 func (x *ImportMemoriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[33]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2945,7 +3178,7 @@ func (x *ImportMemoriesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportMemoriesResponse.ProtoReflect.Descriptor instead.
 func (*ImportMemoriesResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{33}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ImportMemoriesResponse) GetLines() int64 {
@@ -3009,7 +3242,7 @@ type BackupStoreRequest struct {
 
 func (x *BackupStoreRequest) Reset() {
 	*x = BackupStoreRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[34]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3021,7 +3254,7 @@ func (x *BackupStoreRequest) String() string {
 func (*BackupStoreRequest) ProtoMessage() {}
 
 func (x *BackupStoreRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[34]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3034,7 +3267,7 @@ func (x *BackupStoreRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupStoreRequest.ProtoReflect.Descriptor instead.
 func (*BackupStoreRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{34}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *BackupStoreRequest) GetDirectory() string {
@@ -3063,7 +3296,7 @@ type BackupStoreResponse struct {
 
 func (x *BackupStoreResponse) Reset() {
 	*x = BackupStoreResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[35]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3075,7 +3308,7 @@ func (x *BackupStoreResponse) String() string {
 func (*BackupStoreResponse) ProtoMessage() {}
 
 func (x *BackupStoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[35]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3088,7 +3321,7 @@ func (x *BackupStoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupStoreResponse.ProtoReflect.Descriptor instead.
 func (*BackupStoreResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{35}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *BackupStoreResponse) GetDirectory() string {
@@ -3350,6 +3583,29 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\breplayed\x18\a \x01(\bR\breplayed\"p\n" +
 	"\x19ListGateDecisionsResponse\x125\n" +
 	"\tdecisions\x18\x01 \x03(\v2\x17.engram.v1.GateDecisionR\tdecisions\x12\x1c\n" +
+	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"Q\n" +
+	"\x19ListReflectionRunsRequest\x12\x1e\n" +
+	"\n" +
+	"collection\x18\x01 \x01(\tR\n" +
+	"collection\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\x05R\x05limit\"\xcb\x02\n" +
+	"\rReflectionRun\x129\n" +
+	"\n" +
+	"started_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x126\n" +
+	"\aoutcome\x18\x02 \x01(\x0e2\x1c.engram.v1.ReflectionOutcomeR\aoutcome\x12\x16\n" +
+	"\x06detail\x18\x03 \x01(\tR\x06detail\x12\x1c\n" +
+	"\tscheduled\x18\x04 \x01(\bR\tscheduled\x12\x14\n" +
+	"\x05model\x18\x05 \x01(\tR\x05model\x12\x1d\n" +
+	"\n" +
+	"source_ids\x18\x06 \x03(\tR\tsourceIds\x12\x1f\n" +
+	"\vinsight_ids\x18\a \x03(\tR\n" +
+	"insightIds\x12\x1b\n" +
+	"\tdraft_ids\x18\b \x03(\tR\bdraftIds\x12\x1e\n" +
+	"\n" +
+	"duplicates\x18\t \x01(\x05R\n" +
+	"duplicates\"h\n" +
+	"\x1aListReflectionRunsResponse\x12,\n" +
+	"\x04runs\x18\x01 \x03(\v2\x18.engram.v1.ReflectionRunR\x04runs\x12\x1c\n" +
 	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"\xb0\x01\n" +
 	"\x15ExportMemoriesRequest\x12 \n" +
 	"\vcollections\x18\x01 \x03(\tR\vcollections\x12/\n" +
@@ -3391,13 +3647,14 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"AddOutcome\x12\x1b\n" +
 	"\x17ADD_OUTCOME_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13ADD_OUTCOME_CREATED\x10\x01\x12\x19\n" +
-	"\x15ADD_OUTCOME_DUPLICATE\x10\x02*\xc0\x01\n" +
+	"\x15ADD_OUTCOME_DUPLICATE\x10\x02*\xdf\x01\n" +
 	"\x11ReflectionOutcome\x12\"\n" +
 	"\x1eREFLECTION_OUTCOME_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cREFLECTION_OUTCOME_COMPLETED\x10\x01\x12!\n" +
 	"\x1dREFLECTION_OUTCOME_NO_INSIGHT\x10\x02\x12 \n" +
 	"\x1cREFLECTION_OUTCOME_THROTTLED\x10\x03\x12 \n" +
-	"\x1cREFLECTION_OUTCOME_WOULD_RUN\x10\x04*\xd9\x01\n" +
+	"\x1cREFLECTION_OUTCOME_WOULD_RUN\x10\x04\x12\x1d\n" +
+	"\x19REFLECTION_OUTCOME_FAILED\x10\x05*\xd9\x01\n" +
 	"\x0eReflectionGate\x12\x1f\n" +
 	"\x1bREFLECTION_GATE_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cREFLECTION_GATE_MIN_INTERVAL\x10\x01\x12\x1d\n" +
@@ -3414,7 +3671,7 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\x13REEMBED_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fREEMBED_AUTO\x10\x01\x12\x11\n" +
 	"\rREEMBED_NEVER\x10\x02\x12\x12\n" +
-	"\x0eREEMBED_ALWAYS\x10\x032\xbb\r\n" +
+	"\x0eREEMBED_ALWAYS\x10\x032\xd4\x0e\n" +
 	"\rMemoryService\x12_\n" +
 	"\tAddMemory\x12\x1b.engram.v1.AddMemoryRequest\x1a\x1c.engram.v1.AddMemoryResponse\"\x17\x82\xd3\xe4\x93\x02\x11:\x01*\"\f/v1/memories\x12n\n" +
 	"\vAddMemories\x12\x1d.engram.v1.AddMemoriesRequest\x1a\x1e.engram.v1.AddMemoriesResponse\" \x82\xd3\xe4\x93\x02\x1a:\x01*\"\x15/v1/memories:batchAdd\x12u\n" +
@@ -3426,7 +3683,8 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\x0fListCollections\x12!.engram.v1.ListCollectionsRequest\x1a\".engram.v1.ListCollectionsResponse\"\x17\x82\xd3\xe4\x93\x02\x11\x12\x0f/v1/collections\x12{\n" +
 	"\x10DeleteCollection\x12\".engram.v1.DeleteCollectionRequest\x1a#.engram.v1.DeleteCollectionResponse\"\x1e\x82\xd3\xe4\x93\x02\x18*\x16/v1/collections/{name}\x12\x83\x01\n" +
 	"\rRunReflection\x12\x1f.engram.v1.RunReflectionRequest\x1a .engram.v1.RunReflectionResponse\"/\x82\xd3\xe4\x93\x02):\x01*\"$/v1/collections/{collection}:reflect\x12\x92\x01\n" +
-	"\x11ListGateDecisions\x12#.engram.v1.ListGateDecisionsRequest\x1a$.engram.v1.ListGateDecisionsResponse\"2\x82\xd3\xe4\x93\x02,\x12*/v1/collections/{collection}/gateDecisions\x12W\n" +
+	"\x11ListGateDecisions\x12#.engram.v1.ListGateDecisionsRequest\x1a$.engram.v1.ListGateDecisionsResponse\"2\x82\xd3\xe4\x93\x02,\x12*/v1/collections/{collection}/gateDecisions\x12\x96\x01\n" +
+	"\x12ListReflectionRuns\x12$.engram.v1.ListReflectionRunsRequest\x1a%.engram.v1.ListReflectionRunsResponse\"3\x82\xd3\xe4\x93\x02-\x12+/v1/collections/{collection}/reflectionRuns\x12W\n" +
 	"\x0eExportMemories\x12 .engram.v1.ExportMemoriesRequest\x1a!.engram.v1.ExportMemoriesResponse0\x01\x12W\n" +
 	"\x0eImportMemories\x12 .engram.v1.ImportMemoriesRequest\x1a!.engram.v1.ImportMemoriesResponse(\x01\x12i\n" +
 	"\vBackupStore\x12\x1d.engram.v1.BackupStoreRequest\x1a\x1e.engram.v1.BackupStoreResponse\"\x1b\x82\xd3\xe4\x93\x02\x15:\x01*\"\x10/v1/admin:backupB?Z=github.com/engram-memory/engram/clients/go/engram/v1;engramv1b\x06proto3"
@@ -3444,154 +3702,162 @@ func file_engram_v1_memory_service_proto_rawDescGZIP() []byte {
 }
 
 var file_engram_v1_memory_service_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_engram_v1_memory_service_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
+var file_engram_v1_memory_service_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_engram_v1_memory_service_proto_goTypes = []any{
-	(AddOutcome)(0),                   // 0: engram.v1.AddOutcome
-	(ReflectionOutcome)(0),            // 1: engram.v1.ReflectionOutcome
-	(ReflectionGate)(0),               // 2: engram.v1.ReflectionGate
-	(ImportMode)(0),                   // 3: engram.v1.ImportMode
-	(Reembed)(0),                      // 4: engram.v1.Reembed
-	(*AddMemoryRequest)(nil),          // 5: engram.v1.AddMemoryRequest
-	(*AddMemoryResponse)(nil),         // 6: engram.v1.AddMemoryResponse
-	(*AddMemoriesRequest)(nil),        // 7: engram.v1.AddMemoriesRequest
-	(*NewMemory)(nil),                 // 8: engram.v1.NewMemory
-	(*AddMemoryResult)(nil),           // 9: engram.v1.AddMemoryResult
-	(*AddMemoriesResponse)(nil),       // 10: engram.v1.AddMemoriesResponse
-	(*SearchMemoriesRequest)(nil),     // 11: engram.v1.SearchMemoriesRequest
-	(*SearchResult)(nil),              // 12: engram.v1.SearchResult
-	(*SearchMemoriesResponse)(nil),    // 13: engram.v1.SearchMemoriesResponse
-	(*SemanticLocator)(nil),           // 14: engram.v1.SemanticLocator
-	(*StringList)(nil),                // 15: engram.v1.StringList
-	(*StringMap)(nil),                 // 16: engram.v1.StringMap
-	(*UpdateMemoryRequest)(nil),       // 17: engram.v1.UpdateMemoryRequest
-	(*UpdateMemoryResponse)(nil),      // 18: engram.v1.UpdateMemoryResponse
-	(*DeleteQuery)(nil),               // 19: engram.v1.DeleteQuery
-	(*DeleteMemoryRequest)(nil),       // 20: engram.v1.DeleteMemoryRequest
-	(*DeleteMemoryResponse)(nil),      // 21: engram.v1.DeleteMemoryResponse
-	(*GetMemoryRequest)(nil),          // 22: engram.v1.GetMemoryRequest
-	(*GetMemoryResponse)(nil),         // 23: engram.v1.GetMemoryResponse
-	(*ListMemoriesRequest)(nil),       // 24: engram.v1.ListMemoriesRequest
-	(*ListMemoriesResponse)(nil),      // 25: engram.v1.ListMemoriesResponse
-	(*ListCollectionsRequest)(nil),    // 26: engram.v1.ListCollectionsRequest
-	(*ListCollectionsResponse)(nil),   // 27: engram.v1.ListCollectionsResponse
-	(*DeleteCollectionRequest)(nil),   // 28: engram.v1.DeleteCollectionRequest
-	(*DeleteCollectionResponse)(nil),  // 29: engram.v1.DeleteCollectionResponse
-	(*RunReflectionRequest)(nil),      // 30: engram.v1.RunReflectionRequest
-	(*RunReflectionResponse)(nil),     // 31: engram.v1.RunReflectionResponse
-	(*ListGateDecisionsRequest)(nil),  // 32: engram.v1.ListGateDecisionsRequest
-	(*GateDecision)(nil),              // 33: engram.v1.GateDecision
-	(*ListGateDecisionsResponse)(nil), // 34: engram.v1.ListGateDecisionsResponse
-	(*ExportMemoriesRequest)(nil),     // 35: engram.v1.ExportMemoriesRequest
-	(*ExportMemoriesResponse)(nil),    // 36: engram.v1.ExportMemoriesResponse
-	(*ImportMemoriesRequest)(nil),     // 37: engram.v1.ImportMemoriesRequest
-	(*ImportMemoriesResponse)(nil),    // 38: engram.v1.ImportMemoriesResponse
-	(*BackupStoreRequest)(nil),        // 39: engram.v1.BackupStoreRequest
-	(*BackupStoreResponse)(nil),       // 40: engram.v1.BackupStoreResponse
-	nil,                               // 41: engram.v1.AddMemoryRequest.MetadataEntry
-	nil,                               // 42: engram.v1.NewMemory.MetadataEntry
-	nil,                               // 43: engram.v1.StringMap.EntriesEntry
-	(MemoryType)(0),                   // 44: engram.v1.MemoryType
-	(Source)(0),                       // 45: engram.v1.Source
-	(SourceType)(0),                   // 46: engram.v1.SourceType
-	(*timestamppb.Timestamp)(nil),     // 47: google.protobuf.Timestamp
-	(*Memory)(nil),                    // 48: engram.v1.Memory
-	(*SimilarMemory)(nil),             // 49: engram.v1.SimilarMemory
-	(*MemoryFilter)(nil),              // 50: engram.v1.MemoryFilter
-	(*RankingWeights)(nil),            // 51: engram.v1.RankingWeights
-	(*ScoreBreakdown)(nil),            // 52: engram.v1.ScoreBreakdown
-	(*CollectionInfo)(nil),            // 53: engram.v1.CollectionInfo
+	(AddOutcome)(0),                    // 0: engram.v1.AddOutcome
+	(ReflectionOutcome)(0),             // 1: engram.v1.ReflectionOutcome
+	(ReflectionGate)(0),                // 2: engram.v1.ReflectionGate
+	(ImportMode)(0),                    // 3: engram.v1.ImportMode
+	(Reembed)(0),                       // 4: engram.v1.Reembed
+	(*AddMemoryRequest)(nil),           // 5: engram.v1.AddMemoryRequest
+	(*AddMemoryResponse)(nil),          // 6: engram.v1.AddMemoryResponse
+	(*AddMemoriesRequest)(nil),         // 7: engram.v1.AddMemoriesRequest
+	(*NewMemory)(nil),                  // 8: engram.v1.NewMemory
+	(*AddMemoryResult)(nil),            // 9: engram.v1.AddMemoryResult
+	(*AddMemoriesResponse)(nil),        // 10: engram.v1.AddMemoriesResponse
+	(*SearchMemoriesRequest)(nil),      // 11: engram.v1.SearchMemoriesRequest
+	(*SearchResult)(nil),               // 12: engram.v1.SearchResult
+	(*SearchMemoriesResponse)(nil),     // 13: engram.v1.SearchMemoriesResponse
+	(*SemanticLocator)(nil),            // 14: engram.v1.SemanticLocator
+	(*StringList)(nil),                 // 15: engram.v1.StringList
+	(*StringMap)(nil),                  // 16: engram.v1.StringMap
+	(*UpdateMemoryRequest)(nil),        // 17: engram.v1.UpdateMemoryRequest
+	(*UpdateMemoryResponse)(nil),       // 18: engram.v1.UpdateMemoryResponse
+	(*DeleteQuery)(nil),                // 19: engram.v1.DeleteQuery
+	(*DeleteMemoryRequest)(nil),        // 20: engram.v1.DeleteMemoryRequest
+	(*DeleteMemoryResponse)(nil),       // 21: engram.v1.DeleteMemoryResponse
+	(*GetMemoryRequest)(nil),           // 22: engram.v1.GetMemoryRequest
+	(*GetMemoryResponse)(nil),          // 23: engram.v1.GetMemoryResponse
+	(*ListMemoriesRequest)(nil),        // 24: engram.v1.ListMemoriesRequest
+	(*ListMemoriesResponse)(nil),       // 25: engram.v1.ListMemoriesResponse
+	(*ListCollectionsRequest)(nil),     // 26: engram.v1.ListCollectionsRequest
+	(*ListCollectionsResponse)(nil),    // 27: engram.v1.ListCollectionsResponse
+	(*DeleteCollectionRequest)(nil),    // 28: engram.v1.DeleteCollectionRequest
+	(*DeleteCollectionResponse)(nil),   // 29: engram.v1.DeleteCollectionResponse
+	(*RunReflectionRequest)(nil),       // 30: engram.v1.RunReflectionRequest
+	(*RunReflectionResponse)(nil),      // 31: engram.v1.RunReflectionResponse
+	(*ListGateDecisionsRequest)(nil),   // 32: engram.v1.ListGateDecisionsRequest
+	(*GateDecision)(nil),               // 33: engram.v1.GateDecision
+	(*ListGateDecisionsResponse)(nil),  // 34: engram.v1.ListGateDecisionsResponse
+	(*ListReflectionRunsRequest)(nil),  // 35: engram.v1.ListReflectionRunsRequest
+	(*ReflectionRun)(nil),              // 36: engram.v1.ReflectionRun
+	(*ListReflectionRunsResponse)(nil), // 37: engram.v1.ListReflectionRunsResponse
+	(*ExportMemoriesRequest)(nil),      // 38: engram.v1.ExportMemoriesRequest
+	(*ExportMemoriesResponse)(nil),     // 39: engram.v1.ExportMemoriesResponse
+	(*ImportMemoriesRequest)(nil),      // 40: engram.v1.ImportMemoriesRequest
+	(*ImportMemoriesResponse)(nil),     // 41: engram.v1.ImportMemoriesResponse
+	(*BackupStoreRequest)(nil),         // 42: engram.v1.BackupStoreRequest
+	(*BackupStoreResponse)(nil),        // 43: engram.v1.BackupStoreResponse
+	nil,                                // 44: engram.v1.AddMemoryRequest.MetadataEntry
+	nil,                                // 45: engram.v1.NewMemory.MetadataEntry
+	nil,                                // 46: engram.v1.StringMap.EntriesEntry
+	(MemoryType)(0),                    // 47: engram.v1.MemoryType
+	(Source)(0),                        // 48: engram.v1.Source
+	(SourceType)(0),                    // 49: engram.v1.SourceType
+	(*timestamppb.Timestamp)(nil),      // 50: google.protobuf.Timestamp
+	(*Memory)(nil),                     // 51: engram.v1.Memory
+	(*SimilarMemory)(nil),              // 52: engram.v1.SimilarMemory
+	(*MemoryFilter)(nil),               // 53: engram.v1.MemoryFilter
+	(*RankingWeights)(nil),             // 54: engram.v1.RankingWeights
+	(*ScoreBreakdown)(nil),             // 55: engram.v1.ScoreBreakdown
+	(*CollectionInfo)(nil),             // 56: engram.v1.CollectionInfo
 }
 var file_engram_v1_memory_service_proto_depIdxs = []int32{
-	44, // 0: engram.v1.AddMemoryRequest.type:type_name -> engram.v1.MemoryType
-	45, // 1: engram.v1.AddMemoryRequest.source:type_name -> engram.v1.Source
-	46, // 2: engram.v1.AddMemoryRequest.source_type:type_name -> engram.v1.SourceType
-	41, // 3: engram.v1.AddMemoryRequest.metadata:type_name -> engram.v1.AddMemoryRequest.MetadataEntry
-	47, // 4: engram.v1.AddMemoryRequest.created_at:type_name -> google.protobuf.Timestamp
-	47, // 5: engram.v1.AddMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
-	48, // 6: engram.v1.AddMemoryResponse.memory:type_name -> engram.v1.Memory
+	47, // 0: engram.v1.AddMemoryRequest.type:type_name -> engram.v1.MemoryType
+	48, // 1: engram.v1.AddMemoryRequest.source:type_name -> engram.v1.Source
+	49, // 2: engram.v1.AddMemoryRequest.source_type:type_name -> engram.v1.SourceType
+	44, // 3: engram.v1.AddMemoryRequest.metadata:type_name -> engram.v1.AddMemoryRequest.MetadataEntry
+	50, // 4: engram.v1.AddMemoryRequest.created_at:type_name -> google.protobuf.Timestamp
+	50, // 5: engram.v1.AddMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
+	51, // 6: engram.v1.AddMemoryResponse.memory:type_name -> engram.v1.Memory
 	0,  // 7: engram.v1.AddMemoryResponse.outcome:type_name -> engram.v1.AddOutcome
-	49, // 8: engram.v1.AddMemoryResponse.near_duplicates:type_name -> engram.v1.SimilarMemory
+	52, // 8: engram.v1.AddMemoryResponse.near_duplicates:type_name -> engram.v1.SimilarMemory
 	8,  // 9: engram.v1.AddMemoriesRequest.memories:type_name -> engram.v1.NewMemory
-	44, // 10: engram.v1.NewMemory.type:type_name -> engram.v1.MemoryType
-	45, // 11: engram.v1.NewMemory.source:type_name -> engram.v1.Source
-	46, // 12: engram.v1.NewMemory.source_type:type_name -> engram.v1.SourceType
-	42, // 13: engram.v1.NewMemory.metadata:type_name -> engram.v1.NewMemory.MetadataEntry
-	47, // 14: engram.v1.NewMemory.created_at:type_name -> google.protobuf.Timestamp
-	47, // 15: engram.v1.NewMemory.valid_until:type_name -> google.protobuf.Timestamp
-	48, // 16: engram.v1.AddMemoryResult.memory:type_name -> engram.v1.Memory
+	47, // 10: engram.v1.NewMemory.type:type_name -> engram.v1.MemoryType
+	48, // 11: engram.v1.NewMemory.source:type_name -> engram.v1.Source
+	49, // 12: engram.v1.NewMemory.source_type:type_name -> engram.v1.SourceType
+	45, // 13: engram.v1.NewMemory.metadata:type_name -> engram.v1.NewMemory.MetadataEntry
+	50, // 14: engram.v1.NewMemory.created_at:type_name -> google.protobuf.Timestamp
+	50, // 15: engram.v1.NewMemory.valid_until:type_name -> google.protobuf.Timestamp
+	51, // 16: engram.v1.AddMemoryResult.memory:type_name -> engram.v1.Memory
 	0,  // 17: engram.v1.AddMemoryResult.outcome:type_name -> engram.v1.AddOutcome
-	49, // 18: engram.v1.AddMemoryResult.near_duplicates:type_name -> engram.v1.SimilarMemory
+	52, // 18: engram.v1.AddMemoryResult.near_duplicates:type_name -> engram.v1.SimilarMemory
 	9,  // 19: engram.v1.AddMemoriesResponse.results:type_name -> engram.v1.AddMemoryResult
-	50, // 20: engram.v1.SearchMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
-	51, // 21: engram.v1.SearchMemoriesRequest.weights:type_name -> engram.v1.RankingWeights
-	48, // 22: engram.v1.SearchResult.memory:type_name -> engram.v1.Memory
-	52, // 23: engram.v1.SearchResult.score:type_name -> engram.v1.ScoreBreakdown
+	53, // 20: engram.v1.SearchMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
+	54, // 21: engram.v1.SearchMemoriesRequest.weights:type_name -> engram.v1.RankingWeights
+	51, // 22: engram.v1.SearchResult.memory:type_name -> engram.v1.Memory
+	55, // 23: engram.v1.SearchResult.score:type_name -> engram.v1.ScoreBreakdown
 	12, // 24: engram.v1.SearchMemoriesResponse.results:type_name -> engram.v1.SearchResult
-	43, // 25: engram.v1.StringMap.entries:type_name -> engram.v1.StringMap.EntriesEntry
+	46, // 25: engram.v1.StringMap.entries:type_name -> engram.v1.StringMap.EntriesEntry
 	14, // 26: engram.v1.UpdateMemoryRequest.locate:type_name -> engram.v1.SemanticLocator
-	44, // 27: engram.v1.UpdateMemoryRequest.type:type_name -> engram.v1.MemoryType
+	47, // 27: engram.v1.UpdateMemoryRequest.type:type_name -> engram.v1.MemoryType
 	15, // 28: engram.v1.UpdateMemoryRequest.tags:type_name -> engram.v1.StringList
 	16, // 29: engram.v1.UpdateMemoryRequest.metadata:type_name -> engram.v1.StringMap
-	47, // 30: engram.v1.UpdateMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
-	48, // 31: engram.v1.UpdateMemoryResponse.memory:type_name -> engram.v1.Memory
-	48, // 32: engram.v1.UpdateMemoryResponse.previous:type_name -> engram.v1.Memory
+	50, // 30: engram.v1.UpdateMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
+	51, // 31: engram.v1.UpdateMemoryResponse.memory:type_name -> engram.v1.Memory
+	51, // 32: engram.v1.UpdateMemoryResponse.previous:type_name -> engram.v1.Memory
 	19, // 33: engram.v1.DeleteMemoryRequest.query:type_name -> engram.v1.DeleteQuery
-	48, // 34: engram.v1.DeleteMemoryResponse.deleted:type_name -> engram.v1.Memory
-	48, // 35: engram.v1.GetMemoryResponse.memory:type_name -> engram.v1.Memory
-	48, // 36: engram.v1.GetMemoryResponse.history:type_name -> engram.v1.Memory
-	50, // 37: engram.v1.ListMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
-	48, // 38: engram.v1.ListMemoriesResponse.memories:type_name -> engram.v1.Memory
-	53, // 39: engram.v1.ListCollectionsResponse.collections:type_name -> engram.v1.CollectionInfo
-	47, // 40: engram.v1.DeleteCollectionResponse.deleted_at:type_name -> google.protobuf.Timestamp
+	51, // 34: engram.v1.DeleteMemoryResponse.deleted:type_name -> engram.v1.Memory
+	51, // 35: engram.v1.GetMemoryResponse.memory:type_name -> engram.v1.Memory
+	51, // 36: engram.v1.GetMemoryResponse.history:type_name -> engram.v1.Memory
+	53, // 37: engram.v1.ListMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
+	51, // 38: engram.v1.ListMemoriesResponse.memories:type_name -> engram.v1.Memory
+	56, // 39: engram.v1.ListCollectionsResponse.collections:type_name -> engram.v1.CollectionInfo
+	50, // 40: engram.v1.DeleteCollectionResponse.deleted_at:type_name -> google.protobuf.Timestamp
 	1,  // 41: engram.v1.RunReflectionResponse.outcome:type_name -> engram.v1.ReflectionOutcome
 	2,  // 42: engram.v1.RunReflectionResponse.throttled_by:type_name -> engram.v1.ReflectionGate
-	47, // 43: engram.v1.RunReflectionResponse.next_run_after:type_name -> google.protobuf.Timestamp
-	48, // 44: engram.v1.RunReflectionResponse.sources:type_name -> engram.v1.Memory
-	48, // 45: engram.v1.RunReflectionResponse.insights:type_name -> engram.v1.Memory
-	48, // 46: engram.v1.RunReflectionResponse.drafts:type_name -> engram.v1.Memory
-	49, // 47: engram.v1.RunReflectionResponse.duplicates:type_name -> engram.v1.SimilarMemory
-	47, // 48: engram.v1.GateDecision.decided_at:type_name -> google.protobuf.Timestamp
+	50, // 43: engram.v1.RunReflectionResponse.next_run_after:type_name -> google.protobuf.Timestamp
+	51, // 44: engram.v1.RunReflectionResponse.sources:type_name -> engram.v1.Memory
+	51, // 45: engram.v1.RunReflectionResponse.insights:type_name -> engram.v1.Memory
+	51, // 46: engram.v1.RunReflectionResponse.drafts:type_name -> engram.v1.Memory
+	52, // 47: engram.v1.RunReflectionResponse.duplicates:type_name -> engram.v1.SimilarMemory
+	50, // 48: engram.v1.GateDecision.decided_at:type_name -> google.protobuf.Timestamp
 	0,  // 49: engram.v1.GateDecision.outcome:type_name -> engram.v1.AddOutcome
-	49, // 50: engram.v1.GateDecision.near_duplicates:type_name -> engram.v1.SimilarMemory
+	52, // 50: engram.v1.GateDecision.near_duplicates:type_name -> engram.v1.SimilarMemory
 	33, // 51: engram.v1.ListGateDecisionsResponse.decisions:type_name -> engram.v1.GateDecision
-	50, // 52: engram.v1.ExportMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
-	3,  // 53: engram.v1.ImportMemoriesRequest.mode:type_name -> engram.v1.ImportMode
-	4,  // 54: engram.v1.ImportMemoriesRequest.reembed:type_name -> engram.v1.Reembed
-	47, // 55: engram.v1.BackupStoreResponse.taken_at:type_name -> google.protobuf.Timestamp
-	53, // 56: engram.v1.BackupStoreResponse.collections:type_name -> engram.v1.CollectionInfo
-	5,  // 57: engram.v1.MemoryService.AddMemory:input_type -> engram.v1.AddMemoryRequest
-	7,  // 58: engram.v1.MemoryService.AddMemories:input_type -> engram.v1.AddMemoriesRequest
-	11, // 59: engram.v1.MemoryService.SearchMemories:input_type -> engram.v1.SearchMemoriesRequest
-	17, // 60: engram.v1.MemoryService.UpdateMemory:input_type -> engram.v1.UpdateMemoryRequest
-	20, // 61: engram.v1.MemoryService.DeleteMemory:input_type -> engram.v1.DeleteMemoryRequest
-	22, // 62: engram.v1.MemoryService.GetMemory:input_type -> engram.v1.GetMemoryRequest
-	24, // 63: engram.v1.MemoryService.ListMemories:input_type -> engram.v1.ListMemoriesRequest
-	26, // 64: engram.v1.MemoryService.ListCollections:input_type -> engram.v1.ListCollectionsRequest
-	28, // 65: engram.v1.MemoryService.DeleteCollection:input_type -> engram.v1.DeleteCollectionRequest
-	30, // 66: engram.v1.MemoryService.RunReflection:input_type -> engram.v1.RunReflectionRequest
-	32, // 67: engram.v1.MemoryService.ListGateDecisions:input_type -> engram.v1.ListGateDecisionsRequest
-	35, // 68: engram.v1.MemoryService.ExportMemories:input_type -> engram.v1.ExportMemoriesRequest
-	37, // 69: engram.v1.MemoryService.ImportMemories:input_type -> engram.v1.ImportMemoriesRequest
-	39, // 70: engram.v1.MemoryService.BackupStore:input_type -> engram.v1.BackupStoreRequest
-	6,  // 71: engram.v1.MemoryService.AddMemory:output_type -> engram.v1.AddMemoryResponse
-	10, // 72: engram.v1.MemoryService.AddMemories:output_type -> engram.v1.AddMemoriesResponse
-	13, // 73: engram.v1.MemoryService.SearchMemories:output_type -> engram.v1.SearchMemoriesResponse
-	18, // 74: engram.v1.MemoryService.UpdateMemory:output_type -> engram.v1.UpdateMemoryResponse
-	21, // 75: engram.v1.MemoryService.DeleteMemory:output_type -> engram.v1.DeleteMemoryResponse
-	23, // 76: engram.v1.MemoryService.GetMemory:output_type -> engram.v1.GetMemoryResponse
-	25, // 77: engram.v1.MemoryService.ListMemories:output_type -> engram.v1.ListMemoriesResponse
-	27, // 78: engram.v1.MemoryService.ListCollections:output_type -> engram.v1.ListCollectionsResponse
-	29, // 79: engram.v1.MemoryService.DeleteCollection:output_type -> engram.v1.DeleteCollectionResponse
-	31, // 80: engram.v1.MemoryService.RunReflection:output_type -> engram.v1.RunReflectionResponse
-	34, // 81: engram.v1.MemoryService.ListGateDecisions:output_type -> engram.v1.ListGateDecisionsResponse
-	36, // 82: engram.v1.MemoryService.ExportMemories:output_type -> engram.v1.ExportMemoriesResponse
-	38, // 83: engram.v1.MemoryService.ImportMemories:output_type -> engram.v1.ImportMemoriesResponse
-	40, // 84: engram.v1.MemoryService.BackupStore:output_type -> engram.v1.BackupStoreResponse
-	71, // [71:85] is the sub-list for method output_type
-	57, // [57:71] is the sub-list for method input_type
-	57, // [57:57] is the sub-list for extension type_name
-	57, // [57:57] is the sub-list for extension extendee
-	0,  // [0:57] is the sub-list for field type_name
+	50, // 52: engram.v1.ReflectionRun.started_at:type_name -> google.protobuf.Timestamp
+	1,  // 53: engram.v1.ReflectionRun.outcome:type_name -> engram.v1.ReflectionOutcome
+	36, // 54: engram.v1.ListReflectionRunsResponse.runs:type_name -> engram.v1.ReflectionRun
+	53, // 55: engram.v1.ExportMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
+	3,  // 56: engram.v1.ImportMemoriesRequest.mode:type_name -> engram.v1.ImportMode
+	4,  // 57: engram.v1.ImportMemoriesRequest.reembed:type_name -> engram.v1.Reembed
+	50, // 58: engram.v1.BackupStoreResponse.taken_at:type_name -> google.protobuf.Timestamp
+	56, // 59: engram.v1.BackupStoreResponse.collections:type_name -> engram.v1.CollectionInfo
+	5,  // 60: engram.v1.MemoryService.AddMemory:input_type -> engram.v1.AddMemoryRequest
+	7,  // 61: engram.v1.MemoryService.AddMemories:input_type -> engram.v1.AddMemoriesRequest
+	11, // 62: engram.v1.MemoryService.SearchMemories:input_type -> engram.v1.SearchMemoriesRequest
+	17, // 63: engram.v1.MemoryService.UpdateMemory:input_type -> engram.v1.UpdateMemoryRequest
+	20, // 64: engram.v1.MemoryService.DeleteMemory:input_type -> engram.v1.DeleteMemoryRequest
+	22, // 65: engram.v1.MemoryService.GetMemory:input_type -> engram.v1.GetMemoryRequest
+	24, // 66: engram.v1.MemoryService.ListMemories:input_type -> engram.v1.ListMemoriesRequest
+	26, // 67: engram.v1.MemoryService.ListCollections:input_type -> engram.v1.ListCollectionsRequest
+	28, // 68: engram.v1.MemoryService.DeleteCollection:input_type -> engram.v1.DeleteCollectionRequest
+	30, // 69: engram.v1.MemoryService.RunReflection:input_type -> engram.v1.RunReflectionRequest
+	32, // 70: engram.v1.MemoryService.ListGateDecisions:input_type -> engram.v1.ListGateDecisionsRequest
+	35, // 71: engram.v1.MemoryService.ListReflectionRuns:input_type -> engram.v1.ListReflectionRunsRequest
+	38, // 72: engram.v1.MemoryService.ExportMemories:input_type -> engram.v1.ExportMemoriesRequest
+	40, // 73: engram.v1.MemoryService.ImportMemories:input_type -> engram.v1.ImportMemoriesRequest
+	42, // 74: engram.v1.MemoryService.BackupStore:input_type -> engram.v1.BackupStoreRequest
+	6,  // 75: engram.v1.MemoryService.AddMemory:output_type -> engram.v1.AddMemoryResponse
+	10, // 76: engram.v1.MemoryService.AddMemories:output_type -> engram.v1.AddMemoriesResponse
+	13, // 77: engram.v1.MemoryService.SearchMemories:output_type -> engram.v1.SearchMemoriesResponse
+	18, // 78: engram.v1.MemoryService.UpdateMemory:output_type -> engram.v1.UpdateMemoryResponse
+	21, // 79: engram.v1.MemoryService.DeleteMemory:output_type -> engram.v1.DeleteMemoryResponse
+	23, // 80: engram.v1.MemoryService.GetMemory:output_type -> engram.v1.GetMemoryResponse
+	25, // 81: engram.v1.MemoryService.ListMemories:output_type -> engram.v1.ListMemoriesResponse
+	27, // 82: engram.v1.MemoryService.ListCollections:output_type -> engram.v1.ListCollectionsResponse
+	29, // 83: engram.v1.MemoryService.DeleteCollection:output_type -> engram.v1.DeleteCollectionResponse
+	31, // 84: engram.v1.MemoryService.RunReflection:output_type -> engram.v1.RunReflectionResponse
+	34, // 85: engram.v1.MemoryService.ListGateDecisions:output_type -> engram.v1.ListGateDecisionsResponse
+	37, // 86: engram.v1.MemoryService.ListReflectionRuns:output_type -> engram.v1.ListReflectionRunsResponse
+	39, // 87: engram.v1.MemoryService.ExportMemories:output_type -> engram.v1.ExportMemoriesResponse
+	41, // 88: engram.v1.MemoryService.ImportMemories:output_type -> engram.v1.ImportMemoriesResponse
+	43, // 89: engram.v1.MemoryService.BackupStore:output_type -> engram.v1.BackupStoreResponse
+	75, // [75:90] is the sub-list for method output_type
+	60, // [60:75] is the sub-list for method input_type
+	60, // [60:60] is the sub-list for extension type_name
+	60, // [60:60] is the sub-list for extension extendee
+	0,  // [0:60] is the sub-list for field type_name
 }
 
 func init() { file_engram_v1_memory_service_proto_init() }
@@ -3618,7 +3884,7 @@ func file_engram_v1_memory_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_engram_v1_memory_service_proto_rawDesc), len(file_engram_v1_memory_service_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   39,
+			NumMessages:   42,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

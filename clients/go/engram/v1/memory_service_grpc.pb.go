@@ -19,20 +19,21 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	MemoryService_AddMemory_FullMethodName         = "/engram.v1.MemoryService/AddMemory"
-	MemoryService_AddMemories_FullMethodName       = "/engram.v1.MemoryService/AddMemories"
-	MemoryService_SearchMemories_FullMethodName    = "/engram.v1.MemoryService/SearchMemories"
-	MemoryService_UpdateMemory_FullMethodName      = "/engram.v1.MemoryService/UpdateMemory"
-	MemoryService_DeleteMemory_FullMethodName      = "/engram.v1.MemoryService/DeleteMemory"
-	MemoryService_GetMemory_FullMethodName         = "/engram.v1.MemoryService/GetMemory"
-	MemoryService_ListMemories_FullMethodName      = "/engram.v1.MemoryService/ListMemories"
-	MemoryService_ListCollections_FullMethodName   = "/engram.v1.MemoryService/ListCollections"
-	MemoryService_DeleteCollection_FullMethodName  = "/engram.v1.MemoryService/DeleteCollection"
-	MemoryService_RunReflection_FullMethodName     = "/engram.v1.MemoryService/RunReflection"
-	MemoryService_ListGateDecisions_FullMethodName = "/engram.v1.MemoryService/ListGateDecisions"
-	MemoryService_ExportMemories_FullMethodName    = "/engram.v1.MemoryService/ExportMemories"
-	MemoryService_ImportMemories_FullMethodName    = "/engram.v1.MemoryService/ImportMemories"
-	MemoryService_BackupStore_FullMethodName       = "/engram.v1.MemoryService/BackupStore"
+	MemoryService_AddMemory_FullMethodName          = "/engram.v1.MemoryService/AddMemory"
+	MemoryService_AddMemories_FullMethodName        = "/engram.v1.MemoryService/AddMemories"
+	MemoryService_SearchMemories_FullMethodName     = "/engram.v1.MemoryService/SearchMemories"
+	MemoryService_UpdateMemory_FullMethodName       = "/engram.v1.MemoryService/UpdateMemory"
+	MemoryService_DeleteMemory_FullMethodName       = "/engram.v1.MemoryService/DeleteMemory"
+	MemoryService_GetMemory_FullMethodName          = "/engram.v1.MemoryService/GetMemory"
+	MemoryService_ListMemories_FullMethodName       = "/engram.v1.MemoryService/ListMemories"
+	MemoryService_ListCollections_FullMethodName    = "/engram.v1.MemoryService/ListCollections"
+	MemoryService_DeleteCollection_FullMethodName   = "/engram.v1.MemoryService/DeleteCollection"
+	MemoryService_RunReflection_FullMethodName      = "/engram.v1.MemoryService/RunReflection"
+	MemoryService_ListGateDecisions_FullMethodName  = "/engram.v1.MemoryService/ListGateDecisions"
+	MemoryService_ListReflectionRuns_FullMethodName = "/engram.v1.MemoryService/ListReflectionRuns"
+	MemoryService_ExportMemories_FullMethodName     = "/engram.v1.MemoryService/ExportMemories"
+	MemoryService_ImportMemories_FullMethodName     = "/engram.v1.MemoryService/ImportMemories"
+	MemoryService_BackupStore_FullMethodName        = "/engram.v1.MemoryService/BackupStore"
 )
 
 // MemoryServiceClient is the client API for MemoryService service.
@@ -83,6 +84,11 @@ type MemoryServiceClient interface {
 	// serving process keeps the last 256 per collection in memory: a restart, or another
 	// replica, starts empty. Decisions about deleted memories are forgotten with them.
 	ListGateDecisions(ctx context.Context, in *ListGateDecisionsRequest, opts ...grpc.CallOption) (*ListGateDecisionsResponse, error)
+	// ListReflectionRuns returns a collection's recent reflection runs, newest first: the runs
+	// that called the LLM (completed, no insight, or failed), whether asked for by RunReflection
+	// or started by the periodic schedule. Throttled and dry runs are answered to their caller
+	// and not kept. The last 50 runs are kept with the store, so they survive restarts.
+	ListReflectionRuns(ctx context.Context, in *ListReflectionRunsRequest, opts ...grpc.CallOption) (*ListReflectionRunsResponse, error)
 	// ExportMemories streams collections as Engram's export format (JSON Lines, see
 	// docs/reference/export-format.md): per collection a header line (format version, embedding
 	// model and dimension), then one line per current memory with every field and its history
@@ -220,6 +226,16 @@ func (c *memoryServiceClient) ListGateDecisions(ctx context.Context, in *ListGat
 	return out, nil
 }
 
+func (c *memoryServiceClient) ListReflectionRuns(ctx context.Context, in *ListReflectionRunsRequest, opts ...grpc.CallOption) (*ListReflectionRunsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListReflectionRunsResponse)
+	err := c.cc.Invoke(ctx, MemoryService_ListReflectionRuns_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *memoryServiceClient) ExportMemories(ctx context.Context, in *ExportMemoriesRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExportMemoriesResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	stream, err := c.cc.NewStream(ctx, &MemoryService_ServiceDesc.Streams[0], MemoryService_ExportMemories_FullMethodName, cOpts...)
@@ -310,6 +326,11 @@ type MemoryServiceServer interface {
 	// serving process keeps the last 256 per collection in memory: a restart, or another
 	// replica, starts empty. Decisions about deleted memories are forgotten with them.
 	ListGateDecisions(context.Context, *ListGateDecisionsRequest) (*ListGateDecisionsResponse, error)
+	// ListReflectionRuns returns a collection's recent reflection runs, newest first: the runs
+	// that called the LLM (completed, no insight, or failed), whether asked for by RunReflection
+	// or started by the periodic schedule. Throttled and dry runs are answered to their caller
+	// and not kept. The last 50 runs are kept with the store, so they survive restarts.
+	ListReflectionRuns(context.Context, *ListReflectionRunsRequest) (*ListReflectionRunsResponse, error)
 	// ExportMemories streams collections as Engram's export format (JSON Lines, see
 	// docs/reference/export-format.md): per collection a header line (format version, embedding
 	// model and dimension), then one line per current memory with every field and its history
@@ -369,6 +390,9 @@ func (UnimplementedMemoryServiceServer) RunReflection(context.Context, *RunRefle
 }
 func (UnimplementedMemoryServiceServer) ListGateDecisions(context.Context, *ListGateDecisionsRequest) (*ListGateDecisionsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListGateDecisions not implemented")
+}
+func (UnimplementedMemoryServiceServer) ListReflectionRuns(context.Context, *ListReflectionRunsRequest) (*ListReflectionRunsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListReflectionRuns not implemented")
 }
 func (UnimplementedMemoryServiceServer) ExportMemories(*ExportMemoriesRequest, grpc.ServerStreamingServer[ExportMemoriesResponse]) error {
 	return status.Error(codes.Unimplemented, "method ExportMemories not implemented")
@@ -598,6 +622,24 @@ func _MemoryService_ListGateDecisions_Handler(srv interface{}, ctx context.Conte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _MemoryService_ListReflectionRuns_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListReflectionRunsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MemoryServiceServer).ListReflectionRuns(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: MemoryService_ListReflectionRuns_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MemoryServiceServer).ListReflectionRuns(ctx, req.(*ListReflectionRunsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _MemoryService_ExportMemories_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(ExportMemoriesRequest)
 	if err := stream.RecvMsg(m); err != nil {
@@ -684,6 +726,10 @@ var MemoryService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListGateDecisions",
 			Handler:    _MemoryService_ListGateDecisions_Handler,
+		},
+		{
+			MethodName: "ListReflectionRuns",
+			Handler:    _MemoryService_ListReflectionRuns_Handler,
 		},
 		{
 			MethodName: "BackupStore",

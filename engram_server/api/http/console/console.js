@@ -324,6 +324,23 @@ async function reflect(e) {
   } catch (err) {
     failed(err);
   }
+  const rows = $('runs').querySelector('tbody');
+  rows.replaceChildren();
+  try {
+    const data = await api('GET', `/v1/collections/${encodeURIComponent(name)}/reflectionRuns?limit=20`);
+    for (const run of data.runs || []) {
+      rows.append(el('tr', {},
+        el('td', {}, when(run.startedAt)),
+        el('td', {}, short(run.outcome)),
+        el('td', {}, run.scheduled ? 'schedule' : 'request'),
+        el('td', {}, String((run.sourceIds || []).length)),
+        el('td', {}, `${(run.insightIds || []).length} stored, ${(run.draftIds || []).length} drafts, ${run.duplicates || 0} duplicates`),
+        el('td', {}, run.detail || '')));
+    }
+  } catch (err) {
+    failed(err);
+  }
+  if (!rows.children.length) rows.append(el('tr', {}, el('td', { colspan: '6' }, 'No run has called the LLM yet.')));
   const list = $('insights');
   list.replaceChildren();
   try {

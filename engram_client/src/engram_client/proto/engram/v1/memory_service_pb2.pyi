@@ -63,6 +63,10 @@ class _ReflectionOutcomeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Ref
     """A gate refused the run; see throttled_by, detail and next_run_after."""
     REFLECTION_OUTCOME_WOULD_RUN: _ReflectionOutcome.ValueType  # 4
     """dry_run: every gate passed and a run would use `sources`."""
+    REFLECTION_OUTCOME_FAILED: _ReflectionOutcome.ValueType  # 5
+    """The LLM call or the writes failed; nothing was written. Only in ListReflectionRuns:
+    RunReflection answers such a run with an error status.
+    """
 
 class ReflectionOutcome(_ReflectionOutcome, metaclass=_ReflectionOutcomeEnumTypeWrapper):
     """ReflectionOutcome says what RunReflection did."""
@@ -79,6 +83,10 @@ REFLECTION_OUTCOME_THROTTLED: ReflectionOutcome.ValueType  # 3
 """A gate refused the run; see throttled_by, detail and next_run_after."""
 REFLECTION_OUTCOME_WOULD_RUN: ReflectionOutcome.ValueType  # 4
 """dry_run: every gate passed and a run would use `sources`."""
+REFLECTION_OUTCOME_FAILED: ReflectionOutcome.ValueType  # 5
+"""The LLM call or the writes failed; nothing was written. Only in ListReflectionRuns:
+RunReflection answers such a run with an error status.
+"""
 Global___ReflectionOutcome: _TypeAlias = ReflectionOutcome  # noqa: Y015
 
 class _ReflectionGate:
@@ -1471,6 +1479,122 @@ class ListGateDecisionsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListGateDecisionsResponse: _TypeAlias = ListGateDecisionsResponse  # noqa: Y015
+
+@_typing.final
+class ListReflectionRunsRequest(_message.Message):
+    """ListReflectionRunsRequest asks for a collection's recent reflection runs."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COLLECTION_FIELD_NUMBER: _builtins.int
+    LIMIT_FIELD_NUMBER: _builtins.int
+    collection: _builtins.str
+    """The source collection (not its "_reflection" collection); empty means the default collection."""
+    limit: _builtins.int
+    """At most this many, newest first: 1–50; 0 means 20."""
+    def __init__(
+        self,
+        *,
+        collection: _builtins.str = ...,
+        limit: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["collection", b"collection", "limit", b"limit"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListReflectionRunsRequest: _TypeAlias = ListReflectionRunsRequest  # noqa: Y015
+
+@_typing.final
+class ReflectionRun(_message.Message):
+    """ReflectionRun is one reflection run that called the LLM."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STARTED_AT_FIELD_NUMBER: _builtins.int
+    OUTCOME_FIELD_NUMBER: _builtins.int
+    DETAIL_FIELD_NUMBER: _builtins.int
+    SCHEDULED_FIELD_NUMBER: _builtins.int
+    MODEL_FIELD_NUMBER: _builtins.int
+    SOURCE_IDS_FIELD_NUMBER: _builtins.int
+    INSIGHT_IDS_FIELD_NUMBER: _builtins.int
+    DRAFT_IDS_FIELD_NUMBER: _builtins.int
+    DUPLICATES_FIELD_NUMBER: _builtins.int
+    outcome: Global___ReflectionOutcome.ValueType
+    """COMPLETED, NO_INSIGHT or FAILED."""
+    detail: _builtins.str
+    """A human-readable account of the run (what was produced, or the error)."""
+    scheduled: _builtins.bool
+    """True when the periodic schedule started the run, false when RunReflection asked for it."""
+    model: _builtins.str
+    """The LLM model used."""
+    duplicates: _builtins.int
+    """How many proposed insights were dropped as near-copies of existing insights."""
+    @_builtins.property
+    def started_at(self) -> _timestamp_pb2.Timestamp:
+        """When the run started."""
+
+    @_builtins.property
+    def source_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Ids of the memories the run reflected on."""
+
+    @_builtins.property
+    def insight_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Ids of the insights it stored (in the reflection collection)."""
+
+    @_builtins.property
+    def draft_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Ids of the low-confidence insights it kept as drafts."""
+
+    def __init__(
+        self,
+        *,
+        started_at: _timestamp_pb2.Timestamp | None = ...,
+        outcome: Global___ReflectionOutcome.ValueType = ...,
+        detail: _builtins.str = ...,
+        scheduled: _builtins.bool = ...,
+        model: _builtins.str = ...,
+        source_ids: _abc.Iterable[_builtins.str] | None = ...,
+        insight_ids: _abc.Iterable[_builtins.str] | None = ...,
+        draft_ids: _abc.Iterable[_builtins.str] | None = ...,
+        duplicates: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["started_at", b"started_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["detail", b"detail", "draft_ids", b"draft_ids", "duplicates", b"duplicates", "insight_ids", b"insight_ids", "model", b"model", "outcome", b"outcome", "scheduled", b"scheduled", "source_ids", b"source_ids", "started_at", b"started_at"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReflectionRun: _TypeAlias = ReflectionRun  # noqa: Y015
+
+@_typing.final
+class ListReflectionRunsResponse(_message.Message):
+    """ListReflectionRunsResponse lists recent reflection runs, newest first."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RUNS_FIELD_NUMBER: _builtins.int
+    TRUNCATED_FIELD_NUMBER: _builtins.int
+    truncated: _builtins.bool
+    """True when older runs were left out to keep the answer within the message limit."""
+    @_builtins.property
+    def runs(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReflectionRun]:
+        """The runs."""
+
+    def __init__(
+        self,
+        *,
+        runs: _abc.Iterable[Global___ReflectionRun] | None = ...,
+        truncated: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["runs", b"runs", "truncated", b"truncated"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListReflectionRunsResponse: _TypeAlias = ListReflectionRunsResponse  # noqa: Y015
 
 @_typing.final
 class ExportMemoriesRequest(_message.Message):

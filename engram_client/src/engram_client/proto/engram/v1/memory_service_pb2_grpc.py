@@ -95,6 +95,11 @@ class MemoryServiceStub:
                 request_serializer=engram_dot_v1_dot_memory__service__pb2.ListGateDecisionsRequest.SerializeToString,
                 response_deserializer=engram_dot_v1_dot_memory__service__pb2.ListGateDecisionsResponse.FromString,
                 _registered_method=True)
+        self.ListReflectionRuns = channel.unary_unary(
+                '/engram.v1.MemoryService/ListReflectionRuns',
+                request_serializer=engram_dot_v1_dot_memory__service__pb2.ListReflectionRunsRequest.SerializeToString,
+                response_deserializer=engram_dot_v1_dot_memory__service__pb2.ListReflectionRunsResponse.FromString,
+                _registered_method=True)
         self.ExportMemories = channel.unary_stream(
                 '/engram.v1.MemoryService/ExportMemories',
                 request_serializer=engram_dot_v1_dot_memory__service__pb2.ExportMemoriesRequest.SerializeToString,
@@ -213,6 +218,16 @@ class MemoryServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListReflectionRuns(self, request, context):
+        """ListReflectionRuns returns a collection's recent reflection runs, newest first: the runs
+        that called the LLM (completed, no insight, or failed), whether asked for by RunReflection
+        or started by the periodic schedule. Throttled and dry runs are answered to their caller
+        and not kept. The last 50 runs are kept with the store, so they survive restarts.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ExportMemories(self, request, context):
         """ExportMemories streams collections as Engram's export format (JSON Lines, see
         docs/reference/export-format.md): per collection a header line (format version, embedding
@@ -302,6 +317,11 @@ def add_MemoryServiceServicer_to_server(servicer, server):
                     servicer.ListGateDecisions,
                     request_deserializer=engram_dot_v1_dot_memory__service__pb2.ListGateDecisionsRequest.FromString,
                     response_serializer=engram_dot_v1_dot_memory__service__pb2.ListGateDecisionsResponse.SerializeToString,
+            ),
+            'ListReflectionRuns': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListReflectionRuns,
+                    request_deserializer=engram_dot_v1_dot_memory__service__pb2.ListReflectionRunsRequest.FromString,
+                    response_serializer=engram_dot_v1_dot_memory__service__pb2.ListReflectionRunsResponse.SerializeToString,
             ),
             'ExportMemories': grpc.unary_stream_rpc_method_handler(
                     servicer.ExportMemories,
@@ -622,6 +642,33 @@ class MemoryService:
             '/engram.v1.MemoryService/ListGateDecisions',
             engram_dot_v1_dot_memory__service__pb2.ListGateDecisionsRequest.SerializeToString,
             engram_dot_v1_dot_memory__service__pb2.ListGateDecisionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListReflectionRuns(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.v1.MemoryService/ListReflectionRuns',
+            engram_dot_v1_dot_memory__service__pb2.ListReflectionRunsRequest.SerializeToString,
+            engram_dot_v1_dot_memory__service__pb2.ListReflectionRunsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -83,6 +83,12 @@ class MemoryServiceStub:
     serving process keeps the last 256 per collection in memory: a restart, or another
     replica, starts empty. Decisions about deleted memories are forgotten with them.
     """
+    ListReflectionRuns: _grpc.UnaryUnaryMultiCallable[_memory_service_pb2.ListReflectionRunsRequest, _memory_service_pb2.ListReflectionRunsResponse]
+    """ListReflectionRuns returns a collection's recent reflection runs, newest first: the runs
+    that called the LLM (completed, no insight, or failed), whether asked for by RunReflection
+    or started by the periodic schedule. Throttled and dry runs are answered to their caller
+    and not kept. The last 50 runs are kept with the store, so they survive restarts.
+    """
     ExportMemories: _grpc.UnaryStreamMultiCallable[_memory_service_pb2.ExportMemoriesRequest, _memory_service_pb2.ExportMemoriesResponse]
     """ExportMemories streams collections as Engram's export format (JSON Lines, see
     docs/reference/export-format.md): per collection a header line (format version, embedding
@@ -158,6 +164,12 @@ class MemoryServiceAsyncStub(MemoryServiceStub):
     created beside near-duplicates, or refused as a duplicate of an existing memory). The
     serving process keeps the last 256 per collection in memory: a restart, or another
     replica, starts empty. Decisions about deleted memories are forgotten with them.
+    """
+    ListReflectionRuns: _aio.UnaryUnaryMultiCallable[_memory_service_pb2.ListReflectionRunsRequest, _memory_service_pb2.ListReflectionRunsResponse]  # type: ignore[assignment]
+    """ListReflectionRuns returns a collection's recent reflection runs, newest first: the runs
+    that called the LLM (completed, no insight, or failed), whether asked for by RunReflection
+    or started by the periodic schedule. Throttled and dry runs are answered to their caller
+    and not kept. The last 50 runs are kept with the store, so they survive restarts.
     """
     ExportMemories: _aio.UnaryStreamMultiCallable[_memory_service_pb2.ExportMemoriesRequest, _memory_service_pb2.ExportMemoriesResponse]  # type: ignore[assignment]
     """ExportMemories streams collections as Engram's export format (JSON Lines, see
@@ -297,6 +309,18 @@ class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
         created beside near-duplicates, or refused as a duplicate of an existing memory). The
         serving process keeps the last 256 per collection in memory: a restart, or another
         replica, starts empty. Decisions about deleted memories are forgotten with them.
+        """
+
+    @_abc_1.abstractmethod
+    def ListReflectionRuns(
+        self,
+        request: _memory_service_pb2.ListReflectionRunsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_memory_service_pb2.ListReflectionRunsResponse, _abc.Awaitable[_memory_service_pb2.ListReflectionRunsResponse]]:
+        """ListReflectionRuns returns a collection's recent reflection runs, newest first: the runs
+        that called the LLM (completed, no insight, or failed), whether asked for by RunReflection
+        or started by the periodic schedule. Throttled and dry runs are answered to their caller
+        and not kept. The last 50 runs are kept with the store, so they survive restarts.
         """
 
     @_abc_1.abstractmethod

@@ -73,7 +73,8 @@ async def seed(stub: Stub, clock: ManualClock, collection: str = "") -> None:
             stub, content, type=kind, tags=tags, importance=7, collection=collection, metadata={"k": "v"}
         )
         clock.advance(60)
-    first = (await stub.ListMemories(s.ListMemoriesRequest(collection=collection, page_size=1))).memories[0]
+    listed = await stub.ListMemories(s.ListMemoriesRequest(collection=collection, page_size=100))
+    first = next(x for x in listed.memories if x.content == FACTS[-1][0])  # the one edited
     await stub.UpdateMemory(
         s.UpdateMemoryRequest(collection=collection, id=first.id, content=first.content + " (edited)")
     )

@@ -160,6 +160,10 @@ class Porting(Writing):
         out: dict[str, list[MemoryRecord]] = {}
         offset: str | None = None
         flt = StoreFilter(include_history=True, include_drafts=True)
+        if await self._store.count(collection, flt) == await self._store.count(
+            collection, StoreFilter(include_drafts=True)
+        ):
+            return out  # no history version: no need to read every point twice
         while True:
             page, offset = await self._store.scroll(collection, flt, 1024, offset)
             for r in page:

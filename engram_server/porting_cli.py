@@ -168,7 +168,68 @@ def _backup(client: Any, args: argparse.Namespace) -> int:
     return 0
 
 
-def _restore(backup: Path, data_dir: str | None, *, force: bool) -> int | str:
+def _restore_qdrant(
+    backup: Path, info: dict[str, Any], url: str, api_key: str | None, *, force: bool
+) -> int | str:
+    """Upload each snapshot of a Qdrant-server backup to ``url`` (Qdrant's snapshot upload)."""
+    import httpx  # noqa: PLC0415
+
+    files: dict[str, str] = info.get("snapshots", {})
+    headers = {"api-key": api_key} if api_key else {}
+    base = url.rstrip("/")
+    with httpx.Client(headers=headers, timeout=600.0) as http:
+        present = {c["name"] for c in http.get(f"{base}/collections").json()["result"]["collections"]}
+        clash = sorted(set(files) & present)
+        if clash and not force:
+            return (
+                f"engram restore: the Qdrant server already has {', '.join(clash)}; "
+                "pass --force to replace them with the backup's"
+            )
+        for qname, name in sorted(files.items()):
+            with (backup / "qdrant" / name).open("rb") as f:
+                r = http.post(
+                    f"{base}/collections/{qname}/snapshots/upload",
+                    params={"priority": "snapshot", "wait": "true"},
+                    files={"snapshot": (name, f)},
+                )
+            if r.status_code != 200:
+                return (
+                    f"engram restore: Qdrant refused the snapshot of {qname}: {r.status_code} {r.text[:300]}"
+                )
+    points = info.get("points", {})
+    print(
+        f"engram restore: {base} now holds the backup of {info.get('taken_at')} "
+        f"({len(points)} collection(s), {sum(points.values()):,} points)",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _restore(
+    backup: Path,
+    data_dir: str | None,
+    *,
+    force: bool,
+    qdrant_url: str | None = None,
+    qdrant_api_key: str | None = None,
+) -> int | str:
+    manifest = backup / BACKUP_MANIFEST
+    try:
+        info = json.loads(manifest.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        return f"engram restore: {backup} is not an Engram backup ({manifest}: {exc})"
+    if isinstance(info, dict) and info.get("store") == "qdrant":
+        if qdrant_url is None:
+            from engram_server.config import ConfigError, load_settings  # noqa: PLC0415
+
+            try:
+                settings = load_settings()
+            except ConfigError as exc:
+                return f"engram restore: configuration error: {exc}"
+            qdrant_url, qdrant_api_key = settings.qdrant_url, settings.qdrant_api_key
+        if not qdrant_url:
+            return "engram restore: a backup of a Qdrant server: set ENGRAM_QDRANT_URL to the server to restore"
+        return _restore_qdrant(backup, info, qdrant_url, qdrant_api_key, force=force)
     if data_dir is None:
         from engram_server.config import ConfigError, load_settings  # noqa: PLC0415
 
@@ -178,11 +239,6 @@ def _restore(backup: Path, data_dir: str | None, *, force: bool) -> int | str:
             return f"engram restore: configuration error: {exc}"
     else:
         target = Path(data_dir)
-    manifest = backup / BACKUP_MANIFEST
-    try:
-        info = json.loads(manifest.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        return f"engram restore: {backup} is not an Engram backup ({manifest}: {exc})"
     if not isinstance(info, dict) or info.get("engram_backup") != 1:
         return f"engram restore: {manifest}: unknown backup format {info.get('engram_backup')!r}"
     if target.resolve() == backup.resolve():

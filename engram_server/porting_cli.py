@@ -228,7 +228,7 @@ def _restore(
                 return f"engram restore: configuration error: {exc}"
             qdrant_url, qdrant_api_key = settings.qdrant_url, settings.qdrant_api_key
         if not qdrant_url:
-            return "engram restore: a backup of a Qdrant server: set ENGRAM_QDRANT_URL to the server to restore"
+            return "engram restore: a Qdrant server's backup: set ENGRAM_QDRANT_URL to the server to restore"
         return _restore_qdrant(backup, info, qdrant_url, qdrant_api_key, force=force)
     if data_dir is None:
         from engram_server.config import ConfigError, load_settings  # noqa: PLC0415

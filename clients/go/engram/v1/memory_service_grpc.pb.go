@@ -103,8 +103,8 @@ type MemoryServiceClient interface {
 	ImportMemories(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[ImportMemoriesRequest, ImportMemoriesResponse], error)
 	// BackupStore copies the serving store, consistently, into a new directory on the server's
 	// machine: writes wait while the collections are copied, and every write acknowledged before
-	// the call is in the copy. Embedded store only (a Qdrant server has its own snapshots).
-	// `engram restore` puts a backup back. Admin only.
+	// the call is in the copy. On a Qdrant server: a snapshot of each collection through Qdrant's
+	// snapshot API, downloaded into the directory. `engram restore` puts a backup back. Admin only.
 	BackupStore(ctx context.Context, in *BackupStoreRequest, opts ...grpc.CallOption) (*BackupStoreResponse, error)
 }
 
@@ -345,8 +345,8 @@ type MemoryServiceServer interface {
 	ImportMemories(grpc.ClientStreamingServer[ImportMemoriesRequest, ImportMemoriesResponse]) error
 	// BackupStore copies the serving store, consistently, into a new directory on the server's
 	// machine: writes wait while the collections are copied, and every write acknowledged before
-	// the call is in the copy. Embedded store only (a Qdrant server has its own snapshots).
-	// `engram restore` puts a backup back. Admin only.
+	// the call is in the copy. On a Qdrant server: a snapshot of each collection through Qdrant's
+	// snapshot API, downloaded into the directory. `engram restore` puts a backup back. Admin only.
 	BackupStore(context.Context, *BackupStoreRequest) (*BackupStoreResponse, error)
 	mustEmbedUnimplementedMemoryServiceServer()
 }

@@ -253,8 +253,8 @@ class MemoryServiceServicer:
     def BackupStore(self, request, context):
         """BackupStore copies the serving store, consistently, into a new directory on the server's
         machine: writes wait while the collections are copied, and every write acknowledged before
-        the call is in the copy. Embedded store only (a Qdrant server has its own snapshots).
-        `engram restore` puts a backup back. Admin only.
+        the call is in the copy. On a Qdrant server: a snapshot of each collection through Qdrant's
+        snapshot API, downloaded into the directory. `engram restore` puts a backup back. Admin only.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -106,8 +106,8 @@ class MemoryServiceStub:
     BackupStore: _grpc.UnaryUnaryMultiCallable[_memory_service_pb2.BackupStoreRequest, _memory_service_pb2.BackupStoreResponse]
     """BackupStore copies the serving store, consistently, into a new directory on the server's
     machine: writes wait while the collections are copied, and every write acknowledged before
-    the call is in the copy. Embedded store only (a Qdrant server has its own snapshots).
-    `engram restore` puts a backup back. Admin only.
+    the call is in the copy. On a Qdrant server: a snapshot of each collection through Qdrant's
+    snapshot API, downloaded into the directory. `engram restore` puts a backup back. Admin only.
     """
 
 @_typing.type_check_only
@@ -188,8 +188,8 @@ class MemoryServiceAsyncStub(MemoryServiceStub):
     BackupStore: _aio.UnaryUnaryMultiCallable[_memory_service_pb2.BackupStoreRequest, _memory_service_pb2.BackupStoreResponse]  # type: ignore[assignment]
     """BackupStore copies the serving store, consistently, into a new directory on the server's
     machine: writes wait while the collections are copied, and every write acknowledged before
-    the call is in the copy. Embedded store only (a Qdrant server has its own snapshots).
-    `engram restore` puts a backup back. Admin only.
+    the call is in the copy. On a Qdrant server: a snapshot of each collection through Qdrant's
+    snapshot API, downloaded into the directory. `engram restore` puts a backup back. Admin only.
     """
 
 class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -357,8 +357,8 @@ class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_memory_service_pb2.BackupStoreResponse, _abc.Awaitable[_memory_service_pb2.BackupStoreResponse]]:
         """BackupStore copies the serving store, consistently, into a new directory on the server's
         machine: writes wait while the collections are copied, and every write acknowledged before
-        the call is in the copy. Embedded store only (a Qdrant server has its own snapshots).
-        `engram restore` puts a backup back. Admin only.
+        the call is in the copy. On a Qdrant server: a snapshot of each collection through Qdrant's
+        snapshot API, downloaded into the directory. `engram restore` puts a backup back. Admin only.
         """
 
 def add_MemoryServiceServicer_to_server(servicer: MemoryServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

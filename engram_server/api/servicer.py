@@ -18,6 +18,7 @@ from engram_server.api.answers import abridged_to_fit, answer_budget, fitting
 from engram_server.api.auth import readable_collections
 from engram_server.api.errors import internal_status, to_status
 from engram_server.api.gate_log import PER_COLLECTION, GateLog, decision_from
+from engram_server.api.guard import Malformed
 from engram_server.domain.deadline import set_time_remaining
 from engram_server.domain.errors import EngramError, InvalidArgument
 from engram_server.domain.reflection import Reflector
@@ -342,6 +343,10 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
             importer = None
             buffer = b""
             async for request in request_iterator:
+                if isinstance(request, Malformed):
+                    raise InvalidArgument(
+                        f"a message of the stream ({request.size} bytes) is not an ImportMemoriesRequest"
+                    )
                 if importer is None:
                     importer = self._svc.importer(
                         c.enum_in(IMPORT_MODE_IN, request.mode, "mode"),

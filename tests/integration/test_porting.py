@@ -14,6 +14,7 @@ import pytest
 
 from engram_client.proto.engram.v1 import memory_pb2 as m
 from engram_client.proto.engram.v1 import memory_service_pb2 as s
+from engram_server.app import EngramServer
 from engram_server.domain.clock import ManualClock
 from engram_server.porting_cli import _restore
 from engram_server.testing import running_server
@@ -315,3 +316,16 @@ async def test_backup_needs_a_backup_dir(stub: Stub) -> None:
         "ERROR_REASON_INVALID_ARGUMENT",
     )
     assert "ENGRAM_BACKUP_DIR" in err.message
+
+
+async def test_a_malformed_import_message_is_invalid_argument(server: EngramServer) -> None:
+    async with grpc.aio.insecure_channel(server.address) as channel:
+        call = channel.stream_unary(
+            "/engram.v1.MemoryService/ImportMemories",
+            request_serializer=lambda raw: raw,
+            response_deserializer=s.ImportMemoriesResponse.FromString,
+        )
+        err = await fails(
+            call(iter([b"\xff\xff\xff"])), grpc.StatusCode.INVALID_ARGUMENT, "ERROR_REASON_INVALID_ARGUMENT"
+        )
+    assert "not an ImportMemoriesRequest" in err.message

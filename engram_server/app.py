@@ -21,10 +21,12 @@ from grpc_reflection.v1alpha._async import ReflectionServicer
 
 from engram_client.proto.engram.v1 import memory_service_pb2, memory_service_pb2_grpc
 from engram_server.api.servicer import MemoryServicer
-from engram_server.config import ConfigError, Settings
+from engram_server.config import ConfigError, Settings, privacy_patterns
 from engram_server.domain.calibration import calibration_for, is_calibrated
 from engram_server.domain.clock import Clock, SystemClock
 from engram_server.domain.errors import CollectionNotFound
+from engram_server.domain.extraction import ExtractionPolicy, MemoryExtractor
+from engram_server.domain.privacy import PrivacyFilter
 from engram_server.domain.ranking import FusionMode, HybridParams, Weights
 from engram_server.domain.reflection import ReflectionPolicy, Reflector
 from engram_server.domain.service import MemoryService, Policy
@@ -139,6 +141,15 @@ def build_policy(settings: Settings) -> Policy:
         ),
         default_collection=settings.default_collection,
         limits=Limits(max_content_chars=settings.max_content_chars, max_batch_items=settings.max_batch_items),
+        privacy=PrivacyFilter(settings.privacy_filter, privacy_patterns(settings)),
+    )
+
+
+def build_extraction_policy(settings: Settings) -> ExtractionPolicy:
+    return ExtractionPolicy(
+        use_llm=settings.extraction_llm,
+        dedup_window_seconds=settings.extraction_dedup_window_seconds,
+        max_memories=settings.extraction_max_memories,
     )
 
 
@@ -398,6 +409,7 @@ class EngramServer:
                 self.service,
                 self.reflector,
                 max_message_bytes=s.max_message_bytes,
+                extractor=MemoryExtractor(self.service, self.reflector.llm, build_extraction_policy(s)),
                 backup_dir=s.backup_dir,
             ),
             server,

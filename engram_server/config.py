@@ -100,6 +100,12 @@ class Settings:
     reflection_min_confidence: float = 0.6
     reflection_dedup_threshold: float = 0.78
     reflection_interval_seconds: float = 0.0
+    # Privacy filter and extraction
+    privacy_filter: bool = True
+    privacy_extra_patterns: str = ""
+    extraction_llm: bool = True
+    extraction_dedup_window_seconds: float = 600.0
+    extraction_max_memories: int = 20
     # Observability
     log_format: str = "text"
     log_levels: str = ""
@@ -398,6 +404,36 @@ SETTINGS_DOC: list[tuple[str, str, str]] = [
         "Periodic reflection: every this many seconds, reflect collections written to since their "
         "last run (0 = off, the default).",
     ),
+    (
+        "privacy_filter",
+        "ENGRAM_PRIVACY_FILTER",
+        "Strip secrets (cloud, GitHub, GitLab, Slack, Stripe, OpenAI and Anthropic keys, JWTs, private-key "
+        "blocks, `password=` assignments, connection-string passwords) and `<private>…</private>` spans from "
+        "every memory before it is embedded, stored or sent to an LLM. See "
+        "[Extraction](../concepts/extraction.md#the-privacy-filter).",
+    ),
+    (
+        "privacy_extra_patterns",
+        "ENGRAM_PRIVACY_EXTRA_PATTERNS",
+        "More patterns for the privacy filter: Python regular expressions separated by new lines (or one "
+        "JSON array of strings); each match becomes `[REDACTED:custom]`.",
+    ),
+    (
+        "extraction_llm",
+        "ENGRAM_EXTRACTION_LLM",
+        "ExtractMemories uses the LLM (ENGRAM_LLM_*) when one is configured; `false` keeps it on the rules.",
+    ),
+    (
+        "extraction_dedup_window_seconds",
+        "ENGRAM_EXTRACTION_DEDUP_WINDOW_SECONDS",
+        "ExtractMemories drops an input identical (after normalising) to one seen in the same collection "
+        "this recently (0 = off). Kept in the serving process's memory.",
+    ),
+    (
+        "extraction_max_memories",
+        "ENGRAM_EXTRACTION_MAX_MEMORIES",
+        "Most memories one ExtractMemories call keeps.",
+    ),
     ("log_format", "ENGRAM_LOG_FORMAT", "`text` or `json` (one object per line, with trace and span ids)."),
     (
         "log_levels",
@@ -613,6 +649,24 @@ def env_overrides(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     return values
 
 
+def privacy_patterns(s: Settings) -> tuple[str, ...]:
+    """ENGRAM_PRIVACY_EXTRA_PATTERNS as a list: a JSON array of strings, or one pattern a line."""
+    raw = s.privacy_extra_patterns.strip()
+    if not raw:
+        return ()
+    if raw.startswith("["):
+        import json  # noqa: PLC0415
+
+        try:
+            values = json.loads(raw)
+        except ValueError as exc:
+            raise ConfigError(f"ENGRAM_PRIVACY_EXTRA_PATTERNS is not a JSON array: {exc}") from exc
+        if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+            raise ConfigError("ENGRAM_PRIVACY_EXTRA_PATTERNS must be a JSON array of strings")
+        return tuple(v for v in values if v)
+    return tuple(line.strip() for line in raw.splitlines() if line.strip())
+
+
 def _check(s: Settings) -> None:
     problems: list[str] = []
     if not 0 <= s.port <= 65535:
@@ -640,6 +694,14 @@ def _check(s: Settings) -> None:
         value = getattr(s, name)
         if not 0.0 <= value <= 1.0:
             problems.append(f"{name} must be between 0 and 1")
+    from engram_server.domain.privacy import check_patterns  # noqa: PLC0415
+
+    for problem in check_patterns(privacy_patterns(s)):
+        problems.append(f"ENGRAM_PRIVACY_EXTRA_PATTERNS: {problem}")
+    if s.extraction_dedup_window_seconds < 0:
+        problems.append("ENGRAM_EXTRACTION_DEDUP_WINDOW_SECONDS must be ≥ 0")
+    if not 1 <= s.extraction_max_memories <= 64:
+        problems.append("ENGRAM_EXTRACTION_MAX_MEMORIES must be 1–64")
     if s.near_duplicate_threshold > s.dedup_threshold:
         problems.append("ENGRAM_NEAR_DUPLICATE_THRESHOLD must not exceed ENGRAM_DEDUP_THRESHOLD")
     for name in ("weight_relevance", "weight_recency", "weight_importance"):

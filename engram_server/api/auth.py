@@ -139,6 +139,7 @@ RULES: dict[str, Rule] = {
     "RunReflection": Rule(Role.WRITE, _one, lambda r: Role.ADMIN if r.force else None),
     "ListGateDecisions": Rule(Role.READ, _one),
     "ListReflectionRuns": Rule(Role.READ, _one),
+    "ExtractMemories": Rule(Role.WRITE, _one),
     "ExportMemories": Rule(Role.ADMIN, _exported),
     "ImportMemories": Rule(Role.ADMIN, _store_wide),
     "BackupStore": Rule(Role.ADMIN, _store_wide),

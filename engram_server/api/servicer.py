@@ -21,6 +21,7 @@ from engram_server.api.gate_log import PER_COLLECTION, GateLog, decision_from
 from engram_server.api.guard import Malformed
 from engram_server.domain.deadline import set_time_remaining
 from engram_server.domain.errors import EngramError, InvalidArgument
+from engram_server.domain.extraction import MemoryExtractor
 from engram_server.domain.reflection import Reflector
 from engram_server.domain.service import (
     DeleteCommand,
@@ -96,6 +97,7 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
         reflector: Reflector,
         *,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        extractor: MemoryExtractor | None = None,
         backup_dir: Path | None = None,
     ) -> None:
         self._svc = service
@@ -103,6 +105,7 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
         #: Bytes of export file per ExportMemories message.
         self._chunk = min(EXPORT_CHUNK_BYTES, answer_budget(max_message_bytes))
         self._reflector = reflector
+        self._extractor = extractor or MemoryExtractor(service, reflector.llm)
         #: Bytes the list of memories in one answer may take (see ``api/answers``).
         self._budget = answer_budget(max_message_bytes)
         #: The write gate's recent decisions (ListGateDecisions).
@@ -262,6 +265,7 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
     ) -> s.DeleteCollectionResponse:
         count = await self._svc.delete_collection(request.name)
         self._gate_log.forget_collection(request.name)
+        self._extractor.forget_collection(request.name)
         out = s.DeleteCollectionResponse(deleted_count=count)
         out.deleted_at.CopyFrom(c.ts_out(self._svc.now()))
         return out
@@ -299,6 +303,17 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
         runs = await self._reflector.history(request.collection, request.limit)
         kept, truncated = fitting(iter(c.reflection_run_out(r) for r in runs), self._budget)
         return s.ListReflectionRunsResponse(runs=kept, truncated=truncated)
+
+    @rpc
+    async def ExtractMemories(
+        self, request: s.ExtractMemoriesRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> s.ExtractMemoriesResponse:
+        report = await self._extractor.extract(c.extract_command_in(request))
+        answer = c.extract_out(report)
+        for item in answer.memories:
+            if item.HasField("result"):
+                self._gate_log.record(decision_from(item.result, item.content), item.result.memory.collection)
+        return answer
 
     async def ExportMemories(
         self, request: s.ExportMemoriesRequest, context: grpc.aio.ServicerContext[Any, Any]

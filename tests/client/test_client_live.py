@@ -222,3 +222,45 @@ async def test_add_many_sync(engram_server: str) -> None:
             assert [v.field for v in err.value.field_violations] == ["memories"]
 
     await asyncio.to_thread(scenario)
+
+
+async def test_extract_with_both_clients(engram_server: str) -> None:
+    from datetime import UTC, datetime, timedelta  # noqa: PLC0415
+
+    from engram_client import ConversationMessage, ToolObservation  # noqa: PLC0415
+
+    when = datetime.now(UTC) - timedelta(days=2)
+    async with AsyncEngramClient(engram_server, timeout=60) as engram:
+        r = await engram.extract(
+            messages=[
+                ConversationMessage("user", "My name is Priya and I live in Pune.", when),
+                ("assistant", "Hello Priya!"),
+            ],
+            collection="extract",
+        )
+        assert r.extractor == "rules" and not r.deduplicated and not r.dry_run
+        [x] = r.memories
+        assert x.type is MemoryType.IDENTITY and x.content == "User: My name is Priya and I live in Pune"
+        assert x.created_at is not None and abs((x.created_at - when).total_seconds()) < 1
+        assert x.result is not None and x.result.outcome is AddOutcome.CREATED
+        with pytest.raises(ValueError, match="exactly one of text, messages or observation"):
+            await engram.extract(text="a", observation=ToolObservation("Bash"))
+        with pytest.raises(ValueError, match="mode must be one of"):
+            await engram.extract(text="a", mode="llm")
+
+    def scenario() -> None:
+        with EngramClient(engram_server, timeout=60) as sync:
+            obs = ToolObservation("Bash", '{"command": "make build"}', error="make: *** [build] Error 2")
+            first = sync.extract(observation=obs, collection="extract")
+            assert [m.content for m in first.memories] == [
+                "Command `make build` failed: make: *** [build] Error 2"
+            ]
+            assert sync.extract(observation=obs, collection="extract").deduplicated
+            preview = sync.extract(
+                text="I prefer dark mode in every editor.", dry_run=True, collection="extract"
+            )
+            assert preview.dry_run and preview.memories[0].result is None
+            with pytest.raises(InvalidArgumentError):
+                sync.extract(text="   ", collection="extract")
+
+    await asyncio.to_thread(scenario)

@@ -203,6 +203,21 @@ async def test_every_rpc_over_http(http: httpx.AsyncClient) -> None:
     r = await http.delete(path, params={"force": "true"})
     assert r.status_code == 200 and r.json()["deleted"][0]["id"] == directive
 
+    r = await http.post(
+        used("POST", "/v1/memories:extract"),
+        json={
+            "collection": "work",
+            "conversation": {
+                "messages": [{"role": "user", "content": "My name is Ines and I live in Porto."}]
+            },
+            "mode": "EXTRACTION_MODE_RULES",
+            "dryRun": True,
+        },
+    )
+    assert r.status_code == 200, r.text
+    assert r.json()["extractor"] == "EXTRACTOR_RULES" and r.json()["dryRun"] is True
+    assert [m["content"] for m in r.json()["memories"]] == ["User: My name is Ines and I live in Porto"]
+
     r = await http.delete(used("DELETE", "/v1/collections/{name}").format(name="work"))
     assert r.status_code == 200 and r.json()["deletedCount"] == "1"
     r = await http.get("/v1/collections")

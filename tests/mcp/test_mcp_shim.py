@@ -445,3 +445,32 @@ def test_help_is_plain_text() -> None:
     assert done.returncode == 0, done.stderr
     assert "``" not in done.stdout and ":mod:" not in done.stdout, done.stdout
     assert "ENGRAM_ADDR" in done.stdout and "--collection" in done.stdout
+
+
+async def test_memory_extract_stores_the_facts_of_a_conversation(engram: AsyncEngramClient) -> None:
+    async with Client(EngramMcp(ShimSettings(), client=engram).server) as mcp:
+        tools = {t.name: t for t in (await mcp.list_tools()).tools}
+        assert "memory_add" in (tools["memory_extract"].description or "")
+        messages = [
+            {"role": "user", "content": "I'm Dana, I work as a data engineer at Zalando."},
+            {"role": "assistant", "content": "Nice to meet you, Dana."},
+            {
+                "role": "user",
+                "content": "Never run migrations on Fridays. My token is "
+                "ghp_16C7e42F292c6912E7710c838347Ae178B4a",
+            },
+        ]
+        preview = payload(await mcp.call_tool("memory_extract", {"messages": messages, "dry_run": True}))
+        assert preview["dry_run"] and preview["extractor"] == "rules"
+        assert all("outcome" not in x for x in preview["memories"])
+        done = payload(await mcp.call_tool("memory_extract", {"messages": messages}))
+        assert [(x["type"], x["outcome"]) for x in done["memories"]] == [
+            ("identity", "created"),
+            ("directive", "created"),
+        ]
+        assert done["redactions"] == ["github_token"]
+        assert all("ghp_" not in x["content"] for x in done["memories"])
+        stored = await engram.get(done["memories"][1]["id"])
+        assert stored.memory.content == "User: Never run migrations on Fridays"
+        both = error_text(await mcp.call_tool("memory_extract", {"text": "x", "messages": messages}))
+        assert "exactly one of text or messages" in both

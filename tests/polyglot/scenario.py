@@ -41,6 +41,7 @@ REQUEST_TYPES: dict[str, type[Message]] = {
     "ListMemories": memory_service_pb2.ListMemoriesRequest,
     "ListCollections": memory_service_pb2.ListCollectionsRequest,
     "DeleteCollection": memory_service_pb2.DeleteCollectionRequest,
+    "ExtractMemories": memory_service_pb2.ExtractMemoriesRequest,
 }
 
 
@@ -125,6 +126,25 @@ class Observer:
             }
         if call == "DeleteCollection":
             return {"deleted_count": resp.deleted_count}
+        if call == "ExtractMemories":  # extracted memories are never captured: no ids
+            return {
+                "extractor": memory_service_pb2.Extractor.Name(resp.extractor),
+                "deduplicated": resp.deduplicated,
+                "dry_run": resp.dry_run,
+                "redactions": list(resp.redactions),
+                "memories": [
+                    {
+                        "content": x.content,
+                        "type": memory_pb2.MemoryType.Name(x.type),
+                        "importance": x.importance,
+                        "tags": sorted(x.tags),
+                        "outcome": memory_service_pb2.AddOutcome.Name(x.result.outcome)
+                        if x.HasField("result")
+                        else "",
+                    }
+                    for x in resp.memories
+                ],
+            }
         raise ScenarioFailure(f"unknown call {call}")
 
     def error(self, exc: grpc.RpcError) -> dict[str, Any]:

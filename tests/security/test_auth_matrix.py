@@ -57,6 +57,7 @@ NEEDS = {
     "RunReflection(force)": "admin",
     "ListGateDecisions": "read",
     "ListReflectionRuns": "read",
+    "ExtractMemories": "write",
     "ExportMemories": "admin",  # admin on each collection exported
     "ImportMemories": "admin",  # store-wide: only a "*" admin grant
     "BackupStore": "admin",  # store-wide
@@ -99,6 +100,10 @@ def requests(memory_id: str) -> dict[str, tuple[str, Any]]:
         ),
         "ListGateDecisions": ("ListGateDecisions", s.ListGateDecisionsRequest(collection="alpha")),
         "ListReflectionRuns": ("ListReflectionRuns", s.ListReflectionRunsRequest(collection="alpha")),
+        "ExtractMemories": (
+            "ExtractMemories",
+            s.ExtractMemoriesRequest(collection="alpha", text="I prefer tabs over spaces.", dry_run=True),
+        ),
         "ExportMemories": ("ExportMemories", s.ExportMemoriesRequest(collections=["alpha"])),
         # An empty file: the admin cell imports nothing.
         "ImportMemories": ("ImportMemories", s.ImportMemoriesRequest(collection="alpha")),

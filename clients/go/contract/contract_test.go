@@ -129,6 +129,8 @@ func (r *runner) step(st step) (any, error) {
 		req = &engramv1.ListCollectionsRequest{}
 	case "DeleteCollection":
 		req = &engramv1.DeleteCollectionRequest{}
+	case "ExtractMemories":
+		req = &engramv1.ExtractMemoriesRequest{}
 	default:
 		return nil, fmt.Errorf("unknown call %q", st.Call)
 	}
@@ -219,6 +221,38 @@ func (r *runner) step(st step) (any, error) {
 			return normalize(r.rpcError(err))
 		}
 		obs = map[string]any{"deleted_count": resp.GetDeletedCount()}
+	case *engramv1.ExtractMemoriesRequest:
+		resp, err := r.client.ExtractMemories(ctx, q)
+		if err != nil {
+			return normalize(r.rpcError(err))
+		}
+		redactions := []any{}
+		for _, k := range resp.GetRedactions() {
+			redactions = append(redactions, k)
+		}
+		memories := []any{}
+		for _, x := range resp.GetMemories() { // extracted memories are never captured: no ids
+			tags := append([]string{}, x.GetTags()...)
+			sort.Strings(tags)
+			outcome := ""
+			if x.GetResult() != nil {
+				outcome = x.GetResult().GetOutcome().String()
+			}
+			memories = append(memories, map[string]any{
+				"content":    x.GetContent(),
+				"type":       x.GetType().String(),
+				"importance": x.GetImportance(),
+				"tags":       tags,
+				"outcome":    outcome,
+			})
+		}
+		obs = map[string]any{
+			"extractor":    resp.GetExtractor().String(),
+			"deduplicated": resp.GetDeduplicated(),
+			"dry_run":      resp.GetDryRun(),
+			"redactions":   redactions,
+			"memories":     memories,
+		}
 	}
 	return normalize(obs)
 }

@@ -33,6 +33,8 @@ import type { DeleteCollectionRequest } from './gen/engram/v1/DeleteCollectionRe
 import type { DeleteCollectionResponse__Output } from './gen/engram/v1/DeleteCollectionResponse';
 import type { RunReflectionRequest } from './gen/engram/v1/RunReflectionRequest';
 import type { RunReflectionResponse__Output } from './gen/engram/v1/RunReflectionResponse';
+import type { ExtractMemoriesRequest } from './gen/engram/v1/ExtractMemoriesRequest';
+import type { ExtractMemoriesResponse__Output } from './gen/engram/v1/ExtractMemoriesResponse';
 
 export type { MemoryServiceClient } from './gen/engram/v1/MemoryService';
 export type { Memory__Output as Memory } from './gen/engram/v1/Memory';
@@ -85,6 +87,7 @@ export interface Rpcs {
   ListCollections: [ListCollectionsRequest, ListCollectionsResponse__Output];
   DeleteCollection: [DeleteCollectionRequest, DeleteCollectionResponse__Output];
   RunReflection: [RunReflectionRequest, RunReflectionResponse__Output];
+  ExtractMemories: [ExtractMemoriesRequest, ExtractMemoriesResponse__Output];
 }
 
 type Callback = (err: grpc.ServiceError | null, res?: unknown) => void;

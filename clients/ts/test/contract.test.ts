@@ -140,6 +140,23 @@ class Runner {
           const r = await call(c, 'DeleteCollection', request);
           return { deleted_count: Number(r.deleted_count) };
         }
+        case 'ExtractMemories': {
+          // extracted memories are never captured: no ids
+          const r = await call(c, 'ExtractMemories', request);
+          return {
+            extractor: r.extractor,
+            deduplicated: r.deduplicated,
+            dry_run: r.dry_run,
+            redactions: [...r.redactions],
+            memories: r.memories.map((x) => ({
+              content: x.content,
+              type: x.type,
+              importance: x.importance,
+              tags: [...x.tags].sort(),
+              outcome: x.result ? x.result.outcome : '',
+            })),
+          };
+        }
         default:
           throw new Error(`unknown call ${step.call}`);
       }

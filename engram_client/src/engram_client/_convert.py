@@ -15,6 +15,8 @@ from engram_client.models import (
     CollectionInfo,
     DeleteCollectionResult,
     DeleteResult,
+    ExtractedMemory,
+    ExtractionResult,
     GetResult,
     Memory,
     MemoryFilter,
@@ -97,7 +99,8 @@ def _time(
     message: memory_pb2.Memory
     | memory_pb2.CollectionInfo
     | memory_service_pb2.RunReflectionResponse
-    | memory_service_pb2.ReflectionRun,
+    | memory_service_pb2.ReflectionRun
+    | memory_service_pb2.ExtractedMemory,
     name: str,
 ) -> datetime | None:
     if not message.HasField(name):  # type: ignore[arg-type]
@@ -307,3 +310,32 @@ def reflection_runs(resp: memory_service_pb2.ListReflectionRunsResponse) -> list
         )
         for r in resp.runs
     ]
+
+
+_EXTRACTOR_NAMES = {
+    memory_service_pb2.EXTRACTOR_LLM: "llm",
+    memory_service_pb2.EXTRACTOR_RULES: "rules",
+    memory_service_pb2.EXTRACTOR_NONE: "none",
+}
+
+
+def extraction_result(resp: memory_service_pb2.ExtractMemoriesResponse) -> ExtractionResult:
+    return ExtractionResult(
+        memories=tuple(
+            ExtractedMemory(
+                content=x.content,
+                type=_TYPE_FROM.get(x.type, MemoryType.UNSPECIFIED),
+                importance=x.importance,
+                tags=tuple(x.tags),
+                created_at=_time(x, "created_at"),
+                result=add_result(x.result, "") if x.HasField("result") else None,
+            )
+            for x in resp.memories
+        ),
+        extractor=_EXTRACTOR_NAMES.get(resp.extractor, "unspecified"),
+        fallback_reason=resp.fallback_reason,
+        deduplicated=resp.deduplicated,
+        redactions=tuple(resp.redactions),
+        model=resp.model,
+        dry_run=resp.dry_run,
+    )

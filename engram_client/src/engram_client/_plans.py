@@ -25,8 +25,10 @@ from engram_client.errors import (
 from engram_client.models import (
     AddResult,
     CollectionInfo,
+    ConversationMessage,
     DeleteCollectionResult,
     DeleteResult,
+    ExtractionResult,
     GetResult,
     MemoryFilter,
     MemoryType,
@@ -41,6 +43,7 @@ from engram_client.models import (
     SourceName,
     SourceType,
     SourceTypeName,
+    ToolObservation,
     UpdateResult,
 )
 from engram_client.proto.engram.v1 import memory_service_pb2
@@ -325,3 +328,58 @@ def _reflection_unavailable(error: EngramError) -> EngramError:
         status=error.status,
         details=error.details,
     )
+
+
+ExtractionModeName = str
+
+
+def extract(
+    *,
+    text: str | None,
+    messages: Sequence[ConversationMessage | tuple[str, str]] | None,
+    observation: ToolObservation | None,
+    collection: str | None,
+    mode: str,
+    dry_run: bool,
+    tags: Sequence[str],
+) -> Plan[ExtractionResult]:
+    if isinstance(tags, str):
+        raise TypeError("tags must be a sequence of strings, not a string")
+    given = [
+        n for n, v in (("text", text), ("messages", messages), ("observation", observation)) if v is not None
+    ]
+    if len(given) != 1:
+        raise ValueError(
+            f"give exactly one of text, messages or observation (got {', '.join(given) or 'none'})"
+        )
+    modes = {
+        "auto": memory_service_pb2.EXTRACTION_MODE_AUTO,
+        "rules": memory_service_pb2.EXTRACTION_MODE_RULES,
+    }
+    if mode not in modes:
+        raise ValueError(f"mode must be one of auto, rules; got {mode!r}")
+    req = memory_service_pb2.ExtractMemoriesRequest(
+        collection=collection or "", mode=modes[mode], dry_run=dry_run, tags=list(tags)
+    )
+    if text is not None:
+        req.text = text
+    elif messages is not None:
+        conv = req.conversation
+        for item in messages:
+            msg = item if isinstance(item, ConversationMessage) else ConversationMessage(item[0], item[1])
+            out = conv.messages.add(role=msg.role, content=msg.content)
+            if msg.created_at is not None:
+                out.created_at.CopyFrom(_convert.timestamp_to_proto(msg.created_at, "created_at"))
+        if not conv.messages:
+            req.conversation.SetInParent()
+    elif observation is not None:
+        req.observation.CopyFrom(
+            memory_service_pb2.ToolObservation(
+                tool_name=observation.tool_name,
+                input=observation.input,
+                output=observation.output,
+                error=observation.error,
+            )
+        )
+    # A real call writes (and may call an LLM): not retried; a dry run is.
+    return Plan("ExtractMemories", req, _convert.extraction_result, retry=dry_run)

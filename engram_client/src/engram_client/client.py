@@ -65,8 +65,10 @@ from engram_client.errors import error_from_rpc_error
 from engram_client.models import (
     AddResult,
     CollectionInfo,
+    ConversationMessage,
     DeleteCollectionResult,
     DeleteResult,
+    ExtractionResult,
     GetResult,
     Memory,
     MemoryFilter,
@@ -82,6 +84,7 @@ from engram_client.models import (
     SourceName,
     SourceType,
     SourceTypeName,
+    ToolObservation,
     UpdateResult,
 )
 from engram_client.proto.engram.v1 import memory_pb2, memory_service_pb2, memory_service_pb2_grpc
@@ -482,6 +485,36 @@ class EngramClient(_ClientBase):
         server keeps the last 50 per collection with the store."""
         return self._run(_plans.reflection_runs(collection=collection, limit=limit), timeout)
 
+    def extract(
+        self,
+        *,
+        text: str | None = None,
+        messages: Sequence[ConversationMessage | tuple[str, str]] | None = None,
+        observation: ToolObservation | None = None,
+        collection: str | None = None,
+        mode: str = "auto",
+        dry_run: bool = False,
+        tags: Sequence[str] = (),
+        timeout: float | None = None,
+    ) -> ExtractionResult:
+        """Extract the memories worth keeping from one input — ``text``, a conversation
+        (``messages``: :class:`ConversationMessage` or ``(role, content)`` pairs) or a tool
+        ``observation`` — and write each through the write gate. The server's privacy filter
+        removes secrets and ``<private>`` spans first. ``mode="auto"`` uses the server's LLM when
+        it has one (falling back to its rules when the LLM fails: see ``fallback_reason``);
+        ``"rules"`` never calls it. ``dry_run`` returns the proposals and writes nothing. An input
+        repeated within the server's dedup window comes back ``deduplicated`` and empty."""
+        plan = _plans.extract(
+            text=text,
+            messages=messages,
+            observation=observation,
+            collection=collection,
+            mode=mode,
+            dry_run=dry_run,
+            tags=tags,
+        )
+        return self._run(plan, timeout)
+
     # --- export, import, backup (admin; long calls: no deadline unless ``timeout`` is given) -------
 
     def export(
@@ -849,3 +882,27 @@ class AsyncEngramClient(_ClientBase):
     ) -> list[ReflectionRun]:
         """See :meth:`EngramClient.reflection_runs`."""
         return await self._run(_plans.reflection_runs(collection=collection, limit=limit), timeout)
+
+    async def extract(
+        self,
+        *,
+        text: str | None = None,
+        messages: Sequence[ConversationMessage | tuple[str, str]] | None = None,
+        observation: ToolObservation | None = None,
+        collection: str | None = None,
+        mode: str = "auto",
+        dry_run: bool = False,
+        tags: Sequence[str] = (),
+        timeout: float | None = None,
+    ) -> ExtractionResult:
+        """See :meth:`EngramClient.extract`."""
+        plan = _plans.extract(
+            text=text,
+            messages=messages,
+            observation=observation,
+            collection=collection,
+            mode=mode,
+            dry_run=dry_run,
+            tags=tags,
+        )
+        return await self._run(plan, timeout)

@@ -423,3 +423,56 @@ class ReflectionRun:
     draft_ids: tuple[str, ...]
     #: Proposed insights dropped as near-copies of existing ones.
     duplicates: int
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationMessage:
+    """One turn of a conversation given to :meth:`EngramClient.extract`."""
+
+    #: ``"user"``, ``"assistant"`` or another speaker's name.
+    role: str
+    content: str
+    #: When it was said (memories taken from this turn get it as ``created_at``); None = now.
+    created_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolObservation:
+    """What an agent's tool call did, for :meth:`EngramClient.extract`."""
+
+    tool_name: str
+    #: The tool's input as text (usually its JSON arguments).
+    input: str = ""
+    output: str = ""
+    #: The error when the call failed; empty when it succeeded.
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ExtractedMemory:
+    """One memory :meth:`EngramClient.extract` proposed, and what the write gate did with it."""
+
+    content: str
+    type: MemoryType
+    importance: int
+    tags: tuple[str, ...]
+    created_at: datetime | None
+    #: The gate's answer (``CREATED`` or ``DUPLICATE``); None for a dry run.
+    result: AddResult | None
+
+
+@dataclass(frozen=True, slots=True)
+class ExtractionResult:
+    """The answer of :meth:`EngramClient.extract`."""
+
+    memories: tuple[ExtractedMemory, ...]
+    #: ``"llm"``, ``"rules"``, or ``"none"`` (the input repeated one inside the dedup window).
+    extractor: str
+    #: Why the rules ran although the server has an LLM (its error); empty otherwise.
+    fallback_reason: str
+    #: True when the input repeated one extracted recently: nothing was extracted or written.
+    deduplicated: bool
+    #: What the privacy filter removed from the input, one kind per finding.
+    redactions: tuple[str, ...]
+    model: str
+    dry_run: bool

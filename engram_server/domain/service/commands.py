@@ -19,6 +19,7 @@ from engram_server.domain.model import (
     SourceType,
     Vector,
 )
+from engram_server.domain.privacy import PrivacyFilter
 from engram_server.domain.ranking import (
     Evidence,
     HybridParams,
@@ -62,6 +63,9 @@ class Policy:
     ambiguity_margin: float = 0.02
     default_collection: str = DEFAULT_COLLECTION
     limits: Limits = field(default_factory=Limits)
+    #: Secrets and ``<private>`` spans removed from content and metadata values before anything
+    #: is embedded or stored (every write path).
+    privacy: PrivacyFilter = field(default_factory=PrivacyFilter)
 
 
 # ---------------------------------------------------------------- commands and results

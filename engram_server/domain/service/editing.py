@@ -139,6 +139,13 @@ class Editing(ServiceCore):
     async def update(self, cmd: UpdateCommand) -> UpdateResult:
         pol = self.policy
         v = Violations()
+        if cmd.content:  # the privacy filter, as on add: only filtered text is embedded and stored
+            redacted = pol.privacy.redact(cmd.content)
+            if redacted.changed and not redacted.text.strip():
+                v.add("content", "nothing is left once the privacy filter removed its private parts")
+            cmd = replace(cmd, content=redacted.text or cmd.content)
+        if cmd.metadata is not None:
+            cmd = replace(cmd, metadata=pol.privacy.redact_mapping(cmd.metadata)[0])
         collection = self._resolve(v, "collection", cmd.collection)
         if cmd.id is None and cmd.locate is None:
             v.add("target", "give either id or locate")

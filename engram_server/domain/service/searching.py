@@ -126,6 +126,12 @@ class Searching(ServiceCore):
         check_unit_interval(v, "mmr_lambda", lam)
         check_unit_interval(v, "min_relevance", q.min_relevance)
         v.raise_if_any()
+        # The privacy filter, as on writes: a secret in a query is not embedded (nor cached).
+        redacted = pol.privacy.redact(q.query)
+        if redacted.changed:
+            if is_blank(redacted.text):
+                return []  # the query was private through and through
+            q = replace(q, query=redacted.text)
 
         specs = await self._search_specs(names, q.readable)
         if not specs:

@@ -144,9 +144,14 @@ class Writing(ServiceCore):
     def _check_add(
         self, v: Violations, prefix: str, cmd: AddCommand, collection: str, now: float
     ) -> _AddItem:
-        """Validate one add (fields named ``<prefix><field>``) and apply its defaults."""
+        """Validate one add (fields named ``<prefix><field>``) and apply its defaults. The privacy
+        filter runs first: what is validated, hashed, embedded and stored is the filtered text."""
         pol = self.policy
-        check_content(v, f"{prefix}content", cmd.content, pol.limits)
+        cmd, emptied = self._private(cmd)
+        if emptied:
+            v.add(f"{prefix}content", "nothing is left once the privacy filter removed its private parts")
+        else:
+            check_content(v, f"{prefix}content", cmd.content, pol.limits)
         importance = 5 if cmd.importance is None else cmd.importance
         check_importance(v, f"{prefix}importance", importance)
         tags = normalise_tags(v, f"{prefix}tags", cmd.tags, pol.limits)
@@ -166,6 +171,16 @@ class Writing(ServiceCore):
                 v.add(f"{prefix}valid_until", "must be after created_at")
         request_hash = _request_hash(cmd, collection, importance, tags) if cmd.request_id else None
         return _AddItem(cmd, importance, tags, created_at, request_hash)
+
+    def _private(self, cmd: AddCommand) -> tuple[AddCommand, bool]:
+        """``cmd`` with the privacy filter applied to its content and metadata values, and whether
+        that left no content at all."""
+        content = self.policy.privacy.redact(cmd.content)
+        metadata, kinds = self.policy.privacy.redact_mapping(cmd.metadata)
+        if not content.changed and not kinds:
+            return cmd, False
+        emptied = content.changed and not content.text.strip()
+        return replace(cmd, content=content.text, metadata=metadata), emptied
 
     async def _add_items(self, collection: str, items: Sequence[_AddItem]) -> list[AddResult]:
         """The write path of :meth:`add` and :meth:`add_many` (validated items, one collection).

@@ -25,9 +25,11 @@ from engram_client import (
     AddResult,
     AsyncEngramClient,
     CollectionNotFoundError,
+    ConversationMessage,
     DeadlineExceededError,
     DeleteResult,
     EngramError,
+    ExtractionResult,
     InvalidArgumentError,
     LlmInvalidOutputError,
     LlmNotConfiguredError,
@@ -53,7 +55,7 @@ from engram_mcp.settings import ShimSettings
 __all__ = ["INSTRUCTIONS", "READ_TOOLS", "WRITE_TOOLS", "EngramMcp"]
 
 READ_TOOLS = ("memory_search",)
-WRITE_TOOLS = ("memory_add", "memory_update", "memory_delete", "reflection_run")
+WRITE_TOOLS = ("memory_add", "memory_update", "memory_delete", "reflection_run", "memory_extract")
 REFLECTION_UNAVAILABLE = "reflection is not available on this server"
 
 INSTRUCTIONS = """\
@@ -190,6 +192,30 @@ def _reflection(r: ReflectionResult) -> dict[str, Any]:
     return out
 
 
+def _extraction(r: ExtractionResult) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "extractor": r.extractor,
+        "dry_run": r.dry_run,
+        "memories": [
+            {
+                "content": x.content,
+                "type": x.type.value,
+                "importance": x.importance,
+                "tags": list(x.tags),
+                **({"outcome": x.result.outcome.value, "id": x.result.memory.id} if x.result else {}),
+            }
+            for x in r.memories
+        ],
+    }
+    if r.fallback_reason:
+        out["fallback_reason"] = r.fallback_reason
+    if r.deduplicated:
+        out["note"] = "The same input was extracted moments ago; nothing was done."
+    if r.redactions:
+        out["redactions"] = list(r.redactions)
+    return out
+
+
 def _tool_error(error: EngramError, target: str | None = None) -> ToolError:
     """The message a model reads when a call fails: what happened and what to do next.
 
@@ -289,6 +315,7 @@ class EngramMcp:
         )
         self._add_tool(self.memory_delete, ToolAnnotations(read_only_hint=False, destructive_hint=True))
         self._add_tool(self.reflection_run, ToolAnnotations(read_only_hint=False, destructive_hint=False))
+        self._add_tool(self.memory_extract, ToolAnnotations(read_only_hint=False, destructive_hint=False))
 
     def _add_tool(
         self, fn: Callable[..., Awaitable[Any]], annotations: ToolAnnotations, **pinned_override: Any
@@ -531,3 +558,44 @@ class EngramMcp:
         except EngramError as exc:
             raise self._tool_error(exc) from exc
         return _reflection(result)
+
+    async def memory_extract(
+        self,
+        *,
+        text: Annotated[
+            str | None,
+            Field(description="Free text to extract from (notes, a pasted document). Give this or messages."),
+        ] = None,
+        messages: Annotated[
+            list[dict[str, str]] | None,
+            Field(
+                description='A conversation: [{"role": "user"|"assistant", "content": "..."}], oldest first.'
+            ),
+        ] = None,
+        dry_run: Annotated[bool, Field(description="Only show what would be stored; write nothing.")] = False,
+        collection: Annotated[
+            str | None, Field(description="The collection (default: the server's default).")
+        ] = None,
+    ) -> dict[str, Any]:
+        """Store the facts worth keeping from a stretch of conversation or a text in one call,
+        instead of many memory_add calls: the server picks them (who the user is, preferences and
+        standing instructions, decisions and changes, project facts), types them, removes secrets
+        and <private>...</private> parts, and writes each through the duplicate check. Use it at the
+        end of a task or when the user shared several facts at once; use memory_add for a single
+        fact you have already phrased."""
+        try:
+            client = await self.client()
+            convo = None
+            if messages is not None:
+                convo = [
+                    ConversationMessage(str(m.get("role", "user")), str(m.get("content", "")))
+                    for m in messages
+                ]
+            result = await client.extract(text=text, messages=convo, dry_run=dry_run, collection=collection)
+        except ValueError as exc:
+            raise ToolError("Give exactly one of text or messages.") from exc
+        except UnimplementedError as exc:
+            raise ToolError("extraction is not available on this Engram server") from exc
+        except EngramError as exc:
+            raise self._tool_error(exc) from exc
+        return _extraction(result)

@@ -208,6 +208,117 @@ func (ReflectionGate) EnumDescriptor() ([]byte, []int) {
 	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{2}
 }
 
+// ExtractionMode chooses the extractor of ExtractMemories.
+type ExtractionMode int32
+
+const (
+	// As EXTRACTION_MODE_AUTO.
+	ExtractionMode_EXTRACTION_MODE_UNSPECIFIED ExtractionMode = 0
+	// The LLM when the server has one configured (ENGRAM_LLM_*), else the rules; when the LLM
+	// fails or is rate limited, the rules.
+	ExtractionMode_EXTRACTION_MODE_AUTO ExtractionMode = 1
+	// The rules only (free and instant, lower quality), even with an LLM configured.
+	ExtractionMode_EXTRACTION_MODE_RULES ExtractionMode = 2
+)
+
+// Enum value maps for ExtractionMode.
+var (
+	ExtractionMode_name = map[int32]string{
+		0: "EXTRACTION_MODE_UNSPECIFIED",
+		1: "EXTRACTION_MODE_AUTO",
+		2: "EXTRACTION_MODE_RULES",
+	}
+	ExtractionMode_value = map[string]int32{
+		"EXTRACTION_MODE_UNSPECIFIED": 0,
+		"EXTRACTION_MODE_AUTO":        1,
+		"EXTRACTION_MODE_RULES":       2,
+	}
+)
+
+func (x ExtractionMode) Enum() *ExtractionMode {
+	p := new(ExtractionMode)
+	*p = x
+	return p
+}
+
+func (x ExtractionMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ExtractionMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_engram_v1_memory_service_proto_enumTypes[3].Descriptor()
+}
+
+func (ExtractionMode) Type() protoreflect.EnumType {
+	return &file_engram_v1_memory_service_proto_enumTypes[3]
+}
+
+func (x ExtractionMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ExtractionMode.Descriptor instead.
+func (ExtractionMode) EnumDescriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{3}
+}
+
+// Extractor names what produced the proposals of an ExtractMemories call.
+type Extractor int32
+
+const (
+	// Never sent.
+	Extractor_EXTRACTOR_UNSPECIFIED Extractor = 0
+	// The LLM.
+	Extractor_EXTRACTOR_LLM Extractor = 1
+	// The rule-based extractor.
+	Extractor_EXTRACTOR_RULES Extractor = 2
+	// Nothing ran: the input repeats one seen within the dedup window.
+	Extractor_EXTRACTOR_NONE Extractor = 3
+)
+
+// Enum value maps for Extractor.
+var (
+	Extractor_name = map[int32]string{
+		0: "EXTRACTOR_UNSPECIFIED",
+		1: "EXTRACTOR_LLM",
+		2: "EXTRACTOR_RULES",
+		3: "EXTRACTOR_NONE",
+	}
+	Extractor_value = map[string]int32{
+		"EXTRACTOR_UNSPECIFIED": 0,
+		"EXTRACTOR_LLM":         1,
+		"EXTRACTOR_RULES":       2,
+		"EXTRACTOR_NONE":        3,
+	}
+)
+
+func (x Extractor) Enum() *Extractor {
+	p := new(Extractor)
+	*p = x
+	return p
+}
+
+func (x Extractor) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Extractor) Descriptor() protoreflect.EnumDescriptor {
+	return file_engram_v1_memory_service_proto_enumTypes[4].Descriptor()
+}
+
+func (Extractor) Type() protoreflect.EnumType {
+	return &file_engram_v1_memory_service_proto_enumTypes[4]
+}
+
+func (x Extractor) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Extractor.Descriptor instead.
+func (Extractor) EnumDescriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{4}
+}
+
 // ImportMode says how imported memories meet the memories already stored.
 type ImportMode int32
 
@@ -247,11 +358,11 @@ func (x ImportMode) String() string {
 }
 
 func (ImportMode) Descriptor() protoreflect.EnumDescriptor {
-	return file_engram_v1_memory_service_proto_enumTypes[3].Descriptor()
+	return file_engram_v1_memory_service_proto_enumTypes[5].Descriptor()
 }
 
 func (ImportMode) Type() protoreflect.EnumType {
-	return &file_engram_v1_memory_service_proto_enumTypes[3]
+	return &file_engram_v1_memory_service_proto_enumTypes[5]
 }
 
 func (x ImportMode) Number() protoreflect.EnumNumber {
@@ -260,7 +371,7 @@ func (x ImportMode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ImportMode.Descriptor instead.
 func (ImportMode) EnumDescriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{3}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{5}
 }
 
 // Reembed says when an import embeds the content again instead of using the file's vectors.
@@ -304,11 +415,11 @@ func (x Reembed) String() string {
 }
 
 func (Reembed) Descriptor() protoreflect.EnumDescriptor {
-	return file_engram_v1_memory_service_proto_enumTypes[4].Descriptor()
+	return file_engram_v1_memory_service_proto_enumTypes[6].Descriptor()
 }
 
 func (Reembed) Type() protoreflect.EnumType {
-	return &file_engram_v1_memory_service_proto_enumTypes[4]
+	return &file_engram_v1_memory_service_proto_enumTypes[6]
 }
 
 func (x Reembed) Number() protoreflect.EnumNumber {
@@ -317,7 +428,7 @@ func (x Reembed) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Reembed.Descriptor instead.
 func (Reembed) EnumDescriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{4}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{6}
 }
 
 // AddMemoryRequest asks to store one memory.
@@ -2916,6 +3027,525 @@ func (x *ListReflectionRunsResponse) GetTruncated() bool {
 	return false
 }
 
+// ConversationMessage is one turn of a conversation given to ExtractMemories.
+type ConversationMessage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Who spoke: "user", "assistant", or another speaker's name. Facts are taken mainly from
+	// the user's turns.
+	Role string `protobuf:"bytes,1,opt,name=role,proto3" json:"role,omitempty"`
+	// What was said. Required.
+	Content string `protobuf:"bytes,2,opt,name=content,proto3" json:"content,omitempty"`
+	// When it was said; memories extracted from this turn get it as created_at. Unset means now.
+	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConversationMessage) Reset() {
+	*x = ConversationMessage{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConversationMessage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConversationMessage) ProtoMessage() {}
+
+func (x *ConversationMessage) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConversationMessage.ProtoReflect.Descriptor instead.
+func (*ConversationMessage) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *ConversationMessage) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *ConversationMessage) GetContent() string {
+	if x != nil {
+		return x.Content
+	}
+	return ""
+}
+
+func (x *ConversationMessage) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+// Conversation is a sequence of turns, oldest first.
+type Conversation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The turns (at most 500).
+	Messages      []*ConversationMessage `protobuf:"bytes,1,rep,name=messages,proto3" json:"messages,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Conversation) Reset() {
+	*x = Conversation{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Conversation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Conversation) ProtoMessage() {}
+
+func (x *Conversation) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Conversation.ProtoReflect.Descriptor instead.
+func (*Conversation) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *Conversation) GetMessages() []*ConversationMessage {
+	if x != nil {
+		return x.Messages
+	}
+	return nil
+}
+
+// ToolObservation is what an agent's tool call did (e.g. a Claude Code PostToolUse hook).
+type ToolObservation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The tool's name, e.g. "Bash", "Edit". Required.
+	ToolName string `protobuf:"bytes,1,opt,name=tool_name,json=toolName,proto3" json:"tool_name,omitempty"`
+	// The tool's input, as text (usually its JSON arguments).
+	Input string `protobuf:"bytes,2,opt,name=input,proto3" json:"input,omitempty"`
+	// What the tool returned, as text.
+	Output string `protobuf:"bytes,3,opt,name=output,proto3" json:"output,omitempty"`
+	// The error when the call failed; empty when it succeeded.
+	Error         string `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToolObservation) Reset() {
+	*x = ToolObservation{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolObservation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolObservation) ProtoMessage() {}
+
+func (x *ToolObservation) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolObservation.ProtoReflect.Descriptor instead.
+func (*ToolObservation) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *ToolObservation) GetToolName() string {
+	if x != nil {
+		return x.ToolName
+	}
+	return ""
+}
+
+func (x *ToolObservation) GetInput() string {
+	if x != nil {
+		return x.Input
+	}
+	return ""
+}
+
+func (x *ToolObservation) GetOutput() string {
+	if x != nil {
+		return x.Output
+	}
+	return ""
+}
+
+func (x *ToolObservation) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+// ExtractMemoriesRequest asks for the memories worth keeping from one input.
+type ExtractMemoriesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Target collection. Empty means the default collection.
+	Collection string `protobuf:"bytes,1,opt,name=collection,proto3" json:"collection,omitempty"`
+	// The input: exactly one (at most 100,000 characters in all).
+	//
+	// Types that are valid to be assigned to Input:
+	//
+	//	*ExtractMemoriesRequest_Text
+	//	*ExtractMemoriesRequest_Conversation
+	//	*ExtractMemoriesRequest_Observation
+	Input isExtractMemoriesRequest_Input `protobuf_oneof:"input"`
+	// Which extractor to use; unspecified means AUTO.
+	Mode ExtractionMode `protobuf:"varint,5,opt,name=mode,proto3,enum=engram.v1.ExtractionMode" json:"mode,omitempty"`
+	// Return the proposals without writing anything (and without recording the input in the
+	// dedup window).
+	DryRun bool `protobuf:"varint,6,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	// Tags added to every extracted memory (besides "source:extraction" and the extractor's own).
+	Tags          []string `protobuf:"bytes,7,rep,name=tags,proto3" json:"tags,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExtractMemoriesRequest) Reset() {
+	*x = ExtractMemoriesRequest{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExtractMemoriesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExtractMemoriesRequest) ProtoMessage() {}
+
+func (x *ExtractMemoriesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExtractMemoriesRequest.ProtoReflect.Descriptor instead.
+func (*ExtractMemoriesRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *ExtractMemoriesRequest) GetCollection() string {
+	if x != nil {
+		return x.Collection
+	}
+	return ""
+}
+
+func (x *ExtractMemoriesRequest) GetInput() isExtractMemoriesRequest_Input {
+	if x != nil {
+		return x.Input
+	}
+	return nil
+}
+
+func (x *ExtractMemoriesRequest) GetText() string {
+	if x != nil {
+		if x, ok := x.Input.(*ExtractMemoriesRequest_Text); ok {
+			return x.Text
+		}
+	}
+	return ""
+}
+
+func (x *ExtractMemoriesRequest) GetConversation() *Conversation {
+	if x != nil {
+		if x, ok := x.Input.(*ExtractMemoriesRequest_Conversation); ok {
+			return x.Conversation
+		}
+	}
+	return nil
+}
+
+func (x *ExtractMemoriesRequest) GetObservation() *ToolObservation {
+	if x != nil {
+		if x, ok := x.Input.(*ExtractMemoriesRequest_Observation); ok {
+			return x.Observation
+		}
+	}
+	return nil
+}
+
+func (x *ExtractMemoriesRequest) GetMode() ExtractionMode {
+	if x != nil {
+		return x.Mode
+	}
+	return ExtractionMode_EXTRACTION_MODE_UNSPECIFIED
+}
+
+func (x *ExtractMemoriesRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+func (x *ExtractMemoriesRequest) GetTags() []string {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
+}
+
+type isExtractMemoriesRequest_Input interface {
+	isExtractMemoriesRequest_Input()
+}
+
+type ExtractMemoriesRequest_Text struct {
+	// Free text (notes, a document, a message).
+	Text string `protobuf:"bytes,2,opt,name=text,proto3,oneof"`
+}
+
+type ExtractMemoriesRequest_Conversation struct {
+	// A conversation.
+	Conversation *Conversation `protobuf:"bytes,3,opt,name=conversation,proto3,oneof"`
+}
+
+type ExtractMemoriesRequest_Observation struct {
+	// A tool observation.
+	Observation *ToolObservation `protobuf:"bytes,4,opt,name=observation,proto3,oneof"`
+}
+
+func (*ExtractMemoriesRequest_Text) isExtractMemoriesRequest_Input() {}
+
+func (*ExtractMemoriesRequest_Conversation) isExtractMemoriesRequest_Input() {}
+
+func (*ExtractMemoriesRequest_Observation) isExtractMemoriesRequest_Input() {}
+
+// ExtractedMemory is one proposal and, unless dry_run, what the write gate did with it.
+type ExtractedMemory struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The memory's text (already through the privacy filter).
+	Content string `protobuf:"bytes,1,opt,name=content,proto3" json:"content,omitempty"`
+	// Its type.
+	Type MemoryType `protobuf:"varint,2,opt,name=type,proto3,enum=engram.v1.MemoryType" json:"type,omitempty"`
+	// Its importance, 1–10.
+	Importance int32 `protobuf:"varint,3,opt,name=importance,proto3" json:"importance,omitempty"`
+	// Its tags.
+	Tags []string `protobuf:"bytes,4,rep,name=tags,proto3" json:"tags,omitempty"`
+	// When it happened (the conversation turn's time), if known.
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// The write gate's outcome (CREATED or DUPLICATE, as in AddMemories). Unset for dry_run.
+	Result        *AddMemoryResult `protobuf:"bytes,6,opt,name=result,proto3" json:"result,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExtractedMemory) Reset() {
+	*x = ExtractedMemory{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExtractedMemory) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExtractedMemory) ProtoMessage() {}
+
+func (x *ExtractedMemory) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExtractedMemory.ProtoReflect.Descriptor instead.
+func (*ExtractedMemory) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *ExtractedMemory) GetContent() string {
+	if x != nil {
+		return x.Content
+	}
+	return ""
+}
+
+func (x *ExtractedMemory) GetType() MemoryType {
+	if x != nil {
+		return x.Type
+	}
+	return MemoryType_MEMORY_TYPE_UNSPECIFIED
+}
+
+func (x *ExtractedMemory) GetImportance() int32 {
+	if x != nil {
+		return x.Importance
+	}
+	return 0
+}
+
+func (x *ExtractedMemory) GetTags() []string {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
+}
+
+func (x *ExtractedMemory) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *ExtractedMemory) GetResult() *AddMemoryResult {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+// ExtractMemoriesResponse reports an extraction.
+type ExtractMemoriesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The extracted memories, in input order (empty when nothing was worth keeping).
+	Memories []*ExtractedMemory `protobuf:"bytes,1,rep,name=memories,proto3" json:"memories,omitempty"`
+	// What produced them.
+	Extractor Extractor `protobuf:"varint,2,opt,name=extractor,proto3,enum=engram.v1.Extractor" json:"extractor,omitempty"`
+	// When the rules ran although an LLM is configured: the LLM's error (unavailable, rate
+	// limited, unusable answer). Empty otherwise.
+	FallbackReason string `protobuf:"bytes,3,opt,name=fallback_reason,json=fallbackReason,proto3" json:"fallback_reason,omitempty"`
+	// True when the input repeats one extracted in this collection within the dedup window:
+	// nothing was extracted or written.
+	Deduplicated bool `protobuf:"varint,4,opt,name=deduplicated,proto3" json:"deduplicated,omitempty"`
+	// What the privacy filter removed from the input, one kind per finding (e.g. "github_token",
+	// "assigned_secret", "private").
+	Redactions []string `protobuf:"bytes,5,rep,name=redactions,proto3" json:"redactions,omitempty"`
+	// The LLM model, when the LLM extracted.
+	Model string `protobuf:"bytes,6,opt,name=model,proto3" json:"model,omitempty"`
+	// True when nothing was written because dry_run was set.
+	DryRun        bool `protobuf:"varint,7,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExtractMemoriesResponse) Reset() {
+	*x = ExtractMemoriesResponse{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExtractMemoriesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExtractMemoriesResponse) ProtoMessage() {}
+
+func (x *ExtractMemoriesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExtractMemoriesResponse.ProtoReflect.Descriptor instead.
+func (*ExtractMemoriesResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *ExtractMemoriesResponse) GetMemories() []*ExtractedMemory {
+	if x != nil {
+		return x.Memories
+	}
+	return nil
+}
+
+func (x *ExtractMemoriesResponse) GetExtractor() Extractor {
+	if x != nil {
+		return x.Extractor
+	}
+	return Extractor_EXTRACTOR_UNSPECIFIED
+}
+
+func (x *ExtractMemoriesResponse) GetFallbackReason() string {
+	if x != nil {
+		return x.FallbackReason
+	}
+	return ""
+}
+
+func (x *ExtractMemoriesResponse) GetDeduplicated() bool {
+	if x != nil {
+		return x.Deduplicated
+	}
+	return false
+}
+
+func (x *ExtractMemoriesResponse) GetRedactions() []string {
+	if x != nil {
+		return x.Redactions
+	}
+	return nil
+}
+
+func (x *ExtractMemoriesResponse) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *ExtractMemoriesResponse) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
 // ExportMemoriesRequest says what to export.
 type ExportMemoriesRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2934,7 +3564,7 @@ type ExportMemoriesRequest struct {
 
 func (x *ExportMemoriesRequest) Reset() {
 	*x = ExportMemoriesRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[33]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2946,7 +3576,7 @@ func (x *ExportMemoriesRequest) String() string {
 func (*ExportMemoriesRequest) ProtoMessage() {}
 
 func (x *ExportMemoriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[33]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2959,7 +3589,7 @@ func (x *ExportMemoriesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportMemoriesRequest.ProtoReflect.Descriptor instead.
 func (*ExportMemoriesRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{33}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ExportMemoriesRequest) GetCollections() []string {
@@ -3006,7 +3636,7 @@ type ExportMemoriesResponse struct {
 
 func (x *ExportMemoriesResponse) Reset() {
 	*x = ExportMemoriesResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[34]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3018,7 +3648,7 @@ func (x *ExportMemoriesResponse) String() string {
 func (*ExportMemoriesResponse) ProtoMessage() {}
 
 func (x *ExportMemoriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[34]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3031,7 +3661,7 @@ func (x *ExportMemoriesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportMemoriesResponse.ProtoReflect.Descriptor instead.
 func (*ExportMemoriesResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{34}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ExportMemoriesResponse) GetData() []byte {
@@ -3074,7 +3704,7 @@ type ImportMemoriesRequest struct {
 
 func (x *ImportMemoriesRequest) Reset() {
 	*x = ImportMemoriesRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[35]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3086,7 +3716,7 @@ func (x *ImportMemoriesRequest) String() string {
 func (*ImportMemoriesRequest) ProtoMessage() {}
 
 func (x *ImportMemoriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[35]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3099,7 +3729,7 @@ func (x *ImportMemoriesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportMemoriesRequest.ProtoReflect.Descriptor instead.
 func (*ImportMemoriesRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{35}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ImportMemoriesRequest) GetData() []byte {
@@ -3153,7 +3783,7 @@ type ImportMemoriesResponse struct {
 
 func (x *ImportMemoriesResponse) Reset() {
 	*x = ImportMemoriesResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[36]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3165,7 +3795,7 @@ func (x *ImportMemoriesResponse) String() string {
 func (*ImportMemoriesResponse) ProtoMessage() {}
 
 func (x *ImportMemoriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[36]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3178,7 +3808,7 @@ func (x *ImportMemoriesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportMemoriesResponse.ProtoReflect.Descriptor instead.
 func (*ImportMemoriesResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{36}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ImportMemoriesResponse) GetLines() int64 {
@@ -3242,7 +3872,7 @@ type BackupStoreRequest struct {
 
 func (x *BackupStoreRequest) Reset() {
 	*x = BackupStoreRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[37]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3254,7 +3884,7 @@ func (x *BackupStoreRequest) String() string {
 func (*BackupStoreRequest) ProtoMessage() {}
 
 func (x *BackupStoreRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[37]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3267,7 +3897,7 @@ func (x *BackupStoreRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupStoreRequest.ProtoReflect.Descriptor instead.
 func (*BackupStoreRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{37}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *BackupStoreRequest) GetDirectory() string {
@@ -3296,7 +3926,7 @@ type BackupStoreResponse struct {
 
 func (x *BackupStoreResponse) Reset() {
 	*x = BackupStoreResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[38]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3308,7 +3938,7 @@ func (x *BackupStoreResponse) String() string {
 func (*BackupStoreResponse) ProtoMessage() {}
 
 func (x *BackupStoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[38]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3321,7 +3951,7 @@ func (x *BackupStoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupStoreResponse.ProtoReflect.Descriptor instead.
 func (*BackupStoreResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{38}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *BackupStoreResponse) GetDirectory() string {
@@ -3606,7 +4236,50 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"duplicates\"h\n" +
 	"\x1aListReflectionRunsResponse\x12,\n" +
 	"\x04runs\x18\x01 \x03(\v2\x18.engram.v1.ReflectionRunR\x04runs\x12\x1c\n" +
-	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"\xb0\x01\n" +
+	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"~\n" +
+	"\x13ConversationMessage\x12\x12\n" +
+	"\x04role\x18\x01 \x01(\tR\x04role\x12\x18\n" +
+	"\acontent\x18\x02 \x01(\tR\acontent\x129\n" +
+	"\n" +
+	"created_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"J\n" +
+	"\fConversation\x12:\n" +
+	"\bmessages\x18\x01 \x03(\v2\x1e.engram.v1.ConversationMessageR\bmessages\"r\n" +
+	"\x0fToolObservation\x12\x1b\n" +
+	"\ttool_name\x18\x01 \x01(\tR\btoolName\x12\x14\n" +
+	"\x05input\x18\x02 \x01(\tR\x05input\x12\x16\n" +
+	"\x06output\x18\x03 \x01(\tR\x06output\x12\x14\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\"\xb2\x02\n" +
+	"\x16ExtractMemoriesRequest\x12\x1e\n" +
+	"\n" +
+	"collection\x18\x01 \x01(\tR\n" +
+	"collection\x12\x14\n" +
+	"\x04text\x18\x02 \x01(\tH\x00R\x04text\x12=\n" +
+	"\fconversation\x18\x03 \x01(\v2\x17.engram.v1.ConversationH\x00R\fconversation\x12>\n" +
+	"\vobservation\x18\x04 \x01(\v2\x1a.engram.v1.ToolObservationH\x00R\vobservation\x12-\n" +
+	"\x04mode\x18\x05 \x01(\x0e2\x19.engram.v1.ExtractionModeR\x04mode\x12\x17\n" +
+	"\adry_run\x18\x06 \x01(\bR\x06dryRun\x12\x12\n" +
+	"\x04tags\x18\a \x03(\tR\x04tagsB\a\n" +
+	"\x05input\"\xf9\x01\n" +
+	"\x0fExtractedMemory\x12\x18\n" +
+	"\acontent\x18\x01 \x01(\tR\acontent\x12)\n" +
+	"\x04type\x18\x02 \x01(\x0e2\x15.engram.v1.MemoryTypeR\x04type\x12\x1e\n" +
+	"\n" +
+	"importance\x18\x03 \x01(\x05R\n" +
+	"importance\x12\x12\n" +
+	"\x04tags\x18\x04 \x03(\tR\x04tags\x129\n" +
+	"\n" +
+	"created_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x122\n" +
+	"\x06result\x18\x06 \x01(\v2\x1a.engram.v1.AddMemoryResultR\x06result\"\xa1\x02\n" +
+	"\x17ExtractMemoriesResponse\x126\n" +
+	"\bmemories\x18\x01 \x03(\v2\x1a.engram.v1.ExtractedMemoryR\bmemories\x122\n" +
+	"\textractor\x18\x02 \x01(\x0e2\x14.engram.v1.ExtractorR\textractor\x12'\n" +
+	"\x0ffallback_reason\x18\x03 \x01(\tR\x0efallbackReason\x12\"\n" +
+	"\fdeduplicated\x18\x04 \x01(\bR\fdeduplicated\x12\x1e\n" +
+	"\n" +
+	"redactions\x18\x05 \x03(\tR\n" +
+	"redactions\x12\x14\n" +
+	"\x05model\x18\x06 \x01(\tR\x05model\x12\x17\n" +
+	"\adry_run\x18\a \x01(\bR\x06dryRun\"\xb0\x01\n" +
 	"\x15ExportMemoriesRequest\x12 \n" +
 	"\vcollections\x18\x01 \x03(\tR\vcollections\x12/\n" +
 	"\x06filter\x18\x02 \x01(\v2\x17.engram.v1.MemoryFilterR\x06filter\x12'\n" +
@@ -3661,7 +4334,16 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\x19REFLECTION_GATE_DAILY_CAP\x10\x02\x12\x1e\n" +
 	"\x1aREFLECTION_GATE_IMPORTANCE\x10\x03\x12$\n" +
 	" REFLECTION_GATE_TOO_FEW_MEMORIES\x10\x04\x12\x1f\n" +
-	"\x1bREFLECTION_GATE_IN_PROGRESS\x10\x05*Y\n" +
+	"\x1bREFLECTION_GATE_IN_PROGRESS\x10\x05*f\n" +
+	"\x0eExtractionMode\x12\x1f\n" +
+	"\x1bEXTRACTION_MODE_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14EXTRACTION_MODE_AUTO\x10\x01\x12\x19\n" +
+	"\x15EXTRACTION_MODE_RULES\x10\x02*b\n" +
+	"\tExtractor\x12\x19\n" +
+	"\x15EXTRACTOR_UNSPECIFIED\x10\x00\x12\x11\n" +
+	"\rEXTRACTOR_LLM\x10\x01\x12\x13\n" +
+	"\x0fEXTRACTOR_RULES\x10\x02\x12\x12\n" +
+	"\x0eEXTRACTOR_NONE\x10\x03*Y\n" +
 	"\n" +
 	"ImportMode\x12\x1b\n" +
 	"\x17IMPORT_MODE_UNSPECIFIED\x10\x00\x12\x17\n" +
@@ -3671,7 +4353,7 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\x13REEMBED_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fREEMBED_AUTO\x10\x01\x12\x11\n" +
 	"\rREEMBED_NEVER\x10\x02\x12\x12\n" +
-	"\x0eREEMBED_ALWAYS\x10\x032\xd4\x0e\n" +
+	"\x0eREEMBED_ALWAYS\x10\x032\xcf\x0f\n" +
 	"\rMemoryService\x12_\n" +
 	"\tAddMemory\x12\x1b.engram.v1.AddMemoryRequest\x1a\x1c.engram.v1.AddMemoryResponse\"\x17\x82\xd3\xe4\x93\x02\x11:\x01*\"\f/v1/memories\x12n\n" +
 	"\vAddMemories\x12\x1d.engram.v1.AddMemoriesRequest\x1a\x1e.engram.v1.AddMemoriesResponse\" \x82\xd3\xe4\x93\x02\x1a:\x01*\"\x15/v1/memories:batchAdd\x12u\n" +
@@ -3684,7 +4366,8 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\x10DeleteCollection\x12\".engram.v1.DeleteCollectionRequest\x1a#.engram.v1.DeleteCollectionResponse\"\x1e\x82\xd3\xe4\x93\x02\x18*\x16/v1/collections/{name}\x12\x83\x01\n" +
 	"\rRunReflection\x12\x1f.engram.v1.RunReflectionRequest\x1a .engram.v1.RunReflectionResponse\"/\x82\xd3\xe4\x93\x02):\x01*\"$/v1/collections/{collection}:reflect\x12\x92\x01\n" +
 	"\x11ListGateDecisions\x12#.engram.v1.ListGateDecisionsRequest\x1a$.engram.v1.ListGateDecisionsResponse\"2\x82\xd3\xe4\x93\x02,\x12*/v1/collections/{collection}/gateDecisions\x12\x96\x01\n" +
-	"\x12ListReflectionRuns\x12$.engram.v1.ListReflectionRunsRequest\x1a%.engram.v1.ListReflectionRunsResponse\"3\x82\xd3\xe4\x93\x02-\x12+/v1/collections/{collection}/reflectionRuns\x12W\n" +
+	"\x12ListReflectionRuns\x12$.engram.v1.ListReflectionRunsRequest\x1a%.engram.v1.ListReflectionRunsResponse\"3\x82\xd3\xe4\x93\x02-\x12+/v1/collections/{collection}/reflectionRuns\x12y\n" +
+	"\x0fExtractMemories\x12!.engram.v1.ExtractMemoriesRequest\x1a\".engram.v1.ExtractMemoriesResponse\"\x1f\x82\xd3\xe4\x93\x02\x19:\x01*\"\x14/v1/memories:extract\x12W\n" +
 	"\x0eExportMemories\x12 .engram.v1.ExportMemoriesRequest\x1a!.engram.v1.ExportMemoriesResponse0\x01\x12W\n" +
 	"\x0eImportMemories\x12 .engram.v1.ImportMemoriesRequest\x1a!.engram.v1.ImportMemoriesResponse(\x01\x12i\n" +
 	"\vBackupStore\x12\x1d.engram.v1.BackupStoreRequest\x1a\x1e.engram.v1.BackupStoreResponse\"\x1b\x82\xd3\xe4\x93\x02\x15:\x01*\"\x10/v1/admin:backupB?Z=github.com/engram-memory/engram/clients/go/engram/v1;engramv1b\x06proto3"
@@ -3701,163 +4384,183 @@ func file_engram_v1_memory_service_proto_rawDescGZIP() []byte {
 	return file_engram_v1_memory_service_proto_rawDescData
 }
 
-var file_engram_v1_memory_service_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_engram_v1_memory_service_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_engram_v1_memory_service_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
+var file_engram_v1_memory_service_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
 var file_engram_v1_memory_service_proto_goTypes = []any{
 	(AddOutcome)(0),                    // 0: engram.v1.AddOutcome
 	(ReflectionOutcome)(0),             // 1: engram.v1.ReflectionOutcome
 	(ReflectionGate)(0),                // 2: engram.v1.ReflectionGate
-	(ImportMode)(0),                    // 3: engram.v1.ImportMode
-	(Reembed)(0),                       // 4: engram.v1.Reembed
-	(*AddMemoryRequest)(nil),           // 5: engram.v1.AddMemoryRequest
-	(*AddMemoryResponse)(nil),          // 6: engram.v1.AddMemoryResponse
-	(*AddMemoriesRequest)(nil),         // 7: engram.v1.AddMemoriesRequest
-	(*NewMemory)(nil),                  // 8: engram.v1.NewMemory
-	(*AddMemoryResult)(nil),            // 9: engram.v1.AddMemoryResult
-	(*AddMemoriesResponse)(nil),        // 10: engram.v1.AddMemoriesResponse
-	(*SearchMemoriesRequest)(nil),      // 11: engram.v1.SearchMemoriesRequest
-	(*SearchResult)(nil),               // 12: engram.v1.SearchResult
-	(*SearchMemoriesResponse)(nil),     // 13: engram.v1.SearchMemoriesResponse
-	(*SemanticLocator)(nil),            // 14: engram.v1.SemanticLocator
-	(*StringList)(nil),                 // 15: engram.v1.StringList
-	(*StringMap)(nil),                  // 16: engram.v1.StringMap
-	(*UpdateMemoryRequest)(nil),        // 17: engram.v1.UpdateMemoryRequest
-	(*UpdateMemoryResponse)(nil),       // 18: engram.v1.UpdateMemoryResponse
-	(*DeleteQuery)(nil),                // 19: engram.v1.DeleteQuery
-	(*DeleteMemoryRequest)(nil),        // 20: engram.v1.DeleteMemoryRequest
-	(*DeleteMemoryResponse)(nil),       // 21: engram.v1.DeleteMemoryResponse
-	(*GetMemoryRequest)(nil),           // 22: engram.v1.GetMemoryRequest
-	(*GetMemoryResponse)(nil),          // 23: engram.v1.GetMemoryResponse
-	(*ListMemoriesRequest)(nil),        // 24: engram.v1.ListMemoriesRequest
-	(*ListMemoriesResponse)(nil),       // 25: engram.v1.ListMemoriesResponse
-	(*ListCollectionsRequest)(nil),     // 26: engram.v1.ListCollectionsRequest
-	(*ListCollectionsResponse)(nil),    // 27: engram.v1.ListCollectionsResponse
-	(*DeleteCollectionRequest)(nil),    // 28: engram.v1.DeleteCollectionRequest
-	(*DeleteCollectionResponse)(nil),   // 29: engram.v1.DeleteCollectionResponse
-	(*RunReflectionRequest)(nil),       // 30: engram.v1.RunReflectionRequest
-	(*RunReflectionResponse)(nil),      // 31: engram.v1.RunReflectionResponse
-	(*ListGateDecisionsRequest)(nil),   // 32: engram.v1.ListGateDecisionsRequest
-	(*GateDecision)(nil),               // 33: engram.v1.GateDecision
-	(*ListGateDecisionsResponse)(nil),  // 34: engram.v1.ListGateDecisionsResponse
-	(*ListReflectionRunsRequest)(nil),  // 35: engram.v1.ListReflectionRunsRequest
-	(*ReflectionRun)(nil),              // 36: engram.v1.ReflectionRun
-	(*ListReflectionRunsResponse)(nil), // 37: engram.v1.ListReflectionRunsResponse
-	(*ExportMemoriesRequest)(nil),      // 38: engram.v1.ExportMemoriesRequest
-	(*ExportMemoriesResponse)(nil),     // 39: engram.v1.ExportMemoriesResponse
-	(*ImportMemoriesRequest)(nil),      // 40: engram.v1.ImportMemoriesRequest
-	(*ImportMemoriesResponse)(nil),     // 41: engram.v1.ImportMemoriesResponse
-	(*BackupStoreRequest)(nil),         // 42: engram.v1.BackupStoreRequest
-	(*BackupStoreResponse)(nil),        // 43: engram.v1.BackupStoreResponse
-	nil,                                // 44: engram.v1.AddMemoryRequest.MetadataEntry
-	nil,                                // 45: engram.v1.NewMemory.MetadataEntry
-	nil,                                // 46: engram.v1.StringMap.EntriesEntry
-	(MemoryType)(0),                    // 47: engram.v1.MemoryType
-	(Source)(0),                        // 48: engram.v1.Source
-	(SourceType)(0),                    // 49: engram.v1.SourceType
-	(*timestamppb.Timestamp)(nil),      // 50: google.protobuf.Timestamp
-	(*Memory)(nil),                     // 51: engram.v1.Memory
-	(*SimilarMemory)(nil),              // 52: engram.v1.SimilarMemory
-	(*MemoryFilter)(nil),               // 53: engram.v1.MemoryFilter
-	(*RankingWeights)(nil),             // 54: engram.v1.RankingWeights
-	(*ScoreBreakdown)(nil),             // 55: engram.v1.ScoreBreakdown
-	(*CollectionInfo)(nil),             // 56: engram.v1.CollectionInfo
+	(ExtractionMode)(0),                // 3: engram.v1.ExtractionMode
+	(Extractor)(0),                     // 4: engram.v1.Extractor
+	(ImportMode)(0),                    // 5: engram.v1.ImportMode
+	(Reembed)(0),                       // 6: engram.v1.Reembed
+	(*AddMemoryRequest)(nil),           // 7: engram.v1.AddMemoryRequest
+	(*AddMemoryResponse)(nil),          // 8: engram.v1.AddMemoryResponse
+	(*AddMemoriesRequest)(nil),         // 9: engram.v1.AddMemoriesRequest
+	(*NewMemory)(nil),                  // 10: engram.v1.NewMemory
+	(*AddMemoryResult)(nil),            // 11: engram.v1.AddMemoryResult
+	(*AddMemoriesResponse)(nil),        // 12: engram.v1.AddMemoriesResponse
+	(*SearchMemoriesRequest)(nil),      // 13: engram.v1.SearchMemoriesRequest
+	(*SearchResult)(nil),               // 14: engram.v1.SearchResult
+	(*SearchMemoriesResponse)(nil),     // 15: engram.v1.SearchMemoriesResponse
+	(*SemanticLocator)(nil),            // 16: engram.v1.SemanticLocator
+	(*StringList)(nil),                 // 17: engram.v1.StringList
+	(*StringMap)(nil),                  // 18: engram.v1.StringMap
+	(*UpdateMemoryRequest)(nil),        // 19: engram.v1.UpdateMemoryRequest
+	(*UpdateMemoryResponse)(nil),       // 20: engram.v1.UpdateMemoryResponse
+	(*DeleteQuery)(nil),                // 21: engram.v1.DeleteQuery
+	(*DeleteMemoryRequest)(nil),        // 22: engram.v1.DeleteMemoryRequest
+	(*DeleteMemoryResponse)(nil),       // 23: engram.v1.DeleteMemoryResponse
+	(*GetMemoryRequest)(nil),           // 24: engram.v1.GetMemoryRequest
+	(*GetMemoryResponse)(nil),          // 25: engram.v1.GetMemoryResponse
+	(*ListMemoriesRequest)(nil),        // 26: engram.v1.ListMemoriesRequest
+	(*ListMemoriesResponse)(nil),       // 27: engram.v1.ListMemoriesResponse
+	(*ListCollectionsRequest)(nil),     // 28: engram.v1.ListCollectionsRequest
+	(*ListCollectionsResponse)(nil),    // 29: engram.v1.ListCollectionsResponse
+	(*DeleteCollectionRequest)(nil),    // 30: engram.v1.DeleteCollectionRequest
+	(*DeleteCollectionResponse)(nil),   // 31: engram.v1.DeleteCollectionResponse
+	(*RunReflectionRequest)(nil),       // 32: engram.v1.RunReflectionRequest
+	(*RunReflectionResponse)(nil),      // 33: engram.v1.RunReflectionResponse
+	(*ListGateDecisionsRequest)(nil),   // 34: engram.v1.ListGateDecisionsRequest
+	(*GateDecision)(nil),               // 35: engram.v1.GateDecision
+	(*ListGateDecisionsResponse)(nil),  // 36: engram.v1.ListGateDecisionsResponse
+	(*ListReflectionRunsRequest)(nil),  // 37: engram.v1.ListReflectionRunsRequest
+	(*ReflectionRun)(nil),              // 38: engram.v1.ReflectionRun
+	(*ListReflectionRunsResponse)(nil), // 39: engram.v1.ListReflectionRunsResponse
+	(*ConversationMessage)(nil),        // 40: engram.v1.ConversationMessage
+	(*Conversation)(nil),               // 41: engram.v1.Conversation
+	(*ToolObservation)(nil),            // 42: engram.v1.ToolObservation
+	(*ExtractMemoriesRequest)(nil),     // 43: engram.v1.ExtractMemoriesRequest
+	(*ExtractedMemory)(nil),            // 44: engram.v1.ExtractedMemory
+	(*ExtractMemoriesResponse)(nil),    // 45: engram.v1.ExtractMemoriesResponse
+	(*ExportMemoriesRequest)(nil),      // 46: engram.v1.ExportMemoriesRequest
+	(*ExportMemoriesResponse)(nil),     // 47: engram.v1.ExportMemoriesResponse
+	(*ImportMemoriesRequest)(nil),      // 48: engram.v1.ImportMemoriesRequest
+	(*ImportMemoriesResponse)(nil),     // 49: engram.v1.ImportMemoriesResponse
+	(*BackupStoreRequest)(nil),         // 50: engram.v1.BackupStoreRequest
+	(*BackupStoreResponse)(nil),        // 51: engram.v1.BackupStoreResponse
+	nil,                                // 52: engram.v1.AddMemoryRequest.MetadataEntry
+	nil,                                // 53: engram.v1.NewMemory.MetadataEntry
+	nil,                                // 54: engram.v1.StringMap.EntriesEntry
+	(MemoryType)(0),                    // 55: engram.v1.MemoryType
+	(Source)(0),                        // 56: engram.v1.Source
+	(SourceType)(0),                    // 57: engram.v1.SourceType
+	(*timestamppb.Timestamp)(nil),      // 58: google.protobuf.Timestamp
+	(*Memory)(nil),                     // 59: engram.v1.Memory
+	(*SimilarMemory)(nil),              // 60: engram.v1.SimilarMemory
+	(*MemoryFilter)(nil),               // 61: engram.v1.MemoryFilter
+	(*RankingWeights)(nil),             // 62: engram.v1.RankingWeights
+	(*ScoreBreakdown)(nil),             // 63: engram.v1.ScoreBreakdown
+	(*CollectionInfo)(nil),             // 64: engram.v1.CollectionInfo
 }
 var file_engram_v1_memory_service_proto_depIdxs = []int32{
-	47, // 0: engram.v1.AddMemoryRequest.type:type_name -> engram.v1.MemoryType
-	48, // 1: engram.v1.AddMemoryRequest.source:type_name -> engram.v1.Source
-	49, // 2: engram.v1.AddMemoryRequest.source_type:type_name -> engram.v1.SourceType
-	44, // 3: engram.v1.AddMemoryRequest.metadata:type_name -> engram.v1.AddMemoryRequest.MetadataEntry
-	50, // 4: engram.v1.AddMemoryRequest.created_at:type_name -> google.protobuf.Timestamp
-	50, // 5: engram.v1.AddMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
-	51, // 6: engram.v1.AddMemoryResponse.memory:type_name -> engram.v1.Memory
+	55, // 0: engram.v1.AddMemoryRequest.type:type_name -> engram.v1.MemoryType
+	56, // 1: engram.v1.AddMemoryRequest.source:type_name -> engram.v1.Source
+	57, // 2: engram.v1.AddMemoryRequest.source_type:type_name -> engram.v1.SourceType
+	52, // 3: engram.v1.AddMemoryRequest.metadata:type_name -> engram.v1.AddMemoryRequest.MetadataEntry
+	58, // 4: engram.v1.AddMemoryRequest.created_at:type_name -> google.protobuf.Timestamp
+	58, // 5: engram.v1.AddMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
+	59, // 6: engram.v1.AddMemoryResponse.memory:type_name -> engram.v1.Memory
 	0,  // 7: engram.v1.AddMemoryResponse.outcome:type_name -> engram.v1.AddOutcome
-	52, // 8: engram.v1.AddMemoryResponse.near_duplicates:type_name -> engram.v1.SimilarMemory
-	8,  // 9: engram.v1.AddMemoriesRequest.memories:type_name -> engram.v1.NewMemory
-	47, // 10: engram.v1.NewMemory.type:type_name -> engram.v1.MemoryType
-	48, // 11: engram.v1.NewMemory.source:type_name -> engram.v1.Source
-	49, // 12: engram.v1.NewMemory.source_type:type_name -> engram.v1.SourceType
-	45, // 13: engram.v1.NewMemory.metadata:type_name -> engram.v1.NewMemory.MetadataEntry
-	50, // 14: engram.v1.NewMemory.created_at:type_name -> google.protobuf.Timestamp
-	50, // 15: engram.v1.NewMemory.valid_until:type_name -> google.protobuf.Timestamp
-	51, // 16: engram.v1.AddMemoryResult.memory:type_name -> engram.v1.Memory
+	60, // 8: engram.v1.AddMemoryResponse.near_duplicates:type_name -> engram.v1.SimilarMemory
+	10, // 9: engram.v1.AddMemoriesRequest.memories:type_name -> engram.v1.NewMemory
+	55, // 10: engram.v1.NewMemory.type:type_name -> engram.v1.MemoryType
+	56, // 11: engram.v1.NewMemory.source:type_name -> engram.v1.Source
+	57, // 12: engram.v1.NewMemory.source_type:type_name -> engram.v1.SourceType
+	53, // 13: engram.v1.NewMemory.metadata:type_name -> engram.v1.NewMemory.MetadataEntry
+	58, // 14: engram.v1.NewMemory.created_at:type_name -> google.protobuf.Timestamp
+	58, // 15: engram.v1.NewMemory.valid_until:type_name -> google.protobuf.Timestamp
+	59, // 16: engram.v1.AddMemoryResult.memory:type_name -> engram.v1.Memory
 	0,  // 17: engram.v1.AddMemoryResult.outcome:type_name -> engram.v1.AddOutcome
-	52, // 18: engram.v1.AddMemoryResult.near_duplicates:type_name -> engram.v1.SimilarMemory
-	9,  // 19: engram.v1.AddMemoriesResponse.results:type_name -> engram.v1.AddMemoryResult
-	53, // 20: engram.v1.SearchMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
-	54, // 21: engram.v1.SearchMemoriesRequest.weights:type_name -> engram.v1.RankingWeights
-	51, // 22: engram.v1.SearchResult.memory:type_name -> engram.v1.Memory
-	55, // 23: engram.v1.SearchResult.score:type_name -> engram.v1.ScoreBreakdown
-	12, // 24: engram.v1.SearchMemoriesResponse.results:type_name -> engram.v1.SearchResult
-	46, // 25: engram.v1.StringMap.entries:type_name -> engram.v1.StringMap.EntriesEntry
-	14, // 26: engram.v1.UpdateMemoryRequest.locate:type_name -> engram.v1.SemanticLocator
-	47, // 27: engram.v1.UpdateMemoryRequest.type:type_name -> engram.v1.MemoryType
-	15, // 28: engram.v1.UpdateMemoryRequest.tags:type_name -> engram.v1.StringList
-	16, // 29: engram.v1.UpdateMemoryRequest.metadata:type_name -> engram.v1.StringMap
-	50, // 30: engram.v1.UpdateMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
-	51, // 31: engram.v1.UpdateMemoryResponse.memory:type_name -> engram.v1.Memory
-	51, // 32: engram.v1.UpdateMemoryResponse.previous:type_name -> engram.v1.Memory
-	19, // 33: engram.v1.DeleteMemoryRequest.query:type_name -> engram.v1.DeleteQuery
-	51, // 34: engram.v1.DeleteMemoryResponse.deleted:type_name -> engram.v1.Memory
-	51, // 35: engram.v1.GetMemoryResponse.memory:type_name -> engram.v1.Memory
-	51, // 36: engram.v1.GetMemoryResponse.history:type_name -> engram.v1.Memory
-	53, // 37: engram.v1.ListMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
-	51, // 38: engram.v1.ListMemoriesResponse.memories:type_name -> engram.v1.Memory
-	56, // 39: engram.v1.ListCollectionsResponse.collections:type_name -> engram.v1.CollectionInfo
-	50, // 40: engram.v1.DeleteCollectionResponse.deleted_at:type_name -> google.protobuf.Timestamp
+	60, // 18: engram.v1.AddMemoryResult.near_duplicates:type_name -> engram.v1.SimilarMemory
+	11, // 19: engram.v1.AddMemoriesResponse.results:type_name -> engram.v1.AddMemoryResult
+	61, // 20: engram.v1.SearchMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
+	62, // 21: engram.v1.SearchMemoriesRequest.weights:type_name -> engram.v1.RankingWeights
+	59, // 22: engram.v1.SearchResult.memory:type_name -> engram.v1.Memory
+	63, // 23: engram.v1.SearchResult.score:type_name -> engram.v1.ScoreBreakdown
+	14, // 24: engram.v1.SearchMemoriesResponse.results:type_name -> engram.v1.SearchResult
+	54, // 25: engram.v1.StringMap.entries:type_name -> engram.v1.StringMap.EntriesEntry
+	16, // 26: engram.v1.UpdateMemoryRequest.locate:type_name -> engram.v1.SemanticLocator
+	55, // 27: engram.v1.UpdateMemoryRequest.type:type_name -> engram.v1.MemoryType
+	17, // 28: engram.v1.UpdateMemoryRequest.tags:type_name -> engram.v1.StringList
+	18, // 29: engram.v1.UpdateMemoryRequest.metadata:type_name -> engram.v1.StringMap
+	58, // 30: engram.v1.UpdateMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
+	59, // 31: engram.v1.UpdateMemoryResponse.memory:type_name -> engram.v1.Memory
+	59, // 32: engram.v1.UpdateMemoryResponse.previous:type_name -> engram.v1.Memory
+	21, // 33: engram.v1.DeleteMemoryRequest.query:type_name -> engram.v1.DeleteQuery
+	59, // 34: engram.v1.DeleteMemoryResponse.deleted:type_name -> engram.v1.Memory
+	59, // 35: engram.v1.GetMemoryResponse.memory:type_name -> engram.v1.Memory
+	59, // 36: engram.v1.GetMemoryResponse.history:type_name -> engram.v1.Memory
+	61, // 37: engram.v1.ListMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
+	59, // 38: engram.v1.ListMemoriesResponse.memories:type_name -> engram.v1.Memory
+	64, // 39: engram.v1.ListCollectionsResponse.collections:type_name -> engram.v1.CollectionInfo
+	58, // 40: engram.v1.DeleteCollectionResponse.deleted_at:type_name -> google.protobuf.Timestamp
 	1,  // 41: engram.v1.RunReflectionResponse.outcome:type_name -> engram.v1.ReflectionOutcome
 	2,  // 42: engram.v1.RunReflectionResponse.throttled_by:type_name -> engram.v1.ReflectionGate
-	50, // 43: engram.v1.RunReflectionResponse.next_run_after:type_name -> google.protobuf.Timestamp
-	51, // 44: engram.v1.RunReflectionResponse.sources:type_name -> engram.v1.Memory
-	51, // 45: engram.v1.RunReflectionResponse.insights:type_name -> engram.v1.Memory
-	51, // 46: engram.v1.RunReflectionResponse.drafts:type_name -> engram.v1.Memory
-	52, // 47: engram.v1.RunReflectionResponse.duplicates:type_name -> engram.v1.SimilarMemory
-	50, // 48: engram.v1.GateDecision.decided_at:type_name -> google.protobuf.Timestamp
+	58, // 43: engram.v1.RunReflectionResponse.next_run_after:type_name -> google.protobuf.Timestamp
+	59, // 44: engram.v1.RunReflectionResponse.sources:type_name -> engram.v1.Memory
+	59, // 45: engram.v1.RunReflectionResponse.insights:type_name -> engram.v1.Memory
+	59, // 46: engram.v1.RunReflectionResponse.drafts:type_name -> engram.v1.Memory
+	60, // 47: engram.v1.RunReflectionResponse.duplicates:type_name -> engram.v1.SimilarMemory
+	58, // 48: engram.v1.GateDecision.decided_at:type_name -> google.protobuf.Timestamp
 	0,  // 49: engram.v1.GateDecision.outcome:type_name -> engram.v1.AddOutcome
-	52, // 50: engram.v1.GateDecision.near_duplicates:type_name -> engram.v1.SimilarMemory
-	33, // 51: engram.v1.ListGateDecisionsResponse.decisions:type_name -> engram.v1.GateDecision
-	50, // 52: engram.v1.ReflectionRun.started_at:type_name -> google.protobuf.Timestamp
+	60, // 50: engram.v1.GateDecision.near_duplicates:type_name -> engram.v1.SimilarMemory
+	35, // 51: engram.v1.ListGateDecisionsResponse.decisions:type_name -> engram.v1.GateDecision
+	58, // 52: engram.v1.ReflectionRun.started_at:type_name -> google.protobuf.Timestamp
 	1,  // 53: engram.v1.ReflectionRun.outcome:type_name -> engram.v1.ReflectionOutcome
-	36, // 54: engram.v1.ListReflectionRunsResponse.runs:type_name -> engram.v1.ReflectionRun
-	53, // 55: engram.v1.ExportMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
-	3,  // 56: engram.v1.ImportMemoriesRequest.mode:type_name -> engram.v1.ImportMode
-	4,  // 57: engram.v1.ImportMemoriesRequest.reembed:type_name -> engram.v1.Reembed
-	50, // 58: engram.v1.BackupStoreResponse.taken_at:type_name -> google.protobuf.Timestamp
-	56, // 59: engram.v1.BackupStoreResponse.collections:type_name -> engram.v1.CollectionInfo
-	5,  // 60: engram.v1.MemoryService.AddMemory:input_type -> engram.v1.AddMemoryRequest
-	7,  // 61: engram.v1.MemoryService.AddMemories:input_type -> engram.v1.AddMemoriesRequest
-	11, // 62: engram.v1.MemoryService.SearchMemories:input_type -> engram.v1.SearchMemoriesRequest
-	17, // 63: engram.v1.MemoryService.UpdateMemory:input_type -> engram.v1.UpdateMemoryRequest
-	20, // 64: engram.v1.MemoryService.DeleteMemory:input_type -> engram.v1.DeleteMemoryRequest
-	22, // 65: engram.v1.MemoryService.GetMemory:input_type -> engram.v1.GetMemoryRequest
-	24, // 66: engram.v1.MemoryService.ListMemories:input_type -> engram.v1.ListMemoriesRequest
-	26, // 67: engram.v1.MemoryService.ListCollections:input_type -> engram.v1.ListCollectionsRequest
-	28, // 68: engram.v1.MemoryService.DeleteCollection:input_type -> engram.v1.DeleteCollectionRequest
-	30, // 69: engram.v1.MemoryService.RunReflection:input_type -> engram.v1.RunReflectionRequest
-	32, // 70: engram.v1.MemoryService.ListGateDecisions:input_type -> engram.v1.ListGateDecisionsRequest
-	35, // 71: engram.v1.MemoryService.ListReflectionRuns:input_type -> engram.v1.ListReflectionRunsRequest
-	38, // 72: engram.v1.MemoryService.ExportMemories:input_type -> engram.v1.ExportMemoriesRequest
-	40, // 73: engram.v1.MemoryService.ImportMemories:input_type -> engram.v1.ImportMemoriesRequest
-	42, // 74: engram.v1.MemoryService.BackupStore:input_type -> engram.v1.BackupStoreRequest
-	6,  // 75: engram.v1.MemoryService.AddMemory:output_type -> engram.v1.AddMemoryResponse
-	10, // 76: engram.v1.MemoryService.AddMemories:output_type -> engram.v1.AddMemoriesResponse
-	13, // 77: engram.v1.MemoryService.SearchMemories:output_type -> engram.v1.SearchMemoriesResponse
-	18, // 78: engram.v1.MemoryService.UpdateMemory:output_type -> engram.v1.UpdateMemoryResponse
-	21, // 79: engram.v1.MemoryService.DeleteMemory:output_type -> engram.v1.DeleteMemoryResponse
-	23, // 80: engram.v1.MemoryService.GetMemory:output_type -> engram.v1.GetMemoryResponse
-	25, // 81: engram.v1.MemoryService.ListMemories:output_type -> engram.v1.ListMemoriesResponse
-	27, // 82: engram.v1.MemoryService.ListCollections:output_type -> engram.v1.ListCollectionsResponse
-	29, // 83: engram.v1.MemoryService.DeleteCollection:output_type -> engram.v1.DeleteCollectionResponse
-	31, // 84: engram.v1.MemoryService.RunReflection:output_type -> engram.v1.RunReflectionResponse
-	34, // 85: engram.v1.MemoryService.ListGateDecisions:output_type -> engram.v1.ListGateDecisionsResponse
-	37, // 86: engram.v1.MemoryService.ListReflectionRuns:output_type -> engram.v1.ListReflectionRunsResponse
-	39, // 87: engram.v1.MemoryService.ExportMemories:output_type -> engram.v1.ExportMemoriesResponse
-	41, // 88: engram.v1.MemoryService.ImportMemories:output_type -> engram.v1.ImportMemoriesResponse
-	43, // 89: engram.v1.MemoryService.BackupStore:output_type -> engram.v1.BackupStoreResponse
-	75, // [75:90] is the sub-list for method output_type
-	60, // [60:75] is the sub-list for method input_type
-	60, // [60:60] is the sub-list for extension type_name
-	60, // [60:60] is the sub-list for extension extendee
-	0,  // [0:60] is the sub-list for field type_name
+	38, // 54: engram.v1.ListReflectionRunsResponse.runs:type_name -> engram.v1.ReflectionRun
+	58, // 55: engram.v1.ConversationMessage.created_at:type_name -> google.protobuf.Timestamp
+	40, // 56: engram.v1.Conversation.messages:type_name -> engram.v1.ConversationMessage
+	41, // 57: engram.v1.ExtractMemoriesRequest.conversation:type_name -> engram.v1.Conversation
+	42, // 58: engram.v1.ExtractMemoriesRequest.observation:type_name -> engram.v1.ToolObservation
+	3,  // 59: engram.v1.ExtractMemoriesRequest.mode:type_name -> engram.v1.ExtractionMode
+	55, // 60: engram.v1.ExtractedMemory.type:type_name -> engram.v1.MemoryType
+	58, // 61: engram.v1.ExtractedMemory.created_at:type_name -> google.protobuf.Timestamp
+	11, // 62: engram.v1.ExtractedMemory.result:type_name -> engram.v1.AddMemoryResult
+	44, // 63: engram.v1.ExtractMemoriesResponse.memories:type_name -> engram.v1.ExtractedMemory
+	4,  // 64: engram.v1.ExtractMemoriesResponse.extractor:type_name -> engram.v1.Extractor
+	61, // 65: engram.v1.ExportMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
+	5,  // 66: engram.v1.ImportMemoriesRequest.mode:type_name -> engram.v1.ImportMode
+	6,  // 67: engram.v1.ImportMemoriesRequest.reembed:type_name -> engram.v1.Reembed
+	58, // 68: engram.v1.BackupStoreResponse.taken_at:type_name -> google.protobuf.Timestamp
+	64, // 69: engram.v1.BackupStoreResponse.collections:type_name -> engram.v1.CollectionInfo
+	7,  // 70: engram.v1.MemoryService.AddMemory:input_type -> engram.v1.AddMemoryRequest
+	9,  // 71: engram.v1.MemoryService.AddMemories:input_type -> engram.v1.AddMemoriesRequest
+	13, // 72: engram.v1.MemoryService.SearchMemories:input_type -> engram.v1.SearchMemoriesRequest
+	19, // 73: engram.v1.MemoryService.UpdateMemory:input_type -> engram.v1.UpdateMemoryRequest
+	22, // 74: engram.v1.MemoryService.DeleteMemory:input_type -> engram.v1.DeleteMemoryRequest
+	24, // 75: engram.v1.MemoryService.GetMemory:input_type -> engram.v1.GetMemoryRequest
+	26, // 76: engram.v1.MemoryService.ListMemories:input_type -> engram.v1.ListMemoriesRequest
+	28, // 77: engram.v1.MemoryService.ListCollections:input_type -> engram.v1.ListCollectionsRequest
+	30, // 78: engram.v1.MemoryService.DeleteCollection:input_type -> engram.v1.DeleteCollectionRequest
+	32, // 79: engram.v1.MemoryService.RunReflection:input_type -> engram.v1.RunReflectionRequest
+	34, // 80: engram.v1.MemoryService.ListGateDecisions:input_type -> engram.v1.ListGateDecisionsRequest
+	37, // 81: engram.v1.MemoryService.ListReflectionRuns:input_type -> engram.v1.ListReflectionRunsRequest
+	43, // 82: engram.v1.MemoryService.ExtractMemories:input_type -> engram.v1.ExtractMemoriesRequest
+	46, // 83: engram.v1.MemoryService.ExportMemories:input_type -> engram.v1.ExportMemoriesRequest
+	48, // 84: engram.v1.MemoryService.ImportMemories:input_type -> engram.v1.ImportMemoriesRequest
+	50, // 85: engram.v1.MemoryService.BackupStore:input_type -> engram.v1.BackupStoreRequest
+	8,  // 86: engram.v1.MemoryService.AddMemory:output_type -> engram.v1.AddMemoryResponse
+	12, // 87: engram.v1.MemoryService.AddMemories:output_type -> engram.v1.AddMemoriesResponse
+	15, // 88: engram.v1.MemoryService.SearchMemories:output_type -> engram.v1.SearchMemoriesResponse
+	20, // 89: engram.v1.MemoryService.UpdateMemory:output_type -> engram.v1.UpdateMemoryResponse
+	23, // 90: engram.v1.MemoryService.DeleteMemory:output_type -> engram.v1.DeleteMemoryResponse
+	25, // 91: engram.v1.MemoryService.GetMemory:output_type -> engram.v1.GetMemoryResponse
+	27, // 92: engram.v1.MemoryService.ListMemories:output_type -> engram.v1.ListMemoriesResponse
+	29, // 93: engram.v1.MemoryService.ListCollections:output_type -> engram.v1.ListCollectionsResponse
+	31, // 94: engram.v1.MemoryService.DeleteCollection:output_type -> engram.v1.DeleteCollectionResponse
+	33, // 95: engram.v1.MemoryService.RunReflection:output_type -> engram.v1.RunReflectionResponse
+	36, // 96: engram.v1.MemoryService.ListGateDecisions:output_type -> engram.v1.ListGateDecisionsResponse
+	39, // 97: engram.v1.MemoryService.ListReflectionRuns:output_type -> engram.v1.ListReflectionRunsResponse
+	45, // 98: engram.v1.MemoryService.ExtractMemories:output_type -> engram.v1.ExtractMemoriesResponse
+	47, // 99: engram.v1.MemoryService.ExportMemories:output_type -> engram.v1.ExportMemoriesResponse
+	49, // 100: engram.v1.MemoryService.ImportMemories:output_type -> engram.v1.ImportMemoriesResponse
+	51, // 101: engram.v1.MemoryService.BackupStore:output_type -> engram.v1.BackupStoreResponse
+	86, // [86:102] is the sub-list for method output_type
+	70, // [70:86] is the sub-list for method input_type
+	70, // [70:70] is the sub-list for extension type_name
+	70, // [70:70] is the sub-list for extension extendee
+	0,  // [0:70] is the sub-list for field type_name
 }
 
 func init() { file_engram_v1_memory_service_proto_init() }
@@ -3878,13 +4581,18 @@ func file_engram_v1_memory_service_proto_init() {
 		(*DeleteMemoryRequest_Id)(nil),
 		(*DeleteMemoryRequest_Query)(nil),
 	}
+	file_engram_v1_memory_service_proto_msgTypes[36].OneofWrappers = []any{
+		(*ExtractMemoriesRequest_Text)(nil),
+		(*ExtractMemoriesRequest_Conversation)(nil),
+		(*ExtractMemoriesRequest_Observation)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_engram_v1_memory_service_proto_rawDesc), len(file_engram_v1_memory_service_proto_rawDesc)),
-			NumEnums:      5,
-			NumMessages:   42,
+			NumEnums:      7,
+			NumMessages:   48,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

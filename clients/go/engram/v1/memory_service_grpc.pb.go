@@ -31,6 +31,7 @@ const (
 	MemoryService_RunReflection_FullMethodName      = "/engram.v1.MemoryService/RunReflection"
 	MemoryService_ListGateDecisions_FullMethodName  = "/engram.v1.MemoryService/ListGateDecisions"
 	MemoryService_ListReflectionRuns_FullMethodName = "/engram.v1.MemoryService/ListReflectionRuns"
+	MemoryService_ExtractMemories_FullMethodName    = "/engram.v1.MemoryService/ExtractMemories"
 	MemoryService_ExportMemories_FullMethodName     = "/engram.v1.MemoryService/ExportMemories"
 	MemoryService_ImportMemories_FullMethodName     = "/engram.v1.MemoryService/ImportMemories"
 	MemoryService_BackupStore_FullMethodName        = "/engram.v1.MemoryService/BackupStore"
@@ -89,6 +90,15 @@ type MemoryServiceClient interface {
 	// or started by the periodic schedule. Throttled and dry runs are answered to their caller
 	// and not kept. The last 50 runs are kept with the store, so they survive restarts.
 	ListReflectionRuns(ctx context.Context, in *ListReflectionRunsRequest, opts ...grpc.CallOption) (*ListReflectionRunsResponse, error)
+	// ExtractMemories turns a text, a conversation or a tool observation into typed memories
+	// (type, importance, tags), each written through the write gate as AddMemories would. Every
+	// input text goes through the privacy filter first (secrets and <private> spans never reach
+	// the LLM, the embedder or the store). With an LLM configured it extracts (structured
+	// output); without one, or when it fails or is rate limited, rule-based extraction runs
+	// instead and the response says why. An input identical to one extracted in the same
+	// collection within the dedup window is dropped (deduplicated). dry_run returns the
+	// proposals and writes nothing.
+	ExtractMemories(ctx context.Context, in *ExtractMemoriesRequest, opts ...grpc.CallOption) (*ExtractMemoriesResponse, error)
 	// ExportMemories streams collections as Engram's export format (JSON Lines, see
 	// docs/reference/export-format.md): per collection a header line (format version, embedding
 	// model and dimension), then one line per current memory with every field and its history
@@ -236,6 +246,16 @@ func (c *memoryServiceClient) ListReflectionRuns(ctx context.Context, in *ListRe
 	return out, nil
 }
 
+func (c *memoryServiceClient) ExtractMemories(ctx context.Context, in *ExtractMemoriesRequest, opts ...grpc.CallOption) (*ExtractMemoriesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ExtractMemoriesResponse)
+	err := c.cc.Invoke(ctx, MemoryService_ExtractMemories_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *memoryServiceClient) ExportMemories(ctx context.Context, in *ExportMemoriesRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExportMemoriesResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	stream, err := c.cc.NewStream(ctx, &MemoryService_ServiceDesc.Streams[0], MemoryService_ExportMemories_FullMethodName, cOpts...)
@@ -331,6 +351,15 @@ type MemoryServiceServer interface {
 	// or started by the periodic schedule. Throttled and dry runs are answered to their caller
 	// and not kept. The last 50 runs are kept with the store, so they survive restarts.
 	ListReflectionRuns(context.Context, *ListReflectionRunsRequest) (*ListReflectionRunsResponse, error)
+	// ExtractMemories turns a text, a conversation or a tool observation into typed memories
+	// (type, importance, tags), each written through the write gate as AddMemories would. Every
+	// input text goes through the privacy filter first (secrets and <private> spans never reach
+	// the LLM, the embedder or the store). With an LLM configured it extracts (structured
+	// output); without one, or when it fails or is rate limited, rule-based extraction runs
+	// instead and the response says why. An input identical to one extracted in the same
+	// collection within the dedup window is dropped (deduplicated). dry_run returns the
+	// proposals and writes nothing.
+	ExtractMemories(context.Context, *ExtractMemoriesRequest) (*ExtractMemoriesResponse, error)
 	// ExportMemories streams collections as Engram's export format (JSON Lines, see
 	// docs/reference/export-format.md): per collection a header line (format version, embedding
 	// model and dimension), then one line per current memory with every field and its history
@@ -393,6 +422,9 @@ func (UnimplementedMemoryServiceServer) ListGateDecisions(context.Context, *List
 }
 func (UnimplementedMemoryServiceServer) ListReflectionRuns(context.Context, *ListReflectionRunsRequest) (*ListReflectionRunsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListReflectionRuns not implemented")
+}
+func (UnimplementedMemoryServiceServer) ExtractMemories(context.Context, *ExtractMemoriesRequest) (*ExtractMemoriesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ExtractMemories not implemented")
 }
 func (UnimplementedMemoryServiceServer) ExportMemories(*ExportMemoriesRequest, grpc.ServerStreamingServer[ExportMemoriesResponse]) error {
 	return status.Error(codes.Unimplemented, "method ExportMemories not implemented")
@@ -640,6 +672,24 @@ func _MemoryService_ListReflectionRuns_Handler(srv interface{}, ctx context.Cont
 	return interceptor(ctx, in, info, handler)
 }
 
+func _MemoryService_ExtractMemories_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ExtractMemoriesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MemoryServiceServer).ExtractMemories(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: MemoryService_ExtractMemories_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MemoryServiceServer).ExtractMemories(ctx, req.(*ExtractMemoriesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _MemoryService_ExportMemories_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(ExportMemoriesRequest)
 	if err := stream.RecvMsg(m); err != nil {
@@ -730,6 +780,10 @@ var MemoryService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListReflectionRuns",
 			Handler:    _MemoryService_ListReflectionRuns_Handler,
+		},
+		{
+			MethodName: "ExtractMemories",
+			Handler:    _MemoryService_ExtractMemories_Handler,
 		},
 		{
 			MethodName: "BackupStore",

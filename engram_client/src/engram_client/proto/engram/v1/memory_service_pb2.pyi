@@ -125,6 +125,62 @@ REFLECTION_GATE_IN_PROGRESS: ReflectionGate.ValueType  # 5
 """Another reflection of this collection is running right now."""
 Global___ReflectionGate: _TypeAlias = ReflectionGate  # noqa: Y015
 
+class _ExtractionMode:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ExtractionModeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ExtractionMode.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    EXTRACTION_MODE_UNSPECIFIED: _ExtractionMode.ValueType  # 0
+    """As EXTRACTION_MODE_AUTO."""
+    EXTRACTION_MODE_AUTO: _ExtractionMode.ValueType  # 1
+    """The LLM when the server has one configured (ENGRAM_LLM_*), else the rules; when the LLM
+    fails or is rate limited, the rules.
+    """
+    EXTRACTION_MODE_RULES: _ExtractionMode.ValueType  # 2
+    """The rules only (free and instant, lower quality), even with an LLM configured."""
+
+class ExtractionMode(_ExtractionMode, metaclass=_ExtractionModeEnumTypeWrapper):
+    """ExtractionMode chooses the extractor of ExtractMemories."""
+
+EXTRACTION_MODE_UNSPECIFIED: ExtractionMode.ValueType  # 0
+"""As EXTRACTION_MODE_AUTO."""
+EXTRACTION_MODE_AUTO: ExtractionMode.ValueType  # 1
+"""The LLM when the server has one configured (ENGRAM_LLM_*), else the rules; when the LLM
+fails or is rate limited, the rules.
+"""
+EXTRACTION_MODE_RULES: ExtractionMode.ValueType  # 2
+"""The rules only (free and instant, lower quality), even with an LLM configured."""
+Global___ExtractionMode: _TypeAlias = ExtractionMode  # noqa: Y015
+
+class _Extractor:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ExtractorEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Extractor.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    EXTRACTOR_UNSPECIFIED: _Extractor.ValueType  # 0
+    """Never sent."""
+    EXTRACTOR_LLM: _Extractor.ValueType  # 1
+    """The LLM."""
+    EXTRACTOR_RULES: _Extractor.ValueType  # 2
+    """The rule-based extractor."""
+    EXTRACTOR_NONE: _Extractor.ValueType  # 3
+    """Nothing ran: the input repeats one seen within the dedup window."""
+
+class Extractor(_Extractor, metaclass=_ExtractorEnumTypeWrapper):
+    """Extractor names what produced the proposals of an ExtractMemories call."""
+
+EXTRACTOR_UNSPECIFIED: Extractor.ValueType  # 0
+"""Never sent."""
+EXTRACTOR_LLM: Extractor.ValueType  # 1
+"""The LLM."""
+EXTRACTOR_RULES: Extractor.ValueType  # 2
+"""The rule-based extractor."""
+EXTRACTOR_NONE: Extractor.ValueType  # 3
+"""Nothing ran: the input repeats one seen within the dedup window."""
+Global___Extractor: _TypeAlias = Extractor  # noqa: Y015
+
 class _ImportMode:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -1595,6 +1651,258 @@ class ListReflectionRunsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListReflectionRunsResponse: _TypeAlias = ListReflectionRunsResponse  # noqa: Y015
+
+@_typing.final
+class ConversationMessage(_message.Message):
+    """ConversationMessage is one turn of a conversation given to ExtractMemories."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ROLE_FIELD_NUMBER: _builtins.int
+    CONTENT_FIELD_NUMBER: _builtins.int
+    CREATED_AT_FIELD_NUMBER: _builtins.int
+    role: _builtins.str
+    """Who spoke: "user", "assistant", or another speaker's name. Facts are taken mainly from
+    the user's turns.
+    """
+    content: _builtins.str
+    """What was said. Required."""
+    @_builtins.property
+    def created_at(self) -> _timestamp_pb2.Timestamp:
+        """When it was said; memories extracted from this turn get it as created_at. Unset means now."""
+
+    def __init__(
+        self,
+        *,
+        role: _builtins.str = ...,
+        content: _builtins.str = ...,
+        created_at: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "created_at", b"created_at", "role", b"role"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ConversationMessage: _TypeAlias = ConversationMessage  # noqa: Y015
+
+@_typing.final
+class Conversation(_message.Message):
+    """Conversation is a sequence of turns, oldest first."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MESSAGES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def messages(self) -> _containers.RepeatedCompositeFieldContainer[Global___ConversationMessage]:
+        """The turns (at most 500)."""
+
+    def __init__(
+        self,
+        *,
+        messages: _abc.Iterable[Global___ConversationMessage] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["messages", b"messages"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Conversation: _TypeAlias = Conversation  # noqa: Y015
+
+@_typing.final
+class ToolObservation(_message.Message):
+    """ToolObservation is what an agent's tool call did (e.g. a Claude Code PostToolUse hook)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOOL_NAME_FIELD_NUMBER: _builtins.int
+    INPUT_FIELD_NUMBER: _builtins.int
+    OUTPUT_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    tool_name: _builtins.str
+    """The tool's name, e.g. "Bash", "Edit". Required."""
+    input: _builtins.str
+    """The tool's input, as text (usually its JSON arguments)."""
+    output: _builtins.str
+    """What the tool returned, as text."""
+    error: _builtins.str
+    """The error when the call failed; empty when it succeeded."""
+    def __init__(
+        self,
+        *,
+        tool_name: _builtins.str = ...,
+        input: _builtins.str = ...,
+        output: _builtins.str = ...,
+        error: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "input", b"input", "output", b"output", "tool_name", b"tool_name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ToolObservation: _TypeAlias = ToolObservation  # noqa: Y015
+
+@_typing.final
+class ExtractMemoriesRequest(_message.Message):
+    """ExtractMemoriesRequest asks for the memories worth keeping from one input."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COLLECTION_FIELD_NUMBER: _builtins.int
+    TEXT_FIELD_NUMBER: _builtins.int
+    CONVERSATION_FIELD_NUMBER: _builtins.int
+    OBSERVATION_FIELD_NUMBER: _builtins.int
+    MODE_FIELD_NUMBER: _builtins.int
+    DRY_RUN_FIELD_NUMBER: _builtins.int
+    TAGS_FIELD_NUMBER: _builtins.int
+    collection: _builtins.str
+    """Target collection. Empty means the default collection."""
+    text: _builtins.str
+    """Free text (notes, a document, a message)."""
+    mode: Global___ExtractionMode.ValueType
+    """Which extractor to use; unspecified means AUTO."""
+    dry_run: _builtins.bool
+    """Return the proposals without writing anything (and without recording the input in the
+    dedup window).
+    """
+    @_builtins.property
+    def conversation(self) -> Global___Conversation:
+        """A conversation."""
+
+    @_builtins.property
+    def observation(self) -> Global___ToolObservation:
+        """A tool observation."""
+
+    @_builtins.property
+    def tags(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Tags added to every extracted memory (besides "source:extraction" and the extractor's own)."""
+
+    def __init__(
+        self,
+        *,
+        collection: _builtins.str = ...,
+        text: _builtins.str = ...,
+        conversation: Global___Conversation | None = ...,
+        observation: Global___ToolObservation | None = ...,
+        mode: Global___ExtractionMode.ValueType = ...,
+        dry_run: _builtins.bool = ...,
+        tags: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["conversation", b"conversation", "input", b"input", "observation", b"observation", "text", b"text"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["collection", b"collection", "conversation", b"conversation", "dry_run", b"dry_run", "input", b"input", "mode", b"mode", "observation", b"observation", "tags", b"tags", "text", b"text"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_input: _TypeAlias = _typing.Literal["text", "conversation", "observation"]  # noqa: Y015
+    _WhichOneofArgType_input: _TypeAlias = _typing.Literal["input", b"input"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_input) -> _WhichOneofReturnType_input | None: ...
+
+Global___ExtractMemoriesRequest: _TypeAlias = ExtractMemoriesRequest  # noqa: Y015
+
+@_typing.final
+class ExtractedMemory(_message.Message):
+    """ExtractedMemory is one proposal and, unless dry_run, what the write gate did with it."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CONTENT_FIELD_NUMBER: _builtins.int
+    TYPE_FIELD_NUMBER: _builtins.int
+    IMPORTANCE_FIELD_NUMBER: _builtins.int
+    TAGS_FIELD_NUMBER: _builtins.int
+    CREATED_AT_FIELD_NUMBER: _builtins.int
+    RESULT_FIELD_NUMBER: _builtins.int
+    content: _builtins.str
+    """The memory's text (already through the privacy filter)."""
+    type: _memory_pb2.MemoryType.ValueType
+    """Its type."""
+    importance: _builtins.int
+    """Its importance, 1–10."""
+    @_builtins.property
+    def tags(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Its tags."""
+
+    @_builtins.property
+    def created_at(self) -> _timestamp_pb2.Timestamp:
+        """When it happened (the conversation turn's time), if known."""
+
+    @_builtins.property
+    def result(self) -> Global___AddMemoryResult:
+        """The write gate's outcome (CREATED or DUPLICATE, as in AddMemories). Unset for dry_run."""
+
+    def __init__(
+        self,
+        *,
+        content: _builtins.str = ...,
+        type: _memory_pb2.MemoryType.ValueType = ...,
+        importance: _builtins.int = ...,
+        tags: _abc.Iterable[_builtins.str] | None = ...,
+        created_at: _timestamp_pb2.Timestamp | None = ...,
+        result: Global___AddMemoryResult | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "result", b"result"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "created_at", b"created_at", "importance", b"importance", "result", b"result", "tags", b"tags", "type", b"type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExtractedMemory: _TypeAlias = ExtractedMemory  # noqa: Y015
+
+@_typing.final
+class ExtractMemoriesResponse(_message.Message):
+    """ExtractMemoriesResponse reports an extraction."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MEMORIES_FIELD_NUMBER: _builtins.int
+    EXTRACTOR_FIELD_NUMBER: _builtins.int
+    FALLBACK_REASON_FIELD_NUMBER: _builtins.int
+    DEDUPLICATED_FIELD_NUMBER: _builtins.int
+    REDACTIONS_FIELD_NUMBER: _builtins.int
+    MODEL_FIELD_NUMBER: _builtins.int
+    DRY_RUN_FIELD_NUMBER: _builtins.int
+    extractor: Global___Extractor.ValueType
+    """What produced them."""
+    fallback_reason: _builtins.str
+    """When the rules ran although an LLM is configured: the LLM's error (unavailable, rate
+    limited, unusable answer). Empty otherwise.
+    """
+    deduplicated: _builtins.bool
+    """True when the input repeats one extracted in this collection within the dedup window:
+    nothing was extracted or written.
+    """
+    model: _builtins.str
+    """The LLM model, when the LLM extracted."""
+    dry_run: _builtins.bool
+    """True when nothing was written because dry_run was set."""
+    @_builtins.property
+    def memories(self) -> _containers.RepeatedCompositeFieldContainer[Global___ExtractedMemory]:
+        """The extracted memories, in input order (empty when nothing was worth keeping)."""
+
+    @_builtins.property
+    def redactions(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """What the privacy filter removed from the input, one kind per finding (e.g. "github_token",
+        "assigned_secret", "private").
+        """
+
+    def __init__(
+        self,
+        *,
+        memories: _abc.Iterable[Global___ExtractedMemory] | None = ...,
+        extractor: Global___Extractor.ValueType = ...,
+        fallback_reason: _builtins.str = ...,
+        deduplicated: _builtins.bool = ...,
+        redactions: _abc.Iterable[_builtins.str] | None = ...,
+        model: _builtins.str = ...,
+        dry_run: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deduplicated", b"deduplicated", "dry_run", b"dry_run", "extractor", b"extractor", "fallback_reason", b"fallback_reason", "memories", b"memories", "model", b"model", "redactions", b"redactions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExtractMemoriesResponse: _TypeAlias = ExtractMemoriesResponse  # noqa: Y015
 
 @_typing.final
 class ExportMemoriesRequest(_message.Message):

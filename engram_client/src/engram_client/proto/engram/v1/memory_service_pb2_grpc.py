@@ -100,6 +100,11 @@ class MemoryServiceStub:
                 request_serializer=engram_dot_v1_dot_memory__service__pb2.ListReflectionRunsRequest.SerializeToString,
                 response_deserializer=engram_dot_v1_dot_memory__service__pb2.ListReflectionRunsResponse.FromString,
                 _registered_method=True)
+        self.ExtractMemories = channel.unary_unary(
+                '/engram.v1.MemoryService/ExtractMemories',
+                request_serializer=engram_dot_v1_dot_memory__service__pb2.ExtractMemoriesRequest.SerializeToString,
+                response_deserializer=engram_dot_v1_dot_memory__service__pb2.ExtractMemoriesResponse.FromString,
+                _registered_method=True)
         self.ExportMemories = channel.unary_stream(
                 '/engram.v1.MemoryService/ExportMemories',
                 request_serializer=engram_dot_v1_dot_memory__service__pb2.ExportMemoriesRequest.SerializeToString,
@@ -228,6 +233,20 @@ class MemoryServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ExtractMemories(self, request, context):
+        """ExtractMemories turns a text, a conversation or a tool observation into typed memories
+        (type, importance, tags), each written through the write gate as AddMemories would. Every
+        input text goes through the privacy filter first (secrets and <private> spans never reach
+        the LLM, the embedder or the store). With an LLM configured it extracts (structured
+        output); without one, or when it fails or is rate limited, rule-based extraction runs
+        instead and the response says why. An input identical to one extracted in the same
+        collection within the dedup window is dropped (deduplicated). dry_run returns the
+        proposals and writes nothing.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ExportMemories(self, request, context):
         """ExportMemories streams collections as Engram's export format (JSON Lines, see
         docs/reference/export-format.md): per collection a header line (format version, embedding
@@ -322,6 +341,11 @@ def add_MemoryServiceServicer_to_server(servicer, server):
                     servicer.ListReflectionRuns,
                     request_deserializer=engram_dot_v1_dot_memory__service__pb2.ListReflectionRunsRequest.FromString,
                     response_serializer=engram_dot_v1_dot_memory__service__pb2.ListReflectionRunsResponse.SerializeToString,
+            ),
+            'ExtractMemories': grpc.unary_unary_rpc_method_handler(
+                    servicer.ExtractMemories,
+                    request_deserializer=engram_dot_v1_dot_memory__service__pb2.ExtractMemoriesRequest.FromString,
+                    response_serializer=engram_dot_v1_dot_memory__service__pb2.ExtractMemoriesResponse.SerializeToString,
             ),
             'ExportMemories': grpc.unary_stream_rpc_method_handler(
                     servicer.ExportMemories,
@@ -669,6 +693,33 @@ class MemoryService:
             '/engram.v1.MemoryService/ListReflectionRuns',
             engram_dot_v1_dot_memory__service__pb2.ListReflectionRunsRequest.SerializeToString,
             engram_dot_v1_dot_memory__service__pb2.ListReflectionRunsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExtractMemories(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.v1.MemoryService/ExtractMemories',
+            engram_dot_v1_dot_memory__service__pb2.ExtractMemoriesRequest.SerializeToString,
+            engram_dot_v1_dot_memory__service__pb2.ExtractMemoriesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -89,6 +89,16 @@ class MemoryServiceStub:
     or started by the periodic schedule. Throttled and dry runs are answered to their caller
     and not kept. The last 50 runs are kept with the store, so they survive restarts.
     """
+    ExtractMemories: _grpc.UnaryUnaryMultiCallable[_memory_service_pb2.ExtractMemoriesRequest, _memory_service_pb2.ExtractMemoriesResponse]
+    """ExtractMemories turns a text, a conversation or a tool observation into typed memories
+    (type, importance, tags), each written through the write gate as AddMemories would. Every
+    input text goes through the privacy filter first (secrets and <private> spans never reach
+    the LLM, the embedder or the store). With an LLM configured it extracts (structured
+    output); without one, or when it fails or is rate limited, rule-based extraction runs
+    instead and the response says why. An input identical to one extracted in the same
+    collection within the dedup window is dropped (deduplicated). dry_run returns the
+    proposals and writes nothing.
+    """
     ExportMemories: _grpc.UnaryStreamMultiCallable[_memory_service_pb2.ExportMemoriesRequest, _memory_service_pb2.ExportMemoriesResponse]
     """ExportMemories streams collections as Engram's export format (JSON Lines, see
     docs/reference/export-format.md): per collection a header line (format version, embedding
@@ -170,6 +180,16 @@ class MemoryServiceAsyncStub(MemoryServiceStub):
     that called the LLM (completed, no insight, or failed), whether asked for by RunReflection
     or started by the periodic schedule. Throttled and dry runs are answered to their caller
     and not kept. The last 50 runs are kept with the store, so they survive restarts.
+    """
+    ExtractMemories: _aio.UnaryUnaryMultiCallable[_memory_service_pb2.ExtractMemoriesRequest, _memory_service_pb2.ExtractMemoriesResponse]  # type: ignore[assignment]
+    """ExtractMemories turns a text, a conversation or a tool observation into typed memories
+    (type, importance, tags), each written through the write gate as AddMemories would. Every
+    input text goes through the privacy filter first (secrets and <private> spans never reach
+    the LLM, the embedder or the store). With an LLM configured it extracts (structured
+    output); without one, or when it fails or is rate limited, rule-based extraction runs
+    instead and the response says why. An input identical to one extracted in the same
+    collection within the dedup window is dropped (deduplicated). dry_run returns the
+    proposals and writes nothing.
     """
     ExportMemories: _aio.UnaryStreamMultiCallable[_memory_service_pb2.ExportMemoriesRequest, _memory_service_pb2.ExportMemoriesResponse]  # type: ignore[assignment]
     """ExportMemories streams collections as Engram's export format (JSON Lines, see
@@ -321,6 +341,22 @@ class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
         that called the LLM (completed, no insight, or failed), whether asked for by RunReflection
         or started by the periodic schedule. Throttled and dry runs are answered to their caller
         and not kept. The last 50 runs are kept with the store, so they survive restarts.
+        """
+
+    @_abc_1.abstractmethod
+    def ExtractMemories(
+        self,
+        request: _memory_service_pb2.ExtractMemoriesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_memory_service_pb2.ExtractMemoriesResponse, _abc.Awaitable[_memory_service_pb2.ExtractMemoriesResponse]]:
+        """ExtractMemories turns a text, a conversation or a tool observation into typed memories
+        (type, importance, tags), each written through the write gate as AddMemories would. Every
+        input text goes through the privacy filter first (secrets and <private> spans never reach
+        the LLM, the embedder or the store). With an LLM configured it extracts (structured
+        output); without one, or when it fails or is rate limited, rule-based extraction runs
+        instead and the response says why. An input identical to one extracted in the same
+        collection within the dedup window is dropped (deduplicated). dry_run returns the
+        proposals and writes nothing.
         """
 
     @_abc_1.abstractmethod

@@ -80,6 +80,7 @@ class Settings:
     nearest_lists: int = 4096
     lexical_search: bool = True
     semantic_weight: float = 0.5
+    lexical_power: float = 0.5
     context_weight: float = 0.5
     context_window_seconds: float = 300.0
     fusion_mode: str = "additive"
@@ -87,6 +88,8 @@ class Settings:
     max_batch_items: int = 64
     # Background work
     sweep_interval_seconds: float = 600.0
+    trash_retention_seconds: float = 7 * 24 * 3600.0
+    auto_migrate: bool = True
     # Reflection (LLM)
     llm_base_url: str | None = None
     llm_api_key: str | None = None
@@ -338,6 +341,12 @@ SETTINGS_DOC: list[tuple[str, str, str]] = [
         "α in relevance = max(semantic, α·semantic + (1−α)·lexical); lexical is BM25 / best BM25.",
     ),
     (
+        "lexical_power",
+        "ENGRAM_LEXICAL_POWER",
+        "p in lexical = (BM25 / best BM25) ** p (0 < p ≤ 1; 1 = linear; 0.5 chosen on the LoCoMo "
+        "tuning conversations).",
+    ),
+    (
         "context_weight",
         "ENGRAM_CONTEXT_WEIGHT",
         "Share of its best same-episode neighbour's lead a memory inherits (0 = off).",
@@ -364,7 +373,19 @@ SETTINGS_DOC: list[tuple[str, str, str]] = [
     (
         "sweep_interval_seconds",
         "ENGRAM_SWEEP_INTERVAL_SECONDS",
-        "How often the sweeper hard-deletes expired memories (0 = never).",
+        "How often the sweeper hard-deletes expired memories and purges the trash (0 = never).",
+    ),
+    (
+        "trash_retention_seconds",
+        "ENGRAM_TRASH_RETENTION_SECONDS",
+        "How long deleted memories and collections stay in the trash (restorable with RestoreMemory / "
+        "RestoreCollection) before the sweeper purges them; 0 makes deletes final (no trash).",
+    ),
+    (
+        "auto_migrate",
+        "ENGRAM_AUTO_MIGRATE",
+        "Migrate collections written by an older release to this release's storage format at start-up. "
+        "`false`: refuse to start on an older format instead, naming `engram migrate`.",
     ),
     (
         "llm_base_url",
@@ -682,6 +703,8 @@ def _check(s: Settings) -> None:
             problems.append(f"{var} must be one of {', '.join(sorted(allowed))}")
     if s.fusion_mode not in {"scaled", "additive"}:
         problems.append("ENGRAM_FUSION_MODE must be scaled or additive")
+    if not 0.0 < s.lexical_power <= 1.0:
+        problems.append("ENGRAM_LEXICAL_POWER must be > 0 and ≤ 1")
     if s.context_window_seconds < 0:
         problems.append("ENGRAM_CONTEXT_WINDOW_SECONDS must be ≥ 0")
     for name in (
@@ -713,6 +736,8 @@ def _check(s: Settings) -> None:
         problems.append("ENGRAM_LOCAL_EMBED_WORKERS must be ≥ 0")
     if s.max_batch_items < 1:
         problems.append("ENGRAM_MAX_BATCH_ITEMS must be ≥ 1")
+    if s.trash_retention_seconds < 0:
+        problems.append("ENGRAM_TRASH_RETENTION_SECONDS must be ≥ 0")
     if s.edge_segments < 0:
         problems.append("ENGRAM_EDGE_SEGMENTS must be ≥ 0")
     if s.gate_hnsw_ef < 0:

@@ -158,6 +158,15 @@ def memory_out(r: MemoryRecord) -> m.Memory:
         out.reflected_at.CopyFrom(ts_out(r.reflected_at))
     out.derived_from.extend(r.derived_from)
     out.draft = r.draft
+    if r.trashed_at is not None:
+        out.trashed_at.CopyFrom(ts_out(r.trashed_at))
+    return out
+
+
+def trashed_memory_out(r: MemoryRecord, purge_at: float) -> m.Memory:
+    """A memory in the trash, with when the sweeper purges it."""
+    out = memory_out(r)
+    out.purge_at.CopyFrom(ts_out(purge_at))
     return out
 
 

@@ -223,6 +223,35 @@ async def test_every_rpc_over_http(http: httpx.AsyncClient) -> None:
     r = await http.get("/v1/collections")
     assert "work" not in {c["name"] for c in r.json()["collections"]}
 
+    # the trash: what was deleted above, restored and purged
+    r = await http.get(used("GET", "/v1/collections/{collection}/trash").format(collection="default"))
+    assert r.status_code == 200, r.text
+    assert [m["id"] for m in r.json()["memories"]] == [tea] and r.json()["memories"][0]["purgeAt"]
+    r = await http.post(
+        used("POST", "/v1/collections/{collection}/memories/{id}:restore").format(
+            collection="default", id=tea
+        ),
+        json={},
+    )
+    assert r.status_code == 200, r.text
+    assert (
+        r.json()["memory"]["content"] == "The user drinks jasmine tea"
+        and "trashedAt" not in r.json()["memory"]
+    )
+    r = await http.get("/v1/collections/work/memories")
+    assert r.status_code == 400 and reason_of(r) == "ERROR_REASON_COLLECTION_IN_TRASH"
+    r = await http.get("/v1/collections", params={"includeTrashed": "true"})
+    assert [c["name"] for c in r.json()["trashed"]] == ["work"]
+    r = await http.post(used("POST", "/v1/collections/{name}:restore").format(name="work"), json={})
+    assert r.status_code == 200 and r.json()["collection"]["memoryCount"] == "1", r.text
+    r = await http.post(
+        used("POST", "/v1/collections/{collection}/trash:purge").format(collection="work"),
+        json={"ids": [directive]},
+    )
+    assert r.status_code == 200 and r.json()["purgedCount"] == "1", r.text
+    r = await http.get("/v1/collections/work/trash")
+    assert r.status_code == 200 and r.json() == {}
+
     # this server has no ENGRAM_BACKUP_DIR: the call is transcoded and refused by the service
     r = await http.post(used("POST", "/v1/admin:backup"), json={"directory": "/tmp/engram-backup"})
     assert r.status_code == 400 and reason_of(r) == "ERROR_REASON_INVALID_ARGUMENT"

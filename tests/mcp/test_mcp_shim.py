@@ -109,9 +109,19 @@ async def test_add_search_update_delete_through_the_tools(engram: AsyncEngramCli
         refused = error_text(await mcp.call_tool("memory_delete", {"id": memory_id}))
         assert "PROTECTED_MEMORY" in refused and "force=true" in refused
         deleted = payload(await mcp.call_tool("memory_delete", {"id": memory_id, "force": True}))
-        assert [m["id"] for m in deleted["deleted"]] == [memory_id]
+        assert [m["id"] for m in deleted["deleted"]] == [memory_id] and deleted["restorable_until"]
         with pytest.raises(MemoryNotFoundError):
             await engram.get(memory_id)
+        # the trash: listed, a clear hint on the deleted id, and undone
+        trash = payload(await mcp.call_tool("memory_trash", {}))
+        assert [m["id"] for m in trash["memories"]] == [memory_id] and trash["memories"][0]["purge_at"]
+        hint = error_text(await mcp.call_tool("memory_update", {"id": memory_id, "new_content": "x"}))
+        assert "memory_restore" in hint
+        restored = payload(await mcp.call_tool("memory_restore", {"id": memory_id}))
+        assert restored["memory"]["id"] == memory_id and "trashed_at" not in restored["memory"]
+        assert (await engram.get(memory_id)).memory.version == 2
+        again = error_text(await mcp.call_tool("memory_restore", {"id": memory_id}))
+        assert "MEMORY_NOT_FOUND" in again
 
 
 async def test_errors_tell_the_model_what_to_do(engram: AsyncEngramClient) -> None:
@@ -152,7 +162,7 @@ async def test_read_only_mode_registers_no_write_tool(engram: AsyncEngramClient)
     await engram.add("The deploy freeze starts on Friday.", importance=6)
     async with Client(EngramMcp(ShimSettings(read_only=True), client=engram).server) as mcp:
         names = {t.name for t in (await mcp.list_tools()).tools}
-        assert names == {"memory_search"}
+        assert names == set(READ_TOOLS) == {"memory_search", "memory_trash"}
         assert error_text(await mcp.call_tool("memory_add", {"content": "sneaky write"}))
         found = payload(await mcp.call_tool("memory_search", {"query": "when does the deploy freeze start"}))
         assert found["results"][0]["content"] == "The deploy freeze starts on Friday."
@@ -220,7 +230,7 @@ async def test_stdio_transport(engram: AsyncEngramClient, engram_server: str) ->
         env=_shim_env(engram_server, ENGRAM_MCP_COLLECTION="plants", ENGRAM_MCP_READ_ONLY="1"),
     )
     async with Client(params) as mcp:
-        assert {t.name for t in (await mcp.list_tools()).tools} == {"memory_search"}
+        assert {t.name for t in (await mcp.list_tools()).tools} == set(READ_TOOLS)
         found = payload(await mcp.call_tool("memory_search", {"query": "when are plants watered"}))
         assert found["results"][0]["content"] == "The office plants are watered on Mondays."
 

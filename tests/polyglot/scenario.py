@@ -42,6 +42,10 @@ REQUEST_TYPES: dict[str, type[Message]] = {
     "ListCollections": memory_service_pb2.ListCollectionsRequest,
     "DeleteCollection": memory_service_pb2.DeleteCollectionRequest,
     "ExtractMemories": memory_service_pb2.ExtractMemoriesRequest,
+    "ListTrash": memory_service_pb2.ListTrashRequest,
+    "RestoreMemory": memory_service_pb2.RestoreMemoryRequest,
+    "PurgeTrash": memory_service_pb2.PurgeTrashRequest,
+    "RestoreCollection": memory_service_pb2.RestoreCollectionRequest,
 }
 
 
@@ -145,6 +149,17 @@ class Observer:
                     for x in resp.memories
                 ],
             }
+        if call == "ListTrash":
+            return {"id_set": sorted(self.name(m.id) for m in resp.memories)}
+        if call == "RestoreMemory":
+            return {
+                "memory": self.memory(resp.memory),
+                "near_duplicates": [self.name(s.id) for s in resp.near_duplicates],
+            }
+        if call == "PurgeTrash":
+            return {"purged_count": resp.purged_count}
+        if call == "RestoreCollection":
+            return {"name": resp.collection.name, "memory_count": resp.collection.memory_count}
         raise ScenarioFailure(f"unknown call {call}")
 
     def error(self, exc: grpc.RpcError) -> dict[str, Any]:

@@ -379,6 +379,27 @@ async def test_dedup_against_existing_insights(st: Stub, llm: Llm, clock: Manual
     assert (await reflect(st, dry_run=True, force=True)).unreflected_count == 5
 
 
+async def test_dedup_keeps_insights_whose_specifics_differ(st: Stub, llm: Llm, clock: ManualClock) -> None:
+    """Reflection's own dedup checks the specifics as the write gate does: the same lesson with
+    another number is a different insight, against stored insights and within one run."""
+    await seed(st)
+    base = json.loads(GOOD)["insights"][0]
+    first = dict(base, content="Restoring the production database from backup takes about 2 hours.")
+    llm.replies.append(chat_reply(insights(first)))
+    done = await reflect(st)
+    assert done.outcome == s.REFLECTION_OUTCOME_COMPLETED
+    for text in LESSONS[:5]:
+        await st.AddMemory(s.AddMemoryRequest(content=text, importance=9))
+    clock.advance(3 * HOUR)
+    changed = dict(base, content="Restoring the production database from backup takes about 6 hours.")
+    copy = dict(base, content="Restoring the production database from backup takes about 2 hours.")
+    llm.replies.append(chat_reply(insights(changed, copy)))
+    r = await reflect(st)
+    assert r.outcome == s.REFLECTION_OUTCOME_COMPLETED, r.detail
+    assert [i.content for i in r.insights] == [changed["content"]]
+    assert [d.id for d in r.duplicates] == [done.insights[0].id]  # the copy is still a duplicate
+
+
 async def test_no_llm_configured_is_a_clear_precondition(tmp_path: Path) -> None:
     async with running_server(tmp_path) as server, grpc.aio.insecure_channel(server.address) as ch:
         with pytest.raises(grpc.aio.AioRpcError) as info:

@@ -58,6 +58,11 @@ NEEDS = {
     "ListGateDecisions": "read",
     "ListReflectionRuns": "read",
     "ExtractMemories": "write",
+    "ListTrash": "read",
+    "RestoreMemory": "write",
+    "PurgeTrash": "write",
+    "PurgeTrash(collection)": "admin",
+    "RestoreCollection": "admin",
     "ExportMemories": "admin",  # admin on each collection exported
     "ImportMemories": "admin",  # store-wide: only a "*" admin grant
     "BackupStore": "admin",  # store-wide
@@ -70,6 +75,9 @@ def expected(caller: str, call: str) -> str:
     if caller in ("no_key", "bad_key"):
         return UNAUTH
     return OK if RANK[HOLDS[caller]] >= RANK[NEEDS[call]] else DENIED
+
+
+NOT_TRASHED = "00000000-0000-4000-8000-000000000000"
 
 
 def requests(memory_id: str) -> dict[str, tuple[str, Any]]:
@@ -104,6 +112,15 @@ def requests(memory_id: str) -> dict[str, tuple[str, Any]]:
             "ExtractMemories",
             s.ExtractMemoriesRequest(collection="alpha", text="I prefer tabs over spaces.", dry_run=True),
         ),
+        # The trash calls name nothing in the trash: past auth they answer NOT_FOUND, harmlessly.
+        "ListTrash": ("ListTrash", s.ListTrashRequest(collection="alpha")),
+        "RestoreMemory": ("RestoreMemory", s.RestoreMemoryRequest(collection="alpha", id=NOT_TRASHED)),
+        "PurgeTrash": ("PurgeTrash", s.PurgeTrashRequest(collection="alpha", ids=[NOT_TRASHED])),
+        "PurgeTrash(collection)": (
+            "PurgeTrash",
+            s.PurgeTrashRequest(collection="alpha", purge_collection=True),
+        ),
+        "RestoreCollection": ("RestoreCollection", s.RestoreCollectionRequest(name="alpha")),
         "ExportMemories": ("ExportMemories", s.ExportMemoriesRequest(collections=["alpha"])),
         # An empty file: the admin cell imports nothing.
         "ImportMemories": ("ImportMemories", s.ImportMemoriesRequest(collection="alpha")),

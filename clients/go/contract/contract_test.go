@@ -131,6 +131,14 @@ func (r *runner) step(st step) (any, error) {
 		req = &engramv1.DeleteCollectionRequest{}
 	case "ExtractMemories":
 		req = &engramv1.ExtractMemoriesRequest{}
+	case "ListTrash":
+		req = &engramv1.ListTrashRequest{}
+	case "RestoreMemory":
+		req = &engramv1.RestoreMemoryRequest{}
+	case "PurgeTrash":
+		req = &engramv1.PurgeTrashRequest{}
+	case "RestoreCollection":
+		req = &engramv1.RestoreCollectionRequest{}
 	default:
 		return nil, fmt.Errorf("unknown call %q", st.Call)
 	}
@@ -253,6 +261,35 @@ func (r *runner) step(st step) (any, error) {
 			"redactions":   redactions,
 			"memories":     memories,
 		}
+	case *engramv1.ListTrashRequest:
+		resp, err := r.client.ListTrash(ctx, q)
+		if err != nil {
+			return normalize(r.rpcError(err))
+		}
+		obs = map[string]any{"id_set": r.sortedNames(resp.GetMemories())}
+	case *engramv1.RestoreMemoryRequest:
+		resp, err := r.client.RestoreMemory(ctx, q)
+		if err != nil {
+			return normalize(r.rpcError(err))
+		}
+		near := []any{}
+		for _, s := range resp.GetNearDuplicates() {
+			near = append(near, r.name(s.GetId()))
+		}
+		obs = map[string]any{"memory": r.memory(resp.GetMemory()), "near_duplicates": near}
+	case *engramv1.PurgeTrashRequest:
+		resp, err := r.client.PurgeTrash(ctx, q)
+		if err != nil {
+			return normalize(r.rpcError(err))
+		}
+		obs = map[string]any{"purged_count": resp.GetPurgedCount()}
+	case *engramv1.RestoreCollectionRequest:
+		resp, err := r.client.RestoreCollection(ctx, q)
+		if err != nil {
+			return normalize(r.rpcError(err))
+		}
+		c := resp.GetCollection()
+		obs = map[string]any{"name": c.GetName(), "memory_count": c.GetMemoryCount()}
 	}
 	return normalize(obs)
 }

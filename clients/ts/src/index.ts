@@ -35,6 +35,14 @@ import type { RunReflectionRequest } from './gen/engram/v1/RunReflectionRequest'
 import type { RunReflectionResponse__Output } from './gen/engram/v1/RunReflectionResponse';
 import type { ExtractMemoriesRequest } from './gen/engram/v1/ExtractMemoriesRequest';
 import type { ExtractMemoriesResponse__Output } from './gen/engram/v1/ExtractMemoriesResponse';
+import type { ListTrashRequest } from './gen/engram/v1/ListTrashRequest';
+import type { ListTrashResponse__Output } from './gen/engram/v1/ListTrashResponse';
+import type { RestoreMemoryRequest } from './gen/engram/v1/RestoreMemoryRequest';
+import type { RestoreMemoryResponse__Output } from './gen/engram/v1/RestoreMemoryResponse';
+import type { PurgeTrashRequest } from './gen/engram/v1/PurgeTrashRequest';
+import type { PurgeTrashResponse__Output } from './gen/engram/v1/PurgeTrashResponse';
+import type { RestoreCollectionRequest } from './gen/engram/v1/RestoreCollectionRequest';
+import type { RestoreCollectionResponse__Output } from './gen/engram/v1/RestoreCollectionResponse';
 
 export type { MemoryServiceClient } from './gen/engram/v1/MemoryService';
 export type { Memory__Output as Memory } from './gen/engram/v1/Memory';
@@ -88,6 +96,10 @@ export interface Rpcs {
   DeleteCollection: [DeleteCollectionRequest, DeleteCollectionResponse__Output];
   RunReflection: [RunReflectionRequest, RunReflectionResponse__Output];
   ExtractMemories: [ExtractMemoriesRequest, ExtractMemoriesResponse__Output];
+  ListTrash: [ListTrashRequest, ListTrashResponse__Output];
+  RestoreMemory: [RestoreMemoryRequest, RestoreMemoryResponse__Output];
+  PurgeTrash: [PurgeTrashRequest, PurgeTrashResponse__Output];
+  RestoreCollection: [RestoreCollectionRequest, RestoreCollectionResponse__Output];
 }
 
 type Callback = (err: grpc.ServiceError | null, res?: unknown) => void;

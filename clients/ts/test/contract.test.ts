@@ -157,6 +157,23 @@ class Runner {
             })),
           };
         }
+        case 'ListTrash': {
+          const r = await call(c, 'ListTrash', request);
+          return { id_set: this.sortedNames(r.memories) };
+        }
+        case 'RestoreMemory': {
+          const r = await call(c, 'RestoreMemory', request);
+          return { memory: this.memory(r.memory), near_duplicates: r.near_duplicates.map((s) => this.name(s.id)) };
+        }
+        case 'PurgeTrash': {
+          const r = await call(c, 'PurgeTrash', request);
+          return { purged_count: Number(r.purged_count) };
+        }
+        case 'RestoreCollection': {
+          const r = await call(c, 'RestoreCollection', request);
+          if (r.collection === null) throw new Error('response without a collection');
+          return { name: r.collection.name, memory_count: Number(r.collection.memory_count) };
+        }
         default:
           throw new Error(`unknown call ${step.call}`);
       }

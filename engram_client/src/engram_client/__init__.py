@@ -10,6 +10,7 @@ from engram_client.config import ConnectionConfig, RetryPolicy
 from engram_client.errors import (
     AlreadyExistsError,
     AmbiguousMatchError,
+    CollectionInTrashError,
     CollectionNotFoundError,
     DeadlineExceededError,
     EmbedderUnavailableError,
@@ -57,6 +58,7 @@ from engram_client.models import (
     ReflectionOutcome,
     ReflectionResult,
     ReflectionRun,
+    RestoreResult,
     ScoreBreakdown,
     SearchResult,
     SearchResults,
@@ -65,6 +67,7 @@ from engram_client.models import (
     SourceType,
     SpecificConflict,
     ToolObservation,
+    TrashedCollection,
     UpdateResult,
 )
 
@@ -76,6 +79,7 @@ __all__ = [
     "AlreadyExistsError",
     "AmbiguousMatchError",
     "AsyncEngramClient",
+    "CollectionInTrashError",
     "CollectionInfo",
     "CollectionNotFoundError",
     "ConnectionConfig",
@@ -115,6 +119,7 @@ __all__ = [
     "ReflectionResult",
     "ReflectionRun",
     "ResourceExhaustedError",
+    "RestoreResult",
     "RetryPolicy",
     "ScoreBreakdown",
     "SearchResult",
@@ -127,6 +132,7 @@ __all__ = [
     "StorageUnavailableError",
     "ThresholdTooLowError",
     "ToolObservation",
+    "TrashedCollection",
     "UnauthenticatedError",
     "UnavailableError",
     "UnimplementedError",

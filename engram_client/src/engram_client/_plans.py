@@ -17,6 +17,7 @@ from google.protobuf.message import Message
 
 from engram_client import _convert
 from engram_client.errors import (
+    CollectionInTrashError,
     CollectionNotFoundError,
     EngramError,
     MemoryNotFoundError,
@@ -38,12 +39,14 @@ from engram_client.models import (
     RankingWeights,
     ReflectionResult,
     ReflectionRun,
+    RestoreResult,
     SearchResults,
     Source,
     SourceName,
     SourceType,
     SourceTypeName,
     ToolObservation,
+    TrashedCollection,
     UpdateResult,
 )
 from engram_client.proto.engram.v1 import memory_service_pb2
@@ -60,7 +63,7 @@ class Plan(Generic[R]):
     retry: bool = True
     #: If a retry (after an UNAVAILABLE attempt) fails with this error, the lost attempt most
     #: likely did the work: answer ``gone()`` instead of raising.
-    gone_error: type[EngramError] | None = None
+    gone_error: type[EngramError] | tuple[type[EngramError], ...] | None = None
     gone: Callable[[], R] | None = None
     #: The error the call raises for the one it got, when the plan says it more clearly
     #: (raised ``from`` the original).
@@ -291,9 +294,40 @@ def delete_collection(name: str) -> Plan[DeleteCollectionResult]:
         "DeleteCollection",
         memory_service_pb2.DeleteCollectionRequest(name=name),
         _convert.delete_collection_result,
-        gone_error=CollectionNotFoundError,
+        # (in the trash after the lost attempt, or dropped when the server's trash is off)
+        gone_error=(CollectionNotFoundError, CollectionInTrashError),
         gone=lambda: DeleteCollectionResult(deleted_count=0, deleted_at=None, already_deleted=True),
     )
+
+
+def list_trash(*, collection: str | None, page_size: int, page_token: str | None) -> Plan[Page]:
+    req = memory_service_pb2.ListTrashRequest(
+        collection=collection or "", page_size=page_size, page_token=page_token or ""
+    )
+    return Plan("ListTrash", req, _convert.trash_page)
+
+
+def restore(id: str, *, collection: str | None) -> Plan[RestoreResult]:
+    req = memory_service_pb2.RestoreMemoryRequest(collection=collection or "", id=id)
+    # Not retried blindly: a lost answer that did restore would read as MEMORY_NOT_FOUND after.
+    return Plan("RestoreMemory", req, _convert.restore_result, retry=False)
+
+
+def purge_trash(*, collection: str | None, ids: Sequence[str], purge_collection: bool) -> Plan[int]:
+    req = memory_service_pb2.PurgeTrashRequest(
+        collection=collection or "", ids=list(ids), purge_collection=purge_collection
+    )
+    return Plan("PurgeTrash", req, _convert.purged_count, retry=not ids and not purge_collection)
+
+
+def list_trashed_collections() -> Plan[list[TrashedCollection]]:
+    req = memory_service_pb2.ListCollectionsRequest(include_trashed=True)
+    return Plan("ListCollections", req, _convert.trashed_collections)
+
+
+def restore_collection(name: str) -> Plan[CollectionInfo]:
+    req = memory_service_pb2.RestoreCollectionRequest(name=name)
+    return Plan("RestoreCollection", req, _convert.restored_collection, retry=False)
 
 
 def run_reflection(*, collection: str | None, dry_run: bool, force: bool) -> Plan[ReflectionResult]:

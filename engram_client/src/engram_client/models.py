@@ -140,7 +140,7 @@ class Memory:
     metadata: Mapping[str, str] = field(hash=False)
     created_at: datetime
     updated_at: datetime
-    #: When the memory expires and is hard-deleted; ``None`` means never.
+    #: When the memory expires and is hard-deleted (in the trash or not); ``None`` means never.
     valid_until: datetime | None
     version: int
     #: Set on history versions only: the id of the current memory that replaced this one.
@@ -152,6 +152,10 @@ class Memory:
     derived_from: tuple[str, ...] = ()
     #: A low-confidence reflection insight kept as a draft (never returned by search).
     draft: bool = False
+    #: Set only for a memory in the trash (:meth:`EngramClient.list_trash`): when it was deleted.
+    trashed_at: datetime | None = None
+    #: Set only for a memory in the trash: when the server purges it for good.
+    purge_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,6 +312,9 @@ class DeleteResult:
     deleted_count: int | None = None
     #: True when ``deleted`` lists only those that fit in one answer; the deletion is complete.
     truncated: bool = False
+    #: Until when :meth:`EngramClient.restore` can bring them back; ``None`` when the deletion is
+    #: final (the server's trash is off) or for a dry run.
+    purge_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -351,6 +358,29 @@ class DeleteCollectionResult:
     deleted_at: datetime | None
     #: True when an attempt failed with UNAVAILABLE and the retry found the collection gone.
     already_deleted: bool = False
+    #: Until when :meth:`EngramClient.restore_collection` can bring it back; ``None`` when final.
+    purge_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TrashedCollection:
+    """A deleted collection still in the trash."""
+
+    name: str
+    memory_count: int
+    trashed_at: datetime | None
+    purge_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreResult:
+    """The answer of :meth:`EngramClient.restore`."""
+
+    #: The memory, live again, as it was when deleted (same id, content, timestamps, TTL).
+    memory: Memory
+    #: Live memories in its near-duplicate zone or above, most similar first: near-copies written
+    #: while it was in the trash (a restore does not go through the write gate).
+    near_duplicates: tuple[SimilarMemory, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

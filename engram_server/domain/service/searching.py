@@ -14,6 +14,7 @@ import numpy as np
 from opentelemetry import metrics
 
 from engram_server.domain.errors import (
+    CollectionInTrash,
     CollectionNotFound,
     EmbeddingMismatch,
 )
@@ -197,8 +198,8 @@ class Searching(ServiceCore):
                     continue
                 try:
                     spec = await self._existing(stored.name)
-                except EmbeddingMismatch:
-                    continue  # built with another model: this server cannot search it at all
+                except (EmbeddingMismatch, CollectionInTrash):
+                    continue  # built with another model (this server cannot search it), or trashed
                 if spec is not None:
                     found.append(spec)
             return found

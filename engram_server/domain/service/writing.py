@@ -18,6 +18,7 @@ from engram_server.domain.errors import (
     IdempotencyConflict,
     InvalidArgument,
 )
+from engram_server.domain.gate_replay import replayed_gate
 from engram_server.domain.model import (
     NEVER,
     MemoryRecord,
@@ -208,7 +209,11 @@ class Writing(ServiceCore):
             for index, (item, vector) in enumerate(zip(items, vectors, strict=True)):
                 cmd = item.cmd
                 if cmd.request_id in used:
-                    results.append(await self._replay(collection, used[cmd.request_id], item.request_hash))
+                    results.append(
+                        await self._replay(
+                            collection, used[cmd.request_id], item.request_hash, cmd.allow_duplicate
+                        )
+                    )
                     continue
                 earlier = [(record, vec) for _, record, vec in new.values()]
                 allow = cmd.allow_duplicate
@@ -409,9 +414,12 @@ class Writing(ServiceCore):
         records, _ = await self._store.scroll(collection, StoreFilter(request_ids=wanted), limit=len(wanted))
         return {r.request_id: r for r in records if r.request_id}
 
-    async def _replay(self, collection: str, first: MemoryRecord, request_hash: str | None) -> AddResult:
-        """The answer to a repeated request_id: the memory it created (or a conflict if the
-        request differs)."""
+    async def _replay(
+        self, collection: str, first: MemoryRecord, request_hash: str | None, allow_duplicate: bool = False
+    ) -> AddResult:
+        """The answer to a repeated request_id: the memory it created, with the near duplicates and
+        the gate's reasons the first answer gave (:func:`replayed_gate`), or a conflict if the
+        request differs."""
         if first.request_hash != request_hash:
             raise IdempotencyConflict(
                 f"request_id {first.request_id!r} was already used for a different request",
@@ -420,4 +428,5 @@ class Writing(ServiceCore):
         near_ids = [i for i, _ in first.near_duplicates]
         found = {p.record.id: p.record for p in await self._store.retrieve(collection, near_ids)}
         near = tuple(Similar(found[i], s) for i, s in first.near_duplicates if i in found)
-        return AddResult(first, AddOutcome.CREATED, 0.0, near, replayed=True)
+        near, reason = replayed_gate(first.content, near, self.policy, allow_duplicate=allow_duplicate)
+        return AddResult(first, AddOutcome.CREATED, 0.0, near, replayed=True, reason=reason)

@@ -54,8 +54,15 @@ from engram_mcp.settings import ShimSettings
 
 __all__ = ["INSTRUCTIONS", "READ_TOOLS", "WRITE_TOOLS", "EngramMcp"]
 
-READ_TOOLS = ("memory_search",)
-WRITE_TOOLS = ("memory_add", "memory_update", "memory_delete", "reflection_run", "memory_extract")
+READ_TOOLS = ("memory_search", "memory_trash")
+WRITE_TOOLS = (
+    "memory_add",
+    "memory_update",
+    "memory_delete",
+    "memory_restore",
+    "reflection_run",
+    "memory_extract",
+)
 REFLECTION_UNAVAILABLE = "reflection is not available on this server"
 
 INSTRUCTIONS = """\
@@ -105,6 +112,10 @@ def _memory(m: Memory) -> dict[str, Any]:
         out["derived_from"] = list(m.derived_from)
     if m.draft:
         out["draft"] = True
+    if m.trashed_at is not None:
+        out["trashed_at"] = m.trashed_at.isoformat()
+    if m.purge_at is not None:
+        out["purge_at"] = m.purge_at.isoformat()
     return out
 
 
@@ -167,7 +178,10 @@ def _update(r: UpdateResult) -> dict[str, Any]:
 
 
 def _delete(r: DeleteResult) -> dict[str, Any]:
-    return {"dry_run": r.dry_run, "deleted": [_memory(m) for m in r.deleted], "count": len(r.deleted)}
+    out = {"dry_run": r.dry_run, "deleted": [_memory(m) for m in r.deleted], "count": len(r.deleted)}
+    if r.purge_at is not None:
+        out["restorable_until"] = r.purge_at.isoformat()
+    return out
 
 
 def _reflection(r: ReflectionResult) -> dict[str, Any]:
@@ -231,6 +245,8 @@ def _tool_error(error: EngramError, target: str | None = None) -> ToolError:
         hint = f"Use a threshold of at least {error.min_threshold or 0.85}."
     elif isinstance(error, NoMatchError):
         hint = "Nothing matched closely enough. Use memory_search to find the memory and pass its id."
+    elif isinstance(error, MemoryNotFoundError) and error.metadata.get("trashed") == "true":
+        hint = "That memory was deleted and is in the trash; memory_restore brings it back."
     elif isinstance(error, MemoryNotFoundError):
         hint = "No memory with that id exists here. Use memory_search to find current ids."
     elif isinstance(error, LlmNotConfiguredError):
@@ -306,6 +322,7 @@ class EngramMcp:
         pinned = self.settings.collection
         read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
         self._add_tool(self.memory_search, read_only, collections=[pinned] if pinned else None)
+        self._add_tool(self.memory_trash, read_only)
         if self.settings.read_only:
             return
         self._add_tool(self.memory_add, ToolAnnotations(read_only_hint=False, destructive_hint=False))
@@ -314,6 +331,10 @@ class EngramMcp:
             ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True),
         )
         self._add_tool(self.memory_delete, ToolAnnotations(read_only_hint=False, destructive_hint=True))
+        self._add_tool(
+            self.memory_restore,
+            ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False),
+        )
         self._add_tool(self.reflection_run, ToolAnnotations(read_only_hint=False, destructive_hint=False))
         self._add_tool(self.memory_extract, ToolAnnotations(read_only_hint=False, destructive_hint=False))
 
@@ -520,8 +541,9 @@ class EngramMcp:
             str | None, Field(description="The collection (default: the server's default).")
         ] = None,
     ) -> dict[str, Any]:
-        """Permanently delete a memory that is wrong or that the user asked to forget (with its
-        history). Give `id` (from memory_search) or `query`. When in doubt, use dry_run first.
+        """Delete a memory that is wrong or that the user asked to forget (with its history). It goes
+        to the trash: memory_restore brings it back until `restorable_until`, then it is gone for
+        good. Give `id` (from memory_search) or `query`. When in doubt, use dry_run first.
         Outdated facts are better corrected with memory_update."""
         try:
             client = await self.client()
@@ -539,6 +561,43 @@ class EngramMcp:
         except EngramError as exc:
             raise self._tool_error(exc) from exc
         return _delete(result)
+
+    async def memory_trash(
+        self,
+        *,
+        limit: Annotated[int, Field(ge=1, le=100, description="At most this many (default 20).")] = 20,
+        collection: Annotated[
+            str | None, Field(description="The collection (default: the server's default).")
+        ] = None,
+    ) -> dict[str, Any]:
+        """List recently deleted memories still in the trash (each with `purge_at`, when it is gone
+        for good), e.g. to undo a deletion with memory_restore."""
+        try:
+            client = await self.client()
+            page = await client.list_trash(collection=collection, page_size=limit)
+        except EngramError as exc:
+            raise self._tool_error(exc) from exc
+        return {"memories": [_memory(m) for m in page.memories], "more": page.next_page_token is not None}
+
+    async def memory_restore(
+        self,
+        *,
+        id: Annotated[str, Field(description="The deleted memory's id, from memory_delete or memory_trash.")],
+        collection: Annotated[
+            str | None, Field(description="The collection (default: the server's default).")
+        ] = None,
+    ) -> dict[str, Any]:
+        """Undo a deletion: bring a memory back from the trash as it was. If a similar memory was
+        added since, it is listed in `near_duplicates`: then keep one (memory_delete the other)."""
+        try:
+            client = await self.client()
+            result = await client.restore(id, collection=collection)
+        except EngramError as exc:
+            raise self._tool_error(exc) from exc
+        out: dict[str, Any] = {"memory": _memory(result.memory)}
+        if result.near_duplicates:
+            out["near_duplicates"] = [_similar(s) for s in result.near_duplicates]
+        return out
 
     async def reflection_run(
         self,

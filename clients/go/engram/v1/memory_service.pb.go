@@ -1851,7 +1851,10 @@ type DeleteMemoryResponse struct {
 	DeletedCount int32 `protobuf:"varint,3,opt,name=deleted_count,json=deletedCount,proto3" json:"deleted_count,omitempty"`
 	// True when deleted lists only the first deleted_count memories that fit in one message
 	// (the server's ENGRAM_MAX_MESSAGE_BYTES); the deletion itself is complete.
-	Truncated     bool `protobuf:"varint,4,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	Truncated bool `protobuf:"varint,4,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	// When the deleted memories leave the trash for good (RestoreMemory works until then).
+	// Unset when the deletion is final (the trash is off) or for dry_run.
+	PurgeAt       *timestamppb.Timestamp `protobuf:"bytes,40,opt,name=purge_at,json=purgeAt,proto3" json:"purge_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1912,6 +1915,13 @@ func (x *DeleteMemoryResponse) GetTruncated() bool {
 		return x.Truncated
 	}
 	return false
+}
+
+func (x *DeleteMemoryResponse) GetPurgeAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.PurgeAt
+	}
+	return nil
 }
 
 // GetMemoryRequest reads one memory.
@@ -2187,9 +2197,11 @@ func (x *ListMemoriesResponse) GetNextPageToken() string {
 
 // ListCollectionsRequest lists collections. It has no parameters.
 type ListCollectionsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Also list the collections in the trash (in ListCollectionsResponse.trashed).
+	IncludeTrashed bool `protobuf:"varint,40,opt,name=include_trashed,json=includeTrashed,proto3" json:"include_trashed,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ListCollectionsRequest) Reset() {
@@ -2222,11 +2234,20 @@ func (*ListCollectionsRequest) Descriptor() ([]byte, []int) {
 	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{21}
 }
 
+func (x *ListCollectionsRequest) GetIncludeTrashed() bool {
+	if x != nil {
+		return x.IncludeTrashed
+	}
+	return false
+}
+
 // ListCollectionsResponse lists collections.
 type ListCollectionsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The collections, by name.
-	Collections   []*CollectionInfo `protobuf:"bytes,1,rep,name=collections,proto3" json:"collections,omitempty"`
+	// The collections, by name (not those in the trash).
+	Collections []*CollectionInfo `protobuf:"bytes,1,rep,name=collections,proto3" json:"collections,omitempty"`
+	// With include_trashed: the collections in the trash, by name.
+	Trashed       []*TrashedCollection `protobuf:"bytes,40,rep,name=trashed,proto3" json:"trashed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2268,6 +2289,86 @@ func (x *ListCollectionsResponse) GetCollections() []*CollectionInfo {
 	return nil
 }
 
+func (x *ListCollectionsResponse) GetTrashed() []*TrashedCollection {
+	if x != nil {
+		return x.Trashed
+	}
+	return nil
+}
+
+// TrashedCollection is a deleted collection still in the trash.
+type TrashedCollection struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The collection's name.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Memories (current versions, not expired) it held when listed.
+	MemoryCount int64 `protobuf:"varint,2,opt,name=memory_count,json=memoryCount,proto3" json:"memory_count,omitempty"`
+	// When DeleteCollection moved it to the trash.
+	TrashedAt *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=trashed_at,json=trashedAt,proto3" json:"trashed_at,omitempty"`
+	// When the sweeper drops it for good (RestoreCollection works until then).
+	PurgeAt       *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=purge_at,json=purgeAt,proto3" json:"purge_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TrashedCollection) Reset() {
+	*x = TrashedCollection{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TrashedCollection) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TrashedCollection) ProtoMessage() {}
+
+func (x *TrashedCollection) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TrashedCollection.ProtoReflect.Descriptor instead.
+func (*TrashedCollection) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *TrashedCollection) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *TrashedCollection) GetMemoryCount() int64 {
+	if x != nil {
+		return x.MemoryCount
+	}
+	return 0
+}
+
+func (x *TrashedCollection) GetTrashedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.TrashedAt
+	}
+	return nil
+}
+
+func (x *TrashedCollection) GetPurgeAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.PurgeAt
+	}
+	return nil
+}
+
 // DeleteCollectionRequest removes a collection with everything in it.
 type DeleteCollectionRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2279,7 +2380,7 @@ type DeleteCollectionRequest struct {
 
 func (x *DeleteCollectionRequest) Reset() {
 	*x = DeleteCollectionRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[23]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2291,7 +2392,7 @@ func (x *DeleteCollectionRequest) String() string {
 func (*DeleteCollectionRequest) ProtoMessage() {}
 
 func (x *DeleteCollectionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[23]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2304,7 +2405,7 @@ func (x *DeleteCollectionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteCollectionRequest.ProtoReflect.Descriptor instead.
 func (*DeleteCollectionRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{23}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DeleteCollectionRequest) GetName() string {
@@ -2320,14 +2421,17 @@ type DeleteCollectionResponse struct {
 	// How many memories (including history versions) were removed.
 	DeletedCount int64 `protobuf:"varint,1,opt,name=deleted_count,json=deletedCount,proto3" json:"deleted_count,omitempty"`
 	// When the deletion happened.
-	DeletedAt     *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=deleted_at,json=deletedAt,proto3" json:"deleted_at,omitempty"`
+	DeletedAt *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=deleted_at,json=deletedAt,proto3" json:"deleted_at,omitempty"`
+	// When the collection leaves the trash for good (RestoreCollection works until then).
+	// Unset when the deletion is final (the trash is off).
+	PurgeAt       *timestamppb.Timestamp `protobuf:"bytes,40,opt,name=purge_at,json=purgeAt,proto3" json:"purge_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DeleteCollectionResponse) Reset() {
 	*x = DeleteCollectionResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[24]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2339,7 +2443,7 @@ func (x *DeleteCollectionResponse) String() string {
 func (*DeleteCollectionResponse) ProtoMessage() {}
 
 func (x *DeleteCollectionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[24]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2352,7 +2456,7 @@ func (x *DeleteCollectionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteCollectionResponse.ProtoReflect.Descriptor instead.
 func (*DeleteCollectionResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{24}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DeleteCollectionResponse) GetDeletedCount() int64 {
@@ -2365,6 +2469,13 @@ func (x *DeleteCollectionResponse) GetDeletedCount() int64 {
 func (x *DeleteCollectionResponse) GetDeletedAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.DeletedAt
+	}
+	return nil
+}
+
+func (x *DeleteCollectionResponse) GetPurgeAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.PurgeAt
 	}
 	return nil
 }
@@ -2385,7 +2496,7 @@ type RunReflectionRequest struct {
 
 func (x *RunReflectionRequest) Reset() {
 	*x = RunReflectionRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[25]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2397,7 +2508,7 @@ func (x *RunReflectionRequest) String() string {
 func (*RunReflectionRequest) ProtoMessage() {}
 
 func (x *RunReflectionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[25]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2410,7 +2521,7 @@ func (x *RunReflectionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunReflectionRequest.ProtoReflect.Descriptor instead.
 func (*RunReflectionRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{25}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RunReflectionRequest) GetCollection() string {
@@ -2470,7 +2581,7 @@ type RunReflectionResponse struct {
 
 func (x *RunReflectionResponse) Reset() {
 	*x = RunReflectionResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[26]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2482,7 +2593,7 @@ func (x *RunReflectionResponse) String() string {
 func (*RunReflectionResponse) ProtoMessage() {}
 
 func (x *RunReflectionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[26]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2495,7 +2606,7 @@ func (x *RunReflectionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunReflectionResponse.ProtoReflect.Descriptor instead.
 func (*RunReflectionResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{26}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RunReflectionResponse) GetOutcome() ReflectionOutcome {
@@ -2602,7 +2713,7 @@ type ListGateDecisionsRequest struct {
 
 func (x *ListGateDecisionsRequest) Reset() {
 	*x = ListGateDecisionsRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[27]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2614,7 +2725,7 @@ func (x *ListGateDecisionsRequest) String() string {
 func (*ListGateDecisionsRequest) ProtoMessage() {}
 
 func (x *ListGateDecisionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[27]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2627,7 +2738,7 @@ func (x *ListGateDecisionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGateDecisionsRequest.ProtoReflect.Descriptor instead.
 func (*ListGateDecisionsRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{27}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListGateDecisionsRequest) GetCollection() string {
@@ -2667,7 +2778,7 @@ type GateDecision struct {
 
 func (x *GateDecision) Reset() {
 	*x = GateDecision{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[28]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2679,7 +2790,7 @@ func (x *GateDecision) String() string {
 func (*GateDecision) ProtoMessage() {}
 
 func (x *GateDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[28]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2692,7 +2803,7 @@ func (x *GateDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GateDecision.ProtoReflect.Descriptor instead.
 func (*GateDecision) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{28}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GateDecision) GetDecidedAt() *timestamppb.Timestamp {
@@ -2757,7 +2868,7 @@ type ListGateDecisionsResponse struct {
 
 func (x *ListGateDecisionsResponse) Reset() {
 	*x = ListGateDecisionsResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[29]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2769,7 +2880,7 @@ func (x *ListGateDecisionsResponse) String() string {
 func (*ListGateDecisionsResponse) ProtoMessage() {}
 
 func (x *ListGateDecisionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[29]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2782,7 +2893,7 @@ func (x *ListGateDecisionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGateDecisionsResponse.ProtoReflect.Descriptor instead.
 func (*ListGateDecisionsResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{29}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListGateDecisionsResponse) GetDecisions() []*GateDecision {
@@ -2812,7 +2923,7 @@ type ListReflectionRunsRequest struct {
 
 func (x *ListReflectionRunsRequest) Reset() {
 	*x = ListReflectionRunsRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[30]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2824,7 +2935,7 @@ func (x *ListReflectionRunsRequest) String() string {
 func (*ListReflectionRunsRequest) ProtoMessage() {}
 
 func (x *ListReflectionRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[30]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2837,7 +2948,7 @@ func (x *ListReflectionRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReflectionRunsRequest.ProtoReflect.Descriptor instead.
 func (*ListReflectionRunsRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{30}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListReflectionRunsRequest) GetCollection() string {
@@ -2881,7 +2992,7 @@ type ReflectionRun struct {
 
 func (x *ReflectionRun) Reset() {
 	*x = ReflectionRun{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[31]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2893,7 +3004,7 @@ func (x *ReflectionRun) String() string {
 func (*ReflectionRun) ProtoMessage() {}
 
 func (x *ReflectionRun) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[31]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2906,7 +3017,7 @@ func (x *ReflectionRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReflectionRun.ProtoReflect.Descriptor instead.
 func (*ReflectionRun) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{31}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ReflectionRun) GetStartedAt() *timestamppb.Timestamp {
@@ -2985,7 +3096,7 @@ type ListReflectionRunsResponse struct {
 
 func (x *ListReflectionRunsResponse) Reset() {
 	*x = ListReflectionRunsResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[32]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2997,7 +3108,7 @@ func (x *ListReflectionRunsResponse) String() string {
 func (*ListReflectionRunsResponse) ProtoMessage() {}
 
 func (x *ListReflectionRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[32]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3010,7 +3121,7 @@ func (x *ListReflectionRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReflectionRunsResponse.ProtoReflect.Descriptor instead.
 func (*ListReflectionRunsResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{32}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListReflectionRunsResponse) GetRuns() []*ReflectionRun {
@@ -3043,7 +3154,7 @@ type ConversationMessage struct {
 
 func (x *ConversationMessage) Reset() {
 	*x = ConversationMessage{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[33]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3055,7 +3166,7 @@ func (x *ConversationMessage) String() string {
 func (*ConversationMessage) ProtoMessage() {}
 
 func (x *ConversationMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[33]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3068,7 +3179,7 @@ func (x *ConversationMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConversationMessage.ProtoReflect.Descriptor instead.
 func (*ConversationMessage) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{33}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ConversationMessage) GetRole() string {
@@ -3103,7 +3214,7 @@ type Conversation struct {
 
 func (x *Conversation) Reset() {
 	*x = Conversation{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[34]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3115,7 +3226,7 @@ func (x *Conversation) String() string {
 func (*Conversation) ProtoMessage() {}
 
 func (x *Conversation) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[34]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3128,7 +3239,7 @@ func (x *Conversation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Conversation.ProtoReflect.Descriptor instead.
 func (*Conversation) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{34}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Conversation) GetMessages() []*ConversationMessage {
@@ -3155,7 +3266,7 @@ type ToolObservation struct {
 
 func (x *ToolObservation) Reset() {
 	*x = ToolObservation{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[35]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3167,7 +3278,7 @@ func (x *ToolObservation) String() string {
 func (*ToolObservation) ProtoMessage() {}
 
 func (x *ToolObservation) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[35]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3180,7 +3291,7 @@ func (x *ToolObservation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolObservation.ProtoReflect.Descriptor instead.
 func (*ToolObservation) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{35}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ToolObservation) GetToolName() string {
@@ -3237,7 +3348,7 @@ type ExtractMemoriesRequest struct {
 
 func (x *ExtractMemoriesRequest) Reset() {
 	*x = ExtractMemoriesRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[36]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3249,7 +3360,7 @@ func (x *ExtractMemoriesRequest) String() string {
 func (*ExtractMemoriesRequest) ProtoMessage() {}
 
 func (x *ExtractMemoriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[36]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3262,7 +3373,7 @@ func (x *ExtractMemoriesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtractMemoriesRequest.ProtoReflect.Descriptor instead.
 func (*ExtractMemoriesRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{36}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ExtractMemoriesRequest) GetCollection() string {
@@ -3373,7 +3484,7 @@ type ExtractedMemory struct {
 
 func (x *ExtractedMemory) Reset() {
 	*x = ExtractedMemory{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[37]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3385,7 +3496,7 @@ func (x *ExtractedMemory) String() string {
 func (*ExtractedMemory) ProtoMessage() {}
 
 func (x *ExtractedMemory) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[37]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3398,7 +3509,7 @@ func (x *ExtractedMemory) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtractedMemory.ProtoReflect.Descriptor instead.
 func (*ExtractedMemory) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{37}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ExtractedMemory) GetContent() string {
@@ -3469,7 +3580,7 @@ type ExtractMemoriesResponse struct {
 
 func (x *ExtractMemoriesResponse) Reset() {
 	*x = ExtractMemoriesResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[38]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3481,7 +3592,7 @@ func (x *ExtractMemoriesResponse) String() string {
 func (*ExtractMemoriesResponse) ProtoMessage() {}
 
 func (x *ExtractMemoriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[38]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3494,7 +3605,7 @@ func (x *ExtractMemoriesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtractMemoriesResponse.ProtoReflect.Descriptor instead.
 func (*ExtractMemoriesResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{38}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ExtractMemoriesResponse) GetMemories() []*ExtractedMemory {
@@ -3546,6 +3657,439 @@ func (x *ExtractMemoriesResponse) GetDryRun() bool {
 	return false
 }
 
+// ListTrashRequest asks for a page of a collection's trash.
+type ListTrashRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The collection. Empty means the default collection.
+	Collection string `protobuf:"bytes,1,opt,name=collection,proto3" json:"collection,omitempty"`
+	// Page size, 1–1000. Zero means 100.
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// The next_page_token of the previous page; empty for the first page.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTrashRequest) Reset() {
+	*x = ListTrashRequest{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTrashRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTrashRequest) ProtoMessage() {}
+
+func (x *ListTrashRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTrashRequest.ProtoReflect.Descriptor instead.
+func (*ListTrashRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *ListTrashRequest) GetCollection() string {
+	if x != nil {
+		return x.Collection
+	}
+	return ""
+}
+
+func (x *ListTrashRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListTrashRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListTrashResponse is a page of the trash.
+type ListTrashResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The trashed memories on this page, in storage order, with trashed_at and purge_at set.
+	Memories []*Memory `protobuf:"bytes,1,rep,name=memories,proto3" json:"memories,omitempty"`
+	// Pass as page_token to get the next page; empty when this is the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTrashResponse) Reset() {
+	*x = ListTrashResponse{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTrashResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTrashResponse) ProtoMessage() {}
+
+func (x *ListTrashResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTrashResponse.ProtoReflect.Descriptor instead.
+func (*ListTrashResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *ListTrashResponse) GetMemories() []*Memory {
+	if x != nil {
+		return x.Memories
+	}
+	return nil
+}
+
+func (x *ListTrashResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// RestoreMemoryRequest names a memory in the trash.
+type RestoreMemoryRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The collection. Empty means the default collection.
+	Collection string `protobuf:"bytes,1,opt,name=collection,proto3" json:"collection,omitempty"`
+	// The trashed memory's id. Required.
+	Id            string `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RestoreMemoryRequest) Reset() {
+	*x = RestoreMemoryRequest{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RestoreMemoryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RestoreMemoryRequest) ProtoMessage() {}
+
+func (x *RestoreMemoryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RestoreMemoryRequest.ProtoReflect.Descriptor instead.
+func (*RestoreMemoryRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *RestoreMemoryRequest) GetCollection() string {
+	if x != nil {
+		return x.Collection
+	}
+	return ""
+}
+
+func (x *RestoreMemoryRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+// RestoreMemoryResponse is the restored memory.
+type RestoreMemoryResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The memory, live again (trashed_at unset).
+	Memory *Memory `protobuf:"bytes,1,opt,name=memory,proto3" json:"memory,omitempty"`
+	// Live memories at or above the near-duplicate threshold (0.70) to the restored one, most
+	// similar first: a near-copy written while it was in the trash is now beside it. Consider
+	// DeleteMemory on one of them.
+	NearDuplicates []*SimilarMemory `protobuf:"bytes,2,rep,name=near_duplicates,json=nearDuplicates,proto3" json:"near_duplicates,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *RestoreMemoryResponse) Reset() {
+	*x = RestoreMemoryResponse{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RestoreMemoryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RestoreMemoryResponse) ProtoMessage() {}
+
+func (x *RestoreMemoryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RestoreMemoryResponse.ProtoReflect.Descriptor instead.
+func (*RestoreMemoryResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *RestoreMemoryResponse) GetMemory() *Memory {
+	if x != nil {
+		return x.Memory
+	}
+	return nil
+}
+
+func (x *RestoreMemoryResponse) GetNearDuplicates() []*SimilarMemory {
+	if x != nil {
+		return x.NearDuplicates
+	}
+	return nil
+}
+
+// PurgeTrashRequest says what to delete for good.
+type PurgeTrashRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The collection. Empty means the default collection.
+	Collection string `protobuf:"bytes,1,opt,name=collection,proto3" json:"collection,omitempty"`
+	// Only these trashed memories (with their history). Empty: everything in the trash.
+	Ids []string `protobuf:"bytes,2,rep,name=ids,proto3" json:"ids,omitempty"`
+	// Drop the collection itself, which must be in the trash, with every memory in it.
+	PurgeCollection bool `protobuf:"varint,3,opt,name=purge_collection,json=purgeCollection,proto3" json:"purge_collection,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *PurgeTrashRequest) Reset() {
+	*x = PurgeTrashRequest{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PurgeTrashRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PurgeTrashRequest) ProtoMessage() {}
+
+func (x *PurgeTrashRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PurgeTrashRequest.ProtoReflect.Descriptor instead.
+func (*PurgeTrashRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *PurgeTrashRequest) GetCollection() string {
+	if x != nil {
+		return x.Collection
+	}
+	return ""
+}
+
+func (x *PurgeTrashRequest) GetIds() []string {
+	if x != nil {
+		return x.Ids
+	}
+	return nil
+}
+
+func (x *PurgeTrashRequest) GetPurgeCollection() bool {
+	if x != nil {
+		return x.PurgeCollection
+	}
+	return false
+}
+
+// PurgeTrashResponse says what was deleted for good.
+type PurgeTrashResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How many stored memories (including history versions) were deleted.
+	PurgedCount   int64 `protobuf:"varint,1,opt,name=purged_count,json=purgedCount,proto3" json:"purged_count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PurgeTrashResponse) Reset() {
+	*x = PurgeTrashResponse{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PurgeTrashResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PurgeTrashResponse) ProtoMessage() {}
+
+func (x *PurgeTrashResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PurgeTrashResponse.ProtoReflect.Descriptor instead.
+func (*PurgeTrashResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *PurgeTrashResponse) GetPurgedCount() int64 {
+	if x != nil {
+		return x.PurgedCount
+	}
+	return 0
+}
+
+// RestoreCollectionRequest names a collection in the trash.
+type RestoreCollectionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The collection's name. Required.
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RestoreCollectionRequest) Reset() {
+	*x = RestoreCollectionRequest{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RestoreCollectionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RestoreCollectionRequest) ProtoMessage() {}
+
+func (x *RestoreCollectionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RestoreCollectionRequest.ProtoReflect.Descriptor instead.
+func (*RestoreCollectionRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *RestoreCollectionRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// RestoreCollectionResponse is the restored collection.
+type RestoreCollectionResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The collection, live again.
+	Collection    *CollectionInfo `protobuf:"bytes,1,opt,name=collection,proto3" json:"collection,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RestoreCollectionResponse) Reset() {
+	*x = RestoreCollectionResponse{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RestoreCollectionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RestoreCollectionResponse) ProtoMessage() {}
+
+func (x *RestoreCollectionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RestoreCollectionResponse.ProtoReflect.Descriptor instead.
+func (*RestoreCollectionResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *RestoreCollectionResponse) GetCollection() *CollectionInfo {
+	if x != nil {
+		return x.Collection
+	}
+	return nil
+}
+
 // ExportMemoriesRequest says what to export.
 type ExportMemoriesRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -3564,7 +4108,7 @@ type ExportMemoriesRequest struct {
 
 func (x *ExportMemoriesRequest) Reset() {
 	*x = ExportMemoriesRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[39]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3576,7 +4120,7 @@ func (x *ExportMemoriesRequest) String() string {
 func (*ExportMemoriesRequest) ProtoMessage() {}
 
 func (x *ExportMemoriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[39]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3589,7 +4133,7 @@ func (x *ExportMemoriesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportMemoriesRequest.ProtoReflect.Descriptor instead.
 func (*ExportMemoriesRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{39}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ExportMemoriesRequest) GetCollections() []string {
@@ -3636,7 +4180,7 @@ type ExportMemoriesResponse struct {
 
 func (x *ExportMemoriesResponse) Reset() {
 	*x = ExportMemoriesResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[40]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3648,7 +4192,7 @@ func (x *ExportMemoriesResponse) String() string {
 func (*ExportMemoriesResponse) ProtoMessage() {}
 
 func (x *ExportMemoriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[40]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3661,7 +4205,7 @@ func (x *ExportMemoriesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportMemoriesResponse.ProtoReflect.Descriptor instead.
 func (*ExportMemoriesResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{40}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ExportMemoriesResponse) GetData() []byte {
@@ -3704,7 +4248,7 @@ type ImportMemoriesRequest struct {
 
 func (x *ImportMemoriesRequest) Reset() {
 	*x = ImportMemoriesRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[41]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3716,7 +4260,7 @@ func (x *ImportMemoriesRequest) String() string {
 func (*ImportMemoriesRequest) ProtoMessage() {}
 
 func (x *ImportMemoriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[41]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3729,7 +4273,7 @@ func (x *ImportMemoriesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportMemoriesRequest.ProtoReflect.Descriptor instead.
 func (*ImportMemoriesRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{41}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ImportMemoriesRequest) GetData() []byte {
@@ -3783,7 +4327,7 @@ type ImportMemoriesResponse struct {
 
 func (x *ImportMemoriesResponse) Reset() {
 	*x = ImportMemoriesResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[42]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3795,7 +4339,7 @@ func (x *ImportMemoriesResponse) String() string {
 func (*ImportMemoriesResponse) ProtoMessage() {}
 
 func (x *ImportMemoriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[42]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3808,7 +4352,7 @@ func (x *ImportMemoriesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportMemoriesResponse.ProtoReflect.Descriptor instead.
 func (*ImportMemoriesResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{42}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ImportMemoriesResponse) GetLines() int64 {
@@ -3872,7 +4416,7 @@ type BackupStoreRequest struct {
 
 func (x *BackupStoreRequest) Reset() {
 	*x = BackupStoreRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[43]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3884,7 +4428,7 @@ func (x *BackupStoreRequest) String() string {
 func (*BackupStoreRequest) ProtoMessage() {}
 
 func (x *BackupStoreRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[43]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3897,7 +4441,7 @@ func (x *BackupStoreRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupStoreRequest.ProtoReflect.Descriptor instead.
 func (*BackupStoreRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{43}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *BackupStoreRequest) GetDirectory() string {
@@ -3926,7 +4470,7 @@ type BackupStoreResponse struct {
 
 func (x *BackupStoreResponse) Reset() {
 	*x = BackupStoreResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[44]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3938,7 +4482,7 @@ func (x *BackupStoreResponse) String() string {
 func (*BackupStoreResponse) ProtoMessage() {}
 
 func (x *BackupStoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[44]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3951,7 +4495,7 @@ func (x *BackupStoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupStoreResponse.ProtoReflect.Descriptor instead.
 func (*BackupStoreResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{44}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *BackupStoreResponse) GetDirectory() string {
@@ -4137,12 +4681,13 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\x05query\x18\x03 \x01(\v2\x16.engram.v1.DeleteQueryH\x00R\x05query\x12\x14\n" +
 	"\x05force\x18\x04 \x01(\bR\x05force\x12\x17\n" +
 	"\adry_run\x18\x05 \x01(\bR\x06dryRunB\b\n" +
-	"\x06target\"\x9f\x01\n" +
+	"\x06target\"\xd6\x01\n" +
 	"\x14DeleteMemoryResponse\x12+\n" +
 	"\adeleted\x18\x01 \x03(\v2\x11.engram.v1.MemoryR\adeleted\x12\x17\n" +
 	"\adry_run\x18\x02 \x01(\bR\x06dryRun\x12#\n" +
 	"\rdeleted_count\x18\x03 \x01(\x05R\fdeletedCount\x12\x1c\n" +
-	"\ttruncated\x18\x04 \x01(\bR\ttruncated\"k\n" +
+	"\ttruncated\x18\x04 \x01(\bR\ttruncated\x125\n" +
+	"\bpurge_at\x18( \x01(\v2\x1a.google.protobuf.TimestampR\apurgeAt\"k\n" +
 	"\x10GetMemoryRequest\x12\x1e\n" +
 	"\n" +
 	"collection\x18\x01 \x01(\tR\n" +
@@ -4164,16 +4709,25 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\x0finclude_history\x18\x05 \x01(\bR\x0eincludeHistory\"m\n" +
 	"\x14ListMemoriesResponse\x12-\n" +
 	"\bmemories\x18\x01 \x03(\v2\x11.engram.v1.MemoryR\bmemories\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x18\n" +
-	"\x16ListCollectionsRequest\"V\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"A\n" +
+	"\x16ListCollectionsRequest\x12'\n" +
+	"\x0finclude_trashed\x18( \x01(\bR\x0eincludeTrashed\"\x8e\x01\n" +
 	"\x17ListCollectionsResponse\x12;\n" +
-	"\vcollections\x18\x01 \x03(\v2\x19.engram.v1.CollectionInfoR\vcollections\"-\n" +
+	"\vcollections\x18\x01 \x03(\v2\x19.engram.v1.CollectionInfoR\vcollections\x126\n" +
+	"\atrashed\x18( \x03(\v2\x1c.engram.v1.TrashedCollectionR\atrashed\"\xbc\x01\n" +
+	"\x11TrashedCollection\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
+	"\fmemory_count\x18\x02 \x01(\x03R\vmemoryCount\x129\n" +
+	"\n" +
+	"trashed_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\ttrashedAt\x125\n" +
+	"\bpurge_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\apurgeAt\"-\n" +
 	"\x17DeleteCollectionRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"z\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\xb1\x01\n" +
 	"\x18DeleteCollectionResponse\x12#\n" +
 	"\rdeleted_count\x18\x01 \x01(\x03R\fdeletedCount\x129\n" +
 	"\n" +
-	"deleted_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tdeletedAt\"e\n" +
+	"deleted_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tdeletedAt\x125\n" +
+	"\bpurge_at\x18( \x01(\v2\x1a.google.protobuf.TimestampR\apurgeAt\"e\n" +
 	"\x14RunReflectionRequest\x12\x1e\n" +
 	"\n" +
 	"collection\x18\x01 \x01(\tR\n" +
@@ -4279,7 +4833,39 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"redactions\x18\x05 \x03(\tR\n" +
 	"redactions\x12\x14\n" +
 	"\x05model\x18\x06 \x01(\tR\x05model\x12\x17\n" +
-	"\adry_run\x18\a \x01(\bR\x06dryRun\"\xb0\x01\n" +
+	"\adry_run\x18\a \x01(\bR\x06dryRun\"n\n" +
+	"\x10ListTrashRequest\x12\x1e\n" +
+	"\n" +
+	"collection\x18\x01 \x01(\tR\n" +
+	"collection\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"j\n" +
+	"\x11ListTrashResponse\x12-\n" +
+	"\bmemories\x18\x01 \x03(\v2\x11.engram.v1.MemoryR\bmemories\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"F\n" +
+	"\x14RestoreMemoryRequest\x12\x1e\n" +
+	"\n" +
+	"collection\x18\x01 \x01(\tR\n" +
+	"collection\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\"\x85\x01\n" +
+	"\x15RestoreMemoryResponse\x12)\n" +
+	"\x06memory\x18\x01 \x01(\v2\x11.engram.v1.MemoryR\x06memory\x12A\n" +
+	"\x0fnear_duplicates\x18\x02 \x03(\v2\x18.engram.v1.SimilarMemoryR\x0enearDuplicates\"p\n" +
+	"\x11PurgeTrashRequest\x12\x1e\n" +
+	"\n" +
+	"collection\x18\x01 \x01(\tR\n" +
+	"collection\x12\x10\n" +
+	"\x03ids\x18\x02 \x03(\tR\x03ids\x12)\n" +
+	"\x10purge_collection\x18\x03 \x01(\bR\x0fpurgeCollection\"7\n" +
+	"\x12PurgeTrashResponse\x12!\n" +
+	"\fpurged_count\x18\x01 \x01(\x03R\vpurgedCount\".\n" +
+	"\x18RestoreCollectionRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"V\n" +
+	"\x19RestoreCollectionResponse\x129\n" +
+	"\n" +
+	"collection\x18\x01 \x01(\v2\x19.engram.v1.CollectionInfoR\n" +
+	"collection\"\xb0\x01\n" +
 	"\x15ExportMemoriesRequest\x12 \n" +
 	"\vcollections\x18\x01 \x03(\tR\vcollections\x12/\n" +
 	"\x06filter\x18\x02 \x01(\v2\x17.engram.v1.MemoryFilterR\x06filter\x12'\n" +
@@ -4353,7 +4939,7 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\x13REEMBED_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fREEMBED_AUTO\x10\x01\x12\x11\n" +
 	"\rREEMBED_NEVER\x10\x02\x12\x12\n" +
-	"\x0eREEMBED_ALWAYS\x10\x032\xcf\x0f\n" +
+	"\x0eREEMBED_ALWAYS\x10\x032\xe3\x13\n" +
 	"\rMemoryService\x12_\n" +
 	"\tAddMemory\x12\x1b.engram.v1.AddMemoryRequest\x1a\x1c.engram.v1.AddMemoryResponse\"\x17\x82\xd3\xe4\x93\x02\x11:\x01*\"\f/v1/memories\x12n\n" +
 	"\vAddMemories\x12\x1d.engram.v1.AddMemoriesRequest\x1a\x1e.engram.v1.AddMemoriesResponse\" \x82\xd3\xe4\x93\x02\x1a:\x01*\"\x15/v1/memories:batchAdd\x12u\n" +
@@ -4367,7 +4953,12 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\rRunReflection\x12\x1f.engram.v1.RunReflectionRequest\x1a .engram.v1.RunReflectionResponse\"/\x82\xd3\xe4\x93\x02):\x01*\"$/v1/collections/{collection}:reflect\x12\x92\x01\n" +
 	"\x11ListGateDecisions\x12#.engram.v1.ListGateDecisionsRequest\x1a$.engram.v1.ListGateDecisionsResponse\"2\x82\xd3\xe4\x93\x02,\x12*/v1/collections/{collection}/gateDecisions\x12\x96\x01\n" +
 	"\x12ListReflectionRuns\x12$.engram.v1.ListReflectionRunsRequest\x1a%.engram.v1.ListReflectionRunsResponse\"3\x82\xd3\xe4\x93\x02-\x12+/v1/collections/{collection}/reflectionRuns\x12y\n" +
-	"\x0fExtractMemories\x12!.engram.v1.ExtractMemoriesRequest\x1a\".engram.v1.ExtractMemoriesResponse\"\x1f\x82\xd3\xe4\x93\x02\x19:\x01*\"\x14/v1/memories:extract\x12W\n" +
+	"\x0fExtractMemories\x12!.engram.v1.ExtractMemoriesRequest\x1a\".engram.v1.ExtractMemoriesResponse\"\x1f\x82\xd3\xe4\x93\x02\x19:\x01*\"\x14/v1/memories:extract\x12r\n" +
+	"\tListTrash\x12\x1b.engram.v1.ListTrashRequest\x1a\x1c.engram.v1.ListTrashResponse\"*\x82\xd3\xe4\x93\x02$\x12\"/v1/collections/{collection}/trash\x12\x91\x01\n" +
+	"\rRestoreMemory\x12\x1f.engram.v1.RestoreMemoryRequest\x1a .engram.v1.RestoreMemoryResponse\"=\x82\xd3\xe4\x93\x027:\x01*\"2/v1/collections/{collection}/memories/{id}:restore\x12~\n" +
+	"\n" +
+	"PurgeTrash\x12\x1c.engram.v1.PurgeTrashRequest\x1a\x1d.engram.v1.PurgeTrashResponse\"3\x82\xd3\xe4\x93\x02-:\x01*\"(/v1/collections/{collection}/trash:purge\x12\x89\x01\n" +
+	"\x11RestoreCollection\x12#.engram.v1.RestoreCollectionRequest\x1a$.engram.v1.RestoreCollectionResponse\")\x82\xd3\xe4\x93\x02#:\x01*\"\x1e/v1/collections/{name}:restore\x12W\n" +
 	"\x0eExportMemories\x12 .engram.v1.ExportMemoriesRequest\x1a!.engram.v1.ExportMemoriesResponse0\x01\x12W\n" +
 	"\x0eImportMemories\x12 .engram.v1.ImportMemoriesRequest\x1a!.engram.v1.ImportMemoriesResponse(\x01\x12i\n" +
 	"\vBackupStore\x12\x1d.engram.v1.BackupStoreRequest\x1a\x1e.engram.v1.BackupStoreResponse\"\x1b\x82\xd3\xe4\x93\x02\x15:\x01*\"\x10/v1/admin:backupB?Z=github.com/engram-memory/engram/clients/go/engram/v1;engramv1b\x06proto3"
@@ -4385,7 +4976,7 @@ func file_engram_v1_memory_service_proto_rawDescGZIP() []byte {
 }
 
 var file_engram_v1_memory_service_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_engram_v1_memory_service_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
+var file_engram_v1_memory_service_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
 var file_engram_v1_memory_service_proto_goTypes = []any{
 	(AddOutcome)(0),                    // 0: engram.v1.AddOutcome
 	(ReflectionOutcome)(0),             // 1: engram.v1.ReflectionOutcome
@@ -4417,150 +5008,176 @@ var file_engram_v1_memory_service_proto_goTypes = []any{
 	(*ListMemoriesResponse)(nil),       // 27: engram.v1.ListMemoriesResponse
 	(*ListCollectionsRequest)(nil),     // 28: engram.v1.ListCollectionsRequest
 	(*ListCollectionsResponse)(nil),    // 29: engram.v1.ListCollectionsResponse
-	(*DeleteCollectionRequest)(nil),    // 30: engram.v1.DeleteCollectionRequest
-	(*DeleteCollectionResponse)(nil),   // 31: engram.v1.DeleteCollectionResponse
-	(*RunReflectionRequest)(nil),       // 32: engram.v1.RunReflectionRequest
-	(*RunReflectionResponse)(nil),      // 33: engram.v1.RunReflectionResponse
-	(*ListGateDecisionsRequest)(nil),   // 34: engram.v1.ListGateDecisionsRequest
-	(*GateDecision)(nil),               // 35: engram.v1.GateDecision
-	(*ListGateDecisionsResponse)(nil),  // 36: engram.v1.ListGateDecisionsResponse
-	(*ListReflectionRunsRequest)(nil),  // 37: engram.v1.ListReflectionRunsRequest
-	(*ReflectionRun)(nil),              // 38: engram.v1.ReflectionRun
-	(*ListReflectionRunsResponse)(nil), // 39: engram.v1.ListReflectionRunsResponse
-	(*ConversationMessage)(nil),        // 40: engram.v1.ConversationMessage
-	(*Conversation)(nil),               // 41: engram.v1.Conversation
-	(*ToolObservation)(nil),            // 42: engram.v1.ToolObservation
-	(*ExtractMemoriesRequest)(nil),     // 43: engram.v1.ExtractMemoriesRequest
-	(*ExtractedMemory)(nil),            // 44: engram.v1.ExtractedMemory
-	(*ExtractMemoriesResponse)(nil),    // 45: engram.v1.ExtractMemoriesResponse
-	(*ExportMemoriesRequest)(nil),      // 46: engram.v1.ExportMemoriesRequest
-	(*ExportMemoriesResponse)(nil),     // 47: engram.v1.ExportMemoriesResponse
-	(*ImportMemoriesRequest)(nil),      // 48: engram.v1.ImportMemoriesRequest
-	(*ImportMemoriesResponse)(nil),     // 49: engram.v1.ImportMemoriesResponse
-	(*BackupStoreRequest)(nil),         // 50: engram.v1.BackupStoreRequest
-	(*BackupStoreResponse)(nil),        // 51: engram.v1.BackupStoreResponse
-	nil,                                // 52: engram.v1.AddMemoryRequest.MetadataEntry
-	nil,                                // 53: engram.v1.NewMemory.MetadataEntry
-	nil,                                // 54: engram.v1.StringMap.EntriesEntry
-	(MemoryType)(0),                    // 55: engram.v1.MemoryType
-	(Source)(0),                        // 56: engram.v1.Source
-	(SourceType)(0),                    // 57: engram.v1.SourceType
-	(*timestamppb.Timestamp)(nil),      // 58: google.protobuf.Timestamp
-	(*Memory)(nil),                     // 59: engram.v1.Memory
-	(*SimilarMemory)(nil),              // 60: engram.v1.SimilarMemory
-	(*MemoryFilter)(nil),               // 61: engram.v1.MemoryFilter
-	(*RankingWeights)(nil),             // 62: engram.v1.RankingWeights
-	(*ScoreBreakdown)(nil),             // 63: engram.v1.ScoreBreakdown
-	(*CollectionInfo)(nil),             // 64: engram.v1.CollectionInfo
+	(*TrashedCollection)(nil),          // 30: engram.v1.TrashedCollection
+	(*DeleteCollectionRequest)(nil),    // 31: engram.v1.DeleteCollectionRequest
+	(*DeleteCollectionResponse)(nil),   // 32: engram.v1.DeleteCollectionResponse
+	(*RunReflectionRequest)(nil),       // 33: engram.v1.RunReflectionRequest
+	(*RunReflectionResponse)(nil),      // 34: engram.v1.RunReflectionResponse
+	(*ListGateDecisionsRequest)(nil),   // 35: engram.v1.ListGateDecisionsRequest
+	(*GateDecision)(nil),               // 36: engram.v1.GateDecision
+	(*ListGateDecisionsResponse)(nil),  // 37: engram.v1.ListGateDecisionsResponse
+	(*ListReflectionRunsRequest)(nil),  // 38: engram.v1.ListReflectionRunsRequest
+	(*ReflectionRun)(nil),              // 39: engram.v1.ReflectionRun
+	(*ListReflectionRunsResponse)(nil), // 40: engram.v1.ListReflectionRunsResponse
+	(*ConversationMessage)(nil),        // 41: engram.v1.ConversationMessage
+	(*Conversation)(nil),               // 42: engram.v1.Conversation
+	(*ToolObservation)(nil),            // 43: engram.v1.ToolObservation
+	(*ExtractMemoriesRequest)(nil),     // 44: engram.v1.ExtractMemoriesRequest
+	(*ExtractedMemory)(nil),            // 45: engram.v1.ExtractedMemory
+	(*ExtractMemoriesResponse)(nil),    // 46: engram.v1.ExtractMemoriesResponse
+	(*ListTrashRequest)(nil),           // 47: engram.v1.ListTrashRequest
+	(*ListTrashResponse)(nil),          // 48: engram.v1.ListTrashResponse
+	(*RestoreMemoryRequest)(nil),       // 49: engram.v1.RestoreMemoryRequest
+	(*RestoreMemoryResponse)(nil),      // 50: engram.v1.RestoreMemoryResponse
+	(*PurgeTrashRequest)(nil),          // 51: engram.v1.PurgeTrashRequest
+	(*PurgeTrashResponse)(nil),         // 52: engram.v1.PurgeTrashResponse
+	(*RestoreCollectionRequest)(nil),   // 53: engram.v1.RestoreCollectionRequest
+	(*RestoreCollectionResponse)(nil),  // 54: engram.v1.RestoreCollectionResponse
+	(*ExportMemoriesRequest)(nil),      // 55: engram.v1.ExportMemoriesRequest
+	(*ExportMemoriesResponse)(nil),     // 56: engram.v1.ExportMemoriesResponse
+	(*ImportMemoriesRequest)(nil),      // 57: engram.v1.ImportMemoriesRequest
+	(*ImportMemoriesResponse)(nil),     // 58: engram.v1.ImportMemoriesResponse
+	(*BackupStoreRequest)(nil),         // 59: engram.v1.BackupStoreRequest
+	(*BackupStoreResponse)(nil),        // 60: engram.v1.BackupStoreResponse
+	nil,                                // 61: engram.v1.AddMemoryRequest.MetadataEntry
+	nil,                                // 62: engram.v1.NewMemory.MetadataEntry
+	nil,                                // 63: engram.v1.StringMap.EntriesEntry
+	(MemoryType)(0),                    // 64: engram.v1.MemoryType
+	(Source)(0),                        // 65: engram.v1.Source
+	(SourceType)(0),                    // 66: engram.v1.SourceType
+	(*timestamppb.Timestamp)(nil),      // 67: google.protobuf.Timestamp
+	(*Memory)(nil),                     // 68: engram.v1.Memory
+	(*SimilarMemory)(nil),              // 69: engram.v1.SimilarMemory
+	(*MemoryFilter)(nil),               // 70: engram.v1.MemoryFilter
+	(*RankingWeights)(nil),             // 71: engram.v1.RankingWeights
+	(*ScoreBreakdown)(nil),             // 72: engram.v1.ScoreBreakdown
+	(*CollectionInfo)(nil),             // 73: engram.v1.CollectionInfo
 }
 var file_engram_v1_memory_service_proto_depIdxs = []int32{
-	55, // 0: engram.v1.AddMemoryRequest.type:type_name -> engram.v1.MemoryType
-	56, // 1: engram.v1.AddMemoryRequest.source:type_name -> engram.v1.Source
-	57, // 2: engram.v1.AddMemoryRequest.source_type:type_name -> engram.v1.SourceType
-	52, // 3: engram.v1.AddMemoryRequest.metadata:type_name -> engram.v1.AddMemoryRequest.MetadataEntry
-	58, // 4: engram.v1.AddMemoryRequest.created_at:type_name -> google.protobuf.Timestamp
-	58, // 5: engram.v1.AddMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
-	59, // 6: engram.v1.AddMemoryResponse.memory:type_name -> engram.v1.Memory
+	64, // 0: engram.v1.AddMemoryRequest.type:type_name -> engram.v1.MemoryType
+	65, // 1: engram.v1.AddMemoryRequest.source:type_name -> engram.v1.Source
+	66, // 2: engram.v1.AddMemoryRequest.source_type:type_name -> engram.v1.SourceType
+	61, // 3: engram.v1.AddMemoryRequest.metadata:type_name -> engram.v1.AddMemoryRequest.MetadataEntry
+	67, // 4: engram.v1.AddMemoryRequest.created_at:type_name -> google.protobuf.Timestamp
+	67, // 5: engram.v1.AddMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
+	68, // 6: engram.v1.AddMemoryResponse.memory:type_name -> engram.v1.Memory
 	0,  // 7: engram.v1.AddMemoryResponse.outcome:type_name -> engram.v1.AddOutcome
-	60, // 8: engram.v1.AddMemoryResponse.near_duplicates:type_name -> engram.v1.SimilarMemory
+	69, // 8: engram.v1.AddMemoryResponse.near_duplicates:type_name -> engram.v1.SimilarMemory
 	10, // 9: engram.v1.AddMemoriesRequest.memories:type_name -> engram.v1.NewMemory
-	55, // 10: engram.v1.NewMemory.type:type_name -> engram.v1.MemoryType
-	56, // 11: engram.v1.NewMemory.source:type_name -> engram.v1.Source
-	57, // 12: engram.v1.NewMemory.source_type:type_name -> engram.v1.SourceType
-	53, // 13: engram.v1.NewMemory.metadata:type_name -> engram.v1.NewMemory.MetadataEntry
-	58, // 14: engram.v1.NewMemory.created_at:type_name -> google.protobuf.Timestamp
-	58, // 15: engram.v1.NewMemory.valid_until:type_name -> google.protobuf.Timestamp
-	59, // 16: engram.v1.AddMemoryResult.memory:type_name -> engram.v1.Memory
+	64, // 10: engram.v1.NewMemory.type:type_name -> engram.v1.MemoryType
+	65, // 11: engram.v1.NewMemory.source:type_name -> engram.v1.Source
+	66, // 12: engram.v1.NewMemory.source_type:type_name -> engram.v1.SourceType
+	62, // 13: engram.v1.NewMemory.metadata:type_name -> engram.v1.NewMemory.MetadataEntry
+	67, // 14: engram.v1.NewMemory.created_at:type_name -> google.protobuf.Timestamp
+	67, // 15: engram.v1.NewMemory.valid_until:type_name -> google.protobuf.Timestamp
+	68, // 16: engram.v1.AddMemoryResult.memory:type_name -> engram.v1.Memory
 	0,  // 17: engram.v1.AddMemoryResult.outcome:type_name -> engram.v1.AddOutcome
-	60, // 18: engram.v1.AddMemoryResult.near_duplicates:type_name -> engram.v1.SimilarMemory
+	69, // 18: engram.v1.AddMemoryResult.near_duplicates:type_name -> engram.v1.SimilarMemory
 	11, // 19: engram.v1.AddMemoriesResponse.results:type_name -> engram.v1.AddMemoryResult
-	61, // 20: engram.v1.SearchMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
-	62, // 21: engram.v1.SearchMemoriesRequest.weights:type_name -> engram.v1.RankingWeights
-	59, // 22: engram.v1.SearchResult.memory:type_name -> engram.v1.Memory
-	63, // 23: engram.v1.SearchResult.score:type_name -> engram.v1.ScoreBreakdown
+	70, // 20: engram.v1.SearchMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
+	71, // 21: engram.v1.SearchMemoriesRequest.weights:type_name -> engram.v1.RankingWeights
+	68, // 22: engram.v1.SearchResult.memory:type_name -> engram.v1.Memory
+	72, // 23: engram.v1.SearchResult.score:type_name -> engram.v1.ScoreBreakdown
 	14, // 24: engram.v1.SearchMemoriesResponse.results:type_name -> engram.v1.SearchResult
-	54, // 25: engram.v1.StringMap.entries:type_name -> engram.v1.StringMap.EntriesEntry
+	63, // 25: engram.v1.StringMap.entries:type_name -> engram.v1.StringMap.EntriesEntry
 	16, // 26: engram.v1.UpdateMemoryRequest.locate:type_name -> engram.v1.SemanticLocator
-	55, // 27: engram.v1.UpdateMemoryRequest.type:type_name -> engram.v1.MemoryType
+	64, // 27: engram.v1.UpdateMemoryRequest.type:type_name -> engram.v1.MemoryType
 	17, // 28: engram.v1.UpdateMemoryRequest.tags:type_name -> engram.v1.StringList
 	18, // 29: engram.v1.UpdateMemoryRequest.metadata:type_name -> engram.v1.StringMap
-	58, // 30: engram.v1.UpdateMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
-	59, // 31: engram.v1.UpdateMemoryResponse.memory:type_name -> engram.v1.Memory
-	59, // 32: engram.v1.UpdateMemoryResponse.previous:type_name -> engram.v1.Memory
+	67, // 30: engram.v1.UpdateMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
+	68, // 31: engram.v1.UpdateMemoryResponse.memory:type_name -> engram.v1.Memory
+	68, // 32: engram.v1.UpdateMemoryResponse.previous:type_name -> engram.v1.Memory
 	21, // 33: engram.v1.DeleteMemoryRequest.query:type_name -> engram.v1.DeleteQuery
-	59, // 34: engram.v1.DeleteMemoryResponse.deleted:type_name -> engram.v1.Memory
-	59, // 35: engram.v1.GetMemoryResponse.memory:type_name -> engram.v1.Memory
-	59, // 36: engram.v1.GetMemoryResponse.history:type_name -> engram.v1.Memory
-	61, // 37: engram.v1.ListMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
-	59, // 38: engram.v1.ListMemoriesResponse.memories:type_name -> engram.v1.Memory
-	64, // 39: engram.v1.ListCollectionsResponse.collections:type_name -> engram.v1.CollectionInfo
-	58, // 40: engram.v1.DeleteCollectionResponse.deleted_at:type_name -> google.protobuf.Timestamp
-	1,  // 41: engram.v1.RunReflectionResponse.outcome:type_name -> engram.v1.ReflectionOutcome
-	2,  // 42: engram.v1.RunReflectionResponse.throttled_by:type_name -> engram.v1.ReflectionGate
-	58, // 43: engram.v1.RunReflectionResponse.next_run_after:type_name -> google.protobuf.Timestamp
-	59, // 44: engram.v1.RunReflectionResponse.sources:type_name -> engram.v1.Memory
-	59, // 45: engram.v1.RunReflectionResponse.insights:type_name -> engram.v1.Memory
-	59, // 46: engram.v1.RunReflectionResponse.drafts:type_name -> engram.v1.Memory
-	60, // 47: engram.v1.RunReflectionResponse.duplicates:type_name -> engram.v1.SimilarMemory
-	58, // 48: engram.v1.GateDecision.decided_at:type_name -> google.protobuf.Timestamp
-	0,  // 49: engram.v1.GateDecision.outcome:type_name -> engram.v1.AddOutcome
-	60, // 50: engram.v1.GateDecision.near_duplicates:type_name -> engram.v1.SimilarMemory
-	35, // 51: engram.v1.ListGateDecisionsResponse.decisions:type_name -> engram.v1.GateDecision
-	58, // 52: engram.v1.ReflectionRun.started_at:type_name -> google.protobuf.Timestamp
-	1,  // 53: engram.v1.ReflectionRun.outcome:type_name -> engram.v1.ReflectionOutcome
-	38, // 54: engram.v1.ListReflectionRunsResponse.runs:type_name -> engram.v1.ReflectionRun
-	58, // 55: engram.v1.ConversationMessage.created_at:type_name -> google.protobuf.Timestamp
-	40, // 56: engram.v1.Conversation.messages:type_name -> engram.v1.ConversationMessage
-	41, // 57: engram.v1.ExtractMemoriesRequest.conversation:type_name -> engram.v1.Conversation
-	42, // 58: engram.v1.ExtractMemoriesRequest.observation:type_name -> engram.v1.ToolObservation
-	3,  // 59: engram.v1.ExtractMemoriesRequest.mode:type_name -> engram.v1.ExtractionMode
-	55, // 60: engram.v1.ExtractedMemory.type:type_name -> engram.v1.MemoryType
-	58, // 61: engram.v1.ExtractedMemory.created_at:type_name -> google.protobuf.Timestamp
-	11, // 62: engram.v1.ExtractedMemory.result:type_name -> engram.v1.AddMemoryResult
-	44, // 63: engram.v1.ExtractMemoriesResponse.memories:type_name -> engram.v1.ExtractedMemory
-	4,  // 64: engram.v1.ExtractMemoriesResponse.extractor:type_name -> engram.v1.Extractor
-	61, // 65: engram.v1.ExportMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
-	5,  // 66: engram.v1.ImportMemoriesRequest.mode:type_name -> engram.v1.ImportMode
-	6,  // 67: engram.v1.ImportMemoriesRequest.reembed:type_name -> engram.v1.Reembed
-	58, // 68: engram.v1.BackupStoreResponse.taken_at:type_name -> google.protobuf.Timestamp
-	64, // 69: engram.v1.BackupStoreResponse.collections:type_name -> engram.v1.CollectionInfo
-	7,  // 70: engram.v1.MemoryService.AddMemory:input_type -> engram.v1.AddMemoryRequest
-	9,  // 71: engram.v1.MemoryService.AddMemories:input_type -> engram.v1.AddMemoriesRequest
-	13, // 72: engram.v1.MemoryService.SearchMemories:input_type -> engram.v1.SearchMemoriesRequest
-	19, // 73: engram.v1.MemoryService.UpdateMemory:input_type -> engram.v1.UpdateMemoryRequest
-	22, // 74: engram.v1.MemoryService.DeleteMemory:input_type -> engram.v1.DeleteMemoryRequest
-	24, // 75: engram.v1.MemoryService.GetMemory:input_type -> engram.v1.GetMemoryRequest
-	26, // 76: engram.v1.MemoryService.ListMemories:input_type -> engram.v1.ListMemoriesRequest
-	28, // 77: engram.v1.MemoryService.ListCollections:input_type -> engram.v1.ListCollectionsRequest
-	30, // 78: engram.v1.MemoryService.DeleteCollection:input_type -> engram.v1.DeleteCollectionRequest
-	32, // 79: engram.v1.MemoryService.RunReflection:input_type -> engram.v1.RunReflectionRequest
-	34, // 80: engram.v1.MemoryService.ListGateDecisions:input_type -> engram.v1.ListGateDecisionsRequest
-	37, // 81: engram.v1.MemoryService.ListReflectionRuns:input_type -> engram.v1.ListReflectionRunsRequest
-	43, // 82: engram.v1.MemoryService.ExtractMemories:input_type -> engram.v1.ExtractMemoriesRequest
-	46, // 83: engram.v1.MemoryService.ExportMemories:input_type -> engram.v1.ExportMemoriesRequest
-	48, // 84: engram.v1.MemoryService.ImportMemories:input_type -> engram.v1.ImportMemoriesRequest
-	50, // 85: engram.v1.MemoryService.BackupStore:input_type -> engram.v1.BackupStoreRequest
-	8,  // 86: engram.v1.MemoryService.AddMemory:output_type -> engram.v1.AddMemoryResponse
-	12, // 87: engram.v1.MemoryService.AddMemories:output_type -> engram.v1.AddMemoriesResponse
-	15, // 88: engram.v1.MemoryService.SearchMemories:output_type -> engram.v1.SearchMemoriesResponse
-	20, // 89: engram.v1.MemoryService.UpdateMemory:output_type -> engram.v1.UpdateMemoryResponse
-	23, // 90: engram.v1.MemoryService.DeleteMemory:output_type -> engram.v1.DeleteMemoryResponse
-	25, // 91: engram.v1.MemoryService.GetMemory:output_type -> engram.v1.GetMemoryResponse
-	27, // 92: engram.v1.MemoryService.ListMemories:output_type -> engram.v1.ListMemoriesResponse
-	29, // 93: engram.v1.MemoryService.ListCollections:output_type -> engram.v1.ListCollectionsResponse
-	31, // 94: engram.v1.MemoryService.DeleteCollection:output_type -> engram.v1.DeleteCollectionResponse
-	33, // 95: engram.v1.MemoryService.RunReflection:output_type -> engram.v1.RunReflectionResponse
-	36, // 96: engram.v1.MemoryService.ListGateDecisions:output_type -> engram.v1.ListGateDecisionsResponse
-	39, // 97: engram.v1.MemoryService.ListReflectionRuns:output_type -> engram.v1.ListReflectionRunsResponse
-	45, // 98: engram.v1.MemoryService.ExtractMemories:output_type -> engram.v1.ExtractMemoriesResponse
-	47, // 99: engram.v1.MemoryService.ExportMemories:output_type -> engram.v1.ExportMemoriesResponse
-	49, // 100: engram.v1.MemoryService.ImportMemories:output_type -> engram.v1.ImportMemoriesResponse
-	51, // 101: engram.v1.MemoryService.BackupStore:output_type -> engram.v1.BackupStoreResponse
-	86, // [86:102] is the sub-list for method output_type
-	70, // [70:86] is the sub-list for method input_type
-	70, // [70:70] is the sub-list for extension type_name
-	70, // [70:70] is the sub-list for extension extendee
-	0,  // [0:70] is the sub-list for field type_name
+	68, // 34: engram.v1.DeleteMemoryResponse.deleted:type_name -> engram.v1.Memory
+	67, // 35: engram.v1.DeleteMemoryResponse.purge_at:type_name -> google.protobuf.Timestamp
+	68, // 36: engram.v1.GetMemoryResponse.memory:type_name -> engram.v1.Memory
+	68, // 37: engram.v1.GetMemoryResponse.history:type_name -> engram.v1.Memory
+	70, // 38: engram.v1.ListMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
+	68, // 39: engram.v1.ListMemoriesResponse.memories:type_name -> engram.v1.Memory
+	73, // 40: engram.v1.ListCollectionsResponse.collections:type_name -> engram.v1.CollectionInfo
+	30, // 41: engram.v1.ListCollectionsResponse.trashed:type_name -> engram.v1.TrashedCollection
+	67, // 42: engram.v1.TrashedCollection.trashed_at:type_name -> google.protobuf.Timestamp
+	67, // 43: engram.v1.TrashedCollection.purge_at:type_name -> google.protobuf.Timestamp
+	67, // 44: engram.v1.DeleteCollectionResponse.deleted_at:type_name -> google.protobuf.Timestamp
+	67, // 45: engram.v1.DeleteCollectionResponse.purge_at:type_name -> google.protobuf.Timestamp
+	1,  // 46: engram.v1.RunReflectionResponse.outcome:type_name -> engram.v1.ReflectionOutcome
+	2,  // 47: engram.v1.RunReflectionResponse.throttled_by:type_name -> engram.v1.ReflectionGate
+	67, // 48: engram.v1.RunReflectionResponse.next_run_after:type_name -> google.protobuf.Timestamp
+	68, // 49: engram.v1.RunReflectionResponse.sources:type_name -> engram.v1.Memory
+	68, // 50: engram.v1.RunReflectionResponse.insights:type_name -> engram.v1.Memory
+	68, // 51: engram.v1.RunReflectionResponse.drafts:type_name -> engram.v1.Memory
+	69, // 52: engram.v1.RunReflectionResponse.duplicates:type_name -> engram.v1.SimilarMemory
+	67, // 53: engram.v1.GateDecision.decided_at:type_name -> google.protobuf.Timestamp
+	0,  // 54: engram.v1.GateDecision.outcome:type_name -> engram.v1.AddOutcome
+	69, // 55: engram.v1.GateDecision.near_duplicates:type_name -> engram.v1.SimilarMemory
+	36, // 56: engram.v1.ListGateDecisionsResponse.decisions:type_name -> engram.v1.GateDecision
+	67, // 57: engram.v1.ReflectionRun.started_at:type_name -> google.protobuf.Timestamp
+	1,  // 58: engram.v1.ReflectionRun.outcome:type_name -> engram.v1.ReflectionOutcome
+	39, // 59: engram.v1.ListReflectionRunsResponse.runs:type_name -> engram.v1.ReflectionRun
+	67, // 60: engram.v1.ConversationMessage.created_at:type_name -> google.protobuf.Timestamp
+	41, // 61: engram.v1.Conversation.messages:type_name -> engram.v1.ConversationMessage
+	42, // 62: engram.v1.ExtractMemoriesRequest.conversation:type_name -> engram.v1.Conversation
+	43, // 63: engram.v1.ExtractMemoriesRequest.observation:type_name -> engram.v1.ToolObservation
+	3,  // 64: engram.v1.ExtractMemoriesRequest.mode:type_name -> engram.v1.ExtractionMode
+	64, // 65: engram.v1.ExtractedMemory.type:type_name -> engram.v1.MemoryType
+	67, // 66: engram.v1.ExtractedMemory.created_at:type_name -> google.protobuf.Timestamp
+	11, // 67: engram.v1.ExtractedMemory.result:type_name -> engram.v1.AddMemoryResult
+	45, // 68: engram.v1.ExtractMemoriesResponse.memories:type_name -> engram.v1.ExtractedMemory
+	4,  // 69: engram.v1.ExtractMemoriesResponse.extractor:type_name -> engram.v1.Extractor
+	68, // 70: engram.v1.ListTrashResponse.memories:type_name -> engram.v1.Memory
+	68, // 71: engram.v1.RestoreMemoryResponse.memory:type_name -> engram.v1.Memory
+	69, // 72: engram.v1.RestoreMemoryResponse.near_duplicates:type_name -> engram.v1.SimilarMemory
+	73, // 73: engram.v1.RestoreCollectionResponse.collection:type_name -> engram.v1.CollectionInfo
+	70, // 74: engram.v1.ExportMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
+	5,  // 75: engram.v1.ImportMemoriesRequest.mode:type_name -> engram.v1.ImportMode
+	6,  // 76: engram.v1.ImportMemoriesRequest.reembed:type_name -> engram.v1.Reembed
+	67, // 77: engram.v1.BackupStoreResponse.taken_at:type_name -> google.protobuf.Timestamp
+	73, // 78: engram.v1.BackupStoreResponse.collections:type_name -> engram.v1.CollectionInfo
+	7,  // 79: engram.v1.MemoryService.AddMemory:input_type -> engram.v1.AddMemoryRequest
+	9,  // 80: engram.v1.MemoryService.AddMemories:input_type -> engram.v1.AddMemoriesRequest
+	13, // 81: engram.v1.MemoryService.SearchMemories:input_type -> engram.v1.SearchMemoriesRequest
+	19, // 82: engram.v1.MemoryService.UpdateMemory:input_type -> engram.v1.UpdateMemoryRequest
+	22, // 83: engram.v1.MemoryService.DeleteMemory:input_type -> engram.v1.DeleteMemoryRequest
+	24, // 84: engram.v1.MemoryService.GetMemory:input_type -> engram.v1.GetMemoryRequest
+	26, // 85: engram.v1.MemoryService.ListMemories:input_type -> engram.v1.ListMemoriesRequest
+	28, // 86: engram.v1.MemoryService.ListCollections:input_type -> engram.v1.ListCollectionsRequest
+	31, // 87: engram.v1.MemoryService.DeleteCollection:input_type -> engram.v1.DeleteCollectionRequest
+	33, // 88: engram.v1.MemoryService.RunReflection:input_type -> engram.v1.RunReflectionRequest
+	35, // 89: engram.v1.MemoryService.ListGateDecisions:input_type -> engram.v1.ListGateDecisionsRequest
+	38, // 90: engram.v1.MemoryService.ListReflectionRuns:input_type -> engram.v1.ListReflectionRunsRequest
+	44, // 91: engram.v1.MemoryService.ExtractMemories:input_type -> engram.v1.ExtractMemoriesRequest
+	47, // 92: engram.v1.MemoryService.ListTrash:input_type -> engram.v1.ListTrashRequest
+	49, // 93: engram.v1.MemoryService.RestoreMemory:input_type -> engram.v1.RestoreMemoryRequest
+	51, // 94: engram.v1.MemoryService.PurgeTrash:input_type -> engram.v1.PurgeTrashRequest
+	53, // 95: engram.v1.MemoryService.RestoreCollection:input_type -> engram.v1.RestoreCollectionRequest
+	55, // 96: engram.v1.MemoryService.ExportMemories:input_type -> engram.v1.ExportMemoriesRequest
+	57, // 97: engram.v1.MemoryService.ImportMemories:input_type -> engram.v1.ImportMemoriesRequest
+	59, // 98: engram.v1.MemoryService.BackupStore:input_type -> engram.v1.BackupStoreRequest
+	8,  // 99: engram.v1.MemoryService.AddMemory:output_type -> engram.v1.AddMemoryResponse
+	12, // 100: engram.v1.MemoryService.AddMemories:output_type -> engram.v1.AddMemoriesResponse
+	15, // 101: engram.v1.MemoryService.SearchMemories:output_type -> engram.v1.SearchMemoriesResponse
+	20, // 102: engram.v1.MemoryService.UpdateMemory:output_type -> engram.v1.UpdateMemoryResponse
+	23, // 103: engram.v1.MemoryService.DeleteMemory:output_type -> engram.v1.DeleteMemoryResponse
+	25, // 104: engram.v1.MemoryService.GetMemory:output_type -> engram.v1.GetMemoryResponse
+	27, // 105: engram.v1.MemoryService.ListMemories:output_type -> engram.v1.ListMemoriesResponse
+	29, // 106: engram.v1.MemoryService.ListCollections:output_type -> engram.v1.ListCollectionsResponse
+	32, // 107: engram.v1.MemoryService.DeleteCollection:output_type -> engram.v1.DeleteCollectionResponse
+	34, // 108: engram.v1.MemoryService.RunReflection:output_type -> engram.v1.RunReflectionResponse
+	37, // 109: engram.v1.MemoryService.ListGateDecisions:output_type -> engram.v1.ListGateDecisionsResponse
+	40, // 110: engram.v1.MemoryService.ListReflectionRuns:output_type -> engram.v1.ListReflectionRunsResponse
+	46, // 111: engram.v1.MemoryService.ExtractMemories:output_type -> engram.v1.ExtractMemoriesResponse
+	48, // 112: engram.v1.MemoryService.ListTrash:output_type -> engram.v1.ListTrashResponse
+	50, // 113: engram.v1.MemoryService.RestoreMemory:output_type -> engram.v1.RestoreMemoryResponse
+	52, // 114: engram.v1.MemoryService.PurgeTrash:output_type -> engram.v1.PurgeTrashResponse
+	54, // 115: engram.v1.MemoryService.RestoreCollection:output_type -> engram.v1.RestoreCollectionResponse
+	56, // 116: engram.v1.MemoryService.ExportMemories:output_type -> engram.v1.ExportMemoriesResponse
+	58, // 117: engram.v1.MemoryService.ImportMemories:output_type -> engram.v1.ImportMemoriesResponse
+	60, // 118: engram.v1.MemoryService.BackupStore:output_type -> engram.v1.BackupStoreResponse
+	99, // [99:119] is the sub-list for method output_type
+	79, // [79:99] is the sub-list for method input_type
+	79, // [79:79] is the sub-list for extension type_name
+	79, // [79:79] is the sub-list for extension extendee
+	0,  // [0:79] is the sub-list for field type_name
 }
 
 func init() { file_engram_v1_memory_service_proto_init() }
@@ -4581,7 +5198,7 @@ func file_engram_v1_memory_service_proto_init() {
 		(*DeleteMemoryRequest_Id)(nil),
 		(*DeleteMemoryRequest_Query)(nil),
 	}
-	file_engram_v1_memory_service_proto_msgTypes[36].OneofWrappers = []any{
+	file_engram_v1_memory_service_proto_msgTypes[37].OneofWrappers = []any{
 		(*ExtractMemoriesRequest_Text)(nil),
 		(*ExtractMemoriesRequest_Conversation)(nil),
 		(*ExtractMemoriesRequest_Observation)(nil),
@@ -4592,7 +5209,7 @@ func file_engram_v1_memory_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_engram_v1_memory_service_proto_rawDesc), len(file_engram_v1_memory_service_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   48,
+			NumMessages:   57,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -88,6 +88,11 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     RESOURCE_EXHAUSTED). Reads keep working. Not worth retrying until an operator frees space;
     metadata gives "free_bytes" and "headroom_bytes".
     """
+    ERROR_REASON_COLLECTION_IN_TRASH: _ErrorReason.ValueType  # 21
+    """The collection is in the trash (DeleteCollection): nothing can be read from or written to it
+    until RestoreCollection, or PurgeTrash with purge_collection (status FAILED_PRECONDITION).
+    Metadata gives "collection" and "purge_at".
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """ErrorReason lists the machine-readable reasons Engram attaches to failed calls.
@@ -165,5 +170,10 @@ ERROR_REASON_STORAGE_FULL: ErrorReason.ValueType  # 20
 (ENGRAM_DISK_HEADROOM_MB), so writes are refused before they touch the disk (status
 RESOURCE_EXHAUSTED). Reads keep working. Not worth retrying until an operator frees space;
 metadata gives "free_bytes" and "headroom_bytes".
+"""
+ERROR_REASON_COLLECTION_IN_TRASH: ErrorReason.ValueType  # 21
+"""The collection is in the trash (DeleteCollection): nothing can be read from or written to it
+until RestoreCollection, or PurgeTrash with purge_collection (status FAILED_PRECONDITION).
+Metadata gives "collection" and "purge_at".
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015

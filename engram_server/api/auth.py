@@ -146,6 +146,10 @@ RULES: dict[str, Rule] = {
     # request); dropping a trashed collection is an admin's, as deleting it was.
     "PurgeTrash": Rule(Role.WRITE, _one, lambda r: Role.ADMIN if r.purge_collection else None),
     "RestoreCollection": Rule(Role.ADMIN, _named),
+    "GetContext": Rule(Role.READ, _search),
+    "GetTriggers": Rule(Role.READ, _search),
+    "ListSlots": Rule(Role.READ, _one),
+    "UpdateSlot": Rule(Role.WRITE, _one),
     "ExportMemories": Rule(Role.ADMIN, _exported),
     "ImportMemories": Rule(Role.ADMIN, _store_wide),
     "BackupStore": Rule(Role.ADMIN, _store_wide),

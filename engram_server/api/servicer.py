@@ -24,6 +24,7 @@ from engram_server.domain.errors import EngramError, InvalidArgument
 from engram_server.domain.extraction import MemoryExtractor
 from engram_server.domain.reflection import Reflector
 from engram_server.domain.service import (
+    ContextRequest,
     DeleteCommand,
     ImportMode,
     Locator,
@@ -158,6 +159,7 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
             mmr_lambda=request.mmr_lambda if request.HasField("mmr_lambda") else None,
             min_relevance=request.min_relevance,
             readable=readable_collections.get(),
+            max_per_session=request.max_per_session,
         )
         hits = await self._svc.search(query)
         results, truncated = fitting(
@@ -326,6 +328,7 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
                 self._gate_log.record(decision_from(item.result, item.content), item.result.memory.collection)
         return answer
 
+    @rpc
     async def ListTrash(
         self, request: s.ListTrashRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> s.ListTrashResponse:
@@ -372,6 +375,64 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
     ) -> s.RestoreCollectionResponse:
         stats = await self._svc.restore_collection(request.name)
         return s.RestoreCollectionResponse(collection=c.collection_out(stats.spec, stats.memory_count))
+
+    @rpc
+    async def GetContext(
+        self, request: s.GetContextRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> s.GetContextResponse:
+        pack = await self._svc.get_context(
+            ContextRequest(
+                collections=tuple(request.collections),
+                query=request.query,
+                token_budget=request.token_budget if request.HasField("token_budget") else None,
+                since=c.opt_ts_in(request, "since", "since"),
+                session_id=request.session_id,
+                agent_id=request.agent_id,
+                readable=readable_collections.get(),
+            )
+        )
+        return c.context_out(pack)
+
+    @rpc
+    async def GetTriggers(
+        self, request: s.GetTriggersRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> s.GetTriggersResponse:
+        found = await self._svc.get_triggers(
+            request.action, tuple(request.collections), request.limit, readable_collections.get()
+        )
+        memories, cut = fitting((c.memory_out(r) for r in found.memories), self._budget)
+        return s.GetTriggersResponse(
+            action=found.action,
+            matched=list(found.matched),
+            memories=memories,
+            truncated=found.truncated or cut,
+        )
+
+    @rpc
+    async def ListSlots(
+        self, request: s.ListSlotsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> s.ListSlotsResponse:
+        slots = await self._svc.list_slots(request.collection)
+        tokenizer = self._svc.tokenizer.name if self._svc.tokenizer is not None else ""
+        return s.ListSlotsResponse(slots=[c.slot_out(x) for x in slots], tokenizer=tokenizer)
+
+    @rpc
+    async def UpdateSlot(
+        self, request: s.UpdateSlotRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> s.UpdateSlotResponse:
+        mode = request.mode
+        if mode not in (
+            s.SLOT_UPDATE_MODE_UNSPECIFIED,
+            s.SLOT_UPDATE_MODE_APPEND,
+            s.SLOT_UPDATE_MODE_REPLACE,
+        ):
+            raise InvalidArgument.of("mode", f"unknown enum value {mode}")
+        result = await self._svc.update_slot(
+            request.collection, request.name, request.content, append=mode != s.SLOT_UPDATE_MODE_REPLACE
+        )
+        return s.UpdateSlotResponse(
+            slot=c.slot_out(result.slot), compaction=c.SLOT_COMPACTION_OUT[result.compaction]
+        )
 
     async def ExportMemories(
         self, request: s.ExportMemoriesRequest, context: grpc.aio.ServicerContext[Any, Any]

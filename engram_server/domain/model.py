@@ -22,6 +22,13 @@ DEFAULT_COLLECTION = "default"
 #: server migrates an older collection (``engram migrate``, or at start-up) and refuses a newer one.
 STORAGE_FORMAT = 2
 
+#: Tags of this prefix name the action a memory is to be recalled before (``trigger:deploy``).
+TRIGGER_TAG_PREFIX = "trigger:"
+
+
+def has_trigger_tag(tags: tuple[str, ...] | list[str]) -> bool:
+    return any(t.startswith(TRIGGER_TAG_PREFIX) for t in tags)
+
 
 class MemoryType(StrEnum):
     IDENTITY = "identity"
@@ -99,6 +106,9 @@ class MemoryRecord:
     # trash. A trashed memory is never searched, listed or a gate match; it can be restored until
     # the trash retention passes (then the sweeper purges it).
     trashed_at: float | None = None
+    #: The agent session and the agent that wrote the memory (None when not given). Kept by updates.
+    session_id: str | None = None
+    agent_id: str | None = None
 
     @property
     def is_current(self) -> bool:
@@ -215,6 +225,10 @@ class StoreFilter:
     include_trashed: bool = False  # also match memories in the trash (excluded by default)
     only_trashed: bool = False  # only memories in the trash
     trashed_before: float | None = None  # only memories trashed at or before this time (purge)
+    session_ids: tuple[str, ...] = ()  # only memories written in one of these sessions
+    agent_ids: tuple[str, ...] = ()  # only memories written by one of these agents
+    updated_after: float | None = None  # updated_at >= updated_after
+    with_trigger: bool = False  # only memories carrying a trigger:<action> tag
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,6 +46,10 @@ REQUEST_TYPES: dict[str, type[Message]] = {
     "RestoreMemory": memory_service_pb2.RestoreMemoryRequest,
     "PurgeTrash": memory_service_pb2.PurgeTrashRequest,
     "RestoreCollection": memory_service_pb2.RestoreCollectionRequest,
+    "GetContext": memory_service_pb2.GetContextRequest,
+    "GetTriggers": memory_service_pb2.GetTriggersRequest,
+    "ListSlots": memory_service_pb2.ListSlotsRequest,
+    "UpdateSlot": memory_service_pb2.UpdateSlotRequest,
 }
 
 
@@ -160,6 +164,36 @@ class Observer:
             return {"purged_count": resp.purged_count}
         if call == "RestoreCollection":
             return {"name": resp.collection.name, "memory_count": resp.collection.memory_count}
+        if call == "GetContext":  # the Markdown holds dates: its parts are compared instead
+            return {
+                "sections": [
+                    {
+                        "kind": memory_service_pb2.ContextSectionKind.Name(x.kind),
+                        "ids": [self.name(i.memory.id) for i in x.items if i.memory.id],
+                        "slots": [i.slot for i in x.items if i.slot],
+                        "triggers": [i.trigger for i in x.items if i.trigger],
+                    }
+                    for x in resp.sections
+                ],
+                "token_budget": resp.token_budget,
+                "within_budget": 0 < resp.tokens_used <= resp.token_budget,
+                "tokenizer": resp.tokenizer,
+                "since_source": memory_service_pb2.SinceSource.Name(resp.since_source),
+                "last_session_id": resp.last_session_id,
+            }
+        if call == "GetTriggers":
+            return {
+                "action": resp.action,
+                "matched": list(resp.matched),
+                "ids": [self.name(m.id) for m in resp.memories],
+            }
+        if call == "ListSlots":
+            return {"slots": [{"name": x.name, "content": x.content} for x in resp.slots]}
+        if call == "UpdateSlot":
+            return {
+                "slot": {"name": resp.slot.name, "content": resp.slot.content},
+                "compaction": memory_service_pb2.SlotCompaction.Name(resp.compaction),
+            }
         raise ScenarioFailure(f"unknown call {call}")
 
     def error(self, exc: grpc.RpcError) -> dict[str, Any]:

@@ -63,6 +63,10 @@ NEEDS = {
     "PurgeTrash": "write",
     "PurgeTrash(collection)": "admin",
     "RestoreCollection": "admin",
+    "GetContext": "read",
+    "GetTriggers": "read",
+    "ListSlots": "read",
+    "UpdateSlot": "write",
     "ExportMemories": "admin",  # admin on each collection exported
     "ImportMemories": "admin",  # store-wide: only a "*" admin grant
     "BackupStore": "admin",  # store-wide
@@ -121,6 +125,13 @@ def requests(memory_id: str) -> dict[str, tuple[str, Any]]:
             s.PurgeTrashRequest(collection="alpha", purge_collection=True),
         ),
         "RestoreCollection": ("RestoreCollection", s.RestoreCollectionRequest(name="alpha")),
+        "GetContext": ("GetContext", s.GetContextRequest(collections=["alpha"], query="probe")),
+        "GetTriggers": ("GetTriggers", s.GetTriggersRequest(collections=["alpha"], action="deploy")),
+        "ListSlots": ("ListSlots", s.ListSlotsRequest(collection="alpha")),
+        "UpdateSlot": (
+            "UpdateSlot",
+            s.UpdateSlotRequest(collection="alpha", name="guidance", content="probe"),
+        ),
         "ExportMemories": ("ExportMemories", s.ExportMemoriesRequest(collections=["alpha"])),
         # An empty file: the admin cell imports nothing.
         "ImportMemories": ("ImportMemories", s.ImportMemoriesRequest(collection="alpha")),
@@ -348,3 +359,21 @@ async def test_server_refuses_public_bind_without_keys(tmp_path: Path) -> None:
     server = EngramServer.create(Settings(host="0.0.0.0", port=0, data_dir=tmp_path / "d"))
     with pytest.raises(ConfigError):
         await server.start()
+
+
+def test_context_pack_naming_no_collection_draws_only_on_readable_collections(
+    stub: MemoryServiceStub,
+) -> None:
+    """GetContext without collections: the pack is built from the caller's readable collections."""
+    seen = {
+        caller: {
+            i.memory.collection
+            for x in stub.GetContext(
+                s.GetContextRequest(), metadata=bearer(KEYS[caller]), timeout=30
+            ).sections
+            for i in x.items
+            if i.memory.id
+        }
+        for caller in ("reader", "other", "admin")
+    }
+    assert seen == {"reader": {"alpha"}, "other": {"beta"}, "admin": {"alpha", "beta"}}

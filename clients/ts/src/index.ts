@@ -43,6 +43,16 @@ import type { PurgeTrashRequest } from './gen/engram/v1/PurgeTrashRequest';
 import type { PurgeTrashResponse__Output } from './gen/engram/v1/PurgeTrashResponse';
 import type { RestoreCollectionRequest } from './gen/engram/v1/RestoreCollectionRequest';
 import type { RestoreCollectionResponse__Output } from './gen/engram/v1/RestoreCollectionResponse';
+import type { ListGateDecisionsRequest } from './gen/engram/v1/ListGateDecisionsRequest';
+import type { ListGateDecisionsResponse__Output } from './gen/engram/v1/ListGateDecisionsResponse';
+import type { GetContextRequest } from './gen/engram/v1/GetContextRequest';
+import type { GetContextResponse__Output } from './gen/engram/v1/GetContextResponse';
+import type { GetTriggersRequest } from './gen/engram/v1/GetTriggersRequest';
+import type { GetTriggersResponse__Output } from './gen/engram/v1/GetTriggersResponse';
+import type { ListSlotsRequest } from './gen/engram/v1/ListSlotsRequest';
+import type { ListSlotsResponse__Output } from './gen/engram/v1/ListSlotsResponse';
+import type { UpdateSlotRequest } from './gen/engram/v1/UpdateSlotRequest';
+import type { UpdateSlotResponse__Output } from './gen/engram/v1/UpdateSlotResponse';
 
 export type { MemoryServiceClient } from './gen/engram/v1/MemoryService';
 export type { Memory__Output as Memory } from './gen/engram/v1/Memory';
@@ -100,6 +110,11 @@ export interface Rpcs {
   RestoreMemory: [RestoreMemoryRequest, RestoreMemoryResponse__Output];
   PurgeTrash: [PurgeTrashRequest, PurgeTrashResponse__Output];
   RestoreCollection: [RestoreCollectionRequest, RestoreCollectionResponse__Output];
+  ListGateDecisions: [ListGateDecisionsRequest, ListGateDecisionsResponse__Output];
+  GetContext: [GetContextRequest, GetContextResponse__Output];
+  GetTriggers: [GetTriggersRequest, GetTriggersResponse__Output];
+  ListSlots: [ListSlotsRequest, ListSlotsResponse__Output];
+  UpdateSlot: [UpdateSlotRequest, UpdateSlotResponse__Output];
 }
 
 type Callback = (err: grpc.ServiceError | null, res?: unknown) => void;

@@ -26,6 +26,7 @@ from engram_client.errors import (
 from engram_client.models import (
     AddResult,
     CollectionInfo,
+    ContextPack,
     ConversationMessage,
     DeleteCollectionResult,
     DeleteResult,
@@ -41,12 +42,15 @@ from engram_client.models import (
     ReflectionRun,
     RestoreResult,
     SearchResults,
+    Slot,
+    SlotUpdate,
     Source,
     SourceName,
     SourceType,
     SourceTypeName,
     ToolObservation,
     TrashedCollection,
+    Triggers,
     UpdateResult,
 )
 from engram_client.proto.engram.v1 import memory_service_pb2
@@ -94,6 +98,8 @@ def _fill_new_memory(req: _NewMemoryMessage, memory: NewMemory) -> tuple[_NewMem
     req.metadata.update(memory.metadata or {})
     req.request_id = rid
     req.allow_duplicate = memory.allow_duplicate
+    req.session_id = memory.session_id or ""
+    req.agent_id = memory.agent_id or ""
     if memory.type is not None:
         req.type = _convert.memory_type_to_proto(memory.type)
     if memory.importance is not None:
@@ -123,6 +129,8 @@ def add(
     valid_until: datetime | None,
     request_id: str | None,
     allow_duplicate: bool = False,
+    session_id: str | None = None,
+    agent_id: str | None = None,
 ) -> Plan[AddResult]:
     memory = NewMemory(
         content,
@@ -136,6 +144,8 @@ def add(
         valid_until=valid_until,
         request_id=request_id,
         allow_duplicate=allow_duplicate,
+        session_id=session_id,
+        agent_id=agent_id,
     )
     req, rid = _fill_new_memory(memory_service_pb2.AddMemoryRequest(collection=collection or ""), memory)
     # The same request_id is sent on every attempt, so a retry of a write that did land is
@@ -166,6 +176,7 @@ def search(
     diversify: bool,
     mmr_lambda: float | None,
     min_relevance: float,
+    max_per_session: int = 0,
 ) -> Plan[SearchResults]:
     req = memory_service_pb2.SearchMemoriesRequest(
         query=query,
@@ -173,6 +184,7 @@ def search(
         limit=limit,
         diversify=diversify,
         min_relevance=min_relevance,
+        max_per_session=max_per_session,
     )
     if filter is not None:
         req.filter.CopyFrom(_convert.filter_to_proto(filter))
@@ -417,3 +429,49 @@ def extract(
         )
     # A real call writes (and may call an LLM): not retried; a dry run is.
     return Plan("ExtractMemories", req, _convert.extraction_result, retry=dry_run)
+
+
+def get_context(
+    query: str | None,
+    *,
+    collections: str | Sequence[str] | None,
+    token_budget: int | None,
+    since: datetime | None,
+    session_id: str | None,
+    agent_id: str | None,
+) -> Plan[ContextPack]:
+    req = memory_service_pb2.GetContextRequest(
+        collections=_collections(collections),
+        query=query or "",
+        session_id=session_id or "",
+        agent_id=agent_id or "",
+    )
+    if token_budget is not None:
+        req.token_budget = token_budget
+    if since is not None:
+        req.since.CopyFrom(_convert.timestamp_to_proto(since, "since"))
+    return Plan("GetContext", req, _convert.context_pack)
+
+
+def get_triggers(action: str, *, collections: str | Sequence[str] | None, limit: int) -> Plan[Triggers]:
+    req = memory_service_pb2.GetTriggersRequest(
+        action=action, collections=_collections(collections), limit=limit
+    )
+    return Plan("GetTriggers", req, _convert.triggers)
+
+
+def list_slots(*, collection: str | None) -> Plan[list[Slot]]:
+    return Plan("ListSlots", memory_service_pb2.ListSlotsRequest(collection=collection or ""), _convert.slots)
+
+
+def update_slot(name: str, content: str, *, collection: str | None, replace: bool) -> Plan[SlotUpdate]:
+    req = memory_service_pb2.UpdateSlotRequest(
+        collection=collection or "",
+        name=name,
+        content=content,
+        mode=memory_service_pb2.SLOT_UPDATE_MODE_REPLACE
+        if replace
+        else memory_service_pb2.SLOT_UPDATE_MODE_APPEND,
+    )
+    # An append that may have landed must not be sent twice; a replace may.
+    return Plan("UpdateSlot", req, _convert.slot_update, retry=replace)

@@ -13,6 +13,7 @@ each path in one file:
 - :mod:`.editing`: locate, update, delete, get, history, list and page tokens;
 - :mod:`.trash`: list, restore and purge the trash;
 - :mod:`.collections`: list / delete / restore collections and the sweep (expiry, trash purge);
+- :mod:`.context`: the session context pack, triggers and slots;
 - :mod:`.porting`: export, import and backup.
 """
 
@@ -41,7 +42,15 @@ from engram_server.domain.service.commands import (
     _Pool,
     _Ranked,
 )
-from engram_server.domain.service.core import ServiceCore, stored_point
+from engram_server.domain.service.context import (
+    ContextPack,
+    ContextPacks,
+    ContextRequest,
+    SlotState,
+    SlotUpdate,
+    TriggerResult,
+)
+from engram_server.domain.service.core import ServiceCore, TopicSource, stored_point
 from engram_server.domain.service.porting import (
     BackupReport,
     ExportPlan,
@@ -51,7 +60,7 @@ from engram_server.domain.service.porting import (
     Porting,
     Reembed,
 )
-from engram_server.domain.service.searching import Searching, _Query
+from engram_server.domain.service.searching import _Query
 from engram_server.domain.service.trash import Trash
 from engram_server.domain.service.writing import Writing, normalise_text, with_provenance
 
@@ -63,6 +72,8 @@ __all__ = [
     "AddResult",
     "BackupReport",
     "CollectionStats",
+    "ContextPack",
+    "ContextRequest",
     "DeleteCommand",
     "DeleteResult",
     "ExportPlan",
@@ -79,6 +90,10 @@ __all__ = [
     "SearchQuery",
     "ServiceCore",
     "Similar",
+    "SlotState",
+    "SlotUpdate",
+    "TopicSource",
+    "TriggerResult",
     "UpdateCommand",
     "UpdateResult",
     "_AddItem",
@@ -91,5 +106,5 @@ __all__ = [
 ]
 
 
-class MemoryService(Porting, Writing, Searching, Trash, Collections):
+class MemoryService(Porting, Writing, ContextPacks, Trash, Collections):
     """Engram's memory lifecycle over a Store and an Embedder."""

@@ -319,6 +319,238 @@ func (Extractor) EnumDescriptor() ([]byte, []int) {
 	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{4}
 }
 
+// ContextSectionKind names a section of the context pack; sections come in this order.
+type ContextSectionKind int32
+
+const (
+	// Never sent.
+	ContextSectionKind_CONTEXT_SECTION_KIND_UNSPECIFIED ContextSectionKind = 0
+	// Slots, then identity and directive memories by importance. Never cut mid-memory.
+	ContextSectionKind_CONTEXT_SECTION_KIND_CORE ContextSectionKind = 1
+	// The trigger names in use (tags `trigger:<name>`), with their memory counts.
+	ContextSectionKind_CONTEXT_SECTION_KIND_TRIGGERS ContextSectionKind = 2
+	// Open items: memories tagged `pending`, most important first.
+	ContextSectionKind_CONTEXT_SECTION_KIND_OPEN_ITEMS ContextSectionKind = 3
+	// The best memories for the request's query (absent without a query).
+	ContextSectionKind_CONTEXT_SECTION_KIND_RELEVANT ContextSectionKind = 4
+	// Memories written or updated since the window's start, newest first.
+	ContextSectionKind_CONTEXT_SECTION_KIND_RECENT ContextSectionKind = 5
+	// The topic index: named clusters of memories.
+	ContextSectionKind_CONTEXT_SECTION_KIND_TOPICS ContextSectionKind = 6
+)
+
+// Enum value maps for ContextSectionKind.
+var (
+	ContextSectionKind_name = map[int32]string{
+		0: "CONTEXT_SECTION_KIND_UNSPECIFIED",
+		1: "CONTEXT_SECTION_KIND_CORE",
+		2: "CONTEXT_SECTION_KIND_TRIGGERS",
+		3: "CONTEXT_SECTION_KIND_OPEN_ITEMS",
+		4: "CONTEXT_SECTION_KIND_RELEVANT",
+		5: "CONTEXT_SECTION_KIND_RECENT",
+		6: "CONTEXT_SECTION_KIND_TOPICS",
+	}
+	ContextSectionKind_value = map[string]int32{
+		"CONTEXT_SECTION_KIND_UNSPECIFIED": 0,
+		"CONTEXT_SECTION_KIND_CORE":        1,
+		"CONTEXT_SECTION_KIND_TRIGGERS":    2,
+		"CONTEXT_SECTION_KIND_OPEN_ITEMS":  3,
+		"CONTEXT_SECTION_KIND_RELEVANT":    4,
+		"CONTEXT_SECTION_KIND_RECENT":      5,
+		"CONTEXT_SECTION_KIND_TOPICS":      6,
+	}
+)
+
+func (x ContextSectionKind) Enum() *ContextSectionKind {
+	p := new(ContextSectionKind)
+	*p = x
+	return p
+}
+
+func (x ContextSectionKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ContextSectionKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_engram_v1_memory_service_proto_enumTypes[5].Descriptor()
+}
+
+func (ContextSectionKind) Type() protoreflect.EnumType {
+	return &file_engram_v1_memory_service_proto_enumTypes[5]
+}
+
+func (x ContextSectionKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ContextSectionKind.Descriptor instead.
+func (ContextSectionKind) EnumDescriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{5}
+}
+
+// SinceSource says where the recent section's window start came from.
+type SinceSource int32
+
+const (
+	// Never sent.
+	SinceSource_SINCE_SOURCE_UNSPECIFIED SinceSource = 0
+	// The request's `since`.
+	SinceSource_SINCE_SOURCE_REQUEST SinceSource = 1
+	// The start of the caller's last session.
+	SinceSource_SINCE_SOURCE_LAST_SESSION SinceSource = 2
+	// No `since` and no earlier session of the caller: the last 7 days.
+	SinceSource_SINCE_SOURCE_DEFAULT_WINDOW SinceSource = 3
+)
+
+// Enum value maps for SinceSource.
+var (
+	SinceSource_name = map[int32]string{
+		0: "SINCE_SOURCE_UNSPECIFIED",
+		1: "SINCE_SOURCE_REQUEST",
+		2: "SINCE_SOURCE_LAST_SESSION",
+		3: "SINCE_SOURCE_DEFAULT_WINDOW",
+	}
+	SinceSource_value = map[string]int32{
+		"SINCE_SOURCE_UNSPECIFIED":    0,
+		"SINCE_SOURCE_REQUEST":        1,
+		"SINCE_SOURCE_LAST_SESSION":   2,
+		"SINCE_SOURCE_DEFAULT_WINDOW": 3,
+	}
+)
+
+func (x SinceSource) Enum() *SinceSource {
+	p := new(SinceSource)
+	*p = x
+	return p
+}
+
+func (x SinceSource) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (SinceSource) Descriptor() protoreflect.EnumDescriptor {
+	return file_engram_v1_memory_service_proto_enumTypes[6].Descriptor()
+}
+
+func (SinceSource) Type() protoreflect.EnumType {
+	return &file_engram_v1_memory_service_proto_enumTypes[6]
+}
+
+func (x SinceSource) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use SinceSource.Descriptor instead.
+func (SinceSource) EnumDescriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{6}
+}
+
+// SlotUpdateMode says how UpdateSlot changes the content.
+type SlotUpdateMode int32
+
+const (
+	// Means SLOT_UPDATE_MODE_APPEND.
+	SlotUpdateMode_SLOT_UPDATE_MODE_UNSPECIFIED SlotUpdateMode = 0
+	// Add the text as a new line after the current content.
+	SlotUpdateMode_SLOT_UPDATE_MODE_APPEND SlotUpdateMode = 1
+	// Replace the content (empty text clears the slot).
+	SlotUpdateMode_SLOT_UPDATE_MODE_REPLACE SlotUpdateMode = 2
+)
+
+// Enum value maps for SlotUpdateMode.
+var (
+	SlotUpdateMode_name = map[int32]string{
+		0: "SLOT_UPDATE_MODE_UNSPECIFIED",
+		1: "SLOT_UPDATE_MODE_APPEND",
+		2: "SLOT_UPDATE_MODE_REPLACE",
+	}
+	SlotUpdateMode_value = map[string]int32{
+		"SLOT_UPDATE_MODE_UNSPECIFIED": 0,
+		"SLOT_UPDATE_MODE_APPEND":      1,
+		"SLOT_UPDATE_MODE_REPLACE":     2,
+	}
+)
+
+func (x SlotUpdateMode) Enum() *SlotUpdateMode {
+	p := new(SlotUpdateMode)
+	*p = x
+	return p
+}
+
+func (x SlotUpdateMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (SlotUpdateMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_engram_v1_memory_service_proto_enumTypes[7].Descriptor()
+}
+
+func (SlotUpdateMode) Type() protoreflect.EnumType {
+	return &file_engram_v1_memory_service_proto_enumTypes[7]
+}
+
+func (x SlotUpdateMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use SlotUpdateMode.Descriptor instead.
+func (SlotUpdateMode) EnumDescriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{7}
+}
+
+// How a slot's overflow was compacted.
+type SlotCompaction int32
+
+const (
+	// Nothing was compacted: the content fits.
+	SlotCompaction_SLOT_COMPACTION_UNSPECIFIED SlotCompaction = 0
+	// The LLM summarised the oldest content.
+	SlotCompaction_SLOT_COMPACTION_LLM SlotCompaction = 1
+	// The oldest content was cut and replaced by a marker "[… N earlier tokens removed …]".
+	SlotCompaction_SLOT_COMPACTION_TRUNCATION SlotCompaction = 2
+)
+
+// Enum value maps for SlotCompaction.
+var (
+	SlotCompaction_name = map[int32]string{
+		0: "SLOT_COMPACTION_UNSPECIFIED",
+		1: "SLOT_COMPACTION_LLM",
+		2: "SLOT_COMPACTION_TRUNCATION",
+	}
+	SlotCompaction_value = map[string]int32{
+		"SLOT_COMPACTION_UNSPECIFIED": 0,
+		"SLOT_COMPACTION_LLM":         1,
+		"SLOT_COMPACTION_TRUNCATION":  2,
+	}
+)
+
+func (x SlotCompaction) Enum() *SlotCompaction {
+	p := new(SlotCompaction)
+	*p = x
+	return p
+}
+
+func (x SlotCompaction) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (SlotCompaction) Descriptor() protoreflect.EnumDescriptor {
+	return file_engram_v1_memory_service_proto_enumTypes[8].Descriptor()
+}
+
+func (SlotCompaction) Type() protoreflect.EnumType {
+	return &file_engram_v1_memory_service_proto_enumTypes[8]
+}
+
+func (x SlotCompaction) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use SlotCompaction.Descriptor instead.
+func (SlotCompaction) EnumDescriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{8}
+}
+
 // ImportMode says how imported memories meet the memories already stored.
 type ImportMode int32
 
@@ -358,11 +590,11 @@ func (x ImportMode) String() string {
 }
 
 func (ImportMode) Descriptor() protoreflect.EnumDescriptor {
-	return file_engram_v1_memory_service_proto_enumTypes[5].Descriptor()
+	return file_engram_v1_memory_service_proto_enumTypes[9].Descriptor()
 }
 
 func (ImportMode) Type() protoreflect.EnumType {
-	return &file_engram_v1_memory_service_proto_enumTypes[5]
+	return &file_engram_v1_memory_service_proto_enumTypes[9]
 }
 
 func (x ImportMode) Number() protoreflect.EnumNumber {
@@ -371,7 +603,7 @@ func (x ImportMode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ImportMode.Descriptor instead.
 func (ImportMode) EnumDescriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{5}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{9}
 }
 
 // Reembed says when an import embeds the content again instead of using the file's vectors.
@@ -415,11 +647,11 @@ func (x Reembed) String() string {
 }
 
 func (Reembed) Descriptor() protoreflect.EnumDescriptor {
-	return file_engram_v1_memory_service_proto_enumTypes[6].Descriptor()
+	return file_engram_v1_memory_service_proto_enumTypes[10].Descriptor()
 }
 
 func (Reembed) Type() protoreflect.EnumType {
-	return &file_engram_v1_memory_service_proto_enumTypes[6]
+	return &file_engram_v1_memory_service_proto_enumTypes[10]
 }
 
 func (x Reembed) Number() protoreflect.EnumNumber {
@@ -428,7 +660,7 @@ func (x Reembed) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Reembed.Descriptor instead.
 func (Reembed) EnumDescriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{6}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{10}
 }
 
 // AddMemoryRequest asks to store one memory.
@@ -462,8 +694,16 @@ type AddMemoryRequest struct {
 	// Write even when the gate finds a duplicate: the outcome is CREATED, gate_reason is
 	// "allow_duplicate" and the duplicate is listed in near_duplicates (with that reason).
 	AllowDuplicate bool `protobuf:"varint,12,opt,name=allow_duplicate,json=allowDuplicate,proto3" json:"allow_duplicate,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The agent session this memory is written in: 1–128 characters of letters, digits and
+	// . _ : @ / + -, starting with a letter or digit. Empty means none. Stored as
+	// Memory.session_id; filters (MemoryFilter.session_ids), the search's per-session cap and
+	// GetContext's "last session" read it.
+	SessionId string `protobuf:"bytes,20,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// The agent writing the memory (same characters as session_id). Empty means none. Stored as
+	// Memory.agent_id; MemoryFilter.agent_ids and GetContext read it.
+	AgentId       string `protobuf:"bytes,21,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AddMemoryRequest) Reset() {
@@ -578,6 +818,20 @@ func (x *AddMemoryRequest) GetAllowDuplicate() bool {
 		return x.AllowDuplicate
 	}
 	return false
+}
+
+func (x *AddMemoryRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *AddMemoryRequest) GetAgentId() string {
+	if x != nil {
+		return x.AgentId
+	}
+	return ""
 }
 
 // AddMemoryResponse reports the outcome of AddMemory.
@@ -771,8 +1025,12 @@ type NewMemory struct {
 	RequestId string `protobuf:"bytes,10,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// Write even when the gate finds a duplicate (as AddMemoryRequest.allow_duplicate).
 	AllowDuplicate bool `protobuf:"varint,11,opt,name=allow_duplicate,json=allowDuplicate,proto3" json:"allow_duplicate,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The agent session (as AddMemoryRequest.session_id).
+	SessionId string `protobuf:"bytes,20,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// The agent (as AddMemoryRequest.agent_id).
+	AgentId       string `protobuf:"bytes,21,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NewMemory) Reset() {
@@ -880,6 +1138,20 @@ func (x *NewMemory) GetAllowDuplicate() bool {
 		return x.AllowDuplicate
 	}
 	return false
+}
+
+func (x *NewMemory) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *NewMemory) GetAgentId() string {
+	if x != nil {
+		return x.AgentId
+	}
+	return ""
 }
 
 // AddMemoryResult is the outcome of one AddMemories item; its fields 1–5 mean what they mean
@@ -1065,7 +1337,11 @@ type SearchMemoriesRequest struct {
 	// server's (default 0.5).
 	MmrLambda *float32 `protobuf:"fixed32,7,opt,name=mmr_lambda,json=mmrLambda,proto3,oneof" json:"mmr_lambda,omitempty"`
 	// Drop results whose calibrated relevance is below this, in [0, 1]. Zero keeps all.
-	MinRelevance  float32 `protobuf:"fixed32,8,opt,name=min_relevance,json=minRelevance,proto3" json:"min_relevance,omitempty"`
+	MinRelevance float32 `protobuf:"fixed32,8,opt,name=min_relevance,json=minRelevance,proto3" json:"min_relevance,omitempty"`
+	// At most this many results from one session (Memory.session_id), so that one long session
+	// cannot fill the results: the next best memories of other sessions take their places. 0 (the
+	// default) means no cap; at most 100. Memories without a session are not capped.
+	MaxPerSession int32 `protobuf:"varint,20,opt,name=max_per_session,json=maxPerSession,proto3" json:"max_per_session,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1152,6 +1428,13 @@ func (x *SearchMemoriesRequest) GetMmrLambda() float32 {
 func (x *SearchMemoriesRequest) GetMinRelevance() float32 {
 	if x != nil {
 		return x.MinRelevance
+	}
+	return 0
+}
+
+func (x *SearchMemoriesRequest) GetMaxPerSession() int32 {
+	if x != nil {
+		return x.MaxPerSession
 	}
 	return 0
 }
@@ -4090,6 +4373,951 @@ func (x *RestoreCollectionResponse) GetCollection() *CollectionInfo {
 	return nil
 }
 
+// GetContextRequest asks for the context pack of a session.
+type GetContextRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Collections the pack draws from (at most 16). Empty means every collection the caller may
+	// read (all of them when auth is off). A named collection that does not exist is NOT_FOUND.
+	Collections []string `protobuf:"bytes,1,rep,name=collections,proto3" json:"collections,omitempty"`
+	// The task at hand, if any: the pack then has a "relevant" section with the best memories for
+	// it (searched as SearchMemories would, at most 3 from one session). Empty: no such section.
+	Query string `protobuf:"bytes,2,opt,name=query,proto3" json:"query,omitempty"`
+	// The most tokens the Markdown pack may take (counted with the tokenizer named in the
+	// response), 1–32,000. Unset means 2,000; 0 or more than 32,000 is INVALID_ARGUMENT
+	// (field violation on token_budget).
+	TokenBudget *int32 `protobuf:"varint,3,opt,name=token_budget,json=tokenBudget,proto3,oneof" json:"token_budget,omitempty"`
+	// Start of the "recent" section's window: memories written or updated at or after it, newest
+	// first. Unset means the start of the caller's last session (see session_id), or, when there is
+	// none, the last 7 days.
+	Since *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=since,proto3" json:"since,omitempty"`
+	// The caller's current session (characters as AddMemoryRequest.session_id). The server
+	// remembers, per agent, the sessions that asked for a pack or wrote memories; the caller's
+	// last session is the most recent of those other than this one.
+	SessionId string `protobuf:"bytes,5,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// The calling agent (characters as AddMemoryRequest.agent_id): whose sessions count as the
+	// caller's. Empty means the anonymous agent.
+	AgentId       string `protobuf:"bytes,6,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetContextRequest) Reset() {
+	*x = GetContextRequest{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetContextRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetContextRequest) ProtoMessage() {}
+
+func (x *GetContextRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetContextRequest.ProtoReflect.Descriptor instead.
+func (*GetContextRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *GetContextRequest) GetCollections() []string {
+	if x != nil {
+		return x.Collections
+	}
+	return nil
+}
+
+func (x *GetContextRequest) GetQuery() string {
+	if x != nil {
+		return x.Query
+	}
+	return ""
+}
+
+func (x *GetContextRequest) GetTokenBudget() int32 {
+	if x != nil && x.TokenBudget != nil {
+		return *x.TokenBudget
+	}
+	return 0
+}
+
+func (x *GetContextRequest) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *GetContextRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *GetContextRequest) GetAgentId() string {
+	if x != nil {
+		return x.AgentId
+	}
+	return ""
+}
+
+// ContextTopic is one entry of the topic index in a context pack.
+type ContextTopic struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The topic's stable id.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The topic's name.
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// How many memories the topic holds.
+	Size          int32 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ContextTopic) Reset() {
+	*x = ContextTopic{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ContextTopic) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ContextTopic) ProtoMessage() {}
+
+func (x *ContextTopic) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ContextTopic.ProtoReflect.Descriptor instead.
+func (*ContextTopic) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *ContextTopic) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ContextTopic) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ContextTopic) GetSize() int32 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+// ContextItem is one entry of a context pack section: a memory, a slot, a trigger name or a
+// topic.
+type ContextItem struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The memory, for memory items (unset for slots, trigger names and topics).
+	Memory *Memory `protobuf:"bytes,1,opt,name=memory,proto3" json:"memory,omitempty"`
+	// The item as rendered in the Markdown pack (one list entry).
+	Text string `protobuf:"bytes,2,opt,name=text,proto3" json:"text,omitempty"`
+	// Tokens the rendered item takes (tokenizer as GetContextResponse.tokenizer).
+	Tokens int32 `protobuf:"varint,3,opt,name=tokens,proto3" json:"tokens,omitempty"`
+	// Why the item was chosen, e.g. "identity, importance 9", "slot persona",
+	// "relevance 0.86 to the task", "updated since the last session", "tagged pending".
+	Reason string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	// For slot items: the slot's name.
+	Slot string `protobuf:"bytes,5,opt,name=slot,proto3" json:"slot,omitempty"`
+	// For trigger items: the trigger name (without the `trigger:` prefix).
+	Trigger string `protobuf:"bytes,6,opt,name=trigger,proto3" json:"trigger,omitempty"`
+	// For trigger items: how many live memories carry it.
+	Count int32 `protobuf:"varint,7,opt,name=count,proto3" json:"count,omitempty"`
+	// For topic items: the topic.
+	Topic         *ContextTopic `protobuf:"bytes,8,opt,name=topic,proto3" json:"topic,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ContextItem) Reset() {
+	*x = ContextItem{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ContextItem) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ContextItem) ProtoMessage() {}
+
+func (x *ContextItem) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ContextItem.ProtoReflect.Descriptor instead.
+func (*ContextItem) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *ContextItem) GetMemory() *Memory {
+	if x != nil {
+		return x.Memory
+	}
+	return nil
+}
+
+func (x *ContextItem) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *ContextItem) GetTokens() int32 {
+	if x != nil {
+		return x.Tokens
+	}
+	return 0
+}
+
+func (x *ContextItem) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ContextItem) GetSlot() string {
+	if x != nil {
+		return x.Slot
+	}
+	return ""
+}
+
+func (x *ContextItem) GetTrigger() string {
+	if x != nil {
+		return x.Trigger
+	}
+	return ""
+}
+
+func (x *ContextItem) GetCount() int32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *ContextItem) GetTopic() *ContextTopic {
+	if x != nil {
+		return x.Topic
+	}
+	return nil
+}
+
+// ContextSection is one section of a context pack.
+type ContextSection struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Which section.
+	Kind ContextSectionKind `protobuf:"varint,1,opt,name=kind,proto3,enum=engram.v1.ContextSectionKind" json:"kind,omitempty"`
+	// Its heading in the Markdown pack.
+	Title string `protobuf:"bytes,2,opt,name=title,proto3" json:"title,omitempty"`
+	// Its items, in pack order.
+	Items []*ContextItem `protobuf:"bytes,3,rep,name=items,proto3" json:"items,omitempty"`
+	// Tokens the section takes in the Markdown pack (its heading included; 0 when empty).
+	Tokens int32 `protobuf:"varint,4,opt,name=tokens,proto3" json:"tokens,omitempty"`
+	// Candidates left out because the budget was spent.
+	Omitted       int32 `protobuf:"varint,5,opt,name=omitted,proto3" json:"omitted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ContextSection) Reset() {
+	*x = ContextSection{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ContextSection) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ContextSection) ProtoMessage() {}
+
+func (x *ContextSection) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ContextSection.ProtoReflect.Descriptor instead.
+func (*ContextSection) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *ContextSection) GetKind() ContextSectionKind {
+	if x != nil {
+		return x.Kind
+	}
+	return ContextSectionKind_CONTEXT_SECTION_KIND_UNSPECIFIED
+}
+
+func (x *ContextSection) GetTitle() string {
+	if x != nil {
+		return x.Title
+	}
+	return ""
+}
+
+func (x *ContextSection) GetItems() []*ContextItem {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+func (x *ContextSection) GetTokens() int32 {
+	if x != nil {
+		return x.Tokens
+	}
+	return 0
+}
+
+func (x *ContextSection) GetOmitted() int32 {
+	if x != nil {
+		return x.Omitted
+	}
+	return 0
+}
+
+// GetContextResponse is the context pack.
+type GetContextResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Every section, in the order of ContextSectionKind (empty sections included, with no items).
+	Sections []*ContextSection `protobuf:"bytes,1,rep,name=sections,proto3" json:"sections,omitempty"`
+	// The pack as Markdown, ready to put into a prompt: the non-empty sections in order.
+	Markdown string `protobuf:"bytes,2,opt,name=markdown,proto3" json:"markdown,omitempty"`
+	// The budget applied.
+	TokenBudget int32 `protobuf:"varint,3,opt,name=token_budget,json=tokenBudget,proto3" json:"token_budget,omitempty"`
+	// Tokens the Markdown takes; never more than token_budget.
+	TokensUsed int32 `protobuf:"varint,4,opt,name=tokens_used,json=tokensUsed,proto3" json:"tokens_used,omitempty"`
+	// The tokenizer counting the tokens, e.g. "xlm-roberta-sentencepiece (multilingual-e5-small)".
+	Tokenizer string `protobuf:"bytes,5,opt,name=tokenizer,proto3" json:"tokenizer,omitempty"`
+	// The recent section's window start.
+	Since *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=since,proto3" json:"since,omitempty"`
+	// Where `since` came from.
+	SinceSource SinceSource `protobuf:"varint,7,opt,name=since_source,json=sinceSource,proto3,enum=engram.v1.SinceSource" json:"since_source,omitempty"`
+	// For SINCE_SOURCE_LAST_SESSION: the session whose start opened the window.
+	LastSessionId string `protobuf:"bytes,8,opt,name=last_session_id,json=lastSessionId,proto3" json:"last_session_id,omitempty"`
+	// The topic index (the TOPICS section's topics), largest first.
+	Topics []*ContextTopic `protobuf:"bytes,9,rep,name=topics,proto3" json:"topics,omitempty"`
+	// True when some candidate did not fit in the budget (see each section's omitted).
+	Truncated     bool `protobuf:"varint,10,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetContextResponse) Reset() {
+	*x = GetContextResponse{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetContextResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetContextResponse) ProtoMessage() {}
+
+func (x *GetContextResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetContextResponse.ProtoReflect.Descriptor instead.
+func (*GetContextResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *GetContextResponse) GetSections() []*ContextSection {
+	if x != nil {
+		return x.Sections
+	}
+	return nil
+}
+
+func (x *GetContextResponse) GetMarkdown() string {
+	if x != nil {
+		return x.Markdown
+	}
+	return ""
+}
+
+func (x *GetContextResponse) GetTokenBudget() int32 {
+	if x != nil {
+		return x.TokenBudget
+	}
+	return 0
+}
+
+func (x *GetContextResponse) GetTokensUsed() int32 {
+	if x != nil {
+		return x.TokensUsed
+	}
+	return 0
+}
+
+func (x *GetContextResponse) GetTokenizer() string {
+	if x != nil {
+		return x.Tokenizer
+	}
+	return ""
+}
+
+func (x *GetContextResponse) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *GetContextResponse) GetSinceSource() SinceSource {
+	if x != nil {
+		return x.SinceSource
+	}
+	return SinceSource_SINCE_SOURCE_UNSPECIFIED
+}
+
+func (x *GetContextResponse) GetLastSessionId() string {
+	if x != nil {
+		return x.LastSessionId
+	}
+	return ""
+}
+
+func (x *GetContextResponse) GetTopics() []*ContextTopic {
+	if x != nil {
+		return x.Topics
+	}
+	return nil
+}
+
+func (x *GetContextResponse) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
+// GetTriggersRequest asks for the memories to recall before an action.
+type GetTriggersRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Collections to look in (at most 16). Empty means every collection the caller may read.
+	Collections []string `protobuf:"bytes,1,rep,name=collections,proto3" json:"collections,omitempty"`
+	// The action, e.g. "deploy", "git push" or "deploy/prod". Normalised: trimmed, lower-cased,
+	// runs of white space turned into '-'. Then it must be 1–64 characters of a–z, 0–9 and
+	// - _ . / (else INVALID_ARGUMENT on action).
+	Action string `protobuf:"bytes,2,opt,name=action,proto3" json:"action,omitempty"`
+	// Most memories returned, 1–100. Zero means 20.
+	Limit         int32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetTriggersRequest) Reset() {
+	*x = GetTriggersRequest{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetTriggersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetTriggersRequest) ProtoMessage() {}
+
+func (x *GetTriggersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetTriggersRequest.ProtoReflect.Descriptor instead.
+func (*GetTriggersRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *GetTriggersRequest) GetCollections() []string {
+	if x != nil {
+		return x.Collections
+	}
+	return nil
+}
+
+func (x *GetTriggersRequest) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *GetTriggersRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+// GetTriggersResponse lists the memories to recall before an action, most important first.
+type GetTriggersResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The action's normalised name.
+	Action string `protobuf:"bytes,1,opt,name=action,proto3" json:"action,omitempty"`
+	// The trigger names matched: the action's name and its parents, most specific first.
+	Matched []string `protobuf:"bytes,2,rep,name=matched,proto3" json:"matched,omitempty"`
+	// The memories, by importance (highest first), then by updated_at (newest first), then id.
+	Memories []*Memory `protobuf:"bytes,3,rep,name=memories,proto3" json:"memories,omitempty"`
+	// True when more memories matched than limit.
+	Truncated     bool `protobuf:"varint,4,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetTriggersResponse) Reset() {
+	*x = GetTriggersResponse{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetTriggersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetTriggersResponse) ProtoMessage() {}
+
+func (x *GetTriggersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetTriggersResponse.ProtoReflect.Descriptor instead.
+func (*GetTriggersResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *GetTriggersResponse) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *GetTriggersResponse) GetMatched() []string {
+	if x != nil {
+		return x.Matched
+	}
+	return nil
+}
+
+func (x *GetTriggersResponse) GetMemories() []*Memory {
+	if x != nil {
+		return x.Memories
+	}
+	return nil
+}
+
+func (x *GetTriggersResponse) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
+// Slot is one named, fixed-capacity note of a collection.
+type Slot struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// persona, user_preferences, project_context, pending_items or guidance.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The slot's content (empty when never written).
+	Content string `protobuf:"bytes,2,opt,name=content,proto3" json:"content,omitempty"`
+	// Most tokens the content may take (ENGRAM_SLOT_CAPACITY_TOKENS).
+	CapacityTokens int32 `protobuf:"varint,3,opt,name=capacity_tokens,json=capacityTokens,proto3" json:"capacity_tokens,omitempty"`
+	// Tokens the content takes.
+	Tokens int32 `protobuf:"varint,4,opt,name=tokens,proto3" json:"tokens,omitempty"`
+	// When the slot was last written (unset when never).
+	UpdatedAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	// How many times its oldest content was compacted.
+	Compactions   int32 `protobuf:"varint,6,opt,name=compactions,proto3" json:"compactions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Slot) Reset() {
+	*x = Slot{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Slot) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Slot) ProtoMessage() {}
+
+func (x *Slot) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Slot.ProtoReflect.Descriptor instead.
+func (*Slot) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *Slot) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Slot) GetContent() string {
+	if x != nil {
+		return x.Content
+	}
+	return ""
+}
+
+func (x *Slot) GetCapacityTokens() int32 {
+	if x != nil {
+		return x.CapacityTokens
+	}
+	return 0
+}
+
+func (x *Slot) GetTokens() int32 {
+	if x != nil {
+		return x.Tokens
+	}
+	return 0
+}
+
+func (x *Slot) GetUpdatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdatedAt
+	}
+	return nil
+}
+
+func (x *Slot) GetCompactions() int32 {
+	if x != nil {
+		return x.Compactions
+	}
+	return 0
+}
+
+// ListSlotsRequest asks for a collection's slots.
+type ListSlotsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The collection. Empty means the default collection.
+	Collection    string `protobuf:"bytes,1,opt,name=collection,proto3" json:"collection,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSlotsRequest) Reset() {
+	*x = ListSlotsRequest{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSlotsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSlotsRequest) ProtoMessage() {}
+
+func (x *ListSlotsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSlotsRequest.ProtoReflect.Descriptor instead.
+func (*ListSlotsRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *ListSlotsRequest) GetCollection() string {
+	if x != nil {
+		return x.Collection
+	}
+	return ""
+}
+
+// ListSlotsResponse lists every slot, in the fixed order persona, user_preferences,
+// project_context, pending_items, guidance.
+type ListSlotsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The slots.
+	Slots []*Slot `protobuf:"bytes,1,rep,name=slots,proto3" json:"slots,omitempty"`
+	// The tokenizer counting the slots' tokens.
+	Tokenizer     string `protobuf:"bytes,2,opt,name=tokenizer,proto3" json:"tokenizer,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSlotsResponse) Reset() {
+	*x = ListSlotsResponse{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSlotsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSlotsResponse) ProtoMessage() {}
+
+func (x *ListSlotsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSlotsResponse.ProtoReflect.Descriptor instead.
+func (*ListSlotsResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *ListSlotsResponse) GetSlots() []*Slot {
+	if x != nil {
+		return x.Slots
+	}
+	return nil
+}
+
+func (x *ListSlotsResponse) GetTokenizer() string {
+	if x != nil {
+		return x.Tokenizer
+	}
+	return ""
+}
+
+// UpdateSlotRequest changes one slot.
+type UpdateSlotRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The collection. Empty means the default collection.
+	Collection string `protobuf:"bytes,1,opt,name=collection,proto3" json:"collection,omitempty"`
+	// The slot: persona, user_preferences, project_context, pending_items or guidance (else
+	// INVALID_ARGUMENT on name).
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// The text (at most 8,192 characters).
+	Content string `protobuf:"bytes,3,opt,name=content,proto3" json:"content,omitempty"`
+	// Append (the default) or replace.
+	Mode          SlotUpdateMode `protobuf:"varint,4,opt,name=mode,proto3,enum=engram.v1.SlotUpdateMode" json:"mode,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateSlotRequest) Reset() {
+	*x = UpdateSlotRequest{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateSlotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateSlotRequest) ProtoMessage() {}
+
+func (x *UpdateSlotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateSlotRequest.ProtoReflect.Descriptor instead.
+func (*UpdateSlotRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{58}
+}
+
+func (x *UpdateSlotRequest) GetCollection() string {
+	if x != nil {
+		return x.Collection
+	}
+	return ""
+}
+
+func (x *UpdateSlotRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *UpdateSlotRequest) GetContent() string {
+	if x != nil {
+		return x.Content
+	}
+	return ""
+}
+
+func (x *UpdateSlotRequest) GetMode() SlotUpdateMode {
+	if x != nil {
+		return x.Mode
+	}
+	return SlotUpdateMode_SLOT_UPDATE_MODE_UNSPECIFIED
+}
+
+// UpdateSlotResponse is the slot after the change.
+type UpdateSlotResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The slot.
+	Slot *Slot `protobuf:"bytes,1,opt,name=slot,proto3" json:"slot,omitempty"`
+	// How its overflow was compacted, if it was.
+	Compaction    SlotCompaction `protobuf:"varint,2,opt,name=compaction,proto3,enum=engram.v1.SlotCompaction" json:"compaction,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateSlotResponse) Reset() {
+	*x = UpdateSlotResponse{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateSlotResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateSlotResponse) ProtoMessage() {}
+
+func (x *UpdateSlotResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateSlotResponse.ProtoReflect.Descriptor instead.
+func (*UpdateSlotResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *UpdateSlotResponse) GetSlot() *Slot {
+	if x != nil {
+		return x.Slot
+	}
+	return nil
+}
+
+func (x *UpdateSlotResponse) GetCompaction() SlotCompaction {
+	if x != nil {
+		return x.Compaction
+	}
+	return SlotCompaction_SLOT_COMPACTION_UNSPECIFIED
+}
+
 // ExportMemoriesRequest says what to export.
 type ExportMemoriesRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -4108,7 +5336,7 @@ type ExportMemoriesRequest struct {
 
 func (x *ExportMemoriesRequest) Reset() {
 	*x = ExportMemoriesRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[48]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4120,7 +5348,7 @@ func (x *ExportMemoriesRequest) String() string {
 func (*ExportMemoriesRequest) ProtoMessage() {}
 
 func (x *ExportMemoriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[48]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4133,7 +5361,7 @@ func (x *ExportMemoriesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportMemoriesRequest.ProtoReflect.Descriptor instead.
 func (*ExportMemoriesRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{48}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ExportMemoriesRequest) GetCollections() []string {
@@ -4180,7 +5408,7 @@ type ExportMemoriesResponse struct {
 
 func (x *ExportMemoriesResponse) Reset() {
 	*x = ExportMemoriesResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[49]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4192,7 +5420,7 @@ func (x *ExportMemoriesResponse) String() string {
 func (*ExportMemoriesResponse) ProtoMessage() {}
 
 func (x *ExportMemoriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[49]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4205,7 +5433,7 @@ func (x *ExportMemoriesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportMemoriesResponse.ProtoReflect.Descriptor instead.
 func (*ExportMemoriesResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{49}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ExportMemoriesResponse) GetData() []byte {
@@ -4248,7 +5476,7 @@ type ImportMemoriesRequest struct {
 
 func (x *ImportMemoriesRequest) Reset() {
 	*x = ImportMemoriesRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[50]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4260,7 +5488,7 @@ func (x *ImportMemoriesRequest) String() string {
 func (*ImportMemoriesRequest) ProtoMessage() {}
 
 func (x *ImportMemoriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[50]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4273,7 +5501,7 @@ func (x *ImportMemoriesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportMemoriesRequest.ProtoReflect.Descriptor instead.
 func (*ImportMemoriesRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{50}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ImportMemoriesRequest) GetData() []byte {
@@ -4327,7 +5555,7 @@ type ImportMemoriesResponse struct {
 
 func (x *ImportMemoriesResponse) Reset() {
 	*x = ImportMemoriesResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[51]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4339,7 +5567,7 @@ func (x *ImportMemoriesResponse) String() string {
 func (*ImportMemoriesResponse) ProtoMessage() {}
 
 func (x *ImportMemoriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[51]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4352,7 +5580,7 @@ func (x *ImportMemoriesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportMemoriesResponse.ProtoReflect.Descriptor instead.
 func (*ImportMemoriesResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{51}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ImportMemoriesResponse) GetLines() int64 {
@@ -4416,7 +5644,7 @@ type BackupStoreRequest struct {
 
 func (x *BackupStoreRequest) Reset() {
 	*x = BackupStoreRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[52]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4428,7 +5656,7 @@ func (x *BackupStoreRequest) String() string {
 func (*BackupStoreRequest) ProtoMessage() {}
 
 func (x *BackupStoreRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[52]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4441,7 +5669,7 @@ func (x *BackupStoreRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupStoreRequest.ProtoReflect.Descriptor instead.
 func (*BackupStoreRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{52}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *BackupStoreRequest) GetDirectory() string {
@@ -4470,7 +5698,7 @@ type BackupStoreResponse struct {
 
 func (x *BackupStoreResponse) Reset() {
 	*x = BackupStoreResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[53]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4482,7 +5710,7 @@ func (x *BackupStoreResponse) String() string {
 func (*BackupStoreResponse) ProtoMessage() {}
 
 func (x *BackupStoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[53]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4495,7 +5723,7 @@ func (x *BackupStoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupStoreResponse.ProtoReflect.Descriptor instead.
 func (*BackupStoreResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{53}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *BackupStoreResponse) GetDirectory() string {
@@ -4537,7 +5765,7 @@ var File_engram_v1_memory_service_proto protoreflect.FileDescriptor
 
 const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\n" +
-	"\x1eengram/v1/memory_service.proto\x12\tengram.v1\x1a\x16engram/v1/memory.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe6\x04\n" +
+	"\x1eengram/v1/memory_service.proto\x12\tengram.v1\x1a\x16engram/v1/memory.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa0\x05\n" +
 	"\x10AddMemoryRequest\x12\x1e\n" +
 	"\n" +
 	"collection\x18\x01 \x01(\tR\n" +
@@ -4559,7 +5787,10 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"validUntil\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\v \x01(\tR\trequestId\x12'\n" +
-	"\x0fallow_duplicate\x18\f \x01(\bR\x0eallowDuplicate\x1a;\n" +
+	"\x0fallow_duplicate\x18\f \x01(\bR\x0eallowDuplicate\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x14 \x01(\tR\tsessionId\x12\x19\n" +
+	"\bagent_id\x18\x15 \x01(\tR\aagentId\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\r\n" +
@@ -4576,7 +5807,7 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\n" +
 	"collection\x18\x01 \x01(\tR\n" +
 	"collection\x120\n" +
-	"\bmemories\x18\x02 \x03(\v2\x14.engram.v1.NewMemoryR\bmemories\"\xb8\x04\n" +
+	"\bmemories\x18\x02 \x03(\v2\x14.engram.v1.NewMemoryR\bmemories\"\xf2\x04\n" +
 	"\tNewMemory\x12\x18\n" +
 	"\acontent\x18\x01 \x01(\tR\acontent\x12)\n" +
 	"\x04type\x18\x02 \x01(\x0e2\x15.engram.v1.MemoryTypeR\x04type\x12#\n" +
@@ -4595,7 +5826,10 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\n" +
 	" \x01(\tR\trequestId\x12'\n" +
-	"\x0fallow_duplicate\x18\v \x01(\bR\x0eallowDuplicate\x1a;\n" +
+	"\x0fallow_duplicate\x18\v \x01(\bR\x0eallowDuplicate\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x14 \x01(\tR\tsessionId\x12\x19\n" +
+	"\bagent_id\x18\x15 \x01(\tR\aagentId\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\r\n" +
@@ -4612,7 +5846,7 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\babridged\x18\b \x01(\bR\babridgedB\x15\n" +
 	"\x13_duplicate_of_index\"K\n" +
 	"\x13AddMemoriesResponse\x124\n" +
-	"\aresults\x18\x01 \x03(\v2\x1a.engram.v1.AddMemoryResultR\aresults\"\xc1\x02\n" +
+	"\aresults\x18\x01 \x03(\v2\x1a.engram.v1.AddMemoryResultR\aresults\"\xe9\x02\n" +
 	"\x15SearchMemoriesRequest\x12\x14\n" +
 	"\x05query\x18\x01 \x01(\tR\x05query\x12 \n" +
 	"\vcollections\x18\x02 \x03(\tR\vcollections\x12\x14\n" +
@@ -4622,7 +5856,8 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\tdiversify\x18\x06 \x01(\bR\tdiversify\x12\"\n" +
 	"\n" +
 	"mmr_lambda\x18\a \x01(\x02H\x00R\tmmrLambda\x88\x01\x01\x12#\n" +
-	"\rmin_relevance\x18\b \x01(\x02R\fminRelevanceB\r\n" +
+	"\rmin_relevance\x18\b \x01(\x02R\fminRelevance\x12&\n" +
+	"\x0fmax_per_session\x18\x14 \x01(\x05R\rmaxPerSessionB\r\n" +
 	"\v_mmr_lambda\"j\n" +
 	"\fSearchResult\x12)\n" +
 	"\x06memory\x18\x01 \x01(\v2\x11.engram.v1.MemoryR\x06memory\x12/\n" +
@@ -4865,7 +6100,84 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\x19RestoreCollectionResponse\x129\n" +
 	"\n" +
 	"collection\x18\x01 \x01(\v2\x19.engram.v1.CollectionInfoR\n" +
-	"collection\"\xb0\x01\n" +
+	"collection\"\xf0\x01\n" +
+	"\x11GetContextRequest\x12 \n" +
+	"\vcollections\x18\x01 \x03(\tR\vcollections\x12\x14\n" +
+	"\x05query\x18\x02 \x01(\tR\x05query\x12&\n" +
+	"\ftoken_budget\x18\x03 \x01(\x05H\x00R\vtokenBudget\x88\x01\x01\x120\n" +
+	"\x05since\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x05 \x01(\tR\tsessionId\x12\x19\n" +
+	"\bagent_id\x18\x06 \x01(\tR\aagentIdB\x0f\n" +
+	"\r_token_budget\"F\n" +
+	"\fContextTopic\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
+	"\x04size\x18\x03 \x01(\x05R\x04size\"\xef\x01\n" +
+	"\vContextItem\x12)\n" +
+	"\x06memory\x18\x01 \x01(\v2\x11.engram.v1.MemoryR\x06memory\x12\x12\n" +
+	"\x04text\x18\x02 \x01(\tR\x04text\x12\x16\n" +
+	"\x06tokens\x18\x03 \x01(\x05R\x06tokens\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x12\n" +
+	"\x04slot\x18\x05 \x01(\tR\x04slot\x12\x18\n" +
+	"\atrigger\x18\x06 \x01(\tR\atrigger\x12\x14\n" +
+	"\x05count\x18\a \x01(\x05R\x05count\x12-\n" +
+	"\x05topic\x18\b \x01(\v2\x17.engram.v1.ContextTopicR\x05topic\"\xb9\x01\n" +
+	"\x0eContextSection\x121\n" +
+	"\x04kind\x18\x01 \x01(\x0e2\x1d.engram.v1.ContextSectionKindR\x04kind\x12\x14\n" +
+	"\x05title\x18\x02 \x01(\tR\x05title\x12,\n" +
+	"\x05items\x18\x03 \x03(\v2\x16.engram.v1.ContextItemR\x05items\x12\x16\n" +
+	"\x06tokens\x18\x04 \x01(\x05R\x06tokens\x12\x18\n" +
+	"\aomitted\x18\x05 \x01(\x05R\aomitted\"\xad\x03\n" +
+	"\x12GetContextResponse\x125\n" +
+	"\bsections\x18\x01 \x03(\v2\x19.engram.v1.ContextSectionR\bsections\x12\x1a\n" +
+	"\bmarkdown\x18\x02 \x01(\tR\bmarkdown\x12!\n" +
+	"\ftoken_budget\x18\x03 \x01(\x05R\vtokenBudget\x12\x1f\n" +
+	"\vtokens_used\x18\x04 \x01(\x05R\n" +
+	"tokensUsed\x12\x1c\n" +
+	"\ttokenizer\x18\x05 \x01(\tR\ttokenizer\x120\n" +
+	"\x05since\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x129\n" +
+	"\fsince_source\x18\a \x01(\x0e2\x16.engram.v1.SinceSourceR\vsinceSource\x12&\n" +
+	"\x0flast_session_id\x18\b \x01(\tR\rlastSessionId\x12/\n" +
+	"\x06topics\x18\t \x03(\v2\x17.engram.v1.ContextTopicR\x06topics\x12\x1c\n" +
+	"\ttruncated\x18\n" +
+	" \x01(\bR\ttruncated\"d\n" +
+	"\x12GetTriggersRequest\x12 \n" +
+	"\vcollections\x18\x01 \x03(\tR\vcollections\x12\x16\n" +
+	"\x06action\x18\x02 \x01(\tR\x06action\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\x05R\x05limit\"\x94\x01\n" +
+	"\x13GetTriggersResponse\x12\x16\n" +
+	"\x06action\x18\x01 \x01(\tR\x06action\x12\x18\n" +
+	"\amatched\x18\x02 \x03(\tR\amatched\x12-\n" +
+	"\bmemories\x18\x03 \x03(\v2\x11.engram.v1.MemoryR\bmemories\x12\x1c\n" +
+	"\ttruncated\x18\x04 \x01(\bR\ttruncated\"\xd2\x01\n" +
+	"\x04Slot\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\acontent\x18\x02 \x01(\tR\acontent\x12'\n" +
+	"\x0fcapacity_tokens\x18\x03 \x01(\x05R\x0ecapacityTokens\x12\x16\n" +
+	"\x06tokens\x18\x04 \x01(\x05R\x06tokens\x129\n" +
+	"\n" +
+	"updated_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12 \n" +
+	"\vcompactions\x18\x06 \x01(\x05R\vcompactions\"2\n" +
+	"\x10ListSlotsRequest\x12\x1e\n" +
+	"\n" +
+	"collection\x18\x01 \x01(\tR\n" +
+	"collection\"X\n" +
+	"\x11ListSlotsResponse\x12%\n" +
+	"\x05slots\x18\x01 \x03(\v2\x0f.engram.v1.SlotR\x05slots\x12\x1c\n" +
+	"\ttokenizer\x18\x02 \x01(\tR\ttokenizer\"\x90\x01\n" +
+	"\x11UpdateSlotRequest\x12\x1e\n" +
+	"\n" +
+	"collection\x18\x01 \x01(\tR\n" +
+	"collection\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
+	"\acontent\x18\x03 \x01(\tR\acontent\x12-\n" +
+	"\x04mode\x18\x04 \x01(\x0e2\x19.engram.v1.SlotUpdateModeR\x04mode\"t\n" +
+	"\x12UpdateSlotResponse\x12#\n" +
+	"\x04slot\x18\x01 \x01(\v2\x0f.engram.v1.SlotR\x04slot\x129\n" +
+	"\n" +
+	"compaction\x18\x02 \x01(\x0e2\x19.engram.v1.SlotCompactionR\n" +
+	"compaction\"\xb0\x01\n" +
 	"\x15ExportMemoriesRequest\x12 \n" +
 	"\vcollections\x18\x01 \x03(\tR\vcollections\x12/\n" +
 	"\x06filter\x18\x02 \x01(\v2\x17.engram.v1.MemoryFilterR\x06filter\x12'\n" +
@@ -4929,7 +6241,28 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\x15EXTRACTOR_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rEXTRACTOR_LLM\x10\x01\x12\x13\n" +
 	"\x0fEXTRACTOR_RULES\x10\x02\x12\x12\n" +
-	"\x0eEXTRACTOR_NONE\x10\x03*Y\n" +
+	"\x0eEXTRACTOR_NONE\x10\x03*\x86\x02\n" +
+	"\x12ContextSectionKind\x12$\n" +
+	" CONTEXT_SECTION_KIND_UNSPECIFIED\x10\x00\x12\x1d\n" +
+	"\x19CONTEXT_SECTION_KIND_CORE\x10\x01\x12!\n" +
+	"\x1dCONTEXT_SECTION_KIND_TRIGGERS\x10\x02\x12#\n" +
+	"\x1fCONTEXT_SECTION_KIND_OPEN_ITEMS\x10\x03\x12!\n" +
+	"\x1dCONTEXT_SECTION_KIND_RELEVANT\x10\x04\x12\x1f\n" +
+	"\x1bCONTEXT_SECTION_KIND_RECENT\x10\x05\x12\x1f\n" +
+	"\x1bCONTEXT_SECTION_KIND_TOPICS\x10\x06*\x85\x01\n" +
+	"\vSinceSource\x12\x1c\n" +
+	"\x18SINCE_SOURCE_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14SINCE_SOURCE_REQUEST\x10\x01\x12\x1d\n" +
+	"\x19SINCE_SOURCE_LAST_SESSION\x10\x02\x12\x1f\n" +
+	"\x1bSINCE_SOURCE_DEFAULT_WINDOW\x10\x03*m\n" +
+	"\x0eSlotUpdateMode\x12 \n" +
+	"\x1cSLOT_UPDATE_MODE_UNSPECIFIED\x10\x00\x12\x1b\n" +
+	"\x17SLOT_UPDATE_MODE_APPEND\x10\x01\x12\x1c\n" +
+	"\x18SLOT_UPDATE_MODE_REPLACE\x10\x02*j\n" +
+	"\x0eSlotCompaction\x12\x1f\n" +
+	"\x1bSLOT_COMPACTION_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13SLOT_COMPACTION_LLM\x10\x01\x12\x1e\n" +
+	"\x1aSLOT_COMPACTION_TRUNCATION\x10\x02*Y\n" +
 	"\n" +
 	"ImportMode\x12\x1b\n" +
 	"\x17IMPORT_MODE_UNSPECIFIED\x10\x00\x12\x17\n" +
@@ -4939,7 +6272,7 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\x13REEMBED_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fREEMBED_AUTO\x10\x01\x12\x11\n" +
 	"\rREEMBED_NEVER\x10\x02\x12\x12\n" +
-	"\x0eREEMBED_ALWAYS\x10\x032\xe3\x13\n" +
+	"\x0eREEMBED_ALWAYS\x10\x032\xfc\x16\n" +
 	"\rMemoryService\x12_\n" +
 	"\tAddMemory\x12\x1b.engram.v1.AddMemoryRequest\x1a\x1c.engram.v1.AddMemoryResponse\"\x17\x82\xd3\xe4\x93\x02\x11:\x01*\"\f/v1/memories\x12n\n" +
 	"\vAddMemories\x12\x1d.engram.v1.AddMemoriesRequest\x1a\x1e.engram.v1.AddMemoriesResponse\" \x82\xd3\xe4\x93\x02\x1a:\x01*\"\x15/v1/memories:batchAdd\x12u\n" +
@@ -4958,7 +6291,13 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\rRestoreMemory\x12\x1f.engram.v1.RestoreMemoryRequest\x1a .engram.v1.RestoreMemoryResponse\"=\x82\xd3\xe4\x93\x027:\x01*\"2/v1/collections/{collection}/memories/{id}:restore\x12~\n" +
 	"\n" +
 	"PurgeTrash\x12\x1c.engram.v1.PurgeTrashRequest\x1a\x1d.engram.v1.PurgeTrashResponse\"3\x82\xd3\xe4\x93\x02-:\x01*\"(/v1/collections/{collection}/trash:purge\x12\x89\x01\n" +
-	"\x11RestoreCollection\x12#.engram.v1.RestoreCollectionRequest\x1a$.engram.v1.RestoreCollectionResponse\")\x82\xd3\xe4\x93\x02#:\x01*\"\x1e/v1/collections/{name}:restore\x12W\n" +
+	"\x11RestoreCollection\x12#.engram.v1.RestoreCollectionRequest\x1a$.engram.v1.RestoreCollectionResponse\")\x82\xd3\xe4\x93\x02#:\x01*\"\x1e/v1/collections/{name}:restore\x12a\n" +
+	"\n" +
+	"GetContext\x12\x1c.engram.v1.GetContextRequest\x1a\x1d.engram.v1.GetContextResponse\"\x16\x82\xd3\xe4\x93\x02\x10:\x01*\"\v/v1/context\x12i\n" +
+	"\vGetTriggers\x12\x1d.engram.v1.GetTriggersRequest\x1a\x1e.engram.v1.GetTriggersResponse\"\x1b\x82\xd3\xe4\x93\x02\x15:\x01*\"\x10/v1/triggers:get\x12a\n" +
+	"\tListSlots\x12\x1b.engram.v1.ListSlotsRequest\x1a\x1c.engram.v1.ListSlotsResponse\"\x19\x82\xd3\xe4\x93\x02\x13:\x01*\"\x0e/v1/slots:list\x12f\n" +
+	"\n" +
+	"UpdateSlot\x12\x1c.engram.v1.UpdateSlotRequest\x1a\x1d.engram.v1.UpdateSlotResponse\"\x1b\x82\xd3\xe4\x93\x02\x15:\x01*\"\x10/v1/slots:update\x12W\n" +
 	"\x0eExportMemories\x12 .engram.v1.ExportMemoriesRequest\x1a!.engram.v1.ExportMemoriesResponse0\x01\x12W\n" +
 	"\x0eImportMemories\x12 .engram.v1.ImportMemoriesRequest\x1a!.engram.v1.ImportMemoriesResponse(\x01\x12i\n" +
 	"\vBackupStore\x12\x1d.engram.v1.BackupStoreRequest\x1a\x1e.engram.v1.BackupStoreResponse\"\x1b\x82\xd3\xe4\x93\x02\x15:\x01*\"\x10/v1/admin:backupB?Z=github.com/engram-memory/engram/clients/go/engram/v1;engramv1b\x06proto3"
@@ -4975,209 +6314,248 @@ func file_engram_v1_memory_service_proto_rawDescGZIP() []byte {
 	return file_engram_v1_memory_service_proto_rawDescData
 }
 
-var file_engram_v1_memory_service_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_engram_v1_memory_service_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
+var file_engram_v1_memory_service_proto_enumTypes = make([]protoimpl.EnumInfo, 11)
+var file_engram_v1_memory_service_proto_msgTypes = make([]protoimpl.MessageInfo, 69)
 var file_engram_v1_memory_service_proto_goTypes = []any{
 	(AddOutcome)(0),                    // 0: engram.v1.AddOutcome
 	(ReflectionOutcome)(0),             // 1: engram.v1.ReflectionOutcome
 	(ReflectionGate)(0),                // 2: engram.v1.ReflectionGate
 	(ExtractionMode)(0),                // 3: engram.v1.ExtractionMode
 	(Extractor)(0),                     // 4: engram.v1.Extractor
-	(ImportMode)(0),                    // 5: engram.v1.ImportMode
-	(Reembed)(0),                       // 6: engram.v1.Reembed
-	(*AddMemoryRequest)(nil),           // 7: engram.v1.AddMemoryRequest
-	(*AddMemoryResponse)(nil),          // 8: engram.v1.AddMemoryResponse
-	(*AddMemoriesRequest)(nil),         // 9: engram.v1.AddMemoriesRequest
-	(*NewMemory)(nil),                  // 10: engram.v1.NewMemory
-	(*AddMemoryResult)(nil),            // 11: engram.v1.AddMemoryResult
-	(*AddMemoriesResponse)(nil),        // 12: engram.v1.AddMemoriesResponse
-	(*SearchMemoriesRequest)(nil),      // 13: engram.v1.SearchMemoriesRequest
-	(*SearchResult)(nil),               // 14: engram.v1.SearchResult
-	(*SearchMemoriesResponse)(nil),     // 15: engram.v1.SearchMemoriesResponse
-	(*SemanticLocator)(nil),            // 16: engram.v1.SemanticLocator
-	(*StringList)(nil),                 // 17: engram.v1.StringList
-	(*StringMap)(nil),                  // 18: engram.v1.StringMap
-	(*UpdateMemoryRequest)(nil),        // 19: engram.v1.UpdateMemoryRequest
-	(*UpdateMemoryResponse)(nil),       // 20: engram.v1.UpdateMemoryResponse
-	(*DeleteQuery)(nil),                // 21: engram.v1.DeleteQuery
-	(*DeleteMemoryRequest)(nil),        // 22: engram.v1.DeleteMemoryRequest
-	(*DeleteMemoryResponse)(nil),       // 23: engram.v1.DeleteMemoryResponse
-	(*GetMemoryRequest)(nil),           // 24: engram.v1.GetMemoryRequest
-	(*GetMemoryResponse)(nil),          // 25: engram.v1.GetMemoryResponse
-	(*ListMemoriesRequest)(nil),        // 26: engram.v1.ListMemoriesRequest
-	(*ListMemoriesResponse)(nil),       // 27: engram.v1.ListMemoriesResponse
-	(*ListCollectionsRequest)(nil),     // 28: engram.v1.ListCollectionsRequest
-	(*ListCollectionsResponse)(nil),    // 29: engram.v1.ListCollectionsResponse
-	(*TrashedCollection)(nil),          // 30: engram.v1.TrashedCollection
-	(*DeleteCollectionRequest)(nil),    // 31: engram.v1.DeleteCollectionRequest
-	(*DeleteCollectionResponse)(nil),   // 32: engram.v1.DeleteCollectionResponse
-	(*RunReflectionRequest)(nil),       // 33: engram.v1.RunReflectionRequest
-	(*RunReflectionResponse)(nil),      // 34: engram.v1.RunReflectionResponse
-	(*ListGateDecisionsRequest)(nil),   // 35: engram.v1.ListGateDecisionsRequest
-	(*GateDecision)(nil),               // 36: engram.v1.GateDecision
-	(*ListGateDecisionsResponse)(nil),  // 37: engram.v1.ListGateDecisionsResponse
-	(*ListReflectionRunsRequest)(nil),  // 38: engram.v1.ListReflectionRunsRequest
-	(*ReflectionRun)(nil),              // 39: engram.v1.ReflectionRun
-	(*ListReflectionRunsResponse)(nil), // 40: engram.v1.ListReflectionRunsResponse
-	(*ConversationMessage)(nil),        // 41: engram.v1.ConversationMessage
-	(*Conversation)(nil),               // 42: engram.v1.Conversation
-	(*ToolObservation)(nil),            // 43: engram.v1.ToolObservation
-	(*ExtractMemoriesRequest)(nil),     // 44: engram.v1.ExtractMemoriesRequest
-	(*ExtractedMemory)(nil),            // 45: engram.v1.ExtractedMemory
-	(*ExtractMemoriesResponse)(nil),    // 46: engram.v1.ExtractMemoriesResponse
-	(*ListTrashRequest)(nil),           // 47: engram.v1.ListTrashRequest
-	(*ListTrashResponse)(nil),          // 48: engram.v1.ListTrashResponse
-	(*RestoreMemoryRequest)(nil),       // 49: engram.v1.RestoreMemoryRequest
-	(*RestoreMemoryResponse)(nil),      // 50: engram.v1.RestoreMemoryResponse
-	(*PurgeTrashRequest)(nil),          // 51: engram.v1.PurgeTrashRequest
-	(*PurgeTrashResponse)(nil),         // 52: engram.v1.PurgeTrashResponse
-	(*RestoreCollectionRequest)(nil),   // 53: engram.v1.RestoreCollectionRequest
-	(*RestoreCollectionResponse)(nil),  // 54: engram.v1.RestoreCollectionResponse
-	(*ExportMemoriesRequest)(nil),      // 55: engram.v1.ExportMemoriesRequest
-	(*ExportMemoriesResponse)(nil),     // 56: engram.v1.ExportMemoriesResponse
-	(*ImportMemoriesRequest)(nil),      // 57: engram.v1.ImportMemoriesRequest
-	(*ImportMemoriesResponse)(nil),     // 58: engram.v1.ImportMemoriesResponse
-	(*BackupStoreRequest)(nil),         // 59: engram.v1.BackupStoreRequest
-	(*BackupStoreResponse)(nil),        // 60: engram.v1.BackupStoreResponse
-	nil,                                // 61: engram.v1.AddMemoryRequest.MetadataEntry
-	nil,                                // 62: engram.v1.NewMemory.MetadataEntry
-	nil,                                // 63: engram.v1.StringMap.EntriesEntry
-	(MemoryType)(0),                    // 64: engram.v1.MemoryType
-	(Source)(0),                        // 65: engram.v1.Source
-	(SourceType)(0),                    // 66: engram.v1.SourceType
-	(*timestamppb.Timestamp)(nil),      // 67: google.protobuf.Timestamp
-	(*Memory)(nil),                     // 68: engram.v1.Memory
-	(*SimilarMemory)(nil),              // 69: engram.v1.SimilarMemory
-	(*MemoryFilter)(nil),               // 70: engram.v1.MemoryFilter
-	(*RankingWeights)(nil),             // 71: engram.v1.RankingWeights
-	(*ScoreBreakdown)(nil),             // 72: engram.v1.ScoreBreakdown
-	(*CollectionInfo)(nil),             // 73: engram.v1.CollectionInfo
+	(ContextSectionKind)(0),            // 5: engram.v1.ContextSectionKind
+	(SinceSource)(0),                   // 6: engram.v1.SinceSource
+	(SlotUpdateMode)(0),                // 7: engram.v1.SlotUpdateMode
+	(SlotCompaction)(0),                // 8: engram.v1.SlotCompaction
+	(ImportMode)(0),                    // 9: engram.v1.ImportMode
+	(Reembed)(0),                       // 10: engram.v1.Reembed
+	(*AddMemoryRequest)(nil),           // 11: engram.v1.AddMemoryRequest
+	(*AddMemoryResponse)(nil),          // 12: engram.v1.AddMemoryResponse
+	(*AddMemoriesRequest)(nil),         // 13: engram.v1.AddMemoriesRequest
+	(*NewMemory)(nil),                  // 14: engram.v1.NewMemory
+	(*AddMemoryResult)(nil),            // 15: engram.v1.AddMemoryResult
+	(*AddMemoriesResponse)(nil),        // 16: engram.v1.AddMemoriesResponse
+	(*SearchMemoriesRequest)(nil),      // 17: engram.v1.SearchMemoriesRequest
+	(*SearchResult)(nil),               // 18: engram.v1.SearchResult
+	(*SearchMemoriesResponse)(nil),     // 19: engram.v1.SearchMemoriesResponse
+	(*SemanticLocator)(nil),            // 20: engram.v1.SemanticLocator
+	(*StringList)(nil),                 // 21: engram.v1.StringList
+	(*StringMap)(nil),                  // 22: engram.v1.StringMap
+	(*UpdateMemoryRequest)(nil),        // 23: engram.v1.UpdateMemoryRequest
+	(*UpdateMemoryResponse)(nil),       // 24: engram.v1.UpdateMemoryResponse
+	(*DeleteQuery)(nil),                // 25: engram.v1.DeleteQuery
+	(*DeleteMemoryRequest)(nil),        // 26: engram.v1.DeleteMemoryRequest
+	(*DeleteMemoryResponse)(nil),       // 27: engram.v1.DeleteMemoryResponse
+	(*GetMemoryRequest)(nil),           // 28: engram.v1.GetMemoryRequest
+	(*GetMemoryResponse)(nil),          // 29: engram.v1.GetMemoryResponse
+	(*ListMemoriesRequest)(nil),        // 30: engram.v1.ListMemoriesRequest
+	(*ListMemoriesResponse)(nil),       // 31: engram.v1.ListMemoriesResponse
+	(*ListCollectionsRequest)(nil),     // 32: engram.v1.ListCollectionsRequest
+	(*ListCollectionsResponse)(nil),    // 33: engram.v1.ListCollectionsResponse
+	(*TrashedCollection)(nil),          // 34: engram.v1.TrashedCollection
+	(*DeleteCollectionRequest)(nil),    // 35: engram.v1.DeleteCollectionRequest
+	(*DeleteCollectionResponse)(nil),   // 36: engram.v1.DeleteCollectionResponse
+	(*RunReflectionRequest)(nil),       // 37: engram.v1.RunReflectionRequest
+	(*RunReflectionResponse)(nil),      // 38: engram.v1.RunReflectionResponse
+	(*ListGateDecisionsRequest)(nil),   // 39: engram.v1.ListGateDecisionsRequest
+	(*GateDecision)(nil),               // 40: engram.v1.GateDecision
+	(*ListGateDecisionsResponse)(nil),  // 41: engram.v1.ListGateDecisionsResponse
+	(*ListReflectionRunsRequest)(nil),  // 42: engram.v1.ListReflectionRunsRequest
+	(*ReflectionRun)(nil),              // 43: engram.v1.ReflectionRun
+	(*ListReflectionRunsResponse)(nil), // 44: engram.v1.ListReflectionRunsResponse
+	(*ConversationMessage)(nil),        // 45: engram.v1.ConversationMessage
+	(*Conversation)(nil),               // 46: engram.v1.Conversation
+	(*ToolObservation)(nil),            // 47: engram.v1.ToolObservation
+	(*ExtractMemoriesRequest)(nil),     // 48: engram.v1.ExtractMemoriesRequest
+	(*ExtractedMemory)(nil),            // 49: engram.v1.ExtractedMemory
+	(*ExtractMemoriesResponse)(nil),    // 50: engram.v1.ExtractMemoriesResponse
+	(*ListTrashRequest)(nil),           // 51: engram.v1.ListTrashRequest
+	(*ListTrashResponse)(nil),          // 52: engram.v1.ListTrashResponse
+	(*RestoreMemoryRequest)(nil),       // 53: engram.v1.RestoreMemoryRequest
+	(*RestoreMemoryResponse)(nil),      // 54: engram.v1.RestoreMemoryResponse
+	(*PurgeTrashRequest)(nil),          // 55: engram.v1.PurgeTrashRequest
+	(*PurgeTrashResponse)(nil),         // 56: engram.v1.PurgeTrashResponse
+	(*RestoreCollectionRequest)(nil),   // 57: engram.v1.RestoreCollectionRequest
+	(*RestoreCollectionResponse)(nil),  // 58: engram.v1.RestoreCollectionResponse
+	(*GetContextRequest)(nil),          // 59: engram.v1.GetContextRequest
+	(*ContextTopic)(nil),               // 60: engram.v1.ContextTopic
+	(*ContextItem)(nil),                // 61: engram.v1.ContextItem
+	(*ContextSection)(nil),             // 62: engram.v1.ContextSection
+	(*GetContextResponse)(nil),         // 63: engram.v1.GetContextResponse
+	(*GetTriggersRequest)(nil),         // 64: engram.v1.GetTriggersRequest
+	(*GetTriggersResponse)(nil),        // 65: engram.v1.GetTriggersResponse
+	(*Slot)(nil),                       // 66: engram.v1.Slot
+	(*ListSlotsRequest)(nil),           // 67: engram.v1.ListSlotsRequest
+	(*ListSlotsResponse)(nil),          // 68: engram.v1.ListSlotsResponse
+	(*UpdateSlotRequest)(nil),          // 69: engram.v1.UpdateSlotRequest
+	(*UpdateSlotResponse)(nil),         // 70: engram.v1.UpdateSlotResponse
+	(*ExportMemoriesRequest)(nil),      // 71: engram.v1.ExportMemoriesRequest
+	(*ExportMemoriesResponse)(nil),     // 72: engram.v1.ExportMemoriesResponse
+	(*ImportMemoriesRequest)(nil),      // 73: engram.v1.ImportMemoriesRequest
+	(*ImportMemoriesResponse)(nil),     // 74: engram.v1.ImportMemoriesResponse
+	(*BackupStoreRequest)(nil),         // 75: engram.v1.BackupStoreRequest
+	(*BackupStoreResponse)(nil),        // 76: engram.v1.BackupStoreResponse
+	nil,                                // 77: engram.v1.AddMemoryRequest.MetadataEntry
+	nil,                                // 78: engram.v1.NewMemory.MetadataEntry
+	nil,                                // 79: engram.v1.StringMap.EntriesEntry
+	(MemoryType)(0),                    // 80: engram.v1.MemoryType
+	(Source)(0),                        // 81: engram.v1.Source
+	(SourceType)(0),                    // 82: engram.v1.SourceType
+	(*timestamppb.Timestamp)(nil),      // 83: google.protobuf.Timestamp
+	(*Memory)(nil),                     // 84: engram.v1.Memory
+	(*SimilarMemory)(nil),              // 85: engram.v1.SimilarMemory
+	(*MemoryFilter)(nil),               // 86: engram.v1.MemoryFilter
+	(*RankingWeights)(nil),             // 87: engram.v1.RankingWeights
+	(*ScoreBreakdown)(nil),             // 88: engram.v1.ScoreBreakdown
+	(*CollectionInfo)(nil),             // 89: engram.v1.CollectionInfo
 }
 var file_engram_v1_memory_service_proto_depIdxs = []int32{
-	64, // 0: engram.v1.AddMemoryRequest.type:type_name -> engram.v1.MemoryType
-	65, // 1: engram.v1.AddMemoryRequest.source:type_name -> engram.v1.Source
-	66, // 2: engram.v1.AddMemoryRequest.source_type:type_name -> engram.v1.SourceType
-	61, // 3: engram.v1.AddMemoryRequest.metadata:type_name -> engram.v1.AddMemoryRequest.MetadataEntry
-	67, // 4: engram.v1.AddMemoryRequest.created_at:type_name -> google.protobuf.Timestamp
-	67, // 5: engram.v1.AddMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
-	68, // 6: engram.v1.AddMemoryResponse.memory:type_name -> engram.v1.Memory
-	0,  // 7: engram.v1.AddMemoryResponse.outcome:type_name -> engram.v1.AddOutcome
-	69, // 8: engram.v1.AddMemoryResponse.near_duplicates:type_name -> engram.v1.SimilarMemory
-	10, // 9: engram.v1.AddMemoriesRequest.memories:type_name -> engram.v1.NewMemory
-	64, // 10: engram.v1.NewMemory.type:type_name -> engram.v1.MemoryType
-	65, // 11: engram.v1.NewMemory.source:type_name -> engram.v1.Source
-	66, // 12: engram.v1.NewMemory.source_type:type_name -> engram.v1.SourceType
-	62, // 13: engram.v1.NewMemory.metadata:type_name -> engram.v1.NewMemory.MetadataEntry
-	67, // 14: engram.v1.NewMemory.created_at:type_name -> google.protobuf.Timestamp
-	67, // 15: engram.v1.NewMemory.valid_until:type_name -> google.protobuf.Timestamp
-	68, // 16: engram.v1.AddMemoryResult.memory:type_name -> engram.v1.Memory
-	0,  // 17: engram.v1.AddMemoryResult.outcome:type_name -> engram.v1.AddOutcome
-	69, // 18: engram.v1.AddMemoryResult.near_duplicates:type_name -> engram.v1.SimilarMemory
-	11, // 19: engram.v1.AddMemoriesResponse.results:type_name -> engram.v1.AddMemoryResult
-	70, // 20: engram.v1.SearchMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
-	71, // 21: engram.v1.SearchMemoriesRequest.weights:type_name -> engram.v1.RankingWeights
-	68, // 22: engram.v1.SearchResult.memory:type_name -> engram.v1.Memory
-	72, // 23: engram.v1.SearchResult.score:type_name -> engram.v1.ScoreBreakdown
-	14, // 24: engram.v1.SearchMemoriesResponse.results:type_name -> engram.v1.SearchResult
-	63, // 25: engram.v1.StringMap.entries:type_name -> engram.v1.StringMap.EntriesEntry
-	16, // 26: engram.v1.UpdateMemoryRequest.locate:type_name -> engram.v1.SemanticLocator
-	64, // 27: engram.v1.UpdateMemoryRequest.type:type_name -> engram.v1.MemoryType
-	17, // 28: engram.v1.UpdateMemoryRequest.tags:type_name -> engram.v1.StringList
-	18, // 29: engram.v1.UpdateMemoryRequest.metadata:type_name -> engram.v1.StringMap
-	67, // 30: engram.v1.UpdateMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
-	68, // 31: engram.v1.UpdateMemoryResponse.memory:type_name -> engram.v1.Memory
-	68, // 32: engram.v1.UpdateMemoryResponse.previous:type_name -> engram.v1.Memory
-	21, // 33: engram.v1.DeleteMemoryRequest.query:type_name -> engram.v1.DeleteQuery
-	68, // 34: engram.v1.DeleteMemoryResponse.deleted:type_name -> engram.v1.Memory
-	67, // 35: engram.v1.DeleteMemoryResponse.purge_at:type_name -> google.protobuf.Timestamp
-	68, // 36: engram.v1.GetMemoryResponse.memory:type_name -> engram.v1.Memory
-	68, // 37: engram.v1.GetMemoryResponse.history:type_name -> engram.v1.Memory
-	70, // 38: engram.v1.ListMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
-	68, // 39: engram.v1.ListMemoriesResponse.memories:type_name -> engram.v1.Memory
-	73, // 40: engram.v1.ListCollectionsResponse.collections:type_name -> engram.v1.CollectionInfo
-	30, // 41: engram.v1.ListCollectionsResponse.trashed:type_name -> engram.v1.TrashedCollection
-	67, // 42: engram.v1.TrashedCollection.trashed_at:type_name -> google.protobuf.Timestamp
-	67, // 43: engram.v1.TrashedCollection.purge_at:type_name -> google.protobuf.Timestamp
-	67, // 44: engram.v1.DeleteCollectionResponse.deleted_at:type_name -> google.protobuf.Timestamp
-	67, // 45: engram.v1.DeleteCollectionResponse.purge_at:type_name -> google.protobuf.Timestamp
-	1,  // 46: engram.v1.RunReflectionResponse.outcome:type_name -> engram.v1.ReflectionOutcome
-	2,  // 47: engram.v1.RunReflectionResponse.throttled_by:type_name -> engram.v1.ReflectionGate
-	67, // 48: engram.v1.RunReflectionResponse.next_run_after:type_name -> google.protobuf.Timestamp
-	68, // 49: engram.v1.RunReflectionResponse.sources:type_name -> engram.v1.Memory
-	68, // 50: engram.v1.RunReflectionResponse.insights:type_name -> engram.v1.Memory
-	68, // 51: engram.v1.RunReflectionResponse.drafts:type_name -> engram.v1.Memory
-	69, // 52: engram.v1.RunReflectionResponse.duplicates:type_name -> engram.v1.SimilarMemory
-	67, // 53: engram.v1.GateDecision.decided_at:type_name -> google.protobuf.Timestamp
-	0,  // 54: engram.v1.GateDecision.outcome:type_name -> engram.v1.AddOutcome
-	69, // 55: engram.v1.GateDecision.near_duplicates:type_name -> engram.v1.SimilarMemory
-	36, // 56: engram.v1.ListGateDecisionsResponse.decisions:type_name -> engram.v1.GateDecision
-	67, // 57: engram.v1.ReflectionRun.started_at:type_name -> google.protobuf.Timestamp
-	1,  // 58: engram.v1.ReflectionRun.outcome:type_name -> engram.v1.ReflectionOutcome
-	39, // 59: engram.v1.ListReflectionRunsResponse.runs:type_name -> engram.v1.ReflectionRun
-	67, // 60: engram.v1.ConversationMessage.created_at:type_name -> google.protobuf.Timestamp
-	41, // 61: engram.v1.Conversation.messages:type_name -> engram.v1.ConversationMessage
-	42, // 62: engram.v1.ExtractMemoriesRequest.conversation:type_name -> engram.v1.Conversation
-	43, // 63: engram.v1.ExtractMemoriesRequest.observation:type_name -> engram.v1.ToolObservation
-	3,  // 64: engram.v1.ExtractMemoriesRequest.mode:type_name -> engram.v1.ExtractionMode
-	64, // 65: engram.v1.ExtractedMemory.type:type_name -> engram.v1.MemoryType
-	67, // 66: engram.v1.ExtractedMemory.created_at:type_name -> google.protobuf.Timestamp
-	11, // 67: engram.v1.ExtractedMemory.result:type_name -> engram.v1.AddMemoryResult
-	45, // 68: engram.v1.ExtractMemoriesResponse.memories:type_name -> engram.v1.ExtractedMemory
-	4,  // 69: engram.v1.ExtractMemoriesResponse.extractor:type_name -> engram.v1.Extractor
-	68, // 70: engram.v1.ListTrashResponse.memories:type_name -> engram.v1.Memory
-	68, // 71: engram.v1.RestoreMemoryResponse.memory:type_name -> engram.v1.Memory
-	69, // 72: engram.v1.RestoreMemoryResponse.near_duplicates:type_name -> engram.v1.SimilarMemory
-	73, // 73: engram.v1.RestoreCollectionResponse.collection:type_name -> engram.v1.CollectionInfo
-	70, // 74: engram.v1.ExportMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
-	5,  // 75: engram.v1.ImportMemoriesRequest.mode:type_name -> engram.v1.ImportMode
-	6,  // 76: engram.v1.ImportMemoriesRequest.reembed:type_name -> engram.v1.Reembed
-	67, // 77: engram.v1.BackupStoreResponse.taken_at:type_name -> google.protobuf.Timestamp
-	73, // 78: engram.v1.BackupStoreResponse.collections:type_name -> engram.v1.CollectionInfo
-	7,  // 79: engram.v1.MemoryService.AddMemory:input_type -> engram.v1.AddMemoryRequest
-	9,  // 80: engram.v1.MemoryService.AddMemories:input_type -> engram.v1.AddMemoriesRequest
-	13, // 81: engram.v1.MemoryService.SearchMemories:input_type -> engram.v1.SearchMemoriesRequest
-	19, // 82: engram.v1.MemoryService.UpdateMemory:input_type -> engram.v1.UpdateMemoryRequest
-	22, // 83: engram.v1.MemoryService.DeleteMemory:input_type -> engram.v1.DeleteMemoryRequest
-	24, // 84: engram.v1.MemoryService.GetMemory:input_type -> engram.v1.GetMemoryRequest
-	26, // 85: engram.v1.MemoryService.ListMemories:input_type -> engram.v1.ListMemoriesRequest
-	28, // 86: engram.v1.MemoryService.ListCollections:input_type -> engram.v1.ListCollectionsRequest
-	31, // 87: engram.v1.MemoryService.DeleteCollection:input_type -> engram.v1.DeleteCollectionRequest
-	33, // 88: engram.v1.MemoryService.RunReflection:input_type -> engram.v1.RunReflectionRequest
-	35, // 89: engram.v1.MemoryService.ListGateDecisions:input_type -> engram.v1.ListGateDecisionsRequest
-	38, // 90: engram.v1.MemoryService.ListReflectionRuns:input_type -> engram.v1.ListReflectionRunsRequest
-	44, // 91: engram.v1.MemoryService.ExtractMemories:input_type -> engram.v1.ExtractMemoriesRequest
-	47, // 92: engram.v1.MemoryService.ListTrash:input_type -> engram.v1.ListTrashRequest
-	49, // 93: engram.v1.MemoryService.RestoreMemory:input_type -> engram.v1.RestoreMemoryRequest
-	51, // 94: engram.v1.MemoryService.PurgeTrash:input_type -> engram.v1.PurgeTrashRequest
-	53, // 95: engram.v1.MemoryService.RestoreCollection:input_type -> engram.v1.RestoreCollectionRequest
-	55, // 96: engram.v1.MemoryService.ExportMemories:input_type -> engram.v1.ExportMemoriesRequest
-	57, // 97: engram.v1.MemoryService.ImportMemories:input_type -> engram.v1.ImportMemoriesRequest
-	59, // 98: engram.v1.MemoryService.BackupStore:input_type -> engram.v1.BackupStoreRequest
-	8,  // 99: engram.v1.MemoryService.AddMemory:output_type -> engram.v1.AddMemoryResponse
-	12, // 100: engram.v1.MemoryService.AddMemories:output_type -> engram.v1.AddMemoriesResponse
-	15, // 101: engram.v1.MemoryService.SearchMemories:output_type -> engram.v1.SearchMemoriesResponse
-	20, // 102: engram.v1.MemoryService.UpdateMemory:output_type -> engram.v1.UpdateMemoryResponse
-	23, // 103: engram.v1.MemoryService.DeleteMemory:output_type -> engram.v1.DeleteMemoryResponse
-	25, // 104: engram.v1.MemoryService.GetMemory:output_type -> engram.v1.GetMemoryResponse
-	27, // 105: engram.v1.MemoryService.ListMemories:output_type -> engram.v1.ListMemoriesResponse
-	29, // 106: engram.v1.MemoryService.ListCollections:output_type -> engram.v1.ListCollectionsResponse
-	32, // 107: engram.v1.MemoryService.DeleteCollection:output_type -> engram.v1.DeleteCollectionResponse
-	34, // 108: engram.v1.MemoryService.RunReflection:output_type -> engram.v1.RunReflectionResponse
-	37, // 109: engram.v1.MemoryService.ListGateDecisions:output_type -> engram.v1.ListGateDecisionsResponse
-	40, // 110: engram.v1.MemoryService.ListReflectionRuns:output_type -> engram.v1.ListReflectionRunsResponse
-	46, // 111: engram.v1.MemoryService.ExtractMemories:output_type -> engram.v1.ExtractMemoriesResponse
-	48, // 112: engram.v1.MemoryService.ListTrash:output_type -> engram.v1.ListTrashResponse
-	50, // 113: engram.v1.MemoryService.RestoreMemory:output_type -> engram.v1.RestoreMemoryResponse
-	52, // 114: engram.v1.MemoryService.PurgeTrash:output_type -> engram.v1.PurgeTrashResponse
-	54, // 115: engram.v1.MemoryService.RestoreCollection:output_type -> engram.v1.RestoreCollectionResponse
-	56, // 116: engram.v1.MemoryService.ExportMemories:output_type -> engram.v1.ExportMemoriesResponse
-	58, // 117: engram.v1.MemoryService.ImportMemories:output_type -> engram.v1.ImportMemoriesResponse
-	60, // 118: engram.v1.MemoryService.BackupStore:output_type -> engram.v1.BackupStoreResponse
-	99, // [99:119] is the sub-list for method output_type
-	79, // [79:99] is the sub-list for method input_type
-	79, // [79:79] is the sub-list for extension type_name
-	79, // [79:79] is the sub-list for extension extendee
-	0,  // [0:79] is the sub-list for field type_name
+	80,  // 0: engram.v1.AddMemoryRequest.type:type_name -> engram.v1.MemoryType
+	81,  // 1: engram.v1.AddMemoryRequest.source:type_name -> engram.v1.Source
+	82,  // 2: engram.v1.AddMemoryRequest.source_type:type_name -> engram.v1.SourceType
+	77,  // 3: engram.v1.AddMemoryRequest.metadata:type_name -> engram.v1.AddMemoryRequest.MetadataEntry
+	83,  // 4: engram.v1.AddMemoryRequest.created_at:type_name -> google.protobuf.Timestamp
+	83,  // 5: engram.v1.AddMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
+	84,  // 6: engram.v1.AddMemoryResponse.memory:type_name -> engram.v1.Memory
+	0,   // 7: engram.v1.AddMemoryResponse.outcome:type_name -> engram.v1.AddOutcome
+	85,  // 8: engram.v1.AddMemoryResponse.near_duplicates:type_name -> engram.v1.SimilarMemory
+	14,  // 9: engram.v1.AddMemoriesRequest.memories:type_name -> engram.v1.NewMemory
+	80,  // 10: engram.v1.NewMemory.type:type_name -> engram.v1.MemoryType
+	81,  // 11: engram.v1.NewMemory.source:type_name -> engram.v1.Source
+	82,  // 12: engram.v1.NewMemory.source_type:type_name -> engram.v1.SourceType
+	78,  // 13: engram.v1.NewMemory.metadata:type_name -> engram.v1.NewMemory.MetadataEntry
+	83,  // 14: engram.v1.NewMemory.created_at:type_name -> google.protobuf.Timestamp
+	83,  // 15: engram.v1.NewMemory.valid_until:type_name -> google.protobuf.Timestamp
+	84,  // 16: engram.v1.AddMemoryResult.memory:type_name -> engram.v1.Memory
+	0,   // 17: engram.v1.AddMemoryResult.outcome:type_name -> engram.v1.AddOutcome
+	85,  // 18: engram.v1.AddMemoryResult.near_duplicates:type_name -> engram.v1.SimilarMemory
+	15,  // 19: engram.v1.AddMemoriesResponse.results:type_name -> engram.v1.AddMemoryResult
+	86,  // 20: engram.v1.SearchMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
+	87,  // 21: engram.v1.SearchMemoriesRequest.weights:type_name -> engram.v1.RankingWeights
+	84,  // 22: engram.v1.SearchResult.memory:type_name -> engram.v1.Memory
+	88,  // 23: engram.v1.SearchResult.score:type_name -> engram.v1.ScoreBreakdown
+	18,  // 24: engram.v1.SearchMemoriesResponse.results:type_name -> engram.v1.SearchResult
+	79,  // 25: engram.v1.StringMap.entries:type_name -> engram.v1.StringMap.EntriesEntry
+	20,  // 26: engram.v1.UpdateMemoryRequest.locate:type_name -> engram.v1.SemanticLocator
+	80,  // 27: engram.v1.UpdateMemoryRequest.type:type_name -> engram.v1.MemoryType
+	21,  // 28: engram.v1.UpdateMemoryRequest.tags:type_name -> engram.v1.StringList
+	22,  // 29: engram.v1.UpdateMemoryRequest.metadata:type_name -> engram.v1.StringMap
+	83,  // 30: engram.v1.UpdateMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
+	84,  // 31: engram.v1.UpdateMemoryResponse.memory:type_name -> engram.v1.Memory
+	84,  // 32: engram.v1.UpdateMemoryResponse.previous:type_name -> engram.v1.Memory
+	25,  // 33: engram.v1.DeleteMemoryRequest.query:type_name -> engram.v1.DeleteQuery
+	84,  // 34: engram.v1.DeleteMemoryResponse.deleted:type_name -> engram.v1.Memory
+	83,  // 35: engram.v1.DeleteMemoryResponse.purge_at:type_name -> google.protobuf.Timestamp
+	84,  // 36: engram.v1.GetMemoryResponse.memory:type_name -> engram.v1.Memory
+	84,  // 37: engram.v1.GetMemoryResponse.history:type_name -> engram.v1.Memory
+	86,  // 38: engram.v1.ListMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
+	84,  // 39: engram.v1.ListMemoriesResponse.memories:type_name -> engram.v1.Memory
+	89,  // 40: engram.v1.ListCollectionsResponse.collections:type_name -> engram.v1.CollectionInfo
+	34,  // 41: engram.v1.ListCollectionsResponse.trashed:type_name -> engram.v1.TrashedCollection
+	83,  // 42: engram.v1.TrashedCollection.trashed_at:type_name -> google.protobuf.Timestamp
+	83,  // 43: engram.v1.TrashedCollection.purge_at:type_name -> google.protobuf.Timestamp
+	83,  // 44: engram.v1.DeleteCollectionResponse.deleted_at:type_name -> google.protobuf.Timestamp
+	83,  // 45: engram.v1.DeleteCollectionResponse.purge_at:type_name -> google.protobuf.Timestamp
+	1,   // 46: engram.v1.RunReflectionResponse.outcome:type_name -> engram.v1.ReflectionOutcome
+	2,   // 47: engram.v1.RunReflectionResponse.throttled_by:type_name -> engram.v1.ReflectionGate
+	83,  // 48: engram.v1.RunReflectionResponse.next_run_after:type_name -> google.protobuf.Timestamp
+	84,  // 49: engram.v1.RunReflectionResponse.sources:type_name -> engram.v1.Memory
+	84,  // 50: engram.v1.RunReflectionResponse.insights:type_name -> engram.v1.Memory
+	84,  // 51: engram.v1.RunReflectionResponse.drafts:type_name -> engram.v1.Memory
+	85,  // 52: engram.v1.RunReflectionResponse.duplicates:type_name -> engram.v1.SimilarMemory
+	83,  // 53: engram.v1.GateDecision.decided_at:type_name -> google.protobuf.Timestamp
+	0,   // 54: engram.v1.GateDecision.outcome:type_name -> engram.v1.AddOutcome
+	85,  // 55: engram.v1.GateDecision.near_duplicates:type_name -> engram.v1.SimilarMemory
+	40,  // 56: engram.v1.ListGateDecisionsResponse.decisions:type_name -> engram.v1.GateDecision
+	83,  // 57: engram.v1.ReflectionRun.started_at:type_name -> google.protobuf.Timestamp
+	1,   // 58: engram.v1.ReflectionRun.outcome:type_name -> engram.v1.ReflectionOutcome
+	43,  // 59: engram.v1.ListReflectionRunsResponse.runs:type_name -> engram.v1.ReflectionRun
+	83,  // 60: engram.v1.ConversationMessage.created_at:type_name -> google.protobuf.Timestamp
+	45,  // 61: engram.v1.Conversation.messages:type_name -> engram.v1.ConversationMessage
+	46,  // 62: engram.v1.ExtractMemoriesRequest.conversation:type_name -> engram.v1.Conversation
+	47,  // 63: engram.v1.ExtractMemoriesRequest.observation:type_name -> engram.v1.ToolObservation
+	3,   // 64: engram.v1.ExtractMemoriesRequest.mode:type_name -> engram.v1.ExtractionMode
+	80,  // 65: engram.v1.ExtractedMemory.type:type_name -> engram.v1.MemoryType
+	83,  // 66: engram.v1.ExtractedMemory.created_at:type_name -> google.protobuf.Timestamp
+	15,  // 67: engram.v1.ExtractedMemory.result:type_name -> engram.v1.AddMemoryResult
+	49,  // 68: engram.v1.ExtractMemoriesResponse.memories:type_name -> engram.v1.ExtractedMemory
+	4,   // 69: engram.v1.ExtractMemoriesResponse.extractor:type_name -> engram.v1.Extractor
+	84,  // 70: engram.v1.ListTrashResponse.memories:type_name -> engram.v1.Memory
+	84,  // 71: engram.v1.RestoreMemoryResponse.memory:type_name -> engram.v1.Memory
+	85,  // 72: engram.v1.RestoreMemoryResponse.near_duplicates:type_name -> engram.v1.SimilarMemory
+	89,  // 73: engram.v1.RestoreCollectionResponse.collection:type_name -> engram.v1.CollectionInfo
+	83,  // 74: engram.v1.GetContextRequest.since:type_name -> google.protobuf.Timestamp
+	84,  // 75: engram.v1.ContextItem.memory:type_name -> engram.v1.Memory
+	60,  // 76: engram.v1.ContextItem.topic:type_name -> engram.v1.ContextTopic
+	5,   // 77: engram.v1.ContextSection.kind:type_name -> engram.v1.ContextSectionKind
+	61,  // 78: engram.v1.ContextSection.items:type_name -> engram.v1.ContextItem
+	62,  // 79: engram.v1.GetContextResponse.sections:type_name -> engram.v1.ContextSection
+	83,  // 80: engram.v1.GetContextResponse.since:type_name -> google.protobuf.Timestamp
+	6,   // 81: engram.v1.GetContextResponse.since_source:type_name -> engram.v1.SinceSource
+	60,  // 82: engram.v1.GetContextResponse.topics:type_name -> engram.v1.ContextTopic
+	84,  // 83: engram.v1.GetTriggersResponse.memories:type_name -> engram.v1.Memory
+	83,  // 84: engram.v1.Slot.updated_at:type_name -> google.protobuf.Timestamp
+	66,  // 85: engram.v1.ListSlotsResponse.slots:type_name -> engram.v1.Slot
+	7,   // 86: engram.v1.UpdateSlotRequest.mode:type_name -> engram.v1.SlotUpdateMode
+	66,  // 87: engram.v1.UpdateSlotResponse.slot:type_name -> engram.v1.Slot
+	8,   // 88: engram.v1.UpdateSlotResponse.compaction:type_name -> engram.v1.SlotCompaction
+	86,  // 89: engram.v1.ExportMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
+	9,   // 90: engram.v1.ImportMemoriesRequest.mode:type_name -> engram.v1.ImportMode
+	10,  // 91: engram.v1.ImportMemoriesRequest.reembed:type_name -> engram.v1.Reembed
+	83,  // 92: engram.v1.BackupStoreResponse.taken_at:type_name -> google.protobuf.Timestamp
+	89,  // 93: engram.v1.BackupStoreResponse.collections:type_name -> engram.v1.CollectionInfo
+	11,  // 94: engram.v1.MemoryService.AddMemory:input_type -> engram.v1.AddMemoryRequest
+	13,  // 95: engram.v1.MemoryService.AddMemories:input_type -> engram.v1.AddMemoriesRequest
+	17,  // 96: engram.v1.MemoryService.SearchMemories:input_type -> engram.v1.SearchMemoriesRequest
+	23,  // 97: engram.v1.MemoryService.UpdateMemory:input_type -> engram.v1.UpdateMemoryRequest
+	26,  // 98: engram.v1.MemoryService.DeleteMemory:input_type -> engram.v1.DeleteMemoryRequest
+	28,  // 99: engram.v1.MemoryService.GetMemory:input_type -> engram.v1.GetMemoryRequest
+	30,  // 100: engram.v1.MemoryService.ListMemories:input_type -> engram.v1.ListMemoriesRequest
+	32,  // 101: engram.v1.MemoryService.ListCollections:input_type -> engram.v1.ListCollectionsRequest
+	35,  // 102: engram.v1.MemoryService.DeleteCollection:input_type -> engram.v1.DeleteCollectionRequest
+	37,  // 103: engram.v1.MemoryService.RunReflection:input_type -> engram.v1.RunReflectionRequest
+	39,  // 104: engram.v1.MemoryService.ListGateDecisions:input_type -> engram.v1.ListGateDecisionsRequest
+	42,  // 105: engram.v1.MemoryService.ListReflectionRuns:input_type -> engram.v1.ListReflectionRunsRequest
+	48,  // 106: engram.v1.MemoryService.ExtractMemories:input_type -> engram.v1.ExtractMemoriesRequest
+	51,  // 107: engram.v1.MemoryService.ListTrash:input_type -> engram.v1.ListTrashRequest
+	53,  // 108: engram.v1.MemoryService.RestoreMemory:input_type -> engram.v1.RestoreMemoryRequest
+	55,  // 109: engram.v1.MemoryService.PurgeTrash:input_type -> engram.v1.PurgeTrashRequest
+	57,  // 110: engram.v1.MemoryService.RestoreCollection:input_type -> engram.v1.RestoreCollectionRequest
+	59,  // 111: engram.v1.MemoryService.GetContext:input_type -> engram.v1.GetContextRequest
+	64,  // 112: engram.v1.MemoryService.GetTriggers:input_type -> engram.v1.GetTriggersRequest
+	67,  // 113: engram.v1.MemoryService.ListSlots:input_type -> engram.v1.ListSlotsRequest
+	69,  // 114: engram.v1.MemoryService.UpdateSlot:input_type -> engram.v1.UpdateSlotRequest
+	71,  // 115: engram.v1.MemoryService.ExportMemories:input_type -> engram.v1.ExportMemoriesRequest
+	73,  // 116: engram.v1.MemoryService.ImportMemories:input_type -> engram.v1.ImportMemoriesRequest
+	75,  // 117: engram.v1.MemoryService.BackupStore:input_type -> engram.v1.BackupStoreRequest
+	12,  // 118: engram.v1.MemoryService.AddMemory:output_type -> engram.v1.AddMemoryResponse
+	16,  // 119: engram.v1.MemoryService.AddMemories:output_type -> engram.v1.AddMemoriesResponse
+	19,  // 120: engram.v1.MemoryService.SearchMemories:output_type -> engram.v1.SearchMemoriesResponse
+	24,  // 121: engram.v1.MemoryService.UpdateMemory:output_type -> engram.v1.UpdateMemoryResponse
+	27,  // 122: engram.v1.MemoryService.DeleteMemory:output_type -> engram.v1.DeleteMemoryResponse
+	29,  // 123: engram.v1.MemoryService.GetMemory:output_type -> engram.v1.GetMemoryResponse
+	31,  // 124: engram.v1.MemoryService.ListMemories:output_type -> engram.v1.ListMemoriesResponse
+	33,  // 125: engram.v1.MemoryService.ListCollections:output_type -> engram.v1.ListCollectionsResponse
+	36,  // 126: engram.v1.MemoryService.DeleteCollection:output_type -> engram.v1.DeleteCollectionResponse
+	38,  // 127: engram.v1.MemoryService.RunReflection:output_type -> engram.v1.RunReflectionResponse
+	41,  // 128: engram.v1.MemoryService.ListGateDecisions:output_type -> engram.v1.ListGateDecisionsResponse
+	44,  // 129: engram.v1.MemoryService.ListReflectionRuns:output_type -> engram.v1.ListReflectionRunsResponse
+	50,  // 130: engram.v1.MemoryService.ExtractMemories:output_type -> engram.v1.ExtractMemoriesResponse
+	52,  // 131: engram.v1.MemoryService.ListTrash:output_type -> engram.v1.ListTrashResponse
+	54,  // 132: engram.v1.MemoryService.RestoreMemory:output_type -> engram.v1.RestoreMemoryResponse
+	56,  // 133: engram.v1.MemoryService.PurgeTrash:output_type -> engram.v1.PurgeTrashResponse
+	58,  // 134: engram.v1.MemoryService.RestoreCollection:output_type -> engram.v1.RestoreCollectionResponse
+	63,  // 135: engram.v1.MemoryService.GetContext:output_type -> engram.v1.GetContextResponse
+	65,  // 136: engram.v1.MemoryService.GetTriggers:output_type -> engram.v1.GetTriggersResponse
+	68,  // 137: engram.v1.MemoryService.ListSlots:output_type -> engram.v1.ListSlotsResponse
+	70,  // 138: engram.v1.MemoryService.UpdateSlot:output_type -> engram.v1.UpdateSlotResponse
+	72,  // 139: engram.v1.MemoryService.ExportMemories:output_type -> engram.v1.ExportMemoriesResponse
+	74,  // 140: engram.v1.MemoryService.ImportMemories:output_type -> engram.v1.ImportMemoriesResponse
+	76,  // 141: engram.v1.MemoryService.BackupStore:output_type -> engram.v1.BackupStoreResponse
+	118, // [118:142] is the sub-list for method output_type
+	94,  // [94:118] is the sub-list for method input_type
+	94,  // [94:94] is the sub-list for extension type_name
+	94,  // [94:94] is the sub-list for extension extendee
+	0,   // [0:94] is the sub-list for field type_name
 }
 
 func init() { file_engram_v1_memory_service_proto_init() }
@@ -5203,13 +6581,14 @@ func file_engram_v1_memory_service_proto_init() {
 		(*ExtractMemoriesRequest_Conversation)(nil),
 		(*ExtractMemoriesRequest_Observation)(nil),
 	}
+	file_engram_v1_memory_service_proto_msgTypes[48].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_engram_v1_memory_service_proto_rawDesc), len(file_engram_v1_memory_service_proto_rawDesc)),
-			NumEnums:      7,
-			NumMessages:   57,
+			NumEnums:      11,
+			NumMessages:   69,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

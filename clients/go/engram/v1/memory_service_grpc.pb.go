@@ -36,6 +36,10 @@ const (
 	MemoryService_RestoreMemory_FullMethodName      = "/engram.v1.MemoryService/RestoreMemory"
 	MemoryService_PurgeTrash_FullMethodName         = "/engram.v1.MemoryService/PurgeTrash"
 	MemoryService_RestoreCollection_FullMethodName  = "/engram.v1.MemoryService/RestoreCollection"
+	MemoryService_GetContext_FullMethodName         = "/engram.v1.MemoryService/GetContext"
+	MemoryService_GetTriggers_FullMethodName        = "/engram.v1.MemoryService/GetTriggers"
+	MemoryService_ListSlots_FullMethodName          = "/engram.v1.MemoryService/ListSlots"
+	MemoryService_UpdateSlot_FullMethodName         = "/engram.v1.MemoryService/UpdateSlot"
 	MemoryService_ExportMemories_FullMethodName     = "/engram.v1.MemoryService/ExportMemories"
 	MemoryService_ImportMemories_FullMethodName     = "/engram.v1.MemoryService/ImportMemories"
 	MemoryService_BackupStore_FullMethodName        = "/engram.v1.MemoryService/BackupStore"
@@ -123,6 +127,25 @@ type MemoryServiceClient interface {
 	// RestoreCollection takes a collection out of the trash, with its memories as they were
 	// (those deleted one by one before stay in its trash). Needs the admin role.
 	RestoreCollection(ctx context.Context, in *RestoreCollectionRequest, opts ...grpc.CallOption) (*RestoreCollectionResponse, error)
+	// GetContext returns the context pack an agent loads at session start or after its context
+	// was compacted: ordered sections (core: slots, identity and directive memories; triggers;
+	// open items; relevant to the task; recent since the last session; topics) within a token
+	// budget, each item with its token count and why it was chosen, and the whole pack as
+	// ready-to-inject Markdown. Deterministic for the same stored state and request.
+	GetContext(ctx context.Context, in *GetContextRequest, opts ...grpc.CallOption) (*GetContextResponse, error)
+	// GetTriggers returns the memories to recall before an action (such as "deploy" or
+	// "git push"): those tagged `trigger:<name>` where <name> is the action's normalised name or
+	// one of its parents ("deploy/prod" also matches "deploy"), most important first, then the
+	// most recently updated.
+	GetTriggers(ctx context.Context, in *GetTriggersRequest, opts ...grpc.CallOption) (*GetTriggersResponse, error)
+	// ListSlots returns a collection's slots: the named, fixed-capacity notes (persona,
+	// user_preferences, project_context, pending_items, guidance) that are always in the context
+	// pack's core section. Slots never written are listed with empty content.
+	ListSlots(ctx context.Context, in *ListSlotsRequest, opts ...grpc.CallOption) (*ListSlotsResponse, error)
+	// UpdateSlot replaces or appends to one slot's content. When the content exceeds the slot's
+	// capacity, its oldest content is compacted: summarised by the LLM when one is configured,
+	// else cut, leaving a marker that says how much was removed.
+	UpdateSlot(ctx context.Context, in *UpdateSlotRequest, opts ...grpc.CallOption) (*UpdateSlotResponse, error)
 	// ExportMemories streams collections as Engram's export format (JSON Lines, see
 	// docs/reference/export-format.md): per collection a header line (format version, embedding
 	// model and dimension), then one line per current memory with every field and its history
@@ -320,6 +343,46 @@ func (c *memoryServiceClient) RestoreCollection(ctx context.Context, in *Restore
 	return out, nil
 }
 
+func (c *memoryServiceClient) GetContext(ctx context.Context, in *GetContextRequest, opts ...grpc.CallOption) (*GetContextResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetContextResponse)
+	err := c.cc.Invoke(ctx, MemoryService_GetContext_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *memoryServiceClient) GetTriggers(ctx context.Context, in *GetTriggersRequest, opts ...grpc.CallOption) (*GetTriggersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetTriggersResponse)
+	err := c.cc.Invoke(ctx, MemoryService_GetTriggers_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *memoryServiceClient) ListSlots(ctx context.Context, in *ListSlotsRequest, opts ...grpc.CallOption) (*ListSlotsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListSlotsResponse)
+	err := c.cc.Invoke(ctx, MemoryService_ListSlots_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *memoryServiceClient) UpdateSlot(ctx context.Context, in *UpdateSlotRequest, opts ...grpc.CallOption) (*UpdateSlotResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UpdateSlotResponse)
+	err := c.cc.Invoke(ctx, MemoryService_UpdateSlot_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *memoryServiceClient) ExportMemories(ctx context.Context, in *ExportMemoriesRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExportMemoriesResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	stream, err := c.cc.NewStream(ctx, &MemoryService_ServiceDesc.Streams[0], MemoryService_ExportMemories_FullMethodName, cOpts...)
@@ -444,6 +507,25 @@ type MemoryServiceServer interface {
 	// RestoreCollection takes a collection out of the trash, with its memories as they were
 	// (those deleted one by one before stay in its trash). Needs the admin role.
 	RestoreCollection(context.Context, *RestoreCollectionRequest) (*RestoreCollectionResponse, error)
+	// GetContext returns the context pack an agent loads at session start or after its context
+	// was compacted: ordered sections (core: slots, identity and directive memories; triggers;
+	// open items; relevant to the task; recent since the last session; topics) within a token
+	// budget, each item with its token count and why it was chosen, and the whole pack as
+	// ready-to-inject Markdown. Deterministic for the same stored state and request.
+	GetContext(context.Context, *GetContextRequest) (*GetContextResponse, error)
+	// GetTriggers returns the memories to recall before an action (such as "deploy" or
+	// "git push"): those tagged `trigger:<name>` where <name> is the action's normalised name or
+	// one of its parents ("deploy/prod" also matches "deploy"), most important first, then the
+	// most recently updated.
+	GetTriggers(context.Context, *GetTriggersRequest) (*GetTriggersResponse, error)
+	// ListSlots returns a collection's slots: the named, fixed-capacity notes (persona,
+	// user_preferences, project_context, pending_items, guidance) that are always in the context
+	// pack's core section. Slots never written are listed with empty content.
+	ListSlots(context.Context, *ListSlotsRequest) (*ListSlotsResponse, error)
+	// UpdateSlot replaces or appends to one slot's content. When the content exceeds the slot's
+	// capacity, its oldest content is compacted: summarised by the LLM when one is configured,
+	// else cut, leaving a marker that says how much was removed.
+	UpdateSlot(context.Context, *UpdateSlotRequest) (*UpdateSlotResponse, error)
 	// ExportMemories streams collections as Engram's export format (JSON Lines, see
 	// docs/reference/export-format.md): per collection a header line (format version, embedding
 	// model and dimension), then one line per current memory with every field and its history
@@ -521,6 +603,18 @@ func (UnimplementedMemoryServiceServer) PurgeTrash(context.Context, *PurgeTrashR
 }
 func (UnimplementedMemoryServiceServer) RestoreCollection(context.Context, *RestoreCollectionRequest) (*RestoreCollectionResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RestoreCollection not implemented")
+}
+func (UnimplementedMemoryServiceServer) GetContext(context.Context, *GetContextRequest) (*GetContextResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetContext not implemented")
+}
+func (UnimplementedMemoryServiceServer) GetTriggers(context.Context, *GetTriggersRequest) (*GetTriggersResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetTriggers not implemented")
+}
+func (UnimplementedMemoryServiceServer) ListSlots(context.Context, *ListSlotsRequest) (*ListSlotsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListSlots not implemented")
+}
+func (UnimplementedMemoryServiceServer) UpdateSlot(context.Context, *UpdateSlotRequest) (*UpdateSlotResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method UpdateSlot not implemented")
 }
 func (UnimplementedMemoryServiceServer) ExportMemories(*ExportMemoriesRequest, grpc.ServerStreamingServer[ExportMemoriesResponse]) error {
 	return status.Error(codes.Unimplemented, "method ExportMemories not implemented")
@@ -858,6 +952,78 @@ func _MemoryService_RestoreCollection_Handler(srv interface{}, ctx context.Conte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _MemoryService_GetContext_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetContextRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MemoryServiceServer).GetContext(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: MemoryService_GetContext_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MemoryServiceServer).GetContext(ctx, req.(*GetContextRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _MemoryService_GetTriggers_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetTriggersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MemoryServiceServer).GetTriggers(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: MemoryService_GetTriggers_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MemoryServiceServer).GetTriggers(ctx, req.(*GetTriggersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _MemoryService_ListSlots_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListSlotsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MemoryServiceServer).ListSlots(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: MemoryService_ListSlots_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MemoryServiceServer).ListSlots(ctx, req.(*ListSlotsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _MemoryService_UpdateSlot_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UpdateSlotRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MemoryServiceServer).UpdateSlot(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: MemoryService_UpdateSlot_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MemoryServiceServer).UpdateSlot(ctx, req.(*UpdateSlotRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _MemoryService_ExportMemories_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(ExportMemoriesRequest)
 	if err := stream.RecvMsg(m); err != nil {
@@ -968,6 +1134,22 @@ var MemoryService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RestoreCollection",
 			Handler:    _MemoryService_RestoreCollection_Handler,
+		},
+		{
+			MethodName: "GetContext",
+			Handler:    _MemoryService_GetContext_Handler,
+		},
+		{
+			MethodName: "GetTriggers",
+			Handler:    _MemoryService_GetTriggers_Handler,
+		},
+		{
+			MethodName: "ListSlots",
+			Handler:    _MemoryService_ListSlots_Handler,
+		},
+		{
+			MethodName: "UpdateSlot",
+			Handler:    _MemoryService_UpdateSlot_Handler,
 		},
 		{
 			MethodName: "BackupStore",

@@ -124,6 +124,29 @@ class MemoryServiceStub:
     """RestoreCollection takes a collection out of the trash, with its memories as they were
     (those deleted one by one before stay in its trash). Needs the admin role.
     """
+    GetContext: _grpc.UnaryUnaryMultiCallable[_memory_service_pb2.GetContextRequest, _memory_service_pb2.GetContextResponse]
+    """GetContext returns the context pack an agent loads at session start or after its context
+    was compacted: ordered sections (core: slots, identity and directive memories; triggers;
+    open items; relevant to the task; recent since the last session; topics) within a token
+    budget, each item with its token count and why it was chosen, and the whole pack as
+    ready-to-inject Markdown. Deterministic for the same stored state and request.
+    """
+    GetTriggers: _grpc.UnaryUnaryMultiCallable[_memory_service_pb2.GetTriggersRequest, _memory_service_pb2.GetTriggersResponse]
+    """GetTriggers returns the memories to recall before an action (such as "deploy" or
+    "git push"): those tagged `trigger:<name>` where <name> is the action's normalised name or
+    one of its parents ("deploy/prod" also matches "deploy"), most important first, then the
+    most recently updated.
+    """
+    ListSlots: _grpc.UnaryUnaryMultiCallable[_memory_service_pb2.ListSlotsRequest, _memory_service_pb2.ListSlotsResponse]
+    """ListSlots returns a collection's slots: the named, fixed-capacity notes (persona,
+    user_preferences, project_context, pending_items, guidance) that are always in the context
+    pack's core section. Slots never written are listed with empty content.
+    """
+    UpdateSlot: _grpc.UnaryUnaryMultiCallable[_memory_service_pb2.UpdateSlotRequest, _memory_service_pb2.UpdateSlotResponse]
+    """UpdateSlot replaces or appends to one slot's content. When the content exceeds the slot's
+    capacity, its oldest content is compacted: summarised by the LLM when one is configured,
+    else cut, leaving a marker that says how much was removed.
+    """
     ExportMemories: _grpc.UnaryStreamMultiCallable[_memory_service_pb2.ExportMemoriesRequest, _memory_service_pb2.ExportMemoriesResponse]
     """ExportMemories streams collections as Engram's export format (JSON Lines, see
     docs/reference/export-format.md): per collection a header line (format version, embedding
@@ -240,6 +263,29 @@ class MemoryServiceAsyncStub(MemoryServiceStub):
     RestoreCollection: _aio.UnaryUnaryMultiCallable[_memory_service_pb2.RestoreCollectionRequest, _memory_service_pb2.RestoreCollectionResponse]  # type: ignore[assignment]
     """RestoreCollection takes a collection out of the trash, with its memories as they were
     (those deleted one by one before stay in its trash). Needs the admin role.
+    """
+    GetContext: _aio.UnaryUnaryMultiCallable[_memory_service_pb2.GetContextRequest, _memory_service_pb2.GetContextResponse]  # type: ignore[assignment]
+    """GetContext returns the context pack an agent loads at session start or after its context
+    was compacted: ordered sections (core: slots, identity and directive memories; triggers;
+    open items; relevant to the task; recent since the last session; topics) within a token
+    budget, each item with its token count and why it was chosen, and the whole pack as
+    ready-to-inject Markdown. Deterministic for the same stored state and request.
+    """
+    GetTriggers: _aio.UnaryUnaryMultiCallable[_memory_service_pb2.GetTriggersRequest, _memory_service_pb2.GetTriggersResponse]  # type: ignore[assignment]
+    """GetTriggers returns the memories to recall before an action (such as "deploy" or
+    "git push"): those tagged `trigger:<name>` where <name> is the action's normalised name or
+    one of its parents ("deploy/prod" also matches "deploy"), most important first, then the
+    most recently updated.
+    """
+    ListSlots: _aio.UnaryUnaryMultiCallable[_memory_service_pb2.ListSlotsRequest, _memory_service_pb2.ListSlotsResponse]  # type: ignore[assignment]
+    """ListSlots returns a collection's slots: the named, fixed-capacity notes (persona,
+    user_preferences, project_context, pending_items, guidance) that are always in the context
+    pack's core section. Slots never written are listed with empty content.
+    """
+    UpdateSlot: _aio.UnaryUnaryMultiCallable[_memory_service_pb2.UpdateSlotRequest, _memory_service_pb2.UpdateSlotResponse]  # type: ignore[assignment]
+    """UpdateSlot replaces or appends to one slot's content. When the content exceeds the slot's
+    capacity, its oldest content is compacted: summarised by the LLM when one is configured,
+    else cut, leaving a marker that says how much was removed.
     """
     ExportMemories: _aio.UnaryStreamMultiCallable[_memory_service_pb2.ExportMemoriesRequest, _memory_service_pb2.ExportMemoriesResponse]  # type: ignore[assignment]
     """ExportMemories streams collections as Engram's export format (JSON Lines, see
@@ -456,6 +502,53 @@ class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_memory_service_pb2.RestoreCollectionResponse, _abc.Awaitable[_memory_service_pb2.RestoreCollectionResponse]]:
         """RestoreCollection takes a collection out of the trash, with its memories as they were
         (those deleted one by one before stay in its trash). Needs the admin role.
+        """
+
+    @_abc_1.abstractmethod
+    def GetContext(
+        self,
+        request: _memory_service_pb2.GetContextRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_memory_service_pb2.GetContextResponse, _abc.Awaitable[_memory_service_pb2.GetContextResponse]]:
+        """GetContext returns the context pack an agent loads at session start or after its context
+        was compacted: ordered sections (core: slots, identity and directive memories; triggers;
+        open items; relevant to the task; recent since the last session; topics) within a token
+        budget, each item with its token count and why it was chosen, and the whole pack as
+        ready-to-inject Markdown. Deterministic for the same stored state and request.
+        """
+
+    @_abc_1.abstractmethod
+    def GetTriggers(
+        self,
+        request: _memory_service_pb2.GetTriggersRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_memory_service_pb2.GetTriggersResponse, _abc.Awaitable[_memory_service_pb2.GetTriggersResponse]]:
+        """GetTriggers returns the memories to recall before an action (such as "deploy" or
+        "git push"): those tagged `trigger:<name>` where <name> is the action's normalised name or
+        one of its parents ("deploy/prod" also matches "deploy"), most important first, then the
+        most recently updated.
+        """
+
+    @_abc_1.abstractmethod
+    def ListSlots(
+        self,
+        request: _memory_service_pb2.ListSlotsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_memory_service_pb2.ListSlotsResponse, _abc.Awaitable[_memory_service_pb2.ListSlotsResponse]]:
+        """ListSlots returns a collection's slots: the named, fixed-capacity notes (persona,
+        user_preferences, project_context, pending_items, guidance) that are always in the context
+        pack's core section. Slots never written are listed with empty content.
+        """
+
+    @_abc_1.abstractmethod
+    def UpdateSlot(
+        self,
+        request: _memory_service_pb2.UpdateSlotRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_memory_service_pb2.UpdateSlotResponse, _abc.Awaitable[_memory_service_pb2.UpdateSlotResponse]]:
+        """UpdateSlot replaces or appends to one slot's content. When the content exceeds the slot's
+        capacity, its oldest content is compacted: summarised by the LLM when one is configured,
+        else cut, leaving a marker that says how much was removed.
         """
 
     @_abc_1.abstractmethod

@@ -137,6 +137,8 @@ def _record_fields(r: MemoryRecord) -> dict[str, Any]:
         "near_duplicates": [[i, s] for i, s in r.near_duplicates],
         "derived_from": list(r.derived_from),
         "draft": r.draft,
+        "session_id": r.session_id,
+        "agent_id": r.agent_id,
     }
 
 
@@ -272,6 +274,8 @@ def _record(obj: Any, collection: str, where: str) -> tuple[MemoryRecord, Vector
         near_duplicates=tuple(pairs),
         derived_from=_strings(obj, "derived_from", where),
         draft=_get(obj, "draft", bool, where, False),
+        session_id=_get(obj, "session_id", str, where, None),
+        agent_id=_get(obj, "agent_id", str, where, None),
     )
     vector = decode_vector(obj["vector"], f"{where}vector") if obj.get("vector") is not None else None
     return record, vector

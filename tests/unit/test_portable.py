@@ -43,6 +43,8 @@ def record(**kw: object) -> MemoryRecord:
         "request_id": "r-1",
         "request_hash": "abc",
         "near_duplicates": (("x", 0.81),),
+        "session_id": "s-1",
+        "agent_id": "coder",
     }
     fields.update(kw)
     return MemoryRecord(**fields)  # type: ignore[arg-type]

@@ -453,6 +453,7 @@ class EngramServer:
                 max_message_bytes=s.max_message_bytes,
                 extractor=MemoryExtractor(self.service, self.reflector.llm, build_extraction_policy(s)),
                 consolidator=self.consolidator,
+                backup_dir=s.backup_dir,
             ),
             server,
         )

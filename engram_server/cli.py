@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from typing import Any
 
 from engram_server import __version__
 from engram_server.config import SETTINGS_DOC, ConfigError, Settings, load_settings
@@ -42,7 +43,12 @@ def main(argv: list[str] | None = None) -> None:
     hash_p.add_argument(
         "--scheme", choices=("sha256", "scrypt"), default="sha256", help="scrypt for human-chosen keys"
     )
+    _porting_parsers(sub)
     args = parser.parse_args(argv)
+    if args.command in PORTING_COMMANDS:
+        from engram_server import porting_cli  # noqa: PLC0415
+
+        sys.exit(porting_cli.run(args))
     if args.command == "hash-key":
         _hash_key(args.key, generate=args.generate, scheme=args.scheme)
         return
@@ -81,6 +87,50 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(f"engram: cannot start: {exc}")
     except KeyboardInterrupt:
         pass
+
+
+PORTING_COMMANDS = frozenset({"export", "import", "backup", "restore"})
+
+
+def _porting_parsers(sub: Any) -> None:
+    addr = {"help": "the server (default: ENGRAM_ADDR or localhost:50051; key: ENGRAM_API_KEY, an admin's)"}
+    exp = sub.add_parser(
+        "export", help="export memories to a JSON Lines file (docs/reference/export-format.md)"
+    )
+    exp.add_argument("file", help="the file to write ('-' for stdout)")
+    exp.add_argument("--addr", **addr)
+    exp.add_argument("--collection", action="append", default=[], help="only this collection (repeatable)")
+    exp.add_argument(
+        "--type", action="append", default=[], choices=("identity", "directive", "insight", "event")
+    )
+    exp.add_argument("--tag", action="append", default=[], help="only memories with one of these tags")
+    exp.add_argument("--since", help="created at or after (ISO 8601 date/time, or unix seconds)")
+    exp.add_argument("--until", help="created before (ISO 8601 date/time, or unix seconds)")
+    exp.add_argument("--vectors", action="store_true", help="include the embeddings (restores embed nothing)")
+    exp.add_argument("--live-only", action="store_true", help="leave out expired memories")
+    imp = sub.add_parser("import", help="import a JSON Lines export (ids and timestamps kept; idempotent)")
+    imp.add_argument("file", help="the file to read ('-' for stdin)")
+    imp.add_argument("--addr", **addr)
+    imp.add_argument(
+        "--merge",
+        action="store_true",
+        help="merge into a live store: existing ids are kept, new memories go through the write gate "
+        "(default: restore as is)",
+    )
+    imp.add_argument(
+        "--reembed",
+        choices=("auto", "never", "always"),
+        default="auto",
+        help="auto: when the file has no vectors or another model made them",
+    )
+    imp.add_argument("--into", default="", help="import every section into this collection")
+    bak = sub.add_parser("backup", help="consistent backup of the serving store into DIR (admin RPC)")
+    bak.add_argument("dir", help="a new directory inside the server's ENGRAM_BACKUP_DIR")
+    bak.add_argument("--addr", **addr)
+    res = sub.add_parser("restore", help="server stopped: put a backup in place as ENGRAM_DATA_DIR")
+    res.add_argument("dir", help="the backup directory")
+    res.add_argument("--data-dir", help="restore here instead of ENGRAM_DATA_DIR")
+    res.add_argument("--force", action="store_true", help="replace a non-empty data directory")
 
 
 def _compact(settings: Settings, collections: list[str]) -> None:

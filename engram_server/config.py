@@ -33,6 +33,7 @@ class Settings:
     log_level: str = "INFO"
     # Storage
     data_dir: Path = Path("data")
+    backup_dir: Path | None = None
     qdrant_url: str | None = None
     qdrant_api_key: str | None = None
     qdrant_prefix: str = ""
@@ -175,6 +176,12 @@ SETTINGS_DOC: list[tuple[str, str, str]] = [
     ("max_message_bytes", "ENGRAM_MAX_MESSAGE_BYTES", "Largest request/response message accepted."),
     ("log_level", "ENGRAM_LOG_LEVEL", "DEBUG, INFO, WARNING or ERROR."),
     ("data_dir", "ENGRAM_DATA_DIR", "Where the embedded Qdrant (qdrant-edge) keeps its collections."),
+    (
+        "backup_dir",
+        "ENGRAM_BACKUP_DIR",
+        "The directory BackupStore (`engram backup`) may write backups into, on the server's machine; "
+        "unset: backups through the API are refused.",
+    ),
     (
         "qdrant_url",
         "ENGRAM_QDRANT_URL",

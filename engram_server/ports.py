@@ -9,6 +9,7 @@ from typing import Any, Protocol
 
 from engram_server.domain.clock import Clock
 from engram_server.domain.model import (
+    BackupStats,
     Candidates,
     CollectionSpec,
     MemoryRecord,
@@ -233,6 +234,13 @@ class Store(Protocol):
         one and the given time. Missing ids and history versions are skipped; returns the new
         ``(access_count, last_accessed_at)`` of each memory updated, by canonical id. Reads only the
         counters (not the whole record), then writes them."""
+        ...
+
+    async def backup(self, directory: str, taken_at: float) -> BackupStats:
+        """Copy the whole store (collections, their points and state) into ``directory`` (absent or
+        empty), as one consistent cut: no write is half in the copy. The caller holds every
+        collection's write lock. Stores that cannot (a Qdrant server: use its snapshots) raise
+        :class:`engram_server.domain.errors.InvalidArgument`."""
         ...
 
 

@@ -228,6 +228,10 @@ def render(files: list[descriptor_pb2.FileDescriptorProto]) -> str:
             for mi, method in enumerate(service.method):
                 request = f"[{method.input_type.split('.')[-1]}](#{anchor(method.input_type)})"
                 response = f"[{method.output_type.split('.')[-1]}](#{anchor(method.output_type)})"
+                if method.client_streaming:
+                    request = f"stream {request}"
+                if method.server_streaming:
+                    response = f"stream {response}"
                 doc = one_line(comments.get(FILE_SERVICE, si, SERVICE_METHOD, mi))
                 services.append(f"| `{method.name}` | {request} → {response} | {doc} |")
             services.append("")

@@ -26,7 +26,7 @@ import ipaddress
 import json
 import logging
 import tomllib
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
@@ -113,6 +113,19 @@ def _listing(request: Any, default: str) -> list[str] | None:
     return None
 
 
+#: The scope of a store-wide call (import, backup): only a grant on every collection ("*") has it.
+EVERY_COLLECTION = "*"
+
+
+def _store_wide(request: Any, default: str) -> list[str]:
+    return [EVERY_COLLECTION]
+
+
+def _exported(request: Any, default: str) -> list[str]:
+    """The named collections; every collection when none is named."""
+    return list(dict.fromkeys(request.collections)) or [EVERY_COLLECTION]
+
+
 RULES: dict[str, Rule] = {
     "AddMemory": Rule(Role.WRITE, _one),
     "AddMemories": Rule(Role.WRITE, _one, cost=lambda r: len(r.memories)),
@@ -138,6 +151,9 @@ RULES: dict[str, Rule] = {
     "ListSlots": Rule(Role.READ, _one),
     "UpdateSlot": Rule(Role.WRITE, _one),
     "RunConsolidation": Rule(Role.WRITE, _one, lambda r: Role.ADMIN if r.force else None),
+    "ExportMemories": Rule(Role.ADMIN, _exported),
+    "ImportMemories": Rule(Role.ADMIN, _store_wide),
+    "BackupStore": Rule(Role.ADMIN, _store_wide),
 }
 
 
@@ -202,6 +218,18 @@ class AuthInterceptor(WrappingInterceptor):
         if service in OPEN_SERVICES:
             return handler
         rule = RULES.get(method) if service == SERVICE else None
+        if rule is not None and handler.unary_stream is not None:
+            return grpc.unary_stream_rpc_method_handler(
+                self._streaming_behavior(method, rule, handler.unary_stream),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        if rule is not None and handler.stream_unary is not None:
+            return grpc.stream_unary_rpc_method_handler(
+                self._behavior(method, rule, handler.stream_unary),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
         if handler.unary_unary is None or rule is None:
             return _refusing(handler, f"{full_method} is not available to API keys")
         return grpc.unary_unary_rpc_method_handler(
@@ -322,6 +350,38 @@ class AuthInterceptor(WrappingInterceptor):
                 ),
                 metadata={"principal": principal.name, "limit": "in_flight"},
             )
+
+    def _streaming_behavior(
+        self,
+        method: str,
+        rule: Rule,
+        inner: Callable[[Any, grpc.aio.ServicerContext[Any, Any]], AsyncIterator[Any]],
+    ) -> Callable[[Any, grpc.aio.ServicerContext[Any, Any]], AsyncIterator[Any]]:
+        """:meth:`_behavior` for a server-streaming call (ExportMemories): checked before the
+        first answer."""
+
+        async def behavior(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
+            try:
+                principal = await self.identify(context.invocation_metadata(), context.peer)
+                if not isinstance(request, Malformed):  # (the guard inside answers those)
+                    self.authorize(method, rule, request, principal)
+            except EngramError as exc:
+                log.debug("refused %s: %s", method, exc.message)
+                await context.abort_with_status(to_status(exc))
+                raise AssertionError("unreachable") from exc
+            name = principal.name
+            self.in_flight[name] = self.in_flight.get(name, 0) + 1
+            try:
+                async for answer in inner(request, context):
+                    yield answer
+            finally:
+                left = self.in_flight[name] - 1
+                if left:
+                    self.in_flight[name] = left
+                else:
+                    del self.in_flight[name]
+
+        return behavior
 
     def _behavior(self, method: str, rule: Rule, inner: Behavior) -> Behavior:
         async def behavior(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:

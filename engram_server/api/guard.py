@@ -168,7 +168,13 @@ class GuardInterceptor(WrappingInterceptor):
                 request_deserializer=deserializer,
                 response_serializer=handler.response_serializer,
             )
-        return handler  # client streaming (reflection): its servicer reads the stream itself
+        if handler.stream_unary is not None:  # (ImportMemories) its servicer refuses a Malformed message
+            return grpc.stream_unary_rpc_method_handler(
+                handler.stream_unary,
+                request_deserializer=deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        return handler  # bidirectional streaming (reflection): its servicer reads the stream itself
 
     def _overloaded(self) -> grpc.Status:
         return to_status(

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import grpc
@@ -17,6 +18,7 @@ from engram_server.api.answers import abridged_to_fit, answer_budget, fitting
 from engram_server.api.auth import readable_collections
 from engram_server.api.errors import internal_status, to_status
 from engram_server.api.gate_log import PER_COLLECTION, GateLog, decision_from
+from engram_server.api.guard import Malformed
 from engram_server.domain.consolidation import Consolidator
 from engram_server.domain.deadline import set_time_remaining
 from engram_server.domain.errors import EngramError, InvalidArgument
@@ -25,11 +27,14 @@ from engram_server.domain.reflection import Reflector
 from engram_server.domain.service import (
     ContextRequest,
     DeleteCommand,
+    ImportMode,
     Locator,
     MemoryService,
+    Reembed,
     SearchQuery,
     UpdateCommand,
 )
+from engram_server.domain.service.porting import MAX_LINE_BYTES
 from engram_server.domain.validation import Violations, check_collection
 
 log = logging.getLogger(__name__)
@@ -59,6 +64,30 @@ def rpc(fn: Handler[Req, Resp]) -> Handler[Req, Resp]:
     return wrapper
 
 
+#: Bytes of export file one ExportMemories message carries at most (less with a smaller message limit).
+EXPORT_CHUNK_BYTES = 1024 * 1024
+
+IMPORT_MODE_IN: dict[int, ImportMode] = {
+    s.IMPORT_MODE_UNSPECIFIED: ImportMode.RESTORE,
+    s.IMPORT_MODE_RESTORE: ImportMode.RESTORE,
+    s.IMPORT_MODE_MERGE: ImportMode.MERGE,
+}
+REEMBED_IN: dict[int, Reembed] = {
+    s.REEMBED_UNSPECIFIED: Reembed.AUTO,
+    s.REEMBED_AUTO: Reembed.AUTO,
+    s.REEMBED_NEVER: Reembed.NEVER,
+    s.REEMBED_ALWAYS: Reembed.ALWAYS,
+}
+
+
+async def _abort(context: grpc.aio.ServicerContext[Any, Any], method: str, exc: Exception) -> None:
+    """Answer a streaming call's failure as ``rpc`` answers a unary one's."""
+    if isinstance(exc, EngramError):
+        await context.abort_with_status(to_status(exc))
+    log.error("unexpected error in %s", method, exc_info=exc)
+    await context.abort_with_status(internal_status(f"internal error in {method}"))
+
+
 #: grpc's default message limit, the server's unless ``ENGRAM_MAX_MESSAGE_BYTES`` says otherwise.
 DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 
@@ -72,8 +101,12 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         extractor: MemoryExtractor | None = None,
         consolidator: Consolidator | None = None,
+        backup_dir: Path | None = None,
     ) -> None:
         self._svc = service
+        self._backup_dir = backup_dir
+        #: Bytes of export file per ExportMemories message.
+        self._chunk = min(EXPORT_CHUNK_BYTES, answer_budget(max_message_bytes))
         self._reflector = reflector
         self._extractor = extractor or MemoryExtractor(service, reflector.llm)
         self._consolidator = consolidator or Consolidator(service, reflector.llm)
@@ -416,3 +449,97 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
         return s.UpdateSlotResponse(
             slot=c.slot_out(result.slot), compaction=c.SLOT_COMPACTION_OUT[result.compaction]
         )
+
+    async def ExportMemories(
+        self, request: s.ExportMemoriesRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[s.ExportMemoriesResponse]:
+        set_time_remaining(context.time_remaining())
+        try:
+            plan = await self._svc.plan_export(
+                tuple(request.collections),
+                c.filter_in(request.filter, "filter"),
+                vectors=request.include_vectors,
+                live_only=request.live_only,
+            )
+            total, done = plan.total, 0
+            chunk: list[bytes] = []
+            size = 0
+            async for line in self._svc.export_lines(plan):
+                if not line.startswith(b'{"engram_export"'):
+                    done += 1
+                chunk.append(line)
+                size += len(line)
+                while size >= self._chunk:
+                    data = b"".join(chunk)
+                    head, rest = data[: self._chunk], data[self._chunk :]
+                    cut = head.rfind(b"\n") + 1 or len(head)  # end at a line end when one is in it
+                    head, rest = data[:cut], data[cut:]
+                    yield s.ExportMemoriesResponse(data=head, memories_done=done, memories_total=total)
+                    chunk, size = [rest], len(rest)
+            if size or not done:
+                yield s.ExportMemoriesResponse(data=b"".join(chunk), memories_done=done, memories_total=total)
+        except grpc.aio.AbortError:
+            raise
+        except Exception as exc:
+            await _abort(context, "ExportMemories", exc)
+
+    async def ImportMemories(
+        self,
+        request_iterator: AsyncIterator[s.ImportMemoriesRequest],
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> s.ImportMemoriesResponse:
+        set_time_remaining(context.time_remaining())
+        try:
+            importer = None
+            buffer = b""
+            async for request in request_iterator:
+                if isinstance(request, Malformed):
+                    raise InvalidArgument(
+                        f"a message of the stream ({request.size} bytes) is not an ImportMemoriesRequest"
+                    )
+                if importer is None:
+                    importer = self._svc.importer(
+                        c.enum_in(IMPORT_MODE_IN, request.mode, "mode"),
+                        c.enum_in(REEMBED_IN, request.reembed, "reembed"),
+                        request.collection,
+                    )
+                buffer += request.data
+                lines = buffer.split(b"\n")
+                buffer = lines.pop()
+                for line in lines:
+                    await importer.feed(line)
+                if len(buffer) > MAX_LINE_BYTES:
+                    await importer.feed(buffer)  # refused as too long, naming its line
+            if importer is None:
+                importer = self._svc.importer(ImportMode.RESTORE, Reembed.AUTO)
+            counts = await importer.finish(buffer)
+            return s.ImportMemoriesResponse(
+                lines=counts.lines,
+                created=counts.created,
+                replaced=counts.replaced,
+                unchanged=counts.unchanged,
+                duplicates=counts.duplicates,
+                reembedded=counts.reembedded,
+                collections=counts.collections,
+            )
+        except grpc.aio.AbortError:
+            raise
+        except Exception as exc:
+            await _abort(context, "ImportMemories", exc)
+            raise AssertionError("unreachable") from exc
+
+    @rpc
+    async def BackupStore(
+        self, request: s.BackupStoreRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> s.BackupStoreResponse:
+        report = await self._svc.backup(request.directory, self._backup_dir)
+        out = s.BackupStoreResponse(
+            directory=report.directory,
+            collections=[
+                c.collection_out(spec, report.stats.points.get(spec.name, 0)) for spec in report.specs
+            ],
+            bytes=report.stats.bytes,
+            barrier_seconds=report.barrier_seconds,
+        )
+        out.taken_at.CopyFrom(c.ts_out(report.taken_at))
+        return out

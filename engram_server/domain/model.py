@@ -229,3 +229,11 @@ class StoreFilter:
     agent_ids: tuple[str, ...] = ()  # only memories written by one of these agents
     updated_after: float | None = None  # updated_at >= updated_after
     with_trigger: bool = False  # only memories carrying a trigger:<action> tag
+
+
+@dataclass(frozen=True, slots=True)
+class BackupStats:
+    """What a store's backup wrote: bytes, and points (history versions included) per collection."""
+
+    bytes: int
+    points: Mapping[str, int]

@@ -69,6 +69,9 @@ NEEDS = {
     "UpdateSlot": "write",
     "RunConsolidation": "write",
     "RunConsolidation(force)": "admin",
+    "ExportMemories": "admin",  # admin on each collection exported
+    "ImportMemories": "admin",  # store-wide: only a "*" admin grant
+    "BackupStore": "admin",  # store-wide
 }
 HOLDS = {"read_only": "read", "read_write": "write", "admin": "admin", "other_tenant": "none"}
 RANK = {"none": 0, "any": 0, "read": 1, "write": 2, "admin": 3}
@@ -136,6 +139,11 @@ def requests(memory_id: str) -> dict[str, tuple[str, Any]]:
             "RunConsolidation",
             s.RunConsolidationRequest(collection="alpha", dry_run=True, force=True),
         ),
+        "ExportMemories": ("ExportMemories", s.ExportMemoriesRequest(collections=["alpha"])),
+        # An empty file: the admin cell imports nothing.
+        "ImportMemories": ("ImportMemories", s.ImportMemoriesRequest(collection="alpha")),
+        # No ENGRAM_BACKUP_DIR: the admin cell is refused past auth (INVALID_ARGUMENT).
+        "BackupStore": ("BackupStore", s.BackupStoreRequest(directory="/nowhere")),
     }
 
 
@@ -182,7 +190,12 @@ def test_auth_matrix(caller: str, call: str, live: tuple[EngramServer, str], stu
     rpc: Callable[..., Any] = getattr(stub, method)
     add_figure("auth matrix cells", 1)
     try:
-        response = rpc(request, metadata=bearer(CALLERS[caller]), timeout=30)
+        if method == "ExportMemories":  # server streaming: the answers, read to the end
+            response = list(rpc(request, metadata=bearer(CALLERS[caller]), timeout=30))
+        elif method == "ImportMemories":  # client streaming
+            response = rpc(iter([request]), metadata=bearer(CALLERS[caller]), timeout=30)
+        else:
+            response = rpc(request, metadata=bearer(CALLERS[caller]), timeout=30)
         got, code, reason = OK, grpc.StatusCode.OK, ""
     except grpc.RpcError as exc:
         code, reason = exc.code(), details(exc)["reason"]  # type: ignore[attr-defined]

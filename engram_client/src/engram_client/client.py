@@ -61,6 +61,7 @@ import grpc.aio
 from engram_client import _call, _otel, _plans
 from engram_client._plans import Plan
 from engram_client.config import ConnectionConfig, RetryPolicy
+from engram_client.errors import error_from_rpc_error
 from engram_client.models import (
     AddResult,
     CollectionInfo,
@@ -93,7 +94,7 @@ from engram_client.models import (
     Triggers,
     UpdateResult,
 )
-from engram_client.proto.engram.v1 import memory_service_pb2_grpc
+from engram_client.proto.engram.v1 import memory_pb2, memory_service_pb2, memory_service_pb2_grpc
 
 __all__ = ["AsyncEngramClient", "EngramClient"]
 
@@ -653,6 +654,82 @@ class EngramClient(_ClientBase):
         ``outcome="throttled"``. ``dry_run`` reports the clusters without writing."""
         plan = _plans.run_consolidation(collection=collection, dry_run=dry_run, force=force)
         return self._run(plan, timeout)
+
+    # --- export, import, backup (admin; long calls: no deadline unless ``timeout`` is given) -------
+
+    def export(
+        self,
+        *,
+        collections: Sequence[str] = (),
+        filter: memory_pb2.MemoryFilter | None = None,
+        include_vectors: bool = False,
+        live_only: bool = False,
+        timeout: float | None = None,
+    ) -> Iterator[memory_service_pb2.ExportMemoriesResponse]:
+        """Stream an export (Engram's JSON Lines format): concatenate the chunks' ``data`` to get
+        the file; ``memories_done`` / ``memories_total`` give the progress. Every collection when
+        none is named. Needs an admin key."""
+        request = memory_service_pb2.ExportMemoriesRequest(
+            collections=list(collections), include_vectors=include_vectors, live_only=live_only
+        )
+        if filter is not None:
+            request.filter.CopyFrom(filter)
+        try:
+            yield from self._stub.ExportMemories(request, timeout=timeout, metadata=self._metadata)
+        except grpc.RpcError as exc:
+            raise error_from_rpc_error(exc) from None
+
+    def import_memories(
+        self,
+        chunks: Iterable[bytes],
+        *,
+        mode: memory_service_pb2.ImportMode.ValueType = memory_service_pb2.IMPORT_MODE_RESTORE,
+        reembed: memory_service_pb2.Reembed.ValueType = memory_service_pb2.REEMBED_AUTO,
+        collection: str = "",
+        timeout: float | None = None,
+    ) -> memory_service_pb2.ImportMemoriesResponse:
+        """Import an export file given as consecutive chunks of its bytes (any sizes, at most the
+        message limit each): ids and timestamps are kept; importing the same file twice changes
+        nothing. A corrupt line raises InvalidArgumentError naming it (metadata ``line``,
+        ``imported``); what came before it stays. Needs an admin key."""
+
+        def requests() -> Iterator[memory_service_pb2.ImportMemoriesRequest]:
+            first = True
+            for data in chunks:
+                if first:
+                    yield memory_service_pb2.ImportMemoriesRequest(
+                        data=data, mode=mode, reembed=reembed, collection=collection
+                    )
+                    first = False
+                else:
+                    yield memory_service_pb2.ImportMemoriesRequest(data=data)
+            if first:
+                yield memory_service_pb2.ImportMemoriesRequest(
+                    mode=mode, reembed=reembed, collection=collection
+                )
+
+        try:
+            response: memory_service_pb2.ImportMemoriesResponse = self._stub.ImportMemories(
+                requests(), timeout=timeout, metadata=self._metadata
+            )
+        except grpc.RpcError as exc:
+            raise error_from_rpc_error(exc) from None
+        return response
+
+    def backup(
+        self, directory: str, *, timeout: float | None = None
+    ) -> memory_service_pb2.BackupStoreResponse:
+        """Back the serving store up into ``directory`` (absolute, new or empty, inside the
+        server's ENGRAM_BACKUP_DIR, on the server's machine). Needs an admin key."""
+        try:
+            response: memory_service_pb2.BackupStoreResponse = self._stub.BackupStore(
+                memory_service_pb2.BackupStoreRequest(directory=directory),
+                timeout=timeout,
+                metadata=self._metadata,
+            )
+        except grpc.RpcError as exc:
+            raise error_from_rpc_error(exc) from None
+        return response
 
 
 class AsyncEngramClient(_ClientBase):

@@ -13,7 +13,8 @@ each path in one file:
 - :mod:`.editing`: locate, update, delete, get, history, list and page tokens;
 - :mod:`.trash`: list, restore and purge the trash;
 - :mod:`.collections`: list / delete / restore collections and the sweep (expiry, trash purge);
-- :mod:`.context`: the session context pack, triggers and slots.
+- :mod:`.context`: the session context pack, triggers and slots;
+- :mod:`.porting`: export, import and backup.
 """
 
 from __future__ import annotations
@@ -51,6 +52,15 @@ from engram_server.domain.service.context import (
     TriggerResult,
 )
 from engram_server.domain.service.core import ServiceCore, TopicSource, stored_point
+from engram_server.domain.service.porting import (
+    BackupReport,
+    ExportPlan,
+    ImportCounts,
+    Importer,
+    ImportMode,
+    Porting,
+    Reembed,
+)
 from engram_server.domain.service.searching import _Query
 from engram_server.domain.service.trash import Trash
 from engram_server.domain.service.writing import Writing, normalise_text, with_provenance
@@ -61,16 +71,22 @@ __all__ = [
     "AddCommand",
     "AddOutcome",
     "AddResult",
+    "BackupReport",
     "CollectionStats",
     "ContextPack",
     "ContextRequest",
     "Contradiction",
     "DeleteCommand",
     "DeleteResult",
+    "ExportPlan",
     "GateReason",
+    "ImportCounts",
+    "ImportMode",
+    "Importer",
     "Locator",
     "MemoryService",
     "Policy",
+    "Reembed",
     "SearchFilter",
     "SearchHit",
     "SearchQuery",
@@ -92,5 +108,5 @@ __all__ = [
 ]
 
 
-class MemoryService(Writing, ContextPacks, Trash, Collections):
+class MemoryService(Porting, Writing, ContextPacks, Trash, Collections):
     """Engram's memory lifecycle over a Store and an Embedder."""

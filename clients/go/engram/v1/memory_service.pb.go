@@ -670,6 +670,118 @@ func (ConsolidationOutcome) EnumDescriptor() ([]byte, []int) {
 	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{10}
 }
 
+// ImportMode says how imported memories meet the memories already stored.
+type ImportMode int32
+
+const (
+	// Means IMPORT_MODE_RESTORE.
+	ImportMode_IMPORT_MODE_UNSPECIFIED ImportMode = 0
+	// Write every memory as it is in the file (same id replaces, identical is skipped): for
+	// restoring into an empty or older copy of the same store.
+	ImportMode_IMPORT_MODE_RESTORE ImportMode = 1
+	// Merge into a live store: a memory whose id exists is kept as stored; a new one goes
+	// through the write gate and is skipped when a near-copy is already stored.
+	ImportMode_IMPORT_MODE_MERGE ImportMode = 2
+)
+
+// Enum value maps for ImportMode.
+var (
+	ImportMode_name = map[int32]string{
+		0: "IMPORT_MODE_UNSPECIFIED",
+		1: "IMPORT_MODE_RESTORE",
+		2: "IMPORT_MODE_MERGE",
+	}
+	ImportMode_value = map[string]int32{
+		"IMPORT_MODE_UNSPECIFIED": 0,
+		"IMPORT_MODE_RESTORE":     1,
+		"IMPORT_MODE_MERGE":       2,
+	}
+)
+
+func (x ImportMode) Enum() *ImportMode {
+	p := new(ImportMode)
+	*p = x
+	return p
+}
+
+func (x ImportMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ImportMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_engram_v1_memory_service_proto_enumTypes[11].Descriptor()
+}
+
+func (ImportMode) Type() protoreflect.EnumType {
+	return &file_engram_v1_memory_service_proto_enumTypes[11]
+}
+
+func (x ImportMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ImportMode.Descriptor instead.
+func (ImportMode) EnumDescriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{11}
+}
+
+// Reembed says when an import embeds the content again instead of using the file's vectors.
+type Reembed int32
+
+const (
+	// Means REEMBED_AUTO.
+	Reembed_REEMBED_UNSPECIFIED Reembed = 0
+	// When the file has no vectors or was exported with another embedding model.
+	Reembed_REEMBED_AUTO Reembed = 1
+	// Never: a file without vectors, or from another model or dimension, is refused.
+	Reembed_REEMBED_NEVER Reembed = 2
+	// Always, even when the file's vectors would fit.
+	Reembed_REEMBED_ALWAYS Reembed = 3
+)
+
+// Enum value maps for Reembed.
+var (
+	Reembed_name = map[int32]string{
+		0: "REEMBED_UNSPECIFIED",
+		1: "REEMBED_AUTO",
+		2: "REEMBED_NEVER",
+		3: "REEMBED_ALWAYS",
+	}
+	Reembed_value = map[string]int32{
+		"REEMBED_UNSPECIFIED": 0,
+		"REEMBED_AUTO":        1,
+		"REEMBED_NEVER":       2,
+		"REEMBED_ALWAYS":      3,
+	}
+)
+
+func (x Reembed) Enum() *Reembed {
+	p := new(Reembed)
+	*p = x
+	return p
+}
+
+func (x Reembed) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Reembed) Descriptor() protoreflect.EnumDescriptor {
+	return file_engram_v1_memory_service_proto_enumTypes[12].Descriptor()
+}
+
+func (Reembed) Type() protoreflect.EnumType {
+	return &file_engram_v1_memory_service_proto_enumTypes[12]
+}
+
+func (x Reembed) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Reembed.Descriptor instead.
+func (Reembed) EnumDescriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{12}
+}
+
 // AddMemoryRequest asks to store one memory.
 type AddMemoryRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -5705,6 +5817,449 @@ func (x *RunConsolidationResponse) GetMemoriesAfter() int32 {
 	return 0
 }
 
+// ExportMemoriesRequest says what to export.
+type ExportMemoriesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Collections to export; empty means every collection.
+	Collections []string `protobuf:"bytes,1,rep,name=collections,proto3" json:"collections,omitempty"`
+	// Only the current memories matching this filter (with their history versions).
+	Filter *MemoryFilter `protobuf:"bytes,2,opt,name=filter,proto3" json:"filter,omitempty"`
+	// Include each memory's embedding (and its history versions'), base64 float32: a restore into
+	// a server with the same model then embeds nothing.
+	IncludeVectors bool `protobuf:"varint,3,opt,name=include_vectors,json=includeVectors,proto3" json:"include_vectors,omitempty"`
+	// Leave out memories that have expired (by default they are exported until the sweep removes them).
+	LiveOnly      bool `protobuf:"varint,4,opt,name=live_only,json=liveOnly,proto3" json:"live_only,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportMemoriesRequest) Reset() {
+	*x = ExportMemoriesRequest{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[64]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportMemoriesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportMemoriesRequest) ProtoMessage() {}
+
+func (x *ExportMemoriesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[64]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportMemoriesRequest.ProtoReflect.Descriptor instead.
+func (*ExportMemoriesRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{64}
+}
+
+func (x *ExportMemoriesRequest) GetCollections() []string {
+	if x != nil {
+		return x.Collections
+	}
+	return nil
+}
+
+func (x *ExportMemoriesRequest) GetFilter() *MemoryFilter {
+	if x != nil {
+		return x.Filter
+	}
+	return nil
+}
+
+func (x *ExportMemoriesRequest) GetIncludeVectors() bool {
+	if x != nil {
+		return x.IncludeVectors
+	}
+	return false
+}
+
+func (x *ExportMemoriesRequest) GetLiveOnly() bool {
+	if x != nil {
+		return x.LiveOnly
+	}
+	return false
+}
+
+// ExportMemoriesResponse is the next chunk of the export file.
+type ExportMemoriesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The next bytes of the JSON Lines file (UTF-8). A chunk ends at a line end unless one line
+	// is larger than a chunk.
+	Data []byte `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	// Memories (lines other than headers) exported so far, this chunk included.
+	MemoriesDone int64 `protobuf:"varint,2,opt,name=memories_done,json=memoriesDone,proto3" json:"memories_done,omitempty"`
+	// Current memories the export holds in all (known after the first chunk; for progress).
+	MemoriesTotal int64 `protobuf:"varint,3,opt,name=memories_total,json=memoriesTotal,proto3" json:"memories_total,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportMemoriesResponse) Reset() {
+	*x = ExportMemoriesResponse{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[65]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportMemoriesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportMemoriesResponse) ProtoMessage() {}
+
+func (x *ExportMemoriesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[65]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportMemoriesResponse.ProtoReflect.Descriptor instead.
+func (*ExportMemoriesResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{65}
+}
+
+func (x *ExportMemoriesResponse) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *ExportMemoriesResponse) GetMemoriesDone() int64 {
+	if x != nil {
+		return x.MemoriesDone
+	}
+	return 0
+}
+
+func (x *ExportMemoriesResponse) GetMemoriesTotal() int64 {
+	if x != nil {
+		return x.MemoriesTotal
+	}
+	return 0
+}
+
+// ImportMemoriesRequest is the next chunk of the file to import; the options are read from
+// the first message only.
+type ImportMemoriesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The next bytes of the JSON Lines file.
+	Data []byte `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	// First message only: how to meet existing memories (default RESTORE).
+	Mode ImportMode `protobuf:"varint,2,opt,name=mode,proto3,enum=engram.v1.ImportMode" json:"mode,omitempty"`
+	// First message only: when to embed again (default AUTO).
+	Reembed Reembed `protobuf:"varint,3,opt,name=reembed,proto3,enum=engram.v1.Reembed" json:"reembed,omitempty"`
+	// First message only: import every section of the file into this collection instead of
+	// the one its header names.
+	Collection    string `protobuf:"bytes,4,opt,name=collection,proto3" json:"collection,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImportMemoriesRequest) Reset() {
+	*x = ImportMemoriesRequest{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[66]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImportMemoriesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImportMemoriesRequest) ProtoMessage() {}
+
+func (x *ImportMemoriesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[66]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImportMemoriesRequest.ProtoReflect.Descriptor instead.
+func (*ImportMemoriesRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{66}
+}
+
+func (x *ImportMemoriesRequest) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *ImportMemoriesRequest) GetMode() ImportMode {
+	if x != nil {
+		return x.Mode
+	}
+	return ImportMode_IMPORT_MODE_UNSPECIFIED
+}
+
+func (x *ImportMemoriesRequest) GetReembed() Reembed {
+	if x != nil {
+		return x.Reembed
+	}
+	return Reembed_REEMBED_UNSPECIFIED
+}
+
+func (x *ImportMemoriesRequest) GetCollection() string {
+	if x != nil {
+		return x.Collection
+	}
+	return ""
+}
+
+// ImportMemoriesResponse counts what an import did (history versions included).
+type ImportMemoriesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Lines read, headers included.
+	Lines int64 `protobuf:"varint,1,opt,name=lines,proto3" json:"lines,omitempty"`
+	// Memories written that were not stored before.
+	Created int64 `protobuf:"varint,2,opt,name=created,proto3" json:"created,omitempty"`
+	// Memories written over a stored memory of the same id that differed (RESTORE).
+	Replaced int64 `protobuf:"varint,3,opt,name=replaced,proto3" json:"replaced,omitempty"`
+	// Memories already stored as in the file (or, MERGE, stored under the same id): not written.
+	Unchanged int64 `protobuf:"varint,4,opt,name=unchanged,proto3" json:"unchanged,omitempty"`
+	// MERGE: new memories the write gate refused as near-copies of stored ones: not written.
+	Duplicates int64 `protobuf:"varint,5,opt,name=duplicates,proto3" json:"duplicates,omitempty"`
+	// Memories whose content was embedded again (another model, no vectors, or ALWAYS).
+	Reembedded int64 `protobuf:"varint,6,opt,name=reembedded,proto3" json:"reembedded,omitempty"`
+	// The collections written to.
+	Collections   []string `protobuf:"bytes,7,rep,name=collections,proto3" json:"collections,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImportMemoriesResponse) Reset() {
+	*x = ImportMemoriesResponse{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[67]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImportMemoriesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImportMemoriesResponse) ProtoMessage() {}
+
+func (x *ImportMemoriesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[67]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImportMemoriesResponse.ProtoReflect.Descriptor instead.
+func (*ImportMemoriesResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{67}
+}
+
+func (x *ImportMemoriesResponse) GetLines() int64 {
+	if x != nil {
+		return x.Lines
+	}
+	return 0
+}
+
+func (x *ImportMemoriesResponse) GetCreated() int64 {
+	if x != nil {
+		return x.Created
+	}
+	return 0
+}
+
+func (x *ImportMemoriesResponse) GetReplaced() int64 {
+	if x != nil {
+		return x.Replaced
+	}
+	return 0
+}
+
+func (x *ImportMemoriesResponse) GetUnchanged() int64 {
+	if x != nil {
+		return x.Unchanged
+	}
+	return 0
+}
+
+func (x *ImportMemoriesResponse) GetDuplicates() int64 {
+	if x != nil {
+		return x.Duplicates
+	}
+	return 0
+}
+
+func (x *ImportMemoriesResponse) GetReembedded() int64 {
+	if x != nil {
+		return x.Reembedded
+	}
+	return 0
+}
+
+func (x *ImportMemoriesResponse) GetCollections() []string {
+	if x != nil {
+		return x.Collections
+	}
+	return nil
+}
+
+// BackupStoreRequest asks for a backup.
+type BackupStoreRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Absolute path of a new (absent or empty) directory on the server's machine, inside the
+	// directory ENGRAM_BACKUP_DIR names (backups through the API are off while it is unset).
+	Directory     string `protobuf:"bytes,1,opt,name=directory,proto3" json:"directory,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackupStoreRequest) Reset() {
+	*x = BackupStoreRequest{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[68]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackupStoreRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackupStoreRequest) ProtoMessage() {}
+
+func (x *BackupStoreRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[68]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackupStoreRequest.ProtoReflect.Descriptor instead.
+func (*BackupStoreRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{68}
+}
+
+func (x *BackupStoreRequest) GetDirectory() string {
+	if x != nil {
+		return x.Directory
+	}
+	return ""
+}
+
+// BackupStoreResponse describes the backup written.
+type BackupStoreResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The directory written.
+	Directory string `protobuf:"bytes,1,opt,name=directory,proto3" json:"directory,omitempty"`
+	// The moment of the backup: every write acknowledged before it is in the backup.
+	TakenAt *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=taken_at,json=takenAt,proto3" json:"taken_at,omitempty"`
+	// The collections copied with their memory counts (history versions included).
+	Collections []*CollectionInfo `protobuf:"bytes,3,rep,name=collections,proto3" json:"collections,omitempty"`
+	// Bytes the backup takes on disk (the engine's sparse files stay sparse).
+	Bytes int64 `protobuf:"varint,4,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	// Seconds writes waited for the copy (the store-wide write barrier).
+	BarrierSeconds float64 `protobuf:"fixed64,5,opt,name=barrier_seconds,json=barrierSeconds,proto3" json:"barrier_seconds,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *BackupStoreResponse) Reset() {
+	*x = BackupStoreResponse{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[69]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackupStoreResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackupStoreResponse) ProtoMessage() {}
+
+func (x *BackupStoreResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[69]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackupStoreResponse.ProtoReflect.Descriptor instead.
+func (*BackupStoreResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{69}
+}
+
+func (x *BackupStoreResponse) GetDirectory() string {
+	if x != nil {
+		return x.Directory
+	}
+	return ""
+}
+
+func (x *BackupStoreResponse) GetTakenAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.TakenAt
+	}
+	return nil
+}
+
+func (x *BackupStoreResponse) GetCollections() []*CollectionInfo {
+	if x != nil {
+		return x.Collections
+	}
+	return nil
+}
+
+func (x *BackupStoreResponse) GetBytes() int64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *BackupStoreResponse) GetBarrierSeconds() float64 {
+	if x != nil {
+		return x.BarrierSeconds
+	}
+	return 0
+}
+
 var File_engram_v1_memory_service_proto protoreflect.FileDescriptor
 
 const file_engram_v1_memory_service_proto_rawDesc = "" +
@@ -6159,7 +6714,43 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"candidates\x18\x05 \x01(\x05R\n" +
 	"candidates\x12'\n" +
 	"\x0fmemories_before\x18\x06 \x01(\x05R\x0ememoriesBefore\x12%\n" +
-	"\x0ememories_after\x18\a \x01(\x05R\rmemoriesAfter*\x94\x01\n" +
+	"\x0ememories_after\x18\a \x01(\x05R\rmemoriesAfter\"\xb0\x01\n" +
+	"\x15ExportMemoriesRequest\x12 \n" +
+	"\vcollections\x18\x01 \x03(\tR\vcollections\x12/\n" +
+	"\x06filter\x18\x02 \x01(\v2\x17.engram.v1.MemoryFilterR\x06filter\x12'\n" +
+	"\x0finclude_vectors\x18\x03 \x01(\bR\x0eincludeVectors\x12\x1b\n" +
+	"\tlive_only\x18\x04 \x01(\bR\bliveOnly\"x\n" +
+	"\x16ExportMemoriesResponse\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\x12#\n" +
+	"\rmemories_done\x18\x02 \x01(\x03R\fmemoriesDone\x12%\n" +
+	"\x0ememories_total\x18\x03 \x01(\x03R\rmemoriesTotal\"\xa4\x01\n" +
+	"\x15ImportMemoriesRequest\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\x12)\n" +
+	"\x04mode\x18\x02 \x01(\x0e2\x15.engram.v1.ImportModeR\x04mode\x12,\n" +
+	"\areembed\x18\x03 \x01(\x0e2\x12.engram.v1.ReembedR\areembed\x12\x1e\n" +
+	"\n" +
+	"collection\x18\x04 \x01(\tR\n" +
+	"collection\"\xe4\x01\n" +
+	"\x16ImportMemoriesResponse\x12\x14\n" +
+	"\x05lines\x18\x01 \x01(\x03R\x05lines\x12\x18\n" +
+	"\acreated\x18\x02 \x01(\x03R\acreated\x12\x1a\n" +
+	"\breplaced\x18\x03 \x01(\x03R\breplaced\x12\x1c\n" +
+	"\tunchanged\x18\x04 \x01(\x03R\tunchanged\x12\x1e\n" +
+	"\n" +
+	"duplicates\x18\x05 \x01(\x03R\n" +
+	"duplicates\x12\x1e\n" +
+	"\n" +
+	"reembedded\x18\x06 \x01(\x03R\n" +
+	"reembedded\x12 \n" +
+	"\vcollections\x18\a \x03(\tR\vcollections\"2\n" +
+	"\x12BackupStoreRequest\x12\x1c\n" +
+	"\tdirectory\x18\x01 \x01(\tR\tdirectory\"\xe6\x01\n" +
+	"\x13BackupStoreResponse\x12\x1c\n" +
+	"\tdirectory\x18\x01 \x01(\tR\tdirectory\x125\n" +
+	"\btaken_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\atakenAt\x12;\n" +
+	"\vcollections\x18\x03 \x03(\v2\x19.engram.v1.CollectionInfoR\vcollections\x12\x14\n" +
+	"\x05bytes\x18\x04 \x01(\x03R\x05bytes\x12'\n" +
+	"\x0fbarrier_seconds\x18\x05 \x01(\x01R\x0ebarrierSeconds*\x94\x01\n" +
 	"\x11ContradictionMode\x12\"\n" +
 	"\x1eCONTRADICTION_MODE_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cCONTRADICTION_MODE_SUPERSEDE\x10\x01\x12\x1d\n" +
@@ -6219,7 +6810,17 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\x1fCONSOLIDATION_OUTCOME_COMPLETED\x10\x01\x12*\n" +
 	"&CONSOLIDATION_OUTCOME_NOTHING_TO_MERGE\x10\x02\x12#\n" +
 	"\x1fCONSOLIDATION_OUTCOME_THROTTLED\x10\x03\x12#\n" +
-	"\x1fCONSOLIDATION_OUTCOME_WOULD_RUN\x10\x042\xf2\x15\n" +
+	"\x1fCONSOLIDATION_OUTCOME_WOULD_RUN\x10\x04*Y\n" +
+	"\n" +
+	"ImportMode\x12\x1b\n" +
+	"\x17IMPORT_MODE_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13IMPORT_MODE_RESTORE\x10\x01\x12\x15\n" +
+	"\x11IMPORT_MODE_MERGE\x10\x02*[\n" +
+	"\aReembed\x12\x17\n" +
+	"\x13REEMBED_UNSPECIFIED\x10\x00\x12\x10\n" +
+	"\fREEMBED_AUTO\x10\x01\x12\x11\n" +
+	"\rREEMBED_NEVER\x10\x02\x12\x12\n" +
+	"\x0eREEMBED_ALWAYS\x10\x032\x8f\x18\n" +
 	"\rMemoryService\x12_\n" +
 	"\tAddMemory\x12\x1b.engram.v1.AddMemoryRequest\x1a\x1c.engram.v1.AddMemoryResponse\"\x17\x82\xd3\xe4\x93\x02\x11:\x01*\"\f/v1/memories\x12n\n" +
 	"\vAddMemories\x12\x1d.engram.v1.AddMemoriesRequest\x1a\x1e.engram.v1.AddMemoriesResponse\" \x82\xd3\xe4\x93\x02\x1a:\x01*\"\x15/v1/memories:batchAdd\x12u\n" +
@@ -6245,7 +6846,10 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\tListSlots\x12\x1b.engram.v1.ListSlotsRequest\x1a\x1c.engram.v1.ListSlotsResponse\"\x19\x82\xd3\xe4\x93\x02\x13:\x01*\"\x0e/v1/slots:list\x12f\n" +
 	"\n" +
 	"UpdateSlot\x12\x1c.engram.v1.UpdateSlotRequest\x1a\x1d.engram.v1.UpdateSlotResponse\"\x1b\x82\xd3\xe4\x93\x02\x15:\x01*\"\x10/v1/slots:update\x12\x90\x01\n" +
-	"\x10RunConsolidation\x12\".engram.v1.RunConsolidationRequest\x1a#.engram.v1.RunConsolidationResponse\"3\x82\xd3\xe4\x93\x02-:\x01*\"(/v1/collections/{collection}:consolidateB?Z=github.com/engram-memory/engram/clients/go/engram/v1;engramv1b\x06proto3"
+	"\x10RunConsolidation\x12\".engram.v1.RunConsolidationRequest\x1a#.engram.v1.RunConsolidationResponse\"3\x82\xd3\xe4\x93\x02-:\x01*\"(/v1/collections/{collection}:consolidate\x12W\n" +
+	"\x0eExportMemories\x12 .engram.v1.ExportMemoriesRequest\x1a!.engram.v1.ExportMemoriesResponse0\x01\x12W\n" +
+	"\x0eImportMemories\x12 .engram.v1.ImportMemoriesRequest\x1a!.engram.v1.ImportMemoriesResponse(\x01\x12i\n" +
+	"\vBackupStore\x12\x1d.engram.v1.BackupStoreRequest\x1a\x1e.engram.v1.BackupStoreResponse\"\x1b\x82\xd3\xe4\x93\x02\x15:\x01*\"\x10/v1/admin:backupB?Z=github.com/engram-memory/engram/clients/go/engram/v1;engramv1b\x06proto3"
 
 var (
 	file_engram_v1_memory_service_proto_rawDescOnce sync.Once
@@ -6259,8 +6863,8 @@ func file_engram_v1_memory_service_proto_rawDescGZIP() []byte {
 	return file_engram_v1_memory_service_proto_rawDescData
 }
 
-var file_engram_v1_memory_service_proto_enumTypes = make([]protoimpl.EnumInfo, 11)
-var file_engram_v1_memory_service_proto_msgTypes = make([]protoimpl.MessageInfo, 67)
+var file_engram_v1_memory_service_proto_enumTypes = make([]protoimpl.EnumInfo, 13)
+var file_engram_v1_memory_service_proto_msgTypes = make([]protoimpl.MessageInfo, 73)
 var file_engram_v1_memory_service_proto_goTypes = []any{
 	(ContradictionMode)(0),             // 0: engram.v1.ContradictionMode
 	(AddOutcome)(0),                    // 1: engram.v1.AddOutcome
@@ -6273,234 +6877,253 @@ var file_engram_v1_memory_service_proto_goTypes = []any{
 	(SlotUpdateMode)(0),                // 8: engram.v1.SlotUpdateMode
 	(SlotCompaction)(0),                // 9: engram.v1.SlotCompaction
 	(ConsolidationOutcome)(0),          // 10: engram.v1.ConsolidationOutcome
-	(*AddMemoryRequest)(nil),           // 11: engram.v1.AddMemoryRequest
-	(*Contradiction)(nil),              // 12: engram.v1.Contradiction
-	(*AddMemoryResponse)(nil),          // 13: engram.v1.AddMemoryResponse
-	(*AddMemoriesRequest)(nil),         // 14: engram.v1.AddMemoriesRequest
-	(*NewMemory)(nil),                  // 15: engram.v1.NewMemory
-	(*AddMemoryResult)(nil),            // 16: engram.v1.AddMemoryResult
-	(*AddMemoriesResponse)(nil),        // 17: engram.v1.AddMemoriesResponse
-	(*SearchMemoriesRequest)(nil),      // 18: engram.v1.SearchMemoriesRequest
-	(*SearchResult)(nil),               // 19: engram.v1.SearchResult
-	(*SearchMemoriesResponse)(nil),     // 20: engram.v1.SearchMemoriesResponse
-	(*SemanticLocator)(nil),            // 21: engram.v1.SemanticLocator
-	(*StringList)(nil),                 // 22: engram.v1.StringList
-	(*StringMap)(nil),                  // 23: engram.v1.StringMap
-	(*UpdateMemoryRequest)(nil),        // 24: engram.v1.UpdateMemoryRequest
-	(*UpdateMemoryResponse)(nil),       // 25: engram.v1.UpdateMemoryResponse
-	(*DeleteQuery)(nil),                // 26: engram.v1.DeleteQuery
-	(*DeleteMemoryRequest)(nil),        // 27: engram.v1.DeleteMemoryRequest
-	(*DeleteMemoryResponse)(nil),       // 28: engram.v1.DeleteMemoryResponse
-	(*GetMemoryRequest)(nil),           // 29: engram.v1.GetMemoryRequest
-	(*GetMemoryResponse)(nil),          // 30: engram.v1.GetMemoryResponse
-	(*ListMemoriesRequest)(nil),        // 31: engram.v1.ListMemoriesRequest
-	(*ListMemoriesResponse)(nil),       // 32: engram.v1.ListMemoriesResponse
-	(*ListCollectionsRequest)(nil),     // 33: engram.v1.ListCollectionsRequest
-	(*ListCollectionsResponse)(nil),    // 34: engram.v1.ListCollectionsResponse
-	(*TrashedCollection)(nil),          // 35: engram.v1.TrashedCollection
-	(*DeleteCollectionRequest)(nil),    // 36: engram.v1.DeleteCollectionRequest
-	(*DeleteCollectionResponse)(nil),   // 37: engram.v1.DeleteCollectionResponse
-	(*RunReflectionRequest)(nil),       // 38: engram.v1.RunReflectionRequest
-	(*RunReflectionResponse)(nil),      // 39: engram.v1.RunReflectionResponse
-	(*ListGateDecisionsRequest)(nil),   // 40: engram.v1.ListGateDecisionsRequest
-	(*GateDecision)(nil),               // 41: engram.v1.GateDecision
-	(*ListGateDecisionsResponse)(nil),  // 42: engram.v1.ListGateDecisionsResponse
-	(*ListReflectionRunsRequest)(nil),  // 43: engram.v1.ListReflectionRunsRequest
-	(*ReflectionRun)(nil),              // 44: engram.v1.ReflectionRun
-	(*ListReflectionRunsResponse)(nil), // 45: engram.v1.ListReflectionRunsResponse
-	(*ConversationMessage)(nil),        // 46: engram.v1.ConversationMessage
-	(*Conversation)(nil),               // 47: engram.v1.Conversation
-	(*ToolObservation)(nil),            // 48: engram.v1.ToolObservation
-	(*ExtractMemoriesRequest)(nil),     // 49: engram.v1.ExtractMemoriesRequest
-	(*ExtractedMemory)(nil),            // 50: engram.v1.ExtractedMemory
-	(*ExtractMemoriesResponse)(nil),    // 51: engram.v1.ExtractMemoriesResponse
-	(*ListTrashRequest)(nil),           // 52: engram.v1.ListTrashRequest
-	(*ListTrashResponse)(nil),          // 53: engram.v1.ListTrashResponse
-	(*RestoreMemoryRequest)(nil),       // 54: engram.v1.RestoreMemoryRequest
-	(*RestoreMemoryResponse)(nil),      // 55: engram.v1.RestoreMemoryResponse
-	(*PurgeTrashRequest)(nil),          // 56: engram.v1.PurgeTrashRequest
-	(*PurgeTrashResponse)(nil),         // 57: engram.v1.PurgeTrashResponse
-	(*RestoreCollectionRequest)(nil),   // 58: engram.v1.RestoreCollectionRequest
-	(*RestoreCollectionResponse)(nil),  // 59: engram.v1.RestoreCollectionResponse
-	(*GetContextRequest)(nil),          // 60: engram.v1.GetContextRequest
-	(*ContextTopic)(nil),               // 61: engram.v1.ContextTopic
-	(*ContextItem)(nil),                // 62: engram.v1.ContextItem
-	(*ContextSection)(nil),             // 63: engram.v1.ContextSection
-	(*GetContextResponse)(nil),         // 64: engram.v1.GetContextResponse
-	(*GetTriggersRequest)(nil),         // 65: engram.v1.GetTriggersRequest
-	(*GetTriggersResponse)(nil),        // 66: engram.v1.GetTriggersResponse
-	(*Slot)(nil),                       // 67: engram.v1.Slot
-	(*ListSlotsRequest)(nil),           // 68: engram.v1.ListSlotsRequest
-	(*ListSlotsResponse)(nil),          // 69: engram.v1.ListSlotsResponse
-	(*UpdateSlotRequest)(nil),          // 70: engram.v1.UpdateSlotRequest
-	(*UpdateSlotResponse)(nil),         // 71: engram.v1.UpdateSlotResponse
-	(*RunConsolidationRequest)(nil),    // 72: engram.v1.RunConsolidationRequest
-	(*ConsolidatedCluster)(nil),        // 73: engram.v1.ConsolidatedCluster
-	(*RunConsolidationResponse)(nil),   // 74: engram.v1.RunConsolidationResponse
-	nil,                                // 75: engram.v1.AddMemoryRequest.MetadataEntry
-	nil,                                // 76: engram.v1.NewMemory.MetadataEntry
-	nil,                                // 77: engram.v1.StringMap.EntriesEntry
-	(MemoryType)(0),                    // 78: engram.v1.MemoryType
-	(Source)(0),                        // 79: engram.v1.Source
-	(SourceType)(0),                    // 80: engram.v1.SourceType
-	(*timestamppb.Timestamp)(nil),      // 81: google.protobuf.Timestamp
-	(*SpecificConflict)(nil),           // 82: engram.v1.SpecificConflict
-	(*Memory)(nil),                     // 83: engram.v1.Memory
-	(*SimilarMemory)(nil),              // 84: engram.v1.SimilarMemory
-	(*MemoryFilter)(nil),               // 85: engram.v1.MemoryFilter
-	(*RankingWeights)(nil),             // 86: engram.v1.RankingWeights
-	(*ScoreBreakdown)(nil),             // 87: engram.v1.ScoreBreakdown
-	(*CollectionInfo)(nil),             // 88: engram.v1.CollectionInfo
+	(ImportMode)(0),                    // 11: engram.v1.ImportMode
+	(Reembed)(0),                       // 12: engram.v1.Reembed
+	(*AddMemoryRequest)(nil),           // 13: engram.v1.AddMemoryRequest
+	(*Contradiction)(nil),              // 14: engram.v1.Contradiction
+	(*AddMemoryResponse)(nil),          // 15: engram.v1.AddMemoryResponse
+	(*AddMemoriesRequest)(nil),         // 16: engram.v1.AddMemoriesRequest
+	(*NewMemory)(nil),                  // 17: engram.v1.NewMemory
+	(*AddMemoryResult)(nil),            // 18: engram.v1.AddMemoryResult
+	(*AddMemoriesResponse)(nil),        // 19: engram.v1.AddMemoriesResponse
+	(*SearchMemoriesRequest)(nil),      // 20: engram.v1.SearchMemoriesRequest
+	(*SearchResult)(nil),               // 21: engram.v1.SearchResult
+	(*SearchMemoriesResponse)(nil),     // 22: engram.v1.SearchMemoriesResponse
+	(*SemanticLocator)(nil),            // 23: engram.v1.SemanticLocator
+	(*StringList)(nil),                 // 24: engram.v1.StringList
+	(*StringMap)(nil),                  // 25: engram.v1.StringMap
+	(*UpdateMemoryRequest)(nil),        // 26: engram.v1.UpdateMemoryRequest
+	(*UpdateMemoryResponse)(nil),       // 27: engram.v1.UpdateMemoryResponse
+	(*DeleteQuery)(nil),                // 28: engram.v1.DeleteQuery
+	(*DeleteMemoryRequest)(nil),        // 29: engram.v1.DeleteMemoryRequest
+	(*DeleteMemoryResponse)(nil),       // 30: engram.v1.DeleteMemoryResponse
+	(*GetMemoryRequest)(nil),           // 31: engram.v1.GetMemoryRequest
+	(*GetMemoryResponse)(nil),          // 32: engram.v1.GetMemoryResponse
+	(*ListMemoriesRequest)(nil),        // 33: engram.v1.ListMemoriesRequest
+	(*ListMemoriesResponse)(nil),       // 34: engram.v1.ListMemoriesResponse
+	(*ListCollectionsRequest)(nil),     // 35: engram.v1.ListCollectionsRequest
+	(*ListCollectionsResponse)(nil),    // 36: engram.v1.ListCollectionsResponse
+	(*TrashedCollection)(nil),          // 37: engram.v1.TrashedCollection
+	(*DeleteCollectionRequest)(nil),    // 38: engram.v1.DeleteCollectionRequest
+	(*DeleteCollectionResponse)(nil),   // 39: engram.v1.DeleteCollectionResponse
+	(*RunReflectionRequest)(nil),       // 40: engram.v1.RunReflectionRequest
+	(*RunReflectionResponse)(nil),      // 41: engram.v1.RunReflectionResponse
+	(*ListGateDecisionsRequest)(nil),   // 42: engram.v1.ListGateDecisionsRequest
+	(*GateDecision)(nil),               // 43: engram.v1.GateDecision
+	(*ListGateDecisionsResponse)(nil),  // 44: engram.v1.ListGateDecisionsResponse
+	(*ListReflectionRunsRequest)(nil),  // 45: engram.v1.ListReflectionRunsRequest
+	(*ReflectionRun)(nil),              // 46: engram.v1.ReflectionRun
+	(*ListReflectionRunsResponse)(nil), // 47: engram.v1.ListReflectionRunsResponse
+	(*ConversationMessage)(nil),        // 48: engram.v1.ConversationMessage
+	(*Conversation)(nil),               // 49: engram.v1.Conversation
+	(*ToolObservation)(nil),            // 50: engram.v1.ToolObservation
+	(*ExtractMemoriesRequest)(nil),     // 51: engram.v1.ExtractMemoriesRequest
+	(*ExtractedMemory)(nil),            // 52: engram.v1.ExtractedMemory
+	(*ExtractMemoriesResponse)(nil),    // 53: engram.v1.ExtractMemoriesResponse
+	(*ListTrashRequest)(nil),           // 54: engram.v1.ListTrashRequest
+	(*ListTrashResponse)(nil),          // 55: engram.v1.ListTrashResponse
+	(*RestoreMemoryRequest)(nil),       // 56: engram.v1.RestoreMemoryRequest
+	(*RestoreMemoryResponse)(nil),      // 57: engram.v1.RestoreMemoryResponse
+	(*PurgeTrashRequest)(nil),          // 58: engram.v1.PurgeTrashRequest
+	(*PurgeTrashResponse)(nil),         // 59: engram.v1.PurgeTrashResponse
+	(*RestoreCollectionRequest)(nil),   // 60: engram.v1.RestoreCollectionRequest
+	(*RestoreCollectionResponse)(nil),  // 61: engram.v1.RestoreCollectionResponse
+	(*GetContextRequest)(nil),          // 62: engram.v1.GetContextRequest
+	(*ContextTopic)(nil),               // 63: engram.v1.ContextTopic
+	(*ContextItem)(nil),                // 64: engram.v1.ContextItem
+	(*ContextSection)(nil),             // 65: engram.v1.ContextSection
+	(*GetContextResponse)(nil),         // 66: engram.v1.GetContextResponse
+	(*GetTriggersRequest)(nil),         // 67: engram.v1.GetTriggersRequest
+	(*GetTriggersResponse)(nil),        // 68: engram.v1.GetTriggersResponse
+	(*Slot)(nil),                       // 69: engram.v1.Slot
+	(*ListSlotsRequest)(nil),           // 70: engram.v1.ListSlotsRequest
+	(*ListSlotsResponse)(nil),          // 71: engram.v1.ListSlotsResponse
+	(*UpdateSlotRequest)(nil),          // 72: engram.v1.UpdateSlotRequest
+	(*UpdateSlotResponse)(nil),         // 73: engram.v1.UpdateSlotResponse
+	(*RunConsolidationRequest)(nil),    // 74: engram.v1.RunConsolidationRequest
+	(*ConsolidatedCluster)(nil),        // 75: engram.v1.ConsolidatedCluster
+	(*RunConsolidationResponse)(nil),   // 76: engram.v1.RunConsolidationResponse
+	(*ExportMemoriesRequest)(nil),      // 77: engram.v1.ExportMemoriesRequest
+	(*ExportMemoriesResponse)(nil),     // 78: engram.v1.ExportMemoriesResponse
+	(*ImportMemoriesRequest)(nil),      // 79: engram.v1.ImportMemoriesRequest
+	(*ImportMemoriesResponse)(nil),     // 80: engram.v1.ImportMemoriesResponse
+	(*BackupStoreRequest)(nil),         // 81: engram.v1.BackupStoreRequest
+	(*BackupStoreResponse)(nil),        // 82: engram.v1.BackupStoreResponse
+	nil,                                // 83: engram.v1.AddMemoryRequest.MetadataEntry
+	nil,                                // 84: engram.v1.NewMemory.MetadataEntry
+	nil,                                // 85: engram.v1.StringMap.EntriesEntry
+	(MemoryType)(0),                    // 86: engram.v1.MemoryType
+	(Source)(0),                        // 87: engram.v1.Source
+	(SourceType)(0),                    // 88: engram.v1.SourceType
+	(*timestamppb.Timestamp)(nil),      // 89: google.protobuf.Timestamp
+	(*SpecificConflict)(nil),           // 90: engram.v1.SpecificConflict
+	(*Memory)(nil),                     // 91: engram.v1.Memory
+	(*SimilarMemory)(nil),              // 92: engram.v1.SimilarMemory
+	(*MemoryFilter)(nil),               // 93: engram.v1.MemoryFilter
+	(*RankingWeights)(nil),             // 94: engram.v1.RankingWeights
+	(*ScoreBreakdown)(nil),             // 95: engram.v1.ScoreBreakdown
+	(*CollectionInfo)(nil),             // 96: engram.v1.CollectionInfo
 }
 var file_engram_v1_memory_service_proto_depIdxs = []int32{
-	78,  // 0: engram.v1.AddMemoryRequest.type:type_name -> engram.v1.MemoryType
-	79,  // 1: engram.v1.AddMemoryRequest.source:type_name -> engram.v1.Source
-	80,  // 2: engram.v1.AddMemoryRequest.source_type:type_name -> engram.v1.SourceType
-	75,  // 3: engram.v1.AddMemoryRequest.metadata:type_name -> engram.v1.AddMemoryRequest.MetadataEntry
-	81,  // 4: engram.v1.AddMemoryRequest.created_at:type_name -> google.protobuf.Timestamp
-	81,  // 5: engram.v1.AddMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
+	86,  // 0: engram.v1.AddMemoryRequest.type:type_name -> engram.v1.MemoryType
+	87,  // 1: engram.v1.AddMemoryRequest.source:type_name -> engram.v1.Source
+	88,  // 2: engram.v1.AddMemoryRequest.source_type:type_name -> engram.v1.SourceType
+	83,  // 3: engram.v1.AddMemoryRequest.metadata:type_name -> engram.v1.AddMemoryRequest.MetadataEntry
+	89,  // 4: engram.v1.AddMemoryRequest.created_at:type_name -> google.protobuf.Timestamp
+	89,  // 5: engram.v1.AddMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
 	0,   // 6: engram.v1.AddMemoryRequest.contradictions:type_name -> engram.v1.ContradictionMode
-	78,  // 7: engram.v1.Contradiction.type:type_name -> engram.v1.MemoryType
-	82,  // 8: engram.v1.Contradiction.specifics:type_name -> engram.v1.SpecificConflict
-	83,  // 9: engram.v1.AddMemoryResponse.memory:type_name -> engram.v1.Memory
+	86,  // 7: engram.v1.Contradiction.type:type_name -> engram.v1.MemoryType
+	90,  // 8: engram.v1.Contradiction.specifics:type_name -> engram.v1.SpecificConflict
+	91,  // 9: engram.v1.AddMemoryResponse.memory:type_name -> engram.v1.Memory
 	1,   // 10: engram.v1.AddMemoryResponse.outcome:type_name -> engram.v1.AddOutcome
-	84,  // 11: engram.v1.AddMemoryResponse.near_duplicates:type_name -> engram.v1.SimilarMemory
-	12,  // 12: engram.v1.AddMemoryResponse.conflicts:type_name -> engram.v1.Contradiction
-	15,  // 13: engram.v1.AddMemoriesRequest.memories:type_name -> engram.v1.NewMemory
-	78,  // 14: engram.v1.NewMemory.type:type_name -> engram.v1.MemoryType
-	79,  // 15: engram.v1.NewMemory.source:type_name -> engram.v1.Source
-	80,  // 16: engram.v1.NewMemory.source_type:type_name -> engram.v1.SourceType
-	76,  // 17: engram.v1.NewMemory.metadata:type_name -> engram.v1.NewMemory.MetadataEntry
-	81,  // 18: engram.v1.NewMemory.created_at:type_name -> google.protobuf.Timestamp
-	81,  // 19: engram.v1.NewMemory.valid_until:type_name -> google.protobuf.Timestamp
+	92,  // 11: engram.v1.AddMemoryResponse.near_duplicates:type_name -> engram.v1.SimilarMemory
+	14,  // 12: engram.v1.AddMemoryResponse.conflicts:type_name -> engram.v1.Contradiction
+	17,  // 13: engram.v1.AddMemoriesRequest.memories:type_name -> engram.v1.NewMemory
+	86,  // 14: engram.v1.NewMemory.type:type_name -> engram.v1.MemoryType
+	87,  // 15: engram.v1.NewMemory.source:type_name -> engram.v1.Source
+	88,  // 16: engram.v1.NewMemory.source_type:type_name -> engram.v1.SourceType
+	84,  // 17: engram.v1.NewMemory.metadata:type_name -> engram.v1.NewMemory.MetadataEntry
+	89,  // 18: engram.v1.NewMemory.created_at:type_name -> google.protobuf.Timestamp
+	89,  // 19: engram.v1.NewMemory.valid_until:type_name -> google.protobuf.Timestamp
 	0,   // 20: engram.v1.NewMemory.contradictions:type_name -> engram.v1.ContradictionMode
-	83,  // 21: engram.v1.AddMemoryResult.memory:type_name -> engram.v1.Memory
+	91,  // 21: engram.v1.AddMemoryResult.memory:type_name -> engram.v1.Memory
 	1,   // 22: engram.v1.AddMemoryResult.outcome:type_name -> engram.v1.AddOutcome
-	84,  // 23: engram.v1.AddMemoryResult.near_duplicates:type_name -> engram.v1.SimilarMemory
-	12,  // 24: engram.v1.AddMemoryResult.conflicts:type_name -> engram.v1.Contradiction
-	16,  // 25: engram.v1.AddMemoriesResponse.results:type_name -> engram.v1.AddMemoryResult
-	85,  // 26: engram.v1.SearchMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
-	86,  // 27: engram.v1.SearchMemoriesRequest.weights:type_name -> engram.v1.RankingWeights
-	83,  // 28: engram.v1.SearchResult.memory:type_name -> engram.v1.Memory
-	87,  // 29: engram.v1.SearchResult.score:type_name -> engram.v1.ScoreBreakdown
-	19,  // 30: engram.v1.SearchMemoriesResponse.results:type_name -> engram.v1.SearchResult
-	77,  // 31: engram.v1.StringMap.entries:type_name -> engram.v1.StringMap.EntriesEntry
-	21,  // 32: engram.v1.UpdateMemoryRequest.locate:type_name -> engram.v1.SemanticLocator
-	78,  // 33: engram.v1.UpdateMemoryRequest.type:type_name -> engram.v1.MemoryType
-	22,  // 34: engram.v1.UpdateMemoryRequest.tags:type_name -> engram.v1.StringList
-	23,  // 35: engram.v1.UpdateMemoryRequest.metadata:type_name -> engram.v1.StringMap
-	81,  // 36: engram.v1.UpdateMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
-	83,  // 37: engram.v1.UpdateMemoryResponse.memory:type_name -> engram.v1.Memory
-	83,  // 38: engram.v1.UpdateMemoryResponse.previous:type_name -> engram.v1.Memory
-	26,  // 39: engram.v1.DeleteMemoryRequest.query:type_name -> engram.v1.DeleteQuery
-	83,  // 40: engram.v1.DeleteMemoryResponse.deleted:type_name -> engram.v1.Memory
-	81,  // 41: engram.v1.DeleteMemoryResponse.purge_at:type_name -> google.protobuf.Timestamp
-	83,  // 42: engram.v1.GetMemoryResponse.memory:type_name -> engram.v1.Memory
-	83,  // 43: engram.v1.GetMemoryResponse.history:type_name -> engram.v1.Memory
-	85,  // 44: engram.v1.ListMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
-	83,  // 45: engram.v1.ListMemoriesResponse.memories:type_name -> engram.v1.Memory
-	88,  // 46: engram.v1.ListCollectionsResponse.collections:type_name -> engram.v1.CollectionInfo
-	35,  // 47: engram.v1.ListCollectionsResponse.trashed:type_name -> engram.v1.TrashedCollection
-	81,  // 48: engram.v1.TrashedCollection.trashed_at:type_name -> google.protobuf.Timestamp
-	81,  // 49: engram.v1.TrashedCollection.purge_at:type_name -> google.protobuf.Timestamp
-	81,  // 50: engram.v1.DeleteCollectionResponse.deleted_at:type_name -> google.protobuf.Timestamp
-	81,  // 51: engram.v1.DeleteCollectionResponse.purge_at:type_name -> google.protobuf.Timestamp
+	92,  // 23: engram.v1.AddMemoryResult.near_duplicates:type_name -> engram.v1.SimilarMemory
+	14,  // 24: engram.v1.AddMemoryResult.conflicts:type_name -> engram.v1.Contradiction
+	18,  // 25: engram.v1.AddMemoriesResponse.results:type_name -> engram.v1.AddMemoryResult
+	93,  // 26: engram.v1.SearchMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
+	94,  // 27: engram.v1.SearchMemoriesRequest.weights:type_name -> engram.v1.RankingWeights
+	91,  // 28: engram.v1.SearchResult.memory:type_name -> engram.v1.Memory
+	95,  // 29: engram.v1.SearchResult.score:type_name -> engram.v1.ScoreBreakdown
+	21,  // 30: engram.v1.SearchMemoriesResponse.results:type_name -> engram.v1.SearchResult
+	85,  // 31: engram.v1.StringMap.entries:type_name -> engram.v1.StringMap.EntriesEntry
+	23,  // 32: engram.v1.UpdateMemoryRequest.locate:type_name -> engram.v1.SemanticLocator
+	86,  // 33: engram.v1.UpdateMemoryRequest.type:type_name -> engram.v1.MemoryType
+	24,  // 34: engram.v1.UpdateMemoryRequest.tags:type_name -> engram.v1.StringList
+	25,  // 35: engram.v1.UpdateMemoryRequest.metadata:type_name -> engram.v1.StringMap
+	89,  // 36: engram.v1.UpdateMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
+	91,  // 37: engram.v1.UpdateMemoryResponse.memory:type_name -> engram.v1.Memory
+	91,  // 38: engram.v1.UpdateMemoryResponse.previous:type_name -> engram.v1.Memory
+	28,  // 39: engram.v1.DeleteMemoryRequest.query:type_name -> engram.v1.DeleteQuery
+	91,  // 40: engram.v1.DeleteMemoryResponse.deleted:type_name -> engram.v1.Memory
+	89,  // 41: engram.v1.DeleteMemoryResponse.purge_at:type_name -> google.protobuf.Timestamp
+	91,  // 42: engram.v1.GetMemoryResponse.memory:type_name -> engram.v1.Memory
+	91,  // 43: engram.v1.GetMemoryResponse.history:type_name -> engram.v1.Memory
+	93,  // 44: engram.v1.ListMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
+	91,  // 45: engram.v1.ListMemoriesResponse.memories:type_name -> engram.v1.Memory
+	96,  // 46: engram.v1.ListCollectionsResponse.collections:type_name -> engram.v1.CollectionInfo
+	37,  // 47: engram.v1.ListCollectionsResponse.trashed:type_name -> engram.v1.TrashedCollection
+	89,  // 48: engram.v1.TrashedCollection.trashed_at:type_name -> google.protobuf.Timestamp
+	89,  // 49: engram.v1.TrashedCollection.purge_at:type_name -> google.protobuf.Timestamp
+	89,  // 50: engram.v1.DeleteCollectionResponse.deleted_at:type_name -> google.protobuf.Timestamp
+	89,  // 51: engram.v1.DeleteCollectionResponse.purge_at:type_name -> google.protobuf.Timestamp
 	2,   // 52: engram.v1.RunReflectionResponse.outcome:type_name -> engram.v1.ReflectionOutcome
 	3,   // 53: engram.v1.RunReflectionResponse.throttled_by:type_name -> engram.v1.ReflectionGate
-	81,  // 54: engram.v1.RunReflectionResponse.next_run_after:type_name -> google.protobuf.Timestamp
-	83,  // 55: engram.v1.RunReflectionResponse.sources:type_name -> engram.v1.Memory
-	83,  // 56: engram.v1.RunReflectionResponse.insights:type_name -> engram.v1.Memory
-	83,  // 57: engram.v1.RunReflectionResponse.drafts:type_name -> engram.v1.Memory
-	84,  // 58: engram.v1.RunReflectionResponse.duplicates:type_name -> engram.v1.SimilarMemory
-	81,  // 59: engram.v1.GateDecision.decided_at:type_name -> google.protobuf.Timestamp
+	89,  // 54: engram.v1.RunReflectionResponse.next_run_after:type_name -> google.protobuf.Timestamp
+	91,  // 55: engram.v1.RunReflectionResponse.sources:type_name -> engram.v1.Memory
+	91,  // 56: engram.v1.RunReflectionResponse.insights:type_name -> engram.v1.Memory
+	91,  // 57: engram.v1.RunReflectionResponse.drafts:type_name -> engram.v1.Memory
+	92,  // 58: engram.v1.RunReflectionResponse.duplicates:type_name -> engram.v1.SimilarMemory
+	89,  // 59: engram.v1.GateDecision.decided_at:type_name -> google.protobuf.Timestamp
 	1,   // 60: engram.v1.GateDecision.outcome:type_name -> engram.v1.AddOutcome
-	84,  // 61: engram.v1.GateDecision.near_duplicates:type_name -> engram.v1.SimilarMemory
-	41,  // 62: engram.v1.ListGateDecisionsResponse.decisions:type_name -> engram.v1.GateDecision
-	81,  // 63: engram.v1.ReflectionRun.started_at:type_name -> google.protobuf.Timestamp
+	92,  // 61: engram.v1.GateDecision.near_duplicates:type_name -> engram.v1.SimilarMemory
+	43,  // 62: engram.v1.ListGateDecisionsResponse.decisions:type_name -> engram.v1.GateDecision
+	89,  // 63: engram.v1.ReflectionRun.started_at:type_name -> google.protobuf.Timestamp
 	2,   // 64: engram.v1.ReflectionRun.outcome:type_name -> engram.v1.ReflectionOutcome
-	44,  // 65: engram.v1.ListReflectionRunsResponse.runs:type_name -> engram.v1.ReflectionRun
-	81,  // 66: engram.v1.ConversationMessage.created_at:type_name -> google.protobuf.Timestamp
-	46,  // 67: engram.v1.Conversation.messages:type_name -> engram.v1.ConversationMessage
-	47,  // 68: engram.v1.ExtractMemoriesRequest.conversation:type_name -> engram.v1.Conversation
-	48,  // 69: engram.v1.ExtractMemoriesRequest.observation:type_name -> engram.v1.ToolObservation
+	46,  // 65: engram.v1.ListReflectionRunsResponse.runs:type_name -> engram.v1.ReflectionRun
+	89,  // 66: engram.v1.ConversationMessage.created_at:type_name -> google.protobuf.Timestamp
+	48,  // 67: engram.v1.Conversation.messages:type_name -> engram.v1.ConversationMessage
+	49,  // 68: engram.v1.ExtractMemoriesRequest.conversation:type_name -> engram.v1.Conversation
+	50,  // 69: engram.v1.ExtractMemoriesRequest.observation:type_name -> engram.v1.ToolObservation
 	4,   // 70: engram.v1.ExtractMemoriesRequest.mode:type_name -> engram.v1.ExtractionMode
-	78,  // 71: engram.v1.ExtractedMemory.type:type_name -> engram.v1.MemoryType
-	81,  // 72: engram.v1.ExtractedMemory.created_at:type_name -> google.protobuf.Timestamp
-	16,  // 73: engram.v1.ExtractedMemory.result:type_name -> engram.v1.AddMemoryResult
-	50,  // 74: engram.v1.ExtractMemoriesResponse.memories:type_name -> engram.v1.ExtractedMemory
+	86,  // 71: engram.v1.ExtractedMemory.type:type_name -> engram.v1.MemoryType
+	89,  // 72: engram.v1.ExtractedMemory.created_at:type_name -> google.protobuf.Timestamp
+	18,  // 73: engram.v1.ExtractedMemory.result:type_name -> engram.v1.AddMemoryResult
+	52,  // 74: engram.v1.ExtractMemoriesResponse.memories:type_name -> engram.v1.ExtractedMemory
 	5,   // 75: engram.v1.ExtractMemoriesResponse.extractor:type_name -> engram.v1.Extractor
-	83,  // 76: engram.v1.ListTrashResponse.memories:type_name -> engram.v1.Memory
-	83,  // 77: engram.v1.RestoreMemoryResponse.memory:type_name -> engram.v1.Memory
-	84,  // 78: engram.v1.RestoreMemoryResponse.near_duplicates:type_name -> engram.v1.SimilarMemory
-	88,  // 79: engram.v1.RestoreCollectionResponse.collection:type_name -> engram.v1.CollectionInfo
-	81,  // 80: engram.v1.GetContextRequest.since:type_name -> google.protobuf.Timestamp
-	83,  // 81: engram.v1.ContextItem.memory:type_name -> engram.v1.Memory
-	61,  // 82: engram.v1.ContextItem.topic:type_name -> engram.v1.ContextTopic
+	91,  // 76: engram.v1.ListTrashResponse.memories:type_name -> engram.v1.Memory
+	91,  // 77: engram.v1.RestoreMemoryResponse.memory:type_name -> engram.v1.Memory
+	92,  // 78: engram.v1.RestoreMemoryResponse.near_duplicates:type_name -> engram.v1.SimilarMemory
+	96,  // 79: engram.v1.RestoreCollectionResponse.collection:type_name -> engram.v1.CollectionInfo
+	89,  // 80: engram.v1.GetContextRequest.since:type_name -> google.protobuf.Timestamp
+	91,  // 81: engram.v1.ContextItem.memory:type_name -> engram.v1.Memory
+	63,  // 82: engram.v1.ContextItem.topic:type_name -> engram.v1.ContextTopic
 	6,   // 83: engram.v1.ContextSection.kind:type_name -> engram.v1.ContextSectionKind
-	62,  // 84: engram.v1.ContextSection.items:type_name -> engram.v1.ContextItem
-	63,  // 85: engram.v1.GetContextResponse.sections:type_name -> engram.v1.ContextSection
-	81,  // 86: engram.v1.GetContextResponse.since:type_name -> google.protobuf.Timestamp
+	64,  // 84: engram.v1.ContextSection.items:type_name -> engram.v1.ContextItem
+	65,  // 85: engram.v1.GetContextResponse.sections:type_name -> engram.v1.ContextSection
+	89,  // 86: engram.v1.GetContextResponse.since:type_name -> google.protobuf.Timestamp
 	7,   // 87: engram.v1.GetContextResponse.since_source:type_name -> engram.v1.SinceSource
-	61,  // 88: engram.v1.GetContextResponse.topics:type_name -> engram.v1.ContextTopic
-	83,  // 89: engram.v1.GetTriggersResponse.memories:type_name -> engram.v1.Memory
-	81,  // 90: engram.v1.Slot.updated_at:type_name -> google.protobuf.Timestamp
-	67,  // 91: engram.v1.ListSlotsResponse.slots:type_name -> engram.v1.Slot
+	63,  // 88: engram.v1.GetContextResponse.topics:type_name -> engram.v1.ContextTopic
+	91,  // 89: engram.v1.GetTriggersResponse.memories:type_name -> engram.v1.Memory
+	89,  // 90: engram.v1.Slot.updated_at:type_name -> google.protobuf.Timestamp
+	69,  // 91: engram.v1.ListSlotsResponse.slots:type_name -> engram.v1.Slot
 	8,   // 92: engram.v1.UpdateSlotRequest.mode:type_name -> engram.v1.SlotUpdateMode
-	67,  // 93: engram.v1.UpdateSlotResponse.slot:type_name -> engram.v1.Slot
+	69,  // 93: engram.v1.UpdateSlotResponse.slot:type_name -> engram.v1.Slot
 	9,   // 94: engram.v1.UpdateSlotResponse.compaction:type_name -> engram.v1.SlotCompaction
-	83,  // 95: engram.v1.ConsolidatedCluster.insight:type_name -> engram.v1.Memory
+	91,  // 95: engram.v1.ConsolidatedCluster.insight:type_name -> engram.v1.Memory
 	10,  // 96: engram.v1.RunConsolidationResponse.outcome:type_name -> engram.v1.ConsolidationOutcome
-	81,  // 97: engram.v1.RunConsolidationResponse.next_run_after:type_name -> google.protobuf.Timestamp
-	73,  // 98: engram.v1.RunConsolidationResponse.clusters:type_name -> engram.v1.ConsolidatedCluster
-	11,  // 99: engram.v1.MemoryService.AddMemory:input_type -> engram.v1.AddMemoryRequest
-	14,  // 100: engram.v1.MemoryService.AddMemories:input_type -> engram.v1.AddMemoriesRequest
-	18,  // 101: engram.v1.MemoryService.SearchMemories:input_type -> engram.v1.SearchMemoriesRequest
-	24,  // 102: engram.v1.MemoryService.UpdateMemory:input_type -> engram.v1.UpdateMemoryRequest
-	27,  // 103: engram.v1.MemoryService.DeleteMemory:input_type -> engram.v1.DeleteMemoryRequest
-	29,  // 104: engram.v1.MemoryService.GetMemory:input_type -> engram.v1.GetMemoryRequest
-	31,  // 105: engram.v1.MemoryService.ListMemories:input_type -> engram.v1.ListMemoriesRequest
-	33,  // 106: engram.v1.MemoryService.ListCollections:input_type -> engram.v1.ListCollectionsRequest
-	36,  // 107: engram.v1.MemoryService.DeleteCollection:input_type -> engram.v1.DeleteCollectionRequest
-	38,  // 108: engram.v1.MemoryService.RunReflection:input_type -> engram.v1.RunReflectionRequest
-	40,  // 109: engram.v1.MemoryService.ListGateDecisions:input_type -> engram.v1.ListGateDecisionsRequest
-	43,  // 110: engram.v1.MemoryService.ListReflectionRuns:input_type -> engram.v1.ListReflectionRunsRequest
-	49,  // 111: engram.v1.MemoryService.ExtractMemories:input_type -> engram.v1.ExtractMemoriesRequest
-	52,  // 112: engram.v1.MemoryService.ListTrash:input_type -> engram.v1.ListTrashRequest
-	54,  // 113: engram.v1.MemoryService.RestoreMemory:input_type -> engram.v1.RestoreMemoryRequest
-	56,  // 114: engram.v1.MemoryService.PurgeTrash:input_type -> engram.v1.PurgeTrashRequest
-	58,  // 115: engram.v1.MemoryService.RestoreCollection:input_type -> engram.v1.RestoreCollectionRequest
-	60,  // 116: engram.v1.MemoryService.GetContext:input_type -> engram.v1.GetContextRequest
-	65,  // 117: engram.v1.MemoryService.GetTriggers:input_type -> engram.v1.GetTriggersRequest
-	68,  // 118: engram.v1.MemoryService.ListSlots:input_type -> engram.v1.ListSlotsRequest
-	70,  // 119: engram.v1.MemoryService.UpdateSlot:input_type -> engram.v1.UpdateSlotRequest
-	72,  // 120: engram.v1.MemoryService.RunConsolidation:input_type -> engram.v1.RunConsolidationRequest
-	13,  // 121: engram.v1.MemoryService.AddMemory:output_type -> engram.v1.AddMemoryResponse
-	17,  // 122: engram.v1.MemoryService.AddMemories:output_type -> engram.v1.AddMemoriesResponse
-	20,  // 123: engram.v1.MemoryService.SearchMemories:output_type -> engram.v1.SearchMemoriesResponse
-	25,  // 124: engram.v1.MemoryService.UpdateMemory:output_type -> engram.v1.UpdateMemoryResponse
-	28,  // 125: engram.v1.MemoryService.DeleteMemory:output_type -> engram.v1.DeleteMemoryResponse
-	30,  // 126: engram.v1.MemoryService.GetMemory:output_type -> engram.v1.GetMemoryResponse
-	32,  // 127: engram.v1.MemoryService.ListMemories:output_type -> engram.v1.ListMemoriesResponse
-	34,  // 128: engram.v1.MemoryService.ListCollections:output_type -> engram.v1.ListCollectionsResponse
-	37,  // 129: engram.v1.MemoryService.DeleteCollection:output_type -> engram.v1.DeleteCollectionResponse
-	39,  // 130: engram.v1.MemoryService.RunReflection:output_type -> engram.v1.RunReflectionResponse
-	42,  // 131: engram.v1.MemoryService.ListGateDecisions:output_type -> engram.v1.ListGateDecisionsResponse
-	45,  // 132: engram.v1.MemoryService.ListReflectionRuns:output_type -> engram.v1.ListReflectionRunsResponse
-	51,  // 133: engram.v1.MemoryService.ExtractMemories:output_type -> engram.v1.ExtractMemoriesResponse
-	53,  // 134: engram.v1.MemoryService.ListTrash:output_type -> engram.v1.ListTrashResponse
-	55,  // 135: engram.v1.MemoryService.RestoreMemory:output_type -> engram.v1.RestoreMemoryResponse
-	57,  // 136: engram.v1.MemoryService.PurgeTrash:output_type -> engram.v1.PurgeTrashResponse
-	59,  // 137: engram.v1.MemoryService.RestoreCollection:output_type -> engram.v1.RestoreCollectionResponse
-	64,  // 138: engram.v1.MemoryService.GetContext:output_type -> engram.v1.GetContextResponse
-	66,  // 139: engram.v1.MemoryService.GetTriggers:output_type -> engram.v1.GetTriggersResponse
-	69,  // 140: engram.v1.MemoryService.ListSlots:output_type -> engram.v1.ListSlotsResponse
-	71,  // 141: engram.v1.MemoryService.UpdateSlot:output_type -> engram.v1.UpdateSlotResponse
-	74,  // 142: engram.v1.MemoryService.RunConsolidation:output_type -> engram.v1.RunConsolidationResponse
-	121, // [121:143] is the sub-list for method output_type
-	99,  // [99:121] is the sub-list for method input_type
-	99,  // [99:99] is the sub-list for extension type_name
-	99,  // [99:99] is the sub-list for extension extendee
-	0,   // [0:99] is the sub-list for field type_name
+	89,  // 97: engram.v1.RunConsolidationResponse.next_run_after:type_name -> google.protobuf.Timestamp
+	75,  // 98: engram.v1.RunConsolidationResponse.clusters:type_name -> engram.v1.ConsolidatedCluster
+	93,  // 99: engram.v1.ExportMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
+	11,  // 100: engram.v1.ImportMemoriesRequest.mode:type_name -> engram.v1.ImportMode
+	12,  // 101: engram.v1.ImportMemoriesRequest.reembed:type_name -> engram.v1.Reembed
+	89,  // 102: engram.v1.BackupStoreResponse.taken_at:type_name -> google.protobuf.Timestamp
+	96,  // 103: engram.v1.BackupStoreResponse.collections:type_name -> engram.v1.CollectionInfo
+	13,  // 104: engram.v1.MemoryService.AddMemory:input_type -> engram.v1.AddMemoryRequest
+	16,  // 105: engram.v1.MemoryService.AddMemories:input_type -> engram.v1.AddMemoriesRequest
+	20,  // 106: engram.v1.MemoryService.SearchMemories:input_type -> engram.v1.SearchMemoriesRequest
+	26,  // 107: engram.v1.MemoryService.UpdateMemory:input_type -> engram.v1.UpdateMemoryRequest
+	29,  // 108: engram.v1.MemoryService.DeleteMemory:input_type -> engram.v1.DeleteMemoryRequest
+	31,  // 109: engram.v1.MemoryService.GetMemory:input_type -> engram.v1.GetMemoryRequest
+	33,  // 110: engram.v1.MemoryService.ListMemories:input_type -> engram.v1.ListMemoriesRequest
+	35,  // 111: engram.v1.MemoryService.ListCollections:input_type -> engram.v1.ListCollectionsRequest
+	38,  // 112: engram.v1.MemoryService.DeleteCollection:input_type -> engram.v1.DeleteCollectionRequest
+	40,  // 113: engram.v1.MemoryService.RunReflection:input_type -> engram.v1.RunReflectionRequest
+	42,  // 114: engram.v1.MemoryService.ListGateDecisions:input_type -> engram.v1.ListGateDecisionsRequest
+	45,  // 115: engram.v1.MemoryService.ListReflectionRuns:input_type -> engram.v1.ListReflectionRunsRequest
+	51,  // 116: engram.v1.MemoryService.ExtractMemories:input_type -> engram.v1.ExtractMemoriesRequest
+	54,  // 117: engram.v1.MemoryService.ListTrash:input_type -> engram.v1.ListTrashRequest
+	56,  // 118: engram.v1.MemoryService.RestoreMemory:input_type -> engram.v1.RestoreMemoryRequest
+	58,  // 119: engram.v1.MemoryService.PurgeTrash:input_type -> engram.v1.PurgeTrashRequest
+	60,  // 120: engram.v1.MemoryService.RestoreCollection:input_type -> engram.v1.RestoreCollectionRequest
+	62,  // 121: engram.v1.MemoryService.GetContext:input_type -> engram.v1.GetContextRequest
+	67,  // 122: engram.v1.MemoryService.GetTriggers:input_type -> engram.v1.GetTriggersRequest
+	70,  // 123: engram.v1.MemoryService.ListSlots:input_type -> engram.v1.ListSlotsRequest
+	72,  // 124: engram.v1.MemoryService.UpdateSlot:input_type -> engram.v1.UpdateSlotRequest
+	74,  // 125: engram.v1.MemoryService.RunConsolidation:input_type -> engram.v1.RunConsolidationRequest
+	77,  // 126: engram.v1.MemoryService.ExportMemories:input_type -> engram.v1.ExportMemoriesRequest
+	79,  // 127: engram.v1.MemoryService.ImportMemories:input_type -> engram.v1.ImportMemoriesRequest
+	81,  // 128: engram.v1.MemoryService.BackupStore:input_type -> engram.v1.BackupStoreRequest
+	15,  // 129: engram.v1.MemoryService.AddMemory:output_type -> engram.v1.AddMemoryResponse
+	19,  // 130: engram.v1.MemoryService.AddMemories:output_type -> engram.v1.AddMemoriesResponse
+	22,  // 131: engram.v1.MemoryService.SearchMemories:output_type -> engram.v1.SearchMemoriesResponse
+	27,  // 132: engram.v1.MemoryService.UpdateMemory:output_type -> engram.v1.UpdateMemoryResponse
+	30,  // 133: engram.v1.MemoryService.DeleteMemory:output_type -> engram.v1.DeleteMemoryResponse
+	32,  // 134: engram.v1.MemoryService.GetMemory:output_type -> engram.v1.GetMemoryResponse
+	34,  // 135: engram.v1.MemoryService.ListMemories:output_type -> engram.v1.ListMemoriesResponse
+	36,  // 136: engram.v1.MemoryService.ListCollections:output_type -> engram.v1.ListCollectionsResponse
+	39,  // 137: engram.v1.MemoryService.DeleteCollection:output_type -> engram.v1.DeleteCollectionResponse
+	41,  // 138: engram.v1.MemoryService.RunReflection:output_type -> engram.v1.RunReflectionResponse
+	44,  // 139: engram.v1.MemoryService.ListGateDecisions:output_type -> engram.v1.ListGateDecisionsResponse
+	47,  // 140: engram.v1.MemoryService.ListReflectionRuns:output_type -> engram.v1.ListReflectionRunsResponse
+	53,  // 141: engram.v1.MemoryService.ExtractMemories:output_type -> engram.v1.ExtractMemoriesResponse
+	55,  // 142: engram.v1.MemoryService.ListTrash:output_type -> engram.v1.ListTrashResponse
+	57,  // 143: engram.v1.MemoryService.RestoreMemory:output_type -> engram.v1.RestoreMemoryResponse
+	59,  // 144: engram.v1.MemoryService.PurgeTrash:output_type -> engram.v1.PurgeTrashResponse
+	61,  // 145: engram.v1.MemoryService.RestoreCollection:output_type -> engram.v1.RestoreCollectionResponse
+	66,  // 146: engram.v1.MemoryService.GetContext:output_type -> engram.v1.GetContextResponse
+	68,  // 147: engram.v1.MemoryService.GetTriggers:output_type -> engram.v1.GetTriggersResponse
+	71,  // 148: engram.v1.MemoryService.ListSlots:output_type -> engram.v1.ListSlotsResponse
+	73,  // 149: engram.v1.MemoryService.UpdateSlot:output_type -> engram.v1.UpdateSlotResponse
+	76,  // 150: engram.v1.MemoryService.RunConsolidation:output_type -> engram.v1.RunConsolidationResponse
+	78,  // 151: engram.v1.MemoryService.ExportMemories:output_type -> engram.v1.ExportMemoriesResponse
+	80,  // 152: engram.v1.MemoryService.ImportMemories:output_type -> engram.v1.ImportMemoriesResponse
+	82,  // 153: engram.v1.MemoryService.BackupStore:output_type -> engram.v1.BackupStoreResponse
+	129, // [129:154] is the sub-list for method output_type
+	104, // [104:129] is the sub-list for method input_type
+	104, // [104:104] is the sub-list for extension type_name
+	104, // [104:104] is the sub-list for extension extendee
+	0,   // [0:104] is the sub-list for field type_name
 }
 
 func init() { file_engram_v1_memory_service_proto_init() }
@@ -6532,8 +7155,8 @@ func file_engram_v1_memory_service_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_engram_v1_memory_service_proto_rawDesc), len(file_engram_v1_memory_service_proto_rawDesc)),
-			NumEnums:      11,
-			NumMessages:   67,
+			NumEnums:      13,
+			NumMessages:   73,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

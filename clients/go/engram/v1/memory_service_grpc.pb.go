@@ -41,6 +41,9 @@ const (
 	MemoryService_ListSlots_FullMethodName          = "/engram.v1.MemoryService/ListSlots"
 	MemoryService_UpdateSlot_FullMethodName         = "/engram.v1.MemoryService/UpdateSlot"
 	MemoryService_RunConsolidation_FullMethodName   = "/engram.v1.MemoryService/RunConsolidation"
+	MemoryService_ExportMemories_FullMethodName     = "/engram.v1.MemoryService/ExportMemories"
+	MemoryService_ImportMemories_FullMethodName     = "/engram.v1.MemoryService/ImportMemories"
+	MemoryService_BackupStore_FullMethodName        = "/engram.v1.MemoryService/BackupStore"
 )
 
 // MemoryServiceClient is the client API for MemoryService service.
@@ -151,6 +154,23 @@ type MemoryServiceClient interface {
 	// Throttled like reflection: minimum interval, daily cap, skipped when nothing was written
 	// since the last run.
 	RunConsolidation(ctx context.Context, in *RunConsolidationRequest, opts ...grpc.CallOption) (*RunConsolidationResponse, error)
+	// ExportMemories streams collections as Engram's export format (JSON Lines, see
+	// docs/reference/export-format.md): per collection a header line (format version, embedding
+	// model and dimension), then one line per current memory with every field and its history
+	// versions. The lines arrive as consecutive chunks of bytes; concatenated they are the file.
+	// Admin only. gRPC only: the HTTP gateway does not carry streams.
+	ExportMemories(ctx context.Context, in *ExportMemoriesRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExportMemoriesResponse], error)
+	// ImportMemories reads an export (the chunks of bytes of a JSON Lines file, in order) and
+	// writes it, keeping ids and timestamps: importing the same file twice changes nothing.
+	// Lines are written as they arrive: a corrupt line stops the import with INVALID_ARGUMENT
+	// naming the line (metadata "line", "imported"), and what was written before it stays.
+	// Admin only. gRPC only: the HTTP gateway does not carry streams.
+	ImportMemories(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[ImportMemoriesRequest, ImportMemoriesResponse], error)
+	// BackupStore copies the serving store, consistently, into a new directory on the server's
+	// machine: writes wait while the collections are copied, and every write acknowledged before
+	// the call is in the copy. On a Qdrant server: a snapshot of each collection through Qdrant's
+	// snapshot API, downloaded into the directory. `engram restore` puts a backup back. Admin only.
+	BackupStore(ctx context.Context, in *BackupStoreRequest, opts ...grpc.CallOption) (*BackupStoreResponse, error)
 }
 
 type memoryServiceClient struct {
@@ -381,6 +401,48 @@ func (c *memoryServiceClient) RunConsolidation(ctx context.Context, in *RunConso
 	return out, nil
 }
 
+func (c *memoryServiceClient) ExportMemories(ctx context.Context, in *ExportMemoriesRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExportMemoriesResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &MemoryService_ServiceDesc.Streams[0], MemoryService_ExportMemories_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ExportMemoriesRequest, ExportMemoriesResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type MemoryService_ExportMemoriesClient = grpc.ServerStreamingClient[ExportMemoriesResponse]
+
+func (c *memoryServiceClient) ImportMemories(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[ImportMemoriesRequest, ImportMemoriesResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &MemoryService_ServiceDesc.Streams[1], MemoryService_ImportMemories_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ImportMemoriesRequest, ImportMemoriesResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type MemoryService_ImportMemoriesClient = grpc.ClientStreamingClient[ImportMemoriesRequest, ImportMemoriesResponse]
+
+func (c *memoryServiceClient) BackupStore(ctx context.Context, in *BackupStoreRequest, opts ...grpc.CallOption) (*BackupStoreResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BackupStoreResponse)
+	err := c.cc.Invoke(ctx, MemoryService_BackupStore_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MemoryServiceServer is the server API for MemoryService service.
 // All implementations must embed UnimplementedMemoryServiceServer
 // for forward compatibility.
@@ -489,6 +551,23 @@ type MemoryServiceServer interface {
 	// Throttled like reflection: minimum interval, daily cap, skipped when nothing was written
 	// since the last run.
 	RunConsolidation(context.Context, *RunConsolidationRequest) (*RunConsolidationResponse, error)
+	// ExportMemories streams collections as Engram's export format (JSON Lines, see
+	// docs/reference/export-format.md): per collection a header line (format version, embedding
+	// model and dimension), then one line per current memory with every field and its history
+	// versions. The lines arrive as consecutive chunks of bytes; concatenated they are the file.
+	// Admin only. gRPC only: the HTTP gateway does not carry streams.
+	ExportMemories(*ExportMemoriesRequest, grpc.ServerStreamingServer[ExportMemoriesResponse]) error
+	// ImportMemories reads an export (the chunks of bytes of a JSON Lines file, in order) and
+	// writes it, keeping ids and timestamps: importing the same file twice changes nothing.
+	// Lines are written as they arrive: a corrupt line stops the import with INVALID_ARGUMENT
+	// naming the line (metadata "line", "imported"), and what was written before it stays.
+	// Admin only. gRPC only: the HTTP gateway does not carry streams.
+	ImportMemories(grpc.ClientStreamingServer[ImportMemoriesRequest, ImportMemoriesResponse]) error
+	// BackupStore copies the serving store, consistently, into a new directory on the server's
+	// machine: writes wait while the collections are copied, and every write acknowledged before
+	// the call is in the copy. On a Qdrant server: a snapshot of each collection through Qdrant's
+	// snapshot API, downloaded into the directory. `engram restore` puts a backup back. Admin only.
+	BackupStore(context.Context, *BackupStoreRequest) (*BackupStoreResponse, error)
 	mustEmbedUnimplementedMemoryServiceServer()
 }
 
@@ -564,6 +643,15 @@ func (UnimplementedMemoryServiceServer) UpdateSlot(context.Context, *UpdateSlotR
 }
 func (UnimplementedMemoryServiceServer) RunConsolidation(context.Context, *RunConsolidationRequest) (*RunConsolidationResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RunConsolidation not implemented")
+}
+func (UnimplementedMemoryServiceServer) ExportMemories(*ExportMemoriesRequest, grpc.ServerStreamingServer[ExportMemoriesResponse]) error {
+	return status.Error(codes.Unimplemented, "method ExportMemories not implemented")
+}
+func (UnimplementedMemoryServiceServer) ImportMemories(grpc.ClientStreamingServer[ImportMemoriesRequest, ImportMemoriesResponse]) error {
+	return status.Error(codes.Unimplemented, "method ImportMemories not implemented")
+}
+func (UnimplementedMemoryServiceServer) BackupStore(context.Context, *BackupStoreRequest) (*BackupStoreResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method BackupStore not implemented")
 }
 func (UnimplementedMemoryServiceServer) mustEmbedUnimplementedMemoryServiceServer() {}
 func (UnimplementedMemoryServiceServer) testEmbeddedByValue()                       {}
@@ -982,6 +1070,42 @@ func _MemoryService_RunConsolidation_Handler(srv interface{}, ctx context.Contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _MemoryService_ExportMemories_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ExportMemoriesRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(MemoryServiceServer).ExportMemories(m, &grpc.GenericServerStream[ExportMemoriesRequest, ExportMemoriesResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type MemoryService_ExportMemoriesServer = grpc.ServerStreamingServer[ExportMemoriesResponse]
+
+func _MemoryService_ImportMemories_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(MemoryServiceServer).ImportMemories(&grpc.GenericServerStream[ImportMemoriesRequest, ImportMemoriesResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type MemoryService_ImportMemoriesServer = grpc.ClientStreamingServer[ImportMemoriesRequest, ImportMemoriesResponse]
+
+func _MemoryService_BackupStore_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BackupStoreRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MemoryServiceServer).BackupStore(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: MemoryService_BackupStore_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MemoryServiceServer).BackupStore(ctx, req.(*BackupStoreRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // MemoryService_ServiceDesc is the grpc.ServiceDesc for MemoryService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1077,7 +1201,22 @@ var MemoryService_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "RunConsolidation",
 			Handler:    _MemoryService_RunConsolidation_Handler,
 		},
+		{
+			MethodName: "BackupStore",
+			Handler:    _MemoryService_BackupStore_Handler,
+		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "ExportMemories",
+			Handler:       _MemoryService_ExportMemories_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "ImportMemories",
+			Handler:       _MemoryService_ImportMemories_Handler,
+			ClientStreams: true,
+		},
+	},
 	Metadata: "engram/v1/memory_service.proto",
 }

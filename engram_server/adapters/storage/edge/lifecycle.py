@@ -38,11 +38,58 @@ from engram_server.adapters.storage.payload import (
     spec_to_json,
     validate_collection_name,
 )
-from engram_server.domain.errors import CollectionNotFound, StorageUnavailable
+from engram_server.domain.errors import CollectionNotFound, InvalidArgument, StorageUnavailable
 from engram_server.domain.model import (
+    BackupStats,
     CollectionSpec,
 )
 from engram_server.threads import OPTIMIZER_THREAD, STORAGE_THREAD, worker
+
+#: The manifest a backup directory holds (``engram restore`` checks it), and its format version.
+BACKUP_MANIFEST = "engram-backup.json"
+BACKUP_FORMAT = 1
+
+_STATE_DIR = "state"
+
+
+def _copy_sparse(src: str, dst: str) -> str:
+    """Copy a file keeping its holes: the engine pre-allocates sparse files (WAL segments, mmap
+    chunks of 32 MB), which a plain copy would write out as zeros (a fresh collection: 230 MB
+    apparent, under 1 MB allocated)."""
+    with open(src, "rb") as fin, open(dst, "wb") as fout:
+        size = os.fstat(fin.fileno()).st_size
+        offset = 0
+        while offset < size:
+            try:
+                start = os.lseek(fin.fileno(), offset, os.SEEK_DATA)
+            except OSError:  # no data after offset (ENXIO)
+                break
+            end = os.lseek(fin.fileno(), start, os.SEEK_HOLE)
+            os.lseek(fin.fileno(), start, os.SEEK_SET)
+            os.lseek(fout.fileno(), start, os.SEEK_SET)
+            left = end - start
+            while left > 0:
+                chunk = os.read(fin.fileno(), min(left, 1 << 20))
+                if not chunk:
+                    break
+                os.write(fout.fileno(), chunk)
+                left -= len(chunk)
+            offset = end
+        os.ftruncate(fout.fileno(), size)
+    shutil.copystat(src, dst)
+    return dst
+
+
+def _fsync_tree(root: Path) -> None:
+    """Make a copied tree durable: every file, then every directory."""
+    for path in sorted(root.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    _fsync_dir(root)
+
 
 log = logging.getLogger(__name__)
 
@@ -263,6 +310,42 @@ class EdgeLifecycle(EdgeIndexes):
         if col.optimizing is not None:
             await asyncio.wrap_future(col.optimizing)
         return await self._run(lambda: self._drop_sync(name))
+
+    async def backup(self, directory: str, taken_at: float) -> BackupStats:
+        """Copy the data directory into ``directory`` as one task of the io thread (so between two
+        writes: every write it ran is in the copy, none is half in it), after any background index
+        build (which rewrites segments beside the io thread) has finished."""
+        dest = Path(directory)
+        while True:
+            await self.wait_optimized()
+            stats = await self._run(lambda: self._backup_sync(dest, taken_at))
+            if stats is not None:
+                return stats
+
+    def _backup_sync(self, dest: Path, taken_at: float) -> BackupStats | None:
+        if any(c.optimizing is not None and not c.optimizing.done() for c in self._cols.values()):
+            return None  # a build started meanwhile: wait for it and try again
+        if dest.exists() and any(dest.iterdir()):
+            raise InvalidArgument.of("directory", f"{dest} is not empty")
+        dest.mkdir(parents=True, exist_ok=True)
+        points: dict[str, int] = {}
+        for name, col in sorted(self._cols.items()):
+            col.shard.flush()  # the WAL and segments on disk: the copy reads the files
+            points[name] = col.shard.count(qe.CountRequest(exact=True))
+            shutil.copytree(col.path, dest / "collections" / name, copy_function=_copy_sparse)
+        state = self._data_dir / _STATE_DIR
+        if state.is_dir():
+            shutil.copytree(state, dest / _STATE_DIR)
+        manifest = {
+            "engram_backup": BACKUP_FORMAT,
+            "taken_at": taken_at,
+            "store": "embedded",
+            "points": points,
+        }
+        _write_json_atomic(dest / BACKUP_MANIFEST, manifest)
+        size = sum(f.stat().st_blocks * 512 for f in dest.rglob("*") if f.is_file())
+        _fsync_tree(dest)
+        return BackupStats(size, points)
 
     def _drop_sync(self, name: str) -> int:
         col = self._cols.pop(name, None)

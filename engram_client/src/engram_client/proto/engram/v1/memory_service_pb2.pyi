@@ -361,6 +361,66 @@ CONSOLIDATION_OUTCOME_WOULD_RUN: ConsolidationOutcome.ValueType  # 4
 """dry_run: these clusters would be merged."""
 Global___ConsolidationOutcome: _TypeAlias = ConsolidationOutcome  # noqa: Y015
 
+class _ImportMode:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ImportModeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ImportMode.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    IMPORT_MODE_UNSPECIFIED: _ImportMode.ValueType  # 0
+    """Means IMPORT_MODE_RESTORE."""
+    IMPORT_MODE_RESTORE: _ImportMode.ValueType  # 1
+    """Write every memory as it is in the file (same id replaces, identical is skipped): for
+    restoring into an empty or older copy of the same store.
+    """
+    IMPORT_MODE_MERGE: _ImportMode.ValueType  # 2
+    """Merge into a live store: a memory whose id exists is kept as stored; a new one goes
+    through the write gate and is skipped when a near-copy is already stored.
+    """
+
+class ImportMode(_ImportMode, metaclass=_ImportModeEnumTypeWrapper):
+    """ImportMode says how imported memories meet the memories already stored."""
+
+IMPORT_MODE_UNSPECIFIED: ImportMode.ValueType  # 0
+"""Means IMPORT_MODE_RESTORE."""
+IMPORT_MODE_RESTORE: ImportMode.ValueType  # 1
+"""Write every memory as it is in the file (same id replaces, identical is skipped): for
+restoring into an empty or older copy of the same store.
+"""
+IMPORT_MODE_MERGE: ImportMode.ValueType  # 2
+"""Merge into a live store: a memory whose id exists is kept as stored; a new one goes
+through the write gate and is skipped when a near-copy is already stored.
+"""
+Global___ImportMode: _TypeAlias = ImportMode  # noqa: Y015
+
+class _Reembed:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ReembedEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Reembed.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    REEMBED_UNSPECIFIED: _Reembed.ValueType  # 0
+    """Means REEMBED_AUTO."""
+    REEMBED_AUTO: _Reembed.ValueType  # 1
+    """When the file has no vectors or was exported with another embedding model."""
+    REEMBED_NEVER: _Reembed.ValueType  # 2
+    """Never: a file without vectors, or from another model or dimension, is refused."""
+    REEMBED_ALWAYS: _Reembed.ValueType  # 3
+    """Always, even when the file's vectors would fit."""
+
+class Reembed(_Reembed, metaclass=_ReembedEnumTypeWrapper):
+    """Reembed says when an import embeds the content again instead of using the file's vectors."""
+
+REEMBED_UNSPECIFIED: Reembed.ValueType  # 0
+"""Means REEMBED_AUTO."""
+REEMBED_AUTO: Reembed.ValueType  # 1
+"""When the file has no vectors or was exported with another embedding model."""
+REEMBED_NEVER: Reembed.ValueType  # 2
+"""Never: a file without vectors, or from another model or dimension, is refused."""
+REEMBED_ALWAYS: Reembed.ValueType  # 3
+"""Always, even when the file's vectors would fit."""
+Global___Reembed: _TypeAlias = Reembed  # noqa: Y015
+
 @_typing.final
 class AddMemoryRequest(_message.Message):
     """AddMemoryRequest asks to store one memory."""
@@ -3019,3 +3079,227 @@ class RunConsolidationResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RunConsolidationResponse: _TypeAlias = RunConsolidationResponse  # noqa: Y015
+
+@_typing.final
+class ExportMemoriesRequest(_message.Message):
+    """ExportMemoriesRequest says what to export."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COLLECTIONS_FIELD_NUMBER: _builtins.int
+    FILTER_FIELD_NUMBER: _builtins.int
+    INCLUDE_VECTORS_FIELD_NUMBER: _builtins.int
+    LIVE_ONLY_FIELD_NUMBER: _builtins.int
+    include_vectors: _builtins.bool
+    """Include each memory's embedding (and its history versions'), base64 float32: a restore into
+    a server with the same model then embeds nothing.
+    """
+    live_only: _builtins.bool
+    """Leave out memories that have expired (by default they are exported until the sweep removes them)."""
+    @_builtins.property
+    def collections(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Collections to export; empty means every collection."""
+
+    @_builtins.property
+    def filter(self) -> _memory_pb2.MemoryFilter:
+        """Only the current memories matching this filter (with their history versions)."""
+
+    def __init__(
+        self,
+        *,
+        collections: _abc.Iterable[_builtins.str] | None = ...,
+        filter: _memory_pb2.MemoryFilter | None = ...,
+        include_vectors: _builtins.bool = ...,
+        live_only: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["collections", b"collections", "filter", b"filter", "include_vectors", b"include_vectors", "live_only", b"live_only"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExportMemoriesRequest: _TypeAlias = ExportMemoriesRequest  # noqa: Y015
+
+@_typing.final
+class ExportMemoriesResponse(_message.Message):
+    """ExportMemoriesResponse is the next chunk of the export file."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DATA_FIELD_NUMBER: _builtins.int
+    MEMORIES_DONE_FIELD_NUMBER: _builtins.int
+    MEMORIES_TOTAL_FIELD_NUMBER: _builtins.int
+    data: _builtins.bytes
+    """The next bytes of the JSON Lines file (UTF-8). A chunk ends at a line end unless one line
+    is larger than a chunk.
+    """
+    memories_done: _builtins.int
+    """Memories (lines other than headers) exported so far, this chunk included."""
+    memories_total: _builtins.int
+    """Current memories the export holds in all (known after the first chunk; for progress)."""
+    def __init__(
+        self,
+        *,
+        data: _builtins.bytes = ...,
+        memories_done: _builtins.int = ...,
+        memories_total: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "memories_done", b"memories_done", "memories_total", b"memories_total"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExportMemoriesResponse: _TypeAlias = ExportMemoriesResponse  # noqa: Y015
+
+@_typing.final
+class ImportMemoriesRequest(_message.Message):
+    """ImportMemoriesRequest is the next chunk of the file to import; the options are read from
+    the first message only.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DATA_FIELD_NUMBER: _builtins.int
+    MODE_FIELD_NUMBER: _builtins.int
+    REEMBED_FIELD_NUMBER: _builtins.int
+    COLLECTION_FIELD_NUMBER: _builtins.int
+    data: _builtins.bytes
+    """The next bytes of the JSON Lines file."""
+    mode: Global___ImportMode.ValueType
+    """First message only: how to meet existing memories (default RESTORE)."""
+    reembed: Global___Reembed.ValueType
+    """First message only: when to embed again (default AUTO)."""
+    collection: _builtins.str
+    """First message only: import every section of the file into this collection instead of
+    the one its header names.
+    """
+    def __init__(
+        self,
+        *,
+        data: _builtins.bytes = ...,
+        mode: Global___ImportMode.ValueType = ...,
+        reembed: Global___Reembed.ValueType = ...,
+        collection: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["collection", b"collection", "data", b"data", "mode", b"mode", "reembed", b"reembed"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ImportMemoriesRequest: _TypeAlias = ImportMemoriesRequest  # noqa: Y015
+
+@_typing.final
+class ImportMemoriesResponse(_message.Message):
+    """ImportMemoriesResponse counts what an import did (history versions included)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LINES_FIELD_NUMBER: _builtins.int
+    CREATED_FIELD_NUMBER: _builtins.int
+    REPLACED_FIELD_NUMBER: _builtins.int
+    UNCHANGED_FIELD_NUMBER: _builtins.int
+    DUPLICATES_FIELD_NUMBER: _builtins.int
+    REEMBEDDED_FIELD_NUMBER: _builtins.int
+    COLLECTIONS_FIELD_NUMBER: _builtins.int
+    lines: _builtins.int
+    """Lines read, headers included."""
+    created: _builtins.int
+    """Memories written that were not stored before."""
+    replaced: _builtins.int
+    """Memories written over a stored memory of the same id that differed (RESTORE)."""
+    unchanged: _builtins.int
+    """Memories already stored as in the file (or, MERGE, stored under the same id): not written."""
+    duplicates: _builtins.int
+    """MERGE: new memories the write gate refused as near-copies of stored ones: not written."""
+    reembedded: _builtins.int
+    """Memories whose content was embedded again (another model, no vectors, or ALWAYS)."""
+    @_builtins.property
+    def collections(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The collections written to."""
+
+    def __init__(
+        self,
+        *,
+        lines: _builtins.int = ...,
+        created: _builtins.int = ...,
+        replaced: _builtins.int = ...,
+        unchanged: _builtins.int = ...,
+        duplicates: _builtins.int = ...,
+        reembedded: _builtins.int = ...,
+        collections: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["collections", b"collections", "created", b"created", "duplicates", b"duplicates", "lines", b"lines", "reembedded", b"reembedded", "replaced", b"replaced", "unchanged", b"unchanged"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ImportMemoriesResponse: _TypeAlias = ImportMemoriesResponse  # noqa: Y015
+
+@_typing.final
+class BackupStoreRequest(_message.Message):
+    """BackupStoreRequest asks for a backup."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DIRECTORY_FIELD_NUMBER: _builtins.int
+    directory: _builtins.str
+    """Absolute path of a new (absent or empty) directory on the server's machine, inside the
+    directory ENGRAM_BACKUP_DIR names (backups through the API are off while it is unset).
+    """
+    def __init__(
+        self,
+        *,
+        directory: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["directory", b"directory"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BackupStoreRequest: _TypeAlias = BackupStoreRequest  # noqa: Y015
+
+@_typing.final
+class BackupStoreResponse(_message.Message):
+    """BackupStoreResponse describes the backup written."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DIRECTORY_FIELD_NUMBER: _builtins.int
+    TAKEN_AT_FIELD_NUMBER: _builtins.int
+    COLLECTIONS_FIELD_NUMBER: _builtins.int
+    BYTES_FIELD_NUMBER: _builtins.int
+    BARRIER_SECONDS_FIELD_NUMBER: _builtins.int
+    directory: _builtins.str
+    """The directory written."""
+    bytes: _builtins.int
+    """Bytes the backup takes on disk (the engine's sparse files stay sparse)."""
+    barrier_seconds: _builtins.float
+    """Seconds writes waited for the copy (the store-wide write barrier)."""
+    @_builtins.property
+    def taken_at(self) -> _timestamp_pb2.Timestamp:
+        """The moment of the backup: every write acknowledged before it is in the backup."""
+
+    @_builtins.property
+    def collections(self) -> _containers.RepeatedCompositeFieldContainer[_memory_pb2.CollectionInfo]:
+        """The collections copied with their memory counts (history versions included)."""
+
+    def __init__(
+        self,
+        *,
+        directory: _builtins.str = ...,
+        taken_at: _timestamp_pb2.Timestamp | None = ...,
+        collections: _abc.Iterable[_memory_pb2.CollectionInfo] | None = ...,
+        bytes: _builtins.int = ...,
+        barrier_seconds: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["taken_at", b"taken_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["barrier_seconds", b"barrier_seconds", "bytes", b"bytes", "collections", b"collections", "directory", b"directory", "taken_at", b"taken_at"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BackupStoreResponse: _TypeAlias = BackupStoreResponse  # noqa: Y015

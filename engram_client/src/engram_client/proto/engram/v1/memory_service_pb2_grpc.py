@@ -150,6 +150,21 @@ class MemoryServiceStub:
                 request_serializer=engram_dot_v1_dot_memory__service__pb2.RunConsolidationRequest.SerializeToString,
                 response_deserializer=engram_dot_v1_dot_memory__service__pb2.RunConsolidationResponse.FromString,
                 _registered_method=True)
+        self.ExportMemories = channel.unary_stream(
+                '/engram.v1.MemoryService/ExportMemories',
+                request_serializer=engram_dot_v1_dot_memory__service__pb2.ExportMemoriesRequest.SerializeToString,
+                response_deserializer=engram_dot_v1_dot_memory__service__pb2.ExportMemoriesResponse.FromString,
+                _registered_method=True)
+        self.ImportMemories = channel.stream_unary(
+                '/engram.v1.MemoryService/ImportMemories',
+                request_serializer=engram_dot_v1_dot_memory__service__pb2.ImportMemoriesRequest.SerializeToString,
+                response_deserializer=engram_dot_v1_dot_memory__service__pb2.ImportMemoriesResponse.FromString,
+                _registered_method=True)
+        self.BackupStore = channel.unary_unary(
+                '/engram.v1.MemoryService/BackupStore',
+                request_serializer=engram_dot_v1_dot_memory__service__pb2.BackupStoreRequest.SerializeToString,
+                response_deserializer=engram_dot_v1_dot_memory__service__pb2.BackupStoreResponse.FromString,
+                _registered_method=True)
 
 
 class MemoryServiceServicer:
@@ -368,6 +383,38 @@ class MemoryServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ExportMemories(self, request, context):
+        """ExportMemories streams collections as Engram's export format (JSON Lines, see
+        docs/reference/export-format.md): per collection a header line (format version, embedding
+        model and dimension), then one line per current memory with every field and its history
+        versions. The lines arrive as consecutive chunks of bytes; concatenated they are the file.
+        Admin only. gRPC only: the HTTP gateway does not carry streams.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ImportMemories(self, request_iterator, context):
+        """ImportMemories reads an export (the chunks of bytes of a JSON Lines file, in order) and
+        writes it, keeping ids and timestamps: importing the same file twice changes nothing.
+        Lines are written as they arrive: a corrupt line stops the import with INVALID_ARGUMENT
+        naming the line (metadata "line", "imported"), and what was written before it stays.
+        Admin only. gRPC only: the HTTP gateway does not carry streams.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def BackupStore(self, request, context):
+        """BackupStore copies the serving store, consistently, into a new directory on the server's
+        machine: writes wait while the collections are copied, and every write acknowledged before
+        the call is in the copy. On a Qdrant server: a snapshot of each collection through Qdrant's
+        snapshot API, downloaded into the directory. `engram restore` puts a backup back. Admin only.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MemoryServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -480,6 +527,21 @@ def add_MemoryServiceServicer_to_server(servicer, server):
                     servicer.RunConsolidation,
                     request_deserializer=engram_dot_v1_dot_memory__service__pb2.RunConsolidationRequest.FromString,
                     response_serializer=engram_dot_v1_dot_memory__service__pb2.RunConsolidationResponse.SerializeToString,
+            ),
+            'ExportMemories': grpc.unary_stream_rpc_method_handler(
+                    servicer.ExportMemories,
+                    request_deserializer=engram_dot_v1_dot_memory__service__pb2.ExportMemoriesRequest.FromString,
+                    response_serializer=engram_dot_v1_dot_memory__service__pb2.ExportMemoriesResponse.SerializeToString,
+            ),
+            'ImportMemories': grpc.stream_unary_rpc_method_handler(
+                    servicer.ImportMemories,
+                    request_deserializer=engram_dot_v1_dot_memory__service__pb2.ImportMemoriesRequest.FromString,
+                    response_serializer=engram_dot_v1_dot_memory__service__pb2.ImportMemoriesResponse.SerializeToString,
+            ),
+            'BackupStore': grpc.unary_unary_rpc_method_handler(
+                    servicer.BackupStore,
+                    request_deserializer=engram_dot_v1_dot_memory__service__pb2.BackupStoreRequest.FromString,
+                    response_serializer=engram_dot_v1_dot_memory__service__pb2.BackupStoreResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1082,6 +1144,87 @@ class MemoryService:
             '/engram.v1.MemoryService/RunConsolidation',
             engram_dot_v1_dot_memory__service__pb2.RunConsolidationRequest.SerializeToString,
             engram_dot_v1_dot_memory__service__pb2.RunConsolidationResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExportMemories(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/engram.v1.MemoryService/ExportMemories',
+            engram_dot_v1_dot_memory__service__pb2.ExportMemoriesRequest.SerializeToString,
+            engram_dot_v1_dot_memory__service__pb2.ExportMemoriesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ImportMemories(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/engram.v1.MemoryService/ImportMemories',
+            engram_dot_v1_dot_memory__service__pb2.ImportMemoriesRequest.SerializeToString,
+            engram_dot_v1_dot_memory__service__pb2.ImportMemoriesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BackupStore(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.v1.MemoryService/BackupStore',
+            engram_dot_v1_dot_memory__service__pb2.BackupStoreRequest.SerializeToString,
+            engram_dot_v1_dot_memory__service__pb2.BackupStoreResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -155,6 +155,26 @@ class MemoryServiceStub:
     Throttled like reflection: minimum interval, daily cap, skipped when nothing was written
     since the last run.
     """
+    ExportMemories: _grpc.UnaryStreamMultiCallable[_memory_service_pb2.ExportMemoriesRequest, _memory_service_pb2.ExportMemoriesResponse]
+    """ExportMemories streams collections as Engram's export format (JSON Lines, see
+    docs/reference/export-format.md): per collection a header line (format version, embedding
+    model and dimension), then one line per current memory with every field and its history
+    versions. The lines arrive as consecutive chunks of bytes; concatenated they are the file.
+    Admin only. gRPC only: the HTTP gateway does not carry streams.
+    """
+    ImportMemories: _grpc.StreamUnaryMultiCallable[_memory_service_pb2.ImportMemoriesRequest, _memory_service_pb2.ImportMemoriesResponse]
+    """ImportMemories reads an export (the chunks of bytes of a JSON Lines file, in order) and
+    writes it, keeping ids and timestamps: importing the same file twice changes nothing.
+    Lines are written as they arrive: a corrupt line stops the import with INVALID_ARGUMENT
+    naming the line (metadata "line", "imported"), and what was written before it stays.
+    Admin only. gRPC only: the HTTP gateway does not carry streams.
+    """
+    BackupStore: _grpc.UnaryUnaryMultiCallable[_memory_service_pb2.BackupStoreRequest, _memory_service_pb2.BackupStoreResponse]
+    """BackupStore copies the serving store, consistently, into a new directory on the server's
+    machine: writes wait while the collections are copied, and every write acknowledged before
+    the call is in the copy. On a Qdrant server: a snapshot of each collection through Qdrant's
+    snapshot API, downloaded into the directory. `engram restore` puts a backup back. Admin only.
+    """
 
 @_typing.type_check_only
 class MemoryServiceAsyncStub(MemoryServiceStub):
@@ -282,6 +302,26 @@ class MemoryServiceAsyncStub(MemoryServiceStub):
     derived_from. With an LLM configured it writes the insight, else a rule-based merge does.
     Throttled like reflection: minimum interval, daily cap, skipped when nothing was written
     since the last run.
+    """
+    ExportMemories: _aio.UnaryStreamMultiCallable[_memory_service_pb2.ExportMemoriesRequest, _memory_service_pb2.ExportMemoriesResponse]  # type: ignore[assignment]
+    """ExportMemories streams collections as Engram's export format (JSON Lines, see
+    docs/reference/export-format.md): per collection a header line (format version, embedding
+    model and dimension), then one line per current memory with every field and its history
+    versions. The lines arrive as consecutive chunks of bytes; concatenated they are the file.
+    Admin only. gRPC only: the HTTP gateway does not carry streams.
+    """
+    ImportMemories: _aio.StreamUnaryMultiCallable[_memory_service_pb2.ImportMemoriesRequest, _memory_service_pb2.ImportMemoriesResponse]  # type: ignore[assignment]
+    """ImportMemories reads an export (the chunks of bytes of a JSON Lines file, in order) and
+    writes it, keeping ids and timestamps: importing the same file twice changes nothing.
+    Lines are written as they arrive: a corrupt line stops the import with INVALID_ARGUMENT
+    naming the line (metadata "line", "imported"), and what was written before it stays.
+    Admin only. gRPC only: the HTTP gateway does not carry streams.
+    """
+    BackupStore: _aio.UnaryUnaryMultiCallable[_memory_service_pb2.BackupStoreRequest, _memory_service_pb2.BackupStoreResponse]  # type: ignore[assignment]
+    """BackupStore copies the serving store, consistently, into a new directory on the server's
+    machine: writes wait while the collections are copied, and every write acknowledged before
+    the call is in the copy. On a Qdrant server: a snapshot of each collection through Qdrant's
+    snapshot API, downloaded into the directory. `engram restore` puts a backup back. Admin only.
     """
 
 class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -539,6 +579,44 @@ class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
         derived_from. With an LLM configured it writes the insight, else a rule-based merge does.
         Throttled like reflection: minimum interval, daily cap, skipped when nothing was written
         since the last run.
+        """
+
+    @_abc_1.abstractmethod
+    def ExportMemories(
+        self,
+        request: _memory_service_pb2.ExportMemoriesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_memory_service_pb2.ExportMemoriesResponse], _abc.AsyncIterator[_memory_service_pb2.ExportMemoriesResponse]]:
+        """ExportMemories streams collections as Engram's export format (JSON Lines, see
+        docs/reference/export-format.md): per collection a header line (format version, embedding
+        model and dimension), then one line per current memory with every field and its history
+        versions. The lines arrive as consecutive chunks of bytes; concatenated they are the file.
+        Admin only. gRPC only: the HTTP gateway does not carry streams.
+        """
+
+    @_abc_1.abstractmethod
+    def ImportMemories(
+        self,
+        request_iterator: _MaybeAsyncIterator[_memory_service_pb2.ImportMemoriesRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_memory_service_pb2.ImportMemoriesResponse, _abc.Awaitable[_memory_service_pb2.ImportMemoriesResponse]]:
+        """ImportMemories reads an export (the chunks of bytes of a JSON Lines file, in order) and
+        writes it, keeping ids and timestamps: importing the same file twice changes nothing.
+        Lines are written as they arrive: a corrupt line stops the import with INVALID_ARGUMENT
+        naming the line (metadata "line", "imported"), and what was written before it stays.
+        Admin only. gRPC only: the HTTP gateway does not carry streams.
+        """
+
+    @_abc_1.abstractmethod
+    def BackupStore(
+        self,
+        request: _memory_service_pb2.BackupStoreRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_memory_service_pb2.BackupStoreResponse, _abc.Awaitable[_memory_service_pb2.BackupStoreResponse]]:
+        """BackupStore copies the serving store, consistently, into a new directory on the server's
+        machine: writes wait while the collections are copied, and every write acknowledged before
+        the call is in the copy. On a Qdrant server: a snapshot of each collection through Qdrant's
+        snapshot API, downloaded into the directory. `engram restore` puts a backup back. Admin only.
         """
 
 def add_MemoryServiceServicer_to_server(servicer: MemoryServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -151,6 +151,42 @@ async def test_every_rpc_over_http(http: httpx.AsyncClient) -> None:
         "CONSOLIDATION_OUTCOME_WOULD_RUN",
     )
 
+    r = await http.post(
+        used("POST", "/v1/slots:update"),
+        json={"collection": "work", "name": "guidance", "content": "Prefer short answers."},
+    )
+    assert r.status_code == 200, r.text
+    assert r.json()["slot"]["content"] == "Prefer short answers."
+    r = await http.post(used("POST", "/v1/slots:list"), json={"collection": "work"})
+    assert r.status_code == 200, r.text
+    slots = {x["name"]: x.get("content", "") for x in r.json()["slots"]}
+    assert slots["guidance"] == "Prefer short answers." and slots["persona"] == ""
+
+    r = await http.post(
+        used("POST", "/v1/memories"),
+        json={
+            "collection": "ops",
+            "content": "Run the smoke tests before any deploy",
+            "tags": ["trigger:deploy"],
+        },
+    )
+    assert r.status_code == 200, r.text
+    lesson = r.json()["memory"]["id"]
+    r = await http.post(
+        used("POST", "/v1/triggers:get"), json={"action": "deploy/prod", "collections": ["ops"]}
+    )
+    assert r.status_code == 200, r.text
+    assert r.json()["matched"] == ["deploy/prod", "deploy"]  # the action, then its parents
+    assert [m["id"] for m in r.json()["memories"]] == [lesson]
+
+    r = await http.post(
+        used("POST", "/v1/context"), json={"collections": ["work", "ops"], "tokenBudget": 500}
+    )
+    assert r.status_code == 200, r.text
+    pack = r.json()
+    assert 0 < pack["tokensUsed"] <= 500 and "British English" in pack["markdown"], pack
+    assert "Prefer short answers." in pack["markdown"] and "deploy" in pack["markdown"]
+
     r = await http.post(used("POST", "/v1/memories:search"), json={"query": "what does the user drink?"})
     assert r.status_code == 200, r.text
     hits = r.json()["results"]
@@ -191,7 +227,7 @@ async def test_every_rpc_over_http(http: httpx.AsyncClient) -> None:
     r = await http.get(used("GET", "/v1/collections"))
     assert r.status_code == 200
     counts = {c["name"]: c["memoryCount"] for c in r.json()["collections"]}
-    assert counts == {"default": "1", "work": "2"}  # int64 is a string in proto3 JSON
+    assert counts == {"default": "1", "work": "2", "ops": "1"}  # int64 is a string in proto3 JSON
 
     await http.post("/v1/memories", json={"content": "The user has a cat named Miso", "importance": 9})
     r = await http.post(

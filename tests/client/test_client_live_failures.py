@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import socket
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +78,14 @@ class LossyStore(EdgeStore):
     async def delete(self, collection: str, ids: Sequence[str]) -> None:
         await super().delete(collection, ids)
         if self.lose_deletes:
+            self.lose_deletes -= 1
+            raise StorageUnavailable("storage connection dropped after the delete (simulated)")
+
+    async def set_fields(self, collection: str, updates: Mapping[str, Mapping[str, Any]]) -> None:
+        """A delete moves memories to the trash: a write of ``trashed_at``."""
+        await super().set_fields(collection, updates)
+        trashing = any(u.get("trashed_at") is not None for u in updates.values())
+        if trashing and self.lose_deletes:
             self.lose_deletes -= 1
             raise StorageUnavailable("storage connection dropped after the delete (simulated)")
 

@@ -27,6 +27,8 @@ from engram_server.domain.clock import Clock, SystemClock
 from engram_server.domain.errors import CollectionNotFound
 from engram_server.domain.ranking import FusionMode, HybridParams, Weights
 from engram_server.domain.reflection import ReflectionPolicy, Reflector
+from engram_server.domain.service.topics import TopicService
+from engram_server.domain.topics import TopicParams
 from engram_server.domain.service import MemoryService, Policy
 from engram_server.domain.validation import Limits
 from engram_server.ports import Embedder, LexicalEncoder, Llm, Store
@@ -139,6 +141,12 @@ def build_policy(settings: Settings) -> Policy:
         ),
         default_collection=settings.default_collection,
         limits=Limits(max_content_chars=settings.max_content_chars, max_batch_items=settings.max_batch_items),
+    )
+
+
+def build_topic_params(settings: Settings) -> TopicParams:
+    return TopicParams(
+        leaf_threshold=settings.topic_leaf_threshold, parent_threshold=settings.topic_parent_threshold
     )
 
 
@@ -292,6 +300,7 @@ class EngramServer:
     service: MemoryService
     reflector: Reflector
     clock: Clock
+    topics: TopicService | None = None
     port: int = 0
     _server: grpc.aio.Server | None = None
     _health: HealthServicer | None = None
@@ -331,6 +340,7 @@ class EngramServer:
             lexical=build_lexical(settings),
         )
         reflector = Reflector(service, llm or build_llm(settings), build_reflection_policy(settings))
+        topics = TopicService(service, reflector.llm if settings.topic_llm_names else None, build_topic_params(settings))
         return cls(
             settings=settings,
             store=store,
@@ -338,6 +348,7 @@ class EngramServer:
             service=service,
             reflector=reflector,
             clock=clock,
+            topics=topics,
         )
 
     @property
@@ -394,7 +405,10 @@ class EngramServer:
             maximum_concurrent_rpcs=s.max_concurrent_rpcs or None,
         )
         memory_service_pb2_grpc.add_MemoryServiceServicer_to_server(
-            MemoryServicer(self.service, self.reflector, max_message_bytes=s.max_message_bytes), server
+            MemoryServicer(
+                self.service, self.reflector, max_message_bytes=s.max_message_bytes, topics=self.topics
+            ),
+            server,
         )
         health = HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health, server)

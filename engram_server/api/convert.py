@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from google.protobuf import timestamp_pb2
@@ -19,6 +20,7 @@ from engram_server.domain.service import (
     SearchFilter,
     Similar,
 )
+from engram_server.domain.topics import TopicView
 from engram_server.domain.validation import check_timestamp
 
 TYPE_IN: dict[int, MemoryType] = {
@@ -261,4 +263,19 @@ def collection_out(spec: CollectionSpec, count: int) -> m.CollectionInfo:
         embedding_dimension=spec.dimension,
     )
     out.created_at.CopyFrom(ts_out(spec.created_at))
+    return out
+
+
+def topic_out(t: TopicView, children: Sequence[TopicView] = ()) -> s.Topic:
+    out = s.Topic(
+        id=t.id,
+        name=t.name,
+        named_by=t.named_by,
+        size=t.size,
+        level=t.level,
+        parent_id=t.parent_id,
+        children=[topic_out(c) for c in children],
+        terms=list(t.terms),
+    )
+    out.created_at.CopyFrom(ts_out(t.created_at))
     return out

@@ -27,6 +27,7 @@ from engram_server.domain.service import (
     SearchQuery,
     UpdateCommand,
 )
+from engram_server.domain.service.topics import TopicService
 from engram_server.domain.validation import Violations, check_collection
 
 log = logging.getLogger(__name__)
@@ -67,9 +68,11 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
         reflector: Reflector,
         *,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        topics: TopicService | None = None,
     ) -> None:
         self._svc = service
         self._reflector = reflector
+        self._topics = topics if topics is not None else TopicService(service, reflector.llm)
         #: Bytes the list of memories in one answer may take (see ``api/answers``).
         self._budget = answer_budget(max_message_bytes)
         #: The write gate's recent decisions (ListGateDecisions).
@@ -229,6 +232,7 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
     ) -> s.DeleteCollectionResponse:
         count = await self._svc.delete_collection(request.name)
         self._gate_log.forget_collection(request.name)
+        self._topics.forget(request.name)
         out = s.DeleteCollectionResponse(deleted_count=count)
         out.deleted_at.CopyFrom(c.ts_out(self._svc.now()))
         return out
@@ -266,3 +270,35 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
         runs = await self._reflector.history(request.collection, request.limit)
         kept, truncated = fitting(iter(c.reflection_run_out(r) for r in runs), self._budget)
         return s.ListReflectionRunsResponse(runs=kept, truncated=truncated)
+
+    @rpc
+    async def ListTopics(
+        self, request: s.ListTopicsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> s.ListTopicsResponse:
+        page = await self._topics.list_topics(
+            request.collection, request.parent_id, request.page_size, request.page_token
+        )
+        topics, cut = fitting((c.topic_out(t, kids) for t, kids in page.topics), self._budget)
+        token = page.next_page_token
+        if cut:  # the page ends before the first topic that did not fit
+            token = self._topics.topic_page_token(request.collection, page.offset + len(topics))
+        return s.ListTopicsResponse(
+            topics=topics,
+            next_page_token=token,
+            topic_count=page.topic_count,
+            memory_count=page.memory_count,
+        )
+
+    @rpc
+    async def GetTopic(
+        self, request: s.GetTopicRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> s.GetTopicResponse:
+        got = await self._topics.get_topic(
+            request.collection, request.id, request.page_size, request.page_token
+        )
+        topic = c.topic_out(got.topic, got.children)
+        memories, cut = fitting((c.memory_out(r) for r in got.memories), self._budget - topic.ByteSize())
+        token = got.next_page_token
+        if cut:  # the page ends before the first memory that did not fit
+            token = self._topics.member_page_token(request.collection, request.id, got.offset + len(memories))
+        return s.GetTopicResponse(topic=topic, memories=memories, next_page_token=token)

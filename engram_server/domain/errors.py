@@ -28,6 +28,7 @@ class Reason(StrEnum):
     PERMISSION_DENIED = "ERROR_REASON_PERMISSION_DENIED"
     RATE_LIMITED = "ERROR_REASON_RATE_LIMITED"
     STORAGE_FULL = "ERROR_REASON_STORAGE_FULL"
+    TOPIC_NOT_FOUND = "ERROR_REASON_TOPIC_NOT_FOUND"
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +79,10 @@ class MemoryNotFound(EngramError):
 
 class CollectionNotFound(EngramError):
     reason = Reason.COLLECTION_NOT_FOUND
+
+
+class TopicNotFound(EngramError):
+    reason = Reason.TOPIC_NOT_FOUND
 
 
 class NoMatch(EngramError):

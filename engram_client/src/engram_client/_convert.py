@@ -25,6 +25,9 @@ from engram_client.models import (
     ReflectionOutcome,
     ReflectionResult,
     ReflectionRun,
+    Topic,
+    TopicMemories,
+    TopicPage,
     ScoreBreakdown,
     SearchResult,
     SearchResults,
@@ -97,7 +100,8 @@ def _time(
     message: memory_pb2.Memory
     | memory_pb2.CollectionInfo
     | memory_service_pb2.RunReflectionResponse
-    | memory_service_pb2.ReflectionRun,
+    | memory_service_pb2.ReflectionRun
+    | memory_service_pb2.Topic,
     name: str,
 ) -> datetime | None:
     if not message.HasField(name):  # type: ignore[arg-type]
@@ -307,3 +311,34 @@ def reflection_runs(resp: memory_service_pb2.ListReflectionRunsResponse) -> list
         )
         for r in resp.runs
     ]
+
+
+def topic(t: memory_service_pb2.Topic) -> Topic:
+    return Topic(
+        id=t.id,
+        name=t.name,
+        named_by=t.named_by,
+        size=t.size,
+        level=t.level,
+        parent_id=t.parent_id,
+        children=tuple(topic(c) for c in t.children),
+        terms=tuple(t.terms),
+        created_at=_time(t, "created_at"),
+    )
+
+
+def topic_page(resp: memory_service_pb2.ListTopicsResponse) -> TopicPage:
+    return TopicPage(
+        topics=tuple(topic(t) for t in resp.topics),
+        next_page_token=resp.next_page_token or None,
+        topic_count=resp.topic_count,
+        memory_count=resp.memory_count,
+    )
+
+
+def topic_memories(resp: memory_service_pb2.GetTopicResponse) -> TopicMemories:
+    return TopicMemories(
+        topic=topic(resp.topic),
+        memories=tuple(memory_from_proto(m) for m in resp.memories),
+        next_page_token=resp.next_page_token or None,
+    )

@@ -36,6 +36,8 @@ from engram_client.models import (
     RankingWeights,
     ReflectionResult,
     ReflectionRun,
+    TopicMemories,
+    TopicPage,
     SearchResults,
     Source,
     SourceName,
@@ -305,6 +307,25 @@ def run_reflection(*, collection: str | None, dry_run: bool, force: bool) -> Pla
 def reflection_runs(*, collection: str | None, limit: int) -> Plan[list[ReflectionRun]]:
     req = memory_service_pb2.ListReflectionRunsRequest(collection=collection or "", limit=limit)
     return Plan("ListReflectionRuns", req, _convert.reflection_runs, map_error=_reflection_unavailable)
+
+
+def list_topics(
+    *, collection: str | None, parent_id: str | None, page_size: int, page_token: str | None
+) -> Plan[TopicPage]:
+    req = memory_service_pb2.ListTopicsRequest(
+        collection=collection or "",
+        parent_id=parent_id or "",
+        page_size=page_size,
+        page_token=page_token or "",
+    )
+    return Plan("ListTopics", req, _convert.topic_page)
+
+
+def get_topic(id: str, *, collection: str | None, page_size: int, page_token: str | None) -> Plan[TopicMemories]:
+    req = memory_service_pb2.GetTopicRequest(
+        collection=collection or "", id=id, page_size=page_size, page_token=page_token or ""
+    )
+    return Plan("GetTopic", req, _convert.topic_memories)
 
 
 REFLECTION_UNAVAILABLE = "reflection is not available on this server"

@@ -2804,6 +2804,412 @@ func (x *ListReflectionRunsResponse) GetTruncated() bool {
 	return false
 }
 
+// ListTopicsRequest asks for a collection's topic index.
+type ListTopicsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The collection. Empty means the default collection (no topics until its first write). A
+	// named collection that does not exist is NOT_FOUND (ERROR_REASON_COLLECTION_NOT_FOUND).
+	Collection string `protobuf:"bytes,1,opt,name=collection,proto3" json:"collection,omitempty"`
+	// List the sub-topics of this topic instead of the top-level topics. An unknown id is
+	// NOT_FOUND (ERROR_REASON_TOPIC_NOT_FOUND).
+	ParentId string `protobuf:"bytes,2,opt,name=parent_id,json=parentId,proto3" json:"parent_id,omitempty"`
+	// Topics per page, 1–200. Zero means 50.
+	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// The next_page_token of the previous page; empty for the first page.
+	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTopicsRequest) Reset() {
+	*x = ListTopicsRequest{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTopicsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTopicsRequest) ProtoMessage() {}
+
+func (x *ListTopicsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTopicsRequest.ProtoReflect.Descriptor instead.
+func (*ListTopicsRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *ListTopicsRequest) GetCollection() string {
+	if x != nil {
+		return x.Collection
+	}
+	return ""
+}
+
+func (x *ListTopicsRequest) GetParentId() string {
+	if x != nil {
+		return x.ParentId
+	}
+	return ""
+}
+
+func (x *ListTopicsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListTopicsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// Topic is one node of the topic index.
+type Topic struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Stable id ("t" and 10 hex digits). It survives restarts, new memories and re-clustering as
+	// long as most of the topic's memories stay together.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// A short name: the LLM's when one is configured and has named it, else the most salient
+	// words of its memories (c-TF-IDF), joined by " · ".
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// Who gave the name: "llm" or "terms".
+	NamedBy string `protobuf:"bytes,3,opt,name=named_by,json=namedBy,proto3" json:"named_by,omitempty"`
+	// How many live memories the topic holds (a parent: its sub-topics' together).
+	Size int32 `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
+	// 2 for a parent topic (a group of sub-topics), 1 for a leaf topic (a group of memories).
+	Level int32 `protobuf:"varint,5,opt,name=level,proto3" json:"level,omitempty"`
+	// The parent topic's id; empty for a top-level topic.
+	ParentId string `protobuf:"bytes,6,opt,name=parent_id,json=parentId,proto3" json:"parent_id,omitempty"`
+	// The sub-topics (of a parent topic in ListTopics' top level), largest first. They carry no
+	// sub-topics of their own.
+	Children []*Topic `protobuf:"bytes,7,rep,name=children,proto3" json:"children,omitempty"`
+	// The topic's most salient words, most salient first (also when the LLM named it).
+	Terms []string `protobuf:"bytes,8,rep,name=terms,proto3" json:"terms,omitempty"`
+	// When the topic was first formed.
+	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Topic) Reset() {
+	*x = Topic{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Topic) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Topic) ProtoMessage() {}
+
+func (x *Topic) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Topic.ProtoReflect.Descriptor instead.
+func (*Topic) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *Topic) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Topic) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Topic) GetNamedBy() string {
+	if x != nil {
+		return x.NamedBy
+	}
+	return ""
+}
+
+func (x *Topic) GetSize() int32 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *Topic) GetLevel() int32 {
+	if x != nil {
+		return x.Level
+	}
+	return 0
+}
+
+func (x *Topic) GetParentId() string {
+	if x != nil {
+		return x.ParentId
+	}
+	return ""
+}
+
+func (x *Topic) GetChildren() []*Topic {
+	if x != nil {
+		return x.Children
+	}
+	return nil
+}
+
+func (x *Topic) GetTerms() []string {
+	if x != nil {
+		return x.Terms
+	}
+	return nil
+}
+
+func (x *Topic) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+// ListTopicsResponse is one page of the topic index.
+type ListTopicsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The topics on this page, largest first.
+	Topics []*Topic `protobuf:"bytes,1,rep,name=topics,proto3" json:"topics,omitempty"`
+	// Pass as page_token to get the next page; empty when this is the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	// How many topics the listed level holds in all pages.
+	TopicCount int32 `protobuf:"varint,3,opt,name=topic_count,json=topicCount,proto3" json:"topic_count,omitempty"`
+	// How many memories the collection's topic index holds (its live current memories).
+	MemoryCount   int32 `protobuf:"varint,4,opt,name=memory_count,json=memoryCount,proto3" json:"memory_count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTopicsResponse) Reset() {
+	*x = ListTopicsResponse{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTopicsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTopicsResponse) ProtoMessage() {}
+
+func (x *ListTopicsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTopicsResponse.ProtoReflect.Descriptor instead.
+func (*ListTopicsResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *ListTopicsResponse) GetTopics() []*Topic {
+	if x != nil {
+		return x.Topics
+	}
+	return nil
+}
+
+func (x *ListTopicsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+func (x *ListTopicsResponse) GetTopicCount() int32 {
+	if x != nil {
+		return x.TopicCount
+	}
+	return 0
+}
+
+func (x *ListTopicsResponse) GetMemoryCount() int32 {
+	if x != nil {
+		return x.MemoryCount
+	}
+	return 0
+}
+
+// GetTopicRequest reads one topic and a page of its memories.
+type GetTopicRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The collection. Empty means the default collection.
+	Collection string `protobuf:"bytes,1,opt,name=collection,proto3" json:"collection,omitempty"`
+	// The topic's id, from ListTopics or a context pack. Required.
+	Id string `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	// Memories per page, 1–1000. Zero means 20.
+	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// The next_page_token of the previous page; empty for the first page.
+	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetTopicRequest) Reset() {
+	*x = GetTopicRequest{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetTopicRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetTopicRequest) ProtoMessage() {}
+
+func (x *GetTopicRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetTopicRequest.ProtoReflect.Descriptor instead.
+func (*GetTopicRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *GetTopicRequest) GetCollection() string {
+	if x != nil {
+		return x.Collection
+	}
+	return ""
+}
+
+func (x *GetTopicRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *GetTopicRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *GetTopicRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// GetTopicResponse holds the topic and a page of its memories.
+type GetTopicResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The topic (with its sub-topics when it is a parent).
+	Topic *Topic `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	// The topic's memories on this page, nearest to the topic's centroid first.
+	Memories []*Memory `protobuf:"bytes,2,rep,name=memories,proto3" json:"memories,omitempty"`
+	// Pass as page_token to get the next page; empty when this is the last page.
+	NextPageToken string `protobuf:"bytes,3,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetTopicResponse) Reset() {
+	*x = GetTopicResponse{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetTopicResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetTopicResponse) ProtoMessage() {}
+
+func (x *GetTopicResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetTopicResponse.ProtoReflect.Descriptor instead.
+func (*GetTopicResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *GetTopicResponse) GetTopic() *Topic {
+	if x != nil {
+		return x.Topic
+	}
+	return nil
+}
+
+func (x *GetTopicResponse) GetMemories() []*Memory {
+	if x != nil {
+		return x.Memories
+	}
+	return nil
+}
+
+func (x *GetTopicResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
 var File_engram_v1_memory_service_proto protoreflect.FileDescriptor
 
 const file_engram_v1_memory_service_proto_rawDesc = "" +
@@ -3051,7 +3457,44 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"duplicates\"h\n" +
 	"\x1aListReflectionRunsResponse\x12,\n" +
 	"\x04runs\x18\x01 \x03(\v2\x18.engram.v1.ReflectionRunR\x04runs\x12\x1c\n" +
-	"\ttruncated\x18\x02 \x01(\bR\ttruncated*]\n" +
+	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"\x8c\x01\n" +
+	"\x11ListTopicsRequest\x12\x1e\n" +
+	"\n" +
+	"collection\x18\x01 \x01(\tR\n" +
+	"collection\x12\x1b\n" +
+	"\tparent_id\x18\x02 \x01(\tR\bparentId\x12\x1b\n" +
+	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\"\x8c\x02\n" +
+	"\x05Topic\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x19\n" +
+	"\bnamed_by\x18\x03 \x01(\tR\anamedBy\x12\x12\n" +
+	"\x04size\x18\x04 \x01(\x05R\x04size\x12\x14\n" +
+	"\x05level\x18\x05 \x01(\x05R\x05level\x12\x1b\n" +
+	"\tparent_id\x18\x06 \x01(\tR\bparentId\x12,\n" +
+	"\bchildren\x18\a \x03(\v2\x10.engram.v1.TopicR\bchildren\x12\x14\n" +
+	"\x05terms\x18\b \x03(\tR\x05terms\x129\n" +
+	"\n" +
+	"created_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"\xaa\x01\n" +
+	"\x12ListTopicsResponse\x12(\n" +
+	"\x06topics\x18\x01 \x03(\v2\x10.engram.v1.TopicR\x06topics\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12\x1f\n" +
+	"\vtopic_count\x18\x03 \x01(\x05R\n" +
+	"topicCount\x12!\n" +
+	"\fmemory_count\x18\x04 \x01(\x05R\vmemoryCount\"}\n" +
+	"\x0fGetTopicRequest\x12\x1e\n" +
+	"\n" +
+	"collection\x18\x01 \x01(\tR\n" +
+	"collection\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\x12\x1b\n" +
+	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\"\x91\x01\n" +
+	"\x10GetTopicResponse\x12&\n" +
+	"\x05topic\x18\x01 \x01(\v2\x10.engram.v1.TopicR\x05topic\x12-\n" +
+	"\bmemories\x18\x02 \x03(\v2\x11.engram.v1.MemoryR\bmemories\x12&\n" +
+	"\x0fnext_page_token\x18\x03 \x01(\tR\rnextPageToken*]\n" +
 	"\n" +
 	"AddOutcome\x12\x1b\n" +
 	"\x17ADD_OUTCOME_UNSPECIFIED\x10\x00\x12\x17\n" +
@@ -3070,7 +3513,7 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\x19REFLECTION_GATE_DAILY_CAP\x10\x02\x12\x1e\n" +
 	"\x1aREFLECTION_GATE_IMPORTANCE\x10\x03\x12$\n" +
 	" REFLECTION_GATE_TOO_FEW_MEMORIES\x10\x04\x12\x1f\n" +
-	"\x1bREFLECTION_GATE_IN_PROGRESS\x10\x052\xb7\f\n" +
+	"\x1bREFLECTION_GATE_IN_PROGRESS\x10\x052\xa6\x0e\n" +
 	"\rMemoryService\x12_\n" +
 	"\tAddMemory\x12\x1b.engram.v1.AddMemoryRequest\x1a\x1c.engram.v1.AddMemoryResponse\"\x17\x82\xd3\xe4\x93\x02\x11:\x01*\"\f/v1/memories\x12n\n" +
 	"\vAddMemories\x12\x1d.engram.v1.AddMemoriesRequest\x1a\x1e.engram.v1.AddMemoriesResponse\" \x82\xd3\xe4\x93\x02\x1a:\x01*\"\x15/v1/memories:batchAdd\x12u\n" +
@@ -3083,7 +3526,10 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\x10DeleteCollection\x12\".engram.v1.DeleteCollectionRequest\x1a#.engram.v1.DeleteCollectionResponse\"\x1e\x82\xd3\xe4\x93\x02\x18*\x16/v1/collections/{name}\x12\x83\x01\n" +
 	"\rRunReflection\x12\x1f.engram.v1.RunReflectionRequest\x1a .engram.v1.RunReflectionResponse\"/\x82\xd3\xe4\x93\x02):\x01*\"$/v1/collections/{collection}:reflect\x12\x92\x01\n" +
 	"\x11ListGateDecisions\x12#.engram.v1.ListGateDecisionsRequest\x1a$.engram.v1.ListGateDecisionsResponse\"2\x82\xd3\xe4\x93\x02,\x12*/v1/collections/{collection}/gateDecisions\x12\x96\x01\n" +
-	"\x12ListReflectionRuns\x12$.engram.v1.ListReflectionRunsRequest\x1a%.engram.v1.ListReflectionRunsResponse\"3\x82\xd3\xe4\x93\x02-\x12+/v1/collections/{collection}/reflectionRunsB?Z=github.com/engram-memory/engram/clients/go/engram/v1;engramv1b\x06proto3"
+	"\x12ListReflectionRuns\x12$.engram.v1.ListReflectionRunsRequest\x1a%.engram.v1.ListReflectionRunsResponse\"3\x82\xd3\xe4\x93\x02-\x12+/v1/collections/{collection}/reflectionRuns\x12v\n" +
+	"\n" +
+	"ListTopics\x12\x1c.engram.v1.ListTopicsRequest\x1a\x1d.engram.v1.ListTopicsResponse\"+\x82\xd3\xe4\x93\x02%\x12#/v1/collections/{collection}/topics\x12u\n" +
+	"\bGetTopic\x12\x1a.engram.v1.GetTopicRequest\x1a\x1b.engram.v1.GetTopicResponse\"0\x82\xd3\xe4\x93\x02*\x12(/v1/collections/{collection}/topics/{id}B?Z=github.com/engram-memory/engram/clients/go/engram/v1;engramv1b\x06proto3"
 
 var (
 	file_engram_v1_memory_service_proto_rawDescOnce sync.Once
@@ -3098,7 +3544,7 @@ func file_engram_v1_memory_service_proto_rawDescGZIP() []byte {
 }
 
 var file_engram_v1_memory_service_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_engram_v1_memory_service_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_engram_v1_memory_service_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_engram_v1_memory_service_proto_goTypes = []any{
 	(AddOutcome)(0),                    // 0: engram.v1.AddOutcome
 	(ReflectionOutcome)(0),             // 1: engram.v1.ReflectionOutcome
@@ -3136,105 +3582,119 @@ var file_engram_v1_memory_service_proto_goTypes = []any{
 	(*ListReflectionRunsRequest)(nil),  // 33: engram.v1.ListReflectionRunsRequest
 	(*ReflectionRun)(nil),              // 34: engram.v1.ReflectionRun
 	(*ListReflectionRunsResponse)(nil), // 35: engram.v1.ListReflectionRunsResponse
-	nil,                                // 36: engram.v1.AddMemoryRequest.MetadataEntry
-	nil,                                // 37: engram.v1.NewMemory.MetadataEntry
-	nil,                                // 38: engram.v1.StringMap.EntriesEntry
-	(MemoryType)(0),                    // 39: engram.v1.MemoryType
-	(Source)(0),                        // 40: engram.v1.Source
-	(SourceType)(0),                    // 41: engram.v1.SourceType
-	(*timestamppb.Timestamp)(nil),      // 42: google.protobuf.Timestamp
-	(*Memory)(nil),                     // 43: engram.v1.Memory
-	(*SimilarMemory)(nil),              // 44: engram.v1.SimilarMemory
-	(*MemoryFilter)(nil),               // 45: engram.v1.MemoryFilter
-	(*RankingWeights)(nil),             // 46: engram.v1.RankingWeights
-	(*ScoreBreakdown)(nil),             // 47: engram.v1.ScoreBreakdown
-	(*CollectionInfo)(nil),             // 48: engram.v1.CollectionInfo
+	(*ListTopicsRequest)(nil),          // 36: engram.v1.ListTopicsRequest
+	(*Topic)(nil),                      // 37: engram.v1.Topic
+	(*ListTopicsResponse)(nil),         // 38: engram.v1.ListTopicsResponse
+	(*GetTopicRequest)(nil),            // 39: engram.v1.GetTopicRequest
+	(*GetTopicResponse)(nil),           // 40: engram.v1.GetTopicResponse
+	nil,                                // 41: engram.v1.AddMemoryRequest.MetadataEntry
+	nil,                                // 42: engram.v1.NewMemory.MetadataEntry
+	nil,                                // 43: engram.v1.StringMap.EntriesEntry
+	(MemoryType)(0),                    // 44: engram.v1.MemoryType
+	(Source)(0),                        // 45: engram.v1.Source
+	(SourceType)(0),                    // 46: engram.v1.SourceType
+	(*timestamppb.Timestamp)(nil),      // 47: google.protobuf.Timestamp
+	(*Memory)(nil),                     // 48: engram.v1.Memory
+	(*SimilarMemory)(nil),              // 49: engram.v1.SimilarMemory
+	(*MemoryFilter)(nil),               // 50: engram.v1.MemoryFilter
+	(*RankingWeights)(nil),             // 51: engram.v1.RankingWeights
+	(*ScoreBreakdown)(nil),             // 52: engram.v1.ScoreBreakdown
+	(*CollectionInfo)(nil),             // 53: engram.v1.CollectionInfo
 }
 var file_engram_v1_memory_service_proto_depIdxs = []int32{
-	39, // 0: engram.v1.AddMemoryRequest.type:type_name -> engram.v1.MemoryType
-	40, // 1: engram.v1.AddMemoryRequest.source:type_name -> engram.v1.Source
-	41, // 2: engram.v1.AddMemoryRequest.source_type:type_name -> engram.v1.SourceType
-	36, // 3: engram.v1.AddMemoryRequest.metadata:type_name -> engram.v1.AddMemoryRequest.MetadataEntry
-	42, // 4: engram.v1.AddMemoryRequest.created_at:type_name -> google.protobuf.Timestamp
-	42, // 5: engram.v1.AddMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
-	43, // 6: engram.v1.AddMemoryResponse.memory:type_name -> engram.v1.Memory
+	44, // 0: engram.v1.AddMemoryRequest.type:type_name -> engram.v1.MemoryType
+	45, // 1: engram.v1.AddMemoryRequest.source:type_name -> engram.v1.Source
+	46, // 2: engram.v1.AddMemoryRequest.source_type:type_name -> engram.v1.SourceType
+	41, // 3: engram.v1.AddMemoryRequest.metadata:type_name -> engram.v1.AddMemoryRequest.MetadataEntry
+	47, // 4: engram.v1.AddMemoryRequest.created_at:type_name -> google.protobuf.Timestamp
+	47, // 5: engram.v1.AddMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
+	48, // 6: engram.v1.AddMemoryResponse.memory:type_name -> engram.v1.Memory
 	0,  // 7: engram.v1.AddMemoryResponse.outcome:type_name -> engram.v1.AddOutcome
-	44, // 8: engram.v1.AddMemoryResponse.near_duplicates:type_name -> engram.v1.SimilarMemory
+	49, // 8: engram.v1.AddMemoryResponse.near_duplicates:type_name -> engram.v1.SimilarMemory
 	6,  // 9: engram.v1.AddMemoriesRequest.memories:type_name -> engram.v1.NewMemory
-	39, // 10: engram.v1.NewMemory.type:type_name -> engram.v1.MemoryType
-	40, // 11: engram.v1.NewMemory.source:type_name -> engram.v1.Source
-	41, // 12: engram.v1.NewMemory.source_type:type_name -> engram.v1.SourceType
-	37, // 13: engram.v1.NewMemory.metadata:type_name -> engram.v1.NewMemory.MetadataEntry
-	42, // 14: engram.v1.NewMemory.created_at:type_name -> google.protobuf.Timestamp
-	42, // 15: engram.v1.NewMemory.valid_until:type_name -> google.protobuf.Timestamp
-	43, // 16: engram.v1.AddMemoryResult.memory:type_name -> engram.v1.Memory
+	44, // 10: engram.v1.NewMemory.type:type_name -> engram.v1.MemoryType
+	45, // 11: engram.v1.NewMemory.source:type_name -> engram.v1.Source
+	46, // 12: engram.v1.NewMemory.source_type:type_name -> engram.v1.SourceType
+	42, // 13: engram.v1.NewMemory.metadata:type_name -> engram.v1.NewMemory.MetadataEntry
+	47, // 14: engram.v1.NewMemory.created_at:type_name -> google.protobuf.Timestamp
+	47, // 15: engram.v1.NewMemory.valid_until:type_name -> google.protobuf.Timestamp
+	48, // 16: engram.v1.AddMemoryResult.memory:type_name -> engram.v1.Memory
 	0,  // 17: engram.v1.AddMemoryResult.outcome:type_name -> engram.v1.AddOutcome
-	44, // 18: engram.v1.AddMemoryResult.near_duplicates:type_name -> engram.v1.SimilarMemory
+	49, // 18: engram.v1.AddMemoryResult.near_duplicates:type_name -> engram.v1.SimilarMemory
 	7,  // 19: engram.v1.AddMemoriesResponse.results:type_name -> engram.v1.AddMemoryResult
-	45, // 20: engram.v1.SearchMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
-	46, // 21: engram.v1.SearchMemoriesRequest.weights:type_name -> engram.v1.RankingWeights
-	43, // 22: engram.v1.SearchResult.memory:type_name -> engram.v1.Memory
-	47, // 23: engram.v1.SearchResult.score:type_name -> engram.v1.ScoreBreakdown
+	50, // 20: engram.v1.SearchMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
+	51, // 21: engram.v1.SearchMemoriesRequest.weights:type_name -> engram.v1.RankingWeights
+	48, // 22: engram.v1.SearchResult.memory:type_name -> engram.v1.Memory
+	52, // 23: engram.v1.SearchResult.score:type_name -> engram.v1.ScoreBreakdown
 	10, // 24: engram.v1.SearchMemoriesResponse.results:type_name -> engram.v1.SearchResult
-	38, // 25: engram.v1.StringMap.entries:type_name -> engram.v1.StringMap.EntriesEntry
+	43, // 25: engram.v1.StringMap.entries:type_name -> engram.v1.StringMap.EntriesEntry
 	12, // 26: engram.v1.UpdateMemoryRequest.locate:type_name -> engram.v1.SemanticLocator
-	39, // 27: engram.v1.UpdateMemoryRequest.type:type_name -> engram.v1.MemoryType
+	44, // 27: engram.v1.UpdateMemoryRequest.type:type_name -> engram.v1.MemoryType
 	13, // 28: engram.v1.UpdateMemoryRequest.tags:type_name -> engram.v1.StringList
 	14, // 29: engram.v1.UpdateMemoryRequest.metadata:type_name -> engram.v1.StringMap
-	42, // 30: engram.v1.UpdateMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
-	43, // 31: engram.v1.UpdateMemoryResponse.memory:type_name -> engram.v1.Memory
-	43, // 32: engram.v1.UpdateMemoryResponse.previous:type_name -> engram.v1.Memory
+	47, // 30: engram.v1.UpdateMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
+	48, // 31: engram.v1.UpdateMemoryResponse.memory:type_name -> engram.v1.Memory
+	48, // 32: engram.v1.UpdateMemoryResponse.previous:type_name -> engram.v1.Memory
 	17, // 33: engram.v1.DeleteMemoryRequest.query:type_name -> engram.v1.DeleteQuery
-	43, // 34: engram.v1.DeleteMemoryResponse.deleted:type_name -> engram.v1.Memory
-	43, // 35: engram.v1.GetMemoryResponse.memory:type_name -> engram.v1.Memory
-	43, // 36: engram.v1.GetMemoryResponse.history:type_name -> engram.v1.Memory
-	45, // 37: engram.v1.ListMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
-	43, // 38: engram.v1.ListMemoriesResponse.memories:type_name -> engram.v1.Memory
-	48, // 39: engram.v1.ListCollectionsResponse.collections:type_name -> engram.v1.CollectionInfo
-	42, // 40: engram.v1.DeleteCollectionResponse.deleted_at:type_name -> google.protobuf.Timestamp
+	48, // 34: engram.v1.DeleteMemoryResponse.deleted:type_name -> engram.v1.Memory
+	48, // 35: engram.v1.GetMemoryResponse.memory:type_name -> engram.v1.Memory
+	48, // 36: engram.v1.GetMemoryResponse.history:type_name -> engram.v1.Memory
+	50, // 37: engram.v1.ListMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
+	48, // 38: engram.v1.ListMemoriesResponse.memories:type_name -> engram.v1.Memory
+	53, // 39: engram.v1.ListCollectionsResponse.collections:type_name -> engram.v1.CollectionInfo
+	47, // 40: engram.v1.DeleteCollectionResponse.deleted_at:type_name -> google.protobuf.Timestamp
 	1,  // 41: engram.v1.RunReflectionResponse.outcome:type_name -> engram.v1.ReflectionOutcome
 	2,  // 42: engram.v1.RunReflectionResponse.throttled_by:type_name -> engram.v1.ReflectionGate
-	42, // 43: engram.v1.RunReflectionResponse.next_run_after:type_name -> google.protobuf.Timestamp
-	43, // 44: engram.v1.RunReflectionResponse.sources:type_name -> engram.v1.Memory
-	43, // 45: engram.v1.RunReflectionResponse.insights:type_name -> engram.v1.Memory
-	43, // 46: engram.v1.RunReflectionResponse.drafts:type_name -> engram.v1.Memory
-	44, // 47: engram.v1.RunReflectionResponse.duplicates:type_name -> engram.v1.SimilarMemory
-	42, // 48: engram.v1.GateDecision.decided_at:type_name -> google.protobuf.Timestamp
+	47, // 43: engram.v1.RunReflectionResponse.next_run_after:type_name -> google.protobuf.Timestamp
+	48, // 44: engram.v1.RunReflectionResponse.sources:type_name -> engram.v1.Memory
+	48, // 45: engram.v1.RunReflectionResponse.insights:type_name -> engram.v1.Memory
+	48, // 46: engram.v1.RunReflectionResponse.drafts:type_name -> engram.v1.Memory
+	49, // 47: engram.v1.RunReflectionResponse.duplicates:type_name -> engram.v1.SimilarMemory
+	47, // 48: engram.v1.GateDecision.decided_at:type_name -> google.protobuf.Timestamp
 	0,  // 49: engram.v1.GateDecision.outcome:type_name -> engram.v1.AddOutcome
-	44, // 50: engram.v1.GateDecision.near_duplicates:type_name -> engram.v1.SimilarMemory
+	49, // 50: engram.v1.GateDecision.near_duplicates:type_name -> engram.v1.SimilarMemory
 	31, // 51: engram.v1.ListGateDecisionsResponse.decisions:type_name -> engram.v1.GateDecision
-	42, // 52: engram.v1.ReflectionRun.started_at:type_name -> google.protobuf.Timestamp
+	47, // 52: engram.v1.ReflectionRun.started_at:type_name -> google.protobuf.Timestamp
 	1,  // 53: engram.v1.ReflectionRun.outcome:type_name -> engram.v1.ReflectionOutcome
 	34, // 54: engram.v1.ListReflectionRunsResponse.runs:type_name -> engram.v1.ReflectionRun
-	3,  // 55: engram.v1.MemoryService.AddMemory:input_type -> engram.v1.AddMemoryRequest
-	5,  // 56: engram.v1.MemoryService.AddMemories:input_type -> engram.v1.AddMemoriesRequest
-	9,  // 57: engram.v1.MemoryService.SearchMemories:input_type -> engram.v1.SearchMemoriesRequest
-	15, // 58: engram.v1.MemoryService.UpdateMemory:input_type -> engram.v1.UpdateMemoryRequest
-	18, // 59: engram.v1.MemoryService.DeleteMemory:input_type -> engram.v1.DeleteMemoryRequest
-	20, // 60: engram.v1.MemoryService.GetMemory:input_type -> engram.v1.GetMemoryRequest
-	22, // 61: engram.v1.MemoryService.ListMemories:input_type -> engram.v1.ListMemoriesRequest
-	24, // 62: engram.v1.MemoryService.ListCollections:input_type -> engram.v1.ListCollectionsRequest
-	26, // 63: engram.v1.MemoryService.DeleteCollection:input_type -> engram.v1.DeleteCollectionRequest
-	28, // 64: engram.v1.MemoryService.RunReflection:input_type -> engram.v1.RunReflectionRequest
-	30, // 65: engram.v1.MemoryService.ListGateDecisions:input_type -> engram.v1.ListGateDecisionsRequest
-	33, // 66: engram.v1.MemoryService.ListReflectionRuns:input_type -> engram.v1.ListReflectionRunsRequest
-	4,  // 67: engram.v1.MemoryService.AddMemory:output_type -> engram.v1.AddMemoryResponse
-	8,  // 68: engram.v1.MemoryService.AddMemories:output_type -> engram.v1.AddMemoriesResponse
-	11, // 69: engram.v1.MemoryService.SearchMemories:output_type -> engram.v1.SearchMemoriesResponse
-	16, // 70: engram.v1.MemoryService.UpdateMemory:output_type -> engram.v1.UpdateMemoryResponse
-	19, // 71: engram.v1.MemoryService.DeleteMemory:output_type -> engram.v1.DeleteMemoryResponse
-	21, // 72: engram.v1.MemoryService.GetMemory:output_type -> engram.v1.GetMemoryResponse
-	23, // 73: engram.v1.MemoryService.ListMemories:output_type -> engram.v1.ListMemoriesResponse
-	25, // 74: engram.v1.MemoryService.ListCollections:output_type -> engram.v1.ListCollectionsResponse
-	27, // 75: engram.v1.MemoryService.DeleteCollection:output_type -> engram.v1.DeleteCollectionResponse
-	29, // 76: engram.v1.MemoryService.RunReflection:output_type -> engram.v1.RunReflectionResponse
-	32, // 77: engram.v1.MemoryService.ListGateDecisions:output_type -> engram.v1.ListGateDecisionsResponse
-	35, // 78: engram.v1.MemoryService.ListReflectionRuns:output_type -> engram.v1.ListReflectionRunsResponse
-	67, // [67:79] is the sub-list for method output_type
-	55, // [55:67] is the sub-list for method input_type
-	55, // [55:55] is the sub-list for extension type_name
-	55, // [55:55] is the sub-list for extension extendee
-	0,  // [0:55] is the sub-list for field type_name
+	37, // 55: engram.v1.Topic.children:type_name -> engram.v1.Topic
+	47, // 56: engram.v1.Topic.created_at:type_name -> google.protobuf.Timestamp
+	37, // 57: engram.v1.ListTopicsResponse.topics:type_name -> engram.v1.Topic
+	37, // 58: engram.v1.GetTopicResponse.topic:type_name -> engram.v1.Topic
+	48, // 59: engram.v1.GetTopicResponse.memories:type_name -> engram.v1.Memory
+	3,  // 60: engram.v1.MemoryService.AddMemory:input_type -> engram.v1.AddMemoryRequest
+	5,  // 61: engram.v1.MemoryService.AddMemories:input_type -> engram.v1.AddMemoriesRequest
+	9,  // 62: engram.v1.MemoryService.SearchMemories:input_type -> engram.v1.SearchMemoriesRequest
+	15, // 63: engram.v1.MemoryService.UpdateMemory:input_type -> engram.v1.UpdateMemoryRequest
+	18, // 64: engram.v1.MemoryService.DeleteMemory:input_type -> engram.v1.DeleteMemoryRequest
+	20, // 65: engram.v1.MemoryService.GetMemory:input_type -> engram.v1.GetMemoryRequest
+	22, // 66: engram.v1.MemoryService.ListMemories:input_type -> engram.v1.ListMemoriesRequest
+	24, // 67: engram.v1.MemoryService.ListCollections:input_type -> engram.v1.ListCollectionsRequest
+	26, // 68: engram.v1.MemoryService.DeleteCollection:input_type -> engram.v1.DeleteCollectionRequest
+	28, // 69: engram.v1.MemoryService.RunReflection:input_type -> engram.v1.RunReflectionRequest
+	30, // 70: engram.v1.MemoryService.ListGateDecisions:input_type -> engram.v1.ListGateDecisionsRequest
+	33, // 71: engram.v1.MemoryService.ListReflectionRuns:input_type -> engram.v1.ListReflectionRunsRequest
+	36, // 72: engram.v1.MemoryService.ListTopics:input_type -> engram.v1.ListTopicsRequest
+	39, // 73: engram.v1.MemoryService.GetTopic:input_type -> engram.v1.GetTopicRequest
+	4,  // 74: engram.v1.MemoryService.AddMemory:output_type -> engram.v1.AddMemoryResponse
+	8,  // 75: engram.v1.MemoryService.AddMemories:output_type -> engram.v1.AddMemoriesResponse
+	11, // 76: engram.v1.MemoryService.SearchMemories:output_type -> engram.v1.SearchMemoriesResponse
+	16, // 77: engram.v1.MemoryService.UpdateMemory:output_type -> engram.v1.UpdateMemoryResponse
+	19, // 78: engram.v1.MemoryService.DeleteMemory:output_type -> engram.v1.DeleteMemoryResponse
+	21, // 79: engram.v1.MemoryService.GetMemory:output_type -> engram.v1.GetMemoryResponse
+	23, // 80: engram.v1.MemoryService.ListMemories:output_type -> engram.v1.ListMemoriesResponse
+	25, // 81: engram.v1.MemoryService.ListCollections:output_type -> engram.v1.ListCollectionsResponse
+	27, // 82: engram.v1.MemoryService.DeleteCollection:output_type -> engram.v1.DeleteCollectionResponse
+	29, // 83: engram.v1.MemoryService.RunReflection:output_type -> engram.v1.RunReflectionResponse
+	32, // 84: engram.v1.MemoryService.ListGateDecisions:output_type -> engram.v1.ListGateDecisionsResponse
+	35, // 85: engram.v1.MemoryService.ListReflectionRuns:output_type -> engram.v1.ListReflectionRunsResponse
+	38, // 86: engram.v1.MemoryService.ListTopics:output_type -> engram.v1.ListTopicsResponse
+	40, // 87: engram.v1.MemoryService.GetTopic:output_type -> engram.v1.GetTopicResponse
+	74, // [74:88] is the sub-list for method output_type
+	60, // [60:74] is the sub-list for method input_type
+	60, // [60:60] is the sub-list for extension type_name
+	60, // [60:60] is the sub-list for extension extendee
+	0,  // [0:60] is the sub-list for field type_name
 }
 
 func init() { file_engram_v1_memory_service_proto_init() }
@@ -3261,7 +3721,7 @@ func file_engram_v1_memory_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_engram_v1_memory_service_proto_rawDesc), len(file_engram_v1_memory_service_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   36,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

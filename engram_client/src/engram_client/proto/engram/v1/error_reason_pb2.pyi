@@ -88,6 +88,11 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     RESOURCE_EXHAUSTED). Reads keep working. Not worth retrying until an operator frees space;
     metadata gives "free_bytes" and "headroom_bytes".
     """
+    ERROR_REASON_TOPIC_NOT_FOUND: _ErrorReason.ValueType  # 30
+    """GetTopic or ListTopics named a topic id the collection's topic index does not hold (status
+    NOT_FOUND): never minted, or the topic dissolved (its memories were deleted, expired or
+    moved). List the topics again. Metadata gives "collection" and "topic_id".
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """ErrorReason lists the machine-readable reasons Engram attaches to failed calls.
@@ -165,5 +170,10 @@ ERROR_REASON_STORAGE_FULL: ErrorReason.ValueType  # 20
 (ENGRAM_DISK_HEADROOM_MB), so writes are refused before they touch the disk (status
 RESOURCE_EXHAUSTED). Reads keep working. Not worth retrying until an operator frees space;
 metadata gives "free_bytes" and "headroom_bytes".
+"""
+ERROR_REASON_TOPIC_NOT_FOUND: ErrorReason.ValueType  # 30
+"""GetTopic or ListTopics named a topic id the collection's topic index does not hold (status
+NOT_FOUND): never minted, or the topic dissolved (its memories were deleted, expired or
+moved). List the topics again. Metadata gives "collection" and "topic_id".
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015

@@ -27,9 +27,9 @@ from engram_server.domain.clock import Clock, SystemClock
 from engram_server.domain.errors import CollectionNotFound
 from engram_server.domain.ranking import FusionMode, HybridParams, Weights
 from engram_server.domain.reflection import ReflectionPolicy, Reflector
+from engram_server.domain.service import MemoryService, Policy
 from engram_server.domain.service.topics import TopicService
 from engram_server.domain.topics import TopicParams
-from engram_server.domain.service import MemoryService, Policy
 from engram_server.domain.validation import Limits
 from engram_server.ports import Embedder, LexicalEncoder, Llm, Store
 from engram_server.telemetry import Telemetry, setup_telemetry
@@ -340,7 +340,9 @@ class EngramServer:
             lexical=build_lexical(settings),
         )
         reflector = Reflector(service, llm or build_llm(settings), build_reflection_policy(settings))
-        topics = TopicService(service, reflector.llm if settings.topic_llm_names else None, build_topic_params(settings))
+        topics = TopicService(
+            service, reflector.llm if settings.topic_llm_names else None, build_topic_params(settings)
+        )
         return cls(
             settings=settings,
             store=store,

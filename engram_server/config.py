@@ -398,8 +398,8 @@ SETTINGS_DOC: list[tuple[str, str, str]] = [
     (
         "topic_leaf_threshold",
         "ENGRAM_TOPIC_LEAF_THRESHOLD",
-        "Cosine (between per-script centred embeddings) to a topic's centroid at or above which a memory joins that topic (see "
-        "[Topics](../concepts/topics.md)); lower makes fewer, broader topics.",
+        "Cosine (between per-script centred embeddings) to a topic's centroid at or above which a "
+        "memory joins that topic (see [Topics](../concepts/topics.md)); lower makes fewer, broader topics.",
     ),
     (
         "topic_parent_threshold",

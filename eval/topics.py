@@ -84,6 +84,7 @@ def evaluate(
     texts: Sequence[str],
     vectors: np.ndarray,
     labels: Sequence[str],
+    *,
     params: TopicParams,
     seed: int = 7,
 ) -> dict[str, Any]:
@@ -153,17 +154,25 @@ def main() -> None:
         grid = []
         for leaf in (0.15, 0.2, 0.25, 0.3, 0.35):
             for parent in (0.1, 0.15, 0.2):
-                r = evaluate(ids, texts, vectors, labels, TopicParams(leaf_threshold=leaf, parent_threshold=parent))
+                r = evaluate(
+                    ids,
+                    texts,
+                    vectors,
+                    labels,
+                    params=TopicParams(leaf_threshold=leaf, parent_threshold=parent),
+                )
                 grid.append({"leaf": leaf, "parent": parent, **{k: r[k] for k in ("incremental", "rebuild")}})
         report["sweep"] = grid
     else:
-        report["subjects"] = evaluate(ids, texts, vectors, labels, params)
+        report["subjects"] = evaluate(ids, texts, vectors, labels, params=params)
     if args.locomo:
         rows = []
         for sample_id, cids, ctexts, clabels in load_locomo(args.locomo, args.conversations):
             cvec = asyncio.run(embed(ctexts))
-            r = evaluate(cids, ctexts, cvec, clabels, params)
-            rows.append({"conversation": sample_id, "memories": len(cids), "sessions": len(set(clabels)), **r})
+            r = evaluate(cids, ctexts, cvec, clabels, params=params)
+            rows.append(
+                {"conversation": sample_id, "memories": len(cids), "sessions": len(set(clabels)), **r}
+            )
         report["locomo"] = rows
     print(json.dumps(report, ensure_ascii=False, indent=1))
 

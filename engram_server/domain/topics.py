@@ -13,8 +13,8 @@ centred centroid is exact for the current means.
 **Algorithm.** Leaves are built by *online leader clustering* over the centred points (each memory
 joins the leaf whose centroid is nearest if the cosine is at least ``leaf_threshold``, else it
 starts a new leaf), the incremental form of DP-means: one dot product per leaf per write, no fixed
-number of topics, and a memory's topic only changes when the memory does. A full build runs that pass in a
-deterministic order (oldest first) and then ``refine_passes`` k-means reassignments (every memory
+number of topics, and a memory's topic only changes when the memory does. A full build runs that
+pass in a deterministic order (oldest first) and then ``refine_passes`` k-means reassignments (every memory
 to its nearest centroid) so the result does not depend much on the order. The second level groups
 leaves: parents are built by average-linkage agglomeration of the leaf centroids at
 ``parent_threshold`` on a full build, and a new leaf joins the nearest parent (or starts one) on an
@@ -45,9 +45,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import rjieba
 
-from engram_server.domain.model import Vector
 from engram_server.domain.text import script_of
 
 __all__ = ["TopicIndex", "TopicParams", "TopicView", "terms"]
@@ -56,22 +56,24 @@ _CJK_RUN = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
 _LATIN_WORD = re.compile(r"[A-Za-z\u00c0-\u024f][A-Za-z\u00c0-\u024f0-9]*(?:[-_.][A-Za-z0-9]+)*")
 
 _EN_STOP = frozenset(
-    """a about above after again against all also am an and any are as at be because been before
-    being below between both but by can could did do does doing done down during each even every few
-    for from further get gets got had has have having he her here hers herself him himself his how i if
+    """a about above after again against all also am an and any are as at be because been before being
+    below between both but by can could did do does doing done down during each even every few for
+    from further get gets got had has have having he her here hers herself him himself his how i if
     in into is it its itself just let like made make many may me might more most much must my myself
     new no nor not now of off on once one only or other our ours ourselves out over own per really
     same she should since so some still such than that the their theirs them themselves then there
     these they this those though through to too under until up upon us use used uses using very via
     was we well were what when where which while who whom why will with would yes yet you your yours
-    yourself yourselves always never often usually something anything everything someone thing things
-    want wants wanted know knows think thinks said says say going go goes went really okay ok lot
-    last next first two three day days time times year years today yesterday tomorrow""".split()
+    yourself yourselves always never often usually something anything everything someone thing
+    things want wants wanted know knows think thinks said says say going go goes went really okay ok
+    lot last next first two three day days time times year years today yesterday tomorrow user
+    users""".split()  # noqa: SIM905
 )
 _ZH_STOP = frozenset(
-    """的 了 和 是 在 我 有 也 就 都 而 及 与 着 或 一个 没有 我们 你们 他们 她们 它们 这个 那个 这些 那些
-    自己 什么 怎么 因为 所以 但是 如果 已经 可以 需要 时候 现在 今天 还是 不是 一下 一些 进行 使用 用户
-    以及 并且 然后 之后 之前 这样 那样 一直 非常 比较 还有 不要 应该 每次""".split()
+    """的 了 和 是 在 我 有 也 就 都 而 及 与 着 或 一个
+    没有 我们 你们 他们 她们 它们 这个 那个 这些 那些 自己 什么 怎么 因为 所以 但是
+    如果 已经 可以 需要 时候 现在 今天 还是 不是 一下 一些 进行 使用 用户 以及 并且
+    然后 之后 之前 这样 那样 一直 非常 比较 还有 不要 应该 每次""".split()  # noqa: SIM905
 )
 
 
@@ -102,7 +104,7 @@ class TopicParams:
 class _Topic:
     id: str
     level: int  # 1 leaf, 2 parent
-    total: Vector  # sum of the members' raw unit vectors (a parent: of its leaves' members); float64
+    total: Arr  # sum of the members' raw unit vectors (a parent: of its leaves' members); float64
     size: int = 0
     scripts: Counter[str] = field(default_factory=Counter)  # members per main script
     parent: str | None = None
@@ -129,29 +131,32 @@ class TopicView:
     created_at: float
 
 
+#: Vectors of any float dtype (embeddings come as float32; sums are kept in float64).
+Arr = npt.NDArray[Any]
+
 #: A script's mean borrows this many memories' worth of the all-scripts mean (a script with few
 #: memories is centred mostly by the collection's mean).
 _PRIOR = 4
 #: Member = (leaf id, raw unit vector (float16), words, valid_until, updated_at, created_at, script)
 #: Below this many writes since the last build, no automatic re-clustering.
 _MIN_REBUILD = 16
-Member = tuple[str, Vector, tuple[str, ...], float, float, float, str]
+Member = tuple[str, Arr, tuple[str, ...], float, float, float, str]
 
 
 def _mint(seed: str) -> str:
     return "t" + hashlib.sha256(seed.encode()).hexdigest()[:10]
 
 
-def _unit(v: Vector) -> Vector:
+def _unit(v: Arr) -> Arr:
     n = float(np.linalg.norm(v))
     return v / n if n > 0 else v
 
 
-def encode_vector(v: Vector) -> str:
+def encode_vector(v: Arr) -> str:
     return base64.b64encode(np.asarray(v, dtype=np.float16).tobytes()).decode()
 
 
-def decode_vector(s: str) -> Vector:
+def decode_vector(s: str) -> Arr:
     return np.frombuffer(base64.b64decode(s), dtype=np.float16).astype(np.float64)
 
 
@@ -165,10 +170,10 @@ class TopicIndex:
         self._members: dict[str, Member] = {}
         #: memory ids per leaf (GetTopic pages over them).
         self._leaf_members: dict[str, set[str]] = {}
-        self._script_sum: dict[str, Vector] = {}
+        self._script_sum: dict[str, Arr] = {}
         self._script_n: Counter[str] = Counter()
         self._leaf_ids: list[str] = []
-        self._leaf_matrix: Vector | None = None  # centred unit centroids of _leaf_ids
+        self._leaf_matrix: Arr | None = None  # centred unit centroids of _leaf_ids
         self._matrix_age = 0  # member changes since _leaf_matrix was computed
         self._names_dirty = True
         self._idf: dict[int, dict[str, float]] = {}
@@ -191,7 +196,7 @@ class TopicIndex:
     def member_state(self) -> Mapping[str, Member]:
         return self._members
 
-    def items(self) -> list[tuple[str, Vector, tuple[str, ...], float, float, float]]:
+    def items(self) -> list[tuple[str, Arr, tuple[str, ...], float, float, float]]:
         """The members as :meth:`rebuild` takes them (re-clustering without reading the store)."""
         return [(mid, m[1], m[2], m[3], m[4], m[5]) for mid, m in self._members.items()]
 
@@ -201,7 +206,7 @@ class TopicIndex:
     def leaf_ids(self) -> list[str]:
         return sorted(t.id for t in self._topics.values() if t.level == 1)
 
-    def centroid(self, topic_id: str) -> Vector:
+    def centroid(self, topic_id: str) -> Arr:
         """The topic's centred unit centroid."""
         return self._centre(self._topics[topic_id])
 
@@ -260,7 +265,7 @@ class TopicIndex:
     def upsert(
         self,
         memory_id: str,
-        vector: Vector,
+        vector: Arr,
         text: str,
         *,
         valid_until: float,
@@ -278,7 +283,16 @@ class TopicIndex:
         self._count_script(v, script, +1)
         if leaf is None:
             leaf = self._new_leaf(memory_id, now)
-        self._join(leaf, memory_id, v, words, valid_until, updated_at, now if created_at is None else created_at, script)
+        self._join(
+            leaf,
+            memory_id,
+            v,
+            words,
+            valid_until,
+            updated_at,
+            now if created_at is None else created_at,
+            script,
+        )
         if self._topics[leaf].parent is None and self._topics[leaf].size == 1:
             self._attach_new_leaf(leaf, now)
         self.changes_since_build += 1
@@ -325,10 +339,10 @@ class TopicIndex:
 
     def rebuild(
         self,
-        items: Sequence[tuple[str, Vector, str | tuple[str, ...], float, float, float]],
+        items: Sequence[tuple[str, Arr, str | tuple[str, ...], float, float, float]],
         *,
         now: float,
-        seeds: Sequence[tuple[str, Vector, float]] = (),
+        seeds: Sequence[tuple[str, Arr, float]] = (),
         scripts: Mapping[str, str] | None = None,
     ) -> None:
         """A full build from ``(id, vector, text or its terms, valid_until, updated_at, created_at)``
@@ -338,7 +352,9 @@ class TopicIndex:
         in the module doc."""
         old_members = {lid: set(ms) for lid, ms in self._leaf_members.items()}
         old_created = {t.id: t.created_at for t in self._topics.values()}
-        old_names = {t.id: (t.name, t.named_by, t.named_size) for t in self._topics.values() if t.named_by == "llm"}
+        old_names = {
+            t.id: (t.name, t.named_by, t.named_size) for t in self._topics.values() if t.named_by == "llm"
+        }
         old_parents = {t.id: set(self._children(t.id)) for t in self._topics.values() if t.level == 2}
         self._topics.clear()
         self._members.clear()
@@ -362,10 +378,12 @@ class TopicIndex:
         pts = np.stack([self._point(raw[i], scr[i]) for i in range(n)])
         # 1. leader pass, seeded with the previous centroids (empty seeds vanish below)
         ids: list[str] = [s[0] for s in seeds]
-        sums: list[Vector] = [np.zeros(self.dim) for _ in seeds]
+        sums: list[Arr] = [np.zeros(self.dim) for _ in seeds]
         counts: list[int] = [0] * len(seeds)
         matrix = (
-            np.stack([_unit(np.asarray(s[1], dtype=np.float64)) for s in seeds]) if seeds else np.zeros((0, self.dim))
+            np.stack([_unit(np.asarray(s[1], dtype=np.float64)) for s in seeds])
+            if seeds
+            else np.zeros((0, self.dim))
         )
         assign = np.empty(n, dtype=np.int64)
         for i in range(n):
@@ -397,14 +415,14 @@ class TopicIndex:
             assign = new_assign
             sums = [np.zeros(self.dim) for _ in ids]
             counts = [0] * len(ids)
-            for i, j in enumerate(assign):
+            for i, j in enumerate(assign.tolist()):
                 sums[j] = sums[j] + pts[i]
                 counts[j] += 1
         # 3. leaves with stable ids: a seed keeps its id; a new cluster inherits the id of the old
         # leaf most of whose members it holds, else mints one from its oldest member.
         groups: dict[int, list[int]] = {}
-        for i, j in enumerate(assign):
-            groups.setdefault(int(j), []).append(i)
+        for i, j in enumerate(assign.tolist()):
+            groups.setdefault(j, []).append(i)
         taken: set[str] = set()
         for j in sorted(groups, key=lambda j: (ids[j] == "", groups[j][0])):
             rows = groups[j]
@@ -421,7 +439,9 @@ class TopicIndex:
                 while tid in taken:
                     tid = _mint(tid)
             taken.add(tid)
-            self._topics[tid] = _Topic(id=tid, level=1, total=np.zeros(self.dim), created_at=old_created.get(tid, now))
+            self._topics[tid] = _Topic(
+                id=tid, level=1, total=np.zeros(self.dim), created_at=old_created.get(tid, now)
+            )
             self._leaf_members[tid] = set()
             for i in rows:
                 it = ordered[i]
@@ -478,7 +498,7 @@ class TopicIndex:
     @staticmethod
     def seeds_from(
         snapshot: Mapping[str, Any] | None, dimension: int
-    ) -> tuple[list[tuple[str, Vector, float]], dict[str, tuple[str, int]]]:
+    ) -> tuple[list[tuple[str, Arr, float]], dict[str, tuple[str, int]]]:
         """The leaf seeds and LLM names of a :meth:`snapshot` (empty when it does not fit)."""
         if not snapshot or snapshot.get("version") != 1 or snapshot.get("dimension") != dimension:
             return [], {}
@@ -493,21 +513,22 @@ class TopicIndex:
 
     # ------------------------------------------------------------------ internals
 
-    def _mean(self, script: str) -> Vector:
+    def _mean(self, script: str) -> Arr:
         n_all = sum(self._script_n.values())
         if n_all <= 0:
             return np.zeros(self.dim)
-        overall = sum(self._script_sum.values()) / (n_all + 1)
+        overall: Arr = np.asarray(np.sum(list(self._script_sum.values()), axis=0)) / (n_all + 1)
         total = self._script_sum.get(script)
         if total is None:
             return overall
-        return (total + _PRIOR * overall) / (self._script_n[script] + _PRIOR + 1)
+        mean: Arr = (total + _PRIOR * overall) / (self._script_n[script] + _PRIOR + 1)
+        return mean
 
-    def _point(self, raw: Vector, script: str) -> Vector:
+    def _point(self, raw: Arr, script: str) -> Arr:
         """A memory's centred unit point."""
         return _unit(np.asarray(raw, dtype=np.float64) - self._mean(script))
 
-    def _centre(self, t: _Topic) -> Vector:
+    def _centre(self, t: _Topic) -> Arr:
         """A topic's centred unit centroid, for the current script means."""
         c = t.total.copy()
         for script, n in t.scripts.items():
@@ -515,7 +536,7 @@ class TopicIndex:
                 c -= n * self._mean(script)
         return _unit(c)
 
-    def _count_script(self, v: Vector, script: str, sign: int) -> None:
+    def _count_script(self, v: Arr, script: str, sign: int) -> None:
         if script not in self._script_sum:
             self._script_sum[script] = np.zeros(self.dim)
         self._script_sum[script] = self._script_sum[script] + sign * v
@@ -525,7 +546,7 @@ class TopicIndex:
     def _children(self, parent_id: str) -> list[str]:
         return [t.id for t in self._topics.values() if t.parent == parent_id]
 
-    def _matrix(self) -> Vector:
+    def _matrix(self) -> Arr:
         # The means move by ~1/n per write: recompute every centroid once they moved by ~2%.
         if self._leaf_matrix is not None and self._matrix_age > max(8, len(self._members) // 50):
             self._leaf_matrix = None
@@ -547,7 +568,7 @@ class TopicIndex:
             except ValueError:
                 self._leaf_matrix = None
 
-    def _nearest_leaf(self, p: Vector) -> str | None:
+    def _nearest_leaf(self, p: Arr) -> str | None:
         m = self._matrix()
         if not len(m):
             return None
@@ -564,11 +585,11 @@ class TopicIndex:
         self._leaf_matrix = None
         return tid
 
-    def _join(
+    def _join(  # noqa: PLR0917
         self,
         leaf_id: str,
         memory_id: str,
-        v: Vector,
+        v: Arr,
         words: tuple[str, ...],
         valid_until: float,
         updated_at: float,

@@ -57,6 +57,8 @@ NEEDS = {
     "RunReflection(force)": "admin",
     "ListGateDecisions": "read",
     "ListReflectionRuns": "read",
+    "ListTopics": "read",
+    "GetTopic": "read",
 }
 HOLDS = {"read_only": "read", "read_write": "write", "admin": "admin", "other_tenant": "none"}
 RANK = {"none": 0, "any": 0, "read": 1, "write": 2, "admin": 3}
@@ -96,6 +98,9 @@ def requests(memory_id: str) -> dict[str, tuple[str, Any]]:
         ),
         "ListGateDecisions": ("ListGateDecisions", s.ListGateDecisionsRequest(collection="alpha")),
         "ListReflectionRuns": ("ListReflectionRuns", s.ListReflectionRunsRequest(collection="alpha")),
+        "ListTopics": ("ListTopics", s.ListTopicsRequest(collection="alpha")),
+        # An id no topic has: NOT_FOUND once authorized (the check runs before the lookup).
+        "GetTopic": ("GetTopic", s.GetTopicRequest(collection="alpha", id="t0000000000")),
     }
 
 

@@ -25,9 +25,6 @@ from engram_client.models import (
     ReflectionOutcome,
     ReflectionResult,
     ReflectionRun,
-    Topic,
-    TopicMemories,
-    TopicPage,
     ScoreBreakdown,
     SearchResult,
     SearchResults,
@@ -35,6 +32,9 @@ from engram_client.models import (
     Source,
     SourceType,
     SpecificConflict,
+    Topic,
+    TopicMemories,
+    TopicPage,
     UpdateResult,
 )
 from engram_client.proto.engram.v1 import memory_pb2, memory_service_pb2

@@ -36,13 +36,13 @@ from engram_client.models import (
     RankingWeights,
     ReflectionResult,
     ReflectionRun,
-    TopicMemories,
-    TopicPage,
     SearchResults,
     Source,
     SourceName,
     SourceType,
     SourceTypeName,
+    TopicMemories,
+    TopicPage,
     UpdateResult,
 )
 from engram_client.proto.engram.v1 import memory_service_pb2
@@ -321,7 +321,9 @@ def list_topics(
     return Plan("ListTopics", req, _convert.topic_page)
 
 
-def get_topic(id: str, *, collection: str | None, page_size: int, page_token: str | None) -> Plan[TopicMemories]:
+def get_topic(
+    id: str, *, collection: str | None, page_size: int, page_token: str | None
+) -> Plan[TopicMemories]:
     req = memory_service_pb2.GetTopicRequest(
         collection=collection or "", id=id, page_size=page_size, page_token=page_token or ""
     )

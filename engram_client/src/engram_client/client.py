@@ -76,13 +76,13 @@ from engram_client.models import (
     RankingWeights,
     ReflectionResult,
     ReflectionRun,
-    TopicMemories,
-    TopicPage,
     SearchResults,
     Source,
     SourceName,
     SourceType,
     SourceTypeName,
+    TopicMemories,
+    TopicPage,
     UpdateResult,
 )
 from engram_client.proto.engram.v1 import memory_service_pb2_grpc

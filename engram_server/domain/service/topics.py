@@ -44,7 +44,7 @@ _NAME_SCHEMA: dict[str, Any] = {
     "additionalProperties": False,
 }
 _NAME_SYSTEM = (
-    "You name clusters of an AI agent's memories. Answer with a JSON object {\"name\": ...}: a "
+    'You name clusters of an AI agent\'s memories. Answer with a JSON object {"name": ...}: a '
     "short noun phrase of 2 to 6 words that says what the memories are about, in the language most "
     "of them are written in. No quotes, no trailing punctuation."
 )
@@ -119,9 +119,7 @@ class TopicService:
         else:
             views = index.roots()
         page = views[start : start + size]
-        out = [
-            (t, [x for x in (index.view(c) for c in t.children) if x is not None]) for t in page
-        ]
+        out = [(t, [x for x in (index.view(c) for c in t.children) if x is not None]) for t in page]
         nxt = _token(start + size, name) if start + size < len(views) else ""
         return TopicPage(out, nxt, len(views), len(index), start)
 
@@ -361,4 +359,3 @@ def _offset(v: Violations, token: str, scope: str) -> int:
         pass
     v.add("page_token", "not a page token of this listing")
     return 0
-

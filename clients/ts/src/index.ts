@@ -33,6 +33,10 @@ import type { DeleteCollectionRequest } from './gen/engram/v1/DeleteCollectionRe
 import type { DeleteCollectionResponse__Output } from './gen/engram/v1/DeleteCollectionResponse';
 import type { RunReflectionRequest } from './gen/engram/v1/RunReflectionRequest';
 import type { RunReflectionResponse__Output } from './gen/engram/v1/RunReflectionResponse';
+import type { ListTopicsRequest } from './gen/engram/v1/ListTopicsRequest';
+import type { ListTopicsResponse__Output } from './gen/engram/v1/ListTopicsResponse';
+import type { GetTopicRequest } from './gen/engram/v1/GetTopicRequest';
+import type { GetTopicResponse__Output } from './gen/engram/v1/GetTopicResponse';
 
 export type { MemoryServiceClient } from './gen/engram/v1/MemoryService';
 export type { Memory__Output as Memory } from './gen/engram/v1/Memory';
@@ -85,6 +89,8 @@ export interface Rpcs {
   ListCollections: [ListCollectionsRequest, ListCollectionsResponse__Output];
   DeleteCollection: [DeleteCollectionRequest, DeleteCollectionResponse__Output];
   RunReflection: [RunReflectionRequest, RunReflectionResponse__Output];
+  ListTopics: [ListTopicsRequest, ListTopicsResponse__Output];
+  GetTopic: [GetTopicRequest, GetTopicResponse__Output];
 }
 
 type Callback = (err: grpc.ServiceError | null, res?: unknown) => void;

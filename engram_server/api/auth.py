@@ -126,6 +126,10 @@ RULES: dict[str, Rule] = {
     "RunReflection": Rule(Role.WRITE, _one, lambda r: Role.ADMIN if r.force else None),
     "ListGateDecisions": Rule(Role.READ, _one),
     "ListReflectionRuns": Rule(Role.READ, _one),
+    "GetContext": Rule(Role.READ, _search),
+    "GetTriggers": Rule(Role.READ, _search),
+    "ListSlots": Rule(Role.READ, _one),
+    "UpdateSlot": Rule(Role.WRITE, _one),
     "ListTopics": Rule(Role.READ, _one),
     "GetTopic": Rule(Role.READ, _one),
 }

@@ -9,6 +9,7 @@ from google.protobuf import timestamp_pb2
 
 from engram_client.proto.engram.v1 import memory_pb2 as m
 from engram_client.proto.engram.v1 import memory_service_pb2 as s
+from engram_server.domain.context import Item, TopicEntry
 from engram_server.domain.errors import InvalidArgument
 from engram_server.domain.model import NEVER, CollectionSpec, MemoryRecord, MemoryType, Source, SourceType
 from engram_server.domain.ranking import Score, Weights
@@ -17,8 +18,10 @@ from engram_server.domain.service import (
     AddCommand,
     AddOutcome,
     AddResult,
+    ContextPack,
     SearchFilter,
     Similar,
+    SlotState,
 )
 from engram_server.domain.topics import TopicView
 from engram_server.domain.validation import check_timestamp
@@ -111,6 +114,8 @@ def add_command_in(msg: s.AddMemoryRequest | s.NewMemory, collection: str, prefi
         valid_until=opt_ts_in(msg, "valid_until", f"{prefix}valid_until"),
         request_id=msg.request_id,
         allow_duplicate=msg.allow_duplicate,
+        session_id=msg.session_id,
+        agent_id=msg.agent_id,
     )
 
 
@@ -152,6 +157,8 @@ def memory_out(r: MemoryRecord) -> m.Memory:
         out.reflected_at.CopyFrom(ts_out(r.reflected_at))
     out.derived_from.extend(r.derived_from)
     out.draft = r.draft
+    out.session_id = r.session_id or ""
+    out.agent_id = r.agent_id or ""
     return out
 
 
@@ -198,6 +205,8 @@ def filter_in(f: m.MemoryFilter, prefix: str) -> SearchFilter:
             for t in f.source_types
             if t != m.SOURCE_TYPE_UNSPECIFIED
         ),
+        session_ids=tuple(f.session_ids),
+        agent_ids=tuple(f.agent_ids),
     )
 
 
@@ -266,7 +275,68 @@ def collection_out(spec: CollectionSpec, count: int) -> m.CollectionInfo:
     return out
 
 
-def topic_out(t: TopicView, children: Sequence[TopicView] = ()) -> s.Topic:
+def context_out(p: ContextPack) -> s.GetContextResponse:
+    out = s.GetContextResponse(
+        markdown=p.markdown,
+        token_budget=p.token_budget,
+        tokens_used=p.tokens_used,
+        tokenizer=p.tokenizer,
+        since_source=int(p.since_source),  # type: ignore[arg-type]
+        last_session_id=p.last_session_id,
+        topics=[topic_out(t) for t in p.topics],
+        truncated=p.truncated,
+    )
+    if p.since is not None:
+        out.since.CopyFrom(ts_out(p.since))
+    for section in p.sections:
+        out.sections.append(
+            s.ContextSection(
+                kind=int(section.kind),  # type: ignore[arg-type]
+                title=section.title,
+                items=[context_item_out(i) for i in section.items],
+                tokens=section.tokens,
+                omitted=section.omitted,
+            )
+        )
+    return out
+
+
+def topic_out(t: TopicEntry) -> s.ContextTopic:
+    return s.ContextTopic(id=t.id, name=t.name, size=t.size)
+
+
+def context_item_out(i: Item) -> s.ContextItem:
+    out = s.ContextItem(
+        text=i.text, tokens=i.tokens, reason=i.reason, slot=i.slot, trigger=i.trigger, count=i.count
+    )
+    if i.memory is not None:
+        out.memory.CopyFrom(memory_out(i.memory))
+    if i.topic is not None:
+        out.topic.CopyFrom(topic_out(i.topic))
+    return out
+
+
+SLOT_COMPACTION_OUT = {
+    "": s.SLOT_COMPACTION_UNSPECIFIED,
+    "llm": s.SLOT_COMPACTION_LLM,
+    "truncation": s.SLOT_COMPACTION_TRUNCATION,
+}
+
+
+def slot_out(x: SlotState) -> s.Slot:
+    out = s.Slot(
+        name=x.name,
+        content=x.content,
+        capacity_tokens=x.capacity_tokens,
+        tokens=x.tokens,
+        compactions=x.compactions,
+    )
+    if x.updated_at is not None:
+        out.updated_at.CopyFrom(ts_out(x.updated_at))
+    return out
+
+
+def topic_view_out(t: TopicView, children: Sequence[TopicView] = ()) -> s.Topic:
     out = s.Topic(
         id=t.id,
         name=t.name,
@@ -274,7 +344,7 @@ def topic_out(t: TopicView, children: Sequence[TopicView] = ()) -> s.Topic:
         size=t.size,
         level=t.level,
         parent_id=t.parent_id,
-        children=[topic_out(c) for c in children],
+        children=[topic_view_out(c) for c in children],
         terms=list(t.terms),
     )
     out.created_at.CopyFrom(ts_out(t.created_at))

@@ -21,6 +21,7 @@ from engram_server.domain.deadline import set_time_remaining
 from engram_server.domain.errors import EngramError, InvalidArgument
 from engram_server.domain.reflection import Reflector
 from engram_server.domain.service import (
+    ContextRequest,
     DeleteCommand,
     Locator,
     MemoryService,
@@ -125,6 +126,7 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
             mmr_lambda=request.mmr_lambda if request.HasField("mmr_lambda") else None,
             min_relevance=request.min_relevance,
             readable=readable_collections.get(),
+            max_per_session=request.max_per_session,
         )
         hits = await self._svc.search(query)
         results, truncated = fitting(
@@ -272,13 +274,71 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
         return s.ListReflectionRunsResponse(runs=kept, truncated=truncated)
 
     @rpc
+    async def GetContext(
+        self, request: s.GetContextRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> s.GetContextResponse:
+        pack = await self._svc.get_context(
+            ContextRequest(
+                collections=tuple(request.collections),
+                query=request.query,
+                token_budget=request.token_budget if request.HasField("token_budget") else None,
+                since=c.opt_ts_in(request, "since", "since"),
+                session_id=request.session_id,
+                agent_id=request.agent_id,
+                readable=readable_collections.get(),
+            )
+        )
+        return c.context_out(pack)
+
+    @rpc
+    async def GetTriggers(
+        self, request: s.GetTriggersRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> s.GetTriggersResponse:
+        found = await self._svc.get_triggers(
+            request.action, tuple(request.collections), request.limit, readable_collections.get()
+        )
+        memories, cut = fitting((c.memory_out(r) for r in found.memories), self._budget)
+        return s.GetTriggersResponse(
+            action=found.action,
+            matched=list(found.matched),
+            memories=memories,
+            truncated=found.truncated or cut,
+        )
+
+    @rpc
+    async def ListSlots(
+        self, request: s.ListSlotsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> s.ListSlotsResponse:
+        slots = await self._svc.list_slots(request.collection)
+        tokenizer = self._svc.tokenizer.name if self._svc.tokenizer is not None else ""
+        return s.ListSlotsResponse(slots=[c.slot_out(x) for x in slots], tokenizer=tokenizer)
+
+    @rpc
+    async def UpdateSlot(
+        self, request: s.UpdateSlotRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> s.UpdateSlotResponse:
+        mode = request.mode
+        if mode not in (
+            s.SLOT_UPDATE_MODE_UNSPECIFIED,
+            s.SLOT_UPDATE_MODE_APPEND,
+            s.SLOT_UPDATE_MODE_REPLACE,
+        ):
+            raise InvalidArgument.of("mode", f"unknown enum value {mode}")
+        result = await self._svc.update_slot(
+            request.collection, request.name, request.content, append=mode != s.SLOT_UPDATE_MODE_REPLACE
+        )
+        return s.UpdateSlotResponse(
+            slot=c.slot_out(result.slot), compaction=c.SLOT_COMPACTION_OUT[result.compaction]
+        )
+
+    @rpc
     async def ListTopics(
         self, request: s.ListTopicsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> s.ListTopicsResponse:
         page = await self._topics.list_topics(
             request.collection, request.parent_id, request.page_size, request.page_token
         )
-        topics, cut = fitting((c.topic_out(t, kids) for t, kids in page.topics), self._budget)
+        topics, cut = fitting((c.topic_view_out(t, kids) for t, kids in page.topics), self._budget)
         token = page.next_page_token
         if cut:  # the page ends before the first topic that did not fit
             token = self._topics.topic_page_token(request.collection, page.offset + len(topics))
@@ -296,7 +356,7 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
         got = await self._topics.get_topic(
             request.collection, request.id, request.page_size, request.page_token
         )
-        topic = c.topic_out(got.topic, got.children)
+        topic = c.topic_view_out(got.topic, got.children)
         memories, cut = fitting((c.memory_out(r) for r in got.memories), self._budget - topic.ByteSize())
         token = got.next_page_token
         if cut:  # the page ends before the first memory that did not fit

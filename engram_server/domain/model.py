@@ -17,6 +17,13 @@ NEVER: float = 253402300799.0
 
 DEFAULT_COLLECTION = "default"
 
+#: Tags of this prefix name the action a memory is to be recalled before (``trigger:deploy``).
+TRIGGER_TAG_PREFIX = "trigger:"
+
+
+def has_trigger_tag(tags: tuple[str, ...] | list[str]) -> bool:
+    return any(t.startswith(TRIGGER_TAG_PREFIX) for t in tags)
+
 
 class MemoryType(StrEnum):
     IDENTITY = "identity"
@@ -90,6 +97,9 @@ class MemoryRecord:
     # draft (retrievable by id and listing, never searched, never a gate match).
     derived_from: tuple[str, ...] = ()
     draft: bool = False
+    #: The agent session and the agent that wrote the memory (None when not given). Kept by updates.
+    session_id: str | None = None
+    agent_id: str | None = None
 
     @property
     def is_current(self) -> bool:
@@ -197,3 +207,7 @@ class StoreFilter:
     request_ids: tuple[str, ...] = ()  # only memories created with one of these request_ids
     include_drafts: bool = False  # also match reflection drafts (excluded by default)
     unreflected: bool = False  # only memories never used as a reflection source (reflected_at unset)
+    session_ids: tuple[str, ...] = ()  # only memories written in one of these sessions
+    agent_ids: tuple[str, ...] = ()  # only memories written by one of these agents
+    updated_after: float | None = None  # updated_at >= updated_after
+    with_trigger: bool = False  # only memories carrying a trigger:<action> tag

@@ -8,7 +8,13 @@ import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from engram_server.domain.context import (
+    TRIGGER_NAME_RULE,
+    normalise_trigger,
+    valid_trigger,
+)
 from engram_server.domain.errors import FieldViolation, InvalidArgument
+from engram_server.domain.model import TRIGGER_TAG_PREFIX
 
 #: Matched with ``fullmatch`` (``$`` alone would let a trailing newline through: ``"bob\n"``).
 COLLECTION_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
@@ -123,6 +129,12 @@ def normalise_tags(v: Violations, fieldname: str, tags: Iterable[str], limits: L
         if len(tag) > limits.max_tag_chars:
             v.add(f"{fieldname}[{i}]", f"at most {limits.max_tag_chars} characters")
             continue
+        if tag.startswith(TRIGGER_TAG_PREFIX):
+            name = normalise_trigger(tag[len(TRIGGER_TAG_PREFIX) :])
+            if not valid_trigger(name):
+                v.add(f"{fieldname}[{i}]", f"{tag!r}: {TRIGGER_NAME_RULE}")
+                continue
+            tag = TRIGGER_TAG_PREFIX + name
         if tag not in seen:
             seen.add(tag)
             out.append(tag)
@@ -142,6 +154,20 @@ def check_metadata(v: Violations, fieldname: str, metadata: Mapping[str, str], l
                 f"{fieldname}[{key[:32]!r}]",
                 f"values must be at most {limits.max_metadata_value_chars} chars",
             )
+
+
+#: Session and agent ids: 1–128 characters of letters, digits and ``. _ : @ / + -``, starting with
+#: a letter or digit (matched with ``fullmatch``).
+SESSION_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@/+-]{0,127}")
+
+
+def check_session_id(v: Violations, fieldname: str, value: str) -> None:
+    """An optional session or agent id ("" = not given)."""
+    if value and SESSION_ID_RE.fullmatch(value) is None:
+        v.add(
+            fieldname,
+            "must be 1–128 characters of letters, digits and . _ : @ / + -, starting with a letter or digit",
+        )
 
 
 def check_unit_interval(v: Violations, fieldname: str, value: float) -> None:

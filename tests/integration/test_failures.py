@@ -125,6 +125,10 @@ class SwitchableStore:
         self._check("scroll")
         return await self.inner.scroll(collection, flt, limit, offset)
 
+    async def top(self, collection: str, flt: StoreFilter, limit: int, order_by: str) -> list[MemoryRecord]:
+        self._check("scroll")
+        return await self.inner.top(collection, flt, limit, order_by)
+
     async def count(self, collection: str, flt: StoreFilter) -> int:
         return await self.inner.count(collection, flt)
 

@@ -152,7 +152,9 @@ async def test_read_only_mode_registers_no_write_tool(engram: AsyncEngramClient)
     await engram.add("The deploy freeze starts on Friday.", importance=6)
     async with Client(EngramMcp(ShimSettings(read_only=True), client=engram).server) as mcp:
         names = {t.name for t in (await mcp.list_tools()).tools}
-        assert names == set(READ_TOOLS) == {"memory_search", "memory_topic"}
+        assert (
+            names == set(READ_TOOLS) == {"memory_context", "memory_search", "memory_topic", "memory_triggers"}
+        )
         assert error_text(await mcp.call_tool("memory_add", {"content": "sneaky write"}))
         found = payload(await mcp.call_tool("memory_search", {"query": "when does the deploy freeze start"}))
         assert found["results"][0]["content"] == "The deploy freeze starts on Friday."
@@ -193,6 +195,36 @@ async def test_pinned_collection_cannot_be_escaped(engram: AsyncEngramClient) ->
     assert (await engram.get(secret.memory.id, collection="tenant-b")).memory.content == secret.memory.content
 
 
+async def test_session_tools_context_triggers_and_slots(engram: AsyncEngramClient) -> None:
+    await engram.add("I am Ada, the Orbit project's coding agent", type="identity", importance=9)
+    await engram.add("Never deploy on Fridays", type="directive", importance=9, tags=["trigger:deploy"])
+    settings = ShimSettings(agent_id="ada", session_id="first")
+    async with Client(EngramMcp(settings, client=engram).server) as mcp:
+        tools = {t.name: t for t in (await mcp.list_tools()).tools}
+        assert "FIRST" in (tools["memory_context"].description or "")
+        assert "compacted" in (tools["memory_context"].description or "")
+        assert "BEFORE" in (tools["memory_triggers"].description or "")
+        assert "memory_context FIRST" in (mcp.instructions or "")
+        slot = payload(await mcp.call_tool("memory_slot_update", {"slot": "persona", "content": "Terse."}))
+        assert slot["content"] == "Terse." and slot["capacity_tokens"] == 200
+        added = payload(
+            await mcp.call_tool("memory_add", {"content": "The release branch is cut on Tuesdays"})
+        )
+        assert added["outcome"] == "created"
+        pack = payload(await mcp.call_tool("memory_context", {"task": "deploy the release"}))
+        assert pack["markdown"].startswith("## Core\n- **persona**: Terse.")
+        assert "`deploy`" in pack["markdown"] and pack["tokens_used"] <= 2000
+        lessons = payload(await mcp.call_tool("memory_triggers", {"action": "Deploy"}))
+        assert [m["content"] for m in lessons["memories"]] == ["Never deploy on Fridays"]
+        bad = error_text(await mcp.call_tool("memory_triggers", {"action": "deploy!!"}))
+        assert "INVALID_ARGUMENT" in bad and "trigger names" in bad
+    memory = (await engram.search("release branch", limit=1))[0].memory
+    assert (memory.session_id, memory.agent_id) == ("first", "ada")  # the shim's session and agent
+    async with Client(EngramMcp(ShimSettings(agent_id="ada"), client=engram).server) as mcp:
+        pack = payload(await mcp.call_tool("memory_context", {}))
+        assert pack["since_source"] == "last_session"
+
+
 async def test_pinned_collection_before_its_first_write(engram: AsyncEngramClient) -> None:
     """The pinned collection is created by its first write: the pre-write search before it finds
     nothing (not an error); an unpinned search of a missing collection is an error the agent sees."""
@@ -220,7 +252,7 @@ async def test_stdio_transport(engram: AsyncEngramClient, engram_server: str) ->
         env=_shim_env(engram_server, ENGRAM_MCP_COLLECTION="plants", ENGRAM_MCP_READ_ONLY="1"),
     )
     async with Client(params) as mcp:
-        assert {t.name for t in (await mcp.list_tools()).tools} == {"memory_search"}
+        assert {t.name for t in (await mcp.list_tools()).tools} == set(READ_TOOLS)
         found = payload(await mcp.call_tool("memory_search", {"query": "when are plants watered"}))
         assert found["results"][0]["content"] == "The office plants are watered on Mondays."
 

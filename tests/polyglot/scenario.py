@@ -42,6 +42,10 @@ REQUEST_TYPES: dict[str, type[Message]] = {
     "ListMemories": memory_service_pb2.ListMemoriesRequest,
     "ListCollections": memory_service_pb2.ListCollectionsRequest,
     "DeleteCollection": memory_service_pb2.DeleteCollectionRequest,
+    "GetContext": memory_service_pb2.GetContextRequest,
+    "GetTriggers": memory_service_pb2.GetTriggersRequest,
+    "ListSlots": memory_service_pb2.ListSlotsRequest,
+    "UpdateSlot": memory_service_pb2.UpdateSlotRequest,
     "ListTopics": memory_service_pb2.ListTopicsRequest,
     "GetTopic": memory_service_pb2.GetTopicRequest,
 }
@@ -128,6 +132,36 @@ class Observer:
             }
         if call == "DeleteCollection":
             return {"deleted_count": resp.deleted_count}
+        if call == "GetContext":  # the Markdown holds dates: its parts are compared instead
+            return {
+                "sections": [
+                    {
+                        "kind": memory_service_pb2.ContextSectionKind.Name(x.kind),
+                        "ids": [self.name(i.memory.id) for i in x.items if i.memory.id],
+                        "slots": [i.slot for i in x.items if i.slot],
+                        "triggers": [i.trigger for i in x.items if i.trigger],
+                    }
+                    for x in resp.sections
+                ],
+                "token_budget": resp.token_budget,
+                "within_budget": 0 < resp.tokens_used <= resp.token_budget,
+                "tokenizer": resp.tokenizer,
+                "since_source": memory_service_pb2.SinceSource.Name(resp.since_source),
+                "last_session_id": resp.last_session_id,
+            }
+        if call == "GetTriggers":
+            return {
+                "action": resp.action,
+                "matched": list(resp.matched),
+                "ids": [self.name(m.id) for m in resp.memories],
+            }
+        if call == "ListSlots":
+            return {"slots": [{"name": x.name, "content": x.content} for x in resp.slots]}
+        if call == "UpdateSlot":
+            return {
+                "slot": {"name": resp.slot.name, "content": resp.slot.content},
+                "compaction": memory_service_pb2.SlotCompaction.Name(resp.compaction),
+            }
         if call == "ListTopics":  # topic ids are minted by the server: observed by captured name
             return {
                 "memory_count": resp.memory_count,

@@ -57,6 +57,10 @@ NEEDS = {
     "RunReflection(force)": "admin",
     "ListGateDecisions": "read",
     "ListReflectionRuns": "read",
+    "GetContext": "read",
+    "GetTriggers": "read",
+    "ListSlots": "read",
+    "UpdateSlot": "write",
     "ListTopics": "read",
     "GetTopic": "read",
 }
@@ -98,6 +102,13 @@ def requests(memory_id: str) -> dict[str, tuple[str, Any]]:
         ),
         "ListGateDecisions": ("ListGateDecisions", s.ListGateDecisionsRequest(collection="alpha")),
         "ListReflectionRuns": ("ListReflectionRuns", s.ListReflectionRunsRequest(collection="alpha")),
+        "GetContext": ("GetContext", s.GetContextRequest(collections=["alpha"], query="probe")),
+        "GetTriggers": ("GetTriggers", s.GetTriggersRequest(collections=["alpha"], action="deploy")),
+        "ListSlots": ("ListSlots", s.ListSlotsRequest(collection="alpha")),
+        "UpdateSlot": (
+            "UpdateSlot",
+            s.UpdateSlotRequest(collection="alpha", name="guidance", content="probe"),
+        ),
         "ListTopics": ("ListTopics", s.ListTopicsRequest(collection="alpha")),
         # An id no topic has: NOT_FOUND once authorized (the check runs before the lookup).
         "GetTopic": ("GetTopic", s.GetTopicRequest(collection="alpha", id="t0000000000")),
@@ -318,3 +329,21 @@ async def test_server_refuses_public_bind_without_keys(tmp_path: Path) -> None:
     server = EngramServer.create(Settings(host="0.0.0.0", port=0, data_dir=tmp_path / "d"))
     with pytest.raises(ConfigError):
         await server.start()
+
+
+def test_context_pack_naming_no_collection_draws_only_on_readable_collections(
+    stub: MemoryServiceStub,
+) -> None:
+    """GetContext without collections: the pack is built from the caller's readable collections."""
+    seen = {
+        caller: {
+            i.memory.collection
+            for x in stub.GetContext(
+                s.GetContextRequest(), metadata=bearer(KEYS[caller]), timeout=30
+            ).sections
+            for i in x.items
+            if i.memory.id
+        }
+        for caller in ("reader", "other", "admin")
+    }
+    assert seen == {"reader": {"alpha"}, "other": {"beta"}, "admin": {"alpha", "beta"}}

@@ -1104,3 +1104,38 @@ async def test_lexical_limit_bounds_the_bm25_side_only(store: Store) -> None:
         lexical_ids = {pid for k, pid in enumerate(found.ids) if found.lexical[k] > 0}
         assert lexical_ids == {r.id for r in recs[:want]}  # the BM25 best, as many as asked
         assert set(found.ids) == set(dense_top) | lexical_ids
+
+
+async def test_top_orders_by_a_field_and_filters_sessions_agents_triggers(store: Store) -> None:
+    await store.create_collection(spec())
+    rng = np.random.default_rng(11)
+    recs = [
+        record(
+            updated_at=1000.0 + i,
+            importance=1 + (i * 7) % 10,
+            session_id=f"s{i % 3}",
+            agent_id="a" if i % 2 else None,
+        )
+        for i in range(30)
+    ]
+    recs[4] = replace(recs[4], tags=("trigger:deploy",))
+    history = record(updated_at=5000.0, importance=10, superseded_by=recs[0].id)
+    await store.upsert("default", points([*recs, history], unit_vectors(31, rng)))
+
+    newest = await store.top("default", StoreFilter(), 5, "updated_at")
+    assert [r.id for r in newest] == [r.id for r in recs[::-1][:5]]  # history excluded by the filter
+    since = await store.top("default", StoreFilter(updated_after=1025.0), 10, "updated_at")
+    assert [r.updated_at for r in since] == [1029.0, 1028.0, 1027.0, 1026.0, 1025.0]
+    important = await store.top("default", StoreFilter(), 6, "importance")
+    assert sorted(r.importance for r in important) == [9, 9, 9, 10, 10, 10]
+    assert [r.importance for r in important] == sorted((r.importance for r in important), reverse=True)
+
+    s1 = await store.top("default", StoreFilter(session_ids=("s1",)), 100, "updated_at")
+    assert {r.id for r in s1} == {r.id for r in recs if r.session_id == "s1"}
+    assert all(r.session_id == "s1" for r in s1)
+    agents = await store.count("default", StoreFilter(agent_ids=("a",)))
+    assert agents == 15
+    triggered = await store.top("default", StoreFilter(with_trigger=True), 100, "updated_at")
+    assert [r.id for r in triggered] == [recs[4].id]
+    with pytest.raises(ValueError):
+        await store.top("default", StoreFilter(), 5, "content")

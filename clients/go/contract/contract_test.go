@@ -129,6 +129,14 @@ func (r *runner) step(st step) (any, error) {
 		req = &engramv1.ListCollectionsRequest{}
 	case "DeleteCollection":
 		req = &engramv1.DeleteCollectionRequest{}
+	case "GetContext":
+		req = &engramv1.GetContextRequest{}
+	case "GetTriggers":
+		req = &engramv1.GetTriggersRequest{}
+	case "ListSlots":
+		req = &engramv1.ListSlotsRequest{}
+	case "UpdateSlot":
+		req = &engramv1.UpdateSlotRequest{}
 	case "ListTopics":
 		req = &engramv1.ListTopicsRequest{}
 	case "GetTopic":
@@ -223,6 +231,71 @@ func (r *runner) step(st step) (any, error) {
 			return normalize(r.rpcError(err))
 		}
 		obs = map[string]any{"deleted_count": resp.GetDeletedCount()}
+	case *engramv1.GetContextRequest:
+		resp, err := r.client.GetContext(ctx, q)
+		if err != nil {
+			return normalize(r.rpcError(err))
+		}
+		// The Markdown holds dates: its parts are compared instead.
+		sections := []any{}
+		for _, x := range resp.GetSections() {
+			ids, slots, triggers := []any{}, []any{}, []any{}
+			for _, i := range x.GetItems() {
+				if i.GetMemory().GetId() != "" {
+					ids = append(ids, r.name(i.GetMemory().GetId()))
+				}
+				if i.GetSlot() != "" {
+					slots = append(slots, i.GetSlot())
+				}
+				if i.GetTrigger() != "" {
+					triggers = append(triggers, i.GetTrigger())
+				}
+			}
+			sections = append(sections, map[string]any{
+				"kind": x.GetKind().String(), "ids": ids, "slots": slots, "triggers": triggers,
+			})
+		}
+		obs = map[string]any{
+			"sections":        sections,
+			"token_budget":    resp.GetTokenBudget(),
+			"within_budget":   resp.GetTokensUsed() > 0 && resp.GetTokensUsed() <= resp.GetTokenBudget(),
+			"tokenizer":       resp.GetTokenizer(),
+			"since_source":    resp.GetSinceSource().String(),
+			"last_session_id": resp.GetLastSessionId(),
+		}
+	case *engramv1.GetTriggersRequest:
+		resp, err := r.client.GetTriggers(ctx, q)
+		if err != nil {
+			return normalize(r.rpcError(err))
+		}
+		ids := []any{}
+		for _, m := range resp.GetMemories() {
+			ids = append(ids, r.name(m.GetId()))
+		}
+		matched := []any{}
+		for _, m := range resp.GetMatched() {
+			matched = append(matched, m)
+		}
+		obs = map[string]any{"action": resp.GetAction(), "matched": matched, "ids": ids}
+	case *engramv1.ListSlotsRequest:
+		resp, err := r.client.ListSlots(ctx, q)
+		if err != nil {
+			return normalize(r.rpcError(err))
+		}
+		slots := []any{}
+		for _, x := range resp.GetSlots() {
+			slots = append(slots, map[string]any{"name": x.GetName(), "content": x.GetContent()})
+		}
+		obs = map[string]any{"slots": slots}
+	case *engramv1.UpdateSlotRequest:
+		resp, err := r.client.UpdateSlot(ctx, q)
+		if err != nil {
+			return normalize(r.rpcError(err))
+		}
+		obs = map[string]any{
+			"slot":       map[string]any{"name": resp.GetSlot().GetName(), "content": resp.GetSlot().GetContent()},
+			"compaction": resp.GetCompaction().String(),
+		}
 	case *engramv1.ListTopicsRequest:
 		resp, err := r.client.ListTopics(ctx, q)
 		if err != nil {

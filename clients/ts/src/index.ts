@@ -33,6 +33,16 @@ import type { DeleteCollectionRequest } from './gen/engram/v1/DeleteCollectionRe
 import type { DeleteCollectionResponse__Output } from './gen/engram/v1/DeleteCollectionResponse';
 import type { RunReflectionRequest } from './gen/engram/v1/RunReflectionRequest';
 import type { RunReflectionResponse__Output } from './gen/engram/v1/RunReflectionResponse';
+import type { ListGateDecisionsRequest } from './gen/engram/v1/ListGateDecisionsRequest';
+import type { ListGateDecisionsResponse__Output } from './gen/engram/v1/ListGateDecisionsResponse';
+import type { GetContextRequest } from './gen/engram/v1/GetContextRequest';
+import type { GetContextResponse__Output } from './gen/engram/v1/GetContextResponse';
+import type { GetTriggersRequest } from './gen/engram/v1/GetTriggersRequest';
+import type { GetTriggersResponse__Output } from './gen/engram/v1/GetTriggersResponse';
+import type { ListSlotsRequest } from './gen/engram/v1/ListSlotsRequest';
+import type { ListSlotsResponse__Output } from './gen/engram/v1/ListSlotsResponse';
+import type { UpdateSlotRequest } from './gen/engram/v1/UpdateSlotRequest';
+import type { UpdateSlotResponse__Output } from './gen/engram/v1/UpdateSlotResponse';
 import type { ListTopicsRequest } from './gen/engram/v1/ListTopicsRequest';
 import type { ListTopicsResponse__Output } from './gen/engram/v1/ListTopicsResponse';
 import type { GetTopicRequest } from './gen/engram/v1/GetTopicRequest';
@@ -89,6 +99,11 @@ export interface Rpcs {
   ListCollections: [ListCollectionsRequest, ListCollectionsResponse__Output];
   DeleteCollection: [DeleteCollectionRequest, DeleteCollectionResponse__Output];
   RunReflection: [RunReflectionRequest, RunReflectionResponse__Output];
+  ListGateDecisions: [ListGateDecisionsRequest, ListGateDecisionsResponse__Output];
+  GetContext: [GetContextRequest, GetContextResponse__Output];
+  GetTriggers: [GetTriggersRequest, GetTriggersResponse__Output];
+  ListSlots: [ListSlotsRequest, ListSlotsResponse__Output];
+  UpdateSlot: [UpdateSlotRequest, UpdateSlotResponse__Output];
   ListTopics: [ListTopicsRequest, ListTopicsResponse__Output];
   GetTopic: [GetTopicRequest, GetTopicResponse__Output];
 }

@@ -140,6 +140,38 @@ class Runner {
           const r = await call(c, 'DeleteCollection', request);
           return { deleted_count: Number(r.deleted_count) };
         }
+        case 'GetContext': {
+          // The Markdown holds dates: its parts are compared instead.
+          const r = await call(c, 'GetContext', request);
+          return {
+            sections: r.sections.map((x) => ({
+              kind: x.kind,
+              ids: x.items.filter((i) => i.memory && i.memory.id).map((i) => this.name(i.memory?.id ?? '')),
+              slots: x.items.filter((i) => i.slot).map((i) => i.slot),
+              triggers: x.items.filter((i) => i.trigger).map((i) => i.trigger),
+            })),
+            token_budget: r.token_budget,
+            within_budget: r.tokens_used > 0 && r.tokens_used <= r.token_budget,
+            tokenizer: r.tokenizer,
+            since_source: r.since_source,
+            last_session_id: r.last_session_id,
+          };
+        }
+        case 'GetTriggers': {
+          const r = await call(c, 'GetTriggers', request);
+          return { action: r.action, matched: [...r.matched], ids: r.memories.map((m) => this.name(m.id)) };
+        }
+        case 'ListSlots': {
+          const r = await call(c, 'ListSlots', request);
+          return { slots: r.slots.map((x) => ({ name: x.name, content: x.content })) };
+        }
+        case 'UpdateSlot': {
+          const r = await call(c, 'UpdateSlot', request);
+          return {
+            slot: { name: r.slot?.name ?? '', content: r.slot?.content ?? '' },
+            compaction: r.compaction,
+          };
+        }
         case 'ListTopics': {
           const r = await call(c, 'ListTopics', request);
           // topic ids are minted by the server: the first (largest) one is captured by name

@@ -13,6 +13,10 @@ from engram_client.models import (
     AddOutcome,
     AddResult,
     CollectionInfo,
+    ContextItem,
+    ContextPack,
+    ContextSection,
+    ContextTopic,
     DeleteCollectionResult,
     DeleteResult,
     GetResult,
@@ -29,12 +33,15 @@ from engram_client.models import (
     SearchResult,
     SearchResults,
     SimilarMemory,
+    Slot,
+    SlotUpdate,
     Source,
     SourceType,
     SpecificConflict,
     Topic,
     TopicMemories,
     TopicPage,
+    Triggers,
     UpdateResult,
 )
 from engram_client.proto.engram.v1 import memory_pb2, memory_service_pb2
@@ -101,6 +108,8 @@ def _time(
     | memory_pb2.CollectionInfo
     | memory_service_pb2.RunReflectionResponse
     | memory_service_pb2.ReflectionRun
+    | memory_service_pb2.GetContextResponse
+    | memory_service_pb2.Slot
     | memory_service_pb2.Topic,
     name: str,
 ) -> datetime | None:
@@ -136,6 +145,8 @@ def memory_from_proto(m: memory_pb2.Memory) -> Memory:
         reflected_at=_time(m, "reflected_at"),
         derived_from=tuple(m.derived_from),
         draft=m.draft,
+        session_id=m.session_id or None,
+        agent_id=m.agent_id or None,
     )
 
 
@@ -149,6 +160,8 @@ def filter_to_proto(f: MemoryFilter) -> memory_pb2.MemoryFilter:
         tags_any=list(f.tags_any),
         min_importance=f.min_importance or 0,
         source_types=[source_type_to_proto(s) for s in f.source_types],
+        session_ids=list(f.session_ids),
+        agent_ids=list(f.agent_ids),
     )
     if f.created_after is not None:
         out.created_after.CopyFrom(timestamp_to_proto(f.created_after, "created_after"))
@@ -311,6 +324,93 @@ def reflection_runs(resp: memory_service_pb2.ListReflectionRunsResponse) -> list
         )
         for r in resp.runs
     ]
+
+
+_SECTION_KIND = {
+    memory_service_pb2.CONTEXT_SECTION_KIND_CORE: "core",
+    memory_service_pb2.CONTEXT_SECTION_KIND_TRIGGERS: "triggers",
+    memory_service_pb2.CONTEXT_SECTION_KIND_OPEN_ITEMS: "open_items",
+    memory_service_pb2.CONTEXT_SECTION_KIND_RELEVANT: "relevant",
+    memory_service_pb2.CONTEXT_SECTION_KIND_RECENT: "recent",
+    memory_service_pb2.CONTEXT_SECTION_KIND_TOPICS: "topics",
+}
+_SINCE_SOURCE = {
+    memory_service_pb2.SINCE_SOURCE_REQUEST: "request",
+    memory_service_pb2.SINCE_SOURCE_LAST_SESSION: "last_session",
+    memory_service_pb2.SINCE_SOURCE_DEFAULT_WINDOW: "default_window",
+}
+_COMPACTION = {
+    memory_service_pb2.SLOT_COMPACTION_LLM: "llm",
+    memory_service_pb2.SLOT_COMPACTION_TRUNCATION: "truncation",
+}
+
+
+def _topic(t: memory_service_pb2.ContextTopic) -> ContextTopic:
+    return ContextTopic(id=t.id, name=t.name, size=t.size)
+
+
+def context_pack(resp: memory_service_pb2.GetContextResponse) -> ContextPack:
+    return ContextPack(
+        sections=tuple(
+            ContextSection(
+                kind=_SECTION_KIND.get(x.kind, "unspecified"),
+                title=x.title,
+                items=tuple(
+                    ContextItem(
+                        text=i.text,
+                        tokens=i.tokens,
+                        reason=i.reason,
+                        memory=memory_from_proto(i.memory) if i.HasField("memory") else None,
+                        slot=i.slot,
+                        trigger=i.trigger,
+                        count=i.count,
+                        topic=_topic(i.topic) if i.HasField("topic") else None,
+                    )
+                    for i in x.items
+                ),
+                tokens=x.tokens,
+                omitted=x.omitted,
+            )
+            for x in resp.sections
+        ),
+        markdown=resp.markdown,
+        token_budget=resp.token_budget,
+        tokens_used=resp.tokens_used,
+        tokenizer=resp.tokenizer,
+        since=_time(resp, "since"),
+        since_source=_SINCE_SOURCE.get(resp.since_source, "unspecified"),
+        last_session_id=resp.last_session_id,
+        topics=tuple(_topic(t) for t in resp.topics),
+        truncated=resp.truncated,
+    )
+
+
+def triggers(resp: memory_service_pb2.GetTriggersResponse) -> Triggers:
+    return Triggers(
+        action=resp.action,
+        matched=tuple(resp.matched),
+        memories=_memories(resp.memories),
+        truncated=resp.truncated,
+    )
+
+
+def slot(x: memory_service_pb2.Slot) -> Slot:
+    return Slot(
+        name=x.name,
+        content=x.content,
+        capacity_tokens=x.capacity_tokens,
+        tokens=x.tokens,
+        updated_at=_time(x, "updated_at"),
+        compactions=x.compactions,
+    )
+
+
+def slots(resp: memory_service_pb2.ListSlotsResponse) -> list[Slot]:
+    return [slot(x) for x in resp.slots]
+
+
+def slot_update(resp: memory_service_pb2.UpdateSlotResponse) -> SlotUpdate:
+    return SlotUpdate(slot=slot(resp.slot), compaction=_COMPACTION.get(resp.compaction, ""))
 
 
 def topic(t: memory_service_pb2.Topic) -> Topic:

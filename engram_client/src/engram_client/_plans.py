@@ -25,6 +25,7 @@ from engram_client.errors import (
 from engram_client.models import (
     AddResult,
     CollectionInfo,
+    ContextPack,
     DeleteCollectionResult,
     DeleteResult,
     GetResult,
@@ -37,12 +38,15 @@ from engram_client.models import (
     ReflectionResult,
     ReflectionRun,
     SearchResults,
+    Slot,
+    SlotUpdate,
     Source,
     SourceName,
     SourceType,
     SourceTypeName,
     TopicMemories,
     TopicPage,
+    Triggers,
     UpdateResult,
 )
 from engram_client.proto.engram.v1 import memory_service_pb2
@@ -90,6 +94,8 @@ def _fill_new_memory(req: _NewMemoryMessage, memory: NewMemory) -> tuple[_NewMem
     req.metadata.update(memory.metadata or {})
     req.request_id = rid
     req.allow_duplicate = memory.allow_duplicate
+    req.session_id = memory.session_id or ""
+    req.agent_id = memory.agent_id or ""
     if memory.type is not None:
         req.type = _convert.memory_type_to_proto(memory.type)
     if memory.importance is not None:
@@ -119,6 +125,8 @@ def add(
     valid_until: datetime | None,
     request_id: str | None,
     allow_duplicate: bool = False,
+    session_id: str | None = None,
+    agent_id: str | None = None,
 ) -> Plan[AddResult]:
     memory = NewMemory(
         content,
@@ -132,6 +140,8 @@ def add(
         valid_until=valid_until,
         request_id=request_id,
         allow_duplicate=allow_duplicate,
+        session_id=session_id,
+        agent_id=agent_id,
     )
     req, rid = _fill_new_memory(memory_service_pb2.AddMemoryRequest(collection=collection or ""), memory)
     # The same request_id is sent on every attempt, so a retry of a write that did land is
@@ -162,6 +172,7 @@ def search(
     diversify: bool,
     mmr_lambda: float | None,
     min_relevance: float,
+    max_per_session: int = 0,
 ) -> Plan[SearchResults]:
     req = memory_service_pb2.SearchMemoriesRequest(
         query=query,
@@ -169,6 +180,7 @@ def search(
         limit=limit,
         diversify=diversify,
         min_relevance=min_relevance,
+        max_per_session=max_per_session,
     )
     if filter is not None:
         req.filter.CopyFrom(_convert.filter_to_proto(filter))
@@ -348,3 +360,49 @@ def _reflection_unavailable(error: EngramError) -> EngramError:
         status=error.status,
         details=error.details,
     )
+
+
+def get_context(
+    query: str | None,
+    *,
+    collections: str | Sequence[str] | None,
+    token_budget: int | None,
+    since: datetime | None,
+    session_id: str | None,
+    agent_id: str | None,
+) -> Plan[ContextPack]:
+    req = memory_service_pb2.GetContextRequest(
+        collections=_collections(collections),
+        query=query or "",
+        session_id=session_id or "",
+        agent_id=agent_id or "",
+    )
+    if token_budget is not None:
+        req.token_budget = token_budget
+    if since is not None:
+        req.since.CopyFrom(_convert.timestamp_to_proto(since, "since"))
+    return Plan("GetContext", req, _convert.context_pack)
+
+
+def get_triggers(action: str, *, collections: str | Sequence[str] | None, limit: int) -> Plan[Triggers]:
+    req = memory_service_pb2.GetTriggersRequest(
+        action=action, collections=_collections(collections), limit=limit
+    )
+    return Plan("GetTriggers", req, _convert.triggers)
+
+
+def list_slots(*, collection: str | None) -> Plan[list[Slot]]:
+    return Plan("ListSlots", memory_service_pb2.ListSlotsRequest(collection=collection or ""), _convert.slots)
+
+
+def update_slot(name: str, content: str, *, collection: str | None, replace: bool) -> Plan[SlotUpdate]:
+    req = memory_service_pb2.UpdateSlotRequest(
+        collection=collection or "",
+        name=name,
+        content=content,
+        mode=memory_service_pb2.SLOT_UPDATE_MODE_REPLACE
+        if replace
+        else memory_service_pb2.SLOT_UPDATE_MODE_APPEND,
+    )
+    # An append that may have landed must not be sent twice; a replace may.
+    return Plan("UpdateSlot", req, _convert.slot_update, retry=replace)

@@ -64,6 +64,7 @@ from engram_client.config import ConnectionConfig, RetryPolicy
 from engram_client.models import (
     AddResult,
     CollectionInfo,
+    ContextPack,
     DeleteCollectionResult,
     DeleteResult,
     GetResult,
@@ -77,12 +78,15 @@ from engram_client.models import (
     ReflectionResult,
     ReflectionRun,
     SearchResults,
+    Slot,
+    SlotUpdate,
     Source,
     SourceName,
     SourceType,
     SourceTypeName,
     TopicMemories,
     TopicPage,
+    Triggers,
     UpdateResult,
 )
 from engram_client.proto.engram.v1 import memory_service_pb2_grpc
@@ -254,6 +258,8 @@ class EngramClient(_ClientBase):
         valid_until: datetime | None = None,
         request_id: str | None = None,
         allow_duplicate: bool = False,
+        session_id: str | None = None,
+        agent_id: str | None = None,
         timeout: float | None = None,
     ) -> AddResult:
         """Store a memory unless a near-copy exists (then ``outcome`` is DUPLICATE and nothing is
@@ -264,7 +270,9 @@ class EngramClient(_ClientBase):
         A memory above 0.92 whose numbers, dates, ids, names or negation differ is a different fact:
         the memory is written, ``gate_reason`` is ``"conflicting_specifics"`` and the stored one is
         listed in ``near_duplicates`` with its ``conflicts``. ``allow_duplicate=True`` writes even a
-        duplicate (``gate_reason`` ``"allow_duplicate"``).
+        duplicate (``gate_reason`` ``"allow_duplicate"``). ``session_id`` / ``agent_id`` record the
+        agent session and the agent writing it (filters, the per-session search cap and
+        :meth:`get_context`'s "last session" read them).
         """
         plan = _plans.add(
             content,
@@ -279,6 +287,8 @@ class EngramClient(_ClientBase):
             valid_until=valid_until,
             request_id=request_id,
             allow_duplicate=allow_duplicate,
+            session_id=session_id,
+            agent_id=agent_id,
         )
         return self._run(plan, timeout)
 
@@ -313,11 +323,13 @@ class EngramClient(_ClientBase):
         diversify: bool = False,
         mmr_lambda: float | None = None,
         min_relevance: float = 0.0,
+        max_per_session: int = 0,
         timeout: float | None = None,
     ) -> SearchResults:
         """The best memories for ``query``, best first, each with its score parts. ``collections``
         (one name or several) defaults to every collection the caller may read; a named collection
-        that does not exist raises :class:`CollectionNotFoundError`."""
+        that does not exist raises :class:`CollectionNotFoundError`. ``max_per_session`` > 0 keeps at
+        most that many results from one session (memories without a session are not capped)."""
         plan = _plans.search(
             query,
             collections=collections,
@@ -327,6 +339,7 @@ class EngramClient(_ClientBase):
             diversify=diversify,
             mmr_lambda=mmr_lambda,
             min_relevance=min_relevance,
+            max_per_session=max_per_session,
         )
         return self._run(plan, timeout)
 
@@ -483,6 +496,63 @@ class EngramClient(_ClientBase):
         server keeps the last 50 per collection with the store."""
         return self._run(_plans.reflection_runs(collection=collection, limit=limit), timeout)
 
+    def get_context(
+        self,
+        query: str | None = None,
+        *,
+        collections: str | Sequence[str] | None = None,
+        token_budget: int | None = None,
+        since: datetime | None = None,
+        session_id: str | None = None,
+        agent_id: str | None = None,
+        timeout: float | None = None,
+    ) -> ContextPack:
+        """The context pack to load at session start or after a context compaction: core (slots,
+        identity and directive memories), trigger names, open items (tagged ``pending``), the best
+        memories for ``query`` if given, what changed since ``since`` (default: the start of this
+        agent's last session other than ``session_id``, else the last 7 days) and topics, within
+        ``token_budget`` tokens (default 2,000; at most 32,000); ``markdown`` is ready to inject."""
+        plan = _plans.get_context(
+            query,
+            collections=collections,
+            token_budget=token_budget,
+            since=since,
+            session_id=session_id,
+            agent_id=agent_id,
+        )
+        return self._run(plan, timeout)
+
+    def get_triggers(
+        self,
+        action: str,
+        *,
+        collections: str | Sequence[str] | None = None,
+        limit: int = 20,
+        timeout: float | None = None,
+    ) -> Triggers:
+        """The memories to recall before ``action`` ("deploy", "git push", "deploy/prod"): those
+        tagged ``trigger:<action>`` or ``trigger:<parent>``, most important first."""
+        return self._run(_plans.get_triggers(action, collections=collections, limit=limit), timeout)
+
+    def list_slots(self, *, collection: str | None = None, timeout: float | None = None) -> list[Slot]:
+        """The collection's five slots (persona, user_preferences, project_context, pending_items,
+        guidance), in that order; slots never written have empty content."""
+        return self._run(_plans.list_slots(collection=collection), timeout)
+
+    def update_slot(
+        self,
+        name: str,
+        content: str,
+        *,
+        collection: str | None = None,
+        replace: bool = False,
+        timeout: float | None = None,
+    ) -> SlotUpdate:
+        """Append ``content`` to slot ``name`` as a new line (``replace=True``: replace it). Past the
+        slot's capacity its oldest content is compacted (LLM summary, else cut with a marker). An
+        append is not retried after UNAVAILABLE (it may have landed)."""
+        return self._run(_plans.update_slot(name, content, collection=collection, replace=replace), timeout)
+
     def list_topics(
         self,
         *,
@@ -612,6 +682,8 @@ class AsyncEngramClient(_ClientBase):
         valid_until: datetime | None = None,
         request_id: str | None = None,
         allow_duplicate: bool = False,
+        session_id: str | None = None,
+        agent_id: str | None = None,
         timeout: float | None = None,
     ) -> AddResult:
         """See :meth:`EngramClient.add`."""
@@ -628,6 +700,8 @@ class AsyncEngramClient(_ClientBase):
             valid_until=valid_until,
             request_id=request_id,
             allow_duplicate=allow_duplicate,
+            session_id=session_id,
+            agent_id=agent_id,
         )
         return await self._run(plan, timeout)
 
@@ -652,6 +726,7 @@ class AsyncEngramClient(_ClientBase):
         diversify: bool = False,
         mmr_lambda: float | None = None,
         min_relevance: float = 0.0,
+        max_per_session: int = 0,
         timeout: float | None = None,
     ) -> SearchResults:
         """See :meth:`EngramClient.search`."""
@@ -664,6 +739,7 @@ class AsyncEngramClient(_ClientBase):
             diversify=diversify,
             mmr_lambda=mmr_lambda,
             min_relevance=min_relevance,
+            max_per_session=max_per_session,
         )
         return await self._run(plan, timeout)
 
@@ -806,6 +882,65 @@ class AsyncEngramClient(_ClientBase):
     ) -> list[ReflectionRun]:
         """See :meth:`EngramClient.reflection_runs`."""
         return await self._run(_plans.reflection_runs(collection=collection, limit=limit), timeout)
+
+    async def get_context(
+        self,
+        query: str | None = None,
+        *,
+        collections: str | Sequence[str] | None = None,
+        token_budget: int | None = None,
+        since: datetime | None = None,
+        session_id: str | None = None,
+        agent_id: str | None = None,
+        timeout: float | None = None,
+    ) -> ContextPack:
+        """The context pack to load at session start or after a context compaction: core (slots,
+        identity and directive memories), trigger names, open items (tagged ``pending``), the best
+        memories for ``query`` if given, what changed since ``since`` (default: the start of this
+        agent's last session other than ``session_id``, else the last 7 days) and topics, within
+        ``token_budget`` tokens (default 2,000; at most 32,000); ``markdown`` is ready to inject."""
+        plan = _plans.get_context(
+            query,
+            collections=collections,
+            token_budget=token_budget,
+            since=since,
+            session_id=session_id,
+            agent_id=agent_id,
+        )
+        return await self._run(plan, timeout)
+
+    async def get_triggers(
+        self,
+        action: str,
+        *,
+        collections: str | Sequence[str] | None = None,
+        limit: int = 20,
+        timeout: float | None = None,
+    ) -> Triggers:
+        """The memories to recall before ``action`` ("deploy", "git push", "deploy/prod"): those
+        tagged ``trigger:<action>`` or ``trigger:<parent>``, most important first."""
+        return await self._run(_plans.get_triggers(action, collections=collections, limit=limit), timeout)
+
+    async def list_slots(self, *, collection: str | None = None, timeout: float | None = None) -> list[Slot]:
+        """The collection's five slots (persona, user_preferences, project_context, pending_items,
+        guidance), in that order; slots never written have empty content."""
+        return await self._run(_plans.list_slots(collection=collection), timeout)
+
+    async def update_slot(
+        self,
+        name: str,
+        content: str,
+        *,
+        collection: str | None = None,
+        replace: bool = False,
+        timeout: float | None = None,
+    ) -> SlotUpdate:
+        """Append ``content`` to slot ``name`` as a new line (``replace=True``: replace it). Past the
+        slot's capacity its oldest content is compacted (LLM summary, else cut with a marker). An
+        append is not retried after UNAVAILABLE (it may have landed)."""
+        return await self._run(
+            _plans.update_slot(name, content, collection=collection, replace=replace), timeout
+        )
 
     async def list_topics(
         self,

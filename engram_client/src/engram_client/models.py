@@ -18,6 +18,10 @@ __all__ = [
     "AddOutcome",
     "AddResult",
     "CollectionInfo",
+    "ContextItem",
+    "ContextPack",
+    "ContextSection",
+    "ContextTopic",
     "DeleteCollectionResult",
     "DeleteResult",
     "GetResult",
@@ -34,11 +38,14 @@ __all__ = [
     "ScoreBreakdown",
     "SearchResult",
     "SimilarMemory",
+    "Slot",
+    "SlotUpdate",
     "Source",
     "SourceName",
     "SourceType",
     "SourceTypeName",
     "SpecificConflict",
+    "Triggers",
     "UpdateResult",
 ]
 
@@ -152,6 +159,10 @@ class Memory:
     derived_from: tuple[str, ...] = ()
     #: A low-confidence reflection insight kept as a draft (never returned by search).
     draft: bool = False
+    #: The agent session the memory was written in (``None`` when none was given).
+    session_id: str | None = None
+    #: The agent that wrote the memory (``None`` when none was given).
+    agent_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,6 +249,9 @@ class NewMemory:
     request_id: str | None = None
     #: Write even if the gate finds a duplicate (the result's ``gate_reason`` is "allow_duplicate").
     allow_duplicate: bool = False
+    #: The agent session and the agent writing the memory (letters, digits and ``. _ : @ / + -``).
+    session_id: str | None = None
+    agent_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -414,6 +428,10 @@ class MemoryFilter:
     #: Importance at or above this (1–10); ``None`` means no minimum.
     min_importance: int | None = None
     source_types: Sequence[SourceType | SourceTypeName] = ()
+    #: Memories written in one of these sessions.
+    session_ids: Sequence[str] = ()
+    #: Memories written by one of these agents.
+    agent_ids: Sequence[str] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -469,3 +487,110 @@ class ReflectionRun:
     draft_ids: tuple[str, ...]
     #: Proposed insights dropped as near-copies of existing ones.
     duplicates: int
+
+
+@dataclass(frozen=True, slots=True)
+class ContextTopic:
+    """One topic of the topic index."""
+
+    id: str
+    name: str
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class ContextItem:
+    """One entry of a context pack section: a memory, a slot, a trigger name or a topic."""
+
+    #: The entry as rendered in the pack's Markdown.
+    text: str
+    #: Tokens it takes (the pack's ``tokenizer``).
+    tokens: int
+    #: Why it was chosen ("identity, importance 9", "slot persona", "relevance 0.86 to the task", …).
+    reason: str
+    memory: Memory | None = None
+    #: For slots: the slot's name.
+    slot: str = ""
+    #: For trigger names: the name and how many memories carry it.
+    trigger: str = ""
+    count: int = 0
+    topic: ContextTopic | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ContextSection:
+    """One section of a context pack."""
+
+    #: ``core``, ``triggers``, ``open_items``, ``relevant``, ``recent`` or ``topics``.
+    kind: str
+    title: str
+    items: tuple[ContextItem, ...]
+    #: Tokens the section takes in the Markdown (heading included; 0 when empty).
+    tokens: int
+    #: Candidates left out because the budget was spent.
+    omitted: int
+
+
+@dataclass(frozen=True, slots=True)
+class ContextPack:
+    """The answer of :meth:`EngramClient.get_context`: what an agent loads at session start."""
+
+    #: Every section, in order: core, triggers, open_items, relevant, recent, topics.
+    sections: tuple[ContextSection, ...]
+    #: The pack as Markdown, ready to put into a prompt.
+    markdown: str
+    token_budget: int
+    #: Tokens the Markdown takes (never more than ``token_budget``).
+    tokens_used: int
+    #: The tokenizer that counted them.
+    tokenizer: str
+    #: Start of the recent section's window.
+    since: datetime | None
+    #: ``request``, ``last_session`` or ``default_window`` (the last 7 days).
+    since_source: str
+    #: For ``last_session``: that session's id.
+    last_session_id: str
+    topics: tuple[ContextTopic, ...]
+    #: True when some candidate did not fit in the budget.
+    truncated: bool
+
+    def section(self, kind: str) -> ContextSection:
+        """The section of this kind (``core``, ``triggers``, ``open_items``, ``relevant``, …)."""
+        for s in self.sections:
+            if s.kind == kind:
+                return s
+        raise KeyError(kind)
+
+
+@dataclass(frozen=True, slots=True)
+class Triggers:
+    """The answer of :meth:`EngramClient.get_triggers`."""
+
+    #: The action's normalised name ("git push" -> "git-push").
+    action: str
+    #: The trigger names matched: the action and its parents, most specific first.
+    matched: tuple[str, ...]
+    #: The memories to recall, most important first, then the most recently updated.
+    memories: tuple[Memory, ...]
+    truncated: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """A named, fixed-capacity note of a collection, always in the context pack's core."""
+
+    name: str
+    content: str
+    capacity_tokens: int
+    tokens: int
+    updated_at: datetime | None
+    compactions: int
+
+
+@dataclass(frozen=True, slots=True)
+class SlotUpdate:
+    """The answer of :meth:`EngramClient.update_slot`."""
+
+    slot: Slot
+    #: ``""`` (it fit), ``"llm"`` (the LLM summarised the oldest content) or ``"truncation"``.
+    compaction: str

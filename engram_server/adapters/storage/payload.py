@@ -18,6 +18,8 @@ Payload layout (one point per memory; the point id is the memory's UUID string):
     near_duplicates: [[id, similarity], ...]
     derived_from: [str]     (reflection insights only)
     draft: "true"           (reflection drafts only; a keyword so its index serves the filter)
+    session_id / agent_id: str (absent when unset)
+    has_trigger: "true"     (derived: the memory has a trigger:<action> tag; absent otherwise)
 
 The collection name is not stored: a point lives in exactly one Qdrant collection.
 """
@@ -45,11 +47,13 @@ from engram_server.domain.model import (
     StoredPoint,
     StoreFilter,
     Vector,
+    has_trigger_tag,
 )
 from engram_server.domain.text import script_tag
 
 __all__ = [
     "ACCESS_FIELDS",
+    "ORDERABLE",
     "PAYLOAD_INDEXES",
     "Condition",
     "FilterPlan",
@@ -95,7 +99,15 @@ PAYLOAD_INDEXES: Final[Mapping[str, IndexKind]] = {
     # payload (measured: 24 ms instead of 1 ms for a filtered top-30 at 5k points).
     "draft": "keyword",
     "reflected_at": "float",
+    # Sessions (GetContext, filters by session and agent, the per-session cap) and triggers.
+    "session_id": "keyword",
+    "agent_id": "keyword",
+    "updated_at": "float",
+    "has_trigger": "keyword",
 }
+
+#: The fields ``Store.top`` may order by (they have range indexes).
+ORDERABLE: Final[frozenset[str]] = frozenset({"updated_at", "importance"})
 
 _COLLECTION_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 
@@ -142,12 +154,16 @@ def record_to_payload(record: MemoryRecord) -> dict[str, Any]:
         payload["derived_from"] = list(record.derived_from)
     if record.draft:
         payload["draft"] = "true"  # a keyword, so the index serves the is-empty filter
+    if has_trigger_tag(record.tags):
+        payload["has_trigger"] = "true"  # derived, so "has a trigger tag" is one indexed match
     optional: dict[str, Any] = {
         "superseded_by": record.superseded_by,
         "last_accessed_at": None if record.last_accessed_at is None else float(record.last_accessed_at),
         "reflected_at": None if record.reflected_at is None else float(record.reflected_at),
         "request_id": record.request_id,
         "request_hash": record.request_hash,
+        "session_id": record.session_id,
+        "agent_id": record.agent_id,
     }
     payload.update({k: v for k, v in optional.items() if v is not None})
     return payload
@@ -189,6 +205,8 @@ def record_from_payload(point_id: object, collection: str, payload: Mapping[str,
             near_duplicates=tuple((str(i), float(s)) for i, s in payload.get("near_duplicates") or ()),
             derived_from=tuple(str(i) for i in payload.get("derived_from") or ()),
             draft=payload.get("draft") in (True, "true"),
+            session_id=_opt_str(payload.get("session_id")),
+            agent_id=_opt_str(payload.get("agent_id")),
         )
     except (KeyError, ValueError, TypeError) as exc:
         raise StorageUnavailable(
@@ -577,6 +595,14 @@ def filter_plan(flt: StoreFilter) -> FilterPlan:
         must.append(MatchAny("tags", tuple(flt.tags_any)))
     if flt.source_types:
         must.append(MatchAny("source_type", tuple(s.value for s in flt.source_types)))
+    if flt.session_ids:
+        must.append(MatchAny("session_id", tuple(flt.session_ids)))
+    if flt.agent_ids:
+        must.append(MatchAny("agent_id", tuple(flt.agent_ids)))
+    if flt.with_trigger:
+        must.append(MatchValue("has_trigger", "true"))
+    if flt.updated_after is not None:
+        must.append(Range("updated_at", gte=float(flt.updated_after)))
     if flt.request_id is not None:
         must.append(MatchValue("request_id", flt.request_id))
     if flt.request_ids:

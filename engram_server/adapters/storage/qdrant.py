@@ -34,6 +34,7 @@ from engram_server.adapters.storage.payload import (
     ACCESS_FIELDS,
     CANDIDATE_FIELDS,
     LEXICAL_VECTOR,
+    ORDERABLE,
     PAYLOAD_INDEXES,
     CandidateBuilder,
     Condition,
@@ -514,6 +515,27 @@ class QdrantStore:
         )
         out = [record_from_payload(r.id, collection, r.payload or {}) for r in records]
         return out, None if next_offset is None else str(next_offset)
+
+    async def top(self, collection: str, flt: StoreFilter, limit: int, order_by: str) -> list[MemoryRecord]:
+        if limit <= 0:
+            raise ValueError("top limit must be positive")
+        if order_by not in ORDERABLE:
+            raise ValueError(f"cannot order by {order_by!r}")
+        await self._spec(collection)
+        qname = self._qname(collection)
+        records, _ = await self._call(
+            "scroll",
+            lambda: self._c.scroll(
+                qname,
+                scroll_filter=_qdrant_filter(filter_plan(flt)),
+                limit=limit,
+                with_payload=True,
+                with_vectors=False,
+                order_by=models.OrderBy(key=order_by, direction=models.Direction.DESC),
+            ),
+            collection=collection,
+        )
+        return [record_from_payload(r.id, collection, r.payload or {}) for r in records]
 
     async def count(self, collection: str, flt: StoreFilter) -> int:
         await self._spec(collection)

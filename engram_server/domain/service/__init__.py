@@ -11,7 +11,8 @@ each path in one file:
 - :mod:`.writing`: add / add-many and the write gate;
 - :mod:`.searching`: search, candidates, ranking assembly, record cache and access counts;
 - :mod:`.editing`: locate, update, delete, get, history, list and page tokens;
-- :mod:`.collections`: list / delete collections and the expiry sweep.
+- :mod:`.collections`: list / delete collections and the expiry sweep;
+- :mod:`.context`: the session context pack, triggers and slots.
 """
 
 from __future__ import annotations
@@ -39,9 +40,17 @@ from engram_server.domain.service.commands import (
     _Pool,
     _Ranked,
 )
-from engram_server.domain.service.core import ServiceCore, stored_point
+from engram_server.domain.service.context import (
+    ContextPack,
+    ContextPacks,
+    ContextRequest,
+    SlotState,
+    SlotUpdate,
+    TriggerResult,
+)
+from engram_server.domain.service.core import ServiceCore, TopicSource, stored_point
 from engram_server.domain.service.editing import Editing
-from engram_server.domain.service.searching import Searching, _Query
+from engram_server.domain.service.searching import _Query
 from engram_server.domain.service.writing import Writing, normalise_text, with_provenance
 
 __all__ = [
@@ -51,6 +60,8 @@ __all__ = [
     "AddOutcome",
     "AddResult",
     "CollectionStats",
+    "ContextPack",
+    "ContextRequest",
     "DeleteCommand",
     "DeleteResult",
     "GateReason",
@@ -62,6 +73,10 @@ __all__ = [
     "SearchQuery",
     "ServiceCore",
     "Similar",
+    "SlotState",
+    "SlotUpdate",
+    "TopicSource",
+    "TriggerResult",
     "UpdateCommand",
     "UpdateResult",
     "_AddItem",
@@ -74,5 +89,5 @@ __all__ = [
 ]
 
 
-class MemoryService(Writing, Searching, Editing, Collections):
+class MemoryService(Writing, ContextPacks, Editing, Collections):
     """Engram's memory lifecycle over a Store and an Embedder."""

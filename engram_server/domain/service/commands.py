@@ -82,6 +82,9 @@ class AddCommand:
     request_id: str = ""
     #: Write even when the gate finds a duplicate (the result names it among the near duplicates).
     allow_duplicate: bool = False
+    #: The agent session and the agent writing the memory ("" = not given).
+    session_id: str = ""
+    agent_id: str = ""
 
 
 class AddOutcome(StrEnum):
@@ -145,6 +148,8 @@ class SearchFilter:
     created_before: float | None = None
     min_importance: int = 0
     source_types: tuple[SourceType, ...] = ()
+    session_ids: tuple[str, ...] = ()
+    agent_ids: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +165,9 @@ class SearchQuery:
     min_relevance: float = 0.0
     #: Which collections the caller may read, for a search that names none (None: all of them).
     readable: Callable[[str], bool] | None = None
+    #: At most this many results from one session (0: no cap); memories without a session are
+    #: not capped.
+    max_per_session: int = 0
 
 
 @dataclass(frozen=True, slots=True)

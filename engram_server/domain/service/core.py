@@ -9,13 +9,14 @@ import logging
 from collections import OrderedDict
 from collections.abc import Coroutine, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, Protocol
 
 from opentelemetry import trace
 from opentelemetry.trace import Span
 
 from engram_server.domain.calibration import CROSS_SCRIPT_OFFSET, Calibration
 from engram_server.domain.clock import Clock
+from engram_server.domain.context import TopicEntry
 from engram_server.domain.deadline import ensure_time_left
 from engram_server.domain.errors import (
     EmbeddingMismatch,
@@ -29,11 +30,22 @@ from engram_server.domain.model import (
     Vector,
 )
 from engram_server.domain.service.commands import Policy, SearchFilter, _Pool
+from engram_server.domain.sessions import SessionLedger
 from engram_server.domain.validation import (
     Violations,
     check_collection,
+    check_session_id,
 )
-from engram_server.ports import Embedder, LexicalEncoder, Store
+from engram_server.ports import Embedder, LexicalEncoder, Llm, Store, Tokenizer
+
+
+class TopicSource(Protocol):
+    """What the context pack needs of the topic index: its topics over some collections."""
+
+    async def context_topics(self, collections: Sequence[str]) -> list[TopicEntry]:
+        """The topics of these collections, largest first (ties: by id)."""
+        ...
+
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +86,7 @@ class ServiceCore:
         policy: Policy | None = None,
         *,
         lexical: LexicalEncoder | None = None,
+        tokenizer: Tokenizer | None = None,
     ) -> None:
         self._store = store
         self._embedder = embedder
@@ -100,6 +113,16 @@ class ServiceCore:
         self._flush_now = asyncio.Event()
         #: collection -> time of the last write (add or update), for activity-driven reflection.
         self.last_write_at: dict[str, float] = {}
+        #: The sessions each agent had (GetContext's "last session").
+        self.sessions = SessionLedger(store)
+        #: Counts tokens for the context pack and slots (set by the app; None: no pack).
+        self.tokenizer: Tokenizer | None = tokenizer
+        #: Summarises overflowing slots when set (else they are truncated).
+        self.llm: Llm | None = None
+        #: The topic index the pack's topics section shows (set by the topic index; None: empty).
+        self.topic_source: TopicSource | None = None
+        #: Tokens a slot may hold.
+        self.slot_capacity_tokens = 200
 
     def now(self) -> float:
         return self._clock.now()
@@ -256,6 +279,12 @@ class ServiceCore:
         for i, tag in enumerate(f.tags_any):
             if not tag.strip():
                 v.add(f"{prefix}.tags_any[{i}]", "tags must not be empty")
+        for name, values in (("session_ids", f.session_ids), ("agent_ids", f.agent_ids)):
+            for i, value in enumerate(values):
+                if not value:
+                    v.add(f"{prefix}.{name}[{i}]", "must not be empty")
+                else:
+                    check_session_id(v, f"{prefix}.{name}[{i}]", value)
         return StoreFilter(
             types=tuple(dict.fromkeys(f.types)),
             tags_any=tuple(dict.fromkeys(t.strip() for t in f.tags_any)),
@@ -263,6 +292,8 @@ class ServiceCore:
             created_before=f.created_before,
             min_importance=f.min_importance or None,
             source_types=tuple(dict.fromkeys(f.source_types)),
+            session_ids=tuple(dict.fromkeys(f.session_ids)),
+            agent_ids=tuple(dict.fromkeys(f.agent_ids)),
         )
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:

@@ -125,6 +125,11 @@ class Searching(ServiceCore):
         lam = pol.mmr_lambda if q.mmr_lambda is None else q.mmr_lambda
         check_unit_interval(v, "mmr_lambda", lam)
         check_unit_interval(v, "min_relevance", q.min_relevance)
+        if not 0 <= q.max_per_session <= pol.limits.max_search_limit:
+            v.add(
+                "max_per_session",
+                f"must be between 0 (no cap) and {pol.limits.max_search_limit} (got {q.max_per_session})",
+            )
         v.raise_if_any()
 
         specs = await self._search_specs(names, q.readable)
@@ -153,28 +158,60 @@ class Searching(ServiceCore):
             )
         )
         n_found = sum(len(p.found) for p in per_collection)
+        capped = q.max_per_session > 0
         with _tracer.start_as_current_span(
             "engram.rank", attributes={"engram.candidates": n_found, "engram.candidates.cached": query.cached}
         ) as span:
             ranked = self._rank(
-                per_collection, now, weights, q.min_relevance, keep=None if q.diversify else limit
+                per_collection,
+                now,
+                weights,
+                q.min_relevance,
+                keep=None if q.diversify or capped else limit,
             )
             if q.diversify and len(ranked) > 1:
                 order = mmr_order(
                     [r.score.final for r in ranked],
                     [r.vector for r in ranked if r.vector is not None],
-                    limit,
+                    len(ranked) if capped else limit,
                     lam,
                     self._cal.similarity_array,
                 )
                 ranked = [ranked[i] for i in order]
-            top = ranked[:limit]
-            span.set_attribute("engram.returned", len(top))
-        # Candidates carried only what ranking needs; read the winners in full (a memory deleted
-        # or replaced since the query is dropped, as if the search had run a moment later).
-        full = await self._full_records(top)
-        results = [SearchHit(full[r.id], r.score) for r in top if r.id in full]
+            top = ranked if capped else ranked[:limit]
+            span.set_attribute("engram.returned", min(len(top), limit))
+        if capped:
+            results = await self._session_capped(top, limit, q.max_per_session)
+        else:
+            # Candidates carried only what ranking needs; read the winners in full (a memory deleted
+            # or replaced since the query is dropped, as if the search had run a moment later).
+            full = await self._full_records(top)
+            results = [SearchHit(full[r.id], r.score) for r in top if r.id in full]
         self._note_access([r.memory for r in results], now)
+        return results
+
+    async def _session_capped(self, ranked: Sequence[_Ranked], limit: int, cap: int) -> list[SearchHit]:
+        """The best ``limit`` of ``ranked`` (in order) with at most ``cap`` from one session (the
+        session is on the full record, read in chunks of the ranking until ``limit`` are found or
+        the candidates run out; memories without a session are not capped)."""
+        results: list[SearchHit] = []
+        per_session: dict[str, int] = {}
+        step = max(limit * 2, 20)
+        for start in range(0, len(ranked), step):
+            chunk = ranked[start : start + step]
+            full = await self._full_records(chunk)
+            for r in chunk:
+                record = full.get(r.id)
+                if record is None:
+                    continue
+                if record.session_id is not None:
+                    seen = per_session.get(record.session_id, 0)
+                    if seen >= cap:
+                        continue
+                    per_session[record.session_id] = seen + 1
+                results.append(SearchHit(record, r.score))
+                if len(results) == limit:
+                    return results
         return results
 
     async def _search_specs(

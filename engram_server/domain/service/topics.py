@@ -17,9 +17,11 @@ import asyncio
 import base64
 import logging
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from engram_server.domain.context import TopicEntry
 from engram_server.domain.errors import (
     CollectionNotFound,
     EngramError,
@@ -51,6 +53,8 @@ _NAME_SYSTEM = (
 #: Topics named by the LLM per refresh (the rest keep their salient-terms name until the next).
 _NAMES_PER_REFRESH = 8
 MAX_TOPIC_PAGE = 200
+#: Most topics offered to a context pack (its budget usually keeps fewer).
+CONTEXT_TOPICS = 20
 MAX_MEMBER_PAGE = 1000
 
 
@@ -159,11 +163,17 @@ class TopicService:
         name = collection or self._policy_default()
         return _token(offset, name + "/" + topic_id)
 
-    async def top_topics(self, collection: str, limit: int) -> list[TopicView]:
-        """The largest top-level topics of a collection (the context pack's index); none when the
-        collection does not exist."""
-        index = await self.index(collection, must_exist=False)
-        return index.roots()[:limit] if index is not None else []
+    async def context_topics(self, collections: Sequence[str]) -> list[TopicEntry]:
+        """The context pack's topics (:class:`~engram_server.domain.service.core.TopicSource`): the
+        top-level topics of these collections, largest first (ties: by id), at most
+        ``CONTEXT_TOPICS``; the pack keeps those its token budget allows."""
+        out: list[TopicEntry] = []
+        for name in collections:
+            index = await self.index(name, must_exist=False)
+            if index is not None:
+                out.extend(TopicEntry(v.id, v.name, v.size) for v in index.roots()[:CONTEXT_TOPICS])
+        out.sort(key=lambda t: (-t.size, t.id))
+        return out[:CONTEXT_TOPICS]
 
     # ------------------------------------------------------------------ maintenance
 

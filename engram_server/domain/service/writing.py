@@ -45,6 +45,7 @@ from engram_server.domain.validation import (
     check_importance,
     check_metadata,
     check_request_id,
+    check_session_id,
     normalise_tags,
 )
 
@@ -81,6 +82,7 @@ def _request_hash(cmd: AddCommand, collection: str, importance: int, tags: tuple
             cmd.created_at,
             cmd.valid_until,
             *(["allow_duplicate"] if cmd.allow_duplicate else []),  # absent when False: old hashes hold
+            *([["session", cmd.session_id, cmd.agent_id]] if cmd.session_id or cmd.agent_id else []),
         ],
         ensure_ascii=False,
     )
@@ -152,6 +154,8 @@ class Writing(ServiceCore):
         tags = normalise_tags(v, f"{prefix}tags", cmd.tags, pol.limits)
         check_metadata(v, f"{prefix}metadata", cmd.metadata, pol.limits)
         check_request_id(v, f"{prefix}request_id", cmd.request_id, pol.limits)
+        check_session_id(v, f"{prefix}session_id", cmd.session_id)
+        check_session_id(v, f"{prefix}agent_id", cmd.agent_id)
         created_at = now if cmd.created_at is None else cmd.created_at
         if cmd.created_at is not None and cmd.created_at > now + pol.limits.future_skew_seconds:
             v.add(f"{prefix}created_at", "must not be in the future")
@@ -252,7 +256,10 @@ class Writing(ServiceCore):
             if new:
                 await self._upsert(collection, [stored_point(r, vec) for _, r, vec in new.values()])
                 self.last_write_at[collection] = now
-            return results
+        for _, r, _ in new.values():
+            if r.session_id is not None:
+                await self.sessions.seen(r.agent_id or "", r.session_id, r.created_at)
+        return results
 
     def _new_record(
         self, collection: str, item: _AddItem, near: Sequence[Similar], now: float
@@ -278,6 +285,8 @@ class Writing(ServiceCore):
             request_id=cmd.request_id or None,
             request_hash=item.request_hash,
             near_duplicates=tuple((s.record.id, round(s.similarity, 6)) for s in near),
+            session_id=cmd.session_id or None,
+            agent_id=cmd.agent_id or None,
         )
 
     async def _gate_hits(self, collection: str, vectors: Vector, now: float) -> list[list[ScoredPoint]]:

@@ -13,6 +13,7 @@ so one tool call is one trace. Nothing here needs to add spans of its own.
 from __future__ import annotations
 
 import inspect
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, Literal
 
@@ -25,6 +26,7 @@ from engram_client import (
     AddResult,
     AsyncEngramClient,
     CollectionNotFoundError,
+    ContextPack,
     DeadlineExceededError,
     DeleteResult,
     EngramError,
@@ -42,9 +44,11 @@ from engram_client import (
     SearchResult,
     SearchResults,
     SimilarMemory,
+    SlotUpdate,
     ThresholdTooLowError,
     Topic,
     TopicNotFoundError,
+    Triggers,
     UnauthenticatedError,
     UnavailableError,
     UnimplementedError,
@@ -54,12 +58,18 @@ from engram_mcp.settings import ShimSettings
 
 __all__ = ["INSTRUCTIONS", "READ_TOOLS", "WRITE_TOOLS", "EngramMcp"]
 
-READ_TOOLS = ("memory_search", "memory_topic")
-WRITE_TOOLS = ("memory_add", "memory_update", "memory_delete", "reflection_run")
+READ_TOOLS = ("memory_context", "memory_search", "memory_topic", "memory_triggers")
+WRITE_TOOLS = ("memory_add", "memory_update", "memory_delete", "reflection_run", "memory_slot_update")
 REFLECTION_UNAVAILABLE = "reflection is not available on this server"
 
 INSTRUCTIONS = """\
-Engram is your long-term memory. Keep it clean: every memory you add competes with the others.
+Engram is your long-term memory.
+0. Call memory_context FIRST, at the start of every session and again whenever your context was
+   compacted or summarised: it returns your core identity and rules, slots, open items, trigger
+   names, what changed since your last session and (with `task`) the memories relevant to it, as
+   Markdown within a token budget. Before a risky or irreversible action (deploy, git push, a
+   migration, deleting data), call memory_triggers with the action's name and follow the lessons
+   it returns. Keep every memory you add clean: it competes with the others.
 1. Before memory_add, call memory_search with the text you intend to store (limit 3) and look at the
    best result's `relevance` (calibrated similarity, 0-1):
    > 0.82 -> memory_update that memory instead of adding;
@@ -70,6 +80,8 @@ Engram is your long-term memory. Keep it clean: every memory you add competes wi
    conclusion; fades over months), event (something that happened; fades over days).
 3. Set `importance` accurately, not high: 1-3 trivia, 4-6 normal, 7-8 important, 9-10 critical
    constraints. Importance also decides when a memory expires.
+4. Tag a lesson to recall before an action with `trigger:<action>` (e.g. trigger:deploy,
+   trigger:git-push) and an unfinished task with `pending`.
 Memories are stored in English for the most reliable retrieval."""
 
 MemoryTypeName = Literal["identity", "directive", "insight", "event"]
@@ -192,6 +204,51 @@ def _reflection(r: ReflectionResult) -> dict[str, Any]:
     return out
 
 
+def _context(p: ContextPack) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "markdown": p.markdown,
+        "tokens_used": p.tokens_used,
+        "token_budget": p.token_budget,
+        "tokenizer": p.tokenizer,
+        "since_source": p.since_source,
+        "memory_ids": {
+            s.kind: [i.memory.id for i in s.items if i.memory is not None] for s in p.sections if s.items
+        },
+    }
+    if p.since is not None:
+        out["since"] = p.since.isoformat()
+    if p.truncated:
+        out["omitted"] = {s.kind: s.omitted for s in p.sections if s.omitted}
+        out["note"] = (
+            "Some memories did not fit in the budget: raise token_budget, or use memory_search / "
+            "memory_triggers for specifics."
+        )
+    return out
+
+
+def _triggers(t: Triggers) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "action": t.action,
+        "matched": list(t.matched),
+        "memories": [_memory(m) for m in t.memories],
+    }
+    if not t.memories:
+        out["note"] = "No lessons are recorded for this action."
+    return out
+
+
+def _slot_update(u: SlotUpdate) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "slot": u.slot.name,
+        "content": u.slot.content,
+        "tokens": u.slot.tokens,
+        "capacity_tokens": u.slot.capacity_tokens,
+    }
+    if u.compaction:
+        out["compaction"] = u.compaction
+    return out
+
+
 def _topic(t: Topic) -> dict[str, Any]:
     out: dict[str, Any] = {"id": t.id, "name": t.name, "size": t.size}
     if t.children:
@@ -274,6 +331,9 @@ class EngramMcp:
         self.settings = settings
         self._client = client
         self._owns_client = client is None
+        #: This shim's session: every memory it adds carries it, and memory_context tells the server
+        #: that a new session started (so the next one finds this one as its last).
+        self.session_id = settings.session_id or f"mcp-{uuid.uuid4()}"
         self.server: MCPServer[Any] = MCPServer(name="engram", instructions=INSTRUCTIONS, version="0.1.0a1")
         self._register()
 
@@ -293,7 +353,9 @@ class EngramMcp:
     def _register(self) -> None:
         pinned = self.settings.collection
         read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+        self._add_tool(self.memory_context, read_only, collections=[pinned] if pinned else None)
         self._add_tool(self.memory_search, read_only, collections=[pinned] if pinned else None)
+        self._add_tool(self.memory_triggers, read_only, collections=[pinned] if pinned else None)
         self._add_tool(self.memory_topic, read_only)
         if self.settings.read_only:
             return
@@ -304,6 +366,7 @@ class EngramMcp:
         )
         self._add_tool(self.memory_delete, ToolAnnotations(read_only_hint=False, destructive_hint=True))
         self._add_tool(self.reflection_run, ToolAnnotations(read_only_hint=False, destructive_hint=False))
+        self._add_tool(self.memory_slot_update, ToolAnnotations(read_only_hint=False, destructive_hint=True))
 
     def _add_tool(
         self, fn: Callable[..., Awaitable[Any]], annotations: ToolAnnotations, **pinned_override: Any
@@ -466,6 +529,8 @@ class EngramMcp:
                 source_type="user_input" if source == "user" else None,
                 collection=collection,
                 allow_duplicate=allow_duplicate,
+                session_id=self.session_id,
+                agent_id=self.settings.agent_id,
             )
         except EngramError as exc:
             raise self._tool_error(exc) from exc
@@ -598,3 +663,102 @@ class EngramMcp:
         except EngramError as exc:
             raise self._tool_error(exc) from exc
         return _reflection(result)
+
+    async def memory_context(
+        self,
+        *,
+        task: Annotated[
+            str | None,
+            Field(
+                description="What you are about to work on, if you know: adds the memories most relevant "
+                "to it. Omit at a plain session start."
+            ),
+        ] = None,
+        token_budget: Annotated[
+            int, Field(ge=100, le=32000, description="Most tokens the Markdown may take (default 2000).")
+        ] = 2000,
+        collections: Annotated[
+            list[str] | None,
+            Field(description="Collections to draw on (default: every collection you may read)."),
+        ] = None,
+    ) -> dict[str, Any]:
+        """Load your memory into context. Call this FIRST at the start of every session, and again
+        right after your context was compacted or summarised: one call returns, as ready-to-read
+        Markdown within the token budget, your core identity and standing rules (with the persona,
+        user_preferences, project_context, pending_items and guidance slots), the trigger names to
+        check before actions, open items, what changed since your last session and, given `task`,
+        the memories most relevant to it. Read it before answering; do not guess what you knew."""
+        try:
+            client = await self.client()
+            pack = await client.get_context(
+                task,
+                collections=collections,
+                token_budget=token_budget,
+                session_id=self.session_id,
+                agent_id=self.settings.agent_id,
+            )
+        except CollectionNotFoundError as exc:
+            if collections is None or list(collections) != [self.settings.collection]:
+                raise self._tool_error(exc) from exc
+            return {"markdown": "", "tokens_used": 0, "note": "No memories yet."}
+        except EngramError as exc:
+            raise self._tool_error(exc) from exc
+        return _context(pack)
+
+    async def memory_triggers(
+        self,
+        *,
+        action: Annotated[
+            str,
+            Field(
+                description="The action you are about to take, as a short name: 'deploy', 'git push', "
+                "'deploy/prod', 'db-migration'. Lessons tagged trigger:<action> or a parent "
+                "('deploy' for 'deploy/prod') are returned."
+            ),
+        ],
+        limit: Annotated[int, Field(ge=1, le=100, description="Most memories to return.")] = 20,
+        collections: Annotated[
+            list[str] | None,
+            Field(description="Collections to look in (default: every collection you may read)."),
+        ] = None,
+    ) -> dict[str, Any]:
+        """Recall the lessons and rules to follow BEFORE a risky or irreversible action (deploying,
+        pushing, migrating, deleting, sending): the memories tagged trigger:<action>, most important
+        first. Call it whenever memory_context listed a trigger matching what you are about to do,
+        and before any deploy or push anyway. Follow what it returns before acting."""
+        try:
+            client = await self.client()
+            found = await client.get_triggers(action, collections=collections, limit=limit)
+        except CollectionNotFoundError as exc:
+            if collections is None or list(collections) != [self.settings.collection]:
+                raise self._tool_error(exc) from exc
+            return {"action": action, "matched": [], "memories": [], "note": "No memories yet."}
+        except EngramError as exc:
+            raise self._tool_error(exc) from exc
+        return _triggers(found)
+
+    async def memory_slot_update(
+        self,
+        *,
+        slot: Annotated[
+            Literal["persona", "user_preferences", "project_context", "pending_items", "guidance"],
+            Field(description="The slot to change."),
+        ],
+        content: Annotated[str, Field(description="The text to append (or the new content, with replace).")],
+        replace: Annotated[
+            bool, Field(description="Replace the slot's content instead of appending a line.")
+        ] = False,
+        collection: Annotated[
+            str | None, Field(description="The collection (default: the server's default).")
+        ] = None,
+    ) -> dict[str, Any]:
+        """Keep a compact, always-loaded note up to date: persona (who you are and how you work),
+        user_preferences, project_context, pending_items (open tasks; remove them with replace when
+        done) or guidance. Slots have a fixed capacity: when full, the oldest content is compacted.
+        Use memory_add for individual facts; slots are for the summary you want at every start."""
+        try:
+            client = await self.client()
+            result = await client.update_slot(slot, content, collection=collection, replace=replace)
+        except EngramError as exc:
+            raise self._tool_error(exc) from exc
+        return _slot_update(result)

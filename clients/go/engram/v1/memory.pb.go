@@ -262,7 +262,13 @@ type Memory struct {
 	DerivedFrom []string `protobuf:"bytes,19,rep,name=derived_from,json=derivedFrom,proto3" json:"derived_from,omitempty"`
 	// True for a low-confidence reflection insight kept as a draft: retrievable by id and
 	// listing, never returned by search and never matched by the write gate.
-	Draft         bool `protobuf:"varint,20,opt,name=draft,proto3" json:"draft,omitempty"`
+	Draft bool `protobuf:"varint,20,opt,name=draft,proto3" json:"draft,omitempty"`
+	// The agent session the memory was written in (as given by AddMemory); empty when none was
+	// given. Updates keep it. GetContext uses it to find the caller's last session.
+	SessionId string `protobuf:"bytes,21,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// The agent that wrote the memory (as given by AddMemory); empty when none was given. Updates
+	// keep it.
+	AgentId       string `protobuf:"bytes,22,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -437,6 +443,20 @@ func (x *Memory) GetDraft() bool {
 	return false
 }
 
+func (x *Memory) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *Memory) GetAgentId() string {
+	if x != nil {
+		return x.AgentId
+	}
+	return ""
+}
+
 // MemoryFilter restricts which memories a search or listing considers. Empty fields do
 // not restrict. Expired and superseded memories are always excluded.
 type MemoryFilter struct {
@@ -452,7 +472,11 @@ type MemoryFilter struct {
 	// Only memories with importance at or above this (0 means no minimum; otherwise 1–10).
 	MinImportance int32 `protobuf:"varint,5,opt,name=min_importance,json=minImportance,proto3" json:"min_importance,omitempty"`
 	// Only memories whose primary provenance is one of these.
-	SourceTypes   []SourceType `protobuf:"varint,6,rep,packed,name=source_types,json=sourceTypes,proto3,enum=engram.v1.SourceType" json:"source_types,omitempty"`
+	SourceTypes []SourceType `protobuf:"varint,6,rep,packed,name=source_types,json=sourceTypes,proto3,enum=engram.v1.SourceType" json:"source_types,omitempty"`
+	// Only memories written in one of these sessions (Memory.session_id).
+	SessionIds []string `protobuf:"bytes,7,rep,name=session_ids,json=sessionIds,proto3" json:"session_ids,omitempty"`
+	// Only memories written by one of these agents (Memory.agent_id).
+	AgentIds      []string `protobuf:"bytes,8,rep,name=agent_ids,json=agentIds,proto3" json:"agent_ids,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -525,6 +549,20 @@ func (x *MemoryFilter) GetMinImportance() int32 {
 func (x *MemoryFilter) GetSourceTypes() []SourceType {
 	if x != nil {
 		return x.SourceTypes
+	}
+	return nil
+}
+
+func (x *MemoryFilter) GetSessionIds() []string {
+	if x != nil {
+		return x.SessionIds
+	}
+	return nil
+}
+
+func (x *MemoryFilter) GetAgentIds() []string {
+	if x != nil {
+		return x.AgentIds
 	}
 	return nil
 }
@@ -952,7 +990,7 @@ var File_engram_v1_memory_proto protoreflect.FileDescriptor
 
 const file_engram_v1_memory_proto_rawDesc = "" +
 	"\n" +
-	"\x16engram/v1/memory.proto\x12\tengram.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa8\a\n" +
+	"\x16engram/v1/memory.proto\x12\tengram.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe2\a\n" +
 	"\x06Memory\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1e\n" +
 	"\n" +
@@ -982,17 +1020,23 @@ const file_engram_v1_memory_proto_rawDesc = "" +
 	"\x10last_accessed_at\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampR\x0elastAccessedAt\x12=\n" +
 	"\freflected_at\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\vreflectedAt\x12!\n" +
 	"\fderived_from\x18\x13 \x03(\tR\vderivedFrom\x12\x14\n" +
-	"\x05draft\x18\x14 \x01(\bR\x05draft\x1a;\n" +
+	"\x05draft\x18\x14 \x01(\bR\x05draft\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x15 \x01(\tR\tsessionId\x12\x19\n" +
+	"\bagent_id\x18\x16 \x01(\tR\aagentId\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xbb\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf9\x02\n" +
 	"\fMemoryFilter\x12+\n" +
 	"\x05types\x18\x01 \x03(\x0e2\x15.engram.v1.MemoryTypeR\x05types\x12\x19\n" +
 	"\btags_any\x18\x02 \x03(\tR\atagsAny\x12?\n" +
 	"\rcreated_after\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\fcreatedAfter\x12A\n" +
 	"\x0ecreated_before\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\rcreatedBefore\x12%\n" +
 	"\x0emin_importance\x18\x05 \x01(\x05R\rminImportance\x128\n" +
-	"\fsource_types\x18\x06 \x03(\x0e2\x15.engram.v1.SourceTypeR\vsourceTypes\"\xd7\x01\n" +
+	"\fsource_types\x18\x06 \x03(\x0e2\x15.engram.v1.SourceTypeR\vsourceTypes\x12\x1f\n" +
+	"\vsession_ids\x18\a \x03(\tR\n" +
+	"sessionIds\x12\x1b\n" +
+	"\tagent_ids\x18\b \x03(\tR\bagentIds\"\xd7\x01\n" +
 	"\rSimilarMemory\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1e\n" +
 	"\n" +

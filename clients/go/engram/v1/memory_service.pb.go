@@ -208,6 +208,238 @@ func (ReflectionGate) EnumDescriptor() ([]byte, []int) {
 	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{2}
 }
 
+// ContextSectionKind names a section of the context pack; sections come in this order.
+type ContextSectionKind int32
+
+const (
+	// Never sent.
+	ContextSectionKind_CONTEXT_SECTION_KIND_UNSPECIFIED ContextSectionKind = 0
+	// Slots, then identity and directive memories by importance. Never cut mid-memory.
+	ContextSectionKind_CONTEXT_SECTION_KIND_CORE ContextSectionKind = 1
+	// The trigger names in use (tags `trigger:<name>`), with their memory counts.
+	ContextSectionKind_CONTEXT_SECTION_KIND_TRIGGERS ContextSectionKind = 2
+	// Open items: memories tagged `pending`, most important first.
+	ContextSectionKind_CONTEXT_SECTION_KIND_OPEN_ITEMS ContextSectionKind = 3
+	// The best memories for the request's query (absent without a query).
+	ContextSectionKind_CONTEXT_SECTION_KIND_RELEVANT ContextSectionKind = 4
+	// Memories written or updated since the window's start, newest first.
+	ContextSectionKind_CONTEXT_SECTION_KIND_RECENT ContextSectionKind = 5
+	// The topic index: named clusters of memories.
+	ContextSectionKind_CONTEXT_SECTION_KIND_TOPICS ContextSectionKind = 6
+)
+
+// Enum value maps for ContextSectionKind.
+var (
+	ContextSectionKind_name = map[int32]string{
+		0: "CONTEXT_SECTION_KIND_UNSPECIFIED",
+		1: "CONTEXT_SECTION_KIND_CORE",
+		2: "CONTEXT_SECTION_KIND_TRIGGERS",
+		3: "CONTEXT_SECTION_KIND_OPEN_ITEMS",
+		4: "CONTEXT_SECTION_KIND_RELEVANT",
+		5: "CONTEXT_SECTION_KIND_RECENT",
+		6: "CONTEXT_SECTION_KIND_TOPICS",
+	}
+	ContextSectionKind_value = map[string]int32{
+		"CONTEXT_SECTION_KIND_UNSPECIFIED": 0,
+		"CONTEXT_SECTION_KIND_CORE":        1,
+		"CONTEXT_SECTION_KIND_TRIGGERS":    2,
+		"CONTEXT_SECTION_KIND_OPEN_ITEMS":  3,
+		"CONTEXT_SECTION_KIND_RELEVANT":    4,
+		"CONTEXT_SECTION_KIND_RECENT":      5,
+		"CONTEXT_SECTION_KIND_TOPICS":      6,
+	}
+)
+
+func (x ContextSectionKind) Enum() *ContextSectionKind {
+	p := new(ContextSectionKind)
+	*p = x
+	return p
+}
+
+func (x ContextSectionKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ContextSectionKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_engram_v1_memory_service_proto_enumTypes[3].Descriptor()
+}
+
+func (ContextSectionKind) Type() protoreflect.EnumType {
+	return &file_engram_v1_memory_service_proto_enumTypes[3]
+}
+
+func (x ContextSectionKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ContextSectionKind.Descriptor instead.
+func (ContextSectionKind) EnumDescriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{3}
+}
+
+// SinceSource says where the recent section's window start came from.
+type SinceSource int32
+
+const (
+	// Never sent.
+	SinceSource_SINCE_SOURCE_UNSPECIFIED SinceSource = 0
+	// The request's `since`.
+	SinceSource_SINCE_SOURCE_REQUEST SinceSource = 1
+	// The start of the caller's last session.
+	SinceSource_SINCE_SOURCE_LAST_SESSION SinceSource = 2
+	// No `since` and no earlier session of the caller: the last 7 days.
+	SinceSource_SINCE_SOURCE_DEFAULT_WINDOW SinceSource = 3
+)
+
+// Enum value maps for SinceSource.
+var (
+	SinceSource_name = map[int32]string{
+		0: "SINCE_SOURCE_UNSPECIFIED",
+		1: "SINCE_SOURCE_REQUEST",
+		2: "SINCE_SOURCE_LAST_SESSION",
+		3: "SINCE_SOURCE_DEFAULT_WINDOW",
+	}
+	SinceSource_value = map[string]int32{
+		"SINCE_SOURCE_UNSPECIFIED":    0,
+		"SINCE_SOURCE_REQUEST":        1,
+		"SINCE_SOURCE_LAST_SESSION":   2,
+		"SINCE_SOURCE_DEFAULT_WINDOW": 3,
+	}
+)
+
+func (x SinceSource) Enum() *SinceSource {
+	p := new(SinceSource)
+	*p = x
+	return p
+}
+
+func (x SinceSource) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (SinceSource) Descriptor() protoreflect.EnumDescriptor {
+	return file_engram_v1_memory_service_proto_enumTypes[4].Descriptor()
+}
+
+func (SinceSource) Type() protoreflect.EnumType {
+	return &file_engram_v1_memory_service_proto_enumTypes[4]
+}
+
+func (x SinceSource) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use SinceSource.Descriptor instead.
+func (SinceSource) EnumDescriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{4}
+}
+
+// SlotUpdateMode says how UpdateSlot changes the content.
+type SlotUpdateMode int32
+
+const (
+	// Means SLOT_UPDATE_MODE_APPEND.
+	SlotUpdateMode_SLOT_UPDATE_MODE_UNSPECIFIED SlotUpdateMode = 0
+	// Add the text as a new line after the current content.
+	SlotUpdateMode_SLOT_UPDATE_MODE_APPEND SlotUpdateMode = 1
+	// Replace the content (empty text clears the slot).
+	SlotUpdateMode_SLOT_UPDATE_MODE_REPLACE SlotUpdateMode = 2
+)
+
+// Enum value maps for SlotUpdateMode.
+var (
+	SlotUpdateMode_name = map[int32]string{
+		0: "SLOT_UPDATE_MODE_UNSPECIFIED",
+		1: "SLOT_UPDATE_MODE_APPEND",
+		2: "SLOT_UPDATE_MODE_REPLACE",
+	}
+	SlotUpdateMode_value = map[string]int32{
+		"SLOT_UPDATE_MODE_UNSPECIFIED": 0,
+		"SLOT_UPDATE_MODE_APPEND":      1,
+		"SLOT_UPDATE_MODE_REPLACE":     2,
+	}
+)
+
+func (x SlotUpdateMode) Enum() *SlotUpdateMode {
+	p := new(SlotUpdateMode)
+	*p = x
+	return p
+}
+
+func (x SlotUpdateMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (SlotUpdateMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_engram_v1_memory_service_proto_enumTypes[5].Descriptor()
+}
+
+func (SlotUpdateMode) Type() protoreflect.EnumType {
+	return &file_engram_v1_memory_service_proto_enumTypes[5]
+}
+
+func (x SlotUpdateMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use SlotUpdateMode.Descriptor instead.
+func (SlotUpdateMode) EnumDescriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{5}
+}
+
+// How a slot's overflow was compacted.
+type SlotCompaction int32
+
+const (
+	// Nothing was compacted: the content fits.
+	SlotCompaction_SLOT_COMPACTION_UNSPECIFIED SlotCompaction = 0
+	// The LLM summarised the oldest content.
+	SlotCompaction_SLOT_COMPACTION_LLM SlotCompaction = 1
+	// The oldest content was cut and replaced by a marker "[… N earlier tokens removed …]".
+	SlotCompaction_SLOT_COMPACTION_TRUNCATION SlotCompaction = 2
+)
+
+// Enum value maps for SlotCompaction.
+var (
+	SlotCompaction_name = map[int32]string{
+		0: "SLOT_COMPACTION_UNSPECIFIED",
+		1: "SLOT_COMPACTION_LLM",
+		2: "SLOT_COMPACTION_TRUNCATION",
+	}
+	SlotCompaction_value = map[string]int32{
+		"SLOT_COMPACTION_UNSPECIFIED": 0,
+		"SLOT_COMPACTION_LLM":         1,
+		"SLOT_COMPACTION_TRUNCATION":  2,
+	}
+)
+
+func (x SlotCompaction) Enum() *SlotCompaction {
+	p := new(SlotCompaction)
+	*p = x
+	return p
+}
+
+func (x SlotCompaction) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (SlotCompaction) Descriptor() protoreflect.EnumDescriptor {
+	return file_engram_v1_memory_service_proto_enumTypes[6].Descriptor()
+}
+
+func (SlotCompaction) Type() protoreflect.EnumType {
+	return &file_engram_v1_memory_service_proto_enumTypes[6]
+}
+
+func (x SlotCompaction) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use SlotCompaction.Descriptor instead.
+func (SlotCompaction) EnumDescriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{6}
+}
+
 // AddMemoryRequest asks to store one memory.
 type AddMemoryRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -239,8 +471,16 @@ type AddMemoryRequest struct {
 	// Write even when the gate finds a duplicate: the outcome is CREATED, gate_reason is
 	// "allow_duplicate" and the duplicate is listed in near_duplicates (with that reason).
 	AllowDuplicate bool `protobuf:"varint,12,opt,name=allow_duplicate,json=allowDuplicate,proto3" json:"allow_duplicate,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The agent session this memory is written in: 1–128 characters of letters, digits and
+	// . _ : @ / + -, starting with a letter or digit. Empty means none. Stored as
+	// Memory.session_id; filters (MemoryFilter.session_ids), the search's per-session cap and
+	// GetContext's "last session" read it.
+	SessionId string `protobuf:"bytes,20,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// The agent writing the memory (same characters as session_id). Empty means none. Stored as
+	// Memory.agent_id; MemoryFilter.agent_ids and GetContext read it.
+	AgentId       string `protobuf:"bytes,21,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AddMemoryRequest) Reset() {
@@ -355,6 +595,20 @@ func (x *AddMemoryRequest) GetAllowDuplicate() bool {
 		return x.AllowDuplicate
 	}
 	return false
+}
+
+func (x *AddMemoryRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *AddMemoryRequest) GetAgentId() string {
+	if x != nil {
+		return x.AgentId
+	}
+	return ""
 }
 
 // AddMemoryResponse reports the outcome of AddMemory.
@@ -548,8 +802,12 @@ type NewMemory struct {
 	RequestId string `protobuf:"bytes,10,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// Write even when the gate finds a duplicate (as AddMemoryRequest.allow_duplicate).
 	AllowDuplicate bool `protobuf:"varint,11,opt,name=allow_duplicate,json=allowDuplicate,proto3" json:"allow_duplicate,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The agent session (as AddMemoryRequest.session_id).
+	SessionId string `protobuf:"bytes,20,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// The agent (as AddMemoryRequest.agent_id).
+	AgentId       string `protobuf:"bytes,21,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NewMemory) Reset() {
@@ -657,6 +915,20 @@ func (x *NewMemory) GetAllowDuplicate() bool {
 		return x.AllowDuplicate
 	}
 	return false
+}
+
+func (x *NewMemory) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *NewMemory) GetAgentId() string {
+	if x != nil {
+		return x.AgentId
+	}
+	return ""
 }
 
 // AddMemoryResult is the outcome of one AddMemories item; its fields 1–5 mean what they mean
@@ -842,7 +1114,11 @@ type SearchMemoriesRequest struct {
 	// server's (default 0.5).
 	MmrLambda *float32 `protobuf:"fixed32,7,opt,name=mmr_lambda,json=mmrLambda,proto3,oneof" json:"mmr_lambda,omitempty"`
 	// Drop results whose calibrated relevance is below this, in [0, 1]. Zero keeps all.
-	MinRelevance  float32 `protobuf:"fixed32,8,opt,name=min_relevance,json=minRelevance,proto3" json:"min_relevance,omitempty"`
+	MinRelevance float32 `protobuf:"fixed32,8,opt,name=min_relevance,json=minRelevance,proto3" json:"min_relevance,omitempty"`
+	// At most this many results from one session (Memory.session_id), so that one long session
+	// cannot fill the results: the next best memories of other sessions take their places. 0 (the
+	// default) means no cap; at most 100. Memories without a session are not capped.
+	MaxPerSession int32 `protobuf:"varint,20,opt,name=max_per_session,json=maxPerSession,proto3" json:"max_per_session,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -929,6 +1205,13 @@ func (x *SearchMemoriesRequest) GetMmrLambda() float32 {
 func (x *SearchMemoriesRequest) GetMinRelevance() float32 {
 	if x != nil {
 		return x.MinRelevance
+	}
+	return 0
+}
+
+func (x *SearchMemoriesRequest) GetMaxPerSession() int32 {
+	if x != nil {
+		return x.MaxPerSession
 	}
 	return 0
 }
@@ -2804,6 +3087,951 @@ func (x *ListReflectionRunsResponse) GetTruncated() bool {
 	return false
 }
 
+// GetContextRequest asks for the context pack of a session.
+type GetContextRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Collections the pack draws from (at most 16). Empty means every collection the caller may
+	// read (all of them when auth is off). A named collection that does not exist is NOT_FOUND.
+	Collections []string `protobuf:"bytes,1,rep,name=collections,proto3" json:"collections,omitempty"`
+	// The task at hand, if any: the pack then has a "relevant" section with the best memories for
+	// it (searched as SearchMemories would, at most 3 from one session). Empty: no such section.
+	Query string `protobuf:"bytes,2,opt,name=query,proto3" json:"query,omitempty"`
+	// The most tokens the Markdown pack may take (counted with the tokenizer named in the
+	// response), 1–32,000. Unset means 2,000; 0 or more than 32,000 is INVALID_ARGUMENT
+	// (field violation on token_budget).
+	TokenBudget *int32 `protobuf:"varint,3,opt,name=token_budget,json=tokenBudget,proto3,oneof" json:"token_budget,omitempty"`
+	// Start of the "recent" section's window: memories written or updated at or after it, newest
+	// first. Unset means the start of the caller's last session (see session_id), or, when there is
+	// none, the last 7 days.
+	Since *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=since,proto3" json:"since,omitempty"`
+	// The caller's current session (characters as AddMemoryRequest.session_id). The server
+	// remembers, per agent, the sessions that asked for a pack or wrote memories; the caller's
+	// last session is the most recent of those other than this one.
+	SessionId string `protobuf:"bytes,5,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// The calling agent (characters as AddMemoryRequest.agent_id): whose sessions count as the
+	// caller's. Empty means the anonymous agent.
+	AgentId       string `protobuf:"bytes,6,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetContextRequest) Reset() {
+	*x = GetContextRequest{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetContextRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetContextRequest) ProtoMessage() {}
+
+func (x *GetContextRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetContextRequest.ProtoReflect.Descriptor instead.
+func (*GetContextRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *GetContextRequest) GetCollections() []string {
+	if x != nil {
+		return x.Collections
+	}
+	return nil
+}
+
+func (x *GetContextRequest) GetQuery() string {
+	if x != nil {
+		return x.Query
+	}
+	return ""
+}
+
+func (x *GetContextRequest) GetTokenBudget() int32 {
+	if x != nil && x.TokenBudget != nil {
+		return *x.TokenBudget
+	}
+	return 0
+}
+
+func (x *GetContextRequest) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *GetContextRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *GetContextRequest) GetAgentId() string {
+	if x != nil {
+		return x.AgentId
+	}
+	return ""
+}
+
+// ContextTopic is one entry of the topic index in a context pack.
+type ContextTopic struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The topic's stable id.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The topic's name.
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// How many memories the topic holds.
+	Size          int32 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ContextTopic) Reset() {
+	*x = ContextTopic{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ContextTopic) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ContextTopic) ProtoMessage() {}
+
+func (x *ContextTopic) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ContextTopic.ProtoReflect.Descriptor instead.
+func (*ContextTopic) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *ContextTopic) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ContextTopic) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ContextTopic) GetSize() int32 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+// ContextItem is one entry of a context pack section: a memory, a slot, a trigger name or a
+// topic.
+type ContextItem struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The memory, for memory items (unset for slots, trigger names and topics).
+	Memory *Memory `protobuf:"bytes,1,opt,name=memory,proto3" json:"memory,omitempty"`
+	// The item as rendered in the Markdown pack (one list entry).
+	Text string `protobuf:"bytes,2,opt,name=text,proto3" json:"text,omitempty"`
+	// Tokens the rendered item takes (tokenizer as GetContextResponse.tokenizer).
+	Tokens int32 `protobuf:"varint,3,opt,name=tokens,proto3" json:"tokens,omitempty"`
+	// Why the item was chosen, e.g. "identity, importance 9", "slot persona",
+	// "relevance 0.86 to the task", "updated since the last session", "tagged pending".
+	Reason string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	// For slot items: the slot's name.
+	Slot string `protobuf:"bytes,5,opt,name=slot,proto3" json:"slot,omitempty"`
+	// For trigger items: the trigger name (without the `trigger:` prefix).
+	Trigger string `protobuf:"bytes,6,opt,name=trigger,proto3" json:"trigger,omitempty"`
+	// For trigger items: how many live memories carry it.
+	Count int32 `protobuf:"varint,7,opt,name=count,proto3" json:"count,omitempty"`
+	// For topic items: the topic.
+	Topic         *ContextTopic `protobuf:"bytes,8,opt,name=topic,proto3" json:"topic,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ContextItem) Reset() {
+	*x = ContextItem{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ContextItem) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ContextItem) ProtoMessage() {}
+
+func (x *ContextItem) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ContextItem.ProtoReflect.Descriptor instead.
+func (*ContextItem) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *ContextItem) GetMemory() *Memory {
+	if x != nil {
+		return x.Memory
+	}
+	return nil
+}
+
+func (x *ContextItem) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *ContextItem) GetTokens() int32 {
+	if x != nil {
+		return x.Tokens
+	}
+	return 0
+}
+
+func (x *ContextItem) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ContextItem) GetSlot() string {
+	if x != nil {
+		return x.Slot
+	}
+	return ""
+}
+
+func (x *ContextItem) GetTrigger() string {
+	if x != nil {
+		return x.Trigger
+	}
+	return ""
+}
+
+func (x *ContextItem) GetCount() int32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *ContextItem) GetTopic() *ContextTopic {
+	if x != nil {
+		return x.Topic
+	}
+	return nil
+}
+
+// ContextSection is one section of a context pack.
+type ContextSection struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Which section.
+	Kind ContextSectionKind `protobuf:"varint,1,opt,name=kind,proto3,enum=engram.v1.ContextSectionKind" json:"kind,omitempty"`
+	// Its heading in the Markdown pack.
+	Title string `protobuf:"bytes,2,opt,name=title,proto3" json:"title,omitempty"`
+	// Its items, in pack order.
+	Items []*ContextItem `protobuf:"bytes,3,rep,name=items,proto3" json:"items,omitempty"`
+	// Tokens the section takes in the Markdown pack (its heading included; 0 when empty).
+	Tokens int32 `protobuf:"varint,4,opt,name=tokens,proto3" json:"tokens,omitempty"`
+	// Candidates left out because the budget was spent.
+	Omitted       int32 `protobuf:"varint,5,opt,name=omitted,proto3" json:"omitted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ContextSection) Reset() {
+	*x = ContextSection{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ContextSection) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ContextSection) ProtoMessage() {}
+
+func (x *ContextSection) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ContextSection.ProtoReflect.Descriptor instead.
+func (*ContextSection) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *ContextSection) GetKind() ContextSectionKind {
+	if x != nil {
+		return x.Kind
+	}
+	return ContextSectionKind_CONTEXT_SECTION_KIND_UNSPECIFIED
+}
+
+func (x *ContextSection) GetTitle() string {
+	if x != nil {
+		return x.Title
+	}
+	return ""
+}
+
+func (x *ContextSection) GetItems() []*ContextItem {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+func (x *ContextSection) GetTokens() int32 {
+	if x != nil {
+		return x.Tokens
+	}
+	return 0
+}
+
+func (x *ContextSection) GetOmitted() int32 {
+	if x != nil {
+		return x.Omitted
+	}
+	return 0
+}
+
+// GetContextResponse is the context pack.
+type GetContextResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Every section, in the order of ContextSectionKind (empty sections included, with no items).
+	Sections []*ContextSection `protobuf:"bytes,1,rep,name=sections,proto3" json:"sections,omitempty"`
+	// The pack as Markdown, ready to put into a prompt: the non-empty sections in order.
+	Markdown string `protobuf:"bytes,2,opt,name=markdown,proto3" json:"markdown,omitempty"`
+	// The budget applied.
+	TokenBudget int32 `protobuf:"varint,3,opt,name=token_budget,json=tokenBudget,proto3" json:"token_budget,omitempty"`
+	// Tokens the Markdown takes; never more than token_budget.
+	TokensUsed int32 `protobuf:"varint,4,opt,name=tokens_used,json=tokensUsed,proto3" json:"tokens_used,omitempty"`
+	// The tokenizer counting the tokens, e.g. "xlm-roberta-sentencepiece (multilingual-e5-small)".
+	Tokenizer string `protobuf:"bytes,5,opt,name=tokenizer,proto3" json:"tokenizer,omitempty"`
+	// The recent section's window start.
+	Since *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=since,proto3" json:"since,omitempty"`
+	// Where `since` came from.
+	SinceSource SinceSource `protobuf:"varint,7,opt,name=since_source,json=sinceSource,proto3,enum=engram.v1.SinceSource" json:"since_source,omitempty"`
+	// For SINCE_SOURCE_LAST_SESSION: the session whose start opened the window.
+	LastSessionId string `protobuf:"bytes,8,opt,name=last_session_id,json=lastSessionId,proto3" json:"last_session_id,omitempty"`
+	// The topic index (the TOPICS section's topics), largest first.
+	Topics []*ContextTopic `protobuf:"bytes,9,rep,name=topics,proto3" json:"topics,omitempty"`
+	// True when some candidate did not fit in the budget (see each section's omitted).
+	Truncated     bool `protobuf:"varint,10,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetContextResponse) Reset() {
+	*x = GetContextResponse{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetContextResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetContextResponse) ProtoMessage() {}
+
+func (x *GetContextResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetContextResponse.ProtoReflect.Descriptor instead.
+func (*GetContextResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *GetContextResponse) GetSections() []*ContextSection {
+	if x != nil {
+		return x.Sections
+	}
+	return nil
+}
+
+func (x *GetContextResponse) GetMarkdown() string {
+	if x != nil {
+		return x.Markdown
+	}
+	return ""
+}
+
+func (x *GetContextResponse) GetTokenBudget() int32 {
+	if x != nil {
+		return x.TokenBudget
+	}
+	return 0
+}
+
+func (x *GetContextResponse) GetTokensUsed() int32 {
+	if x != nil {
+		return x.TokensUsed
+	}
+	return 0
+}
+
+func (x *GetContextResponse) GetTokenizer() string {
+	if x != nil {
+		return x.Tokenizer
+	}
+	return ""
+}
+
+func (x *GetContextResponse) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *GetContextResponse) GetSinceSource() SinceSource {
+	if x != nil {
+		return x.SinceSource
+	}
+	return SinceSource_SINCE_SOURCE_UNSPECIFIED
+}
+
+func (x *GetContextResponse) GetLastSessionId() string {
+	if x != nil {
+		return x.LastSessionId
+	}
+	return ""
+}
+
+func (x *GetContextResponse) GetTopics() []*ContextTopic {
+	if x != nil {
+		return x.Topics
+	}
+	return nil
+}
+
+func (x *GetContextResponse) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
+// GetTriggersRequest asks for the memories to recall before an action.
+type GetTriggersRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Collections to look in (at most 16). Empty means every collection the caller may read.
+	Collections []string `protobuf:"bytes,1,rep,name=collections,proto3" json:"collections,omitempty"`
+	// The action, e.g. "deploy", "git push" or "deploy/prod". Normalised: trimmed, lower-cased,
+	// runs of white space turned into '-'. Then it must be 1–64 characters of a–z, 0–9 and
+	// - _ . / (else INVALID_ARGUMENT on action).
+	Action string `protobuf:"bytes,2,opt,name=action,proto3" json:"action,omitempty"`
+	// Most memories returned, 1–100. Zero means 20.
+	Limit         int32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetTriggersRequest) Reset() {
+	*x = GetTriggersRequest{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetTriggersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetTriggersRequest) ProtoMessage() {}
+
+func (x *GetTriggersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetTriggersRequest.ProtoReflect.Descriptor instead.
+func (*GetTriggersRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *GetTriggersRequest) GetCollections() []string {
+	if x != nil {
+		return x.Collections
+	}
+	return nil
+}
+
+func (x *GetTriggersRequest) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *GetTriggersRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+// GetTriggersResponse lists the memories to recall before an action, most important first.
+type GetTriggersResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The action's normalised name.
+	Action string `protobuf:"bytes,1,opt,name=action,proto3" json:"action,omitempty"`
+	// The trigger names matched: the action's name and its parents, most specific first.
+	Matched []string `protobuf:"bytes,2,rep,name=matched,proto3" json:"matched,omitempty"`
+	// The memories, by importance (highest first), then by updated_at (newest first), then id.
+	Memories []*Memory `protobuf:"bytes,3,rep,name=memories,proto3" json:"memories,omitempty"`
+	// True when more memories matched than limit.
+	Truncated     bool `protobuf:"varint,4,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetTriggersResponse) Reset() {
+	*x = GetTriggersResponse{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetTriggersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetTriggersResponse) ProtoMessage() {}
+
+func (x *GetTriggersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetTriggersResponse.ProtoReflect.Descriptor instead.
+func (*GetTriggersResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *GetTriggersResponse) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *GetTriggersResponse) GetMatched() []string {
+	if x != nil {
+		return x.Matched
+	}
+	return nil
+}
+
+func (x *GetTriggersResponse) GetMemories() []*Memory {
+	if x != nil {
+		return x.Memories
+	}
+	return nil
+}
+
+func (x *GetTriggersResponse) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
+// Slot is one named, fixed-capacity note of a collection.
+type Slot struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// persona, user_preferences, project_context, pending_items or guidance.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The slot's content (empty when never written).
+	Content string `protobuf:"bytes,2,opt,name=content,proto3" json:"content,omitempty"`
+	// Most tokens the content may take (ENGRAM_SLOT_CAPACITY_TOKENS).
+	CapacityTokens int32 `protobuf:"varint,3,opt,name=capacity_tokens,json=capacityTokens,proto3" json:"capacity_tokens,omitempty"`
+	// Tokens the content takes.
+	Tokens int32 `protobuf:"varint,4,opt,name=tokens,proto3" json:"tokens,omitempty"`
+	// When the slot was last written (unset when never).
+	UpdatedAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	// How many times its oldest content was compacted.
+	Compactions   int32 `protobuf:"varint,6,opt,name=compactions,proto3" json:"compactions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Slot) Reset() {
+	*x = Slot{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Slot) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Slot) ProtoMessage() {}
+
+func (x *Slot) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Slot.ProtoReflect.Descriptor instead.
+func (*Slot) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *Slot) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Slot) GetContent() string {
+	if x != nil {
+		return x.Content
+	}
+	return ""
+}
+
+func (x *Slot) GetCapacityTokens() int32 {
+	if x != nil {
+		return x.CapacityTokens
+	}
+	return 0
+}
+
+func (x *Slot) GetTokens() int32 {
+	if x != nil {
+		return x.Tokens
+	}
+	return 0
+}
+
+func (x *Slot) GetUpdatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdatedAt
+	}
+	return nil
+}
+
+func (x *Slot) GetCompactions() int32 {
+	if x != nil {
+		return x.Compactions
+	}
+	return 0
+}
+
+// ListSlotsRequest asks for a collection's slots.
+type ListSlotsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The collection. Empty means the default collection.
+	Collection    string `protobuf:"bytes,1,opt,name=collection,proto3" json:"collection,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSlotsRequest) Reset() {
+	*x = ListSlotsRequest{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSlotsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSlotsRequest) ProtoMessage() {}
+
+func (x *ListSlotsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSlotsRequest.ProtoReflect.Descriptor instead.
+func (*ListSlotsRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *ListSlotsRequest) GetCollection() string {
+	if x != nil {
+		return x.Collection
+	}
+	return ""
+}
+
+// ListSlotsResponse lists every slot, in the fixed order persona, user_preferences,
+// project_context, pending_items, guidance.
+type ListSlotsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The slots.
+	Slots []*Slot `protobuf:"bytes,1,rep,name=slots,proto3" json:"slots,omitempty"`
+	// The tokenizer counting the slots' tokens.
+	Tokenizer     string `protobuf:"bytes,2,opt,name=tokenizer,proto3" json:"tokenizer,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSlotsResponse) Reset() {
+	*x = ListSlotsResponse{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSlotsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSlotsResponse) ProtoMessage() {}
+
+func (x *ListSlotsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSlotsResponse.ProtoReflect.Descriptor instead.
+func (*ListSlotsResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *ListSlotsResponse) GetSlots() []*Slot {
+	if x != nil {
+		return x.Slots
+	}
+	return nil
+}
+
+func (x *ListSlotsResponse) GetTokenizer() string {
+	if x != nil {
+		return x.Tokenizer
+	}
+	return ""
+}
+
+// UpdateSlotRequest changes one slot.
+type UpdateSlotRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The collection. Empty means the default collection.
+	Collection string `protobuf:"bytes,1,opt,name=collection,proto3" json:"collection,omitempty"`
+	// The slot: persona, user_preferences, project_context, pending_items or guidance (else
+	// INVALID_ARGUMENT on name).
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// The text (at most 8,192 characters).
+	Content string `protobuf:"bytes,3,opt,name=content,proto3" json:"content,omitempty"`
+	// Append (the default) or replace.
+	Mode          SlotUpdateMode `protobuf:"varint,4,opt,name=mode,proto3,enum=engram.v1.SlotUpdateMode" json:"mode,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateSlotRequest) Reset() {
+	*x = UpdateSlotRequest{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateSlotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateSlotRequest) ProtoMessage() {}
+
+func (x *UpdateSlotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateSlotRequest.ProtoReflect.Descriptor instead.
+func (*UpdateSlotRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *UpdateSlotRequest) GetCollection() string {
+	if x != nil {
+		return x.Collection
+	}
+	return ""
+}
+
+func (x *UpdateSlotRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *UpdateSlotRequest) GetContent() string {
+	if x != nil {
+		return x.Content
+	}
+	return ""
+}
+
+func (x *UpdateSlotRequest) GetMode() SlotUpdateMode {
+	if x != nil {
+		return x.Mode
+	}
+	return SlotUpdateMode_SLOT_UPDATE_MODE_UNSPECIFIED
+}
+
+// UpdateSlotResponse is the slot after the change.
+type UpdateSlotResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The slot.
+	Slot *Slot `protobuf:"bytes,1,opt,name=slot,proto3" json:"slot,omitempty"`
+	// How its overflow was compacted, if it was.
+	Compaction    SlotCompaction `protobuf:"varint,2,opt,name=compaction,proto3,enum=engram.v1.SlotCompaction" json:"compaction,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateSlotResponse) Reset() {
+	*x = UpdateSlotResponse{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateSlotResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateSlotResponse) ProtoMessage() {}
+
+func (x *UpdateSlotResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateSlotResponse.ProtoReflect.Descriptor instead.
+func (*UpdateSlotResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *UpdateSlotResponse) GetSlot() *Slot {
+	if x != nil {
+		return x.Slot
+	}
+	return nil
+}
+
+func (x *UpdateSlotResponse) GetCompaction() SlotCompaction {
+	if x != nil {
+		return x.Compaction
+	}
+	return SlotCompaction_SLOT_COMPACTION_UNSPECIFIED
+}
+
 // ListTopicsRequest asks for a collection's topic index.
 type ListTopicsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2823,7 +4051,7 @@ type ListTopicsRequest struct {
 
 func (x *ListTopicsRequest) Reset() {
 	*x = ListTopicsRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[33]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2835,7 +4063,7 @@ func (x *ListTopicsRequest) String() string {
 func (*ListTopicsRequest) ProtoMessage() {}
 
 func (x *ListTopicsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[33]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2848,7 +4076,7 @@ func (x *ListTopicsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTopicsRequest.ProtoReflect.Descriptor instead.
 func (*ListTopicsRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{33}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListTopicsRequest) GetCollection() string {
@@ -2909,7 +4137,7 @@ type Topic struct {
 
 func (x *Topic) Reset() {
 	*x = Topic{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[34]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2921,7 +4149,7 @@ func (x *Topic) String() string {
 func (*Topic) ProtoMessage() {}
 
 func (x *Topic) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[34]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2934,7 +4162,7 @@ func (x *Topic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Topic.ProtoReflect.Descriptor instead.
 func (*Topic) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{34}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *Topic) GetId() string {
@@ -3017,7 +4245,7 @@ type ListTopicsResponse struct {
 
 func (x *ListTopicsResponse) Reset() {
 	*x = ListTopicsResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[35]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3029,7 +4257,7 @@ func (x *ListTopicsResponse) String() string {
 func (*ListTopicsResponse) ProtoMessage() {}
 
 func (x *ListTopicsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[35]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3042,7 +4270,7 @@ func (x *ListTopicsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTopicsResponse.ProtoReflect.Descriptor instead.
 func (*ListTopicsResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{35}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ListTopicsResponse) GetTopics() []*Topic {
@@ -3090,7 +4318,7 @@ type GetTopicRequest struct {
 
 func (x *GetTopicRequest) Reset() {
 	*x = GetTopicRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[36]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3102,7 +4330,7 @@ func (x *GetTopicRequest) String() string {
 func (*GetTopicRequest) ProtoMessage() {}
 
 func (x *GetTopicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[36]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3115,7 +4343,7 @@ func (x *GetTopicRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTopicRequest.ProtoReflect.Descriptor instead.
 func (*GetTopicRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{36}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *GetTopicRequest) GetCollection() string {
@@ -3161,7 +4389,7 @@ type GetTopicResponse struct {
 
 func (x *GetTopicResponse) Reset() {
 	*x = GetTopicResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[37]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3173,7 +4401,7 @@ func (x *GetTopicResponse) String() string {
 func (*GetTopicResponse) ProtoMessage() {}
 
 func (x *GetTopicResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[37]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3186,7 +4414,7 @@ func (x *GetTopicResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTopicResponse.ProtoReflect.Descriptor instead.
 func (*GetTopicResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{37}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *GetTopicResponse) GetTopic() *Topic {
@@ -3214,7 +4442,7 @@ var File_engram_v1_memory_service_proto protoreflect.FileDescriptor
 
 const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\n" +
-	"\x1eengram/v1/memory_service.proto\x12\tengram.v1\x1a\x16engram/v1/memory.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe6\x04\n" +
+	"\x1eengram/v1/memory_service.proto\x12\tengram.v1\x1a\x16engram/v1/memory.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa0\x05\n" +
 	"\x10AddMemoryRequest\x12\x1e\n" +
 	"\n" +
 	"collection\x18\x01 \x01(\tR\n" +
@@ -3236,7 +4464,10 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"validUntil\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\v \x01(\tR\trequestId\x12'\n" +
-	"\x0fallow_duplicate\x18\f \x01(\bR\x0eallowDuplicate\x1a;\n" +
+	"\x0fallow_duplicate\x18\f \x01(\bR\x0eallowDuplicate\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x14 \x01(\tR\tsessionId\x12\x19\n" +
+	"\bagent_id\x18\x15 \x01(\tR\aagentId\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\r\n" +
@@ -3253,7 +4484,7 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\n" +
 	"collection\x18\x01 \x01(\tR\n" +
 	"collection\x120\n" +
-	"\bmemories\x18\x02 \x03(\v2\x14.engram.v1.NewMemoryR\bmemories\"\xb8\x04\n" +
+	"\bmemories\x18\x02 \x03(\v2\x14.engram.v1.NewMemoryR\bmemories\"\xf2\x04\n" +
 	"\tNewMemory\x12\x18\n" +
 	"\acontent\x18\x01 \x01(\tR\acontent\x12)\n" +
 	"\x04type\x18\x02 \x01(\x0e2\x15.engram.v1.MemoryTypeR\x04type\x12#\n" +
@@ -3272,7 +4503,10 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\n" +
 	" \x01(\tR\trequestId\x12'\n" +
-	"\x0fallow_duplicate\x18\v \x01(\bR\x0eallowDuplicate\x1a;\n" +
+	"\x0fallow_duplicate\x18\v \x01(\bR\x0eallowDuplicate\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x14 \x01(\tR\tsessionId\x12\x19\n" +
+	"\bagent_id\x18\x15 \x01(\tR\aagentId\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\r\n" +
@@ -3289,7 +4523,7 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\babridged\x18\b \x01(\bR\babridgedB\x15\n" +
 	"\x13_duplicate_of_index\"K\n" +
 	"\x13AddMemoriesResponse\x124\n" +
-	"\aresults\x18\x01 \x03(\v2\x1a.engram.v1.AddMemoryResultR\aresults\"\xc1\x02\n" +
+	"\aresults\x18\x01 \x03(\v2\x1a.engram.v1.AddMemoryResultR\aresults\"\xe9\x02\n" +
 	"\x15SearchMemoriesRequest\x12\x14\n" +
 	"\x05query\x18\x01 \x01(\tR\x05query\x12 \n" +
 	"\vcollections\x18\x02 \x03(\tR\vcollections\x12\x14\n" +
@@ -3299,7 +4533,8 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\tdiversify\x18\x06 \x01(\bR\tdiversify\x12\"\n" +
 	"\n" +
 	"mmr_lambda\x18\a \x01(\x02H\x00R\tmmrLambda\x88\x01\x01\x12#\n" +
-	"\rmin_relevance\x18\b \x01(\x02R\fminRelevanceB\r\n" +
+	"\rmin_relevance\x18\b \x01(\x02R\fminRelevance\x12&\n" +
+	"\x0fmax_per_session\x18\x14 \x01(\x05R\rmaxPerSessionB\r\n" +
 	"\v_mmr_lambda\"j\n" +
 	"\fSearchResult\x12)\n" +
 	"\x06memory\x18\x01 \x01(\v2\x11.engram.v1.MemoryR\x06memory\x12/\n" +
@@ -3457,7 +4692,84 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"duplicates\"h\n" +
 	"\x1aListReflectionRunsResponse\x12,\n" +
 	"\x04runs\x18\x01 \x03(\v2\x18.engram.v1.ReflectionRunR\x04runs\x12\x1c\n" +
-	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"\x8c\x01\n" +
+	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"\xf0\x01\n" +
+	"\x11GetContextRequest\x12 \n" +
+	"\vcollections\x18\x01 \x03(\tR\vcollections\x12\x14\n" +
+	"\x05query\x18\x02 \x01(\tR\x05query\x12&\n" +
+	"\ftoken_budget\x18\x03 \x01(\x05H\x00R\vtokenBudget\x88\x01\x01\x120\n" +
+	"\x05since\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x05 \x01(\tR\tsessionId\x12\x19\n" +
+	"\bagent_id\x18\x06 \x01(\tR\aagentIdB\x0f\n" +
+	"\r_token_budget\"F\n" +
+	"\fContextTopic\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
+	"\x04size\x18\x03 \x01(\x05R\x04size\"\xef\x01\n" +
+	"\vContextItem\x12)\n" +
+	"\x06memory\x18\x01 \x01(\v2\x11.engram.v1.MemoryR\x06memory\x12\x12\n" +
+	"\x04text\x18\x02 \x01(\tR\x04text\x12\x16\n" +
+	"\x06tokens\x18\x03 \x01(\x05R\x06tokens\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x12\n" +
+	"\x04slot\x18\x05 \x01(\tR\x04slot\x12\x18\n" +
+	"\atrigger\x18\x06 \x01(\tR\atrigger\x12\x14\n" +
+	"\x05count\x18\a \x01(\x05R\x05count\x12-\n" +
+	"\x05topic\x18\b \x01(\v2\x17.engram.v1.ContextTopicR\x05topic\"\xb9\x01\n" +
+	"\x0eContextSection\x121\n" +
+	"\x04kind\x18\x01 \x01(\x0e2\x1d.engram.v1.ContextSectionKindR\x04kind\x12\x14\n" +
+	"\x05title\x18\x02 \x01(\tR\x05title\x12,\n" +
+	"\x05items\x18\x03 \x03(\v2\x16.engram.v1.ContextItemR\x05items\x12\x16\n" +
+	"\x06tokens\x18\x04 \x01(\x05R\x06tokens\x12\x18\n" +
+	"\aomitted\x18\x05 \x01(\x05R\aomitted\"\xad\x03\n" +
+	"\x12GetContextResponse\x125\n" +
+	"\bsections\x18\x01 \x03(\v2\x19.engram.v1.ContextSectionR\bsections\x12\x1a\n" +
+	"\bmarkdown\x18\x02 \x01(\tR\bmarkdown\x12!\n" +
+	"\ftoken_budget\x18\x03 \x01(\x05R\vtokenBudget\x12\x1f\n" +
+	"\vtokens_used\x18\x04 \x01(\x05R\n" +
+	"tokensUsed\x12\x1c\n" +
+	"\ttokenizer\x18\x05 \x01(\tR\ttokenizer\x120\n" +
+	"\x05since\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x129\n" +
+	"\fsince_source\x18\a \x01(\x0e2\x16.engram.v1.SinceSourceR\vsinceSource\x12&\n" +
+	"\x0flast_session_id\x18\b \x01(\tR\rlastSessionId\x12/\n" +
+	"\x06topics\x18\t \x03(\v2\x17.engram.v1.ContextTopicR\x06topics\x12\x1c\n" +
+	"\ttruncated\x18\n" +
+	" \x01(\bR\ttruncated\"d\n" +
+	"\x12GetTriggersRequest\x12 \n" +
+	"\vcollections\x18\x01 \x03(\tR\vcollections\x12\x16\n" +
+	"\x06action\x18\x02 \x01(\tR\x06action\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\x05R\x05limit\"\x94\x01\n" +
+	"\x13GetTriggersResponse\x12\x16\n" +
+	"\x06action\x18\x01 \x01(\tR\x06action\x12\x18\n" +
+	"\amatched\x18\x02 \x03(\tR\amatched\x12-\n" +
+	"\bmemories\x18\x03 \x03(\v2\x11.engram.v1.MemoryR\bmemories\x12\x1c\n" +
+	"\ttruncated\x18\x04 \x01(\bR\ttruncated\"\xd2\x01\n" +
+	"\x04Slot\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\acontent\x18\x02 \x01(\tR\acontent\x12'\n" +
+	"\x0fcapacity_tokens\x18\x03 \x01(\x05R\x0ecapacityTokens\x12\x16\n" +
+	"\x06tokens\x18\x04 \x01(\x05R\x06tokens\x129\n" +
+	"\n" +
+	"updated_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12 \n" +
+	"\vcompactions\x18\x06 \x01(\x05R\vcompactions\"2\n" +
+	"\x10ListSlotsRequest\x12\x1e\n" +
+	"\n" +
+	"collection\x18\x01 \x01(\tR\n" +
+	"collection\"X\n" +
+	"\x11ListSlotsResponse\x12%\n" +
+	"\x05slots\x18\x01 \x03(\v2\x0f.engram.v1.SlotR\x05slots\x12\x1c\n" +
+	"\ttokenizer\x18\x02 \x01(\tR\ttokenizer\"\x90\x01\n" +
+	"\x11UpdateSlotRequest\x12\x1e\n" +
+	"\n" +
+	"collection\x18\x01 \x01(\tR\n" +
+	"collection\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
+	"\acontent\x18\x03 \x01(\tR\acontent\x12-\n" +
+	"\x04mode\x18\x04 \x01(\x0e2\x19.engram.v1.SlotUpdateModeR\x04mode\"t\n" +
+	"\x12UpdateSlotResponse\x12#\n" +
+	"\x04slot\x18\x01 \x01(\v2\x0f.engram.v1.SlotR\x04slot\x129\n" +
+	"\n" +
+	"compaction\x18\x02 \x01(\x0e2\x19.engram.v1.SlotCompactionR\n" +
+	"compaction\"\x8c\x01\n" +
 	"\x11ListTopicsRequest\x12\x1e\n" +
 	"\n" +
 	"collection\x18\x01 \x01(\tR\n" +
@@ -3513,7 +4825,28 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\x19REFLECTION_GATE_DAILY_CAP\x10\x02\x12\x1e\n" +
 	"\x1aREFLECTION_GATE_IMPORTANCE\x10\x03\x12$\n" +
 	" REFLECTION_GATE_TOO_FEW_MEMORIES\x10\x04\x12\x1f\n" +
-	"\x1bREFLECTION_GATE_IN_PROGRESS\x10\x052\xa6\x0e\n" +
+	"\x1bREFLECTION_GATE_IN_PROGRESS\x10\x05*\x86\x02\n" +
+	"\x12ContextSectionKind\x12$\n" +
+	" CONTEXT_SECTION_KIND_UNSPECIFIED\x10\x00\x12\x1d\n" +
+	"\x19CONTEXT_SECTION_KIND_CORE\x10\x01\x12!\n" +
+	"\x1dCONTEXT_SECTION_KIND_TRIGGERS\x10\x02\x12#\n" +
+	"\x1fCONTEXT_SECTION_KIND_OPEN_ITEMS\x10\x03\x12!\n" +
+	"\x1dCONTEXT_SECTION_KIND_RELEVANT\x10\x04\x12\x1f\n" +
+	"\x1bCONTEXT_SECTION_KIND_RECENT\x10\x05\x12\x1f\n" +
+	"\x1bCONTEXT_SECTION_KIND_TOPICS\x10\x06*\x85\x01\n" +
+	"\vSinceSource\x12\x1c\n" +
+	"\x18SINCE_SOURCE_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14SINCE_SOURCE_REQUEST\x10\x01\x12\x1d\n" +
+	"\x19SINCE_SOURCE_LAST_SESSION\x10\x02\x12\x1f\n" +
+	"\x1bSINCE_SOURCE_DEFAULT_WINDOW\x10\x03*m\n" +
+	"\x0eSlotUpdateMode\x12 \n" +
+	"\x1cSLOT_UPDATE_MODE_UNSPECIFIED\x10\x00\x12\x1b\n" +
+	"\x17SLOT_UPDATE_MODE_APPEND\x10\x01\x12\x1c\n" +
+	"\x18SLOT_UPDATE_MODE_REPLACE\x10\x02*j\n" +
+	"\x0eSlotCompaction\x12\x1f\n" +
+	"\x1bSLOT_COMPACTION_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13SLOT_COMPACTION_LLM\x10\x01\x12\x1e\n" +
+	"\x1aSLOT_COMPACTION_TRUNCATION\x10\x022\xbf\x11\n" +
 	"\rMemoryService\x12_\n" +
 	"\tAddMemory\x12\x1b.engram.v1.AddMemoryRequest\x1a\x1c.engram.v1.AddMemoryResponse\"\x17\x82\xd3\xe4\x93\x02\x11:\x01*\"\f/v1/memories\x12n\n" +
 	"\vAddMemories\x12\x1d.engram.v1.AddMemoriesRequest\x1a\x1e.engram.v1.AddMemoriesResponse\" \x82\xd3\xe4\x93\x02\x1a:\x01*\"\x15/v1/memories:batchAdd\x12u\n" +
@@ -3526,7 +4859,13 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\x10DeleteCollection\x12\".engram.v1.DeleteCollectionRequest\x1a#.engram.v1.DeleteCollectionResponse\"\x1e\x82\xd3\xe4\x93\x02\x18*\x16/v1/collections/{name}\x12\x83\x01\n" +
 	"\rRunReflection\x12\x1f.engram.v1.RunReflectionRequest\x1a .engram.v1.RunReflectionResponse\"/\x82\xd3\xe4\x93\x02):\x01*\"$/v1/collections/{collection}:reflect\x12\x92\x01\n" +
 	"\x11ListGateDecisions\x12#.engram.v1.ListGateDecisionsRequest\x1a$.engram.v1.ListGateDecisionsResponse\"2\x82\xd3\xe4\x93\x02,\x12*/v1/collections/{collection}/gateDecisions\x12\x96\x01\n" +
-	"\x12ListReflectionRuns\x12$.engram.v1.ListReflectionRunsRequest\x1a%.engram.v1.ListReflectionRunsResponse\"3\x82\xd3\xe4\x93\x02-\x12+/v1/collections/{collection}/reflectionRuns\x12v\n" +
+	"\x12ListReflectionRuns\x12$.engram.v1.ListReflectionRunsRequest\x1a%.engram.v1.ListReflectionRunsResponse\"3\x82\xd3\xe4\x93\x02-\x12+/v1/collections/{collection}/reflectionRuns\x12a\n" +
+	"\n" +
+	"GetContext\x12\x1c.engram.v1.GetContextRequest\x1a\x1d.engram.v1.GetContextResponse\"\x16\x82\xd3\xe4\x93\x02\x10:\x01*\"\v/v1/context\x12i\n" +
+	"\vGetTriggers\x12\x1d.engram.v1.GetTriggersRequest\x1a\x1e.engram.v1.GetTriggersResponse\"\x1b\x82\xd3\xe4\x93\x02\x15:\x01*\"\x10/v1/triggers:get\x12a\n" +
+	"\tListSlots\x12\x1b.engram.v1.ListSlotsRequest\x1a\x1c.engram.v1.ListSlotsResponse\"\x19\x82\xd3\xe4\x93\x02\x13:\x01*\"\x0e/v1/slots:list\x12f\n" +
+	"\n" +
+	"UpdateSlot\x12\x1c.engram.v1.UpdateSlotRequest\x1a\x1d.engram.v1.UpdateSlotResponse\"\x1b\x82\xd3\xe4\x93\x02\x15:\x01*\"\x10/v1/slots:update\x12v\n" +
 	"\n" +
 	"ListTopics\x12\x1c.engram.v1.ListTopicsRequest\x1a\x1d.engram.v1.ListTopicsResponse\"+\x82\xd3\xe4\x93\x02%\x12#/v1/collections/{collection}/topics\x12u\n" +
 	"\bGetTopic\x12\x1a.engram.v1.GetTopicRequest\x1a\x1b.engram.v1.GetTopicResponse\"0\x82\xd3\xe4\x93\x02*\x12(/v1/collections/{collection}/topics/{id}B?Z=github.com/engram-memory/engram/clients/go/engram/v1;engramv1b\x06proto3"
@@ -3543,158 +4882,197 @@ func file_engram_v1_memory_service_proto_rawDescGZIP() []byte {
 	return file_engram_v1_memory_service_proto_rawDescData
 }
 
-var file_engram_v1_memory_service_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_engram_v1_memory_service_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_engram_v1_memory_service_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
+var file_engram_v1_memory_service_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
 var file_engram_v1_memory_service_proto_goTypes = []any{
 	(AddOutcome)(0),                    // 0: engram.v1.AddOutcome
 	(ReflectionOutcome)(0),             // 1: engram.v1.ReflectionOutcome
 	(ReflectionGate)(0),                // 2: engram.v1.ReflectionGate
-	(*AddMemoryRequest)(nil),           // 3: engram.v1.AddMemoryRequest
-	(*AddMemoryResponse)(nil),          // 4: engram.v1.AddMemoryResponse
-	(*AddMemoriesRequest)(nil),         // 5: engram.v1.AddMemoriesRequest
-	(*NewMemory)(nil),                  // 6: engram.v1.NewMemory
-	(*AddMemoryResult)(nil),            // 7: engram.v1.AddMemoryResult
-	(*AddMemoriesResponse)(nil),        // 8: engram.v1.AddMemoriesResponse
-	(*SearchMemoriesRequest)(nil),      // 9: engram.v1.SearchMemoriesRequest
-	(*SearchResult)(nil),               // 10: engram.v1.SearchResult
-	(*SearchMemoriesResponse)(nil),     // 11: engram.v1.SearchMemoriesResponse
-	(*SemanticLocator)(nil),            // 12: engram.v1.SemanticLocator
-	(*StringList)(nil),                 // 13: engram.v1.StringList
-	(*StringMap)(nil),                  // 14: engram.v1.StringMap
-	(*UpdateMemoryRequest)(nil),        // 15: engram.v1.UpdateMemoryRequest
-	(*UpdateMemoryResponse)(nil),       // 16: engram.v1.UpdateMemoryResponse
-	(*DeleteQuery)(nil),                // 17: engram.v1.DeleteQuery
-	(*DeleteMemoryRequest)(nil),        // 18: engram.v1.DeleteMemoryRequest
-	(*DeleteMemoryResponse)(nil),       // 19: engram.v1.DeleteMemoryResponse
-	(*GetMemoryRequest)(nil),           // 20: engram.v1.GetMemoryRequest
-	(*GetMemoryResponse)(nil),          // 21: engram.v1.GetMemoryResponse
-	(*ListMemoriesRequest)(nil),        // 22: engram.v1.ListMemoriesRequest
-	(*ListMemoriesResponse)(nil),       // 23: engram.v1.ListMemoriesResponse
-	(*ListCollectionsRequest)(nil),     // 24: engram.v1.ListCollectionsRequest
-	(*ListCollectionsResponse)(nil),    // 25: engram.v1.ListCollectionsResponse
-	(*DeleteCollectionRequest)(nil),    // 26: engram.v1.DeleteCollectionRequest
-	(*DeleteCollectionResponse)(nil),   // 27: engram.v1.DeleteCollectionResponse
-	(*RunReflectionRequest)(nil),       // 28: engram.v1.RunReflectionRequest
-	(*RunReflectionResponse)(nil),      // 29: engram.v1.RunReflectionResponse
-	(*ListGateDecisionsRequest)(nil),   // 30: engram.v1.ListGateDecisionsRequest
-	(*GateDecision)(nil),               // 31: engram.v1.GateDecision
-	(*ListGateDecisionsResponse)(nil),  // 32: engram.v1.ListGateDecisionsResponse
-	(*ListReflectionRunsRequest)(nil),  // 33: engram.v1.ListReflectionRunsRequest
-	(*ReflectionRun)(nil),              // 34: engram.v1.ReflectionRun
-	(*ListReflectionRunsResponse)(nil), // 35: engram.v1.ListReflectionRunsResponse
-	(*ListTopicsRequest)(nil),          // 36: engram.v1.ListTopicsRequest
-	(*Topic)(nil),                      // 37: engram.v1.Topic
-	(*ListTopicsResponse)(nil),         // 38: engram.v1.ListTopicsResponse
-	(*GetTopicRequest)(nil),            // 39: engram.v1.GetTopicRequest
-	(*GetTopicResponse)(nil),           // 40: engram.v1.GetTopicResponse
-	nil,                                // 41: engram.v1.AddMemoryRequest.MetadataEntry
-	nil,                                // 42: engram.v1.NewMemory.MetadataEntry
-	nil,                                // 43: engram.v1.StringMap.EntriesEntry
-	(MemoryType)(0),                    // 44: engram.v1.MemoryType
-	(Source)(0),                        // 45: engram.v1.Source
-	(SourceType)(0),                    // 46: engram.v1.SourceType
-	(*timestamppb.Timestamp)(nil),      // 47: google.protobuf.Timestamp
-	(*Memory)(nil),                     // 48: engram.v1.Memory
-	(*SimilarMemory)(nil),              // 49: engram.v1.SimilarMemory
-	(*MemoryFilter)(nil),               // 50: engram.v1.MemoryFilter
-	(*RankingWeights)(nil),             // 51: engram.v1.RankingWeights
-	(*ScoreBreakdown)(nil),             // 52: engram.v1.ScoreBreakdown
-	(*CollectionInfo)(nil),             // 53: engram.v1.CollectionInfo
+	(ContextSectionKind)(0),            // 3: engram.v1.ContextSectionKind
+	(SinceSource)(0),                   // 4: engram.v1.SinceSource
+	(SlotUpdateMode)(0),                // 5: engram.v1.SlotUpdateMode
+	(SlotCompaction)(0),                // 6: engram.v1.SlotCompaction
+	(*AddMemoryRequest)(nil),           // 7: engram.v1.AddMemoryRequest
+	(*AddMemoryResponse)(nil),          // 8: engram.v1.AddMemoryResponse
+	(*AddMemoriesRequest)(nil),         // 9: engram.v1.AddMemoriesRequest
+	(*NewMemory)(nil),                  // 10: engram.v1.NewMemory
+	(*AddMemoryResult)(nil),            // 11: engram.v1.AddMemoryResult
+	(*AddMemoriesResponse)(nil),        // 12: engram.v1.AddMemoriesResponse
+	(*SearchMemoriesRequest)(nil),      // 13: engram.v1.SearchMemoriesRequest
+	(*SearchResult)(nil),               // 14: engram.v1.SearchResult
+	(*SearchMemoriesResponse)(nil),     // 15: engram.v1.SearchMemoriesResponse
+	(*SemanticLocator)(nil),            // 16: engram.v1.SemanticLocator
+	(*StringList)(nil),                 // 17: engram.v1.StringList
+	(*StringMap)(nil),                  // 18: engram.v1.StringMap
+	(*UpdateMemoryRequest)(nil),        // 19: engram.v1.UpdateMemoryRequest
+	(*UpdateMemoryResponse)(nil),       // 20: engram.v1.UpdateMemoryResponse
+	(*DeleteQuery)(nil),                // 21: engram.v1.DeleteQuery
+	(*DeleteMemoryRequest)(nil),        // 22: engram.v1.DeleteMemoryRequest
+	(*DeleteMemoryResponse)(nil),       // 23: engram.v1.DeleteMemoryResponse
+	(*GetMemoryRequest)(nil),           // 24: engram.v1.GetMemoryRequest
+	(*GetMemoryResponse)(nil),          // 25: engram.v1.GetMemoryResponse
+	(*ListMemoriesRequest)(nil),        // 26: engram.v1.ListMemoriesRequest
+	(*ListMemoriesResponse)(nil),       // 27: engram.v1.ListMemoriesResponse
+	(*ListCollectionsRequest)(nil),     // 28: engram.v1.ListCollectionsRequest
+	(*ListCollectionsResponse)(nil),    // 29: engram.v1.ListCollectionsResponse
+	(*DeleteCollectionRequest)(nil),    // 30: engram.v1.DeleteCollectionRequest
+	(*DeleteCollectionResponse)(nil),   // 31: engram.v1.DeleteCollectionResponse
+	(*RunReflectionRequest)(nil),       // 32: engram.v1.RunReflectionRequest
+	(*RunReflectionResponse)(nil),      // 33: engram.v1.RunReflectionResponse
+	(*ListGateDecisionsRequest)(nil),   // 34: engram.v1.ListGateDecisionsRequest
+	(*GateDecision)(nil),               // 35: engram.v1.GateDecision
+	(*ListGateDecisionsResponse)(nil),  // 36: engram.v1.ListGateDecisionsResponse
+	(*ListReflectionRunsRequest)(nil),  // 37: engram.v1.ListReflectionRunsRequest
+	(*ReflectionRun)(nil),              // 38: engram.v1.ReflectionRun
+	(*ListReflectionRunsResponse)(nil), // 39: engram.v1.ListReflectionRunsResponse
+	(*GetContextRequest)(nil),          // 40: engram.v1.GetContextRequest
+	(*ContextTopic)(nil),               // 41: engram.v1.ContextTopic
+	(*ContextItem)(nil),                // 42: engram.v1.ContextItem
+	(*ContextSection)(nil),             // 43: engram.v1.ContextSection
+	(*GetContextResponse)(nil),         // 44: engram.v1.GetContextResponse
+	(*GetTriggersRequest)(nil),         // 45: engram.v1.GetTriggersRequest
+	(*GetTriggersResponse)(nil),        // 46: engram.v1.GetTriggersResponse
+	(*Slot)(nil),                       // 47: engram.v1.Slot
+	(*ListSlotsRequest)(nil),           // 48: engram.v1.ListSlotsRequest
+	(*ListSlotsResponse)(nil),          // 49: engram.v1.ListSlotsResponse
+	(*UpdateSlotRequest)(nil),          // 50: engram.v1.UpdateSlotRequest
+	(*UpdateSlotResponse)(nil),         // 51: engram.v1.UpdateSlotResponse
+	(*ListTopicsRequest)(nil),          // 52: engram.v1.ListTopicsRequest
+	(*Topic)(nil),                      // 53: engram.v1.Topic
+	(*ListTopicsResponse)(nil),         // 54: engram.v1.ListTopicsResponse
+	(*GetTopicRequest)(nil),            // 55: engram.v1.GetTopicRequest
+	(*GetTopicResponse)(nil),           // 56: engram.v1.GetTopicResponse
+	nil,                                // 57: engram.v1.AddMemoryRequest.MetadataEntry
+	nil,                                // 58: engram.v1.NewMemory.MetadataEntry
+	nil,                                // 59: engram.v1.StringMap.EntriesEntry
+	(MemoryType)(0),                    // 60: engram.v1.MemoryType
+	(Source)(0),                        // 61: engram.v1.Source
+	(SourceType)(0),                    // 62: engram.v1.SourceType
+	(*timestamppb.Timestamp)(nil),      // 63: google.protobuf.Timestamp
+	(*Memory)(nil),                     // 64: engram.v1.Memory
+	(*SimilarMemory)(nil),              // 65: engram.v1.SimilarMemory
+	(*MemoryFilter)(nil),               // 66: engram.v1.MemoryFilter
+	(*RankingWeights)(nil),             // 67: engram.v1.RankingWeights
+	(*ScoreBreakdown)(nil),             // 68: engram.v1.ScoreBreakdown
+	(*CollectionInfo)(nil),             // 69: engram.v1.CollectionInfo
 }
 var file_engram_v1_memory_service_proto_depIdxs = []int32{
-	44, // 0: engram.v1.AddMemoryRequest.type:type_name -> engram.v1.MemoryType
-	45, // 1: engram.v1.AddMemoryRequest.source:type_name -> engram.v1.Source
-	46, // 2: engram.v1.AddMemoryRequest.source_type:type_name -> engram.v1.SourceType
-	41, // 3: engram.v1.AddMemoryRequest.metadata:type_name -> engram.v1.AddMemoryRequest.MetadataEntry
-	47, // 4: engram.v1.AddMemoryRequest.created_at:type_name -> google.protobuf.Timestamp
-	47, // 5: engram.v1.AddMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
-	48, // 6: engram.v1.AddMemoryResponse.memory:type_name -> engram.v1.Memory
+	60, // 0: engram.v1.AddMemoryRequest.type:type_name -> engram.v1.MemoryType
+	61, // 1: engram.v1.AddMemoryRequest.source:type_name -> engram.v1.Source
+	62, // 2: engram.v1.AddMemoryRequest.source_type:type_name -> engram.v1.SourceType
+	57, // 3: engram.v1.AddMemoryRequest.metadata:type_name -> engram.v1.AddMemoryRequest.MetadataEntry
+	63, // 4: engram.v1.AddMemoryRequest.created_at:type_name -> google.protobuf.Timestamp
+	63, // 5: engram.v1.AddMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
+	64, // 6: engram.v1.AddMemoryResponse.memory:type_name -> engram.v1.Memory
 	0,  // 7: engram.v1.AddMemoryResponse.outcome:type_name -> engram.v1.AddOutcome
-	49, // 8: engram.v1.AddMemoryResponse.near_duplicates:type_name -> engram.v1.SimilarMemory
-	6,  // 9: engram.v1.AddMemoriesRequest.memories:type_name -> engram.v1.NewMemory
-	44, // 10: engram.v1.NewMemory.type:type_name -> engram.v1.MemoryType
-	45, // 11: engram.v1.NewMemory.source:type_name -> engram.v1.Source
-	46, // 12: engram.v1.NewMemory.source_type:type_name -> engram.v1.SourceType
-	42, // 13: engram.v1.NewMemory.metadata:type_name -> engram.v1.NewMemory.MetadataEntry
-	47, // 14: engram.v1.NewMemory.created_at:type_name -> google.protobuf.Timestamp
-	47, // 15: engram.v1.NewMemory.valid_until:type_name -> google.protobuf.Timestamp
-	48, // 16: engram.v1.AddMemoryResult.memory:type_name -> engram.v1.Memory
+	65, // 8: engram.v1.AddMemoryResponse.near_duplicates:type_name -> engram.v1.SimilarMemory
+	10, // 9: engram.v1.AddMemoriesRequest.memories:type_name -> engram.v1.NewMemory
+	60, // 10: engram.v1.NewMemory.type:type_name -> engram.v1.MemoryType
+	61, // 11: engram.v1.NewMemory.source:type_name -> engram.v1.Source
+	62, // 12: engram.v1.NewMemory.source_type:type_name -> engram.v1.SourceType
+	58, // 13: engram.v1.NewMemory.metadata:type_name -> engram.v1.NewMemory.MetadataEntry
+	63, // 14: engram.v1.NewMemory.created_at:type_name -> google.protobuf.Timestamp
+	63, // 15: engram.v1.NewMemory.valid_until:type_name -> google.protobuf.Timestamp
+	64, // 16: engram.v1.AddMemoryResult.memory:type_name -> engram.v1.Memory
 	0,  // 17: engram.v1.AddMemoryResult.outcome:type_name -> engram.v1.AddOutcome
-	49, // 18: engram.v1.AddMemoryResult.near_duplicates:type_name -> engram.v1.SimilarMemory
-	7,  // 19: engram.v1.AddMemoriesResponse.results:type_name -> engram.v1.AddMemoryResult
-	50, // 20: engram.v1.SearchMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
-	51, // 21: engram.v1.SearchMemoriesRequest.weights:type_name -> engram.v1.RankingWeights
-	48, // 22: engram.v1.SearchResult.memory:type_name -> engram.v1.Memory
-	52, // 23: engram.v1.SearchResult.score:type_name -> engram.v1.ScoreBreakdown
-	10, // 24: engram.v1.SearchMemoriesResponse.results:type_name -> engram.v1.SearchResult
-	43, // 25: engram.v1.StringMap.entries:type_name -> engram.v1.StringMap.EntriesEntry
-	12, // 26: engram.v1.UpdateMemoryRequest.locate:type_name -> engram.v1.SemanticLocator
-	44, // 27: engram.v1.UpdateMemoryRequest.type:type_name -> engram.v1.MemoryType
-	13, // 28: engram.v1.UpdateMemoryRequest.tags:type_name -> engram.v1.StringList
-	14, // 29: engram.v1.UpdateMemoryRequest.metadata:type_name -> engram.v1.StringMap
-	47, // 30: engram.v1.UpdateMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
-	48, // 31: engram.v1.UpdateMemoryResponse.memory:type_name -> engram.v1.Memory
-	48, // 32: engram.v1.UpdateMemoryResponse.previous:type_name -> engram.v1.Memory
-	17, // 33: engram.v1.DeleteMemoryRequest.query:type_name -> engram.v1.DeleteQuery
-	48, // 34: engram.v1.DeleteMemoryResponse.deleted:type_name -> engram.v1.Memory
-	48, // 35: engram.v1.GetMemoryResponse.memory:type_name -> engram.v1.Memory
-	48, // 36: engram.v1.GetMemoryResponse.history:type_name -> engram.v1.Memory
-	50, // 37: engram.v1.ListMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
-	48, // 38: engram.v1.ListMemoriesResponse.memories:type_name -> engram.v1.Memory
-	53, // 39: engram.v1.ListCollectionsResponse.collections:type_name -> engram.v1.CollectionInfo
-	47, // 40: engram.v1.DeleteCollectionResponse.deleted_at:type_name -> google.protobuf.Timestamp
+	65, // 18: engram.v1.AddMemoryResult.near_duplicates:type_name -> engram.v1.SimilarMemory
+	11, // 19: engram.v1.AddMemoriesResponse.results:type_name -> engram.v1.AddMemoryResult
+	66, // 20: engram.v1.SearchMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
+	67, // 21: engram.v1.SearchMemoriesRequest.weights:type_name -> engram.v1.RankingWeights
+	64, // 22: engram.v1.SearchResult.memory:type_name -> engram.v1.Memory
+	68, // 23: engram.v1.SearchResult.score:type_name -> engram.v1.ScoreBreakdown
+	14, // 24: engram.v1.SearchMemoriesResponse.results:type_name -> engram.v1.SearchResult
+	59, // 25: engram.v1.StringMap.entries:type_name -> engram.v1.StringMap.EntriesEntry
+	16, // 26: engram.v1.UpdateMemoryRequest.locate:type_name -> engram.v1.SemanticLocator
+	60, // 27: engram.v1.UpdateMemoryRequest.type:type_name -> engram.v1.MemoryType
+	17, // 28: engram.v1.UpdateMemoryRequest.tags:type_name -> engram.v1.StringList
+	18, // 29: engram.v1.UpdateMemoryRequest.metadata:type_name -> engram.v1.StringMap
+	63, // 30: engram.v1.UpdateMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
+	64, // 31: engram.v1.UpdateMemoryResponse.memory:type_name -> engram.v1.Memory
+	64, // 32: engram.v1.UpdateMemoryResponse.previous:type_name -> engram.v1.Memory
+	21, // 33: engram.v1.DeleteMemoryRequest.query:type_name -> engram.v1.DeleteQuery
+	64, // 34: engram.v1.DeleteMemoryResponse.deleted:type_name -> engram.v1.Memory
+	64, // 35: engram.v1.GetMemoryResponse.memory:type_name -> engram.v1.Memory
+	64, // 36: engram.v1.GetMemoryResponse.history:type_name -> engram.v1.Memory
+	66, // 37: engram.v1.ListMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
+	64, // 38: engram.v1.ListMemoriesResponse.memories:type_name -> engram.v1.Memory
+	69, // 39: engram.v1.ListCollectionsResponse.collections:type_name -> engram.v1.CollectionInfo
+	63, // 40: engram.v1.DeleteCollectionResponse.deleted_at:type_name -> google.protobuf.Timestamp
 	1,  // 41: engram.v1.RunReflectionResponse.outcome:type_name -> engram.v1.ReflectionOutcome
 	2,  // 42: engram.v1.RunReflectionResponse.throttled_by:type_name -> engram.v1.ReflectionGate
-	47, // 43: engram.v1.RunReflectionResponse.next_run_after:type_name -> google.protobuf.Timestamp
-	48, // 44: engram.v1.RunReflectionResponse.sources:type_name -> engram.v1.Memory
-	48, // 45: engram.v1.RunReflectionResponse.insights:type_name -> engram.v1.Memory
-	48, // 46: engram.v1.RunReflectionResponse.drafts:type_name -> engram.v1.Memory
-	49, // 47: engram.v1.RunReflectionResponse.duplicates:type_name -> engram.v1.SimilarMemory
-	47, // 48: engram.v1.GateDecision.decided_at:type_name -> google.protobuf.Timestamp
+	63, // 43: engram.v1.RunReflectionResponse.next_run_after:type_name -> google.protobuf.Timestamp
+	64, // 44: engram.v1.RunReflectionResponse.sources:type_name -> engram.v1.Memory
+	64, // 45: engram.v1.RunReflectionResponse.insights:type_name -> engram.v1.Memory
+	64, // 46: engram.v1.RunReflectionResponse.drafts:type_name -> engram.v1.Memory
+	65, // 47: engram.v1.RunReflectionResponse.duplicates:type_name -> engram.v1.SimilarMemory
+	63, // 48: engram.v1.GateDecision.decided_at:type_name -> google.protobuf.Timestamp
 	0,  // 49: engram.v1.GateDecision.outcome:type_name -> engram.v1.AddOutcome
-	49, // 50: engram.v1.GateDecision.near_duplicates:type_name -> engram.v1.SimilarMemory
-	31, // 51: engram.v1.ListGateDecisionsResponse.decisions:type_name -> engram.v1.GateDecision
-	47, // 52: engram.v1.ReflectionRun.started_at:type_name -> google.protobuf.Timestamp
+	65, // 50: engram.v1.GateDecision.near_duplicates:type_name -> engram.v1.SimilarMemory
+	35, // 51: engram.v1.ListGateDecisionsResponse.decisions:type_name -> engram.v1.GateDecision
+	63, // 52: engram.v1.ReflectionRun.started_at:type_name -> google.protobuf.Timestamp
 	1,  // 53: engram.v1.ReflectionRun.outcome:type_name -> engram.v1.ReflectionOutcome
-	34, // 54: engram.v1.ListReflectionRunsResponse.runs:type_name -> engram.v1.ReflectionRun
-	37, // 55: engram.v1.Topic.children:type_name -> engram.v1.Topic
-	47, // 56: engram.v1.Topic.created_at:type_name -> google.protobuf.Timestamp
-	37, // 57: engram.v1.ListTopicsResponse.topics:type_name -> engram.v1.Topic
-	37, // 58: engram.v1.GetTopicResponse.topic:type_name -> engram.v1.Topic
-	48, // 59: engram.v1.GetTopicResponse.memories:type_name -> engram.v1.Memory
-	3,  // 60: engram.v1.MemoryService.AddMemory:input_type -> engram.v1.AddMemoryRequest
-	5,  // 61: engram.v1.MemoryService.AddMemories:input_type -> engram.v1.AddMemoriesRequest
-	9,  // 62: engram.v1.MemoryService.SearchMemories:input_type -> engram.v1.SearchMemoriesRequest
-	15, // 63: engram.v1.MemoryService.UpdateMemory:input_type -> engram.v1.UpdateMemoryRequest
-	18, // 64: engram.v1.MemoryService.DeleteMemory:input_type -> engram.v1.DeleteMemoryRequest
-	20, // 65: engram.v1.MemoryService.GetMemory:input_type -> engram.v1.GetMemoryRequest
-	22, // 66: engram.v1.MemoryService.ListMemories:input_type -> engram.v1.ListMemoriesRequest
-	24, // 67: engram.v1.MemoryService.ListCollections:input_type -> engram.v1.ListCollectionsRequest
-	26, // 68: engram.v1.MemoryService.DeleteCollection:input_type -> engram.v1.DeleteCollectionRequest
-	28, // 69: engram.v1.MemoryService.RunReflection:input_type -> engram.v1.RunReflectionRequest
-	30, // 70: engram.v1.MemoryService.ListGateDecisions:input_type -> engram.v1.ListGateDecisionsRequest
-	33, // 71: engram.v1.MemoryService.ListReflectionRuns:input_type -> engram.v1.ListReflectionRunsRequest
-	36, // 72: engram.v1.MemoryService.ListTopics:input_type -> engram.v1.ListTopicsRequest
-	39, // 73: engram.v1.MemoryService.GetTopic:input_type -> engram.v1.GetTopicRequest
-	4,  // 74: engram.v1.MemoryService.AddMemory:output_type -> engram.v1.AddMemoryResponse
-	8,  // 75: engram.v1.MemoryService.AddMemories:output_type -> engram.v1.AddMemoriesResponse
-	11, // 76: engram.v1.MemoryService.SearchMemories:output_type -> engram.v1.SearchMemoriesResponse
-	16, // 77: engram.v1.MemoryService.UpdateMemory:output_type -> engram.v1.UpdateMemoryResponse
-	19, // 78: engram.v1.MemoryService.DeleteMemory:output_type -> engram.v1.DeleteMemoryResponse
-	21, // 79: engram.v1.MemoryService.GetMemory:output_type -> engram.v1.GetMemoryResponse
-	23, // 80: engram.v1.MemoryService.ListMemories:output_type -> engram.v1.ListMemoriesResponse
-	25, // 81: engram.v1.MemoryService.ListCollections:output_type -> engram.v1.ListCollectionsResponse
-	27, // 82: engram.v1.MemoryService.DeleteCollection:output_type -> engram.v1.DeleteCollectionResponse
-	29, // 83: engram.v1.MemoryService.RunReflection:output_type -> engram.v1.RunReflectionResponse
-	32, // 84: engram.v1.MemoryService.ListGateDecisions:output_type -> engram.v1.ListGateDecisionsResponse
-	35, // 85: engram.v1.MemoryService.ListReflectionRuns:output_type -> engram.v1.ListReflectionRunsResponse
-	38, // 86: engram.v1.MemoryService.ListTopics:output_type -> engram.v1.ListTopicsResponse
-	40, // 87: engram.v1.MemoryService.GetTopic:output_type -> engram.v1.GetTopicResponse
-	74, // [74:88] is the sub-list for method output_type
-	60, // [60:74] is the sub-list for method input_type
-	60, // [60:60] is the sub-list for extension type_name
-	60, // [60:60] is the sub-list for extension extendee
-	0,  // [0:60] is the sub-list for field type_name
+	38, // 54: engram.v1.ListReflectionRunsResponse.runs:type_name -> engram.v1.ReflectionRun
+	63, // 55: engram.v1.GetContextRequest.since:type_name -> google.protobuf.Timestamp
+	64, // 56: engram.v1.ContextItem.memory:type_name -> engram.v1.Memory
+	41, // 57: engram.v1.ContextItem.topic:type_name -> engram.v1.ContextTopic
+	3,  // 58: engram.v1.ContextSection.kind:type_name -> engram.v1.ContextSectionKind
+	42, // 59: engram.v1.ContextSection.items:type_name -> engram.v1.ContextItem
+	43, // 60: engram.v1.GetContextResponse.sections:type_name -> engram.v1.ContextSection
+	63, // 61: engram.v1.GetContextResponse.since:type_name -> google.protobuf.Timestamp
+	4,  // 62: engram.v1.GetContextResponse.since_source:type_name -> engram.v1.SinceSource
+	41, // 63: engram.v1.GetContextResponse.topics:type_name -> engram.v1.ContextTopic
+	64, // 64: engram.v1.GetTriggersResponse.memories:type_name -> engram.v1.Memory
+	63, // 65: engram.v1.Slot.updated_at:type_name -> google.protobuf.Timestamp
+	47, // 66: engram.v1.ListSlotsResponse.slots:type_name -> engram.v1.Slot
+	5,  // 67: engram.v1.UpdateSlotRequest.mode:type_name -> engram.v1.SlotUpdateMode
+	47, // 68: engram.v1.UpdateSlotResponse.slot:type_name -> engram.v1.Slot
+	6,  // 69: engram.v1.UpdateSlotResponse.compaction:type_name -> engram.v1.SlotCompaction
+	53, // 70: engram.v1.Topic.children:type_name -> engram.v1.Topic
+	63, // 71: engram.v1.Topic.created_at:type_name -> google.protobuf.Timestamp
+	53, // 72: engram.v1.ListTopicsResponse.topics:type_name -> engram.v1.Topic
+	53, // 73: engram.v1.GetTopicResponse.topic:type_name -> engram.v1.Topic
+	64, // 74: engram.v1.GetTopicResponse.memories:type_name -> engram.v1.Memory
+	7,  // 75: engram.v1.MemoryService.AddMemory:input_type -> engram.v1.AddMemoryRequest
+	9,  // 76: engram.v1.MemoryService.AddMemories:input_type -> engram.v1.AddMemoriesRequest
+	13, // 77: engram.v1.MemoryService.SearchMemories:input_type -> engram.v1.SearchMemoriesRequest
+	19, // 78: engram.v1.MemoryService.UpdateMemory:input_type -> engram.v1.UpdateMemoryRequest
+	22, // 79: engram.v1.MemoryService.DeleteMemory:input_type -> engram.v1.DeleteMemoryRequest
+	24, // 80: engram.v1.MemoryService.GetMemory:input_type -> engram.v1.GetMemoryRequest
+	26, // 81: engram.v1.MemoryService.ListMemories:input_type -> engram.v1.ListMemoriesRequest
+	28, // 82: engram.v1.MemoryService.ListCollections:input_type -> engram.v1.ListCollectionsRequest
+	30, // 83: engram.v1.MemoryService.DeleteCollection:input_type -> engram.v1.DeleteCollectionRequest
+	32, // 84: engram.v1.MemoryService.RunReflection:input_type -> engram.v1.RunReflectionRequest
+	34, // 85: engram.v1.MemoryService.ListGateDecisions:input_type -> engram.v1.ListGateDecisionsRequest
+	37, // 86: engram.v1.MemoryService.ListReflectionRuns:input_type -> engram.v1.ListReflectionRunsRequest
+	40, // 87: engram.v1.MemoryService.GetContext:input_type -> engram.v1.GetContextRequest
+	45, // 88: engram.v1.MemoryService.GetTriggers:input_type -> engram.v1.GetTriggersRequest
+	48, // 89: engram.v1.MemoryService.ListSlots:input_type -> engram.v1.ListSlotsRequest
+	50, // 90: engram.v1.MemoryService.UpdateSlot:input_type -> engram.v1.UpdateSlotRequest
+	52, // 91: engram.v1.MemoryService.ListTopics:input_type -> engram.v1.ListTopicsRequest
+	55, // 92: engram.v1.MemoryService.GetTopic:input_type -> engram.v1.GetTopicRequest
+	8,  // 93: engram.v1.MemoryService.AddMemory:output_type -> engram.v1.AddMemoryResponse
+	12, // 94: engram.v1.MemoryService.AddMemories:output_type -> engram.v1.AddMemoriesResponse
+	15, // 95: engram.v1.MemoryService.SearchMemories:output_type -> engram.v1.SearchMemoriesResponse
+	20, // 96: engram.v1.MemoryService.UpdateMemory:output_type -> engram.v1.UpdateMemoryResponse
+	23, // 97: engram.v1.MemoryService.DeleteMemory:output_type -> engram.v1.DeleteMemoryResponse
+	25, // 98: engram.v1.MemoryService.GetMemory:output_type -> engram.v1.GetMemoryResponse
+	27, // 99: engram.v1.MemoryService.ListMemories:output_type -> engram.v1.ListMemoriesResponse
+	29, // 100: engram.v1.MemoryService.ListCollections:output_type -> engram.v1.ListCollectionsResponse
+	31, // 101: engram.v1.MemoryService.DeleteCollection:output_type -> engram.v1.DeleteCollectionResponse
+	33, // 102: engram.v1.MemoryService.RunReflection:output_type -> engram.v1.RunReflectionResponse
+	36, // 103: engram.v1.MemoryService.ListGateDecisions:output_type -> engram.v1.ListGateDecisionsResponse
+	39, // 104: engram.v1.MemoryService.ListReflectionRuns:output_type -> engram.v1.ListReflectionRunsResponse
+	44, // 105: engram.v1.MemoryService.GetContext:output_type -> engram.v1.GetContextResponse
+	46, // 106: engram.v1.MemoryService.GetTriggers:output_type -> engram.v1.GetTriggersResponse
+	49, // 107: engram.v1.MemoryService.ListSlots:output_type -> engram.v1.ListSlotsResponse
+	51, // 108: engram.v1.MemoryService.UpdateSlot:output_type -> engram.v1.UpdateSlotResponse
+	54, // 109: engram.v1.MemoryService.ListTopics:output_type -> engram.v1.ListTopicsResponse
+	56, // 110: engram.v1.MemoryService.GetTopic:output_type -> engram.v1.GetTopicResponse
+	93, // [93:111] is the sub-list for method output_type
+	75, // [75:93] is the sub-list for method input_type
+	75, // [75:75] is the sub-list for extension type_name
+	75, // [75:75] is the sub-list for extension extendee
+	0,  // [0:75] is the sub-list for field type_name
 }
 
 func init() { file_engram_v1_memory_service_proto_init() }
@@ -3715,13 +5093,14 @@ func file_engram_v1_memory_service_proto_init() {
 		(*DeleteMemoryRequest_Id)(nil),
 		(*DeleteMemoryRequest_Query)(nil),
 	}
+	file_engram_v1_memory_service_proto_msgTypes[33].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_engram_v1_memory_service_proto_rawDesc), len(file_engram_v1_memory_service_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   41,
+			NumEnums:      7,
+			NumMessages:   53,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

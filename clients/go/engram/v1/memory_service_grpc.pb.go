@@ -31,6 +31,10 @@ const (
 	MemoryService_RunReflection_FullMethodName      = "/engram.v1.MemoryService/RunReflection"
 	MemoryService_ListGateDecisions_FullMethodName  = "/engram.v1.MemoryService/ListGateDecisions"
 	MemoryService_ListReflectionRuns_FullMethodName = "/engram.v1.MemoryService/ListReflectionRuns"
+	MemoryService_GetContext_FullMethodName         = "/engram.v1.MemoryService/GetContext"
+	MemoryService_GetTriggers_FullMethodName        = "/engram.v1.MemoryService/GetTriggers"
+	MemoryService_ListSlots_FullMethodName          = "/engram.v1.MemoryService/ListSlots"
+	MemoryService_UpdateSlot_FullMethodName         = "/engram.v1.MemoryService/UpdateSlot"
 	MemoryService_ListTopics_FullMethodName         = "/engram.v1.MemoryService/ListTopics"
 	MemoryService_GetTopic_FullMethodName           = "/engram.v1.MemoryService/GetTopic"
 )
@@ -88,6 +92,25 @@ type MemoryServiceClient interface {
 	// or started by the periodic schedule. Throttled and dry runs are answered to their caller
 	// and not kept. The last 50 runs are kept with the store, so they survive restarts.
 	ListReflectionRuns(ctx context.Context, in *ListReflectionRunsRequest, opts ...grpc.CallOption) (*ListReflectionRunsResponse, error)
+	// GetContext returns the context pack an agent loads at session start or after its context
+	// was compacted: ordered sections (core: slots, identity and directive memories; triggers;
+	// open items; relevant to the task; recent since the last session; topics) within a token
+	// budget, each item with its token count and why it was chosen, and the whole pack as
+	// ready-to-inject Markdown. Deterministic for the same stored state and request.
+	GetContext(ctx context.Context, in *GetContextRequest, opts ...grpc.CallOption) (*GetContextResponse, error)
+	// GetTriggers returns the memories to recall before an action (such as "deploy" or
+	// "git push"): those tagged `trigger:<name>` where <name> is the action's normalised name or
+	// one of its parents ("deploy/prod" also matches "deploy"), most important first, then the
+	// most recently updated.
+	GetTriggers(ctx context.Context, in *GetTriggersRequest, opts ...grpc.CallOption) (*GetTriggersResponse, error)
+	// ListSlots returns a collection's slots: the named, fixed-capacity notes (persona,
+	// user_preferences, project_context, pending_items, guidance) that are always in the context
+	// pack's core section. Slots never written are listed with empty content.
+	ListSlots(ctx context.Context, in *ListSlotsRequest, opts ...grpc.CallOption) (*ListSlotsResponse, error)
+	// UpdateSlot replaces or appends to one slot's content. When the content exceeds the slot's
+	// capacity, its oldest content is compacted: summarised by the LLM when one is configured,
+	// else cut, leaving a marker that says how much was removed.
+	UpdateSlot(ctx context.Context, in *UpdateSlotRequest, opts ...grpc.CallOption) (*UpdateSlotResponse, error)
 	// ListTopics returns a collection's topic index: its memories clustered by embedding into a
 	// two-level tree. Top-level topics come largest first, each with its sub-topics; a parent_id
 	// lists that topic's sub-topics instead. Each topic has a stable id, a size and a name (given
@@ -228,6 +251,46 @@ func (c *memoryServiceClient) ListReflectionRuns(ctx context.Context, in *ListRe
 	return out, nil
 }
 
+func (c *memoryServiceClient) GetContext(ctx context.Context, in *GetContextRequest, opts ...grpc.CallOption) (*GetContextResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetContextResponse)
+	err := c.cc.Invoke(ctx, MemoryService_GetContext_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *memoryServiceClient) GetTriggers(ctx context.Context, in *GetTriggersRequest, opts ...grpc.CallOption) (*GetTriggersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetTriggersResponse)
+	err := c.cc.Invoke(ctx, MemoryService_GetTriggers_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *memoryServiceClient) ListSlots(ctx context.Context, in *ListSlotsRequest, opts ...grpc.CallOption) (*ListSlotsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListSlotsResponse)
+	err := c.cc.Invoke(ctx, MemoryService_ListSlots_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *memoryServiceClient) UpdateSlot(ctx context.Context, in *UpdateSlotRequest, opts ...grpc.CallOption) (*UpdateSlotResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UpdateSlotResponse)
+	err := c.cc.Invoke(ctx, MemoryService_UpdateSlot_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *memoryServiceClient) ListTopics(ctx context.Context, in *ListTopicsRequest, opts ...grpc.CallOption) (*ListTopicsResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListTopicsResponse)
@@ -301,6 +364,25 @@ type MemoryServiceServer interface {
 	// or started by the periodic schedule. Throttled and dry runs are answered to their caller
 	// and not kept. The last 50 runs are kept with the store, so they survive restarts.
 	ListReflectionRuns(context.Context, *ListReflectionRunsRequest) (*ListReflectionRunsResponse, error)
+	// GetContext returns the context pack an agent loads at session start or after its context
+	// was compacted: ordered sections (core: slots, identity and directive memories; triggers;
+	// open items; relevant to the task; recent since the last session; topics) within a token
+	// budget, each item with its token count and why it was chosen, and the whole pack as
+	// ready-to-inject Markdown. Deterministic for the same stored state and request.
+	GetContext(context.Context, *GetContextRequest) (*GetContextResponse, error)
+	// GetTriggers returns the memories to recall before an action (such as "deploy" or
+	// "git push"): those tagged `trigger:<name>` where <name> is the action's normalised name or
+	// one of its parents ("deploy/prod" also matches "deploy"), most important first, then the
+	// most recently updated.
+	GetTriggers(context.Context, *GetTriggersRequest) (*GetTriggersResponse, error)
+	// ListSlots returns a collection's slots: the named, fixed-capacity notes (persona,
+	// user_preferences, project_context, pending_items, guidance) that are always in the context
+	// pack's core section. Slots never written are listed with empty content.
+	ListSlots(context.Context, *ListSlotsRequest) (*ListSlotsResponse, error)
+	// UpdateSlot replaces or appends to one slot's content. When the content exceeds the slot's
+	// capacity, its oldest content is compacted: summarised by the LLM when one is configured,
+	// else cut, leaving a marker that says how much was removed.
+	UpdateSlot(context.Context, *UpdateSlotRequest) (*UpdateSlotResponse, error)
 	// ListTopics returns a collection's topic index: its memories clustered by embedding into a
 	// two-level tree. Top-level topics come largest first, each with its sub-topics; a parent_id
 	// lists that topic's sub-topics instead. Each topic has a stable id, a size and a name (given
@@ -356,6 +438,18 @@ func (UnimplementedMemoryServiceServer) ListGateDecisions(context.Context, *List
 }
 func (UnimplementedMemoryServiceServer) ListReflectionRuns(context.Context, *ListReflectionRunsRequest) (*ListReflectionRunsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListReflectionRuns not implemented")
+}
+func (UnimplementedMemoryServiceServer) GetContext(context.Context, *GetContextRequest) (*GetContextResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetContext not implemented")
+}
+func (UnimplementedMemoryServiceServer) GetTriggers(context.Context, *GetTriggersRequest) (*GetTriggersResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetTriggers not implemented")
+}
+func (UnimplementedMemoryServiceServer) ListSlots(context.Context, *ListSlotsRequest) (*ListSlotsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListSlots not implemented")
+}
+func (UnimplementedMemoryServiceServer) UpdateSlot(context.Context, *UpdateSlotRequest) (*UpdateSlotResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method UpdateSlot not implemented")
 }
 func (UnimplementedMemoryServiceServer) ListTopics(context.Context, *ListTopicsRequest) (*ListTopicsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListTopics not implemented")
@@ -600,6 +694,78 @@ func _MemoryService_ListReflectionRuns_Handler(srv interface{}, ctx context.Cont
 	return interceptor(ctx, in, info, handler)
 }
 
+func _MemoryService_GetContext_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetContextRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MemoryServiceServer).GetContext(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: MemoryService_GetContext_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MemoryServiceServer).GetContext(ctx, req.(*GetContextRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _MemoryService_GetTriggers_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetTriggersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MemoryServiceServer).GetTriggers(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: MemoryService_GetTriggers_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MemoryServiceServer).GetTriggers(ctx, req.(*GetTriggersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _MemoryService_ListSlots_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListSlotsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MemoryServiceServer).ListSlots(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: MemoryService_ListSlots_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MemoryServiceServer).ListSlots(ctx, req.(*ListSlotsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _MemoryService_UpdateSlot_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UpdateSlotRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MemoryServiceServer).UpdateSlot(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: MemoryService_UpdateSlot_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MemoryServiceServer).UpdateSlot(ctx, req.(*UpdateSlotRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _MemoryService_ListTopics_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListTopicsRequest)
 	if err := dec(in); err != nil {
@@ -690,6 +856,22 @@ var MemoryService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListReflectionRuns",
 			Handler:    _MemoryService_ListReflectionRuns_Handler,
+		},
+		{
+			MethodName: "GetContext",
+			Handler:    _MemoryService_GetContext_Handler,
+		},
+		{
+			MethodName: "GetTriggers",
+			Handler:    _MemoryService_GetTriggers_Handler,
+		},
+		{
+			MethodName: "ListSlots",
+			Handler:    _MemoryService_ListSlots_Handler,
+		},
+		{
+			MethodName: "UpdateSlot",
+			Handler:    _MemoryService_UpdateSlot_Handler,
 		},
 		{
 			MethodName: "ListTopics",

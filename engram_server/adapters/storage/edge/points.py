@@ -20,6 +20,7 @@ from engram_server.adapters.storage.edge.indexes import EdgeIndexes
 from engram_server.adapters.storage.payload import (
     ACCESS_FIELDS,
     LEXICAL_VECTOR,
+    ORDERABLE,
     access_hits,
     access_update,
     as_vector,
@@ -166,6 +167,27 @@ class EdgePoints(EdgeIndexes):
             )
             out = [record_from_payload(r.id, collection, col.counters(r.id, r.payload)) for r in records]
             return out, None if next_offset is None else str(next_offset)
+
+        return await self._run(work)
+
+    async def top(self, collection: str, flt: StoreFilter, limit: int, order_by: str) -> list[MemoryRecord]:
+        if limit <= 0:
+            raise ValueError("top limit must be positive")
+        if order_by not in ORDERABLE:
+            raise ValueError(f"cannot order by {order_by!r}")
+
+        def work() -> list[MemoryRecord]:
+            col = self._col(collection)
+            records, _ = col.shard.scroll(
+                qe.ScrollRequest(
+                    limit=limit,
+                    filter=_edge_filter(filter_plan(flt)),
+                    with_payload=True,
+                    with_vector=False,
+                    order_by=qe.OrderBy(order_by, qe.Direction.Desc),
+                )
+            )
+            return [record_from_payload(r.id, collection, col.counters(r.id, r.payload)) for r in records]
 
         return await self._run(work)
 

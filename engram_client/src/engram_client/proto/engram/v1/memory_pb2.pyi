@@ -172,6 +172,8 @@ class Memory(_message.Message):
     REFLECTED_AT_FIELD_NUMBER: _builtins.int
     DERIVED_FROM_FIELD_NUMBER: _builtins.int
     DRAFT_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    AGENT_ID_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """Server-assigned UUID. Stable across updates: an update keeps the id and moves the
     previous content into a history version with an id of its own.
@@ -201,6 +203,14 @@ class Memory(_message.Message):
     draft: _builtins.bool
     """True for a low-confidence reflection insight kept as a draft: retrievable by id and
     listing, never returned by search and never matched by the write gate.
+    """
+    session_id: _builtins.str
+    """The agent session the memory was written in (as given by AddMemory); empty when none was
+    given. Updates keep it. GetContext uses it to find the caller's last session.
+    """
+    agent_id: _builtins.str
+    """The agent that wrote the memory (as given by AddMemory); empty when none was given. Updates
+    keep it.
     """
     @_builtins.property
     def source_type_history(self) -> _containers.RepeatedScalarFieldContainer[Global___SourceType.ValueType]:
@@ -265,10 +275,12 @@ class Memory(_message.Message):
         reflected_at: _timestamp_pb2.Timestamp | None = ...,
         derived_from: _abc.Iterable[_builtins.str] | None = ...,
         draft: _builtins.bool = ...,
+        session_id: _builtins.str = ...,
+        agent_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "last_accessed_at", b"last_accessed_at", "reflected_at", b"reflected_at", "updated_at", b"updated_at", "valid_until", b"valid_until"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["access_count", b"access_count", "collection", b"collection", "content", b"content", "created_at", b"created_at", "derived_from", b"derived_from", "draft", b"draft", "id", b"id", "importance", b"importance", "last_accessed_at", b"last_accessed_at", "metadata", b"metadata", "reflected_at", b"reflected_at", "source", b"source", "source_type", b"source_type", "source_type_history", b"source_type_history", "superseded_by", b"superseded_by", "tags", b"tags", "type", b"type", "updated_at", b"updated_at", "valid_until", b"valid_until", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["access_count", b"access_count", "agent_id", b"agent_id", "collection", b"collection", "content", b"content", "created_at", b"created_at", "derived_from", b"derived_from", "draft", b"draft", "id", b"id", "importance", b"importance", "last_accessed_at", b"last_accessed_at", "metadata", b"metadata", "reflected_at", b"reflected_at", "session_id", b"session_id", "source", b"source", "source_type", b"source_type", "source_type_history", b"source_type_history", "superseded_by", b"superseded_by", "tags", b"tags", "type", b"type", "updated_at", b"updated_at", "valid_until", b"valid_until", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -288,6 +300,8 @@ class MemoryFilter(_message.Message):
     CREATED_BEFORE_FIELD_NUMBER: _builtins.int
     MIN_IMPORTANCE_FIELD_NUMBER: _builtins.int
     SOURCE_TYPES_FIELD_NUMBER: _builtins.int
+    SESSION_IDS_FIELD_NUMBER: _builtins.int
+    AGENT_IDS_FIELD_NUMBER: _builtins.int
     min_importance: _builtins.int
     """Only memories with importance at or above this (0 means no minimum; otherwise 1–10)."""
     @_builtins.property
@@ -310,6 +324,14 @@ class MemoryFilter(_message.Message):
     def source_types(self) -> _containers.RepeatedScalarFieldContainer[Global___SourceType.ValueType]:
         """Only memories whose primary provenance is one of these."""
 
+    @_builtins.property
+    def session_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Only memories written in one of these sessions (Memory.session_id)."""
+
+    @_builtins.property
+    def agent_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Only memories written by one of these agents (Memory.agent_id)."""
+
     def __init__(
         self,
         *,
@@ -319,10 +341,12 @@ class MemoryFilter(_message.Message):
         created_before: _timestamp_pb2.Timestamp | None = ...,
         min_importance: _builtins.int = ...,
         source_types: _abc.Iterable[Global___SourceType.ValueType] | None = ...,
+        session_ids: _abc.Iterable[_builtins.str] | None = ...,
+        agent_ids: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["created_after", b"created_after", "created_before", b"created_before"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_after", b"created_after", "created_before", b"created_before", "min_importance", b"min_importance", "source_types", b"source_types", "tags_any", b"tags_any", "types", b"types"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_ids", b"agent_ids", "created_after", b"created_after", "created_before", b"created_before", "min_importance", b"min_importance", "session_ids", b"session_ids", "source_types", b"source_types", "tags_any", b"tags_any", "types", b"types"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -125,6 +125,122 @@ REFLECTION_GATE_IN_PROGRESS: ReflectionGate.ValueType  # 5
 """Another reflection of this collection is running right now."""
 Global___ReflectionGate: _TypeAlias = ReflectionGate  # noqa: Y015
 
+class _ContextSectionKind:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ContextSectionKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ContextSectionKind.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    CONTEXT_SECTION_KIND_UNSPECIFIED: _ContextSectionKind.ValueType  # 0
+    """Never sent."""
+    CONTEXT_SECTION_KIND_CORE: _ContextSectionKind.ValueType  # 1
+    """Slots, then identity and directive memories by importance. Never cut mid-memory."""
+    CONTEXT_SECTION_KIND_TRIGGERS: _ContextSectionKind.ValueType  # 2
+    """The trigger names in use (tags `trigger:<name>`), with their memory counts."""
+    CONTEXT_SECTION_KIND_OPEN_ITEMS: _ContextSectionKind.ValueType  # 3
+    """Open items: memories tagged `pending`, most important first."""
+    CONTEXT_SECTION_KIND_RELEVANT: _ContextSectionKind.ValueType  # 4
+    """The best memories for the request's query (absent without a query)."""
+    CONTEXT_SECTION_KIND_RECENT: _ContextSectionKind.ValueType  # 5
+    """Memories written or updated since the window's start, newest first."""
+    CONTEXT_SECTION_KIND_TOPICS: _ContextSectionKind.ValueType  # 6
+    """The topic index: named clusters of memories."""
+
+class ContextSectionKind(_ContextSectionKind, metaclass=_ContextSectionKindEnumTypeWrapper):
+    """ContextSectionKind names a section of the context pack; sections come in this order."""
+
+CONTEXT_SECTION_KIND_UNSPECIFIED: ContextSectionKind.ValueType  # 0
+"""Never sent."""
+CONTEXT_SECTION_KIND_CORE: ContextSectionKind.ValueType  # 1
+"""Slots, then identity and directive memories by importance. Never cut mid-memory."""
+CONTEXT_SECTION_KIND_TRIGGERS: ContextSectionKind.ValueType  # 2
+"""The trigger names in use (tags `trigger:<name>`), with their memory counts."""
+CONTEXT_SECTION_KIND_OPEN_ITEMS: ContextSectionKind.ValueType  # 3
+"""Open items: memories tagged `pending`, most important first."""
+CONTEXT_SECTION_KIND_RELEVANT: ContextSectionKind.ValueType  # 4
+"""The best memories for the request's query (absent without a query)."""
+CONTEXT_SECTION_KIND_RECENT: ContextSectionKind.ValueType  # 5
+"""Memories written or updated since the window's start, newest first."""
+CONTEXT_SECTION_KIND_TOPICS: ContextSectionKind.ValueType  # 6
+"""The topic index: named clusters of memories."""
+Global___ContextSectionKind: _TypeAlias = ContextSectionKind  # noqa: Y015
+
+class _SinceSource:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _SinceSourceEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_SinceSource.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    SINCE_SOURCE_UNSPECIFIED: _SinceSource.ValueType  # 0
+    """Never sent."""
+    SINCE_SOURCE_REQUEST: _SinceSource.ValueType  # 1
+    """The request's `since`."""
+    SINCE_SOURCE_LAST_SESSION: _SinceSource.ValueType  # 2
+    """The start of the caller's last session."""
+    SINCE_SOURCE_DEFAULT_WINDOW: _SinceSource.ValueType  # 3
+    """No `since` and no earlier session of the caller: the last 7 days."""
+
+class SinceSource(_SinceSource, metaclass=_SinceSourceEnumTypeWrapper):
+    """SinceSource says where the recent section's window start came from."""
+
+SINCE_SOURCE_UNSPECIFIED: SinceSource.ValueType  # 0
+"""Never sent."""
+SINCE_SOURCE_REQUEST: SinceSource.ValueType  # 1
+"""The request's `since`."""
+SINCE_SOURCE_LAST_SESSION: SinceSource.ValueType  # 2
+"""The start of the caller's last session."""
+SINCE_SOURCE_DEFAULT_WINDOW: SinceSource.ValueType  # 3
+"""No `since` and no earlier session of the caller: the last 7 days."""
+Global___SinceSource: _TypeAlias = SinceSource  # noqa: Y015
+
+class _SlotUpdateMode:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _SlotUpdateModeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_SlotUpdateMode.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    SLOT_UPDATE_MODE_UNSPECIFIED: _SlotUpdateMode.ValueType  # 0
+    """Means SLOT_UPDATE_MODE_APPEND."""
+    SLOT_UPDATE_MODE_APPEND: _SlotUpdateMode.ValueType  # 1
+    """Add the text as a new line after the current content."""
+    SLOT_UPDATE_MODE_REPLACE: _SlotUpdateMode.ValueType  # 2
+    """Replace the content (empty text clears the slot)."""
+
+class SlotUpdateMode(_SlotUpdateMode, metaclass=_SlotUpdateModeEnumTypeWrapper):
+    """SlotUpdateMode says how UpdateSlot changes the content."""
+
+SLOT_UPDATE_MODE_UNSPECIFIED: SlotUpdateMode.ValueType  # 0
+"""Means SLOT_UPDATE_MODE_APPEND."""
+SLOT_UPDATE_MODE_APPEND: SlotUpdateMode.ValueType  # 1
+"""Add the text as a new line after the current content."""
+SLOT_UPDATE_MODE_REPLACE: SlotUpdateMode.ValueType  # 2
+"""Replace the content (empty text clears the slot)."""
+Global___SlotUpdateMode: _TypeAlias = SlotUpdateMode  # noqa: Y015
+
+class _SlotCompaction:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _SlotCompactionEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_SlotCompaction.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    SLOT_COMPACTION_UNSPECIFIED: _SlotCompaction.ValueType  # 0
+    """Nothing was compacted: the content fits."""
+    SLOT_COMPACTION_LLM: _SlotCompaction.ValueType  # 1
+    """The LLM summarised the oldest content."""
+    SLOT_COMPACTION_TRUNCATION: _SlotCompaction.ValueType  # 2
+    """The oldest content was cut and replaced by a marker "[… N earlier tokens removed …]"."""
+
+class SlotCompaction(_SlotCompaction, metaclass=_SlotCompactionEnumTypeWrapper):
+    """How a slot's overflow was compacted."""
+
+SLOT_COMPACTION_UNSPECIFIED: SlotCompaction.ValueType  # 0
+"""Nothing was compacted: the content fits."""
+SLOT_COMPACTION_LLM: SlotCompaction.ValueType  # 1
+"""The LLM summarised the oldest content."""
+SLOT_COMPACTION_TRUNCATION: SlotCompaction.ValueType  # 2
+"""The oldest content was cut and replaced by a marker "[… N earlier tokens removed …]"."""
+Global___SlotCompaction: _TypeAlias = SlotCompaction  # noqa: Y015
+
 @_typing.final
 class AddMemoryRequest(_message.Message):
     """AddMemoryRequest asks to store one memory."""
@@ -163,6 +279,8 @@ class AddMemoryRequest(_message.Message):
     VALID_UNTIL_FIELD_NUMBER: _builtins.int
     REQUEST_ID_FIELD_NUMBER: _builtins.int
     ALLOW_DUPLICATE_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    AGENT_ID_FIELD_NUMBER: _builtins.int
     collection: _builtins.str
     """Target collection. Empty means the server's default collection ("default").
     Names: 1–64 characters of a–z, 0–9, '_' and '-', starting with a letter or digit.
@@ -185,6 +303,16 @@ class AddMemoryRequest(_message.Message):
     allow_duplicate: _builtins.bool
     """Write even when the gate finds a duplicate: the outcome is CREATED, gate_reason is
     "allow_duplicate" and the duplicate is listed in near_duplicates (with that reason).
+    """
+    session_id: _builtins.str
+    """The agent session this memory is written in: 1–128 characters of letters, digits and
+    . _ : @ / + -, starting with a letter or digit. Empty means none. Stored as
+    Memory.session_id; filters (MemoryFilter.session_ids), the search's per-session cap and
+    GetContext's "last session" read it.
+    """
+    agent_id: _builtins.str
+    """The agent writing the memory (same characters as session_id). Empty means none. Stored as
+    Memory.agent_id; MemoryFilter.agent_ids and GetContext read it.
     """
     @_builtins.property
     def tags(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
@@ -217,10 +345,12 @@ class AddMemoryRequest(_message.Message):
         valid_until: _timestamp_pb2.Timestamp | None = ...,
         request_id: _builtins.str = ...,
         allow_duplicate: _builtins.bool = ...,
+        session_id: _builtins.str = ...,
+        agent_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "created_at", b"created_at", "importance", b"importance", "valid_until", b"valid_until"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "allow_duplicate", b"allow_duplicate", "collection", b"collection", "content", b"content", "created_at", b"created_at", "importance", b"importance", "metadata", b"metadata", "request_id", b"request_id", "source", b"source", "source_type", b"source_type", "tags", b"tags", "type", b"type", "valid_until", b"valid_until"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "agent_id", b"agent_id", "allow_duplicate", b"allow_duplicate", "collection", b"collection", "content", b"content", "created_at", b"created_at", "importance", b"importance", "metadata", b"metadata", "request_id", b"request_id", "session_id", b"session_id", "source", b"source", "source_type", b"source_type", "tags", b"tags", "type", b"type", "valid_until", b"valid_until"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__importance: _TypeAlias = _typing.Literal["importance"]  # noqa: Y015
     _WhichOneofArgType__importance: _TypeAlias = _typing.Literal["_importance", b"_importance"]  # noqa: Y015
@@ -359,6 +489,8 @@ class NewMemory(_message.Message):
     VALID_UNTIL_FIELD_NUMBER: _builtins.int
     REQUEST_ID_FIELD_NUMBER: _builtins.int
     ALLOW_DUPLICATE_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    AGENT_ID_FIELD_NUMBER: _builtins.int
     content: _builtins.str
     """The text to remember. Required; at most 8,192 characters (configurable)."""
     type: _memory_pb2.MemoryType.ValueType
@@ -377,6 +509,10 @@ class NewMemory(_message.Message):
     """
     allow_duplicate: _builtins.bool
     """Write even when the gate finds a duplicate (as AddMemoryRequest.allow_duplicate)."""
+    session_id: _builtins.str
+    """The agent session (as AddMemoryRequest.session_id)."""
+    agent_id: _builtins.str
+    """The agent (as AddMemoryRequest.agent_id)."""
     @_builtins.property
     def tags(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Tags (at most 32, each 1–64 characters). Duplicates are removed."""
@@ -407,10 +543,12 @@ class NewMemory(_message.Message):
         valid_until: _timestamp_pb2.Timestamp | None = ...,
         request_id: _builtins.str = ...,
         allow_duplicate: _builtins.bool = ...,
+        session_id: _builtins.str = ...,
+        agent_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "created_at", b"created_at", "importance", b"importance", "valid_until", b"valid_until"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "allow_duplicate", b"allow_duplicate", "content", b"content", "created_at", b"created_at", "importance", b"importance", "metadata", b"metadata", "request_id", b"request_id", "source", b"source", "source_type", b"source_type", "tags", b"tags", "type", b"type", "valid_until", b"valid_until"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_importance", b"_importance", "agent_id", b"agent_id", "allow_duplicate", b"allow_duplicate", "content", b"content", "created_at", b"created_at", "importance", b"importance", "metadata", b"metadata", "request_id", b"request_id", "session_id", b"session_id", "source", b"source", "source_type", b"source_type", "tags", b"tags", "type", b"type", "valid_until", b"valid_until"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__importance: _TypeAlias = _typing.Literal["importance"]  # noqa: Y015
     _WhichOneofArgType__importance: _TypeAlias = _typing.Literal["_importance", b"_importance"]  # noqa: Y015
@@ -524,6 +662,7 @@ class SearchMemoriesRequest(_message.Message):
     DIVERSIFY_FIELD_NUMBER: _builtins.int
     MMR_LAMBDA_FIELD_NUMBER: _builtins.int
     MIN_RELEVANCE_FIELD_NUMBER: _builtins.int
+    MAX_PER_SESSION_FIELD_NUMBER: _builtins.int
     query: _builtins.str
     """The query text. Required."""
     limit: _builtins.int
@@ -536,6 +675,11 @@ class SearchMemoriesRequest(_message.Message):
     """
     min_relevance: _builtins.float
     """Drop results whose calibrated relevance is below this, in [0, 1]. Zero keeps all."""
+    max_per_session: _builtins.int
+    """At most this many results from one session (Memory.session_id), so that one long session
+    cannot fill the results: the next best memories of other sessions take their places. 0 (the
+    default) means no cap; at most 100. Memories without a session are not capped.
+    """
     @_builtins.property
     def collections(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Collections to search (fan-out; at most 16). Empty means every collection the caller may
@@ -562,10 +706,11 @@ class SearchMemoriesRequest(_message.Message):
         diversify: _builtins.bool = ...,
         mmr_lambda: _builtins.float | None = ...,
         min_relevance: _builtins.float = ...,
+        max_per_session: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_mmr_lambda", b"_mmr_lambda", "filter", b"filter", "mmr_lambda", b"mmr_lambda", "weights", b"weights"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_mmr_lambda", b"_mmr_lambda", "collections", b"collections", "diversify", b"diversify", "filter", b"filter", "limit", b"limit", "min_relevance", b"min_relevance", "mmr_lambda", b"mmr_lambda", "query", b"query", "weights", b"weights"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_mmr_lambda", b"_mmr_lambda", "collections", b"collections", "diversify", b"diversify", "filter", b"filter", "limit", b"limit", "max_per_session", b"max_per_session", "min_relevance", b"min_relevance", "mmr_lambda", b"mmr_lambda", "query", b"query", "weights", b"weights"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__mmr_lambda: _TypeAlias = _typing.Literal["mmr_lambda"]  # noqa: Y015
     _WhichOneofArgType__mmr_lambda: _TypeAlias = _typing.Literal["_mmr_lambda", b"_mmr_lambda"]  # noqa: Y015
@@ -1535,6 +1680,494 @@ class ListReflectionRunsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListReflectionRunsResponse: _TypeAlias = ListReflectionRunsResponse  # noqa: Y015
+
+@_typing.final
+class GetContextRequest(_message.Message):
+    """GetContextRequest asks for the context pack of a session."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COLLECTIONS_FIELD_NUMBER: _builtins.int
+    QUERY_FIELD_NUMBER: _builtins.int
+    TOKEN_BUDGET_FIELD_NUMBER: _builtins.int
+    SINCE_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    AGENT_ID_FIELD_NUMBER: _builtins.int
+    query: _builtins.str
+    """The task at hand, if any: the pack then has a "relevant" section with the best memories for
+    it (searched as SearchMemories would, at most 3 from one session). Empty: no such section.
+    """
+    token_budget: _builtins.int
+    """The most tokens the Markdown pack may take (counted with the tokenizer named in the
+    response), 1–32,000. Unset means 2,000; 0 or more than 32,000 is INVALID_ARGUMENT
+    (field violation on token_budget).
+    """
+    session_id: _builtins.str
+    """The caller's current session (characters as AddMemoryRequest.session_id). The server
+    remembers, per agent, the sessions that asked for a pack or wrote memories; the caller's
+    last session is the most recent of those other than this one.
+    """
+    agent_id: _builtins.str
+    """The calling agent (characters as AddMemoryRequest.agent_id): whose sessions count as the
+    caller's. Empty means the anonymous agent.
+    """
+    @_builtins.property
+    def collections(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Collections the pack draws from (at most 16). Empty means every collection the caller may
+        read (all of them when auth is off). A named collection that does not exist is NOT_FOUND.
+        """
+
+    @_builtins.property
+    def since(self) -> _timestamp_pb2.Timestamp:
+        """Start of the "recent" section's window: memories written or updated at or after it, newest
+        first. Unset means the start of the caller's last session (see session_id), or, when there is
+        none, the last 7 days.
+        """
+
+    def __init__(
+        self,
+        *,
+        collections: _abc.Iterable[_builtins.str] | None = ...,
+        query: _builtins.str = ...,
+        token_budget: _builtins.int | None = ...,
+        since: _timestamp_pb2.Timestamp | None = ...,
+        session_id: _builtins.str = ...,
+        agent_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_token_budget", b"_token_budget", "since", b"since", "token_budget", b"token_budget"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_token_budget", b"_token_budget", "agent_id", b"agent_id", "collections", b"collections", "query", b"query", "session_id", b"session_id", "since", b"since", "token_budget", b"token_budget"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__token_budget: _TypeAlias = _typing.Literal["token_budget"]  # noqa: Y015
+    _WhichOneofArgType__token_budget: _TypeAlias = _typing.Literal["_token_budget", b"_token_budget"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__token_budget) -> _WhichOneofReturnType__token_budget | None: ...
+
+Global___GetContextRequest: _TypeAlias = GetContextRequest  # noqa: Y015
+
+@_typing.final
+class ContextTopic(_message.Message):
+    """ContextTopic is one entry of the topic index in a context pack."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    SIZE_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    """The topic's stable id."""
+    name: _builtins.str
+    """The topic's name."""
+    size: _builtins.int
+    """How many memories the topic holds."""
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        name: _builtins.str = ...,
+        size: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "name", b"name", "size", b"size"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ContextTopic: _TypeAlias = ContextTopic  # noqa: Y015
+
+@_typing.final
+class ContextItem(_message.Message):
+    """ContextItem is one entry of a context pack section: a memory, a slot, a trigger name or a
+    topic.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MEMORY_FIELD_NUMBER: _builtins.int
+    TEXT_FIELD_NUMBER: _builtins.int
+    TOKENS_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    SLOT_FIELD_NUMBER: _builtins.int
+    TRIGGER_FIELD_NUMBER: _builtins.int
+    COUNT_FIELD_NUMBER: _builtins.int
+    TOPIC_FIELD_NUMBER: _builtins.int
+    text: _builtins.str
+    """The item as rendered in the Markdown pack (one list entry)."""
+    tokens: _builtins.int
+    """Tokens the rendered item takes (tokenizer as GetContextResponse.tokenizer)."""
+    reason: _builtins.str
+    """Why the item was chosen, e.g. "identity, importance 9", "slot persona",
+    "relevance 0.86 to the task", "updated since the last session", "tagged pending".
+    """
+    slot: _builtins.str
+    """For slot items: the slot's name."""
+    trigger: _builtins.str
+    """For trigger items: the trigger name (without the `trigger:` prefix)."""
+    count: _builtins.int
+    """For trigger items: how many live memories carry it."""
+    @_builtins.property
+    def memory(self) -> _memory_pb2.Memory:
+        """The memory, for memory items (unset for slots, trigger names and topics)."""
+
+    @_builtins.property
+    def topic(self) -> Global___ContextTopic:
+        """For topic items: the topic."""
+
+    def __init__(
+        self,
+        *,
+        memory: _memory_pb2.Memory | None = ...,
+        text: _builtins.str = ...,
+        tokens: _builtins.int = ...,
+        reason: _builtins.str = ...,
+        slot: _builtins.str = ...,
+        trigger: _builtins.str = ...,
+        count: _builtins.int = ...,
+        topic: Global___ContextTopic | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["memory", b"memory", "topic", b"topic"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["count", b"count", "memory", b"memory", "reason", b"reason", "slot", b"slot", "text", b"text", "tokens", b"tokens", "topic", b"topic", "trigger", b"trigger"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ContextItem: _TypeAlias = ContextItem  # noqa: Y015
+
+@_typing.final
+class ContextSection(_message.Message):
+    """ContextSection is one section of a context pack."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KIND_FIELD_NUMBER: _builtins.int
+    TITLE_FIELD_NUMBER: _builtins.int
+    ITEMS_FIELD_NUMBER: _builtins.int
+    TOKENS_FIELD_NUMBER: _builtins.int
+    OMITTED_FIELD_NUMBER: _builtins.int
+    kind: Global___ContextSectionKind.ValueType
+    """Which section."""
+    title: _builtins.str
+    """Its heading in the Markdown pack."""
+    tokens: _builtins.int
+    """Tokens the section takes in the Markdown pack (its heading included; 0 when empty)."""
+    omitted: _builtins.int
+    """Candidates left out because the budget was spent."""
+    @_builtins.property
+    def items(self) -> _containers.RepeatedCompositeFieldContainer[Global___ContextItem]:
+        """Its items, in pack order."""
+
+    def __init__(
+        self,
+        *,
+        kind: Global___ContextSectionKind.ValueType = ...,
+        title: _builtins.str = ...,
+        items: _abc.Iterable[Global___ContextItem] | None = ...,
+        tokens: _builtins.int = ...,
+        omitted: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["items", b"items", "kind", b"kind", "omitted", b"omitted", "title", b"title", "tokens", b"tokens"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ContextSection: _TypeAlias = ContextSection  # noqa: Y015
+
+@_typing.final
+class GetContextResponse(_message.Message):
+    """GetContextResponse is the context pack."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SECTIONS_FIELD_NUMBER: _builtins.int
+    MARKDOWN_FIELD_NUMBER: _builtins.int
+    TOKEN_BUDGET_FIELD_NUMBER: _builtins.int
+    TOKENS_USED_FIELD_NUMBER: _builtins.int
+    TOKENIZER_FIELD_NUMBER: _builtins.int
+    SINCE_FIELD_NUMBER: _builtins.int
+    SINCE_SOURCE_FIELD_NUMBER: _builtins.int
+    LAST_SESSION_ID_FIELD_NUMBER: _builtins.int
+    TOPICS_FIELD_NUMBER: _builtins.int
+    TRUNCATED_FIELD_NUMBER: _builtins.int
+    markdown: _builtins.str
+    """The pack as Markdown, ready to put into a prompt: the non-empty sections in order."""
+    token_budget: _builtins.int
+    """The budget applied."""
+    tokens_used: _builtins.int
+    """Tokens the Markdown takes; never more than token_budget."""
+    tokenizer: _builtins.str
+    """The tokenizer counting the tokens, e.g. "xlm-roberta-sentencepiece (multilingual-e5-small)"."""
+    since_source: Global___SinceSource.ValueType
+    """Where `since` came from."""
+    last_session_id: _builtins.str
+    """For SINCE_SOURCE_LAST_SESSION: the session whose start opened the window."""
+    truncated: _builtins.bool
+    """True when some candidate did not fit in the budget (see each section's omitted)."""
+    @_builtins.property
+    def sections(self) -> _containers.RepeatedCompositeFieldContainer[Global___ContextSection]:
+        """Every section, in the order of ContextSectionKind (empty sections included, with no items)."""
+
+    @_builtins.property
+    def since(self) -> _timestamp_pb2.Timestamp:
+        """The recent section's window start."""
+
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___ContextTopic]:
+        """The topic index (the TOPICS section's topics), largest first."""
+
+    def __init__(
+        self,
+        *,
+        sections: _abc.Iterable[Global___ContextSection] | None = ...,
+        markdown: _builtins.str = ...,
+        token_budget: _builtins.int = ...,
+        tokens_used: _builtins.int = ...,
+        tokenizer: _builtins.str = ...,
+        since: _timestamp_pb2.Timestamp | None = ...,
+        since_source: Global___SinceSource.ValueType = ...,
+        last_session_id: _builtins.str = ...,
+        topics: _abc.Iterable[Global___ContextTopic] | None = ...,
+        truncated: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["since", b"since"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["last_session_id", b"last_session_id", "markdown", b"markdown", "sections", b"sections", "since", b"since", "since_source", b"since_source", "token_budget", b"token_budget", "tokenizer", b"tokenizer", "tokens_used", b"tokens_used", "topics", b"topics", "truncated", b"truncated"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetContextResponse: _TypeAlias = GetContextResponse  # noqa: Y015
+
+@_typing.final
+class GetTriggersRequest(_message.Message):
+    """GetTriggersRequest asks for the memories to recall before an action."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COLLECTIONS_FIELD_NUMBER: _builtins.int
+    ACTION_FIELD_NUMBER: _builtins.int
+    LIMIT_FIELD_NUMBER: _builtins.int
+    action: _builtins.str
+    """The action, e.g. "deploy", "git push" or "deploy/prod". Normalised: trimmed, lower-cased,
+    runs of white space turned into '-'. Then it must be 1–64 characters of a–z, 0–9 and
+    - _ . / (else INVALID_ARGUMENT on action).
+    """
+    limit: _builtins.int
+    """Most memories returned, 1–100. Zero means 20."""
+    @_builtins.property
+    def collections(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Collections to look in (at most 16). Empty means every collection the caller may read."""
+
+    def __init__(
+        self,
+        *,
+        collections: _abc.Iterable[_builtins.str] | None = ...,
+        action: _builtins.str = ...,
+        limit: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "collections", b"collections", "limit", b"limit"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetTriggersRequest: _TypeAlias = GetTriggersRequest  # noqa: Y015
+
+@_typing.final
+class GetTriggersResponse(_message.Message):
+    """GetTriggersResponse lists the memories to recall before an action, most important first."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ACTION_FIELD_NUMBER: _builtins.int
+    MATCHED_FIELD_NUMBER: _builtins.int
+    MEMORIES_FIELD_NUMBER: _builtins.int
+    TRUNCATED_FIELD_NUMBER: _builtins.int
+    action: _builtins.str
+    """The action's normalised name."""
+    truncated: _builtins.bool
+    """True when more memories matched than limit."""
+    @_builtins.property
+    def matched(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The trigger names matched: the action's name and its parents, most specific first."""
+
+    @_builtins.property
+    def memories(self) -> _containers.RepeatedCompositeFieldContainer[_memory_pb2.Memory]:
+        """The memories, by importance (highest first), then by updated_at (newest first), then id."""
+
+    def __init__(
+        self,
+        *,
+        action: _builtins.str = ...,
+        matched: _abc.Iterable[_builtins.str] | None = ...,
+        memories: _abc.Iterable[_memory_pb2.Memory] | None = ...,
+        truncated: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "matched", b"matched", "memories", b"memories", "truncated", b"truncated"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetTriggersResponse: _TypeAlias = GetTriggersResponse  # noqa: Y015
+
+@_typing.final
+class Slot(_message.Message):
+    """Slot is one named, fixed-capacity note of a collection."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    CONTENT_FIELD_NUMBER: _builtins.int
+    CAPACITY_TOKENS_FIELD_NUMBER: _builtins.int
+    TOKENS_FIELD_NUMBER: _builtins.int
+    UPDATED_AT_FIELD_NUMBER: _builtins.int
+    COMPACTIONS_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """persona, user_preferences, project_context, pending_items or guidance."""
+    content: _builtins.str
+    """The slot's content (empty when never written)."""
+    capacity_tokens: _builtins.int
+    """Most tokens the content may take (ENGRAM_SLOT_CAPACITY_TOKENS)."""
+    tokens: _builtins.int
+    """Tokens the content takes."""
+    compactions: _builtins.int
+    """How many times its oldest content was compacted."""
+    @_builtins.property
+    def updated_at(self) -> _timestamp_pb2.Timestamp:
+        """When the slot was last written (unset when never)."""
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        content: _builtins.str = ...,
+        capacity_tokens: _builtins.int = ...,
+        tokens: _builtins.int = ...,
+        updated_at: _timestamp_pb2.Timestamp | None = ...,
+        compactions: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["updated_at", b"updated_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["capacity_tokens", b"capacity_tokens", "compactions", b"compactions", "content", b"content", "name", b"name", "tokens", b"tokens", "updated_at", b"updated_at"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Slot: _TypeAlias = Slot  # noqa: Y015
+
+@_typing.final
+class ListSlotsRequest(_message.Message):
+    """ListSlotsRequest asks for a collection's slots."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COLLECTION_FIELD_NUMBER: _builtins.int
+    collection: _builtins.str
+    """The collection. Empty means the default collection."""
+    def __init__(
+        self,
+        *,
+        collection: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["collection", b"collection"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListSlotsRequest: _TypeAlias = ListSlotsRequest  # noqa: Y015
+
+@_typing.final
+class ListSlotsResponse(_message.Message):
+    """ListSlotsResponse lists every slot, in the fixed order persona, user_preferences,
+    project_context, pending_items, guidance.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SLOTS_FIELD_NUMBER: _builtins.int
+    TOKENIZER_FIELD_NUMBER: _builtins.int
+    tokenizer: _builtins.str
+    """The tokenizer counting the slots' tokens."""
+    @_builtins.property
+    def slots(self) -> _containers.RepeatedCompositeFieldContainer[Global___Slot]:
+        """The slots."""
+
+    def __init__(
+        self,
+        *,
+        slots: _abc.Iterable[Global___Slot] | None = ...,
+        tokenizer: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["slots", b"slots", "tokenizer", b"tokenizer"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListSlotsResponse: _TypeAlias = ListSlotsResponse  # noqa: Y015
+
+@_typing.final
+class UpdateSlotRequest(_message.Message):
+    """UpdateSlotRequest changes one slot."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COLLECTION_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    CONTENT_FIELD_NUMBER: _builtins.int
+    MODE_FIELD_NUMBER: _builtins.int
+    collection: _builtins.str
+    """The collection. Empty means the default collection."""
+    name: _builtins.str
+    """The slot: persona, user_preferences, project_context, pending_items or guidance (else
+    INVALID_ARGUMENT on name).
+    """
+    content: _builtins.str
+    """The text (at most 8,192 characters)."""
+    mode: Global___SlotUpdateMode.ValueType
+    """Append (the default) or replace."""
+    def __init__(
+        self,
+        *,
+        collection: _builtins.str = ...,
+        name: _builtins.str = ...,
+        content: _builtins.str = ...,
+        mode: Global___SlotUpdateMode.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["collection", b"collection", "content", b"content", "mode", b"mode", "name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UpdateSlotRequest: _TypeAlias = UpdateSlotRequest  # noqa: Y015
+
+@_typing.final
+class UpdateSlotResponse(_message.Message):
+    """UpdateSlotResponse is the slot after the change."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SLOT_FIELD_NUMBER: _builtins.int
+    COMPACTION_FIELD_NUMBER: _builtins.int
+    compaction: Global___SlotCompaction.ValueType
+    """How its overflow was compacted, if it was."""
+    @_builtins.property
+    def slot(self) -> Global___Slot:
+        """The slot."""
+
+    def __init__(
+        self,
+        *,
+        slot: Global___Slot | None = ...,
+        compaction: Global___SlotCompaction.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["slot", b"slot"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["compaction", b"compaction", "slot", b"slot"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UpdateSlotResponse: _TypeAlias = UpdateSlotResponse  # noqa: Y015
 
 @_typing.final
 class ListTopicsRequest(_message.Message):

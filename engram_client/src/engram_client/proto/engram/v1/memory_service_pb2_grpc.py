@@ -100,6 +100,26 @@ class MemoryServiceStub:
                 request_serializer=engram_dot_v1_dot_memory__service__pb2.ListReflectionRunsRequest.SerializeToString,
                 response_deserializer=engram_dot_v1_dot_memory__service__pb2.ListReflectionRunsResponse.FromString,
                 _registered_method=True)
+        self.GetContext = channel.unary_unary(
+                '/engram.v1.MemoryService/GetContext',
+                request_serializer=engram_dot_v1_dot_memory__service__pb2.GetContextRequest.SerializeToString,
+                response_deserializer=engram_dot_v1_dot_memory__service__pb2.GetContextResponse.FromString,
+                _registered_method=True)
+        self.GetTriggers = channel.unary_unary(
+                '/engram.v1.MemoryService/GetTriggers',
+                request_serializer=engram_dot_v1_dot_memory__service__pb2.GetTriggersRequest.SerializeToString,
+                response_deserializer=engram_dot_v1_dot_memory__service__pb2.GetTriggersResponse.FromString,
+                _registered_method=True)
+        self.ListSlots = channel.unary_unary(
+                '/engram.v1.MemoryService/ListSlots',
+                request_serializer=engram_dot_v1_dot_memory__service__pb2.ListSlotsRequest.SerializeToString,
+                response_deserializer=engram_dot_v1_dot_memory__service__pb2.ListSlotsResponse.FromString,
+                _registered_method=True)
+        self.UpdateSlot = channel.unary_unary(
+                '/engram.v1.MemoryService/UpdateSlot',
+                request_serializer=engram_dot_v1_dot_memory__service__pb2.UpdateSlotRequest.SerializeToString,
+                response_deserializer=engram_dot_v1_dot_memory__service__pb2.UpdateSlotResponse.FromString,
+                _registered_method=True)
         self.ListTopics = channel.unary_unary(
                 '/engram.v1.MemoryService/ListTopics',
                 request_serializer=engram_dot_v1_dot_memory__service__pb2.ListTopicsRequest.SerializeToString,
@@ -223,6 +243,45 @@ class MemoryServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetContext(self, request, context):
+        """GetContext returns the context pack an agent loads at session start or after its context
+        was compacted: ordered sections (core: slots, identity and directive memories; triggers;
+        open items; relevant to the task; recent since the last session; topics) within a token
+        budget, each item with its token count and why it was chosen, and the whole pack as
+        ready-to-inject Markdown. Deterministic for the same stored state and request.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetTriggers(self, request, context):
+        """GetTriggers returns the memories to recall before an action (such as "deploy" or
+        "git push"): those tagged `trigger:<name>` where <name> is the action's normalised name or
+        one of its parents ("deploy/prod" also matches "deploy"), most important first, then the
+        most recently updated.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListSlots(self, request, context):
+        """ListSlots returns a collection's slots: the named, fixed-capacity notes (persona,
+        user_preferences, project_context, pending_items, guidance) that are always in the context
+        pack's core section. Slots never written are listed with empty content.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateSlot(self, request, context):
+        """UpdateSlot replaces or appends to one slot's content. When the content exceeds the slot's
+        capacity, its oldest content is compacted: summarised by the LLM when one is configured,
+        else cut, leaving a marker that says how much was removed.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListTopics(self, request, context):
         """ListTopics returns a collection's topic index: its memories clustered by embedding into a
         two-level tree. Top-level topics come largest first, each with its sub-topics; a parent_id
@@ -305,6 +364,26 @@ def add_MemoryServiceServicer_to_server(servicer, server):
                     servicer.ListReflectionRuns,
                     request_deserializer=engram_dot_v1_dot_memory__service__pb2.ListReflectionRunsRequest.FromString,
                     response_serializer=engram_dot_v1_dot_memory__service__pb2.ListReflectionRunsResponse.SerializeToString,
+            ),
+            'GetContext': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetContext,
+                    request_deserializer=engram_dot_v1_dot_memory__service__pb2.GetContextRequest.FromString,
+                    response_serializer=engram_dot_v1_dot_memory__service__pb2.GetContextResponse.SerializeToString,
+            ),
+            'GetTriggers': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetTriggers,
+                    request_deserializer=engram_dot_v1_dot_memory__service__pb2.GetTriggersRequest.FromString,
+                    response_serializer=engram_dot_v1_dot_memory__service__pb2.GetTriggersResponse.SerializeToString,
+            ),
+            'ListSlots': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListSlots,
+                    request_deserializer=engram_dot_v1_dot_memory__service__pb2.ListSlotsRequest.FromString,
+                    response_serializer=engram_dot_v1_dot_memory__service__pb2.ListSlotsResponse.SerializeToString,
+            ),
+            'UpdateSlot': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateSlot,
+                    request_deserializer=engram_dot_v1_dot_memory__service__pb2.UpdateSlotRequest.FromString,
+                    response_serializer=engram_dot_v1_dot_memory__service__pb2.UpdateSlotResponse.SerializeToString,
             ),
             'ListTopics': grpc.unary_unary_rpc_method_handler(
                     servicer.ListTopics,
@@ -647,6 +726,114 @@ class MemoryService:
             '/engram.v1.MemoryService/ListReflectionRuns',
             engram_dot_v1_dot_memory__service__pb2.ListReflectionRunsRequest.SerializeToString,
             engram_dot_v1_dot_memory__service__pb2.ListReflectionRunsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetContext(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.v1.MemoryService/GetContext',
+            engram_dot_v1_dot_memory__service__pb2.GetContextRequest.SerializeToString,
+            engram_dot_v1_dot_memory__service__pb2.GetContextResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetTriggers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.v1.MemoryService/GetTriggers',
+            engram_dot_v1_dot_memory__service__pb2.GetTriggersRequest.SerializeToString,
+            engram_dot_v1_dot_memory__service__pb2.GetTriggersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListSlots(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.v1.MemoryService/ListSlots',
+            engram_dot_v1_dot_memory__service__pb2.ListSlotsRequest.SerializeToString,
+            engram_dot_v1_dot_memory__service__pb2.ListSlotsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateSlot(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.v1.MemoryService/UpdateSlot',
+            engram_dot_v1_dot_memory__service__pb2.UpdateSlotRequest.SerializeToString,
+            engram_dot_v1_dot_memory__service__pb2.UpdateSlotResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -89,6 +89,29 @@ class MemoryServiceStub:
     or started by the periodic schedule. Throttled and dry runs are answered to their caller
     and not kept. The last 50 runs are kept with the store, so they survive restarts.
     """
+    GetContext: _grpc.UnaryUnaryMultiCallable[_memory_service_pb2.GetContextRequest, _memory_service_pb2.GetContextResponse]
+    """GetContext returns the context pack an agent loads at session start or after its context
+    was compacted: ordered sections (core: slots, identity and directive memories; triggers;
+    open items; relevant to the task; recent since the last session; topics) within a token
+    budget, each item with its token count and why it was chosen, and the whole pack as
+    ready-to-inject Markdown. Deterministic for the same stored state and request.
+    """
+    GetTriggers: _grpc.UnaryUnaryMultiCallable[_memory_service_pb2.GetTriggersRequest, _memory_service_pb2.GetTriggersResponse]
+    """GetTriggers returns the memories to recall before an action (such as "deploy" or
+    "git push"): those tagged `trigger:<name>` where <name> is the action's normalised name or
+    one of its parents ("deploy/prod" also matches "deploy"), most important first, then the
+    most recently updated.
+    """
+    ListSlots: _grpc.UnaryUnaryMultiCallable[_memory_service_pb2.ListSlotsRequest, _memory_service_pb2.ListSlotsResponse]
+    """ListSlots returns a collection's slots: the named, fixed-capacity notes (persona,
+    user_preferences, project_context, pending_items, guidance) that are always in the context
+    pack's core section. Slots never written are listed with empty content.
+    """
+    UpdateSlot: _grpc.UnaryUnaryMultiCallable[_memory_service_pb2.UpdateSlotRequest, _memory_service_pb2.UpdateSlotResponse]
+    """UpdateSlot replaces or appends to one slot's content. When the content exceeds the slot's
+    capacity, its oldest content is compacted: summarised by the LLM when one is configured,
+    else cut, leaving a marker that says how much was removed.
+    """
     ListTopics: _grpc.UnaryUnaryMultiCallable[_memory_service_pb2.ListTopicsRequest, _memory_service_pb2.ListTopicsResponse]
     """ListTopics returns a collection's topic index: its memories clustered by embedding into a
     two-level tree. Top-level topics come largest first, each with its sub-topics; a parent_id
@@ -162,6 +185,29 @@ class MemoryServiceAsyncStub(MemoryServiceStub):
     that called the LLM (completed, no insight, or failed), whether asked for by RunReflection
     or started by the periodic schedule. Throttled and dry runs are answered to their caller
     and not kept. The last 50 runs are kept with the store, so they survive restarts.
+    """
+    GetContext: _aio.UnaryUnaryMultiCallable[_memory_service_pb2.GetContextRequest, _memory_service_pb2.GetContextResponse]  # type: ignore[assignment]
+    """GetContext returns the context pack an agent loads at session start or after its context
+    was compacted: ordered sections (core: slots, identity and directive memories; triggers;
+    open items; relevant to the task; recent since the last session; topics) within a token
+    budget, each item with its token count and why it was chosen, and the whole pack as
+    ready-to-inject Markdown. Deterministic for the same stored state and request.
+    """
+    GetTriggers: _aio.UnaryUnaryMultiCallable[_memory_service_pb2.GetTriggersRequest, _memory_service_pb2.GetTriggersResponse]  # type: ignore[assignment]
+    """GetTriggers returns the memories to recall before an action (such as "deploy" or
+    "git push"): those tagged `trigger:<name>` where <name> is the action's normalised name or
+    one of its parents ("deploy/prod" also matches "deploy"), most important first, then the
+    most recently updated.
+    """
+    ListSlots: _aio.UnaryUnaryMultiCallable[_memory_service_pb2.ListSlotsRequest, _memory_service_pb2.ListSlotsResponse]  # type: ignore[assignment]
+    """ListSlots returns a collection's slots: the named, fixed-capacity notes (persona,
+    user_preferences, project_context, pending_items, guidance) that are always in the context
+    pack's core section. Slots never written are listed with empty content.
+    """
+    UpdateSlot: _aio.UnaryUnaryMultiCallable[_memory_service_pb2.UpdateSlotRequest, _memory_service_pb2.UpdateSlotResponse]  # type: ignore[assignment]
+    """UpdateSlot replaces or appends to one slot's content. When the content exceeds the slot's
+    capacity, its oldest content is compacted: summarised by the LLM when one is configured,
+    else cut, leaving a marker that says how much was removed.
     """
     ListTopics: _aio.UnaryUnaryMultiCallable[_memory_service_pb2.ListTopicsRequest, _memory_service_pb2.ListTopicsResponse]  # type: ignore[assignment]
     """ListTopics returns a collection's topic index: its memories clustered by embedding into a
@@ -305,6 +351,53 @@ class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
         that called the LLM (completed, no insight, or failed), whether asked for by RunReflection
         or started by the periodic schedule. Throttled and dry runs are answered to their caller
         and not kept. The last 50 runs are kept with the store, so they survive restarts.
+        """
+
+    @_abc_1.abstractmethod
+    def GetContext(
+        self,
+        request: _memory_service_pb2.GetContextRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_memory_service_pb2.GetContextResponse, _abc.Awaitable[_memory_service_pb2.GetContextResponse]]:
+        """GetContext returns the context pack an agent loads at session start or after its context
+        was compacted: ordered sections (core: slots, identity and directive memories; triggers;
+        open items; relevant to the task; recent since the last session; topics) within a token
+        budget, each item with its token count and why it was chosen, and the whole pack as
+        ready-to-inject Markdown. Deterministic for the same stored state and request.
+        """
+
+    @_abc_1.abstractmethod
+    def GetTriggers(
+        self,
+        request: _memory_service_pb2.GetTriggersRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_memory_service_pb2.GetTriggersResponse, _abc.Awaitable[_memory_service_pb2.GetTriggersResponse]]:
+        """GetTriggers returns the memories to recall before an action (such as "deploy" or
+        "git push"): those tagged `trigger:<name>` where <name> is the action's normalised name or
+        one of its parents ("deploy/prod" also matches "deploy"), most important first, then the
+        most recently updated.
+        """
+
+    @_abc_1.abstractmethod
+    def ListSlots(
+        self,
+        request: _memory_service_pb2.ListSlotsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_memory_service_pb2.ListSlotsResponse, _abc.Awaitable[_memory_service_pb2.ListSlotsResponse]]:
+        """ListSlots returns a collection's slots: the named, fixed-capacity notes (persona,
+        user_preferences, project_context, pending_items, guidance) that are always in the context
+        pack's core section. Slots never written are listed with empty content.
+        """
+
+    @_abc_1.abstractmethod
+    def UpdateSlot(
+        self,
+        request: _memory_service_pb2.UpdateSlotRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_memory_service_pb2.UpdateSlotResponse, _abc.Awaitable[_memory_service_pb2.UpdateSlotResponse]]:
+        """UpdateSlot replaces or appends to one slot's content. When the content exceeds the slot's
+        capacity, its oldest content is compacted: summarised by the LLM when one is configured,
+        else cut, leaving a marker that says how much was removed.
         """
 
     @_abc_1.abstractmethod

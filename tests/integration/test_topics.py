@@ -260,3 +260,24 @@ async def test_deleted_collection_starts_over(stub: Stub) -> None:
     await add(stub, "A single new note about sourdough starters.", collection="scratch")
     page = await stub.ListTopics(s.ListTopicsRequest(collection="scratch"))
     assert page.memory_count == 1 and [t.size for t in page.topics] == [1]
+
+
+async def test_context_pack_lists_the_top_level_topics(stub: Stub) -> None:
+    labels = await seed(stub)
+    pack = await stub.GetContext(s.GetContextRequest(token_budget=2000))
+    (topics,) = [x for x in pack.sections if x.kind == s.CONTEXT_SECTION_KIND_TOPICS]
+    top = (await stub.ListTopics(s.ListTopicsRequest())).topics
+    # The pack's topics are the index's top level, in its order (largest first), as far as they fit.
+    assert topics.items
+    assert [(i.topic.id, i.topic.name, i.topic.size) for i in topics.items] == [
+        (t.id, t.name, t.size) for t in top[: len(topics.items)]
+    ]
+    for item in topics.items:
+        assert item.topic.id in pack.markdown and item.text in pack.markdown
+    # Drilling into the pack's first topic returns its memories.
+    first = topics.items[0].topic
+    got = await stub.GetTopic(s.GetTopicRequest(id=first.id, page_size=100))
+    assert len(got.memories) == first.size and all(m.id in labels for m in got.memories)
+    # A small budget keeps fewer topics, never more than fit.
+    small = await stub.GetContext(s.GetContextRequest(token_budget=60))
+    assert small.tokens_used <= 60

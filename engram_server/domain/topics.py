@@ -170,6 +170,8 @@ class TopicIndex:
         self._members: dict[str, Member] = {}
         #: memory ids per leaf (GetTopic pages over them).
         self._leaf_members: dict[str, set[str]] = {}
+        #: parent id -> its leaves
+        self._kids: dict[str, set[str]] = {}
         self._script_sum: dict[str, Arr] = {}
         self._script_n: Counter[str] = Counter()
         self._leaf_ids: list[str] = []
@@ -293,8 +295,6 @@ class TopicIndex:
             now if created_at is None else created_at,
             script,
         )
-        if self._topics[leaf].parent is None and self._topics[leaf].size == 1:
-            self._attach_new_leaf(leaf, now)
         self.changes_since_build += 1
         if self.changes_since_build * 2 > max(len(self._members), _MIN_REBUILD):
             self.recluster(now)
@@ -359,6 +359,7 @@ class TopicIndex:
         self._topics.clear()
         self._members.clear()
         self._leaf_members.clear()
+        self._kids.clear()
         self._script_sum.clear()
         self._script_n.clear()
         self._leaf_ids = []
@@ -380,17 +381,16 @@ class TopicIndex:
         ids: list[str] = [s[0] for s in seeds]
         sums: list[Arr] = [np.zeros(self.dim) for _ in seeds]
         counts: list[int] = [0] * len(seeds)
-        matrix = (
-            np.stack([_unit(np.asarray(s[1], dtype=np.float64)) for s in seeds])
-            if seeds
-            else np.zeros((0, self.dim))
-        )
+        # centroid rows, preallocated (rows past len(ids) are unused)
+        matrix = np.zeros((len(seeds) + n, self.dim))
+        for k, seed in enumerate(seeds):
+            matrix[k] = _unit(np.asarray(seed[1], dtype=np.float64))
         assign = np.empty(n, dtype=np.int64)
         for i in range(n):
             p = pts[i]
             best = -1
-            if len(matrix):
-                sims = matrix @ p
+            if ids:
+                sims = matrix[: len(ids)] @ p
                 j = int(np.argmax(sims))
                 if sims[j] >= self.params.leaf_threshold:
                     best = j
@@ -398,8 +398,8 @@ class TopicIndex:
                 ids.append("")
                 sums.append(np.zeros(self.dim))
                 counts.append(0)
-                matrix = np.vstack([matrix, p[None, :]])
                 best = len(ids) - 1
+                matrix[best] = p
             assign[i] = best
             sums[best] = sums[best] + p
             counts[best] += 1
@@ -544,7 +544,7 @@ class TopicIndex:
         self._matrix_age += 1
 
     def _children(self, parent_id: str) -> list[str]:
-        return [t.id for t in self._topics.values() if t.parent == parent_id]
+        return sorted(self._kids.get(parent_id, ()))
 
     def _matrix(self) -> Arr:
         # The means move by ~1/n per write: recompute every centroid once they moved by ~2%.
@@ -552,11 +552,16 @@ class TopicIndex:
             self._leaf_matrix = None
         if self._leaf_matrix is None:
             self._leaf_ids = [t.id for t in self._topics.values() if t.level == 1]
-            self._leaf_matrix = (
-                np.stack([self._centre(self._topics[i]) for i in self._leaf_ids])
-                if self._leaf_ids
-                else np.zeros((0, self.dim))
-            )
+            means = {sc: self._mean(sc) for sc in self._script_n}
+            rows = np.zeros((len(self._leaf_ids), self.dim))
+            for k, tid in enumerate(self._leaf_ids):
+                t = self._topics[tid]
+                rows[k] = t.total
+                for sc, cnt in t.scripts.items():
+                    if cnt > 0:
+                        rows[k] -= cnt * means[sc]
+            norms = np.linalg.norm(rows, axis=1, keepdims=True)
+            self._leaf_matrix = rows / np.where(norms > 0, norms, 1.0)
             self._matrix_age = 0
         return self._leaf_matrix
 
@@ -615,51 +620,18 @@ class TopicIndex:
         self._touch(leaf_id)
         self._names_dirty = True
 
-    def _attach_new_leaf(self, leaf_id: str, now: float) -> None:
-        """A new leaf joins the nearest parent, or the nearest lone leaf under a new parent."""
-        leaf = self._topics[leaf_id]
-        c = self._centre(leaf)
-        best, best_sim = None, self.params.parent_threshold
-        for t in sorted(self._topics.values(), key=lambda t: t.id):
-            if t.id == leaf_id or (t.level == 1 and t.parent is not None):
-                continue
-            sim = float(self._centre(t) @ c)
-            if sim >= best_sim:
-                best, best_sim = t, sim
-        if best is None:
-            return
-        if best.level == 1:  # two lone leaves: a new parent over both
-            pid = _mint("p" + best.id)
-            while pid in self._topics:
-                pid = _mint(pid)
-            parent = _Topic(
-                id=pid,
-                level=2,
-                total=best.total.copy(),
-                size=best.size,
-                scripts=Counter(best.scripts),
-                words=Counter(best.words),
-                created_at=now,
-            )
-            self._topics[pid] = parent
-            best.parent = pid
-            best = parent
-        leaf.parent = best.id
-        best.total = best.total + leaf.total
-        best.size += leaf.size
-        best.scripts.update(leaf.scripts)
-        best.words.update(leaf.words)
-
     def _drop_leaf(self, leaf_id: str) -> None:
         leaf = self._topics.pop(leaf_id)
         self._leaf_members.pop(leaf_id, None)
         self._leaf_matrix = None
         if leaf.parent is not None:
-            siblings = self._children(leaf.parent)
-            if len(siblings) <= 1:  # a parent of one leaf is no group: the leaf goes back to the top
-                for s in siblings:
-                    self._topics[s].parent = None
+            kids = self._kids.get(leaf.parent, set())
+            kids.discard(leaf_id)
+            if len(kids) <= 1:  # a parent of one leaf is no group: the leaf goes back to the top
+                for k in kids:
+                    self._topics[k].parent = None
                 self._topics.pop(leaf.parent, None)
+                self._kids.pop(leaf.parent, None)
 
     def _build_parents(
         self,
@@ -671,29 +643,33 @@ class TopicIndex:
         leaves = sorted((t for t in self._topics.values() if t.level == 1), key=lambda t: t.id)
         if len(leaves) < 2:
             return
+        # Leader clustering of the leaf centres, largest leaf first, then every leaf to its nearest
+        # group centre: O(leaves x groups), like the leaves (average linkage was cubic).
+        leaves.sort(key=lambda t: (-t.size, t.id))
         cents = np.stack([self._centre(t) for t in leaves])
-        k = len(leaves)
-        # average linkage: link holds the sums of pairwise similarities between clusters
-        link = cents @ cents.T
-        sizes = np.ones(k)
-        alive = np.ones(k, dtype=bool)
-        clusters: list[list[int]] = [[i] for i in range(k)]
-        while True:
-            avg = link / np.outer(sizes, sizes)
-            avg[~alive, :] = -np.inf
-            avg[:, ~alive] = -np.inf
-            np.fill_diagonal(avg, -np.inf)
-            a, b = divmod(int(np.argmax(avg)), k)
-            if avg[a, b] < self.params.parent_threshold:
-                break
-            clusters[a].extend(clusters[b])
-            clusters[b] = []
-            link[a, :] += link[b, :]
-            link[:, a] += link[:, b]
-            sizes[a] += sizes[b]
-            alive[b] = False
+        weights = np.array([t.size for t in leaves], dtype=np.float64)
+        sums = np.zeros((len(leaves), self.dim))
+        mat = np.zeros((len(leaves), self.dim))
+        g = 0
+        for i in range(len(leaves)):
+            if g:
+                sims = mat[:g] @ cents[i]
+                j = int(np.argmax(sims))
+                if sims[j] >= self.params.parent_threshold:
+                    sums[j] += weights[i] * cents[i]
+                    mat[j] = _unit(sums[j])
+                    continue
+            sums[g] = weights[i] * cents[i]
+            mat[g] = cents[i]
+            g += 1
+        m = mat[:g]
+        nearest = np.argmax(cents @ m.T, axis=1).tolist()
+        grouped: dict[int, list[int]] = {}
+        for i, g in enumerate(nearest):
+            grouped.setdefault(g, []).append(i)
+        clusters = list(grouped.values())
         taken: set[str] = set()
-        for group in sorted((c for c in clusters if len(c) > 1), key=lambda c: leaves[min(c)].id):
+        for group in sorted((c for c in clusters if len(c) > 1), key=lambda c: min(leaves[i].id for i in c)):
             kids = {leaves[i].id for i in group}
             pid = ""
             for old, old_kids in sorted(old_parents.items()):
@@ -706,9 +682,11 @@ class TopicIndex:
                     pid = _mint(pid)
             taken.add(pid)
             parent = _Topic(id=pid, level=2, total=np.zeros(self.dim), created_at=old_created.get(pid, now))
+            self._kids[pid] = set()
             for i in group:
                 leaf = leaves[i]
                 leaf.parent = pid
+                self._kids[pid].add(leaf.id)
                 parent.total = parent.total + leaf.total
                 parent.size += leaf.size
                 parent.scripts.update(leaf.scripts)

@@ -10,7 +10,7 @@ TOOLS := .tools
 BUF := $(TOOLS)/node_modules/.bin/buf
 BUF_VERSION := 1.75.0
 
-.PHONY: help install run test browser chaos lint fmt proto proto-check buf-lint buf-breaking polyglot-check go-stubs docs docs-check bench bench-latency bench-http bench-ingest bench-million load eval bench-locomo clean
+.PHONY: help install run test browser chaos lint fmt proto proto-check buf-lint buf-breaking polyglot-check go-stubs docs docs-check bench bench-context bench-latency bench-http bench-ingest bench-million load eval bench-locomo clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -67,6 +67,9 @@ buf-lint: $(BUF) ## buf lint (STANDARD) over proto/
 
 bench: install ## Where a search's time goes: per-stage costs and the floor at 10k / 100k (reports in results/bench)
 	$(PY) bench/stages.py --memories 10000,100000 --samples 200 --json results/bench/stages.json --md results/bench/stages.md
+
+bench-context: install ## GetContext (the context pack) p50 at 10k memories beside SearchMemories (not part of CI)
+	$(PY) bench/context.py --memories 10000 --samples 50
 
 bench-latency: install ## Add/search latency at 10k memories ingested through the API (not part of CI)
 	$(PY) bench/latency.py --memories 10000 --samples 200

@@ -21,16 +21,20 @@ from grpc_reflection.v1alpha._async import ReflectionServicer
 
 from engram_client.proto.engram.v1 import memory_service_pb2, memory_service_pb2_grpc
 from engram_server.api.servicer import MemoryServicer
-from engram_server.config import ConfigError, Settings
+from engram_server.config import ConfigError, Settings, privacy_patterns
 from engram_server.domain.calibration import calibration_for, is_calibrated
 from engram_server.domain.clock import Clock, SystemClock
 from engram_server.domain.errors import CollectionNotFound
+from engram_server.domain.extraction import ExtractionPolicy, MemoryExtractor
+from engram_server.domain.privacy import PrivacyFilter
 from engram_server.domain.ranking import FusionMode, HybridParams, Weights
 from engram_server.domain.reflection import ReflectionPolicy, Reflector
 from engram_server.domain.service import MemoryService, Policy
 from engram_server.domain.service.topics import TopicService
 from engram_server.domain.topics import TopicParams
 from engram_server.domain.validation import Limits
+from engram_server.migration import Migrated, check_or_migrate, outdated
+from engram_server.migration import migrate as run_migration
 from engram_server.ports import Embedder, LexicalEncoder, Llm, Store, Tokenizer
 from engram_server.telemetry import Telemetry, setup_telemetry
 
@@ -142,12 +146,23 @@ def build_policy(settings: Settings) -> Policy:
         search_cache_entries=settings.search_cache_entries,
         hybrid=HybridParams(
             semantic_weight=settings.semantic_weight,
+            lexical_power=settings.lexical_power,
             context_weight=settings.context_weight,
             context_window=settings.context_window_seconds,
             fusion=FusionMode(settings.fusion_mode),
         ),
         default_collection=settings.default_collection,
+        trash_retention_seconds=settings.trash_retention_seconds,
         limits=Limits(max_content_chars=settings.max_content_chars, max_batch_items=settings.max_batch_items),
+        privacy=PrivacyFilter(settings.privacy_filter, privacy_patterns(settings)),
+    )
+
+
+def build_extraction_policy(settings: Settings) -> ExtractionPolicy:
+    return ExtractionPolicy(
+        use_llm=settings.extraction_llm,
+        dedup_window_seconds=settings.extraction_dedup_window_seconds,
+        max_memories=settings.extraction_max_memories,
     )
 
 
@@ -381,6 +396,11 @@ class EngramServer:
 
         check_http_bind(s, auth_on=auth is not None)  # HTTP on a public address needs auth
         await self.store.open()
+        try:
+            await check_or_migrate(self.store, auto=s.auto_migrate)
+        except BaseException:
+            await self.store.close()
+            raise
         warm = getattr(self.embedder, "warm_up", None)
         if warm is not None:
             await warm()
@@ -419,7 +439,11 @@ class EngramServer:
         )
         memory_service_pb2_grpc.add_MemoryServiceServicer_to_server(
             MemoryServicer(
-                self.service, self.reflector, max_message_bytes=s.max_message_bytes, topics=self.topics
+                self.service,
+                self.reflector,
+                max_message_bytes=s.max_message_bytes,
+                extractor=MemoryExtractor(self.service, self.reflector.llm, build_extraction_policy(s)),
+                topics=self.topics,
             ),
             server,
         )
@@ -548,6 +572,17 @@ async def compact(settings: Settings, collections: Sequence[str] = ()) -> list[C
             if await store.get_collection(name) is None:
                 raise CollectionNotFound(f"collection {name!r} does not exist", metadata={"collection": name})
         return [await store.compact(name) for name in names]
+    finally:
+        await store.close()
+
+
+async def migrate(settings: Settings, *, dry_run: bool = False) -> list[Migrated]:
+    """``engram migrate``: bring every collection to this release's storage format (server stopped
+    for the embedded store: the data directory's lock keeps the two apart)."""
+    store = build_store(settings)
+    await store.open()
+    try:
+        return await (outdated(store) if dry_run else run_migration(store))
     finally:
         await store.close()
 

@@ -28,6 +28,12 @@ def main(argv: list[str] | None = None) -> None:
     compact_p.add_argument(
         "--collection", action="append", default=[], help="only this collection (repeatable; default: all)"
     )
+    migrate_p = sub.add_parser(
+        "migrate",
+        help="bring every collection written by an older release to this release's storage format "
+        "(embedded store: with the server stopped)",
+    )
+    migrate_p.add_argument("--dry-run", action="store_true", help="only list what would be migrated")
     hash_p = sub.add_parser(
         "hash-key", help="print the line to store in ENGRAM_AUTH_FILE for an API key (never the key itself)"
     )
@@ -57,6 +63,9 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.command == "compact":
         _compact(settings, args.collection)
+        return
+    if args.command == "migrate":
+        _migrate(settings, dry_run=args.dry_run)
         return
     overrides = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
     settings = settings.with_overrides(**overrides)
@@ -91,6 +100,21 @@ def _compact(settings: Settings, collections: list[str]) -> None:
             + (f", {r.access_folded:,} access counters written into the engine" if r.access_folded else "")
             + (", dense vectors quantized (int8)" if r.quantized else "")
         )
+
+
+def _migrate(settings: Settings, *, dry_run: bool) -> None:
+    from engram_server.app import migrate  # noqa: PLC0415
+    from engram_server.domain.model import STORAGE_FORMAT  # noqa: PLC0415
+
+    try:
+        done = asyncio.run(migrate(settings, dry_run=dry_run))
+    except (EngramError, ConfigError) as exc:
+        sys.exit(f"engram: migrate: {exc}")
+    if not done:
+        print(f"engram: migrate: every collection is at storage format {STORAGE_FORMAT}")
+    for m in done:
+        verb = "would migrate" if dry_run else "migrated"
+        print(f"{m.collection}: {verb} storage format {m.from_format} -> {m.to_format}")
 
 
 def _hash_key(key: str | None, *, generate: bool, scheme: str) -> None:

@@ -79,6 +79,7 @@ class Settings:
     nearest_lists: int = 4096
     lexical_search: bool = True
     semantic_weight: float = 0.5
+    lexical_power: float = 0.5
     context_weight: float = 0.5
     context_window_seconds: float = 300.0
     fusion_mode: str = "additive"
@@ -87,6 +88,8 @@ class Settings:
     slot_capacity_tokens: int = 200
     # Background work
     sweep_interval_seconds: float = 600.0
+    trash_retention_seconds: float = 7 * 24 * 3600.0
+    auto_migrate: bool = True
     # Reflection (LLM)
     llm_base_url: str | None = None
     llm_api_key: str | None = None
@@ -100,6 +103,12 @@ class Settings:
     reflection_min_confidence: float = 0.6
     reflection_dedup_threshold: float = 0.78
     reflection_interval_seconds: float = 0.0
+    # Privacy filter and extraction
+    privacy_filter: bool = True
+    privacy_extra_patterns: str = ""
+    extraction_llm: bool = True
+    extraction_dedup_window_seconds: float = 600.0
+    extraction_max_memories: int = 20
     # Topics
     topic_leaf_threshold: float = 0.25
     topic_parent_threshold: float = 0.15
@@ -330,6 +339,12 @@ SETTINGS_DOC: list[tuple[str, str, str]] = [
         "α in relevance = max(semantic, α·semantic + (1−α)·lexical); lexical is BM25 / best BM25.",
     ),
     (
+        "lexical_power",
+        "ENGRAM_LEXICAL_POWER",
+        "p in lexical = (BM25 / best BM25) ** p (0 < p ≤ 1; 1 = linear; 0.5 chosen on the LoCoMo "
+        "tuning conversations).",
+    ),
+    (
         "context_weight",
         "ENGRAM_CONTEXT_WEIGHT",
         "Share of its best same-episode neighbour's lead a memory inherits (0 = off).",
@@ -364,7 +379,19 @@ SETTINGS_DOC: list[tuple[str, str, str]] = [
     (
         "sweep_interval_seconds",
         "ENGRAM_SWEEP_INTERVAL_SECONDS",
-        "How often the sweeper hard-deletes expired memories (0 = never).",
+        "How often the sweeper hard-deletes expired memories and purges the trash (0 = never).",
+    ),
+    (
+        "trash_retention_seconds",
+        "ENGRAM_TRASH_RETENTION_SECONDS",
+        "How long deleted memories and collections stay in the trash (restorable with RestoreMemory / "
+        "RestoreCollection) before the sweeper purges them; 0 makes deletes final (no trash).",
+    ),
+    (
+        "auto_migrate",
+        "ENGRAM_AUTO_MIGRATE",
+        "Migrate collections written by an older release to this release's storage format at start-up. "
+        "`false`: refuse to start on an older format instead, naming `engram migrate`.",
     ),
     (
         "llm_base_url",
@@ -403,6 +430,36 @@ SETTINGS_DOC: list[tuple[str, str, str]] = [
         "ENGRAM_REFLECTION_INTERVAL_SECONDS",
         "Periodic reflection: every this many seconds, reflect collections written to since their "
         "last run (0 = off, the default).",
+    ),
+    (
+        "privacy_filter",
+        "ENGRAM_PRIVACY_FILTER",
+        "Strip secrets (cloud, GitHub, GitLab, Slack, Stripe, OpenAI and Anthropic keys, JWTs, private-key "
+        "blocks, `password=` assignments, connection-string passwords) and `<private>…</private>` spans from "
+        "every memory before it is embedded, stored or sent to an LLM. See "
+        "[Extraction](../concepts/extraction.md#the-privacy-filter).",
+    ),
+    (
+        "privacy_extra_patterns",
+        "ENGRAM_PRIVACY_EXTRA_PATTERNS",
+        "More patterns for the privacy filter: Python regular expressions separated by new lines (or one "
+        "JSON array of strings); each match becomes `[REDACTED:custom]`.",
+    ),
+    (
+        "extraction_llm",
+        "ENGRAM_EXTRACTION_LLM",
+        "ExtractMemories uses the LLM (ENGRAM_LLM_*) when one is configured; `false` keeps it on the rules.",
+    ),
+    (
+        "extraction_dedup_window_seconds",
+        "ENGRAM_EXTRACTION_DEDUP_WINDOW_SECONDS",
+        "ExtractMemories drops an input identical (after normalising) to one seen in the same collection "
+        "this recently (0 = off). Kept in the serving process's memory.",
+    ),
+    (
+        "extraction_max_memories",
+        "ENGRAM_EXTRACTION_MAX_MEMORIES",
+        "Most memories one ExtractMemories call keeps.",
     ),
     (
         "topic_leaf_threshold",
@@ -636,6 +693,24 @@ def env_overrides(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     return values
 
 
+def privacy_patterns(s: Settings) -> tuple[str, ...]:
+    """ENGRAM_PRIVACY_EXTRA_PATTERNS as a list: a JSON array of strings, or one pattern a line."""
+    raw = s.privacy_extra_patterns.strip()
+    if not raw:
+        return ()
+    if raw.startswith("["):
+        import json  # noqa: PLC0415
+
+        try:
+            values = json.loads(raw)
+        except ValueError as exc:
+            raise ConfigError(f"ENGRAM_PRIVACY_EXTRA_PATTERNS is not a JSON array: {exc}") from exc
+        if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+            raise ConfigError("ENGRAM_PRIVACY_EXTRA_PATTERNS must be a JSON array of strings")
+        return tuple(v for v in values if v)
+    return tuple(line.strip() for line in raw.splitlines() if line.strip())
+
+
 def _check(s: Settings) -> None:
     problems: list[str] = []
     if not 0 <= s.port <= 65535:
@@ -651,6 +726,8 @@ def _check(s: Settings) -> None:
             problems.append(f"{var} must be one of {', '.join(sorted(allowed))}")
     if s.fusion_mode not in {"scaled", "additive"}:
         problems.append("ENGRAM_FUSION_MODE must be scaled or additive")
+    if not 0.0 < s.lexical_power <= 1.0:
+        problems.append("ENGRAM_LEXICAL_POWER must be > 0 and ≤ 1")
     if s.context_window_seconds < 0:
         problems.append("ENGRAM_CONTEXT_WINDOW_SECONDS must be ≥ 0")
     for name in (
@@ -665,6 +742,14 @@ def _check(s: Settings) -> None:
         value = getattr(s, name)
         if not 0.0 <= value <= 1.0:
             problems.append(f"{name} must be between 0 and 1")
+    from engram_server.domain.privacy import check_patterns  # noqa: PLC0415
+
+    for problem in check_patterns(privacy_patterns(s)):
+        problems.append(f"ENGRAM_PRIVACY_EXTRA_PATTERNS: {problem}")
+    if s.extraction_dedup_window_seconds < 0:
+        problems.append("ENGRAM_EXTRACTION_DEDUP_WINDOW_SECONDS must be ≥ 0")
+    if not 1 <= s.extraction_max_memories <= 64:
+        problems.append("ENGRAM_EXTRACTION_MAX_MEMORIES must be 1–64")
     if s.near_duplicate_threshold > s.dedup_threshold:
         problems.append("ENGRAM_NEAR_DUPLICATE_THRESHOLD must not exceed ENGRAM_DEDUP_THRESHOLD")
     for name in ("weight_relevance", "weight_recency", "weight_importance"):
@@ -678,6 +763,8 @@ def _check(s: Settings) -> None:
         problems.append("ENGRAM_SLOT_CAPACITY_TOKENS must be between 16 and 8000")
     if s.max_batch_items < 1:
         problems.append("ENGRAM_MAX_BATCH_ITEMS must be ≥ 1")
+    if s.trash_retention_seconds < 0:
+        problems.append("ENGRAM_TRASH_RETENTION_SECONDS must be ≥ 0")
     if s.edge_segments < 0:
         problems.append("ENGRAM_EDGE_SEGMENTS must be ≥ 0")
     if s.gate_hnsw_ef < 0:

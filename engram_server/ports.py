@@ -104,6 +104,14 @@ class Store(Protocol):
         """Remove the collection and all its points; returns how many points it held."""
         ...
 
+    async def update_collection(self, spec: CollectionSpec) -> None:
+        """Durably replace the stored spec of the existing collection ``spec.name`` (its trash
+        mark, its storage format). A spec whose ``format`` is newer than the stored one migrates
+        the collection's layout first (e.g. creates the payload indexes that format adds), so a
+        crash part-way leaves the old format recorded and the migration is simply run again.
+        CollectionNotFound if there is no such collection."""
+        ...
+
     async def upsert(self, collection: str, points: Sequence[StoredPoint]) -> None:
         """Insert or replace points (all atomically where the backend allows). Every point
         must carry its vector."""

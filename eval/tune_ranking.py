@@ -9,8 +9,8 @@ questions.
     python -m eval.tune_ranking --data ../shared/data/locomo/locomo_dev.json [--out results/tune]
 
 The grid varies one thing at a time around the defaults (the fusion form, the recency weight, the
-lexical weight α, the episode-context weight); the report lists R@10 (original key, categories
-1–4, pooled over the tuning questions) with its bootstrap interval for every setting.
+lexical weight α, the lexical power p, the episode-context weight); the report lists R@10 (original
+key, categories 1–4, pooled over the tuning questions) with its bootstrap interval for every setting.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ GRID: dict[str, dict[str, str]] = {
     },
     **{f"α {a}": {"ENGRAM_SEMANTIC_WEIGHT": a} for a in ("0.3", "0.5", "0.7", "1.0")},
     **{f"context {c}": {"ENGRAM_CONTEXT_WEIGHT": c} for c in ("0", "0.25", "0.5", "0.75")},
+    **{f"lexical power {p}": {"ENGRAM_LEXICAL_POWER": p} for p in ("0.3", "0.4", "0.5", "0.7", "1.0")},
 }
 
 _SHARED_MEMO: dict[tuple[bool, str], npt.NDArray[np.float32]] = {}

@@ -126,6 +126,13 @@ RULES: dict[str, Rule] = {
     "RunReflection": Rule(Role.WRITE, _one, lambda r: Role.ADMIN if r.force else None),
     "ListGateDecisions": Rule(Role.READ, _one),
     "ListReflectionRuns": Rule(Role.READ, _one),
+    "ExtractMemories": Rule(Role.WRITE, _one),
+    "ListTrash": Rule(Role.READ, _one),
+    "RestoreMemory": Rule(Role.WRITE, _one),
+    # Purging memories is a writer's (who may delete may also forget for good, e.g. on a user's
+    # request); dropping a trashed collection is an admin's, as deleting it was.
+    "PurgeTrash": Rule(Role.WRITE, _one, lambda r: Role.ADMIN if r.purge_collection else None),
+    "RestoreCollection": Rule(Role.ADMIN, _named),
     "GetContext": Rule(Role.READ, _search),
     "GetTriggers": Rule(Role.READ, _search),
     "ListSlots": Rule(Role.READ, _one),
@@ -344,6 +351,9 @@ class AuthInterceptor(WrappingInterceptor):
                 kept = [c for c in response.collections if principal.may(c.name, Role.READ)]
                 del response.collections[:]
                 response.collections.extend(kept)
+                trashed = [c for c in response.trashed if principal.may(c.name, Role.READ)]
+                del response.trashed[:]
+                response.trashed.extend(trashed)
             return response
 
         return behavior

@@ -11,6 +11,14 @@ from engram_client.proto.engram.v1 import memory_pb2 as m
 from engram_client.proto.engram.v1 import memory_service_pb2 as s
 from engram_server.domain.context import Item, TopicEntry
 from engram_server.domain.errors import InvalidArgument
+from engram_server.domain.extraction import (
+    ExtractCommand,
+    ExtractMode,
+    Extractor,
+    ExtractReport,
+    Message,
+    Observation,
+)
 from engram_server.domain.model import NEVER, CollectionSpec, MemoryRecord, MemoryType, Source, SourceType
 from engram_server.domain.ranking import Score, Weights
 from engram_server.domain.reflection import Gate, ReflectionOutcome, ReflectionReport, ReflectionRun
@@ -159,6 +167,15 @@ def memory_out(r: MemoryRecord) -> m.Memory:
     out.draft = r.draft
     out.session_id = r.session_id or ""
     out.agent_id = r.agent_id or ""
+    if r.trashed_at is not None:
+        out.trashed_at.CopyFrom(ts_out(r.trashed_at))
+    return out
+
+
+def trashed_memory_out(r: MemoryRecord, purge_at: float) -> m.Memory:
+    """A memory in the trash, with when the sweeper purges it."""
+    out = memory_out(r)
+    out.purge_at.CopyFrom(ts_out(purge_at))
     return out
 
 
@@ -333,6 +350,62 @@ def slot_out(x: SlotState) -> s.Slot:
     )
     if x.updated_at is not None:
         out.updated_at.CopyFrom(ts_out(x.updated_at))
+    return out
+
+
+# ---------------------------------------------------------------- extraction
+
+EXTRACTION_MODE_IN: dict[int, ExtractMode] = {
+    s.EXTRACTION_MODE_UNSPECIFIED: ExtractMode.AUTO,
+    s.EXTRACTION_MODE_AUTO: ExtractMode.AUTO,
+    s.EXTRACTION_MODE_RULES: ExtractMode.RULES,
+}
+EXTRACTOR_OUT = {
+    Extractor.LLM: s.EXTRACTOR_LLM,
+    Extractor.RULES: s.EXTRACTOR_RULES,
+    Extractor.NONE: s.EXTRACTOR_NONE,
+}
+
+
+def extract_command_in(req: s.ExtractMemoriesRequest) -> ExtractCommand:
+    which = req.WhichOneof("input")
+    messages = tuple(
+        Message(
+            msg.role,
+            msg.content,
+            opt_ts_in(msg, "created_at", f"conversation.messages[{i}].created_at"),
+        )
+        for i, msg in enumerate(req.conversation.messages)
+    )
+    o = req.observation
+    return ExtractCommand(
+        collection=req.collection,
+        text=req.text if which == "text" else "",
+        messages=messages if which == "conversation" else (),
+        observation=Observation(o.tool_name, o.input, o.output, o.error) if which == "observation" else None,
+        mode=enum_in(EXTRACTION_MODE_IN, req.mode, "mode"),
+        dry_run=req.dry_run,
+        tags=tuple(req.tags),
+    )
+
+
+def extract_out(r: ExtractReport) -> s.ExtractMemoriesResponse:
+    out = s.ExtractMemoriesResponse(
+        extractor=EXTRACTOR_OUT[r.extractor],
+        fallback_reason=r.fallback_reason,
+        deduplicated=r.deduplicated,
+        redactions=list(r.redactions),
+        model=r.model,
+        dry_run=r.dry_run,
+    )
+    for i, p in enumerate(r.proposals):
+        item = out.memories.add(
+            content=p.content, type=TYPE_OUT[p.type], importance=p.importance, tags=list(p.tags)
+        )
+        if p.created_at is not None:
+            item.created_at.CopyFrom(ts_out(p.created_at))
+        if i < len(r.results):
+            item.result.CopyFrom(s.AddMemoryResult(**add_result_fields(r.results[i])))
     return out
 
 

@@ -58,6 +58,7 @@ CODES: dict[Reason, grpc.StatusCode] = {
     Reason.PERMISSION_DENIED: grpc.StatusCode.PERMISSION_DENIED,
     Reason.RATE_LIMITED: grpc.StatusCode.RESOURCE_EXHAUSTED,
     Reason.STORAGE_FULL: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    Reason.COLLECTION_IN_TRASH: grpc.StatusCode.FAILED_PRECONDITION,
     Reason.TOPIC_NOT_FOUND: grpc.StatusCode.NOT_FOUND,
 }
 

@@ -19,6 +19,7 @@ from engram_server.api.errors import internal_status, to_status
 from engram_server.api.gate_log import PER_COLLECTION, GateLog, decision_from
 from engram_server.domain.deadline import set_time_remaining
 from engram_server.domain.errors import EngramError, InvalidArgument
+from engram_server.domain.extraction import MemoryExtractor
 from engram_server.domain.reflection import Reflector
 from engram_server.domain.service import (
     ContextRequest,
@@ -69,10 +70,12 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
         reflector: Reflector,
         *,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        extractor: MemoryExtractor | None = None,
         topics: TopicService | None = None,
     ) -> None:
         self._svc = service
         self._reflector = reflector
+        self._extractor = extractor or MemoryExtractor(service, reflector.llm)
         self._topics = topics if topics is not None else TopicService(service, reflector.llm)
         #: Bytes the list of memories in one answer may take (see ``api/answers``).
         self._budget = answer_budget(max_message_bytes)
@@ -187,12 +190,16 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
         if not result.dry_run:
             self._gate_log.forget_memories(r.id for r in result.deleted)
         deleted, truncated = fitting((c.memory_out(r) for r in result.deleted), self._budget)
-        return s.DeleteMemoryResponse(
+        out = s.DeleteMemoryResponse(
             deleted=deleted,
             dry_run=result.dry_run,
             deleted_count=len(result.deleted),
             truncated=truncated,
         )
+        trashed_at = next((r.trashed_at for r in result.deleted if r.trashed_at is not None), None)
+        if trashed_at is not None:
+            out.purge_at.CopyFrom(c.ts_out(self._svc.purge_at(trashed_at)))
+        return out
 
     @rpc
     async def GetMemory(
@@ -224,19 +231,27 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
         self, request: s.ListCollectionsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> s.ListCollectionsResponse:
         stats = await self._svc.list_collections()
-        return s.ListCollectionsResponse(
-            collections=[c.collection_out(x.spec, x.memory_count) for x in stats]
-        )
+        out = s.ListCollectionsResponse(collections=[c.collection_out(x.spec, x.memory_count) for x in stats])
+        if request.include_trashed:
+            for x in await self._svc.list_trashed_collections():
+                assert x.spec.trashed_at is not None
+                t = out.trashed.add(name=x.spec.name, memory_count=x.memory_count)
+                t.trashed_at.CopyFrom(c.ts_out(x.spec.trashed_at))
+                t.purge_at.CopyFrom(c.ts_out(self._svc.purge_at(x.spec.trashed_at)))
+        return out
 
     @rpc
     async def DeleteCollection(
         self, request: s.DeleteCollectionRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> s.DeleteCollectionResponse:
-        count = await self._svc.delete_collection(request.name)
+        count, purge_at = await self._svc.delete_collection(request.name)
         self._gate_log.forget_collection(request.name)
+        self._extractor.forget_collection(request.name)
         self._topics.forget(request.name)
         out = s.DeleteCollectionResponse(deleted_count=count)
         out.deleted_at.CopyFrom(c.ts_out(self._svc.now()))
+        if purge_at is not None:
+            out.purge_at.CopyFrom(c.ts_out(purge_at))
         return out
 
     @rpc
@@ -272,6 +287,65 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
         runs = await self._reflector.history(request.collection, request.limit)
         kept, truncated = fitting(iter(c.reflection_run_out(r) for r in runs), self._budget)
         return s.ListReflectionRunsResponse(runs=kept, truncated=truncated)
+
+    @rpc
+    async def ExtractMemories(
+        self, request: s.ExtractMemoriesRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> s.ExtractMemoriesResponse:
+        report = await self._extractor.extract(c.extract_command_in(request))
+        answer = c.extract_out(report)
+        for item in answer.memories:
+            if item.HasField("result"):
+                self._gate_log.record(decision_from(item.result, item.content), item.result.memory.collection)
+        return answer
+
+    @rpc
+    async def ListTrash(
+        self, request: s.ListTrashRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> s.ListTrashResponse:
+        records, token = await self._svc.list_trash(request.collection, request.page_size, request.page_token)
+        memories, cut = fitting(
+            (
+                c.trashed_memory_out(r, self._svc.purge_at(r.trashed_at or 0.0, r.valid_until))
+                for r in records
+            ),
+            self._budget,
+        )
+        if cut:
+            token = self._svc.page_token_at(records[len(memories)])
+        return s.ListTrashResponse(memories=memories, next_page_token=token)
+
+    @rpc
+    async def RestoreMemory(
+        self, request: s.RestoreMemoryRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> s.RestoreMemoryResponse:
+        record, near = await self._svc.restore(request.collection, request.id)
+        return s.RestoreMemoryResponse(
+            memory=c.memory_out(record), near_duplicates=[c.similar_out(x) for x in near]
+        )
+
+    @rpc
+    async def PurgeTrash(
+        self, request: s.PurgeTrashRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> s.PurgeTrashResponse:
+        if request.purge_collection:
+            if request.ids:
+                raise InvalidArgument.of("ids", "must be empty with purge_collection")
+            v = Violations()
+            check_collection(v, "collection", request.collection)
+            v.raise_if_any()
+            count = await self._svc.purge_collection(request.collection)
+            self._gate_log.forget_collection(request.collection)
+        else:
+            count = await self._svc.purge(request.collection, list(request.ids))
+        return s.PurgeTrashResponse(purged_count=count)
+
+    @rpc
+    async def RestoreCollection(
+        self, request: s.RestoreCollectionRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> s.RestoreCollectionResponse:
+        stats = await self._svc.restore_collection(request.name)
+        return s.RestoreCollectionResponse(collection=c.collection_out(stats.spec, stats.memory_count))
 
     @rpc
     async def GetContext(

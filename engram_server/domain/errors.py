@@ -28,6 +28,7 @@ class Reason(StrEnum):
     PERMISSION_DENIED = "ERROR_REASON_PERMISSION_DENIED"
     RATE_LIMITED = "ERROR_REASON_RATE_LIMITED"
     STORAGE_FULL = "ERROR_REASON_STORAGE_FULL"
+    COLLECTION_IN_TRASH = "ERROR_REASON_COLLECTION_IN_TRASH"
     TOPIC_NOT_FOUND = "ERROR_REASON_TOPIC_NOT_FOUND"
 
 
@@ -110,6 +111,12 @@ class StorageFull(EngramError):
     before they touch the disk."""
 
     reason = Reason.STORAGE_FULL
+
+
+class CollectionInTrash(EngramError):
+    """The collection was deleted and is in the trash: restore or purge it first."""
+
+    reason = Reason.COLLECTION_IN_TRASH
 
 
 class EmbedderUnavailable(EngramError):

@@ -17,6 +17,11 @@ NEVER: float = 253402300799.0
 
 DEFAULT_COLLECTION = "default"
 
+#: The storage format this release writes, recorded in every collection's spec. 1: the first
+#: release; 2: adds the trash (``trashed_at`` on points and specs, with a payload index). A
+#: server migrates an older collection (``engram migrate``, or at start-up) and refuses a newer one.
+STORAGE_FORMAT = 2
+
 #: Tags of this prefix name the action a memory is to be recalled before (``trigger:deploy``).
 TRIGGER_TAG_PREFIX = "trigger:"
 
@@ -97,6 +102,10 @@ class MemoryRecord:
     # draft (retrievable by id and listing, never searched, never a gate match).
     derived_from: tuple[str, ...] = ()
     draft: bool = False
+    # The trash: when the memory (or history version) was deleted; None while it is not in the
+    # trash. A trashed memory is never searched, listed or a gate match; it can be restored until
+    # the trash retention passes (then the sweeper purges it).
+    trashed_at: float | None = None
     #: The agent session and the agent that wrote the memory (None when not given). Kept by updates.
     session_id: str | None = None
     agent_id: str | None = None
@@ -183,13 +192,19 @@ class CollectionSpec:
     #: The lexical encoder (e.g. "bm25-v1") whose sparse vectors the collection holds; None for a
     #: collection created without lexical retrieval (searched dense-only).
     lexical: str | None = None
+    #: The storage format version the collection was written with (see
+    #: ``engram_server.adapters.storage.payload.SPEC_FORMAT``); an older one is migrated.
+    format: int = STORAGE_FORMAT
+    #: When the collection was deleted (moved to the trash); None while it is not in the trash.
+    trashed_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class StoreFilter:
     """Conditions a storage query applies. Empty fields do not restrict.
 
-    By default history versions (superseded_by set) and reflection drafts are excluded; expired
+    By default history versions (superseded_by set), reflection drafts and trashed memories
+    (trashed_at set) are excluded; expired
     memories are excluded when ``live_at`` is given (valid_until > live_at).
     """
 
@@ -207,6 +222,9 @@ class StoreFilter:
     request_ids: tuple[str, ...] = ()  # only memories created with one of these request_ids
     include_drafts: bool = False  # also match reflection drafts (excluded by default)
     unreflected: bool = False  # only memories never used as a reflection source (reflected_at unset)
+    include_trashed: bool = False  # also match memories in the trash (excluded by default)
+    only_trashed: bool = False  # only memories in the trash
+    trashed_before: float | None = None  # only memories trashed at or before this time (purge)
     session_ids: tuple[str, ...] = ()  # only memories written in one of these sessions
     agent_ids: tuple[str, ...] = ()  # only memories written by one of these agents
     updated_after: float | None = None  # updated_at >= updated_after

@@ -7,9 +7,12 @@ Evidence of a candidate, per collection (see :func:`evidence`):
    gate's document scale — for the same two texts a search reports (within the calibration's
    error) the similarity the gate reports: above 0.92 a near copy, 0.82–0.92 a restatement,
    0.70–0.82 the same topic. Nothing below changes it.
-2. ``lexical``: the BM25 score divided by the best BM25 score among the collection's candidates;
-   ``matched = max(relevance, α·relevance + (1 − α)·bm25)``, and ``lexical = matched − relevance``
-   (≥ 0: a paraphrase with no shared word keeps its relevance, it is not pushed down);
+2. ``lexical``: the BM25 score divided by the best BM25 score among the collection's candidates,
+   raised to the power ``p`` (``lexical_power``, 0.5 by default: a memory with a quarter of the best
+   BM25 score counts half, so sharing some of the query's words is evidence, not only sharing the
+   best-scoring ones); ``matched = max(relevance, α·relevance + (1 − α)·bm25ᵖ)``, and
+   ``lexical = matched − relevance`` (≥ 0: a paraphrase with no shared word keeps its relevance, it
+   is not pushed down);
 3. ``episode``: ``event`` memories written within ``context_window`` seconds of each other
    belong to one episode (a conversation, a task); an event inherits ``context_weight`` of the lead
    of its best-matching neighbouring event: ``episode = w_ctx·max(0, best_neighbour − matched)``.
@@ -72,6 +75,9 @@ class HybridParams:
     """How relevance is built from the semantic, lexical and episode-context evidence."""
 
     semantic_weight: float = 0.5  # α in max(semantic, α·semantic + (1 − α)·lexical)
+    #: p in lexical = (BM25 / best BM25) ** p: below 1 a memory sharing the query's rarer words but
+    #: not its best-scoring one still gets a real share of the lexical evidence (see module doc).
+    lexical_power: float = 0.5
     context_weight: float = 0.5  # share of the lead of the best neighbour a memory inherits
     context_window: float = 300.0  # seconds between created_at of two memories of one episode
     fusion: FusionMode = FusionMode.ADDITIVE
@@ -139,6 +145,8 @@ def hybrid_relevance(
         norm = np.asarray(lexical, dtype=np.float64) / float(np.max(lexical))
         if blind is not None:
             norm = impute_blind_lexical(matched, norm, np.asarray(blind, dtype=bool))
+        if params.lexical_power != 1.0:
+            norm = np.power(norm, params.lexical_power)
         a = params.semantic_weight
         matched = np.maximum(matched, a * matched + (1.0 - a) * norm)
     n = len(matched)

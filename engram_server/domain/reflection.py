@@ -35,6 +35,7 @@ from engram_server.domain.model import (
     StoreFilter,
 )
 from engram_server.domain.service import MemoryService, Similar, stored_point
+from engram_server.domain.specifics import conflicts
 from engram_server.domain.ttl import compute_valid_until
 from engram_server.domain.validation import Violations, check_collection
 from engram_server.ports import Llm
@@ -45,6 +46,11 @@ DAY = 86_400.0
 REFLECTION_TAG = "source:reflection"
 #: Runs kept per collection in the persisted history.
 HISTORY = 50
+
+
+#: How many of the nearest existing insights a proposal is compared with (the nearest may differ in
+#: a specific while the next one says the same).
+_DEDUP_CANDIDATES = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -438,24 +444,37 @@ class Reflector:
         self, target: str, proposals: list[Proposal]
     ) -> tuple[list[tuple[Proposal, Any]], list[Similar]]:
         """Drop proposals at or above the dedup threshold against existing insights (drafts
-        included) and against each other."""
+        included) and against each other — unless their specifics conflict (numbers, dates, ids,
+        names, their order, negation: :func:`engram_server.domain.specifics.conflicts`), as the
+        write gate does: "Restores take 2 hours." and "Restores take 6 hours." are two insights."""
         mem = self._memory
         vectors = await mem.embedder.embed_documents([p.content for p in proposals])
         exists = await mem.existing_spec(target) is not None
         kept: list[tuple[Proposal, Any]] = []
         duplicates: list[Similar] = []
         now = mem.now()
+        threshold = self.policy.dedup_threshold
         for p, vec in zip(proposals, vectors, strict=True):
             if exists:
-                hits = await mem.store.search(target, vec, 1, StoreFilter(live_at=now, include_drafts=True))
-                if hits:
-                    sim = mem.calibration.similarity(hits[0].score)
-                    if sim >= self.policy.dedup_threshold:
-                        duplicates.append(Similar(hits[0].record, sim))
-                        continue
+                hits = await mem.store.search(
+                    target, vec, _DEDUP_CANDIDATES, StoreFilter(live_at=now, include_drafts=True)
+                )
+                same = next(
+                    (
+                        Similar(h.record, sim)
+                        for h in hits
+                        if (sim := mem.calibration.similarity(h.score)) >= threshold
+                        and not conflicts(h.record.content, p.content)
+                    ),
+                    None,
+                )
+                if same is not None:
+                    duplicates.append(same)
+                    continue
             if any(
-                mem.calibration.similarity(float(vec @ other)) >= self.policy.dedup_threshold
-                for _, other in kept
+                mem.calibration.similarity(float(vec @ other)) >= threshold
+                and not conflicts(q.content, p.content)
+                for q, other in kept
             ):
                 continue
             kept.append((p, vec))

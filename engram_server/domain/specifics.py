@@ -20,6 +20,12 @@ What counts as a specific (English and Chinese, and text mixing both):
   compared when both texts have Latin words; Chinese person, place and organisation names (jieba
   tags ``nr ns nt nz``), compared when both texts have Chinese words. A name conflicts only when it
   does not occur in the other text at all (so a reordered sentence keeps its names).
+* ``order`` — the order of the names two texts share, within one script: "moved from Berlin to
+  Paris" and "moved from Paris to Berlin" name the same places in swapped roles. Names joined by
+  ``and`` / ``or`` / ``,`` / ``&`` / 和 / 与 / 跟 / 及 / 、 form one group whose inner order does not count
+  ("Anna and Tom" = "Tom and Anna"), and a pair where one text is passive (``by`` / 被 / 由 in only
+  one of them: "Tom was hired by Anna") is not compared. Only two names trading places count: a
+  fronted phrase ("In Paris Anna met Tom") moves one name past all the others, which is no swap.
 * ``negation`` — the number of negation cues (``not``, ``n't``, ``never``, ``no``, ``without`` …;
   ``不``, ``没``, ``别``, ``未``, ``无``, ``非``, ``勿`` outside words such as ``不过``, ``特别``,
   ``无线``).
@@ -47,7 +53,7 @@ __all__ = ["Conflict", "Specifics", "conflicts", "content_words", "extract", "sa
 class Conflict:
     """One kind of specific on which two texts disagree: the values only one of them has."""
 
-    kind: str  # number | date | identifier | name | negation
+    kind: str  # number | date | identifier | name | order | negation
     existing: tuple[str, ...]
     new: tuple[str, ...]
 
@@ -320,9 +326,54 @@ def conflicts(existing: str, new: str) -> list[Conflict]:
         added = tuple(sorted(n for n in b.cjk_names if n not in a.text))
         if old or added:
             out.append(Conflict("name", old, added))
+    if same_script:
+        swapped = _order_conflict(a, b)
+        if swapped is not None:
+            out.append(swapped)
     if a.negations != b.negations:
         out.append(Conflict("negation", (str(a.negations),), (str(b.negations),)))
     return out
+
+
+#: What joins names into one unordered group ("Anna and Tom", "安娜和汤姆").
+_RE_NAME_JOINER = re.compile(r"^(?:\s|,|&|、|和|与|跟|及|/|\band\b|\bor\b)*$", re.IGNORECASE)
+_RE_PASSIVE = re.compile(r"\bby\b|被|由", re.IGNORECASE)
+
+
+def _name_groups(spec: Specifics, shared: frozenset[str]) -> list[frozenset[str]]:
+    """The shared names in order of first appearance in the text, coordinated runs as one group."""
+    low = spec.text.casefold()
+    spans: list[tuple[int, int, str]] = []
+    for name in shared:
+        m = re.search(rf"(?<![^\W\d_]){re.escape(name)}(?![^\W\d_])", low) if name.isascii() else None
+        at = m.start() if m else low.find(name)
+        if at >= 0:
+            spans.append((at, at + len(name), name))
+    spans.sort()
+    groups: list[set[str]] = []
+    end = -1
+    for start, stop, name in spans:
+        if groups and _RE_NAME_JOINER.match(low[end:start]):
+            groups[-1].add(name)
+        else:
+            groups.append({name})
+        end = stop
+    return [frozenset(g) for g in groups]
+
+
+def _order_conflict(a: Specifics, b: Specifics) -> Conflict | None:
+    """Two shared names in swapped roles (see the module doc), or None."""
+    shared = (a.latin_names & b.latin_names) | (a.cjk_names & b.cjk_names)
+    if len(shared) < 2 or bool(_RE_PASSIVE.search(a.text)) != bool(_RE_PASSIVE.search(b.text)):
+        return None
+    ga, gb = _name_groups(a, shared), _name_groups(b, shared)
+    if ga == gb or {n for g in ga for n in g} != {n for g in gb for n in g}:
+        return None
+    if len(ga) != len(gb) or sorted(map(sorted, ga)) != sorted(map(sorted, gb)):
+        return None  # grouped differently: no clear roles to compare
+    if sum(x != y for x, y in zip(ga, gb, strict=True)) != 2:
+        return None  # not two names trading places (a fronted phrase moves one name past the rest)
+    return Conflict("order", tuple(" ".join(sorted(g)) for g in ga), tuple(" ".join(sorted(g)) for g in gb))
 
 
 #: Words that carry grammar, not content: articles, pronouns, prepositions, conjunctions, the

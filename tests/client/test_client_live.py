@@ -12,6 +12,7 @@ from engram_client import (
     AddOutcome,
     AddResult,
     AsyncEngramClient,
+    CollectionInTrashError,
     CollectionNotFoundError,
     EngramClient,
     InvalidArgumentError,
@@ -144,10 +145,28 @@ async def test_every_other_method_async(engram_server: str) -> None:
         assert would.dry_run and [m.content for m in would.deleted] == ["Paris is the capital of France."]
         gone = await engram.delete(query="Paris is the capital of France.", collection="geo")
         assert [m.content for m in gone.deleted] == ["Paris is the capital of France."]
+        assert gone.purge_at is not None and gone.deleted[0].trashed_at is not None
+        trash = await engram.list_trash(collection="geo")
+        assert [m.id for m in trash.memories] == [gone.deleted[0].id] and trash.next_page_token is None
+        assert trash.memories[0].purge_at is not None
+        back = await engram.restore(gone.deleted[0].id, collection="geo")
+        assert back.memory.content == "Paris is the capital of France." and back.memory.trashed_at is None
+        assert back.near_duplicates == ()
+        await engram.delete(back.memory.id, collection="geo")
+        assert await engram.purge_trash([back.memory.id], collection="geo") == 1
+        assert (await engram.list_trash(collection="geo")).memories == ()
 
         dropped = await engram.delete_collection("geo")
         assert dropped.deleted_count == 1 and dropped.deleted_at is not None and not dropped.already_deleted
+        assert dropped.purge_at is not None
         assert "geo" not in {c.name for c in await engram.list_collections()}
+        [trashed] = await engram.list_trashed_collections()
+        assert (trashed.name, trashed.memory_count) == ("geo", 1) and trashed.purge_at is not None
+        restored = await engram.restore_collection("geo")
+        assert restored.name == "geo" and restored.memory_count == 1
+        await engram.delete_collection("geo")
+        assert await engram.purge_trash(collection="geo", purge_collection=True) == 1
+        assert await engram.list_trashed_collections() == []
 
         with pytest.raises(LlmNotConfiguredError) as reflection:  # this server has no LLM endpoint
             await engram.run_reflection(dry_run=True)
@@ -170,8 +189,16 @@ async def test_every_other_method_sync(engram_server: str) -> None:
             would = engram.delete(query="The cafeteria closes at 3 pm", collection="sync", dry_run=True)
             assert would.dry_run and [m.id for m in would.deleted] == [other.memory.id]
             assert engram.delete_collection("sync").deleted_count == 2
-            with pytest.raises(CollectionNotFoundError):
+            with pytest.raises(CollectionInTrashError):  # it is in the trash now
                 engram.delete_collection("sync")
+            assert [c.name for c in engram.list_trashed_collections()] == ["sync"]
+            assert engram.restore_collection("sync").memory_count == 2
+            engram.delete(other.memory.id, collection="sync")
+            assert [m.id for m in engram.list_trash(collection="sync").memories] == [other.memory.id]
+            assert engram.restore(other.memory.id, collection="sync").memory.id == other.memory.id
+            assert engram.purge_trash(collection="sync") == 0
+            with pytest.raises(CollectionNotFoundError):
+                engram.restore_collection("sync")
             with pytest.raises(LlmNotConfiguredError):
                 engram.run_reflection(collection="sync", dry_run=True)
 
@@ -220,5 +247,47 @@ async def test_add_many_sync(engram_server: str) -> None:
             with pytest.raises(InvalidArgumentError) as err:
                 engram.add_many([], collection="batch-sync")
             assert [v.field for v in err.value.field_violations] == ["memories"]
+
+    await asyncio.to_thread(scenario)
+
+
+async def test_extract_with_both_clients(engram_server: str) -> None:
+    from datetime import UTC, datetime, timedelta  # noqa: PLC0415
+
+    from engram_client import ConversationMessage, ToolObservation  # noqa: PLC0415
+
+    when = datetime.now(UTC) - timedelta(days=2)
+    async with AsyncEngramClient(engram_server, timeout=60) as engram:
+        r = await engram.extract(
+            messages=[
+                ConversationMessage("user", "My name is Priya and I live in Pune.", when),
+                ("assistant", "Hello Priya!"),
+            ],
+            collection="extract",
+        )
+        assert r.extractor == "rules" and not r.deduplicated and not r.dry_run
+        [x] = r.memories
+        assert x.type is MemoryType.IDENTITY and x.content == "User: My name is Priya and I live in Pune"
+        assert x.created_at is not None and abs((x.created_at - when).total_seconds()) < 1
+        assert x.result is not None and x.result.outcome is AddOutcome.CREATED
+        with pytest.raises(ValueError, match="exactly one of text, messages or observation"):
+            await engram.extract(text="a", observation=ToolObservation("Bash"))
+        with pytest.raises(ValueError, match="mode must be one of"):
+            await engram.extract(text="a", mode="llm")
+
+    def scenario() -> None:
+        with EngramClient(engram_server, timeout=60) as sync:
+            obs = ToolObservation("Bash", '{"command": "make build"}', error="make: *** [build] Error 2")
+            first = sync.extract(observation=obs, collection="extract")
+            assert [m.content for m in first.memories] == [
+                "Command `make build` failed: make: *** [build] Error 2"
+            ]
+            assert sync.extract(observation=obs, collection="extract").deduplicated
+            preview = sync.extract(
+                text="I prefer dark mode in every editor.", dry_run=True, collection="extract"
+            )
+            assert preview.dry_run and preview.memories[0].result is None
+            with pytest.raises(InvalidArgumentError):
+                sync.extract(text="   ", collection="extract")
 
     await asyncio.to_thread(scenario)

@@ -1,6 +1,7 @@
 """The web console in a real headless Chromium (Debian's ``chromium`` + ``chromium-driver``, driven
 by Selenium with that chromedriver: nothing is downloaded at run time), against a real server with
-auth on: open, enter the key, browse, search, inspect a result, delete with confirmation.
+auth on: open, enter the key, browse, search, inspect a result, delete with confirmation, and
+restore a memory and a collection from the trash with confirmation.
 
 Skipped, saying why, where chromium or chromedriver is absent (``.ci/run`` installs them). Set
 ``ENGRAM_CONSOLE_SCREENSHOTS=<dir>`` to keep the screenshots of the main views (the docs use them).
@@ -170,6 +171,7 @@ def test_console_scenario(tmp_path: Path, driver: Any) -> None:
         wait.until(lambda d: d.find_element(By.ID, "confirm").get_attribute("open") is not None)
         driver.find_element(By.ID, "confirm-delete").click()
         status_contains("Deleted 1 memory")
+        status_contains("In the trash until")
         with httpx.Client(base_url=base, headers={"x-api-key": KEY}) as http:
             gone = http.get(f"/v1/memories/{tea}")
             assert gone.status_code == 404, gone.text
@@ -191,6 +193,51 @@ def test_console_scenario(tmp_path: Path, driver: Any) -> None:
         driver.find_element(By.ID, "confirm-force").click()
         driver.find_element(By.ID, "confirm-delete").click()
         status_contains("Deleted 1 memory")
+
+        # The trash: both deleted memories, and a deleted collection; restore with confirmation.
+        with httpx.Client(base_url=base, headers={"x-api-key": KEY}) as http:
+            assert http.delete("/v1/collections/work").status_code == 200
+        driver.find_element(By.ID, "tab-trash").click()
+        wait.until(ec.visibility_of_element_located((By.ID, "view-trash")))
+        driver.find_element(By.CSS_SELECTOR, "#trash-form button[type=submit]").click()
+        status_contains("2 memories in the trash of default")
+        trashed = {
+            r.find_element(By.TAG_NAME, "td").text: r
+            for r in driver.find_elements(By.CSS_SELECTOR, "#trash tbody tr")
+        }
+        assert set(trashed) == {
+            "The user drinks jasmine tea every morning",
+            "Always answer in British English",
+        }
+        collections = driver.find_element(By.ID, "trashed-collections").text
+        assert "work" in collections
+        driver.save_screenshot(str(shots / "trash.png"))
+        restore = trashed["The user drinks jasmine tea every morning"].find_element(By.TAG_NAME, "button")
+        restore.click()
+        wait.until(lambda d: d.find_element(By.ID, "confirm-restore").get_attribute("open") is not None)
+        assert "jasmine tea" in driver.find_element(By.ID, "restore-text").text
+        driver.find_element(By.ID, "restore-cancel").click()
+        wait.until(lambda d: d.find_element(By.ID, "confirm-restore").get_attribute("open") is None)
+        with httpx.Client(base_url=base, headers={"x-api-key": KEY}) as http:
+            assert http.get(f"/v1/memories/{tea}").status_code == 404  # cancelled: still in the trash
+        restore.click()
+        wait.until(lambda d: d.find_element(By.ID, "confirm-restore").get_attribute("open") is not None)
+        driver.find_element(By.ID, "restore-confirm").click()
+        status_contains("Restored “The user drinks jasmine tea every morning”")
+        rows = driver.find_elements(By.CSS_SELECTOR, "#trash tbody tr")
+        assert [r.find_element(By.TAG_NAME, "td").text for r in rows] == ["Always answer in British English"]
+        with httpx.Client(base_url=base, headers={"x-api-key": KEY}) as http:
+            back = http.get(f"/v1/memories/{tea}?includeHistory=true")
+            assert back.status_code == 200 and len(back.json()["history"]) == 1, back.text
+        driver.find_element(By.CSS_SELECTOR, "#trashed-collections button").click()
+        wait.until(lambda d: d.find_element(By.ID, "confirm-restore").get_attribute("open") is not None)
+        driver.find_element(By.ID, "restore-confirm").click()
+        status_contains("Restored collection work")
+        assert "No deleted collections." in driver.find_element(By.ID, "trashed-collections").text
+        driver.find_element(By.ID, "tab-memories").click()
+        wait.until(ec.visibility_of_element_located((By.ID, "collections")))
+        listed = [b.text.split("\n")[0] for b in driver.find_elements(By.CSS_SELECTOR, "#collections button")]
+        assert listed == ["default", "work"], listed
 
         # The key never went into a cookie.
         assert driver.get_cookies() == []

@@ -203,10 +203,54 @@ async def test_every_rpc_over_http(http: httpx.AsyncClient) -> None:
     r = await http.delete(path, params={"force": "true"})
     assert r.status_code == 200 and r.json()["deleted"][0]["id"] == directive
 
+    r = await http.post(
+        used("POST", "/v1/memories:extract"),
+        json={
+            "collection": "work",
+            "conversation": {
+                "messages": [{"role": "user", "content": "My name is Ines and I live in Porto."}]
+            },
+            "mode": "EXTRACTION_MODE_RULES",
+            "dryRun": True,
+        },
+    )
+    assert r.status_code == 200, r.text
+    assert r.json()["extractor"] == "EXTRACTOR_RULES" and r.json()["dryRun"] is True
+    assert [m["content"] for m in r.json()["memories"]] == ["User: My name is Ines and I live in Porto"]
+
     r = await http.delete(used("DELETE", "/v1/collections/{name}").format(name="work"))
     assert r.status_code == 200 and r.json()["deletedCount"] == "1"
     r = await http.get("/v1/collections")
     assert "work" not in {c["name"] for c in r.json()["collections"]}
+
+    # the trash: what was deleted above, restored and purged
+    r = await http.get(used("GET", "/v1/collections/{collection}/trash").format(collection="default"))
+    assert r.status_code == 200, r.text
+    assert [m["id"] for m in r.json()["memories"]] == [tea] and r.json()["memories"][0]["purgeAt"]
+    r = await http.post(
+        used("POST", "/v1/collections/{collection}/memories/{id}:restore").format(
+            collection="default", id=tea
+        ),
+        json={},
+    )
+    assert r.status_code == 200, r.text
+    assert (
+        r.json()["memory"]["content"] == "The user drinks jasmine tea"
+        and "trashedAt" not in r.json()["memory"]
+    )
+    r = await http.get("/v1/collections/work/memories")
+    assert r.status_code == 400 and reason_of(r) == "ERROR_REASON_COLLECTION_IN_TRASH"
+    r = await http.get("/v1/collections", params={"includeTrashed": "true"})
+    assert [c["name"] for c in r.json()["trashed"]] == ["work"]
+    r = await http.post(used("POST", "/v1/collections/{name}:restore").format(name="work"), json={})
+    assert r.status_code == 200 and r.json()["collection"]["memoryCount"] == "1", r.text
+    r = await http.post(
+        used("POST", "/v1/collections/{collection}/trash:purge").format(collection="work"),
+        json={"ids": [directive]},
+    )
+    assert r.status_code == 200 and r.json()["purgedCount"] == "1", r.text
+    r = await http.get("/v1/collections/work/trash")
+    assert r.status_code == 200 and r.json() == {}
 
 
 def test_every_annotated_route_is_exercised() -> None:

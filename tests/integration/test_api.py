@@ -623,8 +623,13 @@ async def test_collections_are_isolated(stub: Stub) -> None:
     assert gone.deleted_count == 1
     cols = await stub.ListCollections(s.ListCollectionsRequest())
     assert [c.name for c in cols.collections] == ["tenant-b"]
-    await fails(
+    await fails(  # in the trash now: deleting it again is refused until it is restored or purged
         stub.DeleteCollection(s.DeleteCollectionRequest(name="tenant-a")),
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "ERROR_REASON_COLLECTION_IN_TRASH",
+    )
+    await fails(
+        stub.DeleteCollection(s.DeleteCollectionRequest(name="tenant-c")),
         grpc.StatusCode.NOT_FOUND,
         "ERROR_REASON_COLLECTION_NOT_FOUND",
     )

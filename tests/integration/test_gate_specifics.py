@@ -103,6 +103,40 @@ async def test_allow_duplicate_is_part_of_the_idempotent_request(stub: Stub) -> 
     )
 
 
+async def test_a_replay_answers_with_the_gate_reasons_of_the_first_answer(stub: Stub) -> None:
+    first = await add(stub, "Purchase order 5512 ships from Lyon on May 4.")
+    created = await add(stub, "Purchase order 5521 ships from Lyon on May 4.", request_id="po-1")
+    again = await add(stub, "Purchase order 5521 ships from Lyon on May 4.", request_id="po-1")
+    assert created.gate_reason == "conflicting_specifics" and not created.replayed
+    assert again.replayed and again.memory.id == created.memory.id
+    assert again.gate_reason == created.gate_reason
+    was = {n.id: n for n in created.near_duplicates}[first.memory.id]
+    now = {n.id: n for n in again.near_duplicates}[first.memory.id]
+    assert (now.reason, list(now.conflicts)) == (was.reason, list(was.conflicts))
+    # allow_duplicate: the replay names it too
+    forced = await add(
+        stub, "Purchase order 5512 ships from Lyon on May 4.", request_id="po-2", allow_duplicate=True
+    )
+    replay = await add(
+        stub, "Purchase order 5512 ships from Lyon on May 4.", request_id="po-2", allow_duplicate=True
+    )
+    assert forced.gate_reason == replay.gate_reason == "allow_duplicate"
+    assert replay.replayed and replay.memory.id == forced.memory.id
+    assert {n.id: n.reason for n in replay.near_duplicates}[first.memory.id] == "allow_duplicate"
+    assert await count(stub) == 3
+
+
+async def test_two_names_trading_places_are_written_and_flagged_as_order(stub: Stub) -> None:
+    first = await add(stub, "The user moved from Berlin to Paris.")
+    swapped = await add(stub, "The user moved from Paris to Berlin.")
+    assert swapped.outcome == s.ADD_OUTCOME_CREATED and swapped.memory.id != first.memory.id
+    flagged = {n.id: n for n in swapped.near_duplicates}[first.memory.id]
+    assert flagged.reason == "conflicting_specifics"
+    assert [c.kind for c in flagged.conflicts] == ["order"]
+    assert list(flagged.conflicts[0].existing_values) == ["berlin", "paris"]
+    assert list(flagged.conflicts[0].new_values) == ["paris", "berlin"]
+
+
 async def test_a_reordered_sentence_under_the_threshold_is_refused_as_same_words(stub: Stub) -> None:
     # The embedding puts this pair below 0.92 (0.88 with the default model); the content words and
     # specifics are the same, so it is the same sentence reworded.

@@ -109,9 +109,19 @@ async def test_add_search_update_delete_through_the_tools(engram: AsyncEngramCli
         refused = error_text(await mcp.call_tool("memory_delete", {"id": memory_id}))
         assert "PROTECTED_MEMORY" in refused and "force=true" in refused
         deleted = payload(await mcp.call_tool("memory_delete", {"id": memory_id, "force": True}))
-        assert [m["id"] for m in deleted["deleted"]] == [memory_id]
+        assert [m["id"] for m in deleted["deleted"]] == [memory_id] and deleted["restorable_until"]
         with pytest.raises(MemoryNotFoundError):
             await engram.get(memory_id)
+        # the trash: listed, a clear hint on the deleted id, and undone
+        trash = payload(await mcp.call_tool("memory_trash", {}))
+        assert [m["id"] for m in trash["memories"]] == [memory_id] and trash["memories"][0]["purge_at"]
+        hint = error_text(await mcp.call_tool("memory_update", {"id": memory_id, "new_content": "x"}))
+        assert "memory_restore" in hint
+        restored = payload(await mcp.call_tool("memory_restore", {"id": memory_id}))
+        assert restored["memory"]["id"] == memory_id and "trashed_at" not in restored["memory"]
+        assert (await engram.get(memory_id)).memory.version == 2
+        again = error_text(await mcp.call_tool("memory_restore", {"id": memory_id}))
+        assert "MEMORY_NOT_FOUND" in again
 
 
 async def test_errors_tell_the_model_what_to_do(engram: AsyncEngramClient) -> None:
@@ -153,7 +163,15 @@ async def test_read_only_mode_registers_no_write_tool(engram: AsyncEngramClient)
     async with Client(EngramMcp(ShimSettings(read_only=True), client=engram).server) as mcp:
         names = {t.name for t in (await mcp.list_tools()).tools}
         assert (
-            names == set(READ_TOOLS) == {"memory_context", "memory_search", "memory_topic", "memory_triggers"}
+            names
+            == set(READ_TOOLS)
+            == {
+                "memory_context",
+                "memory_search",
+                "memory_topic",
+                "memory_triggers",
+                "memory_trash",
+            }
         )
         assert error_text(await mcp.call_tool("memory_add", {"content": "sneaky write"}))
         found = payload(await mcp.call_tool("memory_search", {"query": "when does the deploy freeze start"}))
@@ -477,6 +495,35 @@ def test_help_is_plain_text() -> None:
     assert done.returncode == 0, done.stderr
     assert "``" not in done.stdout and ":mod:" not in done.stdout, done.stdout
     assert "ENGRAM_ADDR" in done.stdout and "--collection" in done.stdout
+
+
+async def test_memory_extract_stores_the_facts_of_a_conversation(engram: AsyncEngramClient) -> None:
+    async with Client(EngramMcp(ShimSettings(), client=engram).server) as mcp:
+        tools = {t.name: t for t in (await mcp.list_tools()).tools}
+        assert "memory_add" in (tools["memory_extract"].description or "")
+        messages = [
+            {"role": "user", "content": "I'm Dana, I work as a data engineer at Zalando."},
+            {"role": "assistant", "content": "Nice to meet you, Dana."},
+            {
+                "role": "user",
+                "content": "Never run migrations on Fridays. My token is "
+                "ghp_16C7e42F292c6912E7710c838347Ae178B4a",
+            },
+        ]
+        preview = payload(await mcp.call_tool("memory_extract", {"messages": messages, "dry_run": True}))
+        assert preview["dry_run"] and preview["extractor"] == "rules"
+        assert all("outcome" not in x for x in preview["memories"])
+        done = payload(await mcp.call_tool("memory_extract", {"messages": messages}))
+        assert [(x["type"], x["outcome"]) for x in done["memories"]] == [
+            ("identity", "created"),
+            ("directive", "created"),
+        ]
+        assert done["redactions"] == ["github_token"]
+        assert all("ghp_" not in x["content"] for x in done["memories"])
+        stored = await engram.get(done["memories"][1]["id"])
+        assert stored.memory.content == "User: Never run migrations on Fridays"
+        both = error_text(await mcp.call_tool("memory_extract", {"text": "x", "messages": messages}))
+        assert "exactly one of text or messages" in both
 
 
 async def test_memory_topic_lists_the_index_and_drills_into_a_topic(engram: AsyncEngramClient) -> None:

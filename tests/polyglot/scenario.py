@@ -42,6 +42,11 @@ REQUEST_TYPES: dict[str, type[Message]] = {
     "ListMemories": memory_service_pb2.ListMemoriesRequest,
     "ListCollections": memory_service_pb2.ListCollectionsRequest,
     "DeleteCollection": memory_service_pb2.DeleteCollectionRequest,
+    "ExtractMemories": memory_service_pb2.ExtractMemoriesRequest,
+    "ListTrash": memory_service_pb2.ListTrashRequest,
+    "RestoreMemory": memory_service_pb2.RestoreMemoryRequest,
+    "PurgeTrash": memory_service_pb2.PurgeTrashRequest,
+    "RestoreCollection": memory_service_pb2.RestoreCollectionRequest,
     "GetContext": memory_service_pb2.GetContextRequest,
     "GetTriggers": memory_service_pb2.GetTriggersRequest,
     "ListSlots": memory_service_pb2.ListSlotsRequest,
@@ -132,6 +137,36 @@ class Observer:
             }
         if call == "DeleteCollection":
             return {"deleted_count": resp.deleted_count}
+        if call == "ExtractMemories":  # extracted memories are never captured: no ids
+            return {
+                "extractor": memory_service_pb2.Extractor.Name(resp.extractor),
+                "deduplicated": resp.deduplicated,
+                "dry_run": resp.dry_run,
+                "redactions": list(resp.redactions),
+                "memories": [
+                    {
+                        "content": x.content,
+                        "type": memory_pb2.MemoryType.Name(x.type),
+                        "importance": x.importance,
+                        "tags": sorted(x.tags),
+                        "outcome": memory_service_pb2.AddOutcome.Name(x.result.outcome)
+                        if x.HasField("result")
+                        else "",
+                    }
+                    for x in resp.memories
+                ],
+            }
+        if call == "ListTrash":
+            return {"id_set": sorted(self.name(m.id) for m in resp.memories)}
+        if call == "RestoreMemory":
+            return {
+                "memory": self.memory(resp.memory),
+                "near_duplicates": [self.name(s.id) for s in resp.near_duplicates],
+            }
+        if call == "PurgeTrash":
+            return {"purged_count": resp.purged_count}
+        if call == "RestoreCollection":
+            return {"name": resp.collection.name, "memory_count": resp.collection.memory_count}
         if call == "GetContext":  # the Markdown holds dates: its parts are compared instead
             return {
                 "sections": [

@@ -379,6 +379,27 @@ async def test_dedup_against_existing_insights(st: Stub, llm: Llm, clock: Manual
     assert (await reflect(st, dry_run=True, force=True)).unreflected_count == 5
 
 
+async def test_dedup_keeps_insights_whose_specifics_differ(st: Stub, llm: Llm, clock: ManualClock) -> None:
+    """Reflection's own dedup checks the specifics as the write gate does: the same lesson with
+    another number is a different insight, against stored insights and within one run."""
+    await seed(st)
+    base = json.loads(GOOD)["insights"][0]
+    first = dict(base, content="Restoring the production database from backup takes about 2 hours.")
+    llm.replies.append(chat_reply(insights(first)))
+    done = await reflect(st)
+    assert done.outcome == s.REFLECTION_OUTCOME_COMPLETED
+    for text in LESSONS[:5]:
+        await st.AddMemory(s.AddMemoryRequest(content=text, importance=9))
+    clock.advance(3 * HOUR)
+    changed = dict(base, content="Restoring the production database from backup takes about 6 hours.")
+    copy = dict(base, content="Restoring the production database from backup takes about 2 hours.")
+    llm.replies.append(chat_reply(insights(changed, copy)))
+    r = await reflect(st)
+    assert r.outcome == s.REFLECTION_OUTCOME_COMPLETED, r.detail
+    assert [i.content for i in r.insights] == [changed["content"]]
+    assert [d.id for d in r.duplicates] == [done.insights[0].id]  # the copy is still a duplicate
+
+
 async def test_no_llm_configured_is_a_clear_precondition(tmp_path: Path) -> None:
     async with running_server(tmp_path) as server, grpc.aio.insecure_channel(server.address) as ch:
         with pytest.raises(grpc.aio.AioRpcError) as info:
@@ -519,3 +540,35 @@ async def test_runs_that_called_the_llm_are_kept_newest_first_across_restarts(
                 "ERROR_REASON_INVALID_ARGUMENT",
             )
             assert set(err.violations) == {"limit"}
+
+
+# ------------------------------------------------------------------ slot compaction by the LLM
+
+
+async def test_slot_overflow_is_summarised_by_the_llm(st: Stub, llm: Llm, srv: EngramServer) -> None:
+    srv.service.slot_capacity_tokens = 60  # four lines (15 tokens each) fit, the fifth overflows
+    lines = [f"Preference {i}: the user likes keyboard layout number {i} on laptops." for i in range(5)]
+    llm.replies.append(chat_reply(json.dumps({"summary": "Likes keyboard layouts 0-1."})))
+    for line in lines:
+        got = await st.UpdateSlot(s.UpdateSlotRequest(name="user_preferences", content=line))
+    assert got.compaction == s.SLOT_COMPACTION_LLM
+    assert got.slot.content.startswith("Likes keyboard layouts 0-1.\n")
+    assert got.slot.content == "Likes keyboard layouts 0-1.\n" + "\n".join(lines[2:])
+    assert got.slot.tokens <= 60 and got.slot.compactions == 1
+    (call,) = llm.calls
+    sent = call.json
+    assert lines[0] in sent["messages"][-1]["content"]  # the oldest content went to the model
+    assert lines[-1] not in sent["messages"][-1]["content"]  # the newest stays verbatim
+
+
+async def test_slot_falls_back_to_truncation_when_the_llm_fails(
+    st: Stub, llm: Llm, srv: EngramServer
+) -> None:
+    srv.service.slot_capacity_tokens = 30
+    llm.replies.extend([chat_reply("not json at all")] * 3)
+    for i in range(4):
+        got = await st.UpdateSlot(
+            s.UpdateSlotRequest(name="guidance", content=f"Rule {i}: always double-check step {i} twice.")
+        )
+    assert got.compaction == s.SLOT_COMPACTION_TRUNCATION
+    assert "earlier tokens removed" in got.slot.content and got.slot.tokens <= 30

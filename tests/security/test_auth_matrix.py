@@ -57,6 +57,12 @@ NEEDS = {
     "RunReflection(force)": "admin",
     "ListGateDecisions": "read",
     "ListReflectionRuns": "read",
+    "ExtractMemories": "write",
+    "ListTrash": "read",
+    "RestoreMemory": "write",
+    "PurgeTrash": "write",
+    "PurgeTrash(collection)": "admin",
+    "RestoreCollection": "admin",
     "GetContext": "read",
     "GetTriggers": "read",
     "ListSlots": "read",
@@ -72,6 +78,9 @@ def expected(caller: str, call: str) -> str:
     if caller in ("no_key", "bad_key"):
         return UNAUTH
     return OK if RANK[HOLDS[caller]] >= RANK[NEEDS[call]] else DENIED
+
+
+NOT_TRASHED = "00000000-0000-4000-8000-000000000000"
 
 
 def requests(memory_id: str) -> dict[str, tuple[str, Any]]:
@@ -102,6 +111,19 @@ def requests(memory_id: str) -> dict[str, tuple[str, Any]]:
         ),
         "ListGateDecisions": ("ListGateDecisions", s.ListGateDecisionsRequest(collection="alpha")),
         "ListReflectionRuns": ("ListReflectionRuns", s.ListReflectionRunsRequest(collection="alpha")),
+        "ExtractMemories": (
+            "ExtractMemories",
+            s.ExtractMemoriesRequest(collection="alpha", text="I prefer tabs over spaces.", dry_run=True),
+        ),
+        # The trash calls name nothing in the trash: past auth they answer NOT_FOUND, harmlessly.
+        "ListTrash": ("ListTrash", s.ListTrashRequest(collection="alpha")),
+        "RestoreMemory": ("RestoreMemory", s.RestoreMemoryRequest(collection="alpha", id=NOT_TRASHED)),
+        "PurgeTrash": ("PurgeTrash", s.PurgeTrashRequest(collection="alpha", ids=[NOT_TRASHED])),
+        "PurgeTrash(collection)": (
+            "PurgeTrash",
+            s.PurgeTrashRequest(collection="alpha", purge_collection=True),
+        ),
+        "RestoreCollection": ("RestoreCollection", s.RestoreCollectionRequest(name="alpha")),
         "GetContext": ("GetContext", s.GetContextRequest(collections=["alpha"], query="probe")),
         "GetTriggers": ("GetTriggers", s.GetTriggersRequest(collections=["alpha"], action="deploy")),
         "ListSlots": ("ListSlots", s.ListSlotsRequest(collection="alpha")),

@@ -252,6 +252,10 @@ def reference_match(r: MemoryRecord, f: StoreFilter) -> bool:
         not f.request_ids or r.request_id in f.request_ids,
         f.include_drafts or not r.draft,
         not f.unreflected or r.reflected_at is None,
+        # the trash: left out unless asked for; only_trashed / trashed_before keep only it
+        (r.trashed_at is not None and (f.trashed_before is None or r.trashed_at <= f.trashed_before))
+        if f.only_trashed or f.trashed_before is not None
+        else f.include_trashed or r.trashed_at is None,
     ]
     return all(checks)
 
@@ -276,6 +280,7 @@ def dataset(rng: np.random.Generator) -> list[MemoryRecord]:
                 draft=i % 7 == 3,
                 reflected_at=1500.0 + i if i % 4 == 1 else None,
                 derived_from=(f"src-{i}",) if i % 7 == 3 else (),
+                trashed_at=3000.0 + i if i % 11 == 5 else None,
             )
         )
     current = recs[0].id
@@ -321,6 +326,13 @@ FILTERS: list[StoreFilter] = [
     StoreFilter(include_drafts=True),
     StoreFilter(unreflected=True),
     StoreFilter(unreflected=True, include_drafts=True, min_importance=4),
+    StoreFilter(include_trashed=True),
+    StoreFilter(only_trashed=True),
+    StoreFilter(only_trashed=True, include_history=True, include_drafts=True),
+    StoreFilter(trashed_before=3020.0, include_history=True, include_drafts=True),
+    StoreFilter(trashed_before=2000.0),
+    StoreFilter(only_trashed=True, live_at=2150.0, min_importance=3),
+    StoreFilter(expired_at=2150.0, include_history=True, include_trashed=True),
 ]
 
 
@@ -344,9 +356,11 @@ async def test_every_filter_field_alone_and_combined(store: Store) -> None:
         assert [h.record.id for h in hits] == sorted(
             expected, key=lambda i: -cos[[r.id for r in recs].index(i)]
         ), flt
-    # the sanity of the dataset itself: history and drafts do split it
-    assert await store.count("default", StoreFilter()) == 38
-    assert await store.count("default", StoreFilter(include_drafts=True)) == 45
+    # the sanity of the dataset itself: history, drafts and the trash do split it
+    assert await store.count("default", StoreFilter()) == 35
+    assert await store.count("default", StoreFilter(include_drafts=True)) == 41
+    assert await store.count("default", StoreFilter(include_trashed=True)) == 38
+    assert await store.count("default", StoreFilter(only_trashed=True, include_drafts=True)) == 4
     assert await store.count("default", StoreFilter(only_history_of=recs[0].id)) == 2
 
 
@@ -1104,6 +1118,91 @@ async def test_lexical_limit_bounds_the_bm25_side_only(store: Store) -> None:
         lexical_ids = {pid for k, pid in enumerate(found.ids) if found.lexical[k] > 0}
         assert lexical_ids == {r.id for r in recs[:want]}  # the BM25 best, as many as asked
         assert set(found.ids) == set(dense_top) | lexical_ids
+
+
+# ------------------------------------------------------------------ the trash and spec updates
+
+
+async def test_trashed_points_leave_every_query_and_come_back(
+    backend: str, new_store: Callable[[], Store]
+) -> None:
+    """Setting trashed_at takes a point out of search, candidates, neighbours, scroll and count at
+    once (the embedded store's kept ranking fields and nearest lists too); clearing it brings it
+    back; it survives a reopen."""
+    store = new_store()
+    await store.open()
+    await store.create_collection(spec())
+    rng = np.random.default_rng(31)
+    vecs = unit_vectors(10, rng)
+    recs = [record(content=f"t{i}") for i in range(10)]
+    await store.upsert("default", points(recs, vecs))
+    target = recs[2].id
+    live = StoreFilter(live_at=1500.0)
+    assert target in (await store.candidates("default", vecs[2], 5, live)).ids  # (kept nearest list)
+    await store.set_fields("default", {target: {"trashed_at": 1234.0}})
+
+    async def visible() -> dict[str, bool]:
+        return {
+            "candidates": target in (await store.candidates("default", vecs[2], 5, live)).ids,
+            "search": target in [h.record.id for h in await store.search("default", vecs[2], 5, live)],
+            "batch": target
+            in [h.record.id for h in (await store.search_batch("default", vecs[2:3], 5, live))[0]],
+            "scroll": target in [r.id for r in (await store.scroll("default", StoreFilter(), 100))[0]],
+            "count": await store.count("default", StoreFilter()) == 10,
+        }
+
+    assert not any((await visible()).values())
+    [trashed] = (await store.scroll("default", StoreFilter(only_trashed=True), 10))[0]
+    assert trashed.id == target and trashed.trashed_at == 1234.0
+    [got] = await store.retrieve("default", [target])
+    assert got.record == replace(recs[2], trashed_at=1234.0)
+    await store.close()
+    if backend in PERSISTENT_BACKENDS:
+        store = new_store()
+        await store.open()
+        assert not any((await visible()).values())
+    else:
+        store = new_store()
+        await store.open()
+        await store.create_collection(spec())
+        again = [replace(r, trashed_at=1234.0 if r.id == target else None) for r in recs]
+        await store.upsert("default", points(again, vecs))
+    try:
+        await store.set_fields("default", {target: {"trashed_at": None}})
+        assert all((await visible()).values())
+        [back] = await store.retrieve("default", [target])
+        assert back.record == recs[2]
+    finally:
+        await store.close()
+
+
+async def test_update_collection_replaces_the_spec_and_migrates(
+    backend: str, new_store: Callable[[], Store]
+) -> None:
+    store = new_store()
+    await store.open()
+    old = replace(spec("notes"), format=1)
+    await store.create_collection(old)
+    assert await store.get_collection("notes") == old
+    rng = np.random.default_rng(3)
+    rec = record("notes")
+    await store.upsert("notes", points([rec], unit_vectors(1, rng)))
+    trashed = replace(old, format=2, trashed_at=555.5)
+    await store.update_collection(trashed)
+    assert await store.get_collection("notes") == trashed
+    assert await store.list_collections() == [trashed]
+    with pytest.raises(CollectionNotFound):
+        await store.update_collection(spec("nope"))
+    await store.close()
+    if backend not in PERSISTENT_BACKENDS:
+        return
+    store = new_store()
+    await store.open()
+    try:
+        assert await store.get_collection("notes") == trashed
+        assert [r.id for r in (await store.scroll("notes", StoreFilter(), 10))[0]] == [rec.id]
+    finally:
+        await store.close()
 
 
 async def test_top_orders_by_a_field_and_filters_sessions_agents_triggers(store: Store) -> None:

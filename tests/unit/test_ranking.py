@@ -95,7 +95,7 @@ def test_relevance_leads_under_the_default_weights(mode: FusionMode) -> None:
 
 
 def test_evidence_reports_lexical_and_episode_apart_from_relevance() -> None:
-    p = HybridParams(semantic_weight=0.5, context_weight=0.5, context_window=300.0)
+    p = HybridParams(semantic_weight=0.5, lexical_power=1.0, context_weight=0.5, context_window=300.0)
     semantic = _arr(0.8, 0.3, 0.5)
     ev = evidence(semantic, _arr(0.0, 8.0, 0.0), _arr(0, 60, 10_000), p)
     assert ev.relevance.tolist() == semantic.tolist()  # never inflated
@@ -114,7 +114,7 @@ def _arr(*xs: float) -> np.ndarray:
 
 
 def test_lexical_evidence_only_raises_relevance() -> None:
-    p = HybridParams(semantic_weight=0.5, context_weight=0.0)
+    p = HybridParams(semantic_weight=0.5, lexical_power=1.0, context_weight=0.0)
     rel = hybrid_relevance(_arr(0.6, 0.4, 0.5), _arr(0.0, 8.0, 4.0), _arr(0, 1000, 2000), p)
     # best lexical match: max(0.4, 0.5·0.4 + 0.5·1) = 0.7; half as good lexically: max(0.5, 0.5) = 0.5;
     # no shared word keeps its semantic relevance 0.6
@@ -124,6 +124,27 @@ def test_lexical_evidence_only_raises_relevance() -> None:
     assert hybrid_relevance(_arr(0.6, 0.4), _arr(0, 0), _arr(0, 1000), p).tolist() == pytest.approx(
         [0.6, 0.4]
     )
+
+
+def test_lexical_power_credits_partial_word_matches() -> None:
+    """With p < 1 a memory that shares some of the query's words (a quarter of the best BM25 score)
+    is credited a real share of the lexical evidence; the order of lexical scores is kept and the
+    best lexical match gets the same lift as with the linear form."""
+    sem, lex, t = _arr(0.5, 0.5, 0.5, 0.5), _arr(8.0, 2.0, 0.5, 0.0), _arr(0, 1000, 2000, 3000)
+    linear = hybrid_relevance(sem, lex, t, HybridParams(lexical_power=1.0, context_weight=0.0))
+    rooted = hybrid_relevance(sem, lex, t, HybridParams(lexical_power=0.5, context_weight=0.0))
+    # (2/8) ** 0.5 = 0.5: max(0.5, 0.5·0.5 + 0.5·0.5) = 0.5; linear: 0.25 → no lift either
+    # (0.5/8) ** 0.5 = 0.25 → none; the best match: 0.5·0.5 + 0.5·1 = 0.75 in both
+    assert linear.tolist() == pytest.approx([0.75, 0.5, 0.5, 0.5])
+    assert rooted.tolist() == pytest.approx([0.75, 0.5, 0.5, 0.5])
+    low = _arr(0.2, 0.2, 0.2, 0.2)
+    linear = hybrid_relevance(low, lex, t, HybridParams(lexical_power=1.0, context_weight=0.0))
+    rooted = hybrid_relevance(low, lex, t, HybridParams(lexical_power=0.5, context_weight=0.0))
+    # a weakly related memory with a quarter of the best score: 0.1 + 0.5·0.25 vs 0.1 + 0.5·0.5
+    assert linear.tolist() == pytest.approx([0.6, 0.225, 0.2, 0.2])
+    assert rooted.tolist() == pytest.approx([0.6, 0.35, 0.225, 0.2])
+    assert np.all(np.diff(rooted) <= 0)  # lexical order kept
+    assert HybridParams().lexical_power == 0.5
 
 
 def test_blind_candidates_get_the_lexical_score_of_their_semantic_rank() -> None:
@@ -151,7 +172,7 @@ def test_blind_imputation_is_monotone_and_only_raises() -> None:
     sem = rng.uniform(0.0, 1.0, 200)
     lex = np.where(rng.uniform(0.0, 1.0, 200) < 0.4, rng.uniform(0.0, 1.0, 200), 0.0)
     blind = rng.uniform(0.0, 1.0, 200) < 0.3
-    p = HybridParams(semantic_weight=0.5, context_weight=0.0)
+    p = HybridParams(semantic_weight=0.5, lexical_power=1.0, context_weight=0.0)
     t = np.zeros(200)
     plain = hybrid_relevance(sem, lex, t, p)
     fair = hybrid_relevance(sem, lex, t, p, blind=blind)
@@ -162,7 +183,7 @@ def test_blind_imputation_is_monotone_and_only_raises() -> None:
 
 
 def test_blind_translation_outranks_a_word_sharing_distractor() -> None:
-    p = HybridParams(semantic_weight=0.5, context_weight=0.0)
+    p = HybridParams(semantic_weight=0.5, lexical_power=1.0, context_weight=0.0)
     # the translation is semantically closest but shares no word; the distractor shares one word
     sem, lex, t = _arr(0.55, 0.30, 0.20), _arr(0.0, 6.0, 0.0), _arr(0, 0, 0)
     plain = hybrid_relevance(sem, lex, t, p)

@@ -149,3 +149,36 @@ def test_changed_content_words_are_not_the_same(a: str, b: str) -> None:
 def test_content_words_drop_grammar_and_negation_cues() -> None:
     assert content_words("The user doesn't drink coffee.") == {"user", "drink", "coffee"}
     assert content_words("用户不喜欢吃辣。") == content_words("用户喜欢吃辣。")  # negation is compared apart
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("The shipment goes from Rotterdam to Hamburg.", "The shipment goes from Hamburg to Rotterdam."),
+        ("Clara reports to Martin.", "Martin reports to Clara."),
+        ("王磊把合同寄给了赵敏。", "赵敏把合同寄给了王磊。"),
+        ("航班从广州飞往成都。", "航班从成都飞往广州。"),
+    ],
+)
+def test_two_names_trading_places_is_an_order_conflict(a: str, b: str) -> None:
+    found = [c for c in conflicts(a, b) if c.kind == "order"]
+    assert len(found) == 1
+    assert found[0].existing == tuple(reversed(found[0].new))
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        # coordinated names are one group: their order is free
+        ("Clara and Martin own the cabin.", "Martin and Clara own the cabin."),
+        ("王磊和赵敏负责这个项目。", "赵敏和王磊负责这个项目。"),
+        # passive voice in one text: the roles are kept by "by"
+        ("Clara interviewed Martin.", "Martin was interviewed by Clara."),
+        # a fronted phrase moves one name past the others: no two names trade places
+        ("In Lisbon Clara met Martin.", "Clara met Martin in Lisbon."),
+        # one shared name only
+        ("Clara flew to Lisbon.", "To Lisbon, Clara flew."),
+    ],
+)
+def test_reordered_restatements_have_no_order_conflict(a: str, b: str) -> None:
+    assert "order" not in kinds(a, b)

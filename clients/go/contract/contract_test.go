@@ -129,6 +129,16 @@ func (r *runner) step(st step) (any, error) {
 		req = &engramv1.ListCollectionsRequest{}
 	case "DeleteCollection":
 		req = &engramv1.DeleteCollectionRequest{}
+	case "ExtractMemories":
+		req = &engramv1.ExtractMemoriesRequest{}
+	case "ListTrash":
+		req = &engramv1.ListTrashRequest{}
+	case "RestoreMemory":
+		req = &engramv1.RestoreMemoryRequest{}
+	case "PurgeTrash":
+		req = &engramv1.PurgeTrashRequest{}
+	case "RestoreCollection":
+		req = &engramv1.RestoreCollectionRequest{}
 	case "GetContext":
 		req = &engramv1.GetContextRequest{}
 	case "GetTriggers":
@@ -231,6 +241,67 @@ func (r *runner) step(st step) (any, error) {
 			return normalize(r.rpcError(err))
 		}
 		obs = map[string]any{"deleted_count": resp.GetDeletedCount()}
+	case *engramv1.ExtractMemoriesRequest:
+		resp, err := r.client.ExtractMemories(ctx, q)
+		if err != nil {
+			return normalize(r.rpcError(err))
+		}
+		redactions := []any{}
+		for _, k := range resp.GetRedactions() {
+			redactions = append(redactions, k)
+		}
+		memories := []any{}
+		for _, x := range resp.GetMemories() { // extracted memories are never captured: no ids
+			tags := append([]string{}, x.GetTags()...)
+			sort.Strings(tags)
+			outcome := ""
+			if x.GetResult() != nil {
+				outcome = x.GetResult().GetOutcome().String()
+			}
+			memories = append(memories, map[string]any{
+				"content":    x.GetContent(),
+				"type":       x.GetType().String(),
+				"importance": x.GetImportance(),
+				"tags":       tags,
+				"outcome":    outcome,
+			})
+		}
+		obs = map[string]any{
+			"extractor":    resp.GetExtractor().String(),
+			"deduplicated": resp.GetDeduplicated(),
+			"dry_run":      resp.GetDryRun(),
+			"redactions":   redactions,
+			"memories":     memories,
+		}
+	case *engramv1.ListTrashRequest:
+		resp, err := r.client.ListTrash(ctx, q)
+		if err != nil {
+			return normalize(r.rpcError(err))
+		}
+		obs = map[string]any{"id_set": r.sortedNames(resp.GetMemories())}
+	case *engramv1.RestoreMemoryRequest:
+		resp, err := r.client.RestoreMemory(ctx, q)
+		if err != nil {
+			return normalize(r.rpcError(err))
+		}
+		near := []any{}
+		for _, s := range resp.GetNearDuplicates() {
+			near = append(near, r.name(s.GetId()))
+		}
+		obs = map[string]any{"memory": r.memory(resp.GetMemory()), "near_duplicates": near}
+	case *engramv1.PurgeTrashRequest:
+		resp, err := r.client.PurgeTrash(ctx, q)
+		if err != nil {
+			return normalize(r.rpcError(err))
+		}
+		obs = map[string]any{"purged_count": resp.GetPurgedCount()}
+	case *engramv1.RestoreCollectionRequest:
+		resp, err := r.client.RestoreCollection(ctx, q)
+		if err != nil {
+			return normalize(r.rpcError(err))
+		}
+		c := resp.GetCollection()
+		obs = map[string]any{"name": c.GetName(), "memory_count": c.GetMemoryCount()}
 	case *engramv1.GetContextRequest:
 		resp, err := r.client.GetContext(ctx, q)
 		if err != nil {

@@ -33,6 +33,16 @@ import type { DeleteCollectionRequest } from './gen/engram/v1/DeleteCollectionRe
 import type { DeleteCollectionResponse__Output } from './gen/engram/v1/DeleteCollectionResponse';
 import type { RunReflectionRequest } from './gen/engram/v1/RunReflectionRequest';
 import type { RunReflectionResponse__Output } from './gen/engram/v1/RunReflectionResponse';
+import type { ExtractMemoriesRequest } from './gen/engram/v1/ExtractMemoriesRequest';
+import type { ExtractMemoriesResponse__Output } from './gen/engram/v1/ExtractMemoriesResponse';
+import type { ListTrashRequest } from './gen/engram/v1/ListTrashRequest';
+import type { ListTrashResponse__Output } from './gen/engram/v1/ListTrashResponse';
+import type { RestoreMemoryRequest } from './gen/engram/v1/RestoreMemoryRequest';
+import type { RestoreMemoryResponse__Output } from './gen/engram/v1/RestoreMemoryResponse';
+import type { PurgeTrashRequest } from './gen/engram/v1/PurgeTrashRequest';
+import type { PurgeTrashResponse__Output } from './gen/engram/v1/PurgeTrashResponse';
+import type { RestoreCollectionRequest } from './gen/engram/v1/RestoreCollectionRequest';
+import type { RestoreCollectionResponse__Output } from './gen/engram/v1/RestoreCollectionResponse';
 import type { ListGateDecisionsRequest } from './gen/engram/v1/ListGateDecisionsRequest';
 import type { ListGateDecisionsResponse__Output } from './gen/engram/v1/ListGateDecisionsResponse';
 import type { GetContextRequest } from './gen/engram/v1/GetContextRequest';
@@ -99,6 +109,11 @@ export interface Rpcs {
   ListCollections: [ListCollectionsRequest, ListCollectionsResponse__Output];
   DeleteCollection: [DeleteCollectionRequest, DeleteCollectionResponse__Output];
   RunReflection: [RunReflectionRequest, RunReflectionResponse__Output];
+  ExtractMemories: [ExtractMemoriesRequest, ExtractMemoriesResponse__Output];
+  ListTrash: [ListTrashRequest, ListTrashResponse__Output];
+  RestoreMemory: [RestoreMemoryRequest, RestoreMemoryResponse__Output];
+  PurgeTrash: [PurgeTrashRequest, PurgeTrashResponse__Output];
+  RestoreCollection: [RestoreCollectionRequest, RestoreCollectionResponse__Output];
   ListGateDecisions: [ListGateDecisionsRequest, ListGateDecisionsResponse__Output];
   GetContext: [GetContextRequest, GetContextResponse__Output];
   GetTriggers: [GetTriggersRequest, GetTriggersResponse__Output];

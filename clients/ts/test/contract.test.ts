@@ -140,6 +140,40 @@ class Runner {
           const r = await call(c, 'DeleteCollection', request);
           return { deleted_count: Number(r.deleted_count) };
         }
+        case 'ExtractMemories': {
+          // extracted memories are never captured: no ids
+          const r = await call(c, 'ExtractMemories', request);
+          return {
+            extractor: r.extractor,
+            deduplicated: r.deduplicated,
+            dry_run: r.dry_run,
+            redactions: [...r.redactions],
+            memories: r.memories.map((x) => ({
+              content: x.content,
+              type: x.type,
+              importance: x.importance,
+              tags: [...x.tags].sort(),
+              outcome: x.result ? x.result.outcome : '',
+            })),
+          };
+        }
+        case 'ListTrash': {
+          const r = await call(c, 'ListTrash', request);
+          return { id_set: this.sortedNames(r.memories) };
+        }
+        case 'RestoreMemory': {
+          const r = await call(c, 'RestoreMemory', request);
+          return { memory: this.memory(r.memory), near_duplicates: r.near_duplicates.map((s) => this.name(s.id)) };
+        }
+        case 'PurgeTrash': {
+          const r = await call(c, 'PurgeTrash', request);
+          return { purged_count: Number(r.purged_count) };
+        }
+        case 'RestoreCollection': {
+          const r = await call(c, 'RestoreCollection', request);
+          if (r.collection === null) throw new Error('response without a collection');
+          return { name: r.collection.name, memory_count: Number(r.collection.memory_count) };
+        }
         case 'GetContext': {
           // The Markdown holds dates: its parts are compared instead.
           const r = await call(c, 'GetContext', request);

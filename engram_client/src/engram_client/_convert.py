@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import TypeVar
 
+from google.protobuf.message import Message
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from engram_client.models import (
@@ -19,6 +20,8 @@ from engram_client.models import (
     ContextTopic,
     DeleteCollectionResult,
     DeleteResult,
+    ExtractedMemory,
+    ExtractionResult,
     GetResult,
     Memory,
     MemoryFilter,
@@ -29,6 +32,7 @@ from engram_client.models import (
     ReflectionOutcome,
     ReflectionResult,
     ReflectionRun,
+    RestoreResult,
     ScoreBreakdown,
     SearchResult,
     SearchResults,
@@ -41,6 +45,7 @@ from engram_client.models import (
     Topic,
     TopicMemories,
     TopicPage,
+    TrashedCollection,
     Triggers,
     UpdateResult,
 )
@@ -103,17 +108,8 @@ def timestamp_to_proto(value: datetime, what: str) -> Timestamp:
     return ts
 
 
-def _time(
-    message: memory_pb2.Memory
-    | memory_pb2.CollectionInfo
-    | memory_service_pb2.RunReflectionResponse
-    | memory_service_pb2.ReflectionRun
-    | memory_service_pb2.GetContextResponse
-    | memory_service_pb2.Slot
-    | memory_service_pb2.Topic,
-    name: str,
-) -> datetime | None:
-    if not message.HasField(name):  # type: ignore[arg-type]
+def _time(message: Message, name: str) -> datetime | None:
+    if not message.HasField(name):
         return None
     ts: Timestamp = getattr(message, name)
     return ts.ToDatetime(tzinfo=UTC)
@@ -145,6 +141,8 @@ def memory_from_proto(m: memory_pb2.Memory) -> Memory:
         reflected_at=_time(m, "reflected_at"),
         derived_from=tuple(m.derived_from),
         draft=m.draft,
+        trashed_at=_time(m, "trashed_at"),
+        purge_at=_time(m, "purge_at"),
         session_id=m.session_id or None,
         agent_id=m.agent_id or None,
     )
@@ -258,6 +256,7 @@ def delete_result(resp: memory_service_pb2.DeleteMemoryResponse) -> DeleteResult
         dry_run=resp.dry_run,
         deleted_count=resp.deleted_count if resp.deleted_count or resp.truncated else len(resp.deleted),
         truncated=resp.truncated,
+        purge_at=_time(resp, "purge_at"),
     )
 
 
@@ -288,7 +287,46 @@ def collections(resp: memory_service_pb2.ListCollectionsResponse) -> list[Collec
 
 def delete_collection_result(resp: memory_service_pb2.DeleteCollectionResponse) -> DeleteCollectionResult:
     deleted_at = resp.deleted_at.ToDatetime(tzinfo=UTC) if resp.HasField("deleted_at") else None
-    return DeleteCollectionResult(deleted_count=resp.deleted_count, deleted_at=deleted_at)
+    return DeleteCollectionResult(
+        deleted_count=resp.deleted_count, deleted_at=deleted_at, purge_at=_time(resp, "purge_at")
+    )
+
+
+def trash_page(resp: memory_service_pb2.ListTrashResponse) -> Page:
+    return Page(memories=_memories(resp.memories), next_page_token=resp.next_page_token or None)
+
+
+def restore_result(resp: memory_service_pb2.RestoreMemoryResponse) -> RestoreResult:
+    return RestoreResult(
+        memory=memory_from_proto(resp.memory), near_duplicates=_similar(resp.near_duplicates)
+    )
+
+
+def trashed_collections(resp: memory_service_pb2.ListCollectionsResponse) -> list[TrashedCollection]:
+    return [
+        TrashedCollection(
+            name=c.name,
+            memory_count=c.memory_count,
+            trashed_at=_time(c, "trashed_at"),
+            purge_at=_time(c, "purge_at"),
+        )
+        for c in resp.trashed
+    ]
+
+
+def purged_count(resp: memory_service_pb2.PurgeTrashResponse) -> int:
+    return int(resp.purged_count)
+
+
+def restored_collection(resp: memory_service_pb2.RestoreCollectionResponse) -> CollectionInfo:
+    c = resp.collection
+    return CollectionInfo(
+        name=c.name,
+        memory_count=c.memory_count,
+        embedding_model=c.embedding_model,
+        embedding_dimension=c.embedding_dimension,
+        created_at=_time(c, "created_at"),
+    )
 
 
 def reflection_result(resp: memory_service_pb2.RunReflectionResponse) -> ReflectionResult:
@@ -324,6 +362,35 @@ def reflection_runs(resp: memory_service_pb2.ListReflectionRunsResponse) -> list
         )
         for r in resp.runs
     ]
+
+
+_EXTRACTOR_NAMES = {
+    memory_service_pb2.EXTRACTOR_LLM: "llm",
+    memory_service_pb2.EXTRACTOR_RULES: "rules",
+    memory_service_pb2.EXTRACTOR_NONE: "none",
+}
+
+
+def extraction_result(resp: memory_service_pb2.ExtractMemoriesResponse) -> ExtractionResult:
+    return ExtractionResult(
+        memories=tuple(
+            ExtractedMemory(
+                content=x.content,
+                type=_TYPE_FROM.get(x.type, MemoryType.UNSPECIFIED),
+                importance=x.importance,
+                tags=tuple(x.tags),
+                created_at=_time(x, "created_at"),
+                result=add_result(x.result, "") if x.HasField("result") else None,
+            )
+            for x in resp.memories
+        ),
+        extractor=_EXTRACTOR_NAMES.get(resp.extractor, "unspecified"),
+        fallback_reason=resp.fallback_reason,
+        deduplicated=resp.deduplicated,
+        redactions=tuple(resp.redactions),
+        model=resp.model,
+        dry_run=resp.dry_run,
+    )
 
 
 _SECTION_KIND = {

@@ -17,6 +17,7 @@ from google.protobuf.message import Message
 
 from engram_client import _convert
 from engram_client.errors import (
+    CollectionInTrashError,
     CollectionNotFoundError,
     EngramError,
     MemoryNotFoundError,
@@ -26,8 +27,10 @@ from engram_client.models import (
     AddResult,
     CollectionInfo,
     ContextPack,
+    ConversationMessage,
     DeleteCollectionResult,
     DeleteResult,
+    ExtractionResult,
     GetResult,
     MemoryFilter,
     MemoryType,
@@ -37,6 +40,7 @@ from engram_client.models import (
     RankingWeights,
     ReflectionResult,
     ReflectionRun,
+    RestoreResult,
     SearchResults,
     Slot,
     SlotUpdate,
@@ -44,8 +48,10 @@ from engram_client.models import (
     SourceName,
     SourceType,
     SourceTypeName,
+    ToolObservation,
     TopicMemories,
     TopicPage,
+    TrashedCollection,
     Triggers,
     UpdateResult,
 )
@@ -63,7 +69,7 @@ class Plan(Generic[R]):
     retry: bool = True
     #: If a retry (after an UNAVAILABLE attempt) fails with this error, the lost attempt most
     #: likely did the work: answer ``gone()`` instead of raising.
-    gone_error: type[EngramError] | None = None
+    gone_error: type[EngramError] | tuple[type[EngramError], ...] | None = None
     gone: Callable[[], R] | None = None
     #: The error the call raises for the one it got, when the plan says it more clearly
     #: (raised ``from`` the original).
@@ -302,9 +308,40 @@ def delete_collection(name: str) -> Plan[DeleteCollectionResult]:
         "DeleteCollection",
         memory_service_pb2.DeleteCollectionRequest(name=name),
         _convert.delete_collection_result,
-        gone_error=CollectionNotFoundError,
+        # (in the trash after the lost attempt, or dropped when the server's trash is off)
+        gone_error=(CollectionNotFoundError, CollectionInTrashError),
         gone=lambda: DeleteCollectionResult(deleted_count=0, deleted_at=None, already_deleted=True),
     )
+
+
+def list_trash(*, collection: str | None, page_size: int, page_token: str | None) -> Plan[Page]:
+    req = memory_service_pb2.ListTrashRequest(
+        collection=collection or "", page_size=page_size, page_token=page_token or ""
+    )
+    return Plan("ListTrash", req, _convert.trash_page)
+
+
+def restore(id: str, *, collection: str | None) -> Plan[RestoreResult]:
+    req = memory_service_pb2.RestoreMemoryRequest(collection=collection or "", id=id)
+    # Not retried blindly: a lost answer that did restore would read as MEMORY_NOT_FOUND after.
+    return Plan("RestoreMemory", req, _convert.restore_result, retry=False)
+
+
+def purge_trash(*, collection: str | None, ids: Sequence[str], purge_collection: bool) -> Plan[int]:
+    req = memory_service_pb2.PurgeTrashRequest(
+        collection=collection or "", ids=list(ids), purge_collection=purge_collection
+    )
+    return Plan("PurgeTrash", req, _convert.purged_count, retry=not ids and not purge_collection)
+
+
+def list_trashed_collections() -> Plan[list[TrashedCollection]]:
+    req = memory_service_pb2.ListCollectionsRequest(include_trashed=True)
+    return Plan("ListCollections", req, _convert.trashed_collections)
+
+
+def restore_collection(name: str) -> Plan[CollectionInfo]:
+    req = memory_service_pb2.RestoreCollectionRequest(name=name)
+    return Plan("RestoreCollection", req, _convert.restored_collection, retry=False)
 
 
 def run_reflection(*, collection: str | None, dry_run: bool, force: bool) -> Plan[ReflectionResult]:
@@ -360,6 +397,61 @@ def _reflection_unavailable(error: EngramError) -> EngramError:
         status=error.status,
         details=error.details,
     )
+
+
+ExtractionModeName = str
+
+
+def extract(
+    *,
+    text: str | None,
+    messages: Sequence[ConversationMessage | tuple[str, str]] | None,
+    observation: ToolObservation | None,
+    collection: str | None,
+    mode: str,
+    dry_run: bool,
+    tags: Sequence[str],
+) -> Plan[ExtractionResult]:
+    if isinstance(tags, str):
+        raise TypeError("tags must be a sequence of strings, not a string")
+    given = [
+        n for n, v in (("text", text), ("messages", messages), ("observation", observation)) if v is not None
+    ]
+    if len(given) != 1:
+        raise ValueError(
+            f"give exactly one of text, messages or observation (got {', '.join(given) or 'none'})"
+        )
+    modes = {
+        "auto": memory_service_pb2.EXTRACTION_MODE_AUTO,
+        "rules": memory_service_pb2.EXTRACTION_MODE_RULES,
+    }
+    if mode not in modes:
+        raise ValueError(f"mode must be one of auto, rules; got {mode!r}")
+    req = memory_service_pb2.ExtractMemoriesRequest(
+        collection=collection or "", mode=modes[mode], dry_run=dry_run, tags=list(tags)
+    )
+    if text is not None:
+        req.text = text
+    elif messages is not None:
+        conv = req.conversation
+        for item in messages:
+            msg = item if isinstance(item, ConversationMessage) else ConversationMessage(item[0], item[1])
+            out = conv.messages.add(role=msg.role, content=msg.content)
+            if msg.created_at is not None:
+                out.created_at.CopyFrom(_convert.timestamp_to_proto(msg.created_at, "created_at"))
+        if not conv.messages:
+            req.conversation.SetInParent()
+    elif observation is not None:
+        req.observation.CopyFrom(
+            memory_service_pb2.ToolObservation(
+                tool_name=observation.tool_name,
+                input=observation.input,
+                output=observation.output,
+                error=observation.error,
+            )
+        )
+    # A real call writes (and may call an LLM): not retried; a dry run is.
+    return Plan("ExtractMemories", req, _convert.extraction_result, retry=dry_run)
 
 
 def get_context(

@@ -65,8 +65,10 @@ from engram_client.models import (
     AddResult,
     CollectionInfo,
     ContextPack,
+    ConversationMessage,
     DeleteCollectionResult,
     DeleteResult,
+    ExtractionResult,
     GetResult,
     Memory,
     MemoryFilter,
@@ -77,6 +79,7 @@ from engram_client.models import (
     RankingWeights,
     ReflectionResult,
     ReflectionRun,
+    RestoreResult,
     SearchResults,
     Slot,
     SlotUpdate,
@@ -84,8 +87,10 @@ from engram_client.models import (
     SourceName,
     SourceType,
     SourceTypeName,
+    ToolObservation,
     TopicMemories,
     TopicPage,
+    TrashedCollection,
     Triggers,
     UpdateResult,
 )
@@ -390,7 +395,7 @@ class EngramClient(_ClientBase):
         dry_run: bool = False,
         timeout: float | None = None,
     ) -> DeleteResult:
-        """Hard-delete one memory by ``id`` (with its history) or the memories matching ``query``
+        """Delete one memory by ``id`` (with its history) or the memories matching ``query``
         (at most ``limit``, default 1, at calibrated similarity ≥ ``threshold``, default 0.85).
         Identity and directive memories need ``force=True`` (else ProtectedMemoryError)."""
         plan = _plans.delete(
@@ -466,8 +471,53 @@ class EngramClient(_ClientBase):
         return self._run(_plans.list_collections(), timeout)
 
     def delete_collection(self, name: str, *, timeout: float | None = None) -> DeleteCollectionResult:
-        """Remove a collection and every memory in it."""
+        """Remove a collection and every memory in it (to the server's trash: see
+        :meth:`restore_collection`)."""
         return self._run(_plans.delete_collection(name), timeout)
+
+    def list_trash(
+        self,
+        *,
+        collection: str | None = None,
+        page_size: int = 100,
+        page_token: str | None = None,
+        timeout: float | None = None,
+    ) -> Page:
+        """One page of the memories in ``collection``'s trash (deleted, not yet purged), each with
+        ``trashed_at`` and ``purge_at``."""
+        return self._run(
+            _plans.list_trash(collection=collection, page_size=page_size, page_token=page_token), timeout
+        )
+
+    def restore(
+        self, id: str, *, collection: str | None = None, timeout: float | None = None
+    ) -> RestoreResult:
+        """Take a deleted memory (with its history) out of the trash, as it was. Live near-copies
+        written meanwhile are reported in ``near_duplicates``. MemoryNotFoundError when it is not in
+        the trash (never deleted, purged, or expired meanwhile)."""
+        return self._run(_plans.restore(id, collection=collection), timeout)
+
+    def purge_trash(
+        self,
+        ids: Sequence[str] = (),
+        *,
+        collection: str | None = None,
+        purge_collection: bool = False,
+        timeout: float | None = None,
+    ) -> int:
+        """Delete for good what is in ``collection``'s trash (only ``ids``, when given), or with
+        ``purge_collection`` the collection itself, which must be in the trash (admin role).
+        Returns how many stored memories (history versions included) went."""
+        plan = _plans.purge_trash(collection=collection, ids=ids, purge_collection=purge_collection)
+        return self._run(plan, timeout)
+
+    def list_trashed_collections(self, *, timeout: float | None = None) -> list[TrashedCollection]:
+        """The collections in the trash (deleted with :meth:`delete_collection`, not yet purged)."""
+        return self._run(_plans.list_trashed_collections(), timeout)
+
+    def restore_collection(self, name: str, *, timeout: float | None = None) -> CollectionInfo:
+        """Take a deleted collection out of the trash, with its memories (admin role)."""
+        return self._run(_plans.restore_collection(name), timeout)
 
     def run_reflection(
         self,
@@ -495,6 +545,36 @@ class EngramClient(_ClientBase):
         failed; scheduled or asked for), newest first: at most ``limit`` (1–50; 0 means 20). The
         server keeps the last 50 per collection with the store."""
         return self._run(_plans.reflection_runs(collection=collection, limit=limit), timeout)
+
+    def extract(
+        self,
+        *,
+        text: str | None = None,
+        messages: Sequence[ConversationMessage | tuple[str, str]] | None = None,
+        observation: ToolObservation | None = None,
+        collection: str | None = None,
+        mode: str = "auto",
+        dry_run: bool = False,
+        tags: Sequence[str] = (),
+        timeout: float | None = None,
+    ) -> ExtractionResult:
+        """Extract the memories worth keeping from one input — ``text``, a conversation
+        (``messages``: :class:`ConversationMessage` or ``(role, content)`` pairs) or a tool
+        ``observation`` — and write each through the write gate. The server's privacy filter
+        removes secrets and ``<private>`` spans first. ``mode="auto"`` uses the server's LLM when
+        it has one (falling back to its rules when the LLM fails: see ``fallback_reason``);
+        ``"rules"`` never calls it. ``dry_run`` returns the proposals and writes nothing. An input
+        repeated within the server's dedup window comes back ``deduplicated`` and empty."""
+        plan = _plans.extract(
+            text=text,
+            messages=messages,
+            observation=observation,
+            collection=collection,
+            mode=mode,
+            dry_run=dry_run,
+            tags=tags,
+        )
+        return self._run(plan, timeout)
 
     def get_context(
         self,
@@ -865,6 +945,50 @@ class AsyncEngramClient(_ClientBase):
         """See :meth:`EngramClient.delete_collection`."""
         return await self._run(_plans.delete_collection(name), timeout)
 
+    async def list_trash(
+        self,
+        *,
+        collection: str | None = None,
+        page_size: int = 100,
+        page_token: str | None = None,
+        timeout: float | None = None,
+    ) -> Page:
+        """One page of the memories in ``collection``'s trash (deleted, not yet purged), each with
+        ``trashed_at`` and ``purge_at``."""
+        return await self._run(
+            _plans.list_trash(collection=collection, page_size=page_size, page_token=page_token), timeout
+        )
+
+    async def restore(
+        self, id: str, *, collection: str | None = None, timeout: float | None = None
+    ) -> RestoreResult:
+        """Take a deleted memory (with its history) out of the trash, as it was. Live near-copies
+        written meanwhile are reported in ``near_duplicates``. MemoryNotFoundError when it is not in
+        the trash (never deleted, purged, or expired meanwhile)."""
+        return await self._run(_plans.restore(id, collection=collection), timeout)
+
+    async def purge_trash(
+        self,
+        ids: Sequence[str] = (),
+        *,
+        collection: str | None = None,
+        purge_collection: bool = False,
+        timeout: float | None = None,
+    ) -> int:
+        """Delete for good what is in ``collection``'s trash (only ``ids``, when given), or with
+        ``purge_collection`` the collection itself, which must be in the trash (admin role).
+        Returns how many stored memories (history versions included) went."""
+        plan = _plans.purge_trash(collection=collection, ids=ids, purge_collection=purge_collection)
+        return await self._run(plan, timeout)
+
+    async def list_trashed_collections(self, *, timeout: float | None = None) -> list[TrashedCollection]:
+        """The collections in the trash (deleted with :meth:`delete_collection`, not yet purged)."""
+        return await self._run(_plans.list_trashed_collections(), timeout)
+
+    async def restore_collection(self, name: str, *, timeout: float | None = None) -> CollectionInfo:
+        """Take a deleted collection out of the trash, with its memories (admin role)."""
+        return await self._run(_plans.restore_collection(name), timeout)
+
     async def run_reflection(
         self,
         *,
@@ -882,6 +1006,30 @@ class AsyncEngramClient(_ClientBase):
     ) -> list[ReflectionRun]:
         """See :meth:`EngramClient.reflection_runs`."""
         return await self._run(_plans.reflection_runs(collection=collection, limit=limit), timeout)
+
+    async def extract(
+        self,
+        *,
+        text: str | None = None,
+        messages: Sequence[ConversationMessage | tuple[str, str]] | None = None,
+        observation: ToolObservation | None = None,
+        collection: str | None = None,
+        mode: str = "auto",
+        dry_run: bool = False,
+        tags: Sequence[str] = (),
+        timeout: float | None = None,
+    ) -> ExtractionResult:
+        """See :meth:`EngramClient.extract`."""
+        plan = _plans.extract(
+            text=text,
+            messages=messages,
+            observation=observation,
+            collection=collection,
+            mode=mode,
+            dry_run=dry_run,
+            tags=tags,
+        )
+        return await self._run(plan, timeout)
 
     async def get_context(
         self,

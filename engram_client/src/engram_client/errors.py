@@ -22,6 +22,7 @@ from google.rpc import error_details_pb2, status_pb2
 __all__ = [
     "AlreadyExistsError",
     "AmbiguousMatchError",
+    "CollectionInTrashError",
     "CollectionNotFoundError",
     "DeadlineExceededError",
     "EmbedderUnavailableError",
@@ -285,6 +286,13 @@ class RateLimitedError(ResourceExhaustedError):
     REASON = "ERROR_REASON_RATE_LIMITED"
 
 
+class CollectionInTrashError(FailedPreconditionError):
+    """The collection was deleted and is in the trash: nothing reads or writes it until
+    ``restore_collection`` (or ``purge_trash(purge_collection=True)`` deletes it for good)."""
+
+    REASON = "ERROR_REASON_COLLECTION_IN_TRASH"
+
+
 class StorageFullError(ResourceExhaustedError):
     """The server's data volume is below its free-space headroom: writes are refused (nothing was
     written) until an operator frees space; reads keep working. Retrying soon will not help."""
@@ -299,6 +307,7 @@ _BY_REASON: dict[str, type[EngramError]] = {
         ThresholdTooLowError,
         MemoryNotFoundError,
         CollectionNotFoundError,
+        CollectionInTrashError,
         TopicNotFoundError,
         NoMatchError,
         ProtectedMemoryError,

@@ -147,7 +147,7 @@ class Memory:
     metadata: Mapping[str, str] = field(hash=False)
     created_at: datetime
     updated_at: datetime
-    #: When the memory expires and is hard-deleted; ``None`` means never.
+    #: When the memory expires and is hard-deleted (in the trash or not); ``None`` means never.
     valid_until: datetime | None
     version: int
     #: Set on history versions only: the id of the current memory that replaced this one.
@@ -159,6 +159,10 @@ class Memory:
     derived_from: tuple[str, ...] = ()
     #: A low-confidence reflection insight kept as a draft (never returned by search).
     draft: bool = False
+    #: Set only for a memory in the trash (:meth:`EngramClient.list_trash`): when it was deleted.
+    trashed_at: datetime | None = None
+    #: Set only for a memory in the trash: when the server purges it for good.
+    purge_at: datetime | None = None
     #: The agent session the memory was written in (``None`` when none was given).
     session_id: str | None = None
     #: The agent that wrote the memory (``None`` when none was given).
@@ -322,6 +326,9 @@ class DeleteResult:
     deleted_count: int | None = None
     #: True when ``deleted`` lists only those that fit in one answer; the deletion is complete.
     truncated: bool = False
+    #: Until when :meth:`EngramClient.restore` can bring them back; ``None`` when the deletion is
+    #: final (the server's trash is off) or for a dry run.
+    purge_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -411,6 +418,29 @@ class DeleteCollectionResult:
     deleted_at: datetime | None
     #: True when an attempt failed with UNAVAILABLE and the retry found the collection gone.
     already_deleted: bool = False
+    #: Until when :meth:`EngramClient.restore_collection` can bring it back; ``None`` when final.
+    purge_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TrashedCollection:
+    """A deleted collection still in the trash."""
+
+    name: str
+    memory_count: int
+    trashed_at: datetime | None
+    purge_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreResult:
+    """The answer of :meth:`EngramClient.restore`."""
+
+    #: The memory, live again, as it was when deleted (same id, content, timestamps, TTL).
+    memory: Memory
+    #: Live memories in its near-duplicate zone or above, most similar first: near-copies written
+    #: while it was in the trash (a restore does not go through the write gate).
+    near_duplicates: tuple[SimilarMemory, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -487,6 +517,59 @@ class ReflectionRun:
     draft_ids: tuple[str, ...]
     #: Proposed insights dropped as near-copies of existing ones.
     duplicates: int
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationMessage:
+    """One turn of a conversation given to :meth:`EngramClient.extract`."""
+
+    #: ``"user"``, ``"assistant"`` or another speaker's name.
+    role: str
+    content: str
+    #: When it was said (memories taken from this turn get it as ``created_at``); None = now.
+    created_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolObservation:
+    """What an agent's tool call did, for :meth:`EngramClient.extract`."""
+
+    tool_name: str
+    #: The tool's input as text (usually its JSON arguments).
+    input: str = ""
+    output: str = ""
+    #: The error when the call failed; empty when it succeeded.
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ExtractedMemory:
+    """One memory :meth:`EngramClient.extract` proposed, and what the write gate did with it."""
+
+    content: str
+    type: MemoryType
+    importance: int
+    tags: tuple[str, ...]
+    created_at: datetime | None
+    #: The gate's answer (``CREATED`` or ``DUPLICATE``); None for a dry run.
+    result: AddResult | None
+
+
+@dataclass(frozen=True, slots=True)
+class ExtractionResult:
+    """The answer of :meth:`EngramClient.extract`."""
+
+    memories: tuple[ExtractedMemory, ...]
+    #: ``"llm"``, ``"rules"``, or ``"none"`` (the input repeated one inside the dedup window).
+    extractor: str
+    #: Why the rules ran although the server has an LLM (its error); empty otherwise.
+    fallback_reason: str
+    #: True when the input repeated one extracted recently: nothing was extracted or written.
+    deduplicated: bool
+    #: What the privacy filter removed from the input, one kind per finding.
+    redactions: tuple[str, ...]
+    model: str
+    dry_run: bool
 
 
 @dataclass(frozen=True, slots=True)

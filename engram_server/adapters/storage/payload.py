@@ -18,6 +18,7 @@ Payload layout (one point per memory; the point id is the memory's UUID string):
     near_duplicates: [[id, similarity], ...]
     derived_from: [str]     (reflection insights only)
     draft: "true"           (reflection drafts only; a keyword so its index serves the filter)
+    trashed_at: float       (only while the memory is in the trash: when it was deleted)
     session_id / agent_id: str (absent when unset)
     has_trigger: "true"     (derived: the memory has a trigger:<action> tag; absent otherwise)
 
@@ -38,6 +39,7 @@ import numpy as np
 from engram_server.domain.errors import InvalidArgument, StorageUnavailable
 from engram_server.domain.model import (
     NEVER,
+    STORAGE_FORMAT,
     Candidates,
     CollectionSpec,
     MemoryRecord,
@@ -99,6 +101,8 @@ PAYLOAD_INDEXES: Final[Mapping[str, IndexKind]] = {
     # payload (measured: 24 ms instead of 1 ms for a filtered top-30 at 5k points).
     "draft": "keyword",
     "reflected_at": "float",
+    # Since format 2: every filter but the trash's own tests it is empty.
+    "trashed_at": "float",
     # Sessions (GetContext, filters by session and agent, the per-session cap) and triggers.
     "session_id": "keyword",
     "agent_id": "keyword",
@@ -160,6 +164,7 @@ def record_to_payload(record: MemoryRecord) -> dict[str, Any]:
         "superseded_by": record.superseded_by,
         "last_accessed_at": None if record.last_accessed_at is None else float(record.last_accessed_at),
         "reflected_at": None if record.reflected_at is None else float(record.reflected_at),
+        "trashed_at": None if record.trashed_at is None else float(record.trashed_at),
         "request_id": record.request_id,
         "request_hash": record.request_hash,
         "session_id": record.session_id,
@@ -205,6 +210,7 @@ def record_from_payload(point_id: object, collection: str, payload: Mapping[str,
             near_duplicates=tuple((str(i), float(s)) for i, s in payload.get("near_duplicates") or ()),
             derived_from=tuple(str(i) for i in payload.get("derived_from") or ()),
             draft=payload.get("draft") in (True, "true"),
+            trashed_at=_opt_float(payload.get("trashed_at")),
             session_id=_opt_str(payload.get("session_id")),
             agent_id=_opt_str(payload.get("agent_id")),
         )
@@ -223,12 +229,14 @@ CANDIDATE_FIELDS: Final[tuple[str, ...]] = (
     "script",
     "superseded_by",
     "draft",
+    "trashed_at",
 )
 
 _TYPE_OF: Final[dict[str, MemoryType]] = {t.value: t for t in MemoryType}
 
 #: What ranking needs of a point, read from its payload: type, importance, created_at,
-#: valid_until, script, and whether it is current (neither a history version nor a draft), so
+#: valid_until, script, and whether it is current (neither a history version, a draft nor in the
+#: trash), so
 #: that whether a point is live can be told without the engine (see :func:`rank_fields`); last,
 #: the point's canonical id (a store may keep these by another key, see :func:`rank_key`).
 RankFields = tuple[MemoryType, float, float, float, str, bool, str]
@@ -251,7 +259,9 @@ def rank_fields(key: str, payload: Mapping[str, Any] | None, collection: str) ->
             float(p["created_at"]),
             float(p.get("valid_until", NEVER)),
             _SCRIPTS.setdefault(script, script) if len(_SCRIPTS) < 64 else script,
-            _is_empty(p.get("superseded_by")) and _is_empty(p.get("draft")),
+            _is_empty(p.get("superseded_by"))
+            and _is_empty(p.get("draft"))
+            and _is_empty(p.get("trashed_at")),
             key,
         )
     except (KeyError, ValueError, TypeError) as exc:
@@ -307,12 +317,15 @@ def split_live(flt: StoreFilter) -> tuple[StoreFilter, float] | None:
     the embedded store may decide from the ranking fields while the engine applies the rest: the
     user's conditions on type, tags, source type, creation time and importance, which change only
     when a point is written (the user part matches history and drafts too). None for any other
-    filter (no ``live_at``, history, drafts, request ids, reflection, expiry)."""
+    filter (no ``live_at``, history, drafts, trash, request ids, reflection, expiry)."""
     live_at = flt.live_at
     if (
         live_at is None
         or flt.include_history
         or flt.include_drafts
+        or flt.include_trashed
+        or flt.only_trashed
+        or flt.trashed_before is not None
         or flt.only_history_of is not None
         or flt.request_id is not None
         or flt.request_ids
@@ -480,7 +493,7 @@ def _encode_value(name: str, value: Any) -> Any:
         return [str(i) for i in value]
     if name == "draft":
         return "true" if value else None
-    if name in ("created_at", "updated_at", "valid_until", "last_accessed_at", "reflected_at"):
+    if name in ("created_at", "updated_at", "valid_until", "last_accessed_at", "reflected_at", "trashed_at"):
         return float(value)
     if name in ("importance", "version", "access_count"):
         return int(value)
@@ -587,6 +600,14 @@ def filter_plan(flt: StoreFilter) -> FilterPlan:
         must.append(IsEmpty("superseded_by"))
     if not flt.include_drafts:
         must.append(IsEmpty("draft"))
+    if flt.only_trashed or flt.trashed_before is not None:
+        must.append(
+            Range(
+                "trashed_at", gte=0.0, lte=None if flt.trashed_before is None else float(flt.trashed_before)
+            )
+        )
+    elif not flt.include_trashed:
+        must.append(IsEmpty("trashed_at"))
     if flt.unreflected:
         must.append(IsEmpty("reflected_at"))
     if flt.types:
@@ -630,38 +651,52 @@ def filter_plan(flt: StoreFilter) -> FilterPlan:
 
 # --------------------------------------------------------------------------- specs
 
-_SPEC_FORMAT = 1
-
 
 def spec_to_json(spec: CollectionSpec) -> dict[str, Any]:
-    return {
-        "format": _SPEC_FORMAT,
+    out: dict[str, Any] = {
+        "format": spec.format,
         "name": spec.name,
         "embedding_model": spec.embedding_model,
         "dimension": spec.dimension,
         "created_at": spec.created_at,
         "lexical": spec.lexical,
     }
+    if spec.trashed_at is not None:
+        out["trashed_at"] = spec.trashed_at
+    return out
 
 
 def spec_from_json(data: object, *, where: str) -> CollectionSpec:
-    """Parse a stored spec; anything malformed is a clear StorageUnavailable naming ``where``."""
+    """Parse a stored spec; anything malformed is a clear StorageUnavailable naming ``where``.
+
+    A spec of an older format (``format`` below :data:`STORAGE_FORMAT`) is read as is, its
+    ``format`` telling the caller to migrate it; a newer one is refused (a newer release wrote it).
+    """
     try:
         if isinstance(data, (str, bytes)):
             data = json.loads(data)
         if not isinstance(data, Mapping):
             raise TypeError(f"expected an object, got {type(data).__name__}")
-        if data.get("format") != _SPEC_FORMAT:
-            raise ValueError(f"unsupported spec format {data.get('format')!r}")
+        fmt = data.get("format")
+        if isinstance(fmt, int) and not isinstance(fmt, bool) and fmt > STORAGE_FORMAT:
+            raise StorageUnavailable(
+                f"the collection at {where} has storage format {fmt}, written by a newer Engram release; "
+                f"this server reads formats 1 to {STORAGE_FORMAT}: upgrade Engram"
+            )
+        if not isinstance(fmt, int) or isinstance(fmt, bool) or fmt < 1:
+            raise ValueError(f"unsupported spec format {fmt!r}")
         dimension = data["dimension"]
         if not isinstance(dimension, int) or isinstance(dimension, bool) or dimension <= 0:
             raise ValueError(f"bad dimension {dimension!r}")
+        trashed_at = data.get("trashed_at")
         return CollectionSpec(
             name=str(data["name"]),
             embedding_model=str(data["embedding_model"]),
             dimension=dimension,
             created_at=float(data["created_at"]),
             lexical=_optional_str(data.get("lexical")),
+            format=fmt,
+            trashed_at=None if trashed_at is None else float(trashed_at),
         )
     except (ValueError, TypeError, KeyError) as exc:
         raise StorageUnavailable(f"corrupt collection spec at {where}: {exc}") from exc

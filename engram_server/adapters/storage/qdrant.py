@@ -307,6 +307,20 @@ class QdrantStore:
                 specs.append(spec)
         return sorted(specs, key=lambda s: s.name)
 
+    async def update_collection(self, spec: CollectionSpec) -> None:
+        self._specs.pop(spec.name, None)  # read the stored one afresh
+        current = await self._spec(spec.name)
+        if spec.format > current.format and not self._local:
+            for field_name, kind in PAYLOAD_INDEXES.items():  # idempotent on the server
+                await self._create_index(spec.name, field_name, _INDEX_SCHEMA[kind])
+        qname = self._qname(spec.name)
+        await self._call(
+            "update collection",
+            lambda: self._c.update_collection(qname, metadata={_META_KEY: spec_to_json(spec)}),
+            collection=spec.name,
+        )
+        self._specs[spec.name] = spec
+
     async def drop_collection(self, name: str) -> int:
         if await self.get_collection(name) is None:
             return 0

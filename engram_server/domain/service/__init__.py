@@ -1,5 +1,5 @@
 """The use-cases: add (with the write gate), search (fusion ranking), update (versioned),
-delete (protected), get, list, collections, and the expiry sweep.
+delete (protected, to the trash), get, list, the trash, collections, and the sweep.
 
 Pure orchestration over the ports: no gRPC, no storage engine, no model library.
 
@@ -11,7 +11,8 @@ each path in one file:
 - :mod:`.writing`: add / add-many and the write gate;
 - :mod:`.searching`: search, candidates, ranking assembly, record cache and access counts;
 - :mod:`.editing`: locate, update, delete, get, history, list and page tokens;
-- :mod:`.collections`: list / delete collections and the expiry sweep;
+- :mod:`.trash`: list, restore and purge the trash;
+- :mod:`.collections`: list / delete / restore collections and the sweep (expiry, trash purge);
 - :mod:`.context`: the session context pack, triggers and slots.
 """
 
@@ -49,8 +50,8 @@ from engram_server.domain.service.context import (
     TriggerResult,
 )
 from engram_server.domain.service.core import ServiceCore, TopicSource, stored_point
-from engram_server.domain.service.editing import Editing
 from engram_server.domain.service.searching import _Query
+from engram_server.domain.service.trash import Trash
 from engram_server.domain.service.writing import Writing, normalise_text, with_provenance
 
 __all__ = [
@@ -89,5 +90,5 @@ __all__ = [
 ]
 
 
-class MemoryService(Writing, ContextPacks, Editing, Collections):
+class MemoryService(Writing, ContextPacks, Trash, Collections):
     """Engram's memory lifecycle over a Store and an Embedder."""

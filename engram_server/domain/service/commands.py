@@ -19,6 +19,7 @@ from engram_server.domain.model import (
     SourceType,
     Vector,
 )
+from engram_server.domain.privacy import PrivacyFilter
 from engram_server.domain.ranking import (
     Evidence,
     HybridParams,
@@ -61,7 +62,12 @@ class Policy:
     hybrid: HybridParams = field(default_factory=HybridParams)
     ambiguity_margin: float = 0.02
     default_collection: str = DEFAULT_COLLECTION
+    #: How long deleted memories and collections stay restorable; 0: deletes are final.
+    trash_retention_seconds: float = 7 * 24 * 3600.0
     limits: Limits = field(default_factory=Limits)
+    #: Secrets and ``<private>`` spans removed from content and metadata values before anything
+    #: is embedded or stored (every write path).
+    privacy: PrivacyFilter = field(default_factory=PrivacyFilter)
 
 
 # ---------------------------------------------------------------- commands and results

@@ -19,6 +19,7 @@ from engram_server.domain.clock import Clock
 from engram_server.domain.context import TopicEntry
 from engram_server.domain.deadline import ensure_time_left
 from engram_server.domain.errors import (
+    CollectionInTrash,
     EmbeddingMismatch,
 )
 from engram_server.domain.model import (
@@ -186,8 +187,24 @@ class ServiceCore:
             if spec is None:
                 return None
             self._specs[name] = spec
+        if spec.trashed_at is not None:
+            raise self._in_trash(spec)
         self._check_spec(spec)
         return spec
+
+    def purge_at(self, trashed_at: float, valid_until: float | None = None) -> float:
+        """When something trashed at ``trashed_at`` is purged for good (a memory's expiry can come
+        first)."""
+        at = trashed_at + self.policy.trash_retention_seconds
+        return at if valid_until is None else min(at, valid_until)
+
+    def _in_trash(self, spec: CollectionSpec) -> CollectionInTrash:
+        assert spec.trashed_at is not None
+        return CollectionInTrash(
+            f"collection {spec.name!r} is in the trash: RestoreCollection puts it back, "
+            "PurgeTrash with purge_collection deletes it for good",
+            metadata={"collection": spec.name, "purge_at": f"{self.purge_at(spec.trashed_at):.0f}"},
+        )
 
     async def _ensure(self, name: str) -> CollectionSpec:
         spec = await self._existing(name)

@@ -93,6 +93,12 @@ class Editing(ServiceCore):
                 f"memory {memory_id} not found in collection {collection!r}",
                 metadata={"id": memory_id, "collection": collection},
             )
+        if found[0].record.trashed_at is not None:
+            raise MemoryNotFound(
+                f"memory {memory_id} is in the trash of collection {collection!r} "
+                "(RestoreMemory puts it back)",
+                metadata={"id": memory_id, "collection": collection, "trashed": "true"},
+            )
         return found[0].record
 
     async def _locate(self, collection: str, loc: Locator) -> tuple[MemoryRecord, float]:
@@ -139,6 +145,13 @@ class Editing(ServiceCore):
     async def update(self, cmd: UpdateCommand) -> UpdateResult:
         pol = self.policy
         v = Violations()
+        if cmd.content:  # the privacy filter, as on add: only filtered text is embedded and stored
+            redacted = pol.privacy.redact(cmd.content)
+            if redacted.changed and not redacted.text.strip():
+                v.add("content", "nothing is left once the privacy filter removed its private parts")
+            cmd = replace(cmd, content=redacted.text or cmd.content)
+        if cmd.metadata is not None:
+            cmd = replace(cmd, metadata=pol.privacy.redact_mapping(cmd.metadata)[0])
         collection = self._resolve(v, "collection", cmd.collection)
         if cmd.id is None and cmd.locate is None:
             v.add("target", "give either id or locate")
@@ -265,11 +278,19 @@ class Editing(ServiceCore):
         if cmd.dry_run:
             return DeleteResult(tuple(targets), True)
         ensure_time_left()
-        await self._store.delete(collection, [t.id for t in targets])
+        if self.policy.trash_retention_seconds <= 0:  # the trash is off: deletes are final
+            await self._store.delete(collection, [t.id for t in targets])
+            for t in targets:
+                if t.superseded_by is None:
+                    await self._store.delete_where(collection, StoreFilter(only_history_of=t.id))
+            return DeleteResult(tuple(targets), False)
+        now = self._clock.now()
+        ids = [t.id for t in targets]
         for t in targets:
             if t.superseded_by is None:
-                await self._store.delete_where(collection, StoreFilter(only_history_of=t.id))
-        return DeleteResult(tuple(targets), False)
+                ids.extend(h.id for h in await self._history(collection, t.id))
+        await self._store.set_fields(collection, {i: {"trashed_at": now} for i in ids})
+        return DeleteResult(tuple(replace(t, trashed_at=now) for t in targets), False)
 
     # ------------------------------------------------------------ read
 

@@ -14,6 +14,7 @@ import numpy as np
 from opentelemetry import metrics
 
 from engram_server.domain.errors import (
+    CollectionInTrash,
     CollectionNotFound,
     EmbeddingMismatch,
 )
@@ -131,6 +132,12 @@ class Searching(ServiceCore):
                 f"must be between 0 (no cap) and {pol.limits.max_search_limit} (got {q.max_per_session})",
             )
         v.raise_if_any()
+        # The privacy filter, as on writes: a secret in a query is not embedded (nor cached).
+        redacted = pol.privacy.redact(q.query)
+        if redacted.changed:
+            if is_blank(redacted.text):
+                return []  # the query was private through and through
+            q = replace(q, query=redacted.text)
 
         specs = await self._search_specs(names, q.readable)
         if not specs:
@@ -228,8 +235,8 @@ class Searching(ServiceCore):
                     continue
                 try:
                     spec = await self._existing(stored.name)
-                except EmbeddingMismatch:
-                    continue  # built with another model: this server cannot search it at all
+                except (EmbeddingMismatch, CollectionInTrash):
+                    continue  # built with another model (this server cannot search it), or trashed
                 if spec is not None:
                     found.append(spec)
             return found

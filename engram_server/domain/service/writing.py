@@ -18,6 +18,7 @@ from engram_server.domain.errors import (
     IdempotencyConflict,
     InvalidArgument,
 )
+from engram_server.domain.gate_replay import replayed_gate
 from engram_server.domain.model import (
     NEVER,
     MemoryRecord,
@@ -146,9 +147,14 @@ class Writing(ServiceCore):
     def _check_add(
         self, v: Violations, prefix: str, cmd: AddCommand, collection: str, now: float
     ) -> _AddItem:
-        """Validate one add (fields named ``<prefix><field>``) and apply its defaults."""
+        """Validate one add (fields named ``<prefix><field>``) and apply its defaults. The privacy
+        filter runs first: what is validated, hashed, embedded and stored is the filtered text."""
         pol = self.policy
-        check_content(v, f"{prefix}content", cmd.content, pol.limits)
+        cmd, emptied = self._private(cmd)
+        if emptied:
+            v.add(f"{prefix}content", "nothing is left once the privacy filter removed its private parts")
+        else:
+            check_content(v, f"{prefix}content", cmd.content, pol.limits)
         importance = 5 if cmd.importance is None else cmd.importance
         check_importance(v, f"{prefix}importance", importance)
         tags = normalise_tags(v, f"{prefix}tags", cmd.tags, pol.limits)
@@ -170,6 +176,16 @@ class Writing(ServiceCore):
                 v.add(f"{prefix}valid_until", "must be after created_at")
         request_hash = _request_hash(cmd, collection, importance, tags) if cmd.request_id else None
         return _AddItem(cmd, importance, tags, created_at, request_hash)
+
+    def _private(self, cmd: AddCommand) -> tuple[AddCommand, bool]:
+        """``cmd`` with the privacy filter applied to its content and metadata values, and whether
+        that left no content at all."""
+        content = self.policy.privacy.redact(cmd.content)
+        metadata, kinds = self.policy.privacy.redact_mapping(cmd.metadata)
+        if not content.changed and not kinds:
+            return cmd, False
+        emptied = content.changed and not content.text.strip()
+        return replace(cmd, content=content.text, metadata=metadata), emptied
 
     async def _add_items(self, collection: str, items: Sequence[_AddItem]) -> list[AddResult]:
         """The write path of :meth:`add` and :meth:`add_many` (validated items, one collection).
@@ -197,7 +213,11 @@ class Writing(ServiceCore):
             for index, (item, vector) in enumerate(zip(items, vectors, strict=True)):
                 cmd = item.cmd
                 if cmd.request_id in used:
-                    results.append(await self._replay(collection, used[cmd.request_id], item.request_hash))
+                    results.append(
+                        await self._replay(
+                            collection, used[cmd.request_id], item.request_hash, cmd.allow_duplicate
+                        )
+                    )
                     continue
                 earlier = [(record, vec) for _, record, vec in new.values()]
                 allow = cmd.allow_duplicate
@@ -403,9 +423,12 @@ class Writing(ServiceCore):
         records, _ = await self._store.scroll(collection, StoreFilter(request_ids=wanted), limit=len(wanted))
         return {r.request_id: r for r in records if r.request_id}
 
-    async def _replay(self, collection: str, first: MemoryRecord, request_hash: str | None) -> AddResult:
-        """The answer to a repeated request_id: the memory it created (or a conflict if the
-        request differs)."""
+    async def _replay(
+        self, collection: str, first: MemoryRecord, request_hash: str | None, allow_duplicate: bool = False
+    ) -> AddResult:
+        """The answer to a repeated request_id: the memory it created, with the near duplicates and
+        the gate's reasons the first answer gave (:func:`replayed_gate`), or a conflict if the
+        request differs."""
         if first.request_hash != request_hash:
             raise IdempotencyConflict(
                 f"request_id {first.request_id!r} was already used for a different request",
@@ -414,4 +437,5 @@ class Writing(ServiceCore):
         near_ids = [i for i, _ in first.near_duplicates]
         found = {p.record.id: p.record for p in await self._store.retrieve(collection, near_ids)}
         near = tuple(Similar(found[i], s) for i, s in first.near_duplicates if i in found)
-        return AddResult(first, AddOutcome.CREATED, 0.0, near, replayed=True)
+        near, reason = replayed_gate(first.content, near, self.policy, allow_duplicate=allow_duplicate)
+        return AddResult(first, AddOutcome.CREATED, 0.0, near, replayed=True, reason=reason)

@@ -27,9 +27,11 @@ from engram_client import (
     AsyncEngramClient,
     CollectionNotFoundError,
     ContextPack,
+    ConversationMessage,
     DeadlineExceededError,
     DeleteResult,
     EngramError,
+    ExtractionResult,
     InvalidArgumentError,
     LlmInvalidOutputError,
     LlmNotConfiguredError,
@@ -58,8 +60,16 @@ from engram_mcp.settings import ShimSettings
 
 __all__ = ["INSTRUCTIONS", "READ_TOOLS", "WRITE_TOOLS", "EngramMcp"]
 
-READ_TOOLS = ("memory_context", "memory_search", "memory_topic", "memory_triggers")
-WRITE_TOOLS = ("memory_add", "memory_update", "memory_delete", "reflection_run", "memory_slot_update")
+READ_TOOLS = ("memory_context", "memory_search", "memory_topic", "memory_triggers", "memory_trash")
+WRITE_TOOLS = (
+    "memory_add",
+    "memory_update",
+    "memory_delete",
+    "memory_restore",
+    "reflection_run",
+    "memory_extract",
+    "memory_slot_update",
+)
 REFLECTION_UNAVAILABLE = "reflection is not available on this server"
 
 INSTRUCTIONS = """\
@@ -117,6 +127,10 @@ def _memory(m: Memory) -> dict[str, Any]:
         out["derived_from"] = list(m.derived_from)
     if m.draft:
         out["draft"] = True
+    if m.trashed_at is not None:
+        out["trashed_at"] = m.trashed_at.isoformat()
+    if m.purge_at is not None:
+        out["purge_at"] = m.purge_at.isoformat()
     return out
 
 
@@ -179,7 +193,10 @@ def _update(r: UpdateResult) -> dict[str, Any]:
 
 
 def _delete(r: DeleteResult) -> dict[str, Any]:
-    return {"dry_run": r.dry_run, "deleted": [_memory(m) for m in r.deleted], "count": len(r.deleted)}
+    out = {"dry_run": r.dry_run, "deleted": [_memory(m) for m in r.deleted], "count": len(r.deleted)}
+    if r.purge_at is not None:
+        out["restorable_until"] = r.purge_at.isoformat()
+    return out
 
 
 def _reflection(r: ReflectionResult) -> dict[str, Any]:
@@ -201,6 +218,30 @@ def _reflection(r: ReflectionResult) -> dict[str, Any]:
         out["duplicates"] = [{"id": d.id, "similarity": round(d.similarity, 4)} for d in r.duplicates]
     if r.reflection_collection:
         out["reflection_collection"] = r.reflection_collection
+    return out
+
+
+def _extraction(r: ExtractionResult) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "extractor": r.extractor,
+        "dry_run": r.dry_run,
+        "memories": [
+            {
+                "content": x.content,
+                "type": x.type.value,
+                "importance": x.importance,
+                "tags": list(x.tags),
+                **({"outcome": x.result.outcome.value, "id": x.result.memory.id} if x.result else {}),
+            }
+            for x in r.memories
+        ],
+    }
+    if r.fallback_reason:
+        out["fallback_reason"] = r.fallback_reason
+    if r.deduplicated:
+        out["note"] = "The same input was extracted moments ago; nothing was done."
+    if r.redactions:
+        out["redactions"] = list(r.redactions)
     return out
 
 
@@ -271,6 +312,8 @@ def _tool_error(error: EngramError, target: str | None = None) -> ToolError:
         hint = f"Use a threshold of at least {error.min_threshold or 0.85}."
     elif isinstance(error, NoMatchError):
         hint = "Nothing matched closely enough. Use memory_search to find the memory and pass its id."
+    elif isinstance(error, MemoryNotFoundError) and error.metadata.get("trashed") == "true":
+        hint = "That memory was deleted and is in the trash; memory_restore brings it back."
     elif isinstance(error, TopicNotFoundError):
         hint = (
             "That topic no longer exists (its memories moved, were deleted or expired). Call "
@@ -355,6 +398,7 @@ class EngramMcp:
         read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
         self._add_tool(self.memory_context, read_only, collections=[pinned] if pinned else None)
         self._add_tool(self.memory_search, read_only, collections=[pinned] if pinned else None)
+        self._add_tool(self.memory_trash, read_only)
         self._add_tool(self.memory_triggers, read_only, collections=[pinned] if pinned else None)
         self._add_tool(self.memory_topic, read_only)
         if self.settings.read_only:
@@ -365,7 +409,12 @@ class EngramMcp:
             ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True),
         )
         self._add_tool(self.memory_delete, ToolAnnotations(read_only_hint=False, destructive_hint=True))
+        self._add_tool(
+            self.memory_restore,
+            ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False),
+        )
         self._add_tool(self.reflection_run, ToolAnnotations(read_only_hint=False, destructive_hint=False))
+        self._add_tool(self.memory_extract, ToolAnnotations(read_only_hint=False, destructive_hint=False))
         self._add_tool(self.memory_slot_update, ToolAnnotations(read_only_hint=False, destructive_hint=True))
 
     def _add_tool(
@@ -625,8 +674,9 @@ class EngramMcp:
             str | None, Field(description="The collection (default: the server's default).")
         ] = None,
     ) -> dict[str, Any]:
-        """Permanently delete a memory that is wrong or that the user asked to forget (with its
-        history). Give `id` (from memory_search) or `query`. When in doubt, use dry_run first.
+        """Delete a memory that is wrong or that the user asked to forget (with its history). It goes
+        to the trash: memory_restore brings it back until `restorable_until`, then it is gone for
+        good. Give `id` (from memory_search) or `query`. When in doubt, use dry_run first.
         Outdated facts are better corrected with memory_update."""
         try:
             client = await self.client()
@@ -644,6 +694,43 @@ class EngramMcp:
         except EngramError as exc:
             raise self._tool_error(exc) from exc
         return _delete(result)
+
+    async def memory_trash(
+        self,
+        *,
+        limit: Annotated[int, Field(ge=1, le=100, description="At most this many (default 20).")] = 20,
+        collection: Annotated[
+            str | None, Field(description="The collection (default: the server's default).")
+        ] = None,
+    ) -> dict[str, Any]:
+        """List recently deleted memories still in the trash (each with `purge_at`, when it is gone
+        for good), e.g. to undo a deletion with memory_restore."""
+        try:
+            client = await self.client()
+            page = await client.list_trash(collection=collection, page_size=limit)
+        except EngramError as exc:
+            raise self._tool_error(exc) from exc
+        return {"memories": [_memory(m) for m in page.memories], "more": page.next_page_token is not None}
+
+    async def memory_restore(
+        self,
+        *,
+        id: Annotated[str, Field(description="The deleted memory's id, from memory_delete or memory_trash.")],
+        collection: Annotated[
+            str | None, Field(description="The collection (default: the server's default).")
+        ] = None,
+    ) -> dict[str, Any]:
+        """Undo a deletion: bring a memory back from the trash as it was. If a similar memory was
+        added since, it is listed in `near_duplicates`: then keep one (memory_delete the other)."""
+        try:
+            client = await self.client()
+            result = await client.restore(id, collection=collection)
+        except EngramError as exc:
+            raise self._tool_error(exc) from exc
+        out: dict[str, Any] = {"memory": _memory(result.memory)}
+        if result.near_duplicates:
+            out["near_duplicates"] = [_similar(s) for s in result.near_duplicates]
+        return out
 
     async def reflection_run(
         self,
@@ -762,3 +849,44 @@ class EngramMcp:
         except EngramError as exc:
             raise self._tool_error(exc) from exc
         return _slot_update(result)
+
+    async def memory_extract(
+        self,
+        *,
+        text: Annotated[
+            str | None,
+            Field(description="Free text to extract from (notes, a pasted document). Give this or messages."),
+        ] = None,
+        messages: Annotated[
+            list[dict[str, str]] | None,
+            Field(
+                description='A conversation: [{"role": "user"|"assistant", "content": "..."}], oldest first.'
+            ),
+        ] = None,
+        dry_run: Annotated[bool, Field(description="Only show what would be stored; write nothing.")] = False,
+        collection: Annotated[
+            str | None, Field(description="The collection (default: the server's default).")
+        ] = None,
+    ) -> dict[str, Any]:
+        """Store the facts worth keeping from a stretch of conversation or a text in one call,
+        instead of many memory_add calls: the server picks them (who the user is, preferences and
+        standing instructions, decisions and changes, project facts), types them, removes secrets
+        and <private>...</private> parts, and writes each through the duplicate check. Use it at the
+        end of a task or when the user shared several facts at once; use memory_add for a single
+        fact you have already phrased."""
+        try:
+            client = await self.client()
+            convo = None
+            if messages is not None:
+                convo = [
+                    ConversationMessage(str(m.get("role", "user")), str(m.get("content", "")))
+                    for m in messages
+                ]
+            result = await client.extract(text=text, messages=convo, dry_run=dry_run, collection=collection)
+        except ValueError as exc:
+            raise ToolError("Give exactly one of text or messages.") from exc
+        except UnimplementedError as exc:
+            raise ToolError("extraction is not available on this Engram server") from exc
+        except EngramError as exc:
+            raise self._tool_error(exc) from exc
+        return _extraction(result)

@@ -268,7 +268,13 @@ type Memory struct {
 	SessionId string `protobuf:"bytes,21,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	// The agent that wrote the memory (as given by AddMemory); empty when none was given. Updates
 	// keep it.
-	AgentId       string `protobuf:"bytes,22,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	AgentId string `protobuf:"bytes,22,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	// Set only for a memory in the trash (ListTrash): when it was deleted. A trashed memory is
+	// never searched, listed or matched by the write gate; RestoreMemory puts it back.
+	TrashedAt *timestamppb.Timestamp `protobuf:"bytes,23,opt,name=trashed_at,json=trashedAt,proto3" json:"trashed_at,omitempty"`
+	// Set only for a memory in the trash: when the sweeper purges it for good (trashed_at plus
+	// the trash retention, ENGRAM_TRASH_RETENTION_SECONDS, or its valid_until if earlier).
+	PurgeAt       *timestamppb.Timestamp `protobuf:"bytes,24,opt,name=purge_at,json=purgeAt,proto3" json:"purge_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -455,6 +461,20 @@ func (x *Memory) GetAgentId() string {
 		return x.AgentId
 	}
 	return ""
+}
+
+func (x *Memory) GetTrashedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.TrashedAt
+	}
+	return nil
+}
+
+func (x *Memory) GetPurgeAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.PurgeAt
+	}
+	return nil
 }
 
 // MemoryFilter restricts which memories a search or listing considers. Empty fields do
@@ -668,13 +688,16 @@ type SpecificConflict struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// "number" (digits, amounts, clock times, Chinese numerals, English number words), "date"
 	// (month and weekday names, either language), "identifier" (codes such as OPS-1182, v3.4.1,
-	// ops@acme.io), "name" (people, places, organisations; compared within one script) or
+	// ops@acme.io), "name" (people, places, organisations; compared within one script), "order"
+	// (two shared names trading places: "from Berlin to Paris" vs "from Paris to Berlin") or
 	// "negation" (the count of negation cues such as not, never, 不, 没).
 	Kind string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
 	// Values only the stored memory has (normalised: 2,400 -> "2400", 九点半 -> "9:30",
-	// April -> "month:4"); for negation, its count of cues.
+	// April -> "month:4"); for negation, its count of cues; for order, the shared names in the
+	// stored memory's order.
 	ExistingValues []string `protobuf:"bytes,2,rep,name=existing_values,json=existingValues,proto3" json:"existing_values,omitempty"`
-	// Values only the new content has; for negation, its count of cues.
+	// Values only the new content has; for negation, its count of cues; for order, the shared
+	// names in the new content's order.
 	NewValues     []string `protobuf:"bytes,3,rep,name=new_values,json=newValues,proto3" json:"new_values,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -990,7 +1013,7 @@ var File_engram_v1_memory_proto protoreflect.FileDescriptor
 
 const file_engram_v1_memory_proto_rawDesc = "" +
 	"\n" +
-	"\x16engram/v1/memory.proto\x12\tengram.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe2\a\n" +
+	"\x16engram/v1/memory.proto\x12\tengram.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd4\b\n" +
 	"\x06Memory\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1e\n" +
 	"\n" +
@@ -1023,7 +1046,10 @@ const file_engram_v1_memory_proto_rawDesc = "" +
 	"\x05draft\x18\x14 \x01(\bR\x05draft\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x15 \x01(\tR\tsessionId\x12\x19\n" +
-	"\bagent_id\x18\x16 \x01(\tR\aagentId\x1a;\n" +
+	"\bagent_id\x18\x16 \x01(\tR\aagentId\x129\n" +
+	"\n" +
+	"trashed_at\x18\x17 \x01(\v2\x1a.google.protobuf.TimestampR\ttrashedAt\x125\n" +
+	"\bpurge_at\x18\x18 \x01(\v2\x1a.google.protobuf.TimestampR\apurgeAt\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf9\x02\n" +
@@ -1136,18 +1162,20 @@ var file_engram_v1_memory_proto_depIdxs = []int32{
 	11, // 7: engram.v1.Memory.valid_until:type_name -> google.protobuf.Timestamp
 	11, // 8: engram.v1.Memory.last_accessed_at:type_name -> google.protobuf.Timestamp
 	11, // 9: engram.v1.Memory.reflected_at:type_name -> google.protobuf.Timestamp
-	0,  // 10: engram.v1.MemoryFilter.types:type_name -> engram.v1.MemoryType
-	11, // 11: engram.v1.MemoryFilter.created_after:type_name -> google.protobuf.Timestamp
-	11, // 12: engram.v1.MemoryFilter.created_before:type_name -> google.protobuf.Timestamp
-	2,  // 13: engram.v1.MemoryFilter.source_types:type_name -> engram.v1.SourceType
-	0,  // 14: engram.v1.SimilarMemory.type:type_name -> engram.v1.MemoryType
-	6,  // 15: engram.v1.SimilarMemory.conflicts:type_name -> engram.v1.SpecificConflict
-	11, // 16: engram.v1.CollectionInfo.created_at:type_name -> google.protobuf.Timestamp
-	17, // [17:17] is the sub-list for method output_type
-	17, // [17:17] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	11, // 10: engram.v1.Memory.trashed_at:type_name -> google.protobuf.Timestamp
+	11, // 11: engram.v1.Memory.purge_at:type_name -> google.protobuf.Timestamp
+	0,  // 12: engram.v1.MemoryFilter.types:type_name -> engram.v1.MemoryType
+	11, // 13: engram.v1.MemoryFilter.created_after:type_name -> google.protobuf.Timestamp
+	11, // 14: engram.v1.MemoryFilter.created_before:type_name -> google.protobuf.Timestamp
+	2,  // 15: engram.v1.MemoryFilter.source_types:type_name -> engram.v1.SourceType
+	0,  // 16: engram.v1.SimilarMemory.type:type_name -> engram.v1.MemoryType
+	6,  // 17: engram.v1.SimilarMemory.conflicts:type_name -> engram.v1.SpecificConflict
+	11, // 18: engram.v1.CollectionInfo.created_at:type_name -> google.protobuf.Timestamp
+	19, // [19:19] is the sub-list for method output_type
+	19, // [19:19] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_engram_v1_memory_proto_init() }

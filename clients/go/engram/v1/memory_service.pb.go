@@ -208,6 +208,117 @@ func (ReflectionGate) EnumDescriptor() ([]byte, []int) {
 	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{2}
 }
 
+// ExtractionMode chooses the extractor of ExtractMemories.
+type ExtractionMode int32
+
+const (
+	// As EXTRACTION_MODE_AUTO.
+	ExtractionMode_EXTRACTION_MODE_UNSPECIFIED ExtractionMode = 0
+	// The LLM when the server has one configured (ENGRAM_LLM_*), else the rules; when the LLM
+	// fails or is rate limited, the rules.
+	ExtractionMode_EXTRACTION_MODE_AUTO ExtractionMode = 1
+	// The rules only (free and instant, lower quality), even with an LLM configured.
+	ExtractionMode_EXTRACTION_MODE_RULES ExtractionMode = 2
+)
+
+// Enum value maps for ExtractionMode.
+var (
+	ExtractionMode_name = map[int32]string{
+		0: "EXTRACTION_MODE_UNSPECIFIED",
+		1: "EXTRACTION_MODE_AUTO",
+		2: "EXTRACTION_MODE_RULES",
+	}
+	ExtractionMode_value = map[string]int32{
+		"EXTRACTION_MODE_UNSPECIFIED": 0,
+		"EXTRACTION_MODE_AUTO":        1,
+		"EXTRACTION_MODE_RULES":       2,
+	}
+)
+
+func (x ExtractionMode) Enum() *ExtractionMode {
+	p := new(ExtractionMode)
+	*p = x
+	return p
+}
+
+func (x ExtractionMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ExtractionMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_engram_v1_memory_service_proto_enumTypes[3].Descriptor()
+}
+
+func (ExtractionMode) Type() protoreflect.EnumType {
+	return &file_engram_v1_memory_service_proto_enumTypes[3]
+}
+
+func (x ExtractionMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ExtractionMode.Descriptor instead.
+func (ExtractionMode) EnumDescriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{3}
+}
+
+// Extractor names what produced the proposals of an ExtractMemories call.
+type Extractor int32
+
+const (
+	// Never sent.
+	Extractor_EXTRACTOR_UNSPECIFIED Extractor = 0
+	// The LLM.
+	Extractor_EXTRACTOR_LLM Extractor = 1
+	// The rule-based extractor.
+	Extractor_EXTRACTOR_RULES Extractor = 2
+	// Nothing ran: the input repeats one seen within the dedup window.
+	Extractor_EXTRACTOR_NONE Extractor = 3
+)
+
+// Enum value maps for Extractor.
+var (
+	Extractor_name = map[int32]string{
+		0: "EXTRACTOR_UNSPECIFIED",
+		1: "EXTRACTOR_LLM",
+		2: "EXTRACTOR_RULES",
+		3: "EXTRACTOR_NONE",
+	}
+	Extractor_value = map[string]int32{
+		"EXTRACTOR_UNSPECIFIED": 0,
+		"EXTRACTOR_LLM":         1,
+		"EXTRACTOR_RULES":       2,
+		"EXTRACTOR_NONE":        3,
+	}
+)
+
+func (x Extractor) Enum() *Extractor {
+	p := new(Extractor)
+	*p = x
+	return p
+}
+
+func (x Extractor) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Extractor) Descriptor() protoreflect.EnumDescriptor {
+	return file_engram_v1_memory_service_proto_enumTypes[4].Descriptor()
+}
+
+func (Extractor) Type() protoreflect.EnumType {
+	return &file_engram_v1_memory_service_proto_enumTypes[4]
+}
+
+func (x Extractor) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Extractor.Descriptor instead.
+func (Extractor) EnumDescriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{4}
+}
+
 // ContextSectionKind names a section of the context pack; sections come in this order.
 type ContextSectionKind int32
 
@@ -261,11 +372,11 @@ func (x ContextSectionKind) String() string {
 }
 
 func (ContextSectionKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_engram_v1_memory_service_proto_enumTypes[3].Descriptor()
+	return file_engram_v1_memory_service_proto_enumTypes[5].Descriptor()
 }
 
 func (ContextSectionKind) Type() protoreflect.EnumType {
-	return &file_engram_v1_memory_service_proto_enumTypes[3]
+	return &file_engram_v1_memory_service_proto_enumTypes[5]
 }
 
 func (x ContextSectionKind) Number() protoreflect.EnumNumber {
@@ -274,7 +385,7 @@ func (x ContextSectionKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ContextSectionKind.Descriptor instead.
 func (ContextSectionKind) EnumDescriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{3}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{5}
 }
 
 // SinceSource says where the recent section's window start came from.
@@ -318,11 +429,11 @@ func (x SinceSource) String() string {
 }
 
 func (SinceSource) Descriptor() protoreflect.EnumDescriptor {
-	return file_engram_v1_memory_service_proto_enumTypes[4].Descriptor()
+	return file_engram_v1_memory_service_proto_enumTypes[6].Descriptor()
 }
 
 func (SinceSource) Type() protoreflect.EnumType {
-	return &file_engram_v1_memory_service_proto_enumTypes[4]
+	return &file_engram_v1_memory_service_proto_enumTypes[6]
 }
 
 func (x SinceSource) Number() protoreflect.EnumNumber {
@@ -331,7 +442,7 @@ func (x SinceSource) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SinceSource.Descriptor instead.
 func (SinceSource) EnumDescriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{4}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{6}
 }
 
 // SlotUpdateMode says how UpdateSlot changes the content.
@@ -371,11 +482,11 @@ func (x SlotUpdateMode) String() string {
 }
 
 func (SlotUpdateMode) Descriptor() protoreflect.EnumDescriptor {
-	return file_engram_v1_memory_service_proto_enumTypes[5].Descriptor()
+	return file_engram_v1_memory_service_proto_enumTypes[7].Descriptor()
 }
 
 func (SlotUpdateMode) Type() protoreflect.EnumType {
-	return &file_engram_v1_memory_service_proto_enumTypes[5]
+	return &file_engram_v1_memory_service_proto_enumTypes[7]
 }
 
 func (x SlotUpdateMode) Number() protoreflect.EnumNumber {
@@ -384,7 +495,7 @@ func (x SlotUpdateMode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SlotUpdateMode.Descriptor instead.
 func (SlotUpdateMode) EnumDescriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{5}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{7}
 }
 
 // How a slot's overflow was compacted.
@@ -424,11 +535,11 @@ func (x SlotCompaction) String() string {
 }
 
 func (SlotCompaction) Descriptor() protoreflect.EnumDescriptor {
-	return file_engram_v1_memory_service_proto_enumTypes[6].Descriptor()
+	return file_engram_v1_memory_service_proto_enumTypes[8].Descriptor()
 }
 
 func (SlotCompaction) Type() protoreflect.EnumType {
-	return &file_engram_v1_memory_service_proto_enumTypes[6]
+	return &file_engram_v1_memory_service_proto_enumTypes[8]
 }
 
 func (x SlotCompaction) Number() protoreflect.EnumNumber {
@@ -437,7 +548,7 @@ func (x SlotCompaction) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SlotCompaction.Descriptor instead.
 func (SlotCompaction) EnumDescriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{6}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{8}
 }
 
 // AddMemoryRequest asks to store one memory.
@@ -1911,7 +2022,10 @@ type DeleteMemoryResponse struct {
 	DeletedCount int32 `protobuf:"varint,3,opt,name=deleted_count,json=deletedCount,proto3" json:"deleted_count,omitempty"`
 	// True when deleted lists only the first deleted_count memories that fit in one message
 	// (the server's ENGRAM_MAX_MESSAGE_BYTES); the deletion itself is complete.
-	Truncated     bool `protobuf:"varint,4,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	Truncated bool `protobuf:"varint,4,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	// When the deleted memories leave the trash for good (RestoreMemory works until then).
+	// Unset when the deletion is final (the trash is off) or for dry_run.
+	PurgeAt       *timestamppb.Timestamp `protobuf:"bytes,40,opt,name=purge_at,json=purgeAt,proto3" json:"purge_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1972,6 +2086,13 @@ func (x *DeleteMemoryResponse) GetTruncated() bool {
 		return x.Truncated
 	}
 	return false
+}
+
+func (x *DeleteMemoryResponse) GetPurgeAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.PurgeAt
+	}
+	return nil
 }
 
 // GetMemoryRequest reads one memory.
@@ -2247,9 +2368,11 @@ func (x *ListMemoriesResponse) GetNextPageToken() string {
 
 // ListCollectionsRequest lists collections. It has no parameters.
 type ListCollectionsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Also list the collections in the trash (in ListCollectionsResponse.trashed).
+	IncludeTrashed bool `protobuf:"varint,40,opt,name=include_trashed,json=includeTrashed,proto3" json:"include_trashed,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ListCollectionsRequest) Reset() {
@@ -2282,11 +2405,20 @@ func (*ListCollectionsRequest) Descriptor() ([]byte, []int) {
 	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{21}
 }
 
+func (x *ListCollectionsRequest) GetIncludeTrashed() bool {
+	if x != nil {
+		return x.IncludeTrashed
+	}
+	return false
+}
+
 // ListCollectionsResponse lists collections.
 type ListCollectionsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The collections, by name.
-	Collections   []*CollectionInfo `protobuf:"bytes,1,rep,name=collections,proto3" json:"collections,omitempty"`
+	// The collections, by name (not those in the trash).
+	Collections []*CollectionInfo `protobuf:"bytes,1,rep,name=collections,proto3" json:"collections,omitempty"`
+	// With include_trashed: the collections in the trash, by name.
+	Trashed       []*TrashedCollection `protobuf:"bytes,40,rep,name=trashed,proto3" json:"trashed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2328,6 +2460,86 @@ func (x *ListCollectionsResponse) GetCollections() []*CollectionInfo {
 	return nil
 }
 
+func (x *ListCollectionsResponse) GetTrashed() []*TrashedCollection {
+	if x != nil {
+		return x.Trashed
+	}
+	return nil
+}
+
+// TrashedCollection is a deleted collection still in the trash.
+type TrashedCollection struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The collection's name.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Memories (current versions, not expired) it held when listed.
+	MemoryCount int64 `protobuf:"varint,2,opt,name=memory_count,json=memoryCount,proto3" json:"memory_count,omitempty"`
+	// When DeleteCollection moved it to the trash.
+	TrashedAt *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=trashed_at,json=trashedAt,proto3" json:"trashed_at,omitempty"`
+	// When the sweeper drops it for good (RestoreCollection works until then).
+	PurgeAt       *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=purge_at,json=purgeAt,proto3" json:"purge_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TrashedCollection) Reset() {
+	*x = TrashedCollection{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TrashedCollection) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TrashedCollection) ProtoMessage() {}
+
+func (x *TrashedCollection) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TrashedCollection.ProtoReflect.Descriptor instead.
+func (*TrashedCollection) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *TrashedCollection) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *TrashedCollection) GetMemoryCount() int64 {
+	if x != nil {
+		return x.MemoryCount
+	}
+	return 0
+}
+
+func (x *TrashedCollection) GetTrashedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.TrashedAt
+	}
+	return nil
+}
+
+func (x *TrashedCollection) GetPurgeAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.PurgeAt
+	}
+	return nil
+}
+
 // DeleteCollectionRequest removes a collection with everything in it.
 type DeleteCollectionRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2339,7 +2551,7 @@ type DeleteCollectionRequest struct {
 
 func (x *DeleteCollectionRequest) Reset() {
 	*x = DeleteCollectionRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[23]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2351,7 +2563,7 @@ func (x *DeleteCollectionRequest) String() string {
 func (*DeleteCollectionRequest) ProtoMessage() {}
 
 func (x *DeleteCollectionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[23]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2364,7 +2576,7 @@ func (x *DeleteCollectionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteCollectionRequest.ProtoReflect.Descriptor instead.
 func (*DeleteCollectionRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{23}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DeleteCollectionRequest) GetName() string {
@@ -2380,14 +2592,17 @@ type DeleteCollectionResponse struct {
 	// How many memories (including history versions) were removed.
 	DeletedCount int64 `protobuf:"varint,1,opt,name=deleted_count,json=deletedCount,proto3" json:"deleted_count,omitempty"`
 	// When the deletion happened.
-	DeletedAt     *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=deleted_at,json=deletedAt,proto3" json:"deleted_at,omitempty"`
+	DeletedAt *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=deleted_at,json=deletedAt,proto3" json:"deleted_at,omitempty"`
+	// When the collection leaves the trash for good (RestoreCollection works until then).
+	// Unset when the deletion is final (the trash is off).
+	PurgeAt       *timestamppb.Timestamp `protobuf:"bytes,40,opt,name=purge_at,json=purgeAt,proto3" json:"purge_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DeleteCollectionResponse) Reset() {
 	*x = DeleteCollectionResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[24]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2399,7 +2614,7 @@ func (x *DeleteCollectionResponse) String() string {
 func (*DeleteCollectionResponse) ProtoMessage() {}
 
 func (x *DeleteCollectionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[24]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2412,7 +2627,7 @@ func (x *DeleteCollectionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteCollectionResponse.ProtoReflect.Descriptor instead.
 func (*DeleteCollectionResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{24}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DeleteCollectionResponse) GetDeletedCount() int64 {
@@ -2425,6 +2640,13 @@ func (x *DeleteCollectionResponse) GetDeletedCount() int64 {
 func (x *DeleteCollectionResponse) GetDeletedAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.DeletedAt
+	}
+	return nil
+}
+
+func (x *DeleteCollectionResponse) GetPurgeAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.PurgeAt
 	}
 	return nil
 }
@@ -2445,7 +2667,7 @@ type RunReflectionRequest struct {
 
 func (x *RunReflectionRequest) Reset() {
 	*x = RunReflectionRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[25]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2457,7 +2679,7 @@ func (x *RunReflectionRequest) String() string {
 func (*RunReflectionRequest) ProtoMessage() {}
 
 func (x *RunReflectionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[25]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2470,7 +2692,7 @@ func (x *RunReflectionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunReflectionRequest.ProtoReflect.Descriptor instead.
 func (*RunReflectionRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{25}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RunReflectionRequest) GetCollection() string {
@@ -2530,7 +2752,7 @@ type RunReflectionResponse struct {
 
 func (x *RunReflectionResponse) Reset() {
 	*x = RunReflectionResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[26]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2542,7 +2764,7 @@ func (x *RunReflectionResponse) String() string {
 func (*RunReflectionResponse) ProtoMessage() {}
 
 func (x *RunReflectionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[26]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2555,7 +2777,7 @@ func (x *RunReflectionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunReflectionResponse.ProtoReflect.Descriptor instead.
 func (*RunReflectionResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{26}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RunReflectionResponse) GetOutcome() ReflectionOutcome {
@@ -2662,7 +2884,7 @@ type ListGateDecisionsRequest struct {
 
 func (x *ListGateDecisionsRequest) Reset() {
 	*x = ListGateDecisionsRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[27]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2674,7 +2896,7 @@ func (x *ListGateDecisionsRequest) String() string {
 func (*ListGateDecisionsRequest) ProtoMessage() {}
 
 func (x *ListGateDecisionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[27]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2687,7 +2909,7 @@ func (x *ListGateDecisionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGateDecisionsRequest.ProtoReflect.Descriptor instead.
 func (*ListGateDecisionsRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{27}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListGateDecisionsRequest) GetCollection() string {
@@ -2727,7 +2949,7 @@ type GateDecision struct {
 
 func (x *GateDecision) Reset() {
 	*x = GateDecision{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[28]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2739,7 +2961,7 @@ func (x *GateDecision) String() string {
 func (*GateDecision) ProtoMessage() {}
 
 func (x *GateDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[28]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2752,7 +2974,7 @@ func (x *GateDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GateDecision.ProtoReflect.Descriptor instead.
 func (*GateDecision) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{28}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GateDecision) GetDecidedAt() *timestamppb.Timestamp {
@@ -2817,7 +3039,7 @@ type ListGateDecisionsResponse struct {
 
 func (x *ListGateDecisionsResponse) Reset() {
 	*x = ListGateDecisionsResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[29]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2829,7 +3051,7 @@ func (x *ListGateDecisionsResponse) String() string {
 func (*ListGateDecisionsResponse) ProtoMessage() {}
 
 func (x *ListGateDecisionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[29]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2842,7 +3064,7 @@ func (x *ListGateDecisionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGateDecisionsResponse.ProtoReflect.Descriptor instead.
 func (*ListGateDecisionsResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{29}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListGateDecisionsResponse) GetDecisions() []*GateDecision {
@@ -2872,7 +3094,7 @@ type ListReflectionRunsRequest struct {
 
 func (x *ListReflectionRunsRequest) Reset() {
 	*x = ListReflectionRunsRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[30]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2884,7 +3106,7 @@ func (x *ListReflectionRunsRequest) String() string {
 func (*ListReflectionRunsRequest) ProtoMessage() {}
 
 func (x *ListReflectionRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[30]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2897,7 +3119,7 @@ func (x *ListReflectionRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReflectionRunsRequest.ProtoReflect.Descriptor instead.
 func (*ListReflectionRunsRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{30}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListReflectionRunsRequest) GetCollection() string {
@@ -2941,7 +3163,7 @@ type ReflectionRun struct {
 
 func (x *ReflectionRun) Reset() {
 	*x = ReflectionRun{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[31]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2953,7 +3175,7 @@ func (x *ReflectionRun) String() string {
 func (*ReflectionRun) ProtoMessage() {}
 
 func (x *ReflectionRun) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[31]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2966,7 +3188,7 @@ func (x *ReflectionRun) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReflectionRun.ProtoReflect.Descriptor instead.
 func (*ReflectionRun) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{31}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ReflectionRun) GetStartedAt() *timestamppb.Timestamp {
@@ -3045,7 +3267,7 @@ type ListReflectionRunsResponse struct {
 
 func (x *ListReflectionRunsResponse) Reset() {
 	*x = ListReflectionRunsResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[32]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3057,7 +3279,7 @@ func (x *ListReflectionRunsResponse) String() string {
 func (*ListReflectionRunsResponse) ProtoMessage() {}
 
 func (x *ListReflectionRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[32]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3070,7 +3292,7 @@ func (x *ListReflectionRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReflectionRunsResponse.ProtoReflect.Descriptor instead.
 func (*ListReflectionRunsResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{32}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListReflectionRunsResponse) GetRuns() []*ReflectionRun {
@@ -3085,6 +3307,958 @@ func (x *ListReflectionRunsResponse) GetTruncated() bool {
 		return x.Truncated
 	}
 	return false
+}
+
+// ConversationMessage is one turn of a conversation given to ExtractMemories.
+type ConversationMessage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Who spoke: "user", "assistant", or another speaker's name. Facts are taken mainly from
+	// the user's turns.
+	Role string `protobuf:"bytes,1,opt,name=role,proto3" json:"role,omitempty"`
+	// What was said. Required.
+	Content string `protobuf:"bytes,2,opt,name=content,proto3" json:"content,omitempty"`
+	// When it was said; memories extracted from this turn get it as created_at. Unset means now.
+	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConversationMessage) Reset() {
+	*x = ConversationMessage{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConversationMessage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConversationMessage) ProtoMessage() {}
+
+func (x *ConversationMessage) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConversationMessage.ProtoReflect.Descriptor instead.
+func (*ConversationMessage) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *ConversationMessage) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *ConversationMessage) GetContent() string {
+	if x != nil {
+		return x.Content
+	}
+	return ""
+}
+
+func (x *ConversationMessage) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+// Conversation is a sequence of turns, oldest first.
+type Conversation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The turns (at most 500).
+	Messages      []*ConversationMessage `protobuf:"bytes,1,rep,name=messages,proto3" json:"messages,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Conversation) Reset() {
+	*x = Conversation{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Conversation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Conversation) ProtoMessage() {}
+
+func (x *Conversation) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Conversation.ProtoReflect.Descriptor instead.
+func (*Conversation) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *Conversation) GetMessages() []*ConversationMessage {
+	if x != nil {
+		return x.Messages
+	}
+	return nil
+}
+
+// ToolObservation is what an agent's tool call did (e.g. a Claude Code PostToolUse hook).
+type ToolObservation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The tool's name, e.g. "Bash", "Edit". Required.
+	ToolName string `protobuf:"bytes,1,opt,name=tool_name,json=toolName,proto3" json:"tool_name,omitempty"`
+	// The tool's input, as text (usually its JSON arguments).
+	Input string `protobuf:"bytes,2,opt,name=input,proto3" json:"input,omitempty"`
+	// What the tool returned, as text.
+	Output string `protobuf:"bytes,3,opt,name=output,proto3" json:"output,omitempty"`
+	// The error when the call failed; empty when it succeeded.
+	Error         string `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToolObservation) Reset() {
+	*x = ToolObservation{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolObservation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolObservation) ProtoMessage() {}
+
+func (x *ToolObservation) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolObservation.ProtoReflect.Descriptor instead.
+func (*ToolObservation) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *ToolObservation) GetToolName() string {
+	if x != nil {
+		return x.ToolName
+	}
+	return ""
+}
+
+func (x *ToolObservation) GetInput() string {
+	if x != nil {
+		return x.Input
+	}
+	return ""
+}
+
+func (x *ToolObservation) GetOutput() string {
+	if x != nil {
+		return x.Output
+	}
+	return ""
+}
+
+func (x *ToolObservation) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+// ExtractMemoriesRequest asks for the memories worth keeping from one input.
+type ExtractMemoriesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Target collection. Empty means the default collection.
+	Collection string `protobuf:"bytes,1,opt,name=collection,proto3" json:"collection,omitempty"`
+	// The input: exactly one (at most 100,000 characters in all).
+	//
+	// Types that are valid to be assigned to Input:
+	//
+	//	*ExtractMemoriesRequest_Text
+	//	*ExtractMemoriesRequest_Conversation
+	//	*ExtractMemoriesRequest_Observation
+	Input isExtractMemoriesRequest_Input `protobuf_oneof:"input"`
+	// Which extractor to use; unspecified means AUTO.
+	Mode ExtractionMode `protobuf:"varint,5,opt,name=mode,proto3,enum=engram.v1.ExtractionMode" json:"mode,omitempty"`
+	// Return the proposals without writing anything (and without recording the input in the
+	// dedup window).
+	DryRun bool `protobuf:"varint,6,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	// Tags added to every extracted memory (besides "source:extraction" and the extractor's own).
+	Tags          []string `protobuf:"bytes,7,rep,name=tags,proto3" json:"tags,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExtractMemoriesRequest) Reset() {
+	*x = ExtractMemoriesRequest{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExtractMemoriesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExtractMemoriesRequest) ProtoMessage() {}
+
+func (x *ExtractMemoriesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExtractMemoriesRequest.ProtoReflect.Descriptor instead.
+func (*ExtractMemoriesRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *ExtractMemoriesRequest) GetCollection() string {
+	if x != nil {
+		return x.Collection
+	}
+	return ""
+}
+
+func (x *ExtractMemoriesRequest) GetInput() isExtractMemoriesRequest_Input {
+	if x != nil {
+		return x.Input
+	}
+	return nil
+}
+
+func (x *ExtractMemoriesRequest) GetText() string {
+	if x != nil {
+		if x, ok := x.Input.(*ExtractMemoriesRequest_Text); ok {
+			return x.Text
+		}
+	}
+	return ""
+}
+
+func (x *ExtractMemoriesRequest) GetConversation() *Conversation {
+	if x != nil {
+		if x, ok := x.Input.(*ExtractMemoriesRequest_Conversation); ok {
+			return x.Conversation
+		}
+	}
+	return nil
+}
+
+func (x *ExtractMemoriesRequest) GetObservation() *ToolObservation {
+	if x != nil {
+		if x, ok := x.Input.(*ExtractMemoriesRequest_Observation); ok {
+			return x.Observation
+		}
+	}
+	return nil
+}
+
+func (x *ExtractMemoriesRequest) GetMode() ExtractionMode {
+	if x != nil {
+		return x.Mode
+	}
+	return ExtractionMode_EXTRACTION_MODE_UNSPECIFIED
+}
+
+func (x *ExtractMemoriesRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+func (x *ExtractMemoriesRequest) GetTags() []string {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
+}
+
+type isExtractMemoriesRequest_Input interface {
+	isExtractMemoriesRequest_Input()
+}
+
+type ExtractMemoriesRequest_Text struct {
+	// Free text (notes, a document, a message).
+	Text string `protobuf:"bytes,2,opt,name=text,proto3,oneof"`
+}
+
+type ExtractMemoriesRequest_Conversation struct {
+	// A conversation.
+	Conversation *Conversation `protobuf:"bytes,3,opt,name=conversation,proto3,oneof"`
+}
+
+type ExtractMemoriesRequest_Observation struct {
+	// A tool observation.
+	Observation *ToolObservation `protobuf:"bytes,4,opt,name=observation,proto3,oneof"`
+}
+
+func (*ExtractMemoriesRequest_Text) isExtractMemoriesRequest_Input() {}
+
+func (*ExtractMemoriesRequest_Conversation) isExtractMemoriesRequest_Input() {}
+
+func (*ExtractMemoriesRequest_Observation) isExtractMemoriesRequest_Input() {}
+
+// ExtractedMemory is one proposal and, unless dry_run, what the write gate did with it.
+type ExtractedMemory struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The memory's text (already through the privacy filter).
+	Content string `protobuf:"bytes,1,opt,name=content,proto3" json:"content,omitempty"`
+	// Its type.
+	Type MemoryType `protobuf:"varint,2,opt,name=type,proto3,enum=engram.v1.MemoryType" json:"type,omitempty"`
+	// Its importance, 1–10.
+	Importance int32 `protobuf:"varint,3,opt,name=importance,proto3" json:"importance,omitempty"`
+	// Its tags.
+	Tags []string `protobuf:"bytes,4,rep,name=tags,proto3" json:"tags,omitempty"`
+	// When it happened (the conversation turn's time), if known.
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// The write gate's outcome (CREATED or DUPLICATE, as in AddMemories). Unset for dry_run.
+	Result        *AddMemoryResult `protobuf:"bytes,6,opt,name=result,proto3" json:"result,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExtractedMemory) Reset() {
+	*x = ExtractedMemory{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExtractedMemory) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExtractedMemory) ProtoMessage() {}
+
+func (x *ExtractedMemory) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExtractedMemory.ProtoReflect.Descriptor instead.
+func (*ExtractedMemory) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *ExtractedMemory) GetContent() string {
+	if x != nil {
+		return x.Content
+	}
+	return ""
+}
+
+func (x *ExtractedMemory) GetType() MemoryType {
+	if x != nil {
+		return x.Type
+	}
+	return MemoryType_MEMORY_TYPE_UNSPECIFIED
+}
+
+func (x *ExtractedMemory) GetImportance() int32 {
+	if x != nil {
+		return x.Importance
+	}
+	return 0
+}
+
+func (x *ExtractedMemory) GetTags() []string {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
+}
+
+func (x *ExtractedMemory) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *ExtractedMemory) GetResult() *AddMemoryResult {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+// ExtractMemoriesResponse reports an extraction.
+type ExtractMemoriesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The extracted memories, in input order (empty when nothing was worth keeping).
+	Memories []*ExtractedMemory `protobuf:"bytes,1,rep,name=memories,proto3" json:"memories,omitempty"`
+	// What produced them.
+	Extractor Extractor `protobuf:"varint,2,opt,name=extractor,proto3,enum=engram.v1.Extractor" json:"extractor,omitempty"`
+	// When the rules ran although an LLM is configured: the LLM's error (unavailable, rate
+	// limited, unusable answer). Empty otherwise.
+	FallbackReason string `protobuf:"bytes,3,opt,name=fallback_reason,json=fallbackReason,proto3" json:"fallback_reason,omitempty"`
+	// True when the input repeats one extracted in this collection within the dedup window:
+	// nothing was extracted or written.
+	Deduplicated bool `protobuf:"varint,4,opt,name=deduplicated,proto3" json:"deduplicated,omitempty"`
+	// What the privacy filter removed from the input, one kind per finding (e.g. "github_token",
+	// "assigned_secret", "private").
+	Redactions []string `protobuf:"bytes,5,rep,name=redactions,proto3" json:"redactions,omitempty"`
+	// The LLM model, when the LLM extracted.
+	Model string `protobuf:"bytes,6,opt,name=model,proto3" json:"model,omitempty"`
+	// True when nothing was written because dry_run was set.
+	DryRun        bool `protobuf:"varint,7,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExtractMemoriesResponse) Reset() {
+	*x = ExtractMemoriesResponse{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExtractMemoriesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExtractMemoriesResponse) ProtoMessage() {}
+
+func (x *ExtractMemoriesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExtractMemoriesResponse.ProtoReflect.Descriptor instead.
+func (*ExtractMemoriesResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *ExtractMemoriesResponse) GetMemories() []*ExtractedMemory {
+	if x != nil {
+		return x.Memories
+	}
+	return nil
+}
+
+func (x *ExtractMemoriesResponse) GetExtractor() Extractor {
+	if x != nil {
+		return x.Extractor
+	}
+	return Extractor_EXTRACTOR_UNSPECIFIED
+}
+
+func (x *ExtractMemoriesResponse) GetFallbackReason() string {
+	if x != nil {
+		return x.FallbackReason
+	}
+	return ""
+}
+
+func (x *ExtractMemoriesResponse) GetDeduplicated() bool {
+	if x != nil {
+		return x.Deduplicated
+	}
+	return false
+}
+
+func (x *ExtractMemoriesResponse) GetRedactions() []string {
+	if x != nil {
+		return x.Redactions
+	}
+	return nil
+}
+
+func (x *ExtractMemoriesResponse) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *ExtractMemoriesResponse) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
+// ListTrashRequest asks for a page of a collection's trash.
+type ListTrashRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The collection. Empty means the default collection.
+	Collection string `protobuf:"bytes,1,opt,name=collection,proto3" json:"collection,omitempty"`
+	// Page size, 1–1000. Zero means 100.
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// The next_page_token of the previous page; empty for the first page.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTrashRequest) Reset() {
+	*x = ListTrashRequest{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTrashRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTrashRequest) ProtoMessage() {}
+
+func (x *ListTrashRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTrashRequest.ProtoReflect.Descriptor instead.
+func (*ListTrashRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *ListTrashRequest) GetCollection() string {
+	if x != nil {
+		return x.Collection
+	}
+	return ""
+}
+
+func (x *ListTrashRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListTrashRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListTrashResponse is a page of the trash.
+type ListTrashResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The trashed memories on this page, in storage order, with trashed_at and purge_at set.
+	Memories []*Memory `protobuf:"bytes,1,rep,name=memories,proto3" json:"memories,omitempty"`
+	// Pass as page_token to get the next page; empty when this is the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTrashResponse) Reset() {
+	*x = ListTrashResponse{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTrashResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTrashResponse) ProtoMessage() {}
+
+func (x *ListTrashResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTrashResponse.ProtoReflect.Descriptor instead.
+func (*ListTrashResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *ListTrashResponse) GetMemories() []*Memory {
+	if x != nil {
+		return x.Memories
+	}
+	return nil
+}
+
+func (x *ListTrashResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// RestoreMemoryRequest names a memory in the trash.
+type RestoreMemoryRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The collection. Empty means the default collection.
+	Collection string `protobuf:"bytes,1,opt,name=collection,proto3" json:"collection,omitempty"`
+	// The trashed memory's id. Required.
+	Id            string `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RestoreMemoryRequest) Reset() {
+	*x = RestoreMemoryRequest{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RestoreMemoryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RestoreMemoryRequest) ProtoMessage() {}
+
+func (x *RestoreMemoryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RestoreMemoryRequest.ProtoReflect.Descriptor instead.
+func (*RestoreMemoryRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *RestoreMemoryRequest) GetCollection() string {
+	if x != nil {
+		return x.Collection
+	}
+	return ""
+}
+
+func (x *RestoreMemoryRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+// RestoreMemoryResponse is the restored memory.
+type RestoreMemoryResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The memory, live again (trashed_at unset).
+	Memory *Memory `protobuf:"bytes,1,opt,name=memory,proto3" json:"memory,omitempty"`
+	// Live memories at or above the near-duplicate threshold (0.70) to the restored one, most
+	// similar first: a near-copy written while it was in the trash is now beside it. Consider
+	// DeleteMemory on one of them.
+	NearDuplicates []*SimilarMemory `protobuf:"bytes,2,rep,name=near_duplicates,json=nearDuplicates,proto3" json:"near_duplicates,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *RestoreMemoryResponse) Reset() {
+	*x = RestoreMemoryResponse{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RestoreMemoryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RestoreMemoryResponse) ProtoMessage() {}
+
+func (x *RestoreMemoryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RestoreMemoryResponse.ProtoReflect.Descriptor instead.
+func (*RestoreMemoryResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *RestoreMemoryResponse) GetMemory() *Memory {
+	if x != nil {
+		return x.Memory
+	}
+	return nil
+}
+
+func (x *RestoreMemoryResponse) GetNearDuplicates() []*SimilarMemory {
+	if x != nil {
+		return x.NearDuplicates
+	}
+	return nil
+}
+
+// PurgeTrashRequest says what to delete for good.
+type PurgeTrashRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The collection. Empty means the default collection.
+	Collection string `protobuf:"bytes,1,opt,name=collection,proto3" json:"collection,omitempty"`
+	// Only these trashed memories (with their history). Empty: everything in the trash.
+	Ids []string `protobuf:"bytes,2,rep,name=ids,proto3" json:"ids,omitempty"`
+	// Drop the collection itself, which must be in the trash, with every memory in it.
+	PurgeCollection bool `protobuf:"varint,3,opt,name=purge_collection,json=purgeCollection,proto3" json:"purge_collection,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *PurgeTrashRequest) Reset() {
+	*x = PurgeTrashRequest{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PurgeTrashRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PurgeTrashRequest) ProtoMessage() {}
+
+func (x *PurgeTrashRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PurgeTrashRequest.ProtoReflect.Descriptor instead.
+func (*PurgeTrashRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *PurgeTrashRequest) GetCollection() string {
+	if x != nil {
+		return x.Collection
+	}
+	return ""
+}
+
+func (x *PurgeTrashRequest) GetIds() []string {
+	if x != nil {
+		return x.Ids
+	}
+	return nil
+}
+
+func (x *PurgeTrashRequest) GetPurgeCollection() bool {
+	if x != nil {
+		return x.PurgeCollection
+	}
+	return false
+}
+
+// PurgeTrashResponse says what was deleted for good.
+type PurgeTrashResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How many stored memories (including history versions) were deleted.
+	PurgedCount   int64 `protobuf:"varint,1,opt,name=purged_count,json=purgedCount,proto3" json:"purged_count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PurgeTrashResponse) Reset() {
+	*x = PurgeTrashResponse{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PurgeTrashResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PurgeTrashResponse) ProtoMessage() {}
+
+func (x *PurgeTrashResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PurgeTrashResponse.ProtoReflect.Descriptor instead.
+func (*PurgeTrashResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *PurgeTrashResponse) GetPurgedCount() int64 {
+	if x != nil {
+		return x.PurgedCount
+	}
+	return 0
+}
+
+// RestoreCollectionRequest names a collection in the trash.
+type RestoreCollectionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The collection's name. Required.
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RestoreCollectionRequest) Reset() {
+	*x = RestoreCollectionRequest{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RestoreCollectionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RestoreCollectionRequest) ProtoMessage() {}
+
+func (x *RestoreCollectionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RestoreCollectionRequest.ProtoReflect.Descriptor instead.
+func (*RestoreCollectionRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *RestoreCollectionRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// RestoreCollectionResponse is the restored collection.
+type RestoreCollectionResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The collection, live again.
+	Collection    *CollectionInfo `protobuf:"bytes,1,opt,name=collection,proto3" json:"collection,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RestoreCollectionResponse) Reset() {
+	*x = RestoreCollectionResponse{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RestoreCollectionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RestoreCollectionResponse) ProtoMessage() {}
+
+func (x *RestoreCollectionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RestoreCollectionResponse.ProtoReflect.Descriptor instead.
+func (*RestoreCollectionResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *RestoreCollectionResponse) GetCollection() *CollectionInfo {
+	if x != nil {
+		return x.Collection
+	}
+	return nil
 }
 
 // GetContextRequest asks for the context pack of a session.
@@ -3117,7 +4291,7 @@ type GetContextRequest struct {
 
 func (x *GetContextRequest) Reset() {
 	*x = GetContextRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[33]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3129,7 +4303,7 @@ func (x *GetContextRequest) String() string {
 func (*GetContextRequest) ProtoMessage() {}
 
 func (x *GetContextRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[33]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3142,7 +4316,7 @@ func (x *GetContextRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetContextRequest.ProtoReflect.Descriptor instead.
 func (*GetContextRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{33}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *GetContextRequest) GetCollections() []string {
@@ -3202,7 +4376,7 @@ type ContextTopic struct {
 
 func (x *ContextTopic) Reset() {
 	*x = ContextTopic{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[34]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3214,7 +4388,7 @@ func (x *ContextTopic) String() string {
 func (*ContextTopic) ProtoMessage() {}
 
 func (x *ContextTopic) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[34]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3227,7 +4401,7 @@ func (x *ContextTopic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContextTopic.ProtoReflect.Descriptor instead.
 func (*ContextTopic) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{34}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ContextTopic) GetId() string {
@@ -3278,7 +4452,7 @@ type ContextItem struct {
 
 func (x *ContextItem) Reset() {
 	*x = ContextItem{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[35]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3290,7 +4464,7 @@ func (x *ContextItem) String() string {
 func (*ContextItem) ProtoMessage() {}
 
 func (x *ContextItem) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[35]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3303,7 +4477,7 @@ func (x *ContextItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContextItem.ProtoReflect.Descriptor instead.
 func (*ContextItem) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{35}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ContextItem) GetMemory() *Memory {
@@ -3381,7 +4555,7 @@ type ContextSection struct {
 
 func (x *ContextSection) Reset() {
 	*x = ContextSection{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[36]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3393,7 +4567,7 @@ func (x *ContextSection) String() string {
 func (*ContextSection) ProtoMessage() {}
 
 func (x *ContextSection) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[36]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3406,7 +4580,7 @@ func (x *ContextSection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContextSection.ProtoReflect.Descriptor instead.
 func (*ContextSection) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{36}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ContextSection) GetKind() ContextSectionKind {
@@ -3473,7 +4647,7 @@ type GetContextResponse struct {
 
 func (x *GetContextResponse) Reset() {
 	*x = GetContextResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[37]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3485,7 +4659,7 @@ func (x *GetContextResponse) String() string {
 func (*GetContextResponse) ProtoMessage() {}
 
 func (x *GetContextResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[37]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3498,7 +4672,7 @@ func (x *GetContextResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetContextResponse.ProtoReflect.Descriptor instead.
 func (*GetContextResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{37}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *GetContextResponse) GetSections() []*ContextSection {
@@ -3588,7 +4762,7 @@ type GetTriggersRequest struct {
 
 func (x *GetTriggersRequest) Reset() {
 	*x = GetTriggersRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[38]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3600,7 +4774,7 @@ func (x *GetTriggersRequest) String() string {
 func (*GetTriggersRequest) ProtoMessage() {}
 
 func (x *GetTriggersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[38]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3613,7 +4787,7 @@ func (x *GetTriggersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTriggersRequest.ProtoReflect.Descriptor instead.
 func (*GetTriggersRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{38}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *GetTriggersRequest) GetCollections() []string {
@@ -3654,7 +4828,7 @@ type GetTriggersResponse struct {
 
 func (x *GetTriggersResponse) Reset() {
 	*x = GetTriggersResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[39]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3666,7 +4840,7 @@ func (x *GetTriggersResponse) String() string {
 func (*GetTriggersResponse) ProtoMessage() {}
 
 func (x *GetTriggersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[39]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3679,7 +4853,7 @@ func (x *GetTriggersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTriggersResponse.ProtoReflect.Descriptor instead.
 func (*GetTriggersResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{39}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *GetTriggersResponse) GetAction() string {
@@ -3731,7 +4905,7 @@ type Slot struct {
 
 func (x *Slot) Reset() {
 	*x = Slot{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[40]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3743,7 +4917,7 @@ func (x *Slot) String() string {
 func (*Slot) ProtoMessage() {}
 
 func (x *Slot) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[40]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3756,7 +4930,7 @@ func (x *Slot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Slot.ProtoReflect.Descriptor instead.
 func (*Slot) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{40}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *Slot) GetName() string {
@@ -3812,7 +4986,7 @@ type ListSlotsRequest struct {
 
 func (x *ListSlotsRequest) Reset() {
 	*x = ListSlotsRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[41]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3824,7 +4998,7 @@ func (x *ListSlotsRequest) String() string {
 func (*ListSlotsRequest) ProtoMessage() {}
 
 func (x *ListSlotsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[41]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3837,7 +5011,7 @@ func (x *ListSlotsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSlotsRequest.ProtoReflect.Descriptor instead.
 func (*ListSlotsRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{41}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ListSlotsRequest) GetCollection() string {
@@ -3861,7 +5035,7 @@ type ListSlotsResponse struct {
 
 func (x *ListSlotsResponse) Reset() {
 	*x = ListSlotsResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[42]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3873,7 +5047,7 @@ func (x *ListSlotsResponse) String() string {
 func (*ListSlotsResponse) ProtoMessage() {}
 
 func (x *ListSlotsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[42]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3886,7 +5060,7 @@ func (x *ListSlotsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSlotsResponse.ProtoReflect.Descriptor instead.
 func (*ListSlotsResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{42}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ListSlotsResponse) GetSlots() []*Slot {
@@ -3921,7 +5095,7 @@ type UpdateSlotRequest struct {
 
 func (x *UpdateSlotRequest) Reset() {
 	*x = UpdateSlotRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[43]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3933,7 +5107,7 @@ func (x *UpdateSlotRequest) String() string {
 func (*UpdateSlotRequest) ProtoMessage() {}
 
 func (x *UpdateSlotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[43]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3946,7 +5120,7 @@ func (x *UpdateSlotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateSlotRequest.ProtoReflect.Descriptor instead.
 func (*UpdateSlotRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{43}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *UpdateSlotRequest) GetCollection() string {
@@ -3990,7 +5164,7 @@ type UpdateSlotResponse struct {
 
 func (x *UpdateSlotResponse) Reset() {
 	*x = UpdateSlotResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[44]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4002,7 +5176,7 @@ func (x *UpdateSlotResponse) String() string {
 func (*UpdateSlotResponse) ProtoMessage() {}
 
 func (x *UpdateSlotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[44]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4015,7 +5189,7 @@ func (x *UpdateSlotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateSlotResponse.ProtoReflect.Descriptor instead.
 func (*UpdateSlotResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{44}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *UpdateSlotResponse) GetSlot() *Slot {
@@ -4051,7 +5225,7 @@ type ListTopicsRequest struct {
 
 func (x *ListTopicsRequest) Reset() {
 	*x = ListTopicsRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[45]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4063,7 +5237,7 @@ func (x *ListTopicsRequest) String() string {
 func (*ListTopicsRequest) ProtoMessage() {}
 
 func (x *ListTopicsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[45]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4076,7 +5250,7 @@ func (x *ListTopicsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTopicsRequest.ProtoReflect.Descriptor instead.
 func (*ListTopicsRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{45}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ListTopicsRequest) GetCollection() string {
@@ -4137,7 +5311,7 @@ type Topic struct {
 
 func (x *Topic) Reset() {
 	*x = Topic{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[46]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4149,7 +5323,7 @@ func (x *Topic) String() string {
 func (*Topic) ProtoMessage() {}
 
 func (x *Topic) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[46]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4162,7 +5336,7 @@ func (x *Topic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Topic.ProtoReflect.Descriptor instead.
 func (*Topic) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{46}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *Topic) GetId() string {
@@ -4245,7 +5419,7 @@ type ListTopicsResponse struct {
 
 func (x *ListTopicsResponse) Reset() {
 	*x = ListTopicsResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[47]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4257,7 +5431,7 @@ func (x *ListTopicsResponse) String() string {
 func (*ListTopicsResponse) ProtoMessage() {}
 
 func (x *ListTopicsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[47]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4270,7 +5444,7 @@ func (x *ListTopicsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTopicsResponse.ProtoReflect.Descriptor instead.
 func (*ListTopicsResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{47}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ListTopicsResponse) GetTopics() []*Topic {
@@ -4318,7 +5492,7 @@ type GetTopicRequest struct {
 
 func (x *GetTopicRequest) Reset() {
 	*x = GetTopicRequest{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[48]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4330,7 +5504,7 @@ func (x *GetTopicRequest) String() string {
 func (*GetTopicRequest) ProtoMessage() {}
 
 func (x *GetTopicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[48]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4343,7 +5517,7 @@ func (x *GetTopicRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTopicRequest.ProtoReflect.Descriptor instead.
 func (*GetTopicRequest) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{48}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *GetTopicRequest) GetCollection() string {
@@ -4389,7 +5563,7 @@ type GetTopicResponse struct {
 
 func (x *GetTopicResponse) Reset() {
 	*x = GetTopicResponse{}
-	mi := &file_engram_v1_memory_service_proto_msgTypes[49]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4401,7 +5575,7 @@ func (x *GetTopicResponse) String() string {
 func (*GetTopicResponse) ProtoMessage() {}
 
 func (x *GetTopicResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_engram_v1_memory_service_proto_msgTypes[49]
+	mi := &file_engram_v1_memory_service_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4414,7 +5588,7 @@ func (x *GetTopicResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTopicResponse.ProtoReflect.Descriptor instead.
 func (*GetTopicResponse) Descriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{49}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *GetTopicResponse) GetTopic() *Topic {
@@ -4593,12 +5767,13 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\x05query\x18\x03 \x01(\v2\x16.engram.v1.DeleteQueryH\x00R\x05query\x12\x14\n" +
 	"\x05force\x18\x04 \x01(\bR\x05force\x12\x17\n" +
 	"\adry_run\x18\x05 \x01(\bR\x06dryRunB\b\n" +
-	"\x06target\"\x9f\x01\n" +
+	"\x06target\"\xd6\x01\n" +
 	"\x14DeleteMemoryResponse\x12+\n" +
 	"\adeleted\x18\x01 \x03(\v2\x11.engram.v1.MemoryR\adeleted\x12\x17\n" +
 	"\adry_run\x18\x02 \x01(\bR\x06dryRun\x12#\n" +
 	"\rdeleted_count\x18\x03 \x01(\x05R\fdeletedCount\x12\x1c\n" +
-	"\ttruncated\x18\x04 \x01(\bR\ttruncated\"k\n" +
+	"\ttruncated\x18\x04 \x01(\bR\ttruncated\x125\n" +
+	"\bpurge_at\x18( \x01(\v2\x1a.google.protobuf.TimestampR\apurgeAt\"k\n" +
 	"\x10GetMemoryRequest\x12\x1e\n" +
 	"\n" +
 	"collection\x18\x01 \x01(\tR\n" +
@@ -4620,16 +5795,25 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\x0finclude_history\x18\x05 \x01(\bR\x0eincludeHistory\"m\n" +
 	"\x14ListMemoriesResponse\x12-\n" +
 	"\bmemories\x18\x01 \x03(\v2\x11.engram.v1.MemoryR\bmemories\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x18\n" +
-	"\x16ListCollectionsRequest\"V\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"A\n" +
+	"\x16ListCollectionsRequest\x12'\n" +
+	"\x0finclude_trashed\x18( \x01(\bR\x0eincludeTrashed\"\x8e\x01\n" +
 	"\x17ListCollectionsResponse\x12;\n" +
-	"\vcollections\x18\x01 \x03(\v2\x19.engram.v1.CollectionInfoR\vcollections\"-\n" +
+	"\vcollections\x18\x01 \x03(\v2\x19.engram.v1.CollectionInfoR\vcollections\x126\n" +
+	"\atrashed\x18( \x03(\v2\x1c.engram.v1.TrashedCollectionR\atrashed\"\xbc\x01\n" +
+	"\x11TrashedCollection\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12!\n" +
+	"\fmemory_count\x18\x02 \x01(\x03R\vmemoryCount\x129\n" +
+	"\n" +
+	"trashed_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\ttrashedAt\x125\n" +
+	"\bpurge_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\apurgeAt\"-\n" +
 	"\x17DeleteCollectionRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"z\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\xb1\x01\n" +
 	"\x18DeleteCollectionResponse\x12#\n" +
 	"\rdeleted_count\x18\x01 \x01(\x03R\fdeletedCount\x129\n" +
 	"\n" +
-	"deleted_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tdeletedAt\"e\n" +
+	"deleted_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tdeletedAt\x125\n" +
+	"\bpurge_at\x18( \x01(\v2\x1a.google.protobuf.TimestampR\apurgeAt\"e\n" +
 	"\x14RunReflectionRequest\x12\x1e\n" +
 	"\n" +
 	"collection\x18\x01 \x01(\tR\n" +
@@ -4692,7 +5876,82 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"duplicates\"h\n" +
 	"\x1aListReflectionRunsResponse\x12,\n" +
 	"\x04runs\x18\x01 \x03(\v2\x18.engram.v1.ReflectionRunR\x04runs\x12\x1c\n" +
-	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"\xf0\x01\n" +
+	"\ttruncated\x18\x02 \x01(\bR\ttruncated\"~\n" +
+	"\x13ConversationMessage\x12\x12\n" +
+	"\x04role\x18\x01 \x01(\tR\x04role\x12\x18\n" +
+	"\acontent\x18\x02 \x01(\tR\acontent\x129\n" +
+	"\n" +
+	"created_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"J\n" +
+	"\fConversation\x12:\n" +
+	"\bmessages\x18\x01 \x03(\v2\x1e.engram.v1.ConversationMessageR\bmessages\"r\n" +
+	"\x0fToolObservation\x12\x1b\n" +
+	"\ttool_name\x18\x01 \x01(\tR\btoolName\x12\x14\n" +
+	"\x05input\x18\x02 \x01(\tR\x05input\x12\x16\n" +
+	"\x06output\x18\x03 \x01(\tR\x06output\x12\x14\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\"\xb2\x02\n" +
+	"\x16ExtractMemoriesRequest\x12\x1e\n" +
+	"\n" +
+	"collection\x18\x01 \x01(\tR\n" +
+	"collection\x12\x14\n" +
+	"\x04text\x18\x02 \x01(\tH\x00R\x04text\x12=\n" +
+	"\fconversation\x18\x03 \x01(\v2\x17.engram.v1.ConversationH\x00R\fconversation\x12>\n" +
+	"\vobservation\x18\x04 \x01(\v2\x1a.engram.v1.ToolObservationH\x00R\vobservation\x12-\n" +
+	"\x04mode\x18\x05 \x01(\x0e2\x19.engram.v1.ExtractionModeR\x04mode\x12\x17\n" +
+	"\adry_run\x18\x06 \x01(\bR\x06dryRun\x12\x12\n" +
+	"\x04tags\x18\a \x03(\tR\x04tagsB\a\n" +
+	"\x05input\"\xf9\x01\n" +
+	"\x0fExtractedMemory\x12\x18\n" +
+	"\acontent\x18\x01 \x01(\tR\acontent\x12)\n" +
+	"\x04type\x18\x02 \x01(\x0e2\x15.engram.v1.MemoryTypeR\x04type\x12\x1e\n" +
+	"\n" +
+	"importance\x18\x03 \x01(\x05R\n" +
+	"importance\x12\x12\n" +
+	"\x04tags\x18\x04 \x03(\tR\x04tags\x129\n" +
+	"\n" +
+	"created_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x122\n" +
+	"\x06result\x18\x06 \x01(\v2\x1a.engram.v1.AddMemoryResultR\x06result\"\xa1\x02\n" +
+	"\x17ExtractMemoriesResponse\x126\n" +
+	"\bmemories\x18\x01 \x03(\v2\x1a.engram.v1.ExtractedMemoryR\bmemories\x122\n" +
+	"\textractor\x18\x02 \x01(\x0e2\x14.engram.v1.ExtractorR\textractor\x12'\n" +
+	"\x0ffallback_reason\x18\x03 \x01(\tR\x0efallbackReason\x12\"\n" +
+	"\fdeduplicated\x18\x04 \x01(\bR\fdeduplicated\x12\x1e\n" +
+	"\n" +
+	"redactions\x18\x05 \x03(\tR\n" +
+	"redactions\x12\x14\n" +
+	"\x05model\x18\x06 \x01(\tR\x05model\x12\x17\n" +
+	"\adry_run\x18\a \x01(\bR\x06dryRun\"n\n" +
+	"\x10ListTrashRequest\x12\x1e\n" +
+	"\n" +
+	"collection\x18\x01 \x01(\tR\n" +
+	"collection\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"j\n" +
+	"\x11ListTrashResponse\x12-\n" +
+	"\bmemories\x18\x01 \x03(\v2\x11.engram.v1.MemoryR\bmemories\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"F\n" +
+	"\x14RestoreMemoryRequest\x12\x1e\n" +
+	"\n" +
+	"collection\x18\x01 \x01(\tR\n" +
+	"collection\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\"\x85\x01\n" +
+	"\x15RestoreMemoryResponse\x12)\n" +
+	"\x06memory\x18\x01 \x01(\v2\x11.engram.v1.MemoryR\x06memory\x12A\n" +
+	"\x0fnear_duplicates\x18\x02 \x03(\v2\x18.engram.v1.SimilarMemoryR\x0enearDuplicates\"p\n" +
+	"\x11PurgeTrashRequest\x12\x1e\n" +
+	"\n" +
+	"collection\x18\x01 \x01(\tR\n" +
+	"collection\x12\x10\n" +
+	"\x03ids\x18\x02 \x03(\tR\x03ids\x12)\n" +
+	"\x10purge_collection\x18\x03 \x01(\bR\x0fpurgeCollection\"7\n" +
+	"\x12PurgeTrashResponse\x12!\n" +
+	"\fpurged_count\x18\x01 \x01(\x03R\vpurgedCount\".\n" +
+	"\x18RestoreCollectionRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"V\n" +
+	"\x19RestoreCollectionResponse\x129\n" +
+	"\n" +
+	"collection\x18\x01 \x01(\v2\x19.engram.v1.CollectionInfoR\n" +
+	"collection\"\xf0\x01\n" +
 	"\x11GetContextRequest\x12 \n" +
 	"\vcollections\x18\x01 \x03(\tR\vcollections\x12\x14\n" +
 	"\x05query\x18\x02 \x01(\tR\x05query\x12&\n" +
@@ -4825,7 +6084,16 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\x19REFLECTION_GATE_DAILY_CAP\x10\x02\x12\x1e\n" +
 	"\x1aREFLECTION_GATE_IMPORTANCE\x10\x03\x12$\n" +
 	" REFLECTION_GATE_TOO_FEW_MEMORIES\x10\x04\x12\x1f\n" +
-	"\x1bREFLECTION_GATE_IN_PROGRESS\x10\x05*\x86\x02\n" +
+	"\x1bREFLECTION_GATE_IN_PROGRESS\x10\x05*f\n" +
+	"\x0eExtractionMode\x12\x1f\n" +
+	"\x1bEXTRACTION_MODE_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14EXTRACTION_MODE_AUTO\x10\x01\x12\x19\n" +
+	"\x15EXTRACTION_MODE_RULES\x10\x02*b\n" +
+	"\tExtractor\x12\x19\n" +
+	"\x15EXTRACTOR_UNSPECIFIED\x10\x00\x12\x11\n" +
+	"\rEXTRACTOR_LLM\x10\x01\x12\x13\n" +
+	"\x0fEXTRACTOR_RULES\x10\x02\x12\x12\n" +
+	"\x0eEXTRACTOR_NONE\x10\x03*\x86\x02\n" +
 	"\x12ContextSectionKind\x12$\n" +
 	" CONTEXT_SECTION_KIND_UNSPECIFIED\x10\x00\x12\x1d\n" +
 	"\x19CONTEXT_SECTION_KIND_CORE\x10\x01\x12!\n" +
@@ -4846,7 +6114,7 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\x0eSlotCompaction\x12\x1f\n" +
 	"\x1bSLOT_COMPACTION_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13SLOT_COMPACTION_LLM\x10\x01\x12\x1e\n" +
-	"\x1aSLOT_COMPACTION_TRUNCATION\x10\x022\xbf\x11\n" +
+	"\x1aSLOT_COMPACTION_TRUNCATION\x10\x022\xce\x16\n" +
 	"\rMemoryService\x12_\n" +
 	"\tAddMemory\x12\x1b.engram.v1.AddMemoryRequest\x1a\x1c.engram.v1.AddMemoryResponse\"\x17\x82\xd3\xe4\x93\x02\x11:\x01*\"\f/v1/memories\x12n\n" +
 	"\vAddMemories\x12\x1d.engram.v1.AddMemoriesRequest\x1a\x1e.engram.v1.AddMemoriesResponse\" \x82\xd3\xe4\x93\x02\x1a:\x01*\"\x15/v1/memories:batchAdd\x12u\n" +
@@ -4859,7 +6127,13 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\x10DeleteCollection\x12\".engram.v1.DeleteCollectionRequest\x1a#.engram.v1.DeleteCollectionResponse\"\x1e\x82\xd3\xe4\x93\x02\x18*\x16/v1/collections/{name}\x12\x83\x01\n" +
 	"\rRunReflection\x12\x1f.engram.v1.RunReflectionRequest\x1a .engram.v1.RunReflectionResponse\"/\x82\xd3\xe4\x93\x02):\x01*\"$/v1/collections/{collection}:reflect\x12\x92\x01\n" +
 	"\x11ListGateDecisions\x12#.engram.v1.ListGateDecisionsRequest\x1a$.engram.v1.ListGateDecisionsResponse\"2\x82\xd3\xe4\x93\x02,\x12*/v1/collections/{collection}/gateDecisions\x12\x96\x01\n" +
-	"\x12ListReflectionRuns\x12$.engram.v1.ListReflectionRunsRequest\x1a%.engram.v1.ListReflectionRunsResponse\"3\x82\xd3\xe4\x93\x02-\x12+/v1/collections/{collection}/reflectionRuns\x12a\n" +
+	"\x12ListReflectionRuns\x12$.engram.v1.ListReflectionRunsRequest\x1a%.engram.v1.ListReflectionRunsResponse\"3\x82\xd3\xe4\x93\x02-\x12+/v1/collections/{collection}/reflectionRuns\x12y\n" +
+	"\x0fExtractMemories\x12!.engram.v1.ExtractMemoriesRequest\x1a\".engram.v1.ExtractMemoriesResponse\"\x1f\x82\xd3\xe4\x93\x02\x19:\x01*\"\x14/v1/memories:extract\x12r\n" +
+	"\tListTrash\x12\x1b.engram.v1.ListTrashRequest\x1a\x1c.engram.v1.ListTrashResponse\"*\x82\xd3\xe4\x93\x02$\x12\"/v1/collections/{collection}/trash\x12\x91\x01\n" +
+	"\rRestoreMemory\x12\x1f.engram.v1.RestoreMemoryRequest\x1a .engram.v1.RestoreMemoryResponse\"=\x82\xd3\xe4\x93\x027:\x01*\"2/v1/collections/{collection}/memories/{id}:restore\x12~\n" +
+	"\n" +
+	"PurgeTrash\x12\x1c.engram.v1.PurgeTrashRequest\x1a\x1d.engram.v1.PurgeTrashResponse\"3\x82\xd3\xe4\x93\x02-:\x01*\"(/v1/collections/{collection}/trash:purge\x12\x89\x01\n" +
+	"\x11RestoreCollection\x12#.engram.v1.RestoreCollectionRequest\x1a$.engram.v1.RestoreCollectionResponse\")\x82\xd3\xe4\x93\x02#:\x01*\"\x1e/v1/collections/{name}:restore\x12a\n" +
 	"\n" +
 	"GetContext\x12\x1c.engram.v1.GetContextRequest\x1a\x1d.engram.v1.GetContextResponse\"\x16\x82\xd3\xe4\x93\x02\x10:\x01*\"\v/v1/context\x12i\n" +
 	"\vGetTriggers\x12\x1d.engram.v1.GetTriggersRequest\x1a\x1e.engram.v1.GetTriggersResponse\"\x1b\x82\xd3\xe4\x93\x02\x15:\x01*\"\x10/v1/triggers:get\x12a\n" +
@@ -4882,197 +6156,243 @@ func file_engram_v1_memory_service_proto_rawDescGZIP() []byte {
 	return file_engram_v1_memory_service_proto_rawDescData
 }
 
-var file_engram_v1_memory_service_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_engram_v1_memory_service_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
+var file_engram_v1_memory_service_proto_enumTypes = make([]protoimpl.EnumInfo, 9)
+var file_engram_v1_memory_service_proto_msgTypes = make([]protoimpl.MessageInfo, 68)
 var file_engram_v1_memory_service_proto_goTypes = []any{
 	(AddOutcome)(0),                    // 0: engram.v1.AddOutcome
 	(ReflectionOutcome)(0),             // 1: engram.v1.ReflectionOutcome
 	(ReflectionGate)(0),                // 2: engram.v1.ReflectionGate
-	(ContextSectionKind)(0),            // 3: engram.v1.ContextSectionKind
-	(SinceSource)(0),                   // 4: engram.v1.SinceSource
-	(SlotUpdateMode)(0),                // 5: engram.v1.SlotUpdateMode
-	(SlotCompaction)(0),                // 6: engram.v1.SlotCompaction
-	(*AddMemoryRequest)(nil),           // 7: engram.v1.AddMemoryRequest
-	(*AddMemoryResponse)(nil),          // 8: engram.v1.AddMemoryResponse
-	(*AddMemoriesRequest)(nil),         // 9: engram.v1.AddMemoriesRequest
-	(*NewMemory)(nil),                  // 10: engram.v1.NewMemory
-	(*AddMemoryResult)(nil),            // 11: engram.v1.AddMemoryResult
-	(*AddMemoriesResponse)(nil),        // 12: engram.v1.AddMemoriesResponse
-	(*SearchMemoriesRequest)(nil),      // 13: engram.v1.SearchMemoriesRequest
-	(*SearchResult)(nil),               // 14: engram.v1.SearchResult
-	(*SearchMemoriesResponse)(nil),     // 15: engram.v1.SearchMemoriesResponse
-	(*SemanticLocator)(nil),            // 16: engram.v1.SemanticLocator
-	(*StringList)(nil),                 // 17: engram.v1.StringList
-	(*StringMap)(nil),                  // 18: engram.v1.StringMap
-	(*UpdateMemoryRequest)(nil),        // 19: engram.v1.UpdateMemoryRequest
-	(*UpdateMemoryResponse)(nil),       // 20: engram.v1.UpdateMemoryResponse
-	(*DeleteQuery)(nil),                // 21: engram.v1.DeleteQuery
-	(*DeleteMemoryRequest)(nil),        // 22: engram.v1.DeleteMemoryRequest
-	(*DeleteMemoryResponse)(nil),       // 23: engram.v1.DeleteMemoryResponse
-	(*GetMemoryRequest)(nil),           // 24: engram.v1.GetMemoryRequest
-	(*GetMemoryResponse)(nil),          // 25: engram.v1.GetMemoryResponse
-	(*ListMemoriesRequest)(nil),        // 26: engram.v1.ListMemoriesRequest
-	(*ListMemoriesResponse)(nil),       // 27: engram.v1.ListMemoriesResponse
-	(*ListCollectionsRequest)(nil),     // 28: engram.v1.ListCollectionsRequest
-	(*ListCollectionsResponse)(nil),    // 29: engram.v1.ListCollectionsResponse
-	(*DeleteCollectionRequest)(nil),    // 30: engram.v1.DeleteCollectionRequest
-	(*DeleteCollectionResponse)(nil),   // 31: engram.v1.DeleteCollectionResponse
-	(*RunReflectionRequest)(nil),       // 32: engram.v1.RunReflectionRequest
-	(*RunReflectionResponse)(nil),      // 33: engram.v1.RunReflectionResponse
-	(*ListGateDecisionsRequest)(nil),   // 34: engram.v1.ListGateDecisionsRequest
-	(*GateDecision)(nil),               // 35: engram.v1.GateDecision
-	(*ListGateDecisionsResponse)(nil),  // 36: engram.v1.ListGateDecisionsResponse
-	(*ListReflectionRunsRequest)(nil),  // 37: engram.v1.ListReflectionRunsRequest
-	(*ReflectionRun)(nil),              // 38: engram.v1.ReflectionRun
-	(*ListReflectionRunsResponse)(nil), // 39: engram.v1.ListReflectionRunsResponse
-	(*GetContextRequest)(nil),          // 40: engram.v1.GetContextRequest
-	(*ContextTopic)(nil),               // 41: engram.v1.ContextTopic
-	(*ContextItem)(nil),                // 42: engram.v1.ContextItem
-	(*ContextSection)(nil),             // 43: engram.v1.ContextSection
-	(*GetContextResponse)(nil),         // 44: engram.v1.GetContextResponse
-	(*GetTriggersRequest)(nil),         // 45: engram.v1.GetTriggersRequest
-	(*GetTriggersResponse)(nil),        // 46: engram.v1.GetTriggersResponse
-	(*Slot)(nil),                       // 47: engram.v1.Slot
-	(*ListSlotsRequest)(nil),           // 48: engram.v1.ListSlotsRequest
-	(*ListSlotsResponse)(nil),          // 49: engram.v1.ListSlotsResponse
-	(*UpdateSlotRequest)(nil),          // 50: engram.v1.UpdateSlotRequest
-	(*UpdateSlotResponse)(nil),         // 51: engram.v1.UpdateSlotResponse
-	(*ListTopicsRequest)(nil),          // 52: engram.v1.ListTopicsRequest
-	(*Topic)(nil),                      // 53: engram.v1.Topic
-	(*ListTopicsResponse)(nil),         // 54: engram.v1.ListTopicsResponse
-	(*GetTopicRequest)(nil),            // 55: engram.v1.GetTopicRequest
-	(*GetTopicResponse)(nil),           // 56: engram.v1.GetTopicResponse
-	nil,                                // 57: engram.v1.AddMemoryRequest.MetadataEntry
-	nil,                                // 58: engram.v1.NewMemory.MetadataEntry
-	nil,                                // 59: engram.v1.StringMap.EntriesEntry
-	(MemoryType)(0),                    // 60: engram.v1.MemoryType
-	(Source)(0),                        // 61: engram.v1.Source
-	(SourceType)(0),                    // 62: engram.v1.SourceType
-	(*timestamppb.Timestamp)(nil),      // 63: google.protobuf.Timestamp
-	(*Memory)(nil),                     // 64: engram.v1.Memory
-	(*SimilarMemory)(nil),              // 65: engram.v1.SimilarMemory
-	(*MemoryFilter)(nil),               // 66: engram.v1.MemoryFilter
-	(*RankingWeights)(nil),             // 67: engram.v1.RankingWeights
-	(*ScoreBreakdown)(nil),             // 68: engram.v1.ScoreBreakdown
-	(*CollectionInfo)(nil),             // 69: engram.v1.CollectionInfo
+	(ExtractionMode)(0),                // 3: engram.v1.ExtractionMode
+	(Extractor)(0),                     // 4: engram.v1.Extractor
+	(ContextSectionKind)(0),            // 5: engram.v1.ContextSectionKind
+	(SinceSource)(0),                   // 6: engram.v1.SinceSource
+	(SlotUpdateMode)(0),                // 7: engram.v1.SlotUpdateMode
+	(SlotCompaction)(0),                // 8: engram.v1.SlotCompaction
+	(*AddMemoryRequest)(nil),           // 9: engram.v1.AddMemoryRequest
+	(*AddMemoryResponse)(nil),          // 10: engram.v1.AddMemoryResponse
+	(*AddMemoriesRequest)(nil),         // 11: engram.v1.AddMemoriesRequest
+	(*NewMemory)(nil),                  // 12: engram.v1.NewMemory
+	(*AddMemoryResult)(nil),            // 13: engram.v1.AddMemoryResult
+	(*AddMemoriesResponse)(nil),        // 14: engram.v1.AddMemoriesResponse
+	(*SearchMemoriesRequest)(nil),      // 15: engram.v1.SearchMemoriesRequest
+	(*SearchResult)(nil),               // 16: engram.v1.SearchResult
+	(*SearchMemoriesResponse)(nil),     // 17: engram.v1.SearchMemoriesResponse
+	(*SemanticLocator)(nil),            // 18: engram.v1.SemanticLocator
+	(*StringList)(nil),                 // 19: engram.v1.StringList
+	(*StringMap)(nil),                  // 20: engram.v1.StringMap
+	(*UpdateMemoryRequest)(nil),        // 21: engram.v1.UpdateMemoryRequest
+	(*UpdateMemoryResponse)(nil),       // 22: engram.v1.UpdateMemoryResponse
+	(*DeleteQuery)(nil),                // 23: engram.v1.DeleteQuery
+	(*DeleteMemoryRequest)(nil),        // 24: engram.v1.DeleteMemoryRequest
+	(*DeleteMemoryResponse)(nil),       // 25: engram.v1.DeleteMemoryResponse
+	(*GetMemoryRequest)(nil),           // 26: engram.v1.GetMemoryRequest
+	(*GetMemoryResponse)(nil),          // 27: engram.v1.GetMemoryResponse
+	(*ListMemoriesRequest)(nil),        // 28: engram.v1.ListMemoriesRequest
+	(*ListMemoriesResponse)(nil),       // 29: engram.v1.ListMemoriesResponse
+	(*ListCollectionsRequest)(nil),     // 30: engram.v1.ListCollectionsRequest
+	(*ListCollectionsResponse)(nil),    // 31: engram.v1.ListCollectionsResponse
+	(*TrashedCollection)(nil),          // 32: engram.v1.TrashedCollection
+	(*DeleteCollectionRequest)(nil),    // 33: engram.v1.DeleteCollectionRequest
+	(*DeleteCollectionResponse)(nil),   // 34: engram.v1.DeleteCollectionResponse
+	(*RunReflectionRequest)(nil),       // 35: engram.v1.RunReflectionRequest
+	(*RunReflectionResponse)(nil),      // 36: engram.v1.RunReflectionResponse
+	(*ListGateDecisionsRequest)(nil),   // 37: engram.v1.ListGateDecisionsRequest
+	(*GateDecision)(nil),               // 38: engram.v1.GateDecision
+	(*ListGateDecisionsResponse)(nil),  // 39: engram.v1.ListGateDecisionsResponse
+	(*ListReflectionRunsRequest)(nil),  // 40: engram.v1.ListReflectionRunsRequest
+	(*ReflectionRun)(nil),              // 41: engram.v1.ReflectionRun
+	(*ListReflectionRunsResponse)(nil), // 42: engram.v1.ListReflectionRunsResponse
+	(*ConversationMessage)(nil),        // 43: engram.v1.ConversationMessage
+	(*Conversation)(nil),               // 44: engram.v1.Conversation
+	(*ToolObservation)(nil),            // 45: engram.v1.ToolObservation
+	(*ExtractMemoriesRequest)(nil),     // 46: engram.v1.ExtractMemoriesRequest
+	(*ExtractedMemory)(nil),            // 47: engram.v1.ExtractedMemory
+	(*ExtractMemoriesResponse)(nil),    // 48: engram.v1.ExtractMemoriesResponse
+	(*ListTrashRequest)(nil),           // 49: engram.v1.ListTrashRequest
+	(*ListTrashResponse)(nil),          // 50: engram.v1.ListTrashResponse
+	(*RestoreMemoryRequest)(nil),       // 51: engram.v1.RestoreMemoryRequest
+	(*RestoreMemoryResponse)(nil),      // 52: engram.v1.RestoreMemoryResponse
+	(*PurgeTrashRequest)(nil),          // 53: engram.v1.PurgeTrashRequest
+	(*PurgeTrashResponse)(nil),         // 54: engram.v1.PurgeTrashResponse
+	(*RestoreCollectionRequest)(nil),   // 55: engram.v1.RestoreCollectionRequest
+	(*RestoreCollectionResponse)(nil),  // 56: engram.v1.RestoreCollectionResponse
+	(*GetContextRequest)(nil),          // 57: engram.v1.GetContextRequest
+	(*ContextTopic)(nil),               // 58: engram.v1.ContextTopic
+	(*ContextItem)(nil),                // 59: engram.v1.ContextItem
+	(*ContextSection)(nil),             // 60: engram.v1.ContextSection
+	(*GetContextResponse)(nil),         // 61: engram.v1.GetContextResponse
+	(*GetTriggersRequest)(nil),         // 62: engram.v1.GetTriggersRequest
+	(*GetTriggersResponse)(nil),        // 63: engram.v1.GetTriggersResponse
+	(*Slot)(nil),                       // 64: engram.v1.Slot
+	(*ListSlotsRequest)(nil),           // 65: engram.v1.ListSlotsRequest
+	(*ListSlotsResponse)(nil),          // 66: engram.v1.ListSlotsResponse
+	(*UpdateSlotRequest)(nil),          // 67: engram.v1.UpdateSlotRequest
+	(*UpdateSlotResponse)(nil),         // 68: engram.v1.UpdateSlotResponse
+	(*ListTopicsRequest)(nil),          // 69: engram.v1.ListTopicsRequest
+	(*Topic)(nil),                      // 70: engram.v1.Topic
+	(*ListTopicsResponse)(nil),         // 71: engram.v1.ListTopicsResponse
+	(*GetTopicRequest)(nil),            // 72: engram.v1.GetTopicRequest
+	(*GetTopicResponse)(nil),           // 73: engram.v1.GetTopicResponse
+	nil,                                // 74: engram.v1.AddMemoryRequest.MetadataEntry
+	nil,                                // 75: engram.v1.NewMemory.MetadataEntry
+	nil,                                // 76: engram.v1.StringMap.EntriesEntry
+	(MemoryType)(0),                    // 77: engram.v1.MemoryType
+	(Source)(0),                        // 78: engram.v1.Source
+	(SourceType)(0),                    // 79: engram.v1.SourceType
+	(*timestamppb.Timestamp)(nil),      // 80: google.protobuf.Timestamp
+	(*Memory)(nil),                     // 81: engram.v1.Memory
+	(*SimilarMemory)(nil),              // 82: engram.v1.SimilarMemory
+	(*MemoryFilter)(nil),               // 83: engram.v1.MemoryFilter
+	(*RankingWeights)(nil),             // 84: engram.v1.RankingWeights
+	(*ScoreBreakdown)(nil),             // 85: engram.v1.ScoreBreakdown
+	(*CollectionInfo)(nil),             // 86: engram.v1.CollectionInfo
 }
 var file_engram_v1_memory_service_proto_depIdxs = []int32{
-	60, // 0: engram.v1.AddMemoryRequest.type:type_name -> engram.v1.MemoryType
-	61, // 1: engram.v1.AddMemoryRequest.source:type_name -> engram.v1.Source
-	62, // 2: engram.v1.AddMemoryRequest.source_type:type_name -> engram.v1.SourceType
-	57, // 3: engram.v1.AddMemoryRequest.metadata:type_name -> engram.v1.AddMemoryRequest.MetadataEntry
-	63, // 4: engram.v1.AddMemoryRequest.created_at:type_name -> google.protobuf.Timestamp
-	63, // 5: engram.v1.AddMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
-	64, // 6: engram.v1.AddMemoryResponse.memory:type_name -> engram.v1.Memory
-	0,  // 7: engram.v1.AddMemoryResponse.outcome:type_name -> engram.v1.AddOutcome
-	65, // 8: engram.v1.AddMemoryResponse.near_duplicates:type_name -> engram.v1.SimilarMemory
-	10, // 9: engram.v1.AddMemoriesRequest.memories:type_name -> engram.v1.NewMemory
-	60, // 10: engram.v1.NewMemory.type:type_name -> engram.v1.MemoryType
-	61, // 11: engram.v1.NewMemory.source:type_name -> engram.v1.Source
-	62, // 12: engram.v1.NewMemory.source_type:type_name -> engram.v1.SourceType
-	58, // 13: engram.v1.NewMemory.metadata:type_name -> engram.v1.NewMemory.MetadataEntry
-	63, // 14: engram.v1.NewMemory.created_at:type_name -> google.protobuf.Timestamp
-	63, // 15: engram.v1.NewMemory.valid_until:type_name -> google.protobuf.Timestamp
-	64, // 16: engram.v1.AddMemoryResult.memory:type_name -> engram.v1.Memory
-	0,  // 17: engram.v1.AddMemoryResult.outcome:type_name -> engram.v1.AddOutcome
-	65, // 18: engram.v1.AddMemoryResult.near_duplicates:type_name -> engram.v1.SimilarMemory
-	11, // 19: engram.v1.AddMemoriesResponse.results:type_name -> engram.v1.AddMemoryResult
-	66, // 20: engram.v1.SearchMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
-	67, // 21: engram.v1.SearchMemoriesRequest.weights:type_name -> engram.v1.RankingWeights
-	64, // 22: engram.v1.SearchResult.memory:type_name -> engram.v1.Memory
-	68, // 23: engram.v1.SearchResult.score:type_name -> engram.v1.ScoreBreakdown
-	14, // 24: engram.v1.SearchMemoriesResponse.results:type_name -> engram.v1.SearchResult
-	59, // 25: engram.v1.StringMap.entries:type_name -> engram.v1.StringMap.EntriesEntry
-	16, // 26: engram.v1.UpdateMemoryRequest.locate:type_name -> engram.v1.SemanticLocator
-	60, // 27: engram.v1.UpdateMemoryRequest.type:type_name -> engram.v1.MemoryType
-	17, // 28: engram.v1.UpdateMemoryRequest.tags:type_name -> engram.v1.StringList
-	18, // 29: engram.v1.UpdateMemoryRequest.metadata:type_name -> engram.v1.StringMap
-	63, // 30: engram.v1.UpdateMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
-	64, // 31: engram.v1.UpdateMemoryResponse.memory:type_name -> engram.v1.Memory
-	64, // 32: engram.v1.UpdateMemoryResponse.previous:type_name -> engram.v1.Memory
-	21, // 33: engram.v1.DeleteMemoryRequest.query:type_name -> engram.v1.DeleteQuery
-	64, // 34: engram.v1.DeleteMemoryResponse.deleted:type_name -> engram.v1.Memory
-	64, // 35: engram.v1.GetMemoryResponse.memory:type_name -> engram.v1.Memory
-	64, // 36: engram.v1.GetMemoryResponse.history:type_name -> engram.v1.Memory
-	66, // 37: engram.v1.ListMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
-	64, // 38: engram.v1.ListMemoriesResponse.memories:type_name -> engram.v1.Memory
-	69, // 39: engram.v1.ListCollectionsResponse.collections:type_name -> engram.v1.CollectionInfo
-	63, // 40: engram.v1.DeleteCollectionResponse.deleted_at:type_name -> google.protobuf.Timestamp
-	1,  // 41: engram.v1.RunReflectionResponse.outcome:type_name -> engram.v1.ReflectionOutcome
-	2,  // 42: engram.v1.RunReflectionResponse.throttled_by:type_name -> engram.v1.ReflectionGate
-	63, // 43: engram.v1.RunReflectionResponse.next_run_after:type_name -> google.protobuf.Timestamp
-	64, // 44: engram.v1.RunReflectionResponse.sources:type_name -> engram.v1.Memory
-	64, // 45: engram.v1.RunReflectionResponse.insights:type_name -> engram.v1.Memory
-	64, // 46: engram.v1.RunReflectionResponse.drafts:type_name -> engram.v1.Memory
-	65, // 47: engram.v1.RunReflectionResponse.duplicates:type_name -> engram.v1.SimilarMemory
-	63, // 48: engram.v1.GateDecision.decided_at:type_name -> google.protobuf.Timestamp
-	0,  // 49: engram.v1.GateDecision.outcome:type_name -> engram.v1.AddOutcome
-	65, // 50: engram.v1.GateDecision.near_duplicates:type_name -> engram.v1.SimilarMemory
-	35, // 51: engram.v1.ListGateDecisionsResponse.decisions:type_name -> engram.v1.GateDecision
-	63, // 52: engram.v1.ReflectionRun.started_at:type_name -> google.protobuf.Timestamp
-	1,  // 53: engram.v1.ReflectionRun.outcome:type_name -> engram.v1.ReflectionOutcome
-	38, // 54: engram.v1.ListReflectionRunsResponse.runs:type_name -> engram.v1.ReflectionRun
-	63, // 55: engram.v1.GetContextRequest.since:type_name -> google.protobuf.Timestamp
-	64, // 56: engram.v1.ContextItem.memory:type_name -> engram.v1.Memory
-	41, // 57: engram.v1.ContextItem.topic:type_name -> engram.v1.ContextTopic
-	3,  // 58: engram.v1.ContextSection.kind:type_name -> engram.v1.ContextSectionKind
-	42, // 59: engram.v1.ContextSection.items:type_name -> engram.v1.ContextItem
-	43, // 60: engram.v1.GetContextResponse.sections:type_name -> engram.v1.ContextSection
-	63, // 61: engram.v1.GetContextResponse.since:type_name -> google.protobuf.Timestamp
-	4,  // 62: engram.v1.GetContextResponse.since_source:type_name -> engram.v1.SinceSource
-	41, // 63: engram.v1.GetContextResponse.topics:type_name -> engram.v1.ContextTopic
-	64, // 64: engram.v1.GetTriggersResponse.memories:type_name -> engram.v1.Memory
-	63, // 65: engram.v1.Slot.updated_at:type_name -> google.protobuf.Timestamp
-	47, // 66: engram.v1.ListSlotsResponse.slots:type_name -> engram.v1.Slot
-	5,  // 67: engram.v1.UpdateSlotRequest.mode:type_name -> engram.v1.SlotUpdateMode
-	47, // 68: engram.v1.UpdateSlotResponse.slot:type_name -> engram.v1.Slot
-	6,  // 69: engram.v1.UpdateSlotResponse.compaction:type_name -> engram.v1.SlotCompaction
-	53, // 70: engram.v1.Topic.children:type_name -> engram.v1.Topic
-	63, // 71: engram.v1.Topic.created_at:type_name -> google.protobuf.Timestamp
-	53, // 72: engram.v1.ListTopicsResponse.topics:type_name -> engram.v1.Topic
-	53, // 73: engram.v1.GetTopicResponse.topic:type_name -> engram.v1.Topic
-	64, // 74: engram.v1.GetTopicResponse.memories:type_name -> engram.v1.Memory
-	7,  // 75: engram.v1.MemoryService.AddMemory:input_type -> engram.v1.AddMemoryRequest
-	9,  // 76: engram.v1.MemoryService.AddMemories:input_type -> engram.v1.AddMemoriesRequest
-	13, // 77: engram.v1.MemoryService.SearchMemories:input_type -> engram.v1.SearchMemoriesRequest
-	19, // 78: engram.v1.MemoryService.UpdateMemory:input_type -> engram.v1.UpdateMemoryRequest
-	22, // 79: engram.v1.MemoryService.DeleteMemory:input_type -> engram.v1.DeleteMemoryRequest
-	24, // 80: engram.v1.MemoryService.GetMemory:input_type -> engram.v1.GetMemoryRequest
-	26, // 81: engram.v1.MemoryService.ListMemories:input_type -> engram.v1.ListMemoriesRequest
-	28, // 82: engram.v1.MemoryService.ListCollections:input_type -> engram.v1.ListCollectionsRequest
-	30, // 83: engram.v1.MemoryService.DeleteCollection:input_type -> engram.v1.DeleteCollectionRequest
-	32, // 84: engram.v1.MemoryService.RunReflection:input_type -> engram.v1.RunReflectionRequest
-	34, // 85: engram.v1.MemoryService.ListGateDecisions:input_type -> engram.v1.ListGateDecisionsRequest
-	37, // 86: engram.v1.MemoryService.ListReflectionRuns:input_type -> engram.v1.ListReflectionRunsRequest
-	40, // 87: engram.v1.MemoryService.GetContext:input_type -> engram.v1.GetContextRequest
-	45, // 88: engram.v1.MemoryService.GetTriggers:input_type -> engram.v1.GetTriggersRequest
-	48, // 89: engram.v1.MemoryService.ListSlots:input_type -> engram.v1.ListSlotsRequest
-	50, // 90: engram.v1.MemoryService.UpdateSlot:input_type -> engram.v1.UpdateSlotRequest
-	52, // 91: engram.v1.MemoryService.ListTopics:input_type -> engram.v1.ListTopicsRequest
-	55, // 92: engram.v1.MemoryService.GetTopic:input_type -> engram.v1.GetTopicRequest
-	8,  // 93: engram.v1.MemoryService.AddMemory:output_type -> engram.v1.AddMemoryResponse
-	12, // 94: engram.v1.MemoryService.AddMemories:output_type -> engram.v1.AddMemoriesResponse
-	15, // 95: engram.v1.MemoryService.SearchMemories:output_type -> engram.v1.SearchMemoriesResponse
-	20, // 96: engram.v1.MemoryService.UpdateMemory:output_type -> engram.v1.UpdateMemoryResponse
-	23, // 97: engram.v1.MemoryService.DeleteMemory:output_type -> engram.v1.DeleteMemoryResponse
-	25, // 98: engram.v1.MemoryService.GetMemory:output_type -> engram.v1.GetMemoryResponse
-	27, // 99: engram.v1.MemoryService.ListMemories:output_type -> engram.v1.ListMemoriesResponse
-	29, // 100: engram.v1.MemoryService.ListCollections:output_type -> engram.v1.ListCollectionsResponse
-	31, // 101: engram.v1.MemoryService.DeleteCollection:output_type -> engram.v1.DeleteCollectionResponse
-	33, // 102: engram.v1.MemoryService.RunReflection:output_type -> engram.v1.RunReflectionResponse
-	36, // 103: engram.v1.MemoryService.ListGateDecisions:output_type -> engram.v1.ListGateDecisionsResponse
-	39, // 104: engram.v1.MemoryService.ListReflectionRuns:output_type -> engram.v1.ListReflectionRunsResponse
-	44, // 105: engram.v1.MemoryService.GetContext:output_type -> engram.v1.GetContextResponse
-	46, // 106: engram.v1.MemoryService.GetTriggers:output_type -> engram.v1.GetTriggersResponse
-	49, // 107: engram.v1.MemoryService.ListSlots:output_type -> engram.v1.ListSlotsResponse
-	51, // 108: engram.v1.MemoryService.UpdateSlot:output_type -> engram.v1.UpdateSlotResponse
-	54, // 109: engram.v1.MemoryService.ListTopics:output_type -> engram.v1.ListTopicsResponse
-	56, // 110: engram.v1.MemoryService.GetTopic:output_type -> engram.v1.GetTopicResponse
-	93, // [93:111] is the sub-list for method output_type
-	75, // [75:93] is the sub-list for method input_type
-	75, // [75:75] is the sub-list for extension type_name
-	75, // [75:75] is the sub-list for extension extendee
-	0,  // [0:75] is the sub-list for field type_name
+	77,  // 0: engram.v1.AddMemoryRequest.type:type_name -> engram.v1.MemoryType
+	78,  // 1: engram.v1.AddMemoryRequest.source:type_name -> engram.v1.Source
+	79,  // 2: engram.v1.AddMemoryRequest.source_type:type_name -> engram.v1.SourceType
+	74,  // 3: engram.v1.AddMemoryRequest.metadata:type_name -> engram.v1.AddMemoryRequest.MetadataEntry
+	80,  // 4: engram.v1.AddMemoryRequest.created_at:type_name -> google.protobuf.Timestamp
+	80,  // 5: engram.v1.AddMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
+	81,  // 6: engram.v1.AddMemoryResponse.memory:type_name -> engram.v1.Memory
+	0,   // 7: engram.v1.AddMemoryResponse.outcome:type_name -> engram.v1.AddOutcome
+	82,  // 8: engram.v1.AddMemoryResponse.near_duplicates:type_name -> engram.v1.SimilarMemory
+	12,  // 9: engram.v1.AddMemoriesRequest.memories:type_name -> engram.v1.NewMemory
+	77,  // 10: engram.v1.NewMemory.type:type_name -> engram.v1.MemoryType
+	78,  // 11: engram.v1.NewMemory.source:type_name -> engram.v1.Source
+	79,  // 12: engram.v1.NewMemory.source_type:type_name -> engram.v1.SourceType
+	75,  // 13: engram.v1.NewMemory.metadata:type_name -> engram.v1.NewMemory.MetadataEntry
+	80,  // 14: engram.v1.NewMemory.created_at:type_name -> google.protobuf.Timestamp
+	80,  // 15: engram.v1.NewMemory.valid_until:type_name -> google.protobuf.Timestamp
+	81,  // 16: engram.v1.AddMemoryResult.memory:type_name -> engram.v1.Memory
+	0,   // 17: engram.v1.AddMemoryResult.outcome:type_name -> engram.v1.AddOutcome
+	82,  // 18: engram.v1.AddMemoryResult.near_duplicates:type_name -> engram.v1.SimilarMemory
+	13,  // 19: engram.v1.AddMemoriesResponse.results:type_name -> engram.v1.AddMemoryResult
+	83,  // 20: engram.v1.SearchMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
+	84,  // 21: engram.v1.SearchMemoriesRequest.weights:type_name -> engram.v1.RankingWeights
+	81,  // 22: engram.v1.SearchResult.memory:type_name -> engram.v1.Memory
+	85,  // 23: engram.v1.SearchResult.score:type_name -> engram.v1.ScoreBreakdown
+	16,  // 24: engram.v1.SearchMemoriesResponse.results:type_name -> engram.v1.SearchResult
+	76,  // 25: engram.v1.StringMap.entries:type_name -> engram.v1.StringMap.EntriesEntry
+	18,  // 26: engram.v1.UpdateMemoryRequest.locate:type_name -> engram.v1.SemanticLocator
+	77,  // 27: engram.v1.UpdateMemoryRequest.type:type_name -> engram.v1.MemoryType
+	19,  // 28: engram.v1.UpdateMemoryRequest.tags:type_name -> engram.v1.StringList
+	20,  // 29: engram.v1.UpdateMemoryRequest.metadata:type_name -> engram.v1.StringMap
+	80,  // 30: engram.v1.UpdateMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
+	81,  // 31: engram.v1.UpdateMemoryResponse.memory:type_name -> engram.v1.Memory
+	81,  // 32: engram.v1.UpdateMemoryResponse.previous:type_name -> engram.v1.Memory
+	23,  // 33: engram.v1.DeleteMemoryRequest.query:type_name -> engram.v1.DeleteQuery
+	81,  // 34: engram.v1.DeleteMemoryResponse.deleted:type_name -> engram.v1.Memory
+	80,  // 35: engram.v1.DeleteMemoryResponse.purge_at:type_name -> google.protobuf.Timestamp
+	81,  // 36: engram.v1.GetMemoryResponse.memory:type_name -> engram.v1.Memory
+	81,  // 37: engram.v1.GetMemoryResponse.history:type_name -> engram.v1.Memory
+	83,  // 38: engram.v1.ListMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
+	81,  // 39: engram.v1.ListMemoriesResponse.memories:type_name -> engram.v1.Memory
+	86,  // 40: engram.v1.ListCollectionsResponse.collections:type_name -> engram.v1.CollectionInfo
+	32,  // 41: engram.v1.ListCollectionsResponse.trashed:type_name -> engram.v1.TrashedCollection
+	80,  // 42: engram.v1.TrashedCollection.trashed_at:type_name -> google.protobuf.Timestamp
+	80,  // 43: engram.v1.TrashedCollection.purge_at:type_name -> google.protobuf.Timestamp
+	80,  // 44: engram.v1.DeleteCollectionResponse.deleted_at:type_name -> google.protobuf.Timestamp
+	80,  // 45: engram.v1.DeleteCollectionResponse.purge_at:type_name -> google.protobuf.Timestamp
+	1,   // 46: engram.v1.RunReflectionResponse.outcome:type_name -> engram.v1.ReflectionOutcome
+	2,   // 47: engram.v1.RunReflectionResponse.throttled_by:type_name -> engram.v1.ReflectionGate
+	80,  // 48: engram.v1.RunReflectionResponse.next_run_after:type_name -> google.protobuf.Timestamp
+	81,  // 49: engram.v1.RunReflectionResponse.sources:type_name -> engram.v1.Memory
+	81,  // 50: engram.v1.RunReflectionResponse.insights:type_name -> engram.v1.Memory
+	81,  // 51: engram.v1.RunReflectionResponse.drafts:type_name -> engram.v1.Memory
+	82,  // 52: engram.v1.RunReflectionResponse.duplicates:type_name -> engram.v1.SimilarMemory
+	80,  // 53: engram.v1.GateDecision.decided_at:type_name -> google.protobuf.Timestamp
+	0,   // 54: engram.v1.GateDecision.outcome:type_name -> engram.v1.AddOutcome
+	82,  // 55: engram.v1.GateDecision.near_duplicates:type_name -> engram.v1.SimilarMemory
+	38,  // 56: engram.v1.ListGateDecisionsResponse.decisions:type_name -> engram.v1.GateDecision
+	80,  // 57: engram.v1.ReflectionRun.started_at:type_name -> google.protobuf.Timestamp
+	1,   // 58: engram.v1.ReflectionRun.outcome:type_name -> engram.v1.ReflectionOutcome
+	41,  // 59: engram.v1.ListReflectionRunsResponse.runs:type_name -> engram.v1.ReflectionRun
+	80,  // 60: engram.v1.ConversationMessage.created_at:type_name -> google.protobuf.Timestamp
+	43,  // 61: engram.v1.Conversation.messages:type_name -> engram.v1.ConversationMessage
+	44,  // 62: engram.v1.ExtractMemoriesRequest.conversation:type_name -> engram.v1.Conversation
+	45,  // 63: engram.v1.ExtractMemoriesRequest.observation:type_name -> engram.v1.ToolObservation
+	3,   // 64: engram.v1.ExtractMemoriesRequest.mode:type_name -> engram.v1.ExtractionMode
+	77,  // 65: engram.v1.ExtractedMemory.type:type_name -> engram.v1.MemoryType
+	80,  // 66: engram.v1.ExtractedMemory.created_at:type_name -> google.protobuf.Timestamp
+	13,  // 67: engram.v1.ExtractedMemory.result:type_name -> engram.v1.AddMemoryResult
+	47,  // 68: engram.v1.ExtractMemoriesResponse.memories:type_name -> engram.v1.ExtractedMemory
+	4,   // 69: engram.v1.ExtractMemoriesResponse.extractor:type_name -> engram.v1.Extractor
+	81,  // 70: engram.v1.ListTrashResponse.memories:type_name -> engram.v1.Memory
+	81,  // 71: engram.v1.RestoreMemoryResponse.memory:type_name -> engram.v1.Memory
+	82,  // 72: engram.v1.RestoreMemoryResponse.near_duplicates:type_name -> engram.v1.SimilarMemory
+	86,  // 73: engram.v1.RestoreCollectionResponse.collection:type_name -> engram.v1.CollectionInfo
+	80,  // 74: engram.v1.GetContextRequest.since:type_name -> google.protobuf.Timestamp
+	81,  // 75: engram.v1.ContextItem.memory:type_name -> engram.v1.Memory
+	58,  // 76: engram.v1.ContextItem.topic:type_name -> engram.v1.ContextTopic
+	5,   // 77: engram.v1.ContextSection.kind:type_name -> engram.v1.ContextSectionKind
+	59,  // 78: engram.v1.ContextSection.items:type_name -> engram.v1.ContextItem
+	60,  // 79: engram.v1.GetContextResponse.sections:type_name -> engram.v1.ContextSection
+	80,  // 80: engram.v1.GetContextResponse.since:type_name -> google.protobuf.Timestamp
+	6,   // 81: engram.v1.GetContextResponse.since_source:type_name -> engram.v1.SinceSource
+	58,  // 82: engram.v1.GetContextResponse.topics:type_name -> engram.v1.ContextTopic
+	81,  // 83: engram.v1.GetTriggersResponse.memories:type_name -> engram.v1.Memory
+	80,  // 84: engram.v1.Slot.updated_at:type_name -> google.protobuf.Timestamp
+	64,  // 85: engram.v1.ListSlotsResponse.slots:type_name -> engram.v1.Slot
+	7,   // 86: engram.v1.UpdateSlotRequest.mode:type_name -> engram.v1.SlotUpdateMode
+	64,  // 87: engram.v1.UpdateSlotResponse.slot:type_name -> engram.v1.Slot
+	8,   // 88: engram.v1.UpdateSlotResponse.compaction:type_name -> engram.v1.SlotCompaction
+	70,  // 89: engram.v1.Topic.children:type_name -> engram.v1.Topic
+	80,  // 90: engram.v1.Topic.created_at:type_name -> google.protobuf.Timestamp
+	70,  // 91: engram.v1.ListTopicsResponse.topics:type_name -> engram.v1.Topic
+	70,  // 92: engram.v1.GetTopicResponse.topic:type_name -> engram.v1.Topic
+	81,  // 93: engram.v1.GetTopicResponse.memories:type_name -> engram.v1.Memory
+	9,   // 94: engram.v1.MemoryService.AddMemory:input_type -> engram.v1.AddMemoryRequest
+	11,  // 95: engram.v1.MemoryService.AddMemories:input_type -> engram.v1.AddMemoriesRequest
+	15,  // 96: engram.v1.MemoryService.SearchMemories:input_type -> engram.v1.SearchMemoriesRequest
+	21,  // 97: engram.v1.MemoryService.UpdateMemory:input_type -> engram.v1.UpdateMemoryRequest
+	24,  // 98: engram.v1.MemoryService.DeleteMemory:input_type -> engram.v1.DeleteMemoryRequest
+	26,  // 99: engram.v1.MemoryService.GetMemory:input_type -> engram.v1.GetMemoryRequest
+	28,  // 100: engram.v1.MemoryService.ListMemories:input_type -> engram.v1.ListMemoriesRequest
+	30,  // 101: engram.v1.MemoryService.ListCollections:input_type -> engram.v1.ListCollectionsRequest
+	33,  // 102: engram.v1.MemoryService.DeleteCollection:input_type -> engram.v1.DeleteCollectionRequest
+	35,  // 103: engram.v1.MemoryService.RunReflection:input_type -> engram.v1.RunReflectionRequest
+	37,  // 104: engram.v1.MemoryService.ListGateDecisions:input_type -> engram.v1.ListGateDecisionsRequest
+	40,  // 105: engram.v1.MemoryService.ListReflectionRuns:input_type -> engram.v1.ListReflectionRunsRequest
+	46,  // 106: engram.v1.MemoryService.ExtractMemories:input_type -> engram.v1.ExtractMemoriesRequest
+	49,  // 107: engram.v1.MemoryService.ListTrash:input_type -> engram.v1.ListTrashRequest
+	51,  // 108: engram.v1.MemoryService.RestoreMemory:input_type -> engram.v1.RestoreMemoryRequest
+	53,  // 109: engram.v1.MemoryService.PurgeTrash:input_type -> engram.v1.PurgeTrashRequest
+	55,  // 110: engram.v1.MemoryService.RestoreCollection:input_type -> engram.v1.RestoreCollectionRequest
+	57,  // 111: engram.v1.MemoryService.GetContext:input_type -> engram.v1.GetContextRequest
+	62,  // 112: engram.v1.MemoryService.GetTriggers:input_type -> engram.v1.GetTriggersRequest
+	65,  // 113: engram.v1.MemoryService.ListSlots:input_type -> engram.v1.ListSlotsRequest
+	67,  // 114: engram.v1.MemoryService.UpdateSlot:input_type -> engram.v1.UpdateSlotRequest
+	69,  // 115: engram.v1.MemoryService.ListTopics:input_type -> engram.v1.ListTopicsRequest
+	72,  // 116: engram.v1.MemoryService.GetTopic:input_type -> engram.v1.GetTopicRequest
+	10,  // 117: engram.v1.MemoryService.AddMemory:output_type -> engram.v1.AddMemoryResponse
+	14,  // 118: engram.v1.MemoryService.AddMemories:output_type -> engram.v1.AddMemoriesResponse
+	17,  // 119: engram.v1.MemoryService.SearchMemories:output_type -> engram.v1.SearchMemoriesResponse
+	22,  // 120: engram.v1.MemoryService.UpdateMemory:output_type -> engram.v1.UpdateMemoryResponse
+	25,  // 121: engram.v1.MemoryService.DeleteMemory:output_type -> engram.v1.DeleteMemoryResponse
+	27,  // 122: engram.v1.MemoryService.GetMemory:output_type -> engram.v1.GetMemoryResponse
+	29,  // 123: engram.v1.MemoryService.ListMemories:output_type -> engram.v1.ListMemoriesResponse
+	31,  // 124: engram.v1.MemoryService.ListCollections:output_type -> engram.v1.ListCollectionsResponse
+	34,  // 125: engram.v1.MemoryService.DeleteCollection:output_type -> engram.v1.DeleteCollectionResponse
+	36,  // 126: engram.v1.MemoryService.RunReflection:output_type -> engram.v1.RunReflectionResponse
+	39,  // 127: engram.v1.MemoryService.ListGateDecisions:output_type -> engram.v1.ListGateDecisionsResponse
+	42,  // 128: engram.v1.MemoryService.ListReflectionRuns:output_type -> engram.v1.ListReflectionRunsResponse
+	48,  // 129: engram.v1.MemoryService.ExtractMemories:output_type -> engram.v1.ExtractMemoriesResponse
+	50,  // 130: engram.v1.MemoryService.ListTrash:output_type -> engram.v1.ListTrashResponse
+	52,  // 131: engram.v1.MemoryService.RestoreMemory:output_type -> engram.v1.RestoreMemoryResponse
+	54,  // 132: engram.v1.MemoryService.PurgeTrash:output_type -> engram.v1.PurgeTrashResponse
+	56,  // 133: engram.v1.MemoryService.RestoreCollection:output_type -> engram.v1.RestoreCollectionResponse
+	61,  // 134: engram.v1.MemoryService.GetContext:output_type -> engram.v1.GetContextResponse
+	63,  // 135: engram.v1.MemoryService.GetTriggers:output_type -> engram.v1.GetTriggersResponse
+	66,  // 136: engram.v1.MemoryService.ListSlots:output_type -> engram.v1.ListSlotsResponse
+	68,  // 137: engram.v1.MemoryService.UpdateSlot:output_type -> engram.v1.UpdateSlotResponse
+	71,  // 138: engram.v1.MemoryService.ListTopics:output_type -> engram.v1.ListTopicsResponse
+	73,  // 139: engram.v1.MemoryService.GetTopic:output_type -> engram.v1.GetTopicResponse
+	117, // [117:140] is the sub-list for method output_type
+	94,  // [94:117] is the sub-list for method input_type
+	94,  // [94:94] is the sub-list for extension type_name
+	94,  // [94:94] is the sub-list for extension extendee
+	0,   // [0:94] is the sub-list for field type_name
 }
 
 func init() { file_engram_v1_memory_service_proto_init() }
@@ -5093,14 +6413,19 @@ func file_engram_v1_memory_service_proto_init() {
 		(*DeleteMemoryRequest_Id)(nil),
 		(*DeleteMemoryRequest_Query)(nil),
 	}
-	file_engram_v1_memory_service_proto_msgTypes[33].OneofWrappers = []any{}
+	file_engram_v1_memory_service_proto_msgTypes[37].OneofWrappers = []any{
+		(*ExtractMemoriesRequest_Text)(nil),
+		(*ExtractMemoriesRequest_Conversation)(nil),
+		(*ExtractMemoriesRequest_Observation)(nil),
+	}
+	file_engram_v1_memory_service_proto_msgTypes[48].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_engram_v1_memory_service_proto_rawDesc), len(file_engram_v1_memory_service_proto_rawDesc)),
-			NumEnums:      7,
-			NumMessages:   53,
+			NumEnums:      9,
+			NumMessages:   68,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -31,6 +31,11 @@ const (
 	MemoryService_RunReflection_FullMethodName      = "/engram.v1.MemoryService/RunReflection"
 	MemoryService_ListGateDecisions_FullMethodName  = "/engram.v1.MemoryService/ListGateDecisions"
 	MemoryService_ListReflectionRuns_FullMethodName = "/engram.v1.MemoryService/ListReflectionRuns"
+	MemoryService_ExtractMemories_FullMethodName    = "/engram.v1.MemoryService/ExtractMemories"
+	MemoryService_ListTrash_FullMethodName          = "/engram.v1.MemoryService/ListTrash"
+	MemoryService_RestoreMemory_FullMethodName      = "/engram.v1.MemoryService/RestoreMemory"
+	MemoryService_PurgeTrash_FullMethodName         = "/engram.v1.MemoryService/PurgeTrash"
+	MemoryService_RestoreCollection_FullMethodName  = "/engram.v1.MemoryService/RestoreCollection"
 	MemoryService_GetContext_FullMethodName         = "/engram.v1.MemoryService/GetContext"
 	MemoryService_GetTriggers_FullMethodName        = "/engram.v1.MemoryService/GetTriggers"
 	MemoryService_ListSlots_FullMethodName          = "/engram.v1.MemoryService/ListSlots"
@@ -66,8 +71,10 @@ type MemoryServiceClient interface {
 	// UpdateMemory replaces a memory's content or attributes, found by id or semantically.
 	// The id stays; the previous version is kept as history.
 	UpdateMemory(ctx context.Context, in *UpdateMemoryRequest, opts ...grpc.CallOption) (*UpdateMemoryResponse, error)
-	// DeleteMemory hard-deletes memories (with their history), found by id or by query.
-	// identity and directive memories need `force`.
+	// DeleteMemory moves memories (with their history) to the trash, found by id or by query:
+	// from then on they are never searched, listed or matched by the write gate, and
+	// RestoreMemory puts them back until the trash retention passes (ENGRAM_TRASH_RETENTION_SECONDS,
+	// default 7 days; 0 makes deletes final). identity and directive memories need `force`.
 	DeleteMemory(ctx context.Context, in *DeleteMemoryRequest, opts ...grpc.CallOption) (*DeleteMemoryResponse, error)
 	// GetMemory reads one memory by id, current or historical, optionally with its history.
 	GetMemory(ctx context.Context, in *GetMemoryRequest, opts ...grpc.CallOption) (*GetMemoryResponse, error)
@@ -75,7 +82,9 @@ type MemoryServiceClient interface {
 	ListMemories(ctx context.Context, in *ListMemoriesRequest, opts ...grpc.CallOption) (*ListMemoriesResponse, error)
 	// ListCollections lists the collections with their live memory counts.
 	ListCollections(ctx context.Context, in *ListCollectionsRequest, opts ...grpc.CallOption) (*ListCollectionsResponse, error)
-	// DeleteCollection removes a collection and every memory in it.
+	// DeleteCollection moves a collection, with every memory in it, to the trash: it is no
+	// longer listed, searched or written to (ERROR_REASON_COLLECTION_IN_TRASH) until
+	// RestoreCollection, and the sweeper drops it once the trash retention passes.
 	DeleteCollection(ctx context.Context, in *DeleteCollectionRequest, opts ...grpc.CallOption) (*DeleteCollectionResponse, error)
 	// RunReflection asks an LLM to turn a collection's unreflected memories into up to three
 	// insights, stored in the collection's reflection collection ("<collection>_reflection").
@@ -92,6 +101,31 @@ type MemoryServiceClient interface {
 	// or started by the periodic schedule. Throttled and dry runs are answered to their caller
 	// and not kept. The last 50 runs are kept with the store, so they survive restarts.
 	ListReflectionRuns(ctx context.Context, in *ListReflectionRunsRequest, opts ...grpc.CallOption) (*ListReflectionRunsResponse, error)
+	// ExtractMemories turns a text, a conversation or a tool observation into typed memories
+	// (type, importance, tags), each written through the write gate as AddMemories would. Every
+	// input text goes through the privacy filter first (secrets and <private> spans never reach
+	// the LLM, the embedder or the store). With an LLM configured it extracts (structured
+	// output); without one, or when it fails or is rate limited, rule-based extraction runs
+	// instead and the response says why. An input identical to one extracted in the same
+	// collection within the dedup window is dropped (deduplicated). dry_run returns the
+	// proposals and writes nothing.
+	ExtractMemories(ctx context.Context, in *ExtractMemoriesRequest, opts ...grpc.CallOption) (*ExtractMemoriesResponse, error)
+	// ListTrash pages through the memories in a collection's trash (deleted, not yet purged),
+	// each with its trashed_at and purge_at. History versions are not listed: they went to the
+	// trash with their memory and come back with it.
+	ListTrash(ctx context.Context, in *ListTrashRequest, opts ...grpc.CallOption) (*ListTrashResponse, error)
+	// RestoreMemory takes a memory (with its history) out of the trash, as it was: same id,
+	// content, timestamps and TTL. It does not go through the write gate: live memories that
+	// are near-copies of it (written since it was deleted) are reported, not refused. A memory
+	// whose valid_until passed while in the trash cannot be restored (NOT_FOUND).
+	RestoreMemory(ctx context.Context, in *RestoreMemoryRequest, opts ...grpc.CallOption) (*RestoreMemoryResponse, error)
+	// PurgeTrash deletes for good what is in a collection's trash now (or only the given
+	// memories), or, with purge_collection, a collection that is itself in the trash. Needs the
+	// writer role; purge_collection needs the admin role.
+	PurgeTrash(ctx context.Context, in *PurgeTrashRequest, opts ...grpc.CallOption) (*PurgeTrashResponse, error)
+	// RestoreCollection takes a collection out of the trash, with its memories as they were
+	// (those deleted one by one before stay in its trash). Needs the admin role.
+	RestoreCollection(ctx context.Context, in *RestoreCollectionRequest, opts ...grpc.CallOption) (*RestoreCollectionResponse, error)
 	// GetContext returns the context pack an agent loads at session start or after its context
 	// was compacted: ordered sections (core: slots, identity and directive memories; triggers;
 	// open items; relevant to the task; recent since the last session; topics) within a token
@@ -251,6 +285,56 @@ func (c *memoryServiceClient) ListReflectionRuns(ctx context.Context, in *ListRe
 	return out, nil
 }
 
+func (c *memoryServiceClient) ExtractMemories(ctx context.Context, in *ExtractMemoriesRequest, opts ...grpc.CallOption) (*ExtractMemoriesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ExtractMemoriesResponse)
+	err := c.cc.Invoke(ctx, MemoryService_ExtractMemories_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *memoryServiceClient) ListTrash(ctx context.Context, in *ListTrashRequest, opts ...grpc.CallOption) (*ListTrashResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListTrashResponse)
+	err := c.cc.Invoke(ctx, MemoryService_ListTrash_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *memoryServiceClient) RestoreMemory(ctx context.Context, in *RestoreMemoryRequest, opts ...grpc.CallOption) (*RestoreMemoryResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RestoreMemoryResponse)
+	err := c.cc.Invoke(ctx, MemoryService_RestoreMemory_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *memoryServiceClient) PurgeTrash(ctx context.Context, in *PurgeTrashRequest, opts ...grpc.CallOption) (*PurgeTrashResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PurgeTrashResponse)
+	err := c.cc.Invoke(ctx, MemoryService_PurgeTrash_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *memoryServiceClient) RestoreCollection(ctx context.Context, in *RestoreCollectionRequest, opts ...grpc.CallOption) (*RestoreCollectionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RestoreCollectionResponse)
+	err := c.cc.Invoke(ctx, MemoryService_RestoreCollection_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *memoryServiceClient) GetContext(ctx context.Context, in *GetContextRequest, opts ...grpc.CallOption) (*GetContextResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(GetContextResponse)
@@ -338,8 +422,10 @@ type MemoryServiceServer interface {
 	// UpdateMemory replaces a memory's content or attributes, found by id or semantically.
 	// The id stays; the previous version is kept as history.
 	UpdateMemory(context.Context, *UpdateMemoryRequest) (*UpdateMemoryResponse, error)
-	// DeleteMemory hard-deletes memories (with their history), found by id or by query.
-	// identity and directive memories need `force`.
+	// DeleteMemory moves memories (with their history) to the trash, found by id or by query:
+	// from then on they are never searched, listed or matched by the write gate, and
+	// RestoreMemory puts them back until the trash retention passes (ENGRAM_TRASH_RETENTION_SECONDS,
+	// default 7 days; 0 makes deletes final). identity and directive memories need `force`.
 	DeleteMemory(context.Context, *DeleteMemoryRequest) (*DeleteMemoryResponse, error)
 	// GetMemory reads one memory by id, current or historical, optionally with its history.
 	GetMemory(context.Context, *GetMemoryRequest) (*GetMemoryResponse, error)
@@ -347,7 +433,9 @@ type MemoryServiceServer interface {
 	ListMemories(context.Context, *ListMemoriesRequest) (*ListMemoriesResponse, error)
 	// ListCollections lists the collections with their live memory counts.
 	ListCollections(context.Context, *ListCollectionsRequest) (*ListCollectionsResponse, error)
-	// DeleteCollection removes a collection and every memory in it.
+	// DeleteCollection moves a collection, with every memory in it, to the trash: it is no
+	// longer listed, searched or written to (ERROR_REASON_COLLECTION_IN_TRASH) until
+	// RestoreCollection, and the sweeper drops it once the trash retention passes.
 	DeleteCollection(context.Context, *DeleteCollectionRequest) (*DeleteCollectionResponse, error)
 	// RunReflection asks an LLM to turn a collection's unreflected memories into up to three
 	// insights, stored in the collection's reflection collection ("<collection>_reflection").
@@ -364,6 +452,31 @@ type MemoryServiceServer interface {
 	// or started by the periodic schedule. Throttled and dry runs are answered to their caller
 	// and not kept. The last 50 runs are kept with the store, so they survive restarts.
 	ListReflectionRuns(context.Context, *ListReflectionRunsRequest) (*ListReflectionRunsResponse, error)
+	// ExtractMemories turns a text, a conversation or a tool observation into typed memories
+	// (type, importance, tags), each written through the write gate as AddMemories would. Every
+	// input text goes through the privacy filter first (secrets and <private> spans never reach
+	// the LLM, the embedder or the store). With an LLM configured it extracts (structured
+	// output); without one, or when it fails or is rate limited, rule-based extraction runs
+	// instead and the response says why. An input identical to one extracted in the same
+	// collection within the dedup window is dropped (deduplicated). dry_run returns the
+	// proposals and writes nothing.
+	ExtractMemories(context.Context, *ExtractMemoriesRequest) (*ExtractMemoriesResponse, error)
+	// ListTrash pages through the memories in a collection's trash (deleted, not yet purged),
+	// each with its trashed_at and purge_at. History versions are not listed: they went to the
+	// trash with their memory and come back with it.
+	ListTrash(context.Context, *ListTrashRequest) (*ListTrashResponse, error)
+	// RestoreMemory takes a memory (with its history) out of the trash, as it was: same id,
+	// content, timestamps and TTL. It does not go through the write gate: live memories that
+	// are near-copies of it (written since it was deleted) are reported, not refused. A memory
+	// whose valid_until passed while in the trash cannot be restored (NOT_FOUND).
+	RestoreMemory(context.Context, *RestoreMemoryRequest) (*RestoreMemoryResponse, error)
+	// PurgeTrash deletes for good what is in a collection's trash now (or only the given
+	// memories), or, with purge_collection, a collection that is itself in the trash. Needs the
+	// writer role; purge_collection needs the admin role.
+	PurgeTrash(context.Context, *PurgeTrashRequest) (*PurgeTrashResponse, error)
+	// RestoreCollection takes a collection out of the trash, with its memories as they were
+	// (those deleted one by one before stay in its trash). Needs the admin role.
+	RestoreCollection(context.Context, *RestoreCollectionRequest) (*RestoreCollectionResponse, error)
 	// GetContext returns the context pack an agent loads at session start or after its context
 	// was compacted: ordered sections (core: slots, identity and directive memories; triggers;
 	// open items; relevant to the task; recent since the last session; topics) within a token
@@ -438,6 +551,21 @@ func (UnimplementedMemoryServiceServer) ListGateDecisions(context.Context, *List
 }
 func (UnimplementedMemoryServiceServer) ListReflectionRuns(context.Context, *ListReflectionRunsRequest) (*ListReflectionRunsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListReflectionRuns not implemented")
+}
+func (UnimplementedMemoryServiceServer) ExtractMemories(context.Context, *ExtractMemoriesRequest) (*ExtractMemoriesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ExtractMemories not implemented")
+}
+func (UnimplementedMemoryServiceServer) ListTrash(context.Context, *ListTrashRequest) (*ListTrashResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListTrash not implemented")
+}
+func (UnimplementedMemoryServiceServer) RestoreMemory(context.Context, *RestoreMemoryRequest) (*RestoreMemoryResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RestoreMemory not implemented")
+}
+func (UnimplementedMemoryServiceServer) PurgeTrash(context.Context, *PurgeTrashRequest) (*PurgeTrashResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PurgeTrash not implemented")
+}
+func (UnimplementedMemoryServiceServer) RestoreCollection(context.Context, *RestoreCollectionRequest) (*RestoreCollectionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RestoreCollection not implemented")
 }
 func (UnimplementedMemoryServiceServer) GetContext(context.Context, *GetContextRequest) (*GetContextResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetContext not implemented")
@@ -694,6 +822,96 @@ func _MemoryService_ListReflectionRuns_Handler(srv interface{}, ctx context.Cont
 	return interceptor(ctx, in, info, handler)
 }
 
+func _MemoryService_ExtractMemories_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ExtractMemoriesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MemoryServiceServer).ExtractMemories(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: MemoryService_ExtractMemories_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MemoryServiceServer).ExtractMemories(ctx, req.(*ExtractMemoriesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _MemoryService_ListTrash_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListTrashRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MemoryServiceServer).ListTrash(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: MemoryService_ListTrash_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MemoryServiceServer).ListTrash(ctx, req.(*ListTrashRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _MemoryService_RestoreMemory_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RestoreMemoryRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MemoryServiceServer).RestoreMemory(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: MemoryService_RestoreMemory_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MemoryServiceServer).RestoreMemory(ctx, req.(*RestoreMemoryRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _MemoryService_PurgeTrash_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PurgeTrashRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MemoryServiceServer).PurgeTrash(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: MemoryService_PurgeTrash_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MemoryServiceServer).PurgeTrash(ctx, req.(*PurgeTrashRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _MemoryService_RestoreCollection_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RestoreCollectionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MemoryServiceServer).RestoreCollection(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: MemoryService_RestoreCollection_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MemoryServiceServer).RestoreCollection(ctx, req.(*RestoreCollectionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _MemoryService_GetContext_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(GetContextRequest)
 	if err := dec(in); err != nil {
@@ -856,6 +1074,26 @@ var MemoryService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListReflectionRuns",
 			Handler:    _MemoryService_ListReflectionRuns_Handler,
+		},
+		{
+			MethodName: "ExtractMemories",
+			Handler:    _MemoryService_ExtractMemories_Handler,
+		},
+		{
+			MethodName: "ListTrash",
+			Handler:    _MemoryService_ListTrash_Handler,
+		},
+		{
+			MethodName: "RestoreMemory",
+			Handler:    _MemoryService_RestoreMemory_Handler,
+		},
+		{
+			MethodName: "PurgeTrash",
+			Handler:    _MemoryService_PurgeTrash_Handler,
+		},
+		{
+			MethodName: "RestoreCollection",
+			Handler:    _MemoryService_RestoreCollection_Handler,
 		},
 		{
 			MethodName: "GetContext",

@@ -38,7 +38,7 @@ from engram_server.adapters.storage.payload import (
     spec_to_json,
     validate_collection_name,
 )
-from engram_server.domain.errors import StorageUnavailable
+from engram_server.domain.errors import CollectionNotFound, StorageUnavailable
 from engram_server.domain.model import (
     CollectionSpec,
 )
@@ -233,6 +233,28 @@ class EdgeLifecycle(EdgeIndexes):
 
     async def list_collections(self) -> list[CollectionSpec]:
         return sorted((c.spec for c in self._cols.values()), key=lambda s: s.name)
+
+    async def update_collection(self, spec: CollectionSpec) -> None:
+        current = self._cols.get(spec.name)
+        if current is not None and current.optimizing is not None and spec.format > current.spec.format:
+            await asyncio.wrap_future(current.optimizing)  # (indexes are created on an idle shard)
+
+        def work() -> None:
+            col = self._cols.get(spec.name)
+            if col is None:
+                raise CollectionNotFound(
+                    f"collection {spec.name!r} does not exist", metadata={"collection": spec.name}
+                )
+            if spec.format > col.spec.format:
+                # Migrating: every payload index of this release (creating one that exists is a
+                # no-op), flushed before the new format is recorded.
+                for name, kind in PAYLOAD_INDEXES.items():
+                    col.shard.update(qe.UpdateOperation.create_field_index(name, _INDEX_SCHEMA[kind]))
+                col.shard.flush()
+            _write_json_atomic(col.path / _SPEC_FILE, spec_to_json(spec))
+            col.spec = spec
+
+        await self._run(work)
 
     async def drop_collection(self, name: str) -> int:
         col = self._cols.get(name)

@@ -89,7 +89,7 @@ function scoreCell(value) {
 
 // --- tabs ----------------------------------------------------------------------------------------
 
-const TABS = ['memories', 'search', 'gate', 'reflection'];
+const TABS = ['memories', 'search', 'gate', 'reflection', 'trash'];
 
 function selectTab(name, focus = false) {
   for (const t of TABS) {
@@ -234,7 +234,8 @@ async function confirmed() {
     closeDetail();
     await loadCollections();
     if (currentCollection) await openCollection(currentCollection);
-    say(`Deleted ${(data.deleted || []).length} memory: “${target.content}”.`);
+    const until = data.purgeAt ? ` In the trash until ${when(data.purgeAt)}.` : '';
+    say(`Deleted ${(data.deleted || []).length} memory: “${target.content}”.${until}`);
   } catch (err) {
     failed(err);
   }
@@ -352,6 +353,70 @@ async function reflect(e) {
   if (!list.children.length) list.append(el('li', {}, 'No insights yet.'));
 }
 
+// --- the trash ----------------------------------------------------------------------------------
+
+let restoring = null; // what the restore dialog asks about: {kind, collection, id?, label}
+
+async function showTrash(e) {
+  if (e) e.preventDefault();
+  const name = $('trash-collection').value.trim() || 'default';
+  const body = $('trash').tBodies[0];
+  body.replaceChildren();
+  const cols = $('trashed-collections').tBodies[0];
+  cols.replaceChildren();
+  try {
+    const listed = await api('GET', '/v1/collections?includeTrashed=true');
+    for (const c of listed.trashed || []) {
+      cols.append(el('tr', {},
+        el('td', {}, c.name), el('td', { class: 'num' }, c.memoryCount || '0'),
+        el('td', { class: 'num' }, when(c.trashedAt)), el('td', { class: 'num' }, when(c.purgeAt)),
+        el('td', {}, el('button', { type: 'button', 'aria-label': `Restore collection ${c.name}`,
+          onclick: () => askRestore({ kind: 'collection', collection: c.name, label: `collection ${c.name} (${c.memoryCount || 0} memories)` }) }, 'Restore…'))));
+    }
+    if (!cols.rows.length) cols.append(el('tr', {}, el('td', { colspan: 5 }, 'No deleted collections.')));
+    const data = await api('GET', `/v1/collections/${encodeURIComponent(name)}/trash?pageSize=100`);
+    for (const m of data.memories || []) {
+      body.append(el('tr', {},
+        el('td', {}, m.content), el('td', {}, short(m.type)),
+        el('td', { class: 'num' }, when(m.trashedAt)), el('td', { class: 'num' }, when(m.purgeAt)),
+        el('td', {}, el('button', { type: 'button', 'aria-label': `Restore “${m.content}”`,
+          onclick: () => askRestore({ kind: 'memory', collection: name, id: m.id, label: `“${m.content}” in ${name}` }) }, 'Restore…'))));
+    }
+    say(`${body.rows.length} memor${body.rows.length === 1 ? 'y' : 'ies'} in the trash of ${name}.`);
+  } catch (err) {
+    failed(err);
+  }
+}
+
+function askRestore(what) {
+  restoring = what;
+  $('restore-title').textContent = what.kind === 'collection' ? 'Restore this collection?' : 'Restore this memory?';
+  $('restore-text').textContent = what.label;
+  $('confirm-restore').returnValue = '';
+  $('confirm-restore').showModal();
+  $('restore-cancel').focus();
+}
+
+async function restoreConfirmed() {
+  const what = restoring;
+  restoring = null;
+  if ($('confirm-restore').returnValue !== 'restore' || !what) return;
+  try {
+    if (what.kind === 'collection') {
+      await api('POST', `/v1/collections/${encodeURIComponent(what.collection)}:restore`, {});
+    } else {
+      const data = await api('POST', `/v1/collections/${encodeURIComponent(what.collection)}/memories/${encodeURIComponent(what.id)}:restore`, {});
+      what.near = (data.nearDuplicates || []).length;
+    }
+    await showTrash();
+    await loadCollections();
+    const near = what.near ? ` ${what.near} similar memor${what.near === 1 ? 'y was' : 'ies were'} added meanwhile: check for a near-copy.` : '';
+    say(`Restored ${what.label}.${near}`);
+  } catch (err) {
+    failed(err);
+  }
+}
+
 // --- start ---------------------------------------------------------------------------------------
 
 document.addEventListener('DOMContentLoaded', () => {
@@ -374,6 +439,9 @@ document.addEventListener('DOMContentLoaded', () => {
   $('delete').addEventListener('click', askDelete);
   $('close-detail').addEventListener('click', closeDetail);
   $('confirm').addEventListener('close', confirmed);
+  $('trash-form').addEventListener('submit', showTrash);
+  $('tab-trash').addEventListener('click', () => { if (currentCollection) $('trash-collection').value = currentCollection; });
+  $('confirm-restore').addEventListener('close', restoreConfirmed);
   document.addEventListener('keydown', (e) => { if (e.key === 'Escape' && !$('detail').hidden && !$('confirm').open) closeDetail(); });
   loadCollections();
 });

@@ -88,6 +88,11 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     RESOURCE_EXHAUSTED). Reads keep working. Not worth retrying until an operator frees space;
     metadata gives "free_bytes" and "headroom_bytes".
     """
+    ERROR_REASON_COLLECTION_IN_TRASH: _ErrorReason.ValueType  # 21
+    """The collection is in the trash (DeleteCollection): nothing can be read from or written to it
+    until RestoreCollection, or PurgeTrash with purge_collection (status FAILED_PRECONDITION).
+    Metadata gives "collection" and "purge_at".
+    """
     ERROR_REASON_TOPIC_NOT_FOUND: _ErrorReason.ValueType  # 30
     """GetTopic or ListTopics named a topic id the collection's topic index does not hold (status
     NOT_FOUND): never minted, or the topic dissolved (its memories were deleted, expired or
@@ -170,6 +175,11 @@ ERROR_REASON_STORAGE_FULL: ErrorReason.ValueType  # 20
 (ENGRAM_DISK_HEADROOM_MB), so writes are refused before they touch the disk (status
 RESOURCE_EXHAUSTED). Reads keep working. Not worth retrying until an operator frees space;
 metadata gives "free_bytes" and "headroom_bytes".
+"""
+ERROR_REASON_COLLECTION_IN_TRASH: ErrorReason.ValueType  # 21
+"""The collection is in the trash (DeleteCollection): nothing can be read from or written to it
+until RestoreCollection, or PurgeTrash with purge_collection (status FAILED_PRECONDITION).
+Metadata gives "collection" and "purge_at".
 """
 ERROR_REASON_TOPIC_NOT_FOUND: ErrorReason.ValueType  # 30
 """GetTopic or ListTopics named a topic id the collection's topic index does not hold (status

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x65ngram/v1/memory.proto\x12\tengram.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe9\x05\n\x06Memory\x12\n\n\x02id\x18\x01 \x01(\t\x12\x12\n\ncollection\x18\x02 \x01(\t\x12#\n\x04type\x18\x03 \x01(\x0e\x32\x15.engram.v1.MemoryType\x12\x0f\n\x07\x63ontent\x18\x04 \x01(\t\x12!\n\x06source\x18\x05 \x01(\x0e\x32\x11.engram.v1.Source\x12*\n\x0bsource_type\x18\x06 \x01(\x0e\x32\x15.engram.v1.SourceType\x12\x32\n\x13source_type_history\x18\x07 \x03(\x0e\x32\x15.engram.v1.SourceType\x12\x12\n\nimportance\x18\x08 \x01(\x05\x12\x0c\n\x04tags\x18\t \x03(\t\x12\x31\n\x08metadata\x18\n \x03(\x0b\x32\x1f.engram.v1.Memory.MetadataEntry\x12.\n\ncreated_at\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bvalid_until\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07version\x18\x0e \x01(\x05\x12\x15\n\rsuperseded_by\x18\x0f \x01(\t\x12\x14\n\x0c\x61\x63\x63\x65ss_count\x18\x10 \x01(\x03\x12\x34\n\x10last_accessed_at\x18\x11 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x30\n\x0creflected_at\x18\x12 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x14\n\x0c\x64\x65rived_from\x18\x13 \x03(\t\x12\r\n\x05\x64raft\x18\x14 \x01(\x08\x12\x12\n\nsession_id\x18\x15 \x01(\t\x12\x10\n\x08\x61gent_id\x18\x16 \x01(\t\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x9a\x02\n\x0cMemoryFilter\x12$\n\x05types\x18\x01 \x03(\x0e\x32\x15.engram.v1.MemoryType\x12\x10\n\x08tags_any\x18\x02 \x03(\t\x12\x31\n\rcreated_after\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x32\n\x0e\x63reated_before\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x16\n\x0emin_importance\x18\x05 \x01(\x05\x12+\n\x0csource_types\x18\x06 \x03(\x0e\x32\x15.engram.v1.SourceType\x12\x13\n\x0bsession_ids\x18\x07 \x03(\t\x12\x11\n\tagent_ids\x18\x08 \x03(\t\"\xa5\x01\n\rSimilarMemory\x12\n\n\x02id\x18\x01 \x01(\t\x12\x12\n\nsimilarity\x18\x02 \x01(\x02\x12\x0f\n\x07\x63ontent\x18\x03 \x01(\t\x12#\n\x04type\x18\x04 \x01(\x0e\x32\x15.engram.v1.MemoryType\x12\x0e\n\x06reason\x18\x05 \x01(\t\x12.\n\tconflicts\x18\x06 \x03(\x0b\x32\x1b.engram.v1.SpecificConflict\"M\n\x10SpecificConflict\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x17\n\x0f\x65xisting_values\x18\x02 \x03(\t\x12\x12\n\nnew_values\x18\x03 \x03(\t\"\x91\x01\n\x0eScoreBreakdown\x12\r\n\x05\x66inal\x18\x01 \x01(\x02\x12\x11\n\trelevance\x18\x02 \x01(\x02\x12\x0f\n\x07recency\x18\x03 \x01(\x02\x12\x12\n\nimportance\x18\x04 \x01(\x02\x12\x16\n\x0eraw_similarity\x18\x05 \x01(\x02\x12\x0f\n\x07lexical\x18\x06 \x01(\x02\x12\x0f\n\x07\x65pisode\x18\x07 \x01(\x02\"H\n\x0eRankingWeights\x12\x11\n\trelevance\x18\x01 \x01(\x02\x12\x0f\n\x07recency\x18\x02 \x01(\x02\x12\x12\n\nimportance\x18\x03 \x01(\x02\"\x9a\x01\n\x0e\x43ollectionInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x14\n\x0cmemory_count\x18\x02 \x01(\x03\x12\x17\n\x0f\x65mbedding_model\x18\x03 \x01(\t\x12\x1b\n\x13\x65mbedding_dimension\x18\x04 \x01(\x05\x12.\n\ncreated_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp*\x8e\x01\n\nMemoryType\x12\x1b\n\x17MEMORY_TYPE_UNSPECIFIED\x10\x00\x12\x18\n\x14MEMORY_TYPE_IDENTITY\x10\x01\x12\x19\n\x15MEMORY_TYPE_DIRECTIVE\x10\x02\x12\x17\n\x13MEMORY_TYPE_INSIGHT\x10\x03\x12\x15\n\x11MEMORY_TYPE_EVENT\x10\x04*V\n\x06Source\x12\x16\n\x12SOURCE_UNSPECIFIED\x10\x00\x12\x0f\n\x0bSOURCE_USER\x10\x01\x12\x10\n\x0cSOURCE_AGENT\x10\x02\x12\x11\n\rSOURCE_SYSTEM\x10\x03*\xe7\x01\n\nSourceType\x12\x1b\n\x17SOURCE_TYPE_UNSPECIFIED\x10\x00\x12\x1a\n\x16SOURCE_TYPE_USER_INPUT\x10\x01\x12\x1b\n\x17SOURCE_TYPE_TOOL_OUTPUT\x10\x02\x12\x1a\n\x16SOURCE_TYPE_WEB_SEARCH\x10\x03\x12\x18\n\x14SOURCE_TYPE_DOCUMENT\x10\x04\x12\x18\n\x14SOURCE_TYPE_CALENDAR\x10\x05\x12\x1a\n\x16SOURCE_TYPE_REFLECTION\x10\x06\x12\x17\n\x13SOURCE_TYPE_UNKNOWN\x10\x07\x42?Z=github.com/engram-memory/engram/clients/go/engram/v1;engramv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16\x65ngram/v1/memory.proto\x12\tengram.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc7\x06\n\x06Memory\x12\n\n\x02id\x18\x01 \x01(\t\x12\x12\n\ncollection\x18\x02 \x01(\t\x12#\n\x04type\x18\x03 \x01(\x0e\x32\x15.engram.v1.MemoryType\x12\x0f\n\x07\x63ontent\x18\x04 \x01(\t\x12!\n\x06source\x18\x05 \x01(\x0e\x32\x11.engram.v1.Source\x12*\n\x0bsource_type\x18\x06 \x01(\x0e\x32\x15.engram.v1.SourceType\x12\x32\n\x13source_type_history\x18\x07 \x03(\x0e\x32\x15.engram.v1.SourceType\x12\x12\n\nimportance\x18\x08 \x01(\x05\x12\x0c\n\x04tags\x18\t \x03(\t\x12\x31\n\x08metadata\x18\n \x03(\x0b\x32\x1f.engram.v1.Memory.MetadataEntry\x12.\n\ncreated_at\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bvalid_until\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07version\x18\x0e \x01(\x05\x12\x15\n\rsuperseded_by\x18\x0f \x01(\t\x12\x14\n\x0c\x61\x63\x63\x65ss_count\x18\x10 \x01(\x03\x12\x34\n\x10last_accessed_at\x18\x11 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x30\n\x0creflected_at\x18\x12 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x14\n\x0c\x64\x65rived_from\x18\x13 \x03(\t\x12\r\n\x05\x64raft\x18\x14 \x01(\x08\x12\x12\n\nsession_id\x18\x15 \x01(\t\x12\x10\n\x08\x61gent_id\x18\x16 \x01(\t\x12.\n\ntrashed_at\x18\x17 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08purge_at\x18\x18 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x9a\x02\n\x0cMemoryFilter\x12$\n\x05types\x18\x01 \x03(\x0e\x32\x15.engram.v1.MemoryType\x12\x10\n\x08tags_any\x18\x02 \x03(\t\x12\x31\n\rcreated_after\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x32\n\x0e\x63reated_before\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x16\n\x0emin_importance\x18\x05 \x01(\x05\x12+\n\x0csource_types\x18\x06 \x03(\x0e\x32\x15.engram.v1.SourceType\x12\x13\n\x0bsession_ids\x18\x07 \x03(\t\x12\x11\n\tagent_ids\x18\x08 \x03(\t\"\xa5\x01\n\rSimilarMemory\x12\n\n\x02id\x18\x01 \x01(\t\x12\x12\n\nsimilarity\x18\x02 \x01(\x02\x12\x0f\n\x07\x63ontent\x18\x03 \x01(\t\x12#\n\x04type\x18\x04 \x01(\x0e\x32\x15.engram.v1.MemoryType\x12\x0e\n\x06reason\x18\x05 \x01(\t\x12.\n\tconflicts\x18\x06 \x03(\x0b\x32\x1b.engram.v1.SpecificConflict\"M\n\x10SpecificConflict\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x17\n\x0f\x65xisting_values\x18\x02 \x03(\t\x12\x12\n\nnew_values\x18\x03 \x03(\t\"\x91\x01\n\x0eScoreBreakdown\x12\r\n\x05\x66inal\x18\x01 \x01(\x02\x12\x11\n\trelevance\x18\x02 \x01(\x02\x12\x0f\n\x07recency\x18\x03 \x01(\x02\x12\x12\n\nimportance\x18\x04 \x01(\x02\x12\x16\n\x0eraw_similarity\x18\x05 \x01(\x02\x12\x0f\n\x07lexical\x18\x06 \x01(\x02\x12\x0f\n\x07\x65pisode\x18\x07 \x01(\x02\"H\n\x0eRankingWeights\x12\x11\n\trelevance\x18\x01 \x01(\x02\x12\x0f\n\x07recency\x18\x02 \x01(\x02\x12\x12\n\nimportance\x18\x03 \x01(\x02\"\x9a\x01\n\x0e\x43ollectionInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x14\n\x0cmemory_count\x18\x02 \x01(\x03\x12\x17\n\x0f\x65mbedding_model\x18\x03 \x01(\t\x12\x1b\n\x13\x65mbedding_dimension\x18\x04 \x01(\x05\x12.\n\ncreated_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp*\x8e\x01\n\nMemoryType\x12\x1b\n\x17MEMORY_TYPE_UNSPECIFIED\x10\x00\x12\x18\n\x14MEMORY_TYPE_IDENTITY\x10\x01\x12\x19\n\x15MEMORY_TYPE_DIRECTIVE\x10\x02\x12\x17\n\x13MEMORY_TYPE_INSIGHT\x10\x03\x12\x15\n\x11MEMORY_TYPE_EVENT\x10\x04*V\n\x06Source\x12\x16\n\x12SOURCE_UNSPECIFIED\x10\x00\x12\x0f\n\x0bSOURCE_USER\x10\x01\x12\x10\n\x0cSOURCE_AGENT\x10\x02\x12\x11\n\rSOURCE_SYSTEM\x10\x03*\xe7\x01\n\nSourceType\x12\x1b\n\x17SOURCE_TYPE_UNSPECIFIED\x10\x00\x12\x1a\n\x16SOURCE_TYPE_USER_INPUT\x10\x01\x12\x1b\n\x17SOURCE_TYPE_TOOL_OUTPUT\x10\x02\x12\x1a\n\x16SOURCE_TYPE_WEB_SEARCH\x10\x03\x12\x18\n\x14SOURCE_TYPE_DOCUMENT\x10\x04\x12\x18\n\x14SOURCE_TYPE_CALENDAR\x10\x05\x12\x1a\n\x16SOURCE_TYPE_REFLECTION\x10\x06\x12\x17\n\x13SOURCE_TYPE_UNKNOWN\x10\x07\x42?Z=github.com/engram-memory/engram/clients/go/engram/v1;engramv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,26 +35,26 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._serialized_options = b'Z=github.com/engram-memory/engram/clients/go/engram/v1;engramv1'
   _globals['_MEMORY_METADATAENTRY']._loaded_options = None
   _globals['_MEMORY_METADATAENTRY']._serialized_options = b'8\001'
-  _globals['_MEMORYTYPE']._serialized_start=1730
-  _globals['_MEMORYTYPE']._serialized_end=1872
-  _globals['_SOURCE']._serialized_start=1874
-  _globals['_SOURCE']._serialized_end=1960
-  _globals['_SOURCETYPE']._serialized_start=1963
-  _globals['_SOURCETYPE']._serialized_end=2194
+  _globals['_MEMORYTYPE']._serialized_start=1824
+  _globals['_MEMORYTYPE']._serialized_end=1966
+  _globals['_SOURCE']._serialized_start=1968
+  _globals['_SOURCE']._serialized_end=2054
+  _globals['_SOURCETYPE']._serialized_start=2057
+  _globals['_SOURCETYPE']._serialized_end=2288
   _globals['_MEMORY']._serialized_start=71
-  _globals['_MEMORY']._serialized_end=816
-  _globals['_MEMORY_METADATAENTRY']._serialized_start=769
-  _globals['_MEMORY_METADATAENTRY']._serialized_end=816
-  _globals['_MEMORYFILTER']._serialized_start=819
-  _globals['_MEMORYFILTER']._serialized_end=1101
-  _globals['_SIMILARMEMORY']._serialized_start=1104
-  _globals['_SIMILARMEMORY']._serialized_end=1269
-  _globals['_SPECIFICCONFLICT']._serialized_start=1271
-  _globals['_SPECIFICCONFLICT']._serialized_end=1348
-  _globals['_SCOREBREAKDOWN']._serialized_start=1351
-  _globals['_SCOREBREAKDOWN']._serialized_end=1496
-  _globals['_RANKINGWEIGHTS']._serialized_start=1498
-  _globals['_RANKINGWEIGHTS']._serialized_end=1570
-  _globals['_COLLECTIONINFO']._serialized_start=1573
-  _globals['_COLLECTIONINFO']._serialized_end=1727
+  _globals['_MEMORY']._serialized_end=910
+  _globals['_MEMORY_METADATAENTRY']._serialized_start=863
+  _globals['_MEMORY_METADATAENTRY']._serialized_end=910
+  _globals['_MEMORYFILTER']._serialized_start=913
+  _globals['_MEMORYFILTER']._serialized_end=1195
+  _globals['_SIMILARMEMORY']._serialized_start=1198
+  _globals['_SIMILARMEMORY']._serialized_end=1363
+  _globals['_SPECIFICCONFLICT']._serialized_start=1365
+  _globals['_SPECIFICCONFLICT']._serialized_end=1442
+  _globals['_SCOREBREAKDOWN']._serialized_start=1445
+  _globals['_SCOREBREAKDOWN']._serialized_end=1590
+  _globals['_RANKINGWEIGHTS']._serialized_start=1592
+  _globals['_RANKINGWEIGHTS']._serialized_end=1664
+  _globals['_COLLECTIONINFO']._serialized_start=1667
+  _globals['_COLLECTIONINFO']._serialized_end=1821
 # @@protoc_insertion_point(module_scope)

@@ -174,6 +174,8 @@ class Memory(_message.Message):
     DRAFT_FIELD_NUMBER: _builtins.int
     SESSION_ID_FIELD_NUMBER: _builtins.int
     AGENT_ID_FIELD_NUMBER: _builtins.int
+    TRASHED_AT_FIELD_NUMBER: _builtins.int
+    PURGE_AT_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """Server-assigned UUID. Stable across updates: an update keeps the id and moves the
     previous content into a history version with an id of its own.
@@ -252,6 +254,18 @@ class Memory(_message.Message):
         (in the source collection).
         """
 
+    @_builtins.property
+    def trashed_at(self) -> _timestamp_pb2.Timestamp:
+        """Set only for a memory in the trash (ListTrash): when it was deleted. A trashed memory is
+        never searched, listed or matched by the write gate; RestoreMemory puts it back.
+        """
+
+    @_builtins.property
+    def purge_at(self) -> _timestamp_pb2.Timestamp:
+        """Set only for a memory in the trash: when the sweeper purges it for good (trashed_at plus
+        the trash retention, ENGRAM_TRASH_RETENTION_SECONDS, or its valid_until if earlier).
+        """
+
     def __init__(
         self,
         *,
@@ -277,10 +291,12 @@ class Memory(_message.Message):
         draft: _builtins.bool = ...,
         session_id: _builtins.str = ...,
         agent_id: _builtins.str = ...,
+        trashed_at: _timestamp_pb2.Timestamp | None = ...,
+        purge_at: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "last_accessed_at", b"last_accessed_at", "reflected_at", b"reflected_at", "updated_at", b"updated_at", "valid_until", b"valid_until"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "last_accessed_at", b"last_accessed_at", "purge_at", b"purge_at", "reflected_at", b"reflected_at", "trashed_at", b"trashed_at", "updated_at", b"updated_at", "valid_until", b"valid_until"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["access_count", b"access_count", "agent_id", b"agent_id", "collection", b"collection", "content", b"content", "created_at", b"created_at", "derived_from", b"derived_from", "draft", b"draft", "id", b"id", "importance", b"importance", "last_accessed_at", b"last_accessed_at", "metadata", b"metadata", "reflected_at", b"reflected_at", "session_id", b"session_id", "source", b"source", "source_type", b"source_type", "source_type_history", b"source_type_history", "superseded_by", b"superseded_by", "tags", b"tags", "type", b"type", "updated_at", b"updated_at", "valid_until", b"valid_until", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["access_count", b"access_count", "agent_id", b"agent_id", "collection", b"collection", "content", b"content", "created_at", b"created_at", "derived_from", b"derived_from", "draft", b"draft", "id", b"id", "importance", b"importance", "last_accessed_at", b"last_accessed_at", "metadata", b"metadata", "purge_at", b"purge_at", "reflected_at", b"reflected_at", "session_id", b"session_id", "source", b"source", "source_type", b"source_type", "source_type_history", b"source_type_history", "superseded_by", b"superseded_by", "tags", b"tags", "trashed_at", b"trashed_at", "type", b"type", "updated_at", b"updated_at", "valid_until", b"valid_until", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -415,18 +431,22 @@ class SpecificConflict(_message.Message):
     kind: _builtins.str
     """"number" (digits, amounts, clock times, Chinese numerals, English number words), "date"
     (month and weekday names, either language), "identifier" (codes such as OPS-1182, v3.4.1,
-    ops@acme.io), "name" (people, places, organisations; compared within one script) or
+    ops@acme.io), "name" (people, places, organisations; compared within one script), "order"
+    (two shared names trading places: "from Berlin to Paris" vs "from Paris to Berlin") or
     "negation" (the count of negation cues such as not, never, 不, 没).
     """
     @_builtins.property
     def existing_values(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Values only the stored memory has (normalised: 2,400 -> "2400", 九点半 -> "9:30",
-        April -> "month:4"); for negation, its count of cues.
+        April -> "month:4"); for negation, its count of cues; for order, the shared names in the
+        stored memory's order.
         """
 
     @_builtins.property
     def new_values(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """Values only the new content has; for negation, its count of cues."""
+        """Values only the new content has; for negation, its count of cues; for order, the shared
+        names in the new content's order.
+        """
 
     def __init__(
         self,

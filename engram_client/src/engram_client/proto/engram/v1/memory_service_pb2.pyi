@@ -125,6 +125,62 @@ REFLECTION_GATE_IN_PROGRESS: ReflectionGate.ValueType  # 5
 """Another reflection of this collection is running right now."""
 Global___ReflectionGate: _TypeAlias = ReflectionGate  # noqa: Y015
 
+class _ExtractionMode:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ExtractionModeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ExtractionMode.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    EXTRACTION_MODE_UNSPECIFIED: _ExtractionMode.ValueType  # 0
+    """As EXTRACTION_MODE_AUTO."""
+    EXTRACTION_MODE_AUTO: _ExtractionMode.ValueType  # 1
+    """The LLM when the server has one configured (ENGRAM_LLM_*), else the rules; when the LLM
+    fails or is rate limited, the rules.
+    """
+    EXTRACTION_MODE_RULES: _ExtractionMode.ValueType  # 2
+    """The rules only (free and instant, lower quality), even with an LLM configured."""
+
+class ExtractionMode(_ExtractionMode, metaclass=_ExtractionModeEnumTypeWrapper):
+    """ExtractionMode chooses the extractor of ExtractMemories."""
+
+EXTRACTION_MODE_UNSPECIFIED: ExtractionMode.ValueType  # 0
+"""As EXTRACTION_MODE_AUTO."""
+EXTRACTION_MODE_AUTO: ExtractionMode.ValueType  # 1
+"""The LLM when the server has one configured (ENGRAM_LLM_*), else the rules; when the LLM
+fails or is rate limited, the rules.
+"""
+EXTRACTION_MODE_RULES: ExtractionMode.ValueType  # 2
+"""The rules only (free and instant, lower quality), even with an LLM configured."""
+Global___ExtractionMode: _TypeAlias = ExtractionMode  # noqa: Y015
+
+class _Extractor:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ExtractorEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Extractor.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    EXTRACTOR_UNSPECIFIED: _Extractor.ValueType  # 0
+    """Never sent."""
+    EXTRACTOR_LLM: _Extractor.ValueType  # 1
+    """The LLM."""
+    EXTRACTOR_RULES: _Extractor.ValueType  # 2
+    """The rule-based extractor."""
+    EXTRACTOR_NONE: _Extractor.ValueType  # 3
+    """Nothing ran: the input repeats one seen within the dedup window."""
+
+class Extractor(_Extractor, metaclass=_ExtractorEnumTypeWrapper):
+    """Extractor names what produced the proposals of an ExtractMemories call."""
+
+EXTRACTOR_UNSPECIFIED: Extractor.ValueType  # 0
+"""Never sent."""
+EXTRACTOR_LLM: Extractor.ValueType  # 1
+"""The LLM."""
+EXTRACTOR_RULES: Extractor.ValueType  # 2
+"""The rule-based extractor."""
+EXTRACTOR_NONE: Extractor.ValueType  # 3
+"""Nothing ran: the input repeats one seen within the dedup window."""
+Global___Extractor: _TypeAlias = Extractor  # noqa: Y015
+
 class _ContextSectionKind:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -1084,6 +1140,7 @@ class DeleteMemoryResponse(_message.Message):
     DRY_RUN_FIELD_NUMBER: _builtins.int
     DELETED_COUNT_FIELD_NUMBER: _builtins.int
     TRUNCATED_FIELD_NUMBER: _builtins.int
+    PURGE_AT_FIELD_NUMBER: _builtins.int
     dry_run: _builtins.bool
     """True when nothing was deleted because dry_run was set."""
     deleted_count: _builtins.int
@@ -1098,6 +1155,12 @@ class DeleteMemoryResponse(_message.Message):
         with them are not listed.
         """
 
+    @_builtins.property
+    def purge_at(self) -> _timestamp_pb2.Timestamp:
+        """When the deleted memories leave the trash for good (RestoreMemory works until then).
+        Unset when the deletion is final (the trash is off) or for dry_run.
+        """
+
     def __init__(
         self,
         *,
@@ -1105,10 +1168,11 @@ class DeleteMemoryResponse(_message.Message):
         dry_run: _builtins.bool = ...,
         deleted_count: _builtins.int = ...,
         truncated: _builtins.bool = ...,
+        purge_at: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["purge_at", b"purge_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["deleted", b"deleted", "deleted_count", b"deleted_count", "dry_run", b"dry_run", "truncated", b"truncated"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deleted", b"deleted", "deleted_count", b"deleted_count", "dry_run", b"dry_run", "purge_at", b"purge_at", "truncated", b"truncated"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1262,12 +1326,17 @@ class ListCollectionsRequest(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    INCLUDE_TRASHED_FIELD_NUMBER: _builtins.int
+    include_trashed: _builtins.bool
+    """Also list the collections in the trash (in ListCollectionsResponse.trashed)."""
     def __init__(
         self,
+        *,
+        include_trashed: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["include_trashed", b"include_trashed"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1280,22 +1349,66 @@ class ListCollectionsResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     COLLECTIONS_FIELD_NUMBER: _builtins.int
+    TRASHED_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def collections(self) -> _containers.RepeatedCompositeFieldContainer[_memory_pb2.CollectionInfo]:
-        """The collections, by name."""
+        """The collections, by name (not those in the trash)."""
+
+    @_builtins.property
+    def trashed(self) -> _containers.RepeatedCompositeFieldContainer[Global___TrashedCollection]:
+        """With include_trashed: the collections in the trash, by name."""
 
     def __init__(
         self,
         *,
         collections: _abc.Iterable[_memory_pb2.CollectionInfo] | None = ...,
+        trashed: _abc.Iterable[Global___TrashedCollection] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["collections", b"collections"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["collections", b"collections", "trashed", b"trashed"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListCollectionsResponse: _TypeAlias = ListCollectionsResponse  # noqa: Y015
+
+@_typing.final
+class TrashedCollection(_message.Message):
+    """TrashedCollection is a deleted collection still in the trash."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    MEMORY_COUNT_FIELD_NUMBER: _builtins.int
+    TRASHED_AT_FIELD_NUMBER: _builtins.int
+    PURGE_AT_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """The collection's name."""
+    memory_count: _builtins.int
+    """Memories (current versions, not expired) it held when listed."""
+    @_builtins.property
+    def trashed_at(self) -> _timestamp_pb2.Timestamp:
+        """When DeleteCollection moved it to the trash."""
+
+    @_builtins.property
+    def purge_at(self) -> _timestamp_pb2.Timestamp:
+        """When the sweeper drops it for good (RestoreCollection works until then)."""
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        memory_count: _builtins.int = ...,
+        trashed_at: _timestamp_pb2.Timestamp | None = ...,
+        purge_at: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["purge_at", b"purge_at", "trashed_at", b"trashed_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["memory_count", b"memory_count", "name", b"name", "purge_at", b"purge_at", "trashed_at", b"trashed_at"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TrashedCollection: _TypeAlias = TrashedCollection  # noqa: Y015
 
 @_typing.final
 class DeleteCollectionRequest(_message.Message):
@@ -1327,21 +1440,29 @@ class DeleteCollectionResponse(_message.Message):
 
     DELETED_COUNT_FIELD_NUMBER: _builtins.int
     DELETED_AT_FIELD_NUMBER: _builtins.int
+    PURGE_AT_FIELD_NUMBER: _builtins.int
     deleted_count: _builtins.int
     """How many memories (including history versions) were removed."""
     @_builtins.property
     def deleted_at(self) -> _timestamp_pb2.Timestamp:
         """When the deletion happened."""
 
+    @_builtins.property
+    def purge_at(self) -> _timestamp_pb2.Timestamp:
+        """When the collection leaves the trash for good (RestoreCollection works until then).
+        Unset when the deletion is final (the trash is off).
+        """
+
     def __init__(
         self,
         *,
         deleted_count: _builtins.int = ...,
         deleted_at: _timestamp_pb2.Timestamp | None = ...,
+        purge_at: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["deleted_at", b"deleted_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["deleted_at", b"deleted_at", "purge_at", b"purge_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["deleted_at", b"deleted_at", "deleted_count", b"deleted_count"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deleted_at", b"deleted_at", "deleted_count", b"deleted_count", "purge_at", b"purge_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1680,6 +1801,475 @@ class ListReflectionRunsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListReflectionRunsResponse: _TypeAlias = ListReflectionRunsResponse  # noqa: Y015
+
+@_typing.final
+class ConversationMessage(_message.Message):
+    """ConversationMessage is one turn of a conversation given to ExtractMemories."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ROLE_FIELD_NUMBER: _builtins.int
+    CONTENT_FIELD_NUMBER: _builtins.int
+    CREATED_AT_FIELD_NUMBER: _builtins.int
+    role: _builtins.str
+    """Who spoke: "user", "assistant", or another speaker's name. Facts are taken mainly from
+    the user's turns.
+    """
+    content: _builtins.str
+    """What was said. Required."""
+    @_builtins.property
+    def created_at(self) -> _timestamp_pb2.Timestamp:
+        """When it was said; memories extracted from this turn get it as created_at. Unset means now."""
+
+    def __init__(
+        self,
+        *,
+        role: _builtins.str = ...,
+        content: _builtins.str = ...,
+        created_at: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "created_at", b"created_at", "role", b"role"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ConversationMessage: _TypeAlias = ConversationMessage  # noqa: Y015
+
+@_typing.final
+class Conversation(_message.Message):
+    """Conversation is a sequence of turns, oldest first."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MESSAGES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def messages(self) -> _containers.RepeatedCompositeFieldContainer[Global___ConversationMessage]:
+        """The turns (at most 500)."""
+
+    def __init__(
+        self,
+        *,
+        messages: _abc.Iterable[Global___ConversationMessage] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["messages", b"messages"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Conversation: _TypeAlias = Conversation  # noqa: Y015
+
+@_typing.final
+class ToolObservation(_message.Message):
+    """ToolObservation is what an agent's tool call did (e.g. a Claude Code PostToolUse hook)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOOL_NAME_FIELD_NUMBER: _builtins.int
+    INPUT_FIELD_NUMBER: _builtins.int
+    OUTPUT_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    tool_name: _builtins.str
+    """The tool's name, e.g. "Bash", "Edit". Required."""
+    input: _builtins.str
+    """The tool's input, as text (usually its JSON arguments)."""
+    output: _builtins.str
+    """What the tool returned, as text."""
+    error: _builtins.str
+    """The error when the call failed; empty when it succeeded."""
+    def __init__(
+        self,
+        *,
+        tool_name: _builtins.str = ...,
+        input: _builtins.str = ...,
+        output: _builtins.str = ...,
+        error: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "input", b"input", "output", b"output", "tool_name", b"tool_name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ToolObservation: _TypeAlias = ToolObservation  # noqa: Y015
+
+@_typing.final
+class ExtractMemoriesRequest(_message.Message):
+    """ExtractMemoriesRequest asks for the memories worth keeping from one input."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COLLECTION_FIELD_NUMBER: _builtins.int
+    TEXT_FIELD_NUMBER: _builtins.int
+    CONVERSATION_FIELD_NUMBER: _builtins.int
+    OBSERVATION_FIELD_NUMBER: _builtins.int
+    MODE_FIELD_NUMBER: _builtins.int
+    DRY_RUN_FIELD_NUMBER: _builtins.int
+    TAGS_FIELD_NUMBER: _builtins.int
+    collection: _builtins.str
+    """Target collection. Empty means the default collection."""
+    text: _builtins.str
+    """Free text (notes, a document, a message)."""
+    mode: Global___ExtractionMode.ValueType
+    """Which extractor to use; unspecified means AUTO."""
+    dry_run: _builtins.bool
+    """Return the proposals without writing anything (and without recording the input in the
+    dedup window).
+    """
+    @_builtins.property
+    def conversation(self) -> Global___Conversation:
+        """A conversation."""
+
+    @_builtins.property
+    def observation(self) -> Global___ToolObservation:
+        """A tool observation."""
+
+    @_builtins.property
+    def tags(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Tags added to every extracted memory (besides "source:extraction" and the extractor's own)."""
+
+    def __init__(
+        self,
+        *,
+        collection: _builtins.str = ...,
+        text: _builtins.str = ...,
+        conversation: Global___Conversation | None = ...,
+        observation: Global___ToolObservation | None = ...,
+        mode: Global___ExtractionMode.ValueType = ...,
+        dry_run: _builtins.bool = ...,
+        tags: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["conversation", b"conversation", "input", b"input", "observation", b"observation", "text", b"text"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["collection", b"collection", "conversation", b"conversation", "dry_run", b"dry_run", "input", b"input", "mode", b"mode", "observation", b"observation", "tags", b"tags", "text", b"text"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_input: _TypeAlias = _typing.Literal["text", "conversation", "observation"]  # noqa: Y015
+    _WhichOneofArgType_input: _TypeAlias = _typing.Literal["input", b"input"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_input) -> _WhichOneofReturnType_input | None: ...
+
+Global___ExtractMemoriesRequest: _TypeAlias = ExtractMemoriesRequest  # noqa: Y015
+
+@_typing.final
+class ExtractedMemory(_message.Message):
+    """ExtractedMemory is one proposal and, unless dry_run, what the write gate did with it."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CONTENT_FIELD_NUMBER: _builtins.int
+    TYPE_FIELD_NUMBER: _builtins.int
+    IMPORTANCE_FIELD_NUMBER: _builtins.int
+    TAGS_FIELD_NUMBER: _builtins.int
+    CREATED_AT_FIELD_NUMBER: _builtins.int
+    RESULT_FIELD_NUMBER: _builtins.int
+    content: _builtins.str
+    """The memory's text (already through the privacy filter)."""
+    type: _memory_pb2.MemoryType.ValueType
+    """Its type."""
+    importance: _builtins.int
+    """Its importance, 1–10."""
+    @_builtins.property
+    def tags(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Its tags."""
+
+    @_builtins.property
+    def created_at(self) -> _timestamp_pb2.Timestamp:
+        """When it happened (the conversation turn's time), if known."""
+
+    @_builtins.property
+    def result(self) -> Global___AddMemoryResult:
+        """The write gate's outcome (CREATED or DUPLICATE, as in AddMemories). Unset for dry_run."""
+
+    def __init__(
+        self,
+        *,
+        content: _builtins.str = ...,
+        type: _memory_pb2.MemoryType.ValueType = ...,
+        importance: _builtins.int = ...,
+        tags: _abc.Iterable[_builtins.str] | None = ...,
+        created_at: _timestamp_pb2.Timestamp | None = ...,
+        result: Global___AddMemoryResult | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "result", b"result"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "created_at", b"created_at", "importance", b"importance", "result", b"result", "tags", b"tags", "type", b"type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExtractedMemory: _TypeAlias = ExtractedMemory  # noqa: Y015
+
+@_typing.final
+class ExtractMemoriesResponse(_message.Message):
+    """ExtractMemoriesResponse reports an extraction."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MEMORIES_FIELD_NUMBER: _builtins.int
+    EXTRACTOR_FIELD_NUMBER: _builtins.int
+    FALLBACK_REASON_FIELD_NUMBER: _builtins.int
+    DEDUPLICATED_FIELD_NUMBER: _builtins.int
+    REDACTIONS_FIELD_NUMBER: _builtins.int
+    MODEL_FIELD_NUMBER: _builtins.int
+    DRY_RUN_FIELD_NUMBER: _builtins.int
+    extractor: Global___Extractor.ValueType
+    """What produced them."""
+    fallback_reason: _builtins.str
+    """When the rules ran although an LLM is configured: the LLM's error (unavailable, rate
+    limited, unusable answer). Empty otherwise.
+    """
+    deduplicated: _builtins.bool
+    """True when the input repeats one extracted in this collection within the dedup window:
+    nothing was extracted or written.
+    """
+    model: _builtins.str
+    """The LLM model, when the LLM extracted."""
+    dry_run: _builtins.bool
+    """True when nothing was written because dry_run was set."""
+    @_builtins.property
+    def memories(self) -> _containers.RepeatedCompositeFieldContainer[Global___ExtractedMemory]:
+        """The extracted memories, in input order (empty when nothing was worth keeping)."""
+
+    @_builtins.property
+    def redactions(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """What the privacy filter removed from the input, one kind per finding (e.g. "github_token",
+        "assigned_secret", "private").
+        """
+
+    def __init__(
+        self,
+        *,
+        memories: _abc.Iterable[Global___ExtractedMemory] | None = ...,
+        extractor: Global___Extractor.ValueType = ...,
+        fallback_reason: _builtins.str = ...,
+        deduplicated: _builtins.bool = ...,
+        redactions: _abc.Iterable[_builtins.str] | None = ...,
+        model: _builtins.str = ...,
+        dry_run: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deduplicated", b"deduplicated", "dry_run", b"dry_run", "extractor", b"extractor", "fallback_reason", b"fallback_reason", "memories", b"memories", "model", b"model", "redactions", b"redactions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExtractMemoriesResponse: _TypeAlias = ExtractMemoriesResponse  # noqa: Y015
+
+@_typing.final
+class ListTrashRequest(_message.Message):
+    """ListTrashRequest asks for a page of a collection's trash."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COLLECTION_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    collection: _builtins.str
+    """The collection. Empty means the default collection."""
+    page_size: _builtins.int
+    """Page size, 1–1000. Zero means 100."""
+    page_token: _builtins.str
+    """The next_page_token of the previous page; empty for the first page."""
+    def __init__(
+        self,
+        *,
+        collection: _builtins.str = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["collection", b"collection", "page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListTrashRequest: _TypeAlias = ListTrashRequest  # noqa: Y015
+
+@_typing.final
+class ListTrashResponse(_message.Message):
+    """ListTrashResponse is a page of the trash."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MEMORIES_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """Pass as page_token to get the next page; empty when this is the last page."""
+    @_builtins.property
+    def memories(self) -> _containers.RepeatedCompositeFieldContainer[_memory_pb2.Memory]:
+        """The trashed memories on this page, in storage order, with trashed_at and purge_at set."""
+
+    def __init__(
+        self,
+        *,
+        memories: _abc.Iterable[_memory_pb2.Memory] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["memories", b"memories", "next_page_token", b"next_page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListTrashResponse: _TypeAlias = ListTrashResponse  # noqa: Y015
+
+@_typing.final
+class RestoreMemoryRequest(_message.Message):
+    """RestoreMemoryRequest names a memory in the trash."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COLLECTION_FIELD_NUMBER: _builtins.int
+    ID_FIELD_NUMBER: _builtins.int
+    collection: _builtins.str
+    """The collection. Empty means the default collection."""
+    id: _builtins.str
+    """The trashed memory's id. Required."""
+    def __init__(
+        self,
+        *,
+        collection: _builtins.str = ...,
+        id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["collection", b"collection", "id", b"id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RestoreMemoryRequest: _TypeAlias = RestoreMemoryRequest  # noqa: Y015
+
+@_typing.final
+class RestoreMemoryResponse(_message.Message):
+    """RestoreMemoryResponse is the restored memory."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MEMORY_FIELD_NUMBER: _builtins.int
+    NEAR_DUPLICATES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def memory(self) -> _memory_pb2.Memory:
+        """The memory, live again (trashed_at unset)."""
+
+    @_builtins.property
+    def near_duplicates(self) -> _containers.RepeatedCompositeFieldContainer[_memory_pb2.SimilarMemory]:
+        """Live memories at or above the near-duplicate threshold (0.70) to the restored one, most
+        similar first: a near-copy written while it was in the trash is now beside it. Consider
+        DeleteMemory on one of them.
+        """
+
+    def __init__(
+        self,
+        *,
+        memory: _memory_pb2.Memory | None = ...,
+        near_duplicates: _abc.Iterable[_memory_pb2.SimilarMemory] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["memory", b"memory"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["memory", b"memory", "near_duplicates", b"near_duplicates"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RestoreMemoryResponse: _TypeAlias = RestoreMemoryResponse  # noqa: Y015
+
+@_typing.final
+class PurgeTrashRequest(_message.Message):
+    """PurgeTrashRequest says what to delete for good."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COLLECTION_FIELD_NUMBER: _builtins.int
+    IDS_FIELD_NUMBER: _builtins.int
+    PURGE_COLLECTION_FIELD_NUMBER: _builtins.int
+    collection: _builtins.str
+    """The collection. Empty means the default collection."""
+    purge_collection: _builtins.bool
+    """Drop the collection itself, which must be in the trash, with every memory in it."""
+    @_builtins.property
+    def ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Only these trashed memories (with their history). Empty: everything in the trash."""
+
+    def __init__(
+        self,
+        *,
+        collection: _builtins.str = ...,
+        ids: _abc.Iterable[_builtins.str] | None = ...,
+        purge_collection: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["collection", b"collection", "ids", b"ids", "purge_collection", b"purge_collection"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PurgeTrashRequest: _TypeAlias = PurgeTrashRequest  # noqa: Y015
+
+@_typing.final
+class PurgeTrashResponse(_message.Message):
+    """PurgeTrashResponse says what was deleted for good."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PURGED_COUNT_FIELD_NUMBER: _builtins.int
+    purged_count: _builtins.int
+    """How many stored memories (including history versions) were deleted."""
+    def __init__(
+        self,
+        *,
+        purged_count: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["purged_count", b"purged_count"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PurgeTrashResponse: _TypeAlias = PurgeTrashResponse  # noqa: Y015
+
+@_typing.final
+class RestoreCollectionRequest(_message.Message):
+    """RestoreCollectionRequest names a collection in the trash."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """The collection's name. Required."""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RestoreCollectionRequest: _TypeAlias = RestoreCollectionRequest  # noqa: Y015
+
+@_typing.final
+class RestoreCollectionResponse(_message.Message):
+    """RestoreCollectionResponse is the restored collection."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COLLECTION_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def collection(self) -> _memory_pb2.CollectionInfo:
+        """The collection, live again."""
+
+    def __init__(
+        self,
+        *,
+        collection: _memory_pb2.CollectionInfo | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["collection", b"collection"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["collection", b"collection"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RestoreCollectionResponse: _TypeAlias = RestoreCollectionResponse  # noqa: Y015
 
 @_typing.final
 class GetContextRequest(_message.Message):

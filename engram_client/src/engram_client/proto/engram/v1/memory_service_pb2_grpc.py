@@ -100,6 +100,31 @@ class MemoryServiceStub:
                 request_serializer=engram_dot_v1_dot_memory__service__pb2.ListReflectionRunsRequest.SerializeToString,
                 response_deserializer=engram_dot_v1_dot_memory__service__pb2.ListReflectionRunsResponse.FromString,
                 _registered_method=True)
+        self.ExtractMemories = channel.unary_unary(
+                '/engram.v1.MemoryService/ExtractMemories',
+                request_serializer=engram_dot_v1_dot_memory__service__pb2.ExtractMemoriesRequest.SerializeToString,
+                response_deserializer=engram_dot_v1_dot_memory__service__pb2.ExtractMemoriesResponse.FromString,
+                _registered_method=True)
+        self.ListTrash = channel.unary_unary(
+                '/engram.v1.MemoryService/ListTrash',
+                request_serializer=engram_dot_v1_dot_memory__service__pb2.ListTrashRequest.SerializeToString,
+                response_deserializer=engram_dot_v1_dot_memory__service__pb2.ListTrashResponse.FromString,
+                _registered_method=True)
+        self.RestoreMemory = channel.unary_unary(
+                '/engram.v1.MemoryService/RestoreMemory',
+                request_serializer=engram_dot_v1_dot_memory__service__pb2.RestoreMemoryRequest.SerializeToString,
+                response_deserializer=engram_dot_v1_dot_memory__service__pb2.RestoreMemoryResponse.FromString,
+                _registered_method=True)
+        self.PurgeTrash = channel.unary_unary(
+                '/engram.v1.MemoryService/PurgeTrash',
+                request_serializer=engram_dot_v1_dot_memory__service__pb2.PurgeTrashRequest.SerializeToString,
+                response_deserializer=engram_dot_v1_dot_memory__service__pb2.PurgeTrashResponse.FromString,
+                _registered_method=True)
+        self.RestoreCollection = channel.unary_unary(
+                '/engram.v1.MemoryService/RestoreCollection',
+                request_serializer=engram_dot_v1_dot_memory__service__pb2.RestoreCollectionRequest.SerializeToString,
+                response_deserializer=engram_dot_v1_dot_memory__service__pb2.RestoreCollectionResponse.FromString,
+                _registered_method=True)
         self.GetContext = channel.unary_unary(
                 '/engram.v1.MemoryService/GetContext',
                 request_serializer=engram_dot_v1_dot_memory__service__pb2.GetContextRequest.SerializeToString,
@@ -178,8 +203,10 @@ class MemoryServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def DeleteMemory(self, request, context):
-        """DeleteMemory hard-deletes memories (with their history), found by id or by query.
-        identity and directive memories need `force`.
+        """DeleteMemory moves memories (with their history) to the trash, found by id or by query:
+        from then on they are never searched, listed or matched by the write gate, and
+        RestoreMemory puts them back until the trash retention passes (ENGRAM_TRASH_RETENTION_SECONDS,
+        default 7 days; 0 makes deletes final). identity and directive memories need `force`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -207,7 +234,9 @@ class MemoryServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def DeleteCollection(self, request, context):
-        """DeleteCollection removes a collection and every memory in it.
+        """DeleteCollection moves a collection, with every memory in it, to the trash: it is no
+        longer listed, searched or written to (ERROR_REASON_COLLECTION_IN_TRASH) until
+        RestoreCollection, and the sweeper drops it once the trash retention passes.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -238,6 +267,56 @@ class MemoryServiceServicer:
         that called the LLM (completed, no insight, or failed), whether asked for by RunReflection
         or started by the periodic schedule. Throttled and dry runs are answered to their caller
         and not kept. The last 50 runs are kept with the store, so they survive restarts.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ExtractMemories(self, request, context):
+        """ExtractMemories turns a text, a conversation or a tool observation into typed memories
+        (type, importance, tags), each written through the write gate as AddMemories would. Every
+        input text goes through the privacy filter first (secrets and <private> spans never reach
+        the LLM, the embedder or the store). With an LLM configured it extracts (structured
+        output); without one, or when it fails or is rate limited, rule-based extraction runs
+        instead and the response says why. An input identical to one extracted in the same
+        collection within the dedup window is dropped (deduplicated). dry_run returns the
+        proposals and writes nothing.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListTrash(self, request, context):
+        """ListTrash pages through the memories in a collection's trash (deleted, not yet purged),
+        each with its trashed_at and purge_at. History versions are not listed: they went to the
+        trash with their memory and come back with it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RestoreMemory(self, request, context):
+        """RestoreMemory takes a memory (with its history) out of the trash, as it was: same id,
+        content, timestamps and TTL. It does not go through the write gate: live memories that
+        are near-copies of it (written since it was deleted) are reported, not refused. A memory
+        whose valid_until passed while in the trash cannot be restored (NOT_FOUND).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PurgeTrash(self, request, context):
+        """PurgeTrash deletes for good what is in a collection's trash now (or only the given
+        memories), or, with purge_collection, a collection that is itself in the trash. Needs the
+        writer role; purge_collection needs the admin role.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RestoreCollection(self, request, context):
+        """RestoreCollection takes a collection out of the trash, with its memories as they were
+        (those deleted one by one before stay in its trash). Needs the admin role.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -364,6 +443,31 @@ def add_MemoryServiceServicer_to_server(servicer, server):
                     servicer.ListReflectionRuns,
                     request_deserializer=engram_dot_v1_dot_memory__service__pb2.ListReflectionRunsRequest.FromString,
                     response_serializer=engram_dot_v1_dot_memory__service__pb2.ListReflectionRunsResponse.SerializeToString,
+            ),
+            'ExtractMemories': grpc.unary_unary_rpc_method_handler(
+                    servicer.ExtractMemories,
+                    request_deserializer=engram_dot_v1_dot_memory__service__pb2.ExtractMemoriesRequest.FromString,
+                    response_serializer=engram_dot_v1_dot_memory__service__pb2.ExtractMemoriesResponse.SerializeToString,
+            ),
+            'ListTrash': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTrash,
+                    request_deserializer=engram_dot_v1_dot_memory__service__pb2.ListTrashRequest.FromString,
+                    response_serializer=engram_dot_v1_dot_memory__service__pb2.ListTrashResponse.SerializeToString,
+            ),
+            'RestoreMemory': grpc.unary_unary_rpc_method_handler(
+                    servicer.RestoreMemory,
+                    request_deserializer=engram_dot_v1_dot_memory__service__pb2.RestoreMemoryRequest.FromString,
+                    response_serializer=engram_dot_v1_dot_memory__service__pb2.RestoreMemoryResponse.SerializeToString,
+            ),
+            'PurgeTrash': grpc.unary_unary_rpc_method_handler(
+                    servicer.PurgeTrash,
+                    request_deserializer=engram_dot_v1_dot_memory__service__pb2.PurgeTrashRequest.FromString,
+                    response_serializer=engram_dot_v1_dot_memory__service__pb2.PurgeTrashResponse.SerializeToString,
+            ),
+            'RestoreCollection': grpc.unary_unary_rpc_method_handler(
+                    servicer.RestoreCollection,
+                    request_deserializer=engram_dot_v1_dot_memory__service__pb2.RestoreCollectionRequest.FromString,
+                    response_serializer=engram_dot_v1_dot_memory__service__pb2.RestoreCollectionResponse.SerializeToString,
             ),
             'GetContext': grpc.unary_unary_rpc_method_handler(
                     servicer.GetContext,
@@ -726,6 +830,141 @@ class MemoryService:
             '/engram.v1.MemoryService/ListReflectionRuns',
             engram_dot_v1_dot_memory__service__pb2.ListReflectionRunsRequest.SerializeToString,
             engram_dot_v1_dot_memory__service__pb2.ListReflectionRunsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExtractMemories(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.v1.MemoryService/ExtractMemories',
+            engram_dot_v1_dot_memory__service__pb2.ExtractMemoriesRequest.SerializeToString,
+            engram_dot_v1_dot_memory__service__pb2.ExtractMemoriesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTrash(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.v1.MemoryService/ListTrash',
+            engram_dot_v1_dot_memory__service__pb2.ListTrashRequest.SerializeToString,
+            engram_dot_v1_dot_memory__service__pb2.ListTrashResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RestoreMemory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.v1.MemoryService/RestoreMemory',
+            engram_dot_v1_dot_memory__service__pb2.RestoreMemoryRequest.SerializeToString,
+            engram_dot_v1_dot_memory__service__pb2.RestoreMemoryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PurgeTrash(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.v1.MemoryService/PurgeTrash',
+            engram_dot_v1_dot_memory__service__pb2.PurgeTrashRequest.SerializeToString,
+            engram_dot_v1_dot_memory__service__pb2.PurgeTrashResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RestoreCollection(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.v1.MemoryService/RestoreCollection',
+            engram_dot_v1_dot_memory__service__pb2.RestoreCollectionRequest.SerializeToString,
+            engram_dot_v1_dot_memory__service__pb2.RestoreCollectionResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -60,8 +60,10 @@ class MemoryServiceStub:
     The id stays; the previous version is kept as history.
     """
     DeleteMemory: _grpc.UnaryUnaryMultiCallable[_memory_service_pb2.DeleteMemoryRequest, _memory_service_pb2.DeleteMemoryResponse]
-    """DeleteMemory hard-deletes memories (with their history), found by id or by query.
-    identity and directive memories need `force`.
+    """DeleteMemory moves memories (with their history) to the trash, found by id or by query:
+    from then on they are never searched, listed or matched by the write gate, and
+    RestoreMemory puts them back until the trash retention passes (ENGRAM_TRASH_RETENTION_SECONDS,
+    default 7 days; 0 makes deletes final). identity and directive memories need `force`.
     """
     GetMemory: _grpc.UnaryUnaryMultiCallable[_memory_service_pb2.GetMemoryRequest, _memory_service_pb2.GetMemoryResponse]
     """GetMemory reads one memory by id, current or historical, optionally with its history."""
@@ -70,7 +72,10 @@ class MemoryServiceStub:
     ListCollections: _grpc.UnaryUnaryMultiCallable[_memory_service_pb2.ListCollectionsRequest, _memory_service_pb2.ListCollectionsResponse]
     """ListCollections lists the collections with their live memory counts."""
     DeleteCollection: _grpc.UnaryUnaryMultiCallable[_memory_service_pb2.DeleteCollectionRequest, _memory_service_pb2.DeleteCollectionResponse]
-    """DeleteCollection removes a collection and every memory in it."""
+    """DeleteCollection moves a collection, with every memory in it, to the trash: it is no
+    longer listed, searched or written to (ERROR_REASON_COLLECTION_IN_TRASH) until
+    RestoreCollection, and the sweeper drops it once the trash retention passes.
+    """
     RunReflection: _grpc.UnaryUnaryMultiCallable[_memory_service_pb2.RunReflectionRequest, _memory_service_pb2.RunReflectionResponse]
     """RunReflection asks an LLM to turn a collection's unreflected memories into up to three
     insights, stored in the collection's reflection collection ("<collection>_reflection").
@@ -88,6 +93,36 @@ class MemoryServiceStub:
     that called the LLM (completed, no insight, or failed), whether asked for by RunReflection
     or started by the periodic schedule. Throttled and dry runs are answered to their caller
     and not kept. The last 50 runs are kept with the store, so they survive restarts.
+    """
+    ExtractMemories: _grpc.UnaryUnaryMultiCallable[_memory_service_pb2.ExtractMemoriesRequest, _memory_service_pb2.ExtractMemoriesResponse]
+    """ExtractMemories turns a text, a conversation or a tool observation into typed memories
+    (type, importance, tags), each written through the write gate as AddMemories would. Every
+    input text goes through the privacy filter first (secrets and <private> spans never reach
+    the LLM, the embedder or the store). With an LLM configured it extracts (structured
+    output); without one, or when it fails or is rate limited, rule-based extraction runs
+    instead and the response says why. An input identical to one extracted in the same
+    collection within the dedup window is dropped (deduplicated). dry_run returns the
+    proposals and writes nothing.
+    """
+    ListTrash: _grpc.UnaryUnaryMultiCallable[_memory_service_pb2.ListTrashRequest, _memory_service_pb2.ListTrashResponse]
+    """ListTrash pages through the memories in a collection's trash (deleted, not yet purged),
+    each with its trashed_at and purge_at. History versions are not listed: they went to the
+    trash with their memory and come back with it.
+    """
+    RestoreMemory: _grpc.UnaryUnaryMultiCallable[_memory_service_pb2.RestoreMemoryRequest, _memory_service_pb2.RestoreMemoryResponse]
+    """RestoreMemory takes a memory (with its history) out of the trash, as it was: same id,
+    content, timestamps and TTL. It does not go through the write gate: live memories that
+    are near-copies of it (written since it was deleted) are reported, not refused. A memory
+    whose valid_until passed while in the trash cannot be restored (NOT_FOUND).
+    """
+    PurgeTrash: _grpc.UnaryUnaryMultiCallable[_memory_service_pb2.PurgeTrashRequest, _memory_service_pb2.PurgeTrashResponse]
+    """PurgeTrash deletes for good what is in a collection's trash now (or only the given
+    memories), or, with purge_collection, a collection that is itself in the trash. Needs the
+    writer role; purge_collection needs the admin role.
+    """
+    RestoreCollection: _grpc.UnaryUnaryMultiCallable[_memory_service_pb2.RestoreCollectionRequest, _memory_service_pb2.RestoreCollectionResponse]
+    """RestoreCollection takes a collection out of the trash, with its memories as they were
+    (those deleted one by one before stay in its trash). Needs the admin role.
     """
     GetContext: _grpc.UnaryUnaryMultiCallable[_memory_service_pb2.GetContextRequest, _memory_service_pb2.GetContextResponse]
     """GetContext returns the context pack an agent loads at session start or after its context
@@ -157,8 +192,10 @@ class MemoryServiceAsyncStub(MemoryServiceStub):
     The id stays; the previous version is kept as history.
     """
     DeleteMemory: _aio.UnaryUnaryMultiCallable[_memory_service_pb2.DeleteMemoryRequest, _memory_service_pb2.DeleteMemoryResponse]  # type: ignore[assignment]
-    """DeleteMemory hard-deletes memories (with their history), found by id or by query.
-    identity and directive memories need `force`.
+    """DeleteMemory moves memories (with their history) to the trash, found by id or by query:
+    from then on they are never searched, listed or matched by the write gate, and
+    RestoreMemory puts them back until the trash retention passes (ENGRAM_TRASH_RETENTION_SECONDS,
+    default 7 days; 0 makes deletes final). identity and directive memories need `force`.
     """
     GetMemory: _aio.UnaryUnaryMultiCallable[_memory_service_pb2.GetMemoryRequest, _memory_service_pb2.GetMemoryResponse]  # type: ignore[assignment]
     """GetMemory reads one memory by id, current or historical, optionally with its history."""
@@ -167,7 +204,10 @@ class MemoryServiceAsyncStub(MemoryServiceStub):
     ListCollections: _aio.UnaryUnaryMultiCallable[_memory_service_pb2.ListCollectionsRequest, _memory_service_pb2.ListCollectionsResponse]  # type: ignore[assignment]
     """ListCollections lists the collections with their live memory counts."""
     DeleteCollection: _aio.UnaryUnaryMultiCallable[_memory_service_pb2.DeleteCollectionRequest, _memory_service_pb2.DeleteCollectionResponse]  # type: ignore[assignment]
-    """DeleteCollection removes a collection and every memory in it."""
+    """DeleteCollection moves a collection, with every memory in it, to the trash: it is no
+    longer listed, searched or written to (ERROR_REASON_COLLECTION_IN_TRASH) until
+    RestoreCollection, and the sweeper drops it once the trash retention passes.
+    """
     RunReflection: _aio.UnaryUnaryMultiCallable[_memory_service_pb2.RunReflectionRequest, _memory_service_pb2.RunReflectionResponse]  # type: ignore[assignment]
     """RunReflection asks an LLM to turn a collection's unreflected memories into up to three
     insights, stored in the collection's reflection collection ("<collection>_reflection").
@@ -185,6 +225,36 @@ class MemoryServiceAsyncStub(MemoryServiceStub):
     that called the LLM (completed, no insight, or failed), whether asked for by RunReflection
     or started by the periodic schedule. Throttled and dry runs are answered to their caller
     and not kept. The last 50 runs are kept with the store, so they survive restarts.
+    """
+    ExtractMemories: _aio.UnaryUnaryMultiCallable[_memory_service_pb2.ExtractMemoriesRequest, _memory_service_pb2.ExtractMemoriesResponse]  # type: ignore[assignment]
+    """ExtractMemories turns a text, a conversation or a tool observation into typed memories
+    (type, importance, tags), each written through the write gate as AddMemories would. Every
+    input text goes through the privacy filter first (secrets and <private> spans never reach
+    the LLM, the embedder or the store). With an LLM configured it extracts (structured
+    output); without one, or when it fails or is rate limited, rule-based extraction runs
+    instead and the response says why. An input identical to one extracted in the same
+    collection within the dedup window is dropped (deduplicated). dry_run returns the
+    proposals and writes nothing.
+    """
+    ListTrash: _aio.UnaryUnaryMultiCallable[_memory_service_pb2.ListTrashRequest, _memory_service_pb2.ListTrashResponse]  # type: ignore[assignment]
+    """ListTrash pages through the memories in a collection's trash (deleted, not yet purged),
+    each with its trashed_at and purge_at. History versions are not listed: they went to the
+    trash with their memory and come back with it.
+    """
+    RestoreMemory: _aio.UnaryUnaryMultiCallable[_memory_service_pb2.RestoreMemoryRequest, _memory_service_pb2.RestoreMemoryResponse]  # type: ignore[assignment]
+    """RestoreMemory takes a memory (with its history) out of the trash, as it was: same id,
+    content, timestamps and TTL. It does not go through the write gate: live memories that
+    are near-copies of it (written since it was deleted) are reported, not refused. A memory
+    whose valid_until passed while in the trash cannot be restored (NOT_FOUND).
+    """
+    PurgeTrash: _aio.UnaryUnaryMultiCallable[_memory_service_pb2.PurgeTrashRequest, _memory_service_pb2.PurgeTrashResponse]  # type: ignore[assignment]
+    """PurgeTrash deletes for good what is in a collection's trash now (or only the given
+    memories), or, with purge_collection, a collection that is itself in the trash. Needs the
+    writer role; purge_collection needs the admin role.
+    """
+    RestoreCollection: _aio.UnaryUnaryMultiCallable[_memory_service_pb2.RestoreCollectionRequest, _memory_service_pb2.RestoreCollectionResponse]  # type: ignore[assignment]
+    """RestoreCollection takes a collection out of the trash, with its memories as they were
+    (those deleted one by one before stay in its trash). Needs the admin role.
     """
     GetContext: _aio.UnaryUnaryMultiCallable[_memory_service_pb2.GetContextRequest, _memory_service_pb2.GetContextResponse]  # type: ignore[assignment]
     """GetContext returns the context pack an agent loads at session start or after its context
@@ -281,8 +351,10 @@ class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _memory_service_pb2.DeleteMemoryRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_memory_service_pb2.DeleteMemoryResponse, _abc.Awaitable[_memory_service_pb2.DeleteMemoryResponse]]:
-        """DeleteMemory hard-deletes memories (with their history), found by id or by query.
-        identity and directive memories need `force`.
+        """DeleteMemory moves memories (with their history) to the trash, found by id or by query:
+        from then on they are never searched, listed or matched by the write gate, and
+        RestoreMemory puts them back until the trash retention passes (ENGRAM_TRASH_RETENTION_SECONDS,
+        default 7 days; 0 makes deletes final). identity and directive memories need `force`.
         """
 
     @_abc_1.abstractmethod
@@ -315,7 +387,10 @@ class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _memory_service_pb2.DeleteCollectionRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_memory_service_pb2.DeleteCollectionResponse, _abc.Awaitable[_memory_service_pb2.DeleteCollectionResponse]]:
-        """DeleteCollection removes a collection and every memory in it."""
+        """DeleteCollection moves a collection, with every memory in it, to the trash: it is no
+        longer listed, searched or written to (ERROR_REASON_COLLECTION_IN_TRASH) until
+        RestoreCollection, and the sweeper drops it once the trash retention passes.
+        """
 
     @_abc_1.abstractmethod
     def RunReflection(
@@ -351,6 +426,66 @@ class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
         that called the LLM (completed, no insight, or failed), whether asked for by RunReflection
         or started by the periodic schedule. Throttled and dry runs are answered to their caller
         and not kept. The last 50 runs are kept with the store, so they survive restarts.
+        """
+
+    @_abc_1.abstractmethod
+    def ExtractMemories(
+        self,
+        request: _memory_service_pb2.ExtractMemoriesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_memory_service_pb2.ExtractMemoriesResponse, _abc.Awaitable[_memory_service_pb2.ExtractMemoriesResponse]]:
+        """ExtractMemories turns a text, a conversation or a tool observation into typed memories
+        (type, importance, tags), each written through the write gate as AddMemories would. Every
+        input text goes through the privacy filter first (secrets and <private> spans never reach
+        the LLM, the embedder or the store). With an LLM configured it extracts (structured
+        output); without one, or when it fails or is rate limited, rule-based extraction runs
+        instead and the response says why. An input identical to one extracted in the same
+        collection within the dedup window is dropped (deduplicated). dry_run returns the
+        proposals and writes nothing.
+        """
+
+    @_abc_1.abstractmethod
+    def ListTrash(
+        self,
+        request: _memory_service_pb2.ListTrashRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_memory_service_pb2.ListTrashResponse, _abc.Awaitable[_memory_service_pb2.ListTrashResponse]]:
+        """ListTrash pages through the memories in a collection's trash (deleted, not yet purged),
+        each with its trashed_at and purge_at. History versions are not listed: they went to the
+        trash with their memory and come back with it.
+        """
+
+    @_abc_1.abstractmethod
+    def RestoreMemory(
+        self,
+        request: _memory_service_pb2.RestoreMemoryRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_memory_service_pb2.RestoreMemoryResponse, _abc.Awaitable[_memory_service_pb2.RestoreMemoryResponse]]:
+        """RestoreMemory takes a memory (with its history) out of the trash, as it was: same id,
+        content, timestamps and TTL. It does not go through the write gate: live memories that
+        are near-copies of it (written since it was deleted) are reported, not refused. A memory
+        whose valid_until passed while in the trash cannot be restored (NOT_FOUND).
+        """
+
+    @_abc_1.abstractmethod
+    def PurgeTrash(
+        self,
+        request: _memory_service_pb2.PurgeTrashRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_memory_service_pb2.PurgeTrashResponse, _abc.Awaitable[_memory_service_pb2.PurgeTrashResponse]]:
+        """PurgeTrash deletes for good what is in a collection's trash now (or only the given
+        memories), or, with purge_collection, a collection that is itself in the trash. Needs the
+        writer role; purge_collection needs the admin role.
+        """
+
+    @_abc_1.abstractmethod
+    def RestoreCollection(
+        self,
+        request: _memory_service_pb2.RestoreCollectionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_memory_service_pb2.RestoreCollectionResponse, _abc.Awaitable[_memory_service_pb2.RestoreCollectionResponse]]:
+        """RestoreCollection takes a collection out of the trash, with its memories as they were
+        (those deleted one by one before stay in its trash). Needs the admin role.
         """
 
     @_abc_1.abstractmethod

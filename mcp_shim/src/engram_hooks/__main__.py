@@ -1,0 +1,3 @@
+from engram_hooks.core import main
+
+raise SystemExit(main())

@@ -1,0 +1,48 @@
+"""The cross-script pair set is well formed, and the rule it measures picks its threshold on the tune
+half only (no server or model needed; the run itself is ``python -m eval.cross_script``)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from eval.cross_script import Row, choose_threshold, load, refused, summarise
+
+
+def test_cross_script_pairs_are_both_kinds_both_directions_and_split() -> None:
+    pairs = load()
+    assert len({p["id"] for p in pairs}) == len(pairs) >= 40
+    assert all(p["a"] != p["b"] and p["reason"] for p in pairs)
+    assert Counter(p["kind"] for p in pairs) == {"restatement": 24, "different": 24}
+    assert {p["lang"] for p in pairs} == {"en>zh", "zh>en"}
+    for kind in ("restatement", "different"):
+        splits = Counter(p["split"] for p in pairs if p["kind"] == kind)
+        assert splits == {"tune": 12, "report": 12}
+    # the changes a translation can hide, beyond what the specifics see
+    assert {p["subclass"] for p in pairs if p["kind"] == "different"} >= {
+        "number",
+        "name",
+        "content",
+        "negation",
+    }
+
+
+def _row(kind: str, split: str, sim: float, conflicts: tuple[str, ...] = ()) -> Row:
+    return Row(f"{kind}-{split}-{sim}", kind, "zh>en", "x", split, sim, conflicts)
+
+
+def test_the_threshold_comes_from_the_tune_half_and_is_scored_on_the_report_half() -> None:
+    rows = [
+        _row("restatement", "tune", 0.70),
+        _row("different", "tune", 0.60),
+        _row("different", "tune", 0.90, ("number",)),  # the specifics catch it: does not set the bar
+        _row("restatement", "report", 0.65),
+        _row("different", "report", 0.66),  # above the tune bar: refused on the report half
+    ]
+    assert choose_threshold([r for r in rows if r.split == "tune"]) == 0.6001
+    assert not refused(rows[2], 0.5)
+    summary = summarise(rows)
+    assert summary["threshold_from_tune"] == 0.6001
+    assert summary["splits"]["tune"]["different_refused"] == 0
+    assert summary["splits"]["tune"]["restatements_refused"] == 1
+    assert summary["splits"]["report"]["different_refused"] == 1
+    assert summary["splits"]["report"]["restatements_refused"] == 1

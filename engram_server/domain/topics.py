@@ -16,9 +16,9 @@ starts a new leaf), the incremental form of DP-means: one dot product per leaf p
 number of topics, and a memory's topic only changes when the memory does. A full build runs that
 pass in a deterministic order (oldest first) and then ``refine_passes`` k-means reassignments (every memory
 to its nearest centroid) so the result does not depend much on the order. The second level groups
-leaves: parents are built by average-linkage agglomeration of the leaf centroids at
-``parent_threshold`` on a full build, and a new leaf joins the nearest parent (or starts one) on an
-incremental write. Centroids are kept as sums, so adding or removing a memory is exact and O(d).
+leaves: on a full build, leader clustering of the leaf centroids (largest first) at
+``parent_threshold``, then each leaf to its nearest group; a leaf born between builds stays at the
+top level until the next one. Centroids are kept as sums, so adding or removing a memory is exact and O(d).
 
 **Stable ids.** A topic's id is minted once (``t`` + 10 hex digits of a hash of its first member)
 and then kept: incremental writes never rename ids; a rebuild seeds the leaves with the persisted
@@ -450,7 +450,7 @@ class TopicIndex:
             if tid in old_names:
                 t = self._topics[tid]
                 t.name, t.named_by, t.named_size = old_names[tid]
-        # 4. parents: average-linkage agglomeration of the leaf centroids
+        # 4. parents: groups of leaf centroids
         self._build_parents(now, old_parents, old_created, old_names)
         self._leaf_matrix = None
         self._names_dirty = True

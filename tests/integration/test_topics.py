@@ -253,13 +253,15 @@ async def test_empty_default_collection_has_no_topics(stub: Stub) -> None:
     assert (list(page.topics), page.memory_count, page.next_page_token) == ([], 0, "")
 
 
-async def test_deleted_collection_starts_over(stub: Stub) -> None:
+async def test_a_trashed_collection_has_no_topics_to_read(stub: Stub) -> None:
     await seed(stub, "scratch")
     assert (await stub.ListTopics(s.ListTopicsRequest(collection="scratch"))).memory_count == 18
     await stub.DeleteCollection(s.DeleteCollectionRequest(name="scratch"))
-    await add(stub, "A single new note about sourdough starters.", collection="scratch")
-    page = await stub.ListTopics(s.ListTopicsRequest(collection="scratch"))
-    assert page.memory_count == 1 and [t.size for t in page.topics] == [1]
+    await fails(
+        stub.ListTopics(s.ListTopicsRequest(collection="scratch")),
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "ERROR_REASON_COLLECTION_IN_TRASH",
+    )
 
 
 async def test_context_pack_lists_the_top_level_topics(stub: Stub) -> None:

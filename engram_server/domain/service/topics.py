@@ -334,7 +334,7 @@ class TopicService:
 
 
 def _indexable(r: MemoryRecord, now: float) -> bool:
-    return r.superseded_by is None and not r.draft and r.valid_until > now
+    return r.superseded_by is None and not r.draft and r.trashed_at is None and r.valid_until > now
 
 
 def _set_named_size(index: TopicIndex, tid: str, named_size: int) -> None:

@@ -32,6 +32,8 @@ from engram_server.domain.privacy import PrivacyFilter
 from engram_server.domain.ranking import FusionMode, HybridParams, Weights
 from engram_server.domain.reflection import ReflectionPolicy, Reflector
 from engram_server.domain.service import MemoryService, Policy
+from engram_server.domain.service.topics import TopicService
+from engram_server.domain.topics import TopicParams
 from engram_server.domain.validation import Limits
 from engram_server.migration import Migrated, check_or_migrate, outdated
 from engram_server.migration import migrate as run_migration
@@ -177,6 +179,12 @@ def build_consolidation_policy(settings: Settings) -> ConsolidationPolicy:
         cluster_threshold=settings.consolidation_cluster_threshold,
         min_cluster=settings.consolidation_min_cluster,
         max_cluster=settings.consolidation_max_cluster,
+    )
+
+
+def build_topic_params(settings: Settings) -> TopicParams:
+    return TopicParams(
+        leaf_threshold=settings.topic_leaf_threshold, parent_threshold=settings.topic_parent_threshold
     )
 
 
@@ -331,6 +339,7 @@ class EngramServer:
     reflector: Reflector
     consolidator: Consolidator
     clock: Clock
+    topics: TopicService | None = None
     port: int = 0
     _server: grpc.aio.Server | None = None
     _health: HealthServicer | None = None
@@ -378,6 +387,10 @@ class EngramServer:
         if settings.contradiction_llm:
             service.contradiction_llm = llm
         consolidator = Consolidator(service, llm, build_consolidation_policy(settings))
+        topics = TopicService(
+            service, reflector.llm if settings.topic_llm_names else None, build_topic_params(settings)
+        )
+        service.topic_source = topics  # the context pack's topics section
         return cls(
             settings=settings,
             store=store,
@@ -386,6 +399,7 @@ class EngramServer:
             reflector=reflector,
             consolidator=consolidator,
             clock=clock,
+            topics=topics,
         )
 
     @property
@@ -454,6 +468,7 @@ class EngramServer:
                 extractor=MemoryExtractor(self.service, self.reflector.llm, build_extraction_policy(s)),
                 consolidator=self.consolidator,
                 backup_dir=s.backup_dir,
+                topics=self.topics,
             ),
             server,
         )

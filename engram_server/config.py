@@ -122,6 +122,10 @@ class Settings:
     consolidation_min_cluster: int = 3
     consolidation_max_cluster: int = 8
     consolidation_interval_seconds: float = 0.0
+    # Topics
+    topic_leaf_threshold: float = 0.25
+    topic_parent_threshold: float = 0.15
+    topic_llm_names: bool = True
     # Observability
     log_format: str = "text"
     log_levels: str = ""
@@ -538,6 +542,23 @@ SETTINGS_DOC: list[tuple[str, str, str]] = [
         "Periodic consolidation: every this many seconds, consolidate collections written to since their "
         "last run (0 = off, the default). Works without an LLM (rule-based merge).",
     ),
+    (
+        "topic_leaf_threshold",
+        "ENGRAM_TOPIC_LEAF_THRESHOLD",
+        "Cosine (between per-script centred embeddings) to a topic's centroid at or above which a "
+        "memory joins that topic (see [Topics](../concepts/topics.md)); lower makes fewer, broader topics.",
+    ),
+    (
+        "topic_parent_threshold",
+        "ENGRAM_TOPIC_PARENT_THRESHOLD",
+        "Average cosine (centred) between topics at or above which they are grouped under a parent topic.",
+    ),
+    (
+        "topic_llm_names",
+        "ENGRAM_TOPIC_LLM_NAMES",
+        "Let the LLM (when `ENGRAM_LLM_BASE_URL` or `ENGRAM_LLM_API_KEY` is set) name the topics; "
+        "off: topics are named by their salient words.",
+    ),
     ("log_format", "ENGRAM_LOG_FORMAT", "`text` or `json` (one object per line, with trace and span ids)."),
     (
         "log_levels",
@@ -804,6 +825,8 @@ def _check(s: Settings) -> None:
         "mmr_lambda",
         "semantic_weight",
         "context_weight",
+        "topic_leaf_threshold",
+        "topic_parent_threshold",
     ):
         value = getattr(s, name)
         if not 0.0 <= value <= 1.0:

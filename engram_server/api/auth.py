@@ -154,6 +154,8 @@ RULES: dict[str, Rule] = {
     "ExportMemories": Rule(Role.ADMIN, _exported),
     "ImportMemories": Rule(Role.ADMIN, _store_wide),
     "BackupStore": Rule(Role.ADMIN, _store_wide),
+    "ListTopics": Rule(Role.READ, _one),
+    "GetTopic": Rule(Role.READ, _one),
 }
 
 

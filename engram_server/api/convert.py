@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from google.protobuf import timestamp_pb2
@@ -33,6 +34,7 @@ from engram_server.domain.service import (
     Similar,
     SlotState,
 )
+from engram_server.domain.topics import TopicView
 from engram_server.domain.validation import check_timestamp
 
 TYPE_IN: dict[int, MemoryType] = {
@@ -455,4 +457,19 @@ def extract_out(r: ExtractReport) -> s.ExtractMemoriesResponse:
             item.created_at.CopyFrom(ts_out(p.created_at))
         if i < len(r.results):
             item.result.CopyFrom(s.AddMemoryResult(**add_result_fields(r.results[i])))
+    return out
+
+
+def topic_view_out(t: TopicView, children: Sequence[TopicView] = ()) -> s.Topic:
+    out = s.Topic(
+        id=t.id,
+        name=t.name,
+        named_by=t.named_by,
+        size=t.size,
+        level=t.level,
+        parent_id=t.parent_id,
+        children=[topic_view_out(c) for c in children],
+        terms=list(t.terms),
+    )
+    out.created_at.CopyFrom(ts_out(t.created_at))
     return out

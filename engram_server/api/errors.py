@@ -59,6 +59,7 @@ CODES: dict[Reason, grpc.StatusCode] = {
     Reason.RATE_LIMITED: grpc.StatusCode.RESOURCE_EXHAUSTED,
     Reason.STORAGE_FULL: grpc.StatusCode.RESOURCE_EXHAUSTED,
     Reason.COLLECTION_IN_TRASH: grpc.StatusCode.FAILED_PRECONDITION,
+    Reason.TOPIC_NOT_FOUND: grpc.StatusCode.NOT_FOUND,
 }
 
 

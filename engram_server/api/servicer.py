@@ -35,6 +35,7 @@ from engram_server.domain.service import (
     UpdateCommand,
 )
 from engram_server.domain.service.porting import MAX_LINE_BYTES
+from engram_server.domain.service.topics import TopicService
 from engram_server.domain.validation import Violations, check_collection
 
 log = logging.getLogger(__name__)
@@ -102,6 +103,7 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
         extractor: MemoryExtractor | None = None,
         consolidator: Consolidator | None = None,
         backup_dir: Path | None = None,
+        topics: TopicService | None = None,
     ) -> None:
         self._svc = service
         self._backup_dir = backup_dir
@@ -110,6 +112,7 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
         self._reflector = reflector
         self._extractor = extractor or MemoryExtractor(service, reflector.llm)
         self._consolidator = consolidator or Consolidator(service, reflector.llm)
+        self._topics = topics if topics is not None else TopicService(service, reflector.llm)
         #: Bytes the list of memories in one answer may take (see ``api/answers``).
         self._budget = answer_budget(max_message_bytes)
         #: The write gate's recent decisions (ListGateDecisions).
@@ -280,6 +283,7 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
         count, purge_at = await self._svc.delete_collection(request.name)
         self._gate_log.forget_collection(request.name)
         self._extractor.forget_collection(request.name)
+        self._topics.forget(request.name)
         out = s.DeleteCollectionResponse(deleted_count=count)
         out.deleted_at.CopyFrom(c.ts_out(self._svc.now()))
         if purge_at is not None:
@@ -543,3 +547,35 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
         )
         out.taken_at.CopyFrom(c.ts_out(report.taken_at))
         return out
+
+    @rpc
+    async def ListTopics(
+        self, request: s.ListTopicsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> s.ListTopicsResponse:
+        page = await self._topics.list_topics(
+            request.collection, request.parent_id, request.page_size, request.page_token
+        )
+        topics, cut = fitting((c.topic_view_out(t, kids) for t, kids in page.topics), self._budget)
+        token = page.next_page_token
+        if cut:  # the page ends before the first topic that did not fit
+            token = self._topics.topic_page_token(request.collection, page.offset + len(topics))
+        return s.ListTopicsResponse(
+            topics=topics,
+            next_page_token=token,
+            topic_count=page.topic_count,
+            memory_count=page.memory_count,
+        )
+
+    @rpc
+    async def GetTopic(
+        self, request: s.GetTopicRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> s.GetTopicResponse:
+        got = await self._topics.get_topic(
+            request.collection, request.id, request.page_size, request.page_token
+        )
+        topic = c.topic_view_out(got.topic, got.children)
+        memories, cut = fitting((c.memory_out(r) for r in got.memories), self._budget - topic.ByteSize())
+        token = got.next_page_token
+        if cut:  # the page ends before the first memory that did not fit
+            token = self._topics.member_page_token(request.collection, request.id, got.offset + len(memories))
+        return s.GetTopicResponse(topic=topic, memories=memories, next_page_token=token)

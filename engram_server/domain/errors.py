@@ -29,6 +29,7 @@ class Reason(StrEnum):
     RATE_LIMITED = "ERROR_REASON_RATE_LIMITED"
     STORAGE_FULL = "ERROR_REASON_STORAGE_FULL"
     COLLECTION_IN_TRASH = "ERROR_REASON_COLLECTION_IN_TRASH"
+    TOPIC_NOT_FOUND = "ERROR_REASON_TOPIC_NOT_FOUND"
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +80,10 @@ class MemoryNotFound(EngramError):
 
 class CollectionNotFound(EngramError):
     reason = Reason.COLLECTION_NOT_FOUND
+
+
+class TopicNotFound(EngramError):
+    reason = Reason.TOPIC_NOT_FOUND
 
 
 class NoMatch(EngramError):

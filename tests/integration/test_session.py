@@ -170,7 +170,11 @@ async def test_context_pack_sections_markdown_and_why(stub: Stub, clock: ManualC
     recent = section(pack, s.CONTEXT_SECTION_KIND_RECENT)
     assert contents(recent) == ["The login page moved to /auth"]  # since tuesday started
     assert "tuesday" in recent.items[0].reason
-    assert section(pack, s.CONTEXT_SECTION_KIND_TOPICS).items == []  # filled by the topic index
+    topics = section(pack, s.CONTEXT_SECTION_KIND_TOPICS)  # the topic index's top level
+    assert topics.items and all(
+        i.topic.id and i.topic.size > 0 and i.reason == "topic index" for i in topics.items
+    )
+    assert [i.topic.size for i in topics.items] == sorted((i.topic.size for i in topics.items), reverse=True)
     # No memory appears twice.
     ids = [i.memory.id for x in pack.sections for i in x.items if i.memory.id]
     assert len(ids) == len(set(ids))
@@ -179,7 +183,7 @@ async def test_context_pack_sections_markdown_and_why(stub: Stub, clock: ManualC
     assert md.startswith("## Core\n- **persona**: Terse, precise, cites sources.\n")
     for title in ("## Triggers", "## Open items", "## Relevant to the task", "## Recent (since "):
         assert title in md
-    assert "## Topics" not in md  # empty sections are not rendered
+    assert "## Topics" in md
     for x in pack.sections:
         for i in x.items:
             assert i.text in md and i.tokens > 0

@@ -22,7 +22,7 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.types import CallToolResult
 
-from engram_client import AsyncEngramClient, MemoryNotFoundError
+from engram_client import AsyncEngramClient, MemoryNotFoundError, NewMemory
 from engram_client.proto.engram.v1 import memory_service_pb2, memory_service_pb2_grpc
 from engram_mcp import READ_TOOLS, WRITE_TOOLS, EngramMcp, ShimSettings
 
@@ -163,7 +163,15 @@ async def test_read_only_mode_registers_no_write_tool(engram: AsyncEngramClient)
     async with Client(EngramMcp(ShimSettings(read_only=True), client=engram).server) as mcp:
         names = {t.name for t in (await mcp.list_tools()).tools}
         assert (
-            names == set(READ_TOOLS) == {"memory_context", "memory_search", "memory_triggers", "memory_trash"}
+            names
+            == set(READ_TOOLS)
+            == {
+                "memory_context",
+                "memory_search",
+                "memory_topic",
+                "memory_triggers",
+                "memory_trash",
+            }
         )
         assert error_text(await mcp.call_tool("memory_add", {"content": "sneaky write"}))
         found = payload(await mcp.call_tool("memory_search", {"query": "when does the deploy freeze start"}))
@@ -516,3 +524,36 @@ async def test_memory_extract_stores_the_facts_of_a_conversation(engram: AsyncEn
         assert stored.memory.content == "User: Never run migrations on Fridays"
         both = error_text(await mcp.call_tool("memory_extract", {"text": "x", "messages": messages}))
         assert "exactly one of text or messages" in both
+
+
+async def test_memory_topic_lists_the_index_and_drills_into_a_topic(engram: AsyncEngramClient) -> None:
+    await engram.add_many(
+        [
+            NewMemory(content=text)
+            for text in (
+                "Production runs on a Kubernetes cluster with three node pools.",
+                "Deployments go through Argo CD; never kubectl apply to the prod namespace.",
+                "部署失败时先看 kubectl describe pod 的事件。",
+                "The user bakes sourdough every Sunday.",
+                "Favourite dinner is a Thai green curry with extra basil.",
+                "用户周末喜欢做红烧肉。",
+            )
+        ]
+    )
+    async with Client(EngramMcp(ShimSettings(), client=engram).server) as mcp:
+        tools = {t.name: t for t in (await mcp.list_tools()).tools}
+        description = tools["memory_topic"].description or ""
+        assert "context pack" in description and "topic_id" in description
+        assert (
+            tools["memory_topic"].annotations is not None and tools["memory_topic"].annotations.read_only_hint
+        )
+        index = payload(await mcp.call_tool("memory_topic", {}))
+        assert index["memory_count"] == 6
+        assert sum(t["size"] for t in index["topics"]) == 6
+        first = index["topics"][0]
+        topic = payload(await mcp.call_tool("memory_topic", {"topic_id": first["id"], "limit": 50}))
+        assert topic["topic"]["id"] == first["id"]
+        assert len(topic["memories"]) == first["size"]
+        assert all(m["content"] for m in topic["memories"])
+        missing = error_text(await mcp.call_tool("memory_topic", {"topic_id": "t0000000000"}))
+        assert "TOPIC_NOT_FOUND: " in missing and "without topic_id" in missing

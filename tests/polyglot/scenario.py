@@ -8,7 +8,8 @@ implement the same rules; tests/polyglot/test_polyglot.py compares the three tra
 Rules shared by the three runners:
 - a request is the proto3 JSON mapping of the request message, with proto field names;
   a string "$name" anywhere in it is replaced by the id captured under `name`;
-- `capture` names the id of the step's `memory` (AddMemory, UpdateMemory, GetMemory);
+- `capture` names the id of the step's `memory` (AddMemory, UpdateMemory, GetMemory), or of the
+  first topic (ListTopics);
 - ids in observations are replaced by their captured names ("?" if never captured);
 - `expect` must be a subset of the observation: objects compare the listed keys only,
   arrays compare length and then element by element, scalars compare equal.
@@ -51,6 +52,8 @@ REQUEST_TYPES: dict[str, type[Message]] = {
     "ListSlots": memory_service_pb2.ListSlotsRequest,
     "UpdateSlot": memory_service_pb2.UpdateSlotRequest,
     "RunConsolidation": memory_service_pb2.RunConsolidationRequest,
+    "ListTopics": memory_service_pb2.ListTopicsRequest,
+    "GetTopic": memory_service_pb2.GetTopicRequest,
 }
 
 
@@ -209,6 +212,18 @@ class Observer:
                     for c in resp.clusters
                 ],
             }
+        if call == "ListTopics":  # topic ids are minted by the server: observed by captured name
+            return {
+                "memory_count": resp.memory_count,
+                "topic_count": resp.topic_count,
+                "size_sum": sum(t.size for t in resp.topics),
+                "first": self.name(resp.topics[0].id) if resp.topics else "",
+            }
+        if call == "GetTopic":  # which memories: ids are random, so ties in topic size order by chance
+            return {
+                "topic": {"id": self.name(resp.topic.id), "size": resp.topic.size},
+                "all_on_page": len(resp.memories) == resp.topic.size and not resp.next_page_token,
+            }
         raise ScenarioFailure(f"unknown call {call}")
 
     def error(self, exc: grpc.RpcError) -> dict[str, Any]:
@@ -281,8 +296,10 @@ def run(scenario: dict[str, Any], address: str, timeout: float = 30.0) -> list[d
                 observed = observer.error(exc)
             else:
                 if "capture" in step:
-                    captured[step["capture"]] = resp.memory.id
-                    observer.names[resp.memory.id] = step["capture"]
+                    # A memory's id; for ListTopics the first (largest) topic's id.
+                    got = resp.topics[0].id if call == "ListTopics" else resp.memory.id
+                    captured[step["capture"]] = got
+                    observer.names[got] = step["capture"]
                 observed = observer.response(call, resp)
             transcript.append({"step": step["name"], "observed": observed})
             problems = mismatches(step["expect"], observed)

@@ -72,6 +72,8 @@ NEEDS = {
     "ExportMemories": "admin",  # admin on each collection exported
     "ImportMemories": "admin",  # store-wide: only a "*" admin grant
     "BackupStore": "admin",  # store-wide
+    "ListTopics": "read",
+    "GetTopic": "read",
 }
 HOLDS = {"read_only": "read", "read_write": "write", "admin": "admin", "other_tenant": "none"}
 RANK = {"none": 0, "any": 0, "read": 1, "write": 2, "admin": 3}
@@ -144,6 +146,9 @@ def requests(memory_id: str) -> dict[str, tuple[str, Any]]:
         "ImportMemories": ("ImportMemories", s.ImportMemoriesRequest(collection="alpha")),
         # No ENGRAM_BACKUP_DIR: the admin cell is refused past auth (INVALID_ARGUMENT).
         "BackupStore": ("BackupStore", s.BackupStoreRequest(directory="/nowhere")),
+        "ListTopics": ("ListTopics", s.ListTopicsRequest(collection="alpha")),
+        # An id no topic has: NOT_FOUND once authorized (the check runs before the lookup).
+        "GetTopic": ("GetTopic", s.GetTopicRequest(collection="alpha", id="t0000000000")),
     }
 
 

@@ -149,6 +149,10 @@ func (r *runner) step(st step) (any, error) {
 		req = &engramv1.UpdateSlotRequest{}
 	case "RunConsolidation":
 		req = &engramv1.RunConsolidationRequest{}
+	case "ListTopics":
+		req = &engramv1.ListTopicsRequest{}
+	case "GetTopic":
+		req = &engramv1.GetTopicRequest{}
 	default:
 		return nil, fmt.Errorf("unknown call %q", st.Call)
 	}
@@ -393,6 +397,40 @@ func (r *runner) step(st step) (any, error) {
 			"memories_before": resp.GetMemoriesBefore(),
 			"memories_after":  resp.GetMemoriesAfter(),
 			"clusters":        clusters,
+		}
+	case *engramv1.ListTopicsRequest:
+		resp, err := r.client.ListTopics(ctx, q)
+		if err != nil {
+			return normalize(r.rpcError(err))
+		}
+		sum := int32(0)
+		first := ""
+		for i, t := range resp.GetTopics() {
+			sum += t.GetSize()
+			if i == 0 {
+				// topic ids are minted by the server: the first (largest) one is captured by name
+				if st.Capture != "" {
+					r.captured[st.Capture] = t.GetId()
+					r.names[t.GetId()] = st.Capture
+				}
+				first = r.name(t.GetId())
+			}
+		}
+		obs = map[string]any{
+			"memory_count": resp.GetMemoryCount(),
+			"topic_count":  resp.GetTopicCount(),
+			"size_sum":     sum,
+			"first":        first,
+		}
+	case *engramv1.GetTopicRequest:
+		resp, err := r.client.GetTopic(ctx, q)
+		if err != nil {
+			return normalize(r.rpcError(err))
+		}
+		obs = map[string]any{
+			"topic": map[string]any{"id": r.name(resp.GetTopic().GetId()), "size": resp.GetTopic().GetSize()},
+			"all_on_page": int32(len(resp.GetMemories())) == resp.GetTopic().GetSize() &&
+				resp.GetNextPageToken() == "",
 		}
 	}
 	return normalize(obs)

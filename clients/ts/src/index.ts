@@ -55,6 +55,10 @@ import type { UpdateSlotRequest } from './gen/engram/v1/UpdateSlotRequest';
 import type { UpdateSlotResponse__Output } from './gen/engram/v1/UpdateSlotResponse';
 import type { RunConsolidationRequest } from './gen/engram/v1/RunConsolidationRequest';
 import type { RunConsolidationResponse__Output } from './gen/engram/v1/RunConsolidationResponse';
+import type { ListTopicsRequest } from './gen/engram/v1/ListTopicsRequest';
+import type { ListTopicsResponse__Output } from './gen/engram/v1/ListTopicsResponse';
+import type { GetTopicRequest } from './gen/engram/v1/GetTopicRequest';
+import type { GetTopicResponse__Output } from './gen/engram/v1/GetTopicResponse';
 
 export type { MemoryServiceClient } from './gen/engram/v1/MemoryService';
 export type { Memory__Output as Memory } from './gen/engram/v1/Memory';
@@ -118,6 +122,8 @@ export interface Rpcs {
   ListSlots: [ListSlotsRequest, ListSlotsResponse__Output];
   UpdateSlot: [UpdateSlotRequest, UpdateSlotResponse__Output];
   RunConsolidation: [RunConsolidationRequest, RunConsolidationResponse__Output];
+  ListTopics: [ListTopicsRequest, ListTopicsResponse__Output];
+  GetTopic: [GetTopicRequest, GetTopicResponse__Output];
 }
 
 type Callback = (err: grpc.ServiceError | null, res?: unknown) => void;

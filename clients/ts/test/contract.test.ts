@@ -223,6 +223,29 @@ class Runner {
             compaction: r.compaction,
           };
         }
+        case 'ListTopics': {
+          const r = await call(c, 'ListTopics', request);
+          // topic ids are minted by the server: the first (largest) one is captured by name
+          const first = r.topics[0];
+          if (step.capture && first) {
+            this.captured.set(step.capture, first.id);
+            this.names.set(first.id, step.capture);
+          }
+          return {
+            memory_count: r.memory_count,
+            topic_count: r.topic_count,
+            size_sum: r.topics.reduce((n, t) => n + t.size, 0),
+            first: first ? this.name(first.id) : '',
+          };
+        }
+        case 'GetTopic': {
+          const r = await call(c, 'GetTopic', request);
+          if (r.topic === null) throw new Error('response without a topic');
+          return {
+            topic: { id: this.name(r.topic.id), size: r.topic.size },
+            all_on_page: r.memories.length === r.topic.size && r.next_page_token === '',
+          };
+        }
         default:
           throw new Error(`unknown call ${step.call}`);
       }

@@ -45,6 +45,9 @@ from engram_client.models import (
     Source,
     SourceType,
     SpecificConflict,
+    Topic,
+    TopicMemories,
+    TopicPage,
     TrashedCollection,
     Triggers,
     UpdateResult,
@@ -532,4 +535,35 @@ def consolidation_result(resp: memory_service_pb2.RunConsolidationResponse) -> C
         candidates=resp.candidates,
         memories_before=resp.memories_before,
         memories_after=resp.memories_after,
+    )
+
+
+def topic(t: memory_service_pb2.Topic) -> Topic:
+    return Topic(
+        id=t.id,
+        name=t.name,
+        named_by=t.named_by,
+        size=t.size,
+        level=t.level,
+        parent_id=t.parent_id,
+        children=tuple(topic(c) for c in t.children),
+        terms=tuple(t.terms),
+        created_at=_time(t, "created_at"),
+    )
+
+
+def topic_page(resp: memory_service_pb2.ListTopicsResponse) -> TopicPage:
+    return TopicPage(
+        topics=tuple(topic(t) for t in resp.topics),
+        next_page_token=resp.next_page_token or None,
+        topic_count=resp.topic_count,
+        memory_count=resp.memory_count,
+    )
+
+
+def topic_memories(resp: memory_service_pb2.GetTopicResponse) -> TopicMemories:
+    return TopicMemories(
+        topic=topic(resp.topic),
+        memories=tuple(memory_from_proto(m) for m in resp.memories),
+        next_page_token=resp.next_page_token or None,
     )

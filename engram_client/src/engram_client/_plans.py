@@ -50,6 +50,8 @@ from engram_client.models import (
     SourceType,
     SourceTypeName,
     ToolObservation,
+    TopicMemories,
+    TopicPage,
     TrashedCollection,
     Triggers,
     UpdateResult,
@@ -367,6 +369,27 @@ def run_consolidation(*, collection: str | None, dry_run: bool, force: bool) -> 
     )
     # A real run writes insights: not retried; a dry run writes nothing and is retried.
     return Plan("RunConsolidation", req, _convert.consolidation_result, retry=dry_run)
+
+
+def list_topics(
+    *, collection: str | None, parent_id: str | None, page_size: int, page_token: str | None
+) -> Plan[TopicPage]:
+    req = memory_service_pb2.ListTopicsRequest(
+        collection=collection or "",
+        parent_id=parent_id or "",
+        page_size=page_size,
+        page_token=page_token or "",
+    )
+    return Plan("ListTopics", req, _convert.topic_page)
+
+
+def get_topic(
+    id: str, *, collection: str | None, page_size: int, page_token: str | None
+) -> Plan[TopicMemories]:
+    req = memory_service_pb2.GetTopicRequest(
+        collection=collection or "", id=id, page_size=page_size, page_token=page_token or ""
+    )
+    return Plan("GetTopic", req, _convert.topic_memories)
 
 
 REFLECTION_UNAVAILABLE = "reflection is not available on this server"

@@ -90,6 +90,8 @@ from engram_client.models import (
     SourceType,
     SourceTypeName,
     ToolObservation,
+    TopicMemories,
+    TopicPage,
     TrashedCollection,
     Triggers,
     UpdateResult,
@@ -731,6 +733,38 @@ class EngramClient(_ClientBase):
             raise error_from_rpc_error(exc) from None
         return response
 
+    def list_topics(
+        self,
+        *,
+        collection: str | None = None,
+        parent_id: str | None = None,
+        page_size: int = 0,
+        page_token: str | None = None,
+        timeout: float | None = None,
+    ) -> TopicPage:
+        """The collection's topic index: top-level topics largest first, each with its
+        sub-topics (or, with ``parent_id``, that topic's sub-topics). ``page_size`` 1–200, 0 means
+        50. Every write made before the call is reflected. Raises TopicNotFoundError for an
+        unknown ``parent_id``."""
+        plan = _plans.list_topics(
+            collection=collection, parent_id=parent_id, page_size=page_size, page_token=page_token
+        )
+        return self._run(plan, timeout)
+
+    def get_topic(
+        self,
+        id: str,
+        *,
+        collection: str | None = None,
+        page_size: int = 0,
+        page_token: str | None = None,
+        timeout: float | None = None,
+    ) -> TopicMemories:
+        """One topic and a page of its memories, the most central first (``page_size`` 1–1000, 0
+        means 20). Raises TopicNotFoundError for an unknown id."""
+        plan = _plans.get_topic(id, collection=collection, page_size=page_size, page_token=page_token)
+        return self._run(plan, timeout)
+
 
 class AsyncEngramClient(_ClientBase):
     """asyncio client; same arguments and methods as :class:`EngramClient`, awaited.
@@ -1168,4 +1202,32 @@ class AsyncEngramClient(_ClientBase):
     ) -> ConsolidationResult:
         """See :meth:`EngramClient.run_consolidation`."""
         plan = _plans.run_consolidation(collection=collection, dry_run=dry_run, force=force)
+        return await self._run(plan, timeout)
+
+    async def list_topics(
+        self,
+        *,
+        collection: str | None = None,
+        parent_id: str | None = None,
+        page_size: int = 0,
+        page_token: str | None = None,
+        timeout: float | None = None,
+    ) -> TopicPage:
+        """See :meth:`EngramClient.list_topics`."""
+        plan = _plans.list_topics(
+            collection=collection, parent_id=parent_id, page_size=page_size, page_token=page_token
+        )
+        return await self._run(plan, timeout)
+
+    async def get_topic(
+        self,
+        id: str,
+        *,
+        collection: str | None = None,
+        page_size: int = 0,
+        page_token: str | None = None,
+        timeout: float | None = None,
+    ) -> TopicMemories:
+        """See :meth:`EngramClient.get_topic`."""
+        plan = _plans.get_topic(id, collection=collection, page_size=page_size, page_token=page_token)
         return await self._run(plan, timeout)

@@ -201,6 +201,13 @@ class CollectionNotFoundError(NotFoundError):
     REASON = "ERROR_REASON_COLLECTION_NOT_FOUND"
 
 
+class TopicNotFoundError(NotFoundError):
+    """The collection's topic index holds no topic with that id (never minted, or dissolved): list
+    the topics again."""
+
+    REASON = "ERROR_REASON_TOPIC_NOT_FOUND"
+
+
 class NoMatchError(NotFoundError):
     """A semantic locate found no memory at or above the similarity threshold."""
 
@@ -301,6 +308,7 @@ _BY_REASON: dict[str, type[EngramError]] = {
         MemoryNotFoundError,
         CollectionNotFoundError,
         CollectionInTrashError,
+        TopicNotFoundError,
         NoMatchError,
         ProtectedMemoryError,
         EmbeddingMismatchError,

@@ -378,6 +378,52 @@ class Page:
 
 
 @dataclass(frozen=True, slots=True)
+class Topic:
+    """One node of a collection's topic index (:meth:`EngramClient.list_topics`)."""
+
+    #: Stable id ("t" and 10 hex digits): survives restarts and re-clustering.
+    id: str
+    #: The LLM's name when one named it, else the most salient words joined by " · ".
+    name: str
+    #: ``"llm"`` or ``"terms"``.
+    named_by: str
+    #: Live memories in the topic (a parent: its sub-topics' together).
+    size: int
+    #: 2 for a parent (a group of sub-topics), 1 for a leaf (a group of memories).
+    level: int
+    #: The parent's id; empty for a top-level topic.
+    parent_id: str
+    #: Sub-topics, largest first (top-level parents in ``list_topics``).
+    children: tuple[Topic, ...]
+    #: The most salient words, most salient first.
+    terms: tuple[str, ...]
+    created_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class TopicPage:
+    """One page of :meth:`EngramClient.list_topics`."""
+
+    topics: tuple[Topic, ...]
+    #: Pass as ``page_token`` to get the next page; ``None`` on the last page.
+    next_page_token: str | None
+    #: Topics at the listed level in all pages.
+    topic_count: int
+    #: Memories the collection's topic index holds.
+    memory_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class TopicMemories:
+    """:meth:`EngramClient.get_topic`: the topic and one page of its memories, most central first."""
+
+    topic: Topic
+    memories: tuple[Memory, ...]
+    #: Pass as ``page_token`` to get the next page; ``None`` on the last page.
+    next_page_token: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class CollectionInfo:
     """One collection."""
 

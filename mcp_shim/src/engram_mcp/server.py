@@ -48,6 +48,8 @@ from engram_client import (
     SimilarMemory,
     SlotUpdate,
     ThresholdTooLowError,
+    Topic,
+    TopicNotFoundError,
     Triggers,
     UnauthenticatedError,
     UnavailableError,
@@ -58,7 +60,7 @@ from engram_mcp.settings import ShimSettings
 
 __all__ = ["INSTRUCTIONS", "READ_TOOLS", "WRITE_TOOLS", "EngramMcp"]
 
-READ_TOOLS = ("memory_context", "memory_search", "memory_triggers", "memory_trash")
+READ_TOOLS = ("memory_context", "memory_search", "memory_topic", "memory_triggers", "memory_trash")
 WRITE_TOOLS = (
     "memory_add",
     "memory_update",
@@ -305,6 +307,13 @@ def _slot_update(u: SlotUpdate) -> dict[str, Any]:
     return out
 
 
+def _topic(t: Topic) -> dict[str, Any]:
+    out: dict[str, Any] = {"id": t.id, "name": t.name, "size": t.size}
+    if t.children:
+        out["subtopics"] = [_topic(c) for c in t.children]
+    return out
+
+
 def _tool_error(error: EngramError, target: str | None = None) -> ToolError:
     """The message a model reads when a call fails: what happened and what to do next.
 
@@ -322,6 +331,11 @@ def _tool_error(error: EngramError, target: str | None = None) -> ToolError:
         hint = "Nothing matched closely enough. Use memory_search to find the memory and pass its id."
     elif isinstance(error, MemoryNotFoundError) and error.metadata.get("trashed") == "true":
         hint = "That memory was deleted and is in the trash; memory_restore brings it back."
+    elif isinstance(error, TopicNotFoundError):
+        hint = (
+            "That topic no longer exists (its memories moved, were deleted or expired). Call "
+            "memory_topic without topic_id to list the current topics."
+        )
     elif isinstance(error, MemoryNotFoundError):
         hint = "No memory with that id exists here. Use memory_search to find current ids."
     elif isinstance(error, LlmNotConfiguredError):
@@ -403,6 +417,7 @@ class EngramMcp:
         self._add_tool(self.memory_search, read_only, collections=[pinned] if pinned else None)
         self._add_tool(self.memory_trash, read_only)
         self._add_tool(self.memory_triggers, read_only, collections=[pinned] if pinned else None)
+        self._add_tool(self.memory_topic, read_only)
         if self.settings.read_only:
             return
         self._add_tool(self.memory_add, ToolAnnotations(read_only_hint=False, destructive_hint=False))
@@ -479,6 +494,58 @@ class EngramMcp:
         except EngramError as exc:
             raise self._tool_error(exc) from exc
         return {"results": [_search_hit(r) for r in results]}
+
+    async def memory_topic(
+        self,
+        *,
+        topic_id: Annotated[
+            str | None,
+            Field(
+                description="The id of a topic from the context pack's topic index or an earlier "
+                "memory_topic answer (e.g. t3f9a0c12de). Omit it to list the top-level topics."
+            ),
+        ] = None,
+        limit: Annotated[int, Field(ge=1, le=100, description="Most memories (or topics) to return.")] = 20,
+        page_token: Annotated[
+            str | None, Field(description="next_page_token of the previous answer, for the next page.")
+        ] = None,
+        collection: Annotated[
+            str | None, Field(description="The collection (default: the default one).")
+        ] = None,
+    ) -> dict[str, Any]:
+        """Drill into one topic of your memory: its name, sub-topics and memories, most central first.
+
+        Memories are grouped by subject into a topic index (a tree of named topics). The context pack
+        (memory_context, at session start or after compaction) shows only the top-level topics with
+        their ids and sizes; call this with a topic_id when the task touches one of them and you need
+        what you know about it, instead of guessing search queries. Without topic_id it lists the
+        top-level topics (largest first) with their sub-topics. Use memory_search for a precise
+        question; use this to browse a whole subject.
+        """
+        try:
+            client = await self.client()
+            if topic_id is None:
+                page = await client.list_topics(collection=collection, page_size=limit, page_token=page_token)
+                return {
+                    "topics": [_topic(t) for t in page.topics],
+                    "topic_count": page.topic_count,
+                    "memory_count": page.memory_count,
+                    "next_page_token": page.next_page_token,
+                }
+            got = await client.get_topic(
+                topic_id, collection=collection, page_size=limit, page_token=page_token
+            )
+        except CollectionNotFoundError as exc:
+            if collection is None or collection != self.settings.collection:
+                raise self._tool_error(exc) from exc
+            return {"topics": [], "topic_count": 0, "memory_count": 0, "next_page_token": None}
+        except EngramError as exc:
+            raise self._tool_error(exc) from exc
+        return {
+            "topic": _topic(got.topic),
+            "memories": [_memory(m) for m in got.memories],
+            "next_page_token": got.next_page_token,
+        }
 
     async def memory_add(
         self,

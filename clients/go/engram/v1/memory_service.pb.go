@@ -6260,6 +6260,412 @@ func (x *BackupStoreResponse) GetBarrierSeconds() float64 {
 	return 0
 }
 
+// ListTopicsRequest asks for a collection's topic index.
+type ListTopicsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The collection. Empty means the default collection (no topics until its first write). A
+	// named collection that does not exist is NOT_FOUND (ERROR_REASON_COLLECTION_NOT_FOUND).
+	Collection string `protobuf:"bytes,1,opt,name=collection,proto3" json:"collection,omitempty"`
+	// List the sub-topics of this topic instead of the top-level topics. An unknown id is
+	// NOT_FOUND (ERROR_REASON_TOPIC_NOT_FOUND).
+	ParentId string `protobuf:"bytes,2,opt,name=parent_id,json=parentId,proto3" json:"parent_id,omitempty"`
+	// Topics per page, 1–200. Zero means 50.
+	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// The next_page_token of the previous page; empty for the first page.
+	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTopicsRequest) Reset() {
+	*x = ListTopicsRequest{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[70]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTopicsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTopicsRequest) ProtoMessage() {}
+
+func (x *ListTopicsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[70]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTopicsRequest.ProtoReflect.Descriptor instead.
+func (*ListTopicsRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{70}
+}
+
+func (x *ListTopicsRequest) GetCollection() string {
+	if x != nil {
+		return x.Collection
+	}
+	return ""
+}
+
+func (x *ListTopicsRequest) GetParentId() string {
+	if x != nil {
+		return x.ParentId
+	}
+	return ""
+}
+
+func (x *ListTopicsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListTopicsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// Topic is one node of the topic index.
+type Topic struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Stable id ("t" and 10 hex digits). It survives restarts, new memories and re-clustering as
+	// long as most of the topic's memories stay together.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// A short name: the LLM's when one is configured and has named it, else the most salient
+	// words of its memories (c-TF-IDF), joined by " · ".
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// Who gave the name: "llm" or "terms".
+	NamedBy string `protobuf:"bytes,3,opt,name=named_by,json=namedBy,proto3" json:"named_by,omitempty"`
+	// How many live memories the topic holds (a parent: its sub-topics' together).
+	Size int32 `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
+	// 2 for a parent topic (a group of sub-topics), 1 for a leaf topic (a group of memories).
+	Level int32 `protobuf:"varint,5,opt,name=level,proto3" json:"level,omitempty"`
+	// The parent topic's id; empty for a top-level topic.
+	ParentId string `protobuf:"bytes,6,opt,name=parent_id,json=parentId,proto3" json:"parent_id,omitempty"`
+	// The sub-topics (of a parent topic in ListTopics' top level), largest first. They carry no
+	// sub-topics of their own.
+	Children []*Topic `protobuf:"bytes,7,rep,name=children,proto3" json:"children,omitempty"`
+	// The topic's most salient words, most salient first (also when the LLM named it).
+	Terms []string `protobuf:"bytes,8,rep,name=terms,proto3" json:"terms,omitempty"`
+	// When the topic was first formed.
+	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Topic) Reset() {
+	*x = Topic{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[71]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Topic) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Topic) ProtoMessage() {}
+
+func (x *Topic) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[71]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Topic.ProtoReflect.Descriptor instead.
+func (*Topic) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{71}
+}
+
+func (x *Topic) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Topic) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Topic) GetNamedBy() string {
+	if x != nil {
+		return x.NamedBy
+	}
+	return ""
+}
+
+func (x *Topic) GetSize() int32 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *Topic) GetLevel() int32 {
+	if x != nil {
+		return x.Level
+	}
+	return 0
+}
+
+func (x *Topic) GetParentId() string {
+	if x != nil {
+		return x.ParentId
+	}
+	return ""
+}
+
+func (x *Topic) GetChildren() []*Topic {
+	if x != nil {
+		return x.Children
+	}
+	return nil
+}
+
+func (x *Topic) GetTerms() []string {
+	if x != nil {
+		return x.Terms
+	}
+	return nil
+}
+
+func (x *Topic) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+// ListTopicsResponse is one page of the topic index.
+type ListTopicsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The topics on this page, largest first.
+	Topics []*Topic `protobuf:"bytes,1,rep,name=topics,proto3" json:"topics,omitempty"`
+	// Pass as page_token to get the next page; empty when this is the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	// How many topics the listed level holds in all pages.
+	TopicCount int32 `protobuf:"varint,3,opt,name=topic_count,json=topicCount,proto3" json:"topic_count,omitempty"`
+	// How many memories the collection's topic index holds (its live current memories).
+	MemoryCount   int32 `protobuf:"varint,4,opt,name=memory_count,json=memoryCount,proto3" json:"memory_count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTopicsResponse) Reset() {
+	*x = ListTopicsResponse{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[72]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTopicsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTopicsResponse) ProtoMessage() {}
+
+func (x *ListTopicsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[72]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTopicsResponse.ProtoReflect.Descriptor instead.
+func (*ListTopicsResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{72}
+}
+
+func (x *ListTopicsResponse) GetTopics() []*Topic {
+	if x != nil {
+		return x.Topics
+	}
+	return nil
+}
+
+func (x *ListTopicsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+func (x *ListTopicsResponse) GetTopicCount() int32 {
+	if x != nil {
+		return x.TopicCount
+	}
+	return 0
+}
+
+func (x *ListTopicsResponse) GetMemoryCount() int32 {
+	if x != nil {
+		return x.MemoryCount
+	}
+	return 0
+}
+
+// GetTopicRequest reads one topic and a page of its memories.
+type GetTopicRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The collection. Empty means the default collection.
+	Collection string `protobuf:"bytes,1,opt,name=collection,proto3" json:"collection,omitempty"`
+	// The topic's id, from ListTopics or a context pack. Required.
+	Id string `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	// Memories per page, 1–1000. Zero means 20.
+	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// The next_page_token of the previous page; empty for the first page.
+	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetTopicRequest) Reset() {
+	*x = GetTopicRequest{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[73]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetTopicRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetTopicRequest) ProtoMessage() {}
+
+func (x *GetTopicRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[73]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetTopicRequest.ProtoReflect.Descriptor instead.
+func (*GetTopicRequest) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{73}
+}
+
+func (x *GetTopicRequest) GetCollection() string {
+	if x != nil {
+		return x.Collection
+	}
+	return ""
+}
+
+func (x *GetTopicRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *GetTopicRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *GetTopicRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// GetTopicResponse holds the topic and a page of its memories.
+type GetTopicResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The topic (with its sub-topics when it is a parent).
+	Topic *Topic `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	// The topic's memories on this page, nearest to the topic's centroid first.
+	Memories []*Memory `protobuf:"bytes,2,rep,name=memories,proto3" json:"memories,omitempty"`
+	// Pass as page_token to get the next page; empty when this is the last page.
+	NextPageToken string `protobuf:"bytes,3,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetTopicResponse) Reset() {
+	*x = GetTopicResponse{}
+	mi := &file_engram_v1_memory_service_proto_msgTypes[74]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetTopicResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetTopicResponse) ProtoMessage() {}
+
+func (x *GetTopicResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_engram_v1_memory_service_proto_msgTypes[74]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetTopicResponse.ProtoReflect.Descriptor instead.
+func (*GetTopicResponse) Descriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{74}
+}
+
+func (x *GetTopicResponse) GetTopic() *Topic {
+	if x != nil {
+		return x.Topic
+	}
+	return nil
+}
+
+func (x *GetTopicResponse) GetMemories() []*Memory {
+	if x != nil {
+		return x.Memories
+	}
+	return nil
+}
+
+func (x *GetTopicResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
 var File_engram_v1_memory_service_proto protoreflect.FileDescriptor
 
 const file_engram_v1_memory_service_proto_rawDesc = "" +
@@ -6750,7 +7156,44 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\btaken_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\atakenAt\x12;\n" +
 	"\vcollections\x18\x03 \x03(\v2\x19.engram.v1.CollectionInfoR\vcollections\x12\x14\n" +
 	"\x05bytes\x18\x04 \x01(\x03R\x05bytes\x12'\n" +
-	"\x0fbarrier_seconds\x18\x05 \x01(\x01R\x0ebarrierSeconds*\x94\x01\n" +
+	"\x0fbarrier_seconds\x18\x05 \x01(\x01R\x0ebarrierSeconds\"\x8c\x01\n" +
+	"\x11ListTopicsRequest\x12\x1e\n" +
+	"\n" +
+	"collection\x18\x01 \x01(\tR\n" +
+	"collection\x12\x1b\n" +
+	"\tparent_id\x18\x02 \x01(\tR\bparentId\x12\x1b\n" +
+	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\"\x8c\x02\n" +
+	"\x05Topic\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x19\n" +
+	"\bnamed_by\x18\x03 \x01(\tR\anamedBy\x12\x12\n" +
+	"\x04size\x18\x04 \x01(\x05R\x04size\x12\x14\n" +
+	"\x05level\x18\x05 \x01(\x05R\x05level\x12\x1b\n" +
+	"\tparent_id\x18\x06 \x01(\tR\bparentId\x12,\n" +
+	"\bchildren\x18\a \x03(\v2\x10.engram.v1.TopicR\bchildren\x12\x14\n" +
+	"\x05terms\x18\b \x03(\tR\x05terms\x129\n" +
+	"\n" +
+	"created_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"\xaa\x01\n" +
+	"\x12ListTopicsResponse\x12(\n" +
+	"\x06topics\x18\x01 \x03(\v2\x10.engram.v1.TopicR\x06topics\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12\x1f\n" +
+	"\vtopic_count\x18\x03 \x01(\x05R\n" +
+	"topicCount\x12!\n" +
+	"\fmemory_count\x18\x04 \x01(\x05R\vmemoryCount\"}\n" +
+	"\x0fGetTopicRequest\x12\x1e\n" +
+	"\n" +
+	"collection\x18\x01 \x01(\tR\n" +
+	"collection\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\x12\x1b\n" +
+	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\"\x91\x01\n" +
+	"\x10GetTopicResponse\x12&\n" +
+	"\x05topic\x18\x01 \x01(\v2\x10.engram.v1.TopicR\x05topic\x12-\n" +
+	"\bmemories\x18\x02 \x03(\v2\x11.engram.v1.MemoryR\bmemories\x12&\n" +
+	"\x0fnext_page_token\x18\x03 \x01(\tR\rnextPageToken*\x94\x01\n" +
 	"\x11ContradictionMode\x12\"\n" +
 	"\x1eCONTRADICTION_MODE_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cCONTRADICTION_MODE_SUPERSEDE\x10\x01\x12\x1d\n" +
@@ -6820,7 +7263,7 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\x13REEMBED_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fREEMBED_AUTO\x10\x01\x12\x11\n" +
 	"\rREEMBED_NEVER\x10\x02\x12\x12\n" +
-	"\x0eREEMBED_ALWAYS\x10\x032\x8f\x18\n" +
+	"\x0eREEMBED_ALWAYS\x10\x032\xfe\x19\n" +
 	"\rMemoryService\x12_\n" +
 	"\tAddMemory\x12\x1b.engram.v1.AddMemoryRequest\x1a\x1c.engram.v1.AddMemoryResponse\"\x17\x82\xd3\xe4\x93\x02\x11:\x01*\"\f/v1/memories\x12n\n" +
 	"\vAddMemories\x12\x1d.engram.v1.AddMemoriesRequest\x1a\x1e.engram.v1.AddMemoriesResponse\" \x82\xd3\xe4\x93\x02\x1a:\x01*\"\x15/v1/memories:batchAdd\x12u\n" +
@@ -6849,7 +7292,10 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\x10RunConsolidation\x12\".engram.v1.RunConsolidationRequest\x1a#.engram.v1.RunConsolidationResponse\"3\x82\xd3\xe4\x93\x02-:\x01*\"(/v1/collections/{collection}:consolidate\x12W\n" +
 	"\x0eExportMemories\x12 .engram.v1.ExportMemoriesRequest\x1a!.engram.v1.ExportMemoriesResponse0\x01\x12W\n" +
 	"\x0eImportMemories\x12 .engram.v1.ImportMemoriesRequest\x1a!.engram.v1.ImportMemoriesResponse(\x01\x12i\n" +
-	"\vBackupStore\x12\x1d.engram.v1.BackupStoreRequest\x1a\x1e.engram.v1.BackupStoreResponse\"\x1b\x82\xd3\xe4\x93\x02\x15:\x01*\"\x10/v1/admin:backupB?Z=github.com/engram-memory/engram/clients/go/engram/v1;engramv1b\x06proto3"
+	"\vBackupStore\x12\x1d.engram.v1.BackupStoreRequest\x1a\x1e.engram.v1.BackupStoreResponse\"\x1b\x82\xd3\xe4\x93\x02\x15:\x01*\"\x10/v1/admin:backup\x12v\n" +
+	"\n" +
+	"ListTopics\x12\x1c.engram.v1.ListTopicsRequest\x1a\x1d.engram.v1.ListTopicsResponse\"+\x82\xd3\xe4\x93\x02%\x12#/v1/collections/{collection}/topics\x12u\n" +
+	"\bGetTopic\x12\x1a.engram.v1.GetTopicRequest\x1a\x1b.engram.v1.GetTopicResponse\"0\x82\xd3\xe4\x93\x02*\x12(/v1/collections/{collection}/topics/{id}B?Z=github.com/engram-memory/engram/clients/go/engram/v1;engramv1b\x06proto3"
 
 var (
 	file_engram_v1_memory_service_proto_rawDescOnce sync.Once
@@ -6864,7 +7310,7 @@ func file_engram_v1_memory_service_proto_rawDescGZIP() []byte {
 }
 
 var file_engram_v1_memory_service_proto_enumTypes = make([]protoimpl.EnumInfo, 13)
-var file_engram_v1_memory_service_proto_msgTypes = make([]protoimpl.MessageInfo, 73)
+var file_engram_v1_memory_service_proto_msgTypes = make([]protoimpl.MessageInfo, 78)
 var file_engram_v1_memory_service_proto_goTypes = []any{
 	(ContradictionMode)(0),             // 0: engram.v1.ContradictionMode
 	(AddOutcome)(0),                    // 1: engram.v1.AddOutcome
@@ -6949,181 +7395,195 @@ var file_engram_v1_memory_service_proto_goTypes = []any{
 	(*ImportMemoriesResponse)(nil),     // 80: engram.v1.ImportMemoriesResponse
 	(*BackupStoreRequest)(nil),         // 81: engram.v1.BackupStoreRequest
 	(*BackupStoreResponse)(nil),        // 82: engram.v1.BackupStoreResponse
-	nil,                                // 83: engram.v1.AddMemoryRequest.MetadataEntry
-	nil,                                // 84: engram.v1.NewMemory.MetadataEntry
-	nil,                                // 85: engram.v1.StringMap.EntriesEntry
-	(MemoryType)(0),                    // 86: engram.v1.MemoryType
-	(Source)(0),                        // 87: engram.v1.Source
-	(SourceType)(0),                    // 88: engram.v1.SourceType
-	(*timestamppb.Timestamp)(nil),      // 89: google.protobuf.Timestamp
-	(*SpecificConflict)(nil),           // 90: engram.v1.SpecificConflict
-	(*Memory)(nil),                     // 91: engram.v1.Memory
-	(*SimilarMemory)(nil),              // 92: engram.v1.SimilarMemory
-	(*MemoryFilter)(nil),               // 93: engram.v1.MemoryFilter
-	(*RankingWeights)(nil),             // 94: engram.v1.RankingWeights
-	(*ScoreBreakdown)(nil),             // 95: engram.v1.ScoreBreakdown
-	(*CollectionInfo)(nil),             // 96: engram.v1.CollectionInfo
+	(*ListTopicsRequest)(nil),          // 83: engram.v1.ListTopicsRequest
+	(*Topic)(nil),                      // 84: engram.v1.Topic
+	(*ListTopicsResponse)(nil),         // 85: engram.v1.ListTopicsResponse
+	(*GetTopicRequest)(nil),            // 86: engram.v1.GetTopicRequest
+	(*GetTopicResponse)(nil),           // 87: engram.v1.GetTopicResponse
+	nil,                                // 88: engram.v1.AddMemoryRequest.MetadataEntry
+	nil,                                // 89: engram.v1.NewMemory.MetadataEntry
+	nil,                                // 90: engram.v1.StringMap.EntriesEntry
+	(MemoryType)(0),                    // 91: engram.v1.MemoryType
+	(Source)(0),                        // 92: engram.v1.Source
+	(SourceType)(0),                    // 93: engram.v1.SourceType
+	(*timestamppb.Timestamp)(nil),      // 94: google.protobuf.Timestamp
+	(*SpecificConflict)(nil),           // 95: engram.v1.SpecificConflict
+	(*Memory)(nil),                     // 96: engram.v1.Memory
+	(*SimilarMemory)(nil),              // 97: engram.v1.SimilarMemory
+	(*MemoryFilter)(nil),               // 98: engram.v1.MemoryFilter
+	(*RankingWeights)(nil),             // 99: engram.v1.RankingWeights
+	(*ScoreBreakdown)(nil),             // 100: engram.v1.ScoreBreakdown
+	(*CollectionInfo)(nil),             // 101: engram.v1.CollectionInfo
 }
 var file_engram_v1_memory_service_proto_depIdxs = []int32{
-	86,  // 0: engram.v1.AddMemoryRequest.type:type_name -> engram.v1.MemoryType
-	87,  // 1: engram.v1.AddMemoryRequest.source:type_name -> engram.v1.Source
-	88,  // 2: engram.v1.AddMemoryRequest.source_type:type_name -> engram.v1.SourceType
-	83,  // 3: engram.v1.AddMemoryRequest.metadata:type_name -> engram.v1.AddMemoryRequest.MetadataEntry
-	89,  // 4: engram.v1.AddMemoryRequest.created_at:type_name -> google.protobuf.Timestamp
-	89,  // 5: engram.v1.AddMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
+	91,  // 0: engram.v1.AddMemoryRequest.type:type_name -> engram.v1.MemoryType
+	92,  // 1: engram.v1.AddMemoryRequest.source:type_name -> engram.v1.Source
+	93,  // 2: engram.v1.AddMemoryRequest.source_type:type_name -> engram.v1.SourceType
+	88,  // 3: engram.v1.AddMemoryRequest.metadata:type_name -> engram.v1.AddMemoryRequest.MetadataEntry
+	94,  // 4: engram.v1.AddMemoryRequest.created_at:type_name -> google.protobuf.Timestamp
+	94,  // 5: engram.v1.AddMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
 	0,   // 6: engram.v1.AddMemoryRequest.contradictions:type_name -> engram.v1.ContradictionMode
-	86,  // 7: engram.v1.Contradiction.type:type_name -> engram.v1.MemoryType
-	90,  // 8: engram.v1.Contradiction.specifics:type_name -> engram.v1.SpecificConflict
-	91,  // 9: engram.v1.AddMemoryResponse.memory:type_name -> engram.v1.Memory
+	91,  // 7: engram.v1.Contradiction.type:type_name -> engram.v1.MemoryType
+	95,  // 8: engram.v1.Contradiction.specifics:type_name -> engram.v1.SpecificConflict
+	96,  // 9: engram.v1.AddMemoryResponse.memory:type_name -> engram.v1.Memory
 	1,   // 10: engram.v1.AddMemoryResponse.outcome:type_name -> engram.v1.AddOutcome
-	92,  // 11: engram.v1.AddMemoryResponse.near_duplicates:type_name -> engram.v1.SimilarMemory
+	97,  // 11: engram.v1.AddMemoryResponse.near_duplicates:type_name -> engram.v1.SimilarMemory
 	14,  // 12: engram.v1.AddMemoryResponse.conflicts:type_name -> engram.v1.Contradiction
 	17,  // 13: engram.v1.AddMemoriesRequest.memories:type_name -> engram.v1.NewMemory
-	86,  // 14: engram.v1.NewMemory.type:type_name -> engram.v1.MemoryType
-	87,  // 15: engram.v1.NewMemory.source:type_name -> engram.v1.Source
-	88,  // 16: engram.v1.NewMemory.source_type:type_name -> engram.v1.SourceType
-	84,  // 17: engram.v1.NewMemory.metadata:type_name -> engram.v1.NewMemory.MetadataEntry
-	89,  // 18: engram.v1.NewMemory.created_at:type_name -> google.protobuf.Timestamp
-	89,  // 19: engram.v1.NewMemory.valid_until:type_name -> google.protobuf.Timestamp
+	91,  // 14: engram.v1.NewMemory.type:type_name -> engram.v1.MemoryType
+	92,  // 15: engram.v1.NewMemory.source:type_name -> engram.v1.Source
+	93,  // 16: engram.v1.NewMemory.source_type:type_name -> engram.v1.SourceType
+	89,  // 17: engram.v1.NewMemory.metadata:type_name -> engram.v1.NewMemory.MetadataEntry
+	94,  // 18: engram.v1.NewMemory.created_at:type_name -> google.protobuf.Timestamp
+	94,  // 19: engram.v1.NewMemory.valid_until:type_name -> google.protobuf.Timestamp
 	0,   // 20: engram.v1.NewMemory.contradictions:type_name -> engram.v1.ContradictionMode
-	91,  // 21: engram.v1.AddMemoryResult.memory:type_name -> engram.v1.Memory
+	96,  // 21: engram.v1.AddMemoryResult.memory:type_name -> engram.v1.Memory
 	1,   // 22: engram.v1.AddMemoryResult.outcome:type_name -> engram.v1.AddOutcome
-	92,  // 23: engram.v1.AddMemoryResult.near_duplicates:type_name -> engram.v1.SimilarMemory
+	97,  // 23: engram.v1.AddMemoryResult.near_duplicates:type_name -> engram.v1.SimilarMemory
 	14,  // 24: engram.v1.AddMemoryResult.conflicts:type_name -> engram.v1.Contradiction
 	18,  // 25: engram.v1.AddMemoriesResponse.results:type_name -> engram.v1.AddMemoryResult
-	93,  // 26: engram.v1.SearchMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
-	94,  // 27: engram.v1.SearchMemoriesRequest.weights:type_name -> engram.v1.RankingWeights
-	91,  // 28: engram.v1.SearchResult.memory:type_name -> engram.v1.Memory
-	95,  // 29: engram.v1.SearchResult.score:type_name -> engram.v1.ScoreBreakdown
+	98,  // 26: engram.v1.SearchMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
+	99,  // 27: engram.v1.SearchMemoriesRequest.weights:type_name -> engram.v1.RankingWeights
+	96,  // 28: engram.v1.SearchResult.memory:type_name -> engram.v1.Memory
+	100, // 29: engram.v1.SearchResult.score:type_name -> engram.v1.ScoreBreakdown
 	21,  // 30: engram.v1.SearchMemoriesResponse.results:type_name -> engram.v1.SearchResult
-	85,  // 31: engram.v1.StringMap.entries:type_name -> engram.v1.StringMap.EntriesEntry
+	90,  // 31: engram.v1.StringMap.entries:type_name -> engram.v1.StringMap.EntriesEntry
 	23,  // 32: engram.v1.UpdateMemoryRequest.locate:type_name -> engram.v1.SemanticLocator
-	86,  // 33: engram.v1.UpdateMemoryRequest.type:type_name -> engram.v1.MemoryType
+	91,  // 33: engram.v1.UpdateMemoryRequest.type:type_name -> engram.v1.MemoryType
 	24,  // 34: engram.v1.UpdateMemoryRequest.tags:type_name -> engram.v1.StringList
 	25,  // 35: engram.v1.UpdateMemoryRequest.metadata:type_name -> engram.v1.StringMap
-	89,  // 36: engram.v1.UpdateMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
-	91,  // 37: engram.v1.UpdateMemoryResponse.memory:type_name -> engram.v1.Memory
-	91,  // 38: engram.v1.UpdateMemoryResponse.previous:type_name -> engram.v1.Memory
+	94,  // 36: engram.v1.UpdateMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
+	96,  // 37: engram.v1.UpdateMemoryResponse.memory:type_name -> engram.v1.Memory
+	96,  // 38: engram.v1.UpdateMemoryResponse.previous:type_name -> engram.v1.Memory
 	28,  // 39: engram.v1.DeleteMemoryRequest.query:type_name -> engram.v1.DeleteQuery
-	91,  // 40: engram.v1.DeleteMemoryResponse.deleted:type_name -> engram.v1.Memory
-	89,  // 41: engram.v1.DeleteMemoryResponse.purge_at:type_name -> google.protobuf.Timestamp
-	91,  // 42: engram.v1.GetMemoryResponse.memory:type_name -> engram.v1.Memory
-	91,  // 43: engram.v1.GetMemoryResponse.history:type_name -> engram.v1.Memory
-	93,  // 44: engram.v1.ListMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
-	91,  // 45: engram.v1.ListMemoriesResponse.memories:type_name -> engram.v1.Memory
-	96,  // 46: engram.v1.ListCollectionsResponse.collections:type_name -> engram.v1.CollectionInfo
+	96,  // 40: engram.v1.DeleteMemoryResponse.deleted:type_name -> engram.v1.Memory
+	94,  // 41: engram.v1.DeleteMemoryResponse.purge_at:type_name -> google.protobuf.Timestamp
+	96,  // 42: engram.v1.GetMemoryResponse.memory:type_name -> engram.v1.Memory
+	96,  // 43: engram.v1.GetMemoryResponse.history:type_name -> engram.v1.Memory
+	98,  // 44: engram.v1.ListMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
+	96,  // 45: engram.v1.ListMemoriesResponse.memories:type_name -> engram.v1.Memory
+	101, // 46: engram.v1.ListCollectionsResponse.collections:type_name -> engram.v1.CollectionInfo
 	37,  // 47: engram.v1.ListCollectionsResponse.trashed:type_name -> engram.v1.TrashedCollection
-	89,  // 48: engram.v1.TrashedCollection.trashed_at:type_name -> google.protobuf.Timestamp
-	89,  // 49: engram.v1.TrashedCollection.purge_at:type_name -> google.protobuf.Timestamp
-	89,  // 50: engram.v1.DeleteCollectionResponse.deleted_at:type_name -> google.protobuf.Timestamp
-	89,  // 51: engram.v1.DeleteCollectionResponse.purge_at:type_name -> google.protobuf.Timestamp
+	94,  // 48: engram.v1.TrashedCollection.trashed_at:type_name -> google.protobuf.Timestamp
+	94,  // 49: engram.v1.TrashedCollection.purge_at:type_name -> google.protobuf.Timestamp
+	94,  // 50: engram.v1.DeleteCollectionResponse.deleted_at:type_name -> google.protobuf.Timestamp
+	94,  // 51: engram.v1.DeleteCollectionResponse.purge_at:type_name -> google.protobuf.Timestamp
 	2,   // 52: engram.v1.RunReflectionResponse.outcome:type_name -> engram.v1.ReflectionOutcome
 	3,   // 53: engram.v1.RunReflectionResponse.throttled_by:type_name -> engram.v1.ReflectionGate
-	89,  // 54: engram.v1.RunReflectionResponse.next_run_after:type_name -> google.protobuf.Timestamp
-	91,  // 55: engram.v1.RunReflectionResponse.sources:type_name -> engram.v1.Memory
-	91,  // 56: engram.v1.RunReflectionResponse.insights:type_name -> engram.v1.Memory
-	91,  // 57: engram.v1.RunReflectionResponse.drafts:type_name -> engram.v1.Memory
-	92,  // 58: engram.v1.RunReflectionResponse.duplicates:type_name -> engram.v1.SimilarMemory
-	89,  // 59: engram.v1.GateDecision.decided_at:type_name -> google.protobuf.Timestamp
+	94,  // 54: engram.v1.RunReflectionResponse.next_run_after:type_name -> google.protobuf.Timestamp
+	96,  // 55: engram.v1.RunReflectionResponse.sources:type_name -> engram.v1.Memory
+	96,  // 56: engram.v1.RunReflectionResponse.insights:type_name -> engram.v1.Memory
+	96,  // 57: engram.v1.RunReflectionResponse.drafts:type_name -> engram.v1.Memory
+	97,  // 58: engram.v1.RunReflectionResponse.duplicates:type_name -> engram.v1.SimilarMemory
+	94,  // 59: engram.v1.GateDecision.decided_at:type_name -> google.protobuf.Timestamp
 	1,   // 60: engram.v1.GateDecision.outcome:type_name -> engram.v1.AddOutcome
-	92,  // 61: engram.v1.GateDecision.near_duplicates:type_name -> engram.v1.SimilarMemory
+	97,  // 61: engram.v1.GateDecision.near_duplicates:type_name -> engram.v1.SimilarMemory
 	43,  // 62: engram.v1.ListGateDecisionsResponse.decisions:type_name -> engram.v1.GateDecision
-	89,  // 63: engram.v1.ReflectionRun.started_at:type_name -> google.protobuf.Timestamp
+	94,  // 63: engram.v1.ReflectionRun.started_at:type_name -> google.protobuf.Timestamp
 	2,   // 64: engram.v1.ReflectionRun.outcome:type_name -> engram.v1.ReflectionOutcome
 	46,  // 65: engram.v1.ListReflectionRunsResponse.runs:type_name -> engram.v1.ReflectionRun
-	89,  // 66: engram.v1.ConversationMessage.created_at:type_name -> google.protobuf.Timestamp
+	94,  // 66: engram.v1.ConversationMessage.created_at:type_name -> google.protobuf.Timestamp
 	48,  // 67: engram.v1.Conversation.messages:type_name -> engram.v1.ConversationMessage
 	49,  // 68: engram.v1.ExtractMemoriesRequest.conversation:type_name -> engram.v1.Conversation
 	50,  // 69: engram.v1.ExtractMemoriesRequest.observation:type_name -> engram.v1.ToolObservation
 	4,   // 70: engram.v1.ExtractMemoriesRequest.mode:type_name -> engram.v1.ExtractionMode
-	86,  // 71: engram.v1.ExtractedMemory.type:type_name -> engram.v1.MemoryType
-	89,  // 72: engram.v1.ExtractedMemory.created_at:type_name -> google.protobuf.Timestamp
+	91,  // 71: engram.v1.ExtractedMemory.type:type_name -> engram.v1.MemoryType
+	94,  // 72: engram.v1.ExtractedMemory.created_at:type_name -> google.protobuf.Timestamp
 	18,  // 73: engram.v1.ExtractedMemory.result:type_name -> engram.v1.AddMemoryResult
 	52,  // 74: engram.v1.ExtractMemoriesResponse.memories:type_name -> engram.v1.ExtractedMemory
 	5,   // 75: engram.v1.ExtractMemoriesResponse.extractor:type_name -> engram.v1.Extractor
-	91,  // 76: engram.v1.ListTrashResponse.memories:type_name -> engram.v1.Memory
-	91,  // 77: engram.v1.RestoreMemoryResponse.memory:type_name -> engram.v1.Memory
-	92,  // 78: engram.v1.RestoreMemoryResponse.near_duplicates:type_name -> engram.v1.SimilarMemory
-	96,  // 79: engram.v1.RestoreCollectionResponse.collection:type_name -> engram.v1.CollectionInfo
-	89,  // 80: engram.v1.GetContextRequest.since:type_name -> google.protobuf.Timestamp
-	91,  // 81: engram.v1.ContextItem.memory:type_name -> engram.v1.Memory
+	96,  // 76: engram.v1.ListTrashResponse.memories:type_name -> engram.v1.Memory
+	96,  // 77: engram.v1.RestoreMemoryResponse.memory:type_name -> engram.v1.Memory
+	97,  // 78: engram.v1.RestoreMemoryResponse.near_duplicates:type_name -> engram.v1.SimilarMemory
+	101, // 79: engram.v1.RestoreCollectionResponse.collection:type_name -> engram.v1.CollectionInfo
+	94,  // 80: engram.v1.GetContextRequest.since:type_name -> google.protobuf.Timestamp
+	96,  // 81: engram.v1.ContextItem.memory:type_name -> engram.v1.Memory
 	63,  // 82: engram.v1.ContextItem.topic:type_name -> engram.v1.ContextTopic
 	6,   // 83: engram.v1.ContextSection.kind:type_name -> engram.v1.ContextSectionKind
 	64,  // 84: engram.v1.ContextSection.items:type_name -> engram.v1.ContextItem
 	65,  // 85: engram.v1.GetContextResponse.sections:type_name -> engram.v1.ContextSection
-	89,  // 86: engram.v1.GetContextResponse.since:type_name -> google.protobuf.Timestamp
+	94,  // 86: engram.v1.GetContextResponse.since:type_name -> google.protobuf.Timestamp
 	7,   // 87: engram.v1.GetContextResponse.since_source:type_name -> engram.v1.SinceSource
 	63,  // 88: engram.v1.GetContextResponse.topics:type_name -> engram.v1.ContextTopic
-	91,  // 89: engram.v1.GetTriggersResponse.memories:type_name -> engram.v1.Memory
-	89,  // 90: engram.v1.Slot.updated_at:type_name -> google.protobuf.Timestamp
+	96,  // 89: engram.v1.GetTriggersResponse.memories:type_name -> engram.v1.Memory
+	94,  // 90: engram.v1.Slot.updated_at:type_name -> google.protobuf.Timestamp
 	69,  // 91: engram.v1.ListSlotsResponse.slots:type_name -> engram.v1.Slot
 	8,   // 92: engram.v1.UpdateSlotRequest.mode:type_name -> engram.v1.SlotUpdateMode
 	69,  // 93: engram.v1.UpdateSlotResponse.slot:type_name -> engram.v1.Slot
 	9,   // 94: engram.v1.UpdateSlotResponse.compaction:type_name -> engram.v1.SlotCompaction
-	91,  // 95: engram.v1.ConsolidatedCluster.insight:type_name -> engram.v1.Memory
+	96,  // 95: engram.v1.ConsolidatedCluster.insight:type_name -> engram.v1.Memory
 	10,  // 96: engram.v1.RunConsolidationResponse.outcome:type_name -> engram.v1.ConsolidationOutcome
-	89,  // 97: engram.v1.RunConsolidationResponse.next_run_after:type_name -> google.protobuf.Timestamp
+	94,  // 97: engram.v1.RunConsolidationResponse.next_run_after:type_name -> google.protobuf.Timestamp
 	75,  // 98: engram.v1.RunConsolidationResponse.clusters:type_name -> engram.v1.ConsolidatedCluster
-	93,  // 99: engram.v1.ExportMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
+	98,  // 99: engram.v1.ExportMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
 	11,  // 100: engram.v1.ImportMemoriesRequest.mode:type_name -> engram.v1.ImportMode
 	12,  // 101: engram.v1.ImportMemoriesRequest.reembed:type_name -> engram.v1.Reembed
-	89,  // 102: engram.v1.BackupStoreResponse.taken_at:type_name -> google.protobuf.Timestamp
-	96,  // 103: engram.v1.BackupStoreResponse.collections:type_name -> engram.v1.CollectionInfo
-	13,  // 104: engram.v1.MemoryService.AddMemory:input_type -> engram.v1.AddMemoryRequest
-	16,  // 105: engram.v1.MemoryService.AddMemories:input_type -> engram.v1.AddMemoriesRequest
-	20,  // 106: engram.v1.MemoryService.SearchMemories:input_type -> engram.v1.SearchMemoriesRequest
-	26,  // 107: engram.v1.MemoryService.UpdateMemory:input_type -> engram.v1.UpdateMemoryRequest
-	29,  // 108: engram.v1.MemoryService.DeleteMemory:input_type -> engram.v1.DeleteMemoryRequest
-	31,  // 109: engram.v1.MemoryService.GetMemory:input_type -> engram.v1.GetMemoryRequest
-	33,  // 110: engram.v1.MemoryService.ListMemories:input_type -> engram.v1.ListMemoriesRequest
-	35,  // 111: engram.v1.MemoryService.ListCollections:input_type -> engram.v1.ListCollectionsRequest
-	38,  // 112: engram.v1.MemoryService.DeleteCollection:input_type -> engram.v1.DeleteCollectionRequest
-	40,  // 113: engram.v1.MemoryService.RunReflection:input_type -> engram.v1.RunReflectionRequest
-	42,  // 114: engram.v1.MemoryService.ListGateDecisions:input_type -> engram.v1.ListGateDecisionsRequest
-	45,  // 115: engram.v1.MemoryService.ListReflectionRuns:input_type -> engram.v1.ListReflectionRunsRequest
-	51,  // 116: engram.v1.MemoryService.ExtractMemories:input_type -> engram.v1.ExtractMemoriesRequest
-	54,  // 117: engram.v1.MemoryService.ListTrash:input_type -> engram.v1.ListTrashRequest
-	56,  // 118: engram.v1.MemoryService.RestoreMemory:input_type -> engram.v1.RestoreMemoryRequest
-	58,  // 119: engram.v1.MemoryService.PurgeTrash:input_type -> engram.v1.PurgeTrashRequest
-	60,  // 120: engram.v1.MemoryService.RestoreCollection:input_type -> engram.v1.RestoreCollectionRequest
-	62,  // 121: engram.v1.MemoryService.GetContext:input_type -> engram.v1.GetContextRequest
-	67,  // 122: engram.v1.MemoryService.GetTriggers:input_type -> engram.v1.GetTriggersRequest
-	70,  // 123: engram.v1.MemoryService.ListSlots:input_type -> engram.v1.ListSlotsRequest
-	72,  // 124: engram.v1.MemoryService.UpdateSlot:input_type -> engram.v1.UpdateSlotRequest
-	74,  // 125: engram.v1.MemoryService.RunConsolidation:input_type -> engram.v1.RunConsolidationRequest
-	77,  // 126: engram.v1.MemoryService.ExportMemories:input_type -> engram.v1.ExportMemoriesRequest
-	79,  // 127: engram.v1.MemoryService.ImportMemories:input_type -> engram.v1.ImportMemoriesRequest
-	81,  // 128: engram.v1.MemoryService.BackupStore:input_type -> engram.v1.BackupStoreRequest
-	15,  // 129: engram.v1.MemoryService.AddMemory:output_type -> engram.v1.AddMemoryResponse
-	19,  // 130: engram.v1.MemoryService.AddMemories:output_type -> engram.v1.AddMemoriesResponse
-	22,  // 131: engram.v1.MemoryService.SearchMemories:output_type -> engram.v1.SearchMemoriesResponse
-	27,  // 132: engram.v1.MemoryService.UpdateMemory:output_type -> engram.v1.UpdateMemoryResponse
-	30,  // 133: engram.v1.MemoryService.DeleteMemory:output_type -> engram.v1.DeleteMemoryResponse
-	32,  // 134: engram.v1.MemoryService.GetMemory:output_type -> engram.v1.GetMemoryResponse
-	34,  // 135: engram.v1.MemoryService.ListMemories:output_type -> engram.v1.ListMemoriesResponse
-	36,  // 136: engram.v1.MemoryService.ListCollections:output_type -> engram.v1.ListCollectionsResponse
-	39,  // 137: engram.v1.MemoryService.DeleteCollection:output_type -> engram.v1.DeleteCollectionResponse
-	41,  // 138: engram.v1.MemoryService.RunReflection:output_type -> engram.v1.RunReflectionResponse
-	44,  // 139: engram.v1.MemoryService.ListGateDecisions:output_type -> engram.v1.ListGateDecisionsResponse
-	47,  // 140: engram.v1.MemoryService.ListReflectionRuns:output_type -> engram.v1.ListReflectionRunsResponse
-	53,  // 141: engram.v1.MemoryService.ExtractMemories:output_type -> engram.v1.ExtractMemoriesResponse
-	55,  // 142: engram.v1.MemoryService.ListTrash:output_type -> engram.v1.ListTrashResponse
-	57,  // 143: engram.v1.MemoryService.RestoreMemory:output_type -> engram.v1.RestoreMemoryResponse
-	59,  // 144: engram.v1.MemoryService.PurgeTrash:output_type -> engram.v1.PurgeTrashResponse
-	61,  // 145: engram.v1.MemoryService.RestoreCollection:output_type -> engram.v1.RestoreCollectionResponse
-	66,  // 146: engram.v1.MemoryService.GetContext:output_type -> engram.v1.GetContextResponse
-	68,  // 147: engram.v1.MemoryService.GetTriggers:output_type -> engram.v1.GetTriggersResponse
-	71,  // 148: engram.v1.MemoryService.ListSlots:output_type -> engram.v1.ListSlotsResponse
-	73,  // 149: engram.v1.MemoryService.UpdateSlot:output_type -> engram.v1.UpdateSlotResponse
-	76,  // 150: engram.v1.MemoryService.RunConsolidation:output_type -> engram.v1.RunConsolidationResponse
-	78,  // 151: engram.v1.MemoryService.ExportMemories:output_type -> engram.v1.ExportMemoriesResponse
-	80,  // 152: engram.v1.MemoryService.ImportMemories:output_type -> engram.v1.ImportMemoriesResponse
-	82,  // 153: engram.v1.MemoryService.BackupStore:output_type -> engram.v1.BackupStoreResponse
-	129, // [129:154] is the sub-list for method output_type
-	104, // [104:129] is the sub-list for method input_type
-	104, // [104:104] is the sub-list for extension type_name
-	104, // [104:104] is the sub-list for extension extendee
-	0,   // [0:104] is the sub-list for field type_name
+	94,  // 102: engram.v1.BackupStoreResponse.taken_at:type_name -> google.protobuf.Timestamp
+	101, // 103: engram.v1.BackupStoreResponse.collections:type_name -> engram.v1.CollectionInfo
+	84,  // 104: engram.v1.Topic.children:type_name -> engram.v1.Topic
+	94,  // 105: engram.v1.Topic.created_at:type_name -> google.protobuf.Timestamp
+	84,  // 106: engram.v1.ListTopicsResponse.topics:type_name -> engram.v1.Topic
+	84,  // 107: engram.v1.GetTopicResponse.topic:type_name -> engram.v1.Topic
+	96,  // 108: engram.v1.GetTopicResponse.memories:type_name -> engram.v1.Memory
+	13,  // 109: engram.v1.MemoryService.AddMemory:input_type -> engram.v1.AddMemoryRequest
+	16,  // 110: engram.v1.MemoryService.AddMemories:input_type -> engram.v1.AddMemoriesRequest
+	20,  // 111: engram.v1.MemoryService.SearchMemories:input_type -> engram.v1.SearchMemoriesRequest
+	26,  // 112: engram.v1.MemoryService.UpdateMemory:input_type -> engram.v1.UpdateMemoryRequest
+	29,  // 113: engram.v1.MemoryService.DeleteMemory:input_type -> engram.v1.DeleteMemoryRequest
+	31,  // 114: engram.v1.MemoryService.GetMemory:input_type -> engram.v1.GetMemoryRequest
+	33,  // 115: engram.v1.MemoryService.ListMemories:input_type -> engram.v1.ListMemoriesRequest
+	35,  // 116: engram.v1.MemoryService.ListCollections:input_type -> engram.v1.ListCollectionsRequest
+	38,  // 117: engram.v1.MemoryService.DeleteCollection:input_type -> engram.v1.DeleteCollectionRequest
+	40,  // 118: engram.v1.MemoryService.RunReflection:input_type -> engram.v1.RunReflectionRequest
+	42,  // 119: engram.v1.MemoryService.ListGateDecisions:input_type -> engram.v1.ListGateDecisionsRequest
+	45,  // 120: engram.v1.MemoryService.ListReflectionRuns:input_type -> engram.v1.ListReflectionRunsRequest
+	51,  // 121: engram.v1.MemoryService.ExtractMemories:input_type -> engram.v1.ExtractMemoriesRequest
+	54,  // 122: engram.v1.MemoryService.ListTrash:input_type -> engram.v1.ListTrashRequest
+	56,  // 123: engram.v1.MemoryService.RestoreMemory:input_type -> engram.v1.RestoreMemoryRequest
+	58,  // 124: engram.v1.MemoryService.PurgeTrash:input_type -> engram.v1.PurgeTrashRequest
+	60,  // 125: engram.v1.MemoryService.RestoreCollection:input_type -> engram.v1.RestoreCollectionRequest
+	62,  // 126: engram.v1.MemoryService.GetContext:input_type -> engram.v1.GetContextRequest
+	67,  // 127: engram.v1.MemoryService.GetTriggers:input_type -> engram.v1.GetTriggersRequest
+	70,  // 128: engram.v1.MemoryService.ListSlots:input_type -> engram.v1.ListSlotsRequest
+	72,  // 129: engram.v1.MemoryService.UpdateSlot:input_type -> engram.v1.UpdateSlotRequest
+	74,  // 130: engram.v1.MemoryService.RunConsolidation:input_type -> engram.v1.RunConsolidationRequest
+	77,  // 131: engram.v1.MemoryService.ExportMemories:input_type -> engram.v1.ExportMemoriesRequest
+	79,  // 132: engram.v1.MemoryService.ImportMemories:input_type -> engram.v1.ImportMemoriesRequest
+	81,  // 133: engram.v1.MemoryService.BackupStore:input_type -> engram.v1.BackupStoreRequest
+	83,  // 134: engram.v1.MemoryService.ListTopics:input_type -> engram.v1.ListTopicsRequest
+	86,  // 135: engram.v1.MemoryService.GetTopic:input_type -> engram.v1.GetTopicRequest
+	15,  // 136: engram.v1.MemoryService.AddMemory:output_type -> engram.v1.AddMemoryResponse
+	19,  // 137: engram.v1.MemoryService.AddMemories:output_type -> engram.v1.AddMemoriesResponse
+	22,  // 138: engram.v1.MemoryService.SearchMemories:output_type -> engram.v1.SearchMemoriesResponse
+	27,  // 139: engram.v1.MemoryService.UpdateMemory:output_type -> engram.v1.UpdateMemoryResponse
+	30,  // 140: engram.v1.MemoryService.DeleteMemory:output_type -> engram.v1.DeleteMemoryResponse
+	32,  // 141: engram.v1.MemoryService.GetMemory:output_type -> engram.v1.GetMemoryResponse
+	34,  // 142: engram.v1.MemoryService.ListMemories:output_type -> engram.v1.ListMemoriesResponse
+	36,  // 143: engram.v1.MemoryService.ListCollections:output_type -> engram.v1.ListCollectionsResponse
+	39,  // 144: engram.v1.MemoryService.DeleteCollection:output_type -> engram.v1.DeleteCollectionResponse
+	41,  // 145: engram.v1.MemoryService.RunReflection:output_type -> engram.v1.RunReflectionResponse
+	44,  // 146: engram.v1.MemoryService.ListGateDecisions:output_type -> engram.v1.ListGateDecisionsResponse
+	47,  // 147: engram.v1.MemoryService.ListReflectionRuns:output_type -> engram.v1.ListReflectionRunsResponse
+	53,  // 148: engram.v1.MemoryService.ExtractMemories:output_type -> engram.v1.ExtractMemoriesResponse
+	55,  // 149: engram.v1.MemoryService.ListTrash:output_type -> engram.v1.ListTrashResponse
+	57,  // 150: engram.v1.MemoryService.RestoreMemory:output_type -> engram.v1.RestoreMemoryResponse
+	59,  // 151: engram.v1.MemoryService.PurgeTrash:output_type -> engram.v1.PurgeTrashResponse
+	61,  // 152: engram.v1.MemoryService.RestoreCollection:output_type -> engram.v1.RestoreCollectionResponse
+	66,  // 153: engram.v1.MemoryService.GetContext:output_type -> engram.v1.GetContextResponse
+	68,  // 154: engram.v1.MemoryService.GetTriggers:output_type -> engram.v1.GetTriggersResponse
+	71,  // 155: engram.v1.MemoryService.ListSlots:output_type -> engram.v1.ListSlotsResponse
+	73,  // 156: engram.v1.MemoryService.UpdateSlot:output_type -> engram.v1.UpdateSlotResponse
+	76,  // 157: engram.v1.MemoryService.RunConsolidation:output_type -> engram.v1.RunConsolidationResponse
+	78,  // 158: engram.v1.MemoryService.ExportMemories:output_type -> engram.v1.ExportMemoriesResponse
+	80,  // 159: engram.v1.MemoryService.ImportMemories:output_type -> engram.v1.ImportMemoriesResponse
+	82,  // 160: engram.v1.MemoryService.BackupStore:output_type -> engram.v1.BackupStoreResponse
+	85,  // 161: engram.v1.MemoryService.ListTopics:output_type -> engram.v1.ListTopicsResponse
+	87,  // 162: engram.v1.MemoryService.GetTopic:output_type -> engram.v1.GetTopicResponse
+	136, // [136:163] is the sub-list for method output_type
+	109, // [109:136] is the sub-list for method input_type
+	109, // [109:109] is the sub-list for extension type_name
+	109, // [109:109] is the sub-list for extension extendee
+	0,   // [0:109] is the sub-list for field type_name
 }
 
 func init() { file_engram_v1_memory_service_proto_init() }
@@ -7156,7 +7616,7 @@ func file_engram_v1_memory_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_engram_v1_memory_service_proto_rawDesc), len(file_engram_v1_memory_service_proto_rawDesc)),
 			NumEnums:      13,
-			NumMessages:   73,
+			NumMessages:   78,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -44,6 +44,8 @@ const (
 	MemoryService_ExportMemories_FullMethodName     = "/engram.v1.MemoryService/ExportMemories"
 	MemoryService_ImportMemories_FullMethodName     = "/engram.v1.MemoryService/ImportMemories"
 	MemoryService_BackupStore_FullMethodName        = "/engram.v1.MemoryService/BackupStore"
+	MemoryService_ListTopics_FullMethodName         = "/engram.v1.MemoryService/ListTopics"
+	MemoryService_GetTopic_FullMethodName           = "/engram.v1.MemoryService/GetTopic"
 )
 
 // MemoryServiceClient is the client API for MemoryService service.
@@ -171,6 +173,16 @@ type MemoryServiceClient interface {
 	// the call is in the copy. On a Qdrant server: a snapshot of each collection through Qdrant's
 	// snapshot API, downloaded into the directory. `engram restore` puts a backup back. Admin only.
 	BackupStore(ctx context.Context, in *BackupStoreRequest, opts ...grpc.CallOption) (*BackupStoreResponse, error)
+	// ListTopics returns a collection's topic index: its memories clustered by embedding into a
+	// two-level tree. Top-level topics come largest first, each with its sub-topics; a parent_id
+	// lists that topic's sub-topics instead. Each topic has a stable id, a size and a name (given
+	// by the LLM when one is configured, else the members' most salient words). The index is kept
+	// current incrementally: every write made before the call is reflected in the answer.
+	ListTopics(ctx context.Context, in *ListTopicsRequest, opts ...grpc.CallOption) (*ListTopicsResponse, error)
+	// GetTopic returns one topic and a page of its memories, the most central first (a parent
+	// topic's memories are those of its sub-topics). Call it to drill into a topic named in
+	// ListTopics or in a context pack. An unknown id is NOT_FOUND (ERROR_REASON_TOPIC_NOT_FOUND).
+	GetTopic(ctx context.Context, in *GetTopicRequest, opts ...grpc.CallOption) (*GetTopicResponse, error)
 }
 
 type memoryServiceClient struct {
@@ -443,6 +455,26 @@ func (c *memoryServiceClient) BackupStore(ctx context.Context, in *BackupStoreRe
 	return out, nil
 }
 
+func (c *memoryServiceClient) ListTopics(ctx context.Context, in *ListTopicsRequest, opts ...grpc.CallOption) (*ListTopicsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListTopicsResponse)
+	err := c.cc.Invoke(ctx, MemoryService_ListTopics_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *memoryServiceClient) GetTopic(ctx context.Context, in *GetTopicRequest, opts ...grpc.CallOption) (*GetTopicResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetTopicResponse)
+	err := c.cc.Invoke(ctx, MemoryService_GetTopic_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MemoryServiceServer is the server API for MemoryService service.
 // All implementations must embed UnimplementedMemoryServiceServer
 // for forward compatibility.
@@ -568,6 +600,16 @@ type MemoryServiceServer interface {
 	// the call is in the copy. On a Qdrant server: a snapshot of each collection through Qdrant's
 	// snapshot API, downloaded into the directory. `engram restore` puts a backup back. Admin only.
 	BackupStore(context.Context, *BackupStoreRequest) (*BackupStoreResponse, error)
+	// ListTopics returns a collection's topic index: its memories clustered by embedding into a
+	// two-level tree. Top-level topics come largest first, each with its sub-topics; a parent_id
+	// lists that topic's sub-topics instead. Each topic has a stable id, a size and a name (given
+	// by the LLM when one is configured, else the members' most salient words). The index is kept
+	// current incrementally: every write made before the call is reflected in the answer.
+	ListTopics(context.Context, *ListTopicsRequest) (*ListTopicsResponse, error)
+	// GetTopic returns one topic and a page of its memories, the most central first (a parent
+	// topic's memories are those of its sub-topics). Call it to drill into a topic named in
+	// ListTopics or in a context pack. An unknown id is NOT_FOUND (ERROR_REASON_TOPIC_NOT_FOUND).
+	GetTopic(context.Context, *GetTopicRequest) (*GetTopicResponse, error)
 	mustEmbedUnimplementedMemoryServiceServer()
 }
 
@@ -652,6 +694,12 @@ func (UnimplementedMemoryServiceServer) ImportMemories(grpc.ClientStreamingServe
 }
 func (UnimplementedMemoryServiceServer) BackupStore(context.Context, *BackupStoreRequest) (*BackupStoreResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method BackupStore not implemented")
+}
+func (UnimplementedMemoryServiceServer) ListTopics(context.Context, *ListTopicsRequest) (*ListTopicsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListTopics not implemented")
+}
+func (UnimplementedMemoryServiceServer) GetTopic(context.Context, *GetTopicRequest) (*GetTopicResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetTopic not implemented")
 }
 func (UnimplementedMemoryServiceServer) mustEmbedUnimplementedMemoryServiceServer() {}
 func (UnimplementedMemoryServiceServer) testEmbeddedByValue()                       {}
@@ -1106,6 +1154,42 @@ func _MemoryService_BackupStore_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _MemoryService_ListTopics_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListTopicsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MemoryServiceServer).ListTopics(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: MemoryService_ListTopics_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MemoryServiceServer).ListTopics(ctx, req.(*ListTopicsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _MemoryService_GetTopic_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetTopicRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MemoryServiceServer).GetTopic(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: MemoryService_GetTopic_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MemoryServiceServer).GetTopic(ctx, req.(*GetTopicRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // MemoryService_ServiceDesc is the grpc.ServiceDesc for MemoryService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1204,6 +1288,14 @@ var MemoryService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "BackupStore",
 			Handler:    _MemoryService_BackupStore_Handler,
+		},
+		{
+			MethodName: "ListTopics",
+			Handler:    _MemoryService_ListTopics_Handler,
+		},
+		{
+			MethodName: "GetTopic",
+			Handler:    _MemoryService_GetTopic_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

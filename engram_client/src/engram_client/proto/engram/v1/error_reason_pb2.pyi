@@ -93,6 +93,11 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     until RestoreCollection, or PurgeTrash with purge_collection (status FAILED_PRECONDITION).
     Metadata gives "collection" and "purge_at".
     """
+    ERROR_REASON_TOPIC_NOT_FOUND: _ErrorReason.ValueType  # 30
+    """GetTopic or ListTopics named a topic id the collection's topic index does not hold (status
+    NOT_FOUND): never minted, or the topic dissolved (its memories were deleted, expired or
+    moved). List the topics again. Metadata gives "collection" and "topic_id".
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper):
     """ErrorReason lists the machine-readable reasons Engram attaches to failed calls.
@@ -175,5 +180,10 @@ ERROR_REASON_COLLECTION_IN_TRASH: ErrorReason.ValueType  # 21
 """The collection is in the trash (DeleteCollection): nothing can be read from or written to it
 until RestoreCollection, or PurgeTrash with purge_collection (status FAILED_PRECONDITION).
 Metadata gives "collection" and "purge_at".
+"""
+ERROR_REASON_TOPIC_NOT_FOUND: ErrorReason.ValueType  # 30
+"""GetTopic or ListTopics named a topic id the collection's topic index does not hold (status
+NOT_FOUND): never minted, or the topic dissolved (its memories were deleted, expired or
+moved). List the topics again. Metadata gives "collection" and "topic_id".
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015

@@ -3303,3 +3303,211 @@ class BackupStoreResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___BackupStoreResponse: _TypeAlias = BackupStoreResponse  # noqa: Y015
+
+@_typing.final
+class ListTopicsRequest(_message.Message):
+    """ListTopicsRequest asks for a collection's topic index."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COLLECTION_FIELD_NUMBER: _builtins.int
+    PARENT_ID_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    collection: _builtins.str
+    """The collection. Empty means the default collection (no topics until its first write). A
+    named collection that does not exist is NOT_FOUND (ERROR_REASON_COLLECTION_NOT_FOUND).
+    """
+    parent_id: _builtins.str
+    """List the sub-topics of this topic instead of the top-level topics. An unknown id is
+    NOT_FOUND (ERROR_REASON_TOPIC_NOT_FOUND).
+    """
+    page_size: _builtins.int
+    """Topics per page, 1–200. Zero means 50."""
+    page_token: _builtins.str
+    """The next_page_token of the previous page; empty for the first page."""
+    def __init__(
+        self,
+        *,
+        collection: _builtins.str = ...,
+        parent_id: _builtins.str = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["collection", b"collection", "page_size", b"page_size", "page_token", b"page_token", "parent_id", b"parent_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListTopicsRequest: _TypeAlias = ListTopicsRequest  # noqa: Y015
+
+@_typing.final
+class Topic(_message.Message):
+    """Topic is one node of the topic index."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    NAMED_BY_FIELD_NUMBER: _builtins.int
+    SIZE_FIELD_NUMBER: _builtins.int
+    LEVEL_FIELD_NUMBER: _builtins.int
+    PARENT_ID_FIELD_NUMBER: _builtins.int
+    CHILDREN_FIELD_NUMBER: _builtins.int
+    TERMS_FIELD_NUMBER: _builtins.int
+    CREATED_AT_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    """Stable id ("t" and 10 hex digits). It survives restarts, new memories and re-clustering as
+    long as most of the topic's memories stay together.
+    """
+    name: _builtins.str
+    """A short name: the LLM's when one is configured and has named it, else the most salient
+    words of its memories (c-TF-IDF), joined by " · ".
+    """
+    named_by: _builtins.str
+    """Who gave the name: "llm" or "terms"."""
+    size: _builtins.int
+    """How many live memories the topic holds (a parent: its sub-topics' together)."""
+    level: _builtins.int
+    """2 for a parent topic (a group of sub-topics), 1 for a leaf topic (a group of memories)."""
+    parent_id: _builtins.str
+    """The parent topic's id; empty for a top-level topic."""
+    @_builtins.property
+    def children(self) -> _containers.RepeatedCompositeFieldContainer[Global___Topic]:
+        """The sub-topics (of a parent topic in ListTopics' top level), largest first. They carry no
+        sub-topics of their own.
+        """
+
+    @_builtins.property
+    def terms(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The topic's most salient words, most salient first (also when the LLM named it)."""
+
+    @_builtins.property
+    def created_at(self) -> _timestamp_pb2.Timestamp:
+        """When the topic was first formed."""
+
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        name: _builtins.str = ...,
+        named_by: _builtins.str = ...,
+        size: _builtins.int = ...,
+        level: _builtins.int = ...,
+        parent_id: _builtins.str = ...,
+        children: _abc.Iterable[Global___Topic] | None = ...,
+        terms: _abc.Iterable[_builtins.str] | None = ...,
+        created_at: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["children", b"children", "created_at", b"created_at", "id", b"id", "level", b"level", "name", b"name", "named_by", b"named_by", "parent_id", b"parent_id", "size", b"size", "terms", b"terms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Topic: _TypeAlias = Topic  # noqa: Y015
+
+@_typing.final
+class ListTopicsResponse(_message.Message):
+    """ListTopicsResponse is one page of the topic index."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPICS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    TOPIC_COUNT_FIELD_NUMBER: _builtins.int
+    MEMORY_COUNT_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """Pass as page_token to get the next page; empty when this is the last page."""
+    topic_count: _builtins.int
+    """How many topics the listed level holds in all pages."""
+    memory_count: _builtins.int
+    """How many memories the collection's topic index holds (its live current memories)."""
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___Topic]:
+        """The topics on this page, largest first."""
+
+    def __init__(
+        self,
+        *,
+        topics: _abc.Iterable[Global___Topic] | None = ...,
+        next_page_token: _builtins.str = ...,
+        topic_count: _builtins.int = ...,
+        memory_count: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["memory_count", b"memory_count", "next_page_token", b"next_page_token", "topic_count", b"topic_count", "topics", b"topics"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListTopicsResponse: _TypeAlias = ListTopicsResponse  # noqa: Y015
+
+@_typing.final
+class GetTopicRequest(_message.Message):
+    """GetTopicRequest reads one topic and a page of its memories."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COLLECTION_FIELD_NUMBER: _builtins.int
+    ID_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    collection: _builtins.str
+    """The collection. Empty means the default collection."""
+    id: _builtins.str
+    """The topic's id, from ListTopics or a context pack. Required."""
+    page_size: _builtins.int
+    """Memories per page, 1–1000. Zero means 20."""
+    page_token: _builtins.str
+    """The next_page_token of the previous page; empty for the first page."""
+    def __init__(
+        self,
+        *,
+        collection: _builtins.str = ...,
+        id: _builtins.str = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["collection", b"collection", "id", b"id", "page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetTopicRequest: _TypeAlias = GetTopicRequest  # noqa: Y015
+
+@_typing.final
+class GetTopicResponse(_message.Message):
+    """GetTopicResponse holds the topic and a page of its memories."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    MEMORIES_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """Pass as page_token to get the next page; empty when this is the last page."""
+    @_builtins.property
+    def topic(self) -> Global___Topic:
+        """The topic (with its sub-topics when it is a parent)."""
+
+    @_builtins.property
+    def memories(self) -> _containers.RepeatedCompositeFieldContainer[_memory_pb2.Memory]:
+        """The topic's memories on this page, nearest to the topic's centroid first."""
+
+    def __init__(
+        self,
+        *,
+        topic: Global___Topic | None = ...,
+        memories: _abc.Iterable[_memory_pb2.Memory] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["topic", b"topic"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["memories", b"memories", "next_page_token", b"next_page_token", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetTopicResponse: _TypeAlias = GetTopicResponse  # noqa: Y015

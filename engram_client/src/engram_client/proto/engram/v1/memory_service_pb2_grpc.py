@@ -165,6 +165,16 @@ class MemoryServiceStub:
                 request_serializer=engram_dot_v1_dot_memory__service__pb2.BackupStoreRequest.SerializeToString,
                 response_deserializer=engram_dot_v1_dot_memory__service__pb2.BackupStoreResponse.FromString,
                 _registered_method=True)
+        self.ListTopics = channel.unary_unary(
+                '/engram.v1.MemoryService/ListTopics',
+                request_serializer=engram_dot_v1_dot_memory__service__pb2.ListTopicsRequest.SerializeToString,
+                response_deserializer=engram_dot_v1_dot_memory__service__pb2.ListTopicsResponse.FromString,
+                _registered_method=True)
+        self.GetTopic = channel.unary_unary(
+                '/engram.v1.MemoryService/GetTopic',
+                request_serializer=engram_dot_v1_dot_memory__service__pb2.GetTopicRequest.SerializeToString,
+                response_deserializer=engram_dot_v1_dot_memory__service__pb2.GetTopicResponse.FromString,
+                _registered_method=True)
 
 
 class MemoryServiceServicer:
@@ -415,6 +425,26 @@ class MemoryServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListTopics(self, request, context):
+        """ListTopics returns a collection's topic index: its memories clustered by embedding into a
+        two-level tree. Top-level topics come largest first, each with its sub-topics; a parent_id
+        lists that topic's sub-topics instead. Each topic has a stable id, a size and a name (given
+        by the LLM when one is configured, else the members' most salient words). The index is kept
+        current incrementally: every write made before the call is reflected in the answer.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetTopic(self, request, context):
+        """GetTopic returns one topic and a page of its memories, the most central first (a parent
+        topic's memories are those of its sub-topics). Call it to drill into a topic named in
+        ListTopics or in a context pack. An unknown id is NOT_FOUND (ERROR_REASON_TOPIC_NOT_FOUND).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MemoryServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -542,6 +572,16 @@ def add_MemoryServiceServicer_to_server(servicer, server):
                     servicer.BackupStore,
                     request_deserializer=engram_dot_v1_dot_memory__service__pb2.BackupStoreRequest.FromString,
                     response_serializer=engram_dot_v1_dot_memory__service__pb2.BackupStoreResponse.SerializeToString,
+            ),
+            'ListTopics': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTopics,
+                    request_deserializer=engram_dot_v1_dot_memory__service__pb2.ListTopicsRequest.FromString,
+                    response_serializer=engram_dot_v1_dot_memory__service__pb2.ListTopicsResponse.SerializeToString,
+            ),
+            'GetTopic': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetTopic,
+                    request_deserializer=engram_dot_v1_dot_memory__service__pb2.GetTopicRequest.FromString,
+                    response_serializer=engram_dot_v1_dot_memory__service__pb2.GetTopicResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1225,6 +1265,60 @@ class MemoryService:
             '/engram.v1.MemoryService/BackupStore',
             engram_dot_v1_dot_memory__service__pb2.BackupStoreRequest.SerializeToString,
             engram_dot_v1_dot_memory__service__pb2.BackupStoreResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTopics(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.v1.MemoryService/ListTopics',
+            engram_dot_v1_dot_memory__service__pb2.ListTopicsRequest.SerializeToString,
+            engram_dot_v1_dot_memory__service__pb2.ListTopicsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetTopic(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/engram.v1.MemoryService/GetTopic',
+            engram_dot_v1_dot_memory__service__pb2.GetTopicRequest.SerializeToString,
+            engram_dot_v1_dot_memory__service__pb2.GetTopicResponse.FromString,
             options,
             channel_credentials,
             insecure,

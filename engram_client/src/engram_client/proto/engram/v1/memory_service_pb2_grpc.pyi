@@ -175,6 +175,18 @@ class MemoryServiceStub:
     the call is in the copy. On a Qdrant server: a snapshot of each collection through Qdrant's
     snapshot API, downloaded into the directory. `engram restore` puts a backup back. Admin only.
     """
+    ListTopics: _grpc.UnaryUnaryMultiCallable[_memory_service_pb2.ListTopicsRequest, _memory_service_pb2.ListTopicsResponse]
+    """ListTopics returns a collection's topic index: its memories clustered by embedding into a
+    two-level tree. Top-level topics come largest first, each with its sub-topics; a parent_id
+    lists that topic's sub-topics instead. Each topic has a stable id, a size and a name (given
+    by the LLM when one is configured, else the members' most salient words). The index is kept
+    current incrementally: every write made before the call is reflected in the answer.
+    """
+    GetTopic: _grpc.UnaryUnaryMultiCallable[_memory_service_pb2.GetTopicRequest, _memory_service_pb2.GetTopicResponse]
+    """GetTopic returns one topic and a page of its memories, the most central first (a parent
+    topic's memories are those of its sub-topics). Call it to drill into a topic named in
+    ListTopics or in a context pack. An unknown id is NOT_FOUND (ERROR_REASON_TOPIC_NOT_FOUND).
+    """
 
 @_typing.type_check_only
 class MemoryServiceAsyncStub(MemoryServiceStub):
@@ -322,6 +334,18 @@ class MemoryServiceAsyncStub(MemoryServiceStub):
     machine: writes wait while the collections are copied, and every write acknowledged before
     the call is in the copy. On a Qdrant server: a snapshot of each collection through Qdrant's
     snapshot API, downloaded into the directory. `engram restore` puts a backup back. Admin only.
+    """
+    ListTopics: _aio.UnaryUnaryMultiCallable[_memory_service_pb2.ListTopicsRequest, _memory_service_pb2.ListTopicsResponse]  # type: ignore[assignment]
+    """ListTopics returns a collection's topic index: its memories clustered by embedding into a
+    two-level tree. Top-level topics come largest first, each with its sub-topics; a parent_id
+    lists that topic's sub-topics instead. Each topic has a stable id, a size and a name (given
+    by the LLM when one is configured, else the members' most salient words). The index is kept
+    current incrementally: every write made before the call is reflected in the answer.
+    """
+    GetTopic: _aio.UnaryUnaryMultiCallable[_memory_service_pb2.GetTopicRequest, _memory_service_pb2.GetTopicResponse]  # type: ignore[assignment]
+    """GetTopic returns one topic and a page of its memories, the most central first (a parent
+    topic's memories are those of its sub-topics). Call it to drill into a topic named in
+    ListTopics or in a context pack. An unknown id is NOT_FOUND (ERROR_REASON_TOPIC_NOT_FOUND).
     """
 
 class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -617,6 +641,30 @@ class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
         machine: writes wait while the collections are copied, and every write acknowledged before
         the call is in the copy. On a Qdrant server: a snapshot of each collection through Qdrant's
         snapshot API, downloaded into the directory. `engram restore` puts a backup back. Admin only.
+        """
+
+    @_abc_1.abstractmethod
+    def ListTopics(
+        self,
+        request: _memory_service_pb2.ListTopicsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_memory_service_pb2.ListTopicsResponse, _abc.Awaitable[_memory_service_pb2.ListTopicsResponse]]:
+        """ListTopics returns a collection's topic index: its memories clustered by embedding into a
+        two-level tree. Top-level topics come largest first, each with its sub-topics; a parent_id
+        lists that topic's sub-topics instead. Each topic has a stable id, a size and a name (given
+        by the LLM when one is configured, else the members' most salient words). The index is kept
+        current incrementally: every write made before the call is reflected in the answer.
+        """
+
+    @_abc_1.abstractmethod
+    def GetTopic(
+        self,
+        request: _memory_service_pb2.GetTopicRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_memory_service_pb2.GetTopicResponse, _abc.Awaitable[_memory_service_pb2.GetTopicResponse]]:
+        """GetTopic returns one topic and a page of its memories, the most central first (a parent
+        topic's memories are those of its sub-topics). Call it to drill into a topic named in
+        ListTopics or in a context pack. An unknown id is NOT_FOUND (ERROR_REASON_TOPIC_NOT_FOUND).
         """
 
 def add_MemoryServiceServicer_to_server(servicer: MemoryServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

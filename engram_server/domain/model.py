@@ -18,9 +18,11 @@ NEVER: float = 253402300799.0
 DEFAULT_COLLECTION = "default"
 
 #: The storage format this release writes, recorded in every collection's spec. 1: the first
-#: release; 2: adds the trash (``trashed_at`` on points and specs, with a payload index). A
-#: server migrates an older collection (``engram migrate``, or at start-up) and refuses a newer one.
-STORAGE_FORMAT = 2
+#: release; 2: adds the trash (``trashed_at`` on points and specs, with a payload index); 3: adds
+#: sessions and triggers (``session_id``, ``agent_id``, ``updated_at`` and ``has_trigger`` payload
+#: indexes; ``has_trigger`` written on the memories whose tags name a trigger). A server migrates
+#: an older collection (``engram migrate``, or at start-up) and refuses a newer one.
+STORAGE_FORMAT = 3
 
 #: Tags of this prefix name the action a memory is to be recalled before (``trigger:deploy``).
 TRIGGER_TAG_PREFIX = "trigger:"

@@ -76,3 +76,13 @@ def test_is_live_reads_the_ranking_fields_as_the_filter_does(payload: dict[str, 
     }
     rank = rank_fields("p", {**base, **payload}, "default")
     assert is_live(rank, NOW) is live
+
+
+def test_rewriting_tags_keeps_the_derived_trigger_flag_in_step() -> None:
+    """has_trigger is derived from the tags (GetTriggers' indexed match): any write of the tags
+    (an update, the format-3 migration) writes it too, and clears it when no trigger tag is left."""
+    from engram_server.adapters.storage.payload import encode_fields  # noqa: PLC0415
+
+    assert encode_fields({"tags": ["ops", "trigger:deploy"]})["has_trigger"] == "true"
+    assert encode_fields({"tags": ["ops"]})["has_trigger"] is None
+    assert "has_trigger" not in encode_fields({"importance": 3})

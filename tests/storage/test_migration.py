@@ -57,7 +57,7 @@ def spec_formats(data: Path) -> dict[str, int]:
 def test_the_fixture_is_the_previous_format(tmp_path: Path) -> None:
     data = unpack(tmp_path)
     assert spec_formats(data) == {"default": 1, "notes": 1}
-    assert STORAGE_FORMAT == 2
+    assert STORAGE_FORMAT == 3
 
 
 async def test_an_older_store_is_refused_without_auto_migrate_naming_the_command(tmp_path: Path) -> None:
@@ -72,8 +72,8 @@ async def test_an_older_store_is_refused_without_auto_migrate_naming_the_command
     # the refusal released the data directory: the migration can run now
     planned = await migrate(Settings(data_dir=data), dry_run=True)
     assert [(x.collection, x.from_format, x.to_format) for x in planned] == [
-        ("default", 1, 2),
-        ("notes", 1, 2),
+        ("default", 1, 3),
+        ("notes", 1, 3),
     ]
     assert spec_formats(data) == {"default": 1, "notes": 1}
 
@@ -85,21 +85,21 @@ def test_engram_migrate_migrates_and_says_so(
     monkeypatch.setenv("ENGRAM_DATA_DIR", str(data))
     cli.main(["migrate", "--dry-run"])
     assert capsys.readouterr().out.splitlines() == [
-        "default: would migrate storage format 1 -> 2",
-        "notes: would migrate storage format 1 -> 2",
+        "default: would migrate storage format 1 -> 3",
+        "notes: would migrate storage format 1 -> 3",
     ]
     assert spec_formats(data) == {"default": 1, "notes": 1}
     cli.main(["migrate"])
-    assert "notes: migrated storage format 1 -> 2" in capsys.readouterr().out
-    assert spec_formats(data) == {"default": 2, "notes": 2}
+    assert "notes: migrated storage format 1 -> 3" in capsys.readouterr().out
+    assert spec_formats(data) == {"default": 3, "notes": 3}
     cli.main(["migrate"])
-    assert capsys.readouterr().out.strip() == "engram: migrate: every collection is at storage format 2"
+    assert capsys.readouterr().out.strip() == "engram: migrate: every collection is at storage format 3"
 
 
 async def test_a_server_migrates_an_older_store_at_start_up_and_reads_everything(tmp_path: Path) -> None:
     data = unpack(tmp_path)
     async with running_server(data) as srv, grpc.aio.insecure_channel(srv.address) as channel:
-        assert spec_formats(data) == {"default": 2, "notes": 2}
+        assert spec_formats(data) == {"default": 3, "notes": 3}
         stub = memory_service_pb2_grpc.MemoryServiceStub(channel)
         cols = await stub.ListCollections(s.ListCollectionsRequest())
         assert {(c.name, c.memory_count) for c in cols.collections} == {("default", 3), ("notes", 1)}

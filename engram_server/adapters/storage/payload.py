@@ -509,7 +509,10 @@ def encode_fields(updates: Mapping[str, Any]) -> dict[str, Any]:
     unknown = set(updates) - _SETTABLE
     if unknown:
         raise ValueError(f"cannot set unknown or immutable memory fields: {sorted(unknown)}")
-    return {name: _encode_value(name, value) for name, value in updates.items()}
+    out = {name: _encode_value(name, value) for name, value in updates.items()}
+    if "tags" in updates:  # has_trigger is derived from the tags: kept in step with them
+        out["has_trigger"] = "true" if has_trigger_tag(list(updates["tags"] or ())) else None
+    return out
 
 
 def point_id(raw: str) -> str:

@@ -170,7 +170,7 @@ class GuardInterceptor(WrappingInterceptor):
             )
         if handler.stream_unary is not None:  # (ImportMemories) its servicer refuses a Malformed message
             return grpc.stream_unary_rpc_method_handler(
-                handler.stream_unary,
+                self._client_streaming(method, handler.stream_unary),
                 request_deserializer=deserializer,
                 response_serializer=handler.response_serializer,
             )
@@ -191,9 +191,25 @@ class GuardInterceptor(WrappingInterceptor):
             )
         )
 
-    async def refuse_malformed(
+    def _client_streaming(self, method: str, inner: Callable[..., Any]) -> Callable[..., Any]:
+        """A client-streaming call: its servicer refuses a Malformed message of the stream itself;
+        the guard counts and logs it as it does a unary body."""
+
+        async def behavior(request_iterator: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            async def noted() -> Any:
+                async for request in request_iterator:
+                    if isinstance(request, Malformed):
+                        self.note_malformed(method, request, context)
+                    yield request
+
+            return await inner(noted(), context)
+
+        return behavior
+
+    def note_malformed(
         self, method: str, request: Malformed, context: grpc.aio.ServicerContext[Any, Any]
     ) -> None:
+        """Count a message that does not parse, and log it (rate limited)."""
         self.malformed += 1
         held_back = self.throttle.allow(f"malformed {method}")
         if held_back is not None:
@@ -205,6 +221,11 @@ class GuardInterceptor(WrappingInterceptor):
                 type(request.error).__name__,
                 f"; {held_back} more since the last report" if held_back else "",
             )
+
+    async def refuse_malformed(
+        self, method: str, request: Malformed, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> None:
+        self.note_malformed(method, request, context)
         await context.abort_with_status(
             to_status(
                 InvalidArgument(

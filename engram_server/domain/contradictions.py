@@ -307,7 +307,10 @@ def judge(
         return Verdict(None, None, f"the rest of the sentence differs (overlap {overlap:.2f})")
     if not replaced:  # a value one side lacks entirely adds a detail rather than changing one
         return Verdict(None, None, "one memory adds a detail the other lacks")
-    return Verdict(True, Basis.SPECIFICS, f"the same statement with other values: {_describe(found)}")
+    changed = sum(max(len(c.existing), len(c.new)) for c in found if c.kind != "negation")
+    if changed > 1:  # without a change statement, several new values read as another record
+        return Verdict(None, None, f"several values differ ({_describe(found)}): likely another record")
+    return Verdict(True, Basis.SPECIFICS, f"the same statement with another value: {_describe(found)}")
 
 
 # ------------------------------------------------------------------ the LLM judge

@@ -204,13 +204,7 @@ async def test_context_budget_is_honoured_and_never_cuts_a_memory(stub: Stub, cl
         f"Fact {i}: the service {chr(65 + i)} listens on port {8000 + i} in every environment"
         for i in range(20)
     ]
-    # contradictions off: these templated facts about different services read to the rules as one
-    # statement with changed values (a known limit), and this test is about the budget
-    await stub.AddMemories(
-        s.AddMemoriesRequest(
-            memories=[s.NewMemory(content=c, contradictions=s.CONTRADICTION_MODE_OFF) for c in long_facts]
-        )
-    )
+    await stub.AddMemories(s.AddMemoriesRequest(memories=[s.NewMemory(content=c) for c in long_facts]))
     counter = E5Tokenizer()
     full = await stub.GetContext(s.GetContextRequest(token_budget=32000))
     assert not full.truncated

@@ -137,3 +137,17 @@ def test_clusters_need_a_seed_link_and_every_member_close() -> None:
     )
     assert clusters(sim, [0.0, 1.0, 2.0, 3.0, 4.0], pol) == [[0, 1, 2]]
     assert clusters(sim, [0.0, 1.0, 2.0, 3.0, 4.0], ConsolidationPolicy(cluster_threshold=0.9)) == []
+
+
+def test_several_changed_values_without_a_change_statement_are_another_record() -> None:
+    """Templated records (an entry number and a reading both differ) are never superseded on the
+    specifics alone; one changed value is."""
+    from engram_server.domain.contradictions import judge  # noqa: PLC0415
+    from engram_server.domain.specifics import conflicts  # noqa: PLC0415
+
+    a = "Entry 12: the pump near the tank read 40 bar."
+    b = "Entry 13: the pump near the tank read 45 bar."
+    assert judge(a, b, 0.95, conflicts(a, b)).contradiction is None
+    c = "The pump near the tank reads 40 bar."
+    d = "The pump near the tank reads 45 bar."
+    assert judge(c, d, 0.95, conflicts(c, d)).contradiction is True

@@ -239,6 +239,18 @@ def _words_outside(text: str, found: Sequence[Conflict], cue: Cue | None = None)
     return frozenset(w for w in content_words(text) if w not in values and not w.isdigit())
 
 
+_RE_NUMBER = re.compile(r"\d+(?:[.,:/-]\d+)*")  # a time, date or decimal is one value
+
+
+def _numbers_changed_in_place(existing: str, new: str) -> int:
+    """How many numbers differ position by position when both texts hold as many ("note 1 on topic
+    7" / "note 7 on topic 49": 2, though the sets differ in one); 0 when the counts differ."""
+    a, b = _RE_NUMBER.findall(existing), _RE_NUMBER.findall(new)
+    if len(a) != len(b):
+        return 0
+    return sum(x != y for x, y in zip(a, b, strict=True))
+
+
 def _overlap(a: frozenset[str], b: frozenset[str]) -> float:
     return len(a & b) / len(a | b) if a | b else 1.0
 
@@ -308,6 +320,7 @@ def judge(
     if not replaced:  # a value one side lacks entirely adds a detail rather than changing one
         return Verdict(None, None, "one memory adds a detail the other lacks")
     changed = sum(max(len(c.existing), len(c.new)) for c in found if c.kind != "negation")
+    changed = max(changed, _numbers_changed_in_place(existing, new))
     if changed > 1:  # without a change statement, several new values read as another record
         return Verdict(None, None, f"several values differ ({_describe(found)}): likely another record")
     return Verdict(True, Basis.SPECIFICS, f"the same statement with another value: {_describe(found)}")

@@ -148,6 +148,8 @@ def test_several_changed_values_without_a_change_statement_are_another_record() 
     a = "Entry 12: the pump near the tank read 40 bar."
     b = "Entry 13: the pump near the tank read 45 bar."
     assert judge(a, b, 0.95, conflicts(a, b)).contradiction is None
+    e, f = "note 1 on topic 7", "note 7 on topic 49"  # one value in the sets, two in place
+    assert judge(e, f, 0.95, conflicts(e, f)).contradiction is None
     c = "The pump near the tank reads 40 bar."
     d = "The pump near the tank reads 45 bar."
     assert judge(c, d, 0.95, conflicts(c, d)).contradiction is True

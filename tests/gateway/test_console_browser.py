@@ -57,10 +57,19 @@ def _seed(base: str) -> dict[str, str]:
             ("default", "Always answer in British English", "MEMORY_TYPE_DIRECTIVE", 8),
             ("default", "The user met Bob at the conference in Lisbon", "MEMORY_TYPE_EVENT", 4),
             ("work", "The deploy runs every Friday at noon", "MEMORY_TYPE_EVENT", 5),
+            ("work", "Run the smoke tests before every deploy", "MEMORY_TYPE_DIRECTIVE", 7),
+            ("work", "Announce the deploy in the ops channel first", "MEMORY_TYPE_DIRECTIVE", 6),
         ]:
+            tags = ["trigger:deploy"] if "deploy" in content and kind == "MEMORY_TYPE_DIRECTIVE" else []
             r = http.post(
                 "/v1/memories",
-                json={"collection": collection, "content": content, "type": kind, "importance": importance},
+                json={
+                    "collection": collection,
+                    "content": content,
+                    "type": kind,
+                    "importance": importance,
+                    "tags": tags,
+                },
             )
             assert r.status_code == 200, r.text
             ids[content] = r.json()["memory"]["id"]
@@ -193,6 +202,45 @@ def test_console_scenario(tmp_path: Path, driver: Any) -> None:
         driver.find_element(By.ID, "confirm-force").click()
         driver.find_element(By.ID, "confirm-delete").click()
         status_contains("Deleted 1 memory")
+
+        # Topics: the topic index of "work" and its trigger names; a topic's and a trigger's
+        # memories open, and a memory opens in the detail panel.
+        with httpx.Client(base_url=base, headers={"x-api-key": KEY}) as http:
+            index = http.get("/v1/collections/work/topics").json()
+        names = {t["name"] for t in index["topics"]} | {
+            c["name"] for t in index["topics"] for c in t.get("children", [])
+        }
+        assert names and index["memoryCount"] == 3, index
+        driver.find_element(By.ID, "tab-topics").click()
+        wait.until(ec.visibility_of_element_located((By.ID, "view-topics")))
+        field = driver.find_element(By.ID, "topics-collection")
+        field.clear()
+        field.send_keys("work", Keys.ENTER)
+        status_contains("trigger name(s) in work")
+        rows = driver.find_elements(By.CSS_SELECTOR, "#topics tbody tr")
+        shown_names = {r.find_element(By.TAG_NAME, "button").text for r in rows}
+        assert shown_names == names, (shown_names, names)
+        first_id = rows[0].find_elements(By.TAG_NAME, "td")[2].text
+        assert first_id == index["topics"][0]["id"] and first_id.startswith("t"), first_id
+        triggers = driver.find_elements(By.CSS_SELECTOR, "#triggers button")
+        assert [b.text for b in triggers] == ["deploy 2"], [b.text for b in triggers]
+        driver.save_screenshot(str(shots / "topics.png"))
+        rows[0].find_element(By.TAG_NAME, "button").click()
+        status_contains("in topic")
+        picked = driver.find_elements(By.CSS_SELECTOR, "#picked tbody tr")
+        assert len(picked) == index["topics"][0]["size"], [r.text for r in picked]
+        assert "Memories in topic" in driver.find_element(By.ID, "picked-title").text
+        triggers[0].click()
+        status_contains("2 memories for trigger “deploy”")
+        picked = driver.find_elements(By.CSS_SELECTOR, "#picked tbody tr")
+        assert [r.find_element(By.TAG_NAME, "td").text for r in picked] == [
+            "Run the smoke tests before every deploy",
+            "Announce the deploy in the ops channel first",
+        ]
+        picked[0].find_element(By.TAG_NAME, "button").click()
+        wait.until(lambda d: "smoke tests" in d.find_element(By.ID, "detail-facts").text)
+        assert "trigger:deploy" in driver.find_element(By.ID, "detail-facts").text
+        driver.find_element(By.ID, "close-detail").click()
 
         # The trash: both deleted memories, and a deleted collection; restore with confirmation.
         with httpx.Client(base_url=base, headers={"x-api-key": KEY}) as http:

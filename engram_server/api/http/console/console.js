@@ -89,7 +89,7 @@ function scoreCell(value) {
 
 // --- tabs ----------------------------------------------------------------------------------------
 
-const TABS = ['memories', 'search', 'gate', 'reflection', 'trash'];
+const TABS = ['memories', 'search', 'gate', 'reflection', 'trash', 'topics'];
 
 function selectTab(name, focus = false) {
   for (const t of TABS) {
@@ -417,6 +417,86 @@ async function restoreConfirmed() {
   }
 }
 
+// --- topics and trigger names ------------------------------------------------------------------
+
+function showPicked(title, memories) {
+  $('picked-title').textContent = title;
+  const body = $('picked').tBodies[0];
+  body.replaceChildren();
+  for (const m of memories) body.append(memoryRow(m, showMemory));
+  if (!memories.length) body.append(el('tr', {}, el('td', { colspan: '6' }, 'No memories.')));
+  $('picked').hidden = false;
+}
+
+async function openTopic(name, topic, parentName) {
+  try {
+    const data = await api('GET', `/v1/collections/${encodeURIComponent(name)}/topics/${encodeURIComponent(topic.id)}?pageSize=100`);
+    const t = data.topic || topic;
+    const memories = data.memories || [];
+    const within = parentName ? ` (a sub-topic of “${parentName}”)` : '';
+    const more = data.nextPageToken ? `, the ${memories.length} most central shown` : '';
+    showPicked(`Memories in topic “${t.name}”${within}: ${t.size || 0} in all${more}, the most central first`, memories);
+    say(`${memories.length} memor${memories.length === 1 ? 'y' : 'ies'} in topic “${t.name}”.`);
+  } catch (err) {
+    failed(err);
+  }
+}
+
+async function openTrigger(name, trigger) {
+  try {
+    const data = await api('POST', '/v1/triggers:get', { action: trigger, collections: [name], limit: 100 });
+    const memories = data.memories || [];
+    const more = data.truncated ? ' (the first 100)' : '';
+    showPicked(`Memories to recall before “${data.action || trigger}”${more}, most important first`, memories);
+    say(`${memories.length} memor${memories.length === 1 ? 'y' : 'ies'} for trigger “${trigger}”.`);
+  } catch (err) {
+    failed(err);
+  }
+}
+
+function topicRow(name, t, parentName) {
+  const children = t.children || [];
+  return el('tr', { class: parentName ? 'subtopic' : '' },
+    el('td', {}, el('button', { type: 'button', class: 'link', onclick: () => openTopic(name, t, parentName) }, t.name || t.id)),
+    el('td', { class: 'num' }, t.size || 0),
+    el('td', {}, el('code', {}, t.id)),
+    el('td', {}, parentName || '—'),
+    el('td', { class: 'num' }, parentName ? '—' : children.length));
+}
+
+async function showTopics(e) {
+  if (e) e.preventDefault();
+  const name = $('topics-collection').value.trim() || 'default';
+  const body = $('topics').tBodies[0];
+  body.replaceChildren();
+  const triggers = $('triggers');
+  triggers.replaceChildren();
+  $('picked').hidden = true;
+  try {
+    const data = await api('GET', `/v1/collections/${encodeURIComponent(name)}/topics?pageSize=200`);
+    for (const t of data.topics || []) {
+      body.append(topicRow(name, t, ''));
+      for (const c of t.children || []) body.append(topicRow(name, c, t.name || t.id));
+    }
+    if (!body.rows.length) body.append(el('tr', {}, el('td', { colspan: '5' }, 'No topics yet.')));
+    const pack = await api('POST', '/v1/context', { collections: [name], tokenBudget: 2000 });
+    const section = (pack.sections || []).find((s) => s.kind === 'CONTEXT_SECTION_KIND_TRIGGERS') || {};
+    for (const item of section.items || []) {
+      if (!item.trigger) continue;
+      const count = item.count || 0;
+      triggers.append(el('li', {}, el('button', { type: 'button', onclick: () => openTrigger(name, item.trigger),
+        'aria-label': `${item.trigger}: ${count} memor${count === 1 ? 'y' : 'ies'}` },
+      item.trigger, ' ', el('span', { class: 'badge', 'aria-hidden': 'true' }, count))));
+    }
+    if (section.omitted) triggers.append(el('li', {}, `and ${section.omitted} more (over the context pack's budget)`));
+    if (!triggers.children.length) triggers.append(el('li', {}, 'No trigger names in use.'));
+    const topics = data.topicCount || 0;
+    say(`${topics} topic(s) and ${(section.items || []).length} trigger name(s) in ${name}.`);
+  } catch (err) {
+    failed(err);
+  }
+}
+
 // --- start ---------------------------------------------------------------------------------------
 
 document.addEventListener('DOMContentLoaded', () => {
@@ -442,6 +522,8 @@ document.addEventListener('DOMContentLoaded', () => {
   $('trash-form').addEventListener('submit', showTrash);
   $('tab-trash').addEventListener('click', () => { if (currentCollection) $('trash-collection').value = currentCollection; });
   $('confirm-restore').addEventListener('close', restoreConfirmed);
+  $('topics-form').addEventListener('submit', showTopics);
+  $('tab-topics').addEventListener('click', () => { if (currentCollection) $('topics-collection').value = currentCollection; });
   document.addEventListener('keydown', (e) => { if (e.key === 'Escape' && !$('detail').hidden && !$('confirm').open) closeDetail(); });
   loadCollections();
 });

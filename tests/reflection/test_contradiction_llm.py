@@ -6,9 +6,11 @@ below are ones the rules leave undecided (checked first with the real embedder a
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -22,7 +24,7 @@ from engram_server.domain.specifics import conflicts
 from engram_server.testing import running_server
 from tests.reflection.test_reflection import Llm, chat_reply, settings_for
 from tests.support.rpc import add, count
-from tests.support.wire import Reply, WireServer
+from tests.support.wire import Recorded, Reply, WireServer
 
 Stub = memory_service_pb2_grpc.MemoryServiceStub
 
@@ -134,6 +136,11 @@ async def test_the_llm_saying_no_leaves_the_pair_alone(st: Stub, llm: Llm) -> No
     assert await count(st) == 2
 
 
+async def stall(_: Recorded) -> Reply:
+    await asyncio.sleep(5)  # past llm_timeout_seconds (2 s)
+    return chat_reply(verdicts((1, True, "too late")))
+
+
 @pytest.mark.parametrize(
     ("replies", "calls"),
     [
@@ -142,11 +149,12 @@ async def test_the_llm_saying_no_leaves_the_pair_alone(st: Stub, llm: Llm) -> No
         ([chat_reply("this is not JSON")], 1),
         ([chat_reply(json.dumps({"verdicts": "yes"}))], 1),  # JSON, but not the schema's shape
         ([chat_reply(verdicts((7, True, "no such stored memory")))], 1),  # index out of range
+        ([stall, stall], 2),  # times out on the call and on the retry
     ],
-    ids=["http-500-twice", "invalid-json", "malformed-verdicts", "index-out-of-range"],
+    ids=["http-500-twice", "invalid-json", "malformed-verdicts", "index-out-of-range", "timeout"],
 )
 async def test_an_llm_failure_leaves_the_rules_answer_and_the_add_succeeds(
-    st: Stub, llm: Llm, replies: list[Reply], calls: int
+    st: Stub, llm: Llm, replies: list[Any], calls: int
 ) -> None:
     old = await undecided_pair(st)
     llm.replies.extend(replies)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -193,3 +194,18 @@ async def test_without_the_setting_the_llm_is_not_asked(tmp_path: Path, clock: M
             assert not got.memory.superseded_by
     finally:
         await wire.stop()
+
+
+async def test_the_setting_without_an_llm_warns_and_judges_by_the_rules(
+    tmp_path: Path, clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="engram_server.app"):
+        async with (
+            running_server(tmp_path / "data", clock=clock, contradiction_llm=True) as server,
+            grpc.aio.insecure_channel(server.address) as ch,
+        ):
+            stub = Stub(ch)
+            await undecided_pair(stub)
+            new = await add(stub, NEW)
+            assert new.outcome == s.ADD_OUTCOME_CREATED and list(new.conflicts) == []
+    assert any("ENGRAM_CONTRADICTION_LLM is on but no LLM" in r.getMessage() for r in caplog.records)

@@ -386,6 +386,11 @@ class EngramServer:
         service.slot_capacity_tokens = settings.slot_capacity_tokens
         if settings.contradiction_llm:
             service.contradiction_llm = llm
+            if llm is None:
+                log.warning(
+                    "ENGRAM_CONTRADICTION_LLM is on but no LLM is configured (ENGRAM_LLM_BASE_URL / "
+                    "ENGRAM_LLM_API_KEY): contradictions are judged by the rules only"
+                )
         consolidator = Consolidator(service, llm, build_consolidation_policy(settings))
         topics = TopicService(
             service, reflector.llm if settings.topic_llm_names else None, build_topic_params(settings)

@@ -1,5 +1,7 @@
 """Contradictions: when a new memory states a different value for the same subject as a stored one,
-the stored one is superseded (pure rules; the optional LLM judge is :class:`LlmJudge`).
+the stored one is superseded (pure rules; the optional LLM judge's prompt, schema and parser are at
+the end: :data:`JUDGE_SYSTEM_PROMPT`, :data:`JUDGE_SCHEMA`, :func:`judge_prompt`,
+:func:`parse_judgement`; the call is made in :mod:`engram_server.domain.service.superseding`).
 
 The write gate lists the stored memories near a new one (calibrated similarity ≥ 0.70) and, for
 each, the specifics on which they disagree (:func:`engram_server.domain.specifics.conflicts`).
@@ -36,12 +38,16 @@ from typing import Any
 from engram_server.domain.specifics import Conflict, content_words, extract
 
 __all__ = [
+    "JUDGE_SCHEMA",
+    "JUDGE_SYSTEM_PROMPT",
     "Basis",
     "ContradictionMode",
     "ContradictionPolicy",
     "Verdict",
     "change_cue",
     "judge",
+    "judge_prompt",
+    "parse_judgement",
 ]
 
 

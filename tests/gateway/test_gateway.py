@@ -187,6 +187,17 @@ async def test_every_rpc_over_http(http: httpx.AsyncClient) -> None:
     assert 0 < pack["tokensUsed"] <= 500 and "British English" in pack["markdown"], pack
     assert "Prefer short answers." in pack["markdown"] and "deploy" in pack["markdown"]
 
+    r = await http.get(used("GET", "/v1/collections/{collection}/topics").format(collection="work"))
+    assert r.status_code == 200, r.text
+    index = r.json()
+    assert index["memoryCount"] == 2 and index["topics"], index
+    first = index["topics"][0]  # largest first
+    r = await http.get(
+        used("GET", "/v1/collections/{collection}/topics/{id}").format(collection="work", id=first["id"])
+    )
+    assert r.status_code == 200, r.text
+    assert r.json()["topic"]["id"] == first["id"] and len(r.json()["memories"]) == first["size"]
+
     r = await http.post(used("POST", "/v1/memories:search"), json={"query": "what does the user drink?"})
     assert r.status_code == 200, r.text
     hits = r.json()["results"]

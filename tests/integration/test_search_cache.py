@@ -20,6 +20,7 @@ from engram_client.proto.engram.v1 import memory_service_pb2 as s
 from engram_client.proto.engram.v1 import memory_service_pb2_grpc
 from engram_server.app import EngramServer
 from engram_server.domain.clock import ManualClock
+from engram_server.domain.ranking import reinforced_recency
 from engram_server.testing import running_server
 from tests.support.rpc import add, ts
 
@@ -85,7 +86,9 @@ async def test_repeated_search_reuses_candidates_and_ranks_at_search_time(
     assert spy.calls == 1
     event = next(r for r in later if r.memory.type == m.MEMORY_TYPE_EVENT)
     before = next(r for r in first if r.memory.id == event.memory.id)
-    assert event.score.recency == pytest.approx(0.99**10, rel=1e-6)  # (a float on the wire)
+    # (a float on the wire; the 3 recalls so far slow the decay: reinforcement)
+    assert event.score.recency == pytest.approx(reinforced_recency(0.99, 10.0, 3), rel=1e-6)
+    assert 0.99**10 < event.score.recency < 1.0
     assert event.score.final < before.score.final
     # a limit within the same candidate counts (max(3 x limit, 100) semantic, max(3 x limit, 50)
     # lexical) shares the list ...

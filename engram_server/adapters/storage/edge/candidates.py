@@ -283,27 +283,6 @@ class EdgeCandidates(EdgeEngine):
                     with_vector=False,
                 )
 
-            def lexical_cosines_request(n: int, where: qe.Filter | None) -> qe.QueryRequest:
-                """The points ``sparse_request(n, where)`` finds, scored by their exact cosine."""
-                assert sparse is not None
-                return qe.QueryRequest(
-                    limit=n,
-                    prefetches=[
-                        qe.Prefetch(
-                            query=qe.Query.Nearest(
-                                qe.SparseVector(list(sparse.indices), list(sparse.values)),
-                                using=LEXICAL_VECTOR,
-                            ),
-                            filter=where,
-                            limit=n,
-                        )
-                    ],
-                    query=qe.Query.Nearest(query),
-                    with_payload=False,
-                    with_vector=False,
-                    params=_EXACT_PARAMS,
-                )
-
             def by_ids_request(
                 ids: list[Any], also: qe.Filter | None = None, above: float | None = None
             ) -> qe.QueryRequest:
@@ -324,10 +303,6 @@ class EdgeCandidates(EdgeEngine):
 
             if lexical:
                 requests.append(sparse_request(lexical_limit_asked, where))
-                # The exact cosine of each of those BM25 hits, in the same batch (the engine
-                # rescores the sparse query's points with the dense vector): the lexical-only
-                # candidates need it, and a second engine call after the batch costs more.
-                requests.append(lexical_cosines_request(lexical_limit_asked, where))
             if kept_list is not None and changed_ids:
                 # Those that still match the user filter and may enter the list (score above its
                 # floor: the engine drops the rest, however many points were written).
@@ -337,9 +312,6 @@ class EdgeCandidates(EdgeEngine):
             results = iter(col.shard.query_batch(qe.QueryBatchRequest(requests)) if requests else [])
             dense_found = next(results) if kept_list is None else None
             lexical_found = next(results) if lexical else None
-            # (rank key → exact cosine of each BM25 hit)
-            cosines: Sequence[Any] = next(results) if lexical else []
-            lexical_cosine = {h.id.int: h.score for h in cosines}
             changed_found = next(results) if changed_ids else None
             ranks = col.ranks
 
@@ -434,14 +406,8 @@ class EdgeCandidates(EdgeEngine):
                     # writes between the queries (one thread). Kept with the nearest list: a
                     # point's cosine to this vector changes only when its vector does.
                     others = entry.others() if entry is not None else {}
-                    extra = known(
-                        [
-                            (k, others[k] if k in others else lexical_cosine[k], None, None)
-                            for k in only_lexical
-                            if k in others or k in lexical_cosine
-                        ]
-                    )
-                    ask = [lexical_id[k] for k in only_lexical if k not in others and k not in lexical_cosine]
+                    extra = known([(k, others[k], None, None) for k in only_lexical if k in others])
+                    ask = [lexical_id[k] for k in only_lexical if k not in others]
                     if ask:
                         fresh = hits(col.shard.query(by_ids_request(ask)))
                         if entry is not None:

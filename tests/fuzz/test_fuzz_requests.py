@@ -36,6 +36,10 @@ def test_fuzz_requests_bounded(tmp_path: Path) -> None:
             str(TARGET),
             f"-runs={RUNS}",
             "-max_total_time=120",
+            # The instrumented imports (the whole servicer and its libraries) take ~4 GB of RSS
+            # before the first input; a single input may still allocate at most 512 MB.
+            "-rss_limit_mb=8192",
+            "-malloc_limit_mb=512",
             f"-artifact_prefix={tmp_path}/",
             str(corpus),
         ],

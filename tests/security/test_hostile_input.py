@@ -213,7 +213,12 @@ def test_no_input_is_internal_or_unknown(method: str, live: tuple[MemoryServiceS
         request = fill(request_class(), values)
         add_figure("hostile inputs tried", 1)
         try:
-            rpc(request, metadata=_credentials(who), timeout=60)
+            if desc.client_streaming:  # (ImportMemories) the request as a stream of one message
+                rpc(iter([request]), metadata=_credentials(who), timeout=60)
+            elif desc.server_streaming:  # (ExportMemories) read the whole stream
+                list(rpc(request, metadata=_credentials(who), timeout=60))
+            else:
+                rpc(request, metadata=_credentials(who), timeout=60)
             code = grpc.StatusCode.OK
         except grpc.RpcError as exc:
             code = exc.code()  # type: ignore[attr-defined]

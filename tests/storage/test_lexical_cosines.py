@@ -1,0 +1,70 @@
+"""The lexical-only candidates of a search carry their exact cosine: the embedded store gets it in
+the same engine batch as the dense and BM25 queries (the sparse query's points rescored with the
+dense vector), where it used to ask the engine again after the batch."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import numpy as np
+
+from engram_server.adapters.lexical import LEXICAL_ENCODER_ID, Bm25Encoder
+from engram_server.adapters.storage.edge import EdgeStore
+from engram_server.domain.model import CollectionSpec, MemoryRecord, MemoryType, StoredPoint, StoreFilter
+
+DIM = 16
+NOW = 1_800_000_000.0
+WORDS = ["alpha", "berlin", "coffee", "report", "garden", "piano", "python", "quarterly", "river", "tennis"]
+
+
+def _unit(v: np.ndarray) -> np.ndarray:
+    return (v / np.linalg.norm(v)).astype(np.float32)
+
+
+async def test_lexical_only_candidates_have_their_exact_cosine(tmp_path: Path) -> None:
+    rng = np.random.default_rng(3)
+    enc = Bm25Encoder()
+    store = EdgeStore(tmp_path, nearest_lists=0)
+    await store.open()
+    try:
+        await store.create_collection(
+            CollectionSpec(
+                name="default",
+                embedding_model="test/random",
+                dimension=DIM,
+                created_at=1.0,
+                lexical=LEXICAL_ENCODER_ID,
+            )
+        )
+        vectors: dict[str, np.ndarray] = {}
+        points = []
+        for i in range(400):
+            rec = MemoryRecord(
+                id=str(uuid.uuid4()),
+                collection="default",
+                content=" ".join(str(w) for w in rng.choice(WORDS, size=4)),
+                type=MemoryType.EVENT if i % 2 else MemoryType.INSIGHT,
+                importance=int(rng.integers(1, 11)),
+                created_at=float(i + 1),
+                # a tenth of them expired: the store drops dead ones itself
+                valid_until=NOW - 1 if i % 10 == 0 else NOW + 1e6,
+            )
+            vectors[rec.id] = _unit(rng.normal(size=DIM))
+            points.append(StoredPoint(rec, vectors[rec.id], enc.encode_document(rec.content)))
+        await store.upsert("default", points)
+        lexical_only = 0
+        for probe in range(12):
+            q = _unit(rng.normal(size=DIM))
+            text = " ".join(str(w) for w in rng.choice(WORDS, size=2))
+            for flt in (StoreFilter(live_at=NOW), StoreFilter(live_at=NOW, types=(MemoryType.EVENT,))):
+                found = await store.candidates(
+                    "default", q, 20, flt, sparse=enc.encode_query(text), lexical_limit=40
+                )
+                lexical_only += int(np.count_nonzero(found.lexical > 0))
+                for mid, cosine in zip(found.ids, found.cosine.tolist(), strict=True):
+                    assert abs(cosine - float(vectors[mid] @ q)) < 1e-5, (probe, mid)
+                assert len(set(found.ids)) == len(found.ids)
+        assert lexical_only > 0
+    finally:
+        await store.close()

@@ -158,8 +158,8 @@ def record_to_payload(record: MemoryRecord) -> dict[str, Any]:
         payload["derived_from"] = list(record.derived_from)
     if record.draft:
         payload["draft"] = "true"  # a keyword, so the index serves the is-empty filter
-    if has_trigger_tag(record.tags):
-        payload["has_trigger"] = "true"  # derived, so "has a trigger tag" is one indexed match
+    if flag := trigger_flag(record.tags):
+        payload["has_trigger"] = flag
     optional: dict[str, Any] = {
         "superseded_by": record.superseded_by,
         "last_accessed_at": None if record.last_accessed_at is None else float(record.last_accessed_at),
@@ -503,6 +503,12 @@ def _encode_value(name: str, value: Any) -> Any:
     return str(value)
 
 
+def trigger_flag(tags: Any) -> str | None:
+    """The derived ``has_trigger`` payload value of these tags, so "has a trigger tag" is one
+    indexed match: ``"true"``, or None (absent) without a ``trigger:<action>`` tag."""
+    return "true" if has_trigger_tag(list(tags)) else None
+
+
 def encode_fields(updates: Mapping[str, Any]) -> dict[str, Any]:
     """``{field: value}`` of MemoryRecord field names -> payload values (for set_fields).
     ``None`` clears an optional field (stored as null, which filters treat as absent)."""
@@ -511,7 +517,7 @@ def encode_fields(updates: Mapping[str, Any]) -> dict[str, Any]:
         raise ValueError(f"cannot set unknown or immutable memory fields: {sorted(unknown)}")
     out = {name: _encode_value(name, value) for name, value in updates.items()}
     if "tags" in updates:  # has_trigger is derived from the tags: kept in step with them
-        out["has_trigger"] = "true" if has_trigger_tag(list(updates["tags"] or ())) else None
+        out["has_trigger"] = trigger_flag(updates["tags"] or ())
     return out
 
 

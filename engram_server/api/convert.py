@@ -370,7 +370,7 @@ def context_out(p: ContextPack) -> s.GetContextResponse:
 
 
 def topic_out(t: TopicEntry) -> s.ContextTopic:
-    return s.ContextTopic(id=t.id, name=t.name, size=t.size)
+    return s.ContextTopic(id=t.id, name=t.name, size=t.size, collection=t.collection)
 
 
 def context_item_out(i: Item) -> s.ContextItem:
@@ -460,7 +460,7 @@ def extract_out(r: ExtractReport) -> s.ExtractMemoriesResponse:
     return out
 
 
-def topic_view_out(t: TopicView, children: Sequence[TopicView] = ()) -> s.Topic:
+def topic_view_out(t: TopicView, children: Sequence[TopicView] = (), *, collection: str = "") -> s.Topic:
     out = s.Topic(
         id=t.id,
         name=t.name,
@@ -468,8 +468,9 @@ def topic_view_out(t: TopicView, children: Sequence[TopicView] = ()) -> s.Topic:
         size=t.size,
         level=t.level,
         parent_id=t.parent_id,
-        children=[topic_view_out(c) for c in children],
+        children=[topic_view_out(c, collection=collection) for c in children],
         terms=list(t.terms),
+        collection=collection,
     )
     out.created_at.CopyFrom(ts_out(t.created_at))
     return out

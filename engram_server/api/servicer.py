@@ -555,7 +555,9 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
         page = await self._topics.list_topics(
             request.collection, request.parent_id, request.page_size, request.page_token
         )
-        topics, cut = fitting((c.topic_view_out(t, kids) for t, kids in page.topics), self._budget)
+        topics, cut = fitting(
+            (c.topic_view_out(t, kids, collection=page.collection) for t, kids in page.topics), self._budget
+        )
         token = page.next_page_token
         if cut:  # the page ends before the first topic that did not fit
             token = self._topics.topic_page_token(request.collection, page.offset + len(topics))
@@ -573,7 +575,7 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
         got = await self._topics.get_topic(
             request.collection, request.id, request.page_size, request.page_token
         )
-        topic = c.topic_view_out(got.topic, got.children)
+        topic = c.topic_view_out(got.topic, got.children, collection=got.collection)
         memories, cut = fitting((c.memory_out(r) for r in got.memories), self._budget - topic.ByteSize())
         token = got.next_page_token
         if cut:  # the page ends before the first memory that did not fit

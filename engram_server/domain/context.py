@@ -6,6 +6,7 @@ candidates is :mod:`engram_server.domain.service.context`.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -77,6 +78,8 @@ class TopicEntry:
     id: str
     name: str
     size: int
+    #: The collection the topic belongs to.
+    collection: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +94,8 @@ class Item:
     count: int = 0
     topic: TopicEntry | None = None
     tokens: int = 0
+    #: For memory items built with an empty ``text``: render it with the update date (recent).
+    dated: bool = False
 
 
 @dataclass(slots=True)
@@ -115,16 +120,26 @@ def bullet(text: str) -> str:
     return "- " + "\n  ".join(lines)
 
 
-def memory_text(r: MemoryRecord, *, dated: bool = False) -> str:
+def memory_label(r: MemoryRecord, *, dated: bool = False) -> str:
     label = f"{r.type.value}, importance {r.importance}"
     if dated:
         label += f", {_day(r.updated_at)}"
-    return bullet(f"{r.content} _({label})_")
+    return f"_({label})_"
+
+
+def memory_text(r: MemoryRecord, *, dated: bool = False) -> str:
+    return bullet(f"{r.content} {memory_label(r, dated=dated)}")
 
 
 def slot_text(name: str, content: str, collection: str | None) -> str:
     where = f" ({collection})" if collection else ""
     return bullet(f"**{name}**{where}: {content}")
+
+
+def topic_text(t: TopicEntry, with_collection: bool) -> str:
+    """A topic entry; with the collection when the pack spans several (GetTopic takes both)."""
+    where = f", collection `{t.collection}`" if with_collection and t.collection else ""
+    return bullet(f"{t.name} ({t.size} memories, id `{t.id}`{where})")
 
 
 def heading(section: Section, *, query: str = "", since: float | None = None) -> str:
@@ -154,6 +169,20 @@ def by_update(r: MemoryRecord) -> tuple[float, str]:
 # ------------------------------------------------------------------ the budget
 
 
+def counted(item: Item, count: Callable[[str], int]) -> Item:
+    """The item with its text (a memory item's is rendered now, when built without) and tokens.
+
+    A memory item's count is that of its parts — the list marker, the content, the label — which
+    is exact (the bullet only changes white space, and counts add up over white space: see
+    :func:`render`) and lets one count of a memory's content serve every section and label."""
+    r = item.memory
+    if item.text or r is None:
+        return replace(item, tokens=max(1, count(item.text)))
+    label = memory_label(r, dated=item.dated)
+    tokens = count("-") + count(r.content) + count(label)
+    return replace(item, text=bullet(f"{r.content} {label}"), tokens=tokens)
+
+
 def pack(
     sections: Sequence[Section],
     budget: int,
@@ -164,7 +193,7 @@ def pack(
 ) -> bool:
     """Choose each section's items within ``budget`` tokens, in place; True when some candidate
     did not fit. ``sections[k].items`` come in as candidates, in the section's order, and are
-    counted (``count`` of their text) only when the packing gets to them;
+    rendered and counted (``count`` of their text) only when the packing gets to them;
     ``heading_tokens[k]`` is what the section's heading costs once it has an item.
 
     First pass: each section in order takes the candidates that fit in its share of the budget
@@ -186,7 +215,7 @@ def pack(
         cands = sections[k].items
         while nxt[k] < len(cands):
             if not cands[nxt[k]].tokens:
-                cands[nxt[k]] = replace(cands[nxt[k]], tokens=max(1, count(cands[nxt[k]].text)))
+                cands[nxt[k]] = counted(cands[nxt[k]], count)
             cost = cands[nxt[k]].tokens + (heading_tokens[k] if not chosen[k] else 0)
             if cost > allowance or spent + cost > budget:
                 break
@@ -210,24 +239,18 @@ def pack(
 
 
 def render(sections: Sequence[Section], headings: Sequence[str]) -> str:
-    """The pack's Markdown: the non-empty sections, each its heading then its items."""
+    """The pack's Markdown: the non-empty sections, each its heading then its items, one per
+    line; sections separated by a blank line.
+
+    Its token count is the sum of the sections' ``tokens`` (their headings' and items' counts):
+    the tokenizer's pieces never span white space, line breaks are white space and white space
+    at the ends is not counted, so counting the parts is exact and the whole text is never
+    counted again."""
     blocks = []
     for s, h in zip(sections, headings, strict=True):
         if s.items:
             blocks.append("\n".join([h, *(i.text for i in s.items)]))
     return "\n\n".join(blocks) + ("\n" if blocks else "")
-
-
-def drop_last(sections: Sequence[Section], heading_tokens: Sequence[int]) -> bool:
-    """Remove the pack's last item (the last of the last non-empty section); False if none."""
-    for k in range(len(sections) - 1, -1, -1):
-        s = sections[k]
-        if s.items:
-            gone = s.items.pop()
-            s.omitted += 1
-            s.tokens -= gone.tokens + (heading_tokens[k] if not s.items else 0)
-            return True
-    return False
 
 
 # ------------------------------------------------------------------ triggers
@@ -271,6 +294,11 @@ SLOT_NAMES: Final[tuple[str, ...]] = (
     "guidance",
 )
 MAX_SLOT_TEXT_CHARS: Final = 8_192
+
+
+def slot_state_key(collection: str) -> str:
+    """The store state document holding a collection's slots."""
+    return "slots." + hashlib.sha256(collection.encode()).hexdigest()[:40]
 
 
 def truncation_marker(removed_tokens: int) -> str:

@@ -50,7 +50,7 @@ import rjieba
 
 from engram_server.domain.text import script_of
 
-__all__ = ["TopicIndex", "TopicParams", "TopicView", "terms"]
+__all__ = ["TopicIndex", "TopicParams", "TopicView", "terms", "topic_state_key"]
 
 _CJK_RUN = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
 _LATIN_WORD = re.compile(r"[A-Za-z\u00c0-\u024f][A-Za-z\u00c0-\u024f0-9]*(?:[-_.][A-Za-z0-9]+)*")
@@ -181,6 +181,10 @@ class TopicIndex:
         self._idf: dict[int, dict[str, float]] = {}
         #: Writes applied since the last full build (the service rebuilds when they pile up).
         self.changes_since_build = 0
+        #: The top-level views (what a context pack shows), until the next change.
+        self._roots: list[TopicView] | None = None
+        #: The earliest ``valid_until`` of the members; None: to be computed.
+        self._next_expiry: float | None = None
 
     # ------------------------------------------------------------------ reading
 
@@ -219,6 +223,7 @@ class TopicIndex:
         t = self._topics.get(topic_id)
         if t is not None:
             t.named_size = named_size
+            self._roots = None
 
     def topic_of(self, memory_id: str) -> str | None:
         m = self._members.get(memory_id)
@@ -246,9 +251,12 @@ class TopicIndex:
         )
 
     def roots(self) -> list[TopicView]:
-        """Top-level topics (parents, and leaves without a parent), largest first, then by id."""
-        out = [self.view(t.id) for t in self._topics.values() if t.parent is None]
-        return sorted((v for v in out if v is not None), key=lambda v: (-v.size, v.id))
+        """Top-level topics (parents, and leaves without a parent), largest first, then by id.
+        Kept until the index changes (a context pack reads them at every session start)."""
+        if self._roots is None:
+            out = [self.view(t.id) for t in self._topics.values() if t.parent is None]
+            self._roots = sorted((v for v in out if v is not None), key=lambda v: (-v.size, v.id))
+        return list(self._roots)
 
     def members(self, topic_id: str) -> list[str]:
         """The memory ids of a topic (a parent's are its leaves'), nearest to the centroid first."""
@@ -316,6 +324,8 @@ class TopicIndex:
         m = self._members.pop(memory_id, None)
         if m is None:
             return
+        if self._next_expiry is not None and m[3] <= self._next_expiry:
+            self._next_expiry = None
         leaf_id, vec, words, script = m[0], m[1].astype(np.float64), m[2], m[6]
         self._count_script(vec, script, -1)
         leaf = self._topics[leaf_id]
@@ -331,10 +341,15 @@ class TopicIndex:
         else:
             self._touch(leaf_id)
         self._names_dirty = True
+        self._roots = None
         self.changes_since_build += 1
 
     def expired(self, now: float) -> list[str]:
-        """Members whose ``valid_until`` has passed."""
+        """Members whose ``valid_until`` has passed (no scan before the earliest one)."""
+        if self._next_expiry is None:
+            self._next_expiry = min((m[3] for m in self._members.values()), default=math.inf)
+        if now < self._next_expiry:
+            return []
         return [mid for mid, m in self._members.items() if m[3] <= now]
 
     def rebuild(
@@ -358,6 +373,7 @@ class TopicIndex:
         old_parents = {t.id: set(self._children(t.id)) for t in self._topics.values() if t.level == 2}
         self._topics.clear()
         self._members.clear()
+        self._next_expiry = None
         self._leaf_members.clear()
         self._kids.clear()
         self._script_sum.clear()
@@ -365,6 +381,7 @@ class TopicIndex:
         self._leaf_ids = []
         self._leaf_matrix = None
         self._names_dirty = True
+        self._roots = None
         self.changes_since_build = 0
         ordered = sorted(items, key=lambda it: (it[5], it[0]))
         n = len(ordered)
@@ -454,6 +471,7 @@ class TopicIndex:
         self._build_parents(now, old_parents, old_created, old_names)
         self._leaf_matrix = None
         self._names_dirty = True
+        self._roots = None
 
     def rename(self, topic_id: str, name: str) -> None:
         """Set an LLM-given name."""
@@ -461,6 +479,7 @@ class TopicIndex:
         if t is None:
             return
         t.name, t.named_by, t.named_size = name, "llm", t.size
+        self._roots = None
 
     def stale_names(self, min_size: int = 3) -> list[str]:
         """Topics the LLM should (re)name: never LLM-named, or grown / shrunk by half since."""
@@ -607,6 +626,8 @@ class TopicIndex:
             t.size += 1
             t.scripts[script] += 1
             t.words.update(words)
+        if self._next_expiry is not None:
+            self._next_expiry = min(self._next_expiry, valid_until)
         self._members[memory_id] = (
             leaf_id,
             v.astype(np.float16),
@@ -619,6 +640,7 @@ class TopicIndex:
         self._leaf_members[leaf_id].add(memory_id)
         self._touch(leaf_id)
         self._names_dirty = True
+        self._roots = None
 
     def _drop_leaf(self, leaf_id: str) -> None:
         leaf = self._topics.pop(leaf_id)
@@ -727,3 +749,14 @@ def _ctfidf_idf(groups: Iterable[Counter[str]]) -> dict[str, float]:
         freq.update(g)
     avg = sum(freq.values()) / len(groups)
     return {w: math.log(1 + avg / f) for w, f in freq.items() if f > 0}
+
+
+_PLAIN_NAME = re.compile(r"[a-z0-9_-]{1,64}")
+
+
+def topic_state_key(collection: str) -> str:
+    """The store state document of a collection's topic index: ``topics.<collection>`` for a
+    lower-case name (state keys are lower-case), else ``topics.h.<hash of the name>``."""
+    if _PLAIN_NAME.fullmatch(collection):
+        return f"topics.{collection}"
+    return "topics.h." + hashlib.sha256(collection.encode()).hexdigest()[:40]

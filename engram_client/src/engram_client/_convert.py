@@ -432,7 +432,7 @@ _COMPACTION = {
 
 
 def _topic(t: memory_service_pb2.ContextTopic) -> ContextTopic:
-    return ContextTopic(id=t.id, name=t.name, size=t.size)
+    return ContextTopic(id=t.id, name=t.name, size=t.size, collection=t.collection)
 
 
 def context_pack(resp: memory_service_pb2.GetContextResponse) -> ContextPack:
@@ -549,6 +549,7 @@ def topic(t: memory_service_pb2.Topic) -> Topic:
         children=tuple(topic(c) for c in t.children),
         terms=tuple(t.terms),
         created_at=_time(t, "created_at"),
+        collection=t.collection,
     )
 
 

@@ -398,6 +398,8 @@ class Topic:
     #: The most salient words, most salient first.
     terms: tuple[str, ...]
     created_at: datetime | None
+    #: The collection the topic belongs to.
+    collection: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -604,6 +606,8 @@ class ContextTopic:
     id: str
     name: str
     size: int
+    #: The collection the topic belongs to (a pack can span collections).
+    collection: str = ""
 
 
 @dataclass(frozen=True, slots=True)

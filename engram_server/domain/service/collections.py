@@ -4,12 +4,15 @@ trash's purge)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import replace
 
 from opentelemetry import metrics
 
+from engram_server.domain.context import slot_state_key
 from engram_server.domain.errors import (
     CollectionNotFound,
+    EngramError,
     StorageFull,
 )
 from engram_server.domain.model import (
@@ -18,11 +21,14 @@ from engram_server.domain.model import (
 )
 from engram_server.domain.service.commands import CollectionStats
 from engram_server.domain.service.core import ServiceCore
+from engram_server.domain.topics import topic_state_key
 from engram_server.domain.validation import (
     Violations,
     check_collection,
     valid_collection_name,
 )
+
+log = logging.getLogger(__name__)
 
 _meter = metrics.get_meter("engram_server.domain")
 _swept = _meter.create_counter(
@@ -81,6 +87,7 @@ class Collections(ServiceCore):
             if self.policy.trash_retention_seconds <= 0:
                 count = await self._store.drop_collection(name)
                 self._specs.pop(name, None)
+                await self._forget_collection_state(name)
                 return count, None
             now = self._clock.now()
             count = await self._store.count(name, StoreFilter(include_history=True, include_drafts=True))
@@ -116,7 +123,21 @@ class Collections(ServiceCore):
                 )
             count = await self._store.drop_collection(name)
             self._specs.pop(name, None)
+            await self._forget_collection_state(name)
             return count
+
+    async def _forget_collection_state(self, name: str) -> None:
+        """Empty what is kept beside a dropped collection's points — its slots and its topic
+        index's ids and names — so that a new collection of the same name starts without them.
+        (A collection in the trash keeps both: RestoreCollection brings them back with it.)"""
+        if self.topic_source is not None:
+            self.topic_source.forget(name)
+        for key in (slot_state_key(name), topic_state_key(name)):
+            try:
+                if await self._store.get_state(key) is not None:
+                    await self._store.put_state(key, {})
+            except EngramError as exc:  # (logged; the next drop of that name tries again)
+                log.warning("could not clear the state %s of the dropped collection %s: %s", key, name, exc)
 
     # ------------------------------------------------------------ sweep
 
@@ -135,6 +156,7 @@ class Collections(ServiceCore):
                             continue  # restored meanwhile
                         n = await self._store.drop_collection(spec.name)
                         self._specs.pop(spec.name, None)
+                        await self._forget_collection_state(spec.name)
                     out[spec.name] = n
                     _purged.add(n, {"engram.collection": spec.name})
                 continue

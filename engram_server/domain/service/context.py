@@ -10,7 +10,6 @@ token budget (see :func:`engram_server.domain.context.pack`) and renders them as
 from __future__ import annotations
 
 import asyncio
-import hashlib
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -36,13 +35,13 @@ from engram_server.domain.context import (
     by_importance,
     by_update,
     core_order,
-    drop_last,
     heading,
-    memory_text,
     normalise_trigger,
     pack,
     render,
+    slot_state_key,
     slot_text,
+    topic_text,
     trigger_lineage,
     trigger_names,
     truncate_oldest,
@@ -132,10 +131,6 @@ SLOT_SCHEMA: Final[dict[str, Any]] = {
 }
 
 
-def _slot_key(collection: str) -> str:
-    return "slots." + hashlib.sha256(collection.encode()).hexdigest()[:40]
-
-
 class ContextPacks(Searching):
     """GetContext, GetTriggers, ListSlots, UpdateSlot."""
 
@@ -197,7 +192,7 @@ class ContextPacks(Searching):
                         want,
                         "importance",
                     ),
-                    self._scan(c, replace(live, with_trigger=True)),
+                    self._trigger_counts(c, now),
                     self._store.top(c, replace(live, tags_any=(PENDING_TAG,)), want, "importance"),
                     self._store.top(c, replace(live, updated_after=since), want, "updated_at"),
                     self._slots(c),
@@ -246,12 +241,11 @@ class ContextPacks(Searching):
                     )
         for r in sorted((r for p in per_col for r in p[0]), key=core_order):
             if fresh(r):
-                core.append(Item(memory_text(r), f"{r.type.value}, importance {r.importance}", memory=r))
+                core.append(Item("", f"{r.type.value}, importance {r.importance}", memory=r))
 
         counts: Counter[str] = Counter()
         for p in per_col:
-            for r in p[1]:
-                counts.update(set(trigger_names(r.tags)))
+            counts.update(p[1])
         triggers = [
             Item(
                 f"- `{name}` ({n} {'memory' if n == 1 else 'memories'})",
@@ -263,14 +257,12 @@ class ContextPacks(Searching):
         ]
 
         open_items = [
-            Item(memory_text(r), f"tagged {PENDING_TAG}, importance {r.importance}", memory=r)
+            Item("", f"tagged {PENDING_TAG}, importance {r.importance}", memory=r)
             for r in sorted((r for p in per_col for r in p[2]), key=by_importance)
             if fresh(r)
         ]
         relevant_items = [
-            Item(memory_text(r), f"relevance {rel:.2f} to the task", memory=r)
-            for r, rel in relevant
-            if fresh(r)
+            Item("", f"relevance {rel:.2f} to the task", memory=r) for r, rel in relevant if fresh(r)
         ]
         why_recent = {
             SinceSource.REQUEST: "updated since the requested time",
@@ -278,13 +270,11 @@ class ContextPacks(Searching):
             SinceSource.DEFAULT_WINDOW: "updated in the last 7 days",
         }[source]
         recent_items = [
-            Item(memory_text(r, dated=True), why_recent, memory=r)
+            Item("", why_recent, memory=r, dated=True)
             for r in sorted((r for p in per_col for r in p[3]), key=by_update)
             if fresh(r)
         ]
-        topic_items = [
-            Item(f"- {t.name} ({t.size} memories, id `{t.id}`)", "topic index", topic=t) for t in topics
-        ]
+        topic_items = [Item(topic_text(t, multi), "topic index", topic=t) for t in topics]
 
         sections = [
             Section(SectionKind.CORE, TITLES[SectionKind.CORE], core),
@@ -296,15 +286,12 @@ class ContextPacks(Searching):
         ]
         headings = [heading(s, since=since) for s in sections]
         head_tokens = await tok.count(headings)
-        # Items are counted as the packing reaches them (the candidates past the budget never are).
+        # Items are rendered and counted as the packing reaches them (the candidates past the
+        # budget never are).
         truncated = pack(sections, budget, head_tokens, has_query=bool(query), count=tok.count_now)
         markdown = render(sections, headings)
-        used_tokens = (await tok.count([markdown]))[0]
-        # The items were counted one by one; the pack as one text may count a little differently.
-        while used_tokens > budget and drop_last(sections, head_tokens):
-            truncated = True
-            markdown = render(sections, headings)
-            used_tokens = (await tok.count([markdown]))[0]
+        # Exact without counting the Markdown again: see render().
+        used_tokens = sum(s.tokens for s in sections)
         return ContextPack(
             sections=tuple(sections),
             markdown=markdown,
@@ -317,6 +304,23 @@ class ContextPacks(Searching):
             topics=tuple(topics),
             truncated=truncated,
         )
+
+    async def _trigger_counts(self, collection: str, now: float) -> Counter[str]:
+        """How many live memories of ``collection`` carry each trigger name. Kept while the
+        store's generation holds and none of those memories expired (the counts show no record,
+        so access counters do not matter)."""
+        generation = self._store.generation(collection)
+        hit = self._trigger_cache.get(collection)
+        if hit is not None and generation is not None and hit[0] == generation and now < hit[1]:
+            return hit[2]
+        records = await self._scan(collection, StoreFilter(live_at=now, with_trigger=True))
+        counts: Counter[str] = Counter()
+        for r in records:
+            counts.update(set(trigger_names(r.tags)))
+        if generation is not None and self._store.generation(collection) == generation:
+            until = min((r.valid_until for r in records), default=float("inf"))
+            self._trigger_cache[collection] = (generation, until, counts)
+        return counts
 
     async def _scan(self, collection: str, flt: StoreFilter) -> list[MemoryRecord]:
         """Up to :data:`SCAN_LIMIT` records matching ``flt`` (storage order; callers sort)."""
@@ -366,7 +370,7 @@ class ContextPacks(Searching):
     # ------------------------------------------------------------ slots
 
     async def _slots(self, collection: str) -> list[SlotState]:
-        doc = await self._store.get_state(_slot_key(collection)) or {}
+        doc = await self._store.get_state(slot_state_key(collection)) or {}
         stored = doc.get("slots") or {}
         tok = self._tok()
         contents = [str((stored.get(n) or {}).get("content") or "") for n in SLOT_NAMES]
@@ -411,7 +415,7 @@ class ContextPacks(Searching):
         tok = self._tok()
         await self._ensure(name)
         async with self._lock(name):
-            key = _slot_key(name)
+            key = slot_state_key(name)
             doc = await self._store.get_state(key) or {}
             slots: dict[str, Any] = dict(doc.get("slots") or {})
             entry = dict(slots.get(slot) or {})

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Coroutine, Sequence
 from dataclasses import replace
 from typing import Any, Protocol
@@ -45,6 +45,10 @@ class TopicSource(Protocol):
 
     async def context_topics(self, collections: Sequence[str]) -> list[TopicEntry]:
         """The topics of these collections, largest first (ties: by id)."""
+        ...
+
+    def forget(self, collection: str) -> None:
+        """Drop what is held in memory for a collection that was dropped."""
         ...
 
 
@@ -124,6 +128,8 @@ class ServiceCore:
         self.topic_source: TopicSource | None = None
         #: Tokens a slot may hold.
         self.slot_capacity_tokens = 200
+        #: collection -> (generation, valid until, trigger name counts) for the context pack.
+        self._trigger_cache: dict[str, tuple[int, float, Counter[str]]] = {}
         #: The LLM that judges contradictions the rules cannot decide (None: rules only).
         self.contradiction_llm: Llm | None = None
 

@@ -29,7 +29,7 @@ from engram_server.domain.errors import (
 )
 from engram_server.domain.model import MemoryRecord, StoreFilter
 from engram_server.domain.service.core import ServiceCore
-from engram_server.domain.topics import TopicIndex, TopicParams, TopicView
+from engram_server.domain.topics import TopicIndex, TopicParams, TopicView, topic_state_key
 from engram_server.domain.validation import Violations
 from engram_server.ports import Llm
 
@@ -67,6 +67,8 @@ class TopicPage:
     topic_count: int
     memory_count: int
     offset: int = 0
+    #: The collection listed (resolved: the default collection's name when none was given).
+    collection: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +80,8 @@ class TopicMembers:
     memories: list[MemoryRecord]
     next_page_token: str
     offset: int
+    #: The topic's collection (resolved).
+    collection: str = ""
 
 
 @dataclass(slots=True)
@@ -114,7 +118,7 @@ class TopicService:
         v.raise_if_any()
         index = await self.index(name, must_exist=bool(collection) and collection != self._policy_default())
         if index is None:
-            return TopicPage([], "", 0, 0)
+            return TopicPage([], "", 0, 0, collection=name)
         if parent_id:
             parent = index.view(parent_id)
             if parent is None:
@@ -125,7 +129,7 @@ class TopicService:
         page = views[start : start + size]
         out = [(t, [x for x in (index.view(c) for c in t.children) if x is not None]) for t in page]
         nxt = _token(start + size, name) if start + size < len(views) else ""
-        return TopicPage(out, nxt, len(views), len(index), start)
+        return TopicPage(out, nxt, len(views), len(index), start, collection=name)
 
     async def get_topic(
         self, collection: str, topic_id: str, page_size: int, page_token: str
@@ -151,7 +155,7 @@ class TopicService:
         memories = [records[i] for i in page_ids if i in records]
         nxt = _token(start + size, name + "/" + topic_id) if start + size < len(ids) else ""
         children = [x for x in (index.view(c) for c in view.children) if x is not None]
-        return TopicMembers(view, children, memories, nxt, start)
+        return TopicMembers(view, children, memories, nxt, start, collection=name)
 
     def topic_page_token(self, collection: str, offset: int) -> str:
         """The ListTopics page token that continues at ``offset``."""
@@ -171,8 +175,8 @@ class TopicService:
         for name in collections:
             index = await self.index(name, must_exist=False)
             if index is not None:
-                out.extend(TopicEntry(v.id, v.name, v.size) for v in index.roots()[:CONTEXT_TOPICS])
-        out.sort(key=lambda t: (-t.size, t.id))
+                out.extend(TopicEntry(v.id, v.name, v.size, name) for v in index.roots()[:CONTEXT_TOPICS])
+        out.sort(key=lambda t: (-t.size, t.collection, t.id))
         return out[:CONTEXT_TOPICS]
 
     # ------------------------------------------------------------------ maintenance
@@ -342,7 +346,7 @@ def _set_named_size(index: TopicIndex, tid: str, named_size: int) -> None:
 
 
 def _state_key(collection: str) -> str:
-    return f"topics.{collection}"
+    return topic_state_key(collection)
 
 
 def _not_found(collection: str, topic_id: str) -> TopicNotFound:

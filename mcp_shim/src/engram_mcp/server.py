@@ -308,7 +308,7 @@ def _slot_update(u: SlotUpdate) -> dict[str, Any]:
 
 
 def _topic(t: Topic) -> dict[str, Any]:
-    out: dict[str, Any] = {"id": t.id, "name": t.name, "size": t.size}
+    out: dict[str, Any] = {"id": t.id, "name": t.name, "size": t.size, "collection": t.collection}
     if t.children:
         out["subtopics"] = [_topic(c) for c in t.children]
     return out

@@ -4752,7 +4752,10 @@ type ContextTopic struct {
 	// The topic's name.
 	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
 	// How many memories the topic holds.
-	Size          int32 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	Size int32 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	// The collection the topic belongs to (a pack can span collections; GetTopic takes it with
+	// the id).
+	Collection    string `protobuf:"bytes,60,opt,name=collection,proto3" json:"collection,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4806,6 +4809,13 @@ func (x *ContextTopic) GetSize() int32 {
 		return x.Size
 	}
 	return 0
+}
+
+func (x *ContextTopic) GetCollection() string {
+	if x != nil {
+		return x.Collection
+	}
+	return ""
 }
 
 // ContextItem is one entry of a context pack section: a memory, a slot, a trigger name or a
@@ -6358,7 +6368,9 @@ type Topic struct {
 	// The topic's most salient words, most salient first (also when the LLM named it).
 	Terms []string `protobuf:"bytes,8,rep,name=terms,proto3" json:"terms,omitempty"`
 	// When the topic was first formed.
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// The collection the topic belongs to (pass it to GetTopic with the id).
+	Collection    string `protobuf:"bytes,60,opt,name=collection,proto3" json:"collection,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -6454,6 +6466,13 @@ func (x *Topic) GetCreatedAt() *timestamppb.Timestamp {
 		return x.CreatedAt
 	}
 	return nil
+}
+
+func (x *Topic) GetCollection() string {
+	if x != nil {
+		return x.Collection
+	}
+	return ""
 }
 
 // ListTopicsResponse is one page of the topic index.
@@ -7031,11 +7050,14 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\n" +
 	"session_id\x18\x05 \x01(\tR\tsessionId\x12\x19\n" +
 	"\bagent_id\x18\x06 \x01(\tR\aagentIdB\x0f\n" +
-	"\r_token_budget\"F\n" +
+	"\r_token_budget\"f\n" +
 	"\fContextTopic\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
-	"\x04size\x18\x03 \x01(\x05R\x04size\"\xef\x01\n" +
+	"\x04size\x18\x03 \x01(\x05R\x04size\x12\x1e\n" +
+	"\n" +
+	"collection\x18< \x01(\tR\n" +
+	"collection\"\xef\x01\n" +
 	"\vContextItem\x12)\n" +
 	"\x06memory\x18\x01 \x01(\v2\x11.engram.v1.MemoryR\x06memory\x12\x12\n" +
 	"\x04text\x18\x02 \x01(\tR\x04text\x12\x16\n" +
@@ -7164,7 +7186,7 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\tparent_id\x18\x02 \x01(\tR\bparentId\x12\x1b\n" +
 	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x04 \x01(\tR\tpageToken\"\x8c\x02\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\"\xac\x02\n" +
 	"\x05Topic\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x19\n" +
@@ -7175,7 +7197,10 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\bchildren\x18\a \x03(\v2\x10.engram.v1.TopicR\bchildren\x12\x14\n" +
 	"\x05terms\x18\b \x03(\tR\x05terms\x129\n" +
 	"\n" +
-	"created_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"\xaa\x01\n" +
+	"created_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x1e\n" +
+	"\n" +
+	"collection\x18< \x01(\tR\n" +
+	"collection\"\xaa\x01\n" +
 	"\x12ListTopicsResponse\x12(\n" +
 	"\x06topics\x18\x01 \x03(\v2\x10.engram.v1.TopicR\x06topics\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12\x1f\n" +

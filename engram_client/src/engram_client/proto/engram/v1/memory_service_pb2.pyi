@@ -2550,22 +2550,28 @@ class ContextTopic(_message.Message):
     ID_FIELD_NUMBER: _builtins.int
     NAME_FIELD_NUMBER: _builtins.int
     SIZE_FIELD_NUMBER: _builtins.int
+    COLLECTION_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """The topic's stable id."""
     name: _builtins.str
     """The topic's name."""
     size: _builtins.int
     """How many memories the topic holds."""
+    collection: _builtins.str
+    """The collection the topic belongs to (a pack can span collections; GetTopic takes it with
+    the id).
+    """
     def __init__(
         self,
         *,
         id: _builtins.str = ...,
         name: _builtins.str = ...,
         size: _builtins.int = ...,
+        collection: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "name", b"name", "size", b"size"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["collection", b"collection", "id", b"id", "name", b"name", "size", b"size"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -3357,6 +3363,7 @@ class Topic(_message.Message):
     CHILDREN_FIELD_NUMBER: _builtins.int
     TERMS_FIELD_NUMBER: _builtins.int
     CREATED_AT_FIELD_NUMBER: _builtins.int
+    COLLECTION_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """Stable id ("t" and 10 hex digits). It survives restarts, new memories and re-clustering as
     long as most of the topic's memories stay together.
@@ -3373,6 +3380,8 @@ class Topic(_message.Message):
     """2 for a parent topic (a group of sub-topics), 1 for a leaf topic (a group of memories)."""
     parent_id: _builtins.str
     """The parent topic's id; empty for a top-level topic."""
+    collection: _builtins.str
+    """The collection the topic belongs to (pass it to GetTopic with the id)."""
     @_builtins.property
     def children(self) -> _containers.RepeatedCompositeFieldContainer[Global___Topic]:
         """The sub-topics (of a parent topic in ListTopics' top level), largest first. They carry no
@@ -3399,10 +3408,11 @@ class Topic(_message.Message):
         children: _abc.Iterable[Global___Topic] | None = ...,
         terms: _abc.Iterable[_builtins.str] | None = ...,
         created_at: _timestamp_pb2.Timestamp | None = ...,
+        collection: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["children", b"children", "created_at", b"created_at", "id", b"id", "level", b"level", "name", b"name", "named_by", b"named_by", "parent_id", b"parent_id", "size", b"size", "terms", b"terms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["children", b"children", "collection", b"collection", "created_at", b"created_at", "id", b"id", "level", b"level", "name", b"name", "named_by", b"named_by", "parent_id", b"parent_id", "size", b"size", "terms", b"terms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

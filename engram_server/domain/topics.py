@@ -39,6 +39,7 @@ import base64
 import hashlib
 import math
 import re
+import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -50,7 +51,7 @@ import rjieba
 
 from engram_server.domain.text import script_of
 
-__all__ = ["TopicIndex", "TopicParams", "TopicView", "terms", "topic_state_key"]
+__all__ = ["TopicIndex", "TopicParams", "TopicView", "clean_topic_name", "terms", "topic_state_key"]
 
 _CJK_RUN = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
 _LATIN_WORD = re.compile(r"[A-Za-z\u00c0-\u024f][A-Za-z\u00c0-\u024f0-9]*(?:[-_.][A-Za-z0-9]+)*")
@@ -760,3 +761,31 @@ def topic_state_key(collection: str) -> str:
     if _PLAIN_NAME.fullmatch(collection):
         return f"topics.{collection}"
     return "topics.h." + hashlib.sha256(collection.encode()).hexdigest()[:40]
+
+
+#: An LLM-given topic name is cut to this many characters (at a word boundary) and words.
+MAX_NAME_CHARS = 60
+MAX_NAME_WORDS = 8
+_NAME_EDGE = "\"'`*_#>[](){}<>.,;:!?-–—·•「」『』“”‘’。，；：！？、"
+
+
+def clean_topic_name(raw: object) -> str | None:
+    """An LLM's topic name made safe to show (one line of plain text in the Markdown pack): control
+    and format characters and backticks removed, white space collapsed, quotes, Markdown markers
+    and punctuation trimmed from both ends, at most :data:`MAX_NAME_WORDS` words and
+    :data:`MAX_NAME_CHARS` characters (cut at a word boundary where there is one). None when
+    nothing usable is left (the salient-terms name stays)."""
+    if not isinstance(raw, str):
+        return None
+    kept = "".join(
+        " " if ch.isspace() else ch
+        for ch in raw
+        if ch.isspace() or (not unicodedata.category(ch).startswith("C") and ch != "`")
+    )
+    words = kept.split()[:MAX_NAME_WORDS]
+    name = " ".join(words).strip(_NAME_EDGE + " ")
+    if len(name) > MAX_NAME_CHARS:
+        cut = name[:MAX_NAME_CHARS]
+        space = cut.rfind(" ")
+        name = (cut[:space] if space > MAX_NAME_CHARS // 2 else cut).strip(_NAME_EDGE + " ")
+    return name or None

@@ -29,7 +29,13 @@ from engram_server.domain.errors import (
 )
 from engram_server.domain.model import MemoryRecord, StoreFilter
 from engram_server.domain.service.core import ServiceCore
-from engram_server.domain.topics import TopicIndex, TopicParams, TopicView, topic_state_key
+from engram_server.domain.topics import (
+    TopicIndex,
+    TopicParams,
+    TopicView,
+    clean_topic_name,
+    topic_state_key,
+)
 from engram_server.domain.validation import Violations
 from engram_server.ports import Llm
 
@@ -52,6 +58,8 @@ _NAME_SYSTEM = (
 )
 #: Topics named by the LLM per refresh (the rest keep their salient-terms name until the next).
 _NAMES_PER_REFRESH = 8
+#: After a naming call fails (LLM down, bad answer, timeout), no new attempt for this long.
+NAMING_RETRY_SECONDS = 300.0
 MAX_TOPIC_PAGE = 200
 #: Most topics offered to a context pack (its budget usually keeps fewer).
 CONTEXT_TOPICS = 20
@@ -101,6 +109,8 @@ class TopicService:
         self._states: dict[str, _State] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._naming: set[str] = set()
+        #: collection -> time before which naming is not tried again (after a failure).
+        self._naming_retry_at: dict[str, float] = {}
 
     # ------------------------------------------------------------------ use cases
 
@@ -204,7 +214,12 @@ class TopicService:
             )
             if current != state.persisted:
                 await self._persist(collection, state, current)
-        if self._llm is not None and collection not in self._naming and state.index.stale_names():
+        if (
+            self._llm is not None
+            and collection not in self._naming
+            and self._core.now() >= self._naming_retry_at.get(collection, 0.0)
+            and state.index.stale_names()
+        ):
             self._naming.add(collection)
             self._core._spawn(self._name_topics(collection))
         return state.index
@@ -319,12 +334,16 @@ class TopicService:
                         schema=_NAME_SCHEMA,
                         schema_name="topic_name",
                     )
-                except EngramError as exc:
+                except EngramError as exc:  # unavailable, timed out, or not the JSON asked for
                     log.warning("topic naming failed for %s/%s: %s", collection, tid, exc)
-                    return
-                name = answer.data.get("name")
-                if isinstance(name, str) and name.strip():
-                    state.index.rename(tid, " ".join(name.split())[:80])
+                    self._naming_retry_at[collection] = self._core.now() + NAMING_RETRY_SECONDS
+                    break
+                name = clean_topic_name(answer.data.get("name"))
+                if name is None:  # nothing usable (e.g. only punctuation): ask again later
+                    log.warning("the LLM gave no usable name for topic %s/%s", collection, tid)
+                    self._naming_retry_at[collection] = self._core.now() + NAMING_RETRY_SECONDS
+                    break
+                state.index.rename(tid, name)
             await self._persist(collection, state, state.persisted)
         finally:
             self._naming.discard(collection)

@@ -283,3 +283,24 @@ async def test_context_pack_lists_the_top_level_topics(stub: Stub) -> None:
     # A small budget keeps fewer topics, never more than fit.
     small = await stub.GetContext(s.GetContextRequest(token_budget=60))
     assert small.tokens_used <= 60
+
+
+async def test_a_pack_over_collections_names_each_topics_collection(stub: Stub) -> None:
+    await seed(stub, "home")
+    await seed(stub, "work")
+    pack = await stub.GetContext(s.GetContextRequest(collections=["home", "work"], token_budget=4000))
+    (topics,) = [x for x in pack.sections if x.kind == s.CONTEXT_SECTION_KIND_TOPICS]
+    assert {i.topic.collection for i in topics.items} == {"home", "work"}
+    assert [t.collection for t in pack.topics] == [i.topic.collection for i in topics.items]
+    for item in topics.items:  # the Markdown says where each topic lives, and GetTopic finds it there
+        assert f"collection `{item.topic.collection}`" in item.text and item.text in pack.markdown
+        got = await stub.GetTopic(s.GetTopicRequest(collection=item.topic.collection, id=item.topic.id))
+        assert got.topic.collection == item.topic.collection and got.topic.id == item.topic.id
+    listed = await stub.ListTopics(s.ListTopicsRequest(collection="work"))
+    assert all(
+        t.collection == "work" and all(c.collection == "work" for c in t.children) for t in listed.topics
+    )
+    # One collection: the Markdown does not repeat it, the field still carries it.
+    one = await stub.GetContext(s.GetContextRequest(collections=["home"], token_budget=4000))
+    assert one.topics and all(t.collection == "home" for t in one.topics)
+    assert "collection `" not in one.markdown

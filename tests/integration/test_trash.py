@@ -242,3 +242,67 @@ def _ts(seconds: float) -> object:
     from google.protobuf import timestamp_pb2  # noqa: PLC0415
 
     return timestamp_pb2.Timestamp(seconds=int(seconds))
+
+
+async def slots_of(stub: Stub, collection: str) -> dict[str, str]:
+    listed = await stub.ListSlots(s.ListSlotsRequest(collection=collection))
+    return {x.name: x.content for x in listed.slots}
+
+
+async def test_slots_and_topics_go_with_their_collection(
+    stub: Stub, server: EngramServer, clock: ManualClock
+) -> None:
+    """A trashed collection keeps its slots and topic ids (RestoreCollection brings them back); a
+    collection dropped for good (purged, swept) takes them along, so a new collection of the same
+    name starts without them."""
+    for text in ("Deploy with Argo CD.", "Pods run in eu-west-1.", "The cluster has three node pools."):
+        await add(stub, text, collection="tenant-a")
+    await stub.UpdateSlot(s.UpdateSlotRequest(collection="tenant-a", name="persona", content="Terse."))
+    await stub.UpdateSlot(s.UpdateSlotRequest(collection="tenant-b", name="guidance", content="Ask first."))
+    topics = await stub.ListTopics(s.ListTopicsRequest(collection="tenant-a"))
+    assert topics.topics and all(t.collection == "tenant-a" for t in topics.topics)
+    ids = {t.id for t in topics.topics}
+
+    await stub.DeleteCollection(s.DeleteCollectionRequest(name="tenant-a"))
+    for call in (
+        stub.ListSlots(s.ListSlotsRequest(collection="tenant-a")),
+        stub.UpdateSlot(s.UpdateSlotRequest(collection="tenant-a", name="persona", content="x")),
+        stub.ListTopics(s.ListTopicsRequest(collection="tenant-a")),
+    ):
+        await fails(call, grpc.StatusCode.FAILED_PRECONDITION, "ERROR_REASON_COLLECTION_IN_TRASH")
+    await stub.RestoreCollection(s.RestoreCollectionRequest(name="tenant-a"))
+    assert (await slots_of(stub, "tenant-a"))["persona"] == "Terse."
+    again = await stub.ListTopics(s.ListTopicsRequest(collection="tenant-a"))
+    assert {t.id for t in again.topics} == ids
+
+    # purged: the slots and the topic state go; the other collection keeps its own
+    await stub.DeleteCollection(s.DeleteCollectionRequest(name="tenant-a"))
+    await stub.PurgeTrash(s.PurgeTrashRequest(collection="tenant-a", purge_collection=True))
+    await add(stub, "A fresh start for tenant A.", collection="tenant-a")
+    assert set((await slots_of(stub, "tenant-a")).values()) == {""}
+    fresh = await stub.ListTopics(s.ListTopicsRequest(collection="tenant-a"))
+    assert fresh.memory_count == 1 and not {t.id for t in fresh.topics} & ids
+    assert (await slots_of(stub, "tenant-b"))["guidance"] == "Ask first."
+    pack = await stub.GetContext(s.GetContextRequest(collections=["tenant-a"]))
+    assert "Terse." not in pack.markdown
+
+    # swept after the retention: the same
+    await stub.UpdateSlot(s.UpdateSlotRequest(collection="tenant-b", name="persona", content="Kind."))
+    await stub.DeleteCollection(s.DeleteCollectionRequest(name="tenant-b"))
+    clock.advance(WEEK + 1)
+    await server.service.sweep()
+    await add(stub, "Tenant B again.", collection="tenant-b")
+    assert set((await slots_of(stub, "tenant-b")).values()) == {""}
+
+
+async def test_slots_go_with_a_collection_deleted_without_trash(tmp_path: Path) -> None:
+    async with (
+        running_server(tmp_path / "data", trash_retention_seconds=0.0) as srv,
+        grpc.aio.insecure_channel(srv.address) as channel,
+    ):
+        stub = memory_service_pb2_grpc.MemoryServiceStub(channel)
+        await add(stub, "Scratch note.", collection="scratch")
+        await stub.UpdateSlot(s.UpdateSlotRequest(collection="scratch", name="persona", content="Brief."))
+        await stub.DeleteCollection(s.DeleteCollectionRequest(name="scratch"))
+        await add(stub, "Scratch again.", collection="scratch")
+        assert set((await slots_of(stub, "scratch")).values()) == {""}

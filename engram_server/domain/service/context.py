@@ -176,14 +176,12 @@ class ContextPacks(Searching):
             since, source, last_id = last.started_at, SinceSource.LAST_SESSION, last.session_id
         else:
             since, source, last_id = now - DEFAULT_RECENT_WINDOW_SECONDS, SinceSource.DEFAULT_WINDOW, ""
-        await self.sessions.seen(req.agent_id, req.session_id, now)
-
         query = req.query.strip() if not is_blank(req.query) else ""
         live = StoreFilter(live_at=now)
         # No section can show more items than this (an item takes at least ~8 tokens): the most
         # important (core, open items) or the newest (recent) this many are read.
         want = min(SCAN_LIMIT, max(20, budget // MIN_ITEM_TOKENS))
-        per_col = await asyncio.gather(
+        reads = asyncio.gather(
             *(
                 asyncio.gather(
                     self._store.top(
@@ -200,8 +198,10 @@ class ContextPacks(Searching):
                 for c in cols
             )
         )
-        relevant: list[tuple[MemoryRecord, float]] = []
-        if query and cols:
+
+        async def relevant_hits() -> list[tuple[MemoryRecord, float]]:
+            if not (query and cols):
+                return []
             hits = await self.search(
                 SearchQuery(
                     query=query,
@@ -212,11 +212,19 @@ class ContextPacks(Searching):
                     readable=req.readable,
                 )
             )
-            relevant = [(h.memory, h.score.relevance) for h in hits]
-        topics: list[TopicEntry] = []
-        if self.topic_source is not None and cols:
+            return [(h.memory, h.score.relevance) for h in hits]
+
+        async def topic_entries() -> list[TopicEntry]:
+            if self.topic_source is None or not cols:
+                return []
             # Filled by the topic index (see TopicSource): largest first.
-            topics = await self.topic_source.context_topics(cols)
+            return await self.topic_source.context_topics(cols)
+
+        # The reads, the task's search, the topic index and the session ledger's note of this
+        # session (it only matters to later packs) run together.
+        per_col, relevant, topics, _ = await asyncio.gather(
+            reads, relevant_hits(), topic_entries(), self.sessions.seen(req.agent_id, req.session_id, now)
+        )
 
         multi = len(cols) > 1
         used: set[tuple[str, str]] = set()

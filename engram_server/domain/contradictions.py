@@ -49,6 +49,7 @@ import rjieba
 from engram_server.domain.specifics import (
     EN_FUNCTION_WORDS,
     MONTH_WORDS,
+    VALUE_WORDS,
     ZH_COUNTERS,
     Conflict,
     content_words,
@@ -326,6 +327,11 @@ def _numbers_changed_in_place(existing: str, new: str) -> int:
     return sum(x != y for x, y in zip(a, b, strict=True))
 
 
+def _not_values(words: frozenset[str]) -> frozenset[str]:
+    """``words`` without those that are a specific's value ("friday", "twelve", "twenty-five")."""
+    return frozenset(w for w in words if not all(p in VALUE_WORDS for p in w.split("-")))
+
+
 def _overlap(a: frozenset[str], b: frozenset[str]) -> float:
     return len(a & b) / len(a | b) if a | b else 1.0
 
@@ -392,8 +398,9 @@ def judge(
         return Verdict(False, None, "only identifiers differ: different things")
     if overlap < pol.word_overlap:
         return Verdict(None, None, f"the rest of the sentence differs (overlap {overlap:.2f})")
-    if a - b and b - a:  # "the web team's standup is at 9:00" / "the platform team's … at 10:00"
-        swapped = f"{', '.join(sorted(a - b))} → {', '.join(sorted(b - a))}"
+    only_a, only_b = _not_values(a - b), _not_values(b - a)
+    if only_a and only_b:  # "the web team's standup is at 9:00" / "the platform team's … at 10:00"
+        swapped = f"{', '.join(sorted(only_a))} → {', '.join(sorted(only_b))}"
         return Verdict(None, None, f"a word differs as well ({swapped}): likely another subject")
     if not replaced:  # a value one side lacks entirely adds a detail rather than changing one
         return Verdict(None, None, "one memory adds a detail the other lacks")

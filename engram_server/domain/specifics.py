@@ -49,6 +49,7 @@ from engram_server.domain.text import script_of
 __all__ = [
     "EN_FUNCTION_WORDS",
     "MONTH_WORDS",
+    "VALUE_WORDS",
     "ZH_COUNTERS",
     "Conflict",
     "Specifics",
@@ -415,6 +416,8 @@ _EN_FUNCTION_TEXT = """
 _EN_FUNCTION = frozenset(_EN_FUNCTION_TEXT.split())
 EN_FUNCTION_WORDS = _EN_FUNCTION
 MONTH_WORDS = frozenset(_MONTHS) | frozenset(_WEEKDAYS)
+#: Words that are themselves a specific's value: month and weekday names, English number words.
+VALUE_WORDS = MONTH_WORDS | frozenset(_EN_UNITS) | frozenset(_EN_TENS) | frozenset(_EN_SCALES)
 ZH_COUNTERS = frozenset(_ZH_COUNTERS)
 _ZH_FUNCTION = frozenset("的了是在都会把被由就着过呢吗啊得地和与及对也还很这那之所为而并或些个")
 _RE_CONTENT_LATIN = re.compile(r"[A-Za-z\u00c0-\u024f0-9]+(?:[-_.'’][A-Za-z\u00c0-\u024f0-9]+)*")

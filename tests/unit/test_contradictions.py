@@ -87,6 +87,7 @@ def test_a_change_statement_naming_the_stored_value_supersedes_even_at_the_floor
         ),
         ("The launch is on May 3.", "The launch is on May 10."),
         ("The upload limit is set to 25 MB.", "The upload limit is set to 50 MB."),
+        ("The deploy freeze starts on Friday.", "The deploy freeze starts on Monday."),
         ("API的限流是每分钟100次。", "API的限流是每分钟250次。"),
         ("测试集群有12个节点。", "测试集群有16个节点。"),
     ],

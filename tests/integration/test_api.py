@@ -94,6 +94,31 @@ async def test_idempotent_request_id(stub: Stub) -> None:
     )
 
 
+async def test_a_replay_of_a_deleted_or_superseded_memory_writes_nothing_again(stub: Stub) -> None:
+    """The memory a request_id created is found in the trash and in history too: a replay never
+    writes it again (that would silently undo the delete)."""
+    req = s.AddMemoryRequest(content="The billing job runs at 02:00 every night.", request_id="req-del")
+    first = await stub.AddMemory(req)
+    await stub.DeleteMemory(s.DeleteMemoryRequest(id=first.memory.id))
+    err = await fails(
+        stub.AddMemory(req), grpc.StatusCode.ALREADY_EXISTS, "ERROR_REASON_IDEMPOTENCY_CONFLICT"
+    )
+    assert err.metadata == {"request_id": "req-del", "memory_id": first.memory.id, "in_trash": "true"}
+    assert await count(stub) == 0
+    trash = await stub.ListTrash(s.ListTrashRequest())
+    assert [t.id for t in trash.memories] == [first.memory.id]
+    # Restored, the replay answers it again.
+    await stub.RestoreMemory(s.RestoreMemoryRequest(id=first.memory.id))
+    again = await stub.AddMemory(req)
+    assert again.replayed and again.memory.id == first.memory.id
+    # Superseded since: the replay answers the history version, and writes nothing.
+    await stub.AddMemory(s.AddMemoryRequest(content="The billing job runs at 04:00 every night."))
+    replay = await stub.AddMemory(req)
+    assert replay.replayed and replay.memory.id == first.memory.id
+    assert replay.memory.superseded_by
+    assert await count(stub) == 1 and await count(stub, include_history=True) == 2
+
+
 async def test_idempotent_request_id_under_concurrency(stub: Stub) -> None:
     req = s.AddMemoryRequest(content="Concurrent writes must land once.", request_id="same-key")
     results = await asyncio.gather(*(stub.AddMemory(req) for _ in range(12)))

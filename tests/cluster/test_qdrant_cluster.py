@@ -57,7 +57,7 @@ def store_on(node: QdrantNode, prefix: str, write_consistency: int = WRITE_CONSI
         shard_number=SHARDS,
         replication_factor=REPLICATION,
         write_consistency_factor=write_consistency,
-        timeout=5,
+        timeout=60,
     )
 
 

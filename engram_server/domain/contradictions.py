@@ -276,13 +276,29 @@ def _labels_subject(text: str, value: str, cue: Cue | None = None) -> bool:
     return False
 
 
+_ARTICLES = frozenset(("the", "a", "an", "our", "my", "their", "his", "her"))
+
+
 def _leads(text: str, name: str) -> bool:
-    """Whether the name is the first content word of ``text`` (the sentence's subject)."""
+    """Whether the name is in the capitalised run that starts ``text`` (the sentence's subject:
+    "Priya leads …", "Mia Baker moved …")."""
     if _RE_CJK_START.match(name):
         return text.lstrip().startswith(name)
-    words = [w.casefold() for w in _RE_TOKEN.findall(text)[:3]]
-    words = [w for w in words if w not in ("the", "a", "an", "our", "my", "their", "his", "her")]
-    return bool(words) and re.sub(r"'s$", "", words[0]) == name
+    run: list[str] = []
+    end = len(text) - len(text.lstrip())
+    for m in _RE_TOKEN.finditer(text):
+        if m.start() != end and text[end : m.start()].strip():
+            break  # the run is the words at the very start, separated by spaces only
+        end = m.end()
+        word = m[0]
+        if not run and word.casefold() in _ARTICLES:
+            continue
+        if run and not word[:1].isupper():
+            break
+        run.append(word)
+        if len(run) == 4:
+            break
+    return name in {re.sub(r"'s$", "", w.casefold()) for w in run}
 
 
 def _different_subjects(

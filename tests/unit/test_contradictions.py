@@ -105,6 +105,7 @@ def test_changed_specifics_of_the_same_statement_supersede(a: str, b: str) -> No
         ("发票4471已付款。", "发票4472已付款。"),
         ("12号会议室订给了设计评审。", "14号会议室订给了设计评审。"),
         ("Priya leads the payments team.", "Daniel leads the payments team."),
+        ("Mia Baker moved to Prague in 2016.", "Mia Berg moved to Warsaw in 2021."),  # two people
         ("Server db-eu-3 has 64 GB of RAM.", "Server db-eu-4 has 64 GB of RAM."),
         # A whole number right after any noun is a counter-like label (rule 3).
         ("writer 1 noted fact number 10 about billing.", "writer 2 noted fact number 10 about billing."),

@@ -4,8 +4,9 @@
     QDRANT_BIN=/path/to/qdrant .venv/bin/python bench/server_vs_edge.py --memories 10000 --samples 200
 
 How the stores are filled: the corpus of ``bench/stages.py`` (``--base-texts`` real texts embedded
-once with the local model; each of the N memories a normalised mixture of three of their vectors
-plus noise, with its own text, BM25 sparse vector and realistic payload), written with the
+once with the local model, their vectors kept in ``results/bench/cache`` for later runs; each of
+the N memories a normalised mixture of three of their vectors plus noise, with its own text, BM25
+sparse vector and realistic payload), written with the
 precomputed vectors straight through ``EdgeStore.upsert`` and ``QdrantStore.upsert`` (batches of
 1,000; no model call per memory), both stores built by ``app.build_store`` from the default
 settings, as the measured servers build theirs. The Qdrant node is started from ``QDRANT_BIN`` or
@@ -34,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import hashlib
 import json
 import multiprocessing
 import os
@@ -65,6 +67,8 @@ from engram_server.ports import Store
 from engram_server.testing import running_server
 from tests.support.qdrant import QdrantNode, qdrant_binary, running_node
 
+#: Where the base texts' vectors are kept between runs (git-ignored).
+BASES_CACHE = Path(__file__).resolve().parents[1] / "results" / "bench" / "cache"
 #: The corpus, set in the parent before the fill workers are forked (they read it copy-on-write).
 POINTS: list[StoredPoint] = []
 
@@ -94,11 +98,21 @@ async def build_points(memories: int, base_texts: int) -> CollectionSpec:
     rng = random.Random(7)
     bases = make_bases(rng, base_texts)
     embedder = LocalE5Embedder()
-    parts = [
-        await embedder.embed_documents([b.text for b in bases[i : i + 64]]) for i in range(0, len(bases), 64)
-    ]
-    base_vecs = np.concatenate(parts).astype(np.float32)
     model_id, dim = embedder.model_id, embedder.dimension
+    # The base texts' vectors are kept between runs (minutes of model time on a busy machine),
+    # under a name that changes with the model and the texts.
+    key = hashlib.sha256("\n".join([model_id, *(b.text for b in bases)]).encode()).hexdigest()[:16]
+    cached = BASES_CACHE / f"bases-{key}.npy"
+    if cached.exists():
+        base_vecs = np.load(cached)
+    else:
+        parts = [
+            await embedder.embed_documents([b.text for b in bases[i : i + 64]])
+            for i in range(0, len(bases), 64)
+        ]
+        base_vecs = np.concatenate(parts).astype(np.float32)
+        BASES_CACHE.mkdir(parents=True, exist_ok=True)
+        np.save(cached, base_vecs)
     await embedder.close()
     now = time.time()
     vectors, idx = mix_vectors(base_vecs, memories, 7)

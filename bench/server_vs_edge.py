@@ -292,6 +292,29 @@ def fill(
 # ----------------------------------------------------------------------------- the measurement
 
 
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return float("nan")
+
+
+def allocated_mb(root: Path) -> float:
+    """Disk blocks allocated under ``root`` (not the apparent size: both engines pre-allocate)."""
+    return round(sum(p.stat().st_blocks * 512 for p in root.rglob("*") if p.is_file()) / 2**20, 1)
+
+
+def footprint(node: QdrantNode, data_dir: Path) -> dict[str, float]:
+    """The node's resident memory and both stores' disk (the embedded store's RAM is in the
+    server's process, with the model: not separable here)."""
+    assert node.proc is not None
+    return {
+        "node_rss_mb": rss_mb(node.proc.pid),
+        "node_storage_mb": allocated_mb(node.workdir / "storage"),
+        "edge_data_mb": allocated_mb(data_dir),
+    }
+
+
 async def measure(node: QdrantNode, data_dir: Path, unused: Path, samples: int) -> dict[str, Any]:
     figures: dict[str, Any] = {}
     t = time.perf_counter()
@@ -302,6 +325,7 @@ async def measure(node: QdrantNode, data_dir: Path, unused: Path, samples: int) 
         grpc.aio.insecure_channel(server.address) as cs,
     ):
         figures["servers_start_s"] = time.perf_counter() - t
+        figures["footprint_before"] = footprint(node, data_dir)
         log(f"servers up in {figures['servers_start_s']:.0f} s; {samples} rounds")
         stubs = {
             "edge": memory_service_pb2_grpc.MemoryServiceStub(ce),
@@ -321,6 +345,7 @@ async def measure(node: QdrantNode, data_dir: Path, unused: Path, samples: int) 
                     t = time.perf_counter()
                     await stub.SearchMemories(s.SearchMemoriesRequest(query=q, limit=10))
                     times[f"{name}_{kind}"].append((time.perf_counter() - t) * 1000)
+        figures["footprint_after"] = footprint(node, data_dir)
     for key, values in times.items():
         figures[f"{key}_p50_ms"] = round(statistics.median(values), 2)
         figures[f"{key}_p90_ms"] = round(pct(values, 0.9), 2)

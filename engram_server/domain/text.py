@@ -121,38 +121,10 @@ def lexically_blind(query_scripts: frozenset[str], tag: str) -> bool:
 _TRAILING_CLOSERS = "\"'”’)]）】」』》 \t\r\n"
 _STATEMENT_END = frozenset(".。!！")
 _QUESTION_MARKS = frozenset("?？")
-#: English words that open a question ("what is Frank's editor", "does Maria drink coffee").
-_EN_QUESTION_OPENERS = frozenset(
-    (
-        "what",
-        "when",
-        "where",
-        "who",
-        "whom",
-        "whose",
-        "which",
-        "why",
-        "how",
-        "is",
-        "are",
-        "was",
-        "were",
-        "do",
-        "does",
-        "did",
-        "can",
-        "could",
-        "should",
-        "would",
-        "will",
-        "shall",
-        "may",
-        "might",
-        "has",
-        "have",
-        "had",
-    )
-)
+_SENTENCE_BREAK = re.compile(r"[.。!！;；]\s*")
+#: English words that open a question ("what is Frank's editor"); auxiliaries ("do", "can") are left
+#: out: they open unpunctuated directives too ("Do not deploy on Fridays").
+_EN_QUESTION_OPENERS = frozenset(("what", "when", "where", "who", "whom", "whose", "which", "why", "how"))
 #: Chinese question words and sentence-final question particles.
 _ZH_QUESTION = re.compile(
     r"什么|哪|谁|怎么|怎样|为什么|为何|多少|几[个点次天年月号岁]|是否|是不是|有没有|[吗呢嘛]$"
@@ -184,7 +156,8 @@ def reads_as_statement(text: str) -> bool:
     words = cjk + latin
     if stripped and stripped[-1] in _STATEMENT_END:
         return words >= 3
-    first = _LATIN_WORD.match(stripped.lstrip())
+    last_sentence = _SENTENCE_BREAK.split(stripped)[-1].lstrip()
+    first = _LATIN_WORD.match(last_sentence)
     if first is not None and first.group(0).lower() in _EN_QUESTION_OPENERS:
         return False
     if _ZH_QUESTION.search(stripped):

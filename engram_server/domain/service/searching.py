@@ -40,7 +40,13 @@ from engram_server.domain.ranking import (
 )
 from engram_server.domain.service.commands import SearchHit, SearchQuery, _Pool, _Ranked
 from engram_server.domain.service.core import ServiceCore, _query_span, _tracer
-from engram_server.domain.text import cross_script, lexically_blind, script_of, word_scripts
+from engram_server.domain.text import (
+    cross_script,
+    lexically_blind,
+    reads_as_statement,
+    script_of,
+    word_scripts,
+)
 from engram_server.domain.validation import (
     Violations,
     check_collection,
@@ -62,20 +68,23 @@ class _Query:
     """A search's query: its text, script, and vectors — computed once, and only if a collection's
     candidates are not cached."""
 
-    __slots__ = ("_dense", "_sparse", "_svc", "cached", "script", "text", "word_scripts")
+    __slots__ = ("_dense", "_sparse", "_svc", "as_document", "cached", "script", "text", "word_scripts")
 
     def __init__(self, svc: ServiceCore, text: str) -> None:
         self._svc = svc
         self.text = text
         self.script = script_of(text)
         self.word_scripts = word_scripts(text)
+        # A statement is compared as the write gate compares two memories: embedded as a document,
+        # read on the document scale (its relevance is the gate's similarity for the pair).
+        self.as_document = reads_as_statement(text)
         self.cached = 0  # collections whose candidates came from the cache
         self._dense: Vector | None = None
         self._sparse: tuple[SparseVector | None] | None = None
 
     async def dense(self) -> Vector:
         if self._dense is None:
-            self._dense = (await self._svc._embed([self.text], query=True))[0]
+            self._dense = (await self._svc._embed([self.text], query=not self.as_document))[0]
         return self._dense
 
     def sparse(self) -> SparseVector | None:
@@ -284,14 +293,16 @@ class Searching(ServiceCore):
         lexical side is normalised by the collection's best BM25 score) and their decay factors."""
         n = len(found)
         raw = found.cosine
-        off = self._cross_script_offset
+        # The cross-lingual offset lifts translations on the query scale; a statement is read as the
+        # gate reads a pair (no offset), so its relevance stays the gate's similarity.
+        off = None if query.as_document else self._cross_script_offset
         tags = set(found.scripts)  # script tags (see engram_server.domain.text.script_tag)
         if off and query.script and n:
             shift = {sc: off.get((query.script, cross_script(query.script, sc)), 0.0) for sc in tags}
             raw = raw + np.fromiter(map(shift.__getitem__, found.scripts), dtype=np.float64, count=n)
         blind = {sc: lexically_blind(query.word_scripts, sc) for sc in tags}
         parts = evidence(
-            self._cal.relevance_array(raw),
+            (self._cal.similarity_array if query.as_document else self._cal.relevance_array)(raw),
             found.lexical,
             found.created_at,
             self.policy.hybrid,

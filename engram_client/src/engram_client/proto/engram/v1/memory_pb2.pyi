@@ -483,9 +483,11 @@ class ScoreBreakdown(_message.Message):
     final: _builtins.float
     """The fused score results are sorted by."""
     relevance: _builtins.float
-    """Calibrated similarity between query and memory, in [0, 1], on the write gate's scale: for the
-    same two texts it is (within the calibration's error) the similarity AddMemory reports —
-    above 0.92 a near copy, 0.82–0.92 a restatement, 0.70–0.82 the same topic. Lexical and
+    """Calibrated similarity between query and memory, in [0, 1], on the write gate's scale — above
+    0.92 a near copy, 0.82–0.92 a restatement, 0.70–0.82 the same topic. A query written as a
+    statement (ending with . 。 ! ！, or five words or more and no question word) is compared as the
+    gate compares two memories, so this is the similarity AddMemory reports for the same two texts;
+    a question or keywords are read on the query scale, fitted onto the gate's. Lexical and
     episode evidence never change it (they are the fields below).
     """
     recency: _builtins.float

@@ -11,7 +11,6 @@ from datetime import timedelta
 from pathlib import Path
 
 from engram_client import AsyncEngramClient
-
 from eval import locomo
 
 
@@ -71,7 +70,10 @@ async def dump(data: Path, select: str, depth: int) -> dict[str, object]:
                         ]
                     qs.append(row)
                 out[conv.sample_id] = {
-                    "turns": [[t.dia_id, t.session, t.speaker, t.content, t.created_at.isoformat()] for t in conv.turns],
+                    "turns": [
+                        [t.dia_id, t.session, t.speaker, t.content, t.created_at.isoformat()]
+                        for t in conv.turns
+                    ],
                     "questions": qs,
                 }
                 print(conv.sample_id, len(qs), flush=True)

@@ -10,6 +10,7 @@ from engram_server.domain.ranking import (
     DECAY_PER_HOUR,
     FusionMode,
     HybridParams,
+    RescoreParams,
     Weights,
     _best_neighbour_sorted,
     best_neighbour,
@@ -19,9 +20,13 @@ from engram_server.domain.ranking import (
     fuse_array,
     hybrid_relevance,
     impute_blind_lexical,
+    lead_label,
     mmr_order,
+    names_label,
+    question_share,
     recency,
     recency_array,
+    rescore,
 )
 
 NOW = 1_800_000_000.0
@@ -290,8 +295,6 @@ def test_blind_imputation_uses_numpy_s_linear_quantile() -> None:
 
 
 def test_lead_label_and_question_share() -> None:
-    from engram_server.domain.ranking import lead_label, names_label, question_share
-
     assert lead_label("Caroline: I went to the support group.") == "Caroline"
     assert lead_label("客服: 您的订单已发货。") == "客服"
     assert lead_label("The meeting is at 3: bring slides.") is None  # more than 4 words before ':'
@@ -307,8 +310,6 @@ def test_lead_label_and_question_share() -> None:
 
 
 def test_rescore_adds_for_a_named_label_and_subtracts_for_questions() -> None:
-    from engram_server.domain.ranking import RescoreParams, rescore
-
     contents = ["Ann: I moved to Oslo.", "Bo: Did you move?", "Ann: Why? I liked it.", "Plain fact."]
     got = rescore("Where did Ann move?", contents, RescoreParams(question_penalty=0.04, subject_weight=0.05))
     assert got.tolist() == pytest.approx([0.05, -0.04, 0.05 - 0.02, 0.0])

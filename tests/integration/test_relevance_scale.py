@@ -113,7 +113,7 @@ async def test_lexical_and_episode_evidence_do_not_inflate_relevance(stub: Stub,
     for score in by_id.values():
         assert score.lexical >= 0 and score.episode >= 0
         expected = (
-            1.0 * (score.relevance + score.lexical + score.episode)
+            1.0 * (score.relevance + score.lexical + score.episode + score.rescore)
             + 0.05 * score.recency
             + 0.02 * score.importance
         )

@@ -755,7 +755,7 @@ func (x *SpecificConflict) GetNewValues() []string {
 }
 
 // ScoreBreakdown explains a search result's rank (the default, additive fusion):
-// final = w_relevance·(relevance + lexical + episode) + w_recency·recency
+// final = w_relevance·(relevance + lexical + episode + rescore) + w_recency·recency
 //   - w_importance·importance.
 //
 // Results are sorted by final; equal finals put the newer memory first, then order by id.
@@ -781,7 +781,13 @@ type ScoreBreakdown struct {
 	Lexical float32 `protobuf:"fixed32,6,opt,name=lexical,proto3" json:"lexical,omitempty"`
 	// What episode context adds to relevance in the fusion, ≥ 0: an event written close in time to
 	// a better-matching event (one conversation, one task) inherits part of its lead.
-	Episode       float32 `protobuf:"fixed32,7,opt,name=episode,proto3" json:"episode,omitempty"`
+	Episode float32 `protobuf:"fixed32,7,opt,name=episode,proto3" json:"episode,omitempty"`
+	// What reading the memory's text adds in the fusion (may be negative; 0 past the best
+	// ENGRAM_RESCORE_DEPTH candidates): + ENGRAM_SUBJECT_WEIGHT when the memory is led by a label
+	// the query names (a speaker, "Name: …"), − ENGRAM_QUESTION_PENALTY × the share of its
+	// sentences that are questions (a memory that only asks answers nothing). Relevance never
+	// includes it.
+	Rescore       float32 `protobuf:"fixed32,80,opt,name=rescore,proto3" json:"rescore,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -861,6 +867,13 @@ func (x *ScoreBreakdown) GetLexical() float32 {
 func (x *ScoreBreakdown) GetEpisode() float32 {
 	if x != nil {
 		return x.Episode
+	}
+	return 0
+}
+
+func (x *ScoreBreakdown) GetRescore() float32 {
+	if x != nil {
+		return x.Rescore
 	}
 	return 0
 }
@@ -1078,7 +1091,7 @@ const file_engram_v1_memory_proto_rawDesc = "" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12'\n" +
 	"\x0fexisting_values\x18\x02 \x03(\tR\x0eexistingValues\x12\x1d\n" +
 	"\n" +
-	"new_values\x18\x03 \x03(\tR\tnewValues\"\xd9\x01\n" +
+	"new_values\x18\x03 \x03(\tR\tnewValues\"\xf3\x01\n" +
 	"\x0eScoreBreakdown\x12\x14\n" +
 	"\x05final\x18\x01 \x01(\x02R\x05final\x12\x1c\n" +
 	"\trelevance\x18\x02 \x01(\x02R\trelevance\x12\x18\n" +
@@ -1088,7 +1101,8 @@ const file_engram_v1_memory_proto_rawDesc = "" +
 	"importance\x12%\n" +
 	"\x0eraw_similarity\x18\x05 \x01(\x02R\rrawSimilarity\x12\x18\n" +
 	"\alexical\x18\x06 \x01(\x02R\alexical\x12\x18\n" +
-	"\aepisode\x18\a \x01(\x02R\aepisode\"h\n" +
+	"\aepisode\x18\a \x01(\x02R\aepisode\x12\x18\n" +
+	"\arescore\x18P \x01(\x02R\arescore\"h\n" +
 	"\x0eRankingWeights\x12\x1c\n" +
 	"\trelevance\x18\x01 \x01(\x02R\trelevance\x12\x18\n" +
 	"\arecency\x18\x02 \x01(\x02R\arecency\x12\x1e\n" +

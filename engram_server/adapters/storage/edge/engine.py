@@ -237,6 +237,12 @@ class EdgeEngine:
         self._background_hnsw = background_hnsw
         self._cols: dict[str, _Collection] = {}
         self._io: concurrent.futures.ThreadPoolExecutor | None = None
+        #: Held by whoever runs shard work: the io thread's jobs, or a read run on the event loop
+        #: while the io thread is idle (``_read``). The io thread's jobs queued or running
+        #: (``_queued``, under ``_queued_lock``): a read runs on the loop only when there are none.
+        self._busy = threading.Lock()
+        self._queued = 0
+        self._queued_lock = threading.Lock()
         self._opt: concurrent.futures.ThreadPoolExecutor | None = None
         self._lock_file: IO[bytes] | None = None
 
@@ -246,11 +252,49 @@ class EdgeEngine:
         if self._io is None:
             raise StorageUnavailable("the edge store is not open")
         try:
-            return await asyncio.wrap_future(self._io.submit(fn))
+            return await asyncio.wrap_future(self._submit(fn))
         except EngramError:
             raise
         except Exception as exc:
             raise StorageUnavailable(f"embedded storage failed: {exc}") from exc
+
+    async def _read(self, fn: Callable[[], T]) -> T:
+        """A short read of a search (candidates, the winners' records, a gate's neighbours): run
+        here, on the event loop, when the io thread has nothing queued or running — no thread
+        hop there and back (the engine holds the GIL while it works, so the loop could not run
+        meanwhile anyway) — otherwise queued behind that work like any other (``_run``)."""
+        if self._io is None:
+            raise StorageUnavailable("the edge store is not open")
+        if self._queued or not self._busy.acquire(blocking=False):
+            return await self._run(fn)
+        try:
+            return fn()
+        except EngramError:
+            raise
+        except Exception as exc:
+            raise StorageUnavailable(f"embedded storage failed: {exc}") from exc
+        finally:
+            self._busy.release()
+
+    def _submit(self, fn: Callable[..., T], *args: Any) -> concurrent.futures.Future[T]:
+        """Queue ``fn(*args)`` on the io thread (counted in ``_queued`` until it has run)."""
+        assert self._io is not None
+        with self._queued_lock:
+            self._queued += 1
+        try:
+            return self._io.submit(self._job, fn, *args)
+        except BaseException:
+            with self._queued_lock:
+                self._queued -= 1
+            raise
+
+    def _job(self, fn: Callable[..., T], *args: Any) -> T:
+        try:
+            with self._busy:
+                return fn(*args)
+        finally:
+            with self._queued_lock:
+                self._queued -= 1
 
     def _col(self, name: str) -> _Collection:
         col = self._cols.get(name)

@@ -238,8 +238,9 @@ class EdgeEngine:
         self._cols: dict[str, _Collection] = {}
         self._io: concurrent.futures.ThreadPoolExecutor | None = None
         #: Held by whoever runs shard work: the io thread's jobs, or a read run on the event loop
-        #: while the io thread is idle (``_read``). The io thread's jobs queued or running
-        #: (``_queued``, under ``_queued_lock``): a read runs on the loop only when there are none.
+        #: while the io thread is idle (``_read``). The io thread's jobs other than reads queued or
+        #: running (``_queued``, under ``_queued_lock``): a read runs on the loop only when there
+        #: are none (reads may overtake reads, never a write queued before them).
         self._busy = threading.Lock()
         self._queued = 0
         self._queued_lock = threading.Lock()
@@ -248,11 +249,11 @@ class EdgeEngine:
 
     # ------------------------------------------------------------------ plumbing
 
-    async def _run(self, fn: Callable[[], T]) -> T:
+    async def _run(self, fn: Callable[[], T], *, read: bool = False) -> T:
         if self._io is None:
             raise StorageUnavailable("the edge store is not open")
         try:
-            return await asyncio.wrap_future(self._submit(fn))
+            return await asyncio.wrap_future(self._submit(fn, read=read))
         except EngramError:
             raise
         except Exception as exc:
@@ -260,13 +261,13 @@ class EdgeEngine:
 
     async def _read(self, fn: Callable[[], T]) -> T:
         """A short read of a search (candidates, the winners' records, a gate's neighbours): run
-        here, on the event loop, when the io thread has nothing queued or running — no thread
-        hop there and back (the engine holds the GIL while it works, so the loop could not run
-        meanwhile anyway) — otherwise queued behind that work like any other (``_run``)."""
+        here, on the event loop, when the io thread is idle and no write (any other job) is
+        queued — no thread hop there and back (the engine holds the GIL while it works, so the
+        loop could not run meanwhile anyway) — otherwise queued behind that work (``_run``)."""
         if self._io is None:
             raise StorageUnavailable("the edge store is not open")
         if self._queued or not self._busy.acquire(blocking=False):
-            return await self._run(fn)
+            return await self._run(fn, read=True)
         try:
             return fn()
         except EngramError:
@@ -276,9 +277,12 @@ class EdgeEngine:
         finally:
             self._busy.release()
 
-    def _submit(self, fn: Callable[..., T], *args: Any) -> concurrent.futures.Future[T]:
-        """Queue ``fn(*args)`` on the io thread (counted in ``_queued`` until it has run)."""
+    def _submit(self, fn: Callable[..., T], *args: Any, read: bool = False) -> concurrent.futures.Future[T]:
+        """Queue ``fn(*args)`` on the io thread (counted in ``_queued`` until it has run, unless
+        it is a ``read``)."""
         assert self._io is not None
+        if read:
+            return self._io.submit(self._read_job, fn, *args)
         with self._queued_lock:
             self._queued += 1
         try:
@@ -295,6 +299,10 @@ class EdgeEngine:
         finally:
             with self._queued_lock:
                 self._queued -= 1
+
+    def _read_job(self, fn: Callable[..., T], *args: Any) -> T:
+        with self._busy:
+            return fn(*args)
 
     def _col(self, name: str) -> _Collection:
         col = self._cols.get(name)

@@ -6,7 +6,8 @@ otherwise. This runs one fixed corpus (several collections, the four memory type
 tags, importances, creation times spread over days) and one fixed set of searches (filters, time
 windows, several collections, per-session caps, lexical and cross-collection queries, MMR) three
 ways on one live server: one at a time with reads on the loop, all at once with every read forced
-through the io thread's queue, and all at once as the store chooses (a mix, as under load). Ids,
+through the io thread's queue (concurrent reads run there in batches, ``_run_reads``), and all at
+once as the store chooses (a mix, as under load). Ids,
 order and every ScoreBreakdown field must be equal. Real server, real gRPC channel, the real local
 model, a manual clock."""
 
@@ -159,7 +160,7 @@ async def test_reads_on_the_loop_and_through_the_io_thread_rank_alike(
     assert inline_reads > 0
     assert all(one_by_one[:3]) and any(len(a) > 3 for a in one_by_one)
 
-    store._read = store._run  # type: ignore[method-assign]  # every read queued on the io thread
+    store._read = store._read_queued  # type: ignore[method-assign]  # every read queued on the io thread
     queued = [_answer(r) for r in await asyncio.gather(*(stub.SearchMemories(q) for q in searches * 3))]
     # As the store chooses, while the io thread is kept busy now and then (a read arriving then is
     # queued behind that work; the others run on the loop).

@@ -130,6 +130,17 @@ class _Collection:
 # ---------------------------------------------------------------------- helpers
 
 
+def _settle_reads(done: list[tuple[asyncio.Future[Any], Any, BaseException | None]]) -> None:
+    """On the loop: the answers of a batch of queued reads (``EdgeEngine._run_reads``)."""
+    for fut, value, exc in done:
+        if fut.cancelled():
+            continue
+        if exc is not None:
+            fut.set_exception(exc)
+        else:
+            fut.set_result(value)
+
+
 #: Quantizations of the dense vectors of new embedded collections (``ENGRAM_EDGE_QUANTIZATION``).
 EDGE_QUANTIZATIONS = ("int8", "none")
 
@@ -244,6 +255,10 @@ class EdgeEngine:
         self._busy = threading.Lock()
         self._queued = 0
         self._queued_lock = threading.Lock()
+        #: Reads waiting for the io thread (``_read_queued``): one io job runs all that are waiting
+        #: when it starts, and hands their answers back to the loop in one call.
+        self._reads: list[tuple[Callable[[], Any], asyncio.Future[Any]]] = []
+        self._reads_lock = threading.Lock()
         self._opt: concurrent.futures.ThreadPoolExecutor | None = None
         self._lock_file: IO[bytes] | None = None
 
@@ -267,7 +282,7 @@ class EdgeEngine:
         if self._io is None:
             raise StorageUnavailable("the edge store is not open")
         if self._queued or not self._busy.acquire(blocking=False):
-            return await self._run(fn, read=True)
+            return await self._read_queued(fn)
         try:
             return fn()
         except EngramError:
@@ -276,6 +291,38 @@ class EdgeEngine:
             raise StorageUnavailable(f"embedded storage failed: {exc}") from exc
         finally:
             self._busy.release()
+
+    async def _read_queued(self, fn: Callable[[], T]) -> T:
+        """``fn`` on the io thread, with the other reads waiting there: concurrent searches share
+        one hop there and back (``_run_reads``)."""
+        if self._io is None:
+            raise StorageUnavailable("the edge store is not open")
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[T] = loop.create_future()
+        with self._reads_lock:
+            self._reads.append((fn, fut))
+            first = len(self._reads) == 1
+        if first:
+            self._submit(self._run_reads, loop, read=True)
+        try:
+            return await fut
+        except EngramError:
+            raise
+        except Exception as exc:
+            raise StorageUnavailable(f"embedded storage failed: {exc}") from exc
+
+    def _run_reads(self, loop: asyncio.AbstractEventLoop) -> None:
+        """On the io thread: every read waiting now, one after the other; their answers go back
+        to the loop in one call."""
+        with self._reads_lock:
+            batch, self._reads = self._reads, []
+        done: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = []
+        for fn, fut in batch:
+            try:
+                done.append((fut, fn(), None))
+            except BaseException as exc:  # (answered, never lost: the caller awaits it)
+                done.append((fut, None, exc))
+        loop.call_soon_threadsafe(_settle_reads, done)
 
     def _submit(self, fn: Callable[..., T], *args: Any, read: bool = False) -> concurrent.futures.Future[T]:
         """Queue ``fn(*args)`` on the io thread (counted in ``_queued`` until it has run, unless

@@ -29,7 +29,7 @@ from engram_server.domain.contradictions import ContradictionMode, Contradiction
 from engram_server.domain.errors import CollectionNotFound
 from engram_server.domain.extraction import ExtractionPolicy, MemoryExtractor
 from engram_server.domain.privacy import PrivacyFilter
-from engram_server.domain.ranking import FusionMode, HybridParams, Weights
+from engram_server.domain.ranking import FusionMode, HybridParams, RescoreParams, Weights
 from engram_server.domain.reflection import ReflectionPolicy, Reflector
 from engram_server.domain.service import MemoryService, Policy
 from engram_server.domain.service.topics import TopicService
@@ -155,6 +155,11 @@ def build_policy(settings: Settings) -> Policy:
             context_weight=settings.context_weight,
             context_window=settings.context_window_seconds,
             fusion=FusionMode(settings.fusion_mode),
+        ),
+        rescore=RescoreParams(
+            question_penalty=settings.question_penalty,
+            subject_weight=settings.subject_weight,
+            depth=settings.rescore_depth,
         ),
         default_collection=settings.default_collection,
         trash_retention_seconds=settings.trash_retention_seconds,

@@ -86,6 +86,9 @@ class Settings:
     lexical_power: float = 0.5
     context_weight: float = 0.5
     context_window_seconds: float = 300.0
+    rescore_depth: int = 50
+    question_penalty: float = 0.04
+    subject_weight: float = 0.05
     fusion_mode: str = "additive"
     max_content_chars: int = 8192
     max_batch_items: int = 64
@@ -389,6 +392,24 @@ SETTINGS_DOC: list[tuple[str, str, str]] = [
         "context_window_seconds",
         "ENGRAM_CONTEXT_WINDOW_SECONDS",
         "Memories created this close together count as one episode for the context lift.",
+    ),
+    (
+        "rescore_depth",
+        "ENGRAM_RESCORE_DEPTH",
+        "How many of a search's best candidates are read and rescored from their text "
+        "(ENGRAM_SUBJECT_WEIGHT, ENGRAM_QUESTION_PENALTY; 0 = off).",
+    ),
+    (
+        "subject_weight",
+        "ENGRAM_SUBJECT_WEIGHT",
+        "Added to a memory led by a label the query names (a speaker, `Name: …`); 0.05 chosen on the "
+        "LoCoMo tuning conversations.",
+    ),
+    (
+        "question_penalty",
+        "ENGRAM_QUESTION_PENALTY",
+        "Subtracted per unit of the share of a memory's sentences that are questions (a memory that "
+        "only asks answers nothing); 0.04 chosen on the LoCoMo tuning conversations.",
     ),
     (
         "fusion_mode",
@@ -817,6 +838,8 @@ def _check(s: Settings) -> None:
         problems.append("ENGRAM_CONSOLIDATION_CLUSTER_THRESHOLD must be between 0 and 1")
     if not 2 <= s.consolidation_min_cluster <= s.consolidation_max_cluster:
         problems.append("ENGRAM_CONSOLIDATION_MIN_CLUSTER must be ≥ 2 and ≤ ENGRAM_CONSOLIDATION_MAX_CLUSTER")
+    if s.rescore_depth < 0:
+        problems.append("ENGRAM_RESCORE_DEPTH must be ≥ 0")
     if s.context_window_seconds < 0:
         problems.append("ENGRAM_CONTEXT_WINDOW_SECONDS must be ≥ 0")
     for name in (
@@ -825,6 +848,8 @@ def _check(s: Settings) -> None:
         "mmr_lambda",
         "semantic_weight",
         "context_weight",
+        "subject_weight",
+        "question_penalty",
         "topic_leaf_threshold",
         "topic_parent_threshold",
     ):

@@ -8,12 +8,18 @@ from pathlib import Path
 
 import grpc
 import pytest
+from hypothesis import settings
 
 from engram_client.proto.engram.v1 import memory_service_pb2_grpc
 from engram_server.app import EngramServer
 from engram_server.domain.clock import ManualClock
 from engram_server.testing import running_server
 from tests.support.qdrant import QdrantNode, qdrant_binary, running_node
+
+# Property tests check properties, not speed: no per-example deadline (the default 200 ms fails on a
+# loaded machine while the property holds).
+settings.register_profile("engram", deadline=None)
+settings.load_profile("engram")
 
 
 @pytest.fixture

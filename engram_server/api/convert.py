@@ -252,6 +252,7 @@ def score_out(x: Score) -> m.ScoreBreakdown:
         raw_similarity=x.raw_similarity,
         lexical=x.lexical,
         episode=x.episode,
+        rescore=x.rescore,
     )
 
 

@@ -380,9 +380,6 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
         if request.purge_collection:
             if request.ids:
                 raise InvalidArgument.of("ids", "must be empty with purge_collection")
-            v = Violations()
-            check_collection(v, "collection", request.collection)
-            v.raise_if_any()
             count = await self._svc.purge_collection(request.collection)
             self._gate_log.forget_collection(request.collection)
         else:

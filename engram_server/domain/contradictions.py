@@ -17,12 +17,21 @@ each, the specifics on which they disagree (:func:`engram_server.domain.specific
    change statement.
 2. **Changed specifics.** Without a change cue: a pair (≥ ``cue_threshold``) whose specifics
    conflict (a number, date, name or negation) while the rest of the sentence is
-   the same (the content words outside the specifics overlap by ≥ ``word_overlap``): "The staging
-   cluster has 12 nodes." → "… 16 nodes."; "The user eats meat." → "The user does not eat meat."
+   the same (the content words outside the specifics overlap by ≥ ``word_overlap``, and no word of
+   one is swapped for another word: "the web team's standup is at 9:00" / "the platform team's
+   standup is at 10:00" are two teams): "The staging cluster has 12 nodes." → "… 16 nodes.";
+   "The user eats meat." → "The user does not eat meat."
 3. **Different subjects are never superseded.** A conflicting value that *labels* the subject (a
    number or code after a label noun: "Invoice 4471", "ticket OPS-1182", "#58231", "发票4471",
    "4471号"), or a different name at the start of the sentence ("Priya leads …" / "Maria leads …"),
-   makes the pair two subjects, not one changed fact.
+   makes the pair two subjects, not one changed fact. A whole number right after *any* noun is
+   a counter-like label too ("writer 1 noted …" / "writer 2 noted …", "locker 12", "员工12负责…"):
+   not after a function word, verb form, month or quantity word ("is 100", "has 12 nodes",
+   "every 30 days", "runs 4", "May 3", "是30秒", "有12个"), not before a unit ("tenant 3 km",
+   "3个", "2021年"), not a version after a name in mid-sentence ("uses PostgreSQL 14"), and not
+   inside the change statement ("upgraded from PostgreSQL 14 to PostgreSQL 16"). A record told
+   apart by such a label that is in fact the same subject is left undecided (both memories stay
+   searchable): losing a different fact from search is worse than keeping an outdated one.
 
 Everything else is "undecided": the LLM judge (when configured) may still call it a contradiction.
 """
@@ -35,7 +44,17 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from engram_server.domain.specifics import Conflict, content_words, extract
+import rjieba
+
+from engram_server.domain.specifics import (
+    EN_FUNCTION_WORDS,
+    MONTH_WORDS,
+    VALUE_WORDS,
+    ZH_COUNTERS,
+    Conflict,
+    content_words,
+    extract,
+)
 
 __all__ = [
     "JUDGE_SCHEMA",
@@ -179,24 +198,72 @@ _RE_ZH_PAST = re.compile(r"了|过|昨天|前天|上周|上个月|去年|刚才"
 _RE_TOKEN = re.compile(r"[A-Za-z\u00c0-\u024f0-9#][A-Za-z\u00c0-\u024f0-9#\-_.@/:+]*")
 
 
+#: Words after which a number is an amount, not a label ("every 30 days", "about 40", "top 10").
+_QUANTITY_WORDS_TEXT = """
+    every each per about around approximately roughly nearly almost only just exactly least most
+    over under up down total top first last next past within plus minus times x aged age cost"""
+_QUANTITY_WORDS = frozenset(_QUANTITY_WORDS_TEXT.split())
+#: Words after a number that make it an amount ("3 km", "12 GB", "5 years").
+_UNIT_WORDS_TEXT = """
+    km m cm mm kg g mg lb lbs gb mb tb kb ms s sec secs h hr hrs min mins percent pct degrees
+    years year days day hours hour minutes minute seconds second weeks week months month times
+    dollars euros usd eur people users nodes replicas"""
+_UNIT_WORDS = frozenset(_UNIT_WORDS_TEXT.split())
+#: Characters after a Chinese number that make it a count or unit ("3个", "30秒", "2021年").
+_ZH_UNIT_AFTER = frozenset(ZH_COUNTERS | set("秒分钟时公里米克斤磅美欧度层楼套间周遍轮"))
+_RE_WORD_BEFORE = re.compile(r"(?:^|[^A-Za-z\u00c0-\u024f0-9])([A-Za-z\u00c0-\u024f]+)[ \t]*$")
+_RE_WORD_AFTER = re.compile(r"^[ \t]*([A-Za-z\u00c0-\u024f%]+)")
+
+
 def _value_spans(text: str, value: str) -> list[tuple[int, int]]:
     """Where a normalised specific value (as :func:`extract` gives it) is written in ``text``."""
     if value.startswith(("month:", "weekday:")):
         return []
-    if value.isdigit():
-        pattern = rf"(?<![0-9]){re.escape(value)}(?![0-9])"
-        spans = [(m.start(), m.end()) for m in re.finditer(pattern, text.replace(",", ""))]
-        if spans:
-            return spans
+    spans = [(start, end) for start, end, v in extract(text).number_spans if v == value]
+    if spans:
+        return spans
     return [(m.start(), m.end()) for m in re.finditer(re.escape(value), text, re.IGNORECASE)]
 
 
-def _labels_subject(text: str, value: str) -> bool:
+def _counter_label(text: str, start: int, end: int) -> bool:
+    """Whether the whole number at ``text[start:end]`` is a counter-like label after a noun
+    ("writer 1 noted …", "locker 12", "员工12负责"; see the module doc, rule 3)."""
+    if not text[start:end].isdigit():
+        return False  # "3.5", "2,400", "9:30", "twenty": amounts and times, not labels
+    before, after = text[:start], text[end:]
+    m = _RE_WORD_BEFORE.search(before)
+    if m:
+        word = m[1]
+        low = word.casefold()
+        if (
+            low in EN_FUNCTION_WORDS
+            or low in _QUANTITY_WORDS
+            or low in MONTH_WORDS
+            or low.endswith(("ed", "ing"))
+            or (low.endswith("s") and not low.endswith(("ss", "us", "is")))
+            or (word[0].isupper() and before[: m.start(1)].strip() != "")  # "PostgreSQL 14": a version
+        ):
+            return False
+        unit = _RE_WORD_AFTER.match(after)
+        return not (unit and unit[1].casefold() in _UNIT_WORDS) and not after.lstrip().startswith("%")
+    if not before or not _RE_CJK_START.match(before[-1]) or after[:1] in _ZH_UNIT_AFTER:
+        return False
+    at = 0
+    for word, tag in rjieba.tag(before):
+        at += len(word)
+        if at == len(before):
+            return tag.startswith("n") and tag != "nr"  # a noun, not a person's name ("曹娟2021年")
+    return False
+
+
+def _labels_subject(text: str, value: str, cue: Cue | None = None) -> bool:
     """Whether ``value`` (a number or code) names what ``text`` is about: it follows a label noun
-    ("Invoice 4471", "ticket #58231", "发票4471") or is a ``#`` number."""
+    ("Invoice 4471", "ticket #58231", "发票4471"), is a ``#`` number, or is a counter-like label
+    after any noun (:func:`_counter_label`) outside the change statement ``cue``."""
     plain = text.replace(",", "")
+    in_cue = (text.find(cue.words), text.find(cue.words) + len(cue.words)) if cue else (-1, -1)
     for start, end in _value_spans(text, value):
-        before = plain[:start]
+        before = text[:start]
         if before.rstrip().endswith("#"):
             return True
         words = _RE_TOKEN.findall(before[-40:])
@@ -204,27 +271,48 @@ def _labels_subject(text: str, value: str) -> bool:
             return True
         if _ZH_LABEL_BEFORE.search(before[-8:]) or _ZH_LABEL_AFTER.match(plain[end : end + 4]):
             return True
+        if not in_cue[0] <= start < in_cue[1] and _counter_label(text, start, end):
+            return True
     return False
 
 
+_ARTICLES = frozenset(("the", "a", "an", "our", "my", "their", "his", "her"))
+
+
 def _leads(text: str, name: str) -> bool:
-    """Whether the name is the first content word of ``text`` (the sentence's subject)."""
+    """Whether the name is in the capitalised run that starts ``text`` (the sentence's subject:
+    "Priya leads …", "Mia Baker moved …")."""
     if _RE_CJK_START.match(name):
         return text.lstrip().startswith(name)
-    words = [w.casefold() for w in _RE_TOKEN.findall(text)[:3]]
-    words = [w for w in words if w not in ("the", "a", "an", "our", "my", "their", "his", "her")]
-    return bool(words) and re.sub(r"'s$", "", words[0]) == name
+    run: list[str] = []
+    end = len(text) - len(text.lstrip())
+    for m in _RE_TOKEN.finditer(text):
+        if m.start() != end and text[end : m.start()].strip():
+            break  # the run is the words at the very start, separated by spaces only
+        end = m.end()
+        word = m[0]
+        if not run and word.casefold() in _ARTICLES:
+            continue
+        if run and not word[:1].isupper():
+            break
+        run.append(word)
+        if len(run) == 4:
+            break
+    return name in {re.sub(r"'s$", "", w.casefold()) for w in run}
 
 
-def _different_subjects(existing: str, new: str, found: Sequence[Conflict]) -> str | None:
-    """Why the two texts are about different subjects (a label or a leading name differs), or None."""
+def _different_subjects(
+    existing: str, new: str, found: Sequence[Conflict], cue: Cue | None = None
+) -> str | None:
+    """Why the two texts are about different subjects (a label or a leading name differs), or None.
+    ``cue`` is the new text's change statement (a value inside it is the changed value)."""
     for c in found:
         if c.kind in ("number", "identifier"):
             for v in c.existing:
                 if _labels_subject(existing, v):
                     return f"{v!r} labels what the stored memory is about"
             for v in c.new:
-                if _labels_subject(new, v):
+                if _labels_subject(new, v, cue):
                     return f"{v!r} labels what the new memory is about"
         elif c.kind == "name":
             for v in c.existing:
@@ -245,16 +333,19 @@ def _words_outside(text: str, found: Sequence[Conflict], cue: Cue | None = None)
     return frozenset(w for w in content_words(text) if w not in values and not w.isdigit())
 
 
-_RE_NUMBER = re.compile(r"\d+(?:[.,:/-]\d+)*")  # a time, date or decimal is one value
-
-
 def _numbers_changed_in_place(existing: str, new: str) -> int:
     """How many numbers differ position by position when both texts hold as many ("note 1 on topic
     7" / "note 7 on topic 49": 2, though the sets differ in one); 0 when the counts differ."""
-    a, b = _RE_NUMBER.findall(existing), _RE_NUMBER.findall(new)
+    a = [v for _, _, v in extract(existing).number_spans]
+    b = [v for _, _, v in extract(new).number_spans]
     if len(a) != len(b):
         return 0
     return sum(x != y for x, y in zip(a, b, strict=True))
+
+
+def _not_values(words: frozenset[str]) -> frozenset[str]:
+    """``words`` without those that are a specific's value ("friday", "twelve", "twenty-five")."""
+    return frozenset(w for w in words if not all(p in VALUE_WORDS for p in w.split("-")))
 
 
 def _overlap(a: frozenset[str], b: frozenset[str]) -> float:
@@ -283,10 +374,10 @@ def judge(
     pol = policy or ContradictionPolicy()
     if similarity < pol.cue_threshold:
         return Verdict(False, None, "not about the same thing")
-    different = _different_subjects(existing, new, found)
+    cue = change_cue(new)
+    different = _different_subjects(existing, new, found, cue)
     if different is not None:
         return Verdict(False, None, f"different subjects: {different}")
-    cue = change_cue(new)
     a, b = _words_outside(existing, found), _words_outside(new, found, cue)
     overlap = _overlap(a, b)
     # A replaced value: a kind of specific both texts hold with other values, or a negation flip.
@@ -323,6 +414,10 @@ def judge(
         return Verdict(False, None, "only identifiers differ: different things")
     if overlap < pol.word_overlap:
         return Verdict(None, None, f"the rest of the sentence differs (overlap {overlap:.2f})")
+    only_a, only_b = _not_values(a - b), _not_values(b - a)
+    if only_a and only_b:  # "the web team's standup is at 9:00" / "the platform team's … at 10:00"
+        swapped = f"{', '.join(sorted(only_a))} → {', '.join(sorted(only_b))}"
+        return Verdict(None, None, f"a word differs as well ({swapped}): likely another subject")
     if not replaced:  # a value one side lacks entirely adds a detail rather than changing one
         return Verdict(None, None, "one memory adds a detail the other lacks")
     changed = sum(max(len(c.existing), len(c.new)) for c in found if c.kind != "negation")

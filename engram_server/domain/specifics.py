@@ -46,7 +46,18 @@ import rjieba
 
 from engram_server.domain.text import script_of
 
-__all__ = ["Conflict", "Specifics", "conflicts", "content_words", "extract", "same_words"]
+__all__ = [
+    "EN_FUNCTION_WORDS",
+    "MONTH_WORDS",
+    "VALUE_WORDS",
+    "ZH_COUNTERS",
+    "Conflict",
+    "Specifics",
+    "conflicts",
+    "content_words",
+    "extract",
+    "same_words",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +80,9 @@ class Specifics:
     text: str  # NFKC-free original, for the substring check of Chinese names
     negations: int
     script: str  # main script by words (engram_server.domain.text.script_of)
+    #: Every number with where it is written, in text order: (start, end, normalised value). The
+    #: parts of an ISO date share the date's span.
+    number_spans: tuple[tuple[int, int, str], ...] = ()
 
 
 # ------------------------------------------------------------------ tables
@@ -168,19 +182,24 @@ def _blank(text: str, m: re.Match[str]) -> str:
     return text[: m.start()] + " " * (m.end() - m.start()) + text[m.end() :]
 
 
-def _en_number_words(words: list[str]) -> list[str]:
-    """Numbers written as English words ("seven", "twenty-five", "two hundred")."""
-    out: list[str] = []
+def _en_number_words(words: list[str], spans: list[tuple[int, int]]) -> list[tuple[int, int, str]]:
+    """Numbers written as English words ("seven", "twenty-five", "two hundred"), with their spans."""
+    out: list[tuple[int, int, str]] = []
     value: int | None = None
-    for w in [*words, ""]:
+    start = end = 0
+    for w, (ws, we) in zip([*words, ""], [*spans, (0, 0)], strict=True):
         parts = w.split("-")
         if all(p in _EN_UNITS or p in _EN_TENS for p in parts) and w:
+            if value is None:
+                start = ws
             value = (value or 0) + sum(_EN_UNITS.get(p, 0) + _EN_TENS.get(p, 0) for p in parts)
+            end = we
         elif w in _EN_SCALES and value is not None:
             value *= _EN_SCALES[w]
+            end = we
         else:
             if value is not None:
-                out.append(str(value))
+                out.append((start, end, str(value)))
             value = None
     return out
 
@@ -188,17 +207,21 @@ def _en_number_words(words: list[str]) -> list[str]:
 @lru_cache(maxsize=4096)
 def extract(text: str) -> Specifics:
     """The specifics of ``text`` (see the module doc)."""
-    numbers: Counter[str] = Counter()
+    spans: list[tuple[int, int, str]] = []
+
+    def number(m: re.Match[str], value: str) -> None:
+        spans.append((m.start(), m.end(), value))
+
     dates: Counter[str] = Counter()
     ids: Counter[str] = Counter()
     rest = text
     for m in list(_RE_ISO_DATE.finditer(rest)):
-        numbers.update([_fmt(int(m[1]))])
+        number(m, _fmt(int(m[1])))
         dates.update([f"month:{int(m[2])}"])
-        numbers.update([_fmt(int(m[3]))])
+        number(m, _fmt(int(m[3])))
         rest = _blank(rest, m)
     for m in list(_RE_TIME.finditer(rest)):
-        numbers.update([f"{int(m[1])}:{m[2]}"])
+        number(m, f"{int(m[1])}:{m[2]}")
         rest = _blank(rest, m)
     for m in list(_RE_ID_TOKEN.finditer(rest)):
         token = m[0]
@@ -206,7 +229,7 @@ def extract(text: str) -> Specifics:
             continue  # hyphenated words ("on-call", "Wi-Fi", "twenty-five") are words
         ordinal = _RE_ORDINAL_SUFFIX.match(token)
         if ordinal:
-            numbers.update([_fmt(int(ordinal[1]))])
+            number(m, _fmt(int(ordinal[1])))
         elif re.fullmatch(r"\d+(?:,\d{3})+(?:\.\d+)?|\d+\.\d+", token):
             continue  # a plain number with separators: handled below
         else:
@@ -218,7 +241,7 @@ def extract(text: str) -> Specifics:
     for m in list(_RE_ZH_PERCENT.finditer(rest)):
         value = _zh_number(m[1])
         if value is not None:
-            numbers.update([_fmt(value)])
+            number(m, _fmt(value))
         rest = _blank(rest, m)
     # Clock times in Chinese: 九点半 -> 9:30; 三点 -> 3.
     for m in list(re.finditer(rf"([{_ZH_NUM_CHARS}]+|\d+)点(半|([{_ZH_NUM_CHARS}]+|\d+)分)?", rest)):
@@ -226,12 +249,12 @@ def extract(text: str) -> Specifics:
         if hour is None:
             continue
         if m[2] == "半":
-            numbers.update([f"{hour}:30"])
+            number(m, f"{hour}:30")
         elif m[3]:
             minute = int(m[3]) if m[3].isdigit() else _zh_number(m[3])
-            numbers.update([f"{hour}:{(minute or 0):02d}"])
+            number(m, f"{hour}:{(minute or 0):02d}")
         else:
-            numbers.update([_fmt(hour)])
+            number(m, _fmt(hour))
         rest = _blank(rest, m)
     # Months written with 月 after a numeral (四月, 12月) are dates, not counts (三个月 is a count).
     for m in list(re.finditer(rf"([{_ZH_NUM_CHARS}]+|\d+)月", rest)):
@@ -248,19 +271,22 @@ def extract(text: str) -> Specifics:
             continue
         value = _zh_number(run)
         if value is not None:
-            numbers.update([_fmt(value)])
+            number(m, _fmt(value))
         rest = _blank(rest, m)
     for m in list(_RE_NUMBER.finditer(rest)):
-        numbers.update([_fmt(float(m[0].replace(",", "")))])
+        number(m, _fmt(float(m[0].replace(",", ""))))
         rest = _blank(rest, m)
-    words = _RE_LATIN_WORD.findall(rest)
+    word_matches = list(_RE_LATIN_WORD.finditer(rest))
+    words = [m[0] for m in word_matches]
     lowered = [_POSSESSIVE.sub("", w.casefold().replace("’", "'")) for w in words]
     for w, low in zip(words, lowered, strict=True):
         if low in _MONTHS and (w[0].isupper() or len(low) > 3):  # "May", not "may be"; "mar", "dec" …
             dates.update([f"month:{_MONTHS[low]}"])
         elif low in _WEEKDAYS:
             dates.update([f"weekday:{_WEEKDAYS[low]}"])
-    numbers.update(_en_number_words(lowered))
+    spans.extend(_en_number_words(lowered, [(m.start(), m.end()) for m in word_matches]))
+    spans.sort(key=lambda s: s[:2])  # stable: a date keeps its year before its day
+    numbers = Counter(value for _, _, value in spans)
     latin_names = frozenset(
         low
         for w, low in zip(words, lowered, strict=True)
@@ -293,6 +319,7 @@ def extract(text: str) -> Specifics:
         text=text,
         negations=negations,
         script=script_of(text),
+        number_spans=tuple(spans),
     )
 
 
@@ -387,6 +414,11 @@ _EN_FUNCTION_TEXT = """
     not no never none nor cannot
     """
 _EN_FUNCTION = frozenset(_EN_FUNCTION_TEXT.split())
+EN_FUNCTION_WORDS = _EN_FUNCTION
+MONTH_WORDS = frozenset(_MONTHS) | frozenset(_WEEKDAYS)
+#: Words that are themselves a specific's value: month and weekday names, English number words.
+VALUE_WORDS = MONTH_WORDS | frozenset(_EN_UNITS) | frozenset(_EN_TENS) | frozenset(_EN_SCALES)
+ZH_COUNTERS = frozenset(_ZH_COUNTERS)
 _ZH_FUNCTION = frozenset("的了是在都会把被由就着过呢吗啊得地和与及对也还很这那之所为而并或些个")
 _RE_CONTENT_LATIN = re.compile(r"[A-Za-z\u00c0-\u024f0-9]+(?:[-_.'’][A-Za-z\u00c0-\u024f0-9]+)*")
 

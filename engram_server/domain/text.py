@@ -22,7 +22,15 @@ from functools import lru_cache
 
 import rjieba
 
-__all__ = ["cross_script", "lexically_blind", "script_of", "script_tag", "word_counts", "word_scripts"]
+__all__ = [
+    "cross_script",
+    "lexically_blind",
+    "reads_as_statement",
+    "script_of",
+    "script_tag",
+    "word_counts",
+    "word_scripts",
+]
 
 _CJK_CHARS = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af"
 _CJK_RUN = re.compile(f"[{_CJK_CHARS}]+")
@@ -107,3 +115,51 @@ def lexically_blind(query_scripts: frozenset[str], tag: str) -> bool:
     if not tag:
         return False
     return tag.split("+", maxsplit=1)[0] not in query_scripts
+
+
+#: Closing marks that may follow a sentence's last punctuation mark ("He said: 'no.'", "（见上文。）").
+_TRAILING_CLOSERS = "\"'”’)]）】」』》 \t\r\n"
+_STATEMENT_END = frozenset(".。!！")
+_QUESTION_MARKS = frozenset("?？")
+_SENTENCE_BREAK = re.compile(r"[.。!！;；]\s*")
+#: English words that open a question ("what is Frank's editor"); auxiliaries ("do", "can") are left
+#: out: they open unpunctuated directives too ("Do not deploy on Fridays").
+_EN_QUESTION_OPENERS = frozenset(("what", "when", "where", "who", "whom", "whose", "which", "why", "how"))
+#: Chinese question words and sentence-final question particles.
+_ZH_QUESTION = re.compile(
+    r"什么|哪|谁|怎么|怎样|为什么|为何|多少|几[个点次天年月号岁]|是否|是不是|有没有|[吗呢嘛]$"
+)
+#: Unpunctuated text of at least this many words that is no question is read as a statement
+#: ("User prefers dark mode in every editor"); shorter unpunctuated text is keywords.
+_STATEMENT_MIN_WORDS = 5
+
+
+def reads_as_statement(text: str) -> bool:
+    """Whether a search text reads as a statement (a memory an agent is about to write) rather than
+    a question or keywords.
+
+    In order: a text with a question mark is a question; one ending with ``.``, ``。``, ``!`` or
+    ``！`` (closing quotes and brackets aside) with at least three words is a statement; one opening
+    with an English question word ("what", "does", ...) or carrying a Chinese one ("什么", "哪",
+    "是否", a final "吗") is a question; any other text is a statement from five words on, else
+    keywords.
+
+    Search compares a statement with the stored memories as the write gate compares two memories
+    (both embedded as documents, the document calibration), so the relevance it returns is the
+    similarity the gate would report for the pair; a question or keywords are embedded as a query
+    and read on the query scale.
+    """
+    if any(ch in _QUESTION_MARKS for ch in text):
+        return False
+    stripped = text.rstrip(_TRAILING_CLOSERS)
+    cjk, latin = word_counts(text)
+    words = cjk + latin
+    if stripped and stripped[-1] in _STATEMENT_END:
+        return words >= 3
+    last_sentence = _SENTENCE_BREAK.split(stripped)[-1].lstrip()
+    first = _LATIN_WORD.match(last_sentence)
+    if first is not None and first.group(0).lower() in _EN_QUESTION_OPENERS:
+        return False
+    if _ZH_QUESTION.search(stripped):
+        return False
+    return words >= _STATEMENT_MIN_WORDS

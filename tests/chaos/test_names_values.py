@@ -94,6 +94,57 @@ async def test_a_store_that_already_holds_such_a_name_lists_and_deletes_it(tmp_p
         assert [x.content for x in page.memories] == ["the real bob"]
 
 
+async def test_what_a_store_holds_under_such_a_name_can_be_deleted_restored_and_purged(
+    tmp_path: Path,
+) -> None:
+    """Memories and the collection itself, under a name an older release accepted: DeleteMemory,
+    ListTrash, RestoreMemory, PurgeTrash (ids and purge_collection), RestoreCollection all work;
+    writing to the name is still refused."""
+    from dataclasses import replace  # noqa: PLC0415
+
+    async with running_server(tmp_path / "data") as server, grpc.aio.insecure_channel(server.address) as ch:
+        stub = MemoryServiceStub(ch)
+        ids = []
+        for text in ("Legacy note one about the boiler.", "Legacy note two about the garden."):
+            ids.append((await stub.AddMemory(s.AddMemoryRequest(content=text, collection="bob"))).memory.id)
+        spec = await server.store.get_collection("bob")
+        assert spec is not None
+        legacy = "bob\n"
+        await server.store.create_collection(
+            CollectionSpec(legacy, spec.embedding_model, spec.dimension, spec.created_at, spec.lexical)
+        )
+        points = await server.store.retrieve("bob", ids, with_vectors=True)
+        await server.store.upsert(
+            legacy, [replace(p, record=replace(p.record, collection=legacy)) for p in points]
+        )
+        one = ids[0]
+        await stub.DeleteMemory(s.DeleteMemoryRequest(id=one, collection=legacy))
+        trash = await stub.ListTrash(s.ListTrashRequest(collection=legacy))
+        assert [x.id for x in trash.memories] == [one]
+        await stub.RestoreMemory(s.RestoreMemoryRequest(id=one, collection=legacy))
+        await stub.DeleteMemory(s.DeleteMemoryRequest(id=one, collection=legacy))
+        purged = await stub.PurgeTrash(s.PurgeTrashRequest(collection=legacy, ids=[one]))
+        assert purged.purged_count == 1
+        assert not (await stub.ListTrash(s.ListTrashRequest(collection=legacy))).memories
+        # the collection: to the trash, back, to the trash, purged
+        await stub.DeleteCollection(s.DeleteCollectionRequest(name=legacy))
+        restored = await stub.RestoreCollection(s.RestoreCollectionRequest(name=legacy))
+        assert restored.collection.name == legacy and restored.collection.memory_count == 1
+        await stub.DeleteCollection(s.DeleteCollectionRequest(name=legacy))
+        gone = await stub.PurgeTrash(s.PurgeTrashRequest(collection=legacy, purge_collection=True))
+        assert gone.purged_count == 1
+        assert await server.store.get_collection(legacy) is None
+        # a name the rules refuse and the store does not hold is still invalid, everywhere
+        await _invalid(stub.AddMemory(s.AddMemoryRequest(content="new", collection=legacy)), "collection")
+        await _invalid(stub.PurgeTrash(s.PurgeTrashRequest(collection=legacy)), "collection")
+        await _invalid(
+            stub.PurgeTrash(s.PurgeTrashRequest(collection="eve\n", purge_collection=True)), "collection"
+        )
+        await _invalid(stub.RestoreCollection(s.RestoreCollectionRequest(name="eve\n")), "name")
+        kept = await stub.ListMemories(s.ListMemoriesRequest(collection="bob"))
+        assert sorted(x.id for x in kept.memories) == sorted(ids)  # the valid "bob" is untouched
+
+
 def test_blank_means_nothing_visible() -> None:
     for text in ["", " ", "\t\n", *INVISIBLE]:
         assert is_blank(text), repr(text)

@@ -258,24 +258,25 @@ def silent_peer() -> Iterator[str]:
 
 async def test_nothing_listening_fails_fast_with_unavailable() -> None:
     address = f"127.0.0.1:{_dead_port()}"
-    async with AsyncEngramClient(address, timeout=5) as engram:  # the default retry policy
+    # Fails fast: well before the (long) deadline, whatever the machine's load.
+    async with AsyncEngramClient(address, timeout=120) as engram:  # the default retry policy
         start = time.monotonic()
         with pytest.raises(UnavailableError) as info:
             await engram.add("Nobody will store this.")
         elapsed = time.monotonic() - start
     assert type(info.value) is UnavailableError and info.value.reason is None
     assert info.value.code is grpc.StatusCode.UNAVAILABLE and info.value.message
-    assert elapsed < 5
+    assert elapsed < 60
 
     def sync_call() -> tuple[UnavailableError, float]:
-        with EngramClient(address, timeout=5) as engram:
+        with EngramClient(address, timeout=120) as engram:
             start = time.monotonic()
             with pytest.raises(UnavailableError) as info:
                 engram.search("anything")
             return info.value, time.monotonic() - start
 
     error, elapsed = await asyncio.to_thread(sync_call)
-    assert error.reason is None and elapsed < 5
+    assert error.reason is None and elapsed < 60
 
 
 async def test_a_peer_that_never_answers_hits_the_deadline() -> None:
@@ -286,7 +287,8 @@ async def test_a_peer_that_never_answers_hits_the_deadline() -> None:
                 await engram.list_collections()
             elapsed = time.monotonic() - start
         assert info.value.code is grpc.StatusCode.DEADLINE_EXCEEDED
-        assert 0.9 <= elapsed < 3.0  # the deadline, not a hang and not a retry loop
+        # The deadline (not before it), not a hang; generous above it for a loaded machine.
+        assert 0.9 <= elapsed < 30.0
 
         def sync_call() -> float:
             with EngramClient(address) as engram:

@@ -1,7 +1,8 @@
 """A real 3-node Qdrant cluster on loopback, with Engram's cluster settings (`make test-cluster`).
 
-Collections are created by QdrantStore with 3 shards, replication factor 2 and write consistency 2
-(deploy/compose.yaml's settings) and their placement is read back from the cluster API. Then one
+Collections are created by QdrantStore with deploy/compose.yaml's settings, read from that file
+(3 shards, replication factor 2, write consistency 1, the write lease on), and their placement is
+read back from the cluster API. Then one
 node is killed (SIGKILL) while writers and searchers run through the two others: every write that
 was acknowledged must be readable afterwards, and searches must keep answering. The node restarts,
 rejoins, and its shard replicas catch up (same point counts on every replica of each shard).
@@ -20,10 +21,12 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+import yaml
 
 from engram_server.adapters.storage.qdrant import QdrantStore
 from engram_server.domain.errors import StorageUnavailable
@@ -34,9 +37,15 @@ pytestmark = pytest.mark.cluster
 
 DIM = 16
 NOW = 1_800_000_000.0
-SHARDS, REPLICATION = 3, 2
-#: deploy/compose.yaml's ENGRAM_QDRANT_WRITE_CONSISTENCY_FACTOR.
-WRITE_CONSISTENCY = 1
+#: The Engram replicas' environment in deploy/compose.yaml: the cluster tested is the one deployed.
+COMPOSE_ENV: dict[str, Any] = yaml.safe_load(
+    (Path(__file__).resolve().parents[2] / "deploy" / "compose.yaml").read_text()
+)["x-engram"]["environment"]
+SHARDS = int(COMPOSE_ENV["ENGRAM_QDRANT_SHARD_NUMBER"])
+REPLICATION = int(COMPOSE_ENV["ENGRAM_QDRANT_REPLICATION_FACTOR"])
+WRITE_CONSISTENCY = int(COMPOSE_ENV["ENGRAM_QDRANT_WRITE_CONSISTENCY_FACTOR"])
+#: The compose file leaves the write lease at its default (on), as these stores do.
+assert str(COMPOSE_ENV.get("ENGRAM_QDRANT_WRITE_LEASE", "true")).lower() == "true"
 OUTAGE_SECONDS = 4.0
 
 
@@ -57,7 +66,7 @@ def store_on(node: QdrantNode, prefix: str, write_consistency: int = WRITE_CONSI
         shard_number=SHARDS,
         replication_factor=REPLICATION,
         write_consistency_factor=write_consistency,
-        timeout=5,
+        timeout=60,
     )
 
 

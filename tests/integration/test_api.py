@@ -94,6 +94,31 @@ async def test_idempotent_request_id(stub: Stub) -> None:
     )
 
 
+async def test_a_replay_of_a_deleted_or_superseded_memory_writes_nothing_again(stub: Stub) -> None:
+    """The memory a request_id created is found in the trash and in history too: a replay never
+    writes it again (that would silently undo the delete)."""
+    req = s.AddMemoryRequest(content="The billing job runs at 02:00 every night.", request_id="req-del")
+    first = await stub.AddMemory(req)
+    await stub.DeleteMemory(s.DeleteMemoryRequest(id=first.memory.id))
+    err = await fails(
+        stub.AddMemory(req), grpc.StatusCode.ALREADY_EXISTS, "ERROR_REASON_IDEMPOTENCY_CONFLICT"
+    )
+    assert err.metadata == {"request_id": "req-del", "memory_id": first.memory.id, "in_trash": "true"}
+    assert await count(stub) == 0
+    trash = await stub.ListTrash(s.ListTrashRequest())
+    assert [t.id for t in trash.memories] == [first.memory.id]
+    # Restored, the replay answers it again.
+    await stub.RestoreMemory(s.RestoreMemoryRequest(id=first.memory.id))
+    again = await stub.AddMemory(req)
+    assert again.replayed and again.memory.id == first.memory.id
+    # Superseded since: the replay answers the history version, and writes nothing.
+    await stub.AddMemory(s.AddMemoryRequest(content="The billing job runs at 04:00 every night."))
+    replay = await stub.AddMemory(req)
+    assert replay.replayed and replay.memory.id == first.memory.id
+    assert replay.memory.superseded_by
+    assert await count(stub) == 1 and await count(stub, include_history=True) == 2
+
+
 async def test_idempotent_request_id_under_concurrency(stub: Stub) -> None:
     req = s.AddMemoryRequest(content="Concurrent writes must land once.", request_id="same-key")
     results = await asyncio.gather(*(stub.AddMemory(req) for _ in range(12)))
@@ -120,8 +145,9 @@ async def test_search_scores_are_explained(stub: Stub) -> None:
     assert top.memory.content == "The user is allergic to peanuts."
     assert top.memory.collection == "default"
     sc = top.score
-    # the default additive fusion: relevance + lexical + episode + 0.05·recency + 0.02·importance/10
-    evidence = sc.relevance + sc.lexical + sc.episode
+    # the default additive fusion: relevance + lexical + episode + rescore + 0.05·recency
+    # + 0.02·importance/10
+    evidence = sc.relevance + sc.lexical + sc.episode + sc.rescore
     assert sc.final == pytest.approx(evidence + 0.05 * sc.recency + 0.02 * sc.importance, abs=1e-5)
     assert sc.lexical >= 0 and sc.episode >= 0
     assert sc.importance == pytest.approx(0.9) and sc.recency == pytest.approx(1.0)
@@ -329,8 +355,41 @@ async def test_search_diversify_and_limits(stub: Stub) -> None:
     )
     for r in weighted.results:
         # weights relevance=1, recency=0, importance=0: the evidence alone; min_relevance on relevance
-        assert r.score.final == pytest.approx(r.score.relevance + r.score.lexical + r.score.episode, abs=1e-5)
+        assert r.score.final == pytest.approx(
+            r.score.relevance + r.score.lexical + r.score.episode + r.score.rescore, abs=1e-5
+        )
         assert r.score.relevance >= 0.5
+
+
+async def test_search_rescores_the_best_candidates_from_their_text(stub: Stub) -> None:
+    """Stored chat turns (``"Name: …"``): a turn led by the speaker the query names gains
+    ENGRAM_SUBJECT_WEIGHT (0.05), a turn that only asks loses ENGRAM_QUESTION_PENALTY (0.04) per
+    unit of its question share; the others are not rescored. Relevance never includes it; the
+    final score does. Facts (insights), so that episode context plays no part."""
+    col = "rescore-chat"
+    turns = {
+        "Dana: We spent our holiday in Lisbon last summer, walking the old town every day.": 0.05,
+        "Carol: Where did you spend your holiday last summer? Somewhere warm?": -0.04,
+        "Carol: Our holiday last summer was a week of rain in Bergen. Did you travel?": -0.02,
+        "Last summer the office closed for two weeks of holiday.": 0.0,
+    }
+    for text in turns:
+        await add(stub, text, collection=col, type=m.MEMORY_TYPE_INSIGHT)
+    resp = await stub.SearchMemories(
+        s.SearchMemoriesRequest(
+            query="Where did Dana spend the holiday last summer?", collections=[col], limit=4
+        )
+    )
+    got = {r.memory.content: r.score for r in resp.results}
+    assert set(got) == set(turns)
+    for text, want in turns.items():
+        sc = got[text]
+        assert sc.rescore == pytest.approx(want, abs=1e-6), text
+        evidence = sc.relevance + sc.lexical + sc.episode + sc.rescore
+        assert sc.final == pytest.approx(evidence + 0.05 * sc.recency + 0.02 * sc.importance, abs=1e-5)
+    assert resp.results[0].memory.content.startswith("Dana:")
+    finals = [r.score.final for r in resp.results]
+    assert finals == sorted(finals, reverse=True)
 
 
 async def test_search_of_a_missing_collection_is_not_found(stub: Stub) -> None:

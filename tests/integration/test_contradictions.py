@@ -90,6 +90,12 @@ async def test_chinese_change_statements_and_numbers_supersede(stub: Stub) -> No
         ("Priya leads the payments team.", "Daniel leads the search team."),
         ("The user ran 5 km on Monday.", "The user ran 8 km on Wednesday."),
         ("Server db-eu-3 has 64 GB of RAM.", "Server db-eu-4 has 64 GB of RAM."),
+        # Templated records told apart by a counter-like label after any noun.
+        (
+            "writer 1 noted fact number 10 about billing.",
+            "writer 2 noted fact number 10 about billing.",
+        ),
+        ("作者3记录了第10条关于计费的事实。", "作者4记录了第10条关于计费的事实。"),
     ],
 )
 async def test_different_subjects_are_not_superseded(stub: Stub, first: str, second: str) -> None:

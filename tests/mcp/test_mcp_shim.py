@@ -149,7 +149,7 @@ async def test_reflection_on_a_server_without_the_rpc() -> None:
     await server.start()
     try:
         async with (
-            AsyncEngramClient(f"127.0.0.1:{port}", timeout=5) as client,
+            AsyncEngramClient(f"127.0.0.1:{port}", timeout=60) as client,
             Client(EngramMcp(ShimSettings(), client=client).server) as mcp,
         ):
             text = error_text(await mcp.call_tool("reflection_run", {"dry_run": True}))
@@ -282,6 +282,33 @@ def _free_port() -> int:
         return port
 
 
+#: How long the shim may take to start listening: generous, for a loaded machine (the shim
+#: imports its SDK and connects first); a shim that exits fails at once, with its log.
+READY_BOUND_S = 180.0
+
+
+def _text(log: Path) -> str:
+    return log.read_text(errors="replace")
+
+
+async def _wait_listening(process: asyncio.subprocess.Process, port: int, log: Path) -> None:
+    loop = asyncio.get_running_loop()
+    until = loop.time() + READY_BOUND_S
+    while True:
+        if process.returncode is not None:
+            pytest.fail(f"the shim exited ({process.returncode}) before listening: {_text(log)}")
+        try:
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+        except OSError:
+            if loop.time() > until:
+                pytest.fail(f"the shim did not listen on {port} within {READY_BOUND_S} s: {_text(log)}")
+            await asyncio.sleep(0.1)
+        else:
+            writer.close()
+            await writer.wait_closed()
+            return
+
+
 async def test_streamable_http_transport(engram_server: str, tmp_path: Path) -> None:
     port = _free_port()
     script = Path(sys.executable).with_name("engram-mcp")
@@ -298,15 +325,7 @@ async def test_streamable_http_transport(engram_server: str, tmp_path: Path) -> 
         stderr=log,
     )
     try:
-        for _ in range(200):
-            try:
-                _, writer = await asyncio.open_connection("127.0.0.1", port)
-            except OSError:
-                await asyncio.sleep(0.05)
-            else:
-                writer.close()
-                await writer.wait_closed()
-                break
+        await _wait_listening(process, port, tmp_path / "shim.log")
         async with Client(f"http://127.0.0.1:{port}/mcp") as mcp:
             assert {t.name for t in (await mcp.list_tools()).tools} == set(READ_TOOLS) | set(WRITE_TOOLS)
             added = payload(
@@ -468,7 +487,7 @@ async def test_reflection_run_reports_the_outcome() -> None:
     await server.start()
     try:
         async with (
-            AsyncEngramClient(f"127.0.0.1:{port}", timeout=5) as client,
+            AsyncEngramClient(f"127.0.0.1:{port}", timeout=60) as client,
             Client(EngramMcp(ShimSettings(collection="team"), client=client).server) as mcp,
         ):
             report = payload(await mcp.call_tool("reflection_run", {"dry_run": True}))

@@ -9,7 +9,9 @@ Rules shared by the three runners:
 - a request is the proto3 JSON mapping of the request message, with proto field names;
   a string "$name" anywhere in it is replaced by the id captured under `name`;
 - `capture` names the id of the step's `memory` (AddMemory, UpdateMemory, GetMemory), or of the
-  first topic (ListTopics);
+  first topic (ListTopics), or, for ExportMemories (server-streaming), the exported file as base64
+  (the proto3 JSON form of `bytes`), so that an ImportMemories step (client-streaming, sent as
+  one message) can take it as its `data`;
 - ids in observations are replaced by their captured names ("?" if never captured);
 - `expect` must be a subset of the observation: objects compare the listed keys only,
   arrays compare length and then element by element, scalars compare equal.
@@ -17,6 +19,7 @@ Rules shared by the three runners:
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -54,6 +57,8 @@ REQUEST_TYPES: dict[str, type[Message]] = {
     "RunConsolidation": memory_service_pb2.RunConsolidationRequest,
     "ListTopics": memory_service_pb2.ListTopicsRequest,
     "GetTopic": memory_service_pb2.GetTopicRequest,
+    "ExportMemories": memory_service_pb2.ExportMemoriesRequest,
+    "ImportMemories": memory_service_pb2.ImportMemoriesRequest,
 }
 
 
@@ -224,6 +229,22 @@ class Observer:
                 "topic": {"id": self.name(resp.topic.id), "size": resp.topic.size},
                 "all_on_page": len(resp.memories) == resp.topic.size and not resp.next_page_token,
             }
+        if call == "ExportMemories":  # resp: the chunks, in order
+            data = b"".join(c.data for c in resp)
+            return {
+                "memories_done": resp[-1].memories_done,
+                "memories_total": resp[-1].memories_total,
+                "lines": len([line for line in data.split(b"\n") if line.strip()]),
+            }
+        if call == "ImportMemories":
+            return {
+                "lines": resp.lines,
+                "created": resp.created,
+                "replaced": resp.replaced,
+                "unchanged": resp.unchanged,
+                "duplicates": resp.duplicates,
+                "collections": sorted(resp.collections),
+            }
         raise ScenarioFailure(f"unknown call {call}")
 
     def error(self, exc: grpc.RpcError) -> dict[str, Any]:
@@ -291,11 +312,19 @@ def run(scenario: dict[str, Any], address: str, timeout: float = 30.0) -> list[d
             request = json_format.ParseDict(substitute(step["request"], captured), REQUEST_TYPES[call]())
             method: Callable[..., Any] = getattr(stub, call)
             try:
-                resp = method(request, timeout=timeout)
+                if call == "ExportMemories":
+                    resp = list(method(request, timeout=timeout))
+                elif call == "ImportMemories":
+                    resp = method(iter([request]), timeout=timeout)
+                else:
+                    resp = method(request, timeout=timeout)
             except grpc.RpcError as exc:
                 observed = observer.error(exc)
             else:
-                if "capture" in step:
+                if call == "ExportMemories" and "capture" in step:
+                    data = b"".join(c.data for c in resp)
+                    captured[step["capture"]] = base64.b64encode(data).decode()
+                elif "capture" in step:
                     # A memory's id; for ListTopics the first (largest) topic's id.
                     got = resp.topics[0].id if call == "ListTopics" else resp.memory.id
                     captured[step["capture"]] = got

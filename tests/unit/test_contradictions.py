@@ -50,6 +50,16 @@ def test_plain_statements_are_not_change_statements() -> None:
         assert change_cue(text) is None
 
 
+def test_a_version_inside_the_change_statement_is_the_changed_value_not_a_label() -> None:
+    stored, new = (
+        "The database is PostgreSQL 14.",
+        "The database was upgraded from PostgreSQL 14 to PostgreSQL 16.",
+    )
+    assert verdict(stored, new, 0.9) == (True, Basis.CHANGE_STATEMENT)
+    # Outside the change statement a counter-like label still tells two records apart.
+    assert verdict("writer 1 uses Go.", "writer 2 switched to Rust.", 0.9)[0] is False
+
+
 def test_a_change_statement_naming_the_stored_value_supersedes_even_at_the_floor() -> None:
     assert verdict("The project uses Express.", "The project moved from Express to Fastify.", 0.73) == (
         True,
@@ -69,6 +79,17 @@ def test_a_change_statement_naming_the_stored_value_supersedes_even_at_the_floor
         ("The user's manager is Priya.", "The user's manager is Daniel."),
         ("Maria eats meat.", "Maria does not eat meat."),
         ("服务的超时时间是30秒。", "服务的超时时间是60秒。"),
+        # Numbers after a verb form, a quantity word, a month or before a unit are values, not labels.
+        ("The service runs 4 workers.", "The service runs 6 workers."),
+        (
+            "The office Wi-Fi password rotates every 30 days.",
+            "The office Wi-Fi password rotates every 90 days.",
+        ),
+        ("The launch is on May 3.", "The launch is on May 10."),
+        ("The upload limit is set to 25 MB.", "The upload limit is set to 50 MB."),
+        ("The deploy freeze starts on Friday.", "The deploy freeze starts on Monday."),
+        ("API的限流是每分钟100次。", "API的限流是每分钟250次。"),
+        ("测试集群有12个节点。", "测试集群有16个节点。"),
     ],
 )
 def test_changed_specifics_of_the_same_statement_supersede(a: str, b: str) -> None:
@@ -84,7 +105,17 @@ def test_changed_specifics_of_the_same_statement_supersede(a: str, b: str) -> No
         ("发票4471已付款。", "发票4472已付款。"),
         ("12号会议室订给了设计评审。", "14号会议室订给了设计评审。"),
         ("Priya leads the payments team.", "Daniel leads the payments team."),
+        ("Mia Baker moved to Prague in 2016.", "Mia Berg moved to Warsaw in 2021."),  # two people
         ("Server db-eu-3 has 64 GB of RAM.", "Server db-eu-4 has 64 GB of RAM."),
+        # A whole number right after any noun is a counter-like label (rule 3).
+        ("writer 1 noted fact number 10 about billing.", "writer 2 noted fact number 10 about billing."),
+        ("Writer 1 noted fact number 10.", "Writer 2 noted fact number 10."),
+        ("Locker 131 belongs to the search team.", "Locker 132 belongs to the search team."),
+        ("Tenant 62 parks in the orange zone.", "Tenant 63 parks in the orange zone."),
+        ("Entry 12: the pump near the tank read 40 bar.", "Entry 13: the pump near the tank read 40 bar."),
+        ("员工12负责计费工作。", "员工13负责计费工作。"),
+        ("作者3记录了第10条事实。", "作者4记录了第10条事实。"),
+        ("第3号仓库存放椅子。", "第4号仓库存放椅子。"),
     ],
 )
 def test_labels_and_leading_names_make_different_subjects(a: str, b: str) -> None:
@@ -99,6 +130,12 @@ def test_labels_and_leading_names_make_different_subjects(a: str, b: str) -> Non
         ("The backend service has 3 replicas.", "The frontend service has 5 replicas."),
         ("The user likes Italian food.", "The user likes Italian wine."),
         ("The meeting is on Monday.", "The meeting is on Monday at 10:00."),  # adds a detail
+        # Another word swapped as well as the value: another subject, not a changed value.
+        (
+            "The web team's standup is at 13:00 every Tuesday.",
+            "The platform team's standup is at 17:15 every Tuesday.",
+        ),
+        ("Locker A belongs to the search team on floor 2.", "Locker A belongs to the auth team on floor 3."),
     ],
 )
 def test_occurrences_other_things_and_added_details_are_left_alone(a: str, b: str) -> None:
@@ -145,11 +182,16 @@ def test_several_changed_values_without_a_change_statement_are_another_record() 
     from engram_server.domain.contradictions import judge  # noqa: PLC0415
     from engram_server.domain.specifics import conflicts  # noqa: PLC0415
 
-    a = "Entry 12: the pump near the tank read 40 bar."
-    b = "Entry 13: the pump near the tank read 45 bar."
+    a = "The pump reads 40 bar and 70 degrees."
+    b = "The pump reads 45 bar and 75 degrees."
     assert judge(a, b, 0.95, conflicts(a, b)).contradiction is None
-    e, f = "note 1 on topic 7", "note 7 on topic 49"  # one value in the sets, two in place
+    e, f = (
+        "the reading was 1 bar and then 7",
+        "the reading was 7 bar and then 49",
+    )  # 1 in the sets, 2 in place
     assert judge(e, f, 0.95, conflicts(e, f)).contradiction is None
+    g, h = "Tank pressure is 40 bar at 九点半.", "Tank pressure is 45 bar at 十点."  # Chinese times count too
+    assert judge(g, h, 0.95, conflicts(g, h)).contradiction is None
     c = "The pump near the tank reads 40 bar."
     d = "The pump near the tank reads 45 bar."
     assert judge(c, d, 0.95, conflicts(c, d)).contradiction is True

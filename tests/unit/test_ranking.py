@@ -10,6 +10,7 @@ from engram_server.domain.ranking import (
     DECAY_PER_HOUR,
     FusionMode,
     HybridParams,
+    RescoreParams,
     Weights,
     _best_neighbour_sorted,
     best_neighbour,
@@ -20,9 +21,13 @@ from engram_server.domain.ranking import (
     fuse_value,
     hybrid_relevance,
     impute_blind_lexical,
+    lead_label,
     mmr_order,
+    names_label,
+    question_share,
     recency,
     recency_array,
+    rescore,
 )
 
 NOW = 1_800_000_000.0
@@ -303,3 +308,27 @@ def test_fuse_value_is_fuse_array_to_the_last_bit(mode: FusionMode) -> None:
         for a, b, c in zip(relevance, rec, importance, strict=True)
     ]
     assert one == arr.tolist()
+
+
+def test_lead_label_and_question_share() -> None:
+    assert lead_label("Caroline: I went to the support group.") == "Caroline"
+    assert lead_label("客服: 您的订单已发货。") == "客服"
+    assert lead_label("The meeting is at 3: bring slides.") is None  # more than 4 words before ':'
+    assert lead_label("12: a numbered line") is None
+    # question sentences after the label; a trailing bracketed note is not a sentence of the turn
+    assert question_share("Carol: Where did you go? It looked warm.") == pytest.approx(0.5)
+    assert question_share("Tim: I love that film. [shares a photo: is it a poster?]") == 0.0
+    assert question_share("你明天来吗？我们等你。") == pytest.approx(0.5)
+    assert question_share("") == 0.0
+    assert names_label("What did Caroline say?", "Caroline")
+    assert not names_label("What did Carolines say?", "Caroline")  # whole words only
+    assert names_label("客服说了什么？", "客服")  # unspaced scripts: as a substring
+
+
+def test_rescore_adds_for_a_named_label_and_subtracts_for_questions() -> None:
+    contents = ["Ann: I moved to Oslo.", "Bo: Did you move?", "Ann: Why? I liked it.", "Plain fact."]
+    got = rescore("Where did Ann move?", contents, RescoreParams(question_penalty=0.04, subject_weight=0.05))
+    assert got.tolist() == pytest.approx([0.05, -0.04, 0.05 - 0.02, 0.0])
+    off = rescore("Where did Ann move?", contents, RescoreParams(question_penalty=0.0, subject_weight=0.0))
+    assert off.tolist() == [0.0] * 4
+    assert not RescoreParams(depth=0).enabled and RescoreParams().enabled

@@ -2,7 +2,14 @@
 
 import pytest
 
-from engram_server.domain.text import cross_script, lexically_blind, script_of, script_tag, word_scripts
+from engram_server.domain.text import (
+    cross_script,
+    lexically_blind,
+    reads_as_statement,
+    script_of,
+    script_tag,
+    word_scripts,
+)
 
 
 def test_script_of_mixed_text_follows_its_words() -> None:
@@ -83,3 +90,31 @@ def test_lexically_blind_by_the_main_script() -> None:
     assert not lexically_blind(frozenset({"cjk", "latin"}), "latin")
     assert not lexically_blind(frozenset({"latin"}), "")
     assert lexically_blind(frozenset(), "latin")
+
+
+@pytest.mark.parametrize(
+    ("text", "statement"),
+    [
+        ("The staging database is backed up every night at 02:00 UTC.", True),
+        ("Frank prefers concise commit messages!", True),
+        ('Maria said: "the review moved to Thursday."', True),
+        ("林伟每周三下午练瑜伽。", True),
+        ("（用户对花生过敏。）", True),
+        ("When is the staging database backed up?", False),
+        ("林伟现在用什么编辑器？", False),
+        ("Why? It failed.", False),
+        ("staging backup schedule", False),
+        ("Redis.", False),
+        ("", False),
+        ("User prefers dark mode in every editor", True),
+        ("what editor does Frank use these days", False),
+        ("how does Maria take her coffee", False),
+        ("Backups. When do they run", False),
+        ("Do not deploy to production on Fridays", True),
+        ("林伟现在用什么编辑器写代码", False),
+        ("林伟每周三下午在公司健身房练瑜伽", True),
+        ("我不知道他喜欢什么。", True),
+    ],
+)
+def test_reads_as_statement(text: str, statement: bool) -> None:
+    assert reads_as_statement(text) is statement

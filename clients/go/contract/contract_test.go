@@ -8,9 +8,12 @@
 package contract
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -153,6 +156,10 @@ func (r *runner) step(st step) (any, error) {
 		req = &engramv1.ListTopicsRequest{}
 	case "GetTopic":
 		req = &engramv1.GetTopicRequest{}
+	case "ExportMemories":
+		req = &engramv1.ExportMemoriesRequest{}
+	case "ImportMemories":
+		req = &engramv1.ImportMemoriesRequest{}
 	default:
 		return nil, fmt.Errorf("unknown call %q", st.Call)
 	}
@@ -431,6 +438,63 @@ func (r *runner) step(st step) (any, error) {
 			"topic": map[string]any{"id": r.name(resp.GetTopic().GetId()), "size": resp.GetTopic().GetSize()},
 			"all_on_page": int32(len(resp.GetMemories())) == resp.GetTopic().GetSize() &&
 				resp.GetNextPageToken() == "",
+		}
+	case *engramv1.ExportMemoriesRequest: // server-streaming: the file is the chunks' data in order
+		stream, err := r.client.ExportMemories(ctx, q)
+		if err != nil {
+			return normalize(r.rpcError(err))
+		}
+		var data []byte
+		var last *engramv1.ExportMemoriesResponse
+		for {
+			chunk, err := stream.Recv()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				return normalize(r.rpcError(err))
+			}
+			data = append(data, chunk.GetData()...)
+			last = chunk
+		}
+		if last == nil {
+			return nil, fmt.Errorf("export without a chunk")
+		}
+		if st.Capture != "" { // the file, as proto3 JSON writes bytes: base64
+			r.captured[st.Capture] = base64.StdEncoding.EncodeToString(data)
+		}
+		lines := 0
+		for _, line := range bytes.Split(data, []byte("\n")) {
+			if len(bytes.TrimSpace(line)) > 0 {
+				lines++
+			}
+		}
+		obs = map[string]any{
+			"memories_done":  last.GetMemoriesDone(),
+			"memories_total": last.GetMemoriesTotal(),
+			"lines":          lines,
+		}
+	case *engramv1.ImportMemoriesRequest: // client-streaming, sent as one message
+		stream, err := r.client.ImportMemories(ctx)
+		if err != nil {
+			return normalize(r.rpcError(err))
+		}
+		if err := stream.Send(q); err != nil && err != io.EOF {
+			return normalize(r.rpcError(err))
+		}
+		resp, err := stream.CloseAndRecv()
+		if err != nil {
+			return normalize(r.rpcError(err))
+		}
+		collections := append([]string{}, resp.GetCollections()...)
+		sort.Strings(collections)
+		obs = map[string]any{
+			"lines":       resp.GetLines(),
+			"created":     resp.GetCreated(),
+			"replaced":    resp.GetReplaced(),
+			"unchanged":   resp.GetUnchanged(),
+			"duplicates":  resp.GetDuplicates(),
+			"collections": collections,
 		}
 	}
 	return normalize(obs)

@@ -10,9 +10,41 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { test } from 'node:test';
 
+import * as grpc from '@grpc/grpc-js';
+
 import type { MemoryServiceClient } from '../src';
 import { call, createClient, errorDetails, isServiceError } from '../src';
 import type { Memory__Output as Memory } from '../src/gen/engram/v1/Memory';
+import type { ExportMemoriesResponse__Output as ExportChunk } from '../src/gen/engram/v1/ExportMemoriesResponse';
+import type { ImportMemoriesResponse__Output as ImportResult } from '../src/gen/engram/v1/ImportMemoriesResponse';
+
+/** The chunks of a server-streaming ExportMemories call, in order. */
+function exportChunks(client: MemoryServiceClient, request: object, timeoutMs = 30_000): Promise<ExportChunk[]> {
+  return new Promise((resolve, reject) => {
+    const chunks: ExportChunk[] = [];
+    const stream = client.ExportMemories(request, new grpc.Metadata(), { deadline: Date.now() + timeoutMs });
+    stream.on('data', (chunk: ExportChunk) => chunks.push(chunk));
+    stream.on('error', reject);
+    stream.on('end', () => resolve(chunks));
+  });
+}
+
+/** A client-streaming ImportMemories call of one message. */
+function importOne(client: MemoryServiceClient, request: object, timeoutMs = 30_000): Promise<ImportResult> {
+  return new Promise((resolve, reject) => {
+    const stream = client.ImportMemories(
+      new grpc.Metadata(),
+      { deadline: Date.now() + timeoutMs },
+      (err: grpc.ServiceError | null, res?: ImportResult) => {
+        if (err) reject(err);
+        else if (res === undefined) reject(new Error('import without an answer'));
+        else resolve(res);
+      },
+    );
+    stream.write(request);
+    stream.end();
+  });
+}
 
 type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
 type Obj = { [key: string]: Json };
@@ -244,6 +276,34 @@ class Runner {
           return {
             topic: { id: this.name(r.topic.id), size: r.topic.size },
             all_on_page: r.memories.length === r.topic.size && r.next_page_token === '',
+          };
+        }
+        case 'ExportMemories': {
+          // Server-streaming: the file is the chunks' data in order.
+          const chunks = await exportChunks(c, request);
+          const last = chunks[chunks.length - 1];
+          if (last === undefined) throw new Error('export without a chunk');
+          const data = Buffer.concat(chunks.map((x) => new Uint8Array(x.data)));
+          if (step.capture) this.captured.set(step.capture, data.toString('base64'));
+          return {
+            memories_done: Number(last.memories_done),
+            memories_total: Number(last.memories_total),
+            lines: data
+              .toString('utf8')
+              .split('\n')
+              .filter((line) => line.trim() !== '').length,
+          };
+        }
+        case 'ImportMemories': {
+          // Client-streaming, sent as one message (proto3 JSON: bytes as base64).
+          const r = await importOne(c, request);
+          return {
+            lines: Number(r.lines),
+            created: Number(r.created),
+            replaced: Number(r.replaced),
+            unchanged: Number(r.unchanged),
+            duplicates: Number(r.duplicates),
+            collections: [...r.collections].sort(),
           };
         }
         default:

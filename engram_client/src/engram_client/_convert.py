@@ -250,6 +250,7 @@ def search_results(resp: memory_service_pb2.SearchMemoriesResponse) -> SearchRes
                     raw_similarity=r.score.raw_similarity,
                     lexical=r.score.lexical,
                     episode=r.score.episode,
+                    rescore=r.score.rescore,
                 ),
             )
             for r in resp.results

@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Generator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Generator, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Self, TypeVar, cast
@@ -671,11 +671,7 @@ class EngramClient(_ClientBase):
         """Stream an export (Engram's JSON Lines format): concatenate the chunks' ``data`` to get
         the file; ``memories_done`` / ``memories_total`` give the progress. Every collection when
         none is named. Needs an admin key."""
-        request = memory_service_pb2.ExportMemoriesRequest(
-            collections=list(collections), include_vectors=include_vectors, live_only=live_only
-        )
-        if filter is not None:
-            request.filter.CopyFrom(filter)
+        request = _export_request(collections, filter, include_vectors, live_only)
         try:
             yield from self._stub.ExportMemories(request, timeout=timeout, metadata=self._metadata)
         except grpc.RpcError as exc:
@@ -698,17 +694,10 @@ class EngramClient(_ClientBase):
         def requests() -> Iterator[memory_service_pb2.ImportMemoriesRequest]:
             first = True
             for data in chunks:
-                if first:
-                    yield memory_service_pb2.ImportMemoriesRequest(
-                        data=data, mode=mode, reembed=reembed, collection=collection
-                    )
-                    first = False
-                else:
-                    yield memory_service_pb2.ImportMemoriesRequest(data=data)
+                yield _import_request(data, first, mode, reembed, collection)
+                first = False
             if first:
-                yield memory_service_pb2.ImportMemoriesRequest(
-                    mode=mode, reembed=reembed, collection=collection
-                )
+                yield _import_request(b"", first, mode, reembed, collection)
 
         try:
             response: memory_service_pb2.ImportMemoriesResponse = self._stub.ImportMemories(
@@ -764,6 +753,35 @@ class EngramClient(_ClientBase):
         means 20). Raises TopicNotFoundError for an unknown id."""
         plan = _plans.get_topic(id, collection=collection, page_size=page_size, page_token=page_token)
         return self._run(plan, timeout)
+
+
+def _export_request(
+    collections: Sequence[str],
+    filter: memory_pb2.MemoryFilter | None,
+    include_vectors: bool,
+    live_only: bool,
+) -> memory_service_pb2.ExportMemoriesRequest:
+    request = memory_service_pb2.ExportMemoriesRequest(
+        collections=list(collections), include_vectors=include_vectors, live_only=live_only
+    )
+    if filter is not None:
+        request.filter.CopyFrom(filter)
+    return request
+
+
+def _import_request(
+    data: bytes,
+    first: bool,
+    mode: memory_service_pb2.ImportMode.ValueType,
+    reembed: memory_service_pb2.Reembed.ValueType,
+    collection: str,
+) -> memory_service_pb2.ImportMemoriesRequest:
+    """One message of an import stream: the first carries the options, the rest only data."""
+    if first:
+        return memory_service_pb2.ImportMemoriesRequest(
+            data=data, mode=mode, reembed=reembed, collection=collection
+        )
+    return memory_service_pb2.ImportMemoriesRequest(data=data)
 
 
 class AsyncEngramClient(_ClientBase):
@@ -1231,3 +1249,68 @@ class AsyncEngramClient(_ClientBase):
         """See :meth:`EngramClient.get_topic`."""
         plan = _plans.get_topic(id, collection=collection, page_size=page_size, page_token=page_token)
         return await self._run(plan, timeout)
+
+    # --- export, import, backup (admin; long calls: no deadline unless ``timeout`` is given) -------
+
+    async def export(
+        self,
+        *,
+        collections: Sequence[str] = (),
+        filter: memory_pb2.MemoryFilter | None = None,
+        include_vectors: bool = False,
+        live_only: bool = False,
+        timeout: float | None = None,
+    ) -> AsyncIterator[memory_service_pb2.ExportMemoriesResponse]:
+        """See :meth:`EngramClient.export` (``async for chunk in engram.export(): …``)."""
+        request = _export_request(collections, filter, include_vectors, live_only)
+        try:
+            async for chunk in self._stub.ExportMemories(request, timeout=timeout, metadata=self._metadata):
+                yield chunk
+        except grpc.RpcError as exc:
+            raise error_from_rpc_error(exc) from None
+
+    async def import_memories(
+        self,
+        chunks: Iterable[bytes] | AsyncIterable[bytes],
+        *,
+        mode: memory_service_pb2.ImportMode.ValueType = memory_service_pb2.IMPORT_MODE_RESTORE,
+        reembed: memory_service_pb2.Reembed.ValueType = memory_service_pb2.REEMBED_AUTO,
+        collection: str = "",
+        timeout: float | None = None,
+    ) -> memory_service_pb2.ImportMemoriesResponse:
+        """See :meth:`EngramClient.import_memories`; ``chunks`` may also be an async iterable."""
+
+        async def requests() -> AsyncIterator[memory_service_pb2.ImportMemoriesRequest]:
+            first = True
+            if isinstance(chunks, AsyncIterable):
+                async for data in chunks:
+                    yield _import_request(data, first, mode, reembed, collection)
+                    first = False
+            else:
+                for data in chunks:
+                    yield _import_request(data, first, mode, reembed, collection)
+                    first = False
+            if first:
+                yield _import_request(b"", first, mode, reembed, collection)
+
+        try:
+            response: memory_service_pb2.ImportMemoriesResponse = await self._stub.ImportMemories(
+                requests(), timeout=timeout, metadata=self._metadata
+            )
+        except grpc.RpcError as exc:
+            raise error_from_rpc_error(exc) from None
+        return response
+
+    async def backup(
+        self, directory: str, *, timeout: float | None = None
+    ) -> memory_service_pb2.BackupStoreResponse:
+        """See :meth:`EngramClient.backup`."""
+        try:
+            response: memory_service_pb2.BackupStoreResponse = await self._stub.BackupStore(
+                memory_service_pb2.BackupStoreRequest(directory=directory),
+                timeout=timeout,
+                metadata=self._metadata,
+            )
+        except grpc.RpcError as exc:
+            raise error_from_rpc_error(exc) from None
+        return response

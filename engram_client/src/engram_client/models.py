@@ -286,7 +286,7 @@ class NewMemory:
 @dataclass(frozen=True, slots=True)
 class ScoreBreakdown:
     """Why a search result ranks where it does (the default, additive fusion):
-    ``final = w_relevance·(relevance + lexical + episode) + w_recency·recency
+    ``final = w_relevance·(relevance + lexical + episode + rescore) + w_recency·recency
     + w_importance·importance``; equal finals put the newer memory first."""
 
     final: float
@@ -303,6 +303,9 @@ class ScoreBreakdown:
     lexical: float = 0.0
     #: What episode context (neighbouring events) adds to ``relevance`` in the fusion (≥ 0).
     episode: float = 0.0
+    #: What reading the memory's text adds in the fusion (may be negative): a lead label the query
+    #: names (a speaker, ``"Name: …"``) adds, a share of question sentences subtracts.
+    rescore: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

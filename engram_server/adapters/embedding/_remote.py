@@ -39,20 +39,23 @@ class RemoteEmbedder(ABC):
 
     #: Shown in errors and model ids, e.g. ``openai``.
     provider: str = ""
+    #: The provider's endpoint when ``base_url`` is not given.
+    default_base_url: str = ""
 
     def __init__(
         self,
         model: str,
         *,
         api_key: str | None,
-        base_url: str,
-        dimension: int | None,
-        timeout: float,
-        max_retries: int,
-        max_inputs_per_request: int,
-        backoff_base: float,
-        backoff_max: float,
+        base_url: str | None = None,
+        dimension: int | None = None,
+        timeout: float = 30.0,
+        max_retries: int = 3,
+        max_inputs_per_request: int = 128,
+        backoff_base: float = 0.5,
+        backoff_max: float = 20.0,
     ) -> None:
+        base_url = base_url or self.default_base_url
         if not model:
             raise ValueError(f"{self.provider}: model must not be empty")
         if dimension is not None and dimension < 1:

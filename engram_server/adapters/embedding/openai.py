@@ -16,32 +16,8 @@ class OpenAIEmbedder(RemoteEmbedder):
     learned from the first response (``warm_up()`` makes that happen up front). OpenAI has no
     query/document distinction, so both paths send the same request."""
 
+    default_base_url = "https://api.openai.com/v1"
     provider = "openai"
-
-    def __init__(
-        self,
-        model: str,
-        *,
-        api_key: str | None,
-        base_url: str = "https://api.openai.com/v1",
-        dimension: int | None = None,
-        timeout: float = 30.0,
-        max_retries: int = 3,
-        max_inputs_per_request: int = 128,
-        backoff_base: float = 0.5,
-        backoff_max: float = 20.0,
-    ) -> None:
-        super().__init__(
-            model,
-            api_key=api_key,
-            base_url=base_url,
-            dimension=dimension,
-            timeout=timeout,
-            max_retries=max_retries,
-            max_inputs_per_request=max_inputs_per_request,
-            backoff_base=backoff_base,
-            backoff_max=backoff_max,
-        )
 
     def _body(self, texts: list[str], kind: InputKind) -> dict[str, Any]:
         body: dict[str, Any] = {"model": self._model, "input": texts, "encoding_format": "float"}

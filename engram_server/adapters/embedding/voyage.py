@@ -16,32 +16,8 @@ class VoyageEmbedder(RemoteEmbedder):
     configured (voyage-3.5 / -3.5-lite / -3-large accept 256, 512, 1024, 2048); otherwise the
     dimension is learned from the first response."""
 
+    default_base_url = "https://api.voyageai.com/v1"
     provider = "voyage"
-
-    def __init__(
-        self,
-        model: str,
-        *,
-        api_key: str | None,
-        base_url: str = "https://api.voyageai.com/v1",
-        dimension: int | None = None,
-        timeout: float = 30.0,
-        max_retries: int = 3,
-        max_inputs_per_request: int = 128,
-        backoff_base: float = 0.5,
-        backoff_max: float = 20.0,
-    ) -> None:
-        super().__init__(
-            model,
-            api_key=api_key,
-            base_url=base_url,
-            dimension=dimension,
-            timeout=timeout,
-            max_retries=max_retries,
-            max_inputs_per_request=max_inputs_per_request,
-            backoff_base=backoff_base,
-            backoff_max=backoff_max,
-        )
 
     def _body(self, texts: list[str], kind: InputKind) -> dict[str, Any]:
         # truncation=True (Voyage's default, stated explicitly): over-long texts are cut to the

@@ -58,13 +58,15 @@ class Collections(ServiceCore):
             [s for s in await self._store.list_collections() if s.trashed_at is not None]
         )
 
-    def _check_name(self, v: Violations, name: str, stored: CollectionSpec | None) -> None:
+    def _check_name(
+        self, v: Violations, name: str, stored: CollectionSpec | None, fieldname: str = "name"
+    ) -> None:
         if not name:
-            v.add("name", "must not be empty")
+            v.add(fieldname, "must not be empty")
         elif not valid_collection_name(name) and stored is None:
             # A name the rules refuse today but an older release accepted (``"bob\n"``) can still
-            # be deleted while it exists; anything else is refused as invalid.
-            check_collection(v, "name", name)
+            # be deleted, restored and purged while it exists; anything else is refused as invalid.
+            check_collection(v, fieldname, name)
 
     async def delete_collection(self, name: str) -> tuple[int, float | None]:
         """Move the collection to the trash (or drop it when the trash is off): the number of
@@ -92,7 +94,7 @@ class Collections(ServiceCore):
     async def restore_collection(self, name: str) -> CollectionStats:
         """Take a collection out of the trash."""
         v = Violations()
-        self._check_name(v, name, None)
+        self._check_name(v, name, await self._store.get_collection(name) if name else None)
         v.raise_if_any()
         async with self._lock(name):
             spec = await self._store.get_collection(name)
@@ -108,6 +110,9 @@ class Collections(ServiceCore):
 
     async def purge_collection(self, name: str) -> int:
         """Drop a collection that is in the trash, for good: how many memories it held."""
+        v = Violations()
+        self._check_name(v, name, await self._store.get_collection(name) if name else None, "collection")
+        v.raise_if_any()
         async with self._lock(name):
             spec = await self._store.get_collection(name)
             if spec is None or spec.trashed_at is None:

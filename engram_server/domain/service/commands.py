@@ -24,6 +24,7 @@ from engram_server.domain.privacy import PrivacyFilter
 from engram_server.domain.ranking import (
     Evidence,
     HybridParams,
+    RescoreParams,
     Score,
     Weights,
 )
@@ -61,6 +62,8 @@ class Policy:
     search_cache_entries: int = 256
     access_flush_seconds: float = 1.0
     hybrid: HybridParams = field(default_factory=HybridParams)
+    #: Query-time rescoring of the best candidates from their text (see ranking.rescore).
+    rescore: RescoreParams = field(default_factory=RescoreParams)
     ambiguity_margin: float = 0.02
     default_collection: str = DEFAULT_COLLECTION
     #: How long deleted memories and collections stay restorable; 0: deletes are final.

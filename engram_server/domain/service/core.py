@@ -36,6 +36,7 @@ from engram_server.domain.validation import (
     Violations,
     check_collection,
     check_session_id,
+    valid_collection_name,
 )
 from engram_server.ports import Embedder, LexicalEncoder, Llm, Store, Tokenizer
 
@@ -164,6 +165,16 @@ class ServiceCore:
 
     def _resolve(self, v: Violations, fieldname: str, collection: str) -> str:
         name = collection or self.policy.default_collection
+        check_collection(v, fieldname, name)
+        return name
+
+    async def _resolve_held(self, v: Violations, fieldname: str, collection: str) -> str:
+        """As :meth:`_resolve`, but a name today's rules refuse is accepted while the store holds
+        that collection (an older release accepted ``"bob\\n"``): what a user has, they can delete,
+        list in the trash, restore and purge."""
+        name = collection or self.policy.default_collection
+        if not valid_collection_name(name) and await self._store.get_collection(name) is not None:
+            return name
         check_collection(v, fieldname, name)
         return name
 

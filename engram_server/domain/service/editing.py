@@ -233,7 +233,7 @@ class Editing(ServiceCore):
     async def delete(self, cmd: DeleteCommand) -> DeleteResult:
         pol = self.policy
         v = Violations()
-        collection = self._resolve(v, "collection", cmd.collection)
+        collection = await self._resolve_held(v, "collection", cmd.collection)
         if (cmd.id is None) == (cmd.query is None):
             v.add("target", "give either id or query")
         limit = cmd.limit or 1

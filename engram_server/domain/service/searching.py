@@ -38,10 +38,17 @@ from engram_server.domain.ranking import (
     mmr_order,
     recency_array,
     reinforced_recency,
+    rescore,
 )
 from engram_server.domain.service.commands import SearchHit, SearchQuery, _Pool, _Ranked
 from engram_server.domain.service.core import ServiceCore, _query_span, _tracer
-from engram_server.domain.text import cross_script, lexically_blind, script_of, word_scripts
+from engram_server.domain.text import (
+    cross_script,
+    lexically_blind,
+    reads_as_statement,
+    script_of,
+    word_scripts,
+)
 from engram_server.domain.validation import (
     Violations,
     check_collection,
@@ -63,20 +70,23 @@ class _Query:
     """A search's query: its text, script, and vectors — computed once, and only if a collection's
     candidates are not cached."""
 
-    __slots__ = ("_dense", "_sparse", "_svc", "cached", "script", "text", "word_scripts")
+    __slots__ = ("_dense", "_sparse", "_svc", "as_document", "cached", "script", "text", "word_scripts")
 
     def __init__(self, svc: ServiceCore, text: str) -> None:
         self._svc = svc
         self.text = text
         self.script = script_of(text)
         self.word_scripts = word_scripts(text)
+        # A statement is compared as the write gate compares two memories: embedded as a document,
+        # read on the document scale (its relevance is the gate's similarity for the pair).
+        self.as_document = reads_as_statement(text)
         self.cached = 0  # collections whose candidates came from the cache
         self._dense: Vector | None = None
         self._sparse: tuple[SparseVector | None] | None = None
 
     async def dense(self) -> Vector:
         if self._dense is None:
-            self._dense = (await self._svc._embed([self.text], query=True))[0]
+            self._dense = (await self._svc._embed([self.text], query=not self.as_document))[0]
         return self._dense
 
     def sparse(self) -> SparseVector | None:
@@ -172,13 +182,17 @@ class Searching(ServiceCore):
         with _tracer.start_as_current_span(
             "engram.rank", attributes={"engram.candidates": n_found, "engram.candidates.cached": query.cached}
         ) as span:
+            resc = pol.rescore
+            depth = max(limit, resc.depth) if resc.enabled else limit
             ranked = self._rank(
                 per_collection,
                 now,
                 weights,
                 q.min_relevance,
-                keep=None if q.diversify or capped else limit,
+                keep=None if q.diversify or capped else depth,
             )
+            if resc.enabled and len(ranked) > 1:
+                ranked = await self._rescored(ranked, q.query, weights)
             if q.diversify and len(ranked) > 1:
                 order = mmr_order(
                     [r.score.final for r in ranked],
@@ -201,6 +215,34 @@ class Searching(ServiceCore):
             results = self._reinforce(results, now, weights)
         self._note_access([r.memory for r in results], now)
         return results
+
+    async def _rescored(self, ranked: list[_Ranked], query: str, weights: Weights) -> list[_Ranked]:
+        """The best ``rescore.depth`` of ``ranked`` read in full and rescored from their text
+        (:func:`engram_server.domain.ranking.rescore`: a lead label the query names, the share of
+        question sentences), re-sorted as :meth:`_rank` sorts; the candidates below them follow in
+        their order. A memory deleted since the query gets no rescore (it is dropped when the
+        winners are read)."""
+        pol = self.policy
+        head, tail = ranked[: pol.rescore.depth], ranked[pol.rescore.depth :]
+        full = await self._full_records(head)
+        adj = rescore(query, [full[r.id].content if r.id in full else "" for r in head], pol.rescore)
+        created = {r.id: full[r.id].created_at if r.id in full else 0.0 for r in head}
+        out: list[_Ranked] = []
+        for r, a in zip(head, adj.tolist(), strict=True):
+            if a == 0.0:
+                out.append(r)
+                continue
+            sc = replace(r.score, rescore=a)
+            final = fuse_array(
+                np.array([sc.evidence]),
+                np.array([sc.recency]),
+                np.array([sc.importance * 10.0]),
+                weights,
+                mode=pol.hybrid.fusion,
+            )
+            out.append(replace(r, score=replace(sc, final=float(final[0]))))
+        out.sort(key=lambda r: (-r.score.final, -created.get(r.id, 0.0), r.id))
+        return out + tail
 
     async def _session_capped(self, ranked: Sequence[_Ranked], limit: int, cap: int) -> list[SearchHit]:
         """The best ``limit`` of ``ranked`` (in order) with at most ``cap`` from one session (the
@@ -240,7 +282,7 @@ class Searching(ServiceCore):
                 hours = (now - h.memory.created_at) / 3600.0
                 rec = reinforced_recency(DECAY_PER_HOUR[h.memory.type], hours, h.memory.access_count)
                 final = fuse_value(
-                    sc.relevance + sc.lexical + sc.episode,
+                    sc.evidence,
                     rec,
                     sc.importance * 10.0,
                     weights,
@@ -285,14 +327,16 @@ class Searching(ServiceCore):
         lexical side is normalised by the collection's best BM25 score) and their decay factors."""
         n = len(found)
         raw = found.cosine
-        off = self._cross_script_offset
+        # The cross-lingual offset lifts translations on the query scale; a statement is read as the
+        # gate reads a pair (no offset), so its relevance stays the gate's similarity.
+        off = None if query.as_document else self._cross_script_offset
         tags = set(found.scripts)  # script tags (see engram_server.domain.text.script_tag)
         if off and query.script and n:
             shift = {sc: off.get((query.script, cross_script(query.script, sc)), 0.0) for sc in tags}
             raw = raw + np.fromiter(map(shift.__getitem__, found.scripts), dtype=np.float64, count=n)
         blind = {sc: lexically_blind(query.word_scripts, sc) for sc in tags}
         parts = evidence(
-            self._cal.relevance_array(raw),
+            (self._cal.similarity_array if query.as_document else self._cal.relevance_array)(raw),
             found.lexical,
             found.created_at,
             self.policy.hybrid,

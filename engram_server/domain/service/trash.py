@@ -24,7 +24,7 @@ class Trash(Editing):
     async def _trash_collection(self, collection: str) -> str | None:
         """The resolved collection name, or None for the default collection before its first write."""
         v = Violations()
-        name = self._resolve(v, "collection", collection)
+        name = await self._resolve_held(v, "collection", collection)
         v.raise_if_any()
         if await self._existing(name) is None:
             if collection and collection != self.policy.default_collection:
@@ -36,7 +36,7 @@ class Trash(Editing):
         self, collection: str, page_size: int, page_token: str
     ) -> tuple[list[MemoryRecord], str]:
         v = Violations()
-        name = self._resolve(v, "collection", collection)
+        name = await self._resolve_held(v, "collection", collection)
         size = page_size or 100
         if not 1 <= size <= self.policy.limits.max_page_size:
             v.add("page_size", f"must be between 1 and {self.policy.limits.max_page_size}")
@@ -77,7 +77,7 @@ class Trash(Editing):
         """Take a memory (and its history) out of the trash, as it was; the live memories now
         in its near-duplicate zone or above (written while it was in the trash) are returned."""
         v = Violations()
-        name = self._resolve(v, "collection", collection)
+        name = await self._resolve_held(v, "collection", collection)
         if not memory_id:
             v.add("id", "must not be empty")
         elif not _is_uuid(memory_id):
@@ -121,7 +121,7 @@ class Trash(Editing):
         """Delete for good what is in the collection's trash (only ``ids`` and their history, when
         given): how many stored points went."""
         v = Violations()
-        name = self._resolve(v, "collection", collection)
+        name = await self._resolve_held(v, "collection", collection)
         for i, memory_id in enumerate(ids):
             if not _is_uuid(memory_id):
                 v.add(f"ids[{i}]", "must be a memory id (UUID)")

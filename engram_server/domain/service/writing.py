@@ -437,11 +437,13 @@ class Writing(Superseding):
     async def _used_request_ids(
         self, collection: str, request_ids: Sequence[str | None]
     ) -> dict[str, MemoryRecord]:
-        """The memories created earlier with any of ``request_ids``, by request_id (one query)."""
+        """The memories created earlier with any of ``request_ids``, by request_id (one query), also
+        those superseded since or in the trash: a replay must not write the memory again."""
         wanted = tuple(dict.fromkeys(r for r in request_ids if r))
         if not wanted:
             return {}
-        records, _ = await self._store.scroll(collection, StoreFilter(request_ids=wanted), limit=len(wanted))
+        flt = StoreFilter(request_ids=wanted, include_history=True, include_trashed=True)
+        records, _ = await self._store.scroll(collection, flt, limit=len(wanted))
         return {r.request_id: r for r in records if r.request_id}
 
     async def _replay(
@@ -449,11 +451,19 @@ class Writing(Superseding):
     ) -> AddResult:
         """The answer to a repeated request_id: the memory it created, with the near duplicates and
         the gate's reasons the first answer gave (:func:`replayed_gate`), or a conflict if the
-        request differs."""
+        request differs or the memory was deleted since (to the trash: restoring it is the caller's
+        call, and writing it again would silently undo the delete). A memory superseded since is
+        answered as it is (``superseded_by`` names its successor)."""
         if first.request_hash != request_hash:
             raise IdempotencyConflict(
                 f"request_id {first.request_id!r} was already used for a different request",
                 metadata={"request_id": first.request_id or "", "memory_id": first.id},
+            )
+        if first.trashed_at is not None:
+            raise IdempotencyConflict(
+                f"request_id {first.request_id!r} created memory {first.id}, which was deleted to the "
+                "trash since: RestoreMemory it, or add it again with a new request_id",
+                metadata={"request_id": first.request_id or "", "memory_id": first.id, "in_trash": "true"},
             )
         near_ids = [i for i, _ in first.near_duplicates]
         found = {p.record.id: p.record for p in await self._store.retrieve(collection, near_ids)}

@@ -81,8 +81,9 @@ Engram is your long-term memory.
    Markdown within a token budget. Before a risky or irreversible action (deploy, git push, a
    migration, deleting data), call memory_triggers with the action's name and follow the lessons
    it returns. Keep every memory you add clean: it competes with the others.
-1. Before memory_add, call memory_search with the text you intend to store (limit 3) and look at the
-   best result's `relevance` (calibrated similarity, 0-1):
+1. Before memory_add, call memory_search with the text you intend to store, written as the full
+   sentence you will store (limit 3), and look at the best result's `relevance` (calibrated
+   similarity, 0-1; for a sentence it is the write gate's own similarity):
    > 0.82 -> memory_update that memory instead of adding;
    0.70-0.82 -> add only if it says something genuinely different, otherwise update;
    < 0.70 -> memory_add.

@@ -755,7 +755,7 @@ func (x *SpecificConflict) GetNewValues() []string {
 }
 
 // ScoreBreakdown explains a search result's rank (the default, additive fusion):
-// final = w_relevance·(relevance + lexical + episode) + w_recency·recency
+// final = w_relevance·(relevance + lexical + episode + rescore) + w_recency·recency
 //   - w_importance·importance.
 //
 // Results are sorted by final; equal finals put the newer memory first, then order by id.
@@ -763,9 +763,11 @@ type ScoreBreakdown struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The fused score results are sorted by.
 	Final float32 `protobuf:"fixed32,1,opt,name=final,proto3" json:"final,omitempty"`
-	// Calibrated similarity between query and memory, in [0, 1], on the write gate's scale: for the
-	// same two texts it is (within the calibration's error) the similarity AddMemory reports —
-	// above 0.92 a near copy, 0.82–0.92 a restatement, 0.70–0.82 the same topic. Lexical and
+	// Calibrated similarity between query and memory, in [0, 1], on the write gate's scale — above
+	// 0.92 a near copy, 0.82–0.92 a restatement, 0.70–0.82 the same topic. A query written as a
+	// statement (ending with . 。 ! ！, or five words or more and no question word) is compared as the
+	// gate compares two memories, so this is the similarity AddMemory reports for the same two texts;
+	// a question or keywords are read on the query scale, fitted onto the gate's. Lexical and
 	// episode evidence never change it (they are the fields below).
 	Relevance float32 `protobuf:"fixed32,2,opt,name=relevance,proto3" json:"relevance,omitempty"`
 	// Type-specific decay since created_at, in [0, 1]: decay_per_hour ^ hours.
@@ -779,7 +781,13 @@ type ScoreBreakdown struct {
 	Lexical float32 `protobuf:"fixed32,6,opt,name=lexical,proto3" json:"lexical,omitempty"`
 	// What episode context adds to relevance in the fusion, ≥ 0: an event written close in time to
 	// a better-matching event (one conversation, one task) inherits part of its lead.
-	Episode       float32 `protobuf:"fixed32,7,opt,name=episode,proto3" json:"episode,omitempty"`
+	Episode float32 `protobuf:"fixed32,7,opt,name=episode,proto3" json:"episode,omitempty"`
+	// What reading the memory's text adds in the fusion (may be negative; 0 past the best
+	// ENGRAM_RESCORE_DEPTH candidates): + ENGRAM_SUBJECT_WEIGHT when the memory is led by a label
+	// the query names (a speaker, "Name: …"), − ENGRAM_QUESTION_PENALTY × the share of its
+	// sentences that are questions (a memory that only asks answers nothing). Relevance never
+	// includes it.
+	Rescore       float32 `protobuf:"fixed32,80,opt,name=rescore,proto3" json:"rescore,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -859,6 +867,13 @@ func (x *ScoreBreakdown) GetLexical() float32 {
 func (x *ScoreBreakdown) GetEpisode() float32 {
 	if x != nil {
 		return x.Episode
+	}
+	return 0
+}
+
+func (x *ScoreBreakdown) GetRescore() float32 {
+	if x != nil {
+		return x.Rescore
 	}
 	return 0
 }
@@ -1076,7 +1091,7 @@ const file_engram_v1_memory_proto_rawDesc = "" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12'\n" +
 	"\x0fexisting_values\x18\x02 \x03(\tR\x0eexistingValues\x12\x1d\n" +
 	"\n" +
-	"new_values\x18\x03 \x03(\tR\tnewValues\"\xd9\x01\n" +
+	"new_values\x18\x03 \x03(\tR\tnewValues\"\xf3\x01\n" +
 	"\x0eScoreBreakdown\x12\x14\n" +
 	"\x05final\x18\x01 \x01(\x02R\x05final\x12\x1c\n" +
 	"\trelevance\x18\x02 \x01(\x02R\trelevance\x12\x18\n" +
@@ -1086,7 +1101,8 @@ const file_engram_v1_memory_proto_rawDesc = "" +
 	"importance\x12%\n" +
 	"\x0eraw_similarity\x18\x05 \x01(\x02R\rrawSimilarity\x12\x18\n" +
 	"\alexical\x18\x06 \x01(\x02R\alexical\x12\x18\n" +
-	"\aepisode\x18\a \x01(\x02R\aepisode\"h\n" +
+	"\aepisode\x18\a \x01(\x02R\aepisode\x12\x18\n" +
+	"\arescore\x18P \x01(\x02R\arescore\"h\n" +
 	"\x0eRankingWeights\x12\x1c\n" +
 	"\trelevance\x18\x01 \x01(\x02R\trelevance\x12\x18\n" +
 	"\arecency\x18\x02 \x01(\x02R\arecency\x12\x1e\n" +

@@ -466,7 +466,7 @@ Global___SpecificConflict: _TypeAlias = SpecificConflict  # noqa: Y015
 @_typing.final
 class ScoreBreakdown(_message.Message):
     """ScoreBreakdown explains a search result's rank (the default, additive fusion):
-    final = w_relevance·(relevance + lexical + episode) + w_recency·recency
+    final = w_relevance·(relevance + lexical + episode + rescore) + w_recency·recency
             + w_importance·importance.
     Results are sorted by final; equal finals put the newer memory first, then order by id.
     """
@@ -480,12 +480,15 @@ class ScoreBreakdown(_message.Message):
     RAW_SIMILARITY_FIELD_NUMBER: _builtins.int
     LEXICAL_FIELD_NUMBER: _builtins.int
     EPISODE_FIELD_NUMBER: _builtins.int
+    RESCORE_FIELD_NUMBER: _builtins.int
     final: _builtins.float
     """The fused score results are sorted by."""
     relevance: _builtins.float
-    """Calibrated similarity between query and memory, in [0, 1], on the write gate's scale: for the
-    same two texts it is (within the calibration's error) the similarity AddMemory reports —
-    above 0.92 a near copy, 0.82–0.92 a restatement, 0.70–0.82 the same topic. Lexical and
+    """Calibrated similarity between query and memory, in [0, 1], on the write gate's scale — above
+    0.92 a near copy, 0.82–0.92 a restatement, 0.70–0.82 the same topic. A query written as a
+    statement (ending with . 。 ! ！, or five words or more and no question word) is compared as the
+    gate compares two memories, so this is the similarity AddMemory reports for the same two texts;
+    a question or keywords are read on the query scale, fitted onto the gate's. Lexical and
     episode evidence never change it (they are the fields below).
     """
     recency: _builtins.float
@@ -502,6 +505,13 @@ class ScoreBreakdown(_message.Message):
     """What episode context adds to relevance in the fusion, ≥ 0: an event written close in time to
     a better-matching event (one conversation, one task) inherits part of its lead.
     """
+    rescore: _builtins.float
+    """What reading the memory's text adds in the fusion (may be negative; 0 past the best
+    ENGRAM_RESCORE_DEPTH candidates): + ENGRAM_SUBJECT_WEIGHT when the memory is led by a label
+    the query names (a speaker, "Name: …"), − ENGRAM_QUESTION_PENALTY × the share of its
+    sentences that are questions (a memory that only asks answers nothing). Relevance never
+    includes it.
+    """
     def __init__(
         self,
         *,
@@ -512,10 +522,11 @@ class ScoreBreakdown(_message.Message):
         raw_similarity: _builtins.float = ...,
         lexical: _builtins.float = ...,
         episode: _builtins.float = ...,
+        rescore: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["episode", b"episode", "final", b"final", "importance", b"importance", "lexical", b"lexical", "raw_similarity", b"raw_similarity", "recency", b"recency", "relevance", b"relevance"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["episode", b"episode", "final", b"final", "importance", b"importance", "lexical", b"lexical", "raw_similarity", b"raw_similarity", "recency", b"recency", "relevance", b"relevance", "rescore", b"rescore"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

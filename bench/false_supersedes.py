@@ -1,0 +1,161 @@
+"""False supersedes at scale: distinct templated facts written through AddMemories with the default
+contradiction handling (``ENGRAM_CONTRADICTIONS=supersede``).
+
+Every generated memory is a different fact: records told apart by a counter-like label ("writer 3
+noted fact number 10 …", "locker 12 belongs to …", "作者3记录了第10条事实", "员工12负责…") and the
+templates of ``bench/false_duplicates.py`` (people, invoices, orders, cities, times; English and
+Chinese). None replaces another, so every memory the write gate marks superseded is a fact lost
+from search. The generator is seeded. Reported: memories wrongly superseded (distinct ids), with
+examples; JSON and Markdown under ``--out``.
+
+    python bench/false_supersedes.py --memories 3000
+    ENGRAM_CONTRADICTIONS=report python bench/false_supersedes.py --memories 3000   # nothing superseded
+
+Not part of CI (thousands of memories take minutes on the local model).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from engram_client import AsyncEngramClient, NewMemory
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from false_duplicates import CITIES, PROJECTS, TEMPLATES, ZH_CITIES, Template, _words
+
+TOPICS = _words("billing search latency backups onboarding pricing security hiring logging caching")
+ITEMS = _words("laptops monitors cables chairs printers keyboards routers phones desks lamps")
+COLOURS = _words("red blue green yellow purple orange black white")
+ZH_TOPICS = _words("计费 搜索 延迟 备份 入职 定价 安全 招聘 日志 缓存")
+ZH_ITEMS = _words("笔记本 显示器 线缆 椅子 打印机 键盘 路由器 手机")
+
+#: Records told apart by a counter-like label ("<noun> <n>"): the label names the record, the rest
+#: of the sentence is the same template.
+LABELLED: tuple[Template, ...] = (
+    lambda r: f"writer {r.randint(1, 40)} noted fact number {r.randint(1, 60)} about {r.choice(TOPICS)}.",
+    lambda r: f"Locker {r.randint(1, 300)} belongs to the {r.choice(PROJECTS)} team.",
+    lambda r: f"Shelf {r.randint(1, 80)} in warehouse {r.randint(1, 9)} holds {r.choice(ITEMS)}.",
+    lambda r: f"Agent {r.randint(1, 50)} finished run {r.randint(1, 200)} without errors.",
+    lambda r: f"Tenant {r.randint(1, 400)} parks in the {r.choice(COLOURS)} zone.",
+    lambda r: f"Probe {r.randint(1, 90)} is installed in {r.choice(CITIES)}.",
+    lambda r: f"Volunteer {r.randint(1, 150)} covers the {r.choice(TOPICS)} desk on shift {r.randint(1, 3)}.",
+    lambda r: f"作者{r.randint(1, 40)}记录了第{r.randint(1, 60)}条关于{r.choice(ZH_TOPICS)}的事实。",
+    lambda r: f"员工{r.randint(1, 300)}负责{r.choice(ZH_TOPICS)}工作。",
+    lambda r: f"{r.randint(1, 80)}号货架存放{r.choice(ZH_ITEMS)}。",
+    lambda r: f"租户{r.randint(1, 400)}的车停在{r.choice(ZH_CITIES)}停车场。",
+)
+
+
+def generate(n: int, seed: int) -> list[str]:
+    """``n`` distinct memories (seeded): half counter-labelled records, half the false-duplicates
+    templates."""
+    r = random.Random(seed)
+    seen: set[str] = set()
+    out: list[str] = []
+    while len(out) < n:
+        pool = LABELLED if r.random() < 0.5 else TEMPLATES
+        text = r.choice(pool)(r)
+        if text not in seen:
+            seen.add(text)
+            out.append(text)
+    return out
+
+
+async def write_all(address: str, texts: Sequence[str], collection: str, batch: int) -> dict[str, Any]:
+    superseded: dict[str, dict[str, Any]] = {}
+    reported = 0
+    async with AsyncEngramClient(address, timeout=300) as client:
+        for start in range(0, len(texts), batch):
+            chunk = texts[start : start + batch]
+            results = await client.add_many([NewMemory(t) for t in chunk], collection=collection)
+            for text, res in zip(chunk, results, strict=True):
+                for c in res.conflicts:
+                    if not c.superseded:
+                        reported += 1
+                        continue
+                    superseded.setdefault(
+                        c.memory_id,
+                        {
+                            "superseded": c.content,
+                            "new": text,
+                            "basis": c.basis,
+                            "similarity": round(c.similarity, 3),
+                            "explanation": c.explanation,
+                        },
+                    )
+            done = start + len(chunk)
+            if done % 500 < batch:
+                print(f"  {done} written, {len(superseded)} superseded", flush=True)
+    examples = list(superseded.values())[:25]
+    return {"superseded": len(superseded), "reported_not_superseded": reported, "examples": examples}
+
+
+async def run_in_process(texts: Sequence[str], batch: int, **settings: Any) -> dict[str, Any]:
+    from engram_server.testing import running_server  # noqa: PLC0415 - server only when in-process
+
+    with tempfile.TemporaryDirectory(prefix="engram-false-sup-") as tmp:
+        async with running_server(Path(tmp) / "data", **settings) as server:
+            return await write_all(server.address, texts, "fs", batch)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--memories", type=int, default=3000)
+    parser.add_argument("--seed", type=int, default=26)
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--address", help="an already running server (writes into collection fs-<time>)")
+    parser.add_argument("--out", type=Path, default=Path("results/bench"))
+    parser.add_argument("--label", default="", help="suffix of the report files (e.g. before)")
+    args = parser.parse_args(argv)
+    texts = generate(args.memories, args.seed)
+    started = time.perf_counter()
+    if args.address:
+        report = asyncio.run(write_all(args.address, texts, f"fs-{int(time.time())}", args.batch))
+    else:
+        from engram_server.config import env_overrides  # noqa: PLC0415
+
+        report = asyncio.run(run_in_process(texts, args.batch, **env_overrides()))
+    report.update(
+        memories=args.memories,
+        seed=args.seed,
+        seconds=round(time.perf_counter() - started, 1),
+        contradictions=os.environ.get("ENGRAM_CONTRADICTIONS", "supersede"),
+        at=datetime.now(UTC).isoformat(timespec="seconds"),
+    )
+    suffix = f"_{args.label}" if args.label else ""
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"false_supersedes{suffix}.json").write_text(
+        json.dumps(report, ensure_ascii=False, indent=1), encoding="utf-8"
+    )
+    lines = [
+        "# False supersedes: distinct templated facts through AddMemories",
+        "",
+        f"{args.memories} memories, seed {args.seed}, ENGRAM_CONTRADICTIONS={report['contradictions']}, "
+        f"{report['seconds']} s, {report['at']}.",
+        "",
+        f"- wrongly superseded (facts lost from search): **{report['superseded']}** "
+        f"({report['superseded'] / args.memories:.2%})",
+        f"- listed as conflicts, not superseded: {report['reported_not_superseded']}",
+        "",
+        "Examples (superseded | by | basis | similarity):",
+        "",
+        *[f"- {e['superseded']} | {e['new']} | {e['basis']} | {e['similarity']}" for e in report["examples"]],
+    ]
+    (args.out / f"false_supersedes{suffix}.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print(f"wrongly superseded: {report['superseded']}/{args.memories}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -21,7 +21,9 @@ Per round, variants alternating (engine, then Engram, then the next round):
 * **CPU**: the engine's CPU per query (this process's CPU clock over the c = 1 engine pass, which
   does nothing else); Engram's CPU per search = the server process's CPU (its threads' clocks from
   ``/proc``, split: event loop, storage thread + engine threads, others) over the c = 32 pass,
-  divided by the searches, less the engine's CPU per query. What is left is Engram's own work:
+  divided by the searches, less the engine's CPU per query (a search's reads run on the event loop
+  while the storage thread is idle, so the engine's work shows there too). What is left is
+  Engram's own work:
   gRPC and the servicer, the event loop, candidate assembly, ranking, reading the winners,
   storage-thread Python (and the lexical-only cosines query the store adds).
 

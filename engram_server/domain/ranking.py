@@ -367,6 +367,22 @@ def fuse_array(
     return np.asarray(out, dtype=np.float64)
 
 
+def fuse_value(
+    relevance: float,
+    recency_value: float,
+    importance: float,
+    weights: Weights,
+    *,
+    mode: FusionMode = FusionMode.ADDITIVE,
+) -> float:
+    """:func:`fuse_array` of one memory, in plain floats (the same operations in the same order,
+    so the same bits; without numpy's per-call cost)."""
+    imp = importance / 10.0
+    if mode is FusionMode.ADDITIVE:
+        return weights.relevance * relevance + weights.recency * recency_value + weights.importance * imp
+    return relevance * (weights.relevance + weights.recency * recency_value + weights.importance * imp)
+
+
 def mmr_order(
     scores: Sequence[float],
     vectors: Sequence[Vector],

@@ -18,6 +18,7 @@ from engram_server.domain.ranking import (
     evidence,
     fuse,
     fuse_array,
+    fuse_value,
     hybrid_relevance,
     impute_blind_lexical,
     lead_label,
@@ -292,6 +293,21 @@ def test_blind_imputation_uses_numpy_s_linear_quantile() -> None:
         want = lex.copy()
         want[missing] = np.quantile(lex[seen], p)
         assert np.array_equal(out, want)
+
+
+@pytest.mark.parametrize("mode", list(FusionMode))
+def test_fuse_value_is_fuse_array_to_the_last_bit(mode: FusionMode) -> None:
+    rng = np.random.default_rng(5)
+    relevance = rng.uniform(0, 1.5, 500)
+    rec = rng.uniform(0, 1, 500)
+    importance = rng.integers(1, 11, 500) / 10.0 * 10.0  # as a search's Score carries it
+    weights = Weights(relevance=0.9, recency=0.07, importance=0.03)
+    arr = fuse_array(relevance, rec, importance, weights, mode=mode)
+    one = [
+        fuse_value(float(a), float(b), float(c), weights, mode=mode)
+        for a, b, c in zip(relevance, rec, importance, strict=True)
+    ]
+    assert one == arr.tolist()
 
 
 def test_lead_label_and_question_share() -> None:

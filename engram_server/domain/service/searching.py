@@ -34,6 +34,7 @@ from engram_server.domain.ranking import (
     decay_array,
     evidence,
     fuse_array,
+    fuse_value,
     mmr_order,
     recency_array,
     reinforced_recency,
@@ -280,14 +281,14 @@ class Searching(ServiceCore):
             if h.memory.access_count:
                 hours = (now - h.memory.created_at) / 3600.0
                 rec = reinforced_recency(DECAY_PER_HOUR[h.memory.type], hours, h.memory.access_count)
-                final = fuse_array(
-                    np.array([sc.evidence]),
-                    np.array([rec]),
-                    np.array([sc.importance * 10.0]),
+                final = fuse_value(
+                    sc.evidence,
+                    rec,
+                    sc.importance * 10.0,
                     weights,
                     mode=self.policy.hybrid.fusion,
                 )
-                sc = replace(sc, recency=rec, final=float(final[0]))
+                sc = replace(sc, recency=rec, final=final)
             out.append(SearchHit(h.memory, sc))
         out.sort(key=lambda h: (-h.score.final, -h.memory.created_at, h.memory.id))
         return out

@@ -108,7 +108,7 @@ class EdgeCandidates(EdgeEngine):
         if limit <= 0:
             return []
         query: list[float] = vector.reshape(-1).tolist()
-        return await self._run(
+        return await self._read(
             lambda: self._nearest_records(self._col(collection), [query], limit, flt, with_vectors)[0]
         )
 
@@ -428,4 +428,4 @@ class EdgeCandidates(EdgeEngine):
                 vectors=[vec for _, _, vec, _ in dense] if with_vectors else None,
             )
 
-        return await self._run(work)
+        return await self._read(work)

@@ -130,6 +130,17 @@ class _Collection:
 # ---------------------------------------------------------------------- helpers
 
 
+def _settle_reads(done: list[tuple[asyncio.Future[Any], Any, BaseException | None]]) -> None:
+    """On the loop: the answers of a batch of queued reads (``EdgeEngine._run_reads``)."""
+    for fut, value, exc in done:
+        if fut.cancelled():
+            continue
+        if exc is not None:
+            fut.set_exception(exc)
+        else:
+            fut.set_result(value)
+
+
 #: Quantizations of the dense vectors of new embedded collections (``ENGRAM_EDGE_QUANTIZATION``).
 EDGE_QUANTIZATIONS = ("int8", "none")
 
@@ -237,20 +248,108 @@ class EdgeEngine:
         self._background_hnsw = background_hnsw
         self._cols: dict[str, _Collection] = {}
         self._io: concurrent.futures.ThreadPoolExecutor | None = None
+        #: Held by whoever runs shard work: the io thread's jobs, or a read run on the event loop
+        #: while the io thread is idle (``_read``). The io thread's jobs other than reads queued or
+        #: running (``_queued``, under ``_queued_lock``): a read runs on the loop only when there
+        #: are none (reads may overtake reads, never a write queued before them).
+        self._busy = threading.Lock()
+        self._queued = 0
+        self._queued_lock = threading.Lock()
+        #: Reads waiting for the io thread (``_read_queued``): one io job runs all that are waiting
+        #: when it starts, and hands their answers back to the loop in one call.
+        self._reads: list[tuple[Callable[[], Any], asyncio.Future[Any]]] = []
+        self._reads_lock = threading.Lock()
         self._opt: concurrent.futures.ThreadPoolExecutor | None = None
         self._lock_file: IO[bytes] | None = None
 
     # ------------------------------------------------------------------ plumbing
 
-    async def _run(self, fn: Callable[[], T]) -> T:
+    async def _run(self, fn: Callable[[], T], *, read: bool = False) -> T:
         if self._io is None:
             raise StorageUnavailable("the edge store is not open")
         try:
-            return await asyncio.wrap_future(self._io.submit(fn))
+            return await asyncio.wrap_future(self._submit(fn, read=read))
         except EngramError:
             raise
         except Exception as exc:
             raise StorageUnavailable(f"embedded storage failed: {exc}") from exc
+
+    async def _read(self, fn: Callable[[], T]) -> T:
+        """A short read of a search (candidates, the winners' records, a gate's neighbours): run
+        here, on the event loop, when the io thread is idle and no write (any other job) is
+        queued — no thread hop there and back (the engine holds the GIL while it works, so the
+        loop could not run meanwhile anyway) — otherwise queued behind that work (``_run``)."""
+        if self._io is None:
+            raise StorageUnavailable("the edge store is not open")
+        if self._queued or not self._busy.acquire(blocking=False):
+            return await self._read_queued(fn)
+        try:
+            return fn()
+        except EngramError:
+            raise
+        except Exception as exc:
+            raise StorageUnavailable(f"embedded storage failed: {exc}") from exc
+        finally:
+            self._busy.release()
+
+    async def _read_queued(self, fn: Callable[[], T]) -> T:
+        """``fn`` on the io thread, with the other reads waiting there: concurrent searches share
+        one hop there and back (``_run_reads``)."""
+        if self._io is None:
+            raise StorageUnavailable("the edge store is not open")
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[T] = loop.create_future()
+        with self._reads_lock:
+            self._reads.append((fn, fut))
+            first = len(self._reads) == 1
+        if first:
+            self._submit(self._run_reads, loop, read=True)
+        try:
+            return await fut
+        except EngramError:
+            raise
+        except Exception as exc:
+            raise StorageUnavailable(f"embedded storage failed: {exc}") from exc
+
+    def _run_reads(self, loop: asyncio.AbstractEventLoop) -> None:
+        """On the io thread: every read waiting now, one after the other; their answers go back
+        to the loop in one call."""
+        with self._reads_lock:
+            batch, self._reads = self._reads, []
+        done: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = []
+        for fn, fut in batch:
+            try:
+                done.append((fut, fn(), None))
+            except BaseException as exc:  # (answered, never lost: the caller awaits it)
+                done.append((fut, None, exc))
+        loop.call_soon_threadsafe(_settle_reads, done)
+
+    def _submit(self, fn: Callable[..., T], *args: Any, read: bool = False) -> concurrent.futures.Future[T]:
+        """Queue ``fn(*args)`` on the io thread (counted in ``_queued`` until it has run, unless
+        it is a ``read``)."""
+        assert self._io is not None
+        if read:
+            return self._io.submit(self._read_job, fn, *args)
+        with self._queued_lock:
+            self._queued += 1
+        try:
+            return self._io.submit(self._job, fn, *args)
+        except BaseException:
+            with self._queued_lock:
+                self._queued -= 1
+            raise
+
+    def _job(self, fn: Callable[..., T], *args: Any) -> T:
+        try:
+            with self._busy:
+                return fn(*args)
+        finally:
+            with self._queued_lock:
+                self._queued -= 1
+
+    def _read_job(self, fn: Callable[..., T], *args: Any) -> T:
+        with self._busy:
+            return fn(*args)
 
     def _col(self, name: str) -> _Collection:
         col = self._cols.get(name)

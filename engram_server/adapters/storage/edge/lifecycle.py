@@ -175,7 +175,7 @@ class EdgeLifecycle(EdgeIndexes):
         """Queue background work on the io thread (dropped when the store is closing)."""
         if self._io is not None:
             with contextlib.suppress(RuntimeError):  # (the executor is shutting down)
-                self._io.submit(fn, *args)
+                self._submit(fn, *args)
 
     def _warm(self, col: _Collection, offset: Any) -> None:
         """On the io thread, after open: read one page of ranking fields into ``col.ranks`` and

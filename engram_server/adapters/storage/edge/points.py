@@ -145,7 +145,7 @@ class EdgePoints(EdgeIndexes):
                 for r in records
             ]
 
-        return await self._run(work)
+        return await self._read(work)
 
     async def scroll(
         self, collection: str, flt: StoreFilter, limit: int, offset: str | None = None

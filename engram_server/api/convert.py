@@ -80,6 +80,13 @@ SOURCE_TYPE_OUT: dict[SourceType, m.SourceType.ValueType] = {
     SourceType.REFLECTION: m.SOURCE_TYPE_REFLECTION,
     SourceType.UNKNOWN: m.SOURCE_TYPE_UNKNOWN,
 }
+READING_IN: dict[int, bool | None] = {
+    s.QUERY_READING_UNSPECIFIED: None,
+    s.QUERY_READING_QUERY: False,
+    s.QUERY_READING_STATEMENT: True,
+}
+"""SearchMemoriesRequest.reading → SearchQuery.as_statement (None: by the text's form)."""
+
 CONTRADICTIONS_IN: dict[int, ContradictionMode | None] = {
     s.CONTRADICTION_MODE_UNSPECIFIED: None,
     s.CONTRADICTION_MODE_SUPERSEDE: ContradictionMode.SUPERSEDE,

@@ -166,6 +166,7 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
             min_relevance=request.min_relevance,
             readable=readable_collections.get(),
             max_per_session=request.max_per_session,
+            as_statement=c.enum_in(c.READING_IN, request.reading, "reading"),
         )
         hits = await self._svc.search(query)
         results, truncated = fitting(

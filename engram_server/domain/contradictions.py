@@ -327,6 +327,8 @@ def _different_subjects(
 def _words_outside(text: str, found: Sequence[Conflict], cue: Cue | None = None) -> frozenset[str]:
     """The content words of ``text`` outside its conflicting values and its change statement."""
     values = {v.casefold() for c in found for v in (*c.existing, *c.new)}
+    # A value as the text writes it ("十二" for 12, "twenty" for 20) is the value, not another word.
+    values |= {text[a:b].casefold() for a, b, v in extract(text).number_spans if v in values}
     values |= {w for v in list(values) for w in content_words(v)}
     if cue is not None:
         values |= content_words(cue.words)

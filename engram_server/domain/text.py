@@ -129,37 +129,30 @@ _EN_QUESTION_OPENERS = frozenset(("what", "when", "where", "who", "whom", "whose
 _ZH_QUESTION = re.compile(
     r"什么|哪|谁|怎么|怎样|为什么|为何|多少|几[个点次天年月号岁]|是否|是不是|有没有|[吗呢嘛]$"
 )
-#: Unpunctuated text of at least this many words that is no question is read as a statement
-#: ("User prefers dark mode in every editor"); shorter unpunctuated text is keywords.
-_STATEMENT_MIN_WORDS = 5
 
 
 def reads_as_statement(text: str) -> bool:
     """Whether a search text reads as a statement (a memory an agent is about to write) rather than
-    a question or keywords.
-
-    In order: a text with a question mark is a question; one ending with ``.``, ``。``, ``!`` or
-    ``！`` (closing quotes and brackets aside) with at least three words is a statement; one opening
-    with an English question word ("what", "does", ...) or carrying a Chinese one ("什么", "哪",
-    "是否", a final "吗") is a question; any other text is a statement from five words on, else
-    keywords.
+    a question or keywords: it ends with ``.``, ``。``, ``!`` or ``！`` (closing quotes and brackets
+    aside), has at least three words, no question mark anywhere, its last sentence does not open
+    with an English question word ("what", "how", ...) and it carries no Chinese one ("什么", "哪",
+    "是否", a final "吗"). Unpunctuated text ("recent decisions in the shop project") is a query.
 
     Search compares a statement with the stored memories as the write gate compares two memories
     (both embedded as documents, the document calibration), so the relevance it returns is the
     similarity the gate would report for the pair; a question or keywords are embedded as a query
-    and read on the query scale.
+    and read on the query scale. SearchMemoriesRequest.reading overrides the form.
     """
     if any(ch in _QUESTION_MARKS for ch in text):
         return False
     stripped = text.rstrip(_TRAILING_CLOSERS)
-    cjk, latin = word_counts(text)
-    words = cjk + latin
-    if stripped and stripped[-1] in _STATEMENT_END:
-        return words >= 3
-    last_sentence = _SENTENCE_BREAK.split(stripped)[-1].lstrip()
+    if not stripped or stripped[-1] not in _STATEMENT_END:
+        return False
+    last_sentence = _SENTENCE_BREAK.split(stripped.rstrip(".。!！"))[-1].lstrip()
     first = _LATIN_WORD.match(last_sentence)
     if first is not None and first.group(0).lower() in _EN_QUESTION_OPENERS:
         return False
-    if _ZH_QUESTION.search(stripped):
+    if _ZH_QUESTION.search(stripped.rstrip(".。!！")):
         return False
-    return words >= _STATEMENT_MIN_WORDS
+    cjk, latin = word_counts(text)
+    return cjk + latin >= 3

@@ -4,7 +4,9 @@ calibration's error; lexical and episode evidence are reported apart and never i
 
 from __future__ import annotations
 
+import grpc
 import numpy as np
+import pytest
 
 from engram_client.proto.engram.v1 import memory_pb2 as m
 from engram_client.proto.engram.v1 import memory_service_pb2 as s
@@ -85,6 +87,34 @@ async def test_a_statement_reads_the_gate_scale_and_a_question_the_query_scale(
             (vec,) = await server.embedder.embed_queries([text])
             expected = cal.relevance(float(np.dot(vec, doc)))
         assert abs(hit.score.relevance - expected) <= TOLERANCE, (text, hit.score.relevance, expected)
+    # `reading` overrides the form, both ways.
+    for text, reading, statement in (
+        ("When is the staging database backed up?", s.QUERY_READING_STATEMENT, True),
+        ("The staging database is backed up nightly.", s.QUERY_READING_QUERY, False),
+    ):
+        found = await stub.SearchMemories(
+            s.SearchMemoriesRequest(query=text, collections=["q"], limit=1, reading=reading)
+        )
+        (hit,) = found.results
+        if statement:
+            (vec,) = await server.embedder.embed_documents([text])
+            expected = cal.similarity(float(np.dot(vec, doc)))
+        else:
+            (vec,) = await server.embedder.embed_queries([text])
+            expected = cal.relevance(float(np.dot(vec, doc)))
+        assert abs(hit.score.relevance - expected) <= TOLERANCE, (
+            text,
+            reading,
+            hit.score.relevance,
+            expected,
+        )
+
+
+async def test_an_unknown_reading_is_invalid_argument(stub: Stub) -> None:
+    await add(stub, "The staging database is backed up every night.", collection="q2")
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await stub.SearchMemories(s.SearchMemoriesRequest(query="backups", collections=["q2"], reading=7))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
 async def test_lexical_and_episode_evidence_do_not_inflate_relevance(stub: Stub, clock: ManualClock) -> None:

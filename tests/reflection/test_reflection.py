@@ -546,15 +546,18 @@ async def test_runs_that_called_the_llm_are_kept_newest_first_across_restarts(
 
 
 async def test_slot_overflow_is_summarised_by_the_llm(st: Stub, llm: Llm, srv: EngramServer) -> None:
-    srv.service.slot_capacity_tokens = 60  # four lines (15 tokens each) fit, the fifth overflows
     lines = [f"Preference {i}: the user likes keyboard layout number {i} on laptops." for i in range(5)]
+    assert srv.service.tokenizer is not None
+    # Four lines fit, the fifth overflows (the capacity counted by the model's own tokenizer).
+    (four,) = await srv.service.tokenizer.count(["\n".join(lines[:4])])
+    srv.service.slot_capacity_tokens = four
     llm.replies.append(chat_reply(json.dumps({"summary": "Likes keyboard layouts 0-1."})))
     for line in lines:
         got = await st.UpdateSlot(s.UpdateSlotRequest(name="user_preferences", content=line))
     assert got.compaction == s.SLOT_COMPACTION_LLM
     assert got.slot.content.startswith("Likes keyboard layouts 0-1.\n")
     assert got.slot.content == "Likes keyboard layouts 0-1.\n" + "\n".join(lines[2:])
-    assert got.slot.tokens <= 60 and got.slot.compactions == 1
+    assert got.slot.tokens <= four and got.slot.compactions == 1
     (call,) = llm.calls
     sent = call.json
     assert lines[0] in sent["messages"][-1]["content"]  # the oldest content went to the model

@@ -173,6 +173,12 @@ def add_many(memories: Iterable[NewMemory | str], *, collection: str | None) -> 
     return Plan("AddMemories", req, lambda resp: _convert.add_results(resp, rids))
 
 
+_READINGS = {
+    "query": memory_service_pb2.QUERY_READING_QUERY,
+    "statement": memory_service_pb2.QUERY_READING_STATEMENT,
+}
+
+
 def search(
     query: str,
     *,
@@ -184,6 +190,7 @@ def search(
     mmr_lambda: float | None,
     min_relevance: float,
     max_per_session: int = 0,
+    reading: str | None = None,
 ) -> Plan[SearchResults]:
     req = memory_service_pb2.SearchMemoriesRequest(
         query=query,
@@ -193,6 +200,10 @@ def search(
         min_relevance=min_relevance,
         max_per_session=max_per_session,
     )
+    if reading is not None:
+        if reading not in _READINGS:
+            raise ValueError(f"reading must be one of {', '.join(sorted(_READINGS))} (got {reading!r})")
+        req.reading = _READINGS[reading]
     if filter is not None:
         req.filter.CopyFrom(_convert.filter_to_proto(filter))
     if weights is not None:

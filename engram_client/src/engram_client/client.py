@@ -338,12 +338,16 @@ class EngramClient(_ClientBase):
         mmr_lambda: float | None = None,
         min_relevance: float = 0.0,
         max_per_session: int = 0,
+        reading: str | None = None,
         timeout: float | None = None,
     ) -> SearchResults:
         """The best memories for ``query``, best first, each with its score parts. ``collections``
         (one name or several) defaults to every collection the caller may read; a named collection
         that does not exist raises :class:`CollectionNotFoundError`. ``max_per_session`` > 0 keeps at
-        most that many results from one session (memories without a session are not capped)."""
+        most that many results from one session (memories without a session are not capped).
+        ``reading`` is ``"statement"`` for a text you mean to store (its relevance is then the write
+        gate's similarity for the pair), ``"query"`` for a question or keywords; by default the
+        server reads it by its form (a sentence ending with ``.`` / ``。`` / ``!`` is a statement)."""
         plan = _plans.search(
             query,
             collections=collections,
@@ -354,6 +358,7 @@ class EngramClient(_ClientBase):
             mmr_lambda=mmr_lambda,
             min_relevance=min_relevance,
             max_per_session=max_per_session,
+            reading=reading,
         )
         return self._run(plan, timeout)
 
@@ -927,6 +932,7 @@ class AsyncEngramClient(_ClientBase):
         mmr_lambda: float | None = None,
         min_relevance: float = 0.0,
         max_per_session: int = 0,
+        reading: str | None = None,
         timeout: float | None = None,
     ) -> SearchResults:
         """See :meth:`EngramClient.search`."""
@@ -940,6 +946,7 @@ class AsyncEngramClient(_ClientBase):
             mmr_lambda=mmr_lambda,
             min_relevance=min_relevance,
             max_per_session=max_per_session,
+            reading=reading,
         )
         return await self._run(plan, timeout)
 

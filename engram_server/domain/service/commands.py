@@ -197,6 +197,9 @@ class SearchQuery:
     #: At most this many results from one session (0: no cap); memories without a session are
     #: not capped.
     max_per_session: int = 0
+    #: How the query text is read: True a statement (the gate's reading), False a query, None by
+    #: its form (:func:`engram_server.domain.text.reads_as_statement`).
+    as_statement: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)

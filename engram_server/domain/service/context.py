@@ -210,6 +210,7 @@ class ContextPacks(Searching):
                     max_per_session=RELEVANT_PER_SESSION,
                     min_relevance=RELEVANT_MIN_RELEVANCE,
                     readable=req.readable,
+                    as_statement=False,  # a task says what is needed, it is no memory to store
                 )
             )
             return [(h.memory, h.score.relevance) for h in hits]

@@ -72,14 +72,14 @@ class _Query:
 
     __slots__ = ("_dense", "_sparse", "_svc", "as_document", "cached", "script", "text", "word_scripts")
 
-    def __init__(self, svc: ServiceCore, text: str) -> None:
+    def __init__(self, svc: ServiceCore, text: str, as_statement: bool | None = None) -> None:
         self._svc = svc
         self.text = text
         self.script = script_of(text)
         self.word_scripts = word_scripts(text)
         # A statement is compared as the write gate compares two memories: embedded as a document,
         # read on the document scale (its relevance is the gate's similarity for the pair).
-        self.as_document = reads_as_statement(text)
+        self.as_document = reads_as_statement(text) if as_statement is None else as_statement
         self.cached = 0  # collections whose candidates came from the cache
         self._dense: Vector | None = None
         self._sparse: tuple[SparseVector | None] | None = None
@@ -155,7 +155,7 @@ class Searching(ServiceCore):
         specs = await self._search_specs(names, q.readable)
         if not specs:
             return []
-        query = _Query(self, q.query)
+        query = _Query(self, q.query, q.as_statement)
         if len(specs) > 1:
             await query.dense()  # once, before the collections are searched concurrently
         now = self._clock.now()
@@ -433,7 +433,16 @@ class Searching(ServiceCore):
         generation = self._store.generation(collection) if entries > 0 else None
         key: tuple[Any, ...] | None = None
         if generation is not None:
-            key = (collection, query.text, limit, lexical_limit, asked, lexical, with_vectors)
+            key = (
+                collection,
+                query.text,
+                query.as_document,
+                limit,
+                lexical_limit,
+                asked,
+                lexical,
+                with_vectors,
+            )
             hit = self._candidate_cache.get(key)
             if hit is not None:
                 gen, fetched_at, expires_at, cached = hit

@@ -282,7 +282,12 @@ def user_prompt(client: EngramClient, settings: HookSettings, payload: Mapping[s
     if len(prompt.split()) < 3 and len(prompt) < 6:
         return None
     hits = _search(
-        client, settings, prompt[:2000], limit=settings.recall_limit, min_relevance=settings.min_relevance
+        client,
+        settings,
+        prompt[:2000],
+        limit=settings.recall_limit,
+        min_relevance=settings.min_relevance,
+        reading="query",  # a prompt asks for something; it is no memory to store
     )
     if not hits:
         return None

@@ -134,6 +134,61 @@ func (AddOutcome) EnumDescriptor() ([]byte, []int) {
 	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{1}
 }
 
+// QueryReading says whether a search text is a question or a memory about to be written.
+type QueryReading int32
+
+const (
+	// By the text's form (see SearchMemoriesRequest.reading).
+	QueryReading_QUERY_READING_UNSPECIFIED QueryReading = 0
+	// A question or keywords: embedded as a query; relevance is on the query scale, fitted onto the
+	// write gate's.
+	QueryReading_QUERY_READING_QUERY QueryReading = 1
+	// A memory the caller means to store: embedded as a document and compared as the write gate
+	// compares two memories, so relevance is the similarity AddMemory would report for the pair.
+	QueryReading_QUERY_READING_STATEMENT QueryReading = 2
+)
+
+// Enum value maps for QueryReading.
+var (
+	QueryReading_name = map[int32]string{
+		0: "QUERY_READING_UNSPECIFIED",
+		1: "QUERY_READING_QUERY",
+		2: "QUERY_READING_STATEMENT",
+	}
+	QueryReading_value = map[string]int32{
+		"QUERY_READING_UNSPECIFIED": 0,
+		"QUERY_READING_QUERY":       1,
+		"QUERY_READING_STATEMENT":   2,
+	}
+)
+
+func (x QueryReading) Enum() *QueryReading {
+	p := new(QueryReading)
+	*p = x
+	return p
+}
+
+func (x QueryReading) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (QueryReading) Descriptor() protoreflect.EnumDescriptor {
+	return file_engram_v1_memory_service_proto_enumTypes[2].Descriptor()
+}
+
+func (QueryReading) Type() protoreflect.EnumType {
+	return &file_engram_v1_memory_service_proto_enumTypes[2]
+}
+
+func (x QueryReading) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use QueryReading.Descriptor instead.
+func (QueryReading) EnumDescriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{2}
+}
+
 // ReflectionOutcome says what RunReflection did.
 type ReflectionOutcome int32
 
@@ -185,11 +240,11 @@ func (x ReflectionOutcome) String() string {
 }
 
 func (ReflectionOutcome) Descriptor() protoreflect.EnumDescriptor {
-	return file_engram_v1_memory_service_proto_enumTypes[2].Descriptor()
+	return file_engram_v1_memory_service_proto_enumTypes[3].Descriptor()
 }
 
 func (ReflectionOutcome) Type() protoreflect.EnumType {
-	return &file_engram_v1_memory_service_proto_enumTypes[2]
+	return &file_engram_v1_memory_service_proto_enumTypes[3]
 }
 
 func (x ReflectionOutcome) Number() protoreflect.EnumNumber {
@@ -198,7 +253,7 @@ func (x ReflectionOutcome) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ReflectionOutcome.Descriptor instead.
 func (ReflectionOutcome) EnumDescriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{2}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{3}
 }
 
 // ReflectionGate names the gate that refused a run.
@@ -250,11 +305,11 @@ func (x ReflectionGate) String() string {
 }
 
 func (ReflectionGate) Descriptor() protoreflect.EnumDescriptor {
-	return file_engram_v1_memory_service_proto_enumTypes[3].Descriptor()
+	return file_engram_v1_memory_service_proto_enumTypes[4].Descriptor()
 }
 
 func (ReflectionGate) Type() protoreflect.EnumType {
-	return &file_engram_v1_memory_service_proto_enumTypes[3]
+	return &file_engram_v1_memory_service_proto_enumTypes[4]
 }
 
 func (x ReflectionGate) Number() protoreflect.EnumNumber {
@@ -263,7 +318,7 @@ func (x ReflectionGate) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ReflectionGate.Descriptor instead.
 func (ReflectionGate) EnumDescriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{3}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{4}
 }
 
 // ExtractionMode chooses the extractor of ExtractMemories.
@@ -304,11 +359,11 @@ func (x ExtractionMode) String() string {
 }
 
 func (ExtractionMode) Descriptor() protoreflect.EnumDescriptor {
-	return file_engram_v1_memory_service_proto_enumTypes[4].Descriptor()
+	return file_engram_v1_memory_service_proto_enumTypes[5].Descriptor()
 }
 
 func (ExtractionMode) Type() protoreflect.EnumType {
-	return &file_engram_v1_memory_service_proto_enumTypes[4]
+	return &file_engram_v1_memory_service_proto_enumTypes[5]
 }
 
 func (x ExtractionMode) Number() protoreflect.EnumNumber {
@@ -317,7 +372,7 @@ func (x ExtractionMode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ExtractionMode.Descriptor instead.
 func (ExtractionMode) EnumDescriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{4}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{5}
 }
 
 // Extractor names what produced the proposals of an ExtractMemories call.
@@ -361,11 +416,11 @@ func (x Extractor) String() string {
 }
 
 func (Extractor) Descriptor() protoreflect.EnumDescriptor {
-	return file_engram_v1_memory_service_proto_enumTypes[5].Descriptor()
+	return file_engram_v1_memory_service_proto_enumTypes[6].Descriptor()
 }
 
 func (Extractor) Type() protoreflect.EnumType {
-	return &file_engram_v1_memory_service_proto_enumTypes[5]
+	return &file_engram_v1_memory_service_proto_enumTypes[6]
 }
 
 func (x Extractor) Number() protoreflect.EnumNumber {
@@ -374,7 +429,7 @@ func (x Extractor) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Extractor.Descriptor instead.
 func (Extractor) EnumDescriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{5}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{6}
 }
 
 // ContextSectionKind names a section of the context pack; sections come in this order.
@@ -430,11 +485,11 @@ func (x ContextSectionKind) String() string {
 }
 
 func (ContextSectionKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_engram_v1_memory_service_proto_enumTypes[6].Descriptor()
+	return file_engram_v1_memory_service_proto_enumTypes[7].Descriptor()
 }
 
 func (ContextSectionKind) Type() protoreflect.EnumType {
-	return &file_engram_v1_memory_service_proto_enumTypes[6]
+	return &file_engram_v1_memory_service_proto_enumTypes[7]
 }
 
 func (x ContextSectionKind) Number() protoreflect.EnumNumber {
@@ -443,7 +498,7 @@ func (x ContextSectionKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ContextSectionKind.Descriptor instead.
 func (ContextSectionKind) EnumDescriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{6}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{7}
 }
 
 // SinceSource says where the recent section's window start came from.
@@ -487,11 +542,11 @@ func (x SinceSource) String() string {
 }
 
 func (SinceSource) Descriptor() protoreflect.EnumDescriptor {
-	return file_engram_v1_memory_service_proto_enumTypes[7].Descriptor()
+	return file_engram_v1_memory_service_proto_enumTypes[8].Descriptor()
 }
 
 func (SinceSource) Type() protoreflect.EnumType {
-	return &file_engram_v1_memory_service_proto_enumTypes[7]
+	return &file_engram_v1_memory_service_proto_enumTypes[8]
 }
 
 func (x SinceSource) Number() protoreflect.EnumNumber {
@@ -500,7 +555,7 @@ func (x SinceSource) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SinceSource.Descriptor instead.
 func (SinceSource) EnumDescriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{7}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{8}
 }
 
 // SlotUpdateMode says how UpdateSlot changes the content.
@@ -540,11 +595,11 @@ func (x SlotUpdateMode) String() string {
 }
 
 func (SlotUpdateMode) Descriptor() protoreflect.EnumDescriptor {
-	return file_engram_v1_memory_service_proto_enumTypes[8].Descriptor()
+	return file_engram_v1_memory_service_proto_enumTypes[9].Descriptor()
 }
 
 func (SlotUpdateMode) Type() protoreflect.EnumType {
-	return &file_engram_v1_memory_service_proto_enumTypes[8]
+	return &file_engram_v1_memory_service_proto_enumTypes[9]
 }
 
 func (x SlotUpdateMode) Number() protoreflect.EnumNumber {
@@ -553,7 +608,7 @@ func (x SlotUpdateMode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SlotUpdateMode.Descriptor instead.
 func (SlotUpdateMode) EnumDescriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{8}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{9}
 }
 
 // How a slot's overflow was compacted.
@@ -593,11 +648,11 @@ func (x SlotCompaction) String() string {
 }
 
 func (SlotCompaction) Descriptor() protoreflect.EnumDescriptor {
-	return file_engram_v1_memory_service_proto_enumTypes[9].Descriptor()
+	return file_engram_v1_memory_service_proto_enumTypes[10].Descriptor()
 }
 
 func (SlotCompaction) Type() protoreflect.EnumType {
-	return &file_engram_v1_memory_service_proto_enumTypes[9]
+	return &file_engram_v1_memory_service_proto_enumTypes[10]
 }
 
 func (x SlotCompaction) Number() protoreflect.EnumNumber {
@@ -606,7 +661,7 @@ func (x SlotCompaction) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SlotCompaction.Descriptor instead.
 func (SlotCompaction) EnumDescriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{9}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{10}
 }
 
 // ConsolidationOutcome says what RunConsolidation did.
@@ -654,11 +709,11 @@ func (x ConsolidationOutcome) String() string {
 }
 
 func (ConsolidationOutcome) Descriptor() protoreflect.EnumDescriptor {
-	return file_engram_v1_memory_service_proto_enumTypes[10].Descriptor()
+	return file_engram_v1_memory_service_proto_enumTypes[11].Descriptor()
 }
 
 func (ConsolidationOutcome) Type() protoreflect.EnumType {
-	return &file_engram_v1_memory_service_proto_enumTypes[10]
+	return &file_engram_v1_memory_service_proto_enumTypes[11]
 }
 
 func (x ConsolidationOutcome) Number() protoreflect.EnumNumber {
@@ -667,7 +722,7 @@ func (x ConsolidationOutcome) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ConsolidationOutcome.Descriptor instead.
 func (ConsolidationOutcome) EnumDescriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{10}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{11}
 }
 
 // ImportMode says how imported memories meet the memories already stored.
@@ -709,11 +764,11 @@ func (x ImportMode) String() string {
 }
 
 func (ImportMode) Descriptor() protoreflect.EnumDescriptor {
-	return file_engram_v1_memory_service_proto_enumTypes[11].Descriptor()
+	return file_engram_v1_memory_service_proto_enumTypes[12].Descriptor()
 }
 
 func (ImportMode) Type() protoreflect.EnumType {
-	return &file_engram_v1_memory_service_proto_enumTypes[11]
+	return &file_engram_v1_memory_service_proto_enumTypes[12]
 }
 
 func (x ImportMode) Number() protoreflect.EnumNumber {
@@ -722,7 +777,7 @@ func (x ImportMode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ImportMode.Descriptor instead.
 func (ImportMode) EnumDescriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{11}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{12}
 }
 
 // Reembed says when an import embeds the content again instead of using the file's vectors.
@@ -766,11 +821,11 @@ func (x Reembed) String() string {
 }
 
 func (Reembed) Descriptor() protoreflect.EnumDescriptor {
-	return file_engram_v1_memory_service_proto_enumTypes[12].Descriptor()
+	return file_engram_v1_memory_service_proto_enumTypes[13].Descriptor()
 }
 
 func (Reembed) Type() protoreflect.EnumType {
-	return &file_engram_v1_memory_service_proto_enumTypes[12]
+	return &file_engram_v1_memory_service_proto_enumTypes[13]
 }
 
 func (x Reembed) Number() protoreflect.EnumNumber {
@@ -779,7 +834,7 @@ func (x Reembed) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Reembed.Descriptor instead.
 func (Reembed) EnumDescriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{12}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{13}
 }
 
 // AddMemoryRequest asks to store one memory.
@@ -1613,6 +1668,9 @@ type SearchMemoriesRequest struct {
 	// cannot fill the results: the next best memories of other sessions take their places. 0 (the
 	// default) means no cap; at most 100. Memories without a session are not capped.
 	MaxPerSession int32 `protobuf:"varint,20,opt,name=max_per_session,json=maxPerSession,proto3" json:"max_per_session,omitempty"`
+	// How the query text is read. Unset: by its form (a statement ends with . 。 ! or ！, has at
+	// least three words and no question mark or question word; anything else is a query).
+	Reading       QueryReading `protobuf:"varint,21,opt,name=reading,proto3,enum=engram.v1.QueryReading" json:"reading,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1708,6 +1766,13 @@ func (x *SearchMemoriesRequest) GetMaxPerSession() int32 {
 		return x.MaxPerSession
 	}
 	return 0
+}
+
+func (x *SearchMemoriesRequest) GetReading() QueryReading {
+	if x != nil {
+		return x.Reading
+	}
+	return QueryReading_QUERY_READING_UNSPECIFIED
 }
 
 // SearchResult is one ranked memory.
@@ -6787,7 +6852,7 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\tconflicts\x18A \x03(\v2\x18.engram.v1.ContradictionR\tconflictsB\x15\n" +
 	"\x13_duplicate_of_index\"K\n" +
 	"\x13AddMemoriesResponse\x124\n" +
-	"\aresults\x18\x01 \x03(\v2\x1a.engram.v1.AddMemoryResultR\aresults\"\xe9\x02\n" +
+	"\aresults\x18\x01 \x03(\v2\x1a.engram.v1.AddMemoryResultR\aresults\"\x9c\x03\n" +
 	"\x15SearchMemoriesRequest\x12\x14\n" +
 	"\x05query\x18\x01 \x01(\tR\x05query\x12 \n" +
 	"\vcollections\x18\x02 \x03(\tR\vcollections\x12\x14\n" +
@@ -6798,7 +6863,8 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\n" +
 	"mmr_lambda\x18\a \x01(\x02H\x00R\tmmrLambda\x88\x01\x01\x12#\n" +
 	"\rmin_relevance\x18\b \x01(\x02R\fminRelevance\x12&\n" +
-	"\x0fmax_per_session\x18\x14 \x01(\x05R\rmaxPerSessionB\r\n" +
+	"\x0fmax_per_session\x18\x14 \x01(\x05R\rmaxPerSession\x121\n" +
+	"\areading\x18\x15 \x01(\x0e2\x17.engram.v1.QueryReadingR\areadingB\r\n" +
 	"\v_mmr_lambda\"j\n" +
 	"\fSearchResult\x12)\n" +
 	"\x06memory\x18\x01 \x01(\v2\x11.engram.v1.MemoryR\x06memory\x12/\n" +
@@ -7228,7 +7294,11 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"AddOutcome\x12\x1b\n" +
 	"\x17ADD_OUTCOME_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13ADD_OUTCOME_CREATED\x10\x01\x12\x19\n" +
-	"\x15ADD_OUTCOME_DUPLICATE\x10\x02*\xdf\x01\n" +
+	"\x15ADD_OUTCOME_DUPLICATE\x10\x02*c\n" +
+	"\fQueryReading\x12\x1d\n" +
+	"\x19QUERY_READING_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13QUERY_READING_QUERY\x10\x01\x12\x1b\n" +
+	"\x17QUERY_READING_STATEMENT\x10\x02*\xdf\x01\n" +
 	"\x11ReflectionOutcome\x12\"\n" +
 	"\x1eREFLECTION_OUTCOME_UNSPECIFIED\x10\x00\x12 \n" +
 	"\x1cREFLECTION_OUTCOME_COMPLETED\x10\x01\x12!\n" +
@@ -7334,281 +7404,283 @@ func file_engram_v1_memory_service_proto_rawDescGZIP() []byte {
 	return file_engram_v1_memory_service_proto_rawDescData
 }
 
-var file_engram_v1_memory_service_proto_enumTypes = make([]protoimpl.EnumInfo, 13)
+var file_engram_v1_memory_service_proto_enumTypes = make([]protoimpl.EnumInfo, 14)
 var file_engram_v1_memory_service_proto_msgTypes = make([]protoimpl.MessageInfo, 78)
 var file_engram_v1_memory_service_proto_goTypes = []any{
 	(ContradictionMode)(0),             // 0: engram.v1.ContradictionMode
 	(AddOutcome)(0),                    // 1: engram.v1.AddOutcome
-	(ReflectionOutcome)(0),             // 2: engram.v1.ReflectionOutcome
-	(ReflectionGate)(0),                // 3: engram.v1.ReflectionGate
-	(ExtractionMode)(0),                // 4: engram.v1.ExtractionMode
-	(Extractor)(0),                     // 5: engram.v1.Extractor
-	(ContextSectionKind)(0),            // 6: engram.v1.ContextSectionKind
-	(SinceSource)(0),                   // 7: engram.v1.SinceSource
-	(SlotUpdateMode)(0),                // 8: engram.v1.SlotUpdateMode
-	(SlotCompaction)(0),                // 9: engram.v1.SlotCompaction
-	(ConsolidationOutcome)(0),          // 10: engram.v1.ConsolidationOutcome
-	(ImportMode)(0),                    // 11: engram.v1.ImportMode
-	(Reembed)(0),                       // 12: engram.v1.Reembed
-	(*AddMemoryRequest)(nil),           // 13: engram.v1.AddMemoryRequest
-	(*Contradiction)(nil),              // 14: engram.v1.Contradiction
-	(*AddMemoryResponse)(nil),          // 15: engram.v1.AddMemoryResponse
-	(*AddMemoriesRequest)(nil),         // 16: engram.v1.AddMemoriesRequest
-	(*NewMemory)(nil),                  // 17: engram.v1.NewMemory
-	(*AddMemoryResult)(nil),            // 18: engram.v1.AddMemoryResult
-	(*AddMemoriesResponse)(nil),        // 19: engram.v1.AddMemoriesResponse
-	(*SearchMemoriesRequest)(nil),      // 20: engram.v1.SearchMemoriesRequest
-	(*SearchResult)(nil),               // 21: engram.v1.SearchResult
-	(*SearchMemoriesResponse)(nil),     // 22: engram.v1.SearchMemoriesResponse
-	(*SemanticLocator)(nil),            // 23: engram.v1.SemanticLocator
-	(*StringList)(nil),                 // 24: engram.v1.StringList
-	(*StringMap)(nil),                  // 25: engram.v1.StringMap
-	(*UpdateMemoryRequest)(nil),        // 26: engram.v1.UpdateMemoryRequest
-	(*UpdateMemoryResponse)(nil),       // 27: engram.v1.UpdateMemoryResponse
-	(*DeleteQuery)(nil),                // 28: engram.v1.DeleteQuery
-	(*DeleteMemoryRequest)(nil),        // 29: engram.v1.DeleteMemoryRequest
-	(*DeleteMemoryResponse)(nil),       // 30: engram.v1.DeleteMemoryResponse
-	(*GetMemoryRequest)(nil),           // 31: engram.v1.GetMemoryRequest
-	(*GetMemoryResponse)(nil),          // 32: engram.v1.GetMemoryResponse
-	(*ListMemoriesRequest)(nil),        // 33: engram.v1.ListMemoriesRequest
-	(*ListMemoriesResponse)(nil),       // 34: engram.v1.ListMemoriesResponse
-	(*ListCollectionsRequest)(nil),     // 35: engram.v1.ListCollectionsRequest
-	(*ListCollectionsResponse)(nil),    // 36: engram.v1.ListCollectionsResponse
-	(*TrashedCollection)(nil),          // 37: engram.v1.TrashedCollection
-	(*DeleteCollectionRequest)(nil),    // 38: engram.v1.DeleteCollectionRequest
-	(*DeleteCollectionResponse)(nil),   // 39: engram.v1.DeleteCollectionResponse
-	(*RunReflectionRequest)(nil),       // 40: engram.v1.RunReflectionRequest
-	(*RunReflectionResponse)(nil),      // 41: engram.v1.RunReflectionResponse
-	(*ListGateDecisionsRequest)(nil),   // 42: engram.v1.ListGateDecisionsRequest
-	(*GateDecision)(nil),               // 43: engram.v1.GateDecision
-	(*ListGateDecisionsResponse)(nil),  // 44: engram.v1.ListGateDecisionsResponse
-	(*ListReflectionRunsRequest)(nil),  // 45: engram.v1.ListReflectionRunsRequest
-	(*ReflectionRun)(nil),              // 46: engram.v1.ReflectionRun
-	(*ListReflectionRunsResponse)(nil), // 47: engram.v1.ListReflectionRunsResponse
-	(*ConversationMessage)(nil),        // 48: engram.v1.ConversationMessage
-	(*Conversation)(nil),               // 49: engram.v1.Conversation
-	(*ToolObservation)(nil),            // 50: engram.v1.ToolObservation
-	(*ExtractMemoriesRequest)(nil),     // 51: engram.v1.ExtractMemoriesRequest
-	(*ExtractedMemory)(nil),            // 52: engram.v1.ExtractedMemory
-	(*ExtractMemoriesResponse)(nil),    // 53: engram.v1.ExtractMemoriesResponse
-	(*ListTrashRequest)(nil),           // 54: engram.v1.ListTrashRequest
-	(*ListTrashResponse)(nil),          // 55: engram.v1.ListTrashResponse
-	(*RestoreMemoryRequest)(nil),       // 56: engram.v1.RestoreMemoryRequest
-	(*RestoreMemoryResponse)(nil),      // 57: engram.v1.RestoreMemoryResponse
-	(*PurgeTrashRequest)(nil),          // 58: engram.v1.PurgeTrashRequest
-	(*PurgeTrashResponse)(nil),         // 59: engram.v1.PurgeTrashResponse
-	(*RestoreCollectionRequest)(nil),   // 60: engram.v1.RestoreCollectionRequest
-	(*RestoreCollectionResponse)(nil),  // 61: engram.v1.RestoreCollectionResponse
-	(*GetContextRequest)(nil),          // 62: engram.v1.GetContextRequest
-	(*ContextTopic)(nil),               // 63: engram.v1.ContextTopic
-	(*ContextItem)(nil),                // 64: engram.v1.ContextItem
-	(*ContextSection)(nil),             // 65: engram.v1.ContextSection
-	(*GetContextResponse)(nil),         // 66: engram.v1.GetContextResponse
-	(*GetTriggersRequest)(nil),         // 67: engram.v1.GetTriggersRequest
-	(*GetTriggersResponse)(nil),        // 68: engram.v1.GetTriggersResponse
-	(*Slot)(nil),                       // 69: engram.v1.Slot
-	(*ListSlotsRequest)(nil),           // 70: engram.v1.ListSlotsRequest
-	(*ListSlotsResponse)(nil),          // 71: engram.v1.ListSlotsResponse
-	(*UpdateSlotRequest)(nil),          // 72: engram.v1.UpdateSlotRequest
-	(*UpdateSlotResponse)(nil),         // 73: engram.v1.UpdateSlotResponse
-	(*RunConsolidationRequest)(nil),    // 74: engram.v1.RunConsolidationRequest
-	(*ConsolidatedCluster)(nil),        // 75: engram.v1.ConsolidatedCluster
-	(*RunConsolidationResponse)(nil),   // 76: engram.v1.RunConsolidationResponse
-	(*ExportMemoriesRequest)(nil),      // 77: engram.v1.ExportMemoriesRequest
-	(*ExportMemoriesResponse)(nil),     // 78: engram.v1.ExportMemoriesResponse
-	(*ImportMemoriesRequest)(nil),      // 79: engram.v1.ImportMemoriesRequest
-	(*ImportMemoriesResponse)(nil),     // 80: engram.v1.ImportMemoriesResponse
-	(*BackupStoreRequest)(nil),         // 81: engram.v1.BackupStoreRequest
-	(*BackupStoreResponse)(nil),        // 82: engram.v1.BackupStoreResponse
-	(*ListTopicsRequest)(nil),          // 83: engram.v1.ListTopicsRequest
-	(*Topic)(nil),                      // 84: engram.v1.Topic
-	(*ListTopicsResponse)(nil),         // 85: engram.v1.ListTopicsResponse
-	(*GetTopicRequest)(nil),            // 86: engram.v1.GetTopicRequest
-	(*GetTopicResponse)(nil),           // 87: engram.v1.GetTopicResponse
-	nil,                                // 88: engram.v1.AddMemoryRequest.MetadataEntry
-	nil,                                // 89: engram.v1.NewMemory.MetadataEntry
-	nil,                                // 90: engram.v1.StringMap.EntriesEntry
-	(MemoryType)(0),                    // 91: engram.v1.MemoryType
-	(Source)(0),                        // 92: engram.v1.Source
-	(SourceType)(0),                    // 93: engram.v1.SourceType
-	(*timestamppb.Timestamp)(nil),      // 94: google.protobuf.Timestamp
-	(*SpecificConflict)(nil),           // 95: engram.v1.SpecificConflict
-	(*Memory)(nil),                     // 96: engram.v1.Memory
-	(*SimilarMemory)(nil),              // 97: engram.v1.SimilarMemory
-	(*MemoryFilter)(nil),               // 98: engram.v1.MemoryFilter
-	(*RankingWeights)(nil),             // 99: engram.v1.RankingWeights
-	(*ScoreBreakdown)(nil),             // 100: engram.v1.ScoreBreakdown
-	(*CollectionInfo)(nil),             // 101: engram.v1.CollectionInfo
+	(QueryReading)(0),                  // 2: engram.v1.QueryReading
+	(ReflectionOutcome)(0),             // 3: engram.v1.ReflectionOutcome
+	(ReflectionGate)(0),                // 4: engram.v1.ReflectionGate
+	(ExtractionMode)(0),                // 5: engram.v1.ExtractionMode
+	(Extractor)(0),                     // 6: engram.v1.Extractor
+	(ContextSectionKind)(0),            // 7: engram.v1.ContextSectionKind
+	(SinceSource)(0),                   // 8: engram.v1.SinceSource
+	(SlotUpdateMode)(0),                // 9: engram.v1.SlotUpdateMode
+	(SlotCompaction)(0),                // 10: engram.v1.SlotCompaction
+	(ConsolidationOutcome)(0),          // 11: engram.v1.ConsolidationOutcome
+	(ImportMode)(0),                    // 12: engram.v1.ImportMode
+	(Reembed)(0),                       // 13: engram.v1.Reembed
+	(*AddMemoryRequest)(nil),           // 14: engram.v1.AddMemoryRequest
+	(*Contradiction)(nil),              // 15: engram.v1.Contradiction
+	(*AddMemoryResponse)(nil),          // 16: engram.v1.AddMemoryResponse
+	(*AddMemoriesRequest)(nil),         // 17: engram.v1.AddMemoriesRequest
+	(*NewMemory)(nil),                  // 18: engram.v1.NewMemory
+	(*AddMemoryResult)(nil),            // 19: engram.v1.AddMemoryResult
+	(*AddMemoriesResponse)(nil),        // 20: engram.v1.AddMemoriesResponse
+	(*SearchMemoriesRequest)(nil),      // 21: engram.v1.SearchMemoriesRequest
+	(*SearchResult)(nil),               // 22: engram.v1.SearchResult
+	(*SearchMemoriesResponse)(nil),     // 23: engram.v1.SearchMemoriesResponse
+	(*SemanticLocator)(nil),            // 24: engram.v1.SemanticLocator
+	(*StringList)(nil),                 // 25: engram.v1.StringList
+	(*StringMap)(nil),                  // 26: engram.v1.StringMap
+	(*UpdateMemoryRequest)(nil),        // 27: engram.v1.UpdateMemoryRequest
+	(*UpdateMemoryResponse)(nil),       // 28: engram.v1.UpdateMemoryResponse
+	(*DeleteQuery)(nil),                // 29: engram.v1.DeleteQuery
+	(*DeleteMemoryRequest)(nil),        // 30: engram.v1.DeleteMemoryRequest
+	(*DeleteMemoryResponse)(nil),       // 31: engram.v1.DeleteMemoryResponse
+	(*GetMemoryRequest)(nil),           // 32: engram.v1.GetMemoryRequest
+	(*GetMemoryResponse)(nil),          // 33: engram.v1.GetMemoryResponse
+	(*ListMemoriesRequest)(nil),        // 34: engram.v1.ListMemoriesRequest
+	(*ListMemoriesResponse)(nil),       // 35: engram.v1.ListMemoriesResponse
+	(*ListCollectionsRequest)(nil),     // 36: engram.v1.ListCollectionsRequest
+	(*ListCollectionsResponse)(nil),    // 37: engram.v1.ListCollectionsResponse
+	(*TrashedCollection)(nil),          // 38: engram.v1.TrashedCollection
+	(*DeleteCollectionRequest)(nil),    // 39: engram.v1.DeleteCollectionRequest
+	(*DeleteCollectionResponse)(nil),   // 40: engram.v1.DeleteCollectionResponse
+	(*RunReflectionRequest)(nil),       // 41: engram.v1.RunReflectionRequest
+	(*RunReflectionResponse)(nil),      // 42: engram.v1.RunReflectionResponse
+	(*ListGateDecisionsRequest)(nil),   // 43: engram.v1.ListGateDecisionsRequest
+	(*GateDecision)(nil),               // 44: engram.v1.GateDecision
+	(*ListGateDecisionsResponse)(nil),  // 45: engram.v1.ListGateDecisionsResponse
+	(*ListReflectionRunsRequest)(nil),  // 46: engram.v1.ListReflectionRunsRequest
+	(*ReflectionRun)(nil),              // 47: engram.v1.ReflectionRun
+	(*ListReflectionRunsResponse)(nil), // 48: engram.v1.ListReflectionRunsResponse
+	(*ConversationMessage)(nil),        // 49: engram.v1.ConversationMessage
+	(*Conversation)(nil),               // 50: engram.v1.Conversation
+	(*ToolObservation)(nil),            // 51: engram.v1.ToolObservation
+	(*ExtractMemoriesRequest)(nil),     // 52: engram.v1.ExtractMemoriesRequest
+	(*ExtractedMemory)(nil),            // 53: engram.v1.ExtractedMemory
+	(*ExtractMemoriesResponse)(nil),    // 54: engram.v1.ExtractMemoriesResponse
+	(*ListTrashRequest)(nil),           // 55: engram.v1.ListTrashRequest
+	(*ListTrashResponse)(nil),          // 56: engram.v1.ListTrashResponse
+	(*RestoreMemoryRequest)(nil),       // 57: engram.v1.RestoreMemoryRequest
+	(*RestoreMemoryResponse)(nil),      // 58: engram.v1.RestoreMemoryResponse
+	(*PurgeTrashRequest)(nil),          // 59: engram.v1.PurgeTrashRequest
+	(*PurgeTrashResponse)(nil),         // 60: engram.v1.PurgeTrashResponse
+	(*RestoreCollectionRequest)(nil),   // 61: engram.v1.RestoreCollectionRequest
+	(*RestoreCollectionResponse)(nil),  // 62: engram.v1.RestoreCollectionResponse
+	(*GetContextRequest)(nil),          // 63: engram.v1.GetContextRequest
+	(*ContextTopic)(nil),               // 64: engram.v1.ContextTopic
+	(*ContextItem)(nil),                // 65: engram.v1.ContextItem
+	(*ContextSection)(nil),             // 66: engram.v1.ContextSection
+	(*GetContextResponse)(nil),         // 67: engram.v1.GetContextResponse
+	(*GetTriggersRequest)(nil),         // 68: engram.v1.GetTriggersRequest
+	(*GetTriggersResponse)(nil),        // 69: engram.v1.GetTriggersResponse
+	(*Slot)(nil),                       // 70: engram.v1.Slot
+	(*ListSlotsRequest)(nil),           // 71: engram.v1.ListSlotsRequest
+	(*ListSlotsResponse)(nil),          // 72: engram.v1.ListSlotsResponse
+	(*UpdateSlotRequest)(nil),          // 73: engram.v1.UpdateSlotRequest
+	(*UpdateSlotResponse)(nil),         // 74: engram.v1.UpdateSlotResponse
+	(*RunConsolidationRequest)(nil),    // 75: engram.v1.RunConsolidationRequest
+	(*ConsolidatedCluster)(nil),        // 76: engram.v1.ConsolidatedCluster
+	(*RunConsolidationResponse)(nil),   // 77: engram.v1.RunConsolidationResponse
+	(*ExportMemoriesRequest)(nil),      // 78: engram.v1.ExportMemoriesRequest
+	(*ExportMemoriesResponse)(nil),     // 79: engram.v1.ExportMemoriesResponse
+	(*ImportMemoriesRequest)(nil),      // 80: engram.v1.ImportMemoriesRequest
+	(*ImportMemoriesResponse)(nil),     // 81: engram.v1.ImportMemoriesResponse
+	(*BackupStoreRequest)(nil),         // 82: engram.v1.BackupStoreRequest
+	(*BackupStoreResponse)(nil),        // 83: engram.v1.BackupStoreResponse
+	(*ListTopicsRequest)(nil),          // 84: engram.v1.ListTopicsRequest
+	(*Topic)(nil),                      // 85: engram.v1.Topic
+	(*ListTopicsResponse)(nil),         // 86: engram.v1.ListTopicsResponse
+	(*GetTopicRequest)(nil),            // 87: engram.v1.GetTopicRequest
+	(*GetTopicResponse)(nil),           // 88: engram.v1.GetTopicResponse
+	nil,                                // 89: engram.v1.AddMemoryRequest.MetadataEntry
+	nil,                                // 90: engram.v1.NewMemory.MetadataEntry
+	nil,                                // 91: engram.v1.StringMap.EntriesEntry
+	(MemoryType)(0),                    // 92: engram.v1.MemoryType
+	(Source)(0),                        // 93: engram.v1.Source
+	(SourceType)(0),                    // 94: engram.v1.SourceType
+	(*timestamppb.Timestamp)(nil),      // 95: google.protobuf.Timestamp
+	(*SpecificConflict)(nil),           // 96: engram.v1.SpecificConflict
+	(*Memory)(nil),                     // 97: engram.v1.Memory
+	(*SimilarMemory)(nil),              // 98: engram.v1.SimilarMemory
+	(*MemoryFilter)(nil),               // 99: engram.v1.MemoryFilter
+	(*RankingWeights)(nil),             // 100: engram.v1.RankingWeights
+	(*ScoreBreakdown)(nil),             // 101: engram.v1.ScoreBreakdown
+	(*CollectionInfo)(nil),             // 102: engram.v1.CollectionInfo
 }
 var file_engram_v1_memory_service_proto_depIdxs = []int32{
-	91,  // 0: engram.v1.AddMemoryRequest.type:type_name -> engram.v1.MemoryType
-	92,  // 1: engram.v1.AddMemoryRequest.source:type_name -> engram.v1.Source
-	93,  // 2: engram.v1.AddMemoryRequest.source_type:type_name -> engram.v1.SourceType
-	88,  // 3: engram.v1.AddMemoryRequest.metadata:type_name -> engram.v1.AddMemoryRequest.MetadataEntry
-	94,  // 4: engram.v1.AddMemoryRequest.created_at:type_name -> google.protobuf.Timestamp
-	94,  // 5: engram.v1.AddMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
+	92,  // 0: engram.v1.AddMemoryRequest.type:type_name -> engram.v1.MemoryType
+	93,  // 1: engram.v1.AddMemoryRequest.source:type_name -> engram.v1.Source
+	94,  // 2: engram.v1.AddMemoryRequest.source_type:type_name -> engram.v1.SourceType
+	89,  // 3: engram.v1.AddMemoryRequest.metadata:type_name -> engram.v1.AddMemoryRequest.MetadataEntry
+	95,  // 4: engram.v1.AddMemoryRequest.created_at:type_name -> google.protobuf.Timestamp
+	95,  // 5: engram.v1.AddMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
 	0,   // 6: engram.v1.AddMemoryRequest.contradictions:type_name -> engram.v1.ContradictionMode
-	91,  // 7: engram.v1.Contradiction.type:type_name -> engram.v1.MemoryType
-	95,  // 8: engram.v1.Contradiction.specifics:type_name -> engram.v1.SpecificConflict
-	96,  // 9: engram.v1.AddMemoryResponse.memory:type_name -> engram.v1.Memory
+	92,  // 7: engram.v1.Contradiction.type:type_name -> engram.v1.MemoryType
+	96,  // 8: engram.v1.Contradiction.specifics:type_name -> engram.v1.SpecificConflict
+	97,  // 9: engram.v1.AddMemoryResponse.memory:type_name -> engram.v1.Memory
 	1,   // 10: engram.v1.AddMemoryResponse.outcome:type_name -> engram.v1.AddOutcome
-	97,  // 11: engram.v1.AddMemoryResponse.near_duplicates:type_name -> engram.v1.SimilarMemory
-	14,  // 12: engram.v1.AddMemoryResponse.conflicts:type_name -> engram.v1.Contradiction
-	17,  // 13: engram.v1.AddMemoriesRequest.memories:type_name -> engram.v1.NewMemory
-	91,  // 14: engram.v1.NewMemory.type:type_name -> engram.v1.MemoryType
-	92,  // 15: engram.v1.NewMemory.source:type_name -> engram.v1.Source
-	93,  // 16: engram.v1.NewMemory.source_type:type_name -> engram.v1.SourceType
-	89,  // 17: engram.v1.NewMemory.metadata:type_name -> engram.v1.NewMemory.MetadataEntry
-	94,  // 18: engram.v1.NewMemory.created_at:type_name -> google.protobuf.Timestamp
-	94,  // 19: engram.v1.NewMemory.valid_until:type_name -> google.protobuf.Timestamp
+	98,  // 11: engram.v1.AddMemoryResponse.near_duplicates:type_name -> engram.v1.SimilarMemory
+	15,  // 12: engram.v1.AddMemoryResponse.conflicts:type_name -> engram.v1.Contradiction
+	18,  // 13: engram.v1.AddMemoriesRequest.memories:type_name -> engram.v1.NewMemory
+	92,  // 14: engram.v1.NewMemory.type:type_name -> engram.v1.MemoryType
+	93,  // 15: engram.v1.NewMemory.source:type_name -> engram.v1.Source
+	94,  // 16: engram.v1.NewMemory.source_type:type_name -> engram.v1.SourceType
+	90,  // 17: engram.v1.NewMemory.metadata:type_name -> engram.v1.NewMemory.MetadataEntry
+	95,  // 18: engram.v1.NewMemory.created_at:type_name -> google.protobuf.Timestamp
+	95,  // 19: engram.v1.NewMemory.valid_until:type_name -> google.protobuf.Timestamp
 	0,   // 20: engram.v1.NewMemory.contradictions:type_name -> engram.v1.ContradictionMode
-	96,  // 21: engram.v1.AddMemoryResult.memory:type_name -> engram.v1.Memory
+	97,  // 21: engram.v1.AddMemoryResult.memory:type_name -> engram.v1.Memory
 	1,   // 22: engram.v1.AddMemoryResult.outcome:type_name -> engram.v1.AddOutcome
-	97,  // 23: engram.v1.AddMemoryResult.near_duplicates:type_name -> engram.v1.SimilarMemory
-	14,  // 24: engram.v1.AddMemoryResult.conflicts:type_name -> engram.v1.Contradiction
-	18,  // 25: engram.v1.AddMemoriesResponse.results:type_name -> engram.v1.AddMemoryResult
-	98,  // 26: engram.v1.SearchMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
-	99,  // 27: engram.v1.SearchMemoriesRequest.weights:type_name -> engram.v1.RankingWeights
-	96,  // 28: engram.v1.SearchResult.memory:type_name -> engram.v1.Memory
-	100, // 29: engram.v1.SearchResult.score:type_name -> engram.v1.ScoreBreakdown
-	21,  // 30: engram.v1.SearchMemoriesResponse.results:type_name -> engram.v1.SearchResult
-	90,  // 31: engram.v1.StringMap.entries:type_name -> engram.v1.StringMap.EntriesEntry
-	23,  // 32: engram.v1.UpdateMemoryRequest.locate:type_name -> engram.v1.SemanticLocator
-	91,  // 33: engram.v1.UpdateMemoryRequest.type:type_name -> engram.v1.MemoryType
-	24,  // 34: engram.v1.UpdateMemoryRequest.tags:type_name -> engram.v1.StringList
-	25,  // 35: engram.v1.UpdateMemoryRequest.metadata:type_name -> engram.v1.StringMap
-	94,  // 36: engram.v1.UpdateMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
-	96,  // 37: engram.v1.UpdateMemoryResponse.memory:type_name -> engram.v1.Memory
-	96,  // 38: engram.v1.UpdateMemoryResponse.previous:type_name -> engram.v1.Memory
-	28,  // 39: engram.v1.DeleteMemoryRequest.query:type_name -> engram.v1.DeleteQuery
-	96,  // 40: engram.v1.DeleteMemoryResponse.deleted:type_name -> engram.v1.Memory
-	94,  // 41: engram.v1.DeleteMemoryResponse.purge_at:type_name -> google.protobuf.Timestamp
-	96,  // 42: engram.v1.GetMemoryResponse.memory:type_name -> engram.v1.Memory
-	96,  // 43: engram.v1.GetMemoryResponse.history:type_name -> engram.v1.Memory
-	98,  // 44: engram.v1.ListMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
-	96,  // 45: engram.v1.ListMemoriesResponse.memories:type_name -> engram.v1.Memory
-	101, // 46: engram.v1.ListCollectionsResponse.collections:type_name -> engram.v1.CollectionInfo
-	37,  // 47: engram.v1.ListCollectionsResponse.trashed:type_name -> engram.v1.TrashedCollection
-	94,  // 48: engram.v1.TrashedCollection.trashed_at:type_name -> google.protobuf.Timestamp
-	94,  // 49: engram.v1.TrashedCollection.purge_at:type_name -> google.protobuf.Timestamp
-	94,  // 50: engram.v1.DeleteCollectionResponse.deleted_at:type_name -> google.protobuf.Timestamp
-	94,  // 51: engram.v1.DeleteCollectionResponse.purge_at:type_name -> google.protobuf.Timestamp
-	2,   // 52: engram.v1.RunReflectionResponse.outcome:type_name -> engram.v1.ReflectionOutcome
-	3,   // 53: engram.v1.RunReflectionResponse.throttled_by:type_name -> engram.v1.ReflectionGate
-	94,  // 54: engram.v1.RunReflectionResponse.next_run_after:type_name -> google.protobuf.Timestamp
-	96,  // 55: engram.v1.RunReflectionResponse.sources:type_name -> engram.v1.Memory
-	96,  // 56: engram.v1.RunReflectionResponse.insights:type_name -> engram.v1.Memory
-	96,  // 57: engram.v1.RunReflectionResponse.drafts:type_name -> engram.v1.Memory
-	97,  // 58: engram.v1.RunReflectionResponse.duplicates:type_name -> engram.v1.SimilarMemory
-	94,  // 59: engram.v1.GateDecision.decided_at:type_name -> google.protobuf.Timestamp
-	1,   // 60: engram.v1.GateDecision.outcome:type_name -> engram.v1.AddOutcome
-	97,  // 61: engram.v1.GateDecision.near_duplicates:type_name -> engram.v1.SimilarMemory
-	43,  // 62: engram.v1.ListGateDecisionsResponse.decisions:type_name -> engram.v1.GateDecision
-	94,  // 63: engram.v1.ReflectionRun.started_at:type_name -> google.protobuf.Timestamp
-	2,   // 64: engram.v1.ReflectionRun.outcome:type_name -> engram.v1.ReflectionOutcome
-	46,  // 65: engram.v1.ListReflectionRunsResponse.runs:type_name -> engram.v1.ReflectionRun
-	94,  // 66: engram.v1.ConversationMessage.created_at:type_name -> google.protobuf.Timestamp
-	48,  // 67: engram.v1.Conversation.messages:type_name -> engram.v1.ConversationMessage
-	49,  // 68: engram.v1.ExtractMemoriesRequest.conversation:type_name -> engram.v1.Conversation
-	50,  // 69: engram.v1.ExtractMemoriesRequest.observation:type_name -> engram.v1.ToolObservation
-	4,   // 70: engram.v1.ExtractMemoriesRequest.mode:type_name -> engram.v1.ExtractionMode
-	91,  // 71: engram.v1.ExtractedMemory.type:type_name -> engram.v1.MemoryType
-	94,  // 72: engram.v1.ExtractedMemory.created_at:type_name -> google.protobuf.Timestamp
-	18,  // 73: engram.v1.ExtractedMemory.result:type_name -> engram.v1.AddMemoryResult
-	52,  // 74: engram.v1.ExtractMemoriesResponse.memories:type_name -> engram.v1.ExtractedMemory
-	5,   // 75: engram.v1.ExtractMemoriesResponse.extractor:type_name -> engram.v1.Extractor
-	96,  // 76: engram.v1.ListTrashResponse.memories:type_name -> engram.v1.Memory
-	96,  // 77: engram.v1.RestoreMemoryResponse.memory:type_name -> engram.v1.Memory
-	97,  // 78: engram.v1.RestoreMemoryResponse.near_duplicates:type_name -> engram.v1.SimilarMemory
-	101, // 79: engram.v1.RestoreCollectionResponse.collection:type_name -> engram.v1.CollectionInfo
-	94,  // 80: engram.v1.GetContextRequest.since:type_name -> google.protobuf.Timestamp
-	96,  // 81: engram.v1.ContextItem.memory:type_name -> engram.v1.Memory
-	63,  // 82: engram.v1.ContextItem.topic:type_name -> engram.v1.ContextTopic
-	6,   // 83: engram.v1.ContextSection.kind:type_name -> engram.v1.ContextSectionKind
-	64,  // 84: engram.v1.ContextSection.items:type_name -> engram.v1.ContextItem
-	65,  // 85: engram.v1.GetContextResponse.sections:type_name -> engram.v1.ContextSection
-	94,  // 86: engram.v1.GetContextResponse.since:type_name -> google.protobuf.Timestamp
-	7,   // 87: engram.v1.GetContextResponse.since_source:type_name -> engram.v1.SinceSource
-	63,  // 88: engram.v1.GetContextResponse.topics:type_name -> engram.v1.ContextTopic
-	96,  // 89: engram.v1.GetTriggersResponse.memories:type_name -> engram.v1.Memory
-	94,  // 90: engram.v1.Slot.updated_at:type_name -> google.protobuf.Timestamp
-	69,  // 91: engram.v1.ListSlotsResponse.slots:type_name -> engram.v1.Slot
-	8,   // 92: engram.v1.UpdateSlotRequest.mode:type_name -> engram.v1.SlotUpdateMode
-	69,  // 93: engram.v1.UpdateSlotResponse.slot:type_name -> engram.v1.Slot
-	9,   // 94: engram.v1.UpdateSlotResponse.compaction:type_name -> engram.v1.SlotCompaction
-	96,  // 95: engram.v1.ConsolidatedCluster.insight:type_name -> engram.v1.Memory
-	10,  // 96: engram.v1.RunConsolidationResponse.outcome:type_name -> engram.v1.ConsolidationOutcome
-	94,  // 97: engram.v1.RunConsolidationResponse.next_run_after:type_name -> google.protobuf.Timestamp
-	75,  // 98: engram.v1.RunConsolidationResponse.clusters:type_name -> engram.v1.ConsolidatedCluster
-	98,  // 99: engram.v1.ExportMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
-	11,  // 100: engram.v1.ImportMemoriesRequest.mode:type_name -> engram.v1.ImportMode
-	12,  // 101: engram.v1.ImportMemoriesRequest.reembed:type_name -> engram.v1.Reembed
-	94,  // 102: engram.v1.BackupStoreResponse.taken_at:type_name -> google.protobuf.Timestamp
-	101, // 103: engram.v1.BackupStoreResponse.collections:type_name -> engram.v1.CollectionInfo
-	84,  // 104: engram.v1.Topic.children:type_name -> engram.v1.Topic
-	94,  // 105: engram.v1.Topic.created_at:type_name -> google.protobuf.Timestamp
-	84,  // 106: engram.v1.ListTopicsResponse.topics:type_name -> engram.v1.Topic
-	84,  // 107: engram.v1.GetTopicResponse.topic:type_name -> engram.v1.Topic
-	96,  // 108: engram.v1.GetTopicResponse.memories:type_name -> engram.v1.Memory
-	13,  // 109: engram.v1.MemoryService.AddMemory:input_type -> engram.v1.AddMemoryRequest
-	16,  // 110: engram.v1.MemoryService.AddMemories:input_type -> engram.v1.AddMemoriesRequest
-	20,  // 111: engram.v1.MemoryService.SearchMemories:input_type -> engram.v1.SearchMemoriesRequest
-	26,  // 112: engram.v1.MemoryService.UpdateMemory:input_type -> engram.v1.UpdateMemoryRequest
-	29,  // 113: engram.v1.MemoryService.DeleteMemory:input_type -> engram.v1.DeleteMemoryRequest
-	31,  // 114: engram.v1.MemoryService.GetMemory:input_type -> engram.v1.GetMemoryRequest
-	33,  // 115: engram.v1.MemoryService.ListMemories:input_type -> engram.v1.ListMemoriesRequest
-	35,  // 116: engram.v1.MemoryService.ListCollections:input_type -> engram.v1.ListCollectionsRequest
-	38,  // 117: engram.v1.MemoryService.DeleteCollection:input_type -> engram.v1.DeleteCollectionRequest
-	40,  // 118: engram.v1.MemoryService.RunReflection:input_type -> engram.v1.RunReflectionRequest
-	42,  // 119: engram.v1.MemoryService.ListGateDecisions:input_type -> engram.v1.ListGateDecisionsRequest
-	45,  // 120: engram.v1.MemoryService.ListReflectionRuns:input_type -> engram.v1.ListReflectionRunsRequest
-	51,  // 121: engram.v1.MemoryService.ExtractMemories:input_type -> engram.v1.ExtractMemoriesRequest
-	54,  // 122: engram.v1.MemoryService.ListTrash:input_type -> engram.v1.ListTrashRequest
-	56,  // 123: engram.v1.MemoryService.RestoreMemory:input_type -> engram.v1.RestoreMemoryRequest
-	58,  // 124: engram.v1.MemoryService.PurgeTrash:input_type -> engram.v1.PurgeTrashRequest
-	60,  // 125: engram.v1.MemoryService.RestoreCollection:input_type -> engram.v1.RestoreCollectionRequest
-	62,  // 126: engram.v1.MemoryService.GetContext:input_type -> engram.v1.GetContextRequest
-	67,  // 127: engram.v1.MemoryService.GetTriggers:input_type -> engram.v1.GetTriggersRequest
-	70,  // 128: engram.v1.MemoryService.ListSlots:input_type -> engram.v1.ListSlotsRequest
-	72,  // 129: engram.v1.MemoryService.UpdateSlot:input_type -> engram.v1.UpdateSlotRequest
-	74,  // 130: engram.v1.MemoryService.RunConsolidation:input_type -> engram.v1.RunConsolidationRequest
-	77,  // 131: engram.v1.MemoryService.ExportMemories:input_type -> engram.v1.ExportMemoriesRequest
-	79,  // 132: engram.v1.MemoryService.ImportMemories:input_type -> engram.v1.ImportMemoriesRequest
-	81,  // 133: engram.v1.MemoryService.BackupStore:input_type -> engram.v1.BackupStoreRequest
-	83,  // 134: engram.v1.MemoryService.ListTopics:input_type -> engram.v1.ListTopicsRequest
-	86,  // 135: engram.v1.MemoryService.GetTopic:input_type -> engram.v1.GetTopicRequest
-	15,  // 136: engram.v1.MemoryService.AddMemory:output_type -> engram.v1.AddMemoryResponse
-	19,  // 137: engram.v1.MemoryService.AddMemories:output_type -> engram.v1.AddMemoriesResponse
-	22,  // 138: engram.v1.MemoryService.SearchMemories:output_type -> engram.v1.SearchMemoriesResponse
-	27,  // 139: engram.v1.MemoryService.UpdateMemory:output_type -> engram.v1.UpdateMemoryResponse
-	30,  // 140: engram.v1.MemoryService.DeleteMemory:output_type -> engram.v1.DeleteMemoryResponse
-	32,  // 141: engram.v1.MemoryService.GetMemory:output_type -> engram.v1.GetMemoryResponse
-	34,  // 142: engram.v1.MemoryService.ListMemories:output_type -> engram.v1.ListMemoriesResponse
-	36,  // 143: engram.v1.MemoryService.ListCollections:output_type -> engram.v1.ListCollectionsResponse
-	39,  // 144: engram.v1.MemoryService.DeleteCollection:output_type -> engram.v1.DeleteCollectionResponse
-	41,  // 145: engram.v1.MemoryService.RunReflection:output_type -> engram.v1.RunReflectionResponse
-	44,  // 146: engram.v1.MemoryService.ListGateDecisions:output_type -> engram.v1.ListGateDecisionsResponse
-	47,  // 147: engram.v1.MemoryService.ListReflectionRuns:output_type -> engram.v1.ListReflectionRunsResponse
-	53,  // 148: engram.v1.MemoryService.ExtractMemories:output_type -> engram.v1.ExtractMemoriesResponse
-	55,  // 149: engram.v1.MemoryService.ListTrash:output_type -> engram.v1.ListTrashResponse
-	57,  // 150: engram.v1.MemoryService.RestoreMemory:output_type -> engram.v1.RestoreMemoryResponse
-	59,  // 151: engram.v1.MemoryService.PurgeTrash:output_type -> engram.v1.PurgeTrashResponse
-	61,  // 152: engram.v1.MemoryService.RestoreCollection:output_type -> engram.v1.RestoreCollectionResponse
-	66,  // 153: engram.v1.MemoryService.GetContext:output_type -> engram.v1.GetContextResponse
-	68,  // 154: engram.v1.MemoryService.GetTriggers:output_type -> engram.v1.GetTriggersResponse
-	71,  // 155: engram.v1.MemoryService.ListSlots:output_type -> engram.v1.ListSlotsResponse
-	73,  // 156: engram.v1.MemoryService.UpdateSlot:output_type -> engram.v1.UpdateSlotResponse
-	76,  // 157: engram.v1.MemoryService.RunConsolidation:output_type -> engram.v1.RunConsolidationResponse
-	78,  // 158: engram.v1.MemoryService.ExportMemories:output_type -> engram.v1.ExportMemoriesResponse
-	80,  // 159: engram.v1.MemoryService.ImportMemories:output_type -> engram.v1.ImportMemoriesResponse
-	82,  // 160: engram.v1.MemoryService.BackupStore:output_type -> engram.v1.BackupStoreResponse
-	85,  // 161: engram.v1.MemoryService.ListTopics:output_type -> engram.v1.ListTopicsResponse
-	87,  // 162: engram.v1.MemoryService.GetTopic:output_type -> engram.v1.GetTopicResponse
-	136, // [136:163] is the sub-list for method output_type
-	109, // [109:136] is the sub-list for method input_type
-	109, // [109:109] is the sub-list for extension type_name
-	109, // [109:109] is the sub-list for extension extendee
-	0,   // [0:109] is the sub-list for field type_name
+	98,  // 23: engram.v1.AddMemoryResult.near_duplicates:type_name -> engram.v1.SimilarMemory
+	15,  // 24: engram.v1.AddMemoryResult.conflicts:type_name -> engram.v1.Contradiction
+	19,  // 25: engram.v1.AddMemoriesResponse.results:type_name -> engram.v1.AddMemoryResult
+	99,  // 26: engram.v1.SearchMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
+	100, // 27: engram.v1.SearchMemoriesRequest.weights:type_name -> engram.v1.RankingWeights
+	2,   // 28: engram.v1.SearchMemoriesRequest.reading:type_name -> engram.v1.QueryReading
+	97,  // 29: engram.v1.SearchResult.memory:type_name -> engram.v1.Memory
+	101, // 30: engram.v1.SearchResult.score:type_name -> engram.v1.ScoreBreakdown
+	22,  // 31: engram.v1.SearchMemoriesResponse.results:type_name -> engram.v1.SearchResult
+	91,  // 32: engram.v1.StringMap.entries:type_name -> engram.v1.StringMap.EntriesEntry
+	24,  // 33: engram.v1.UpdateMemoryRequest.locate:type_name -> engram.v1.SemanticLocator
+	92,  // 34: engram.v1.UpdateMemoryRequest.type:type_name -> engram.v1.MemoryType
+	25,  // 35: engram.v1.UpdateMemoryRequest.tags:type_name -> engram.v1.StringList
+	26,  // 36: engram.v1.UpdateMemoryRequest.metadata:type_name -> engram.v1.StringMap
+	95,  // 37: engram.v1.UpdateMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
+	97,  // 38: engram.v1.UpdateMemoryResponse.memory:type_name -> engram.v1.Memory
+	97,  // 39: engram.v1.UpdateMemoryResponse.previous:type_name -> engram.v1.Memory
+	29,  // 40: engram.v1.DeleteMemoryRequest.query:type_name -> engram.v1.DeleteQuery
+	97,  // 41: engram.v1.DeleteMemoryResponse.deleted:type_name -> engram.v1.Memory
+	95,  // 42: engram.v1.DeleteMemoryResponse.purge_at:type_name -> google.protobuf.Timestamp
+	97,  // 43: engram.v1.GetMemoryResponse.memory:type_name -> engram.v1.Memory
+	97,  // 44: engram.v1.GetMemoryResponse.history:type_name -> engram.v1.Memory
+	99,  // 45: engram.v1.ListMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
+	97,  // 46: engram.v1.ListMemoriesResponse.memories:type_name -> engram.v1.Memory
+	102, // 47: engram.v1.ListCollectionsResponse.collections:type_name -> engram.v1.CollectionInfo
+	38,  // 48: engram.v1.ListCollectionsResponse.trashed:type_name -> engram.v1.TrashedCollection
+	95,  // 49: engram.v1.TrashedCollection.trashed_at:type_name -> google.protobuf.Timestamp
+	95,  // 50: engram.v1.TrashedCollection.purge_at:type_name -> google.protobuf.Timestamp
+	95,  // 51: engram.v1.DeleteCollectionResponse.deleted_at:type_name -> google.protobuf.Timestamp
+	95,  // 52: engram.v1.DeleteCollectionResponse.purge_at:type_name -> google.protobuf.Timestamp
+	3,   // 53: engram.v1.RunReflectionResponse.outcome:type_name -> engram.v1.ReflectionOutcome
+	4,   // 54: engram.v1.RunReflectionResponse.throttled_by:type_name -> engram.v1.ReflectionGate
+	95,  // 55: engram.v1.RunReflectionResponse.next_run_after:type_name -> google.protobuf.Timestamp
+	97,  // 56: engram.v1.RunReflectionResponse.sources:type_name -> engram.v1.Memory
+	97,  // 57: engram.v1.RunReflectionResponse.insights:type_name -> engram.v1.Memory
+	97,  // 58: engram.v1.RunReflectionResponse.drafts:type_name -> engram.v1.Memory
+	98,  // 59: engram.v1.RunReflectionResponse.duplicates:type_name -> engram.v1.SimilarMemory
+	95,  // 60: engram.v1.GateDecision.decided_at:type_name -> google.protobuf.Timestamp
+	1,   // 61: engram.v1.GateDecision.outcome:type_name -> engram.v1.AddOutcome
+	98,  // 62: engram.v1.GateDecision.near_duplicates:type_name -> engram.v1.SimilarMemory
+	44,  // 63: engram.v1.ListGateDecisionsResponse.decisions:type_name -> engram.v1.GateDecision
+	95,  // 64: engram.v1.ReflectionRun.started_at:type_name -> google.protobuf.Timestamp
+	3,   // 65: engram.v1.ReflectionRun.outcome:type_name -> engram.v1.ReflectionOutcome
+	47,  // 66: engram.v1.ListReflectionRunsResponse.runs:type_name -> engram.v1.ReflectionRun
+	95,  // 67: engram.v1.ConversationMessage.created_at:type_name -> google.protobuf.Timestamp
+	49,  // 68: engram.v1.Conversation.messages:type_name -> engram.v1.ConversationMessage
+	50,  // 69: engram.v1.ExtractMemoriesRequest.conversation:type_name -> engram.v1.Conversation
+	51,  // 70: engram.v1.ExtractMemoriesRequest.observation:type_name -> engram.v1.ToolObservation
+	5,   // 71: engram.v1.ExtractMemoriesRequest.mode:type_name -> engram.v1.ExtractionMode
+	92,  // 72: engram.v1.ExtractedMemory.type:type_name -> engram.v1.MemoryType
+	95,  // 73: engram.v1.ExtractedMemory.created_at:type_name -> google.protobuf.Timestamp
+	19,  // 74: engram.v1.ExtractedMemory.result:type_name -> engram.v1.AddMemoryResult
+	53,  // 75: engram.v1.ExtractMemoriesResponse.memories:type_name -> engram.v1.ExtractedMemory
+	6,   // 76: engram.v1.ExtractMemoriesResponse.extractor:type_name -> engram.v1.Extractor
+	97,  // 77: engram.v1.ListTrashResponse.memories:type_name -> engram.v1.Memory
+	97,  // 78: engram.v1.RestoreMemoryResponse.memory:type_name -> engram.v1.Memory
+	98,  // 79: engram.v1.RestoreMemoryResponse.near_duplicates:type_name -> engram.v1.SimilarMemory
+	102, // 80: engram.v1.RestoreCollectionResponse.collection:type_name -> engram.v1.CollectionInfo
+	95,  // 81: engram.v1.GetContextRequest.since:type_name -> google.protobuf.Timestamp
+	97,  // 82: engram.v1.ContextItem.memory:type_name -> engram.v1.Memory
+	64,  // 83: engram.v1.ContextItem.topic:type_name -> engram.v1.ContextTopic
+	7,   // 84: engram.v1.ContextSection.kind:type_name -> engram.v1.ContextSectionKind
+	65,  // 85: engram.v1.ContextSection.items:type_name -> engram.v1.ContextItem
+	66,  // 86: engram.v1.GetContextResponse.sections:type_name -> engram.v1.ContextSection
+	95,  // 87: engram.v1.GetContextResponse.since:type_name -> google.protobuf.Timestamp
+	8,   // 88: engram.v1.GetContextResponse.since_source:type_name -> engram.v1.SinceSource
+	64,  // 89: engram.v1.GetContextResponse.topics:type_name -> engram.v1.ContextTopic
+	97,  // 90: engram.v1.GetTriggersResponse.memories:type_name -> engram.v1.Memory
+	95,  // 91: engram.v1.Slot.updated_at:type_name -> google.protobuf.Timestamp
+	70,  // 92: engram.v1.ListSlotsResponse.slots:type_name -> engram.v1.Slot
+	9,   // 93: engram.v1.UpdateSlotRequest.mode:type_name -> engram.v1.SlotUpdateMode
+	70,  // 94: engram.v1.UpdateSlotResponse.slot:type_name -> engram.v1.Slot
+	10,  // 95: engram.v1.UpdateSlotResponse.compaction:type_name -> engram.v1.SlotCompaction
+	97,  // 96: engram.v1.ConsolidatedCluster.insight:type_name -> engram.v1.Memory
+	11,  // 97: engram.v1.RunConsolidationResponse.outcome:type_name -> engram.v1.ConsolidationOutcome
+	95,  // 98: engram.v1.RunConsolidationResponse.next_run_after:type_name -> google.protobuf.Timestamp
+	76,  // 99: engram.v1.RunConsolidationResponse.clusters:type_name -> engram.v1.ConsolidatedCluster
+	99,  // 100: engram.v1.ExportMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
+	12,  // 101: engram.v1.ImportMemoriesRequest.mode:type_name -> engram.v1.ImportMode
+	13,  // 102: engram.v1.ImportMemoriesRequest.reembed:type_name -> engram.v1.Reembed
+	95,  // 103: engram.v1.BackupStoreResponse.taken_at:type_name -> google.protobuf.Timestamp
+	102, // 104: engram.v1.BackupStoreResponse.collections:type_name -> engram.v1.CollectionInfo
+	85,  // 105: engram.v1.Topic.children:type_name -> engram.v1.Topic
+	95,  // 106: engram.v1.Topic.created_at:type_name -> google.protobuf.Timestamp
+	85,  // 107: engram.v1.ListTopicsResponse.topics:type_name -> engram.v1.Topic
+	85,  // 108: engram.v1.GetTopicResponse.topic:type_name -> engram.v1.Topic
+	97,  // 109: engram.v1.GetTopicResponse.memories:type_name -> engram.v1.Memory
+	14,  // 110: engram.v1.MemoryService.AddMemory:input_type -> engram.v1.AddMemoryRequest
+	17,  // 111: engram.v1.MemoryService.AddMemories:input_type -> engram.v1.AddMemoriesRequest
+	21,  // 112: engram.v1.MemoryService.SearchMemories:input_type -> engram.v1.SearchMemoriesRequest
+	27,  // 113: engram.v1.MemoryService.UpdateMemory:input_type -> engram.v1.UpdateMemoryRequest
+	30,  // 114: engram.v1.MemoryService.DeleteMemory:input_type -> engram.v1.DeleteMemoryRequest
+	32,  // 115: engram.v1.MemoryService.GetMemory:input_type -> engram.v1.GetMemoryRequest
+	34,  // 116: engram.v1.MemoryService.ListMemories:input_type -> engram.v1.ListMemoriesRequest
+	36,  // 117: engram.v1.MemoryService.ListCollections:input_type -> engram.v1.ListCollectionsRequest
+	39,  // 118: engram.v1.MemoryService.DeleteCollection:input_type -> engram.v1.DeleteCollectionRequest
+	41,  // 119: engram.v1.MemoryService.RunReflection:input_type -> engram.v1.RunReflectionRequest
+	43,  // 120: engram.v1.MemoryService.ListGateDecisions:input_type -> engram.v1.ListGateDecisionsRequest
+	46,  // 121: engram.v1.MemoryService.ListReflectionRuns:input_type -> engram.v1.ListReflectionRunsRequest
+	52,  // 122: engram.v1.MemoryService.ExtractMemories:input_type -> engram.v1.ExtractMemoriesRequest
+	55,  // 123: engram.v1.MemoryService.ListTrash:input_type -> engram.v1.ListTrashRequest
+	57,  // 124: engram.v1.MemoryService.RestoreMemory:input_type -> engram.v1.RestoreMemoryRequest
+	59,  // 125: engram.v1.MemoryService.PurgeTrash:input_type -> engram.v1.PurgeTrashRequest
+	61,  // 126: engram.v1.MemoryService.RestoreCollection:input_type -> engram.v1.RestoreCollectionRequest
+	63,  // 127: engram.v1.MemoryService.GetContext:input_type -> engram.v1.GetContextRequest
+	68,  // 128: engram.v1.MemoryService.GetTriggers:input_type -> engram.v1.GetTriggersRequest
+	71,  // 129: engram.v1.MemoryService.ListSlots:input_type -> engram.v1.ListSlotsRequest
+	73,  // 130: engram.v1.MemoryService.UpdateSlot:input_type -> engram.v1.UpdateSlotRequest
+	75,  // 131: engram.v1.MemoryService.RunConsolidation:input_type -> engram.v1.RunConsolidationRequest
+	78,  // 132: engram.v1.MemoryService.ExportMemories:input_type -> engram.v1.ExportMemoriesRequest
+	80,  // 133: engram.v1.MemoryService.ImportMemories:input_type -> engram.v1.ImportMemoriesRequest
+	82,  // 134: engram.v1.MemoryService.BackupStore:input_type -> engram.v1.BackupStoreRequest
+	84,  // 135: engram.v1.MemoryService.ListTopics:input_type -> engram.v1.ListTopicsRequest
+	87,  // 136: engram.v1.MemoryService.GetTopic:input_type -> engram.v1.GetTopicRequest
+	16,  // 137: engram.v1.MemoryService.AddMemory:output_type -> engram.v1.AddMemoryResponse
+	20,  // 138: engram.v1.MemoryService.AddMemories:output_type -> engram.v1.AddMemoriesResponse
+	23,  // 139: engram.v1.MemoryService.SearchMemories:output_type -> engram.v1.SearchMemoriesResponse
+	28,  // 140: engram.v1.MemoryService.UpdateMemory:output_type -> engram.v1.UpdateMemoryResponse
+	31,  // 141: engram.v1.MemoryService.DeleteMemory:output_type -> engram.v1.DeleteMemoryResponse
+	33,  // 142: engram.v1.MemoryService.GetMemory:output_type -> engram.v1.GetMemoryResponse
+	35,  // 143: engram.v1.MemoryService.ListMemories:output_type -> engram.v1.ListMemoriesResponse
+	37,  // 144: engram.v1.MemoryService.ListCollections:output_type -> engram.v1.ListCollectionsResponse
+	40,  // 145: engram.v1.MemoryService.DeleteCollection:output_type -> engram.v1.DeleteCollectionResponse
+	42,  // 146: engram.v1.MemoryService.RunReflection:output_type -> engram.v1.RunReflectionResponse
+	45,  // 147: engram.v1.MemoryService.ListGateDecisions:output_type -> engram.v1.ListGateDecisionsResponse
+	48,  // 148: engram.v1.MemoryService.ListReflectionRuns:output_type -> engram.v1.ListReflectionRunsResponse
+	54,  // 149: engram.v1.MemoryService.ExtractMemories:output_type -> engram.v1.ExtractMemoriesResponse
+	56,  // 150: engram.v1.MemoryService.ListTrash:output_type -> engram.v1.ListTrashResponse
+	58,  // 151: engram.v1.MemoryService.RestoreMemory:output_type -> engram.v1.RestoreMemoryResponse
+	60,  // 152: engram.v1.MemoryService.PurgeTrash:output_type -> engram.v1.PurgeTrashResponse
+	62,  // 153: engram.v1.MemoryService.RestoreCollection:output_type -> engram.v1.RestoreCollectionResponse
+	67,  // 154: engram.v1.MemoryService.GetContext:output_type -> engram.v1.GetContextResponse
+	69,  // 155: engram.v1.MemoryService.GetTriggers:output_type -> engram.v1.GetTriggersResponse
+	72,  // 156: engram.v1.MemoryService.ListSlots:output_type -> engram.v1.ListSlotsResponse
+	74,  // 157: engram.v1.MemoryService.UpdateSlot:output_type -> engram.v1.UpdateSlotResponse
+	77,  // 158: engram.v1.MemoryService.RunConsolidation:output_type -> engram.v1.RunConsolidationResponse
+	79,  // 159: engram.v1.MemoryService.ExportMemories:output_type -> engram.v1.ExportMemoriesResponse
+	81,  // 160: engram.v1.MemoryService.ImportMemories:output_type -> engram.v1.ImportMemoriesResponse
+	83,  // 161: engram.v1.MemoryService.BackupStore:output_type -> engram.v1.BackupStoreResponse
+	86,  // 162: engram.v1.MemoryService.ListTopics:output_type -> engram.v1.ListTopicsResponse
+	88,  // 163: engram.v1.MemoryService.GetTopic:output_type -> engram.v1.GetTopicResponse
+	137, // [137:164] is the sub-list for method output_type
+	110, // [110:137] is the sub-list for method input_type
+	110, // [110:110] is the sub-list for extension type_name
+	110, // [110:110] is the sub-list for extension extendee
+	0,   // [0:110] is the sub-list for field type_name
 }
 
 func init() { file_engram_v1_memory_service_proto_init() }
@@ -7640,7 +7712,7 @@ func file_engram_v1_memory_service_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_engram_v1_memory_service_proto_rawDesc), len(file_engram_v1_memory_service_proto_rawDesc)),
-			NumEnums:      13,
+			NumEnums:      14,
 			NumMessages:   78,
 			NumExtensions: 0,
 			NumServices:   1,

@@ -77,6 +77,38 @@ ADD_OUTCOME_DUPLICATE: AddOutcome.ValueType  # 2
 """A near-copy exists; nothing new was written and `memory` is the existing one."""
 Global___AddOutcome: _TypeAlias = AddOutcome  # noqa: Y015
 
+class _QueryReading:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _QueryReadingEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_QueryReading.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    QUERY_READING_UNSPECIFIED: _QueryReading.ValueType  # 0
+    """By the text's form (see SearchMemoriesRequest.reading)."""
+    QUERY_READING_QUERY: _QueryReading.ValueType  # 1
+    """A question or keywords: embedded as a query; relevance is on the query scale, fitted onto the
+    write gate's.
+    """
+    QUERY_READING_STATEMENT: _QueryReading.ValueType  # 2
+    """A memory the caller means to store: embedded as a document and compared as the write gate
+    compares two memories, so relevance is the similarity AddMemory would report for the pair.
+    """
+
+class QueryReading(_QueryReading, metaclass=_QueryReadingEnumTypeWrapper):
+    """QueryReading says whether a search text is a question or a memory about to be written."""
+
+QUERY_READING_UNSPECIFIED: QueryReading.ValueType  # 0
+"""By the text's form (see SearchMemoriesRequest.reading)."""
+QUERY_READING_QUERY: QueryReading.ValueType  # 1
+"""A question or keywords: embedded as a query; relevance is on the query scale, fitted onto the
+write gate's.
+"""
+QUERY_READING_STATEMENT: QueryReading.ValueType  # 2
+"""A memory the caller means to store: embedded as a document and compared as the write gate
+compares two memories, so relevance is the similarity AddMemory would report for the pair.
+"""
+Global___QueryReading: _TypeAlias = QueryReading  # noqa: Y015
+
 class _ReflectionOutcome:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -926,6 +958,7 @@ class SearchMemoriesRequest(_message.Message):
     MMR_LAMBDA_FIELD_NUMBER: _builtins.int
     MIN_RELEVANCE_FIELD_NUMBER: _builtins.int
     MAX_PER_SESSION_FIELD_NUMBER: _builtins.int
+    READING_FIELD_NUMBER: _builtins.int
     query: _builtins.str
     """The query text. Required."""
     limit: _builtins.int
@@ -942,6 +975,10 @@ class SearchMemoriesRequest(_message.Message):
     """At most this many results from one session (Memory.session_id), so that one long session
     cannot fill the results: the next best memories of other sessions take their places. 0 (the
     default) means no cap; at most 100. Memories without a session are not capped.
+    """
+    reading: Global___QueryReading.ValueType
+    """How the query text is read. Unset: by its form (a statement ends with . 。 ! or ！, has at
+    least three words and no question mark or question word; anything else is a query).
     """
     @_builtins.property
     def collections(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
@@ -970,10 +1007,11 @@ class SearchMemoriesRequest(_message.Message):
         mmr_lambda: _builtins.float | None = ...,
         min_relevance: _builtins.float = ...,
         max_per_session: _builtins.int = ...,
+        reading: Global___QueryReading.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_mmr_lambda", b"_mmr_lambda", "filter", b"filter", "mmr_lambda", b"mmr_lambda", "weights", b"weights"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_mmr_lambda", b"_mmr_lambda", "collections", b"collections", "diversify", b"diversify", "filter", b"filter", "limit", b"limit", "max_per_session", b"max_per_session", "min_relevance", b"min_relevance", "mmr_lambda", b"mmr_lambda", "query", b"query", "weights", b"weights"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_mmr_lambda", b"_mmr_lambda", "collections", b"collections", "diversify", b"diversify", "filter", b"filter", "limit", b"limit", "max_per_session", b"max_per_session", "min_relevance", b"min_relevance", "mmr_lambda", b"mmr_lambda", "query", b"query", "reading", b"reading", "weights", b"weights"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__mmr_lambda: _TypeAlias = _typing.Literal["mmr_lambda"]  # noqa: Y015
     _WhichOneofArgType__mmr_lambda: _TypeAlias = _typing.Literal["_mmr_lambda", b"_mmr_lambda"]  # noqa: Y015

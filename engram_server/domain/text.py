@@ -148,11 +148,11 @@ def reads_as_statement(text: str) -> bool:
     stripped = text.rstrip(_TRAILING_CLOSERS)
     if not stripped or stripped[-1] not in _STATEMENT_END:
         return False
-    last_sentence = _SENTENCE_BREAK.split(stripped.rstrip(".。!！"))[-1].lstrip()
-    first = _LATIN_WORD.match(last_sentence)
+    body = stripped.rstrip(".。!！")
+    first = _LATIN_WORD.match(_SENTENCE_BREAK.split(body)[-1].lstrip())  # the last sentence's
     if first is not None and first.group(0).lower() in _EN_QUESTION_OPENERS:
         return False
-    if _ZH_QUESTION.search(stripped.rstrip(".。!！")):
+    if _ZH_QUESTION.search(body):
         return False
     cjk, latin = word_counts(text)
     return cjk + latin >= 3

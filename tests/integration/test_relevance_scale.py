@@ -70,44 +70,33 @@ async def test_a_statement_reads_the_gate_scale_and_a_question_the_query_scale(
     await add(stub, stored, collection="q", type=m.MEMORY_TYPE_INSIGHT)
     cal = calibration_for(server.embedder.model_id)
     (doc,) = await server.embedder.embed_documents([stored])
-    cases = (
-        ("The staging database is backed up nightly.", True),
-        ("备份在每天夜里两点进行。", True),
-        ("When is the staging database backed up?", False),
-        ("staging database backup schedule", False),
-        ("Backups. When do they run", False),
-    )
-    for text, statement in cases:
-        found = await stub.SearchMemories(s.SearchMemoriesRequest(query=text, collections=["q"], limit=1))
-        (hit,) = found.results
+
+    async def expected(text: str, statement: bool) -> float:
+        """The relevance the pair has on the reading's scale, from the model's own vectors."""
         if statement:
             (vec,) = await server.embedder.embed_documents([text])
-            expected = cal.similarity(float(np.dot(vec, doc)))
-        else:
-            (vec,) = await server.embedder.embed_queries([text])
-            expected = cal.relevance(float(np.dot(vec, doc)))
-        assert abs(hit.score.relevance - expected) <= TOLERANCE, (text, hit.score.relevance, expected)
-    # `reading` overrides the form, both ways.
-    for text, reading, statement in (
+            return cal.similarity(float(np.dot(vec, doc)))
+        (vec,) = await server.embedder.embed_queries([text])
+        return cal.relevance(float(np.dot(vec, doc)))
+
+    cases = (
+        # (text, reading asked for, read as a statement): unset readings follow the text's form,
+        # a set one overrides it, both ways.
+        ("The staging database is backed up nightly.", s.QUERY_READING_UNSPECIFIED, True),
+        ("备份在每天夜里两点进行。", s.QUERY_READING_UNSPECIFIED, True),
+        ("When is the staging database backed up?", s.QUERY_READING_UNSPECIFIED, False),
+        ("staging database backup schedule", s.QUERY_READING_UNSPECIFIED, False),
+        ("Backups. When do they run", s.QUERY_READING_UNSPECIFIED, False),
         ("When is the staging database backed up?", s.QUERY_READING_STATEMENT, True),
         ("The staging database is backed up nightly.", s.QUERY_READING_QUERY, False),
-    ):
+    )
+    for text, reading, statement in cases:
         found = await stub.SearchMemories(
             s.SearchMemoriesRequest(query=text, collections=["q"], limit=1, reading=reading)
         )
         (hit,) = found.results
-        if statement:
-            (vec,) = await server.embedder.embed_documents([text])
-            expected = cal.similarity(float(np.dot(vec, doc)))
-        else:
-            (vec,) = await server.embedder.embed_queries([text])
-            expected = cal.relevance(float(np.dot(vec, doc)))
-        assert abs(hit.score.relevance - expected) <= TOLERANCE, (
-            text,
-            reading,
-            hit.score.relevance,
-            expected,
-        )
+        want = await expected(text, statement)
+        assert abs(hit.score.relevance - want) <= TOLERANCE, (text, reading, hit.score.relevance, want)
 
 
 async def test_an_unknown_reading_is_invalid_argument(stub: Stub) -> None:

@@ -589,6 +589,8 @@ class EngramServer:
         if self._server is not None:
             await self._server.stop(self.settings.grace_seconds if grace is None else grace)
         await self.service.drain()
+        if self.topics is not None:
+            await self.topics.flush()
         await self.embedder.close()
         if self.reflector.llm is not None:
             await self.reflector.llm.close()

@@ -21,10 +21,12 @@ leaves: on a full build, leader clustering of the leaf centroids (largest first)
 top level until the next one. Centroids are kept as sums, so adding or removing a memory is exact and O(d).
 
 **Stable ids.** A topic's id is minted once (``t`` + 10 hex digits of a hash of its first member)
-and then kept: incremental writes never rename ids; a rebuild seeds the leaves with the persisted
-centroids (a memory near its old topic's centroid lands in it again) and any new cluster that takes
-over most of an old one's members inherits its id. So ids survive restarts and re-clustering
-when membership barely changes.
+and then kept: incremental writes never rename ids; a re-clustering seeds the leaves with the
+current centroids (a memory near its old topic's centroid lands in it again) and any new cluster
+that takes over most of an old one's members inherits its id, so ids survive re-clustering when
+membership barely changes. A restart does not re-cluster: :meth:`TopicIndex.restore` puts every
+memory back in the leaf the :meth:`TopicIndex.snapshot` recorded (sums are exact, so centroids and
+names come out the same).
 
 **Names.** Without an LLM a topic is named by its most salient terms, c-TF-IDF (class-based TF-IDF:
 a term's frequency in the topic times ``log(1 + average words per topic / the term's frequency over
@@ -153,6 +155,12 @@ def _unit(v: Arr) -> Arr:
     return v / n if n > 0 else v
 
 
+def _member_vector(v: Arr) -> Arr:
+    """A member's unit vector as the index keeps it (float16) and sums it (float64): adding and
+    removing a member change the sums by exactly the same amount, so they never drift."""
+    return _unit(np.asarray(v, dtype=np.float64)).astype(np.float16).astype(np.float64)
+
+
 def encode_vector(v: Arr) -> str:
     return base64.b64encode(np.asarray(v, dtype=np.float16).tobytes()).decode()
 
@@ -186,6 +194,8 @@ class TopicIndex:
         self._roots: list[TopicView] | None = None
         #: The earliest ``valid_until`` of the members; None: to be computed.
         self._next_expiry: float | None = None
+        #: Bumped by every change (the service persists a snapshot when it moved).
+        self.revision = 0
 
     # ------------------------------------------------------------------ reading
 
@@ -225,6 +235,7 @@ class TopicIndex:
         if t is not None:
             t.named_size = named_size
             self._roots = None
+            self.revision += 1
 
     def topic_of(self, memory_id: str) -> str | None:
         m = self._members.get(memory_id)
@@ -287,7 +298,7 @@ class TopicIndex:
         """Add a memory or move an updated one (the old vector comes out of its topic first)."""
         if memory_id in self._members:
             self.remove(memory_id)
-        v = _unit(np.asarray(vector, dtype=np.float64))
+        v = _member_vector(vector)
         script = script_of(text)
         words = tuple(terms(text))
         leaf = self._nearest_leaf(self._point(v, script))
@@ -343,6 +354,7 @@ class TopicIndex:
             self._touch(leaf_id)
         self._names_dirty = True
         self._roots = None
+        self.revision += 1
         self.changes_since_build += 1
 
     def expired(self, now: float) -> list[str]:
@@ -383,12 +395,13 @@ class TopicIndex:
         self._leaf_matrix = None
         self._names_dirty = True
         self._roots = None
+        self.revision += 1
         self.changes_since_build = 0
         ordered = sorted(items, key=lambda it: (it[5], it[0]))
         n = len(ordered)
         if n == 0:
             return
-        raw = np.stack([_unit(np.asarray(it[1], dtype=np.float64)) for it in ordered])
+        raw = np.stack([_member_vector(it[1]) for it in ordered])
         scr = [
             (scripts or {}).get(it[0], "") if isinstance(it[2], tuple) else script_of(it[2]) for it in ordered
         ]
@@ -473,6 +486,7 @@ class TopicIndex:
         self._leaf_matrix = None
         self._names_dirty = True
         self._roots = None
+        self.revision += 1
 
     def rename(self, topic_id: str, name: str) -> None:
         """Set an LLM-given name."""
@@ -481,6 +495,7 @@ class TopicIndex:
             return
         t.name, t.named_by, t.named_size = name, "llm", t.size
         self._roots = None
+        self.revision += 1
 
     def stale_names(self, min_size: int = 3) -> list[str]:
         """Topics the LLM should (re)name: never LLM-named, or grown / shrunk by half since."""
@@ -495,12 +510,17 @@ class TopicIndex:
     # ------------------------------------------------------------------ persistence
 
     def snapshot(self) -> dict[str, Any]:
-        """What survives a restart: each topic's id, centred centroid, parent and LLM name.
-        Membership is not kept: it is rebuilt from the store, seeded with these centroids."""
+        """What survives a restart: each topic's id, centred centroid, parent and LLM name, each
+        leaf's member ids, the newest member ``updated_at`` (the membership's watermark) and the
+        writes since the last build. :meth:`restore` rebuilds the same index from it and the
+        store's memories; the store stays the truth for which memories exist and their vectors."""
         self._ensure_names()
+        watermark = max((m[4] for m in self._members.values()), default=0.0)
         return {
-            "version": 1,
+            "version": 2,
             "dimension": self.dim,
+            "watermark": watermark,
+            "changes_since_build": self.changes_since_build,
             "topics": [
                 {
                     "id": t.id,
@@ -510,6 +530,7 @@ class TopicIndex:
                     "created_at": t.created_at,
                     "name": t.name if t.named_by == "llm" else "",
                     "named_size": t.named_size if t.named_by == "llm" else 0,
+                    **({"members": sorted(self._leaf_members.get(t.id, ()))} if t.level == 1 else {}),
                 }
                 for t in sorted(self._topics.values(), key=lambda t: t.id)
             ],
@@ -520,8 +541,9 @@ class TopicIndex:
         snapshot: Mapping[str, Any] | None, dimension: int
     ) -> tuple[list[tuple[str, Arr, float]], dict[str, tuple[str, int]]]:
         """The leaf seeds and LLM names of a :meth:`snapshot` (empty when it does not fit)."""
-        if not snapshot or snapshot.get("version") != 1 or snapshot.get("dimension") != dimension:
+        if not _fits(snapshot, dimension):
             return [], {}
+        assert snapshot is not None
         seeds = []
         names = {}
         for t in snapshot.get("topics", []):
@@ -530,6 +552,80 @@ class TopicIndex:
             if t.get("name"):
                 names[str(t["id"])] = (str(t["name"]), int(t.get("named_size", 0)))
         return seeds, names
+
+    def restore(
+        self,
+        items: Sequence[tuple[str, Arr, str, float, float, float]],
+        snapshot: Mapping[str, Any] | None,
+        *,
+        now: float,
+    ) -> None:
+        """Rebuild the index a :meth:`snapshot` was taken of from the store's live memories
+        ``(id, vector, text, valid_until, updated_at, created_at)``: a memory the snapshot holds,
+        unchanged since (``updated_at`` not past the watermark), joins its leaf again; the others
+        (written after the snapshot, e.g. before a crash) are added as writes are, oldest first.
+        A snapshot without membership (an older release's) or of another dimension: a full
+        :meth:`rebuild` seeded with its centroids."""
+        if not _fits(snapshot, dimension=self.dim) or snapshot is None or snapshot.get("version") != 2:
+            seeds, names = self.seeds_from(snapshot, self.dim)
+            self.rebuild(items, now=now, seeds=seeds)
+            for tid, (name, named_size) in names.items():
+                if self.has(tid):
+                    self.rename(tid, name)
+                    self.set_named_size(tid, named_size)
+            return
+        self.rebuild([], now=now)  # clears
+        watermark = float(snapshot.get("watermark", 0.0))
+        home: dict[str, str] = {}
+        for t in snapshot.get("topics", []):
+            tid = str(t["id"])
+            topic = _Topic(
+                id=tid,
+                level=int(t["level"]),
+                total=np.zeros(self.dim),
+                created_at=float(t.get("created_at", now)),
+            )
+            if t.get("name"):
+                topic.name, topic.named_by, topic.named_size = (
+                    str(t["name"]),
+                    "llm",
+                    int(t.get("named_size", 0)),
+                )
+            self._topics[tid] = topic
+            if topic.level == 1:
+                self._leaf_members[tid] = set()
+                for mid in t.get("members", ()):
+                    home[str(mid)] = tid
+        for t in snapshot.get("topics", []):
+            parent = t.get("parent")
+            if t["level"] == 1 and parent in self._topics and self._topics[parent].level == 2:
+                self._topics[str(t["id"])].parent = parent
+                self._kids.setdefault(parent, set()).add(str(t["id"]))
+        later = []
+        for it in sorted(items, key=lambda it: (it[5], it[0])):
+            leaf = home.get(it[0])
+            if leaf is None or it[4] > watermark:
+                later.append(it)
+                continue
+            v = _member_vector(it[1])
+            script = script_of(it[2])
+            self._count_script(v, script, +1)
+            self._join(leaf, it[0], v, tuple(terms(it[2])), it[3], it[4], it[5], script)
+        for tid in [t.id for t in self._topics.values() if t.level == 1 and t.size == 0]:
+            self._drop_leaf(tid)
+        for pid in [
+            t.id for t in self._topics.values() if t.level == 2 and len(self._kids.get(t.id, ())) < 2
+        ]:
+            for k in self._kids.pop(pid, set()):
+                self._topics[k].parent = None
+            self._topics.pop(pid)
+        self._leaf_matrix = None
+        self._names_dirty = True
+        self._roots = None
+        self.revision += 1
+        self.changes_since_build = int(snapshot.get("changes_since_build", 0))
+        for it in later:
+            self.upsert(it[0], it[1], it[2], valid_until=it[3], updated_at=it[4], now=now, created_at=it[5])
 
     # ------------------------------------------------------------------ internals
 
@@ -642,6 +738,7 @@ class TopicIndex:
         self._touch(leaf_id)
         self._names_dirty = True
         self._roots = None
+        self.revision += 1
 
     def _drop_leaf(self, leaf_id: str) -> None:
         leaf = self._topics.pop(leaf_id)
@@ -738,6 +835,12 @@ class TopicIndex:
             key=lambda x: (-x[0], x[1]),
         )
         return [w for _, w in scored[: self.params.name_terms]]
+
+
+def _fits(snapshot: Mapping[str, Any] | None, dimension: int) -> bool:
+    if not snapshot:
+        return False
+    return snapshot.get("version") in {1, 2} and snapshot.get("dimension") == dimension
 
 
 def _ctfidf_idf(groups: Iterable[Counter[str]]) -> dict[str, float]:

@@ -189,20 +189,40 @@ async def test_index_follows_adds_updates_deletes_and_expiry(stub: Stub, clock: 
 
 
 async def test_topic_ids_survive_a_restart(tmp_path: Path) -> None:
+    """A clean stop persists the index with every write applied (even writes no read has seen):
+    the next start restores the same topics and membership, not a re-clustering of them."""
     clock = ManualClock()
     runs = []
-    for first in (True, False):
+    late = [
+        "He tunes the guitar down to drop D for this song.",
+        "Add a pinch of smoked paprika to the chickpea stew.",
+        "The ingress controller was upgraded to version 1.11 last night.",
+    ]
+    for step in range(3):
         async with (
             running_server(tmp_path / "data", clock=clock) as srv,
             grpc.aio.insecure_channel(srv.address) as ch,
         ):
             stub = Stub(ch)
-            if first:
+            if step == 0:
                 await seed(stub, "notes")
-            top = await stub.ListTopics(s.ListTopicsRequest(collection="notes"))
-            runs.append((await membership(stub, "notes"), [t.id for t in top.topics]))
-    assert runs[0] == runs[1]
-    assert runs[0][0]  # not vacuous
+            if step > 0:  # what the previous run stopped with, before any write of this run
+                top = await stub.ListTopics(s.ListTopicsRequest(collection="notes"))
+                runs.append((await membership(stub, "notes"), [t.id for t in top.topics]))
+            if step < 2:
+                await stub.ListTopics(s.ListTopicsRequest(collection="notes"))
+                # written after the last read: the index learns of it only at the stop
+                await add(stub, late[step], collection="notes")
+                if step == 1:
+                    top = await stub.ListTopics(s.ListTopicsRequest(collection="notes"))
+                    expected = (await membership(stub, "notes"), [t.id for t in top.topics])
+    assert runs[1] == expected
+    assert len(runs[0][0]) == len(labels_of_seed()) + 1
+    assert {m: t for m, t in runs[1][0].items() if m in runs[0][0]} == runs[0][0]  # nobody moved
+
+
+def labels_of_seed() -> list[str]:
+    return [t for texts in SUBJECTS.values() for t in texts]
 
 
 async def test_bad_requests(stub: Stub) -> None:

@@ -5,10 +5,12 @@ first read and then kept current *incrementally*: every read first applies the w
 the last one (the store's :meth:`~engram_server.ports.Store.changed_since` names the ids written;
 when it cannot, the listing's ids and ``updated_at`` are compared), drops expired memories, and
 fully re-clusters only when the writes since the last build reach half the index (ids are kept,
-see the index's doc). What survives a restart is a small state document per collection
-(``topics.<collection>`` in the store's state: topic ids, centroids, LLM names); membership is
-always rebuilt from the memories themselves, so the index cannot disagree with the store after a
-crash.
+see the index's doc). What survives a restart is a state document per collection
+(``topics.<collection>`` in the store's state: topic ids, centroids, LLM names, each leaf's member
+ids), written when the topic ids change, at most every ``PERSIST_SECONDS`` otherwise, and at
+shutdown. A start restores that index from the memories themselves: the store decides which
+memories exist and their vectors, the snapshot only where each one sits, so the index cannot
+disagree with the store after a crash, and after a clean stop it is the same index.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import asyncio
 import base64
 import logging
 import re
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -64,6 +67,10 @@ MAX_TOPIC_PAGE = 200
 #: Most topics offered to a context pack (its budget usually keeps fewer).
 CONTEXT_TOPICS = 20
 MAX_MEMBER_PAGE = 1000
+#: A changed index is persisted at most this often (seconds) on reads; at once when its topic ids
+#: changed, and at shutdown (:meth:`TopicService.flush`). After a crash, the writes since the last
+#: snapshot are re-applied in creation order (see ``TopicIndex.restore``).
+PERSIST_SECONDS = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +103,10 @@ class TopicMembers:
 class _State:
     index: TopicIndex
     generation: int | None
-    persisted: frozenset[str]
+    #: The index revision and topic ids last persisted, and when (monotonic seconds).
+    persisted_revision: int = -1
+    persisted_ids: frozenset[str] = frozenset()
+    persisted_at: float = float("-inf")
 
 
 class TopicService:
@@ -109,6 +119,7 @@ class TopicService:
         self._states: dict[str, _State] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._naming: set[str] = set()
+        self._persisting: set[str] = set()
         #: collection -> time before which naming is not tried again (after a failure).
         self._naming_retry_at: dict[str, float] = {}
 
@@ -209,11 +220,12 @@ class TopicService:
                 self._states[collection] = state
             else:
                 await self._refresh(collection, state)
-            current = frozenset(t.id for t in state.index.roots()) | frozenset(
-                c for t in state.index.roots() for c in t.children
-            )
-            if current != state.persisted:
-                await self._persist(collection, state, current)
+            if state.index.revision != state.persisted_revision:
+                ids = frozenset(state.index.leaf_ids()) | frozenset(t.id for t in state.index.roots())
+                due = time.monotonic() - state.persisted_at >= PERSIST_SECONDS
+                if (ids != state.persisted_ids or due) and collection not in self._persisting:
+                    self._persisting.add(collection)  # off the read's path
+                    self._core._spawn(self._persist_soon(collection))
         if (
             self._llm is not None
             and collection not in self._naming
@@ -228,7 +240,6 @@ class TopicService:
         store = self._core.store
         generation = store.generation(collection)
         snapshot = await store.get_state(_state_key(collection))
-        seeds, names = TopicIndex.seeds_from(snapshot, dimension)
         now = self._core.now()
         items = []
         for batch in await self._live_records(collection, now):
@@ -238,12 +249,8 @@ class TopicService:
                 if p.vector is not None and _indexable(r, now):
                     items.append((r.id, p.vector, r.content, r.valid_until, r.updated_at, r.created_at))
         index = TopicIndex(dimension, self.params)
-        index.rebuild(items, now=now, seeds=seeds)
-        for tid, (name, named_size) in names.items():
-            if index.has(tid):
-                index.rename(tid, name)
-                _set_named_size(index, tid, named_size)
-        return _State(index, generation, frozenset())
+        index.restore(items, snapshot, now=now)
+        return _State(index, generation)
 
     async def _live_records(self, collection: str, now: float) -> list[list[MemoryRecord]]:
         out: list[list[MemoryRecord]] = []
@@ -307,12 +314,52 @@ class TopicService:
             index.remove(mid)
         state.generation = generation
 
-    async def _persist(self, collection: str, state: _State, current: frozenset[str]) -> None:
+    async def flush(self) -> None:
+        """Persist every index changed since its last snapshot, with the writes made so far
+        applied (at shutdown: the next start restores exactly this index)."""
+        for collection in list(self._states):
+            lock = self._locks.setdefault(collection, asyncio.Lock())
+            async with lock:
+                state = self._states.get(collection)
+                if state is None:
+                    continue
+                try:
+                    await self._refresh(collection, state)
+                except EngramError as exc:
+                    log.warning("could not bring the topic index of %s up to date: %s", collection, exc)
+                if state.index.revision != state.persisted_revision:
+                    await self._persist(collection, state)
+
+    async def _persist_soon(self, collection: str) -> None:
         try:
-            await self._core.store.put_state(_state_key(collection), state.index.snapshot())
-            state.persisted = current
-        except EngramError as exc:  # the index still answers; the ids are re-seeded next time
+            async with self._locks.setdefault(collection, asyncio.Lock()):
+                state = self._states.get(collection)
+                if state is None or state.index.revision == state.persisted_revision:
+                    return
+                revision, ids, snapshot = self._snapshot(state.index)
+            await self._put(collection, state, revision, ids, snapshot)
+        finally:
+            self._persisting.discard(collection)
+
+    @staticmethod
+    def _snapshot(index: TopicIndex) -> tuple[int, frozenset[str], dict[str, Any]]:
+        ids = frozenset(index.leaf_ids()) | frozenset(t.id for t in index.roots())
+        return index.revision, ids, index.snapshot()
+
+    async def _put(
+        self, collection: str, state: _State, revision: int, ids: frozenset[str], snapshot: dict[str, Any]
+    ) -> None:
+        if self._states.get(collection) is not state:  # dropped (collection deleted) meanwhile
+            return
+        try:
+            await self._core.store.put_state(_state_key(collection), snapshot)
+            state.persisted_revision, state.persisted_ids = revision, ids
+            state.persisted_at = time.monotonic()
+        except EngramError as exc:  # the index still answers; it is persisted again next time
             log.warning("could not persist the topic index of %s: %s", collection, exc)
+
+    async def _persist(self, collection: str, state: _State) -> None:
+        await self._put(collection, state, *self._snapshot(state.index))
 
     async def _name_topics(self, collection: str) -> None:
         """Ask the LLM to name the stale topics (best effort: failures keep the terms name)."""
@@ -344,7 +391,7 @@ class TopicService:
                     self._naming_retry_at[collection] = self._core.now() + NAMING_RETRY_SECONDS
                     break
                 state.index.rename(tid, name)
-            await self._persist(collection, state, state.persisted)
+            await self._persist(collection, state)
         finally:
             self._naming.discard(collection)
 
@@ -358,10 +405,6 @@ class TopicService:
 
 def _indexable(r: MemoryRecord, now: float) -> bool:
     return r.superseded_by is None and not r.draft and r.trashed_at is None and r.valid_until > now
-
-
-def _set_named_size(index: TopicIndex, tid: str, named_size: int) -> None:
-    index.set_named_size(tid, named_size)
 
 
 def _state_key(collection: str) -> str:

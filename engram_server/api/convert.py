@@ -126,7 +126,10 @@ def opt_ts_in(msg: Any, name: str, fieldname: str) -> float | None:
 
 def ts_out(seconds: float) -> timestamp_pb2.Timestamp:
     whole = int(seconds // 1)
-    return timestamp_pb2.Timestamp(seconds=whole, nanos=round((seconds - whole) * 1e9) % 1_000_000_000)
+    nanos = round((seconds - whole) * 1e9)
+    if nanos >= 1_000_000_000:  # a fraction that rounds up to the next second carries into it
+        whole, nanos = whole + 1, nanos - 1_000_000_000
+    return timestamp_pb2.Timestamp(seconds=whole, nanos=nanos)
 
 
 def add_command_in(msg: s.AddMemoryRequest | s.NewMemory, collection: str, prefix: str = "") -> AddCommand:

@@ -34,10 +34,11 @@ METHOD_OF = {
     "RestoreMemory": "restore",
     "ExtractMemories": "extract",
     "ListReflectionRuns": "reflection_runs",
+    "ListGateDecisions": "gate_decisions",
 }
 #: RPCs neither client wraps yet (raw calls through ``client.stub``): a known gap, listed so that a
 #: new RPC without a method fails this test.
-NOT_WRAPPED = {"ListGateDecisions"}
+NOT_WRAPPED: set[str] = set()
 
 
 def _public(cls: type) -> dict[str, object]:
@@ -105,3 +106,24 @@ async def test_export_import_backup_through_both_clients(tmp_path: Path) -> None
         # the two clients export the same memories
         assert a.memory.id.encode() in exported and b.memory.id.encode() in exported
         assert len(exported.splitlines()) == len(data.splitlines())
+
+
+async def test_gate_decisions_through_both_clients(tmp_path: Path) -> None:
+    from engram_client import AddOutcome  # noqa: PLC0415
+
+    async with running_server(tmp_path / "data") as server:
+        async with AsyncEngramClient(server.address, timeout=120) as engram:
+            first = await engram.add("The staging cluster runs in Frankfurt.", collection="gate")
+            dup = await engram.add("The staging cluster runs in Frankfurt.", collection="gate")
+            assert dup.outcome == AddOutcome.DUPLICATE
+            got = await engram.gate_decisions(collection="gate")
+            assert [d.outcome for d in got.decisions] == [AddOutcome.DUPLICATE, AddOutcome.CREATED]
+            assert {d.memory_id for d in got.decisions} == {first.memory.id}
+            assert got.decisions[0].duplicate_similarity > 0.92 and not got.truncated
+            assert got.decisions[0].decided_at is not None
+
+        def sync_side() -> list[AddOutcome]:
+            with EngramClient(server.address, timeout=120) as sync:
+                return [d.outcome for d in sync.gate_decisions(collection="gate", limit=1).decisions]
+
+        assert await asyncio.to_thread(sync_side) == [AddOutcome.DUPLICATE]

@@ -25,6 +25,8 @@ from engram_client.models import (
     DeleteResult,
     ExtractedMemory,
     ExtractionResult,
+    GateDecision,
+    GateDecisions,
     GetResult,
     Memory,
     MemoryFilter,
@@ -364,6 +366,24 @@ def reflection_result(resp: memory_service_pb2.RunReflectionResponse) -> Reflect
         duplicates=_similar(resp.duplicates),
         reflection_collection=resp.reflection_collection,
         model=resp.model,
+    )
+
+
+def gate_decisions(resp: memory_service_pb2.ListGateDecisionsResponse) -> GateDecisions:
+    return GateDecisions(
+        decisions=tuple(
+            GateDecision(
+                decided_at=_time(d, "decided_at"),
+                outcome=_OUTCOME_FROM.get(d.outcome, AddOutcome.UNSPECIFIED),
+                content=d.content,
+                memory_id=d.memory_id,
+                duplicate_similarity=d.duplicate_similarity,
+                near_duplicates=_similar(d.near_duplicates),
+                replayed=d.replayed,
+            )
+            for d in resp.decisions
+        ),
+        truncated=resp.truncated,
     )
 
 

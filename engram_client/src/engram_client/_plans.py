@@ -32,6 +32,7 @@ from engram_client.models import (
     DeleteCollectionResult,
     DeleteResult,
     ExtractionResult,
+    GateDecisions,
     GetResult,
     MemoryFilter,
     MemoryType,
@@ -367,6 +368,11 @@ def run_reflection(*, collection: str | None, dry_run: bool, force: bool) -> Pla
     return Plan(
         "RunReflection", req, _convert.reflection_result, retry=dry_run, map_error=_reflection_unavailable
     )
+
+
+def gate_decisions(*, collection: str | None, limit: int) -> Plan[GateDecisions]:
+    req = memory_service_pb2.ListGateDecisionsRequest(collection=collection or "", limit=limit)
+    return Plan("ListGateDecisions", req, _convert.gate_decisions)
 
 
 def reflection_runs(*, collection: str | None, limit: int) -> Plan[list[ReflectionRun]]:

@@ -71,6 +71,7 @@ from engram_client.models import (
     DeleteCollectionResult,
     DeleteResult,
     ExtractionResult,
+    GateDecisions,
     GetResult,
     Memory,
     MemoryFilter,
@@ -551,6 +552,16 @@ class EngramClient(_ClientBase):
         has no RunReflection (an older server); LlmNotConfiguredError when it has no LLM endpoint;
         LlmUnavailableError / LlmInvalidOutputError when the LLM fails (nothing is written)."""
         return self._run(_plans.run_reflection(collection=collection, dry_run=dry_run, force=force), timeout)
+
+    def gate_decisions(
+        self, *, collection: str | None = None, limit: int = 0, timeout: float | None = None
+    ) -> GateDecisions:
+        """The write gate's most recent decisions in a collection, newest first: what
+        :meth:`add` / :meth:`add_many` were asked to store and what the gate did (created,
+        created beside near-duplicates, or refused as a duplicate). At most ``limit`` (1–256;
+        0 means 50). The serving process keeps the last 256 per collection in memory: a restart,
+        or another replica, starts empty."""
+        return self._run(_plans.gate_decisions(collection=collection, limit=limit), timeout)
 
     def reflection_runs(
         self, *, collection: str | None = None, limit: int = 0, timeout: float | None = None
@@ -1127,6 +1138,12 @@ class AsyncEngramClient(_ClientBase):
         """See :meth:`EngramClient.run_reflection`."""
         plan = _plans.run_reflection(collection=collection, dry_run=dry_run, force=force)
         return await self._run(plan, timeout)
+
+    async def gate_decisions(
+        self, *, collection: str | None = None, limit: int = 0, timeout: float | None = None
+    ) -> GateDecisions:
+        """See :meth:`EngramClient.gate_decisions`."""
+        return await self._run(_plans.gate_decisions(collection=collection, limit=limit), timeout)
 
     async def reflection_runs(
         self, *, collection: str | None = None, limit: int = 0, timeout: float | None = None

@@ -530,6 +530,35 @@ class ReflectionResult:
 
 
 @dataclass(frozen=True, slots=True)
+class GateDecision:
+    """What the write gate did with one memory it was asked to store, from
+    :meth:`EngramClient.gate_decisions`."""
+
+    decided_at: datetime | None
+    #: ``CREATED`` (possibly beside near-duplicates) or ``DUPLICATE`` (nothing written).
+    outcome: AddOutcome
+    #: The content the caller asked to store.
+    content: str
+    #: ``CREATED``: the new memory's id; ``DUPLICATE``: the existing memory's id.
+    memory_id: str
+    #: ``DUPLICATE``: calibrated similarity to the existing memory (0 otherwise).
+    duplicate_similarity: float
+    #: Memories in the near-duplicate zone at the time, most similar first.
+    near_duplicates: tuple[SimilarMemory, ...]
+    #: True when the call was an idempotent replay (same ``request_id``): no new decision.
+    replayed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class GateDecisions:
+    """A collection's recent gate decisions, newest first."""
+
+    decisions: tuple[GateDecision, ...]
+    #: True when older decisions were left out to keep the answer within the message limit.
+    truncated: bool
+
+
+@dataclass(frozen=True, slots=True)
 class ReflectionRun:
     """One reflection run that called the LLM, from :meth:`EngramClient.reflection_runs`."""
 

@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -168,38 +168,59 @@ async def write_all(address: str, texts: Sequence[str], collection: str, batch: 
     return {"counts": dict(counts), "refused_examples": examples}
 
 
-async def run_in_process(texts: Sequence[str], batch: int, **settings: Any) -> dict[str, Any]:
+WriteAll = Callable[[str, Sequence[str], str, int], Awaitable[dict[str, Any]]]
+
+
+async def run_in_process(
+    texts: Sequence[str], batch: int, write: WriteAll, prefix: str, **settings: Any
+) -> dict[str, Any]:
     from engram_server.testing import running_server  # noqa: PLC0415 - server only when in-process
 
-    with tempfile.TemporaryDirectory(prefix="engram-false-dup-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=f"engram-{prefix}-") as tmp:
         async with running_server(Path(tmp) / "data", **settings) as server:
-            return await write_all(server.address, texts, "fd", batch)
+            return await write(server.address, texts, prefix, batch)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--memories", type=int, default=10_000)
+def parse_and_run(  # noqa: PLR0917 - the benchmarks' six parts, in order
+    description: str,
+    default_memories: int,
+    generator: Callable[[int, int], list[str]],
+    write: WriteAll,
+    prefix: str,
+    argv: Sequence[str] | None,
+) -> tuple[argparse.Namespace, dict[str, Any]]:
+    """The templated write benchmarks' command line: generate the texts, write them through
+    AddMemories (to ``--address`` or a server started here with the ``ENGRAM_*`` settings)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--memories", type=int, default=default_memories)
     parser.add_argument("--seed", type=int, default=26)
     parser.add_argument("--batch", type=int, default=64)
-    parser.add_argument("--address", help="an already running server (writes into collection fd-<time>)")
+    parser.add_argument(
+        "--address", help=f"an already running server (writes into collection {prefix}-<time>)"
+    )
     parser.add_argument("--out", type=Path, default=Path("results/bench"))
     parser.add_argument("--label", default="", help="suffix of the report files (e.g. before)")
     args = parser.parse_args(argv)
-    texts = generate(args.memories, args.seed)
+    texts = generator(args.memories, args.seed)
     started = time.perf_counter()
     if args.address:
-        report = asyncio.run(write_all(args.address, texts, f"fd-{int(time.time())}", args.batch))
+        report = asyncio.run(write(args.address, texts, f"{prefix}-{int(time.time())}", args.batch))
     else:
         from engram_server.config import env_overrides  # noqa: PLC0415
 
-        report = asyncio.run(run_in_process(texts, args.batch, **env_overrides()))
+        report = asyncio.run(run_in_process(texts, args.batch, write, prefix, **env_overrides()))
     report.update(
         memories=args.memories,
         seed=args.seed,
         seconds=round(time.perf_counter() - started, 1),
-        gate_specifics=os.environ.get("ENGRAM_GATE_SPECIFICS", "true"),
         at=datetime.now(UTC).isoformat(timespec="seconds"),
     )
+    return args, report
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args, report = parse_and_run(__doc__.split("\n\n")[0], 10_000, generate, write_all, "fd", argv)
+    report["gate_specifics"] = os.environ.get("ENGRAM_GATE_SPECIFICS", "true")
     refused = report["counts"].get("refused_duplicate", 0)
     kept = report["counts"].get("written_conflicting_specifics", 0)
     suffix = f"_{args.label}" if args.label else ""

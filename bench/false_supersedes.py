@@ -16,23 +16,18 @@ Not part of CI (thousands of memories take minutes on the local model).
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import json
 import os
 import random
 import sys
-import tempfile
-import time
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from engram_client import AsyncEngramClient, NewMemory
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from false_duplicates import CITIES, PROJECTS, TEMPLATES, ZH_CITIES, Template, _words
+from false_duplicates import CITIES, PROJECTS, TEMPLATES, ZH_CITIES, Template, _words, parse_and_run
 
 TOPICS = _words("billing search latency backups onboarding pricing security hiring logging caching")
 ITEMS = _words("laptops monitors cables chairs printers keyboards routers phones desks lamps")
@@ -101,38 +96,9 @@ async def write_all(address: str, texts: Sequence[str], collection: str, batch: 
     return {"superseded": len(superseded), "reported_not_superseded": reported, "examples": examples}
 
 
-async def run_in_process(texts: Sequence[str], batch: int, **settings: Any) -> dict[str, Any]:
-    from engram_server.testing import running_server  # noqa: PLC0415 - server only when in-process
-
-    with tempfile.TemporaryDirectory(prefix="engram-false-sup-") as tmp:
-        async with running_server(Path(tmp) / "data", **settings) as server:
-            return await write_all(server.address, texts, "fs", batch)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--memories", type=int, default=3000)
-    parser.add_argument("--seed", type=int, default=26)
-    parser.add_argument("--batch", type=int, default=64)
-    parser.add_argument("--address", help="an already running server (writes into collection fs-<time>)")
-    parser.add_argument("--out", type=Path, default=Path("results/bench"))
-    parser.add_argument("--label", default="", help="suffix of the report files (e.g. before)")
-    args = parser.parse_args(argv)
-    texts = generate(args.memories, args.seed)
-    started = time.perf_counter()
-    if args.address:
-        report = asyncio.run(write_all(args.address, texts, f"fs-{int(time.time())}", args.batch))
-    else:
-        from engram_server.config import env_overrides  # noqa: PLC0415
-
-        report = asyncio.run(run_in_process(texts, args.batch, **env_overrides()))
-    report.update(
-        memories=args.memories,
-        seed=args.seed,
-        seconds=round(time.perf_counter() - started, 1),
-        contradictions=os.environ.get("ENGRAM_CONTRADICTIONS", "supersede"),
-        at=datetime.now(UTC).isoformat(timespec="seconds"),
-    )
+    args, report = parse_and_run(__doc__.split("\n\n")[0], 3000, generate, write_all, "fs", argv)
+    report["contradictions"] = os.environ.get("ENGRAM_CONTRADICTIONS", "supersede")
     suffix = f"_{args.label}" if args.label else ""
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"false_supersedes{suffix}.json").write_text(

@@ -11,8 +11,9 @@ each, the specifics on which they disagree (:func:`engram_server.domain.specific
    "switched to", "changed to", "no longer", "now uses", "instead of"; 搬到, 改为, 改成, 换成, 不再,
    现在改 … With an old value named ("from Express", "从北京") the stored memory must contain it
    (similarity ≥ ``cue_threshold``); without one the pair must replace a value (a specific both
-   hold with other values, or a negation) while sharing the subject (content words outside the
-   specifics overlap ≥ ``cue_overlap``), or be a restatement (≥ ``specifics_threshold``).
+   hold with other values, while the content words outside the specifics overlap ≥
+   ``cue_overlap``; or a negation of the same statement, overlap ≥ ``word_overlap``), or be a
+   restatement (≥ ``specifics_threshold``).
    Two narrated past occurrences ("ran 5 km", 跑了) with other numbers are never a change without a
    change statement.
 2. **Changed specifics.** Without a change cue: a pair (≥ ``cue_threshold``) whose specifics
@@ -384,6 +385,11 @@ def judge(
     overlap = _overlap(a, b)
     # A replaced value: a kind of specific both texts hold with other values, or a negation flip.
     replaced = any(c.kind == "negation" or (c.existing and c.new) for c in found)
+    # For a change statement, a negation flip replaces something only when it negates the same
+    # statement (the rest overlaps as for changed specifics): "谢娟不吃海鲜。" is not what
+    # "谢娟2024年搬到了北京。" changes, though one has a negation and the other not.
+    value_replaced = any(c.kind != "negation" and c.existing and c.new for c in found)
+    negation_flipped = any(c.kind == "negation" for c in found) and overlap >= pol.word_overlap
     if cue is not None:
         if cue.old is not None:
             old = cue.old.casefold()
@@ -394,7 +400,7 @@ def judge(
                     Basis.CHANGE_STATEMENT,
                     f"the new memory says it changed ({cue.words!r}) from a value the stored one states",
                 )
-        if replaced and overlap >= pol.cue_overlap:
+        if (value_replaced and overlap >= pol.cue_overlap) or negation_flipped:
             return Verdict(
                 True,
                 Basis.CHANGE_STATEMENT,

@@ -195,3 +195,27 @@ def test_several_changed_values_without_a_change_statement_are_another_record() 
     c = "The pump near the tank reads 40 bar."
     d = "The pump near the tank reads 45 bar."
     assert judge(c, d, 0.95, conflicts(c, d)).contradiction is True
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("谢娟不吃海鲜。", "谢娟2024年搬到了北京。"),
+        ("Tom does not drink coffee.", "Tom moved to Berlin in 2024."),
+        ("The user never works on weekends.", "The user switched to the night shift."),
+    ],
+)
+def test_a_change_statement_does_not_replace_an_unrelated_negation(a: str, b: str) -> None:
+    # one side negates something, the other says something else changed: not the same statement
+    assert verdict(a, b, 0.75)[0] is not True
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("The user eats meat.", "The user no longer eats meat."),
+        ("用户喝咖啡。", "用户现在不再喝咖啡。"),
+    ],
+)
+def test_a_change_statement_negating_the_same_statement_supersedes(a: str, b: str) -> None:
+    assert verdict(a, b, 0.85) == (True, Basis.CHANGE_STATEMENT)

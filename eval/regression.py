@@ -51,8 +51,20 @@ REQUIRED_CATEGORIES = (
     "trajectory_replay",
 )
 #: Every known category: the required ones, ``relevance_scale`` (a search's relevance means what the
-#: write gate's similarity means) and ``kept_apart`` (different facts are never refused as duplicates).
-CATEGORIES = (*REQUIRED_CATEGORIES, "relevance_scale", "kept_apart")
+#: write gate's similarity means), ``kept_apart`` (different facts are never refused as duplicates)
+#: and the ``locate_*`` ones of UpdateMemory's locate (by a question, by a statement, a question with
+#: no clear answer, mixed-script text).
+CATEGORIES = (
+    *REQUIRED_CATEGORIES,
+    "relevance_scale",
+    "kept_apart",
+    "locate_question",
+    "locate_statement",
+    "locate_unclear",
+    "locate_mixed",
+)
+#: A case's ``split``: ``tune`` cases may be used to choose a threshold, ``report`` cases check it.
+SPLITS = ("tune", "report")
 
 Json = dict[str, Any]
 
@@ -86,6 +98,8 @@ class CaseResult:
     passed: bool
     failures: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    #: ``tune`` or ``report`` when the taskset splits its cases (see SPLITS), else "".
+    split: str = ""
 
 
 @dataclass
@@ -133,6 +147,15 @@ class Report:
             out[name] = CategoryScore(passed=sum(c.passed for c in cases), total=len(cases))
         return out
 
+    def splits(self) -> dict[str, CategoryScore]:
+        """Passed/total per split (``tune``, ``report``), for a taskset whose cases name one."""
+        out: dict[str, CategoryScore] = {}
+        for name in SPLITS:
+            cases = [c for c in self.cases if c.split == name]
+            if cases:
+                out[name] = CategoryScore(passed=sum(c.passed for c in cases), total=len(cases))
+        return out
+
     def gate_failures(self) -> list[str]:
         reasons: list[str] = []
         if self.overall < self.gate_overall:
@@ -160,6 +183,10 @@ class Report:
                 k: {"passed": v.passed, "total": v.total, "rate": round(v.rate, 4)}
                 for k, v in self.categories().items()
             },
+            "splits": {
+                k: {"passed": v.passed, "total": v.total, "rate": round(v.rate, 4)}
+                for k, v in self.splits().items()
+            },
             "gate": {
                 "overall_min": self.gate_overall,
                 "per_category_min": self.gate_per_category,
@@ -186,6 +213,8 @@ class Report:
         for name, score in self.categories().items():
             lines.append(f"| {name} | {score.passed} | {score.total} | {score.rate:.1%} |")
         lines.append(f"| **overall** | **{self.passed}** | **{len(self.cases)}** | **{self.overall:.1%}** |")
+        for name, score in self.splits().items():
+            lines.append(f"| split {name} | {score.passed} | {score.total} | {score.rate:.1%} |")
         failed = [c for c in self.cases if not c.passed]
         lines += ["", f"## Failures ({len(failed)})", ""]
         if not failed:
@@ -242,6 +271,11 @@ def validate_taskset(data: Json) -> list[str]:
         seen.add(cid)
         if case["category"] not in CATEGORIES:
             problems.append(f"{cid}: unknown category {case['category']!r}")
+        if any("split" in c for c in data["cases"]):  # a split taskset: every case names its split and why
+            if case.get("split") not in SPLITS:
+                problems.append(f"{cid}: split must be one of {', '.join(SPLITS)}")
+            if not case.get("reason"):
+                problems.append(f"{cid}: a split taskset gives every case a reason")
         keys: set[str] = set()
         for i, step in enumerate(case["steps"]):
             refs: list[str] = []
@@ -383,7 +417,16 @@ class TasksetRunner:
                         cid, step, expect=expect, keys=keys, ref=ref, name_of=name_of, describe=describe
                     )
                 except EngramError as err:
-                    if expect.get("error") == err.reason:
+                    wanted = expect.get("error")
+                    if err.reason is not None and (
+                        err.reason == wanted or (isinstance(wanted, list) and err.reason in wanted)
+                    ):
+                        meta = {k: err.metadata.get(k) for k in expect.get("error_metadata", {})}
+                        if meta != expect.get("error_metadata", meta):
+                            failures.append(
+                                f"{tag}: {err.reason} with metadata {meta}, "
+                                f"expected {expect['error_metadata']}"
+                            )
                         continue
                     raise StepFailed(
                         f"{tag}: unexpected error {err.reason or err.code}: {err.message}"
@@ -401,6 +444,7 @@ class TasksetRunner:
             passed=not failures,
             failures=failures,
             seconds=time.perf_counter() - started,
+            split=case.get("split", ""),
         )
 
     async def _step(

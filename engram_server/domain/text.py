@@ -25,6 +25,7 @@ import rjieba
 __all__ = [
     "cross_script",
     "lexically_blind",
+    "reads_as_question",
     "reads_as_statement",
     "script_of",
     "script_tag",
@@ -148,11 +149,34 @@ def reads_as_statement(text: str) -> bool:
     stripped = text.rstrip(_TRAILING_CLOSERS)
     if not stripped or stripped[-1] not in _STATEMENT_END:
         return False
-    body = stripped.rstrip(".。!！")
-    first = _LATIN_WORD.match(_SENTENCE_BREAK.split(body)[-1].lstrip())  # the last sentence's
-    if first is not None and first.group(0).lower() in _EN_QUESTION_OPENERS:
-        return False
-    if _ZH_QUESTION.search(body):
+    if _question_words(stripped):
         return False
     cjk, latin = word_counts(text)
     return cjk + latin >= 3
+
+
+def _question_words(text: str) -> bool:
+    """Whether ``text`` (closing marks stripped) asks with words: its last sentence opens with an
+    English question word, or it carries a Chinese question word or a final question particle."""
+    body = text.rstrip(".。!！")
+    first = _LATIN_WORD.match(_SENTENCE_BREAK.split(body)[-1].lstrip())  # the last sentence's
+    if first is not None and first.group(0).lower() in _EN_QUESTION_OPENERS:
+        return True
+    return _ZH_QUESTION.search(body) is not None
+
+
+def reads_as_question(text: str) -> bool:
+    """Whether a text reads as a question: it has a question mark (``?``, ``？``) anywhere, or asks
+    with words as :func:`reads_as_statement` reads them — its last sentence opens with an English
+    question word ("where does Ana live now"), or it carries a Chinese question word or a final
+    question particle ("谢娟现在住在哪里", "他喝咖啡吗"). Auxiliaries alone ("Does she drink
+    coffee") do not make a question without a question mark: they open directives too.
+
+    A text is never both a statement and a question; keywords ("recent decisions in the shop
+    project") are neither. UpdateMemory's locate holds a question to a stricter test than a statement
+    (see ``Policy.locate_question_min_relevance``): a question names what to change, not the text.
+    """
+    if any(ch in _QUESTION_MARKS for ch in text):
+        return True
+    stripped = text.rstrip(_TRAILING_CLOSERS)
+    return bool(stripped) and _question_words(stripped)

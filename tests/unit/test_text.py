@@ -5,6 +5,7 @@ import pytest
 from engram_server.domain.text import (
     cross_script,
     lexically_blind,
+    reads_as_question,
     reads_as_statement,
     script_of,
     script_tag,
@@ -117,3 +118,45 @@ def test_lexically_blind_by_the_main_script() -> None:
 )
 def test_reads_as_statement(text: str, statement: bool) -> None:
     assert reads_as_statement(text) is statement
+
+
+@pytest.mark.parametrize(
+    ("text", "question"),
+    [
+        ("Where does Ana live now?", True),
+        ("where does Ana live now", True),
+        ("谢娟现在住在哪里？", True),
+        ("谢娟现在住在哪里", True),
+        ("林伟喝咖啡吗", True),
+        ("王经理下周去哪个城市出差。", True),
+        ("Lin Wei 现在用什么编辑器", True),
+        ("staging 的 Redis 用什么 maxmemory-policy？", True),
+        ("Backups. When do they run", True),
+        ("Does Lin Wei drink coffee?", True),
+        ("Does Lin Wei drink coffee", False),  # an auxiliary opens directives too
+        ("Do not deploy to production on Fridays.", False),
+        ("Ana lives in Lisbon.", False),
+        ("谢娟住在杭州西湖区。", False),
+        ("staging backup schedule", False),
+        ("", False),
+        ("”）", False),
+    ],
+)
+def test_reads_as_question(text: str, question: bool) -> None:
+    assert reads_as_question(text) is question
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Where does Ana live now?",
+        "Ana lives in Lisbon.",
+        "谢娟现在住在哪里。",
+        "林伟每周三下午练瑜伽。",
+        "staging backup schedule",
+        "How does Maria take her coffee.",
+        "Why? It failed.",
+    ],
+)
+def test_never_both_statement_and_question(text: str) -> None:
+    assert not (reads_as_statement(text) and reads_as_question(text))

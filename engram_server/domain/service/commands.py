@@ -51,6 +51,17 @@ class Policy:
     #: "restatement" level) with the same content words and specifics is a duplicate too.
     restatement_threshold: float = 0.82
     locate_min_threshold: float = 0.85
+    #: UpdateMemory located by a question (:func:`engram_server.domain.text.reads_as_question`): the
+    #: question is embedded as a search query and read on the relevance scale (with the cross-script
+    #: offset, as search reads it); the best memory needs at least this relevance ...
+    locate_question_min_relevance: float = 0.70
+    #: ... a lead of at least this much over the runner-up: chosen on the tune half of
+    #: eval/taskset/mixed_locate_v1.json, midway between the largest lead of a question that must be
+    #: refused (0.019) and the smallest of one that must succeed (0.034); see docs/calibration.md ...
+    locate_question_margin: float = 0.027
+    #: ... and the new content must restate the located memory: their calibrated similarity (the
+    #: write gate's scale; the "restatement" level) at least this much.
+    locate_question_restate_min: float = 0.82
     delete_single_min_threshold: float = 0.70
     gate_candidates: int = 8
     max_near_duplicates: int = 5
@@ -232,6 +243,8 @@ class _Ranked:
 class Locator:
     content: str
     threshold: float = 0.0
+    #: Whether the caller set the threshold (else it is the policy's default).
+    explicit: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,8 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import replace
 
+import numpy as np
+
 from engram_server.domain.deadline import ensure_time_left
 from engram_server.domain.errors import (
     AmbiguousMatch,
@@ -27,6 +29,7 @@ from engram_server.domain.model import (
     PROTECTED_TYPES,
     MemoryRecord,
     StoreFilter,
+    Vector,
 )
 from engram_server.domain.service.commands import (
     DeleteCommand,
@@ -37,6 +40,7 @@ from engram_server.domain.service.commands import (
     UpdateResult,
 )
 from engram_server.domain.service.core import ServiceCore, stored_point
+from engram_server.domain.text import cross_script, reads_as_question, script_of
 from engram_server.domain.ttl import compute_valid_until
 from engram_server.domain.validation import (
     Violations,
@@ -101,10 +105,19 @@ class Editing(ServiceCore):
             )
         return found[0].record
 
-    async def _locate(self, collection: str, loc: Locator) -> tuple[MemoryRecord, float]:
-        """The single current memory closest to ``loc.content``, at or above the threshold."""
+    async def _locate(
+        self, collection: str, loc: Locator, new_vec: Vector | None = None
+    ) -> tuple[MemoryRecord, float]:
+        """The single current memory closest to ``loc.content``, at or above the threshold. A
+        locator that reads as a question is located as :meth:`_locate_by_question` says."""
+        question = reads_as_question(loc.content)
         if await self._existing(collection) is None:
-            raise NoMatch(f"collection {collection!r} has no memories", metadata={"collection": collection})
+            raise NoMatch(
+                f"collection {collection!r} has no memories",
+                metadata={"collection": collection, "reading": "question" if question else "statement"},
+            )
+        if question:
+            return await self._locate_by_question(collection, loc, new_vec)
         vec = (await self._embed([loc.content]))[0]
         hits = await self._query(collection, vec, 3, StoreFilter(live_at=self._clock.now()))
         sims = sorted(((self._cal.similarity(h.score), h.record) for h in hits), key=lambda x: -x[0])
@@ -113,7 +126,7 @@ class Editing(ServiceCore):
             best = f"{sims[0][0]:.3f}" if sims else "none"
             raise NoMatch(
                 f"no memory matches at similarity ≥ {threshold:.2f} (best: {best})",
-                metadata={"threshold": f"{threshold:.4f}", "best_similarity": best},
+                metadata={"threshold": f"{threshold:.4f}", "best_similarity": best, "reading": "statement"},
             )
         if (
             len(sims) > 1
@@ -122,9 +135,80 @@ class Editing(ServiceCore):
         ):
             raise AmbiguousMatch(
                 "more than one memory matches almost equally well; update by id instead",
-                metadata={"candidates": ",".join(r.id for _, r in sims[:2])},
+                metadata={"candidates": ",".join(r.id for _, r in sims[:2]), "reading": "statement"},
             )
         return sims[0][1], sims[0][0]
+
+    async def _locate_by_question(
+        self, collection: str, loc: Locator, new_vec: Vector | None
+    ) -> tuple[MemoryRecord, float]:
+        """A question names what to change, not the text to change ("Where does Ana live now?"), so
+        it is read as search reads it: embedded as a query, on the relevance scale, with the
+        cross-script offset. The best memory must reach ``locate_question_min_relevance`` (or the
+        caller's threshold, if higher), lead the runner-up by ``locate_question_margin``, and the new
+        content must restate it (calibrated similarity ≥ ``locate_question_restate_min``): an answer
+        replaces the memory it answers, never a neighbour. Otherwise NO_MATCH or AMBIGUOUS_MATCH,
+        with ``reading: question`` in the error metadata. Returns the memory and its relevance."""
+        pol = self.policy
+        floor = pol.locate_question_min_relevance
+        if loc.explicit:
+            floor = max(floor, loc.threshold)
+        vec = (await self._embed([loc.content], query=True))[0]
+        hits = await self._query(collection, vec, 3, StoreFilter(live_at=self._clock.now()))
+        qscript = script_of(loc.content)
+        offsets = self._cross_script_offset
+        rels = sorted(
+            (
+                (
+                    self._cal.relevance(
+                        h.score + offsets.get((qscript, cross_script(qscript, h.script)), 0.0)
+                    ),
+                    h.record,
+                )
+                for h in hits
+            ),
+            key=lambda x: -x[0],
+        )
+        meta = {"reading": "question", "min_relevance": f"{floor:.4f}"}
+        if not rels or rels[0][0] < floor:
+            best = f"{rels[0][0]:.3f}" if rels else "none"
+            raise NoMatch(
+                f"the question matches no memory at relevance ≥ {floor:.2f} (best: {best})",
+                metadata=meta | {"best_relevance": best},
+            )
+        best_rel, found = rels[0]
+        if len(rels) > 1 and best_rel - rels[1][0] < pol.locate_question_margin:
+            raise AmbiguousMatch(
+                f"the question fits more than one memory almost equally well (relevance {best_rel:.3f} "
+                f"and {rels[1][0]:.3f}); update by id, or locate with the old text",
+                metadata=meta
+                | {
+                    "candidates": ",".join(r.id for _, r in rels[:2]),
+                    "best_relevance": f"{best_rel:.3f}",
+                    "runner_up_relevance": f"{rels[1][0]:.3f}",
+                    "margin": f"{pol.locate_question_margin:.4f}",
+                },
+            )
+        if new_vec is not None:
+            stored = (await self._store.retrieve(collection, [found.id], with_vectors=True))[0]
+            old = np.asarray(stored.vector, dtype=np.float64)
+            new = np.asarray(new_vec, dtype=np.float64)
+            denom = float(np.linalg.norm(old) * np.linalg.norm(new))
+            restate = self._cal.similarity(float(old @ new) / denom if denom else 0.0)
+            if restate < pol.locate_question_restate_min:
+                raise NoMatch(
+                    f"the question finds memory {found.id} (relevance {best_rel:.3f}), but the new "
+                    f"content does not restate it (similarity {restate:.3f} < "
+                    f"{pol.locate_question_restate_min:.2f}); update by id to replace it anyway",
+                    metadata=meta
+                    | {
+                        "candidate": found.id,
+                        "best_relevance": f"{best_rel:.3f}",
+                        "restate_similarity": f"{restate:.3f}",
+                        "restate_min": f"{pol.locate_question_restate_min:.4f}",
+                    },
+                )
+        return found, best_rel
 
     def _locate_threshold(self, threshold: float, minimum: float, fieldname: str) -> float:
         if math.isnan(threshold) or threshold > 1.0:
@@ -187,7 +271,11 @@ class Editing(ServiceCore):
                     )
             else:
                 assert cmd.locate is not None
-                current, similarity = await self._locate(collection, Locator(cmd.locate.content, threshold))
+                current, similarity = await self._locate(
+                    collection,
+                    Locator(cmd.locate.content, threshold, explicit=cmd.locate.threshold != 0.0),
+                    new_vec,
+                )
             now = self._clock.now()
             new_type = cmd.type if cmd.type is not None else current.type
             new_importance = cmd.importance if cmd.importance is not None else current.importance

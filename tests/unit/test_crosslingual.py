@@ -23,6 +23,7 @@ TRANSLATIONS = [
     ("王芳的生日是三月八日。", "Wang Fang's birthday is March 8."),
     ("用户2021年搬到了上海。", "The user moved to Shanghai in 2021."),
     ("用户睡觉前读书。", "The user reads before sleeping."),
+    ("用户会开车。", "The user can drive."),
 ]
 
 CHANGED = [
@@ -38,6 +39,7 @@ CHANGED = [
     ("王芳的生日是三月八日。", "Wang Fang's birthday is March 9.", "date"),
     ("用户2021年搬到了北京。", "The user moved to Shanghai in 2021.", "city"),
     ("用户2022年搬到了上海。", "The user moved to Shanghai in 2021.", "year"),
+    ("用户会开车。", "The user drives to the meeting.", "a late sense of one character (会 meeting)"),
 ]
 
 

@@ -15,7 +15,8 @@ PAIRS = Path(__file__).resolve().parents[2] / "eval" / "pairs" / "cross_script.j
 TRANSLATIONS = [
     ("用户对花生过敏。", "The user is allergic to peanuts."),
     ("用户喜欢简洁的代码注释。", "The user likes concise code comments."),
-    ("团队使用PostgreSQL作为主数据库。", "The team uses PostgreSQL as the main database."),
+    ("团队使用PostgreSQL。", "The team uses PostgreSQL."),
+    ("用户的女儿会游泳。", "The user's daughter can swim."),
     ("张伟雇用了李娜。", "Zhang Wei hired Li Na."),
     ("李娜被张伟雇用了。", "Li Na was hired by Zhang Wei."),
     ("用户的猫叫小白。", "The user's cat is called Xiaobai."),

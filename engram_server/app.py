@@ -143,6 +143,7 @@ def build_policy(settings: Settings) -> Policy:
         dedup_threshold=settings.dedup_threshold,
         near_duplicate_threshold=settings.near_duplicate_threshold,
         check_specifics=settings.gate_specifics,
+        gate_translations=settings.gate_translations,
         weights=Weights(settings.weight_relevance, settings.weight_recency, settings.weight_importance),
         mmr_lambda=settings.mmr_lambda,
         candidate_factor=settings.candidate_factor,
@@ -437,6 +438,10 @@ class EngramServer:
         warm = getattr(self.embedder, "warm_up", None)
         if warm is not None:
             await warm()
+        if s.gate_translations:  # the gate's dictionary, read once, off the event loop
+            from engram_server.domain import crosslingual  # noqa: PLC0415
+
+            await asyncio.to_thread(crosslingual.warm)
         if not is_calibrated(self.embedder.model_id):
             log.warning(
                 "embedding model %s has no calibration; similarity thresholds apply to raw cosine",

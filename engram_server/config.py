@@ -72,6 +72,7 @@ class Settings:
     dedup_threshold: float = 0.92
     near_duplicate_threshold: float = 0.70
     gate_specifics: bool = True
+    gate_translations: bool = True
     weight_relevance: float = 1.0
     weight_recency: float = 0.05
     weight_importance: float = 0.02
@@ -334,6 +335,13 @@ SETTINGS_DOC: list[tuple[str, str, str]] = [
         "Write gate: compare numbers, dates, ids, names and negation before refusing a duplicate "
         "(a pair that differs in one is written, reason conflicting_specifics). `false` = similarity "
         "only (for measurements).",
+    ),
+    (
+        "gate_translations",
+        "ENGRAM_GATE_TRANSLATIONS",
+        "Write gate: refuse a Chinese↔English translation of a stored memory as a duplicate "
+        "(reason translation) when every content word aligns through CC-CEDICT and the specifics and "
+        "roles agree. `false` = translations are written.",
     ),
     ("weight_relevance", "ENGRAM_WEIGHT_RELEVANCE", "Fusion weight of relevance."),
     ("weight_recency", "ENGRAM_WEIGHT_RECENCY", "Fusion weight of recency."),

@@ -41,6 +41,7 @@ class Row:
     split: str
     similarity: float  # calibrated, the gate's document scale
     conflicts: tuple[str, ...]  # kinds of specifics that disagree
+    aligned: bool = False  # engram_server.domain.crosslingual.translation_pair
 
 
 def load(path: Path = PAIRS) -> list[Json]:
@@ -51,6 +52,7 @@ async def score(pairs: Sequence[Json]) -> list[Row]:
     from engram_server.app import build_embedder  # noqa: PLC0415
     from engram_server.config import Settings, env_overrides  # noqa: PLC0415
     from engram_server.domain.calibration import calibration_for  # noqa: PLC0415
+    from engram_server.domain.crosslingual import translation_pair  # noqa: PLC0415
     from engram_server.domain.specifics import conflicts  # noqa: PLC0415
 
     embedder = build_embedder(Settings(**env_overrides()))
@@ -71,6 +73,7 @@ async def score(pairs: Sequence[Json]) -> list[Row]:
             p["split"],
             round(cal.similarity(float(vectors[at[p["a"]]] @ vectors[at[p["b"]]])), 4),
             tuple(c.kind for c in conflicts(p["a"], p["b"])),
+            translation_pair(p["a"], p["b"]),
         )
         for p in pairs
     ]
@@ -79,6 +82,17 @@ async def score(pairs: Sequence[Json]) -> list[Row]:
 def refused(row: Row, threshold: float) -> bool:
     """The proposed rule: similarity at or above the threshold and no conflicting specific."""
     return row.similarity >= threshold and not row.conflicts
+
+
+def refused_by_alignment(row: Row, floor: float) -> bool:
+    """The gate's rule: the dictionary alignment passes and the similarity reaches the floor."""
+    return row.aligned and row.similarity >= floor
+
+
+def choose_floor(rows: Sequence[Row]) -> float:
+    """The highest floor (a multiple of 0.05) that keeps every aligned translation of ``rows``."""
+    aligned = [r.similarity for r in rows if r.kind == "restatement" and r.aligned]
+    return round(int(min(aligned, default=0.0) * 20) / 20, 2)
 
 
 def choose_threshold(rows: Sequence[Row]) -> float:
@@ -98,7 +112,8 @@ def _fmt_span(span: list[float] | None) -> str:
 
 def summarise(rows: Sequence[Row]) -> Json:
     threshold = choose_threshold([r for r in rows if r.split == "tune"])
-    out: Json = {"threshold_from_tune": threshold, "splits": {}}
+    floor = choose_floor([r for r in rows if r.split == "tune"])
+    out: Json = {"threshold_from_tune": threshold, "floor_from_tune": floor, "splits": {}}
     for split in ("tune", "report", "all"):
         sel = [r for r in rows if split in ("all", r.split)]
         rest = [r for r in sel if r.kind == "restatement"]
@@ -110,6 +125,10 @@ def summarise(rows: Sequence[Row]) -> Json:
             "different": len(diff),
             "different_refused": sum(refused(r, threshold) for r in diff),
             "different_caught_by_specifics": sum(bool(r.conflicts) for r in diff),
+            "restatements_aligned": sum(r.aligned for r in rest),
+            "different_aligned": sum(r.aligned for r in diff),
+            "restatements_refused_by_alignment": sum(refused_by_alignment(r, floor) for r in rest),
+            "different_refused_by_alignment": sum(refused_by_alignment(r, floor) for r in diff),
             "restatement_similarity": _span([r.similarity for r in rest]),
             "different_agreeing_similarity": _span(agree),
         }
@@ -134,10 +153,32 @@ def to_markdown(summary: Json, rows: Sequence[Row]) -> str:
             f"{s['different_caught_by_specifics']}/{s['different']} | "
             f"{_fmt_span(s['restatement_similarity'])} | {_fmt_span(s['different_agreeing_similarity'])} |"
         )
-    lines += ["", "| id | kind | split | subclass | similarity | conflicts |", "|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "## The gate's rule: dictionary alignment (crosslingual.translation_pair) and a similarity floor",
+        "",
+        f"Floor chosen on the tune half (highest keeping every aligned tune translation): "
+        f"**{summary['floor_from_tune']:.2f}**.",
+        "",
+        "| split | translations aligned | translations refused | different aligned | different refused |",
+        "|---|---|---|---|---|",
+    ]
+    for split, s in summary["splits"].items():
+        lines.append(
+            f"| {split} | {s['restatements_aligned']}/{s['restatements']} | "
+            f"{s['restatements_refused_by_alignment']}/{s['restatements']} | "
+            f"{s['different_aligned']}/{s['different']} | "
+            f"{s['different_refused_by_alignment']}/{s['different']} |"
+        )
+    lines += [
+        "",
+        "| id | kind | split | subclass | similarity | conflicts | aligned |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in sorted(rows, key=lambda r: -r.similarity):
         lines.append(
-            f"| {r.id} | {r.kind} | {r.split} | {r.subclass} | {r.similarity:.3f} | {','.join(r.conflicts)} |"
+            f"| {r.id} | {r.kind} | {r.split} | {r.subclass} | {r.similarity:.3f} | "
+            f"{','.join(r.conflicts)} | {'yes' if r.aligned else ''} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
+from engram_server.domain.crosslingual import translation_pair
 from engram_server.domain.service.commands import GateReason, Policy, Similar
 from engram_server.domain.specifics import conflicts, same_words
 
@@ -45,6 +46,14 @@ def replayed_gate(
             if s.reason:
                 continue
             if same_words(s.record.content, content) and not conflicts(s.record.content, content):
+                out[i] = replace(s, reason=GateReason.ALLOW_DUPLICATE)
+                top = i
+                break
+    if top is None and allow_duplicate and policy.gate_translations:
+        for i, s in enumerate(out):
+            if s.similarity < policy.translation_floor:
+                break
+            if not s.reason and translation_pair(s.record.content, content):
                 out[i] = replace(s, reason=GateReason.ALLOW_DUPLICATE)
                 top = i
                 break

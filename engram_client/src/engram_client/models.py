@@ -238,7 +238,9 @@ class AddResult:
     #: For ``CREATED`` although a memory was above the duplicate threshold, why:
     #: ``"conflicting_specifics"`` (a different fact; the memory is in ``near_duplicates`` with
     #: its ``conflicts``) or ``"allow_duplicate"``; for ``DUPLICATE`` below 0.92, ``"same_words"``
-    #: (the same content words and specifics as the memory: a reworded sentence); empty otherwise.
+    #: (the same content words and specifics as the memory: a reworded sentence) or
+    #: ``"translation"`` (the memory is in the other script, Chinese / English, and the new content
+    #: translates it word for word through the dictionary); empty otherwise.
     gate_reason: str = ""
     #: :meth:`EngramClient.add_many` only: True when ``memory`` carries only its id, type,
     #: importance, version and times (no content, tags or metadata), so that the server's answer

@@ -50,6 +50,12 @@ class Policy:
     #: With check_specifics: a pair at or above this calibrated similarity (the scale's
     #: "restatement" level) with the same content words and specifics is a duplicate too.
     restatement_threshold: float = 0.82
+    #: A memory in the other script (Chinese / English) that the new content translates
+    #: (:func:`engram_server.domain.crosslingual.translation_of`: every content word aligned through
+    #: the dictionary, names by pinyin, the same specifics and roles) is a duplicate too, from this
+    #: calibrated similarity up (chosen on the tune half of ``eval/pairs/cross_script.jsonl``).
+    gate_translations: bool = True
+    translation_floor: float = 0.45
     locate_min_threshold: float = 0.85
     #: UpdateMemory located by a question (:func:`engram_server.domain.text.reads_as_question`): the
     #: question is embedded as a search query and read on the relevance scale (with the cross-script
@@ -129,6 +135,9 @@ class GateReason(StrEnum):
     #: DUPLICATE below the duplicate threshold: at least a restatement (``restatement_threshold``),
     #: with the same content words and the same specifics (the same sentence reordered).
     SAME_WORDS = "same_words"
+    #: DUPLICATE of a memory in the other script (zh↔en) that the new content translates: every
+    #: content word aligns through the dictionary, and the specifics and roles agree.
+    TRANSLATION = "translation"
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,7 @@ from dataclasses import replace
 import numpy as np
 from opentelemetry import metrics
 
+from engram_server.domain.crosslingual import translation_pair
 from engram_server.domain.deadline import ensure_time_left
 from engram_server.domain.errors import (
     IdempotencyConflict,
@@ -254,7 +255,7 @@ class Writing(Superseding):
                         )
                     )
                     continue
-                near = tuple(s for s in similar if s.similarity >= pol.near_duplicate_threshold)[
+                near = tuple(s for s in similar if s.similarity >= pol.near_duplicate_threshold or s is top)[
                     : pol.max_near_duplicates
                 ]
                 record = self._new_record(collection, item, near, now)
@@ -409,6 +410,19 @@ class Writing(Superseding):
                     if same_words(s.record.content, content) and not conflicts(s.record.content, content):
                         similar[i] = replace(
                             s, reason=GateReason.ALLOW_DUPLICATE if allow_duplicate else GateReason.SAME_WORDS
+                        )
+                        top = similar[i]
+                        break
+            if top is None and pol.gate_translations:
+                # A translation (zh↔en): the embedding places it anywhere in 0.35–0.75, as close as a
+                # translation with one word changed, so the dictionary alignment decides.
+                for i, s in enumerate(similar):
+                    if s.similarity < pol.translation_floor:
+                        break
+                    if not s.reason and translation_pair(s.record.content, content):
+                        similar[i] = replace(
+                            s,
+                            reason=GateReason.ALLOW_DUPLICATE if allow_duplicate else GateReason.TRANSLATION,
                         )
                         top = similar[i]
                         break

@@ -662,7 +662,9 @@ class AddMemoryResponse(_message.Message):
     "allow_duplicate": the request set allow_duplicate.
     For DUPLICATE below 0.92: "same_words": the new content has the same content words and the
     same specifics as `memory`, which is at least at the restatement level (0.82): the same
-    sentence reworded.
+    sentence reworded. "translation": `memory` is in the other script (Chinese / English) and the
+    new content translates it: every content word aligns through the dictionary (CC-CEDICT, names
+    by pinyin), the specifics and the roles (who did what to whom) agree.
     Empty otherwise, and empty in a replayed answer (replayed near_duplicates carry id and
     similarity only).
     """

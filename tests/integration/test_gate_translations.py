@@ -1,0 +1,90 @@
+"""The write gate refuses a Chinese↔English translation of a stored memory (reason ``translation``)
+and never a translation with one thing changed, through a real gRPC channel to a real server
+(embedded Qdrant, the local model, CC-CEDICT)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from engram_client.proto.engram.v1 import memory_service_pb2 as s
+from engram_client.proto.engram.v1 import memory_service_pb2_grpc
+from engram_server.testing import running_server
+from tests.support.rpc import add, count
+
+Stub = memory_service_pb2_grpc.MemoryServiceStub
+
+EN = "The user likes concise code comments."
+ZH = "用户喜欢简洁的代码注释。"  # its translation
+ZH_CHANGED = "用户喜欢详细的代码注释。"  # detailed, not concise
+
+
+async def test_a_chinese_translation_of_an_english_memory_is_a_duplicate(stub: Stub) -> None:
+    first = await add(stub, EN)
+    again = await add(stub, ZH)
+    assert again.outcome == s.ADD_OUTCOME_DUPLICATE
+    assert again.memory.id == first.memory.id
+    assert again.gate_reason == "translation"
+    assert 0.45 <= again.duplicate_similarity < 0.92  # the similarity alone would have written it
+    assert await count(stub) == 1
+
+
+async def test_an_english_translation_of_a_chinese_memory_is_a_duplicate(stub: Stub) -> None:
+    first = await add(stub, "用户会说法语。")
+    again = await add(stub, "The user can speak French.")
+    assert again.outcome == s.ADD_OUTCOME_DUPLICATE
+    assert again.memory.id == first.memory.id
+    assert again.gate_reason == "translation"
+
+
+async def test_a_changed_translation_is_written(stub: Stub) -> None:
+    await add(stub, EN)
+    changed = await add(stub, ZH_CHANGED)
+    assert changed.outcome == s.ADD_OUTCOME_CREATED
+    assert changed.gate_reason == ""
+    await add(stub, "用户会说法语。")
+    other = await add(stub, "The user can speak German.")
+    assert other.outcome == s.ADD_OUTCOME_CREATED
+    # roles swapped: 李娜 hired 张伟, not the other way round
+    await add(stub, "Zhang Wei hired Li Na.")
+    swapped = await add(stub, "李娜雇用了张伟。")
+    assert swapped.outcome == s.ADD_OUTCOME_CREATED
+    assert await count(stub, include_history=True) == 6
+
+
+async def test_allow_duplicate_writes_the_translation_and_lists_it(stub: Stub) -> None:
+    first = await add(stub, EN)
+    forced = await add(stub, ZH, allow_duplicate=True, request_id="zh-1")
+    assert forced.outcome == s.ADD_OUTCOME_CREATED
+    assert forced.memory.id != first.memory.id
+    assert forced.gate_reason == "allow_duplicate"
+    near = {n.id: n for n in forced.near_duplicates}
+    assert near[first.memory.id].reason == "allow_duplicate"  # listed although below 0.70
+    assert await count(stub) == 2
+    # A replay gives the same answer (the reasons derived again from the stored near duplicates).
+    again = await add(stub, ZH, allow_duplicate=True, request_id="zh-1")
+    assert again.replayed
+    assert again.memory.id == forced.memory.id
+    assert again.gate_reason == "allow_duplicate"
+    assert [n.reason for n in again.near_duplicates if n.id == first.memory.id] == ["allow_duplicate"]
+    assert await count(stub) == 2
+
+
+@pytest.fixture
+async def stub_translations_off(tmp_path: Path) -> AsyncIterator[Stub]:
+    async with (
+        running_server(tmp_path / "data", gate_translations=False) as srv,
+        grpc.aio.insecure_channel(srv.address) as channel,
+    ):
+        yield memory_service_pb2_grpc.MemoryServiceStub(channel)
+
+
+async def test_the_setting_off_writes_translations(stub_translations_off: Stub) -> None:
+    await add(stub_translations_off, EN)
+    again = await add(stub_translations_off, ZH)
+    assert again.outcome == s.ADD_OUTCOME_CREATED
+    assert again.gate_reason == ""
+    assert await count(stub_translations_off) == 2

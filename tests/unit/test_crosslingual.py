@@ -1,0 +1,70 @@
+"""crosslingual.translation_of: translations pass in both directions, a translation with one thing
+changed (a word, a name, a number or date, negation, who did what to whom) never does."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from engram_server.domain.crosslingual import translation_of, translation_pair
+
+PAIRS = Path(__file__).resolve().parents[2] / "eval" / "pairs" / "cross_script.jsonl"
+
+TRANSLATIONS = [
+    ("用户对花生过敏。", "The user is allergic to peanuts."),
+    ("用户喜欢简洁的代码注释。", "The user likes concise code comments."),
+    ("团队使用PostgreSQL。", "The team uses PostgreSQL."),
+    ("用户的女儿会游泳。", "The user's daughter can swim."),
+    ("张伟雇用了李娜。", "Zhang Wei hired Li Na."),
+    ("李娜被张伟雇用了。", "Li Na was hired by Zhang Wei."),
+    ("用户的猫叫小白。", "The user's cat is called Xiaobai."),
+    ("用户不吃猪肉。", "The user does not eat pork."),
+    ("王芳的生日是三月八日。", "Wang Fang's birthday is March 8."),
+    ("用户2021年搬到了上海。", "The user moved to Shanghai in 2021."),
+    ("用户睡觉前读书。", "The user reads before sleeping."),
+    ("用户会开车。", "The user can drive."),
+]
+
+CHANGED = [
+    ("用户对花生过敏。", "The user is allergic to shellfish.", "one word"),
+    ("用户喜欢简洁的代码注释。", "The user likes detailed code comments.", "one word"),
+    ("团队使用MySQL作为主数据库。", "The team uses PostgreSQL as the main database.", "product"),
+    ("李娜雇用了张伟。", "Zhang Wei hired Li Na.", "roles swapped"),
+    ("李娜被张伟雇用了。", "Li Na hired Zhang Wei.", "passive read as active"),
+    ("张伟被李娜雇用了。", "Li Na was hired by Zhang Wei.", "passive, roles swapped"),
+    ("李娜负责管理支付团队。", "Wang Fang manages the payment team.", "another person"),
+    ("用户的猫叫小白。", "The user's cat is called Xiaohei.", "another name"),
+    ("用户吃猪肉。", "The user does not eat pork.", "negation"),
+    ("王芳的生日是三月八日。", "Wang Fang's birthday is March 9.", "date"),
+    ("用户2021年搬到了北京。", "The user moved to Shanghai in 2021.", "city"),
+    ("用户2022年搬到了上海。", "The user moved to Shanghai in 2021.", "year"),
+    ("用户会开车。", "The user drives to the meeting.", "a late sense of one character (会 meeting)"),
+]
+
+
+@pytest.mark.parametrize(("zh", "en"), TRANSLATIONS)
+def test_a_translation_passes_in_both_directions(zh: str, en: str) -> None:
+    assert translation_of(zh, en)
+    assert translation_pair(zh, en)
+    assert translation_pair(en, zh)
+
+
+@pytest.mark.parametrize(("zh", "en", "what"), CHANGED)
+def test_a_changed_translation_never_passes(zh: str, en: str, what: str) -> None:
+    assert not translation_pair(zh, en), what
+    assert not translation_pair(en, zh), what
+
+
+def test_two_texts_in_one_script_are_not_a_translation() -> None:
+    assert not translation_pair("The user can speak French.", "The user can speak French.")
+    assert not translation_pair("用户会说法语。", "用户会说法语。")
+
+
+def test_no_different_fact_of_the_pair_set_passes() -> None:
+    rows = [json.loads(line) for line in PAIRS.read_text(encoding="utf-8").splitlines() if line.strip()]
+    different = [r for r in rows if r["kind"] == "different"]
+    assert len(different) >= 36
+    passed = [r["id"] for r in different if translation_pair(r["a"], r["b"])]
+    assert passed == []

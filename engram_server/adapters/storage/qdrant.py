@@ -99,7 +99,7 @@ QUANTIZED_OVERSAMPLING = 1.5
 #: The payload indexes the server builds extra HNSW links for (``enable_hnsw``); every other one of
 #: ``PAYLOAD_INDEXES`` is created with ``enable_hnsw=False``. For each linked field the engine adds
 #: graph links per value of the field to every segment's HNSW index, so that a search filtered on
-#: that field alone still finds a connected graph: with all 16 indexes linked, building the index of
+#: that field alone still finds a connected graph: with all 15 indexes linked, building the index of
 #: 100k memories on one node took about 35 minutes. These five are the fields searches filter on
 #: often and alone with an exact value (kind, tag, source, session, agent), where a value can be rare
 #: enough to cut the graph apart. Ranges and the rest (importance, dates, is-empty tests) are left

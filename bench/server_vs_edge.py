@@ -31,8 +31,9 @@ The machine is shared: compare the ratios, and read the load average.
 
 Runtime on the shared 2-core machine (load average 12-34): 42 min at 100k, of which the corpus
 1.5 min, the upload 4 min (node) / 6 min (embedded, side by side), the embedded store's HNSW build
-17 min and the node's indexing 35 min (in parallel; mostly the HNSW links Qdrant adds per payload
-index); 9 min at 10k (the node builds no HNSW below its indexing threshold). A ``--keep``
+17 min and the node's indexing 35 min (in parallel; mostly the HNSW links Qdrant then added per
+payload index, all of them linked: now only five are, see ``bench/server_index.py``); 9 min at
+10k (the node builds no HNSW below its indexing threshold). A ``--keep``
 re-measurement: ~1.5 min at either size.
 """
 

@@ -12,7 +12,9 @@ store and every Engram server sees the same specs; local mode keeps collection m
 
 Writes use ``wait=True``: they return once the server has applied them (and written its WAL).
 Payload indexes are created with each collection on a server; local mode ignores (and warns
-about) payload indexes, so they are skipped there.
+about) payload indexes, so they are skipped there. Only the ``HNSW_LINKED_INDEXES`` ask the engine
+for extra HNSW links (``enable_hnsw``); the others are plain payload indexes, and filtered searches
+on them that keep few points use ACORN (``ACORN_MAX_SELECTIVITY``) instead of the links.
 
 With int8 quantization, searches preselect ``QUANTIZED_OVERSAMPLING`` times the candidates on the
 int8 codes and rescore them with the original vectors (the scores returned are exact cosines).
@@ -88,11 +90,28 @@ from engram_server.domain.model import (
     Vector,
 )
 
-__all__ = ["QUANTIZED_OVERSAMPLING", "QdrantStore"]
+__all__ = ["ACORN_MAX_SELECTIVITY", "HNSW_LINKED_INDEXES", "QUANTIZED_OVERSAMPLING", "QdrantStore"]
 
 #: With int8 quantization: candidates preselected on the int8 codes per result wanted, rescored
 #: with the original vectors (as the embedded store does).
 QUANTIZED_OVERSAMPLING = 1.5
+
+#: The payload indexes the server builds extra HNSW links for (``enable_hnsw``); every other one of
+#: ``PAYLOAD_INDEXES`` is created with ``enable_hnsw=False``. For each linked field the engine adds
+#: graph links per value of the field to every segment's HNSW index, so that a search filtered on
+#: that field alone still finds a connected graph: with all 15 indexes linked, building the index of
+#: 100k memories on one node took about 35 minutes. These five are the fields searches filter on
+#: often and alone with an exact value (kind, tag, source, session, agent), where a value can be rare
+#: enough to cut the graph apart. Ranges and the rest (importance, dates, is-empty tests) are left
+#: to the plain payload index plus ACORN (below). Figures: docs/operations/capacity.md.
+HNSW_LINKED_INDEXES: frozenset[str] = frozenset({"type", "tags", "source_type", "session_id", "agent_id"})
+
+#: Searches on a server use ACORN (Qdrant 1.16+) when the engine estimates that the filter keeps
+#: at most this share of the points: the HNSW walk then also explores neighbours of neighbours, so
+#: a selective filter on a field without HNSW links does not strand the search in a sparse graph.
+#: 0.4 is Qdrant's own default threshold; it was not tuned here (bench/server_index.py measures
+#: recall at a 10% filter with and without it).
+ACORN_MAX_SELECTIVITY = 0.4
 
 #: How stale the specs a search naming no collection looks in may be (``list_collections``).
 SPEC_REFRESH_SECONDS = 5.0
@@ -100,11 +119,20 @@ SPEC_REFRESH_SECONDS = 5.0
 T = TypeVar("T")
 
 _META_KEY = "engram"
-_INDEX_SCHEMA: Mapping[str, models.PayloadSchemaType] = {
-    "keyword": models.PayloadSchemaType.KEYWORD,
-    "float": models.PayloadSchemaType.FLOAT,
-    "integer": models.PayloadSchemaType.INTEGER,
-}
+
+
+def _index_schema(field_name: str, kind: str) -> models.PayloadSchemaParams:
+    """The payload index of one field: HNSW-linked only for ``HNSW_LINKED_INDEXES``."""
+    hnsw = field_name in HNSW_LINKED_INDEXES
+    if kind == "keyword":
+        return models.KeywordIndexParams(type=models.KeywordIndexType.KEYWORD, enable_hnsw=hnsw)
+    if kind == "float":
+        return models.FloatIndexParams(type=models.FloatIndexType.FLOAT, enable_hnsw=hnsw)
+    if kind == "integer":
+        return models.IntegerIndexParams(
+            type=models.IntegerIndexType.INTEGER, lookup=True, range=True, enable_hnsw=hnsw
+        )
+    raise ValueError(f"unknown payload index kind {kind!r}")
 
 
 class QdrantStore:
@@ -151,12 +179,19 @@ class QdrantStore:
         quantized = None
         if quantization == "int8" and not self._local:
             quantized = models.QuantizationSearchParams(rescore=True, oversampling=QUANTIZED_OVERSAMPLING)
+        acorn = (
+            None
+            if self._local
+            else models.AcornSearchParams(enable=True, max_selectivity=ACORN_MAX_SELECTIVITY)
+        )
         #: Search params of ``candidates`` (the search's own query).
-        self._search_params = None if quantized is None else models.SearchParams(quantization=quantized)
+        self._search_params = (
+            None if self._local else models.SearchParams(quantization=quantized, acorn=acorn)
+        )
         self._neighbour_params = (
-            models.SearchParams(hnsw_ef=neighbour_ef or None, quantization=quantized)
-            if (neighbour_ef > 0 or quantized is not None) and not self._local
-            else None
+            None
+            if self._local
+            else models.SearchParams(hnsw_ef=neighbour_ef or None, quantization=quantized, acorn=acorn)
         )
         if lease_seconds <= 0:
             raise ValueError("lease_seconds must be > 0")
@@ -300,7 +335,7 @@ class QdrantStore:
                 raise
         if not self._local:
             for field_name, kind in PAYLOAD_INDEXES.items():  # idempotent on the server
-                await self._create_index(spec.name, field_name, _INDEX_SCHEMA[kind])
+                await self._create_index(spec.name, field_name, _index_schema(field_name, kind))
         self._specs[spec.name] = spec
 
     def _quantization_config(self) -> models.ScalarQuantization | None:
@@ -310,7 +345,7 @@ class QdrantStore:
             scalar=models.ScalarQuantizationConfig(type=models.ScalarType.INT8, always_ram=True)
         )
 
-    async def _create_index(self, name: str, field_name: str, schema: models.PayloadSchemaType) -> None:
+    async def _create_index(self, name: str, field_name: str, schema: models.PayloadSchemaParams) -> None:
         qname = self._qname(name)
         await self._call(
             "create payload index",
@@ -373,7 +408,7 @@ class QdrantStore:
         current = await self._spec(spec.name)
         if spec.format > current.format and not self._local:
             for field_name, kind in PAYLOAD_INDEXES.items():  # idempotent on the server
-                await self._create_index(spec.name, field_name, _INDEX_SCHEMA[kind])
+                await self._create_index(spec.name, field_name, _index_schema(field_name, kind))
         qname = self._qname(spec.name)
         await self._call(
             "update collection",

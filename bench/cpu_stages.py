@@ -2,6 +2,7 @@
 
     .venv/bin/pip install py-spy          # (not a project dependency)
     .venv/bin/python bench/cpu_stages.py --data results/bench/corpus/data-20000 --seconds 20
+    .venv/bin/python bench/cpu_stages.py --data … --tree DIR   # another revision's source tree
 
 The set-up of ``bench/cpu.py`` (a server process on a copy of the data, candidate/record caches
 and nearest lists off, every query's embedding in the query cache first), then 32 concurrent
@@ -40,6 +41,8 @@ from engram_client.proto.engram.v1 import memory_service_pb2 as s
 from engram_client.proto.engram.v1 import memory_service_pb2_grpc
 
 ROOT = Path(__file__).resolve().parent.parent
+#: The source tree whose server is profiled (``--tree``; this checkout by default).
+TREE = ROOT
 
 #: (stage, what a frame holds), the first that any frame of a sample holds wins.
 STAGES: list[tuple[str, str]] = [
@@ -68,7 +71,7 @@ _FRAME = re.compile(r"^(?P<func>.*) \((?P<file>[^:()]+):(?P<line>\d+)\)$")
 def _calls_engine(file: str, line: int) -> bool:
     """Whether source line ``file:line`` calls the engine (``….shard.…``): py-spy puts the
     engine's native time on the Python line that called it."""
-    path = Path(file) if Path(file).is_absolute() else ROOT / file
+    path = Path(file) if Path(file).is_absolute() else TREE / file
     try:
         text = path.read_text(encoding="utf-8").splitlines()[line - 1]
     except (OSError, IndexError):
@@ -113,8 +116,11 @@ async def main() -> None:
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--concurrency", type=int, default=32)
     ap.add_argument("--rate", type=int, default=250, help="py-spy samples per second")
+    ap.add_argument("--tree", type=Path, help="profile the server of this source tree (another revision)")
     ap.add_argument("--out", type=Path, help="also keep py-spy's raw (collapsed) stacks here")
     args = ap.parse_args()
+    global TREE
+    TREE = args.tree.resolve() if args.tree else ROOT
     rng = random.Random(11)
     texts = [query_text(rng, 7_000_000 + i) for i in range(args.queries)]
     py_spy = Path(sys.executable).with_name("py-spy")
@@ -131,7 +137,7 @@ async def main() -> None:
             "ENGRAM_NEAREST_LISTS": "0",
             "ENGRAM_QUERY_CACHE_SIZE": str(max(4096, 2 * args.queries)),
         }
-        proc = start_server(env)
+        proc = start_server(env, TREE)
         address = f"127.0.0.1:{port}"
         with grpc.insecure_channel(address) as ch:
             grpc.channel_ready_future(ch).result(timeout=600)

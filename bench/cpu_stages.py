@@ -41,8 +41,6 @@ from engram_client.proto.engram.v1 import memory_service_pb2 as s
 from engram_client.proto.engram.v1 import memory_service_pb2_grpc
 
 ROOT = Path(__file__).resolve().parent.parent
-#: The source tree whose server is profiled (``--tree``; this checkout by default).
-TREE = ROOT
 
 #: (stage, what a frame holds), the first that any frame of a sample holds wins.
 STAGES: list[tuple[str, str]] = [
@@ -68,10 +66,10 @@ _FRAME = re.compile(r"^(?P<func>.*) \((?P<file>[^:()]+):(?P<line>\d+)\)$")
 
 
 @functools.lru_cache(maxsize=4096)
-def _calls_engine(file: str, line: int) -> bool:
+def _calls_engine(tree: Path, file: str, line: int) -> bool:
     """Whether source line ``file:line`` calls the engine (``….shard.…``): py-spy puts the
     engine's native time on the Python line that called it."""
-    path = Path(file) if Path(file).is_absolute() else TREE / file
+    path = Path(file) if Path(file).is_absolute() else tree / file
     try:
         text = path.read_text(encoding="utf-8").splitlines()[line - 1]
     except (OSError, IndexError):
@@ -79,10 +77,10 @@ def _calls_engine(file: str, line: int) -> bool:
     return "shard." in text
 
 
-def stage_of(stack: str) -> str:
+def stage_of(stack: str, tree: Path = ROOT) -> str:
     frames = stack.split(";")
     leaf = _FRAME.match(frames[-1].strip())
-    if leaf and _calls_engine(leaf["file"], int(leaf["line"])):
+    if leaf and _calls_engine(tree, leaf["file"], int(leaf["line"])):
         return f"engine (native), called from {leaf['func'].strip()} in {Path(leaf['file']).name}"
     for name, needle in STAGES:
         if any(needle in f for f in frames):
@@ -119,8 +117,7 @@ async def main() -> None:
     ap.add_argument("--tree", type=Path, help="profile the server of this source tree (another revision)")
     ap.add_argument("--out", type=Path, help="also keep py-spy's raw (collapsed) stacks here")
     args = ap.parse_args()
-    global TREE
-    TREE = args.tree.resolve() if args.tree else ROOT
+    tree = args.tree.resolve() if args.tree else ROOT
     rng = random.Random(11)
     texts = [query_text(rng, 7_000_000 + i) for i in range(args.queries)]
     py_spy = Path(sys.executable).with_name("py-spy")
@@ -137,7 +134,7 @@ async def main() -> None:
             "ENGRAM_NEAREST_LISTS": "0",
             "ENGRAM_QUERY_CACHE_SIZE": str(max(4096, 2 * args.queries)),
         }
-        proc = start_server(env, TREE)
+        proc = start_server(env, tree)
         address = f"127.0.0.1:{port}"
         with grpc.insecure_channel(address) as ch:
             grpc.channel_ready_future(ch).result(timeout=600)
@@ -163,7 +160,7 @@ async def main() -> None:
         for line in raw.read_text().splitlines():
             stack, _, weight = line.rpartition(" ")
             if stack and weight.isdigit():
-                counts[stage_of(stack)] += int(weight)
+                counts[stage_of(stack, tree)] += int(weight)
         total = sum(counts.values())
         cpu_ms = sum(spent.values()) * 1000 / n
         print(

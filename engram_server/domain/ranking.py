@@ -480,7 +480,7 @@ class RescoreParams:
     question_penalty: float = 0.04
     #: Added when the memory is led by a label (a speaker: ``"Name: …"``) that the query names.
     subject_weight: float = 0.05
-    #: How many of the best-ranked candidates are read and rescored (0 = off).
+    #: How many of the best-ranked candidates are rescored (0 = off).
     depth: int = 50
 
     @property

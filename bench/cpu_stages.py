@@ -45,7 +45,10 @@ ROOT = Path(__file__).resolve().parent.parent
 #: (stage, what a frame holds), the first that any frame of a sample holds wins.
 STAGES: list[tuple[str, str]] = [
     ("rescore: cues kept by the store", "rescore_cues (engram_server/adapters/storage/edge/"),
-    ("rescore: the rest (texts read where not kept, re-fuse, re-sort)", "_rescored (engram_server/domain/service/searching.py"),
+    (
+        "rescore: the rest (texts read where not kept, re-fuse, re-sort)",
+        "_rescored (engram_server/domain/service/searching.py",
+    ),
     ("candidates: hits -> rows -> columns", "work (engram_server/adapters/storage/edge/candidates.py"),
     ("ranking (relevance, fusion)", "_rank (engram_server/domain/service/searching.py"),
     ("winners' records (read, decode)", "_full_records (engram_server/domain/service/searching.py"),

@@ -9,7 +9,6 @@ kept cues is the ranking from the texts read (ids, order, every score field), th
 winners are read, and that the cues are right after an update and after a restart. Real server,
 real gRPC channel, the real local model, a manual clock."""
 
-# ruff: noqa: E501
 from __future__ import annotations
 
 import asyncio

@@ -27,6 +27,11 @@ Per round, variants alternating (engine, then Engram, then the next round):
   gRPC and the servicer, the event loop, candidate assembly, ranking, reading the winners,
   storage-thread Python (and the lexical-only cosines query the store adds).
 
+``--baseline DIR`` (the source tree of another revision, e.g. ``git archive main | tar -x -C
+DIR``) runs that revision's server too, on its own copy of the data; each round then measures the
+engine, the baseline and this checkout in turn, and the table has a column for each (a
+before/after from one run, under the same load).
+
 The three ratios the targets of issue #33 name are printed side by side with ``uptime``. The
 machine is shared: absolute figures move with load; compare ratios from one run.
 """
@@ -100,8 +105,11 @@ def engine_requests(vec: list[float], bm25: Bm25Encoder, text: str) -> qe.QueryB
     )
 
 
-def start_server(env: dict[str, str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-m", "engram_server", "serve"], cwd=ROOT, env=env)
+def start_server(env: dict[str, str], tree: Path = ROOT) -> subprocess.Popen[bytes]:
+    """``engram serve`` from the source tree ``tree`` (this checkout, or a baseline's)."""
+    if tree != ROOT:
+        env = {**env, "PYTHONPATH": os.pathsep.join(filter(None, [str(tree), env.get("PYTHONPATH", "")]))}
+    return subprocess.Popen([sys.executable, "-m", "engram_server", "serve"], cwd=tree, env=env)
 
 
 def uptime() -> str:
@@ -163,81 +171,107 @@ async def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--concurrency", type=int, default=32)
     ap.add_argument("--json", type=Path)
+    ap.add_argument(
+        "--baseline",
+        type=Path,
+        help="the source tree of another revision (e.g. `git archive main | tar -x -C DIR`): its server "
+        "runs too, on its own copy of the data, and each round measures the engine, the baseline "
+        "and this checkout in turn (a before/after in one run)",
+    )
     args = ap.parse_args()
     rng = random.Random(11)
     texts = [query_text(rng, 7_000_000 + i) for i in range(args.queries)]
 
     tmp = Path(tempfile.mkdtemp(prefix="engram-cpu-"))
-    proc: subprocess.Popen[bytes] | None = None
+    procs: list[subprocess.Popen[bytes]] = []
+    # (label, source tree): the baseline first in each round, then this checkout
+    trees = [("baseline", args.baseline.resolve()), ("engram", ROOT)] if args.baseline else [("engram", ROOT)]
     try:
-        srv_dir, eng_dir = tmp / "server", tmp / "engine"
-        shutil.copytree(args.data, srv_dir)
+        eng_dir = tmp / "engine"
         shutil.copytree(args.data, eng_dir)
-        port = free_port()
-        env = {
-            **os.environ,
-            "ENGRAM_DATA_DIR": str(srv_dir),
-            "ENGRAM_PORT": str(port),
-            "ENGRAM_SEARCH_CACHE_ENTRIES": "0",
-            "ENGRAM_NEAREST_LISTS": "0",
-            "ENGRAM_QUERY_CACHE_SIZE": str(max(4096, 2 * args.queries)),
-        }
-        proc = start_server(env)
-        address = f"127.0.0.1:{port}"
+        addresses: dict[str, str] = {}
+        for label, tree in trees:
+            srv_dir = tmp / f"server-{label}"
+            shutil.copytree(args.data, srv_dir)
+            port = free_port()
+            env = {
+                **os.environ,
+                "ENGRAM_DATA_DIR": str(srv_dir),
+                "ENGRAM_PORT": str(port),
+                "ENGRAM_SEARCH_CACHE_ENTRIES": "0",
+                "ENGRAM_NEAREST_LISTS": "0",
+                "ENGRAM_QUERY_CACHE_SIZE": str(max(4096, 2 * args.queries)),
+            }
+            procs.append(start_server(env, tree))
+            addresses[label] = f"127.0.0.1:{port}"
         embedder = LocalE5Embedder()
         vecs = await embedder.embed_queries(texts)
         await embedder.close()
         bm25 = Bm25Encoder()
         reqs = [engine_requests([float(x) for x in v], bm25, t) for v, t in zip(vecs, texts, strict=True)]
         shard = qe.EdgeShard.load(str(eng_dir / "collections" / DEFAULT_COLLECTION / "shard"))
-        with grpc.insecure_channel(address) as ch:
-            grpc.channel_ready_future(ch).result(timeout=600)
-            stub = memory_service_pb2_grpc.MemoryServiceStub(ch)
-            for q in texts:  # the query cache: the embedder costs nothing from here on
-                stub.SearchMemories(s.SearchMemoriesRequest(query=q, limit=LIMIT))
+        for address in addresses.values():
+            with grpc.insecure_channel(address) as ch:
+                grpc.channel_ready_future(ch).result(timeout=600)
+                stub = memory_service_pb2_grpc.MemoryServiceStub(ch)
+                for q in texts:  # the query cache: the embedder costs nothing from here on
+                    stub.SearchMemories(s.SearchMemoriesRequest(query=q, limit=LIMIT))
         engine_round(shard, reqs[:20], args.concurrency)  # warm
-        threads = ThreadCpu(proc.pid)
+        threads = {label: ThreadCpu(p.pid) for (label, _), p in zip(trees, procs, strict=True)}
         rounds: list[dict[str, Any]] = []
         for i in range(args.rounds):
             eng = engine_round(shard, reqs, args.concurrency)
-            ram = await engram_round(address, texts, args.concurrency, threads)
-            row = {
-                "round": i,
-                "engine": eng,
-                "engram": ram,
-                "p50_ratio": ram["p50_ms"] / eng["p50_ms"],
-                "rps_ratio": ram["rps"] / eng["rps"],
-                "own_cpu_ms": ram["server_cpu_ms"] - eng["cpu_ms"],
-                "load": os.getloadavg()[0],
-            }
-            rounds.append(row)
-            print(
-                f"round {i}: p50 {ram['p50_ms']:.2f} vs engine {eng['p50_ms']:.2f} ms "
-                f"({row['p50_ratio']:.2f} x); "
-                f"c={args.concurrency} {ram['rps']:.0f} vs {eng['rps']:.0f} RPS ({row['rps_ratio']:.2f} x); "
-                f"server CPU {ram['server_cpu_ms']:.2f} ms/search (loop {ram['loop_cpu_ms']:.2f}, storage "
-                f"{ram['storage_cpu_ms']:.2f}, other {ram['other_cpu_ms']:.2f}), engine {eng['cpu_ms']:.2f} "
-                f"-> Engram's own {row['own_cpu_ms']:.2f} ms; load {row['load']:.1f}",
-                flush=True,
-            )
+            for label, _ in trees:
+                ram = await engram_round(addresses[label], texts, args.concurrency, threads[label])
+                row = {
+                    "round": i,
+                    "server": label,
+                    "engine": eng,
+                    "engram": ram,
+                    "p50_ratio": ram["p50_ms"] / eng["p50_ms"],
+                    "rps_ratio": ram["rps"] / eng["rps"],
+                    "own_cpu_ms": ram["server_cpu_ms"] - eng["cpu_ms"],
+                    "load": os.getloadavg()[0],
+                }
+                rounds.append(row)
+                print(
+                    f"round {i} {label}: p50 {ram['p50_ms']:.2f} vs engine {eng['p50_ms']:.2f} ms "
+                    f"({row['p50_ratio']:.2f} x); "
+                    f"c={args.concurrency} {ram['rps']:.0f} vs {eng['rps']:.0f} RPS "
+                    f"({row['rps_ratio']:.2f} x); "
+                    f"server CPU {ram['server_cpu_ms']:.2f} ms/search (loop {ram['loop_cpu_ms']:.2f}, "
+                    f"storage {ram['storage_cpu_ms']:.2f}, other {ram['other_cpu_ms']:.2f}), "
+                    f"engine {eng['cpu_ms']:.2f} -> Engram's own {row['own_cpu_ms']:.2f} ms; "
+                    f"load {row['load']:.1f}",
+                    flush=True,
+                )
         shard.close()
 
-        def med(k: str) -> float:
-            return statistics.median(r[k] for r in rounds)
+        def med(k: str, label: str) -> float:
+            return float(statistics.median(r[k] for r in rounds if r["server"] == label))
 
         up = uptime()
-        print(
-            f"\n| figure (median of {args.rounds} rounds, {args.queries} queries) | value | target |\n"
-            "|---|---|---|\n"
-            f"| Search p50 c=1 / engine p50 | {med('p50_ratio'):.2f} x | <= 1.5 x |\n"
-            f"| Search RPS c={args.concurrency} / engine RPS | {med('rps_ratio'):.2f} x | >= 0.5 x |\n"
-            f"| Engram's own CPU per search | {med('own_cpu_ms'):.2f} ms | <= 3 ms |\n\n{up}"
-        )
+        labels = [label for label, _ in trees]
+        figures = [
+            ("Search p50 c=1 / engine p50", "p50_ratio", "{:.2f} x", "<= 1.5 x"),
+            (f"Search RPS c={args.concurrency} / engine RPS", "rps_ratio", "{:.2f} x", ">= 0.5 x"),
+            ("Engram's own CPU per search", "own_cpu_ms", "{:.2f} ms", "<= 3 ms"),
+        ]
+        head = " | ".join(f"{label} ({tree})" if label == "baseline" else label for label, tree in trees)
+        table = [
+            f"\n| figure (median of {args.rounds} rounds, {args.queries} queries) | {head} | target |",
+            "|---|" + "---|" * len(labels) + "---|",
+            *(
+                f"| {name} | " + " | ".join(fmt.format(med(k, label)) for label in labels) + f" | {target} |"
+                for name, k, fmt, target in figures
+            ),
+        ]
+        print("\n".join(table) + f"\n\n{up}")
         if args.json:
             args.json.parent.mkdir(parents=True, exist_ok=True)
             args.json.write_text(json.dumps({"uptime": up, "rounds": rounds}, indent=2))
     finally:
-        if proc is not None:
+        for proc in procs:
             proc.terminate()
             proc.wait(timeout=30)
         shutil.rmtree(tmp, ignore_errors=True)

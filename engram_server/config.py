@@ -404,8 +404,9 @@ SETTINGS_DOC: list[tuple[str, str, str]] = [
     (
         "rescore_depth",
         "ENGRAM_RESCORE_DEPTH",
-        "How many of a search's best candidates are read and rescored from their text "
-        "(ENGRAM_SUBJECT_WEIGHT, ENGRAM_QUESTION_PENALTY; 0 = off).",
+        "How many of a search's best candidates are rescored from their text "
+        "(ENGRAM_SUBJECT_WEIGHT, ENGRAM_QUESTION_PENALTY; 0 = off). The embedded store keeps what "
+        "rescoring reads of each text; with a Qdrant server these candidates are read in full.",
     ),
     (
         "subject_weight",

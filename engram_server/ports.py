@@ -19,8 +19,18 @@ from engram_server.domain.model import (
     StoreFilter,
     Vector,
 )
+from engram_server.domain.ranking import RescoreCue
 
-__all__ = ["Clock", "Embedder", "LexicalEncoder", "Llm", "LlmResult", "Store", "Tokenizer"]
+__all__ = [
+    "Clock",
+    "Embedder",
+    "LexicalEncoder",
+    "Llm",
+    "LlmResult",
+    "RescoreCueSource",
+    "Store",
+    "Tokenizer",
+]
 
 
 class Embedder(Protocol):
@@ -80,6 +90,18 @@ class LexicalEncoder(Protocol):
     def encode_document(self, text: str) -> SparseVector: ...
 
     def encode_query(self, text: str) -> SparseVector: ...
+
+
+class RescoreCueSource(Protocol):
+    """A :class:`Store` that keeps what rescoring reads of each memory's text beside its ranking
+    fields (the embedded store), so that a search rescores its best candidates without reading
+    their records. A store without it has them read in full (their text)."""
+
+    async def rescore_cues(self, collection: str, ids: Sequence[str]) -> dict[str, tuple[RescoreCue, float]]:
+        """By id, the :class:`RescoreCue` of each point's text and its ``created_at`` (what the
+        rescored candidates are sorted by on ties); missing ids are skipped. Computed when a
+        point is written or loaded: no text is read or parsed per query."""
+        ...
 
 
 class Store(Protocol):

@@ -44,6 +44,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
+from typing import Final, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -479,7 +480,7 @@ class RescoreParams:
     question_penalty: float = 0.04
     #: Added when the memory is led by a label (a speaker: ``"Name: …"``) that the query names.
     subject_weight: float = 0.05
-    #: How many of the best-ranked candidates are read and rescored (0 = off).
+    #: How many of the best-ranked candidates are rescored (0 = off).
     depth: int = 50
 
     @property
@@ -487,18 +488,46 @@ class RescoreParams:
         return self.depth > 0 and (self.question_penalty > 0 or self.subject_weight > 0)
 
 
-def rescore(query: str, contents: Sequence[str], params: RescoreParams) -> npt.NDArray[np.float64]:
-    """What reading each memory's text adds to its evidence: ``subject_weight`` when its lead label
-    is named by the query, minus ``question_penalty`` × its question share. Aligned with
-    ``contents``; it reorders, relevance itself is never changed."""
-    out = np.zeros(len(contents), dtype=np.float64)
-    for i, text in enumerate(contents):
+class RescoreCue(NamedTuple):
+    """What rescoring reads of a memory's text, computed once per text (a store may keep it beside
+    the ranking fields so that a search reads no text to rescore: ``Store.rescore_cues``)."""
+
+    #: The label the text starts with (:func:`lead_label`), None without one.
+    label: str | None
+    #: The share of its sentences that are questions (:func:`question_share`).
+    question_share: float
+
+
+#: The cue of a text with neither a lead label nor a question (most texts: one shared object).
+NO_CUE: Final = RescoreCue(None, 0.0)
+
+
+def rescore_cue(content: str) -> RescoreCue:
+    """The :class:`RescoreCue` of a memory's text."""
+    label, share = lead_label(content), question_share(content)
+    return NO_CUE if label is None and share == 0.0 else RescoreCue(label, share)
+
+
+def rescore_cues(query: str, cues: Sequence[RescoreCue], params: RescoreParams) -> npt.NDArray[np.float64]:
+    """What reading each memory's text adds to its evidence, from its :class:`RescoreCue`:
+    ``subject_weight`` when its lead label is named by the query, minus ``question_penalty`` ×
+    its question share. Aligned with ``cues``; it reorders, relevance itself is never changed."""
+    out = np.zeros(len(cues), dtype=np.float64)
+    named: dict[str, bool] = {}  # (a conversation's few speakers lead most candidates)
+    for i, (label, share) in enumerate(cues):
         adj = 0.0
-        if params.subject_weight > 0:
-            label = lead_label(text)
-            if label is not None and names_label(query, label):
+        if params.subject_weight > 0 and label is not None:
+            hit = named.get(label)
+            if hit is None:
+                hit = named[label] = names_label(query, label)
+            if hit:
                 adj += params.subject_weight
         if params.question_penalty > 0:
-            adj -= params.question_penalty * question_share(text)
+            adj -= params.question_penalty * share
         out[i] = adj
     return out
+
+
+def rescore(query: str, contents: Sequence[str], params: RescoreParams) -> npt.NDArray[np.float64]:
+    """:func:`rescore_cues` of the texts ``contents`` (aligned with them)."""
+    return rescore_cues(query, [rescore_cue(text) for text in contents], params)

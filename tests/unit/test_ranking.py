@@ -28,6 +28,8 @@ from engram_server.domain.ranking import (
     recency,
     recency_array,
     rescore,
+    rescore_cue,
+    rescore_cues,
 )
 
 NOW = 1_800_000_000.0
@@ -332,3 +334,32 @@ def test_rescore_adds_for_a_named_label_and_subtracts_for_questions() -> None:
     off = rescore("Where did Ann move?", contents, RescoreParams(question_penalty=0.0, subject_weight=0.0))
     assert off.tolist() == [0.0] * 4
     assert not RescoreParams(depth=0).enabled and RescoreParams().enabled
+
+
+def test_rescoring_from_cues_is_rescoring_from_the_texts() -> None:
+    """What a store keeps of each text (:func:`rescore_cue`) rescores exactly as the text does."""
+    contents = [
+        "Ann: I moved to Oslo.",
+        "Bo: Did you move? Why?",
+        "Ann: Why? I liked it. [shares a photo: is it Oslo?]",
+        "Plain fact.",
+        "",
+        "客服: 你明天来吗？我们等你。",
+        "Reminder to self: call Ann back?",
+    ]
+    cues = [rescore_cue(t) for t in contents]
+    assert cues[0] == ("Ann", 0.0) and cues[3] is cues[4]  # (no label, no question: one shared cue)
+    variants = (RescoreParams(), RescoreParams(question_penalty=0.0), RescoreParams(subject_weight=0.0))
+    for query in ("Where did Ann move?", "客服说了什么？", "what did Bo ask", "nothing named"):
+        for params in variants:
+            # (the definition, text by text)
+            want = []
+            for text in contents:
+                label = lead_label(text)
+                named = label is not None and names_label(query, label)
+                want.append(
+                    (params.subject_weight if named and params.subject_weight > 0 else 0.0)
+                    - params.question_penalty * question_share(text)
+                )
+            assert rescore_cues(query, cues, params).tolist() == pytest.approx(want, abs=1e-15)
+            assert rescore(query, contents, params).tolist() == rescore_cues(query, cues, params).tolist()

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
@@ -51,6 +52,7 @@ from engram_server.domain.model import (
     Vector,
     has_trigger_tag,
 )
+from engram_server.domain.ranking import RescoreCue, rescore_cue
 from engram_server.domain.text import script_tag
 
 __all__ = [
@@ -268,6 +270,15 @@ def rank_fields(key: str, payload: Mapping[str, Any] | None, collection: str) ->
         raise StorageUnavailable(
             f"point {key} in collection {collection!r} has an unreadable payload: {exc!r}"
         ) from exc
+
+
+def payload_cue(payload: Mapping[str, Any] | None) -> RescoreCue:
+    """The :class:`RescoreCue` of a point's text (``content``) from its payload (labels interned:
+    a conversation's few speakers lead most memories)."""
+    cue = rescore_cue(str((payload or {}).get("content") or ""))
+    if cue.label is not None:
+        cue = RescoreCue(sys.intern(cue.label), cue.question_share)
+    return cue
 
 
 def rank_key(point_id: str) -> int:

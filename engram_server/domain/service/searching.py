@@ -8,7 +8,7 @@ import contextlib
 import math
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any, Final, TypeVar
+from typing import Any, Final, TypeVar, cast
 
 import numpy as np
 from opentelemetry import metrics
@@ -29,6 +29,8 @@ from engram_server.domain.model import (
 )
 from engram_server.domain.ranking import (
     DECAY_PER_HOUR,
+    NO_CUE,
+    RescoreCue,
     Score,
     Weights,
     decay_array,
@@ -38,7 +40,8 @@ from engram_server.domain.ranking import (
     mmr_order,
     recency_array,
     reinforced_recency,
-    rescore,
+    rescore_cue,
+    rescore_cues,
 )
 from engram_server.domain.service.commands import SearchHit, SearchQuery, _Pool, _Ranked
 from engram_server.domain.service.core import ServiceCore, _query_span, _tracer
@@ -55,6 +58,7 @@ from engram_server.domain.validation import (
     check_unit_interval,
     is_blank,
 )
+from engram_server.ports import RescoreCueSource
 
 T = TypeVar("T")
 
@@ -224,25 +228,59 @@ class Searching(ServiceCore):
         winners are read)."""
         pol = self.policy
         head, tail = ranked[: pol.rescore.depth], ranked[pol.rescore.depth :]
-        full = await self._full_records(head)
-        adj = rescore(query, [full[r.id].content if r.id in full else "" for r in head], pol.rescore)
-        created = {r.id: full[r.id].created_at if r.id in full else 0.0 for r in head}
+        kept = await self._rescore_cues(head)
+        if kept is not None:
+            # The store keeps each text's cues beside its ranking fields: no record is read.
+            cues = [kept[r.id][0] if r.id in kept else NO_CUE for r in head]
+            created = {r.id: kept[r.id][1] if r.id in kept else 0.0 for r in head}
+        else:
+            full = await self._full_records(head)
+            cues = [rescore_cue(full[r.id].content) if r.id in full else NO_CUE for r in head]
+            created = {r.id: full[r.id].created_at if r.id in full else 0.0 for r in head}
+        adj = rescore_cues(query, cues, pol.rescore)
         out: list[_Ranked] = []
         for r, a in zip(head, adj.tolist(), strict=True):
             if a == 0.0:
                 out.append(r)
                 continue
-            sc = replace(r.score, rescore=a)
-            final = fuse_array(
-                np.array([sc.evidence]),
-                np.array([sc.recency]),
-                np.array([sc.importance * 10.0]),
+            # (built directly: ``dataclasses.replace`` costs microseconds a call; fuse_value is
+            # fuse_array's operations on plain floats, the same bits)
+            s0 = r.score
+            final = fuse_value(
+                s0.relevance + s0.lexical + s0.episode + a,  # (Score.evidence, in its order)
+                s0.recency,
+                s0.importance * 10.0,
                 weights,
                 mode=pol.hybrid.fusion,
             )
-            out.append(replace(r, score=replace(sc, final=float(final[0]))))
+            sc = Score(
+                final=final,
+                relevance=s0.relevance,
+                recency=s0.recency,
+                importance=s0.importance,
+                raw_similarity=s0.raw_similarity,
+                lexical=s0.lexical,
+                episode=s0.episode,
+                rescore=a,
+            )
+            out.append(_Ranked(r.collection, r.id, sc, r.vector))
         out.sort(key=lambda r: (-r.score.final, -created.get(r.id, 0.0), r.id))
         return out + tail
+
+    async def _rescore_cues(self, head: Sequence[_Ranked]) -> dict[str, tuple[RescoreCue, float]] | None:
+        """The rescoring cues and ``created_at`` of ``head`` by id, as the store keeps them (one
+        call per collection); None when this store does not keep them (its records are read)."""
+        source = getattr(self._store, "rescore_cues", None)
+        if source is None:
+            return None
+        keeper = cast(RescoreCueSource, self._store)
+        by_collection: dict[str, list[str]] = {}
+        for r in head:
+            by_collection.setdefault(r.collection, []).append(r.id)
+        out: dict[str, tuple[RescoreCue, float]] = {}
+        for name, ids in by_collection.items():
+            out.update(await keeper.rescore_cues(name, ids))
+        return out
 
     async def _session_capped(self, ranked: Sequence[_Ranked], limit: int, cap: int) -> list[SearchHit]:
         """The best ``limit`` of ``ranked`` (in order) with at most ``cap`` from one session (the

@@ -3,6 +3,7 @@ the engine, nearest lists patched with the points written since) and the gate's 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 import uuid
@@ -29,7 +30,9 @@ from engram_server.adapters.storage.payload import (
     candidate_columns,
     filter_plan,
     is_live,
+    payload_cue,
     rank_fields,
+    rank_key,
     record_from_payload,
     split_live,
 )
@@ -41,6 +44,7 @@ from engram_server.domain.model import (
     StoreFilter,
     Vector,
 )
+from engram_server.domain.ranking import RescoreCue
 
 _nearest_lists = metrics.get_meter("engram_server.storage").create_counter(
     "engram.storage.nearest_lists",
@@ -210,6 +214,39 @@ class EdgeCandidates(EdgeEngine):
                 _scored(col, [_Hit(records[key], score) for key, score in kept], with_vectors=with_vectors)
             )
         return out
+
+    async def rescore_cues(self, collection: str, ids: Sequence[str]) -> dict[str, tuple[RescoreCue, float]]:
+        """By id, the rescoring cue of each point's text and its ``created_at``, from what is kept
+        beside the engine (``_Collection.cues``, ``ranks``): no text is read or parsed here once
+        the collection's fields are loaded (a point not yet loaded is read from the engine)."""
+        keys: dict[str, int] = {}
+        for pid in ids:
+            with contextlib.suppress(ValueError):  # (not a UUID: names no point)
+                # (the canonical form's hex digits: a fifth of ``rank_key``'s cost)
+                keys[pid] = int(pid.replace("-", ""), 16) if len(pid) == 36 else rank_key(pid)
+
+        def known(col: _Collection) -> dict[str, tuple[RescoreCue, float]]:
+            ranks, cues = col.ranks, col.cues
+            out: dict[str, tuple[RescoreCue, float]] = {}
+            for pid, key in keys.items():
+                cue, fields = cues.get(key), ranks.get(key)
+                if cue is not None and fields is not None:
+                    out[pid] = (cue, fields[2])
+            return out
+
+        def work() -> dict[str, tuple[RescoreCue, float]]:
+            col = self._col(collection)
+            out = known(col)
+            missing: list[int | uuid.UUID | str] = [pid for pid in keys if pid not in out]
+            if missing:
+                for r in col.shard.retrieve(missing, [*CANDIDATE_FIELDS, "content"], False):
+                    key = _engine_key(r.id)
+                    col.ranks.setdefault(key, rank_fields(str(r.id), r.payload, collection))
+                    col.cues[key] = payload_cue(r.payload)
+                out = known(col)
+            return out
+
+        return await self._read(work)
 
     async def candidates(
         self,

@@ -45,6 +45,7 @@ from engram_server.domain.errors import CollectionNotFound, EngramError, Storage
 from engram_server.domain.model import (
     CollectionSpec,
 )
+from engram_server.domain.ranking import RescoreCue
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +79,11 @@ class _Collection:
     #: Entries of points deleted by filter may linger: they are never read (the engine never
     #: returns those ids) and an upsert of the same id replaces them.
     ranks: dict[int, RankFields] = field(default_factory=dict)
+    #: What rescoring reads of each point's text (its lead label, its question share), by the same
+    #: key, computed when the point is written or loaded (``EdgeStore.rescore_cues``): a search
+    #: rescores its best candidates without reading their text. Dropped with the ranking fields
+    #: and whenever the text is set; a missing one is read from the engine when next asked.
+    cues: dict[int, RescoreCue] = field(default_factory=dict)
     #: True once the ranking fields of every point were loaded (in the background after open).
     warm: bool = False
     #: An upper bound of the points whose dense vector is not in an HNSW index: the exact count

@@ -33,6 +33,7 @@ from engram_server.adapters.storage.nearest import NearestLists
 from engram_server.adapters.storage.payload import (
     CANDIDATE_FIELDS,
     PAYLOAD_INDEXES,
+    payload_cue,
     rank_fields,
     spec_from_json,
     spec_to_json,
@@ -178,9 +179,10 @@ class EdgeLifecycle(EdgeIndexes):
                 self._submit(fn, *args)
 
     def _warm(self, col: _Collection, offset: Any) -> None:
-        """On the io thread, after open: read one page of ranking fields into ``col.ranks`` and
-        queue the next page, so searches never wait for more than a page (the fields of every
-        point are known once done; until then, candidates read missing ones from the engine)."""
+        """On the io thread, after open: read one page of ranking fields into ``col.ranks`` (and
+        the rescoring cues of their texts into ``col.cues``) and queue the next page, so searches
+        never wait for more than a page (the fields of every point are known once done; until
+        then, candidates read missing ones from the engine)."""
         if self._cols.get(col.spec.name) is not col:
             return  # closed or dropped meanwhile
         try:
@@ -189,13 +191,15 @@ class EdgeLifecycle(EdgeIndexes):
                     offset=offset,
                     limit=_SCROLL_BATCH,
                     filter=None,
-                    with_payload=list(CANDIDATE_FIELDS),
+                    with_payload=[*CANDIDATE_FIELDS, "content"],
                     with_vector=False,
                 )
             )
-            ranks = col.ranks
+            ranks, cues = col.ranks, col.cues
             for r in records:
-                ranks[_engine_key(r.id)] = rank_fields(str(r.id), r.payload, col.spec.name)
+                key = _engine_key(r.id)
+                ranks[key] = rank_fields(str(r.id), r.payload, col.spec.name)
+                cues[key] = payload_cue(r.payload)
         except Exception:
             log.exception("loading the ranking fields of collection %s failed", col.spec.name)
             return

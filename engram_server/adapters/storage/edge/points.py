@@ -28,6 +28,7 @@ from engram_server.adapters.storage.payload import (
     canonical_offset,
     encode_updates,
     filter_plan,
+    payload_cue,
     point_id,
     point_vectors,
     rank_fields,
@@ -114,10 +115,12 @@ class EdgePoints(EdgeIndexes):
             finally:  # (a failed update may have written some: forget rather than guess)
                 for pid in ids:
                     col.ranks.pop(rank_key(pid), None)
+                    col.cues.pop(rank_key(pid), None)
                 col.wrote(len(ops))
                 col.nearest.changed(_changed(ids), [p.vector for p in points] if written else None)
             for pid, payload in zip(ids, payloads, strict=True):
                 col.ranks[rank_key(pid)] = rank_fields(pid, payload, collection)
+                col.cues[rank_key(pid)] = payload_cue(payload)
             col.access.forget(rank_key(pid) for pid in ids)  # the counters are the payload's now
             self._durable(col.shard)
             self._settle(col)
@@ -207,6 +210,7 @@ class EdgePoints(EdgeIndexes):
                 col.touch(wanted)
                 for pid in wanted:
                     col.ranks.pop(rank_key(pid), None)
+                    col.cues.pop(rank_key(pid), None)
                 deleted = False
                 try:
                     col.shard.update(qe.UpdateOperation.delete_points(list(wanted)))
@@ -234,6 +238,7 @@ class EdgePoints(EdgeIndexes):
                 col.touch([str(u) for u in gone])
                 for u in gone:
                     col.ranks.pop(u.int, None)
+                    col.cues.pop(u.int, None)
                 deleted = False
                 try:
                     col.shard.update(qe.UpdateOperation.delete_points(list(gone)))
@@ -296,6 +301,8 @@ class EdgePoints(EdgeIndexes):
             for pid, payload in encoded.items():
                 if not _UNRANKED_FIELDS.issuperset(payload):
                     col.ranks.pop(rank_key(pid), None)  # re-read from the engine when next a candidate
+                if "content" in payload:
+                    col.cues.pop(rank_key(pid), None)  # (likewise, when next rescored)
             wanted: list[int | uuid.UUID | str] = list(encoded)
             existing = {str(r.id) for r in col.shard.retrieve(wanted, False, False)}
             try:

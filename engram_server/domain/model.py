@@ -239,3 +239,11 @@ class BackupStats:
 
     bytes: int
     points: Mapping[str, int]
+
+
+def cosine(a: Vector, b: Vector) -> float:
+    """Cosine similarity of two dense vectors (0 when either is all zeros)."""
+    x = np.asarray(a, dtype=np.float64).reshape(-1)
+    y = np.asarray(b, dtype=np.float64).reshape(-1)
+    denom = float(np.linalg.norm(x) * np.linalg.norm(y))
+    return float(x @ y) / denom if denom > 0 else 0.0

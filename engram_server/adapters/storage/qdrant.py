@@ -65,7 +65,6 @@ from engram_server.adapters.storage.payload import (
     as_vector,
     canonical_ids,
     canonical_offset,
-    cosine,
     encode_updates,
     filter_plan,
     point_id,
@@ -88,6 +87,7 @@ from engram_server.domain.model import (
     StoredPoint,
     StoreFilter,
     Vector,
+    cosine,
 )
 
 __all__ = ["ACORN_MAX_SELECTIVITY", "HNSW_LINKED_INDEXES", "QUANTIZED_OVERSAMPLING", "QdrantStore"]

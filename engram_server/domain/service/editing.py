@@ -10,8 +10,6 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import replace
 
-import numpy as np
-
 from engram_server.domain.deadline import ensure_time_left
 from engram_server.domain.errors import (
     AmbiguousMatch,
@@ -30,6 +28,7 @@ from engram_server.domain.model import (
     MemoryRecord,
     StoreFilter,
     Vector,
+    cosine,
 )
 from engram_server.domain.service.commands import (
     DeleteCommand,
@@ -192,10 +191,7 @@ class Editing(ServiceCore):
         if new_vec is not None:
             stored = (await self._store.retrieve(collection, [found.id], with_vectors=True))[0]
             old_vec = stored.vector if stored.vector is not None else (await self._embed([found.content]))[0]
-            old = np.asarray(old_vec, dtype=np.float64)
-            new = np.asarray(new_vec, dtype=np.float64)
-            denom = float(np.linalg.norm(old) * np.linalg.norm(new))
-            restate = self._cal.similarity(float(old @ new) / denom if denom else 0.0)
+            restate = self._cal.similarity(cosine(old_vec, new_vec))
             if restate < pol.locate_question_restate_min:
                 raise NoMatch(
                     f"the question finds memory {found.id} (relevance {best_rel:.3f}), but the new "

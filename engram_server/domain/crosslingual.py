@@ -351,3 +351,123 @@ def translation_pair(a: str, b: str) -> bool:
     if sa == sb:
         return False
     return translation_of(a, b) if sa == "cjk" else translation_of(b, a)
+
+
+# ---------------------------------------------------------------------------------------------
+# Retrieval across scripts: the query's and a memory's content words in one vocabulary
+
+
+@dataclass(frozen=True, slots=True)
+class GlossedText:
+    """A text's content words for matching across scripts (see :func:`glossed`): its English
+    words (stems, and their surfaces in order for names spelled in pinyin), its Chinese words with
+    their CC-CEDICT glosses and readings, and its Chinese characters (for a Chinese word's direct
+    match)."""
+
+    en_stems: tuple[str, ...]
+    en_bases: frozenset[str]
+    en_surfaces: tuple[str, ...]
+    zh_words: tuple[str, ...]
+    zh_glosses: tuple[frozenset[str], ...]
+    zh_readings: tuple[frozenset[str], ...]
+    zh_text: str
+
+    @property
+    def units(self) -> int:
+        """How many content words the text has: its English words, then its Chinese words."""
+        return len(self.en_stems) + len(self.zh_words)
+
+
+def _zh_units_lenient(text: str, d: _Dictionary) -> list[_ZhUnit]:
+    """The Chinese content words of ``text`` as :func:`_zh_units` finds them, but a word the
+    dictionary cannot split is kept with its per-character readings instead of failing the text
+    (retrieval needs what it can match, not a full alignment); Latin tokens are left out."""
+    units: list[_ZhUnit] = []
+    for run in _RE_CJK_RUN.finditer(text):
+        pos = run.start()
+        for cut in rjieba.cut(run.group()):
+            at = pos
+            pos += len(cut)
+            if cut in _ZH_FUNCTION or all(c in _ZH_VALUE_CHARS or c in _ZH_FUNCTION for c in cut):
+                continue
+            word = "".join(c for c in cut if c not in "不没别未无非勿莫")
+            if not word:
+                continue
+            if word in d:
+                e = d.entry(word)
+                units.append(_ZhUnit(at, word, e.glosses, e.grammar, e.readings | _char_readings(word, d)))
+                continue
+            reading = _char_readings(word, d)
+            pieces = _pieces(word, d)
+            if pieces is None:
+                units.append(_ZhUnit(at, word, frozenset(), frozenset(), reading))
+                continue
+            glosses: set[str] = set()
+            for p in pieces:
+                if p in _ZH_FUNCTION or all(c in _ZH_VALUE_CHARS for c in p):
+                    continue
+                glosses |= d.entry(p).glosses
+            units.append(_ZhUnit(at, word, frozenset(glosses), frozenset(), reading))
+    return units
+
+
+@lru_cache(maxsize=8192)
+def glossed(text: str) -> GlossedText:
+    """``text``'s content words for :func:`cross_matches` (reads CC-CEDICT on first use: call
+    :func:`warm` off the event loop first). Function words, numbers and values are left out as the
+    translation check leaves them out."""
+    d = _dict()
+    en = _en_words(text)
+    zh = _zh_units_lenient(text, d)
+    return GlossedText(
+        en_stems=tuple(w.stem for w in en),
+        en_bases=frozenset(w.base for w in en if w.base),
+        en_surfaces=tuple(w.surface for w in en),
+        zh_words=tuple(u.text for u in zh),
+        zh_glosses=tuple(u.glosses for u in zh),
+        zh_readings=tuple(u.readings for u in zh),
+        zh_text="".join(_RE_CJK_RUN.findall(text)),
+    )
+
+
+def _spans(surfaces: tuple[str, ...], longest: int = 3) -> dict[str, tuple[int, ...]]:
+    """Every run of one to ``longest`` consecutive words, joined ("lin" "wei" → "linwei"), with the
+    positions of its words: the spellings a pinyin reading of a name can match."""
+    out: dict[str, tuple[int, ...]] = {}
+    for i in range(len(surfaces)):
+        for n in range(1, longest + 1):
+            if i + n <= len(surfaces):
+                out.setdefault("".join(surfaces[i : i + n]), tuple(range(i, i + n)))
+    return out
+
+
+def cross_matches(query: GlossedText, memory: GlossedText) -> tuple[frozenset[int], frozenset[int]]:
+    """Which of the query's content words (indices: its English words, then its Chinese words) a
+    memory matches **directly** (the same English stem, the same Chinese word) and which only
+    **across scripts**, through the dictionary: an English word that is a gloss of one of the
+    memory's Chinese words, a Chinese word one of whose glosses is an English word of the memory,
+    or a name whose pinyin reading spells one to three consecutive English words ("林伟" = "Lin
+    Wei"). The second set holds no index of the first."""
+    direct: set[int] = set()
+    across: set[int] = set()
+    m_stems = set(memory.en_stems)
+    m_gloss: set[str] = set().union(*memory.zh_glosses) if memory.zh_glosses else set()
+    m_read: set[str] = set().union(*memory.zh_readings) if memory.zh_readings else set()
+    for i, stem in enumerate(query.en_stems):
+        if stem in m_stems:
+            direct.add(i)
+        elif stem in m_gloss:
+            across.add(i)
+    if m_read:
+        for spelling, at in _spans(query.en_surfaces).items():
+            if spelling in m_read:
+                across.update(i for i in at if i not in direct)
+    m_spans = _spans(memory.en_surfaces) if query.zh_words else {}
+    m_words = m_stems | memory.en_bases
+    base = len(query.en_stems)
+    for k, word in enumerate(query.zh_words):
+        if word in memory.zh_text:
+            direct.add(base + k)
+        elif query.zh_glosses[k] & m_words or any(r in m_spans for r in query.zh_readings[k]):
+            across.add(base + k)
+    return frozenset(direct), frozenset(across)

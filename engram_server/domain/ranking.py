@@ -275,6 +275,59 @@ def _quantile_linear(ordered: npt.NDArray[np.float64], q: npt.NDArray[np.float64
     return np.where(t >= 0.5, b - diff * (1 - t), a + diff * t)
 
 
+def lexical_lift(
+    semantic: npt.NDArray[np.float64], norm: npt.NDArray[np.float64], params: HybridParams
+) -> npt.NDArray[np.float64]:
+    """What a normalised lexical score ``norm`` (0–1, before ``lexical_power``) adds to the
+    calibrated ``semantic`` relevance, as :func:`hybrid_relevance` adds it (≥ 0)."""
+    sem = np.asarray(semantic, dtype=np.float64)
+    lex = np.power(np.asarray(norm, dtype=np.float64), params.lexical_power)
+    a = params.semantic_weight
+    return np.asarray(np.maximum(sem, a * sem + (1.0 - a) * lex) - sem, dtype=np.float64)
+
+
+def glossed_lexical(
+    store_norm: npt.NDArray[np.float64],
+    matches: Sequence[tuple[frozenset[int], frozenset[int]]],
+    units: int,
+) -> npt.NDArray[np.float64]:
+    """Normalised lexical scores (0–1) of the best candidates with the query's words they match
+    only **across scripts** (through the dictionary: see
+    :func:`engram_server.domain.crosslingual.cross_matches`) counted as lexical terms.
+
+    ``store_norm`` is each candidate's BM25 score over the best BM25 score of its collection's
+    candidates (the lexical side, which matches words only in their own script); ``matches`` holds,
+    per candidate, the indices of the query's ``units`` content words it matches directly and
+    across scripts. Each query word weighs its inverse document frequency among these candidates
+    (BM25's ``ln(1 + (N − df + 0.5)/(df + 0.5))``, a word counted in a candidate that matches it
+    either way). The direct matches are measured in the lexical side's own units (its BM25 score),
+    the cross-script ones in these weights; the two scales meet at the best direct match:
+
+    ``score = store_norm · D_best + G``, divided by its largest value,
+
+    with ``D_best`` the largest weight of directly matched words among the candidates and ``G`` the
+    weight of the candidate's cross-script matches. A candidate without cross-script matches keeps
+    its lexical order; an English memory that shares only a name with an English question ranks,
+    lexically, below the Chinese memory that answers it with the name, the verb and the object.
+    Unchanged (``store_norm``) when no candidate matches across scripts.
+    """
+    n = len(matches)
+    base = np.asarray(store_norm, dtype=np.float64)
+    if not n or units <= 0 or not any(across for _, across in matches):
+        return base
+    df = np.zeros(units)
+    for direct, across in matches:
+        for i in direct | across:
+            df[i] += 1
+    weight = np.log1p((n - df + 0.5) / (df + 0.5))
+    d = np.array([sum(weight[i] for i in direct) for direct, _ in matches])
+    g = np.array([sum(weight[i] for i in across) for _, across in matches])
+    d_best = float(d.max()) if float(d.max()) > 0 else float(g.max())
+    combined = base * d_best + g
+    top = float(combined.max())
+    return combined / top if top > 0 else base
+
+
 @dataclass(frozen=True, slots=True)
 class Score:
     final: float

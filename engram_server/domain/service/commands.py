@@ -246,6 +246,10 @@ class _Ranked:
     id: str
     score: Score
     vector: Vector | None
+    #: The script tag of the memory's text (see :func:`engram_server.domain.text.script_tag`).
+    script: str = ""
+    #: Its BM25 score over the best BM25 score of its collection's candidates (0–1).
+    lexical_norm: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

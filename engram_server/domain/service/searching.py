@@ -13,6 +13,7 @@ from typing import Any, Final, TypeVar, cast
 import numpy as np
 from opentelemetry import metrics
 
+from engram_server.domain import crosslingual
 from engram_server.domain.errors import (
     CollectionInTrash,
     CollectionNotFound,
@@ -37,6 +38,8 @@ from engram_server.domain.ranking import (
     evidence,
     fuse_array,
     fuse_value,
+    glossed_lexical,
+    lexical_lift,
     mmr_order,
     recency_array,
     reinforced_recency,
@@ -195,6 +198,9 @@ class Searching(ServiceCore):
                 q.min_relevance,
                 keep=None if q.diversify or capped else depth,
             )
+            if len(ranked) > 1:
+                lexical = {s.name for s in specs if self._uses_lexical(s)}
+                ranked = await self._cross_scripted(ranked, query, depth, weights, lexical)
             if resc.enabled and len(ranked) > 1:
                 ranked = await self._rescored(ranked, q.query, weights)
             if q.diversify and len(ranked) > 1:
@@ -219,6 +225,62 @@ class Searching(ServiceCore):
             results = self._reinforce(results, now, weights)
         self._note_access([r.memory for r in results], now)
         return results
+
+    async def _cross_scripted(
+        self,
+        ranked: list[_Ranked],
+        query: _Query,
+        depth: int,
+        weights: Weights,
+        lexical: set[str],
+    ) -> list[_Ranked]:
+        """The best ``depth`` of ``ranked`` with lexical credit for the query's words they match
+        across scripts (:func:`engram_server.domain.ranking.glossed_lexical`), re-sorted as
+        :meth:`_rank` sorts; the candidates below them follow in their order.
+
+        Only when the query has words in one script and one of these candidates has words in the
+        other (its script tag), in a collection searched with a lexical side (``lexical``): their
+        texts are read and matched through CC-CEDICT. Relevance is never changed; the lexical lift
+        of a candidate the lexical side is blind to (a memory written in a script the query has no
+        word in) is its stand-in credit or the dictionary's, whichever is larger."""
+        other = {"cjk": "latin", "latin": "cjk"}
+        wanted = {other[sc] for sc in query.word_scripts if sc in other}
+        head, tail = ranked[:depth], ranked[depth:]
+        usable = [r for r in head if r.collection in lexical]
+        if not wanted or not any(wanted.intersection(r.script.split("+")) for r in usable):
+            return ranked
+        if not crosslingual.loaded():
+            await asyncio.to_thread(crosslingual.warm)  # read once per process, off the event loop
+        full = await self._full_records(usable)
+        usable = [r for r in usable if r.id in full]
+        q = crosslingual.glossed(query.text)
+        matches = [crosslingual.cross_matches(q, crosslingual.glossed(full[r.id].content)) for r in usable]
+        norms = glossed_lexical(np.array([r.lexical_norm for r in usable]), matches, q.units)
+        if not any(across for _, across in matches):
+            return ranked
+        lifts = lexical_lift(np.array([r.score.relevance for r in usable]), norms, self.policy.hybrid)
+        changed: dict[str, _Ranked] = {}
+        for r, lift in zip(usable, lifts.tolist(), strict=True):
+            if lexically_blind(query.word_scripts, r.script):
+                lift = max(lift, r.score.lexical)  # noqa: PLW2901 - the stand-in stays a floor
+            if lift == r.score.lexical:
+                continue
+            s0 = r.score
+            final = fuse_value(
+                s0.relevance + lift + s0.episode + s0.rescore,
+                s0.recency,
+                s0.importance * 10.0,
+                weights,
+                mode=self.policy.hybrid.fusion,
+            )
+            sc = replace(s0, final=final, lexical=lift)
+            changed[r.id] = replace(r, score=sc)
+        if not changed:
+            return ranked
+        created = {r.id: full[r.id].created_at if r.id in full else 0.0 for r in head}
+        out = [changed.get(r.id, r) for r in head]
+        out.sort(key=lambda r: (-r.score.final, -created.get(r.id, 0.0), r.id))
+        return out + tail
 
     async def _rescored(self, ranked: list[_Ranked], query: str, weights: Weights) -> list[_Ranked]:
         """The best ``rescore.depth`` of ``ranked`` read in full and rescored from their text
@@ -263,7 +325,7 @@ class Searching(ServiceCore):
                 episode=s0.episode,
                 rescore=a,
             )
-            out.append(_Ranked(r.collection, r.id, sc, r.vector))
+            out.append(_Ranked(r.collection, r.id, sc, r.vector, r.script, r.lexical_norm))
         out.sort(key=lambda r: (-r.score.final, -created.get(r.id, 0.0), r.id))
         return out + tail
 
@@ -428,6 +490,7 @@ class Searching(ServiceCore):
         if keep is not None:
             order = order[:keep]
         starts = np.cumsum([0] + [len(p.found) for p in pools])
+        best_bm25 = [float(p.found.lexical.max()) if len(p.found.lexical) else 0.0 for p in pools]
         ranked: list[_Ranked] = []
         for k in order:
             j = 0 if len(pools) == 1 else int(np.searchsorted(starts, k, side="right")) - 1
@@ -446,6 +509,8 @@ class Searching(ServiceCore):
                         episode=float(episode[k]),
                     ),
                     None if c.vectors is None else c.vectors[i],
+                    c.scripts[i],
+                    float(c.lexical[i]) / best_bm25[j] if best_bm25[j] > 0 else 0.0,
                 )
             )
         return ranked

@@ -18,6 +18,10 @@ hit@1 / hit@3 / MRR of the answer (rank over the whole collection), and for the 
 unrelated translation how often it is among the first 50 results and how often its relevance reaches
 0.6 (the middle between same topic and answer on the calibrated query scale), to see that
 cross-script memories are not lifted indiscriminately.
+
+Split: the questions of even-numbered groups (en-00, en-02, …, zh-00, …) are the **tune** half, the
+odd-numbered ones the **report** half (fixed before any ranking choice was measured on them); each
+direction is reported per half and overall. Ranking choices are made on the tune half only.
 """
 
 from __future__ import annotations
@@ -73,23 +77,38 @@ async def run(address: str) -> dict[str, dict[str, float]]:
                 groups.setdefault(r["group"], {})[r["label"]] = r
             ranks: list[int | None] = []
             unrelated: list[float | None] = []
-            for g in groups.values():
+            halves: list[str] = []
+            for name, g in groups.items():
+                halves.append(split_of(name))
                 results = await client.search(g["answer"]["query"], collections=COLLECTION, limit=DEPTH)
                 ids = [x.memory.id for x in results]
                 answer = stored[g["answer"]["memory"]]
                 ranks.append(ids.index(answer) + 1 if answer in ids else None)
                 rel = {x.memory.id: x.score.relevance for x in results}
                 unrelated.append(rel.get(stored[g["unrelated"]["memory"]]))
-            n = len(ranks)
-            report[direction] = {
-                "questions": n,
-                "hit@1": sum(1 for r in ranks if r is not None and r <= 1) / n,
-                "hit@3": sum(1 for r in ranks if r is not None and r <= 3) / n,
-                "mrr": sum(1.0 / r for r in ranks if r is not None) / n,
-                "unrelated_in_top": sum(1 for u in unrelated if u is not None),
-                "unrelated_at_0.6": sum(1 for u in unrelated if u is not None and u >= 0.6),
-            }
+            for half in ("tune", "report", "all"):
+                keep = [i for i, h in enumerate(halves) if half in ("all", h)]
+                report[f"{direction} {half}"] = _measures(
+                    [ranks[i] for i in keep], [unrelated[i] for i in keep]
+                )
     return report
+
+
+def split_of(group: str) -> str:
+    """``"tune"`` for an even-numbered group ("en-00", "zh-14"), ``"report"`` for an odd one."""
+    return "tune" if int(group.rsplit("-", 1)[1]) % 2 == 0 else "report"
+
+
+def _measures(ranks: Sequence[int | None], unrelated: Sequence[float | None]) -> dict[str, float]:
+    n = max(1, len(ranks))
+    return {
+        "questions": len(ranks),
+        "hit@1": sum(1 for r in ranks if r is not None and r <= 1) / n,
+        "hit@3": sum(1 for r in ranks if r is not None and r <= 3) / n,
+        "mrr": sum(1.0 / r for r in ranks if r is not None) / n,
+        "unrelated_in_top": sum(1 for u in unrelated if u is not None),
+        "unrelated_at_0.6": sum(1 for u in unrelated if u is not None and u >= 0.6),
+    }
 
 
 async def run_in_process() -> dict[str, dict[str, float]]:
@@ -104,7 +123,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m eval.crosslingual_retrieval", description=__doc__)
     parser.parse_args(argv)
     report = asyncio.run(run_in_process())
-    print(f"| direction | questions | hit@1 | hit@3 | MRR | unrelated in top {DEPTH} | unrelated ≥ 0.6 |")
+    print(
+        f"| direction, half | questions | hit@1 | hit@3 | MRR | unrelated in top {DEPTH} | unrelated ≥ 0.6 |"
+    )
     print("|---|---|---|---|---|---|---|")
     for direction, r in report.items():
         print(

@@ -411,14 +411,31 @@ def _zh_units_lenient(text: str, d: _Dictionary) -> list[_ZhUnit]:
     return units
 
 
+#: Words a question is made of rather than what it asks about: modal verbs, question words and
+#: "please" (English stems; a Chinese word all of whose glosses are among them is left out too, as
+#: are the Chinese words below). Matched across scripts they lifted memories that share only the
+#: question's form ("应该" = "should" in "Test cases should be written …").
+_QUESTION_FORM_TEXT = "should must ought can could will would may might shall what something anything please"
+_QUESTION_FORM_STEMS = frozenset(_stem(w) for w in _QUESTION_FORM_TEXT.split())
+_ZH_QUESTION_FORM_TEXT = """
+    什么 怎么 怎样 怎么样 为什么 哪 哪里 哪儿 哪个 谁 多少 几 吗 呢
+    能 能够 可以 可能 应该 应当 必须 需要 请"""
+_ZH_QUESTION_FORM = frozenset(_ZH_QUESTION_FORM_TEXT.split())
+
+
 @lru_cache(maxsize=8192)
 def glossed(text: str) -> GlossedText:
     """``text``'s content words for :func:`cross_matches` (reads CC-CEDICT on first use: call
     :func:`warm` off the event loop first). Function words, numbers and values are left out as the
     translation check leaves them out."""
     d = _dict()
-    en = _en_words(text)
-    zh = _zh_units_lenient(text, d)
+    en = [w for w in _en_words(text) if w.stem not in _QUESTION_FORM_STEMS]
+    zh = []
+    for u in _zh_units_lenient(text, d):
+        if u.text in _ZH_QUESTION_FORM or (u.glosses and u.glosses <= _QUESTION_FORM_STEMS):
+            continue
+        u.glosses -= _QUESTION_FORM_STEMS
+        zh.append(u)
     return GlossedText(
         en_stems=tuple(w.stem for w in en),
         en_bases=frozenset(w.base for w in en if w.base),

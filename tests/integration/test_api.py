@@ -216,6 +216,46 @@ async def test_translation_is_not_buried_by_word_sharing_memories(stub: Stub) ->
         assert ranked[0] == answer, ranked
 
 
+async def test_words_matched_across_scripts_are_lexical_evidence(stub: Stub) -> None:
+    """The answer in the other script than the question, beside memories in the question's script
+    that share only a name with it: the question's other words match the answer through the
+    dictionary (drink = 喝, tennis = 网球, editor = 编辑器; the name by its pinyin), so the answer
+    gets the larger lexical credit; its relevance is the model's, unchanged."""
+    scenarios = [
+        (
+            "Does Zhang Min play tennis on weekends?",
+            "张敏每个周末都去打网球。",
+            [
+                "Zhang Min works as a nurse at the city hospital.",
+                "Zhang Min's brother lives in Chengdu with his family.",
+                "Zhang Min is learning to cook Sichuan dishes at home.",
+                "Zhang Min bought a new bicycle for her commute.",
+            ],
+        ),
+        (
+            "Zhao Lei 现在用什么编辑器写代码？",
+            "He moved his code editing from Sublime Text to Emacs this spring and uses it every day.",
+            [
+                "Zhao Lei 的女儿今年上小学一年级。",
+                "Zhao Lei 每周三晚上去游泳。",
+                "Zhao Lei 在杭州的一家电商公司做数据分析。",
+                "代码审查请在周五之前完成。",
+            ],
+        ),
+    ]
+    for i, (question, answer, others) in enumerate(scenarios):
+        collection = f"gloss-{i}"
+        for text in (answer, *others):
+            await add(stub, text, collection=collection, type=m.MEMORY_TYPE_INSIGHT)
+        resp = await stub.SearchMemories(
+            s.SearchMemoriesRequest(query=question, collections=[collection], limit=5)
+        )
+        ranked = [r.memory.content for r in resp.results]
+        assert ranked[0] == answer, ranked
+        top = resp.results[0].score
+        assert top.lexical > max(r.score.lexical for r in resp.results[1:]), ranked
+
+
 async def test_chinese_question_finds_its_english_answer(stub: Stub) -> None:
     """The model scores English text ~0.09 raw cosine lower against a Chinese question than the same
     text in Chinese (eval/calibration/crosslingual.py, ZH -> EN); with the per-direction cross-script

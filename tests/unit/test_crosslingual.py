@@ -68,3 +68,41 @@ def test_no_different_fact_of_the_pair_set_passes() -> None:
     assert len(different) >= 36
     passed = [r["id"] for r in different if translation_pair(r["a"], r["b"])]
     assert passed == []
+
+
+# ---------------------------------------------------------------- retrieval across scripts
+
+
+def _across(query: str, memory: str) -> tuple[frozenset[int], frozenset[int]]:
+    from engram_server.domain.crosslingual import cross_matches, glossed  # noqa: PLC0415
+
+    return cross_matches(glossed(query), glossed(memory))
+
+
+def test_english_question_words_match_a_chinese_memory_through_the_dictionary() -> None:
+    # lin, wei (the name, by its pinyin), drink (喝), coffee (咖啡): all four, none directly
+    direct, across = _across("Does Lin Wei drink coffee?", "林伟不喝咖啡，只喝绿茶。")
+    assert direct == frozenset() and across == frozenset({0, 1, 2, 3})
+    # an English memory shares the name directly and nothing across scripts
+    direct, across = _across("Does Lin Wei drink coffee?", "Lin Wei runs 5 km every morning.")
+    assert direct == frozenset({0, 1}) and across == frozenset()
+
+
+def test_chinese_question_words_match_an_english_memory_through_the_dictionary() -> None:
+    from engram_server.domain.crosslingual import glossed  # noqa: PLC0415
+
+    q = glossed("Lin Wei 现在用什么编辑器写代码？")
+    assert "什么" not in q.zh_words  # the question's form is not what it asks about
+    direct, across = _across(
+        "Lin Wei 现在用什么编辑器写代码？", "He switched his editor to Neovim and now uses it for code."
+    )
+    words = [*q.en_stems, *q.zh_words]
+    assert {words[i] for i in across} == {"现在", "用", "编辑器", "代码"} and not direct
+
+
+def test_the_question_form_matches_nothing_across_scripts() -> None:
+    # 应该 = "should": a memory sharing only the question's modal verb is not matched
+    assert _across("回复用户时应该使用什么语言？", "Test cases should be written with pytest.") == (
+        frozenset(),
+        frozenset(),
+    )

@@ -363,3 +363,26 @@ def test_rescoring_from_cues_is_rescoring_from_the_texts() -> None:
                 )
             assert rescore_cues(query, cues, params).tolist() == pytest.approx(want, abs=1e-15)
             assert rescore(query, contents, params).tolist() == rescore_cues(query, cues, params).tolist()
+
+
+def test_glossed_lexical_counts_cross_script_matches_as_lexical_terms() -> None:
+    from engram_server.domain.ranking import glossed_lexical  # noqa: PLC0415
+
+    # query words 0, 1 (a name), 2, 3; candidates: three English memories sharing the name (the
+    # lexical side's best BM25), one Chinese memory matching all four words across scripts
+    name_only = (frozenset({0, 1}), frozenset[int]())
+    matches = [name_only, name_only, name_only, (frozenset[int](), frozenset({0, 1, 2, 3}))]
+    norms = glossed_lexical(np.array([1.0, 1.0, 0.8, 0.0]), matches, 4)
+    assert norms[3] == pytest.approx(1.0)
+    assert norms[0] < 0.5 and norms[0] == pytest.approx(norms[1])
+    assert norms[2] == pytest.approx(0.8 * norms[0])  # the lexical side's own order is kept
+    # no candidate matches across scripts: the lexical side's scores, unchanged
+    same = glossed_lexical(np.array([1.0, 0.5]), [name_only, name_only], 4)
+    assert same.tolist() == [1.0, 0.5]
+
+
+def test_lexical_lift_never_lowers_relevance() -> None:
+    from engram_server.domain.ranking import HybridParams, lexical_lift  # noqa: PLC0415
+
+    lift = lexical_lift(np.array([0.9, 0.5, 0.5]), np.array([0.0, 0.0, 1.0]), HybridParams())
+    assert lift.tolist() == pytest.approx([0.0, 0.0, 0.25])

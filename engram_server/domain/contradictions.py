@@ -365,6 +365,58 @@ def _describe(found: Sequence[Conflict]) -> str:
     return "; ".join(parts)
 
 
+#: A year as a date ("2019", "in 2019", "2019年"; 1900–2099, not part of a longer number).
+_RE_YEAR = re.compile(
+    r"(?<!\d)(?<!\d[.,])(?:19|20)\d{2}(?!\d|[.,]\d|%)"
+    r"(?!\s*(?:元|块|美元|欧元|dollars?|euros?|usd|eur|km|kg|m\b))"
+)
+
+
+def _years(text: str) -> list[int]:
+    return [int(m[0]) for m in _RE_YEAR.finditer(text)]
+
+
+def _dated_earlier(existing: str, new: str) -> str | None:
+    """Why a change statement is older history than the stored memory (the new text dates its
+    change before every year the stored one names: "陈明2018年搬到了广州。" after
+    "陈明2024年搬到了武汉。"), or None. A change dated the same year or later may replace it."""
+    a, b = _years(existing), _years(new)
+    if a and b and max(b) < min(a):
+        return f"the new memory's change is dated {max(b)}, before the stored memory's {min(a)}"
+    return None
+
+
+_RE_ZH_AFTER_CUE = re.compile(r"^[了过]?([\u3400-\u4dbf\u4e00-\u9fff]{1,8}?)(?:[了的，。,.；;！!]|$)")
+_RE_EN_AFTER_CUE = re.compile(r"^\s+(?:the\s+|a\s+|an\s+)?([A-Za-z][\w-]*(?:\s+[A-Z][\w-]*)*)")
+
+
+#: Chinese change statements that lead to no new value ("no longer", "replaces").
+_ZH_NOT_DESTINATION = frozenset(("不再", "已经不", "取代", "代替"))
+
+
+def _destination_stated(existing: str, new: str, cue: Cue) -> bool:
+    """Whether what the new memory's change statement leads to (the words right after "moved to",
+    "switched to", 搬到, 改成 …) is already in the stored memory: "朱磊2020年搬到了西安。" does not
+    replace "朱磊在西安的月租是6200元。", it agrees with it."""
+    at = new.find(cue.words)
+    chinese = _RE_CJK_START.match(cue.words) is not None
+    leads_to = (
+        cue.words not in _ZH_NOT_DESTINATION
+        if chinese
+        else cue.words.split()[-1].casefold() in ("to", "into")
+    )
+    if at < 0 or not leads_to:
+        return False
+    rest = new[at + len(cue.words) :]
+    m = _RE_ZH_AFTER_CUE.match(rest) if chinese else _RE_EN_AFTER_CUE.match(rest)
+    if m is None:
+        return False
+    target = m[1].strip().casefold()
+    if not target or target in EN_FUNCTION_WORDS or target.isdigit():
+        return False
+    return target in existing.casefold()
+
+
 def judge(
     existing: str,
     new: str,
@@ -391,6 +443,11 @@ def judge(
     value_replaced = any(c.kind != "negation" and c.existing and c.new for c in found)
     negation_flipped = any(c.kind == "negation" for c in found) and overlap >= pol.word_overlap
     if cue is not None:
+        earlier = _dated_earlier(existing, new)
+        if earlier is not None:
+            return Verdict(None, None, earlier)
+        if cue.old is None and _destination_stated(existing, new, cue):
+            return Verdict(None, None, "the stored memory already states what the change leads to")
         if cue.old is not None:
             old = cue.old.casefold()
             key_words = content_words(cue.old)

@@ -260,13 +260,13 @@ async def test_backup_while_writers_run_then_restore(tmp_path: Path) -> None:
             i = 0
             while not stop.is_set():
                 i += 1
-                # contradictions off: "writer 1 noted fact 10" would otherwise supersede "writer 2
-                # noted fact 10" (one changed value), changing a backed-up memory after the backup
+                # default contradictions: "writer 0 noted fact number 10" and "writer 2 noted fact
+                # number 10" are two records (the counter-like label names the subject), so no
+                # write supersedes a backed-up memory after the backup
                 answer = await add(
                     stub,
                     f"writer {n} noted fact number {i} about topic {i * 7919 % 1000}",
                     collection=f"w{n % 2}",
-                    contradictions=s.CONTRADICTION_MODE_OFF,
                 )
                 acknowledged.append((asyncio.get_running_loop().time(), answer.memory.id))
                 if len(acknowledged) >= target:
@@ -283,6 +283,7 @@ async def test_backup_while_writers_run_then_restore(tmp_path: Path) -> None:
         await asyncio.gather(*writers)
         before = {i for t, i in acknowledged if t < asked_at}
         original = {name: await everything(stub, name) for name in ("w0", "w1")}
+        assert not [x.content for c in original.values() for x in c.values() if x.superseded_by]
         await fails(
             stub.BackupStore(s.BackupStoreRequest(directory=str(backups / "one"))),
             grpc.StatusCode.INVALID_ARGUMENT,

@@ -219,3 +219,32 @@ def test_a_change_statement_does_not_replace_an_unrelated_negation(a: str, b: st
 )
 def test_a_change_statement_negating_the_same_statement_supersedes(a: str, b: str) -> None:
     assert verdict(a, b, 0.85) == (True, Basis.CHANGE_STATEMENT)
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("陈明2024年搬到了武汉。", "陈明2018年搬到了广州。"),  # an earlier move: history
+        ("Ana moved to Berlin in 2019.", "Ana moved to Lisbon in 2015."),
+        ("朱磊在西安的月租是6200元。", "朱磊2020年搬到了西安。"),  # the move agrees with the stored memory
+        ("Ana lives in Berlin near the river.", "Ana moved to Berlin last year."),
+    ],
+)
+def test_a_change_statement_older_than_or_agreeing_with_the_stored_memory_replaces_nothing(
+    a: str, b: str
+) -> None:
+    assert judge(a, b, 0.86, conflicts(a, b)).contradiction is None
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("Ana moved to Berlin in 2019.", "Ana moved to Lisbon in 2023."),  # a later move
+        ("张涛2017年搬到了郑州。", "张涛2017年搬到了北京。"),  # the same year: a correction
+        ("谢娟住在上海。", "谢娟搬到了北京。"),
+        ("The rent is 2400 dollars a month.", "The rent changed to 2600 dollars a month."),
+    ],
+)
+def test_a_later_or_undated_change_statement_still_supersedes(a: str, b: str) -> None:
+    v = judge(a, b, 0.86, conflicts(a, b))
+    assert v.contradiction is True and v.basis is Basis.CHANGE_STATEMENT

@@ -4,9 +4,11 @@ contradiction handling (``ENGRAM_CONTRADICTIONS=supersede``).
 Every generated memory is a different fact: records told apart by a counter-like label ("writer 3
 noted fact number 10 …", "locker 12 belongs to …", "作者3记录了第10条事实", "员工12负责…") and the
 templates of ``bench/false_duplicates.py`` (people, invoices, orders, cities, times; English and
-Chinese). None replaces another, so every memory the write gate marks superseded is a fact lost
-from search. The generator is seeded. Reported: memories wrongly superseded (distinct ids), with
-examples; JSON and Markdown under ``--out``.
+Chinese). The generator is seeded and may draw a label twice ("Probe 83 is installed in Osaka." …
+"Probe 83 is installed in Boston."): such a pair is one record whose value changed, which the
+counter-label rule supersedes on purpose; it is counted apart (:func:`same_record`). Every other
+memory the write gate marks superseded is a fact lost from search. Reported: memories superseded
+and wrongly superseded (distinct ids), with examples; JSON and Markdown under ``--out``.
 
     python bench/false_supersedes.py --memories 3000
     ENGRAM_CONTRADICTIONS=report python bench/false_supersedes.py --memories 3000   # nothing superseded
@@ -19,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -92,8 +95,32 @@ async def write_all(address: str, texts: Sequence[str], collection: str, batch: 
             done = start + len(chunk)
             if done % 500 < batch:
                 print(f"  {done} written, {len(superseded)} superseded", flush=True)
-    examples = list(superseded.values())[:25]
-    return {"superseded": len(superseded), "reported_not_superseded": reported, "examples": examples}
+    same = [e for e in superseded.values() if same_record(e["superseded"], e["new"])]
+    others = [e for e in superseded.values() if not same_record(e["superseded"], e["new"])]
+    return {
+        "superseded": len(superseded),
+        "same_record": len(same),
+        "reported_not_superseded": reported,
+        "examples": others[:25],
+        "same_record_examples": same[:5],
+    }
+
+
+_RE_FIRST_NUMBER = re.compile(r"\d+")
+
+
+def same_record(a: str, b: str) -> bool:
+    """Whether two generated texts name the same record: the same words up to the first number
+    and the same number ("Probe 83 is installed in Osaka." / "Probe 83 is installed in Boston.",
+    "租户35的车停在西安停车场。" / "租户35的车停在苏州停车场。"). The generator may draw a label twice;
+    such a pair is one record whose value changed, which the counter-label rule supersedes on
+    purpose (the label names the subject)."""
+    ma, mb = _RE_FIRST_NUMBER.search(a), _RE_FIRST_NUMBER.search(b)
+    if ma is None or mb is None:
+        return False
+    # a leading number is followed by its label ("12号货架"): compare that too
+    end = ma.end() + (3 if ma.start() == 0 else 0)
+    return a[:end] == b[: mb.end() + (end - ma.end())]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -110,8 +137,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{args.memories} memories, seed {args.seed}, ENGRAM_CONTRADICTIONS={report['contradictions']}, "
         f"{report['seconds']} s, {report['at']}.",
         "",
-        f"- wrongly superseded (facts lost from search): **{report['superseded']}** "
-        f"({report['superseded'] / args.memories:.2%})",
+        f"- superseded: {report['superseded']} ({report['superseded'] / args.memories:.2%}), of which "
+        f"{report['same_record']} name the same record as the memory they supersede (a label drawn "
+        "twice: one record's value changed, superseded on purpose)",
+        f"- wrongly superseded (facts lost from search): **{report['superseded'] - report['same_record']}** "
+        f"({(report['superseded'] - report['same_record']) / args.memories:.2%})",
         f"- listed as conflicts, not superseded: {report['reported_not_superseded']}",
         "",
         "Examples (superseded | by | basis | similarity):",
@@ -119,7 +149,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         *[f"- {e['superseded']} | {e['new']} | {e['basis']} | {e['similarity']}" for e in report["examples"]],
     ]
     (args.out / f"false_supersedes{suffix}.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    print(f"wrongly superseded: {report['superseded']}/{args.memories}")
+    wrong = report["superseded"] - report["same_record"]
+    print(f"superseded: {report['superseded']}/{args.memories}; wrongly (another record): {wrong}")
     return 0
 
 

@@ -387,7 +387,9 @@ def _dated_earlier(existing: str, new: str) -> str | None:
 
 
 _RE_ZH_AFTER_CUE = re.compile(r"^[了过]?([\u3400-\u4dbf\u4e00-\u9fff]{1,8}?)(?:[了的，。,.；;！!]|$)")
-_RE_EN_AFTER_CUE = re.compile(r"^\s+(?:the\s+|a\s+|an\s+)?([A-Za-z][\w-]*(?:\s+[A-Z][\w-]*)*)")
+_RE_EN_AFTER_CUE = re.compile(
+    r"^\s+(?:the\s+|a\s+|an\s+)?([A-Za-z][\w-]*(?:\s+[A-Z][\w-]*)*(?:\s+\d[\d:.,]*\d|\s+\d)?)"
+)
 
 
 #: Chinese change statements that lead to no new value ("no longer", "replaces").
@@ -414,7 +416,9 @@ def _destination_stated(existing: str, new: str, cue: Cue) -> bool:
     target = m[1].strip().casefold()
     if not target or target in EN_FUNCTION_WORDS or target.isdigit():
         return False
-    return target in existing.casefold()
+    if chinese:
+        return target in existing.casefold()
+    return re.search(rf"(?<!\w){re.escape(target)}(?!\w)", existing.casefold()) is not None
 
 
 def judge(

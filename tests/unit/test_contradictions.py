@@ -240,6 +240,7 @@ def test_a_change_statement_older_than_or_agreeing_with_the_stored_memory_replac
     ("a", "b"),
     [
         ("Ana moved to Berlin in 2019.", "Ana moved to Lisbon in 2023."),  # a later move
+        ("The launch is scheduled for May 10.", "The launch was rescheduled to May 1."),
         ("张涛2017年搬到了郑州。", "张涛2017年搬到了北京。"),  # the same year: a correction
         ("谢娟住在上海。", "谢娟搬到了北京。"),
         ("The rent is 2400 dollars a month.", "The rent changed to 2600 dollars a month."),

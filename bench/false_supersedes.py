@@ -107,20 +107,24 @@ async def write_all(address: str, texts: Sequence[str], collection: str, batch: 
 
 
 _RE_FIRST_NUMBER = re.compile(r"\d+")
+#: The label nouns of :data:`LABELLED` (before the number) and the one label written after it.
+_LABEL_WORDS = frozenset(
+    ("writer", "Locker", "Shelf", "Agent", "Tenant", "Probe", "Volunteer", "作者", "员工", "租户")
+)
 
 
 def same_record(a: str, b: str) -> bool:
-    """Whether two generated texts name the same record: the same words up to the first number
-    and the same number ("Probe 83 is installed in Osaka." / "Probe 83 is installed in Boston.",
-    "租户35的车停在西安停车场。" / "租户35的车停在苏州停车场。"). The generator may draw a label twice;
-    such a pair is one record whose value changed, which the counter-label rule supersedes on
-    purpose (the label names the subject)."""
+    """Whether two generated texts of a :data:`LABELLED` template name the same record: the same
+    label noun and number ("Probe 83 is installed in Osaka." / "Probe 83 is installed in Boston.",
+    "租户35的车停在西安停车场。" / "租户35的车停在苏州停车场。", "12号货架…"). The generator may draw a
+    label twice; such a pair is one record whose value changed, which the counter-label rule
+    supersedes on purpose (the label names the subject)."""
     ma, mb = _RE_FIRST_NUMBER.search(a), _RE_FIRST_NUMBER.search(b)
     if ma is None or mb is None:
         return False
-    # a leading number is followed by its label ("12号货架"): compare that too
-    end = ma.end() + (3 if ma.start() == 0 else 0)
-    return a[:end] == b[: mb.end() + (end - ma.end())]
+    if ma.start() == 0:  # "12号货架存放键盘。"
+        return a[ma.end() :].startswith("号货架") and a[: ma.end() + 3] == b[: mb.end() + 3]
+    return a[: ma.start()].strip() in _LABEL_WORDS and a[: ma.end()] == b[: mb.end()]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

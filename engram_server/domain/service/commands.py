@@ -56,6 +56,9 @@ class Policy:
     #: calibrated similarity up (chosen on the tune half of ``eval/pairs/cross_script.jsonl``).
     gate_translations: bool = True
     translation_floor: float = 0.45
+    #: The write gate also asks the store for this many nearest memories in the other script
+    #: (0: none), so a translation is found among many memories in the new one's language.
+    translation_candidates: int = 4
     locate_min_threshold: float = 0.85
     #: UpdateMemory located by a question (:func:`engram_server.domain.text.reads_as_question`): the
     #: question is embedded as a search query and read on the relevance scale (with the cross-script

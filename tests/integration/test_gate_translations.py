@@ -28,7 +28,7 @@ async def test_a_chinese_translation_of_an_english_memory_is_a_duplicate(stub: S
     assert again.outcome == s.ADD_OUTCOME_DUPLICATE
     assert again.memory.id == first.memory.id
     assert again.gate_reason == "translation"
-    assert 0.45 <= again.duplicate_similarity < 0.92  # the similarity alone would have written it
+    assert 0.35 <= again.duplicate_similarity < 0.92  # the similarity alone would have written it
     assert await count(stub) == 1
 
 

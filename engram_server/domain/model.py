@@ -231,6 +231,7 @@ class StoreFilter:
     agent_ids: tuple[str, ...] = ()  # only memories written by one of these agents
     updated_after: float | None = None  # updated_at >= updated_after
     with_trigger: bool = False  # only memories carrying a trigger:<action> tag
+    scripts: tuple[str, ...] = ()  # only memories whose script tag is one of these (payload "script")
 
 
 @dataclass(frozen=True, slots=True)

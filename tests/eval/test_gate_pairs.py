@@ -19,10 +19,13 @@ def test_pair_sets_are_large_bilingual_and_split() -> None:
         assert all(p["a"] != p["b"] and p["reason"] for p in pairs)
         splits = Counter(p["split"] for p in pairs)
         assert splits["tune"] >= 20 and splits["report"] >= 20
-    assert {p["lang"] for p in different} >= {"en", "zh"}
+    assert {p["lang"] for p in different} >= {"en", "zh", "en>zh", "zh>en"}
     assert {p["lang"] for p in restated} >= {"en", "zh", "en>zh", "zh>en"}
     kinds = {p["subclass"] for p in different}
-    assert kinds >= {"number", "identifier", "date", "time", "amount", "name", "negation"}
+    assert kinds >= {"number", "identifier", "date", "time", "amount", "name", "negation", "role_swap"}
+    # translations with one thing changed, both directions: the translation gate must refuse none
+    bilingual = Counter(p["subclass"] for p in different if ">" in p["lang"])
+    assert all(bilingual[k] >= 2 for k in ("number", "date", "name", "negation", "role_swap"))
 
 
 def test_summary_counts_outcomes_per_group() -> None:

@@ -250,6 +250,7 @@ def reference_match(r: MemoryRecord, f: StoreFilter) -> bool:
         f.expired_at is None or r.valid_until <= f.expired_at,
         f.request_id is None or r.request_id == f.request_id,
         not f.request_ids or r.request_id in f.request_ids,
+        not f.scripts or script_tag(r.content) in f.scripts,
         f.include_drafts or not r.draft,
         not f.unreflected or r.reflected_at is None,
         # the trash: left out unless asked for; only_trashed / trashed_before keep only it
@@ -269,7 +270,7 @@ def dataset(rng: np.random.Generator) -> list[MemoryRecord]:
         tags = tuple(t for t in tag_pool if rng.random() < 0.35)
         recs.append(
             record(
-                content=f"m{i}",
+                content=(f"记忆{i}", f"memory {i}", f"记忆 {i} memory")[i % 3],  # cjk, latin, cjk+latin
                 type=types[i % 4],
                 importance=int(i % 10) + 1,
                 tags=tags,
@@ -333,6 +334,8 @@ FILTERS: list[StoreFilter] = [
     StoreFilter(trashed_before=2000.0),
     StoreFilter(only_trashed=True, live_at=2150.0, min_importance=3),
     StoreFilter(expired_at=2150.0, include_history=True, include_trashed=True),
+    StoreFilter(scripts=("latin", "latin+cjk")),
+    StoreFilter(scripts=("cjk", "cjk+latin"), live_at=2100.0),
 ]
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from engram_server.domain.crosslingual import translation_of, translation_pair
+from engram_server.domain.crosslingual import negation_readings, translation_of, translation_pair
 
 PAIRS = Path(__file__).resolve().parents[2] / "eval" / "pairs" / "cross_script.jsonl"
 
@@ -106,3 +106,53 @@ def test_the_question_form_matches_nothing_across_scripts() -> None:
         frozenset(),
         frozenset(),
     )
+
+
+# The classes issue 26 adds, each on sentences of its own (none is a pair of eval/pairs).
+CLASS_TRANSLATIONS = [
+    ("用户喜欢爵士乐。", "The user prefers jazz.", "synonym through CEDICT co-glosses (prefer ~ like)"),
+    ("用户有两辆汽车。", "The user has two cars.", "measure word 辆, 有 = has"),
+    ("李娜的儿子五岁。", "Li Na's son is five years old.", "measure word 岁 = years old"),
+    ("用户拥有一家咖啡店。", "The user owns a coffee shop.", "measure word 家"),
+    ("商店周日不开门。", "The shop is closed on Sundays.", "closed = not open"),
+    ("用户不喜欢咖啡。", "The user dislikes coffee.", "dislikes = not likes"),
+    ("用户组织了会议。", "The user organised the meeting.", "British spelling"),
+    ("用户每天看书。", "The user reads books every day.", "a character's gloss (看书: 书 book)"),
+]
+
+CLASS_CHANGED = [
+    ("商店周日开门。", "The shop is closed on Sundays.", "open vs closed"),
+    ("用户喜欢咖啡。", "The user dislikes coffee.", "likes vs dislikes"),
+    ("用户不喜欢咖啡。", "The user likes coffee.", "dislikes vs likes"),
+    ("用户有三辆汽车。", "The user has two cars.", "number with a measure word"),
+    ("李娜的女儿五岁。", "Li Na's son is five years old.", "daughter vs son"),
+    ("用户喜欢茶。", "The user prefers coffee.", "synonym, another drink"),
+    ("用户每天看电视。", "The user reads books every day.", "another activity"),
+    ("用户组织了会议。", "The user cancelled the meeting.", "another verb"),
+]
+
+
+@pytest.mark.parametrize(("zh", "en", "what"), CLASS_TRANSLATIONS)
+def test_a_translation_of_each_class_passes(zh: str, en: str, what: str) -> None:
+    assert translation_pair(zh, en), what
+    assert translation_pair(en, zh), what
+
+
+@pytest.mark.parametrize(("zh", "en", "what"), CLASS_CHANGED)
+def test_a_changed_translation_of_each_class_never_passes(zh: str, en: str, what: str) -> None:
+    assert not translation_pair(zh, en), what
+
+
+def test_a_word_that_negates_is_also_read_as_not_and_the_word() -> None:
+    assert negation_readings("The shop is closed.") == ["The shop is closed.", "The shop is not open."]
+    assert negation_readings("Zhang Wei dislikes tea.")[1] == "Zhang Wei not likes tea."
+    assert negation_readings("The room is unavailable.")[1] == "The room is not available."
+    assert negation_readings("The user likes tea.") == ["The user likes tea."]
+
+
+def test_no_bilingual_different_fact_of_the_gate_pairs_passes() -> None:
+    pairs = PAIRS.parent / "different_facts.jsonl"
+    rows = [json.loads(line) for line in pairs.read_text(encoding="utf-8").splitlines() if line.strip()]
+    bilingual = [r for r in rows if ">" in r["lang"]]
+    assert len(bilingual) >= 12
+    assert [r["id"] for r in bilingual if translation_pair(r["a"], r["b"])] == []

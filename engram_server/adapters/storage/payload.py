@@ -110,6 +110,8 @@ PAYLOAD_INDEXES: Final[Mapping[str, IndexKind]] = {
     "agent_id": "keyword",
     "updated_at": "float",
     "has_trigger": "keyword",
+    # The write gate's second query: the nearest memories in the other script (translations).
+    "script": "keyword",
 }
 
 #: The fields ``Store.top`` may order by (they have range indexes).
@@ -645,6 +647,8 @@ def filter_plan(flt: StoreFilter) -> FilterPlan:
         must.append(MatchAny("agent_id", tuple(flt.agent_ids)))
     if flt.with_trigger:
         must.append(MatchValue("has_trigger", "true"))
+    if flt.scripts:
+        must.append(MatchAny("script", tuple(flt.scripts)))
     if flt.updated_after is not None:
         must.append(Range("updated_at", gte=float(flt.updated_after)))
     if flt.request_id is not None:

@@ -226,7 +226,12 @@ class Porting(Writing):
                 )
                 now = self._clock.now()
                 hits = (
-                    await self._gate_hits(name, np.stack([v for _, v, _ in fresh_items]), now)
+                    await self._gate_hits(
+                        name,
+                        np.stack([v for _, v, _ in fresh_items]),
+                        now,
+                        [it.record.content for it, _, _ in fresh_items],
+                    )
                     if fresh_items
                     else []
                 )

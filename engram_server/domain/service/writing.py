@@ -41,6 +41,7 @@ from engram_server.domain.service.commands import (
 from engram_server.domain.service.core import _query_span, _tracer, stored_point
 from engram_server.domain.service.superseding import Superseding
 from engram_server.domain.specifics import Conflict, conflicts, same_words
+from engram_server.domain.text import script_of
 from engram_server.domain.ttl import compute_valid_until
 from engram_server.domain.validation import (
     Violations,
@@ -53,6 +54,8 @@ from engram_server.domain.validation import (
 )
 
 _meter = metrics.get_meter("engram_server.domain")
+#: The script tags (payload "script") the write gate's second query asks for, by the new text's script.
+_OTHER_SCRIPT: dict[str, tuple[str, ...]] = {"cjk": ("latin", "latin+cjk"), "latin": ("cjk", "cjk+latin")}
 _gate_outcomes = _meter.create_counter(
     "engram.gate.outcomes",
     unit="{memory}",
@@ -210,7 +213,9 @@ class Writing(Superseding):
             # the earlier uses of its request_ids, then the gate's query for every other item.
             used = await self._used_request_ids(collection, [item.cmd.request_id for item in items])
             fresh = [i for i, item in enumerate(items) if item.cmd.request_id not in used]
-            stored = await self._gate_hits(collection, vectors[fresh], now)
+            stored = await self._gate_hits(
+                collection, vectors[fresh], now, [items[i].cmd.content for i in fresh]
+            )
             gate_hits = dict(zip(fresh, stored, strict=True))
             results: list[AddResult] = []
             new: dict[str, tuple[int, MemoryRecord, Vector]] = {}  # id -> (item index, ...), in order
@@ -331,15 +336,36 @@ class Writing(Superseding):
             agent_id=cmd.agent_id or None,
         )
 
-    async def _gate_hits(self, collection: str, vectors: Vector, now: float) -> list[list[ScoredPoint]]:
+    async def _gate_hits(
+        self, collection: str, vectors: Vector, now: float, contents: Sequence[str] = ()
+    ) -> list[list[ScoredPoint]]:
         """The write gate's storage query for each row of ``vectors``: the nearest live memories
-        (one round trip for a whole batch)."""
+        (one round trip for a whole batch).
+
+        With ``contents`` (the texts of the rows) and translations gated, also the nearest live
+        memories in the other script (one more round trip per script): in a large collection the
+        memories in the same language crowd a translation out of the nearest ``gate_candidates``.
+        """
         if not len(vectors):
             return []
         limit = self.policy.gate_candidates
         with _query_span(collection, limit, lexical=False) as span:
             span.set_attribute("db.operation.batch.size", len(vectors))
             hits = await self._store.search_batch(collection, vectors, limit, StoreFilter(live_at=now))
+            if contents and self.policy.gate_translations and self.policy.translation_candidates:
+                by_script: dict[str, list[int]] = {}
+                for i, text in enumerate(contents):
+                    script = script_of(text)
+                    if script in _OTHER_SCRIPT:
+                        by_script.setdefault(script, []).append(i)
+                for script, rows in by_script.items():
+                    flt = StoreFilter(live_at=now, scripts=_OTHER_SCRIPT[script])
+                    extra = await self._store.search_batch(
+                        collection, vectors[rows], self.policy.translation_candidates, flt
+                    )
+                    for i, found in zip(rows, extra, strict=True):
+                        seen = {h.record.id for h in hits[i]}
+                        hits[i] = [*hits[i], *(h for h in found if h.record.id not in seen)]
             span.set_attribute("db.response.returned_rows", sum(len(h) for h in hits))
             return hits
 

@@ -76,6 +76,7 @@ from engram_server.adapters.storage.payload import (
     validate_collection_name,
     validate_state_key,
 )
+from engram_server.adapters.storage.qdrant_cues import CUE_FIELD, CueMemo, cue_payload, stored_cue
 from engram_server.domain.errors import CollectionNotFound, EngramError, InvalidArgument, StorageUnavailable
 from engram_server.domain.model import (
     BackupStats,
@@ -89,6 +90,7 @@ from engram_server.domain.model import (
     Vector,
     cosine,
 )
+from engram_server.domain.ranking import RescoreCue, rescore_cue
 
 __all__ = ["ACORN_MAX_SELECTIVITY", "HNSW_LINKED_INDEXES", "QUANTIZED_OVERSAMPLING", "QdrantStore"]
 
@@ -203,6 +205,8 @@ class QdrantStore:
         #: Names (without the prefix) of collections that are not Engram's (no spec metadata).
         self._foreign: set[str] = set()
         self._specs_read_at = -math.inf  # time.monotonic() of the last full read of the specs
+        #: The rescoring cues the latest candidate queries returned (``rescore_cues``).
+        self._cues = CueMemo()
 
     # ------------------------------------------------------------------ plumbing
 
@@ -424,6 +428,7 @@ class QdrantStore:
         result = await self._call("count", lambda: self._c.count(qname, exact=True), collection=name)
         await self._call("drop collection", lambda: self._c.delete_collection(qname), collection=name)
         self._specs.pop(name, None)
+        self._cues.forget(name)
         return int(result.count)
 
     # ------------------------------------------------------------------ points
@@ -437,7 +442,7 @@ class QdrantStore:
             models.PointStruct(
                 id=point_id(p.record.id),
                 vector=_qdrant_vector(spec, p, vec),
-                payload=record_to_payload(p.record),
+                payload=record_to_payload(p.record) | {CUE_FIELD: cue_payload(p.record.content)},
             )
             for p, vec in zip(points, vectors, strict=True)
         ]
@@ -566,7 +571,7 @@ class QdrantStore:
         if limit <= 0:
             return out.build()
         query: list[float] = vector.reshape(-1).tolist()
-        fields = list(CANDIDATE_FIELDS)
+        fields = [*CANDIDATE_FIELDS, CUE_FIELD]  # the cues: rescore_cues reads no record after
         qname = self._qname(collection)
         query_filter = _qdrant_filter(filter_plan(flt))
         requests = [
@@ -594,15 +599,51 @@ class QdrantStore:
         responses = await self._call(
             "search", lambda: self._c.query_batch_points(qname, requests=requests), collection=collection
         )
+        memo = self._cues
         for h in responses[0].points:
             out.add(h.id, h.payload, h.score, vector=h.vector)
+            memo.put(collection, str(h.id), h.payload)
         if lexical:
             for h in responses[1].points:
                 if h.score <= 0 or out.set_lexical(str(h.id), h.score):
                     continue
                 vec = as_vector(h.vector)
                 out.add(h.id, h.payload, cosine(vec, vector), lexical=h.score, vector=vec)
+                memo.put(collection, str(h.id), h.payload)
         return out.build()
+
+    async def rescore_cues(self, collection: str, ids: Sequence[str]) -> dict[str, tuple[RescoreCue, float]]:
+        """By id, the rescoring cue and ``created_at`` of each point (``RescoreCueSource``): as the
+        candidate query that found it returned them (its ``rescore_cue`` payload field, see
+        :mod:`engram_server.adapters.storage.qdrant_cues`), without a read. The ids the memo does
+        not hold (points written before the field, or pushed out) are read in one ``retrieve``:
+        the stored cue when there is one, else the cue of the text. Missing ids are skipped."""
+        out: dict[str, tuple[RescoreCue, float]] = {}
+        missing: list[str] = []
+        for pid in ids:
+            kept = self._cues.get(collection, pid)
+            if kept is None:
+                missing.append(pid)
+            else:
+                out[pid] = kept
+        wanted: list[models.ExtendedPointId] = list(canonical_ids(missing))
+        if not wanted:
+            return out
+        qname = self._qname(collection)
+        found = await self._call(
+            "retrieve",
+            lambda: self._c.retrieve(
+                qname, ids=wanted, with_payload=[CUE_FIELD, "created_at", "content"], with_vectors=False
+            ),
+            collection=collection,
+        )
+        for r in found:
+            payload = r.payload or {}
+            cue = stored_cue(payload)
+            if cue is None:  # written before the field: the cue of its text, as before
+                cue = rescore_cue(str(payload.get("content") or ""))
+            out[str(r.id)] = (cue, float(payload.get("created_at") or 0.0))
+        return out
 
     async def scroll(
         self, collection: str, flt: StoreFilter, limit: int, offset: str | None = None
@@ -927,6 +968,9 @@ class QdrantStore:
             collection=collection,
         )
         existing = {str(r.id) for r in found}
+        for payload in encoded.values():
+            if "content" in payload:  # the cue follows the text
+                payload[CUE_FIELD] = cue_payload(str(payload["content"] or ""))
         ops: list[models.UpdateOperation] = [
             models.SetPayloadOperation(set_payload=models.SetPayload(payload=payload, points=[pid]))
             for pid, payload in encoded.items()

@@ -32,6 +32,7 @@ import contextlib
 import fcntl
 import functools
 import json
+import logging
 import math
 import os
 import random
@@ -120,6 +121,8 @@ SPEC_REFRESH_SECONDS = 5.0
 
 T = TypeVar("T")
 
+log = logging.getLogger(__name__)
+
 _META_KEY = "engram"
 
 
@@ -135,6 +138,13 @@ def _index_schema(field_name: str, kind: str) -> models.PayloadSchemaParams:
             type=models.IntegerIndexType.INTEGER, lookup=True, range=True, enable_hnsw=hnsw
         )
     raise ValueError(f"unknown payload index kind {kind!r}")
+
+
+def _hnsw_linked(index: models.PayloadIndexInfo) -> bool:
+    """Whether the engine builds HNSW links for a payload index: ``enable_hnsw``, true unless
+    set false (an index created by type alone reports no params and is linked)."""
+    enabled = getattr(index.params, "enable_hnsw", None)
+    return enabled is not False
 
 
 class QdrantStore:
@@ -289,7 +299,10 @@ class QdrantStore:
             raise StorageUnavailable(f"cannot open {self._describe()}: {exc}") from exc
         self._client = client
         try:
-            await self.list_collections()  # a real round trip: fail now, not on first use
+            specs = await self.list_collections()  # a real round trip: fail now, not on first use
+            if not self._local:
+                for spec in specs:
+                    await self.reconcile_indexes(spec.name)
         except BaseException:
             self._client = None
             await client.close()
@@ -358,6 +371,41 @@ class QdrantStore:
             ),
             collection=name,
         )
+
+    async def reconcile_indexes(self, name: str) -> list[str]:
+        """Bring collection ``name``'s payload indexes to what this release creates; the fields
+        changed, in order. Run for every Engram collection when the store opens on a server.
+
+        A collection created by an older Engram has every payload index HNSW-linked (they were
+        created by type alone, and the engine links by default): each index whose ``enable_hnsw``
+        differs from ``HNSW_LINKED_INDEXES`` is created again with this release's parameters, which
+        the engine applies to the existing index in place (the points stay; filtered searches keep
+        working meanwhile). A missing index is created. Idempotent: a collection already in step
+        costs one ``get_collection`` and changes nothing. Each change is logged."""
+        qname = self._qname(name)
+        info = await self._call("get collection", lambda: self._c.get_collection(qname), collection=name)
+        schema = info.payload_schema or {}
+        changed: list[str] = []
+        for field_name, kind in PAYLOAD_INDEXES.items():
+            want = field_name in HNSW_LINKED_INDEXES
+            index = schema.get(field_name)
+            if index is None:
+                was = "missing"
+            else:
+                linked = _hnsw_linked(index)
+                if linked == want:
+                    continue
+                was = f"enable_hnsw={str(linked).lower()}"
+            await self._create_index(name, field_name, _index_schema(field_name, kind))
+            log.info(
+                "Qdrant collection %s: payload index %r re-created (%s -> enable_hnsw=%s)",
+                qname,
+                field_name,
+                was,
+                str(want).lower(),
+            )
+            changed.append(field_name)
+        return changed
 
     async def get_collection(self, name: str) -> CollectionSpec | None:
         cached = self._specs.get(name)

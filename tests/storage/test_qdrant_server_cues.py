@@ -6,7 +6,7 @@ A live Engram server on the session's real Qdrant node (``qdrant_server``: skips
 binary), a real gRPC channel, the real local model, a manual clock. Chat turns (a LoCoMo
 conversation when the data is on this machine, and the small built-in chat always) are searched
 three ways: with the stored cues, from the texts read (the service's own fallback), and after the
-cue field is removed from every point (what an older release wrote). The answers (ids, order,
+cue fields are removed from every point (what an older release wrote). The answers (ids, order,
 every score field) must be equal; the Qdrant reads per search are counted on the client.
 """
 
@@ -24,9 +24,10 @@ from qdrant_client import models
 from engram_client.proto.engram.v1 import memory_service_pb2 as s
 from engram_client.proto.engram.v1 import memory_service_pb2_grpc
 from engram_server.adapters.storage.qdrant import QdrantStore
-from engram_server.adapters.storage.qdrant_cues import CUE_FIELD, cue_payload
+from engram_server.adapters.storage.qdrant_cues import CUE_FIELDS, stored_cue
 from engram_server.app import EngramServer
 from engram_server.domain.clock import ManualClock
+from engram_server.domain.ranking import RescoreCue, rescore_cue
 from engram_server.testing import running_server
 from tests.integration.test_rescore_cues import CHAT, COLLECTION, LOCOMO, QUERIES, _add, _answer, _locomo
 from tests.support.qdrant import QdrantNode
@@ -108,20 +109,21 @@ async def live(
 
 
 async def _strip_cues(store: QdrantStore) -> None:
-    """Make every point look written by an older release: no cue field."""
+    """Make every point look written by an older release: no cue fields."""
     await store._c.delete_payload(
         store._qname(COLLECTION),
-        keys=[CUE_FIELD],
+        keys=list(CUE_FIELDS),
         points=models.FilterSelector(filter=models.Filter()),
         wait=True,
     )
 
 
-async def _stored_cues(store: QdrantStore) -> dict[str, tuple[str, Any]]:
+async def _stored_cues(store: QdrantStore) -> dict[str, tuple[str, RescoreCue | None]]:
+    """By id, each point's text and the cue its payload keeps."""
     records, _ = await store._c.scroll(
-        store._qname(COLLECTION), limit=10_000, with_payload=["content", CUE_FIELD]
+        store._qname(COLLECTION), limit=10_000, with_payload=["content", *CUE_FIELDS]
     )
-    return {str(r.id): (str((r.payload or {})["content"]), (r.payload or {}).get(CUE_FIELD)) for r in records}
+    return {str(r.id): (str((r.payload or {})["content"]), stored_cue(r.payload)) for r in records}
 
 
 async def _three_ways(
@@ -147,7 +149,7 @@ async def test_server_search_rescores_from_stored_cues_with_one_read_less(
     store = server.store
     assert isinstance(store, QdrantStore)
     for text, cue in (await _stored_cues(store)).values():
-        assert cue == cue_payload(text), text  # written with each point
+        assert cue == rescore_cue(text), text  # written with each point
     limit = 5
     answers, cue_reads, legacy_reads = await _three_ways(server, stub, QUERIES, limit)
     assert all(len(a) == limit for a in answers)
@@ -175,8 +177,8 @@ async def test_an_updated_text_gets_its_new_cue(live: tuple[EngramServer, Stub],
     stored = await _stored_cues(store)
     assert new in {text for text, _ in stored.values()}
     for text, cue in stored.values():
-        assert cue == cue_payload(text), text
-    assert stored[told][1] == {"label": None, "questions": 0.5}
+        assert cue == rescore_cue(text), text
+    assert stored[told][1] == RescoreCue(None, 0.5)  # (the label "Ann" it had is cleared)
     clock.advance(3600.0)
     reads = _Reads(store)
     answers, counts = await _run(stub, reads, QUERIES, 5)

@@ -77,7 +77,7 @@ from engram_server.adapters.storage.payload import (
     validate_collection_name,
     validate_state_key,
 )
-from engram_server.adapters.storage.qdrant_cues import CUE_FIELD, CueMemo, cue_payload, stored_cue
+from engram_server.adapters.storage.qdrant_cues import CUE_FIELDS, CueMemo, cue_payload, stored_cue
 from engram_server.domain.errors import CollectionNotFound, EngramError, InvalidArgument, StorageUnavailable
 from engram_server.domain.model import (
     BackupStats,
@@ -490,7 +490,7 @@ class QdrantStore:
             models.PointStruct(
                 id=point_id(p.record.id),
                 vector=_qdrant_vector(spec, p, vec),
-                payload=record_to_payload(p.record) | {CUE_FIELD: cue_payload(p.record.content)},
+                payload=_with_cue(record_to_payload(p.record), p.record.content),
             )
             for p, vec in zip(points, vectors, strict=True)
         ]
@@ -619,7 +619,7 @@ class QdrantStore:
         if limit <= 0:
             return out.build()
         query: list[float] = vector.reshape(-1).tolist()
-        fields = [*CANDIDATE_FIELDS, CUE_FIELD]  # the cues: rescore_cues reads no record after
+        fields = [*CANDIDATE_FIELDS, *CUE_FIELDS]  # the cues: rescore_cues reads no record after
         qname = self._qname(collection)
         query_filter = _qdrant_filter(filter_plan(flt))
         requests = [
@@ -662,7 +662,7 @@ class QdrantStore:
 
     async def rescore_cues(self, collection: str, ids: Sequence[str]) -> dict[str, tuple[RescoreCue, float]]:
         """By id, the rescoring cue and ``created_at`` of each point (``RescoreCueSource``): as the
-        candidate query that found it returned them (its ``rescore_cue`` payload field, see
+        candidate query that found it returned them (its ``rescore_*`` payload fields, see
         :mod:`engram_server.adapters.storage.qdrant_cues`), without a read. The ids the memo does
         not hold (points written before the field, or pushed out) are read in one ``retrieve``:
         the stored cue when there is one, else the cue of the text. Missing ids are skipped."""
@@ -681,7 +681,7 @@ class QdrantStore:
         found = await self._call(
             "retrieve",
             lambda: self._c.retrieve(
-                qname, ids=wanted, with_payload=[CUE_FIELD, "created_at", "content"], with_vectors=False
+                qname, ids=wanted, with_payload=[*CUE_FIELDS, "created_at", "content"], with_vectors=False
             ),
             collection=collection,
         )
@@ -1018,7 +1018,7 @@ class QdrantStore:
         existing = {str(r.id) for r in found}
         for payload in encoded.values():
             if "content" in payload:  # the cue follows the text
-                payload[CUE_FIELD] = cue_payload(str(payload["content"] or ""))
+                payload.update(cue_payload(str(payload["content"] or "")))
         ops: list[models.UpdateOperation] = [
             models.SetPayloadOperation(set_payload=models.SetPayload(payload=payload, points=[pid]))
             for pid, payload in encoded.items()
@@ -1061,6 +1061,12 @@ class QdrantStore:
                 collection=collection,
             )
         return counters
+
+
+def _with_cue(payload: dict[str, Any], content: str) -> dict[str, Any]:
+    """A new point's payload with its rescoring cue fields (no label field when it has none)."""
+    payload.update((k, v) for k, v in cue_payload(content).items() if v is not None)
+    return payload
 
 
 def _prepare_backup_dir(dest: Path) -> None:

@@ -2,15 +2,17 @@
 
 A search rescores its best candidates from two cues of their text (the lead label and the share of
 question sentences, :class:`engram_server.domain.ranking.RescoreCue`). The server store writes both
-into the payload field ``rescore_cue`` when a point's text is written (``upsert``, or ``set_fields``
-of ``content``), and the search's own candidate query returns that field beside the ranking fields.
-What a query returned is remembered in a small bounded memo (:class:`CueMemo`), which
-``QdrantStore.rescore_cues`` answers from: a search reads no record to rescore.
+into payload fields (``rescore_questions``, ``rescore_label``) when a point's text is written
+(``upsert``, or ``set_fields`` of ``content``), and the search's own candidate query returns them
+beside the ranking fields. What a query returned is remembered in a small bounded memo
+(:class:`CueMemo`), which ``QdrantStore.rescore_cues`` answers from: a search reads no record to
+rescore. (Two flat fields, not one nested object: the client decodes every payload value of every
+candidate, and a nested object costs one more recursion per point.)
 
-Points written by a release without the field (no ``rescore_cue`` in their payload) are not
+Points written by a release without the fields (no ``rescore_questions`` in their payload) are not
 remembered; ``rescore_cues`` reads their text (one ``retrieve`` of those ids only) and computes the
-cue from it, as the search did before, so they rank identically. Rewriting such a point (an update)
-gives it the field.
+cue from it, as the search did before, so they rank identically. Rewriting such a point's text
+gives it the fields.
 """
 
 from __future__ import annotations
@@ -22,10 +24,14 @@ from typing import Any, Final
 
 from engram_server.domain.ranking import NO_CUE, RescoreCue, rescore_cue
 
-__all__ = ["CUE_FIELD", "CUE_MEMO_ENTRIES", "CueMemo", "cue_payload", "stored_cue"]
+__all__ = ["CUE_FIELDS", "CUE_MEMO_ENTRIES", "CueMemo", "cue_payload", "stored_cue"]
 
-#: The payload field holding a point's rescoring cue: ``{"label": str | None, "questions": float}``.
-CUE_FIELD: Final = "rescore_cue"
+#: The share of the text's sentences that are questions; present on every point written with cues.
+QUESTIONS_FIELD: Final = "rescore_questions"
+#: The text's lead label (absent when it has none).
+LABEL_FIELD: Final = "rescore_label"
+#: The payload fields of a point's rescoring cue.
+CUE_FIELDS: Final = (QUESTIONS_FIELD, LABEL_FIELD)
 
 #: Points whose cue (and ``created_at``) the memo holds: a search asks for at most its
 #: ``rescore_depth`` best candidates (50) right after its candidate query, so this covers hundreds
@@ -34,18 +40,19 @@ CUE_MEMO_ENTRIES: Final = 16384
 
 
 def cue_payload(content: str) -> dict[str, Any]:
-    """The ``rescore_cue`` payload value of a text."""
+    """The cue payload fields of a text (a label of None clears a stored one)."""
     label, share = rescore_cue(content)
-    return {"label": label, "questions": float(share)}
+    return {QUESTIONS_FIELD: float(share), LABEL_FIELD: label}
 
 
 def stored_cue(payload: Mapping[str, Any] | None) -> RescoreCue | None:
-    """The cue kept in a payload; None when the point has none (written before the field)."""
-    value = (payload or {}).get(CUE_FIELD)
-    if not isinstance(value, Mapping):
+    """The cue kept in a payload; None when the point has none (written before the fields)."""
+    p = payload or {}
+    share = p.get(QUESTIONS_FIELD)
+    if share is None:
         return None
-    label = value.get("label")
-    share = float(value.get("questions") or 0.0)
+    share = float(share)
+    label = p.get(LABEL_FIELD)
     if label is None:
         return NO_CUE if share == 0.0 else RescoreCue(None, share)
     return RescoreCue(sys.intern(str(label)), share)

@@ -213,6 +213,50 @@ async def fill_node(args: argparse.Namespace, data: Path) -> int:
         client.close()
 
 
+def set_cues(args: argparse.Namespace, *, strip: bool) -> None:
+    """Remove the cue fields from every point of the node's collection (``strip``), or write them
+    back where they are missing (from each point's text)."""
+    from qdrant_client import QdrantClient, models  # noqa: PLC0415
+
+    from engram_server.adapters.storage.qdrant_cues import CUE_FIELDS, cue_payload  # noqa: PLC0415
+
+    client = QdrantClient(url=args.qdrant_url, grpc_port=args.qdrant_grpc_port, timeout=600)
+    qname = args.qdrant_prefix + DEFAULT_COLLECTION
+    try:
+        if strip:
+            client.delete_payload(
+                qname, keys=list(CUE_FIELDS), points=models.FilterSelector(filter=models.Filter()), wait=True
+            )
+            print("node: rescoring cue fields removed from every point", flush=True)
+            return
+        missing = models.Filter(
+            must=[models.IsEmptyCondition(is_empty=models.PayloadField(key=CUE_FIELDS[0]))]
+        )
+        offset: Any = None
+        written = 0
+        while True:
+            records, offset = client.scroll(
+                qname, scroll_filter=missing, limit=1000, offset=offset, with_payload=["content"]
+            )
+            ops: list[models.UpdateOperation] = [
+                models.SetPayloadOperation(
+                    set_payload=models.SetPayload(
+                        payload=cue_payload(str((r.payload or {}).get("content") or "")), points=[r.id]
+                    )
+                )
+                for r in records
+            ]
+            if ops:
+                client.batch_update_points(qname, update_operations=ops, wait=True)
+                written += len(ops)
+            if offset is None:
+                break
+        if written:
+            print(f"node: rescoring cue fields written back on {written} points", flush=True)
+    finally:
+        client.close()
+
+
 def node_round(client: Any, qname: str, reqs: list[list[Any]], conc: int) -> dict[str, float]:
     """The engine side of the server path: the store's batch sent to the node directly."""
     lat = []
@@ -314,6 +358,13 @@ async def main() -> None:
     ap.add_argument("--qdrant-grpc-port", type=int, default=6334)
     ap.add_argument("--qdrant-prefix", default="cpubench_", help="collection name prefix on the node")
     ap.add_argument("--qdrant-pid", type=int, help="the node's process id (adds its CPU per search)")
+    ap.add_argument(
+        "--strip-cues",
+        action="store_true",
+        help="remove the rescoring cue fields from the node's points first, as a release before them "
+        "wrote the points (each search then reads its best 50 candidates' texts to rescore); "
+        "written back by the next run without it",
+    )
     args = ap.parse_args()
     rng = random.Random(11)
     texts = [query_text(rng, 7_000_000 + i) for i in range(args.queries)]
@@ -326,6 +377,7 @@ async def main() -> None:
     if args.qdrant_url:
         trees.append(("qdrant", ROOT))
         await fill_node(args, args.data)
+        set_cues(args, strip=args.strip_cues)
     try:
         eng_dir = tmp / "engine"
         shutil.copytree(args.data, eng_dir)

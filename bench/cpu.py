@@ -43,7 +43,9 @@ BM25, the same limits, the store's search params, ids and scores only): p50 at c
 process, RPS with 32 threads. Engram's own CPU per search on the server path is the whole Engram
 process (the engine runs in the node's process, ``--qdrant-pid`` adds its CPU per search). The
 embedded server runs beside it on its copy of the data, so the table also gives the search p50 of
-both stores in one run.
+both stores in one run. ``--without-cues`` adds a second copy of the data on the node with the
+rescoring cue fields removed (points as a release before them wrote them: each search reads its
+best 50 candidates' texts to rescore) and a third Engram server on it.
 
     .venv/bin/python bench/cpu.py --data DIR --queries 200 --rounds 3 \
         --qdrant-url http://127.0.0.1:6333 --qdrant-grpc-port 6334 --qdrant-pid PID
@@ -140,7 +142,7 @@ def node_requests(vec: list[float], bm25: Bm25Encoder, text: str, params: Any) -
     ]
 
 
-async def fill_node(args: argparse.Namespace, data: Path) -> int:
+async def fill_node(args: argparse.Namespace, data: Path, prefix: str) -> int:
     """The data directory's default collection written into the Qdrant node (see the module
     docstring); returns its number of points. Reused when the node already holds as many."""
     from qdrant_client import QdrantClient, models  # noqa: PLC0415
@@ -150,10 +152,8 @@ async def fill_node(args: argparse.Namespace, data: Path) -> int:
     shard = qe.EdgeShard.load(str(data / "collections" / DEFAULT_COLLECTION / "shard"))
     n = int(shard.count(qe.CountRequest(exact=True)))
     client = QdrantClient(url=args.qdrant_url, grpc_port=args.qdrant_grpc_port, timeout=600)
-    qname = args.qdrant_prefix + DEFAULT_COLLECTION
-    store = QdrantStore(
-        args.qdrant_url, grpc_port=args.qdrant_grpc_port, prefix=args.qdrant_prefix, timeout=600
-    )
+    qname = prefix + DEFAULT_COLLECTION
+    store = QdrantStore(args.qdrant_url, grpc_port=args.qdrant_grpc_port, prefix=prefix, timeout=600)
     await store.open()
     try:
         if client.collection_exists(qname) and client.count(qname, exact=True).count == n:
@@ -213,7 +213,7 @@ async def fill_node(args: argparse.Namespace, data: Path) -> int:
         client.close()
 
 
-def set_cues(args: argparse.Namespace, *, strip: bool) -> None:
+def set_cues(args: argparse.Namespace, prefix: str, *, strip: bool) -> None:
     """Remove the cue fields from every point of the node's collection (``strip``), or write them
     back where they are missing (from each point's text)."""
     from qdrant_client import QdrantClient, models  # noqa: PLC0415
@@ -221,7 +221,7 @@ def set_cues(args: argparse.Namespace, *, strip: bool) -> None:
     from engram_server.adapters.storage.qdrant_cues import CUE_FIELDS, cue_payload  # noqa: PLC0415
 
     client = QdrantClient(url=args.qdrant_url, grpc_port=args.qdrant_grpc_port, timeout=600)
-    qname = args.qdrant_prefix + DEFAULT_COLLECTION
+    qname = prefix + DEFAULT_COLLECTION
     try:
         if strip:
             client.delete_payload(
@@ -359,11 +359,11 @@ async def main() -> None:
     ap.add_argument("--qdrant-prefix", default="cpubench_", help="collection name prefix on the node")
     ap.add_argument("--qdrant-pid", type=int, help="the node's process id (adds its CPU per search)")
     ap.add_argument(
-        "--strip-cues",
+        "--without-cues",
         action="store_true",
-        help="remove the rescoring cue fields from the node's points first, as a release before them "
-        "wrote the points (each search then reads its best 50 candidates' texts to rescore); "
-        "written back by the next run without it",
+        help="also a second copy of the data on the node without the rescoring cue fields (prefix + "
+        "'old_'), as a release before them wrote the points (each search reads its best 50 "
+        "candidates' texts to rescore), and a third Engram server on it: item 1's effect in one run",
     )
     args = ap.parse_args()
     rng = random.Random(11)
@@ -376,8 +376,12 @@ async def main() -> None:
     trees = [("baseline", args.baseline.resolve()), ("engram", ROOT)] if args.baseline else [("engram", ROOT)]
     if args.qdrant_url:
         trees.append(("qdrant", ROOT))
-        await fill_node(args, args.data)
-        set_cues(args, strip=args.strip_cues)
+        await fill_node(args, args.data, args.qdrant_prefix)
+        set_cues(args, args.qdrant_prefix, strip=False)
+        if args.without_cues:
+            trees.append(("qdrant-old", ROOT))
+            await fill_node(args, args.data, args.qdrant_prefix + "old_")
+            set_cues(args, args.qdrant_prefix + "old_", strip=True)
     try:
         eng_dir = tmp / "engine"
         shutil.copytree(args.data, eng_dir)
@@ -393,12 +397,12 @@ async def main() -> None:
                 "ENGRAM_NEAREST_LISTS": "0",
                 "ENGRAM_QUERY_CACHE_SIZE": str(max(4096, 2 * args.queries)),
             }
-            if label == "qdrant":
+            if label.startswith("qdrant"):
                 srv_dir.mkdir()
                 env |= {
                     "ENGRAM_QDRANT_URL": args.qdrant_url,
                     "ENGRAM_QDRANT_GRPC_PORT": str(args.qdrant_grpc_port),
-                    "ENGRAM_QDRANT_PREFIX": args.qdrant_prefix,
+                    "ENGRAM_QDRANT_PREFIX": args.qdrant_prefix + ("old_" if label == "qdrant-old" else ""),
                 }
             else:
                 shutil.copytree(args.data, srv_dir)
@@ -440,8 +444,9 @@ async def main() -> None:
             if node is not None:
                 engines["node"] = node_round(node, qname, node_reqs, args.concurrency)
             for label, _ in trees:
-                eng = engines["node" if label == "qdrant" else "edge"]
-                node_cpu = proc_cpu(args.qdrant_pid) if args.qdrant_pid and label == "qdrant" else None
+                on_node = label.startswith("qdrant")
+                eng = engines["node" if on_node else "edge"]
+                node_cpu = proc_cpu(args.qdrant_pid) if args.qdrant_pid and on_node else None
                 ram = await engram_round(addresses[label], texts, args.concurrency, threads[label])
                 row = {
                     "round": i,
@@ -490,6 +495,7 @@ async def main() -> None:
         ]
         names = {
             "qdrant": "engram on the Qdrant node",
+            "qdrant-old": "the same, points without cue fields",
             "engram": "engram (embedded)" if args.qdrant_url else "engram",
         }
         head = " | ".join(
@@ -519,7 +525,8 @@ async def main() -> None:
             table.append(
                 "| the node's CPU per search | "
                 + " | ".join(
-                    f"{med('node_cpu_ms', label):.2f} ms" if label == "qdrant" else "" for label in labels
+                    f"{med('node_cpu_ms', label):.2f} ms" if label.startswith("qdrant") else ""
+                    for label in labels
                 )
                 + " | |"
             )

@@ -213,6 +213,17 @@ async def fill_node(args: argparse.Namespace, data: Path, prefix: str) -> int:
         client.close()
 
 
+def wait_green(client: Any, qname: str) -> None:
+    """Until the node has finished optimizing the collection (rewritten points leave work)."""
+    from qdrant_client import models  # noqa: PLC0415
+
+    t = time.perf_counter()
+    time.sleep(2)
+    while client.get_collection(qname).status != models.CollectionStatus.GREEN:
+        time.sleep(2)
+    print(f"node: {qname} green again after {time.perf_counter() - t:.0f} s", flush=True)
+
+
 def set_cues(args: argparse.Namespace, prefix: str, *, strip: bool) -> None:
     """Remove the cue fields from every point of the node's collection (``strip``), or write them
     back where they are missing (from each point's text)."""
@@ -224,10 +235,15 @@ def set_cues(args: argparse.Namespace, prefix: str, *, strip: bool) -> None:
     qname = prefix + DEFAULT_COLLECTION
     try:
         if strip:
-            client.delete_payload(
-                qname, keys=list(CUE_FIELDS), points=models.FilterSelector(filter=models.Filter()), wait=True
+            having = models.Filter(
+                must_not=[models.IsEmptyCondition(is_empty=models.PayloadField(key=CUE_FIELDS[0]))]
             )
-            print("node: rescoring cue fields removed from every point", flush=True)
+            if client.count(qname, count_filter=having, exact=True).count:
+                client.delete_payload(
+                    qname, keys=list(CUE_FIELDS), points=models.FilterSelector(filter=having), wait=True
+                )
+                print("node: rescoring cue fields removed from every point", flush=True)
+                wait_green(client, qname)
             return
         missing = models.Filter(
             must=[models.IsEmptyCondition(is_empty=models.PayloadField(key=CUE_FIELDS[0]))]
@@ -253,6 +269,7 @@ def set_cues(args: argparse.Namespace, prefix: str, *, strip: bool) -> None:
                 break
         if written:
             print(f"node: rescoring cue fields written back on {written} points", flush=True)
+            wait_green(client, qname)
     finally:
         client.close()
 

@@ -378,8 +378,8 @@ async def main() -> None:
     ap.add_argument(
         "--without-cues",
         action="store_true",
-        help="also a second copy of the data on the node without the rescoring cue fields (prefix + "
-        "'old_'), as a release before them wrote the points (each search reads its best 50 "
+        help="also a second copy of the data on the node without the rescoring cue fields (prefix "
+        "'old_' + the prefix: not one the first server's prefix matches), as a release before them wrote the points (each search reads its best 50 "
         "candidates' texts to rescore), and a third Engram server on it: item 1's effect in one run",
     )
     args = ap.parse_args()
@@ -397,8 +397,8 @@ async def main() -> None:
         set_cues(args, args.qdrant_prefix, strip=False)
         if args.without_cues:
             trees.append(("qdrant-old", ROOT))
-            await fill_node(args, args.data, args.qdrant_prefix + "old_")
-            set_cues(args, args.qdrant_prefix + "old_", strip=True)
+            await fill_node(args, args.data, "old_" + args.qdrant_prefix)
+            set_cues(args, "old_" + args.qdrant_prefix, strip=True)
     try:
         eng_dir = tmp / "engine"
         shutil.copytree(args.data, eng_dir)
@@ -419,7 +419,7 @@ async def main() -> None:
                 env |= {
                     "ENGRAM_QDRANT_URL": args.qdrant_url,
                     "ENGRAM_QDRANT_GRPC_PORT": str(args.qdrant_grpc_port),
-                    "ENGRAM_QDRANT_PREFIX": args.qdrant_prefix + ("old_" if label == "qdrant-old" else ""),
+                    "ENGRAM_QDRANT_PREFIX": ("old_" if label == "qdrant-old" else "") + args.qdrant_prefix,
                 }
             else:
                 shutil.copytree(args.data, srv_dir)

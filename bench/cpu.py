@@ -379,8 +379,9 @@ async def main() -> None:
         "--without-cues",
         action="store_true",
         help="also a second copy of the data on the node without the rescoring cue fields (prefix "
-        "'old_' + the prefix: not one the first server's prefix matches), as a release before them wrote the points (each search reads its best 50 "
-        "candidates' texts to rescore), and a third Engram server on it: item 1's effect in one run",
+        "'old_' + the prefix: not one the first server's prefix matches), as a release before them "
+        "wrote the points (each search reads its best 50 candidates' texts to rescore), and a third "
+        "Engram server on it: item 1's effect in one run",
     )
     args = ap.parse_args()
     rng = random.Random(11)

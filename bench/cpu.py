@@ -32,6 +32,24 @@ DIR``) runs that revision's server too, on its own copy of the data; each round 
 engine, the baseline and this checkout in turn, and the table has a column for each (a
 before/after from one run, under the same load).
 
+``--qdrant-url URL`` (a Qdrant server node, e.g. ``http://127.0.0.1:6333``; gRPC on
+``--qdrant-grpc-port``) measures the server path too, in the same run. The data directory's
+points (vectors, BM25 vectors, payloads) are written into the node through ``QdrantStore.upsert``
+(collection ``--qdrant-prefix`` + ``default``, Engram's payload indexes, the node's indexing paused
+during the upload, then waited for until green; a collection already holding the same number of
+points is reused), and a second Engram server runs on it (``ENGRAM_QDRANT_URL``). Its engine side
+is the node queried directly over gRPC with the batch ``QdrantStore.candidates`` sends (dense +
+BM25, the same limits, the store's search params, ids and scores only): p50 at c = 1 from this
+process, RPS with 32 threads. Engram's own CPU per search on the server path is the whole Engram
+process (the engine runs in the node's process, ``--qdrant-pid`` adds its CPU per search). The
+embedded server runs beside it on its copy of the data, so the table also gives the search p50 of
+both stores in one run. ``--without-cues`` adds a second copy of the data on the node with the
+rescoring cue fields removed (points as a release before them wrote them: each search reads its
+best 50 candidates' texts to rescore) and a third Engram server on it.
+
+    .venv/bin/python bench/cpu.py --data DIR --queries 200 --rounds 3 \
+        --qdrant-url http://127.0.0.1:6333 --qdrant-grpc-port 6334 --qdrant-pid PID
+
 The three ratios the targets of issue #33 name are printed side by side with ``uptime``. The
 machine is shared: absolute figures move with load; compare ratios from one run.
 """
@@ -55,6 +73,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import numpy as np
 import qdrant_edge as qe
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -67,8 +86,9 @@ from engram_client.proto.engram.v1 import memory_service_pb2_grpc
 from engram_server.adapters.embedding.local import LocalE5Embedder
 from engram_server.adapters.lexical import Bm25Encoder
 from engram_server.adapters.storage.edge import DENSE_SEARCH_PARAMS
-from engram_server.adapters.storage.payload import LEXICAL_VECTOR
-from engram_server.domain.model import DEFAULT_COLLECTION
+from engram_server.adapters.storage.payload import LEXICAL_VECTOR, record_from_payload, spec_from_json
+from engram_server.adapters.storage.qdrant import QdrantStore
+from engram_server.domain.model import DEFAULT_COLLECTION, SparseVector, StoredPoint
 
 ROOT = Path(__file__).resolve().parent.parent
 LIMIT = 10
@@ -103,6 +123,175 @@ def engine_requests(vec: list[float], bm25: Bm25Encoder, text: str) -> qe.QueryB
             ),
         ]
     )
+
+
+def node_requests(vec: list[float], bm25: Bm25Encoder, text: str, params: Any) -> list[Any]:
+    """The batch ``QdrantStore.candidates`` sends a Qdrant node for a default search (ids only)."""
+    from qdrant_client import models  # noqa: PLC0415
+
+    sp = bm25.encode_query(text)
+    return [
+        models.QueryRequest(query=vec, limit=DENSE_N, with_payload=False, with_vector=False, params=params),
+        models.QueryRequest(
+            query=models.SparseVector(indices=list(sp.indices), values=list(sp.values)),
+            using=LEXICAL_VECTOR,
+            limit=SPARSE_N,
+            with_payload=False,
+            with_vector=False,
+        ),
+    ]
+
+
+async def fill_node(args: argparse.Namespace, data: Path, prefix: str) -> int:
+    """The data directory's default collection written into the Qdrant node (see the module
+    docstring); returns its number of points. Reused when the node already holds as many."""
+    from qdrant_client import QdrantClient, models  # noqa: PLC0415
+
+    spec_path = data / "collections" / DEFAULT_COLLECTION / "spec.json"
+    spec = spec_from_json(json.loads(spec_path.read_text()), where=str(spec_path))
+    shard = qe.EdgeShard.load(str(data / "collections" / DEFAULT_COLLECTION / "shard"))
+    n = int(shard.count(qe.CountRequest(exact=True)))
+    client = QdrantClient(url=args.qdrant_url, grpc_port=args.qdrant_grpc_port, timeout=600)
+    qname = prefix + DEFAULT_COLLECTION
+    store = QdrantStore(args.qdrant_url, grpc_port=args.qdrant_grpc_port, prefix=prefix, timeout=600)
+    await store.open()
+    try:
+        if client.collection_exists(qname) and client.count(qname, exact=True).count == n:
+            print(f"node: reusing {qname} ({n} points)", flush=True)
+            shard.close()
+            return n
+        await store.drop_collection(DEFAULT_COLLECTION)
+        await store.create_collection(spec)
+        threshold = client.get_collection(qname).config.optimizer_config.indexing_threshold
+        client.update_collection(qname, optimizers_config=models.OptimizersConfigDiff(indexing_threshold=0))
+        t = time.perf_counter()
+        gate = asyncio.Semaphore(4)
+        offset: Any = None
+        pending: list[asyncio.Task[None]] = []
+
+        async def write(points: list[StoredPoint]) -> None:
+            async with gate:
+                await store.upsert(DEFAULT_COLLECTION, points)
+
+        while True:
+            records, offset = shard.scroll(
+                qe.ScrollRequest(offset=offset, limit=1000, filter=None, with_payload=True, with_vector=True)
+            )
+            points = []
+            for r in records:
+                vec = r.vector or {}
+                sp = vec.get(LEXICAL_VECTOR) if isinstance(vec, dict) else None
+                dense = vec.get("") if isinstance(vec, dict) else vec
+                points.append(
+                    StoredPoint(
+                        record_from_payload(r.id, DEFAULT_COLLECTION, r.payload or {}),
+                        np.asarray(dense, dtype=np.float32),
+                        SparseVector(tuple(sp.indices), tuple(sp.values)) if sp is not None else None,
+                    )
+                )
+            await gate.acquire()  # (at most 4 batches built ahead of the node)
+            gate.release()
+            pending.append(asyncio.create_task(write(points)))
+            if offset is None:
+                break
+        await asyncio.gather(*pending)
+        shard.close()
+        print(f"node: {n} points written in {time.perf_counter() - t:.0f} s; indexing", flush=True)
+        t = time.perf_counter()
+        client.update_collection(
+            qname, optimizers_config=models.OptimizersConfigDiff(indexing_threshold=threshold or 10000)
+        )
+        while True:
+            info = client.get_collection(qname)
+            if info.status == models.CollectionStatus.GREEN and client.count(qname, exact=True).count == n:
+                break
+            await asyncio.sleep(2)
+        print(f"node: indexed in {time.perf_counter() - t:.0f} s", flush=True)
+        return n
+    finally:
+        await store.close()
+        client.close()
+
+
+def wait_green(client: Any, qname: str) -> None:
+    """Until the node has finished optimizing the collection (rewritten points leave work)."""
+    from qdrant_client import models  # noqa: PLC0415
+
+    t = time.perf_counter()
+    time.sleep(2)
+    while client.get_collection(qname).status != models.CollectionStatus.GREEN:
+        time.sleep(2)
+    print(f"node: {qname} green again after {time.perf_counter() - t:.0f} s", flush=True)
+
+
+def set_cues(args: argparse.Namespace, prefix: str, *, strip: bool) -> None:
+    """Remove the cue fields from every point of the node's collection (``strip``), or write them
+    back where they are missing (from each point's text)."""
+    from qdrant_client import QdrantClient, models  # noqa: PLC0415
+
+    from engram_server.adapters.storage.qdrant_cues import CUE_FIELDS, cue_payload  # noqa: PLC0415
+
+    client = QdrantClient(url=args.qdrant_url, grpc_port=args.qdrant_grpc_port, timeout=600)
+    qname = prefix + DEFAULT_COLLECTION
+    try:
+        if strip:
+            having = models.Filter(
+                must_not=[models.IsEmptyCondition(is_empty=models.PayloadField(key=CUE_FIELDS[0]))]
+            )
+            if client.count(qname, count_filter=having, exact=True).count:
+                client.delete_payload(
+                    qname, keys=list(CUE_FIELDS), points=models.FilterSelector(filter=having), wait=True
+                )
+                print("node: rescoring cue fields removed from every point", flush=True)
+                wait_green(client, qname)
+            return
+        missing = models.Filter(
+            must=[models.IsEmptyCondition(is_empty=models.PayloadField(key=CUE_FIELDS[0]))]
+        )
+        offset: Any = None
+        written = 0
+        while True:
+            records, offset = client.scroll(
+                qname, scroll_filter=missing, limit=1000, offset=offset, with_payload=["content"]
+            )
+            ops: list[models.UpdateOperation] = [
+                models.SetPayloadOperation(
+                    set_payload=models.SetPayload(
+                        payload=cue_payload(str((r.payload or {}).get("content") or "")), points=[r.id]
+                    )
+                )
+                for r in records
+            ]
+            if ops:
+                client.batch_update_points(qname, update_operations=ops, wait=True)
+                written += len(ops)
+            if offset is None:
+                break
+        if written:
+            print(f"node: rescoring cue fields written back on {written} points", flush=True)
+            wait_green(client, qname)
+    finally:
+        client.close()
+
+
+def node_round(client: Any, qname: str, reqs: list[list[Any]], conc: int) -> dict[str, float]:
+    """The engine side of the server path: the store's batch sent to the node directly."""
+    lat = []
+    for r in reqs:
+        t = time.perf_counter()
+        client.query_batch_points(qname, requests=r)
+        lat.append((time.perf_counter() - t) * 1000)
+    with ThreadPoolExecutor(conc) as ex:
+        t = time.perf_counter()
+        list(ex.map(lambda r: client.query_batch_points(qname, requests=r), reqs))
+        wall = time.perf_counter() - t
+    return {"p50_ms": p50(lat), "cpu_ms": 0.0, "rps": len(reqs) / wall}
+
+
+def proc_cpu(pid: int) -> float:
+    """CPU seconds a process has used so far (all its threads)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / float(os.sysconf("SC_CLK_TCK"))
 
 
 def start_server(env: dict[str, str], tree: Path = ROOT) -> subprocess.Popen[bytes]:
@@ -178,21 +367,45 @@ async def main() -> None:
         "runs too, on its own copy of the data, and each round measures the engine, the baseline "
         "and this checkout in turn (a before/after in one run)",
     )
+    ap.add_argument(
+        "--qdrant-url",
+        help="a Qdrant server node (http://host:6333): the data is written into it and an Engram "
+        "server on it is measured beside the embedded one, against the node queried directly",
+    )
+    ap.add_argument("--qdrant-grpc-port", type=int, default=6334)
+    ap.add_argument("--qdrant-prefix", default="cpubench_", help="collection name prefix on the node")
+    ap.add_argument("--qdrant-pid", type=int, help="the node's process id (adds its CPU per search)")
+    ap.add_argument(
+        "--without-cues",
+        action="store_true",
+        help="also a second copy of the data on the node without the rescoring cue fields (prefix "
+        "'old_' + the prefix: not one the first server's prefix matches), as a release before them "
+        "wrote the points (each search reads its best 50 candidates' texts to rescore), and a third "
+        "Engram server on it: item 1's effect in one run",
+    )
     args = ap.parse_args()
     rng = random.Random(11)
     texts = [query_text(rng, 7_000_000 + i) for i in range(args.queries)]
 
     tmp = Path(tempfile.mkdtemp(prefix="engram-cpu-"))
     procs: list[subprocess.Popen[bytes]] = []
-    # (label, source tree): the baseline first in each round, then this checkout
+    # (label, source tree, store): the baseline first in each round, then this checkout; with a
+    # node, this checkout on the node last
     trees = [("baseline", args.baseline.resolve()), ("engram", ROOT)] if args.baseline else [("engram", ROOT)]
+    if args.qdrant_url:
+        trees.append(("qdrant", ROOT))
+        await fill_node(args, args.data, args.qdrant_prefix)
+        set_cues(args, args.qdrant_prefix, strip=False)
+        if args.without_cues:
+            trees.append(("qdrant-old", ROOT))
+            await fill_node(args, args.data, "old_" + args.qdrant_prefix)
+            set_cues(args, "old_" + args.qdrant_prefix, strip=True)
     try:
         eng_dir = tmp / "engine"
         shutil.copytree(args.data, eng_dir)
         addresses: dict[str, str] = {}
         for label, tree in trees:
             srv_dir = tmp / f"server-{label}"
-            shutil.copytree(args.data, srv_dir)
             port = free_port()
             env = {
                 **os.environ,
@@ -202,6 +415,15 @@ async def main() -> None:
                 "ENGRAM_NEAREST_LISTS": "0",
                 "ENGRAM_QUERY_CACHE_SIZE": str(max(4096, 2 * args.queries)),
             }
+            if label.startswith("qdrant"):
+                srv_dir.mkdir()
+                env |= {
+                    "ENGRAM_QDRANT_URL": args.qdrant_url,
+                    "ENGRAM_QDRANT_GRPC_PORT": str(args.qdrant_grpc_port),
+                    "ENGRAM_QDRANT_PREFIX": ("old_" if label == "qdrant-old" else "") + args.qdrant_prefix,
+                }
+            else:
+                shutil.copytree(args.data, srv_dir)
             procs.append(start_server(env, tree))
             addresses[label] = f"127.0.0.1:{port}"
         embedder = LocalE5Embedder()
@@ -210,6 +432,20 @@ async def main() -> None:
         bm25 = Bm25Encoder()
         reqs = [engine_requests([float(x) for x in v], bm25, t) for v, t in zip(vecs, texts, strict=True)]
         shard = qe.EdgeShard.load(str(eng_dir / "collections" / DEFAULT_COLLECTION / "shard"))
+        node: Any = None
+        node_reqs: list[list[Any]] = []
+        qname = args.qdrant_prefix + DEFAULT_COLLECTION
+        if args.qdrant_url:
+            from qdrant_client import QdrantClient  # noqa: PLC0415
+
+            node = QdrantClient(
+                url=args.qdrant_url, grpc_port=args.qdrant_grpc_port, prefer_grpc=True, timeout=600
+            )
+            params = QdrantStore(args.qdrant_url)._search_params  # what the store sends
+            node_reqs = [
+                node_requests([float(x) for x in v], bm25, t, params)
+                for v, t in zip(vecs, texts, strict=True)
+            ]
         for address in addresses.values():
             with grpc.insecure_channel(address) as ch:
                 grpc.channel_ready_future(ch).result(timeout=600)
@@ -217,11 +453,18 @@ async def main() -> None:
                 for q in texts:  # the query cache: the embedder costs nothing from here on
                     stub.SearchMemories(s.SearchMemoriesRequest(query=q, limit=LIMIT))
         engine_round(shard, reqs[:20], args.concurrency)  # warm
+        if node is not None:
+            node_round(node, qname, node_reqs[:20], args.concurrency)
         threads = {label: ThreadCpu(p.pid) for (label, _), p in zip(trees, procs, strict=True)}
         rounds: list[dict[str, Any]] = []
         for i in range(args.rounds):
-            eng = engine_round(shard, reqs, args.concurrency)
+            engines = {"edge": engine_round(shard, reqs, args.concurrency)}
+            if node is not None:
+                engines["node"] = node_round(node, qname, node_reqs, args.concurrency)
             for label, _ in trees:
+                on_node = label.startswith("qdrant")
+                eng = engines["node" if on_node else "edge"]
+                node_cpu = proc_cpu(args.qdrant_pid) if args.qdrant_pid and on_node else None
                 ram = await engram_round(addresses[label], texts, args.concurrency, threads[label])
                 row = {
                     "round": i,
@@ -230,9 +473,15 @@ async def main() -> None:
                     "engram": ram,
                     "p50_ratio": ram["p50_ms"] / eng["p50_ms"],
                     "rps_ratio": ram["rps"] / eng["rps"],
+                    # (the node's engine runs in its own process: the Engram process is all Engram)
                     "own_cpu_ms": ram["server_cpu_ms"] - eng["cpu_ms"],
                     "load": os.getloadavg()[0],
                 }
+                extra = ""
+                if node_cpu is not None:
+                    # the node's CPU over the whole round (c = 1 and c = 32 passes) per search
+                    row["node_cpu_ms"] = (proc_cpu(args.qdrant_pid) - node_cpu) * 1000 / (2 * len(texts))
+                    extra = f", node {row['node_cpu_ms']:.2f} ms/search"
                 rounds.append(row)
                 print(
                     f"round {i} {label}: p50 {ram['p50_ms']:.2f} vs engine {eng['p50_ms']:.2f} ms "
@@ -241,14 +490,19 @@ async def main() -> None:
                     f"({row['rps_ratio']:.2f} x); "
                     f"server CPU {ram['server_cpu_ms']:.2f} ms/search (loop {ram['loop_cpu_ms']:.2f}, "
                     f"storage {ram['storage_cpu_ms']:.2f}, other {ram['other_cpu_ms']:.2f}), "
-                    f"engine {eng['cpu_ms']:.2f} -> Engram's own {row['own_cpu_ms']:.2f} ms; "
+                    f"engine {eng['cpu_ms']:.2f} -> Engram's own {row['own_cpu_ms']:.2f} ms{extra}; "
                     f"load {row['load']:.1f}",
                     flush=True,
                 )
         shard.close()
+        if node is not None:
+            node.close()
 
         def med(k: str, label: str) -> float:
             return float(statistics.median(r[k] for r in rounds if r["server"] == label))
+
+        def med_in(part: str, k: str, label: str) -> float:
+            return float(statistics.median(r[part][k] for r in rounds if r["server"] == label))
 
         up = uptime()
         labels = [label for label, _ in trees]
@@ -257,7 +511,14 @@ async def main() -> None:
             (f"Search RPS c={args.concurrency} / engine RPS", "rps_ratio", "{:.2f} x", ">= 0.5 x"),
             ("Engram's own CPU per search", "own_cpu_ms", "{:.2f} ms", "<= 3 ms"),
         ]
-        head = " | ".join(f"{label} ({tree})" if label == "baseline" else label for label, tree in trees)
+        names = {
+            "qdrant": "engram on the Qdrant node",
+            "qdrant-old": "the same, points without cue fields",
+            "engram": "engram (embedded)" if args.qdrant_url else "engram",
+        }
+        head = " | ".join(
+            f"{label} ({tree})" if label == "baseline" else names.get(label, label) for label, tree in trees
+        )
         table = [
             f"\n| figure (median of {args.rounds} rounds, {args.queries} queries) | {head} | target |",
             "|---|" + "---|" * len(labels) + "---|",
@@ -265,7 +526,28 @@ async def main() -> None:
                 f"| {name} | " + " | ".join(fmt.format(med(k, label)) for label in labels) + f" | {target} |"
                 for name, k, fmt, target in figures
             ),
+            "| Search p50 c=1 (engine p50) | "
+            + " | ".join(
+                f"{med_in('engram', 'p50_ms', label):.2f} ms ({med_in('engine', 'p50_ms', label):.2f})"
+                for label in labels
+            )
+            + " | |",
+            f"| Search RPS c={args.concurrency} (engine RPS) | "
+            + " | ".join(
+                f"{med_in('engram', 'rps', label):.0f} ({med_in('engine', 'rps', label):.0f})"
+                for label in labels
+            )
+            + " | |",
         ]
+        if args.qdrant_pid:
+            table.append(
+                "| the node's CPU per search | "
+                + " | ".join(
+                    f"{med('node_cpu_ms', label):.2f} ms" if label.startswith("qdrant") else ""
+                    for label in labels
+                )
+                + " | |"
+            )
         print("\n".join(table) + f"\n\n{up}")
         if args.json:
             args.json.parent.mkdir(parents=True, exist_ok=True)

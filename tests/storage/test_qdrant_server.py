@@ -7,6 +7,7 @@ Runs on the session's real server node (``qdrant_server`` in tests/conftest.py);
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -15,8 +16,12 @@ import numpy as np
 import pytest
 from qdrant_client import AsyncQdrantClient, models
 
-from engram_server.adapters.storage.payload import PAYLOAD_INDEXES
-from engram_server.adapters.storage.qdrant import ACORN_MAX_SELECTIVITY, HNSW_LINKED_INDEXES, QdrantStore
+from engram_server.adapters.storage.payload import PAYLOAD_INDEXES, record_to_payload, spec_to_json
+from engram_server.adapters.storage.qdrant import (
+    ACORN_MAX_SELECTIVITY,
+    HNSW_LINKED_INDEXES,
+    QdrantStore,
+)
 from engram_server.domain.errors import StorageUnavailable
 from engram_server.domain.model import CollectionSpec, MemoryRecord, StoredPoint, StoreFilter
 from tests.support.qdrant import QdrantNode
@@ -225,7 +230,7 @@ async def test_local_mode_and_the_setting_turn_the_lease_off(qdrant_server: Qdra
 # ------------------------------------------------------------------ payload indexes and ACORN
 
 
-async def test_only_the_listed_payload_indexes_are_hnsw_linked(
+async def test_only_the_listed_payload_indexes_are_linked(
     qdrant_server: QdrantNode, client: AsyncQdrantClient, prefix: str
 ) -> None:
     """Every payload index exists; the engine builds extra HNSW links only for HNSW_LINKED_INDEXES
@@ -312,3 +317,111 @@ async def test_a_selective_filter_on_an_unlinked_index_finds_the_exact_top_hits(
         assert float(np.mean(recall_store)) >= 0.97, recall_store  # measured 1.0
     finally:
         await store.close()
+
+
+# ------------------------------------------------------------------ migrating older collections
+
+
+def _linked(index: models.PayloadIndexInfo) -> bool:
+    """The engine links an index unless its params say ``enable_hnsw=False``."""
+    return getattr(index.params, "enable_hnsw", None) is not False
+
+
+async def test_opening_relinks_the_payload_indexes_of_a_collection_made_by_an_older_release(
+    qdrant_server: QdrantNode, client: AsyncQdrantClient, prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An older Engram created every payload index by type alone (all HNSW-linked). Opening the
+    store re-creates the ones that should not be linked, in place (points and filtered searches
+    unchanged), logs each, and a second open changes nothing."""
+    qname = prefix + "default"
+    spec = _spec()
+    await client.create_collection(
+        qname,
+        vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE),
+        metadata={"engram": spec_to_json(spec)},
+    )
+    old_types = {
+        "keyword": models.PayloadSchemaType.KEYWORD,
+        "float": models.PayloadSchemaType.FLOAT,
+        "integer": models.PayloadSchemaType.INTEGER,
+    }
+    for field_name, kind in PAYLOAD_INDEXES.items():  # as releases before the HNSW_LINKED_INDEXES did
+        await client.create_payload_index(qname, field_name, field_schema=old_types[kind], wait=True)
+    rng = np.random.default_rng(3)
+    n = 300
+    vecs = _unit(rng, n)
+    records = [
+        MemoryRecord(str(uuid.uuid4()), "default", f"m{i}", importance=1 + i % 10, valid_until=NOW + 1e6)
+        for i in range(n)
+    ]
+    await client.upsert(
+        qname,
+        [
+            models.PointStruct(id=r.id, vector=v.tolist(), payload=record_to_payload(r))
+            for r, v in zip(records, vecs, strict=True)
+        ],
+        wait=True,
+    )
+    before = await client.get_collection(qname)
+    assert all(_linked(i) for i in before.payload_schema.values())  # the old layout
+
+    unlinked = set(PAYLOAD_INDEXES) - HNSW_LINKED_INDEXES
+    store = _store(qdrant_server, prefix)
+    with caplog.at_level(logging.INFO, logger="engram_server.adapters.storage.qdrant"):
+        await store.open()
+    try:
+        logged = {m for m in caplog.messages if qname in m and "re-created" in m}
+        assert len(logged) == len(unlinked)
+        assert all("enable_hnsw=true -> enable_hnsw=false" in m for m in logged)
+        after = await client.get_collection(qname)
+        schema = after.payload_schema
+        assert set(schema) == set(PAYLOAD_INDEXES)
+        assert {f for f, i in schema.items() if _linked(i)} == set(HNSW_LINKED_INDEXES)
+        assert all(schema[f].params is not None for f in unlinked)
+        imp = schema["importance"].params
+        assert isinstance(imp, models.IntegerIndexParams) and imp.range is True and imp.lookup is True
+        assert after.points_count == n
+        assert schema["importance"].points == n  # the re-created index covers every point
+        # the collection still answers filtered searches and ordered reads through the indexes
+        got = await store.search("default", vecs[0], 5, StoreFilter(min_importance=7))
+        assert got and all(h.record.importance >= 7 for h in got)
+        top = await store.top("default", StoreFilter(), 3, "importance")
+        assert [r.importance for r in top] == [10, 10, 10]
+        # idempotent: nothing left to change, nothing logged
+        caplog.clear()
+        assert await store.reconcile_indexes("default") == []
+    finally:
+        await store.close()
+    again = _store(qdrant_server, prefix)
+    with caplog.at_level(logging.INFO, logger="engram_server.adapters.storage.qdrant"):
+        await again.open()
+    await again.close()
+    assert not [m for m in caplog.messages if "re-created" in m]
+    assert (await client.get_collection(qname)).payload_schema == schema
+
+
+async def test_opening_creates_a_missing_index_and_leaves_other_collections_alone(
+    qdrant_server: QdrantNode, client: AsyncQdrantClient, prefix: str
+) -> None:
+    store = _store(qdrant_server, prefix)
+    await store.open()
+    try:
+        await store.create_collection(_spec())
+    finally:
+        await store.close()
+    qname = prefix + "default"
+    await client.delete_payload_index(qname, "has_trigger", wait=True)
+    # a collection that is not Engram's (no spec metadata) is never touched
+    foreign = prefix + "foreign"
+    await client.create_collection(
+        foreign, vectors_config=models.VectorParams(size=4, distance=models.Distance.COSINE)
+    )
+    await client.create_payload_index(foreign, "importance", field_schema=models.PayloadSchemaType.INTEGER)
+    store = _store(qdrant_server, prefix)
+    await store.open()
+    await store.close()
+    schema = (await client.get_collection(qname)).payload_schema
+    assert set(schema) == set(PAYLOAD_INDEXES)
+    assert _linked(schema["has_trigger"]) is False
+    other = (await client.get_collection(foreign)).payload_schema
+    assert set(other) == {"importance"} and other["importance"].params is None

@@ -32,6 +32,7 @@ import contextlib
 import fcntl
 import functools
 import json
+import logging
 import math
 import os
 import random
@@ -76,6 +77,7 @@ from engram_server.adapters.storage.payload import (
     validate_collection_name,
     validate_state_key,
 )
+from engram_server.adapters.storage.qdrant_cues import CUE_FIELDS, CueMemo, cue_payload, stored_cue
 from engram_server.domain.errors import CollectionNotFound, EngramError, InvalidArgument, StorageUnavailable
 from engram_server.domain.model import (
     BackupStats,
@@ -89,6 +91,7 @@ from engram_server.domain.model import (
     Vector,
     cosine,
 )
+from engram_server.domain.ranking import RescoreCue, rescore_cue
 
 __all__ = ["ACORN_MAX_SELECTIVITY", "HNSW_LINKED_INDEXES", "QUANTIZED_OVERSAMPLING", "QdrantStore"]
 
@@ -118,6 +121,8 @@ SPEC_REFRESH_SECONDS = 5.0
 
 T = TypeVar("T")
 
+log = logging.getLogger(__name__)
+
 _META_KEY = "engram"
 
 
@@ -133,6 +138,13 @@ def _index_schema(field_name: str, kind: str) -> models.PayloadSchemaParams:
             type=models.IntegerIndexType.INTEGER, lookup=True, range=True, enable_hnsw=hnsw
         )
     raise ValueError(f"unknown payload index kind {kind!r}")
+
+
+def _hnsw_linked(index: models.PayloadIndexInfo) -> bool:
+    """Whether the engine builds HNSW links for a payload index: ``enable_hnsw``, true unless
+    set false (an index created by type alone reports no params and is linked)."""
+    enabled = getattr(index.params, "enable_hnsw", None)
+    return enabled is not False
 
 
 class QdrantStore:
@@ -203,6 +215,8 @@ class QdrantStore:
         #: Names (without the prefix) of collections that are not Engram's (no spec metadata).
         self._foreign: set[str] = set()
         self._specs_read_at = -math.inf  # time.monotonic() of the last full read of the specs
+        #: The rescoring cues the latest candidate queries returned (``rescore_cues``).
+        self._cues = CueMemo()
 
     # ------------------------------------------------------------------ plumbing
 
@@ -285,7 +299,10 @@ class QdrantStore:
             raise StorageUnavailable(f"cannot open {self._describe()}: {exc}") from exc
         self._client = client
         try:
-            await self.list_collections()  # a real round trip: fail now, not on first use
+            specs = await self.list_collections()  # a real round trip: fail now, not on first use
+            if not self._local:
+                for spec in specs:
+                    await self.reconcile_indexes(spec.name)
         except BaseException:
             self._client = None
             await client.close()
@@ -354,6 +371,41 @@ class QdrantStore:
             ),
             collection=name,
         )
+
+    async def reconcile_indexes(self, name: str) -> list[str]:
+        """Bring collection ``name``'s payload indexes to what this release creates; the fields
+        changed, in order. Run for every Engram collection when the store opens on a server.
+
+        A collection created by an older Engram has every payload index HNSW-linked (they were
+        created by type alone, and the engine links by default): each index whose ``enable_hnsw``
+        differs from ``HNSW_LINKED_INDEXES`` is created again with this release's parameters, which
+        the engine applies to the existing index in place (the points stay; filtered searches keep
+        working meanwhile). A missing index is created. Idempotent: a collection already in step
+        costs one ``get_collection`` and changes nothing. Each change is logged."""
+        qname = self._qname(name)
+        info = await self._call("get collection", lambda: self._c.get_collection(qname), collection=name)
+        schema = info.payload_schema or {}
+        changed: list[str] = []
+        for field_name, kind in PAYLOAD_INDEXES.items():
+            want = field_name in HNSW_LINKED_INDEXES
+            index = schema.get(field_name)
+            if index is None:
+                was = "missing"
+            else:
+                linked = _hnsw_linked(index)
+                if linked == want:
+                    continue
+                was = f"enable_hnsw={str(linked).lower()}"
+            await self._create_index(name, field_name, _index_schema(field_name, kind))
+            log.info(
+                "Qdrant collection %s: payload index %r re-created (%s -> enable_hnsw=%s)",
+                qname,
+                field_name,
+                was,
+                str(want).lower(),
+            )
+            changed.append(field_name)
+        return changed
 
     async def get_collection(self, name: str) -> CollectionSpec | None:
         cached = self._specs.get(name)
@@ -424,6 +476,7 @@ class QdrantStore:
         result = await self._call("count", lambda: self._c.count(qname, exact=True), collection=name)
         await self._call("drop collection", lambda: self._c.delete_collection(qname), collection=name)
         self._specs.pop(name, None)
+        self._cues.forget(name)
         return int(result.count)
 
     # ------------------------------------------------------------------ points
@@ -437,7 +490,7 @@ class QdrantStore:
             models.PointStruct(
                 id=point_id(p.record.id),
                 vector=_qdrant_vector(spec, p, vec),
-                payload=record_to_payload(p.record),
+                payload=_with_cue(record_to_payload(p.record), p.record.content),
             )
             for p, vec in zip(points, vectors, strict=True)
         ]
@@ -566,7 +619,7 @@ class QdrantStore:
         if limit <= 0:
             return out.build()
         query: list[float] = vector.reshape(-1).tolist()
-        fields = list(CANDIDATE_FIELDS)
+        fields = [*CANDIDATE_FIELDS, *CUE_FIELDS]  # the cues: rescore_cues reads no record after
         qname = self._qname(collection)
         query_filter = _qdrant_filter(filter_plan(flt))
         requests = [
@@ -594,15 +647,51 @@ class QdrantStore:
         responses = await self._call(
             "search", lambda: self._c.query_batch_points(qname, requests=requests), collection=collection
         )
+        memo = self._cues
         for h in responses[0].points:
             out.add(h.id, h.payload, h.score, vector=h.vector)
+            memo.put(collection, str(h.id), h.payload)
         if lexical:
             for h in responses[1].points:
                 if h.score <= 0 or out.set_lexical(str(h.id), h.score):
                     continue
                 vec = as_vector(h.vector)
                 out.add(h.id, h.payload, cosine(vec, vector), lexical=h.score, vector=vec)
+                memo.put(collection, str(h.id), h.payload)
         return out.build()
+
+    async def rescore_cues(self, collection: str, ids: Sequence[str]) -> dict[str, tuple[RescoreCue, float]]:
+        """By id, the rescoring cue and ``created_at`` of each point (``RescoreCueSource``): as the
+        candidate query that found it returned them (its ``rescore_*`` payload fields, see
+        :mod:`engram_server.adapters.storage.qdrant_cues`), without a read. The ids the memo does
+        not hold (points written before the field, or pushed out) are read in one ``retrieve``:
+        the stored cue when there is one, else the cue of the text. Missing ids are skipped."""
+        out: dict[str, tuple[RescoreCue, float]] = {}
+        missing: list[str] = []
+        for pid in ids:
+            kept = self._cues.get(collection, pid)
+            if kept is None:
+                missing.append(pid)
+            else:
+                out[pid] = kept
+        wanted: list[models.ExtendedPointId] = list(canonical_ids(missing))
+        if not wanted:
+            return out
+        qname = self._qname(collection)
+        found = await self._call(
+            "retrieve",
+            lambda: self._c.retrieve(
+                qname, ids=wanted, with_payload=[*CUE_FIELDS, "created_at", "content"], with_vectors=False
+            ),
+            collection=collection,
+        )
+        for r in found:
+            payload = r.payload or {}
+            cue = stored_cue(payload)
+            if cue is None:  # written before the field: the cue of its text, as before
+                cue = rescore_cue(str(payload.get("content") or ""))
+            out[str(r.id)] = (cue, float(payload.get("created_at") or 0.0))
+        return out
 
     async def scroll(
         self, collection: str, flt: StoreFilter, limit: int, offset: str | None = None
@@ -927,6 +1016,9 @@ class QdrantStore:
             collection=collection,
         )
         existing = {str(r.id) for r in found}
+        for payload in encoded.values():
+            if "content" in payload:  # the cue follows the text
+                payload.update(cue_payload(str(payload["content"] or "")))
         ops: list[models.UpdateOperation] = [
             models.SetPayloadOperation(set_payload=models.SetPayload(payload=payload, points=[pid]))
             for pid, payload in encoded.items()
@@ -969,6 +1061,12 @@ class QdrantStore:
                 collection=collection,
             )
         return counters
+
+
+def _with_cue(payload: dict[str, Any], content: str) -> dict[str, Any]:
+    """A new point's payload with its rescoring cue fields (no label field when it has none)."""
+    payload.update((k, v) for k, v in cue_payload(content).items() if v is not None)
+    return payload
 
 
 def _prepare_backup_dir(dest: Path) -> None:

@@ -1,0 +1,97 @@
+"""Rescoring cues on the Qdrant server store: kept in each point's payload, returned by the search.
+
+A search rescores its best candidates from two cues of their text (the lead label and the share of
+question sentences, :class:`engram_server.domain.ranking.RescoreCue`). The server store writes both
+into payload fields (``rescore_questions``, ``rescore_label``) when a point's text is written
+(``upsert``, or ``set_fields`` of ``content``), and the search's own candidate query returns them
+beside the ranking fields. What a query returned is remembered in a small bounded memo
+(:class:`CueMemo`), which ``QdrantStore.rescore_cues`` answers from: a search reads no record to
+rescore. (Two flat fields, not one nested object: the client decodes every payload value of every
+candidate, and a nested object costs one more recursion per point.)
+
+Points written by a release without the fields (no ``rescore_questions`` in their payload) are not
+remembered; ``rescore_cues`` reads their text (one ``retrieve`` of those ids only) and computes the
+cue from it, as the search did before, so they rank identically. Rewriting such a point's text
+gives it the fields.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any, Final
+
+from engram_server.domain.ranking import NO_CUE, RescoreCue, rescore_cue
+
+__all__ = ["CUE_FIELDS", "CUE_MEMO_ENTRIES", "CueMemo", "cue_payload", "stored_cue"]
+
+#: The share of the text's sentences that are questions; present on every point written with cues.
+QUESTIONS_FIELD: Final = "rescore_questions"
+#: The text's lead label (absent when it has none).
+LABEL_FIELD: Final = "rescore_label"
+#: The payload fields of a point's rescoring cue.
+CUE_FIELDS: Final = (QUESTIONS_FIELD, LABEL_FIELD)
+
+#: Points whose cue (and ``created_at``) the memo holds: a search asks for at most its
+#: ``rescore_depth`` best candidates (50) right after its candidate query, so this covers hundreds
+#: of searches in flight; an id pushed out is read from Qdrant (the fallback).
+CUE_MEMO_ENTRIES: Final = 16384
+
+
+def cue_payload(content: str) -> dict[str, Any]:
+    """The cue payload fields of a text (a label of None clears a stored one)."""
+    label, share = rescore_cue(content)
+    return {QUESTIONS_FIELD: float(share), LABEL_FIELD: label}
+
+
+def stored_cue(payload: Mapping[str, Any] | None) -> RescoreCue | None:
+    """The cue kept in a payload; None when the point has none (written before the fields)."""
+    p = payload or {}
+    share = p.get(QUESTIONS_FIELD)
+    if share is None:
+        return None
+    share = float(share)
+    label = p.get(LABEL_FIELD)
+    if label is None:
+        return NO_CUE if share == 0.0 else RescoreCue(None, share)
+    return RescoreCue(sys.intern(str(label)), share)
+
+
+class CueMemo:
+    """The cues and ``created_at`` of the points the latest candidate queries returned, by
+    ``(collection, id)``, at most ``entries`` (the oldest are dropped). Each candidate query
+    overwrites what it returned, so the search that follows it reads its own query's values."""
+
+    __slots__ = ("_entries", "_max")
+
+    def __init__(self, entries: int = CUE_MEMO_ENTRIES) -> None:
+        self._entries: OrderedDict[tuple[str, str], tuple[RescoreCue, float]] = OrderedDict()
+        self._max = entries
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def put(self, collection: str, pid: str, payload: Mapping[str, Any] | None) -> None:
+        """Remember what one hit's payload says (forget the id when it carries no cue)."""
+        key = (collection, pid)
+        cue = stored_cue(payload)
+        if cue is None:
+            self._entries.pop(key, None)
+            return
+        self._entries[key] = (cue, float((payload or {}).get("created_at") or 0.0))
+        self._entries.move_to_end(key)
+        if len(self._entries) > self._max:
+            self._entries.popitem(last=False)
+
+    def get(self, collection: str, pid: str) -> tuple[RescoreCue, float] | None:
+        return self._entries.get((collection, pid))
+
+    def forget(self, collection: str, pids: list[str] | None = None) -> None:
+        """Drop ``pids`` of ``collection`` (every id of it when None)."""
+        if pids is None:
+            for key in [k for k in self._entries if k[0] == collection]:
+                del self._entries[key]
+            return
+        for pid in pids:
+            self._entries.pop((collection, pid), None)

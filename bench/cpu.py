@@ -260,7 +260,7 @@ async def main() -> None:
         echo_threads = ThreadCpu(echo.pid)
         engine_round(shard, reqs[:20], args.concurrency)  # warm
         await echo_round(echo_address, echo_request, 50, args.concurrency, echo_threads)  # warm
-        threads = {label: ThreadCpu(p.pid) for (label, _), p in zip(trees, procs, strict=True)}
+        threads = {label: ThreadCpu(p.pid) for (label, _), p in zip(trees, procs[: len(trees)], strict=True)}
         echoes: list[dict[str, Any]] = []
         rounds: list[dict[str, Any]] = []
         for i in range(args.rounds):

@@ -27,6 +27,11 @@ Per round, variants alternating (engine, then Engram, then the next round):
   gRPC and the servicer, the event loop, candidate assembly, ranking, reading the winners,
   storage-thread Python (and the lexical-only cosines query the store adds).
 
+* **The floor**: a bare ``grpc.aio`` server (``bench/grpc_echo.py``, its own process: one unary
+  method, no interceptors, answering with as many bytes as a search's answer) measured the same
+  way each round (p50 at c = 1, requests/s at c = 32, its CPU per call); the last table gives what
+  the targets leave for Engram's own work once the engine and a bare round trip are paid.
+
 ``--baseline DIR`` (the source tree of another revision, e.g. ``git archive main | tar -x -C
 DIR``) runs that revision's server too, on its own copy of the data; each round then measures the
 engine, the baseline and this checkout in turn, and the table has a column for each (a

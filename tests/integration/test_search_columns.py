@@ -15,6 +15,7 @@ Real server, real gRPC channel, the real local model, a manual clock."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ import grpc
 import numpy as np
 import pytest
 import qdrant_edge as qe
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from engram_client.proto.engram.v1 import memory_service_pb2 as s
 from engram_client.proto.engram.v1 import memory_service_pb2_grpc
@@ -73,19 +75,22 @@ def _plain_columns(store: EdgeStore, vector: Any, sparse: Any, flt: StoreFilter)
             params=DENSE_SEARCH_PARAMS,
         )
     )
-    # BM25 as the store asks it: a margin more, unfiltered (every point here is live: the engine
-    # scores a filtered sparse query apart, in other floats), the first ``LEXICAL`` kept
-    lexical = shard.query(
-        qe.QueryRequest(
-            limit=LEXICAL + MARGIN,
-            query=qe.Query.Nearest(
-                qe.SparseVector(list(sparse.indices), list(sparse.values)), using=LEXICAL_VECTOR
-            ),
-            with_payload=True,
-            with_vector=False,
+    # BM25 as the store asks it: a margin more, unfiltered (the engine scores a filtered sparse
+    # query apart, in other floats), the first ``LEXICAL`` live ones by their payloads kept
+    lexical = [
+        h
+        for h in shard.query(
+            qe.QueryRequest(
+                limit=LEXICAL + MARGIN,
+                query=qe.Query.Nearest(
+                    qe.SparseVector(list(sparse.indices), list(sparse.values)), using=LEXICAL_VECTOR
+                ),
+                with_payload=True,
+                with_vector=False,
+            )
         )
-    )[:LEXICAL]
-    assert all(not (h.payload or {}).get("superseded_by") for h in lexical)
+        if _live(h.payload or {}, flt)
+    ][:LEXICAL]
     bm25 = {str(h.id): float(h.score) for h in lexical if h.score > 0}
     rows: list[tuple[str, float, dict[str, Any]]] = [
         (str(h.id), float(h.score), h.payload or {}) for h in dense[:DENSE]
@@ -114,6 +119,17 @@ def _plain_columns(store: EdgeStore, vector: Any, sparse: Any, flt: StoreFilter)
         "created_at": [float(p["created_at"]) for _, _, p in rows],
         "scripts": [str(p.get("script") or "") for _, _, p in rows],
     }
+
+
+def _live(payload: dict[str, Any], flt: StoreFilter) -> bool:
+    """Current, not a draft, not trashed and not expired at ``flt.live_at``, read from a payload."""
+    assert flt.live_at is not None
+    return (
+        not payload.get("superseded_by")
+        and not payload.get("draft")
+        and not payload.get("trashed_at")
+        and float(payload.get("valid_until", math.inf)) > flt.live_at
+    )
 
 
 def _columns(found: Candidates) -> dict[str, list[Any]]:
@@ -164,8 +180,23 @@ async def test_columns_and_answer_of_a_chat_are_the_plain_ones(
 ) -> None:
     server, stub = live
     await _add(stub, clock, CHAT)
+    # history versions, a deletion and an expired memory: points the engine holds that a search
+    # must not return (the store tells them from its kept fields, the reference from payloads)
+    page = await stub.ListMemories(s.ListMemoriesRequest(collection=COLLECTION, page_size=100))
+    by_text = {mem.content: mem.id for mem in page.memories}
+    for old, new in [
+        (CHAT[0], "Ann: Did Bob finish the sunrise painting? He did, on Sunday."),
+        (CHAT[5], "Bob: Porto!"),
+    ]:
+        await stub.UpdateMemory(s.UpdateMemoryRequest(collection=COLLECTION, id=by_text[old], content=new))
+    await stub.DeleteMemory(s.DeleteMemoryRequest(collection=COLLECTION, id=by_text[CHAT[13]]))
+    soon = Timestamp(seconds=int(clock.now()) + 60)
+    await stub.UpdateMemory(
+        s.UpdateMemoryRequest(collection=COLLECTION, id=by_text[CHAT[7]], valid_until=soon)
+    )
     clock.advance(3600.0)
-    assert await _check(server, stub, clock, QUERIES, 5) == len(QUERIES) * len(CHAT)
+    # 18 turns, 2 updated (their history versions dead), 1 deleted, 1 expired
+    assert await _check(server, stub, clock, QUERIES, 5) == len(QUERIES) * (len(CHAT) - 2)
 
 
 async def test_columns_and_answer_of_a_locomo_conversation_are_the_plain_ones(

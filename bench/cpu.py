@@ -27,6 +27,11 @@ Per round, variants alternating (engine, then Engram, then the next round):
   gRPC and the servicer, the event loop, candidate assembly, ranking, reading the winners,
   storage-thread Python (and the lexical-only cosines query the store adds).
 
+* **The floor**: a bare ``grpc.aio`` server (``bench/grpc_echo.py``, its own process: one unary
+  method, no interceptors, answering with as many bytes as a search's answer) measured the same
+  way each round (p50 at c = 1, requests/s at c = 32, its CPU per call); the last table gives what
+  the targets leave for Engram's own work once the engine and a bare round trip are paid.
+
 ``--baseline DIR`` (the source tree of another revision, e.g. ``git archive main | tar -x -C
 DIR``) runs that revision's server too, on its own copy of the data; each round then measures the
 engine, the baseline and this checkout in turn, and the table has a column for each (a
@@ -78,6 +83,7 @@ import qdrant_edge as qe
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import grpc_echo
 from load import ThreadCpu
 from stages import query_text
 
@@ -353,6 +359,31 @@ async def engram_round(address: str, texts: list[str], conc: int, threads: Threa
     }
 
 
+async def echo_round(address: str, request: bytes, n: int, conc: int, threads: ThreadCpu) -> dict[str, float]:
+    """A bare grpc.aio unary round trip (``bench/grpc_echo.py``), measured as ``engram_round``."""
+    async with grpc.aio.insecure_channel(address) as ch:
+        call = grpc_echo.stub(ch)
+        lat = []
+        for _ in range(n):
+            t = time.perf_counter()
+            await call(request)
+            lat.append((time.perf_counter() - t) * 1000)
+        todo = n
+
+        async def caller() -> None:
+            nonlocal todo
+            while todo > 0:
+                todo -= 1
+                await call(request)
+
+        before = threads.read()
+        t = time.perf_counter()
+        await asyncio.gather(*(caller() for _ in range(conc)))
+        wall = time.perf_counter() - t
+        spent = ThreadCpu.spent(before, threads.read())
+    return {"p50_ms": p50(lat), "rps": n / wall, "server_cpu_ms": sum(spent.values()) * 1000 / n}
+
+
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", type=Path, required=True, help="a data directory (bench/stages.py --keep)")
@@ -452,10 +483,28 @@ async def main() -> None:
                 stub = memory_service_pb2_grpc.MemoryServiceStub(ch)
                 for q in texts:  # the query cache: the embedder costs nothing from here on
                     stub.SearchMemories(s.SearchMemoriesRequest(query=q, limit=LIMIT))
+        # The bare gRPC floor: an echo server of its own, sent a search's request bytes and
+        # answering with as many bytes as a search's answer.
+        with grpc.insecure_channel(next(iter(addresses.values()))) as ch:
+            stub = memory_service_pb2_grpc.MemoryServiceStub(ch)
+            reply_bytes = stub.SearchMemories(s.SearchMemoriesRequest(query=texts[0], limit=LIMIT)).ByteSize()
+        echo_request = s.SearchMemoriesRequest(query=texts[0], limit=LIMIT).SerializeToString()
+        echo_port = free_port()
+        echo_script = str(Path(__file__).with_name("grpc_echo.py"))
+        echo = subprocess.Popen(  # noqa: ASYNC220 (a server process, ended in ``finally``)
+            [sys.executable, echo_script, "serve", str(echo_port), str(reply_bytes)]
+        )
+        procs.append(echo)
+        echo_address = f"127.0.0.1:{echo_port}"
+        with grpc.insecure_channel(echo_address) as ch:
+            grpc.channel_ready_future(ch).result(timeout=60)
+        echo_threads = ThreadCpu(echo.pid)
         engine_round(shard, reqs[:20], args.concurrency)  # warm
         if node is not None:
             node_round(node, qname, node_reqs[:20], args.concurrency)
-        threads = {label: ThreadCpu(p.pid) for (label, _), p in zip(trees, procs, strict=True)}
+        await echo_round(echo_address, echo_request, 50, args.concurrency, echo_threads)  # warm
+        threads = {label: ThreadCpu(p.pid) for (label, _), p in zip(trees, procs[: len(trees)], strict=True)}
+        echoes: list[dict[str, Any]] = []
         rounds: list[dict[str, Any]] = []
         for i in range(args.rounds):
             engines = {"edge": engine_round(shard, reqs, args.concurrency)}
@@ -494,6 +543,13 @@ async def main() -> None:
                     f"load {row['load']:.1f}",
                     flush=True,
                 )
+            bare = await echo_round(echo_address, echo_request, len(texts), args.concurrency, echo_threads)
+            echoes.append({"round": i, "engine": engines["edge"], "grpc": bare})
+            print(
+                f"round {i} bare gRPC ({reply_bytes} B answers): p50 {bare['p50_ms']:.2f} ms; "
+                f"c={args.concurrency} {bare['rps']:.0f} RPS; server CPU {bare['server_cpu_ms']:.2f} ms/call",
+                flush=True,
+            )
         shard.close()
         if node is not None:
             node.close()
@@ -548,10 +604,49 @@ async def main() -> None:
                 )
                 + " | |"
             )
-        print("\n".join(table) + f"\n\n{up}")
+        print("\n".join(table))
+
+        def emed(side: str, k: str) -> float:
+            return float(statistics.median(e[side][k] for e in echoes))
+
+        eng_p50, grpc_p50 = emed("engine", "p50_ms"), emed("grpc", "p50_ms")
+        eng_rps, grpc_rps = emed("engine", "rps"), emed("grpc", "rps")
+        grpc_cpu = emed("grpc", "server_cpu_ms")
+        eng_cpu = emed("engine", "cpu_ms")
+        constraint = {
+            "engine_p50_ms": eng_p50,
+            "grpc_p50_ms": grpc_p50,
+            "grpc_rps": grpc_rps,
+            "grpc_server_cpu_ms": grpc_cpu,
+            "engine_rps": eng_rps,
+            "engine_cpu_ms": eng_cpu,
+            "reply_bytes": reply_bytes,
+            # p50 <= 1.5 x engine: what is left for Engram's own work once the engine and a bare
+            # round trip are paid
+            "p50_budget_ms": 1.5 * eng_p50 - eng_p50 - grpc_p50,
+            # RPS >= 0.5 x engine on the same cores: the CPU a search may take in all
+            "rps_budget_cpu_ms": 2 * eng_cpu - eng_cpu - grpc_cpu,
+        }
+        print(
+            f"\n| the floor (median of {args.rounds} rounds) | figure |\n|---|---|\n"
+            f"| the engine's p50 at c = 1 (in-process) | {eng_p50:.2f} ms |\n"
+            f"| a bare grpc.aio unary round trip, p50 at c = 1 ({reply_bytes} B answer) | "
+            f"{grpc_p50:.2f} ms |\n"
+            f"| p50 left for Engram's own work under 1.5 x the engine (0.5 x engine - bare RPC) | "
+            f"{constraint['p50_budget_ms']:.2f} ms |\n"
+            f"| the engine's CPU per query / RPS at c = {args.concurrency} | "
+            f"{eng_cpu:.2f} ms / {eng_rps:.0f} |\n"
+            f"| a bare round trip: server CPU per call / RPS at c = {args.concurrency} | "
+            f"{grpc_cpu:.2f} ms / {grpc_rps:.0f} |\n"
+            f"| CPU left per search for Engram's own work at 0.5 x the engine's RPS "
+            f"(2 x engine CPU - engine - bare RPC server side) | {constraint['rps_budget_cpu_ms']:.2f} ms |"
+        )
+        print(f"\n{up}")
         if args.json:
             args.json.parent.mkdir(parents=True, exist_ok=True)
-            args.json.write_text(json.dumps({"uptime": up, "rounds": rounds}, indent=2))
+            args.json.write_text(
+                json.dumps({"uptime": up, "rounds": rounds, "grpc": echoes, "floor": constraint}, indent=2)
+            )
     finally:
         for proc in procs:
             proc.terminate()

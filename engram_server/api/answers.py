@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TypeVar
 
+from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
 from google.protobuf.message import Message
 
 from engram_client.proto.engram.v1 import memory_pb2 as m
@@ -36,6 +37,7 @@ __all__ = [
     "ENVELOPE_BYTES",
     "abridged_to_fit",
     "answer_budget",
+    "fit_in_place",
     "fitting",
     "framed_size",
     "largest_memory_bytes",
@@ -94,6 +96,20 @@ def fitting(messages: Iterable[M], budget: int) -> tuple[list[M], bool]:
         out.append(msg)
         used += size
     return out, False
+
+
+def fit_in_place(messages: RepeatedCompositeFieldContainer[M], budget: int) -> bool:
+    """What :func:`fitting` keeps, for messages already in a repeated field of the answer (no
+    copy of each into it): the leading ones whose framed sizes add up to at most ``budget`` stay
+    (at least one), the rest are deleted; whether any was."""
+    used = 0
+    for i, msg in enumerate(messages):
+        size = framed_size(msg.ByteSize())
+        if i and used + size > budget:
+            del messages[i:]
+            return True
+        used += size
+    return False
 
 
 #: Room kept per AddMemories result for its abridged form (ids, times, a few near-duplicate ids).

@@ -200,8 +200,28 @@ def consolidation_out(r: ConsolidationReport) -> s.RunConsolidationResponse:
     return out
 
 
+def _ts_fields(seconds: float) -> dict[str, int]:
+    """:func:`ts_out` as the constructor's fields of a Timestamp (a message field given so is
+    built in place, not built apart and copied in)."""
+    whole = int(seconds // 1)
+    nanos = round((seconds - whole) * 1e9)
+    if nanos >= 1_000_000_000:  # a fraction that rounds up to the next second carries into it
+        whole, nanos = whole + 1, nanos - 1_000_000_000
+    return {"seconds": whole, "nanos": nanos}
+
+
 def memory_out(r: MemoryRecord) -> m.Memory:
-    out = m.Memory(
+    # (one constructor call: each field set apart, or a Timestamp built and copied in, costs more)
+    times: dict[str, Any] = {"created_at": _ts_fields(r.created_at), "updated_at": _ts_fields(r.updated_at)}
+    if r.valid_until < NEVER:
+        times["valid_until"] = _ts_fields(r.valid_until)
+    if r.last_accessed_at is not None:
+        times["last_accessed_at"] = _ts_fields(r.last_accessed_at)
+    if r.reflected_at is not None:
+        times["reflected_at"] = _ts_fields(r.reflected_at)
+    if r.trashed_at is not None:
+        times["trashed_at"] = _ts_fields(r.trashed_at)
+    return m.Memory(
         id=r.id,
         collection=r.collection,
         type=TYPE_OUT[r.type],
@@ -210,27 +230,17 @@ def memory_out(r: MemoryRecord) -> m.Memory:
         source_type=SOURCE_TYPE_OUT[r.source_type],
         source_type_history=[SOURCE_TYPE_OUT[x] for x in r.source_type_history],
         importance=r.importance,
-        tags=list(r.tags),
-        metadata=dict(r.metadata),
+        tags=r.tags,
+        metadata=r.metadata,
         version=r.version,
         superseded_by=r.superseded_by or "",
         access_count=r.access_count,
+        derived_from=r.derived_from,
+        draft=r.draft,
+        session_id=r.session_id or "",
+        agent_id=r.agent_id or "",
+        **times,
     )
-    out.created_at.CopyFrom(ts_out(r.created_at))
-    out.updated_at.CopyFrom(ts_out(r.updated_at))
-    if r.valid_until < NEVER:
-        out.valid_until.CopyFrom(ts_out(r.valid_until))
-    if r.last_accessed_at is not None:
-        out.last_accessed_at.CopyFrom(ts_out(r.last_accessed_at))
-    if r.reflected_at is not None:
-        out.reflected_at.CopyFrom(ts_out(r.reflected_at))
-    out.derived_from.extend(r.derived_from)
-    out.draft = r.draft
-    out.session_id = r.session_id or ""
-    out.agent_id = r.agent_id or ""
-    if r.trashed_at is not None:
-        out.trashed_at.CopyFrom(ts_out(r.trashed_at))
-    return out
 
 
 def trashed_memory_out(r: MemoryRecord, purge_at: float) -> m.Memory:
@@ -251,6 +261,20 @@ def similar_out(x: Similar) -> m.SimilarMemory:
             m.SpecificConflict(kind=c.kind, existing_values=c.existing, new_values=c.new) for c in x.conflicts
         ],
     )
+
+
+def score_fields(x: Score) -> dict[str, float]:
+    """:func:`score_out` as the constructor's fields of a ScoreBreakdown."""
+    return {
+        "final": x.final,
+        "relevance": x.relevance,
+        "recency": x.recency,
+        "importance": x.importance,
+        "raw_similarity": x.raw_similarity,
+        "lexical": x.lexical,
+        "episode": x.episode,
+        "rescore": x.rescore,
+    }
 
 
 def score_out(x: Score) -> m.ScoreBreakdown:

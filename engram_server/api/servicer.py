@@ -14,7 +14,7 @@ from opentelemetry import trace
 from engram_client.proto.engram.v1 import memory_service_pb2 as s
 from engram_client.proto.engram.v1 import memory_service_pb2_grpc
 from engram_server.api import convert as c
-from engram_server.api.answers import abridged_to_fit, answer_budget, fitting
+from engram_server.api.answers import abridged_to_fit, answer_budget, fit_in_place, fitting
 from engram_server.api.auth import readable_collections
 from engram_server.api.errors import internal_status, to_status
 from engram_server.api.gate_log import PER_COLLECTION, GateLog, decision_from
@@ -169,13 +169,15 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
             as_statement=c.enum_in(c.READING_IN, request.reading, "reading"),
         )
         hits = await self._svc.search(query)
-        results, truncated = fitting(
-            (s.SearchResult(memory=c.memory_out(h.memory), score=c.score_out(h.score)) for h in hits),
-            self._budget,
-        )
-        if truncated:
+        # Each result is built inside the answer (a result message built apart is copied in).
+        results: list[Any] = [
+            {"memory": c.memory_out(h.memory), "score": c.score_fields(h.score)} for h in hits
+        ]
+        out = s.SearchMemoriesResponse(results=results)
+        if fit_in_place(out.results, self._budget):
+            out.truncated = True
             trace.get_current_span().set_attribute("engram.answer.truncated", True)
-        return s.SearchMemoriesResponse(results=results, truncated=truncated)
+        return out
 
     @rpc
     async def UpdateMemory(

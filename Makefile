@@ -18,7 +18,7 @@ help: ## List the targets
 $(VENV)/.installed: pyproject.toml engram_client/pyproject.toml mcp_shim/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ./engram_client -e ./mcp_shim -e ".[dev]"
+	$(PY) -m pip install --quiet -e ./engram_client -e ./mcp_shim -e ".[dev,rerank]"
 	touch $@
 
 $(BUF):
@@ -112,7 +112,7 @@ eval: install ## Regression taskset through the gRPC API of an in-process server
 LOCOMO ?= ../shared/data/locomo/locomo_dev.json
 CONVERSATIONS ?= report
 bench-locomo: install ## LoCoMo evidence recall on the held-out dev conversations (CONVERSATIONS=tune|all|ids; LOCOMO=file)
-	$(PY) -m eval.locomo --data $(LOCOMO) --out results/locomo --conversations $(CONVERSATIONS)
+	$(PY) -m eval.locomo --data $(LOCOMO) --out results/locomo --conversations $(CONVERSATIONS) $(if $(RERANK),--rerank $(RERANK))
 
 docs: install ## Regenerate the API and configuration references, build the site into site/ (--strict)
 	$(PY) scripts/gen_api_docs.py

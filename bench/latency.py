@@ -89,11 +89,21 @@ async def main() -> None:
     ap.add_argument("--samples", type=int, default=200)
     ap.add_argument("--concurrency", type=int, default=16, help="concurrent adds while ingesting")
     ap.add_argument("--json", type=Path, help="also write the figures as JSON here")
+    ap.add_argument(
+        "--rerank",
+        choices=("on", "off"),
+        default="on",
+        help="cross-encoder reranking (ENGRAM_RERANK auto/off)",
+    )
     args = ap.parse_args()
     rng = random.Random(7)
 
     with tempfile.TemporaryDirectory() as tmp:
-        async with running_server(Path(tmp)) as srv, grpc.aio.insecure_channel(srv.address) as ch:
+        rerank = "auto" if args.rerank == "on" else "off"
+        async with (
+            running_server(Path(tmp), rerank=rerank) as srv,
+            grpc.aio.insecure_channel(srv.address) as ch,
+        ):
             stub = memory_service_pb2_grpc.MemoryServiceStub(ch)
             t0 = time.perf_counter()
             queue = list(range(args.memories))

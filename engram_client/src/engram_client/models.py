@@ -308,6 +308,10 @@ class ScoreBreakdown:
     #: What reading the memory's text adds in the fusion (may be negative): a lead label the query
     #: names (a speaker, ``"Name: …"``) adds, a share of question sentences subtracts.
     rescore: float = 0.0
+    #: The cross-encoder's judgement (0..1) when the search reranked this result (an English
+    #: query, among its best results); 0 when not applied. Reorders the head; not in ``final``'s
+    #: fusion (the head's finals are handed out in the new order).
+    rerank: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -86,6 +86,9 @@ class Policy:
     hybrid: HybridParams = field(default_factory=HybridParams)
     #: Query-time rescoring of the best candidates from their text (see ranking.rescore).
     rescore: RescoreParams = field(default_factory=RescoreParams)
+    #: How many of an English query's best results the cross-encoder reorders (0 = off; the
+    #: service needs a reranker too).
+    rerank_depth: int = 30
     ambiguity_margin: float = 0.02
     default_collection: str = DEFAULT_COLLECTION
     #: How long deleted memories and collections stay restorable; 0: deletes are final.

@@ -38,7 +38,7 @@ from engram_server.domain.validation import (
     check_session_id,
     valid_collection_name,
 )
-from engram_server.ports import Embedder, LexicalEncoder, Llm, Store, Tokenizer
+from engram_server.ports import Embedder, LexicalEncoder, Llm, Reranker, Store, Tokenizer
 
 
 class TopicSource(Protocol):
@@ -93,6 +93,7 @@ class ServiceCore:
         *,
         lexical: LexicalEncoder | None = None,
         tokenizer: Tokenizer | None = None,
+        reranker: Reranker | None = None,
     ) -> None:
         self._store = store
         self._embedder = embedder
@@ -123,6 +124,8 @@ class ServiceCore:
         self.sessions = SessionLedger(store)
         #: Counts tokens for the context pack and slots (set by the app; None: no pack).
         self.tokenizer: Tokenizer | None = tokenizer
+        #: Reorders an English query's best results (set by the app; None: no reranking).
+        self.reranker: Reranker | None = reranker
         #: Summarises overflowing slots when set (else they are truncated).
         self.llm: Llm | None = None
         #: The topic index the pack's topics section shows (set by the topic index; None: empty).

@@ -41,10 +41,12 @@ from engram_server.domain.ranking import (
     glossed_lexical,
     lexical_lift,
     mmr_order,
+    model_ranking,
     recency_array,
     reinforced_recency,
     rescore_cue,
     rescore_cues,
+    rrf_order,
 )
 from engram_server.domain.service.commands import SearchHit, SearchQuery, _Pool, _Ranked
 from engram_server.domain.service.core import ServiceCore, _query_span, _tracer
@@ -71,6 +73,10 @@ _candidate_cache = _meter.create_counter(
     unit="{lookup}",
     description="Search candidate lists reused (hit) or fetched (miss), per collection.",
 )
+
+
+def _sigmoid(x: float) -> float:
+    return 1.0 / (1.0 + math.exp(-x)) if x >= 0 else math.exp(x) / (1.0 + math.exp(x))
 
 
 class _Query:
@@ -191,6 +197,9 @@ class Searching(ServiceCore):
         ) as span:
             resc = pol.rescore
             depth = max(limit, resc.depth) if resc.enabled else limit
+            rerank = self.reranker is not None and pol.rerank_depth > 0 and query.word_scripts == {"latin"}
+            if rerank:
+                depth = max(depth, pol.rerank_depth)
             ranked = self._rank(
                 per_collection,
                 now,
@@ -203,6 +212,8 @@ class Searching(ServiceCore):
                 ranked = await self._cross_scripted(ranked, query, depth, weights, lexical)
             if resc.enabled and len(ranked) > 1:
                 ranked = await self._rescored(ranked, q.query, weights)
+            if rerank and len(ranked) > 1:
+                ranked = await self._reranked(ranked, q.query)
             if q.diversify and len(ranked) > 1:
                 order = mmr_order(
                     [r.score.final for r in ranked],
@@ -327,6 +338,34 @@ class Searching(ServiceCore):
             )
             out.append(_Ranked(r.collection, r.id, sc, r.vector, r.script, r.lexical_norm))
         out.sort(key=lambda r: (-r.score.final, -created.get(r.id, 0.0), r.id))
+        return out + tail
+
+    async def _reranked(self, ranked: list[_Ranked], query: str) -> list[_Ranked]:
+        """The best ``rerank_depth`` of ``ranked`` (an English query) reordered by reciprocal
+        rank fusion of their rank and the cross-encoder's (:func:`rrf_order`); the candidates below
+        them follow in their order. Only memories with no Chinese words are read by the model; the
+        others keep their own rank as the model's. ``final`` stays monotonic with the order: the
+        head's own finals are handed out, best first, in the new order; ``rerank`` carries the
+        model's judgement (sigmoid of its logit). Relevance is never changed."""
+        reranker = self.reranker
+        assert reranker is not None
+        head, tail = ranked[: self.policy.rerank_depth], ranked[self.policy.rerank_depth :]
+        full = await self._full_records(head)
+        english = [i for i, r in enumerate(head) if r.id in full and "cjk" not in r.script.split("+")]
+        if not english:
+            return ranked
+        with _tracer.start_as_current_span("engram.rerank", attributes={"engram.reranked": len(english)}):
+            scores = await reranker.score(query, [full[head[i].id].content for i in english])
+        logits: list[float | None] = [None] * len(head)
+        for i, logit in zip(english, scores, strict=True):
+            logits[i] = logit
+        order = rrf_order(model_ranking(logits))
+        finals = sorted((r.score.final for r in head), reverse=True)
+        out: list[_Ranked] = []
+        for final, i in zip(finals, order, strict=True):
+            r, y = head[i], logits[i]
+            sc = replace(r.score, final=final, rerank=0.0 if y is None else _sigmoid(y))
+            out.append(_Ranked(r.collection, r.id, sc, r.vector, r.script, r.lexical_norm))
         return out + tail
 
     async def _rescore_cues(self, head: Sequence[_Ranked]) -> dict[str, tuple[RescoreCue, float]] | None:

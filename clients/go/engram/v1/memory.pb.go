@@ -787,7 +787,12 @@ type ScoreBreakdown struct {
 	// the query names (a speaker, "Name: …"), − ENGRAM_QUESTION_PENALTY × the share of its
 	// sentences that are questions (a memory that only asks answers nothing). Relevance never
 	// includes it.
-	Rescore       float32 `protobuf:"fixed32,80,opt,name=rescore,proto3" json:"rescore,omitempty"`
+	Rescore float32 `protobuf:"fixed32,80,opt,name=rescore,proto3" json:"rescore,omitempty"`
+	// The cross-encoder's judgement of the memory's text against the query, 0..1 (the sigmoid of
+	// its logit), when the search reranked it (an English query, among the best ENGRAM_RERANK_DEPTH
+	// results, ENGRAM_RERANK on); 0 when not applied. It reorders those results by reciprocal rank
+	// fusion with their own rank; it is not part of the fusion, and relevance never includes it.
+	Rerank        float32 `protobuf:"fixed32,81,opt,name=rerank,proto3" json:"rerank,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -874,6 +879,13 @@ func (x *ScoreBreakdown) GetEpisode() float32 {
 func (x *ScoreBreakdown) GetRescore() float32 {
 	if x != nil {
 		return x.Rescore
+	}
+	return 0
+}
+
+func (x *ScoreBreakdown) GetRerank() float32 {
+	if x != nil {
+		return x.Rerank
 	}
 	return 0
 }
@@ -1091,7 +1103,7 @@ const file_engram_v1_memory_proto_rawDesc = "" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12'\n" +
 	"\x0fexisting_values\x18\x02 \x03(\tR\x0eexistingValues\x12\x1d\n" +
 	"\n" +
-	"new_values\x18\x03 \x03(\tR\tnewValues\"\xf3\x01\n" +
+	"new_values\x18\x03 \x03(\tR\tnewValues\"\x8b\x02\n" +
 	"\x0eScoreBreakdown\x12\x14\n" +
 	"\x05final\x18\x01 \x01(\x02R\x05final\x12\x1c\n" +
 	"\trelevance\x18\x02 \x01(\x02R\trelevance\x12\x18\n" +
@@ -1102,7 +1114,8 @@ const file_engram_v1_memory_proto_rawDesc = "" +
 	"\x0eraw_similarity\x18\x05 \x01(\x02R\rrawSimilarity\x12\x18\n" +
 	"\alexical\x18\x06 \x01(\x02R\alexical\x12\x18\n" +
 	"\aepisode\x18\a \x01(\x02R\aepisode\x12\x18\n" +
-	"\arescore\x18P \x01(\x02R\arescore\"h\n" +
+	"\arescore\x18P \x01(\x02R\arescore\x12\x16\n" +
+	"\x06rerank\x18Q \x01(\x02R\x06rerank\"h\n" +
 	"\x0eRankingWeights\x12\x1c\n" +
 	"\trelevance\x18\x01 \x01(\x02R\trelevance\x12\x18\n" +
 	"\arecency\x18\x02 \x01(\x02R\arecency\x12\x1e\n" +

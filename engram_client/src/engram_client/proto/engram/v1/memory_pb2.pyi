@@ -481,6 +481,7 @@ class ScoreBreakdown(_message.Message):
     LEXICAL_FIELD_NUMBER: _builtins.int
     EPISODE_FIELD_NUMBER: _builtins.int
     RESCORE_FIELD_NUMBER: _builtins.int
+    RERANK_FIELD_NUMBER: _builtins.int
     final: _builtins.float
     """The fused score results are sorted by."""
     relevance: _builtins.float
@@ -512,6 +513,12 @@ class ScoreBreakdown(_message.Message):
     sentences that are questions (a memory that only asks answers nothing). Relevance never
     includes it.
     """
+    rerank: _builtins.float
+    """The cross-encoder's judgement of the memory's text against the query, 0..1 (the sigmoid of
+    its logit), when the search reranked it (an English query, among the best ENGRAM_RERANK_DEPTH
+    results, ENGRAM_RERANK on); 0 when not applied. It reorders those results by reciprocal rank
+    fusion with their own rank; it is not part of the fusion, and relevance never includes it.
+    """
     def __init__(
         self,
         *,
@@ -523,10 +530,11 @@ class ScoreBreakdown(_message.Message):
         lexical: _builtins.float = ...,
         episode: _builtins.float = ...,
         rescore: _builtins.float = ...,
+        rerank: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["episode", b"episode", "final", b"final", "importance", b"importance", "lexical", b"lexical", "raw_similarity", b"raw_similarity", "recency", b"recency", "relevance", b"relevance", "rescore", b"rescore"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["episode", b"episode", "final", b"final", "importance", b"importance", "lexical", b"lexical", "raw_similarity", b"raw_similarity", "recency", b"recency", "relevance", b"relevance", "rerank", b"rerank", "rescore", b"rescore"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

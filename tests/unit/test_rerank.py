@@ -1,0 +1,71 @@
+"""The rerank stage's order: reciprocal rank fusion of a result's own rank and the cross-encoder's
+(:func:`rrf_order`, :func:`model_ranking`), and the real cross-encoder's judgements."""
+
+from __future__ import annotations
+
+import pytest
+
+from engram_server.adapters import rerank
+from engram_server.domain.ranking import model_ranking, rrf_order
+
+
+def test_model_ranking_orders_scored_places_by_logit() -> None:
+    assert model_ranking([0.0, 5.0, -1.0]) == [1, 0, 2]
+
+
+def test_model_ranking_keeps_unscored_in_their_place() -> None:
+    # place 1 has no logit (not English): it stays the model's second; the others fill 0 and 2
+    assert model_ranking([-3.0, None, 4.0]) == [2, 1, 0]
+
+
+def test_rrf_agreement_keeps_order() -> None:
+    assert rrf_order([0, 1, 2, 3]) == [0, 1, 2, 3]
+
+
+def test_rrf_lifts_what_the_model_ranks_first() -> None:
+    # the model ranks the fourth result first: with c=30 it passes results 1..2 (1/33+1/30 >
+    # 1/31+1/31) but not the first (1/30+1/31)
+    order = rrf_order([3, 0, 1, 2], c=30.0)
+    assert order == [0, 3, 1, 2]
+
+
+def test_rrf_second_result_the_model_ranks_first_takes_the_top() -> None:
+    # the first result is only the model's sixth: the second (model's first) passes it
+    assert rrf_order([1, 2, 3, 4, 5, 0], c=30.0)[0] == 1
+
+
+def test_rrf_is_a_permutation() -> None:
+    n = 30
+    model = list(reversed(range(n)))
+    out = rrf_order(model)
+    assert sorted(out) == list(range(n))
+
+
+needs_model = pytest.mark.skipif(
+    not rerank.available(), reason="the reranking model package is not installed"
+)
+
+
+@needs_model
+def test_cross_encoder_prefers_the_answer() -> None:
+    ce = rerank.CrossEncoderReranker()
+    q = "Where did Ann move to in March?"
+    texts = [
+        "Bob: I started a pottery class on Thursdays.",
+        "Ann: I moved to Porto in March. The new flat is near the river.",
+        "Ann: My sister is visiting in May.",
+    ]
+    logits = ce.score_sync(q, texts)
+    assert len(logits) == 3
+    assert max(range(3), key=lambda i: logits[i]) == 1
+
+
+@needs_model
+def test_cross_encoder_batches_mixed_lengths_like_single_calls() -> None:
+    ce = rerank.CrossEncoderReranker()
+    q = "what colour is the car?"
+    texts = ["The car is red.", "A much longer sentence about the weather, the trains and the car park " * 5]
+    together = ce.score_sync(q, texts)
+    alone = [ce.score_sync(q, [t])[0] for t in texts]
+    # (the int8 model quantises activations per batch: padding shifts a logit by a few hundredths)
+    assert together == pytest.approx(alone, abs=0.1)

@@ -5,7 +5,8 @@
 
 Every query's embedding is known before it is measured (the server's query cache is filled by one
 search per query first; the engine side embeds the same texts with the same local model), so
-neither side pays for the model. The server runs as its own process (``engram serve`` on a copy of
+neither side pays for the model; the cross-encoder reranker, a model too, is off
+(``ENGRAM_RERANK=off``). The server runs as its own process (``engram serve`` on a copy of
 the data directory) with the candidate/record caches and the nearest lists off
 (``ENGRAM_SEARCH_CACHE_ENTRIES=0``, ``ENGRAM_NEAREST_LISTS=0``): every search walks the engine's
 graph. The engine side opens another copy of the shard in this process and sends, per query, the
@@ -445,6 +446,7 @@ async def main() -> None:
                 "ENGRAM_SEARCH_CACHE_ENTRIES": "0",
                 "ENGRAM_NEAREST_LISTS": "0",
                 "ENGRAM_QUERY_CACHE_SIZE": str(max(4096, 2 * args.queries)),
+                "ENGRAM_RERANK": "off",  # a model's cost, like the embedder's: not Engram's own
             }
             if label.startswith("qdrant"):
                 srv_dir.mkdir()

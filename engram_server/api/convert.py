@@ -274,6 +274,7 @@ def score_fields(x: Score) -> dict[str, float]:
         "lexical": x.lexical,
         "episode": x.episode,
         "rescore": x.rescore,
+        "rerank": x.rerank,
     }
 
 

@@ -184,9 +184,12 @@ def _cues_right(server: EngramServer, contents: dict[str, str]) -> None:
 @pytest.fixture
 async def live(tmp_path: Path, clock: ManualClock) -> AsyncIterator[tuple[EngramServer, Stub]]:
     # No search cache (every search reads storage), no access counters between runs (their
-    # reinforcement would change the later runs' scores).
+    # reinforcement would change the later runs' scores), no cross-encoder (it reads its
+    # candidates' texts by design; these tests count the reads rescoring makes).
     async with (
-        running_server(tmp_path / "data", clock=clock, search_cache_entries=0, nearest_lists=0) as srv,
+        running_server(
+            tmp_path / "data", clock=clock, search_cache_entries=0, nearest_lists=0, rerank="off"
+        ) as srv,
         grpc.aio.insecure_channel(srv.address) as ch,
     ):
         srv.service._note_access = lambda records, now: None  # type: ignore[method-assign]
@@ -263,7 +266,7 @@ async def test_kept_cues_follow_updates_and_deletions(
 
 async def test_kept_cues_are_loaded_again_after_a_restart(tmp_path: Path, clock: ManualClock) -> None:
     data = tmp_path / "data"
-    opts: dict[str, Any] = {"clock": clock, "search_cache_entries": 0, "nearest_lists": 0}
+    opts: dict[str, Any] = {"clock": clock, "search_cache_entries": 0, "nearest_lists": 0, "rerank": "off"}
     async with running_server(data, **opts) as srv, grpc.aio.insecure_channel(srv.address) as ch:
         srv.service._note_access = lambda records, now: None  # type: ignore[method-assign]
         stub = Stub(ch)

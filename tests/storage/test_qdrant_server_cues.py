@@ -101,6 +101,7 @@ async def live(
             qdrant_prefix=f"cues{tmp_path.name[-6:]}_",
             search_cache_entries=0,
             nearest_lists=0,
+            rerank="off",  # the cross-encoder reads its candidates' texts; counted here: rescoring
         ) as srv,
         grpc.aio.insecure_channel(srv.address) as ch,
     ):

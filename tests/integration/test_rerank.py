@@ -18,36 +18,15 @@ from engram_client.proto.engram.v1 import memory_service_pb2_grpc
 from engram_server.adapters import rerank
 from engram_server.domain.clock import ManualClock
 from engram_server.testing import running_server
+from tests.integration.test_rescore_cues import CHAT as RESCORE_CHAT
 
 pytestmark = pytest.mark.skipif(not rerank.available(), reason="the reranking model package is not installed")
 
 Stub = memory_service_pb2_grpc.MemoryServiceStub
 COLLECTION = "chat"
 
-# fmt: off
-CHAT = [
-    "Ann: Hi Bob! Did you finish the painting you started last week?",
-    "Bob: Yes, I finished it on Sunday. It is a sunrise over the lake.",
-    "Ann: That sounds lovely. Where are you going to hang it?",
-    "Bob: In the hallway, next to the photo of my grandmother.",
-    "Ann: I moved to Porto in March. The new flat is near the river.",
-    "Bob: Porto! Do you like it there? Is the flat big enough for your cat?",
-    "Ann: I love it. Pascal has a balcony now and watches the boats all day.",
-    "Bob: I started a pottery class on Thursdays. My first bowl cracked in the kiln.",
-    "Ann: Oh no! Will you try again? What went wrong?",
-    "Bob: The clay was too wet. The teacher says I should wedge it longer.",
-    "Ann: My sister is visiting in May; we are going hiking in the Gerês park.",
-    "Bob: Which trail are you taking? How long is it?",
-    "Ann: The Trilho da Preguiça, about 12 km. We will camp one night.",
-    "Bob: I am reading a book about the history of pottery in Japan.",
-    "Ann: What is it called? Would you lend it to me when you are done?",
-    "Bob: It is called The Unknown Craftsman. Sure, I will bring it next time.",
-    "Reminder to self: water the basil before leaving.",
-    "Did Ann ever say when her sister arrives?",
-    "Ann: 我的猫叫帕斯卡，它喜欢看船。",
-    "Bob: 我的陶艺课在星期四。",
-]
-# fmt: on
+# The rescoring tests' chat, and two Chinese turns the cross-encoder must leave alone.
+CHAT = [*RESCORE_CHAT, "Ann: 我的猫叫帕斯卡，它喜欢看船。", "Bob: 我的陶艺课在星期四。"]
 
 
 async def _add(stub: Stub, clock: ManualClock, texts: Sequence[str]) -> None:

@@ -52,6 +52,18 @@ class _Reads:
                 return _real(*a, **kw)
 
             setattr(client, name, counting)
+        raw = store._raw  # the search's reads as raw gRPC (qdrant_grpc): counted by the same names
+        assert raw is not None, "a server store with prefer_grpc reads through qdrant_grpc"
+        for name, as_name in (("get", "retrieve"), ("query_batch", "query_batch_points")):
+            real = getattr(raw, name)
+
+            def counting_raw(*a: Any, _real: Any = real, _name: str = as_name, **kw: Any) -> Any:
+                self.calls[_name] += 1
+                if _name == "retrieve":
+                    self.retrieved += len(a[1])
+                return _real(*a, **kw)
+
+            setattr(raw, name, counting_raw)
 
     def snapshot(self) -> tuple[int, int]:
         return self.calls["retrieve"], self.retrieved

@@ -78,6 +78,19 @@ from engram_server.adapters.storage.payload import (
     validate_state_key,
 )
 from engram_server.adapters.storage.qdrant_cues import CUE_FIELDS, CueMemo, cue_payload, stored_cue
+from engram_server.adapters.storage.qdrant_grpc import (
+    DENSE_VECTOR,
+    NO_VECTORS,
+    RawPoints,
+    dense_of,
+    dense_query,
+    grpc_filter,
+    include,
+    raw_points,
+    search_params,
+    sparse_query,
+)
+from engram_server.adapters.storage.qdrant_grpc import query as raw_query
 from engram_server.domain.errors import CollectionNotFound, EngramError, InvalidArgument, StorageUnavailable
 from engram_server.domain.model import (
     BackupStats,
@@ -118,6 +131,11 @@ ACORN_MAX_SELECTIVITY = 0.4
 
 #: How stale the specs a search naming no collection looks in may be (``list_collections``).
 SPEC_REFRESH_SECONDS = 5.0
+
+#: How stale the list of collection names a search naming no collection looks in may be
+#: (``list_collections``): this process's own creates and drops, and a collection found missing,
+#: refresh it at once; another replica's show within this time.
+NAMES_REFRESH_SECONDS = 1.0
 
 T = TypeVar("T")
 
@@ -217,6 +235,16 @@ class QdrantStore:
         self._specs_read_at = -math.inf  # time.monotonic() of the last full read of the specs
         #: The rescoring cues the latest candidate queries returned (``rescore_cues``).
         self._cues = CueMemo()
+        #: The search's reads as raw gRPC messages on the client's channel (a server with
+        #: ``prefer_grpc``; None otherwise: the client's own calls), see ``qdrant_grpc``.
+        self._raw: RawPoints | None = None
+        self._raw_search_params = search_params(self._search_params)
+        self._candidate_payload = include([*CANDIDATE_FIELDS, *CUE_FIELDS])
+        self._cue_payload = include([*CUE_FIELDS, "created_at", "content"])
+        #: The server's collection names with this store's prefix, without it (``list_collections``),
+        #: and when they were read (time.monotonic()); None: read them on the next call.
+        self._names: frozenset[str] | None = None
+        self._names_read_at = -math.inf
 
     # ------------------------------------------------------------------ plumbing
 
@@ -278,8 +306,9 @@ class QdrantStore:
 
     def _gone(self, name: str) -> CollectionNotFound:
         """The collection is missing on the server: forget its cached spec (another Engram
-        replica may have dropped it), so the next call looks again."""
+        replica may have dropped it), so the next call looks again (and lists the names afresh)."""
         self._specs.pop(name, None)
+        self._names = None
         return _not_found(name)
 
     async def _spec(self, name: str) -> CollectionSpec:
@@ -298,20 +327,22 @@ class QdrantStore:
         except (RuntimeError, ValueError, OSError) as exc:
             raise StorageUnavailable(f"cannot open {self._describe()}: {exc}") from exc
         self._client = client
+        self._raw = raw_points(client)
         try:
             specs = await self.list_collections()  # a real round trip: fail now, not on first use
             if not self._local:
                 for spec in specs:
                     await self.reconcile_indexes(spec.name)
         except BaseException:
-            self._client = None
+            self._client = self._raw = None
             await client.close()
             raise
 
     async def close(self) -> None:
-        client, self._client = self._client, None
+        client, self._client, self._raw = self._client, None, None
         self._specs.clear()
         self._foreign.clear()
+        self._names = None
         if client is not None:
             await client.close()
 
@@ -350,6 +381,7 @@ class QdrantStore:
             self._specs.pop(spec.name, None)
             if await self.get_collection(spec.name) is None:
                 raise
+        self._names = None
         if not self._local:
             for field_name, kind in PAYLOAD_INDEXES.items():  # idempotent on the server
                 await self._create_index(spec.name, field_name, _index_schema(field_name, kind))
@@ -415,34 +447,43 @@ class QdrantStore:
         if not await self._call("check collection", lambda: self._c.collection_exists(qname)):
             return None
         info = await self._call("get collection", lambda: self._c.get_collection(qname), collection=name)
-        spec = self._spec_of(qname, info.config.metadata)
+        spec = self._spec_of(name, info.config.metadata)
         if spec is not None:
             self._specs[name] = spec
             self._foreign.discard(name)
         return spec
 
-    def _spec_of(self, qname: str, metadata: Mapping[str, Any] | None) -> CollectionSpec | None:
+    def _spec_of(self, name: str, metadata: Mapping[str, Any] | None) -> CollectionSpec | None:
+        """The spec of this store's collection ``name`` from its Qdrant collection's metadata; None
+        when it is not one: no spec (not Engram's), or a spec of another name, i.e. the collection
+        of another deployment whose prefix is longer (prefix ``a_`` + ``old_x`` is prefix
+        ``a_old_`` + ``x``: its spec says ``x``)."""
         if not metadata or _META_KEY not in metadata:
             return None  # not an Engram collection
-        return spec_from_json(metadata[_META_KEY], where=f"{self._describe()} collection {qname!r} metadata")
+        qname = self._qname(name)
+        spec = spec_from_json(metadata[_META_KEY], where=f"{self._describe()} collection {qname!r} metadata")
+        if spec.name != name:
+            log.debug("Qdrant collection %s holds Engram collection %r of another prefix", qname, spec.name)
+            return None
+        return spec
 
     async def list_collections(self) -> list[CollectionSpec]:
-        """One round trip for the names (a search that names no collection calls this every
-        time); the specs, and the verdict on collections that are not Engram's, are read again
-        at most every ``SPEC_REFRESH_SECONDS`` (another replica may have changed a spec, e.g. its
-        trash mark, or dropped and re-created a collection). Names no longer on the server are
-        forgotten at once."""
+        """This store's collections (a search that names no collection calls this every time).
+
+        The names are read at most every ``NAMES_REFRESH_SECONDS`` (at once after this process
+        created or dropped one, or found one missing); another replica's creates and drops show
+        within that time. A name is this store's when it is the prefix followed by a valid
+        collection name whose stored spec carries that same name: another deployment's
+        collections are not, even when its prefix starts with this one's (see ``_spec_of``). The
+        specs, and the verdict on collections that are not Engram's, are read again at most every
+        ``SPEC_REFRESH_SECONDS`` (another replica may have changed a spec, e.g. its trash mark, or
+        dropped and re-created a collection). Names no longer on the server are forgotten at once."""
         now = time.monotonic()
         if now - self._specs_read_at > SPEC_REFRESH_SECONDS:
             self._specs.clear()
             self._foreign.clear()
             self._specs_read_at = now
-        response = await self._call("list collections", self._c.get_collections)
-        listed = {
-            desc.name.removeprefix(self._prefix)
-            for desc in response.collections
-            if desc.name.startswith(self._prefix)
-        }
+        listed = set(await self._collection_names(now))
         for gone in set(self._specs) - listed:
             del self._specs[gone]
         self._foreign &= listed
@@ -454,6 +495,22 @@ class QdrantStore:
             else:
                 specs.append(spec)
         return sorted(specs, key=lambda s: s.name)
+
+    async def _collection_names(self, now: float) -> frozenset[str]:
+        """The names (without the prefix) of the server's collections that may be this store's:
+        the prefix followed by a valid collection name (cached, see ``list_collections``)."""
+        names = self._names
+        if names is not None and now - self._names_read_at <= NAMES_REFRESH_SECONDS:
+            return names
+        raw = self._raw
+        if raw is not None:
+            qnames = await self._call("list collections", raw.collection_names)
+        else:
+            response = await self._call("list collections", self._c.get_collections)
+            qnames = [desc.name for desc in response.collections]
+        names = frozenset(_own_names(qnames, self._prefix))
+        self._names, self._names_read_at = names, now
+        return names
 
     async def update_collection(self, spec: CollectionSpec) -> None:
         self._specs.pop(spec.name, None)  # read the stored one afresh
@@ -476,6 +533,7 @@ class QdrantStore:
         result = await self._call("count", lambda: self._c.count(qname, exact=True), collection=name)
         await self._call("drop collection", lambda: self._c.delete_collection(qname), collection=name)
         self._specs.pop(name, None)
+        self._names = None
         self._cues.forget(name)
         return int(result.count)
 
@@ -507,6 +565,11 @@ class QdrantStore:
         if not wanted:
             return []
         qname = self._qname(collection)
+        raw = self._raw
+        if raw is not None and not with_vectors:  # the winners' records: raw gRPC
+            keys = [str(i) for i in wanted]
+            got = await self._call("retrieve", lambda: raw.get(qname, keys), collection=collection)
+            return [StoredPoint(record_from_payload(key, collection, payload)) for key, payload in got]
         records = await self._call(
             "retrieve",
             lambda: self._c.retrieve(qname, ids=wanted, with_payload=True, with_vectors=with_vectors),
@@ -619,6 +682,19 @@ class QdrantStore:
         if limit <= 0:
             return out.build()
         query: list[float] = vector.reshape(-1).tolist()
+        if self._raw is not None:
+            lexical_query = sparse if sparse and spec.lexical is not None else None
+            return await self._candidates_raw(
+                self._raw,
+                collection,
+                out,
+                vector=vector,
+                query=query,
+                limit=limit,
+                flt=flt,
+                sparse=lexical_query,
+                lexical_limit=lexical_limit,
+            )
         fields = [*CANDIDATE_FIELDS, *CUE_FIELDS]  # the cues: rescore_cues reads no record after
         qname = self._qname(collection)
         query_filter = _qdrant_filter(filter_plan(flt))
@@ -660,6 +736,67 @@ class QdrantStore:
                 memo.put(collection, str(h.id), h.payload)
         return out.build()
 
+    async def _candidates_raw(
+        self,
+        raw: RawPoints,
+        collection: str,
+        out: CandidateBuilder,
+        *,
+        vector: Vector,
+        query: list[float],
+        limit: int,
+        flt: StoreFilter,
+        sparse: SparseVector | None,
+        lexical_limit: int | None,
+    ) -> Candidates:
+        """``candidates`` as raw gRPC messages (the same batch, decoded without the client's
+        models): the dense hits, then the BM25 hits not among them (their cosine from the
+        vector the lexical query returns)."""
+        qname = self._qname(collection)
+        query_filter = grpc_filter(filter_plan(flt))
+        fields = self._candidate_payload  # the cues too: rescore_cues reads no record after
+        with_vectors = out.vecs is not None
+        queries = [
+            raw_query(
+                qname,
+                dense_query(query),
+                limit,
+                flt=query_filter,
+                with_payload=fields,
+                with_vectors=DENSE_VECTOR if with_vectors else NO_VECTORS,
+                params=self._raw_search_params,
+            )
+        ]
+        if sparse is not None:
+            queries.append(
+                raw_query(
+                    qname,
+                    sparse_query(sparse),
+                    limit if lexical_limit is None else lexical_limit,
+                    flt=query_filter,
+                    with_payload=fields,
+                    with_vectors=DENSE_VECTOR,
+                    using=LEXICAL_VECTOR,
+                )
+            )
+        responses = await self._call("search", lambda: raw.query_batch(qname, queries), collection=collection)
+        memo = self._cues
+        for key, score, payload, vectors in responses[0]:
+            out.add(key, payload, score, vector=dense_of(vectors) if with_vectors else None)
+            memo.put(collection, key, payload)
+        if sparse is not None:
+            for key, score, payload, vectors in responses[1]:
+                if score <= 0 or out.set_lexical(key, score):
+                    continue
+                vec = dense_of(vectors)
+                if vec is None:
+                    raise StorageUnavailable(
+                        f"point {key} in collection {collection!r} came back without its vector"
+                    )
+                out.add(key, payload, cosine(vec, vector), lexical=score, vector=vec)
+                memo.put(collection, key, payload)
+        return out.build()
+
     async def rescore_cues(self, collection: str, ids: Sequence[str]) -> dict[str, tuple[RescoreCue, float]]:
         """By id, the rescoring cue and ``created_at`` of each point (``RescoreCueSource``): as the
         candidate query that found it returned them (its ``rescore_*`` payload fields, see
@@ -678,19 +815,26 @@ class QdrantStore:
         if not wanted:
             return out
         qname = self._qname(collection)
-        found = await self._call(
-            "retrieve",
-            lambda: self._c.retrieve(
-                qname, ids=wanted, with_payload=[*CUE_FIELDS, "created_at", "content"], with_vectors=False
-            ),
-            collection=collection,
-        )
-        for r in found:
-            payload = r.payload or {}
+        raw = self._raw
+        found: list[tuple[str, dict[str, Any]]]
+        if raw is not None:
+            sel = self._cue_payload
+            keys = [str(i) for i in wanted]
+            found = await self._call("retrieve", lambda: raw.get(qname, keys, sel), collection=collection)
+        else:
+            records = await self._call(
+                "retrieve",
+                lambda: self._c.retrieve(
+                    qname, ids=wanted, with_payload=[*CUE_FIELDS, "created_at", "content"], with_vectors=False
+                ),
+                collection=collection,
+            )
+            found = [(str(r.id), r.payload or {}) for r in records]
+        for key, payload in found:
             cue = stored_cue(payload)
             if cue is None:  # written before the field: the cue of its text, as before
                 cue = rescore_cue(str(payload.get("content") or ""))
-            out[str(r.id)] = (cue, float(payload.get("created_at") or 0.0))
+            out[key] = (cue, float(payload.get("created_at") or 0.0))
         return out
 
     async def scroll(
@@ -1093,6 +1237,24 @@ def _probe_local_lock(path: str) -> None:
                 f"local Qdrant storage {path} is in use by another process or store"
             ) from exc
         fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
+def _own_names(qnames: Sequence[str], prefix: str) -> list[str]:
+    """The names (without ``prefix``) of the Qdrant collections that may hold this store's
+    collections: ``prefix`` followed by a valid Engram collection name. Whether one does is told
+    by its spec (``QdrantStore._spec_of``): ``prefix + "old_x"`` may be another deployment's
+    ``x`` (prefix ``prefix + "old_"``)."""
+    out: list[str] = []
+    for qname in qnames:
+        if not qname.startswith(prefix):
+            continue
+        name = qname[len(prefix) :]
+        try:
+            validate_collection_name(name)
+        except InvalidArgument:
+            continue  # e.g. the state collection (prefix + "_engram_state")
+        out.append(name)
+    return out
 
 
 def _not_found(name: str) -> CollectionNotFound:

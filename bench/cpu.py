@@ -52,6 +52,8 @@ embedded server runs beside it on its copy of the data, so the table also gives 
 both stores in one run. ``--without-cues`` adds a second copy of the data on the node with the
 rescoring cue fields removed (points as a release before them wrote them: each search reads its
 best 50 candidates' texts to rescore) and a third Engram server on it.
+With ``--baseline`` too, the baseline revision's server also runs on the node (the same
+collection), so the server path has its before/after in the same run.
 
     .venv/bin/python bench/cpu.py --data DIR --queries 200 --rounds 3 \
         --qdrant-url http://127.0.0.1:6333 --qdrant-grpc-port 6334 --qdrant-pid PID
@@ -425,6 +427,8 @@ async def main() -> None:
     # node, this checkout on the node last
     trees = [("baseline", args.baseline.resolve()), ("engram", ROOT)] if args.baseline else [("engram", ROOT)]
     if args.qdrant_url:
+        if args.baseline:  # the baseline on the node too: the server path's before/after
+            trees.append(("qdrant-baseline", args.baseline.resolve()))
         trees.append(("qdrant", ROOT))
         await fill_node(args, args.data, args.qdrant_prefix)
         set_cues(args, args.qdrant_prefix, strip=False)
@@ -572,6 +576,7 @@ async def main() -> None:
         names = {
             "qdrant": "engram on the Qdrant node",
             "qdrant-old": "the same, points without cue fields",
+            "qdrant-baseline": f"baseline ({args.baseline}) on the Qdrant node",
             "engram": "engram (embedded)" if args.qdrant_url else "engram",
         }
         head = " | ".join(

@@ -1,0 +1,335 @@
+"""The server store's search reads as raw gRPC (``qdrant_grpc``) give exactly what the client's
+own conversion gave, on a real Qdrant server; and which collections a store lists.
+
+Runs on the session's real server node (``qdrant_server`` in tests/conftest.py); skips without one.
+The same searches go through two stores on one collection: one reading through ``qdrant_grpc``
+(the default on a server with gRPC), one made to use qdrant-client's calls (``_raw = None``, the
+path before). Candidates (ids, every column, vectors), the rescoring cues (from the memo and from
+the fallback read, with points whose cue fields were removed), the winners' records and the
+collection list must be equal, value for value.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from qdrant_client import AsyncQdrantClient, models
+from qdrant_client.conversions.conversion import RestToGrpc
+
+from engram_server.adapters.lexical import LEXICAL_ENCODER_ID
+from engram_server.adapters.storage import qdrant as qdrant_module
+from engram_server.adapters.storage.payload import CANDIDATE_FIELDS, LEXICAL_VECTOR, filter_plan
+from engram_server.adapters.storage.qdrant import QdrantStore, _qdrant_filter
+from engram_server.adapters.storage.qdrant_cues import CUE_FIELDS
+from engram_server.adapters.storage.qdrant_grpc import (
+    DENSE_VECTOR,
+    NO_VECTORS,
+    dense_query,
+    grpc_filter,
+    include,
+    search_params,
+    sparse_query,
+)
+from engram_server.adapters.storage.qdrant_grpc import query as raw_query
+from engram_server.domain.model import (
+    Candidates,
+    CollectionSpec,
+    MemoryRecord,
+    MemoryType,
+    SourceType,
+    SparseVector,
+    StoredPoint,
+    StoreFilter,
+)
+from tests.support.qdrant import QdrantNode
+
+DIM = 16
+NOW = 1_800_000_000.0
+N = 400
+
+FILTERS = [
+    StoreFilter(),
+    StoreFilter(live_at=NOW),
+    StoreFilter(types=(MemoryType.EVENT, MemoryType.INSIGHT), live_at=NOW),
+    StoreFilter(tags_any=("t1", "t3")),
+    StoreFilter(created_after=NOW - 200_000, created_before=NOW - 50_000, min_importance=4),
+    StoreFilter(include_history=True, include_drafts=True, include_trashed=True),
+    StoreFilter(source_types=(SourceType.USER_INPUT,), session_ids=("s1",)),
+]
+
+
+def _spec(name: str = "default") -> CollectionSpec:
+    return CollectionSpec(
+        name=name, embedding_model="test/random", dimension=DIM, created_at=1.0, lexical=LEXICAL_ENCODER_ID
+    )
+
+
+def _store(node: QdrantNode, prefix: str, **kw: object) -> QdrantStore:
+    return QdrantStore(node.url, grpc_port=node.grpc_port, prefix=prefix, **kw)  # type: ignore[arg-type]
+
+
+def _points(rng: np.random.Generator) -> list[StoredPoint]:
+    texts = [
+        "Alice: I moved to Berlin last spring.",
+        "Bob: did you like it? Was it cold?",
+        "我们明天去北京。",
+        "Carol: the meeting moved to Friday. Why?",
+        "plain note without a label",
+    ]
+    out = []
+    ids = [str(uuid.uuid4()) for _ in range(N)]
+    for i, pid in enumerate(ids):
+        vec = rng.normal(size=DIM).astype(np.float32)
+        terms = sorted({int(t) for t in rng.integers(0, 50, size=4)})
+        record = MemoryRecord(
+            pid,
+            "default",
+            f"{texts[i % len(texts)]} #{i}",
+            type=list(MemoryType)[i % 4],
+            importance=i % 11,
+            tags=tuple(f"t{j}" for j in range(i % 4)),
+            source_type=list(SourceType)[i % 3],
+            metadata={"k": str(i), "lang": "en"} if i % 2 else {},
+            created_at=NOW - 1000.0 * i - 0.25,
+            updated_at=NOW - 10.0 * i,
+            valid_until=NOW + 1e6 if i % 7 else NOW - 5.0,
+            version=1 + i % 3,
+            superseded_by=ids[0] if i % 29 == 5 else None,
+            access_count=i % 5,
+            last_accessed_at=NOW - 3.5 if i % 3 == 0 else None,
+            near_duplicates=((ids[1], 0.91),) if i % 6 == 0 else (),
+            derived_from=(ids[2],) if i % 8 == 0 else (),
+            draft=i % 31 == 7,
+            trashed_at=NOW - 9.0 if i % 37 == 11 else None,
+            session_id="s1" if i % 2 else None,
+            agent_id="a1" if i % 5 == 0 else None,
+        )
+        sparse = SparseVector(tuple(terms), tuple(float(v) for v in rng.uniform(0.1, 2.0, size=len(terms))))
+        out.append(StoredPoint(record, vec, sparse))
+    return out
+
+
+def _same(a: Candidates, b: Candidates) -> None:
+    assert a.ids == b.ids
+    assert a.types == b.types
+    assert a.scripts == b.scripts
+    for col in ("importance", "created_at", "cosine", "lexical", "valid_until"):
+        np.testing.assert_array_equal(getattr(a, col), getattr(b, col), err_msg=col)
+    if a.vectors is None or b.vectors is None:
+        assert a.vectors is None and b.vectors is None
+    else:
+        assert a.vectors.dtype == b.vectors.dtype
+        np.testing.assert_array_equal(a.vectors, b.vectors)
+
+
+@pytest.fixture
+def prefix() -> str:
+    return f"r{uuid.uuid4().hex[:12]}_"
+
+
+@pytest.fixture
+async def stores(qdrant_server: QdrantNode, prefix: str) -> AsyncIterator[tuple[QdrantStore, QdrantStore]]:
+    """(raw, client): two stores on one collection of N points (some without cue fields)."""
+    rng = np.random.default_rng(5)
+    points = _points(rng)
+    raw, old = _store(qdrant_server, prefix), _store(qdrant_server, prefix)
+    await raw.open()
+    await old.open()
+    try:
+        await raw.create_collection(_spec())
+        await raw.upsert("default", points)
+        # a fifth of the points as an older release wrote them: no cue fields
+        stripped: list[models.ExtendedPointId] = [p.record.id for p in points[::5]]
+        await raw._c.delete_payload(prefix + "default", keys=list(CUE_FIELDS), points=stripped, wait=True)
+        assert raw._raw is not None, "a server store with gRPC reads through qdrant_grpc"
+        old._raw = None  # qdrant-client's own calls and conversion: the path before
+        yield raw, old
+    finally:
+        await old.close()
+        await raw.close()
+
+
+async def test_raw_reads_equal_the_clients_conversion(stores: tuple[QdrantStore, QdrantStore]) -> None:
+    raw, old = stores
+    rng = np.random.default_rng(9)
+    checked = 0
+    for flt in FILTERS:
+        for with_vectors in (False, True):
+            q = rng.normal(size=DIM).astype(np.float32)
+            sparse = SparseVector((1, 7, 13, 21), (1.0, 0.5, 2.0, 0.25))
+            a = await raw.candidates(
+                "default", q, 40, flt, sparse=sparse, lexical_limit=30, with_vectors=with_vectors
+            )
+            b = await old.candidates(
+                "default", q, 40, flt, sparse=sparse, lexical_limit=30, with_vectors=with_vectors
+            )
+            _same(a, b)
+            assert a.ids, "the searches find something"
+            checked += int(bool(np.count_nonzero(a.lexical)))
+            # the cues each memo holds now (from the candidate query), then the winners' records
+            assert await raw.rescore_cues("default", a.ids) == await old.rescore_cues("default", a.ids)
+            wanted = [*a.ids[:12], str(uuid.uuid4()), "not-a-uuid"]
+            ra, rb = await raw.retrieve("default", wanted), await old.retrieve("default", wanted)
+            assert [p.record for p in ra] == [p.record for p in rb]
+            assert len(ra) == min(12, len(a.ids))
+    assert checked, "some searches have lexical candidates"
+    # the fallback read (the memo empty): cues from the stored fields or from the text
+    records, _ = await raw.scroll("default", StoreFilter(include_history=True), 200)
+    ids = [r.id for r in records]
+    for store in (raw, old):
+        store._cues = type(store._cues)()
+    assert await raw.rescore_cues("default", ids) == await old.rescore_cues("default", ids)
+    assert await raw.list_collections() == await old.list_collections()
+
+
+def test_raw_requests_are_the_messages_the_client_sends() -> None:
+    """The raw batch is what ``RestToGrpc`` makes of the store's models (filters of every kind,
+    the search params, the payload selector, vectors asked or not)."""
+    store = QdrantStore("http://127.0.0.1:1", quantization="int8")
+    fields = [*CANDIDATE_FIELDS, *CUE_FIELDS]
+    vec = [0.25, -1.5, 3.0]
+    sparse = SparseVector((3, 9), (0.5, 1.25))
+    for flt in [*FILTERS, StoreFilter(only_history_of="x", only_trashed=True, trashed_before=NOW)]:
+        plan = filter_plan(flt)
+        client_filter = _qdrant_filter(plan)
+        assert grpc_filter(plan) == (
+            None if client_filter is None else RestToGrpc.convert_filter(client_filter)
+        )
+        for with_vectors in (False, True):
+            ours = raw_query(
+                "c",
+                dense_query(vec),
+                10,
+                flt=grpc_filter(plan),
+                with_payload=include(fields),
+                with_vectors=DENSE_VECTOR if with_vectors else NO_VECTORS,
+                params=search_params(store._search_params),
+            )
+            theirs = RestToGrpc.convert_query_request(
+                models.QueryRequest(
+                    query=vec,
+                    filter=client_filter,
+                    limit=10,
+                    with_payload=fields,
+                    with_vector=[""] if with_vectors else False,
+                    params=store._search_params,
+                ),
+                "c",
+            )
+            assert ours == theirs
+        ours = raw_query(
+            "c",
+            sparse_query(sparse),
+            7,
+            flt=grpc_filter(plan),
+            with_payload=include(fields),
+            with_vectors=DENSE_VECTOR,
+            using=LEXICAL_VECTOR,
+        )
+        theirs = RestToGrpc.convert_query_request(
+            models.QueryRequest(
+                query=models.SparseVector(indices=list(sparse.indices), values=list(sparse.values)),
+                using=LEXICAL_VECTOR,
+                filter=client_filter,
+                limit=7,
+                with_payload=fields,
+                with_vector=[""],
+            ),
+            "c",
+        )
+        assert ours == theirs
+
+
+async def test_collections_of_a_longer_prefix_are_not_listed(qdrant_server: QdrantNode, prefix: str) -> None:
+    """Prefix ``p_`` and the collection ``p_old_default`` of a deployment with prefix ``p_old_``:
+    not ``p_``'s collection ``old_default`` (its spec names ``default``), neither listed nor found."""
+    mine, other = _store(qdrant_server, prefix), _store(qdrant_server, prefix + "old_")
+    await mine.open()
+    await other.open()
+    try:
+        await mine.create_collection(replace(_spec(), lexical=None))
+        await other.create_collection(replace(_spec(), lexical=None))
+        await other.create_collection(replace(_spec("notes"), lexical=None))
+        await other.put_state("k", {"v": 1})  # its state collection: prefix + "old__engram_state"
+        assert [s.name for s in await mine.list_collections()] == ["default"]
+        assert [s.name for s in await other.list_collections()] == ["default", "notes"]
+        assert await mine.get_collection("old_default") is None
+        assert await mine.get_collection("old_notes") is None
+        fresh = _store(qdrant_server, prefix)  # nothing cached
+        await fresh.open()
+        try:
+            assert [s.name for s in await fresh.list_collections()] == ["default"]
+        finally:
+            await fresh.close()
+    finally:
+        await other.drop_collection("default")
+        await other.drop_collection("notes")
+        await mine.drop_collection("default")
+        await other.close()
+        await mine.close()
+
+
+async def test_collection_names_are_cached_and_refreshed(
+    qdrant_server: QdrantNode, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A search naming no collection lists them: one read of the names per
+    ``NAMES_REFRESH_SECONDS``; this process's creates and drops show at once, another replica's
+    within that time."""
+    monkeypatch.setattr(qdrant_module, "NAMES_REFRESH_SECONDS", 0.5)
+    a, b = _store(qdrant_server, prefix), _store(qdrant_server, prefix)
+    await a.open()
+    await b.open()
+    raw = a._raw
+    assert raw is not None
+    reads = 0
+    real = raw.collection_names
+
+    async def counting() -> list[str]:
+        nonlocal reads
+        reads += 1
+        return await real()
+
+    raw.collection_names = counting  # type: ignore[method-assign]
+    try:
+        await a.create_collection(replace(_spec(), lexical=None))
+        assert [s.name for s in await a.list_collections()] == ["default"]  # own create: at once
+        before = reads
+        for _ in range(20):
+            await a.list_collections()
+        assert reads - before <= 1
+        await b.create_collection(replace(_spec("other"), lexical=None))  # another replica
+        await asyncio.sleep(0.6)
+        assert [s.name for s in await a.list_collections()] == ["default", "other"]
+        await a.drop_collection("other")  # own drop: at once
+        assert [s.name for s in await a.list_collections()] == ["default"]
+    finally:
+        for name in ("default", "other"):
+            await a.drop_collection(name)
+        await b.close()
+        await a.close()
+
+
+async def test_local_mode_keeps_the_clients_calls(tmp_path: object) -> None:
+    store = QdrantStore(":memory:")
+    await store.open()
+    try:
+        assert store._raw is None
+        await store.create_collection(replace(_spec(), lexical=None))
+        assert [s.name for s in await store.list_collections()] == ["default"]
+    finally:
+        await store.close()
+
+
+async def test_rest_clients_keep_their_calls(qdrant_server: QdrantNode, prefix: str) -> None:
+    store = _store(qdrant_server, prefix, prefer_grpc=False)
+    await store.open()
+    try:
+        assert store._raw is None
+        assert isinstance(store._c, AsyncQdrantClient)
+    finally:
+        await store.close()

@@ -144,7 +144,7 @@ async def stores(qdrant_server: QdrantNode, prefix: str) -> AsyncIterator[tuple[
         await raw.create_collection(_spec())
         await raw.upsert("default", points)
         # a fifth of the points as an older release wrote them: no cue fields
-        stripped: list[models.ExtendedPointId] = [p.record.id for p in points[::5]]
+        stripped = models.PointIdsList(points=[p.record.id for p in points[::5]])
         await raw._c.delete_payload(prefix + "default", keys=list(CUE_FIELDS), points=stripped, wait=True)
         assert raw._raw is not None, "a server store with gRPC reads through qdrant_grpc"
         old._raw = None  # qdrant-client's own calls and conversion: the path before

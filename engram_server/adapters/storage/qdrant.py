@@ -86,6 +86,8 @@ from engram_server.adapters.storage.qdrant_grpc import (
     dense_query,
     grpc_filter,
     include,
+    payload_of,
+    point_key,
     raw_points,
     search_params,
     sparse_query,
@@ -749,9 +751,11 @@ class QdrantStore:
         sparse: SparseVector | None,
         lexical_limit: int | None,
     ) -> Candidates:
-        """``candidates`` as raw gRPC messages (the same batch, decoded without the client's
-        models): the dense hits, then the BM25 hits not among them (their cosine from the
-        vector the lexical query returns)."""
+        """``candidates`` as raw gRPC messages, decoded without the client's models: the dense
+        hits, then the BM25 hits not among them, in the same order and with the same values.
+        The BM25 query returns no vectors (384 floats per hit, most of them for hits that are
+        dense ones too); the vectors of the BM25-only hits (their cosine) are read after it in
+        one ``Get`` of those ids. A point deleted in between is left out."""
         qname = self._qname(collection)
         query_filter = grpc_filter(filter_plan(flt))
         fields = self._candidate_payload  # the cues too: rescore_cues reads no record after
@@ -775,26 +779,35 @@ class QdrantStore:
                     limit if lexical_limit is None else lexical_limit,
                     flt=query_filter,
                     with_payload=fields,
-                    with_vectors=DENSE_VECTOR,
+                    with_vectors=NO_VECTORS,
                     using=LEXICAL_VECTOR,
                 )
             )
         responses = await self._call("search", lambda: raw.query_batch(qname, queries), collection=collection)
         memo = self._cues
-        for key, score, payload, vectors in responses[0]:
-            out.add(key, payload, score, vector=dense_of(vectors) if with_vectors else None)
+        for h in responses[0]:
+            key, payload = point_key(h.id), payload_of(h.payload)
+            out.add(key, payload, h.score, vector=dense_of(h) if with_vectors else None)
             memo.put(collection, key, payload)
-        if sparse is not None:
-            for key, score, payload, vectors in responses[1]:
-                if score <= 0 or out.set_lexical(key, score):
-                    continue
-                vec = dense_of(vectors)
-                if vec is None:
-                    raise StorageUnavailable(
-                        f"point {key} in collection {collection!r} came back without its vector"
-                    )
-                out.add(key, payload, cosine(vec, vector), lexical=score, vector=vec)
-                memo.put(collection, key, payload)
+        if sparse is None:
+            return out.build()
+        only: dict[str, tuple[float, Any]] = {}  # the BM25-only hits, in BM25 order
+        for h in responses[1]:
+            key, score = point_key(h.id), h.score
+            if score <= 0 or out.set_lexical(key, score) or key in only:
+                continue
+            only[key] = (score, h.payload)
+        if not only:
+            return out.build()
+        keys = list(only)
+        vectors = await self._call("search", lambda: raw.dense_vectors(qname, keys), collection=collection)
+        for key, (score, grpc_payload) in only.items():
+            vec = vectors.get(key)
+            if vec is None:
+                continue  # deleted since the query
+            payload = payload_of(grpc_payload)
+            out.add(key, payload, cosine(vec, vector), lexical=score, vector=vec)
+            memo.put(collection, key, payload)
         return out.build()
 
     async def rescore_cues(self, collection: str, ids: Sequence[str]) -> dict[str, tuple[RescoreCue, float]]:

@@ -33,12 +33,14 @@ from engram_server.domain.model import SparseVector, Vector
 
 __all__ = ["Hit", "RawPoints", "grpc_filter", "payload_of", "point_key", "raw_points"]
 
-#: One hit of a query: its id, score, payload and vectors (undecoded, see :func:`dense_of`; None
-#: when not asked for): a vector is decoded only where it is used.
-Hit = tuple[str, float, dict[str, Any], qg.VectorsOutput | None]
+#: One hit of a query as the server sent it: ``point_key(h.id)``, ``h.score``,
+#: ``payload_of(h.payload)`` and ``dense_of(h.vectors)`` read it (each only where it is used).
+Hit = qg.ScoredPoint
 
 #: Every payload field.
 ALL_PAYLOAD: Final = qg.WithPayloadSelector(enable=True)
+#: No payload field.
+NO_PAYLOAD: Final = qg.WithPayloadSelector(enable=False)
 #: No vector.
 NO_VECTORS: Final = qg.WithVectorsSelector(enable=False)
 #: The dense (unnamed) vector only.
@@ -74,10 +76,12 @@ def payload_of(payload: Any) -> dict[str, Any]:
     return {key: value_to_json(payload[key]) for key in payload}
 
 
-def dense_of(vectors: qg.VectorsOutput | None) -> Vector | None:
-    """The dense vector of a point's vectors (the unnamed one of named vectors), as float32."""
-    if vectors is None:
+def dense_of(hit: qg.ScoredPoint | qg.RetrievedPoint) -> Vector | None:
+    """The dense vector of a hit (the unnamed one of named vectors), as float32; None when the
+    query asked for none."""
+    if not hit.HasField("vectors"):
         return None
+    vectors = hit.vectors
     out = (
         vectors.vectors.vectors[""] if vectors.WhichOneof("vectors_options") == "vectors" else vectors.vector
     )
@@ -134,23 +138,12 @@ class RawPoints:
         return int(self._remote._timeout)
 
     async def query_batch(self, collection: str, queries: Sequence[qg.QueryPoints]) -> list[list[Hit]]:
-        """One ``QueryBatch`` call; per query its hits, best first (vectors only where asked)."""
+        """One ``QueryBatch`` call; per query its hits, best first (undecoded: see ``Hit``)."""
         response = await self._remote.grpc_points.QueryBatch(
             qg.QueryBatchPoints(collection_name=collection, query_points=queries),
             timeout=self._timeout,
         )
-        return [
-            [
-                (
-                    point_key(h.id),
-                    h.score,
-                    payload_of(h.payload),
-                    h.vectors if h.HasField("vectors") else None,
-                )
-                for h in batch.result
-            ]
-            for batch in response.result
-        ]
+        return [list(batch.result) for batch in response.result]
 
     async def get(
         self, collection: str, ids: Sequence[str], with_payload: qg.WithPayloadSelector = ALL_PAYLOAD
@@ -166,6 +159,24 @@ class RawPoints:
             timeout=self._timeout,
         )
         return [(point_key(r.id), payload_of(r.payload)) for r in response.result]
+
+    async def dense_vectors(self, collection: str, ids: Sequence[str]) -> dict[str, Vector]:
+        """The dense vectors of the points of ``ids`` that exist (no payload), by id."""
+        response = await self._remote.grpc_points.Get(
+            qg.GetPoints(
+                collection_name=collection,
+                ids=[qg.PointId(uuid=i) for i in ids],
+                with_payload=NO_PAYLOAD,
+                with_vectors=DENSE_VECTOR,
+            ),
+            timeout=self._timeout,
+        )
+        out: dict[str, Vector] = {}
+        for r in response.result:
+            vec = dense_of(r)
+            if vec is not None:
+                out[point_key(r.id)] = vec
+        return out
 
     async def collection_names(self) -> list[str]:
         """Every collection's name on the server."""

@@ -9,7 +9,7 @@ converts each response back into pydantic models (``GrpcToRest``: a ``ScoredPoin
 on the client's own channel (its ``grpc_points`` / ``grpc_collections`` stubs, so the API key,
 TLS, headers, options and compression configured on the client apply unchanged) and reads the
 responses directly: a hit becomes its id string, score, payload dict (only the fields asked for:
-``with_payload`` include lists) and, when asked, a float32 vector.
+``with_payload`` include lists) and, when asked, a float32 vector, each read only where it is used.
 
 Only the search's reads go this way (the candidate query, the winners' records, the cue fallback
 and the collection list); writes, the write gate's neighbour lookups and administration keep
@@ -31,10 +31,25 @@ from qdrant_client.conversions.conversion import RestToGrpc, value_to_json
 from engram_server.adapters.storage.payload import Condition, FilterPlan, IsEmpty, MatchAny, MatchValue, Range
 from engram_server.domain.model import SparseVector, Vector
 
-__all__ = ["Hit", "RawPoints", "grpc_filter", "payload_of", "point_key", "raw_points"]
+__all__ = [
+    "DENSE_VECTOR",
+    "NO_VECTORS",
+    "Hit",
+    "RawPoints",
+    "dense_of",
+    "dense_query",
+    "grpc_filter",
+    "include",
+    "payload_of",
+    "point_key",
+    "query",
+    "raw_points",
+    "search_params",
+    "sparse_query",
+]
 
 #: One hit of a query as the server sent it: ``point_key(h.id)``, ``h.score``,
-#: ``payload_of(h.payload)`` and ``dense_of(h.vectors)`` read it (each only where it is used).
+#: ``payload_of(h.payload)`` and ``dense_of(h)`` read it (each only where it is used).
 Hit = qg.ScoredPoint
 
 #: Every payload field.

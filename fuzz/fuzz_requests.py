@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import atheris  # type: ignore[import-untyped]
@@ -30,6 +33,11 @@ with atheris.instrument_imports():
     from engram_server.domain.reflection import Reflector
     from engram_server.domain.service import MemoryService
 
+from google.rpc import error_details_pb2, status_pb2
+
+from engram_client.proto.engram.v1 import error_reason_pb2
+from engram_server.adapters.tokenizer import E5Tokenizer
+
 RPCS: list[tuple[str, Any]] = [
     ("AddMemory", s.AddMemoryRequest),
     ("AddMemories", s.AddMemoriesRequest),
@@ -41,8 +49,27 @@ RPCS: list[tuple[str, Any]] = [
     ("ListCollections", s.ListCollectionsRequest),
     ("DeleteCollection", s.DeleteCollectionRequest),
     ("RunReflection", s.RunReflectionRequest),
+    ("ListGateDecisions", s.ListGateDecisionsRequest),
+    ("ListReflectionRuns", s.ListReflectionRunsRequest),
+    ("ExtractMemories", s.ExtractMemoriesRequest),
+    ("ListTrash", s.ListTrashRequest),
+    ("RestoreMemory", s.RestoreMemoryRequest),
+    ("PurgeTrash", s.PurgeTrashRequest),
+    ("RestoreCollection", s.RestoreCollectionRequest),
+    ("GetContext", s.GetContextRequest),
+    ("GetTriggers", s.GetTriggersRequest),
+    ("ListSlots", s.ListSlotsRequest),
+    ("UpdateSlot", s.UpdateSlotRequest),
+    ("RunConsolidation", s.RunConsolidationRequest),
+    ("ExportMemories", s.ExportMemoriesRequest),  # (server stream)
+    ("ImportMemories", s.ImportMemoriesRequest),  # (client stream: the input is its one message)
+    ("BackupStore", s.BackupStoreRequest),
+    ("ListTopics", s.ListTopicsRequest),
+    ("GetTopic", s.GetTopicRequest),
 ]
 BAD_CODES = {grpc.StatusCode.INTERNAL.value[0], grpc.StatusCode.UNKNOWN.value[0]}
+#: Every refusal names its reason: an ErrorInfo detail whose reason is one of the proto's ErrorReason.
+REASONS = frozenset(error_reason_pb2.ErrorReason.keys()) - {"ERROR_REASON_UNSPECIFIED"}
 
 
 class Reached(BaseException):
@@ -77,9 +104,39 @@ class Context:
 
 
 PORTS = Ports()
-SERVICE = MemoryService(PORTS, PORTS, ManualClock(), calibration_for("fuzz/model"))
-SERVICER = MemoryServicer(SERVICE, Reflector(SERVICE, PORTS))
+SERVICE = MemoryService(PORTS, PORTS, ManualClock(), calibration_for("fuzz/model"), tokenizer=E5Tokenizer())
+#: Backups through the API on, into a directory of its own (nothing is written there: the store's
+#: backup is a port), so the directory checks are fuzzed too.
+BACKUP_DIR = Path(tempfile.mkdtemp(prefix="engram-fuzz-backups-"))
+SERVICER = MemoryServicer(SERVICE, Reflector(SERVICE, PORTS), backup_dir=BACKUP_DIR)
 LOOP = asyncio.new_event_loop()
+
+
+async def _call(name: str, request: Any) -> None:
+    handler = getattr(SERVICER, name)
+    if name == "ExportMemories":
+        async for _ in handler(request, Context()):
+            pass
+    elif name == "ImportMemories":
+
+        async def stream() -> AsyncIterator[Any]:
+            yield request
+
+        await handler(stream(), Context())
+    else:
+        await handler(request, Context())
+
+
+def reason_of(status: Any) -> str:
+    """The ErrorInfo reason in a grpc.Status's rich details ("" if none)."""
+    for key, value in status.trailing_metadata or ():
+        if key == "grpc-status-details-bin":
+            for detail in status_pb2.Status.FromString(value).details:
+                if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+                    info = error_details_pb2.ErrorInfo()
+                    detail.Unpack(info)
+                    return info.reason
+    return ""
 
 
 def test_one_input(data: bytes) -> None:
@@ -91,12 +148,17 @@ def test_one_input(data: bytes) -> None:
     except DecodeError:
         return
     try:
-        LOOP.run_until_complete(getattr(SERVICER, name)(request, Context()))
+        LOOP.run_until_complete(_call(name, request))
     except Reached:
         return
     except Aborted as exc:
         if exc.status.code.value[0] in BAD_CODES:
             raise AssertionError(f"{name} answered {exc.status.code} for {request!r}") from exc
+        if reason_of(exc.status) not in REASONS:
+            raise AssertionError(
+                f"{name} answered {exc.status.code} without a machine-readable reason "
+                f"({reason_of(exc.status)!r}) for {request!r}"
+            ) from exc
 
 
 def seeds() -> list[bytes]:
@@ -139,6 +201,27 @@ def seeds() -> list[bytes]:
         s.ListCollectionsRequest(),
         s.DeleteCollectionRequest(name="c1"),
         s.RunReflectionRequest(collection="c1", dry_run=True, force=True),
+        s.ListGateDecisionsRequest(collection="c1", limit=20),
+        s.ListReflectionRunsRequest(collection="c1", limit=5),
+        s.ExtractMemoriesRequest(collection="c1", text="I moved to Berlin. 我喜欢喝茶。", mode=1,
+                                 dry_run=True, tags=["t"]),
+        s.ListTrashRequest(collection="c1", page_size=10, page_token="abc"),
+        s.RestoreMemoryRequest(collection="c1", id="0b7e2c9e-3f7a-4c1e-9a53-0c2f7d1e8a11"),
+        s.PurgeTrashRequest(collection="c1", ids=["0b7e2c9e-3f7a-4c1e-9a53-0c2f7d1e8a11"]),
+        s.PurgeTrashRequest(collection="c1", purge_collection=True),
+        s.RestoreCollectionRequest(name="c1"),
+        s.GetContextRequest(collections=["c1"], query="deploy", token_budget=500, since=ts, session_id="s1",
+                            agent_id="a1"),
+        s.GetTriggersRequest(collections=["c1"], action="git push --force", limit=5),
+        s.ListSlotsRequest(collection="c1"),
+        s.UpdateSlotRequest(collection="c1", name="persona", content="Terse answers.", mode=2),
+        s.RunConsolidationRequest(collection="c1", dry_run=True, force=True),
+        s.ExportMemoriesRequest(collections=["c1"], filter=m.MemoryFilter(min_importance=3),
+                                include_vectors=True, live_only=True),
+        s.ImportMemoriesRequest(data=b'{"engram_export": 1}\n', mode=2, reembed=1, collection="c2"),
+        s.BackupStoreRequest(directory=str(BACKUP_DIR / "b1")),
+        s.ListTopicsRequest(collection="c1", parent_id="t1", page_size=10, page_token="abc"),
+        s.GetTopicRequest(collection="c1", id="t1", page_size=10, page_token="abc"),
     ]  # fmt: skip
     index = {message_type: i for i, (_, message_type) in enumerate(RPCS)}
     return [bytes([index[type(r)]]) + r.SerializeToString() for r in requests]

@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
+from engram_client.proto.engram.v1.memory_pb2 import ScoreBreakdown
 from tests.security.support import threaded_server
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -155,6 +156,16 @@ def test_console_scenario(tmp_path: Path, driver: Any) -> None:
         assert cells[0].text == "The user drinks jasmine tea every morning"
         final = float(cells[1].text)
         assert 0.0 < final <= 1.5 and float(cells[2].text) > 0.0
+        # Every part of ScoreBreakdown has its column, showing what the API answers.
+        heads = driver.find_elements(By.CSS_SELECTOR, "#results thead th")
+        parts = [h.get_attribute("data-part") for h in heads]
+        assert sorted(p for p in parts if p) == sorted(f.json_name for f in ScoreBreakdown.DESCRIPTOR.fields)
+        with httpx.Client(base_url=base, headers={"authorization": f"Bearer {KEY}"}, timeout=120) as http:
+            r = http.post("/v1/memories:search", json={"query": "what does the user drink?", "limit": 10})
+        score = r.json()["results"][0]["score"]
+        shown = {p: c.text for p, c in zip(parts, cells, strict=True) if p}
+        assert shown == {p: f"{score.get(p, 0.0):.3f}" for p in shown}, (shown, score)
+        assert score["rerank"] > 0.0  # (an English query: the cross-encoder judged it)
         driver.save_screenshot(str(shots / "search.png"))
 
         # Inspect the result: facts and version history.

@@ -3,8 +3,10 @@
 
 A locator that reads as a question ("When does the on-call rotation change?") names what to change,
 not the text to change: it is read as search reads it (relevance), must clearly single out one
-memory, and the new content must restate that memory. Otherwise the update is refused with
-NO_MATCH or AMBIGUOUS_MATCH and ``reading: question`` in the error metadata; nothing is written."""
+memory, and the new content must be about that memory (on its topic, and nearer to it than to the
+question's other candidates: an update changes the fact, so it need not restate it). Otherwise the
+update is refused with NO_MATCH or AMBIGUOUS_MATCH and ``reading: question`` in the error
+metadata; nothing is written."""
 
 from __future__ import annotations
 
@@ -86,7 +88,7 @@ async def test_two_memories_answering_alike_are_ambiguous(stub: Stub) -> None:
     assert await count(stub, include_history=True) == 2  # nothing written
 
 
-async def test_new_content_must_restate_the_located_memory(stub: Stub) -> None:
+async def test_new_content_must_be_about_the_located_memory(stub: Stub) -> None:
     rotation = await add(stub, "The team's on-call rotation changes every Monday at 10:00.")
     err = await fails(
         stub.UpdateMemory(
@@ -99,6 +101,37 @@ async def test_new_content_must_restate_the_located_memory(stub: Stub) -> None:
     assert err.metadata["candidate"] == rotation.memory.id
     assert float(err.metadata["restate_similarity"]) < Policy().locate_question_restate_min
     assert await contents(stub, rotation.memory.id) == [rotation.memory.content]
+
+
+async def test_a_changed_value_replaces_the_memory_it_answers(stub: Stub) -> None:
+    """A memory whose only content is the value changed ("Marta lives in Lisbon." -> "... Berlin.")
+    is not restated by the new content (same topic, another fact), and is still the one updated."""
+    home = await add(stub, "Marta lives in Lisbon.")
+    await add(stub, "Marta teaches maths at a school in Coimbra.")
+    brother = await add(stub, "Marta's brother Rui lives in Madrid.")
+    resp = await stub.UpdateMemory(by_question("Where does Marta live now?", "Marta lives in Berlin."))
+    assert resp.memory.id == home.memory.id and resp.memory.version == 2
+    assert await contents(stub, brother.memory.id) == ["Marta's brother Rui lives in Madrid."]
+
+
+async def test_new_content_nearer_to_a_neighbour_is_refused(stub: Stub) -> None:
+    """The question finds Marta's home, but the new content is about her brother: it never
+    replaces her memory."""
+    home = await add(stub, "Marta lives in Lisbon.")
+    brother = await add(stub, "Marta's brother Rui lives in Madrid.")
+    err = await fails(
+        stub.UpdateMemory(by_question("Where does Marta live now?", "Marta's brother Rui lives in Berlin.")),
+        grpc.StatusCode.NOT_FOUND,
+        NO_MATCH,
+    )
+    assert err.metadata["reading"] == "question"
+    assert err.metadata["candidate"] == home.memory.id
+    assert err.metadata["nearest"] == brother.memory.id
+    assert float(err.metadata["nearest_similarity"]) > float(err.metadata["restate_similarity"])
+    assert await contents(stub, home.memory.id, brother.memory.id) == [
+        "Marta lives in Lisbon.",
+        "Marta's brother Rui lives in Madrid.",
+    ]
 
 
 async def test_a_question_nothing_answers_is_no_match(stub: Stub) -> None:

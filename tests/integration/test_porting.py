@@ -327,6 +327,27 @@ async def test_backup_needs_a_backup_dir(stub: Stub) -> None:
     assert "ENGRAM_BACKUP_DIR" in err.message
 
 
+async def test_a_hostile_backup_directory_is_invalid_argument(tmp_path: Path) -> None:
+    """Names the file system cannot take (a NUL, a component too long, a file as a parent) are
+    refused as invalid, naming the field; nothing is written (found by fuzz/fuzz_requests.py)."""
+    backups = tmp_path / "backups"
+    backups.mkdir()
+    (backups / "a-file").write_text("")
+    async with (
+        running_server(tmp_path / "data", backup_dir=backups) as srv,
+        grpc.aio.insecure_channel(srv.address) as channel,
+    ):
+        stub = Stub(channel)
+        for directory in (f"{backups}/x\0y", f"{backups}/{'a' * 300}", f"{backups}/a-file/sub"):
+            err = await fails(
+                stub.BackupStore(s.BackupStoreRequest(directory=directory)),
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "ERROR_REASON_INVALID_ARGUMENT",
+            )
+            assert "directory" in err.message, (directory, err.message)
+    assert sorted(p.name for p in backups.iterdir()) == ["a-file"]
+
+
 async def test_a_malformed_import_message_is_invalid_argument(server: EngramServer) -> None:
     async with grpc.aio.insecure_channel(server.address) as channel:
         call = channel.stream_unary(

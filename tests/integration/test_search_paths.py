@@ -15,7 +15,7 @@ model, a manual clock."""
 from __future__ import annotations
 
 import asyncio
-import time
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -147,10 +147,13 @@ async def test_reads_on_the_loop_and_through_the_io_thread_rank_alike(
     inline_reads = queued_reads = 0
     real_read = store._read
 
+    release = threading.Event()  # (lets the io thread's busy job below end)
+
     async def counting_read(fn: Any) -> Any:
         nonlocal inline_reads, queued_reads
         if store._queued or store._busy.locked():
             queued_reads += 1
+            release.set()
         else:
             inline_reads += 1
         return await real_read(fn)
@@ -162,11 +165,14 @@ async def test_reads_on_the_loop_and_through_the_io_thread_rank_alike(
 
     store._read = store._read_queued  # type: ignore[method-assign]  # every read queued on the io thread
     queued = [_answer(r) for r in await asyncio.gather(*(stub.SearchMemories(q) for q in searches * 3))]
-    # As the store chooses, while the io thread is kept busy now and then (a read arriving then is
-    # queued behind that work; the others run on the loop).
+    # As the store chooses, while the io thread is kept busy for a while (a read arriving then is
+    # queued behind that work; the others run on the loop). The busy job lasts until a read was
+    # queued behind it (not a fixed time: on a loaded machine the searches may reach their reads
+    # only after any fixed time), and the searches' later reads find the thread idle.
     store._read = counting_read  # type: ignore[method-assign]
+    release.clear()
     inline_reads, queued_reads, calls = 0, 0, [stub.SearchMemories(q) for q in searches * 3]
-    busy = [store._submit(time.sleep, 0.02) for _ in range(4)]
+    busy = [store._submit(release.wait, 120.0)]
     mixed = [_answer(r) for r in await asyncio.gather(*calls)]
     await asyncio.gather(*(asyncio.wrap_future(b) for b in busy))
     assert inline_reads > 0 and queued_reads > 0

@@ -381,7 +381,7 @@ class EngramClient(_ClientBase):
     ) -> UpdateResult:
         """Change a memory found by ``id`` or by meaning (``locate``: text close to its content,
         accepted at calibrated similarity ≥ ``threshold``, default and minimum 0.85; or a question
-        it answers, accepted at relevance ≥ 0.70 with a clear lead when ``content`` restates the
+        it answers, accepted at relevance ≥ 0.70 with a clear lead when ``content`` is about the
         memory found — see docs/concepts/updates-deletes.md). Arguments left
         ``None`` keep their value; ``tags``/``metadata`` replace all. The id stays; the old version
         is kept as history. ``dry_run`` reports without writing."""

@@ -70,9 +70,11 @@ class Policy:
     #: eval/taskset/mixed_locate_v1.json, midway between the largest lead of a question that must be
     #: refused (0.019) and the smallest of one that must succeed (0.034); see docs/calibration.md ...
     locate_question_margin: float = 0.027
-    #: ... and the new content must restate the located memory: their calibrated similarity (the
-    #: write gate's scale; the "restatement" level) at least this much.
-    locate_question_restate_min: float = 0.82
+    #: ... and the new content must be about the located memory: nearer to it than to the
+    #: question's other candidates, and their calibrated similarity (the write gate's scale) at
+    #: least this much: the scale's "same topic" line, not tuned (an update changes the fact, so
+    #: the new content need not restate it).
+    locate_question_restate_min: float = 0.70
     delete_single_min_threshold: float = 0.70
     gate_candidates: int = 8
     max_near_duplicates: int = 5

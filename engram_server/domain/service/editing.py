@@ -189,23 +189,69 @@ class Editing(ServiceCore):
                 },
             )
         if new_vec is not None:
-            stored = (await self._store.retrieve(collection, [found.id], with_vectors=True))[0]
-            old_vec = stored.vector if stored.vector is not None else (await self._embed([found.content]))[0]
-            restate = self._cal.similarity(cosine(old_vec, new_vec))
-            if restate < pol.locate_question_restate_min:
-                raise NoMatch(
-                    f"the question finds memory {found.id} (relevance {best_rel:.3f}), but the new "
-                    f"content does not restate it (similarity {restate:.3f} < "
-                    f"{pol.locate_question_restate_min:.2f}); update by id to replace it anyway",
-                    metadata=meta
-                    | {
-                        "candidate": found.id,
-                        "best_relevance": f"{best_rel:.3f}",
-                        "restate_similarity": f"{restate:.3f}",
-                        "restate_min": f"{pol.locate_question_restate_min:.4f}",
-                    },
-                )
+            await self._check_answer(
+                collection,
+                found=found,
+                best_rel=best_rel,
+                candidates=[r for _, r in rels],
+                new_vec=new_vec,
+                meta=meta,
+            )
         return found, best_rel
+
+    async def _check_answer(
+        self,
+        collection: str,
+        *,
+        found: MemoryRecord,
+        best_rel: float,
+        candidates: list[MemoryRecord],
+        new_vec: Vector,
+        meta: dict[str, str],
+    ) -> None:
+        """The new content of an update located by a question must be about the memory found: on
+        the same topic (calibrated similarity ≥ ``locate_question_restate_min``) and nearer to it
+        than to the question's other candidates. An update changes the fact, so its content need
+        not restate the old one ("Ana lives in Lisbon." → "Ana lives in Berlin."); an answer that
+        is nearer to a neighbour ("Ana's brother lives in Berlin.") never replaces the memory found."""
+        pol = self.policy
+        stored = {
+            s.record.id: s
+            for s in await self._store.retrieve(collection, [r.id for r in candidates], with_vectors=True)
+        }
+        vectors: dict[str, Vector] = {}
+        for r in candidates:
+            point = stored.get(r.id)
+            if point is not None and point.vector is not None:
+                vectors[r.id] = point.vector
+        missing = [r for r in candidates if r.id not in vectors]
+        if missing:  # (a store that returned no vector: embed the text, as the gate would)
+            texts = await self._embed([r.content for r in missing])
+            vectors.update(zip((r.id for r in missing), texts, strict=True))
+        sims = {r.id: self._cal.similarity(cosine(vectors[r.id], new_vec)) for r in candidates}
+        restate = sims[found.id]
+        nearest = max(candidates, key=lambda r: sims[r.id])
+        if restate < pol.locate_question_restate_min or nearest.id != found.id:
+            why = (
+                f"the new content is not on its topic (similarity {restate:.3f} < "
+                f"{pol.locate_question_restate_min:.2f})"
+                if restate < pol.locate_question_restate_min
+                else f"the new content is nearer to memory {nearest.id} (similarity {sims[nearest.id]:.3f} "
+                f"against {restate:.3f})"
+            )
+            raise NoMatch(
+                f"the question finds memory {found.id} (relevance {best_rel:.3f}), but {why}; "
+                "update by id to replace it anyway",
+                metadata=meta
+                | {
+                    "candidate": found.id,
+                    "best_relevance": f"{best_rel:.3f}",
+                    "restate_similarity": f"{restate:.3f}",
+                    "restate_min": f"{pol.locate_question_restate_min:.4f}",
+                    "nearest": nearest.id,
+                    "nearest_similarity": f"{sims[nearest.id]:.3f}",
+                },
+            )
 
     def _locate_threshold(self, threshold: float, minimum: float, fieldname: str) -> float:
         if math.isnan(threshold) or threshold > 1.0:

@@ -298,15 +298,25 @@ def check_backup_directory(directory: str, root: Path | None) -> str:
         )
     if not directory:
         raise InvalidArgument.of("directory", "must not be empty")
+    if "\0" in directory:
+        raise InvalidArgument.of("directory", "must not contain a NUL character")
     path = Path(directory)
     if not path.is_absolute():
         raise InvalidArgument.of("directory", f"must be an absolute path, got {directory!r}")
-    resolved = path.resolve()
-    base = root.resolve()
-    if resolved == base or not resolved.is_relative_to(base):
-        raise InvalidArgument.of("directory", f"must be inside ENGRAM_BACKUP_DIR ({base})")
-    if resolved.exists() and (not resolved.is_dir() or any(resolved.iterdir())):
-        raise InvalidArgument.of("directory", f"{resolved} exists and is not an empty directory")
+    try:
+        resolved = path.resolve()
+        base = root.resolve()
+        if resolved == base or not resolved.is_relative_to(base):
+            raise InvalidArgument.of("directory", f"must be inside ENGRAM_BACKUP_DIR ({base})")
+        if resolved.exists() and (not resolved.is_dir() or any(resolved.iterdir())):
+            raise InvalidArgument.of("directory", f"{resolved} exists and is not an empty directory")
+        for parent in resolved.parents:  # (created as needed, but never inside a file)
+            if parent == base:
+                break
+            if parent.exists() and not parent.is_dir():
+                raise InvalidArgument.of("directory", f"{parent} is not a directory")
+    except OSError as exc:  # (a name too long, a component that is not a directory, ...)
+        raise InvalidArgument.of("directory", f"is not a usable path: {exc.strerror or exc}") from exc
     return str(resolved)
 
 

@@ -616,7 +616,7 @@ class EngramMcp:
                 description="Instead of id: text close to the memory's current content, "
                 "or a question it answers ('Where does Ana live now?'), to locate it by meaning. "
                 "A question is refused unless one memory clearly answers it and new_content "
-                "restates that memory."
+                "is about that memory."
             ),
         ] = None,
         new_content: Annotated[

@@ -1896,8 +1896,8 @@ type SemanticLocator struct {
 	// about it ("Where does Ana live now?"). Required. A question (a question mark, or a
 	// question word: what/when/where/who/which/why/how, 什么/哪/谁/几/吗 ...) is read on the
 	// relevance scale, as a search reads it: the best memory needs relevance >= 0.70, a lead
-	// over the runner-up, and the new content must restate it (similarity >= 0.82); else
-	// ERROR_REASON_NO_MATCH or ERROR_REASON_AMBIGUOUS_MATCH with metadata reading=question.
+	// over the runner-up, and the new content must be about it (similarity >= 0.70, and nearer
+	// to it than to the other candidates); else ERROR_REASON_NO_MATCH or ERROR_REASON_AMBIGUOUS_MATCH with metadata reading=question.
 	Content string `protobuf:"bytes,1,opt,name=content,proto3" json:"content,omitempty"`
 	// Minimum calibrated similarity to accept the match. Zero means 0.85; lower than
 	// 0.85 is refused with ERROR_REASON_THRESHOLD_TOO_LOW. For a question, a non-zero

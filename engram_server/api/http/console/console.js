@@ -257,12 +257,13 @@ async function search(e) {
     const data = await api('POST', '/v1/memories:search', request);
     const body = $('results').tBodies[0];
     body.replaceChildren();
+    // One cell per score part, in the header's order (its data-part names the ScoreBreakdown field).
+    const parts = [...$('results').tHead.rows[0].cells].map((c) => c.dataset.part).filter(Boolean);
     for (const r of data.results || []) {
       const s = r.score || {};
       body.append(el('tr', {},
         el('td', {}, el('button', { type: 'button', class: 'link', onclick: () => showMemory(r.memory) }, r.memory.content)),
-        scoreCell(s.final), scoreCell(s.relevance), scoreCell(s.lexical), scoreCell(s.episode),
-        scoreCell(s.recency), scoreCell(s.importance), scoreCell(s.rawSimilarity),
+        ...parts.map((part) => scoreCell(s[part])),
         el('td', {}, r.memory.collection)));
     }
     say(`${body.rows.length} result(s) for “${request.query}”.`);

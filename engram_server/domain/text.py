@@ -18,14 +18,12 @@ in.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from functools import lru_cache
 
 import rjieba
 
 __all__ = [
     "cross_script",
-    "cross_script_offset",
     "lexically_blind",
     "reads_as_question",
     "reads_as_statement",
@@ -109,20 +107,6 @@ def cross_script(query_script: str, tag: str) -> str:
         return ""
     main = tag.split("+", maxsplit=1)[0]
     return "" if main == query_script else main
-
-
-def cross_script_offset(offsets: Mapping[tuple[str, str], float], query_script: str, tag: str) -> float:
-    """The raw cosine search adds to a memory tagged ``tag`` for a query written mainly in
-    ``query_script``: 0 when the memory's main script is the query's (:func:`cross_script`); else the
-    offset measured for the tag itself when ``offsets`` has one (a mixed memory, ``("cjk",
-    "latin+cjk")``: a Chinese question is nearly as close to "server 的 disk usage 超过 eighty percent"
-    as to its Chinese wording, so it needs a fraction of the English translation's offset); else
-    the offset of its main script."""
-    other = cross_script(query_script, tag)
-    if not other:
-        return 0.0
-    mixed = offsets.get((query_script, tag))
-    return offsets.get((query_script, other), 0.0) if mixed is None else mixed
 
 
 def lexically_blind(query_scripts: frozenset[str], tag: str) -> bool:

@@ -12,8 +12,8 @@ the regression taskset; the ``test`` groups have no mixed rows (nothing here is 
 For every row whose mixed text is mainly Latin (``script_tag`` ``latin+cjk``: the memories search
 gave the Chinese question's full cross-script offset) it takes the question's raw cosine with the
 Chinese memory minus with the mixed one (the mixed gap). As ``crosslingual.py`` does for the full
-offset, the median gap of each class, averaged over the three classes, is the offset of a
-``latin+cjk`` memory for a ``cjk`` question (``CROSS_SCRIPT_OFFSET`` keys the mixed tag). For
+offset, the median gap of each class, averaged over the three classes, is the offset such a
+memory would need for a ``cjk`` question (measured, not applied: see docs/calibration.md). For
 comparison it also fits ``k`` in ``gap_mixed ≈ k · latin_share · gap_full`` (least squares through
 the origin; ``gap_full`` with the English translation, ``latin_share`` the mixed text's share of Latin
 words): k ≈ 1 would mean interpolating the full offset by the share of English words is right.

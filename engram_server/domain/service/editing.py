@@ -39,7 +39,7 @@ from engram_server.domain.service.commands import (
     UpdateResult,
 )
 from engram_server.domain.service.core import ServiceCore, stored_point
-from engram_server.domain.text import cross_script_offset, reads_as_question, script_of
+from engram_server.domain.text import cross_script, reads_as_question, script_of
 from engram_server.domain.ttl import compute_valid_until
 from engram_server.domain.validation import (
     Violations,
@@ -160,7 +160,7 @@ class Editing(ServiceCore):
             (
                 (
                     self._cal.relevance(
-                        h.score + cross_script_offset(offsets, qscript, h.script)
+                        h.score + offsets.get((qscript, cross_script(qscript, h.script)), 0.0)
                     ),
                     h.record,
                 )

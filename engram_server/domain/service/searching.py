@@ -51,7 +51,7 @@ from engram_server.domain.ranking import (
 from engram_server.domain.service.commands import SearchHit, SearchQuery, _Pool, _Ranked
 from engram_server.domain.service.core import ServiceCore, _query_span, _tracer
 from engram_server.domain.text import (
-    cross_script_offset,
+    cross_script,
     lexically_blind,
     reads_as_statement,
     script_of,
@@ -471,7 +471,7 @@ class Searching(ServiceCore):
         off = None if query.as_document else self._cross_script_offset
         tags = set(found.scripts)  # script tags (see engram_server.domain.text.script_tag)
         if off and query.script and n:
-            shift = {sc: cross_script_offset(off, query.script, sc) for sc in tags}
+            shift = {sc: off.get((query.script, cross_script(query.script, sc)), 0.0) for sc in tags}
             raw = raw + np.fromiter(map(shift.__getitem__, found.scripts), dtype=np.float64, count=n)
         blind = {sc: lexically_blind(query.word_scripts, sc) for sc in tags}
         parts = evidence(

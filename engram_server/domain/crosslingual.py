@@ -336,15 +336,16 @@ def _cuts(run: str, d: _Dictionary) -> list[str]:
     return out
 
 
-def _compound(at: int, word: str, pieces: list[str], d: _Dictionary) -> _ZhUnit | None:
+def _compound(at: int, word: str, pieces: list[str], d: _Dictionary, *, measures: bool) -> _ZhUnit | None:
     """A word jieba found that CC-CEDICT lacks (负责管理 "to be in charge of managing", 长时间 "a long
     time"), glossed by the dictionary words it is made of: one unit that aligns when an English
-    word matches one of its pieces' glosses. None when no piece is a content word."""
+    word matches one of its pieces' glosses (a measure word among them only with ``measures``).
+    None when no piece is a content word."""
     glosses: set[str] = set()
     grammar: set[str] = set()
     content = False
     for p in pieces:
-        if p in _ZH_FUNCTION or all(c in _ZH_VALUE_CHARS for c in p) or _is_measure(p, d):
+        if p in _ZH_FUNCTION or all(c in _ZH_VALUE_CHARS for c in p) or (not measures and _is_measure(p, d)):
             continue
         content = True
         e = d.entry(p)
@@ -379,9 +380,13 @@ def _zh_units(text: str, d: _Dictionary, *, lenient: bool = False) -> list[_ZhUn
                 if not lenient:
                     units.extend(_measure_unit(at + i, c, d) for i, c in enumerate(cut) if _is_measure(c, d))
                 continue
-            if len(cut) == 2 and cut[0] in _ZH_NUMERALS and (_is_measure(cut[1], d) or cut[1] in d.counted):
-                if not lenient:
-                    units.append(_measure_unit(at + 1, cut[1], d))  # 一家 "a (shop)", not 一家 "a family"
+            if (
+                not lenient  # retrieval keeps a counted word (几岁 "how old") as a word
+                and len(cut) == 2
+                and cut[0] in _ZH_NUMERALS
+                and (_is_measure(cut[1], d) or cut[1] in d.counted)
+            ):
+                units.append(_measure_unit(at + 1, cut[1], d))  # 一家 "a (shop)", not 一家 "a family"
                 continue
             word = _strip_negation(cut)  # negation: a specific
             if not word:
@@ -397,7 +402,7 @@ def _zh_units(text: str, d: _Dictionary, *, lenient: bool = False) -> list[_ZhUn
                     return None
                 units.append(_ZhUnit(at, word, frozenset(), frozenset(), _char_readings(word, d)))
                 continue
-            unit = _compound(at, word, pieces, d)
+            unit = _compound(at, word, pieces, d, measures=lenient)
             if unit is None and lenient:
                 unit = _ZhUnit(at, word, frozenset(), frozenset(), _char_readings(word, d))
             if unit is not None:

@@ -197,3 +197,6 @@ def test_one_walker_reads_chinese_for_the_gate_and_leniently_for_retrieval() -> 
     assert [u.text for u in lenient] == ["消息", "可信"]  # no Latin tokens, no measure words
     assert _zh_units("负责管理", d) is not None
     assert [u.text for u in _zh_units("负责管理", d) or []] == ["负责管理"]
+    # a counted word is a measure word to the gate, a word to retrieval ("how old")
+    assert [u.text for u in _zh_units("小雨今年几岁？", d) or [] if not u.optional] == ["小雨", "今年"]
+    assert [u.text for u in _zh_units("小雨今年几岁？", d, lenient=True) or []] == ["小雨", "今年", "几岁"]

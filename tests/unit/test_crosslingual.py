@@ -156,3 +156,47 @@ def test_no_bilingual_different_fact_of_the_gate_pairs_passes() -> None:
     bilingual = [r for r in rows if ">" in r["lang"]]
     assert len(bilingual) >= 12
     assert [r["id"] for r in bilingual if translation_pair(r["a"], r["b"])] == []
+
+
+# A word jieba finds that CC-CEDICT lacks is one unit glossed by the dictionary words it is made of;
+# a negation jieba glues to the wrong word (不可 | 信) is joined back. Both failed before.
+SEGMENTATION_TRANSLATIONS = [
+    ("李娜负责管理测试团队。", "Li Na manages the test team.", "负责管理: not a CEDICT headword"),
+    ("用户喜欢长时间的散步。", "The user likes long walks.", "长时间: not a CEDICT headword"),
+    ("这个消息不可信。", "This message is not trustworthy.", "不可 | 信 is 不 可信"),
+]
+
+SEGMENTATION_CHANGED = [
+    ("李娜负责管理测试团队。", "Li Na manages the design team.", "another team"),
+    ("用户喜欢长时间的散步。", "The user likes short walks.", "long vs short"),
+    ("这个消息不可信。", "This message is trustworthy.", "negation"),
+    ("这个消息不可信。", "This message is not new.", "another adjective"),
+]
+
+
+@pytest.mark.parametrize(("zh", "en", "what"), SEGMENTATION_TRANSLATIONS)
+def test_a_word_the_dictionary_lacks_aligns_by_its_pieces(zh: str, en: str, what: str) -> None:
+    assert translation_pair(zh, en), what
+    assert translation_pair(en, zh), what
+
+
+@pytest.mark.parametrize(("zh", "en", "what"), SEGMENTATION_CHANGED)
+def test_a_changed_translation_with_such_a_word_never_passes(zh: str, en: str, what: str) -> None:
+    assert not translation_pair(zh, en), what
+    assert not translation_pair(en, zh), what
+
+
+def test_one_walker_reads_chinese_for_the_gate_and_leniently_for_retrieval() -> None:
+    from engram_server.domain.crosslingual import _dict, _zh_units  # noqa: PLC0415
+
+    d = _dict()
+    strict = _zh_units("这个消息不可信。PostgreSQL", d)
+    lenient = _zh_units("这个消息不可信。PostgreSQL", d, lenient=True)
+    assert strict is not None and lenient is not None
+    assert [u.text for u in strict if not u.optional] == ["消息", "可信", "postgresql"]
+    assert [u.text for u in lenient] == ["消息", "可信"]  # no Latin tokens, no measure words
+    assert _zh_units("负责管理", d) is not None
+    assert [u.text for u in _zh_units("负责管理", d) or []] == ["负责管理"]
+    # a counted word is a measure word to the gate, a word to retrieval ("how old")
+    assert [u.text for u in _zh_units("小雨今年几岁？", d) or [] if not u.optional] == ["小雨", "今年"]
+    assert [u.text for u in _zh_units("小雨今年几岁？", d, lenient=True) or []] == ["小雨", "今年", "几岁"]

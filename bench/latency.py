@@ -5,7 +5,9 @@
 Starts an in-process server (qdrant-edge in a temp dir, the local model), ingests N synthetic
 memories with concurrent AddMemory calls, then measures, one call at a time:
   - AddMemory latency for new memories,
-  - SearchMemories latency (unique queries, so no cache hits), and
+  - SearchMemories latency (unique queries, so no cache hits); with ``--rerank both`` the server
+    reranks by default and every other search asks SearchMemoriesRequest.rerank = OFF, so that
+    the two are measured side by side under the same load, and
   - the embedding model alone for one text (the floor the RPCs sit on),
 side by side in the same run, and prints a Markdown table (and JSON with --json).
 """
@@ -91,15 +93,16 @@ async def main() -> None:
     ap.add_argument("--json", type=Path, help="also write the figures as JSON here")
     ap.add_argument(
         "--rerank",
-        choices=("on", "off"),
+        choices=("on", "off", "both"),
         default="on",
-        help="cross-encoder reranking (ENGRAM_RERANK auto/off)",
+        help="cross-encoder reranking (ENGRAM_RERANK auto/off; both: auto, and every other search "
+        "asks for RERANK_MODE_OFF)",
     )
     args = ap.parse_args()
     rng = random.Random(7)
 
     with tempfile.TemporaryDirectory() as tmp:
-        rerank = "auto" if args.rerank == "on" else "off"
+        rerank = "off" if args.rerank == "off" else "auto"
         async with (
             running_server(Path(tmp), rerank=rerank) as srv,
             grpc.aio.insecure_channel(srv.address) as ch,
@@ -127,11 +130,15 @@ async def main() -> None:
                 add_ms.append((time.perf_counter() - t) * 1000)
 
             search_ms: list[float] = []
+            search_off_ms: list[float] = []
+            modes = [s.RERANK_MODE_UNSPECIFIED, s.RERANK_MODE_OFF] if args.rerank == "both" else [0]
             for j in range(args.samples):
-                q = f"When did {rng.choice(PEOPLE)} {rng.choice(VERBS)} {rng.choice(THINGS)}? ({j})"
-                t = time.perf_counter()
-                await stub.SearchMemories(s.SearchMemoriesRequest(query=q, limit=10))
-                search_ms.append((time.perf_counter() - t) * 1000)
+                for n, mode in enumerate(modes if j % 2 == 0 else modes[::-1]):
+                    q = f"When did {rng.choice(PEOPLE)} {rng.choice(VERBS)} {rng.choice(THINGS)}? ({j}.{n})"
+                    t = time.perf_counter()
+                    await stub.SearchMemories(s.SearchMemoriesRequest(query=q, limit=10, rerank=mode))
+                    ms = (time.perf_counter() - t) * 1000
+                    (search_off_ms if mode == s.RERANK_MODE_OFF else search_ms).append(ms)
 
             embed_ms: list[float] = []
             for j in range(args.samples):
@@ -140,6 +147,13 @@ async def main() -> None:
                 embed_ms.append((time.perf_counter() - t) * 1000)
 
     rows = {"AddMemory": add_ms, "SearchMemories": search_ms, "embed one text (floor)": embed_ms}
+    if search_off_ms:
+        rows = {
+            "AddMemory": add_ms,
+            "SearchMemories (server default: rerank on)": search_ms,
+            "SearchMemories, rerank=RERANK_MODE_OFF": search_off_ms,
+            "embed one text (floor)": embed_ms,
+        }
     floor = statistics.median(embed_ms)
     print(
         f"\n{created} of {args.memories} synthetic memories created in {ingest_s:.1f} s "

@@ -63,7 +63,19 @@ import numpy.typing as npt
 
 from engram_client import AddOutcome, AsyncEngramClient, RankingWeights, SearchResult
 
-DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo"
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def default_data(root: Path = REPO_ROOT) -> Path:
+    """Where the LoCoMo data is looked for: ``shared/data/locomo`` beside the repository root
+    (``../shared/data/locomo``) or beside any folder above it (a git worktree under
+    ``wt/<name>`` finds the same data as the main checkout); the first that exists, else the
+    first place."""
+    places = [d / "shared" / "data" / "locomo" for d in (root.parent, *root.parent.parents)]
+    return next((p for p in places if p.exists()), places[0])
+
+
+DEFAULT_DATA = default_data()
 CATEGORIES = (1, 2, 3, 4)
 CATEGORY_NAMES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 KS = (5, 10, 20)

@@ -86,6 +86,12 @@ READING_IN: dict[int, bool | None] = {
     s.QUERY_READING_STATEMENT: True,
 }
 """SearchMemoriesRequest.reading → SearchQuery.as_statement (None: by the text's form)."""
+RERANK_IN: dict[int, bool | None] = {
+    s.RERANK_MODE_UNSPECIFIED: None,
+    s.RERANK_MODE_ON: True,
+    s.RERANK_MODE_OFF: False,
+}
+"""SearchMemoriesRequest.rerank → SearchQuery.rerank (None: the server's default)."""
 
 CONTRADICTIONS_IN: dict[int, ContradictionMode | None] = {
     s.CONTRADICTION_MODE_UNSPECIFIED: None,

@@ -167,6 +167,7 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
             readable=readable_collections.get(),
             max_per_session=request.max_per_session,
             as_statement=c.enum_in(c.READING_IN, request.reading, "reading"),
+            rerank=c.enum_in(c.RERANK_IN, request.rerank, "rerank"),
         )
         hits = await self._svc.search(query)
         # Each result is built inside the answer (a result message built apart is copied in).

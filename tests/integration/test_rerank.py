@@ -93,6 +93,9 @@ async def test_rerank_lifts_an_english_answer_and_off_keeps_the_fused_order(tmp_
     # the head keeps the fused finals, handed out in the new order
     assert sorted(r.score.final for r in on[0]) == pytest.approx(sorted(r.score.final for r in off[0]))
     # a Chinese query is not reranked: the same results, order and scores as with reranking off
-    assert [(r.memory.content, r.score.final, r.score.rerank) for r in on[1]] == [
-        (r.memory.content, r.score.final, r.score.rerank) for r in off[1]
+    # (finals to float noise: the two servers embed their batches apart, and floats differ in the
+    # fifth decimal now and then)
+    assert [(r.memory.content, r.score.rerank) for r in on[1]] == [
+        (r.memory.content, r.score.rerank) for r in off[1]
     ]
+    assert [r.score.final for r in on[1]] == pytest.approx([r.score.final for r in off[1]], abs=1e-4)

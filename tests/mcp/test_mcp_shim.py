@@ -63,6 +63,7 @@ async def test_tools_are_described_for_a_model(engram: AsyncEngramClient) -> Non
         assert add_props["importance"]["minimum"] == 1 and add_props["importance"]["maximum"] == 10
         assert "collection" in add_props
         assert "collections" in tools["memory_search"].input_schema["properties"]
+        assert "cross-encoder" in tools["memory_search"].input_schema["properties"]["rerank"]["description"]
         assert (
             tools["memory_search"].annotations is not None
             and tools["memory_search"].annotations.read_only_hint
@@ -576,3 +577,26 @@ async def test_memory_topic_lists_the_index_and_drills_into_a_topic(engram: Asyn
         assert all(m["content"] for m in topic["memories"])
         missing = error_text(await mcp.call_tool("memory_topic", {"topic_id": "t0000000000"}))
         assert "TOPIC_NOT_FOUND: " in missing and "without topic_id" in missing
+
+
+class _SearchSpy(AsyncEngramClient):
+    """The real client, recording the ``rerank`` each search sends."""
+
+    sent: list[bool | None]
+
+    async def search(self, *args: Any, **kw: Any) -> Any:  # type: ignore[override]
+        self.sent.append(kw.get("rerank"))
+        return await super().search(*args, **kw)
+
+
+async def test_search_passes_the_rerank_switch(engram_server: str) -> None:
+    async with _SearchSpy(engram_server, timeout=60) as client:
+        client.sent = []
+        await client.add(FACT, type="directive")
+        async with Client(EngramMcp(ShimSettings(), client=client).server) as mcp:
+            fast = payload(
+                await mcp.call_tool("memory_search", {"query": "commit messages", "rerank": False})
+            )
+            default = payload(await mcp.call_tool("memory_search", {"query": "commit messages"}))
+    assert client.sent == [False, None]
+    assert fast["results"][0]["content"] == default["results"][0]["content"] == FACT

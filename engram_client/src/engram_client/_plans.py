@@ -192,6 +192,7 @@ def search(
     min_relevance: float,
     max_per_session: int = 0,
     reading: str | None = None,
+    rerank: bool | None = None,
 ) -> Plan[SearchResults]:
     req = memory_service_pb2.SearchMemoriesRequest(
         query=query,
@@ -205,6 +206,8 @@ def search(
         if reading not in _READINGS:
             raise ValueError(f"reading must be one of {', '.join(sorted(_READINGS))} (got {reading!r})")
         req.reading = _READINGS[reading]
+    if rerank is not None:
+        req.rerank = memory_service_pb2.RERANK_MODE_ON if rerank else memory_service_pb2.RERANK_MODE_OFF
     if filter is not None:
         req.filter.CopyFrom(_convert.filter_to_proto(filter))
     if weights is not None:

@@ -230,6 +230,9 @@ class SearchQuery:
     #: How the query text is read: True a statement (the gate's reading), False a query, None by
     #: its form (:func:`engram_server.domain.text.reads_as_statement`).
     as_statement: bool | None = None
+    #: Whether the cross-encoder reorders the best results (an English query, a server with the
+    #: model): False never, True or None (the server's default) when the server reranks.
+    rerank: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -197,7 +197,12 @@ class Searching(ServiceCore):
         ) as span:
             resc = pol.rescore
             depth = max(limit, resc.depth) if resc.enabled else limit
-            rerank = self.reranker is not None and pol.rerank_depth > 0 and query.word_scripts == {"latin"}
+            rerank = (
+                q.rerank is not False
+                and self.reranker is not None
+                and pol.rerank_depth > 0
+                and query.word_scripts == {"latin"}
+            )
             if rerank:
                 depth = max(depth, pol.rerank_depth)
             ranked = self._rank(

@@ -470,6 +470,13 @@ class EngramMcp:
                 "each result names its collection). A name that does not exist is an error."
             ),
         ] = None,
+        rerank: Annotated[
+            bool | None,
+            Field(
+                description="false: skip the server's cross-encoder reranking of an English query "
+                "(faster, a little less accurate); default: the server's setting."
+            ),
+        ] = None,
     ) -> dict[str, Any]:
         """Search long-term memory; relevance leads the ranking, recency and importance order near-ties.
 
@@ -486,7 +493,9 @@ class EngramMcp:
             )
         try:
             client = await self.client()
-            results = await client.search(query, collections=collections, limit=limit, filter=memory_filter)
+            results = await client.search(
+                query, collections=collections, limit=limit, filter=memory_filter, rerank=rerank
+            )
         except CollectionNotFoundError as exc:
             # The pinned collection is created by its first write: until then it holds nothing.
             if collections is None or list(collections) != [self.settings.collection]:

@@ -134,6 +134,59 @@ func (AddOutcome) EnumDescriptor() ([]byte, []int) {
 	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{1}
 }
 
+// RerankMode says whether a search reorders its best results with the cross-encoder.
+type RerankMode int32
+
+const (
+	// The server's default (ENGRAM_RERANK).
+	RerankMode_RERANK_MODE_UNSPECIFIED RerankMode = 0
+	// Rerank English queries when the server has the model.
+	RerankMode_RERANK_MODE_ON RerankMode = 1
+	// Never rerank this search.
+	RerankMode_RERANK_MODE_OFF RerankMode = 2
+)
+
+// Enum value maps for RerankMode.
+var (
+	RerankMode_name = map[int32]string{
+		0: "RERANK_MODE_UNSPECIFIED",
+		1: "RERANK_MODE_ON",
+		2: "RERANK_MODE_OFF",
+	}
+	RerankMode_value = map[string]int32{
+		"RERANK_MODE_UNSPECIFIED": 0,
+		"RERANK_MODE_ON":          1,
+		"RERANK_MODE_OFF":         2,
+	}
+)
+
+func (x RerankMode) Enum() *RerankMode {
+	p := new(RerankMode)
+	*p = x
+	return p
+}
+
+func (x RerankMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (RerankMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_engram_v1_memory_service_proto_enumTypes[2].Descriptor()
+}
+
+func (RerankMode) Type() protoreflect.EnumType {
+	return &file_engram_v1_memory_service_proto_enumTypes[2]
+}
+
+func (x RerankMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use RerankMode.Descriptor instead.
+func (RerankMode) EnumDescriptor() ([]byte, []int) {
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{2}
+}
+
 // QueryReading says whether a search text is a question or a memory about to be written.
 type QueryReading int32
 
@@ -173,11 +226,11 @@ func (x QueryReading) String() string {
 }
 
 func (QueryReading) Descriptor() protoreflect.EnumDescriptor {
-	return file_engram_v1_memory_service_proto_enumTypes[2].Descriptor()
+	return file_engram_v1_memory_service_proto_enumTypes[3].Descriptor()
 }
 
 func (QueryReading) Type() protoreflect.EnumType {
-	return &file_engram_v1_memory_service_proto_enumTypes[2]
+	return &file_engram_v1_memory_service_proto_enumTypes[3]
 }
 
 func (x QueryReading) Number() protoreflect.EnumNumber {
@@ -186,7 +239,7 @@ func (x QueryReading) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use QueryReading.Descriptor instead.
 func (QueryReading) EnumDescriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{2}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{3}
 }
 
 // ReflectionOutcome says what RunReflection did.
@@ -240,11 +293,11 @@ func (x ReflectionOutcome) String() string {
 }
 
 func (ReflectionOutcome) Descriptor() protoreflect.EnumDescriptor {
-	return file_engram_v1_memory_service_proto_enumTypes[3].Descriptor()
+	return file_engram_v1_memory_service_proto_enumTypes[4].Descriptor()
 }
 
 func (ReflectionOutcome) Type() protoreflect.EnumType {
-	return &file_engram_v1_memory_service_proto_enumTypes[3]
+	return &file_engram_v1_memory_service_proto_enumTypes[4]
 }
 
 func (x ReflectionOutcome) Number() protoreflect.EnumNumber {
@@ -253,7 +306,7 @@ func (x ReflectionOutcome) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ReflectionOutcome.Descriptor instead.
 func (ReflectionOutcome) EnumDescriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{3}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{4}
 }
 
 // ReflectionGate names the gate that refused a run.
@@ -305,11 +358,11 @@ func (x ReflectionGate) String() string {
 }
 
 func (ReflectionGate) Descriptor() protoreflect.EnumDescriptor {
-	return file_engram_v1_memory_service_proto_enumTypes[4].Descriptor()
+	return file_engram_v1_memory_service_proto_enumTypes[5].Descriptor()
 }
 
 func (ReflectionGate) Type() protoreflect.EnumType {
-	return &file_engram_v1_memory_service_proto_enumTypes[4]
+	return &file_engram_v1_memory_service_proto_enumTypes[5]
 }
 
 func (x ReflectionGate) Number() protoreflect.EnumNumber {
@@ -318,7 +371,7 @@ func (x ReflectionGate) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ReflectionGate.Descriptor instead.
 func (ReflectionGate) EnumDescriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{4}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{5}
 }
 
 // ExtractionMode chooses the extractor of ExtractMemories.
@@ -359,11 +412,11 @@ func (x ExtractionMode) String() string {
 }
 
 func (ExtractionMode) Descriptor() protoreflect.EnumDescriptor {
-	return file_engram_v1_memory_service_proto_enumTypes[5].Descriptor()
+	return file_engram_v1_memory_service_proto_enumTypes[6].Descriptor()
 }
 
 func (ExtractionMode) Type() protoreflect.EnumType {
-	return &file_engram_v1_memory_service_proto_enumTypes[5]
+	return &file_engram_v1_memory_service_proto_enumTypes[6]
 }
 
 func (x ExtractionMode) Number() protoreflect.EnumNumber {
@@ -372,7 +425,7 @@ func (x ExtractionMode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ExtractionMode.Descriptor instead.
 func (ExtractionMode) EnumDescriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{5}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{6}
 }
 
 // Extractor names what produced the proposals of an ExtractMemories call.
@@ -416,11 +469,11 @@ func (x Extractor) String() string {
 }
 
 func (Extractor) Descriptor() protoreflect.EnumDescriptor {
-	return file_engram_v1_memory_service_proto_enumTypes[6].Descriptor()
+	return file_engram_v1_memory_service_proto_enumTypes[7].Descriptor()
 }
 
 func (Extractor) Type() protoreflect.EnumType {
-	return &file_engram_v1_memory_service_proto_enumTypes[6]
+	return &file_engram_v1_memory_service_proto_enumTypes[7]
 }
 
 func (x Extractor) Number() protoreflect.EnumNumber {
@@ -429,7 +482,7 @@ func (x Extractor) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Extractor.Descriptor instead.
 func (Extractor) EnumDescriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{6}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{7}
 }
 
 // ContextSectionKind names a section of the context pack; sections come in this order.
@@ -485,11 +538,11 @@ func (x ContextSectionKind) String() string {
 }
 
 func (ContextSectionKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_engram_v1_memory_service_proto_enumTypes[7].Descriptor()
+	return file_engram_v1_memory_service_proto_enumTypes[8].Descriptor()
 }
 
 func (ContextSectionKind) Type() protoreflect.EnumType {
-	return &file_engram_v1_memory_service_proto_enumTypes[7]
+	return &file_engram_v1_memory_service_proto_enumTypes[8]
 }
 
 func (x ContextSectionKind) Number() protoreflect.EnumNumber {
@@ -498,7 +551,7 @@ func (x ContextSectionKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ContextSectionKind.Descriptor instead.
 func (ContextSectionKind) EnumDescriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{7}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{8}
 }
 
 // SinceSource says where the recent section's window start came from.
@@ -542,11 +595,11 @@ func (x SinceSource) String() string {
 }
 
 func (SinceSource) Descriptor() protoreflect.EnumDescriptor {
-	return file_engram_v1_memory_service_proto_enumTypes[8].Descriptor()
+	return file_engram_v1_memory_service_proto_enumTypes[9].Descriptor()
 }
 
 func (SinceSource) Type() protoreflect.EnumType {
-	return &file_engram_v1_memory_service_proto_enumTypes[8]
+	return &file_engram_v1_memory_service_proto_enumTypes[9]
 }
 
 func (x SinceSource) Number() protoreflect.EnumNumber {
@@ -555,7 +608,7 @@ func (x SinceSource) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SinceSource.Descriptor instead.
 func (SinceSource) EnumDescriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{8}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{9}
 }
 
 // SlotUpdateMode says how UpdateSlot changes the content.
@@ -595,11 +648,11 @@ func (x SlotUpdateMode) String() string {
 }
 
 func (SlotUpdateMode) Descriptor() protoreflect.EnumDescriptor {
-	return file_engram_v1_memory_service_proto_enumTypes[9].Descriptor()
+	return file_engram_v1_memory_service_proto_enumTypes[10].Descriptor()
 }
 
 func (SlotUpdateMode) Type() protoreflect.EnumType {
-	return &file_engram_v1_memory_service_proto_enumTypes[9]
+	return &file_engram_v1_memory_service_proto_enumTypes[10]
 }
 
 func (x SlotUpdateMode) Number() protoreflect.EnumNumber {
@@ -608,7 +661,7 @@ func (x SlotUpdateMode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SlotUpdateMode.Descriptor instead.
 func (SlotUpdateMode) EnumDescriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{9}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{10}
 }
 
 // How a slot's overflow was compacted.
@@ -648,11 +701,11 @@ func (x SlotCompaction) String() string {
 }
 
 func (SlotCompaction) Descriptor() protoreflect.EnumDescriptor {
-	return file_engram_v1_memory_service_proto_enumTypes[10].Descriptor()
+	return file_engram_v1_memory_service_proto_enumTypes[11].Descriptor()
 }
 
 func (SlotCompaction) Type() protoreflect.EnumType {
-	return &file_engram_v1_memory_service_proto_enumTypes[10]
+	return &file_engram_v1_memory_service_proto_enumTypes[11]
 }
 
 func (x SlotCompaction) Number() protoreflect.EnumNumber {
@@ -661,7 +714,7 @@ func (x SlotCompaction) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SlotCompaction.Descriptor instead.
 func (SlotCompaction) EnumDescriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{10}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{11}
 }
 
 // ConsolidationOutcome says what RunConsolidation did.
@@ -709,11 +762,11 @@ func (x ConsolidationOutcome) String() string {
 }
 
 func (ConsolidationOutcome) Descriptor() protoreflect.EnumDescriptor {
-	return file_engram_v1_memory_service_proto_enumTypes[11].Descriptor()
+	return file_engram_v1_memory_service_proto_enumTypes[12].Descriptor()
 }
 
 func (ConsolidationOutcome) Type() protoreflect.EnumType {
-	return &file_engram_v1_memory_service_proto_enumTypes[11]
+	return &file_engram_v1_memory_service_proto_enumTypes[12]
 }
 
 func (x ConsolidationOutcome) Number() protoreflect.EnumNumber {
@@ -722,7 +775,7 @@ func (x ConsolidationOutcome) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ConsolidationOutcome.Descriptor instead.
 func (ConsolidationOutcome) EnumDescriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{11}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{12}
 }
 
 // ImportMode says how imported memories meet the memories already stored.
@@ -764,11 +817,11 @@ func (x ImportMode) String() string {
 }
 
 func (ImportMode) Descriptor() protoreflect.EnumDescriptor {
-	return file_engram_v1_memory_service_proto_enumTypes[12].Descriptor()
+	return file_engram_v1_memory_service_proto_enumTypes[13].Descriptor()
 }
 
 func (ImportMode) Type() protoreflect.EnumType {
-	return &file_engram_v1_memory_service_proto_enumTypes[12]
+	return &file_engram_v1_memory_service_proto_enumTypes[13]
 }
 
 func (x ImportMode) Number() protoreflect.EnumNumber {
@@ -777,7 +830,7 @@ func (x ImportMode) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ImportMode.Descriptor instead.
 func (ImportMode) EnumDescriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{12}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{13}
 }
 
 // Reembed says when an import embeds the content again instead of using the file's vectors.
@@ -821,11 +874,11 @@ func (x Reembed) String() string {
 }
 
 func (Reembed) Descriptor() protoreflect.EnumDescriptor {
-	return file_engram_v1_memory_service_proto_enumTypes[13].Descriptor()
+	return file_engram_v1_memory_service_proto_enumTypes[14].Descriptor()
 }
 
 func (Reembed) Type() protoreflect.EnumType {
-	return &file_engram_v1_memory_service_proto_enumTypes[13]
+	return &file_engram_v1_memory_service_proto_enumTypes[14]
 }
 
 func (x Reembed) Number() protoreflect.EnumNumber {
@@ -834,7 +887,7 @@ func (x Reembed) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Reembed.Descriptor instead.
 func (Reembed) EnumDescriptor() ([]byte, []int) {
-	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{13}
+	return file_engram_v1_memory_service_proto_rawDescGZIP(), []int{14}
 }
 
 // AddMemoryRequest asks to store one memory.
@@ -1672,7 +1725,14 @@ type SearchMemoriesRequest struct {
 	MaxPerSession int32 `protobuf:"varint,20,opt,name=max_per_session,json=maxPerSession,proto3" json:"max_per_session,omitempty"`
 	// How the query text is read. Unset: by its form (a statement ends with . 。 ! or ！, has at
 	// least three words and no question mark or question word; anything else is a query).
-	Reading       QueryReading `protobuf:"varint,21,opt,name=reading,proto3,enum=engram.v1.QueryReading" json:"reading,omitempty"`
+	Reading QueryReading `protobuf:"varint,21,opt,name=reading,proto3,enum=engram.v1.QueryReading" json:"reading,omitempty"`
+	// Whether the cross-encoder reorders the best results of an English query (see
+	// docs/concepts/ranking.md). Unset: the server's default (ENGRAM_RERANK; on when the model is
+	// installed). OFF skips the model for this call: faster (about a quarter of the search time at
+	// the default depth), a little less accurate. ON asks for it; a server without the model (or
+	// with ENGRAM_RERANK=off) answers without reranking, as with unset: results then carry
+	// score.rerank = 0.
+	Rerank        RerankMode `protobuf:"varint,22,opt,name=rerank,proto3,enum=engram.v1.RerankMode" json:"rerank,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1775,6 +1835,13 @@ func (x *SearchMemoriesRequest) GetReading() QueryReading {
 		return x.Reading
 	}
 	return QueryReading_QUERY_READING_UNSPECIFIED
+}
+
+func (x *SearchMemoriesRequest) GetRerank() RerankMode {
+	if x != nil {
+		return x.Rerank
+	}
+	return RerankMode_RERANK_MODE_UNSPECIFIED
 }
 
 // SearchResult is one ranked memory.
@@ -6861,7 +6928,7 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"\tconflicts\x18A \x03(\v2\x18.engram.v1.ContradictionR\tconflictsB\x15\n" +
 	"\x13_duplicate_of_index\"K\n" +
 	"\x13AddMemoriesResponse\x124\n" +
-	"\aresults\x18\x01 \x03(\v2\x1a.engram.v1.AddMemoryResultR\aresults\"\x9c\x03\n" +
+	"\aresults\x18\x01 \x03(\v2\x1a.engram.v1.AddMemoryResultR\aresults\"\xcb\x03\n" +
 	"\x15SearchMemoriesRequest\x12\x14\n" +
 	"\x05query\x18\x01 \x01(\tR\x05query\x12 \n" +
 	"\vcollections\x18\x02 \x03(\tR\vcollections\x12\x14\n" +
@@ -6873,7 +6940,8 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"mmr_lambda\x18\a \x01(\x02H\x00R\tmmrLambda\x88\x01\x01\x12#\n" +
 	"\rmin_relevance\x18\b \x01(\x02R\fminRelevance\x12&\n" +
 	"\x0fmax_per_session\x18\x14 \x01(\x05R\rmaxPerSession\x121\n" +
-	"\areading\x18\x15 \x01(\x0e2\x17.engram.v1.QueryReadingR\areadingB\r\n" +
+	"\areading\x18\x15 \x01(\x0e2\x17.engram.v1.QueryReadingR\areading\x12-\n" +
+	"\x06rerank\x18\x16 \x01(\x0e2\x15.engram.v1.RerankModeR\x06rerankB\r\n" +
 	"\v_mmr_lambda\"j\n" +
 	"\fSearchResult\x12)\n" +
 	"\x06memory\x18\x01 \x01(\v2\x11.engram.v1.MemoryR\x06memory\x12/\n" +
@@ -7303,7 +7371,12 @@ const file_engram_v1_memory_service_proto_rawDesc = "" +
 	"AddOutcome\x12\x1b\n" +
 	"\x17ADD_OUTCOME_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13ADD_OUTCOME_CREATED\x10\x01\x12\x19\n" +
-	"\x15ADD_OUTCOME_DUPLICATE\x10\x02*c\n" +
+	"\x15ADD_OUTCOME_DUPLICATE\x10\x02*R\n" +
+	"\n" +
+	"RerankMode\x12\x1b\n" +
+	"\x17RERANK_MODE_UNSPECIFIED\x10\x00\x12\x12\n" +
+	"\x0eRERANK_MODE_ON\x10\x01\x12\x13\n" +
+	"\x0fRERANK_MODE_OFF\x10\x02*c\n" +
 	"\fQueryReading\x12\x1d\n" +
 	"\x19QUERY_READING_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13QUERY_READING_QUERY\x10\x01\x12\x1b\n" +
@@ -7413,283 +7486,285 @@ func file_engram_v1_memory_service_proto_rawDescGZIP() []byte {
 	return file_engram_v1_memory_service_proto_rawDescData
 }
 
-var file_engram_v1_memory_service_proto_enumTypes = make([]protoimpl.EnumInfo, 14)
+var file_engram_v1_memory_service_proto_enumTypes = make([]protoimpl.EnumInfo, 15)
 var file_engram_v1_memory_service_proto_msgTypes = make([]protoimpl.MessageInfo, 78)
 var file_engram_v1_memory_service_proto_goTypes = []any{
 	(ContradictionMode)(0),             // 0: engram.v1.ContradictionMode
 	(AddOutcome)(0),                    // 1: engram.v1.AddOutcome
-	(QueryReading)(0),                  // 2: engram.v1.QueryReading
-	(ReflectionOutcome)(0),             // 3: engram.v1.ReflectionOutcome
-	(ReflectionGate)(0),                // 4: engram.v1.ReflectionGate
-	(ExtractionMode)(0),                // 5: engram.v1.ExtractionMode
-	(Extractor)(0),                     // 6: engram.v1.Extractor
-	(ContextSectionKind)(0),            // 7: engram.v1.ContextSectionKind
-	(SinceSource)(0),                   // 8: engram.v1.SinceSource
-	(SlotUpdateMode)(0),                // 9: engram.v1.SlotUpdateMode
-	(SlotCompaction)(0),                // 10: engram.v1.SlotCompaction
-	(ConsolidationOutcome)(0),          // 11: engram.v1.ConsolidationOutcome
-	(ImportMode)(0),                    // 12: engram.v1.ImportMode
-	(Reembed)(0),                       // 13: engram.v1.Reembed
-	(*AddMemoryRequest)(nil),           // 14: engram.v1.AddMemoryRequest
-	(*Contradiction)(nil),              // 15: engram.v1.Contradiction
-	(*AddMemoryResponse)(nil),          // 16: engram.v1.AddMemoryResponse
-	(*AddMemoriesRequest)(nil),         // 17: engram.v1.AddMemoriesRequest
-	(*NewMemory)(nil),                  // 18: engram.v1.NewMemory
-	(*AddMemoryResult)(nil),            // 19: engram.v1.AddMemoryResult
-	(*AddMemoriesResponse)(nil),        // 20: engram.v1.AddMemoriesResponse
-	(*SearchMemoriesRequest)(nil),      // 21: engram.v1.SearchMemoriesRequest
-	(*SearchResult)(nil),               // 22: engram.v1.SearchResult
-	(*SearchMemoriesResponse)(nil),     // 23: engram.v1.SearchMemoriesResponse
-	(*SemanticLocator)(nil),            // 24: engram.v1.SemanticLocator
-	(*StringList)(nil),                 // 25: engram.v1.StringList
-	(*StringMap)(nil),                  // 26: engram.v1.StringMap
-	(*UpdateMemoryRequest)(nil),        // 27: engram.v1.UpdateMemoryRequest
-	(*UpdateMemoryResponse)(nil),       // 28: engram.v1.UpdateMemoryResponse
-	(*DeleteQuery)(nil),                // 29: engram.v1.DeleteQuery
-	(*DeleteMemoryRequest)(nil),        // 30: engram.v1.DeleteMemoryRequest
-	(*DeleteMemoryResponse)(nil),       // 31: engram.v1.DeleteMemoryResponse
-	(*GetMemoryRequest)(nil),           // 32: engram.v1.GetMemoryRequest
-	(*GetMemoryResponse)(nil),          // 33: engram.v1.GetMemoryResponse
-	(*ListMemoriesRequest)(nil),        // 34: engram.v1.ListMemoriesRequest
-	(*ListMemoriesResponse)(nil),       // 35: engram.v1.ListMemoriesResponse
-	(*ListCollectionsRequest)(nil),     // 36: engram.v1.ListCollectionsRequest
-	(*ListCollectionsResponse)(nil),    // 37: engram.v1.ListCollectionsResponse
-	(*TrashedCollection)(nil),          // 38: engram.v1.TrashedCollection
-	(*DeleteCollectionRequest)(nil),    // 39: engram.v1.DeleteCollectionRequest
-	(*DeleteCollectionResponse)(nil),   // 40: engram.v1.DeleteCollectionResponse
-	(*RunReflectionRequest)(nil),       // 41: engram.v1.RunReflectionRequest
-	(*RunReflectionResponse)(nil),      // 42: engram.v1.RunReflectionResponse
-	(*ListGateDecisionsRequest)(nil),   // 43: engram.v1.ListGateDecisionsRequest
-	(*GateDecision)(nil),               // 44: engram.v1.GateDecision
-	(*ListGateDecisionsResponse)(nil),  // 45: engram.v1.ListGateDecisionsResponse
-	(*ListReflectionRunsRequest)(nil),  // 46: engram.v1.ListReflectionRunsRequest
-	(*ReflectionRun)(nil),              // 47: engram.v1.ReflectionRun
-	(*ListReflectionRunsResponse)(nil), // 48: engram.v1.ListReflectionRunsResponse
-	(*ConversationMessage)(nil),        // 49: engram.v1.ConversationMessage
-	(*Conversation)(nil),               // 50: engram.v1.Conversation
-	(*ToolObservation)(nil),            // 51: engram.v1.ToolObservation
-	(*ExtractMemoriesRequest)(nil),     // 52: engram.v1.ExtractMemoriesRequest
-	(*ExtractedMemory)(nil),            // 53: engram.v1.ExtractedMemory
-	(*ExtractMemoriesResponse)(nil),    // 54: engram.v1.ExtractMemoriesResponse
-	(*ListTrashRequest)(nil),           // 55: engram.v1.ListTrashRequest
-	(*ListTrashResponse)(nil),          // 56: engram.v1.ListTrashResponse
-	(*RestoreMemoryRequest)(nil),       // 57: engram.v1.RestoreMemoryRequest
-	(*RestoreMemoryResponse)(nil),      // 58: engram.v1.RestoreMemoryResponse
-	(*PurgeTrashRequest)(nil),          // 59: engram.v1.PurgeTrashRequest
-	(*PurgeTrashResponse)(nil),         // 60: engram.v1.PurgeTrashResponse
-	(*RestoreCollectionRequest)(nil),   // 61: engram.v1.RestoreCollectionRequest
-	(*RestoreCollectionResponse)(nil),  // 62: engram.v1.RestoreCollectionResponse
-	(*GetContextRequest)(nil),          // 63: engram.v1.GetContextRequest
-	(*ContextTopic)(nil),               // 64: engram.v1.ContextTopic
-	(*ContextItem)(nil),                // 65: engram.v1.ContextItem
-	(*ContextSection)(nil),             // 66: engram.v1.ContextSection
-	(*GetContextResponse)(nil),         // 67: engram.v1.GetContextResponse
-	(*GetTriggersRequest)(nil),         // 68: engram.v1.GetTriggersRequest
-	(*GetTriggersResponse)(nil),        // 69: engram.v1.GetTriggersResponse
-	(*Slot)(nil),                       // 70: engram.v1.Slot
-	(*ListSlotsRequest)(nil),           // 71: engram.v1.ListSlotsRequest
-	(*ListSlotsResponse)(nil),          // 72: engram.v1.ListSlotsResponse
-	(*UpdateSlotRequest)(nil),          // 73: engram.v1.UpdateSlotRequest
-	(*UpdateSlotResponse)(nil),         // 74: engram.v1.UpdateSlotResponse
-	(*RunConsolidationRequest)(nil),    // 75: engram.v1.RunConsolidationRequest
-	(*ConsolidatedCluster)(nil),        // 76: engram.v1.ConsolidatedCluster
-	(*RunConsolidationResponse)(nil),   // 77: engram.v1.RunConsolidationResponse
-	(*ExportMemoriesRequest)(nil),      // 78: engram.v1.ExportMemoriesRequest
-	(*ExportMemoriesResponse)(nil),     // 79: engram.v1.ExportMemoriesResponse
-	(*ImportMemoriesRequest)(nil),      // 80: engram.v1.ImportMemoriesRequest
-	(*ImportMemoriesResponse)(nil),     // 81: engram.v1.ImportMemoriesResponse
-	(*BackupStoreRequest)(nil),         // 82: engram.v1.BackupStoreRequest
-	(*BackupStoreResponse)(nil),        // 83: engram.v1.BackupStoreResponse
-	(*ListTopicsRequest)(nil),          // 84: engram.v1.ListTopicsRequest
-	(*Topic)(nil),                      // 85: engram.v1.Topic
-	(*ListTopicsResponse)(nil),         // 86: engram.v1.ListTopicsResponse
-	(*GetTopicRequest)(nil),            // 87: engram.v1.GetTopicRequest
-	(*GetTopicResponse)(nil),           // 88: engram.v1.GetTopicResponse
-	nil,                                // 89: engram.v1.AddMemoryRequest.MetadataEntry
-	nil,                                // 90: engram.v1.NewMemory.MetadataEntry
-	nil,                                // 91: engram.v1.StringMap.EntriesEntry
-	(MemoryType)(0),                    // 92: engram.v1.MemoryType
-	(Source)(0),                        // 93: engram.v1.Source
-	(SourceType)(0),                    // 94: engram.v1.SourceType
-	(*timestamppb.Timestamp)(nil),      // 95: google.protobuf.Timestamp
-	(*SpecificConflict)(nil),           // 96: engram.v1.SpecificConflict
-	(*Memory)(nil),                     // 97: engram.v1.Memory
-	(*SimilarMemory)(nil),              // 98: engram.v1.SimilarMemory
-	(*MemoryFilter)(nil),               // 99: engram.v1.MemoryFilter
-	(*RankingWeights)(nil),             // 100: engram.v1.RankingWeights
-	(*ScoreBreakdown)(nil),             // 101: engram.v1.ScoreBreakdown
-	(*CollectionInfo)(nil),             // 102: engram.v1.CollectionInfo
+	(RerankMode)(0),                    // 2: engram.v1.RerankMode
+	(QueryReading)(0),                  // 3: engram.v1.QueryReading
+	(ReflectionOutcome)(0),             // 4: engram.v1.ReflectionOutcome
+	(ReflectionGate)(0),                // 5: engram.v1.ReflectionGate
+	(ExtractionMode)(0),                // 6: engram.v1.ExtractionMode
+	(Extractor)(0),                     // 7: engram.v1.Extractor
+	(ContextSectionKind)(0),            // 8: engram.v1.ContextSectionKind
+	(SinceSource)(0),                   // 9: engram.v1.SinceSource
+	(SlotUpdateMode)(0),                // 10: engram.v1.SlotUpdateMode
+	(SlotCompaction)(0),                // 11: engram.v1.SlotCompaction
+	(ConsolidationOutcome)(0),          // 12: engram.v1.ConsolidationOutcome
+	(ImportMode)(0),                    // 13: engram.v1.ImportMode
+	(Reembed)(0),                       // 14: engram.v1.Reembed
+	(*AddMemoryRequest)(nil),           // 15: engram.v1.AddMemoryRequest
+	(*Contradiction)(nil),              // 16: engram.v1.Contradiction
+	(*AddMemoryResponse)(nil),          // 17: engram.v1.AddMemoryResponse
+	(*AddMemoriesRequest)(nil),         // 18: engram.v1.AddMemoriesRequest
+	(*NewMemory)(nil),                  // 19: engram.v1.NewMemory
+	(*AddMemoryResult)(nil),            // 20: engram.v1.AddMemoryResult
+	(*AddMemoriesResponse)(nil),        // 21: engram.v1.AddMemoriesResponse
+	(*SearchMemoriesRequest)(nil),      // 22: engram.v1.SearchMemoriesRequest
+	(*SearchResult)(nil),               // 23: engram.v1.SearchResult
+	(*SearchMemoriesResponse)(nil),     // 24: engram.v1.SearchMemoriesResponse
+	(*SemanticLocator)(nil),            // 25: engram.v1.SemanticLocator
+	(*StringList)(nil),                 // 26: engram.v1.StringList
+	(*StringMap)(nil),                  // 27: engram.v1.StringMap
+	(*UpdateMemoryRequest)(nil),        // 28: engram.v1.UpdateMemoryRequest
+	(*UpdateMemoryResponse)(nil),       // 29: engram.v1.UpdateMemoryResponse
+	(*DeleteQuery)(nil),                // 30: engram.v1.DeleteQuery
+	(*DeleteMemoryRequest)(nil),        // 31: engram.v1.DeleteMemoryRequest
+	(*DeleteMemoryResponse)(nil),       // 32: engram.v1.DeleteMemoryResponse
+	(*GetMemoryRequest)(nil),           // 33: engram.v1.GetMemoryRequest
+	(*GetMemoryResponse)(nil),          // 34: engram.v1.GetMemoryResponse
+	(*ListMemoriesRequest)(nil),        // 35: engram.v1.ListMemoriesRequest
+	(*ListMemoriesResponse)(nil),       // 36: engram.v1.ListMemoriesResponse
+	(*ListCollectionsRequest)(nil),     // 37: engram.v1.ListCollectionsRequest
+	(*ListCollectionsResponse)(nil),    // 38: engram.v1.ListCollectionsResponse
+	(*TrashedCollection)(nil),          // 39: engram.v1.TrashedCollection
+	(*DeleteCollectionRequest)(nil),    // 40: engram.v1.DeleteCollectionRequest
+	(*DeleteCollectionResponse)(nil),   // 41: engram.v1.DeleteCollectionResponse
+	(*RunReflectionRequest)(nil),       // 42: engram.v1.RunReflectionRequest
+	(*RunReflectionResponse)(nil),      // 43: engram.v1.RunReflectionResponse
+	(*ListGateDecisionsRequest)(nil),   // 44: engram.v1.ListGateDecisionsRequest
+	(*GateDecision)(nil),               // 45: engram.v1.GateDecision
+	(*ListGateDecisionsResponse)(nil),  // 46: engram.v1.ListGateDecisionsResponse
+	(*ListReflectionRunsRequest)(nil),  // 47: engram.v1.ListReflectionRunsRequest
+	(*ReflectionRun)(nil),              // 48: engram.v1.ReflectionRun
+	(*ListReflectionRunsResponse)(nil), // 49: engram.v1.ListReflectionRunsResponse
+	(*ConversationMessage)(nil),        // 50: engram.v1.ConversationMessage
+	(*Conversation)(nil),               // 51: engram.v1.Conversation
+	(*ToolObservation)(nil),            // 52: engram.v1.ToolObservation
+	(*ExtractMemoriesRequest)(nil),     // 53: engram.v1.ExtractMemoriesRequest
+	(*ExtractedMemory)(nil),            // 54: engram.v1.ExtractedMemory
+	(*ExtractMemoriesResponse)(nil),    // 55: engram.v1.ExtractMemoriesResponse
+	(*ListTrashRequest)(nil),           // 56: engram.v1.ListTrashRequest
+	(*ListTrashResponse)(nil),          // 57: engram.v1.ListTrashResponse
+	(*RestoreMemoryRequest)(nil),       // 58: engram.v1.RestoreMemoryRequest
+	(*RestoreMemoryResponse)(nil),      // 59: engram.v1.RestoreMemoryResponse
+	(*PurgeTrashRequest)(nil),          // 60: engram.v1.PurgeTrashRequest
+	(*PurgeTrashResponse)(nil),         // 61: engram.v1.PurgeTrashResponse
+	(*RestoreCollectionRequest)(nil),   // 62: engram.v1.RestoreCollectionRequest
+	(*RestoreCollectionResponse)(nil),  // 63: engram.v1.RestoreCollectionResponse
+	(*GetContextRequest)(nil),          // 64: engram.v1.GetContextRequest
+	(*ContextTopic)(nil),               // 65: engram.v1.ContextTopic
+	(*ContextItem)(nil),                // 66: engram.v1.ContextItem
+	(*ContextSection)(nil),             // 67: engram.v1.ContextSection
+	(*GetContextResponse)(nil),         // 68: engram.v1.GetContextResponse
+	(*GetTriggersRequest)(nil),         // 69: engram.v1.GetTriggersRequest
+	(*GetTriggersResponse)(nil),        // 70: engram.v1.GetTriggersResponse
+	(*Slot)(nil),                       // 71: engram.v1.Slot
+	(*ListSlotsRequest)(nil),           // 72: engram.v1.ListSlotsRequest
+	(*ListSlotsResponse)(nil),          // 73: engram.v1.ListSlotsResponse
+	(*UpdateSlotRequest)(nil),          // 74: engram.v1.UpdateSlotRequest
+	(*UpdateSlotResponse)(nil),         // 75: engram.v1.UpdateSlotResponse
+	(*RunConsolidationRequest)(nil),    // 76: engram.v1.RunConsolidationRequest
+	(*ConsolidatedCluster)(nil),        // 77: engram.v1.ConsolidatedCluster
+	(*RunConsolidationResponse)(nil),   // 78: engram.v1.RunConsolidationResponse
+	(*ExportMemoriesRequest)(nil),      // 79: engram.v1.ExportMemoriesRequest
+	(*ExportMemoriesResponse)(nil),     // 80: engram.v1.ExportMemoriesResponse
+	(*ImportMemoriesRequest)(nil),      // 81: engram.v1.ImportMemoriesRequest
+	(*ImportMemoriesResponse)(nil),     // 82: engram.v1.ImportMemoriesResponse
+	(*BackupStoreRequest)(nil),         // 83: engram.v1.BackupStoreRequest
+	(*BackupStoreResponse)(nil),        // 84: engram.v1.BackupStoreResponse
+	(*ListTopicsRequest)(nil),          // 85: engram.v1.ListTopicsRequest
+	(*Topic)(nil),                      // 86: engram.v1.Topic
+	(*ListTopicsResponse)(nil),         // 87: engram.v1.ListTopicsResponse
+	(*GetTopicRequest)(nil),            // 88: engram.v1.GetTopicRequest
+	(*GetTopicResponse)(nil),           // 89: engram.v1.GetTopicResponse
+	nil,                                // 90: engram.v1.AddMemoryRequest.MetadataEntry
+	nil,                                // 91: engram.v1.NewMemory.MetadataEntry
+	nil,                                // 92: engram.v1.StringMap.EntriesEntry
+	(MemoryType)(0),                    // 93: engram.v1.MemoryType
+	(Source)(0),                        // 94: engram.v1.Source
+	(SourceType)(0),                    // 95: engram.v1.SourceType
+	(*timestamppb.Timestamp)(nil),      // 96: google.protobuf.Timestamp
+	(*SpecificConflict)(nil),           // 97: engram.v1.SpecificConflict
+	(*Memory)(nil),                     // 98: engram.v1.Memory
+	(*SimilarMemory)(nil),              // 99: engram.v1.SimilarMemory
+	(*MemoryFilter)(nil),               // 100: engram.v1.MemoryFilter
+	(*RankingWeights)(nil),             // 101: engram.v1.RankingWeights
+	(*ScoreBreakdown)(nil),             // 102: engram.v1.ScoreBreakdown
+	(*CollectionInfo)(nil),             // 103: engram.v1.CollectionInfo
 }
 var file_engram_v1_memory_service_proto_depIdxs = []int32{
-	92,  // 0: engram.v1.AddMemoryRequest.type:type_name -> engram.v1.MemoryType
-	93,  // 1: engram.v1.AddMemoryRequest.source:type_name -> engram.v1.Source
-	94,  // 2: engram.v1.AddMemoryRequest.source_type:type_name -> engram.v1.SourceType
-	89,  // 3: engram.v1.AddMemoryRequest.metadata:type_name -> engram.v1.AddMemoryRequest.MetadataEntry
-	95,  // 4: engram.v1.AddMemoryRequest.created_at:type_name -> google.protobuf.Timestamp
-	95,  // 5: engram.v1.AddMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
+	93,  // 0: engram.v1.AddMemoryRequest.type:type_name -> engram.v1.MemoryType
+	94,  // 1: engram.v1.AddMemoryRequest.source:type_name -> engram.v1.Source
+	95,  // 2: engram.v1.AddMemoryRequest.source_type:type_name -> engram.v1.SourceType
+	90,  // 3: engram.v1.AddMemoryRequest.metadata:type_name -> engram.v1.AddMemoryRequest.MetadataEntry
+	96,  // 4: engram.v1.AddMemoryRequest.created_at:type_name -> google.protobuf.Timestamp
+	96,  // 5: engram.v1.AddMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
 	0,   // 6: engram.v1.AddMemoryRequest.contradictions:type_name -> engram.v1.ContradictionMode
-	92,  // 7: engram.v1.Contradiction.type:type_name -> engram.v1.MemoryType
-	96,  // 8: engram.v1.Contradiction.specifics:type_name -> engram.v1.SpecificConflict
-	97,  // 9: engram.v1.AddMemoryResponse.memory:type_name -> engram.v1.Memory
+	93,  // 7: engram.v1.Contradiction.type:type_name -> engram.v1.MemoryType
+	97,  // 8: engram.v1.Contradiction.specifics:type_name -> engram.v1.SpecificConflict
+	98,  // 9: engram.v1.AddMemoryResponse.memory:type_name -> engram.v1.Memory
 	1,   // 10: engram.v1.AddMemoryResponse.outcome:type_name -> engram.v1.AddOutcome
-	98,  // 11: engram.v1.AddMemoryResponse.near_duplicates:type_name -> engram.v1.SimilarMemory
-	15,  // 12: engram.v1.AddMemoryResponse.conflicts:type_name -> engram.v1.Contradiction
-	18,  // 13: engram.v1.AddMemoriesRequest.memories:type_name -> engram.v1.NewMemory
-	92,  // 14: engram.v1.NewMemory.type:type_name -> engram.v1.MemoryType
-	93,  // 15: engram.v1.NewMemory.source:type_name -> engram.v1.Source
-	94,  // 16: engram.v1.NewMemory.source_type:type_name -> engram.v1.SourceType
-	90,  // 17: engram.v1.NewMemory.metadata:type_name -> engram.v1.NewMemory.MetadataEntry
-	95,  // 18: engram.v1.NewMemory.created_at:type_name -> google.protobuf.Timestamp
-	95,  // 19: engram.v1.NewMemory.valid_until:type_name -> google.protobuf.Timestamp
+	99,  // 11: engram.v1.AddMemoryResponse.near_duplicates:type_name -> engram.v1.SimilarMemory
+	16,  // 12: engram.v1.AddMemoryResponse.conflicts:type_name -> engram.v1.Contradiction
+	19,  // 13: engram.v1.AddMemoriesRequest.memories:type_name -> engram.v1.NewMemory
+	93,  // 14: engram.v1.NewMemory.type:type_name -> engram.v1.MemoryType
+	94,  // 15: engram.v1.NewMemory.source:type_name -> engram.v1.Source
+	95,  // 16: engram.v1.NewMemory.source_type:type_name -> engram.v1.SourceType
+	91,  // 17: engram.v1.NewMemory.metadata:type_name -> engram.v1.NewMemory.MetadataEntry
+	96,  // 18: engram.v1.NewMemory.created_at:type_name -> google.protobuf.Timestamp
+	96,  // 19: engram.v1.NewMemory.valid_until:type_name -> google.protobuf.Timestamp
 	0,   // 20: engram.v1.NewMemory.contradictions:type_name -> engram.v1.ContradictionMode
-	97,  // 21: engram.v1.AddMemoryResult.memory:type_name -> engram.v1.Memory
+	98,  // 21: engram.v1.AddMemoryResult.memory:type_name -> engram.v1.Memory
 	1,   // 22: engram.v1.AddMemoryResult.outcome:type_name -> engram.v1.AddOutcome
-	98,  // 23: engram.v1.AddMemoryResult.near_duplicates:type_name -> engram.v1.SimilarMemory
-	15,  // 24: engram.v1.AddMemoryResult.conflicts:type_name -> engram.v1.Contradiction
-	19,  // 25: engram.v1.AddMemoriesResponse.results:type_name -> engram.v1.AddMemoryResult
-	99,  // 26: engram.v1.SearchMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
-	100, // 27: engram.v1.SearchMemoriesRequest.weights:type_name -> engram.v1.RankingWeights
-	2,   // 28: engram.v1.SearchMemoriesRequest.reading:type_name -> engram.v1.QueryReading
-	97,  // 29: engram.v1.SearchResult.memory:type_name -> engram.v1.Memory
-	101, // 30: engram.v1.SearchResult.score:type_name -> engram.v1.ScoreBreakdown
-	22,  // 31: engram.v1.SearchMemoriesResponse.results:type_name -> engram.v1.SearchResult
-	91,  // 32: engram.v1.StringMap.entries:type_name -> engram.v1.StringMap.EntriesEntry
-	24,  // 33: engram.v1.UpdateMemoryRequest.locate:type_name -> engram.v1.SemanticLocator
-	92,  // 34: engram.v1.UpdateMemoryRequest.type:type_name -> engram.v1.MemoryType
-	25,  // 35: engram.v1.UpdateMemoryRequest.tags:type_name -> engram.v1.StringList
-	26,  // 36: engram.v1.UpdateMemoryRequest.metadata:type_name -> engram.v1.StringMap
-	95,  // 37: engram.v1.UpdateMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
-	97,  // 38: engram.v1.UpdateMemoryResponse.memory:type_name -> engram.v1.Memory
-	97,  // 39: engram.v1.UpdateMemoryResponse.previous:type_name -> engram.v1.Memory
-	29,  // 40: engram.v1.DeleteMemoryRequest.query:type_name -> engram.v1.DeleteQuery
-	97,  // 41: engram.v1.DeleteMemoryResponse.deleted:type_name -> engram.v1.Memory
-	95,  // 42: engram.v1.DeleteMemoryResponse.purge_at:type_name -> google.protobuf.Timestamp
-	97,  // 43: engram.v1.GetMemoryResponse.memory:type_name -> engram.v1.Memory
-	97,  // 44: engram.v1.GetMemoryResponse.history:type_name -> engram.v1.Memory
-	99,  // 45: engram.v1.ListMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
-	97,  // 46: engram.v1.ListMemoriesResponse.memories:type_name -> engram.v1.Memory
-	102, // 47: engram.v1.ListCollectionsResponse.collections:type_name -> engram.v1.CollectionInfo
-	38,  // 48: engram.v1.ListCollectionsResponse.trashed:type_name -> engram.v1.TrashedCollection
-	95,  // 49: engram.v1.TrashedCollection.trashed_at:type_name -> google.protobuf.Timestamp
-	95,  // 50: engram.v1.TrashedCollection.purge_at:type_name -> google.protobuf.Timestamp
-	95,  // 51: engram.v1.DeleteCollectionResponse.deleted_at:type_name -> google.protobuf.Timestamp
-	95,  // 52: engram.v1.DeleteCollectionResponse.purge_at:type_name -> google.protobuf.Timestamp
-	3,   // 53: engram.v1.RunReflectionResponse.outcome:type_name -> engram.v1.ReflectionOutcome
-	4,   // 54: engram.v1.RunReflectionResponse.throttled_by:type_name -> engram.v1.ReflectionGate
-	95,  // 55: engram.v1.RunReflectionResponse.next_run_after:type_name -> google.protobuf.Timestamp
-	97,  // 56: engram.v1.RunReflectionResponse.sources:type_name -> engram.v1.Memory
-	97,  // 57: engram.v1.RunReflectionResponse.insights:type_name -> engram.v1.Memory
-	97,  // 58: engram.v1.RunReflectionResponse.drafts:type_name -> engram.v1.Memory
-	98,  // 59: engram.v1.RunReflectionResponse.duplicates:type_name -> engram.v1.SimilarMemory
-	95,  // 60: engram.v1.GateDecision.decided_at:type_name -> google.protobuf.Timestamp
-	1,   // 61: engram.v1.GateDecision.outcome:type_name -> engram.v1.AddOutcome
-	98,  // 62: engram.v1.GateDecision.near_duplicates:type_name -> engram.v1.SimilarMemory
-	44,  // 63: engram.v1.ListGateDecisionsResponse.decisions:type_name -> engram.v1.GateDecision
-	95,  // 64: engram.v1.ReflectionRun.started_at:type_name -> google.protobuf.Timestamp
-	3,   // 65: engram.v1.ReflectionRun.outcome:type_name -> engram.v1.ReflectionOutcome
-	47,  // 66: engram.v1.ListReflectionRunsResponse.runs:type_name -> engram.v1.ReflectionRun
-	95,  // 67: engram.v1.ConversationMessage.created_at:type_name -> google.protobuf.Timestamp
-	49,  // 68: engram.v1.Conversation.messages:type_name -> engram.v1.ConversationMessage
-	50,  // 69: engram.v1.ExtractMemoriesRequest.conversation:type_name -> engram.v1.Conversation
-	51,  // 70: engram.v1.ExtractMemoriesRequest.observation:type_name -> engram.v1.ToolObservation
-	5,   // 71: engram.v1.ExtractMemoriesRequest.mode:type_name -> engram.v1.ExtractionMode
-	92,  // 72: engram.v1.ExtractedMemory.type:type_name -> engram.v1.MemoryType
-	95,  // 73: engram.v1.ExtractedMemory.created_at:type_name -> google.protobuf.Timestamp
-	19,  // 74: engram.v1.ExtractedMemory.result:type_name -> engram.v1.AddMemoryResult
-	53,  // 75: engram.v1.ExtractMemoriesResponse.memories:type_name -> engram.v1.ExtractedMemory
-	6,   // 76: engram.v1.ExtractMemoriesResponse.extractor:type_name -> engram.v1.Extractor
-	97,  // 77: engram.v1.ListTrashResponse.memories:type_name -> engram.v1.Memory
-	97,  // 78: engram.v1.RestoreMemoryResponse.memory:type_name -> engram.v1.Memory
-	98,  // 79: engram.v1.RestoreMemoryResponse.near_duplicates:type_name -> engram.v1.SimilarMemory
-	102, // 80: engram.v1.RestoreCollectionResponse.collection:type_name -> engram.v1.CollectionInfo
-	95,  // 81: engram.v1.GetContextRequest.since:type_name -> google.protobuf.Timestamp
-	97,  // 82: engram.v1.ContextItem.memory:type_name -> engram.v1.Memory
-	64,  // 83: engram.v1.ContextItem.topic:type_name -> engram.v1.ContextTopic
-	7,   // 84: engram.v1.ContextSection.kind:type_name -> engram.v1.ContextSectionKind
-	65,  // 85: engram.v1.ContextSection.items:type_name -> engram.v1.ContextItem
-	66,  // 86: engram.v1.GetContextResponse.sections:type_name -> engram.v1.ContextSection
-	95,  // 87: engram.v1.GetContextResponse.since:type_name -> google.protobuf.Timestamp
-	8,   // 88: engram.v1.GetContextResponse.since_source:type_name -> engram.v1.SinceSource
-	64,  // 89: engram.v1.GetContextResponse.topics:type_name -> engram.v1.ContextTopic
-	97,  // 90: engram.v1.GetTriggersResponse.memories:type_name -> engram.v1.Memory
-	95,  // 91: engram.v1.Slot.updated_at:type_name -> google.protobuf.Timestamp
-	70,  // 92: engram.v1.ListSlotsResponse.slots:type_name -> engram.v1.Slot
-	9,   // 93: engram.v1.UpdateSlotRequest.mode:type_name -> engram.v1.SlotUpdateMode
-	70,  // 94: engram.v1.UpdateSlotResponse.slot:type_name -> engram.v1.Slot
-	10,  // 95: engram.v1.UpdateSlotResponse.compaction:type_name -> engram.v1.SlotCompaction
-	97,  // 96: engram.v1.ConsolidatedCluster.insight:type_name -> engram.v1.Memory
-	11,  // 97: engram.v1.RunConsolidationResponse.outcome:type_name -> engram.v1.ConsolidationOutcome
-	95,  // 98: engram.v1.RunConsolidationResponse.next_run_after:type_name -> google.protobuf.Timestamp
-	76,  // 99: engram.v1.RunConsolidationResponse.clusters:type_name -> engram.v1.ConsolidatedCluster
-	99,  // 100: engram.v1.ExportMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
-	12,  // 101: engram.v1.ImportMemoriesRequest.mode:type_name -> engram.v1.ImportMode
-	13,  // 102: engram.v1.ImportMemoriesRequest.reembed:type_name -> engram.v1.Reembed
-	95,  // 103: engram.v1.BackupStoreResponse.taken_at:type_name -> google.protobuf.Timestamp
-	102, // 104: engram.v1.BackupStoreResponse.collections:type_name -> engram.v1.CollectionInfo
-	85,  // 105: engram.v1.Topic.children:type_name -> engram.v1.Topic
-	95,  // 106: engram.v1.Topic.created_at:type_name -> google.protobuf.Timestamp
-	85,  // 107: engram.v1.ListTopicsResponse.topics:type_name -> engram.v1.Topic
-	85,  // 108: engram.v1.GetTopicResponse.topic:type_name -> engram.v1.Topic
-	97,  // 109: engram.v1.GetTopicResponse.memories:type_name -> engram.v1.Memory
-	14,  // 110: engram.v1.MemoryService.AddMemory:input_type -> engram.v1.AddMemoryRequest
-	17,  // 111: engram.v1.MemoryService.AddMemories:input_type -> engram.v1.AddMemoriesRequest
-	21,  // 112: engram.v1.MemoryService.SearchMemories:input_type -> engram.v1.SearchMemoriesRequest
-	27,  // 113: engram.v1.MemoryService.UpdateMemory:input_type -> engram.v1.UpdateMemoryRequest
-	30,  // 114: engram.v1.MemoryService.DeleteMemory:input_type -> engram.v1.DeleteMemoryRequest
-	32,  // 115: engram.v1.MemoryService.GetMemory:input_type -> engram.v1.GetMemoryRequest
-	34,  // 116: engram.v1.MemoryService.ListMemories:input_type -> engram.v1.ListMemoriesRequest
-	36,  // 117: engram.v1.MemoryService.ListCollections:input_type -> engram.v1.ListCollectionsRequest
-	39,  // 118: engram.v1.MemoryService.DeleteCollection:input_type -> engram.v1.DeleteCollectionRequest
-	41,  // 119: engram.v1.MemoryService.RunReflection:input_type -> engram.v1.RunReflectionRequest
-	43,  // 120: engram.v1.MemoryService.ListGateDecisions:input_type -> engram.v1.ListGateDecisionsRequest
-	46,  // 121: engram.v1.MemoryService.ListReflectionRuns:input_type -> engram.v1.ListReflectionRunsRequest
-	52,  // 122: engram.v1.MemoryService.ExtractMemories:input_type -> engram.v1.ExtractMemoriesRequest
-	55,  // 123: engram.v1.MemoryService.ListTrash:input_type -> engram.v1.ListTrashRequest
-	57,  // 124: engram.v1.MemoryService.RestoreMemory:input_type -> engram.v1.RestoreMemoryRequest
-	59,  // 125: engram.v1.MemoryService.PurgeTrash:input_type -> engram.v1.PurgeTrashRequest
-	61,  // 126: engram.v1.MemoryService.RestoreCollection:input_type -> engram.v1.RestoreCollectionRequest
-	63,  // 127: engram.v1.MemoryService.GetContext:input_type -> engram.v1.GetContextRequest
-	68,  // 128: engram.v1.MemoryService.GetTriggers:input_type -> engram.v1.GetTriggersRequest
-	71,  // 129: engram.v1.MemoryService.ListSlots:input_type -> engram.v1.ListSlotsRequest
-	73,  // 130: engram.v1.MemoryService.UpdateSlot:input_type -> engram.v1.UpdateSlotRequest
-	75,  // 131: engram.v1.MemoryService.RunConsolidation:input_type -> engram.v1.RunConsolidationRequest
-	78,  // 132: engram.v1.MemoryService.ExportMemories:input_type -> engram.v1.ExportMemoriesRequest
-	80,  // 133: engram.v1.MemoryService.ImportMemories:input_type -> engram.v1.ImportMemoriesRequest
-	82,  // 134: engram.v1.MemoryService.BackupStore:input_type -> engram.v1.BackupStoreRequest
-	84,  // 135: engram.v1.MemoryService.ListTopics:input_type -> engram.v1.ListTopicsRequest
-	87,  // 136: engram.v1.MemoryService.GetTopic:input_type -> engram.v1.GetTopicRequest
-	16,  // 137: engram.v1.MemoryService.AddMemory:output_type -> engram.v1.AddMemoryResponse
-	20,  // 138: engram.v1.MemoryService.AddMemories:output_type -> engram.v1.AddMemoriesResponse
-	23,  // 139: engram.v1.MemoryService.SearchMemories:output_type -> engram.v1.SearchMemoriesResponse
-	28,  // 140: engram.v1.MemoryService.UpdateMemory:output_type -> engram.v1.UpdateMemoryResponse
-	31,  // 141: engram.v1.MemoryService.DeleteMemory:output_type -> engram.v1.DeleteMemoryResponse
-	33,  // 142: engram.v1.MemoryService.GetMemory:output_type -> engram.v1.GetMemoryResponse
-	35,  // 143: engram.v1.MemoryService.ListMemories:output_type -> engram.v1.ListMemoriesResponse
-	37,  // 144: engram.v1.MemoryService.ListCollections:output_type -> engram.v1.ListCollectionsResponse
-	40,  // 145: engram.v1.MemoryService.DeleteCollection:output_type -> engram.v1.DeleteCollectionResponse
-	42,  // 146: engram.v1.MemoryService.RunReflection:output_type -> engram.v1.RunReflectionResponse
-	45,  // 147: engram.v1.MemoryService.ListGateDecisions:output_type -> engram.v1.ListGateDecisionsResponse
-	48,  // 148: engram.v1.MemoryService.ListReflectionRuns:output_type -> engram.v1.ListReflectionRunsResponse
-	54,  // 149: engram.v1.MemoryService.ExtractMemories:output_type -> engram.v1.ExtractMemoriesResponse
-	56,  // 150: engram.v1.MemoryService.ListTrash:output_type -> engram.v1.ListTrashResponse
-	58,  // 151: engram.v1.MemoryService.RestoreMemory:output_type -> engram.v1.RestoreMemoryResponse
-	60,  // 152: engram.v1.MemoryService.PurgeTrash:output_type -> engram.v1.PurgeTrashResponse
-	62,  // 153: engram.v1.MemoryService.RestoreCollection:output_type -> engram.v1.RestoreCollectionResponse
-	67,  // 154: engram.v1.MemoryService.GetContext:output_type -> engram.v1.GetContextResponse
-	69,  // 155: engram.v1.MemoryService.GetTriggers:output_type -> engram.v1.GetTriggersResponse
-	72,  // 156: engram.v1.MemoryService.ListSlots:output_type -> engram.v1.ListSlotsResponse
-	74,  // 157: engram.v1.MemoryService.UpdateSlot:output_type -> engram.v1.UpdateSlotResponse
-	77,  // 158: engram.v1.MemoryService.RunConsolidation:output_type -> engram.v1.RunConsolidationResponse
-	79,  // 159: engram.v1.MemoryService.ExportMemories:output_type -> engram.v1.ExportMemoriesResponse
-	81,  // 160: engram.v1.MemoryService.ImportMemories:output_type -> engram.v1.ImportMemoriesResponse
-	83,  // 161: engram.v1.MemoryService.BackupStore:output_type -> engram.v1.BackupStoreResponse
-	86,  // 162: engram.v1.MemoryService.ListTopics:output_type -> engram.v1.ListTopicsResponse
-	88,  // 163: engram.v1.MemoryService.GetTopic:output_type -> engram.v1.GetTopicResponse
-	137, // [137:164] is the sub-list for method output_type
-	110, // [110:137] is the sub-list for method input_type
-	110, // [110:110] is the sub-list for extension type_name
-	110, // [110:110] is the sub-list for extension extendee
-	0,   // [0:110] is the sub-list for field type_name
+	99,  // 23: engram.v1.AddMemoryResult.near_duplicates:type_name -> engram.v1.SimilarMemory
+	16,  // 24: engram.v1.AddMemoryResult.conflicts:type_name -> engram.v1.Contradiction
+	20,  // 25: engram.v1.AddMemoriesResponse.results:type_name -> engram.v1.AddMemoryResult
+	100, // 26: engram.v1.SearchMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
+	101, // 27: engram.v1.SearchMemoriesRequest.weights:type_name -> engram.v1.RankingWeights
+	3,   // 28: engram.v1.SearchMemoriesRequest.reading:type_name -> engram.v1.QueryReading
+	2,   // 29: engram.v1.SearchMemoriesRequest.rerank:type_name -> engram.v1.RerankMode
+	98,  // 30: engram.v1.SearchResult.memory:type_name -> engram.v1.Memory
+	102, // 31: engram.v1.SearchResult.score:type_name -> engram.v1.ScoreBreakdown
+	23,  // 32: engram.v1.SearchMemoriesResponse.results:type_name -> engram.v1.SearchResult
+	92,  // 33: engram.v1.StringMap.entries:type_name -> engram.v1.StringMap.EntriesEntry
+	25,  // 34: engram.v1.UpdateMemoryRequest.locate:type_name -> engram.v1.SemanticLocator
+	93,  // 35: engram.v1.UpdateMemoryRequest.type:type_name -> engram.v1.MemoryType
+	26,  // 36: engram.v1.UpdateMemoryRequest.tags:type_name -> engram.v1.StringList
+	27,  // 37: engram.v1.UpdateMemoryRequest.metadata:type_name -> engram.v1.StringMap
+	96,  // 38: engram.v1.UpdateMemoryRequest.valid_until:type_name -> google.protobuf.Timestamp
+	98,  // 39: engram.v1.UpdateMemoryResponse.memory:type_name -> engram.v1.Memory
+	98,  // 40: engram.v1.UpdateMemoryResponse.previous:type_name -> engram.v1.Memory
+	30,  // 41: engram.v1.DeleteMemoryRequest.query:type_name -> engram.v1.DeleteQuery
+	98,  // 42: engram.v1.DeleteMemoryResponse.deleted:type_name -> engram.v1.Memory
+	96,  // 43: engram.v1.DeleteMemoryResponse.purge_at:type_name -> google.protobuf.Timestamp
+	98,  // 44: engram.v1.GetMemoryResponse.memory:type_name -> engram.v1.Memory
+	98,  // 45: engram.v1.GetMemoryResponse.history:type_name -> engram.v1.Memory
+	100, // 46: engram.v1.ListMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
+	98,  // 47: engram.v1.ListMemoriesResponse.memories:type_name -> engram.v1.Memory
+	103, // 48: engram.v1.ListCollectionsResponse.collections:type_name -> engram.v1.CollectionInfo
+	39,  // 49: engram.v1.ListCollectionsResponse.trashed:type_name -> engram.v1.TrashedCollection
+	96,  // 50: engram.v1.TrashedCollection.trashed_at:type_name -> google.protobuf.Timestamp
+	96,  // 51: engram.v1.TrashedCollection.purge_at:type_name -> google.protobuf.Timestamp
+	96,  // 52: engram.v1.DeleteCollectionResponse.deleted_at:type_name -> google.protobuf.Timestamp
+	96,  // 53: engram.v1.DeleteCollectionResponse.purge_at:type_name -> google.protobuf.Timestamp
+	4,   // 54: engram.v1.RunReflectionResponse.outcome:type_name -> engram.v1.ReflectionOutcome
+	5,   // 55: engram.v1.RunReflectionResponse.throttled_by:type_name -> engram.v1.ReflectionGate
+	96,  // 56: engram.v1.RunReflectionResponse.next_run_after:type_name -> google.protobuf.Timestamp
+	98,  // 57: engram.v1.RunReflectionResponse.sources:type_name -> engram.v1.Memory
+	98,  // 58: engram.v1.RunReflectionResponse.insights:type_name -> engram.v1.Memory
+	98,  // 59: engram.v1.RunReflectionResponse.drafts:type_name -> engram.v1.Memory
+	99,  // 60: engram.v1.RunReflectionResponse.duplicates:type_name -> engram.v1.SimilarMemory
+	96,  // 61: engram.v1.GateDecision.decided_at:type_name -> google.protobuf.Timestamp
+	1,   // 62: engram.v1.GateDecision.outcome:type_name -> engram.v1.AddOutcome
+	99,  // 63: engram.v1.GateDecision.near_duplicates:type_name -> engram.v1.SimilarMemory
+	45,  // 64: engram.v1.ListGateDecisionsResponse.decisions:type_name -> engram.v1.GateDecision
+	96,  // 65: engram.v1.ReflectionRun.started_at:type_name -> google.protobuf.Timestamp
+	4,   // 66: engram.v1.ReflectionRun.outcome:type_name -> engram.v1.ReflectionOutcome
+	48,  // 67: engram.v1.ListReflectionRunsResponse.runs:type_name -> engram.v1.ReflectionRun
+	96,  // 68: engram.v1.ConversationMessage.created_at:type_name -> google.protobuf.Timestamp
+	50,  // 69: engram.v1.Conversation.messages:type_name -> engram.v1.ConversationMessage
+	51,  // 70: engram.v1.ExtractMemoriesRequest.conversation:type_name -> engram.v1.Conversation
+	52,  // 71: engram.v1.ExtractMemoriesRequest.observation:type_name -> engram.v1.ToolObservation
+	6,   // 72: engram.v1.ExtractMemoriesRequest.mode:type_name -> engram.v1.ExtractionMode
+	93,  // 73: engram.v1.ExtractedMemory.type:type_name -> engram.v1.MemoryType
+	96,  // 74: engram.v1.ExtractedMemory.created_at:type_name -> google.protobuf.Timestamp
+	20,  // 75: engram.v1.ExtractedMemory.result:type_name -> engram.v1.AddMemoryResult
+	54,  // 76: engram.v1.ExtractMemoriesResponse.memories:type_name -> engram.v1.ExtractedMemory
+	7,   // 77: engram.v1.ExtractMemoriesResponse.extractor:type_name -> engram.v1.Extractor
+	98,  // 78: engram.v1.ListTrashResponse.memories:type_name -> engram.v1.Memory
+	98,  // 79: engram.v1.RestoreMemoryResponse.memory:type_name -> engram.v1.Memory
+	99,  // 80: engram.v1.RestoreMemoryResponse.near_duplicates:type_name -> engram.v1.SimilarMemory
+	103, // 81: engram.v1.RestoreCollectionResponse.collection:type_name -> engram.v1.CollectionInfo
+	96,  // 82: engram.v1.GetContextRequest.since:type_name -> google.protobuf.Timestamp
+	98,  // 83: engram.v1.ContextItem.memory:type_name -> engram.v1.Memory
+	65,  // 84: engram.v1.ContextItem.topic:type_name -> engram.v1.ContextTopic
+	8,   // 85: engram.v1.ContextSection.kind:type_name -> engram.v1.ContextSectionKind
+	66,  // 86: engram.v1.ContextSection.items:type_name -> engram.v1.ContextItem
+	67,  // 87: engram.v1.GetContextResponse.sections:type_name -> engram.v1.ContextSection
+	96,  // 88: engram.v1.GetContextResponse.since:type_name -> google.protobuf.Timestamp
+	9,   // 89: engram.v1.GetContextResponse.since_source:type_name -> engram.v1.SinceSource
+	65,  // 90: engram.v1.GetContextResponse.topics:type_name -> engram.v1.ContextTopic
+	98,  // 91: engram.v1.GetTriggersResponse.memories:type_name -> engram.v1.Memory
+	96,  // 92: engram.v1.Slot.updated_at:type_name -> google.protobuf.Timestamp
+	71,  // 93: engram.v1.ListSlotsResponse.slots:type_name -> engram.v1.Slot
+	10,  // 94: engram.v1.UpdateSlotRequest.mode:type_name -> engram.v1.SlotUpdateMode
+	71,  // 95: engram.v1.UpdateSlotResponse.slot:type_name -> engram.v1.Slot
+	11,  // 96: engram.v1.UpdateSlotResponse.compaction:type_name -> engram.v1.SlotCompaction
+	98,  // 97: engram.v1.ConsolidatedCluster.insight:type_name -> engram.v1.Memory
+	12,  // 98: engram.v1.RunConsolidationResponse.outcome:type_name -> engram.v1.ConsolidationOutcome
+	96,  // 99: engram.v1.RunConsolidationResponse.next_run_after:type_name -> google.protobuf.Timestamp
+	77,  // 100: engram.v1.RunConsolidationResponse.clusters:type_name -> engram.v1.ConsolidatedCluster
+	100, // 101: engram.v1.ExportMemoriesRequest.filter:type_name -> engram.v1.MemoryFilter
+	13,  // 102: engram.v1.ImportMemoriesRequest.mode:type_name -> engram.v1.ImportMode
+	14,  // 103: engram.v1.ImportMemoriesRequest.reembed:type_name -> engram.v1.Reembed
+	96,  // 104: engram.v1.BackupStoreResponse.taken_at:type_name -> google.protobuf.Timestamp
+	103, // 105: engram.v1.BackupStoreResponse.collections:type_name -> engram.v1.CollectionInfo
+	86,  // 106: engram.v1.Topic.children:type_name -> engram.v1.Topic
+	96,  // 107: engram.v1.Topic.created_at:type_name -> google.protobuf.Timestamp
+	86,  // 108: engram.v1.ListTopicsResponse.topics:type_name -> engram.v1.Topic
+	86,  // 109: engram.v1.GetTopicResponse.topic:type_name -> engram.v1.Topic
+	98,  // 110: engram.v1.GetTopicResponse.memories:type_name -> engram.v1.Memory
+	15,  // 111: engram.v1.MemoryService.AddMemory:input_type -> engram.v1.AddMemoryRequest
+	18,  // 112: engram.v1.MemoryService.AddMemories:input_type -> engram.v1.AddMemoriesRequest
+	22,  // 113: engram.v1.MemoryService.SearchMemories:input_type -> engram.v1.SearchMemoriesRequest
+	28,  // 114: engram.v1.MemoryService.UpdateMemory:input_type -> engram.v1.UpdateMemoryRequest
+	31,  // 115: engram.v1.MemoryService.DeleteMemory:input_type -> engram.v1.DeleteMemoryRequest
+	33,  // 116: engram.v1.MemoryService.GetMemory:input_type -> engram.v1.GetMemoryRequest
+	35,  // 117: engram.v1.MemoryService.ListMemories:input_type -> engram.v1.ListMemoriesRequest
+	37,  // 118: engram.v1.MemoryService.ListCollections:input_type -> engram.v1.ListCollectionsRequest
+	40,  // 119: engram.v1.MemoryService.DeleteCollection:input_type -> engram.v1.DeleteCollectionRequest
+	42,  // 120: engram.v1.MemoryService.RunReflection:input_type -> engram.v1.RunReflectionRequest
+	44,  // 121: engram.v1.MemoryService.ListGateDecisions:input_type -> engram.v1.ListGateDecisionsRequest
+	47,  // 122: engram.v1.MemoryService.ListReflectionRuns:input_type -> engram.v1.ListReflectionRunsRequest
+	53,  // 123: engram.v1.MemoryService.ExtractMemories:input_type -> engram.v1.ExtractMemoriesRequest
+	56,  // 124: engram.v1.MemoryService.ListTrash:input_type -> engram.v1.ListTrashRequest
+	58,  // 125: engram.v1.MemoryService.RestoreMemory:input_type -> engram.v1.RestoreMemoryRequest
+	60,  // 126: engram.v1.MemoryService.PurgeTrash:input_type -> engram.v1.PurgeTrashRequest
+	62,  // 127: engram.v1.MemoryService.RestoreCollection:input_type -> engram.v1.RestoreCollectionRequest
+	64,  // 128: engram.v1.MemoryService.GetContext:input_type -> engram.v1.GetContextRequest
+	69,  // 129: engram.v1.MemoryService.GetTriggers:input_type -> engram.v1.GetTriggersRequest
+	72,  // 130: engram.v1.MemoryService.ListSlots:input_type -> engram.v1.ListSlotsRequest
+	74,  // 131: engram.v1.MemoryService.UpdateSlot:input_type -> engram.v1.UpdateSlotRequest
+	76,  // 132: engram.v1.MemoryService.RunConsolidation:input_type -> engram.v1.RunConsolidationRequest
+	79,  // 133: engram.v1.MemoryService.ExportMemories:input_type -> engram.v1.ExportMemoriesRequest
+	81,  // 134: engram.v1.MemoryService.ImportMemories:input_type -> engram.v1.ImportMemoriesRequest
+	83,  // 135: engram.v1.MemoryService.BackupStore:input_type -> engram.v1.BackupStoreRequest
+	85,  // 136: engram.v1.MemoryService.ListTopics:input_type -> engram.v1.ListTopicsRequest
+	88,  // 137: engram.v1.MemoryService.GetTopic:input_type -> engram.v1.GetTopicRequest
+	17,  // 138: engram.v1.MemoryService.AddMemory:output_type -> engram.v1.AddMemoryResponse
+	21,  // 139: engram.v1.MemoryService.AddMemories:output_type -> engram.v1.AddMemoriesResponse
+	24,  // 140: engram.v1.MemoryService.SearchMemories:output_type -> engram.v1.SearchMemoriesResponse
+	29,  // 141: engram.v1.MemoryService.UpdateMemory:output_type -> engram.v1.UpdateMemoryResponse
+	32,  // 142: engram.v1.MemoryService.DeleteMemory:output_type -> engram.v1.DeleteMemoryResponse
+	34,  // 143: engram.v1.MemoryService.GetMemory:output_type -> engram.v1.GetMemoryResponse
+	36,  // 144: engram.v1.MemoryService.ListMemories:output_type -> engram.v1.ListMemoriesResponse
+	38,  // 145: engram.v1.MemoryService.ListCollections:output_type -> engram.v1.ListCollectionsResponse
+	41,  // 146: engram.v1.MemoryService.DeleteCollection:output_type -> engram.v1.DeleteCollectionResponse
+	43,  // 147: engram.v1.MemoryService.RunReflection:output_type -> engram.v1.RunReflectionResponse
+	46,  // 148: engram.v1.MemoryService.ListGateDecisions:output_type -> engram.v1.ListGateDecisionsResponse
+	49,  // 149: engram.v1.MemoryService.ListReflectionRuns:output_type -> engram.v1.ListReflectionRunsResponse
+	55,  // 150: engram.v1.MemoryService.ExtractMemories:output_type -> engram.v1.ExtractMemoriesResponse
+	57,  // 151: engram.v1.MemoryService.ListTrash:output_type -> engram.v1.ListTrashResponse
+	59,  // 152: engram.v1.MemoryService.RestoreMemory:output_type -> engram.v1.RestoreMemoryResponse
+	61,  // 153: engram.v1.MemoryService.PurgeTrash:output_type -> engram.v1.PurgeTrashResponse
+	63,  // 154: engram.v1.MemoryService.RestoreCollection:output_type -> engram.v1.RestoreCollectionResponse
+	68,  // 155: engram.v1.MemoryService.GetContext:output_type -> engram.v1.GetContextResponse
+	70,  // 156: engram.v1.MemoryService.GetTriggers:output_type -> engram.v1.GetTriggersResponse
+	73,  // 157: engram.v1.MemoryService.ListSlots:output_type -> engram.v1.ListSlotsResponse
+	75,  // 158: engram.v1.MemoryService.UpdateSlot:output_type -> engram.v1.UpdateSlotResponse
+	78,  // 159: engram.v1.MemoryService.RunConsolidation:output_type -> engram.v1.RunConsolidationResponse
+	80,  // 160: engram.v1.MemoryService.ExportMemories:output_type -> engram.v1.ExportMemoriesResponse
+	82,  // 161: engram.v1.MemoryService.ImportMemories:output_type -> engram.v1.ImportMemoriesResponse
+	84,  // 162: engram.v1.MemoryService.BackupStore:output_type -> engram.v1.BackupStoreResponse
+	87,  // 163: engram.v1.MemoryService.ListTopics:output_type -> engram.v1.ListTopicsResponse
+	89,  // 164: engram.v1.MemoryService.GetTopic:output_type -> engram.v1.GetTopicResponse
+	138, // [138:165] is the sub-list for method output_type
+	111, // [111:138] is the sub-list for method input_type
+	111, // [111:111] is the sub-list for extension type_name
+	111, // [111:111] is the sub-list for extension extendee
+	0,   // [0:111] is the sub-list for field type_name
 }
 
 func init() { file_engram_v1_memory_service_proto_init() }
@@ -7721,7 +7796,7 @@ func file_engram_v1_memory_service_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_engram_v1_memory_service_proto_rawDesc), len(file_engram_v1_memory_service_proto_rawDesc)),
-			NumEnums:      14,
+			NumEnums:      15,
 			NumMessages:   78,
 			NumExtensions: 0,
 			NumServices:   1,

@@ -24,6 +24,7 @@ import rjieba
 
 __all__ = [
     "cross_script",
+    "function_counts",
     "lexically_blind",
     "reads_as_question",
     "reads_as_statement",
@@ -52,16 +53,58 @@ def word_counts(text: str) -> tuple[int, int]:
     return cjk, latin
 
 
-def script_of(text: str) -> str:
-    """``"cjk"`` or ``"latin"``: the script most of ``text``'s words are written in (a tie counts as
-    CJK); ``""`` if it has no word.
+#: Closed-class (function) words of English: articles, auxiliaries and copulas, prepositions,
+#: conjunctions, pronouns and determiners. A general list, not chosen from any case.
+_EN_FUNCTION = frozenset(
+    """a an the is are was were be been being am isn't aren't wasn't weren't do does did don't doesn't
+    didn't has have had will would shall should can could may might must won't can't to of in on at
+    by for with from into onto about over under after before between through during without and or
+    but nor so if then than as that this these those it its he she they we you i me my our your his
+    her their them us him there here not no which who whom whose""".split()  # noqa: SIM905 (a word list reads best as text)
+)
+#: Closed-class words of Chinese: structural and aspect particles, prepositions and localisers,
+#: conjunctions, copula and modal verbs, negation, pronouns, demonstratives, common measure words.
+_ZH_FUNCTION = frozenset(
+    """的 地 得 了 着 过 吗 呢 吧 啊 呀 嘛 在 是 把 被 给 对 从 向 往 到 跟 和 与 同 及 或 或者
+    而 但 但是 因为 所以 如果 虽然 然后 先 再 就 都 也 还 又 才 很 太 最 不 没 没有 别 要 会 能
+    可以 应该 上 里 中 下 内 外 前 后 我 你 他 她 它 我们 你们 他们 她们 这 那 这个 那个 这些
+    那些 其 之 个 条 一 一个 一条 一下 一些""".split()  # noqa: SIM905 (a word list reads best as text)
+)
+#: A bracketed aside ("(虾、蟹都不能吃)", "（见上文）"): not part of the sentence's own grammar.
+_ASIDE = re.compile(r"[(（][^()（）]*[)）]")
 
-    "Lin Wei 现在用什么编辑器写代码？" is CJK (6 Chinese words, 2 Latin), "Lin Wei is allergic to
-    shellfish (虾、蟹都不能吃)." is Latin (6 to 5), "用 PostgreSQL 和 Kubernetes 部署" is CJK (3 to 2).
+
+@lru_cache(maxsize=8192)
+def function_counts(text: str) -> tuple[int, int]:
+    """``(Chinese, English)`` function words in ``text`` outside bracketed asides: whose grammar a
+    code-switched sentence is written in (its *matrix language*)."""
+    body = _ASIDE.sub(" ", text)
+    latin = sum(1 for w in _LATIN_WORD.findall(body) if w.lower() in _EN_FUNCTION)
+    cjk = 0
+    for run in _CJK_RUN.findall(body):
+        cjk += sum(1 for w in rjieba.cut(run) if w in _ZH_FUNCTION)
+    return cjk, latin
+
+
+def script_of(text: str) -> str:
+    """``"cjk"`` or ``"latin"``: the script ``text`` is written in; ``""`` if it has no word.
+
+    A text in one script is in that script. A code-switched text, with words in both, is in the
+    script of its grammar (its matrix language): the one with more function words outside bracketed
+    asides (的 / 要 / 了 / 把 against is / to / the / who). "Grafana dashboard 上 p99 latency 的 panel
+    要加一条 alert rule。" is Chinese though most of its words are Latin (Chinese grammar around English
+    nouns); "Lin Wei is allergic to shellfish (虾、蟹都不能吃)." is English (the Chinese clause is an
+    aside). Where the function words tie (or there are none), the script most of its words are
+    written in decides, a tie of words counting as CJK: "Lin Wei 现在用什么编辑器写代码？" is CJK (6
+    Chinese words, 2 Latin).
     """
     cjk, latin = word_counts(text)
     if not cjk and not latin:
         return ""
+    if cjk and latin:
+        fn_cjk, fn_latin = function_counts(text)
+        if fn_cjk != fn_latin:
+            return "cjk" if fn_cjk > fn_latin else "latin"
     return "cjk" if cjk >= latin else "latin"
 
 

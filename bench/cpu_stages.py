@@ -135,6 +135,7 @@ async def main() -> None:
             "ENGRAM_PORT": str(port),
             "ENGRAM_SEARCH_CACHE_ENTRIES": "0",
             "ENGRAM_NEAREST_LISTS": "0",
+            "ENGRAM_RERANK": "off",  # a model's cost, like the embedder's: not Engram's own
             "ENGRAM_QUERY_CACHE_SIZE": str(max(4096, 2 * args.queries)),
         }
         proc = start_server(env, tree)

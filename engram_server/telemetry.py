@@ -298,6 +298,34 @@ def _build_meter_provider(config: TelemetryConfig) -> Any:
     return MeterProvider(resource=_resource(config), metric_readers=readers)
 
 
+# ---------------------------------------------------------------- spans on hot paths
+
+#: What :func:`span` gives while no SDK tracer provider is installed: a shared context whose span
+#: is the API's invalid (non-recording) span, as a no-op tracer's would be.
+_NO_SPAN: contextlib.nullcontext[trace.Span] = contextlib.nullcontext(trace.INVALID_SPAN)
+
+
+def tracing_installed() -> bool:
+    """Whether spans are recorded: an SDK tracer provider is installed in this process (by
+    :func:`setup_telemetry` or the host). Cheap: no lock, no allocation."""
+    return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider | trace.NoOpTracerProvider)
+
+
+def span(
+    tracer: trace.Tracer,
+    name: str,
+    *,
+    kind: trace.SpanKind = trace.SpanKind.INTERNAL,
+    attributes: Mapping[str, Any] | None = None,
+) -> contextlib.AbstractContextManager[trace.Span]:
+    """``tracer.start_as_current_span(name, kind=kind, attributes=attributes)`` while spans are
+    recorded; otherwise a shared no-op context (the API's own no-op span costs ≈ 5 µs a span:
+    a context attached and detached, an object made)."""
+    if tracing_installed():
+        return tracer.start_as_current_span(name, kind=kind, attributes=attributes)
+    return _NO_SPAN
+
+
 # ---------------------------------------------------------------- instruments
 
 tracer = trace.get_tracer(INSTRUMENTATION)

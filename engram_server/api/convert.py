@@ -216,37 +216,54 @@ def _ts_fields(seconds: float) -> dict[str, int]:
     return {"seconds": whole, "nanos": nanos}
 
 
+def memory_fields(r: MemoryRecord) -> dict[str, Any]:
+    """:func:`memory_out` as the constructor's fields of a Memory, fields at their default left
+    out (no field of a Memory has presence but its timestamps): a message field given so is
+    built in place, not built apart and copied in."""
+    out: dict[str, Any] = {
+        "id": r.id,
+        "collection": r.collection,
+        "type": TYPE_OUT[r.type],
+        "content": r.content,
+        "source": SOURCE_OUT[r.source],
+        "source_type": SOURCE_TYPE_OUT[r.source_type],
+        "importance": r.importance,
+        "version": r.version,
+        "created_at": _ts_fields(r.created_at),
+        "updated_at": _ts_fields(r.updated_at),
+    }
+    if r.source_type_history:
+        out["source_type_history"] = [SOURCE_TYPE_OUT[x] for x in r.source_type_history]
+    if r.tags:
+        out["tags"] = r.tags
+    if r.metadata:
+        out["metadata"] = r.metadata
+    if r.valid_until < NEVER:
+        out["valid_until"] = _ts_fields(r.valid_until)
+    if r.superseded_by:
+        out["superseded_by"] = r.superseded_by
+    if r.access_count:
+        out["access_count"] = r.access_count
+    if r.last_accessed_at is not None:
+        out["last_accessed_at"] = _ts_fields(r.last_accessed_at)
+    if r.reflected_at is not None:
+        out["reflected_at"] = _ts_fields(r.reflected_at)
+    if r.derived_from:
+        out["derived_from"] = r.derived_from
+    if r.draft:
+        out["draft"] = True
+    if r.session_id:
+        out["session_id"] = r.session_id
+    if r.agent_id:
+        out["agent_id"] = r.agent_id
+    if r.trashed_at is not None:
+        out["trashed_at"] = _ts_fields(r.trashed_at)
+    return out
+
+
 def memory_out(r: MemoryRecord) -> m.Memory:
     # (one constructor call: each field set apart, or a Timestamp built and copied in, costs more)
-    times: dict[str, Any] = {"created_at": _ts_fields(r.created_at), "updated_at": _ts_fields(r.updated_at)}
-    if r.valid_until < NEVER:
-        times["valid_until"] = _ts_fields(r.valid_until)
-    if r.last_accessed_at is not None:
-        times["last_accessed_at"] = _ts_fields(r.last_accessed_at)
-    if r.reflected_at is not None:
-        times["reflected_at"] = _ts_fields(r.reflected_at)
-    if r.trashed_at is not None:
-        times["trashed_at"] = _ts_fields(r.trashed_at)
-    return m.Memory(
-        id=r.id,
-        collection=r.collection,
-        type=TYPE_OUT[r.type],
-        content=r.content,
-        source=SOURCE_OUT[r.source],
-        source_type=SOURCE_TYPE_OUT[r.source_type],
-        source_type_history=[SOURCE_TYPE_OUT[x] for x in r.source_type_history],
-        importance=r.importance,
-        tags=r.tags,
-        metadata=r.metadata,
-        version=r.version,
-        superseded_by=r.superseded_by or "",
-        access_count=r.access_count,
-        derived_from=r.derived_from,
-        draft=r.draft,
-        session_id=r.session_id or "",
-        agent_id=r.agent_id or "",
-        **times,
-    )
+    return m.Memory(**memory_fields(r))
 
 
 def trashed_memory_out(r: MemoryRecord, purge_at: float) -> m.Memory:

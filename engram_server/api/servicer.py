@@ -172,10 +172,11 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
         hits = await self._svc.search(query)
         # Each result is built inside the answer (a result message built apart is copied in).
         results: list[Any] = [
-            {"memory": c.memory_out(h.memory), "score": c.score_fields(h.score)} for h in hits
+            {"memory": c.memory_fields(h.memory), "score": c.score_fields(h.score)} for h in hits
         ]
         out = s.SearchMemoriesResponse(results=results)
-        if fit_in_place(out.results, self._budget):
+        # (the answer is its results: when all of them fit, one size of the whole tells)
+        if out.ByteSize() > self._budget and fit_in_place(out.results, self._budget):
             out.truncated = True
             trace.get_current_span().set_attribute("engram.answer.truncated", True)
         return out

@@ -1,11 +1,14 @@
 """Timestamps leave the server exact to the nanosecond that float seconds can carry, and never
-lose a second when the fraction rounds up."""
+lose a second when the fraction rounds up; a Memory leaves it with every field."""
 
 from __future__ import annotations
 
 import pytest
 
+from engram_client.proto.engram.v1 import memory_pb2 as m
+from engram_server.api import convert as c
 from engram_server.api.convert import ts_out
+from engram_server.domain.model import NEVER, MemoryRecord, MemoryType, Source, SourceType
 
 
 @pytest.mark.parametrize(
@@ -22,3 +25,70 @@ def test_ts_out(seconds: float, expected: tuple[int, int]) -> None:
     ts = ts_out(seconds)
     assert (ts.seconds, ts.nanos) == expected
     assert 0 <= ts.nanos < 1_000_000_000
+
+
+def _memory_set_field_by_field(r: MemoryRecord) -> m.Memory:
+    """A Memory built the plain way: every field assigned, timestamps copied in."""
+    out = m.Memory()
+    out.id, out.collection, out.content = r.id, r.collection, r.content
+    out.type = c.TYPE_OUT[r.type]
+    out.source = c.SOURCE_OUT[r.source]
+    out.source_type = c.SOURCE_TYPE_OUT[r.source_type]
+    out.source_type_history.extend(c.SOURCE_TYPE_OUT[x] for x in r.source_type_history)
+    out.importance, out.version, out.access_count = r.importance, r.version, r.access_count
+    out.tags.extend(r.tags)
+    out.metadata.update(r.metadata)
+    out.superseded_by = r.superseded_by or ""
+    out.derived_from.extend(r.derived_from)
+    out.draft = r.draft
+    out.session_id, out.agent_id = r.session_id or "", r.agent_id or ""
+    out.created_at.CopyFrom(ts_out(r.created_at))
+    out.updated_at.CopyFrom(ts_out(r.updated_at))
+    if r.valid_until < NEVER:
+        out.valid_until.CopyFrom(ts_out(r.valid_until))
+    for name in ("last_accessed_at", "reflected_at", "trashed_at"):
+        value = getattr(r, name)
+        if value is not None:
+            getattr(out, name).CopyFrom(ts_out(value))
+    return out
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        MemoryRecord(id="a", collection="c", content="plain", created_at=1.5, updated_at=2.25),
+        MemoryRecord(
+            id="b",
+            collection="c",
+            content="every field",
+            type=MemoryType.INSIGHT,
+            importance=0,
+            tags=("x", "y"),
+            source=Source.USER,
+            source_type=SourceType.CALENDAR,
+            source_type_history=(SourceType.CALENDAR, SourceType.DOCUMENT),
+            metadata={"k": "v", "ключ": "значение"},
+            created_at=1_700_000_000.25,
+            updated_at=1_700_000_001.9999999999,
+            valid_until=1_800_000_000.5,
+            version=3,
+            superseded_by="z",
+            access_count=7,
+            last_accessed_at=1_700_000_002.0,
+            reflected_at=1_700_000_003.0,
+            derived_from=("p", "q"),
+            draft=True,
+            trashed_at=1_700_000_004.0,
+            session_id="s",
+            agent_id="g",
+        ),
+    ],
+)
+def test_memory_out_is_the_memory_set_field_by_field(record: MemoryRecord) -> None:
+    """The answer builder passes a Memory's fields to one constructor, leaving out those at their
+    default: the message is the one every field is set on (the same bytes)."""
+    built = m.Memory(**c.memory_fields(record))
+    assert built == c.memory_out(record) == _memory_set_field_by_field(record)
+    assert built.SerializeToString(deterministic=True) == _memory_set_field_by_field(
+        record
+    ).SerializeToString(deterministic=True)

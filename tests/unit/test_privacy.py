@@ -184,3 +184,50 @@ def test_the_setting_takes_lines_or_a_json_array_and_refuses_bad_patterns() -> N
     with pytest.raises(ConfigError, match="JSON array"):
         load_settings({"ENGRAM_PRIVACY_EXTRA_PATTERNS": "[1, 2]"})
     assert load_settings({"ENGRAM_PRIVACY_FILTER": "false"}).privacy_filter is False
+
+
+def _every_pattern(f: PrivacyFilter, text: str) -> tuple[str, tuple[str, ...]]:
+    """The filter as a plain sequence of substitutions, every pattern tried on every text (what
+    ``redact`` does, without its tests for the characters a pattern needs)."""
+    import re  # noqa: PLC0415
+
+    from engram_server.domain import privacy as p  # noqa: PLC0415
+
+    kinds: list[str] = []
+
+    def drop(m: re.Match[str]) -> str:
+        kinds.append("private")
+        return ""
+
+    out = p._PRIVATE.sub(drop, text)
+    if "private" in kinds:
+        out = re.sub(r"[ \t]{2,}", " ", out).strip()
+    for kind, pattern in f._compiled:
+        out = pattern.sub(p._marker(kind, kinds), out)
+    for kind, pattern in (
+        ("connection_string_password", p._URL_PASSWORD),
+        ("assigned_secret", p._ASSIGN_EQ),
+        ("assigned_secret", p._ASSIGN_COLON),
+        ("assigned_secret", p._ASSIGN_ZH),
+    ):
+        out = pattern.sub(p._keep_key(kind, kinds), out)
+    return out, tuple(kinds)
+
+
+def test_skipping_patterns_a_text_cannot_match_changes_nothing() -> None:
+    """``redact`` tries an assignment or connection-string pattern only on a text holding the
+    character or word it needs (``=``, ``:``, ``://``, a Chinese key word), tested on the text
+    as the earlier patterns left it: the answer is the plain sequence's, secrets or not, on
+    every sample here and on their pairs (a secret's mark, which holds a ``:``, beside an
+    assignment)."""
+    texts = [t for _, t, _ in POSITIVE] + NEGATIVE
+    texts += [a + " " + b for a in texts[:12] for b in texts[-12:]]
+    texts += [
+        "token ghp_16C7e42F292c6912E7710c838347Ae178B4a then secret: x9!yz and key=abc",
+        "no secrets here, just a question about the quarterly report",
+        "我的密码是abc12345 and api_key: 9f8e7d6c5b4a",
+    ]
+    for f in (F, PrivacyFilter(extra_patterns=(r"secret\S*",))):
+        for text in texts:
+            r = f.redact(text)
+            assert (r.text, r.kinds) == _every_pattern(f, text), text

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from opentelemetry import trace
 from opentelemetry.trace import Span
 
+from engram_server import telemetry
 from engram_server.domain.calibration import CROSS_SCRIPT_OFFSET, Calibration
 from engram_server.domain.clock import Clock
 from engram_server.domain.context import TopicEntry
@@ -61,7 +62,8 @@ _tracer = trace.get_tracer("engram_server.domain")
 
 def _query_span(collection: str, limit: int, *, lexical: bool) -> contextlib.AbstractContextManager[Span]:
     """The ``engram.storage.query`` client span of one storage query."""
-    return _tracer.start_as_current_span(
+    return telemetry.span(
+        _tracer,
         "engram.storage.query",
         kind=trace.SpanKind.CLIENT,
         attributes={
@@ -248,7 +250,8 @@ class ServiceCore:
 
     async def _embed(self, texts: list[str], *, query: bool = False) -> Vector:
         """Embed through the port inside an ``engram.embed`` span (the batcher adds the batch size)."""
-        with _tracer.start_as_current_span(
+        with telemetry.span(
+            _tracer,
             "engram.embed",
             attributes={
                 "gen_ai.request.model": self._embedder.model_id,

@@ -13,6 +13,7 @@ from typing import Any, Final, TypeVar, cast
 import numpy as np
 from opentelemetry import metrics
 
+from engram_server import telemetry
 from engram_server.domain import crosslingual
 from engram_server.domain.errors import (
     CollectionInTrash,
@@ -192,8 +193,10 @@ class Searching(ServiceCore):
         )
         n_found = sum(len(p.found) for p in per_collection)
         capped = q.max_per_session > 0
-        with _tracer.start_as_current_span(
-            "engram.rank", attributes={"engram.candidates": n_found, "engram.candidates.cached": query.cached}
+        with telemetry.span(
+            _tracer,
+            "engram.rank",
+            attributes={"engram.candidates": n_found, "engram.candidates.cached": query.cached},
         ) as span:
             resc = pol.rescore
             depth = max(limit, resc.depth) if resc.enabled else limit
@@ -255,25 +258,36 @@ class Searching(ServiceCore):
         :meth:`_rank` sorts; the candidates below them follow in their order.
 
         Only when the query has words in one script and one of these candidates has words in the
-        other (its script tag), in a collection searched with a lexical side (``lexical``): their
-        texts are read and matched through CC-CEDICT. Relevance is never changed; the lexical lift
+        other (its script tag), in a collection searched with a lexical side (``lexical``): those
+        candidates' texts are read and matched through CC-CEDICT, and the other candidates' texts
+        only when one of them matches across scripts. Relevance is never changed; the lexical lift
         of a candidate the lexical side is blind to (a memory written in a script the query has no
         word in) is its stand-in credit or the dictionary's, whichever is larger."""
         other = {"cjk": "latin", "latin": "cjk"}
         wanted = {other[sc] for sc in query.word_scripts if sc in other}
         head, tail = ranked[:depth], ranked[depth:]
         usable = [r for r in head if r.collection in lexical]
-        if not wanted or not any(wanted.intersection(r.script.split("+")) for r in usable):
+        # Only a memory with words in a script the query has none in can match a query word
+        # across scripts (``cross_matches``: an English word through a Chinese word's glosses or
+        # reading, a Chinese word through an English word): those are read first, and the others
+        # (whose direct matches weigh the query's words) only when one of them does match.
+        crossing = [r for r in usable if wanted.intersection(r.script.split("+"))] if wanted else []
+        if not crossing:
             return ranked
         if not crosslingual.loaded():
             await asyncio.to_thread(crosslingual.warm)  # read once per process, off the event loop
-        full = await self._full_records(usable)
-        usable = [r for r in usable if r.id in full]
         q = crosslingual.glossed(query.text)
+        full = await self._full_records(crossing)
+        if not any(
+            crosslingual.cross_matches(q, crosslingual.glossed(full[r.id].content))[1]
+            for r in crossing
+            if r.id in full
+        ):
+            return ranked
+        full.update(await self._full_records([r for r in usable if r.id not in full]))
+        usable = [r for r in usable if r.id in full]
         matches = [crosslingual.cross_matches(q, crosslingual.glossed(full[r.id].content)) for r in usable]
         norms = glossed_lexical(np.array([r.lexical_norm for r in usable]), matches, q.units)
-        if not any(across for _, across in matches):
-            return ranked
         lifts = lexical_lift(np.array([r.score.relevance for r in usable]), norms, self.policy.hybrid)
         changed: dict[str, _Ranked] = {}
         for r, lift in zip(usable, lifts.tolist(), strict=True):

@@ -285,11 +285,18 @@ def _pieces(word: str, d: _Dictionary) -> list[str] | None:
 
 
 def _char_readings(word: str, d: _Dictionary) -> frozenset[str]:
-    options = [d.entry(c).readings if c in d else frozenset() for c in word]
-    if not all(options) or len(word) > 4:
+    """The pinyin spellings of ``word`` read character by character (names: "林伟" = "linwei"), and
+    of its leading and trailing runs of two characters or more: jieba glues a name to the verb
+    after it or before it ("林伟住" = 林伟 + 住), and the name must still be readable."""
+    if len(word) > 4:
         return frozenset()
-    combos = product(*[sorted(o)[:4] for o in options])
-    return frozenset("".join(c) for c in combos)
+    spans = {word} | {word[:k] for k in range(2, len(word))} | {word[-k:] for k in range(2, len(word))}
+    out: set[str] = set()
+    for span in spans:
+        options = [d.entry(c).readings if c in d else frozenset() for c in span]
+        if all(options):
+            out.update("".join(c) for c in product(*[sorted(o)[:4] for o in options]))
+    return frozenset(out)
 
 
 def _char_glosses(word: str, d: _Dictionary) -> frozenset[str]:

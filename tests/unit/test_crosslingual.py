@@ -88,6 +88,21 @@ def test_english_question_words_match_a_chinese_memory_through_the_dictionary() 
     assert direct == frozenset({0, 1}) and across == frozenset()
 
 
+def test_a_name_jieba_glues_to_a_verb_is_still_read_by_its_pinyin() -> None:
+    # jieba cuts "林伟住在上海" as 林伟住 | 在 | 上海: the name must still match "Lin Wei", and the
+    # verb "live" (住) too; a name glued after a verb likewise (说林伟 = say + Lin Wei).
+    direct, across = _across("Where does Lin Wei live now?", "林伟住在上海徐汇区。")
+    assert not direct and across == frozenset({0, 1, 2})
+    from engram_server.domain import crosslingual  # noqa: PLC0415
+
+    crosslingual.warm()
+    readings = crosslingual._char_readings("林伟住", crosslingual._dict())
+    assert "linwei" in readings and "linweizhu" in readings
+    assert "linwei" in crosslingual._char_readings("说林伟", crosslingual._dict())
+    # an unrelated name glued to the same verb is not read as this one
+    assert "linwei" not in crosslingual._char_readings("王芳住", crosslingual._dict())
+
+
 def test_chinese_question_words_match_an_english_memory_through_the_dictionary() -> None:
     from engram_server.domain.crosslingual import glossed  # noqa: PLC0415
 

@@ -216,7 +216,8 @@ async def test_a_node_killed_during_writes_loses_no_acknowledged_write_and_catch
         seen_in_outage = cluster[0].get(f"/collections/{qname}/cluster")["remote_shards"]
         victim.start()  # same ports, storage and peer id: it rejoins
         phase = "after"
-        await asyncio.to_thread(victim.wait_ready, 120.0)
+        # a deadline, not a speed check: on a loaded machine the node is slow to rejoin
+        await asyncio.to_thread(victim.wait_ready, 300.0)
         restarted_at = time.monotonic()
         await asyncio.sleep(1.0)
     finally:
@@ -224,7 +225,7 @@ async def test_a_node_killed_during_writes_loses_no_acknowledged_write_and_catch
         await asyncio.gather(*tasks)
 
     # catch-up: every replica of every shard Active again with the same number of points
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 180  # a deadline; the catch-up time itself is reported
     agreed = False
     while not agreed:
         states = placement(cluster, qname)

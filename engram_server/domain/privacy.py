@@ -78,9 +78,8 @@ _ASSIGN_ZH = re.compile(
 _URL_PASSWORD = re.compile(r"(?P<key>\b[a-zA-Z][a-zA-Z0-9+.\-]*://[^\s:/@]+:)(?P<value>[^\s@/]+)(?=@)")
 
 
-#: The patterns whose key stays, in order, each with the strings one of which a match holds
-#: (None: no test).
-_KEPT_KEY: tuple[tuple[str, re.Pattern[str], tuple[str, ...] | None], ...] = (
+#: The patterns whose key stays, in order, each with the strings one of which a match holds.
+_KEPT_KEY: tuple[tuple[str, re.Pattern[str], tuple[str, ...]], ...] = (
     ("connection_string_password", _URL_PASSWORD, ("://",)),
     ("assigned_secret", _ASSIGN_EQ, ("=",)),
     ("assigned_secret", _ASSIGN_COLON, (":",)),
@@ -136,7 +135,7 @@ class PrivacyFilter:
             # (each needs a character or word the text lacks more often than not: the test is
             # on the text as it is now, earlier patterns' marks included; scanning for an
             # assignment costs a few microseconds, the test a fraction of one)
-            if needs is None or any(n in out for n in needs):
+            if any(n in out for n in needs):
                 out = pattern.sub(_keep_key(kind, kinds), out)
         return Redacted(out, tuple(kinds))
 

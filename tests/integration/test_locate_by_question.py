@@ -99,7 +99,7 @@ async def test_new_content_must_be_about_the_located_memory(stub: Stub) -> None:
     )
     assert err.metadata["reading"] == "question"
     assert err.metadata["candidate"] == rotation.memory.id
-    assert float(err.metadata["restate_similarity"]) < Policy().locate_question_restate_min
+    assert float(err.metadata["restate_similarity"]) < Policy().locate_question_topic_min
     assert await contents(stub, rotation.memory.id) == [rotation.memory.content]
 
 

@@ -74,7 +74,7 @@ class Policy:
     #: question's other candidates, and their calibrated similarity (the write gate's scale) at
     #: least this much: the scale's "same topic" line, not tuned (an update changes the fact, so
     #: the new content need not restate it).
-    locate_question_restate_min: float = 0.70
+    locate_question_topic_min: float = 0.70
     delete_single_min_threshold: float = 0.70
     gate_candidates: int = 8
     max_near_duplicates: int = 5

@@ -145,8 +145,8 @@ class Editing(ServiceCore):
         it is read as search reads it: embedded as a query, on the relevance scale, with the
         cross-script offset. The best memory must reach ``locate_question_min_relevance`` (or the
         caller's threshold, if higher), lead the runner-up by ``locate_question_margin``, and the new
-        content must restate it (calibrated similarity ≥ ``locate_question_restate_min``): an answer
-        replaces the memory it answers, never a neighbour. Otherwise NO_MATCH or AMBIGUOUS_MATCH,
+        content must be about it (:meth:`_check_answer`): an answer replaces the memory it
+        answers, never a neighbour. Otherwise NO_MATCH or AMBIGUOUS_MATCH,
         with ``reading: question`` in the error metadata. Returns the memory and its relevance."""
         pol = self.policy
         floor = pol.locate_question_min_relevance
@@ -210,7 +210,7 @@ class Editing(ServiceCore):
         meta: dict[str, str],
     ) -> None:
         """The new content of an update located by a question must be about the memory found: on
-        the same topic (calibrated similarity ≥ ``locate_question_restate_min``) and nearer to it
+        the same topic (calibrated similarity ≥ ``locate_question_topic_min``) and nearer to it
         than to the question's other candidates. An update changes the fact, so its content need
         not restate the old one ("Ana lives in Lisbon." → "Ana lives in Berlin."); an answer that
         is nearer to a neighbour ("Ana's brother lives in Berlin.") never replaces the memory found."""
@@ -231,11 +231,11 @@ class Editing(ServiceCore):
         sims = {r.id: self._cal.similarity(cosine(vectors[r.id], new_vec)) for r in candidates}
         restate = sims[found.id]
         nearest = max(candidates, key=lambda r: sims[r.id])
-        if restate < pol.locate_question_restate_min or nearest.id != found.id:
+        if restate < pol.locate_question_topic_min or nearest.id != found.id:
             why = (
                 f"the new content is not on its topic (similarity {restate:.3f} < "
-                f"{pol.locate_question_restate_min:.2f})"
-                if restate < pol.locate_question_restate_min
+                f"{pol.locate_question_topic_min:.2f})"
+                if restate < pol.locate_question_topic_min
                 else f"the new content is nearer to memory {nearest.id} (similarity {sims[nearest.id]:.3f} "
                 f"against {restate:.3f})"
             )
@@ -247,7 +247,7 @@ class Editing(ServiceCore):
                     "candidate": found.id,
                     "best_relevance": f"{best_rel:.3f}",
                     "restate_similarity": f"{restate:.3f}",
-                    "restate_min": f"{pol.locate_question_restate_min:.4f}",
+                    "restate_min": f"{pol.locate_question_topic_min:.4f}",
                     "nearest": nearest.id,
                     "nearest_similarity": f"{sims[nearest.id]:.3f}",
                 },

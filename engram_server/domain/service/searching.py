@@ -278,15 +278,21 @@ class Searching(ServiceCore):
             await asyncio.to_thread(crosslingual.warm)  # read once per process, off the event loop
         q = crosslingual.glossed(query.text)
         full = await self._full_records(crossing)
-        if not any(
-            crosslingual.cross_matches(q, crosslingual.glossed(full[r.id].content))[1]
+        matched = {
+            r.id: crosslingual.cross_matches(q, crosslingual.glossed(full[r.id].content))
             for r in crossing
             if r.id in full
-        ):
+        }
+        if not any(across for _, across in matched.values()):
             return ranked
         full.update(await self._full_records([r for r in usable if r.id not in full]))
         usable = [r for r in usable if r.id in full]
-        matches = [crosslingual.cross_matches(q, crosslingual.glossed(full[r.id].content)) for r in usable]
+        matches = [
+            matched[r.id]
+            if r.id in matched
+            else crosslingual.cross_matches(q, crosslingual.glossed(full[r.id].content))
+            for r in usable
+        ]
         norms = glossed_lexical(np.array([r.lexical_norm for r in usable]), matches, q.units)
         lifts = lexical_lift(np.array([r.score.relevance for r in usable]), norms, self.policy.hybrid)
         changed: dict[str, _Ranked] = {}

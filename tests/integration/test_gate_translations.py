@@ -135,7 +135,7 @@ async def test_a_translation_with_a_word_the_dictionary_lacks_is_a_duplicate(stu
 
 
 async def test_a_translation_through_wordnet_or_an_article_is_a_duplicate(stub: Stub) -> None:
-    """"bakery" is no CC-CEDICT gloss of 面包店 (bread + shop): WordNet's hypernym of "bakery" is
+    """The word "bakery" is no CC-CEDICT gloss of 面包店 (bread + shop): WordNet's hypernym of "bakery" is
     "shop". 一本 is the English "a". Before, both translations were written as new memories; the
     changed ones still are."""
     first = await add(stub, "面包店七点开门。")

@@ -210,10 +210,11 @@ _lock = threading.Lock()
 
 
 def warm() -> None:
-    """Read CC-CEDICT and lemminflect's lemma tables now (once per process; blocking, ≈ 2–3 s: call
-    it off the event loop)."""
+    """Read CC-CEDICT and lemminflect's lemma tables and open WordNet's files now (once per process;
+    blocking, ≈ 3–5 s: call it off the event loop)."""
     _dict()
     _lemma_stems("warmed")
+    wordnet.available()
 
 
 def _dict() -> _Dictionary:

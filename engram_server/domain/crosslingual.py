@@ -19,9 +19,9 @@ specifics must agree.
   compound (看书: 书 "book"); an English word's WordNet relatives (:mod:`engram_server.domain.
   wordnet`: "cluster" ~ flock for 集群, "bakery" → shop for 面包店) count as its glosses would.
 - Measure words (量词) need not align; 每 is also the distributive "a" / "per"; 一 and a measure
-  word is the article "a" / "an" (一名护士 "a nurse"), 这 / 那 and one a determiner (这家 "the"). An English word
-  that is itself a negation ("dislikes", "unavailable", "closed") is also read as "not" and the word
-  (:func:`negation_readings`), as Chinese writes it (不喜欢, 不可用, 不开门).
+  word is the article "a" / "an" (一名护士 "a nurse"), 这 / 那 and one a determiner (这家 "the").
+  An English word that is itself a negation ("dislikes", "unavailable", "closed") is also read
+  as "not" and the word (:func:`negation_readings`), as Chinese writes it (不喜欢, 不可用, 不开门).
 - Every Chinese and every English content word must align. Function words, numbers, month and
   weekday names are left to :func:`engram_server.domain.specifics.conflicts`, which must find no
   conflict (numbers, dates, ids, negation).

@@ -16,10 +16,12 @@ specifics must agree.
   it is the same Latin token ("PostgreSQL"). Also: English synonyms that CEDICT gives as senses of
   the same headwords ("prefers" ~ 喜欢 "to like"), English lemmas (``lemminflect``: "paid" →
   "pay"; has → have) and American spellings; an English word may align with a character of a
-  compound (看书: 书 "book").
-- Measure words (量词) need not align; 每 is also the distributive "a" / "per". An English word
-  that is itself a negation ("dislikes", "unavailable", "closed") is also read as "not" and the word
-  (:func:`negation_readings`), as Chinese writes it (不喜欢, 不可用, 不开门).
+  compound (看书: 书 "book"); an English word's WordNet relatives (:mod:`engram_server.domain.
+  wordnet`: "cluster" ~ flock for 集群, "bakery" → shop for 面包店) count as its glosses would.
+- Measure words (量词) need not align; 每 is also the distributive "a" / "per"; 一 and a measure
+  word is the article "a" / "an" (一名护士 "a nurse"), 这 / 那 and one a determiner (这家 "the").
+  An English word that is itself a negation ("dislikes", "unavailable", "closed") is also read
+  as "not" and the word (:func:`negation_readings`), as Chinese writes it (不喜欢, 不可用, 不开门).
 - Every Chinese and every English content word must align. Function words, numbers, month and
   weekday names are left to :func:`engram_server.domain.specifics.conflicts`, which must find no
   conflict (numbers, dates, ids, negation).
@@ -41,12 +43,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
-from itertools import combinations, product
+from itertools import combinations, pairwise, product
 
 import lemminflect
 import rjieba
 import Stemmer
 
+from engram_server.domain import wordnet
 from engram_server.domain.specifics import EN_FUNCTION_WORDS, VALUE_WORDS, ZH_COUNTERS, conflicts
 
 _CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
@@ -71,6 +74,8 @@ _ZH_VALUE_CHARS = frozenset("零〇一二两三四五六七八九十百千万亿
 _DISTRIBUTIVE = frozenset({"每"})
 _DISTRIBUTIVE_EN = frozenset({"a", "an", "per"})
 _ZH_NUMERALS = frozenset("一二两三四五六七八九十几")
+#: Demonstratives: with a measure word (这家, 那位, 这条) they are the English "this" / "that" / "the".
+_ZH_DEMONSTRATIVES = frozenset("这那")
 #: English words that carry no content of their own in a translated sentence.
 _EN_EXTRA_FUNCTION = frozenset(["pm", "am", "o'clock", "s"])
 #: Gloss senses that say nothing about the word's meaning in a sentence.
@@ -207,10 +212,11 @@ _lock = threading.Lock()
 
 
 def warm() -> None:
-    """Read CC-CEDICT and lemminflect's lemma tables now (once per process; blocking, ≈ 2–3 s: call
-    it off the event loop)."""
+    """Read CC-CEDICT and lemminflect's lemma tables and open WordNet's files now (once per process;
+    blocking, ≈ 3–5 s: call it off the event loop)."""
     _dict()
     _lemma_stems("warmed")
+    wordnet.available()
 
 
 def _dict() -> _Dictionary:
@@ -251,8 +257,19 @@ class _EnWord:
     base: str = ""  # the stem without a derivational suffix ("payment" → "pay"), or ""
     synonyms: frozenset[str] = frozenset()  # the forms' synonyms (:attr:`_Dictionary.synonyms`)
     forms: frozenset[str] = frozenset()  # stem, base and the stems of its lemmas ("paid" → "pay")
+    #: stems of the word's WordNet relatives (synonyms and hypernyms: "cluster" ~ flock, "outage"
+    #: → breakdown; :func:`engram_server.domain.wordnet.relatives`)
+    related: frozenset[str] = frozenset()
     aligned: bool = False
     name: bool = False
+
+    def means_one_of(self, glosses: frozenset[str]) -> bool:
+        """Whether one of ``glosses`` is one of the word's forms, CEDICT synonyms or WordNet relatives."""
+        return not (
+            self.forms.isdisjoint(glosses)
+            and self.synonyms.isdisjoint(glosses)
+            and self.related.isdisjoint(glosses)
+        )
 
 
 _RE_DERIVED = re.compile(r"^(\w{3,}?)(?:ment|ation|ion|er|or|ing|ly|ful)$")
@@ -390,10 +407,11 @@ def _zh_units(text: str, d: _Dictionary, *, lenient: bool = False) -> list[_ZhUn
             if (
                 not lenient  # retrieval keeps a counted word (几岁 "how old") as a word
                 and len(cut) == 2
-                and cut[0] in _ZH_NUMERALS
+                and (cut[0] in _ZH_NUMERALS or cut[0] in _ZH_DEMONSTRATIVES)
                 and (_is_measure(cut[1], d) or cut[1] in d.counted)
             ):
-                units.append(_measure_unit(at + 1, cut[1], d))  # 一家 "a (shop)", not 一家 "a family"
+                # 一家 "a (shop)", not 一家 "a family"; 这家 "this (shop)", 那位 "that (person)"
+                units.append(_measure_unit(at + 1, cut[1], d))
                 continue
             word = _strip_negation(cut)  # negation: a specific
             if not word:
@@ -458,7 +476,7 @@ def _align(zh: list[_ZhUnit], en: list[_EnWord], en_grammar: frozenset[str]) -> 
                     hit = True
                     break
         for w in en:
-            if not w.forms.isdisjoint(u.glosses) or not w.synonyms.isdisjoint(u.glosses):
+            if w.means_one_of(u.glosses):
                 w.aligned = hit = True
                 if w.capital and w.pos > 0:
                     w.name = True
@@ -478,7 +496,7 @@ def _align(zh: list[_ZhUnit], en: list[_EnWord], en_grammar: frozenset[str]) -> 
                 if not w.synonyms.isdisjoint(u.grammar):
                     w.aligned = True
         for w in en:
-            if not w.aligned and (not w.forms.isdisjoint(u.parts) or not w.synonyms.isdisjoint(u.parts)):
+            if not w.aligned and w.means_one_of(u.parts):
                 w.aligned = True
         if not hit and not u.optional:
             return None
@@ -523,13 +541,48 @@ def _lemma_stems(word: str) -> frozenset[str]:
     return frozenset(_stem(lemma) for forms in lemmas.values() for lemma in forms)
 
 
+@lru_cache(maxsize=65536)
+def _related_stems(word: str) -> frozenset[str]:
+    """The stems of the WordNet relatives of ``word`` and of its lemmas ("reviews" → review →
+    evaluate, judge …), without function words: a relative may align the word with a Chinese word
+    whose glosses have it, never stand for grammar."""
+    lemmas = {word} | {lemma for forms in lemminflect.getAllLemmas(word).values() for lemma in forms}
+    return frozenset(
+        _stem(r) for lemma in lemmas for r in wordnet.relatives(lemma) if r not in EN_FUNCTION_WORDS
+    )
+
+
 def _synonyms_of(stems: frozenset[str]) -> frozenset[str]:
     d = _dict()
     return frozenset().union(*(d.synonyms.get(x, frozenset()) for x in stems))
 
 
+#: The English indefinite article: what Chinese writes as 一 and a measure word (一名护士 "a nurse").
+_RE_EN_ARTICLE = re.compile(r"\b(?:a|an)\b", re.I)
+
+
+def _one_is_article(zh_text: str, en_text: str, d: _Dictionary) -> bool:
+    """Whether a 1 only the Chinese text has is its 一 before a measure word, said in English with
+    "a" / "an": "张伟的妻子是一名护士。" = "Zhang Wei's wife is a nurse."; "一辆车" = "a car"."""
+    if not _RE_EN_ARTICLE.search(en_text):
+        return False
+    return any(nxt == "一" and (_is_measure(c, d) or c in d.counted) for nxt, c in pairwise(zh_text))
+
+
+def _disagree(zh_text: str, en_text: str, d: _Dictionary) -> bool:
+    """The specifics disagree (:func:`conflicts`), beyond a 一 + measure word the English says
+    with an article (:func:`_one_is_article`)."""
+    found = conflicts(zh_text, en_text)
+    return any(
+        not (
+            c.kind == "number" and c.existing == ("1",) and not c.new and _one_is_article(zh_text, en_text, d)
+        )
+        for c in found
+    )
+
+
 def _aligned(zh_text: str, zh: list[_ZhUnit], en_text: str, d: _Dictionary) -> bool:
-    if conflicts(zh_text, en_text):
+    if _disagree(zh_text, en_text, d):
         return False
     en = _en_words(en_text)
     if not en:
@@ -540,6 +593,9 @@ def _aligned(zh_text: str, zh: list[_ZhUnit], en_text: str, d: _Dictionary) -> b
             w.stem, w.base = _stem(american), _base(american)
         w.forms = frozenset({w.stem, w.base} - {""}) | _lemma_stems(american)
         w.synonyms = _synonyms_of(w.forms)
+        # a word that is itself a negation ("closed": not open) aligns by its own glosses only: a
+        # relative through another sense may drop the negation ("close" a deal → "trade" = 营业)
+        w.related = frozenset() if _negated(w.surface, d) else _related_stems(american)
     words = frozenset(w.casefold() for w in _RE_LATIN.findall(en_text)) & EN_FUNCTION_WORDS
     grammar = words | {_LEMMA[w] for w in words if w in _LEMMA}
     al = _align(zh, en, grammar)
@@ -584,6 +640,17 @@ NEGATED_WORDS: dict[str, str] = {
 _NEGATING_PREFIXES = ("dis", "un", "non", "in", "im")
 
 
+def _negated(low: str, d: _Dictionary) -> str | None:
+    """The word ``low`` negates ("closed" → "open", "unavailable" → "available"), or None."""
+    base = NEGATED_WORDS.get(low)
+    if base is None:
+        for prefix in _NEGATING_PREFIXES:
+            rest = low.removeprefix(prefix)
+            if rest != low and len(rest) >= 4 and _stem(rest) in d.vocabulary:
+                return rest
+    return base
+
+
 def negation_readings(en_text: str, d: _Dictionary | None = None) -> list[str]:
     """``en_text``, then (if it has any) the same text with every word that is itself a negation
     written as "not" and the word it negates ("Zhang Wei dislikes spicy food." → "Zhang Wei not
@@ -593,14 +660,7 @@ def negation_readings(en_text: str, d: _Dictionary | None = None) -> list[str]:
     last = 0
     changed = False
     for m in _RE_LATIN.finditer(en_text):
-        low = m.group().casefold()
-        base = NEGATED_WORDS.get(low)
-        if base is None:
-            for prefix in _NEGATING_PREFIXES:
-                rest = low.removeprefix(prefix)
-                if rest != low and len(rest) >= 4 and _stem(rest) in d.vocabulary:
-                    base = rest
-                    break
+        base = _negated(m.group().casefold(), d)
         if base is not None:
             parts += [en_text[last : m.start()], "not ", base]
             last = m.end()

@@ -132,3 +132,24 @@ async def test_a_translation_with_a_word_the_dictionary_lacks_is_a_duplicate(stu
     walks = await add(stub, "The user likes long walks.")
     assert walks.outcome == s.ADD_OUTCOME_DUPLICATE
     assert walks.gate_reason == "translation"
+
+
+async def test_a_translation_through_wordnet_or_an_article_is_a_duplicate(stub: Stub) -> None:
+    """The word "bakery" is no CC-CEDICT gloss of 面包店 (bread + shop): WordNet's hypernym of "bakery" is
+    "shop". 一本 is the English "a". Before, both translations were written as new memories; the
+    changed ones still are."""
+    first = await add(stub, "面包店七点开门。")
+    again = await add(stub, "The bakery opens at seven.")
+    assert again.outcome == s.ADD_OUTCOME_DUPLICATE
+    assert again.memory.id == first.memory.id
+    assert again.gate_reason == "translation"
+    closes = await add(stub, "The bakery closes at seven.")  # open vs close
+    assert closes.outcome == s.ADD_OUTCOME_CREATED
+    book = await add(stub, "Wang Fang bought a book.")
+    zh_book = await add(stub, "王芳买了一本书。")
+    assert zh_book.outcome == s.ADD_OUTCOME_DUPLICATE
+    assert zh_book.memory.id == book.memory.id
+    assert zh_book.gate_reason == "translation"
+    two = await add(stub, "王芳买了两本书。")  # two books, not a book
+    assert two.outcome == s.ADD_OUTCOME_CREATED
+    assert await count(stub) == 4

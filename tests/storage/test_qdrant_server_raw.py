@@ -5,8 +5,10 @@ Runs on the session's real server node (``qdrant_server`` in tests/conftest.py);
 The same searches go through two stores on one collection: one reading through ``qdrant_grpc``
 (the default on a server with gRPC), one made to use qdrant-client's calls (``_raw = None``, the
 path before). Candidates (ids, every column, vectors), the rescoring cues (from the memo and from
-the fallback read, with points whose cue fields were removed), the winners' records and the
-collection list must be equal, value for value.
+the fallback read, with points whose cue fields were removed), the winners' records, the
+collection list, the collection specs and the access counters must be equal, value for value.
+The payload values read straight from their encoded bytes (``value_of``) are checked against
+``value_to_json`` for every kind of value, without a server.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from qdrant_client import AsyncQdrantClient, models
-from qdrant_client.conversions.conversion import RestToGrpc
+from qdrant_client import grpc as qg
+from qdrant_client.conversions.conversion import RestToGrpc, json_to_value, value_to_json
 
 from engram_server.adapters.lexical import LEXICAL_ENCODER_ID
 from engram_server.adapters.storage import qdrant as qdrant_module
@@ -34,6 +37,7 @@ from engram_server.adapters.storage.qdrant_grpc import (
     include,
     search_params,
     sparse_query,
+    value_of,
 )
 from engram_server.adapters.storage.qdrant_grpc import query as raw_query
 from engram_server.domain.model import (
@@ -189,6 +193,90 @@ async def test_raw_reads_equal_the_clients_conversion(stores: tuple[QdrantStore,
     for store in (raw, old):
         store._names = None
     assert await raw.list_collections() == await old.list_collections()
+    # the specs read afresh (raw: the metadata alone), a missing collection, and not Engram's
+    for store in (raw, old):
+        store._specs.clear()
+    assert await raw.get_collection("default") == await old.get_collection("default") == _spec()
+    assert await raw.get_collection("missing") is None
+    assert await old.get_collection("missing") is None
+    await raw._c.create_collection(
+        raw._qname("plain"), vectors_config=models.VectorParams(size=2, distance=models.Distance.DOT)
+    )
+    try:
+        assert await raw.get_collection("plain") is None
+        assert await old.get_collection("plain") is None
+    finally:
+        await raw._c.delete_collection(raw._qname("plain"))
+
+
+async def test_raw_access_counts_equal_the_clients(stores: tuple[QdrantStore, QdrantStore]) -> None:
+    """``add_access`` reads the counters raw: the same counters written as through the client."""
+    raw, old = stores
+    records, _ = await raw.scroll("default", StoreFilter(include_history=True), 60)
+    ids = [r.id for r in records]
+    hits = {pid: (1 + i % 3, NOW + i) for i, pid in enumerate(ids)}
+    hits[str(uuid.uuid4())] = (1, NOW)  # no such point: skipped by both
+    first = await raw.add_access("default", hits)
+    assert first, "some points are current"
+    assert all(r.superseded_by is None for r in records if r.id in first)
+    again = await old.add_access("default", hits)
+    assert set(again) == set(first)
+    for pid, (count, at) in first.items():
+        assert again[pid] == (count + hits[pid][0], max(at, hits[pid][1]))
+    stored = {p.record.id: p.record for p in await old.retrieve("default", list(first))}
+    assert {pid: (r.access_count, r.last_accessed_at) for pid, r in stored.items()} == again
+
+
+def _encoded_values() -> list[qg.Value]:
+    values = [
+        json_to_value(v)
+        for v in (
+            "",
+            "latin",
+            "ünïcode 北京",
+            "x" * 127,
+            "y" * 128,
+            "z" * 20000,
+            0.0,
+            -0.0,
+            1.5,
+            1793842225.5250037,
+            -2.5e-300,
+            1e308,
+            0,
+            1,
+            127,
+            128,
+            2**31,
+            2**63 - 1,
+            -1,
+            -(2**63),
+            True,
+            False,
+            None,
+            [],
+            ["a", 1, 2.5, None],
+            {},
+            {"k": {"n": [1, {"m": "v"}]}},
+        )
+    ]
+    values += [qg.Value(double_value=x) for x in (float("nan"), float("inf"), float("-inf"))]
+    values.append(qg.Value(integer_value=0))  # a oneof member at its default: still encoded
+    return values
+
+
+def test_values_read_from_their_bytes_equal_value_to_json() -> None:
+    for value in _encoded_values():
+        data = value.SerializeToString()
+        got, want = value_of(data), value_to_json(value)
+        assert type(got) is type(want), value
+        if isinstance(want, float):
+            assert got.hex() == want.hex()  # -0.0 stays -0.0
+        else:
+            assert got == want, value
+    # a message with no kind set: refused, as value_to_json refuses it
+    with pytest.raises(ValueError, match="Not supported"):
+        value_of(b"")
 
 
 def test_raw_requests_are_the_messages_the_client_sends() -> None:

@@ -243,6 +243,7 @@ class QdrantStore:
         self._raw_search_params = search_params(self._search_params)
         self._candidate_payload = include([*CANDIDATE_FIELDS, *CUE_FIELDS])
         self._cue_payload = include([*CUE_FIELDS, "created_at", "content"])
+        self._access_payload = include(ACCESS_FIELDS)
         #: The server's collection names with this store's prefix, without it (``list_collections``),
         #: and when they were read (time.monotonic()); None: read them on the next call.
         self._names: frozenset[str] | None = None
@@ -446,10 +447,22 @@ class QdrantStore:
         if cached is not None:
             return cached
         qname = self._qname(name)
-        if not await self._call("check collection", lambda: self._c.collection_exists(qname)):
-            return None
-        info = await self._call("get collection", lambda: self._c.get_collection(qname), collection=name)
-        spec = self._spec_of(name, info.config.metadata)
+        raw = self._raw
+        if raw is not None:  # one raw read of the metadata (the client converts the whole info)
+            try:
+                metadata = await self._call("get collection", lambda: raw.collection_metadata(qname))
+            except StorageUnavailable as exc:
+                if isinstance(exc.__cause__, grpc.aio.AioRpcError) and (
+                    exc.__cause__.code() == grpc.StatusCode.NOT_FOUND
+                ):
+                    return None
+                raise
+        else:
+            if not await self._call("check collection", lambda: self._c.collection_exists(qname)):
+                return None
+            info = await self._call("get collection", lambda: self._c.get_collection(qname), collection=name)
+            metadata = info.config.metadata
+        spec = self._spec_of(name, metadata)
         if spec is not None:
             self._specs[name] = spec
             self._foreign.discard(name)
@@ -801,12 +814,17 @@ class QdrantStore:
             return out.build()
         keys = list(only)
         vectors = await self._call("search", lambda: raw.dense_vectors(qname, keys), collection=collection)
+        # ``cosine(vec, vector)`` with the query's norm computed once (the same operations)
+        y = np.asarray(vector, dtype=np.float64).reshape(-1)
+        y_norm = np.linalg.norm(y)
         for key, (score, grpc_payload) in only.items():
             vec = vectors.get(key)
             if vec is None:
                 continue  # deleted since the query
+            x = np.asarray(vec, dtype=np.float64).reshape(-1)
+            denom = float(np.linalg.norm(x) * y_norm)
             payload = payload_of(grpc_payload)
-            out.add(key, payload, cosine(vec, vector), lexical=score, vector=vec)
+            out.add(key, payload, float(x @ y) / denom if denom > 0 else 0.0, lexical=score, vector=vec)
             memo.put(collection, key, payload)
         return out.build()
 
@@ -1197,19 +1215,28 @@ class QdrantStore:
             return {}
         qname = self._qname(collection)
         ids: list[models.ExtendedPointId] = list(wanted)
-        found = await self._call(
-            "retrieve",
-            lambda: self._c.retrieve(qname, ids=ids, with_payload=list(ACCESS_FIELDS), with_vectors=False),
-            collection=collection,
-        )
+        raw = self._raw
+        found: list[tuple[str, dict[str, Any]]]
+        if raw is not None:
+            keys, sel = [str(i) for i in ids], self._access_payload
+            found = await self._call("retrieve", lambda: raw.get(qname, keys, sel), collection=collection)
+        else:
+            records = await self._call(
+                "retrieve",
+                lambda: self._c.retrieve(
+                    qname, ids=ids, with_payload=list(ACCESS_FIELDS), with_vectors=False
+                ),
+                collection=collection,
+            )
+            found = [(str(r.id), r.payload or {}) for r in records]
         ops: list[models.UpdateOperation] = []
         counters: dict[str, tuple[int, float]] = {}
-        for r in found:
-            payload = access_update(r.payload, *wanted[str(r.id)])
+        for key, current in found:
+            payload = access_update(current, *wanted[key])
             if payload is not None:
-                counters[str(r.id)] = (payload["access_count"], payload["last_accessed_at"])
+                counters[key] = (payload["access_count"], payload["last_accessed_at"])
                 ops.append(
-                    models.SetPayloadOperation(set_payload=models.SetPayload(payload=payload, points=[r.id]))
+                    models.SetPayloadOperation(set_payload=models.SetPayload(payload=payload, points=[key]))
                 )
         if ops:
             await self._call(

@@ -6,10 +6,18 @@ it builds pydantic request models, converts them to protobuf messages (``RestToG
 converts each response back into pydantic models (``GrpcToRest``: a ``ScoredPoint`` or
 ``Record`` per point, its payload as a dict): most of a search's own CPU on the server path.
 :class:`RawPoints` sends the protobuf messages that qdrant-client ships (``qdrant_client.grpc``)
-on the client's own channel (its ``grpc_points`` / ``grpc_collections`` stubs, so the API key,
-TLS, headers, options and compression configured on the client apply unchanged) and reads the
+on the client's own channels (its channel pool, each call on the channel the client's own stubs
+would use next, so the API key, TLS, headers, options and compression configured on the client
+apply unchanged) and reads the
 responses directly: a hit becomes its id string, score, payload dict (only the fields asked for:
 ``with_payload`` include lists) and, when asked, a float32 vector, each read only where it is used.
+
+The responses of ``QueryBatch`` and ``Get`` are parsed as lighter twins of Qdrant's messages
+(:data:`LITE_POOL`: the same wire format, read differently): a payload map's values stay as their
+encoded ``Value`` bytes, decoded only for the fields read (:func:`value_of`: the common kinds
+straight from the bytes, any other through ``Value`` and ``value_to_json``), and a dense vector's
+packed floats stay as bytes, read with ``numpy.frombuffer``. Building a ``Value`` message per
+payload field and a Python float per vector component was most of the decoding's cost.
 
 Only the search's reads go this way (the candidate query, the winners' records, the cue fallback
 and the collection list); writes, the write gate's neighbour lookups and administration keep
@@ -20,10 +28,13 @@ decimal string); tests/storage/test_qdrant_server_raw.py compares both paths on 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+import struct
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 import numpy as np
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, timestamp_pb2
 from qdrant_client import AsyncQdrantClient, models
 from qdrant_client import grpc as qg
 from qdrant_client.conversions.conversion import RestToGrpc, value_to_json
@@ -33,6 +44,7 @@ from engram_server.domain.model import SparseVector, Vector
 
 __all__ = [
     "DENSE_VECTOR",
+    "LITE_POOL",
     "NO_VECTORS",
     "Hit",
     "RawPoints",
@@ -46,11 +58,117 @@ __all__ = [
     "raw_points",
     "search_params",
     "sparse_query",
+    "value_of",
 ]
 
-#: One hit of a query as the server sent it: ``point_key(h.id)``, ``h.score``,
-#: ``payload_of(h.payload)`` and ``dense_of(h)`` read it (each only where it is used).
-Hit = qg.ScoredPoint
+
+def _file_proto(file: Any) -> descriptor_pb2.FileDescriptorProto:
+    out = descriptor_pb2.FileDescriptorProto()
+    file.CopyToProto(out)
+    return out
+
+
+def _lighten(messages: Any) -> None:
+    """Qdrant's messages with payload values as bytes (``map<string, bytes>``: each value the
+    encoded ``Value``) and dense vector data as bytes (the packed floats; wire-compatible)."""
+    for m in messages:
+        _lighten(m.nested_type)
+        if m.name == "PayloadEntry" and m.options.map_entry:
+            for f in m.field:
+                if f.name == "value":
+                    f.type = descriptor_pb2.FieldDescriptorProto.TYPE_BYTES
+                    f.ClearField("type_name")
+        if m.name in ("DenseVector", "VectorOutput"):
+            for f in m.field:
+                if f.name == "data":
+                    f.type = descriptor_pb2.FieldDescriptorProto.TYPE_BYTES
+                    f.label = descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL
+                    f.options.ClearField("packed")
+
+
+def _lite_pool() -> descriptor_pool.DescriptorPool:
+    points = qg.ScoredPoint.DESCRIPTOR.file
+    pool = descriptor_pool.DescriptorPool()
+    done: set[str] = set()
+
+    def add(file: Any) -> None:
+        if file.name in done:
+            return
+        for dep in file.dependencies:
+            add(dep)
+        proto = _file_proto(file)
+        if file.name == points.name:
+            _lighten(proto.message_type)
+            proto.ClearField("service")
+        pool.Add(proto)
+        done.add(file.name)
+
+    add(timestamp_pb2.DESCRIPTOR)
+    add(points)
+    return pool
+
+
+#: Qdrant's points messages as read here (see the module docstring); their own pool, apart from
+#: qdrant-client's.
+LITE_POOL: Final = _lite_pool()
+_LiteQueryBatchResponse: Any = message_factory.GetMessageClass(
+    LITE_POOL.FindMessageTypeByName("qdrant.QueryBatchResponse")
+)
+_LiteGetResponse: Any = message_factory.GetMessageClass(LITE_POOL.FindMessageTypeByName("qdrant.GetResponse"))
+
+#: One hit of a query as the server sent it (a ``ScoredPoint`` of :data:`LITE_POOL`):
+#: ``point_key(h.id)``, ``h.score``, ``payload_of(h.payload)`` and ``dense_of(h)`` read it (each
+#: only where it is used).
+Hit = Any
+
+_DOUBLE: Final = struct.Struct("<d").unpack_from
+_NULL: Final = b"\x08\x00"
+_TRUE: Final = b"\x28\x01"
+_FALSE: Final = b"\x28\x00"
+
+
+def _varint(data: bytes, at: int) -> tuple[int, int]:
+    """The varint at ``at`` and the offset after it."""
+    out = shift = 0
+    while True:
+        byte = data[at]
+        at += 1
+        out |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return out, at
+        shift += 7
+
+
+def value_of(data: bytes) -> Any:
+    """One payload value from its encoded ``Value`` bytes: what ``value_to_json`` gives of the
+    ``Value`` they encode. A string, a finite double, an integer, a boolean or null as the
+    server encodes them are read straight from the bytes; anything else (lists, objects,
+    non-finite doubles, any other encoding) through ``Value`` and ``value_to_json``."""
+    try:
+        tag = data[0]
+        if tag == 0x22:  # string_value (field 4, length-delimited)
+            size, at = (data[1], 2) if data[1] < 0x80 else _varint(data, 1)
+            if size + at == len(data):
+                return data[at:].decode()
+        elif tag == 0x11:  # double_value (field 2, fixed64)
+            if len(data) == 9:
+                number = _DOUBLE(data, 1)[0]
+                if math.isfinite(number):
+                    return number
+        elif tag == 0x18:  # integer_value (field 3, varint; negatives in ten bytes)
+            number, at = _varint(data, 1)
+            if at == len(data):
+                return number - (1 << 64) if number >= 1 << 63 else number
+        elif data == _NULL:
+            return None
+        elif data == _TRUE:
+            return True
+        elif data == _FALSE:
+            return False
+    except IndexError:  # empty or cut short: as the message parser sees it
+        pass
+    return value_to_json(qg.Value.FromString(data))
+
 
 #: Every payload field.
 ALL_PAYLOAD: Final = qg.WithPayloadSelector(enable=True)
@@ -81,17 +199,29 @@ def search_params(params: models.SearchParams | None) -> qg.SearchParams | None:
     return None if params is None else RestToGrpc.convert_search_params(params)
 
 
-def point_key(pid: qg.PointId) -> str:
+def point_key(pid: Any) -> str:
     """A point id as the client gives it, as a string: the UUID, or the number in decimal."""
     return pid.uuid if pid.WhichOneof("point_id_options") == "uuid" else str(pid.num)
 
 
-def payload_of(payload: Any) -> dict[str, Any]:
-    """A point's payload map as a dict (each value as qdrant-client decodes it)."""
-    return {key: value_to_json(payload[key]) for key in payload}
+def payload_of(payload: Mapping[str, bytes]) -> dict[str, Any]:
+    """A point's payload map (of :data:`LITE_POOL`: values as bytes) as a dict, each value as
+    qdrant-client decodes it."""
+    return {key: value_of(payload[key]) for key in payload}
 
 
-def dense_of(hit: qg.ScoredPoint | qg.RetrievedPoint) -> Vector | None:
+def fields_of(payload: Mapping[str, bytes], names: Sequence[str]) -> dict[str, Any]:
+    """Only these fields of a payload map (those present), as ``payload_of`` decodes them."""
+    out: dict[str, Any] = {}
+    get = payload.get
+    for name in names:
+        data = get(name)
+        if data is not None:
+            out[name] = value_of(data)
+    return out
+
+
+def dense_of(hit: Any) -> Vector | None:
     """The dense vector of a hit (the unnamed one of named vectors), as float32; None when the
     query asked for none."""
     if not hit.HasField("vectors"):
@@ -101,7 +231,7 @@ def dense_of(hit: qg.ScoredPoint | qg.RetrievedPoint) -> Vector | None:
         vectors.vectors.vectors[""] if vectors.WhichOneof("vectors_options") == "vectors" else vectors.vector
     )
     data = out.dense.data if out.WhichOneof("vector") == "dense" else out.data
-    return np.asarray(data, dtype=np.float32)
+    return np.frombuffer(data, dtype="<f4").astype(np.float32)
 
 
 def _condition(c: Condition) -> qg.Condition:
@@ -147,14 +277,39 @@ class RawPoints:
 
     def __init__(self, remote: Any) -> None:
         self._remote = remote  # qdrant_client's AsyncQdrantRemote
+        self._calls: list[tuple[Callable[..., Any], Callable[..., Any]]] | None = None
 
     @property
     def _timeout(self) -> int:
         return int(self._remote._timeout)
 
+    def _next(self) -> tuple[Callable[..., Any], Callable[..., Any]]:
+        """(QueryBatch, Get) on the client's next channel (its pool, in its order), answering
+        messages of :data:`LITE_POOL`."""
+        calls = self._calls
+        if calls is None:
+            _ = self._remote.grpc_points  # the client opens its channels
+            calls = self._calls = [
+                (
+                    channel.unary_unary(
+                        "/qdrant.Points/QueryBatch",
+                        request_serializer=qg.QueryBatchPoints.SerializeToString,
+                        response_deserializer=_LiteQueryBatchResponse.FromString,
+                    ),
+                    channel.unary_unary(
+                        "/qdrant.Points/Get",
+                        request_serializer=qg.GetPoints.SerializeToString,
+                        response_deserializer=_LiteGetResponse.FromString,
+                    ),
+                )
+                for channel in self._remote._grpc_channel_pool
+            ]
+        index: int = self._remote._next_grpc_client()
+        return calls[index % len(calls)]
+
     async def query_batch(self, collection: str, queries: Sequence[qg.QueryPoints]) -> list[list[Hit]]:
         """One ``QueryBatch`` call; per query its hits, best first (undecoded: see ``Hit``)."""
-        response = await self._remote.grpc_points.QueryBatch(
+        response = await self._next()[0](
             qg.QueryBatchPoints(collection_name=collection, query_points=queries),
             timeout=self._timeout,
         )
@@ -164,7 +319,7 @@ class RawPoints:
         self, collection: str, ids: Sequence[str], with_payload: qg.WithPayloadSelector = ALL_PAYLOAD
     ) -> list[tuple[str, dict[str, Any]]]:
         """The points of ``ids`` that exist (canonical UUID strings), with their payloads."""
-        response = await self._remote.grpc_points.Get(
+        response = await self._next()[1](
             qg.GetPoints(
                 collection_name=collection,
                 ids=[qg.PointId(uuid=i) for i in ids],
@@ -177,7 +332,7 @@ class RawPoints:
 
     async def dense_vectors(self, collection: str, ids: Sequence[str]) -> dict[str, Vector]:
         """The dense vectors of the points of ``ids`` that exist (no payload), by id."""
-        response = await self._remote.grpc_points.Get(
+        response = await self._next()[1](
             qg.GetPoints(
                 collection_name=collection,
                 ids=[qg.PointId(uuid=i) for i in ids],
@@ -192,6 +347,16 @@ class RawPoints:
             if vec is not None:
                 out[point_key(r.id)] = vec
         return out
+
+    async def collection_metadata(self, collection: str) -> dict[str, Any] | None:
+        """The collection's metadata as the client's ``get_collection`` gives it
+        (``config.metadata``: None when it has none); raises ``NotFound`` when there is no such
+        collection."""
+        response = await self._remote.grpc_collections.Get(
+            qg.GetCollectionInfoRequest(collection_name=collection), timeout=self._timeout
+        )
+        metadata = response.result.config.metadata
+        return {key: value_to_json(metadata[key]) for key in metadata} if len(metadata) > 0 else None
 
     async def collection_names(self) -> list[str]:
         """Every collection's name on the server."""

@@ -172,8 +172,6 @@ def value_of(data: bytes) -> Any:
 
 #: Every payload field.
 ALL_PAYLOAD: Final = qg.WithPayloadSelector(enable=True)
-#: No payload field.
-NO_PAYLOAD: Final = qg.WithPayloadSelector(enable=False)
 #: No vector.
 NO_VECTORS: Final = qg.WithVectorsSelector(enable=False)
 #: The dense (unnamed) vector only.
@@ -329,24 +327,6 @@ class RawPoints:
             timeout=self._timeout,
         )
         return [(point_key(r.id), payload_of(r.payload)) for r in response.result]
-
-    async def dense_vectors(self, collection: str, ids: Sequence[str]) -> dict[str, Vector]:
-        """The dense vectors of the points of ``ids`` that exist (no payload), by id."""
-        response = await self._next()[1](
-            qg.GetPoints(
-                collection_name=collection,
-                ids=[qg.PointId(uuid=i) for i in ids],
-                with_payload=NO_PAYLOAD,
-                with_vectors=DENSE_VECTOR,
-            ),
-            timeout=self._timeout,
-        )
-        out: dict[str, Vector] = {}
-        for r in response.result:
-            vec = dense_of(r)
-            if vec is not None:
-                out[point_key(r.id)] = vec
-        return out
 
     async def collection_metadata(self, collection: str) -> dict[str, Any] | None:
         """The collection's metadata as the client's ``get_collection`` gives it

@@ -337,12 +337,16 @@ class QdrantStore:
                 for spec in specs:
                     await self.reconcile_indexes(spec.name)
         except BaseException:
-            self._client = self._raw = None
+            raw, self._client, self._raw = self._raw, None, None
+            if raw is not None:
+                await raw.close()
             await client.close()
             raise
 
     async def close(self) -> None:
-        client, self._client, self._raw = self._client, None, None
+        client, self._client, raw, self._raw = self._client, None, self._raw, None
+        if raw is not None:
+            await raw.close()
         self._specs.clear()
         self._foreign.clear()
         self._names = None

@@ -6,10 +6,9 @@ it builds pydantic request models, converts them to protobuf messages (``RestToG
 converts each response back into pydantic models (``GrpcToRest``: a ``ScoredPoint`` or
 ``Record`` per point, its payload as a dict): most of a search's own CPU on the server path.
 :class:`RawPoints` sends the protobuf messages that qdrant-client ships (``qdrant_client.grpc``)
-on the client's own channels (its channel pool, each call on the channel the client's own stubs
-would use next, so the API key, TLS, headers, options and compression configured on the client
-apply unchanged) and reads the
-responses directly: a hit becomes its id string, score, payload dict (only the fields asked for:
+(``QueryBatch`` and ``Get`` on a channel opened as the client opens its own: the same address,
+TLS, options, compression and headers, the API key among them; see ``RawPoints._next``) and reads
+the responses directly: a hit becomes its id string, score, payload dict (only the fields asked for:
 ``with_payload`` include lists) and, when asked, a float32 vector, each read only where it is used.
 
 The responses of ``QueryBatch`` and ``Get`` are parsed as lighter twins of Qdrant's messages
@@ -33,10 +32,13 @@ import struct
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
+import grpc  # grpcio ships no stubs; types-grpcio not installed
 import numpy as np
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, timestamp_pb2
 from qdrant_client import AsyncQdrantClient, models
 from qdrant_client import grpc as qg
+from qdrant_client.connection import parse_channel_options, parse_ssl_credentials
+from qdrant_client.context_headers import get_context_headers
 from qdrant_client.conversions.conversion import RestToGrpc, value_to_json
 
 from engram_server.adapters.storage.payload import Condition, FilterPlan, IsEmpty, MatchAny, MatchValue, Range
@@ -184,6 +186,8 @@ def raw_points(client: AsyncQdrantClient) -> RawPoints | None:
     remote = getattr(client, "_client", None)
     if remote is None or not getattr(remote, "_prefer_grpc", False) or not hasattr(remote, "grpc_points"):
         return None
+    if getattr(remote, "_auth_token_provider", None) is not None:
+        return None  # its tokens are added by the client's interceptor only
     return RawPoints(remote)
 
 
@@ -275,41 +279,66 @@ class RawPoints:
 
     def __init__(self, remote: Any) -> None:
         self._remote = remote  # qdrant_client's AsyncQdrantRemote
-        self._calls: list[tuple[Callable[..., Any], Callable[..., Any]]] | None = None
+        self._channel: grpc.aio.Channel | None = None
+        self._calls: tuple[Callable[..., Any], Callable[..., Any]] | None = None
 
     @property
     def _timeout(self) -> int:
         return int(self._remote._timeout)
 
     def _next(self) -> tuple[Callable[..., Any], Callable[..., Any]]:
-        """(QueryBatch, Get) on the client's next channel (its pool, in its order), answering
-        messages of :data:`LITE_POOL`."""
+        """(QueryBatch, Get) answering messages of :data:`LITE_POOL`, on a channel of this
+        store's own, opened on first use (in the running event loop) the way the client opens its
+        own (the same address, TLS and its certificates, options and compression). The client's
+        channels carry a Python interceptor that adds its headers to every call (an extra task and
+        several awaits per call); here the same headers (the API key among them) are passed with
+        each call (``_metadata``)."""
         calls = self._calls
         if calls is None:
-            _ = self._remote.grpc_points  # the client opens its channels
-            calls = self._calls = [
-                (
-                    channel.unary_unary(
-                        "/qdrant.Points/QueryBatch",
-                        request_serializer=qg.QueryBatchPoints.SerializeToString,
-                        response_deserializer=_LiteQueryBatchResponse.FromString,
-                    ),
-                    channel.unary_unary(
-                        "/qdrant.Points/Get",
-                        request_serializer=qg.GetPoints.SerializeToString,
-                        response_deserializer=_LiteGetResponse.FromString,
-                    ),
+            remote = self._remote
+            options = dict(remote._grpc_options)
+            credentials = parse_ssl_credentials(options)  # (takes the certificates out)
+            target = f"{remote._host}:{remote._grpc_port}"
+            channel_options = parse_channel_options(options)
+            if remote._https:
+                channel = grpc.aio.secure_channel(
+                    target,
+                    grpc.ssl_channel_credentials(**credentials),
+                    channel_options,
+                    remote._grpc_compression,
                 )
-                for channel in self._remote._grpc_channel_pool
-            ]
-        index: int = self._remote._next_grpc_client()
-        return calls[index % len(calls)]
+            else:
+                channel = grpc.aio.insecure_channel(target, channel_options, remote._grpc_compression)
+            self._channel = channel
+            calls = self._calls = (
+                channel.unary_unary(
+                    "/qdrant.Points/QueryBatch",
+                    request_serializer=qg.QueryBatchPoints.SerializeToString,
+                    response_deserializer=_LiteQueryBatchResponse.FromString,
+                ),
+                channel.unary_unary(
+                    "/qdrant.Points/Get",
+                    request_serializer=qg.GetPoints.SerializeToString,
+                    response_deserializer=_LiteGetResponse.FromString,
+                ),
+            )
+        return calls
+
+    def _metadata(self) -> list[tuple[str, str]]:
+        """The headers the client's interceptor adds to each of its calls."""
+        return [*self._remote._grpc_headers, *get_context_headers().items()]
+
+    async def close(self) -> None:
+        channel, self._channel, self._calls = self._channel, None, None
+        if channel is not None:
+            await channel.close()
 
     async def query_batch(self, collection: str, queries: Sequence[qg.QueryPoints]) -> list[list[Hit]]:
         """One ``QueryBatch`` call; per query its hits, best first (undecoded: see ``Hit``)."""
         response = await self._next()[0](
             qg.QueryBatchPoints(collection_name=collection, query_points=queries),
             timeout=self._timeout,
+            metadata=self._metadata(),
         )
         return [list(batch.result) for batch in response.result]
 
@@ -325,6 +354,7 @@ class RawPoints:
                 with_vectors=NO_VECTORS,
             ),
             timeout=self._timeout,
+            metadata=self._metadata(),
         )
         return [(point_key(r.id), payload_of(r.payload)) for r in response.result]
 

@@ -17,6 +17,7 @@ import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -40,6 +41,7 @@ from engram_server.adapters.storage.qdrant_grpc import (
     value_of,
 )
 from engram_server.adapters.storage.qdrant_grpc import query as raw_query
+from engram_server.domain.errors import StorageUnavailable
 from engram_server.domain.model import (
     Candidates,
     CollectionSpec,
@@ -50,7 +52,7 @@ from engram_server.domain.model import (
     StoredPoint,
     StoreFilter,
 )
-from tests.support.qdrant import QdrantNode
+from tests.support.qdrant import QdrantNode, free_ports, qdrant_binary
 
 DIM = 16
 NOW = 1_800_000_000.0
@@ -425,3 +427,49 @@ async def test_rest_clients_keep_their_calls(qdrant_server: QdrantNode, prefix: 
         assert isinstance(store._c, AsyncQdrantClient)
     finally:
         await store.close()
+
+
+class _KeyedNode(QdrantNode):
+    """A node that refuses calls without its API key."""
+
+    key = "k-" + uuid.uuid4().hex
+
+    def env(self) -> dict[str, str]:
+        return {**super().env(), "QDRANT__SERVICE__API_KEY": self.key}
+
+
+@pytest.mark.filterwarnings("ignore:Api key is used with an insecure connection")
+async def test_raw_reads_send_the_api_key(tmp_path: Path) -> None:
+    """The search's reads go on a channel of the store's own: they carry the client's headers
+    (the API key: the node refuses calls without it)."""
+    binary, why = qdrant_binary()
+    if binary is None:
+        pytest.skip(why)
+    http, grpc_port = free_ports(2)
+    node = _KeyedNode(binary, tmp_path, http, grpc_port)
+    node.start()
+    try:
+        node.wait_ready()
+        store = QdrantStore(node.url, grpc_port=grpc_port, api_key=node.key, https=False)
+        await store.open()
+        try:
+            assert store._raw is not None
+            points = _points(np.random.default_rng(2))[:40]
+            await store.create_collection(_spec())
+            await store.upsert("default", points)
+            q = points[3].vector
+            assert q is not None
+            sparse = SparseVector((1, 7, 13, 21), (1.0, 0.5, 2.0, 0.25))
+            found = await store.candidates("default", q, 10, StoreFilter(), sparse=sparse)
+            assert points[3].record.id in found.ids
+            got = await store.retrieve("default", found.ids[:3])
+            assert [p.record.id for p in got] == found.ids[:3]
+            # without the key the node refuses the same read
+            raw = store._raw
+            raw._metadata = list  # type: ignore[method-assign]
+            with pytest.raises(StorageUnavailable, match=r"UNAUTHENTICATED|PERMISSION_DENIED"):
+                await store.retrieve("default", found.ids[:3])
+        finally:
+            await store.close()
+    finally:
+        node.stop()

@@ -27,15 +27,23 @@ from qdrant_client.conversions.conversion import RestToGrpc, json_to_value, valu
 
 from engram_server.adapters.lexical import LEXICAL_ENCODER_ID
 from engram_server.adapters.storage import qdrant as qdrant_module
-from engram_server.adapters.storage.payload import CANDIDATE_FIELDS, LEXICAL_VECTOR, filter_plan
+from engram_server.adapters.storage.payload import (
+    CANDIDATE_FIELDS,
+    LEXICAL_VECTOR,
+    filter_plan,
+    rank_fields,
+    record_to_payload,
+)
 from engram_server.adapters.storage.qdrant import QdrantStore, _qdrant_filter
-from engram_server.adapters.storage.qdrant_cues import CUE_FIELDS
+from engram_server.adapters.storage.qdrant_cues import CUE_FIELDS, cue_payload, stored_cue
 from engram_server.adapters.storage.qdrant_grpc import (
     DENSE_VECTOR,
     NO_VECTORS,
+    candidate_row,
     dense_query,
     grpc_filter,
     include,
+    payload_of,
     search_params,
     sparse_query,
     value_of,
@@ -473,3 +481,74 @@ async def test_raw_reads_send_the_api_key(tmp_path: Path) -> None:
             await store.close()
     finally:
         node.stop()
+
+
+def _payload_variants() -> list[dict[str, object]]:
+    """Candidate payloads as Engram writes them, and each field in the other shapes a payload
+    may hold (another writer, an older release, a hand edit)."""
+    base: list[dict[str, object]] = []
+    for p in _points(np.random.default_rng(4))[:40]:
+        payload: dict[str, object] = {**record_to_payload(p.record), **cue_payload(p.record.content)}
+        base.append({k: v for k, v in payload.items() if k in (*CANDIDATE_FIELDS, *CUE_FIELDS)})
+    odd: list[tuple[str, object]] = [
+        ("type", "unknown"),
+        ("type", 3),
+        ("importance", 7.0),
+        ("importance", 200),
+        ("importance", -1),
+        ("importance", "5"),
+        ("created_at", 1_700_000_000),
+        ("created_at", 5),
+        ("created_at", float("nan")),
+        ("created_at", "x"),
+        ("valid_until", None),
+        ("valid_until", 12),
+        ("valid_until", float("inf")),
+        ("script", None),
+        ("script", ""),
+        ("script", 7),
+        ("script", "cyrillic"),
+        ("superseded_by", "x"),
+        ("superseded_by", []),
+        ("superseded_by", ["a"]),
+        ("superseded_by", ""),
+        ("superseded_by", None),
+        ("draft", True),
+        ("draft", False),
+        ("draft", None),
+        ("trashed_at", 12.5),
+        ("trashed_at", {}),
+        ("rescore_questions", None),
+        ("rescore_questions", 0),
+        ("rescore_questions", 1),
+        ("rescore_questions", 0.5),
+        ("rescore_questions", "0.5"),
+        ("rescore_label", None),
+        ("rescore_label", "Alice"),
+        ("rescore_label", 5),
+        ("rescore_label", "L" * 300),
+    ]
+    out = list(base)
+    for i, (name, value) in enumerate(odd):
+        out.append({**base[i % len(base)], name: value})
+    for name in (*CANDIDATE_FIELDS, *CUE_FIELDS):
+        out.append({k: v for k, v in base[0].items() if k != name})
+    return out
+
+
+def test_candidate_rows_equal_the_full_decoding() -> None:
+    """``candidate_row`` reads a candidate's ranking fields and cue straight from the payload's
+    bytes: the same values as decoding the payload in full, or None (the full decoding then)."""
+    fast = 0
+    for i, payload in enumerate(_payload_variants()):
+        encoded = {k: json_to_value(v).SerializeToString() for k, v in payload.items()}
+        key = str(uuid.UUID(int=i))
+        row = candidate_row(key, encoded)
+        if row is None:
+            continue
+        fast += 1
+        decoded = payload_of(encoded)
+        assert row[0] == rank_fields(key, decoded, "default"), payload
+        assert row[1] == stored_cue(decoded), payload
+        assert row[2] == float(decoded.get("created_at") or 0.0)
+    assert fast >= 40, "payloads as Engram writes them take the direct path"

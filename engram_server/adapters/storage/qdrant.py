@@ -82,6 +82,7 @@ from engram_server.adapters.storage.qdrant_grpc import (
     DENSE_VECTOR,
     NO_VECTORS,
     RawPoints,
+    candidate_row,
     dense_of,
     dense_query,
     grpc_filter,
@@ -803,9 +804,15 @@ class QdrantStore:
         responses = await self._call("search", lambda: raw.query_batch(qname, queries), collection=collection)
         memo = self._cues
         for h in responses[0]:
-            key, payload = point_key(h.id), payload_of(h.payload)
-            out.add(key, payload, h.score, vector=dense_of(h) if with_vectors else None)
-            memo.put(collection, key, payload)
+            key = point_key(h.id)
+            row = candidate_row(key, h.payload)
+            if row is None:  # a payload not as Engram writes it: decoded in full
+                payload = payload_of(h.payload)
+                out.add(key, payload, h.score, vector=dense_of(h) if with_vectors else None)
+                memo.put(collection, key, payload)
+            else:
+                out.add_row(key, row[0], h.score, vector=dense_of(h) if with_vectors else None)
+                memo.put_cue(collection, key, row[1], row[2])
         if sparse is None:
             return out.build()
         # ``cosine(vec, vector)`` with the query's norm computed once (the same operations)
@@ -822,9 +829,15 @@ class QdrantStore:
                 )
             x = np.asarray(vec, dtype=np.float64).reshape(-1)
             denom = float(np.linalg.norm(x) * y_norm)
-            payload = payload_of(h.payload)
-            out.add(key, payload, float(x @ y) / denom if denom > 0 else 0.0, lexical=score, vector=vec)
-            memo.put(collection, key, payload)
+            cos = float(x @ y) / denom if denom > 0 else 0.0
+            row = candidate_row(key, h.payload)
+            if row is None:
+                payload = payload_of(h.payload)
+                out.add(key, payload, cos, lexical=score, vector=vec)
+                memo.put(collection, key, payload)
+            else:
+                out.add_row(key, row[0], cos, lexical=score, vector=vec)
+                memo.put_cue(collection, key, row[1], row[2])
         return out.build()
 
     async def rescore_cues(self, collection: str, ids: Sequence[str]) -> dict[str, tuple[RescoreCue, float]]:

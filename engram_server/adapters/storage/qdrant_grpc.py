@@ -41,8 +41,18 @@ from qdrant_client.connection import parse_channel_options, parse_ssl_credential
 from qdrant_client.context_headers import get_context_headers
 from qdrant_client.conversions.conversion import RestToGrpc, value_to_json
 
-from engram_server.adapters.storage.payload import Condition, FilterPlan, IsEmpty, MatchAny, MatchValue, Range
-from engram_server.domain.model import SparseVector, Vector
+from engram_server.adapters.storage.payload import (
+    Condition,
+    FilterPlan,
+    IsEmpty,
+    MatchAny,
+    MatchValue,
+    Range,
+    RankFields,
+)
+from engram_server.adapters.storage.qdrant_cues import LABEL_FIELD, QUESTIONS_FIELD
+from engram_server.domain.model import NEVER, MemoryType, SparseVector, Vector
+from engram_server.domain.ranking import NO_CUE, RescoreCue
 
 __all__ = [
     "DENSE_VECTOR",
@@ -50,6 +60,7 @@ __all__ = [
     "NO_VECTORS",
     "Hit",
     "RawPoints",
+    "candidate_row",
     "dense_of",
     "dense_query",
     "grpc_filter",
@@ -204,6 +215,81 @@ def search_params(params: models.SearchParams | None) -> qg.SearchParams | None:
 def point_key(pid: Any) -> str:
     """A point id as the client gives it, as a string: the UUID, or the number in decimal."""
     return pid.uuid if pid.WhichOneof("point_id_options") == "uuid" else str(pid.num)
+
+
+_TYPES: Final[dict[str, MemoryType]] = {t.value: t for t in MemoryType}
+_SHARED: dict[str, str] = {}  # the few scripts and labels, one string object each
+
+
+def _text(data: bytes) -> str | None:
+    """A string value from its bytes; None when they encode anything else (or a long string)."""
+    if data[0] == 0x22 and len(data) > 1 and data[1] < 0x80 and data[1] + 2 == len(data):
+        return data[2:].decode()
+    return None
+
+
+def _number(data: bytes) -> float | None:
+    """A finite double or an integer value from its bytes, as a float; None otherwise."""
+    tag = data[0]
+    if tag == 0x11 and len(data) == 9:
+        number: float = _DOUBLE(data, 1)[0]
+        return number if math.isfinite(number) else None
+    if tag == 0x18 and len(data) == 2 and data[1] < 0x80:
+        return float(data[1])
+    return None
+
+
+def candidate_row(
+    key: str, payload: Mapping[str, bytes]
+) -> tuple[RankFields, RescoreCue | None, float] | None:
+    """A candidate's ranking fields, stored rescoring cue and ``created_at`` straight from its
+    payload map (of :data:`LITE_POOL`): what ``rank_fields(key, payload_of(payload), ...)``,
+    ``stored_cue(payload_of(payload))`` and the cue memo's ``created_at`` give, for payloads as
+    Engram writes them (a known type, a small integer importance, finite numbers, short strings).
+    None for any other payload: the caller decodes it in full (and reports what is wrong with it)."""
+    get = payload.get
+    try:
+        kind = _TYPES.get(_text(get("type", b"")) or "")
+        importance = get("importance", b"")
+        created = _number(get("created_at", b""))
+        if kind is None or created is None or importance[0] != 0x18 or len(importance) != 2:
+            return None
+        level = importance[1]
+        if level >= 0x80:
+            return None
+        until_data = get("valid_until")
+        until = NEVER if until_data is None else _number(until_data)
+        script_data = get("script")
+        script = "" if script_data is None or script_data == _NULL else _text(script_data)
+        if until is None or script is None:
+            return None
+        current = True
+        for name in ("superseded_by", "draft", "trashed_at"):
+            data = get(name)
+            if data is None or data == _NULL:  # absent or null: empty
+                continue
+            if data[0] not in (0x22, 0x11, 0x18, 0x28):
+                return None  # e.g. a list: the general decoding says whether it is empty
+            current = False
+        share_data = get(QUESTIONS_FIELD)
+        cue: RescoreCue | None = None
+        if share_data is not None and share_data != _NULL:
+            share = _number(share_data)
+            if share is None:
+                return None
+            label_data = get(LABEL_FIELD)
+            if label_data is None or label_data == _NULL:
+                cue = NO_CUE if share == 0.0 else RescoreCue(None, share)
+            else:
+                label = _text(label_data)
+                if label is None:
+                    return None
+                cue = RescoreCue(_SHARED.setdefault(label, label) if len(_SHARED) < 4096 else label, share)
+    except IndexError:  # an empty value: the general decoding refuses it
+        return None
+    if len(_SHARED) < 4096:
+        script = _SHARED.setdefault(script, script)
+    return (kind, float(level), created, until, script, current, key), cue, created
 
 
 def payload_of(payload: Mapping[str, bytes]) -> dict[str, Any]:

@@ -18,11 +18,15 @@ straight from the bytes, any other through ``Value`` and ``value_to_json``), and
 packed floats stay as bytes, read with ``numpy.frombuffer``. Building a ``Value`` message per
 payload field and a Python float per vector component was most of the decoding's cost.
 
-Only the search's reads go this way (the candidate query, the winners' records, the cue fallback
-and the collection list); writes, the write gate's neighbour lookups and administration keep
-the client's own calls. The values are those the client's conversion gives (payload values by
-``qdrant_client``'s own ``value_to_json``, ids as the server's UUID string or the number's
-decimal string); tests/storage/test_qdrant_server_raw.py compares both paths on a real server.
+A candidate's ranking fields and cue are read straight from those bytes (:func:`candidate_row`)
+when its payload is as Engram writes it; any other payload is decoded in full.
+
+Only the search's reads go this way (the candidate query, the winners' records, the cue fallback,
+the collection list and specs, and the access counters' read before their write); writes, the
+write gate's neighbour lookups and administration keep the client's own calls. The values are
+those the client's conversion gives (payload values by ``qdrant_client``'s own ``value_to_json``,
+ids as the server's UUID string or the number's decimal string);
+tests/storage/test_qdrant_server_raw.py compares both paths on a real server.
 """
 
 from __future__ import annotations

@@ -365,7 +365,7 @@ def sparse_query(sparse: SparseVector) -> qg.Query:
 
 
 class RawPoints:
-    """The search's reads on a Qdrant server over the qdrant-client's own gRPC channel."""
+    """The search's reads on a Qdrant server, on a gRPC channel opened as the client opens its own."""
 
     def __init__(self, remote: Any) -> None:
         self._remote = remote  # qdrant_client's AsyncQdrantRemote

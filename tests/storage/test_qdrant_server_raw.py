@@ -5,8 +5,10 @@ Runs on the session's real server node (``qdrant_server`` in tests/conftest.py);
 The same searches go through two stores on one collection: one reading through ``qdrant_grpc``
 (the default on a server with gRPC), one made to use qdrant-client's calls (``_raw = None``, the
 path before). Candidates (ids, every column, vectors), the rescoring cues (from the memo and from
-the fallback read, with points whose cue fields were removed), the winners' records and the
-collection list must be equal, value for value.
+the fallback read, with points whose cue fields were removed), the winners' records, the
+collection list, the collection specs and the access counters must be equal, value for value.
+The payload values read straight from their encoded bytes (``value_of``) are checked against
+``value_to_json`` for every kind of value, without a server.
 """
 
 from __future__ import annotations
@@ -15,27 +17,39 @@ import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
 from qdrant_client import AsyncQdrantClient, models
-from qdrant_client.conversions.conversion import RestToGrpc
+from qdrant_client import grpc as qg
+from qdrant_client.conversions.conversion import RestToGrpc, json_to_value, value_to_json
 
 from engram_server.adapters.lexical import LEXICAL_ENCODER_ID
 from engram_server.adapters.storage import qdrant as qdrant_module
-from engram_server.adapters.storage.payload import CANDIDATE_FIELDS, LEXICAL_VECTOR, filter_plan
+from engram_server.adapters.storage.payload import (
+    CANDIDATE_FIELDS,
+    LEXICAL_VECTOR,
+    filter_plan,
+    rank_fields,
+    record_to_payload,
+)
 from engram_server.adapters.storage.qdrant import QdrantStore, _qdrant_filter
-from engram_server.adapters.storage.qdrant_cues import CUE_FIELDS
+from engram_server.adapters.storage.qdrant_cues import CUE_FIELDS, cue_payload, stored_cue
 from engram_server.adapters.storage.qdrant_grpc import (
     DENSE_VECTOR,
     NO_VECTORS,
+    candidate_row,
     dense_query,
     grpc_filter,
     include,
+    payload_of,
     search_params,
     sparse_query,
+    value_of,
 )
 from engram_server.adapters.storage.qdrant_grpc import query as raw_query
+from engram_server.domain.errors import StorageUnavailable
 from engram_server.domain.model import (
     Candidates,
     CollectionSpec,
@@ -46,7 +60,7 @@ from engram_server.domain.model import (
     StoredPoint,
     StoreFilter,
 )
-from tests.support.qdrant import QdrantNode
+from tests.support.qdrant import QdrantNode, free_ports, qdrant_binary
 
 DIM = 16
 NOW = 1_800_000_000.0
@@ -189,6 +203,90 @@ async def test_raw_reads_equal_the_clients_conversion(stores: tuple[QdrantStore,
     for store in (raw, old):
         store._names = None
     assert await raw.list_collections() == await old.list_collections()
+    # the specs read afresh (raw: the metadata alone), a missing collection, and not Engram's
+    for store in (raw, old):
+        store._specs.clear()
+    assert await raw.get_collection("default") == await old.get_collection("default") == _spec()
+    assert await raw.get_collection("missing") is None
+    assert await old.get_collection("missing") is None
+    await raw._c.create_collection(
+        raw._qname("plain"), vectors_config=models.VectorParams(size=2, distance=models.Distance.DOT)
+    )
+    try:
+        assert await raw.get_collection("plain") is None
+        assert await old.get_collection("plain") is None
+    finally:
+        await raw._c.delete_collection(raw._qname("plain"))
+
+
+async def test_raw_access_counts_equal_the_clients(stores: tuple[QdrantStore, QdrantStore]) -> None:
+    """``add_access`` reads the counters raw: the same counters written as through the client."""
+    raw, old = stores
+    records, _ = await raw.scroll("default", StoreFilter(include_history=True), 60)
+    ids = [r.id for r in records]
+    hits = {pid: (1 + i % 3, NOW + i) for i, pid in enumerate(ids)}
+    hits[str(uuid.uuid4())] = (1, NOW)  # no such point: skipped by both
+    first = await raw.add_access("default", hits)
+    assert first, "some points are current"
+    assert all(r.superseded_by is None for r in records if r.id in first)
+    again = await old.add_access("default", hits)
+    assert set(again) == set(first)
+    for pid, (count, at) in first.items():
+        assert again[pid] == (count + hits[pid][0], max(at, hits[pid][1]))
+    stored = {p.record.id: p.record for p in await old.retrieve("default", list(first))}
+    assert {pid: (r.access_count, r.last_accessed_at) for pid, r in stored.items()} == again
+
+
+def _encoded_values() -> list[qg.Value]:
+    values = [
+        json_to_value(v)
+        for v in (
+            "",
+            "latin",
+            "ünïcode 北京",
+            "x" * 127,
+            "y" * 128,
+            "z" * 20000,
+            0.0,
+            -0.0,
+            1.5,
+            1793842225.5250037,
+            -2.5e-300,
+            1e308,
+            0,
+            1,
+            127,
+            128,
+            2**31,
+            2**63 - 1,
+            -1,
+            -(2**63),
+            True,
+            False,
+            None,
+            [],
+            ["a", 1, 2.5, None],
+            {},
+            {"k": {"n": [1, {"m": "v"}]}},
+        )
+    ]
+    values += [qg.Value(double_value=x) for x in (float("nan"), float("inf"), float("-inf"))]
+    values.append(qg.Value(integer_value=0))  # a oneof member at its default: still encoded
+    return values
+
+
+def test_values_read_from_their_bytes_equal_value_to_json() -> None:
+    for value in _encoded_values():
+        data = value.SerializeToString()
+        got, want = value_of(data), value_to_json(value)
+        assert type(got) is type(want), value
+        if isinstance(want, float):
+            assert got.hex() == want.hex()  # -0.0 stays -0.0
+        else:
+            assert got == want, value
+    # a message with no kind set: refused, as value_to_json refuses it
+    with pytest.raises(ValueError, match="Not supported"):
+        value_of(b"")
 
 
 def test_raw_requests_are_the_messages_the_client_sends() -> None:
@@ -337,3 +435,120 @@ async def test_rest_clients_keep_their_calls(qdrant_server: QdrantNode, prefix: 
         assert isinstance(store._c, AsyncQdrantClient)
     finally:
         await store.close()
+
+
+class _KeyedNode(QdrantNode):
+    """A node that refuses calls without its API key."""
+
+    key = "k-" + uuid.uuid4().hex
+
+    def env(self) -> dict[str, str]:
+        return {**super().env(), "QDRANT__SERVICE__API_KEY": self.key}
+
+
+@pytest.mark.filterwarnings("ignore:Api key is used with an insecure connection")
+async def test_raw_reads_send_the_api_key(tmp_path: Path) -> None:
+    """The search's reads go on a channel of the store's own: they carry the client's headers
+    (the API key: the node refuses calls without it)."""
+    binary, why = qdrant_binary()
+    if binary is None:
+        pytest.skip(why)
+    http, grpc_port = free_ports(2)
+    node = _KeyedNode(binary, tmp_path, http, grpc_port)
+    node.start()
+    try:
+        node.wait_ready()
+        store = QdrantStore(node.url, grpc_port=grpc_port, api_key=node.key, https=False)
+        await store.open()
+        try:
+            assert store._raw is not None
+            points = _points(np.random.default_rng(2))[:40]
+            await store.create_collection(_spec())
+            await store.upsert("default", points)
+            q = points[3].vector
+            assert q is not None
+            sparse = SparseVector((1, 7, 13, 21), (1.0, 0.5, 2.0, 0.25))
+            found = await store.candidates("default", q, 10, StoreFilter(), sparse=sparse)
+            assert points[3].record.id in found.ids
+            got = await store.retrieve("default", found.ids[:3])
+            assert [p.record.id for p in got] == found.ids[:3]
+            # without the key the node refuses the same read
+            raw = store._raw
+            raw._metadata = list  # type: ignore[method-assign]
+            with pytest.raises(StorageUnavailable, match=r"UNAUTHENTICATED|PERMISSION_DENIED"):
+                await store.retrieve("default", found.ids[:3])
+        finally:
+            await store.close()
+    finally:
+        node.stop()
+
+
+def _payload_variants() -> list[dict[str, object]]:
+    """Candidate payloads as Engram writes them, and each field in the other shapes a payload
+    may hold (another writer, an older release, a hand edit)."""
+    base: list[dict[str, object]] = []
+    for p in _points(np.random.default_rng(4))[:40]:
+        payload: dict[str, object] = {**record_to_payload(p.record), **cue_payload(p.record.content)}
+        base.append({k: v for k, v in payload.items() if k in (*CANDIDATE_FIELDS, *CUE_FIELDS)})
+    odd: list[tuple[str, object]] = [
+        ("type", "unknown"),
+        ("type", 3),
+        ("importance", 7.0),
+        ("importance", 200),
+        ("importance", -1),
+        ("importance", "5"),
+        ("created_at", 1_700_000_000),
+        ("created_at", 5),
+        ("created_at", float("nan")),
+        ("created_at", "x"),
+        ("valid_until", None),
+        ("valid_until", 12),
+        ("valid_until", float("inf")),
+        ("script", None),
+        ("script", ""),
+        ("script", 7),
+        ("script", "cyrillic"),
+        ("superseded_by", "x"),
+        ("superseded_by", []),
+        ("superseded_by", ["a"]),
+        ("superseded_by", ""),
+        ("superseded_by", None),
+        ("draft", True),
+        ("draft", False),
+        ("draft", None),
+        ("trashed_at", 12.5),
+        ("trashed_at", {}),
+        ("rescore_questions", None),
+        ("rescore_questions", 0),
+        ("rescore_questions", 1),
+        ("rescore_questions", 0.5),
+        ("rescore_questions", "0.5"),
+        ("rescore_label", None),
+        ("rescore_label", "Alice"),
+        ("rescore_label", 5),
+        ("rescore_label", "L" * 300),
+    ]
+    out = list(base)
+    for i, (name, value) in enumerate(odd):
+        out.append({**base[i % len(base)], name: value})
+    for name in (*CANDIDATE_FIELDS, *CUE_FIELDS):
+        out.append({k: v for k, v in base[0].items() if k != name})
+    return out
+
+
+def test_candidate_rows_equal_the_full_decoding() -> None:
+    """``candidate_row`` reads a candidate's ranking fields and cue straight from the payload's
+    bytes: the same values as decoding the payload in full, or None (the full decoding then)."""
+    fast = 0
+    for i, payload in enumerate(_payload_variants()):
+        encoded = {k: json_to_value(v).SerializeToString() for k, v in payload.items()}
+        key = str(uuid.UUID(int=i))
+        row = candidate_row(key, encoded)
+        if row is None:
+            continue
+        fast += 1
+        decoded = payload_of(encoded)
+        assert row[0] == rank_fields(key, decoded, "default"), payload
+        assert row[1] == stored_cue(decoded), payload
+        assert row[2] == float(decoded.get("created_at") or 0.0)
+    assert fast >= 40, "payloads as Engram writes them take the direct path"

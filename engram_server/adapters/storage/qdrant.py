@@ -82,6 +82,7 @@ from engram_server.adapters.storage.qdrant_grpc import (
     DENSE_VECTOR,
     NO_VECTORS,
     RawPoints,
+    candidate_row,
     dense_of,
     dense_query,
     grpc_filter,
@@ -243,6 +244,7 @@ class QdrantStore:
         self._raw_search_params = search_params(self._search_params)
         self._candidate_payload = include([*CANDIDATE_FIELDS, *CUE_FIELDS])
         self._cue_payload = include([*CUE_FIELDS, "created_at", "content"])
+        self._access_payload = include(ACCESS_FIELDS)
         #: The server's collection names with this store's prefix, without it (``list_collections``),
         #: and when they were read (time.monotonic()); None: read them on the next call.
         self._names: frozenset[str] | None = None
@@ -336,12 +338,16 @@ class QdrantStore:
                 for spec in specs:
                     await self.reconcile_indexes(spec.name)
         except BaseException:
-            self._client = self._raw = None
+            raw, self._client, self._raw = self._raw, None, None
+            if raw is not None:
+                await raw.close()
             await client.close()
             raise
 
     async def close(self) -> None:
-        client, self._client, self._raw = self._client, None, None
+        client, self._client, raw, self._raw = self._client, None, self._raw, None
+        if raw is not None:
+            await raw.close()
         self._specs.clear()
         self._foreign.clear()
         self._names = None
@@ -446,10 +452,22 @@ class QdrantStore:
         if cached is not None:
             return cached
         qname = self._qname(name)
-        if not await self._call("check collection", lambda: self._c.collection_exists(qname)):
-            return None
-        info = await self._call("get collection", lambda: self._c.get_collection(qname), collection=name)
-        spec = self._spec_of(name, info.config.metadata)
+        raw = self._raw
+        if raw is not None:  # one raw read of the metadata (the client converts the whole info)
+            try:
+                metadata = await self._call("get collection", lambda: raw.collection_metadata(qname))
+            except StorageUnavailable as exc:
+                if isinstance(exc.__cause__, grpc.aio.AioRpcError) and (
+                    exc.__cause__.code() == grpc.StatusCode.NOT_FOUND
+                ):
+                    return None
+                raise
+        else:
+            if not await self._call("check collection", lambda: self._c.collection_exists(qname)):
+                return None
+            info = await self._call("get collection", lambda: self._c.get_collection(qname), collection=name)
+            metadata = info.config.metadata
+        spec = self._spec_of(name, metadata)
         if spec is not None:
             self._specs[name] = spec
             self._foreign.discard(name)
@@ -752,10 +770,10 @@ class QdrantStore:
         lexical_limit: int | None,
     ) -> Candidates:
         """``candidates`` as raw gRPC messages, decoded without the client's models: the dense
-        hits, then the BM25 hits not among them, in the same order and with the same values.
-        The BM25 query returns no vectors (384 floats per hit, most of them for hits that are
-        dense ones too); the vectors of the BM25-only hits (their cosine) are read after it in
-        one ``Get`` of those ids. A point deleted in between is left out."""
+        hits, then the BM25 hits not among them, in the same order and with the same values, in
+        one ``QueryBatch``. The BM25 query returns the dense vectors too (the BM25-only hits' cosine
+        is computed from them): each is read from its packed bytes only for those hits, which costs
+        less than a second round trip to read them."""
         qname = self._qname(collection)
         query_filter = grpc_filter(filter_plan(flt))
         fields = self._candidate_payload  # the cues too: rescore_cues reads no record after
@@ -779,35 +797,47 @@ class QdrantStore:
                     limit if lexical_limit is None else lexical_limit,
                     flt=query_filter,
                     with_payload=fields,
-                    with_vectors=NO_VECTORS,
+                    with_vectors=DENSE_VECTOR,
                     using=LEXICAL_VECTOR,
                 )
             )
         responses = await self._call("search", lambda: raw.query_batch(qname, queries), collection=collection)
         memo = self._cues
         for h in responses[0]:
-            key, payload = point_key(h.id), payload_of(h.payload)
-            out.add(key, payload, h.score, vector=dense_of(h) if with_vectors else None)
-            memo.put(collection, key, payload)
+            key = point_key(h.id)
+            row = candidate_row(key, h.payload)
+            if row is None:  # a payload not as Engram writes it: decoded in full
+                payload = payload_of(h.payload)
+                out.add(key, payload, h.score, vector=dense_of(h) if with_vectors else None)
+                memo.put(collection, key, payload)
+            else:
+                out.add_row(key, row[0], h.score, vector=dense_of(h) if with_vectors else None)
+                memo.put_cue(collection, key, row[1], row[2])
         if sparse is None:
             return out.build()
-        only: dict[str, tuple[float, Any]] = {}  # the BM25-only hits, in BM25 order
+        # ``cosine(vec, vector)`` with the query's norm computed once (the same operations)
+        y = np.asarray(vector, dtype=np.float64).reshape(-1)
+        y_norm = np.linalg.norm(y)
         for h in responses[1]:
             key, score = point_key(h.id), h.score
-            if score <= 0 or out.set_lexical(key, score) or key in only:
+            if score <= 0 or out.set_lexical(key, score):
                 continue
-            only[key] = (score, h.payload)
-        if not only:
-            return out.build()
-        keys = list(only)
-        vectors = await self._call("search", lambda: raw.dense_vectors(qname, keys), collection=collection)
-        for key, (score, grpc_payload) in only.items():
-            vec = vectors.get(key)
+            vec = dense_of(h)
             if vec is None:
-                continue  # deleted since the query
-            payload = payload_of(grpc_payload)
-            out.add(key, payload, cosine(vec, vector), lexical=score, vector=vec)
-            memo.put(collection, key, payload)
+                raise StorageUnavailable(
+                    f"point {key} in collection {collection!r} came back without its vector"
+                )
+            x = np.asarray(vec, dtype=np.float64).reshape(-1)
+            denom = float(np.linalg.norm(x) * y_norm)
+            cos = float(x @ y) / denom if denom > 0 else 0.0
+            row = candidate_row(key, h.payload)
+            if row is None:
+                payload = payload_of(h.payload)
+                out.add(key, payload, cos, lexical=score, vector=vec)
+                memo.put(collection, key, payload)
+            else:
+                out.add_row(key, row[0], cos, lexical=score, vector=vec)
+                memo.put_cue(collection, key, row[1], row[2])
         return out.build()
 
     async def rescore_cues(self, collection: str, ids: Sequence[str]) -> dict[str, tuple[RescoreCue, float]]:
@@ -1197,19 +1227,28 @@ class QdrantStore:
             return {}
         qname = self._qname(collection)
         ids: list[models.ExtendedPointId] = list(wanted)
-        found = await self._call(
-            "retrieve",
-            lambda: self._c.retrieve(qname, ids=ids, with_payload=list(ACCESS_FIELDS), with_vectors=False),
-            collection=collection,
-        )
+        raw = self._raw
+        found: list[tuple[str, dict[str, Any]]]
+        if raw is not None:
+            keys, sel = [str(i) for i in ids], self._access_payload
+            found = await self._call("retrieve", lambda: raw.get(qname, keys, sel), collection=collection)
+        else:
+            records = await self._call(
+                "retrieve",
+                lambda: self._c.retrieve(
+                    qname, ids=ids, with_payload=list(ACCESS_FIELDS), with_vectors=False
+                ),
+                collection=collection,
+            )
+            found = [(str(r.id), r.payload or {}) for r in records]
         ops: list[models.UpdateOperation] = []
         counters: dict[str, tuple[int, float]] = {}
-        for r in found:
-            payload = access_update(r.payload, *wanted[str(r.id)])
+        for key, current in found:
+            payload = access_update(current, *wanted[key])
             if payload is not None:
-                counters[str(r.id)] = (payload["access_count"], payload["last_accessed_at"])
+                counters[key] = (payload["access_count"], payload["last_accessed_at"])
                 ops.append(
-                    models.SetPayloadOperation(set_payload=models.SetPayload(payload=payload, points=[r.id]))
+                    models.SetPayloadOperation(set_payload=models.SetPayload(payload=payload, points=[key]))
                 )
         if ops:
             await self._call(

@@ -74,15 +74,19 @@ class CueMemo:
 
     def put(self, collection: str, pid: str, payload: Mapping[str, Any] | None) -> None:
         """Remember what one hit's payload says (forget the id when it carries no cue)."""
+        self.put_cue(collection, pid, stored_cue(payload), float((payload or {}).get("created_at") or 0.0))
+
+    def put_cue(self, collection: str, pid: str, cue: RescoreCue | None, created_at: float) -> None:
+        """Remember a hit's stored cue and ``created_at`` (forget the id when it has no cue)."""
         key = (collection, pid)
-        cue = stored_cue(payload)
+        entries = self._entries
         if cue is None:
-            self._entries.pop(key, None)
+            entries.pop(key, None)
             return
-        self._entries[key] = (cue, float((payload or {}).get("created_at") or 0.0))
-        self._entries.move_to_end(key)
-        if len(self._entries) > self._max:
-            self._entries.popitem(last=False)
+        entries[key] = (cue, created_at)
+        entries.move_to_end(key)
+        if len(entries) > self._max:
+            entries.popitem(last=False)
 
     def get(self, collection: str, pid: str) -> tuple[RescoreCue, float] | None:
         return self._entries.get((collection, pid))

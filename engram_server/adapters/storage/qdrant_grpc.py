@@ -6,36 +6,65 @@ it builds pydantic request models, converts them to protobuf messages (``RestToG
 converts each response back into pydantic models (``GrpcToRest``: a ``ScoredPoint`` or
 ``Record`` per point, its payload as a dict): most of a search's own CPU on the server path.
 :class:`RawPoints` sends the protobuf messages that qdrant-client ships (``qdrant_client.grpc``)
-on the client's own channel (its ``grpc_points`` / ``grpc_collections`` stubs, so the API key,
-TLS, headers, options and compression configured on the client apply unchanged) and reads the
-responses directly: a hit becomes its id string, score, payload dict (only the fields asked for:
+(``QueryBatch`` and ``Get`` on a channel opened as the client opens its own: the same address,
+TLS, options, compression and headers, the API key among them; see ``RawPoints._next``) and reads
+the responses directly: a hit becomes its id string, score, payload dict (only the fields asked for:
 ``with_payload`` include lists) and, when asked, a float32 vector, each read only where it is used.
 
-Only the search's reads go this way (the candidate query, the winners' records, the cue fallback
-and the collection list); writes, the write gate's neighbour lookups and administration keep
-the client's own calls. The values are those the client's conversion gives (payload values by
-``qdrant_client``'s own ``value_to_json``, ids as the server's UUID string or the number's
-decimal string); tests/storage/test_qdrant_server_raw.py compares both paths on a real server.
+The responses of ``QueryBatch`` and ``Get`` are parsed as lighter twins of Qdrant's messages
+(:data:`LITE_POOL`: the same wire format, read differently): a payload map's values stay as their
+encoded ``Value`` bytes, decoded only for the fields read (:func:`value_of`: the common kinds
+straight from the bytes, any other through ``Value`` and ``value_to_json``), and a dense vector's
+packed floats stay as bytes, read with ``numpy.frombuffer``. Building a ``Value`` message per
+payload field and a Python float per vector component was most of the decoding's cost.
+
+A candidate's ranking fields and cue are read straight from those bytes (:func:`candidate_row`)
+when its payload is as Engram writes it; any other payload is decoded in full.
+
+Only the search's reads go this way (the candidate query, the winners' records, the cue fallback,
+the collection list and specs, and the access counters' read before their write); writes, the
+write gate's neighbour lookups and administration keep the client's own calls. The values are
+those the client's conversion gives (payload values by ``qdrant_client``'s own ``value_to_json``,
+ids as the server's UUID string or the number's decimal string);
+tests/storage/test_qdrant_server_raw.py compares both paths on a real server.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+import struct
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
+import grpc  # grpcio ships no stubs; types-grpcio not installed
 import numpy as np
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, timestamp_pb2
 from qdrant_client import AsyncQdrantClient, models
 from qdrant_client import grpc as qg
+from qdrant_client.connection import parse_channel_options, parse_ssl_credentials
+from qdrant_client.context_headers import get_context_headers
 from qdrant_client.conversions.conversion import RestToGrpc, value_to_json
 
-from engram_server.adapters.storage.payload import Condition, FilterPlan, IsEmpty, MatchAny, MatchValue, Range
-from engram_server.domain.model import SparseVector, Vector
+from engram_server.adapters.storage.payload import (
+    Condition,
+    FilterPlan,
+    IsEmpty,
+    MatchAny,
+    MatchValue,
+    Range,
+    RankFields,
+)
+from engram_server.adapters.storage.qdrant_cues import LABEL_FIELD, QUESTIONS_FIELD
+from engram_server.domain.model import NEVER, MemoryType, SparseVector, Vector
+from engram_server.domain.ranking import NO_CUE, RescoreCue
 
 __all__ = [
     "DENSE_VECTOR",
+    "LITE_POOL",
     "NO_VECTORS",
     "Hit",
     "RawPoints",
+    "candidate_row",
     "dense_of",
     "dense_query",
     "grpc_filter",
@@ -46,16 +75,120 @@ __all__ = [
     "raw_points",
     "search_params",
     "sparse_query",
+    "value_of",
 ]
 
-#: One hit of a query as the server sent it: ``point_key(h.id)``, ``h.score``,
-#: ``payload_of(h.payload)`` and ``dense_of(h)`` read it (each only where it is used).
-Hit = qg.ScoredPoint
+
+def _file_proto(file: Any) -> descriptor_pb2.FileDescriptorProto:
+    out = descriptor_pb2.FileDescriptorProto()
+    file.CopyToProto(out)
+    return out
+
+
+def _lighten(messages: Any) -> None:
+    """Qdrant's messages with payload values as bytes (``map<string, bytes>``: each value the
+    encoded ``Value``) and dense vector data as bytes (the packed floats; wire-compatible)."""
+    for m in messages:
+        _lighten(m.nested_type)
+        if m.name == "PayloadEntry" and m.options.map_entry:
+            for f in m.field:
+                if f.name == "value":
+                    f.type = descriptor_pb2.FieldDescriptorProto.TYPE_BYTES
+                    f.ClearField("type_name")
+        if m.name in ("DenseVector", "VectorOutput"):
+            for f in m.field:
+                if f.name == "data":
+                    f.type = descriptor_pb2.FieldDescriptorProto.TYPE_BYTES
+                    f.label = descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL
+                    f.options.ClearField("packed")
+
+
+def _lite_pool() -> descriptor_pool.DescriptorPool:
+    points = qg.ScoredPoint.DESCRIPTOR.file
+    pool = descriptor_pool.DescriptorPool()
+    done: set[str] = set()
+
+    def add(file: Any) -> None:
+        if file.name in done:
+            return
+        for dep in file.dependencies:
+            add(dep)
+        proto = _file_proto(file)
+        if file.name == points.name:
+            _lighten(proto.message_type)
+            proto.ClearField("service")
+        pool.Add(proto)
+        done.add(file.name)
+
+    add(timestamp_pb2.DESCRIPTOR)
+    add(points)
+    return pool
+
+
+#: Qdrant's points messages as read here (see the module docstring); their own pool, apart from
+#: qdrant-client's.
+LITE_POOL: Final = _lite_pool()
+_LiteQueryBatchResponse: Any = message_factory.GetMessageClass(
+    LITE_POOL.FindMessageTypeByName("qdrant.QueryBatchResponse")
+)
+_LiteGetResponse: Any = message_factory.GetMessageClass(LITE_POOL.FindMessageTypeByName("qdrant.GetResponse"))
+
+#: One hit of a query as the server sent it (a ``ScoredPoint`` of :data:`LITE_POOL`):
+#: ``point_key(h.id)``, ``h.score``, ``payload_of(h.payload)`` and ``dense_of(h)`` read it (each
+#: only where it is used).
+Hit = Any
+
+_DOUBLE: Final = struct.Struct("<d").unpack_from
+_NULL: Final = b"\x08\x00"
+_TRUE: Final = b"\x28\x01"
+_FALSE: Final = b"\x28\x00"
+
+
+def _varint(data: bytes, at: int) -> tuple[int, int]:
+    """The varint at ``at`` and the offset after it."""
+    out = shift = 0
+    while True:
+        byte = data[at]
+        at += 1
+        out |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return out, at
+        shift += 7
+
+
+def value_of(data: bytes) -> Any:
+    """One payload value from its encoded ``Value`` bytes: what ``value_to_json`` gives of the
+    ``Value`` they encode. A string, a finite double, an integer, a boolean or null as the
+    server encodes them are read straight from the bytes; anything else (lists, objects,
+    non-finite doubles, any other encoding) through ``Value`` and ``value_to_json``."""
+    try:
+        tag = data[0]
+        if tag == 0x22:  # string_value (field 4, length-delimited)
+            size, at = (data[1], 2) if data[1] < 0x80 else _varint(data, 1)
+            if size + at == len(data):
+                return data[at:].decode()
+        elif tag == 0x11:  # double_value (field 2, fixed64)
+            if len(data) == 9:
+                number = _DOUBLE(data, 1)[0]
+                if math.isfinite(number):
+                    return number
+        elif tag == 0x18:  # integer_value (field 3, varint; negatives in ten bytes)
+            number, at = _varint(data, 1)
+            if at == len(data):
+                return number - (1 << 64) if number >= 1 << 63 else number
+        elif data == _NULL:
+            return None
+        elif data == _TRUE:
+            return True
+        elif data == _FALSE:
+            return False
+    except IndexError:  # empty or cut short: as the message parser sees it
+        pass
+    return value_to_json(qg.Value.FromString(data))
+
 
 #: Every payload field.
 ALL_PAYLOAD: Final = qg.WithPayloadSelector(enable=True)
-#: No payload field.
-NO_PAYLOAD: Final = qg.WithPayloadSelector(enable=False)
 #: No vector.
 NO_VECTORS: Final = qg.WithVectorsSelector(enable=False)
 #: The dense (unnamed) vector only.
@@ -68,6 +201,8 @@ def raw_points(client: AsyncQdrantClient) -> RawPoints | None:
     remote = getattr(client, "_client", None)
     if remote is None or not getattr(remote, "_prefer_grpc", False) or not hasattr(remote, "grpc_points"):
         return None
+    if getattr(remote, "_auth_token_provider", None) is not None:
+        return None  # its tokens are added by the client's interceptor only
     return RawPoints(remote)
 
 
@@ -81,17 +216,104 @@ def search_params(params: models.SearchParams | None) -> qg.SearchParams | None:
     return None if params is None else RestToGrpc.convert_search_params(params)
 
 
-def point_key(pid: qg.PointId) -> str:
+def point_key(pid: Any) -> str:
     """A point id as the client gives it, as a string: the UUID, or the number in decimal."""
     return pid.uuid if pid.WhichOneof("point_id_options") == "uuid" else str(pid.num)
 
 
-def payload_of(payload: Any) -> dict[str, Any]:
-    """A point's payload map as a dict (each value as qdrant-client decodes it)."""
-    return {key: value_to_json(payload[key]) for key in payload}
+_TYPES: Final[dict[str, MemoryType]] = {t.value: t for t in MemoryType}
+_SHARED: dict[str, str] = {}  # the few scripts and labels, one string object each
 
 
-def dense_of(hit: qg.ScoredPoint | qg.RetrievedPoint) -> Vector | None:
+def _text(data: bytes) -> str | None:
+    """A string value from its bytes; None when they encode anything else (or a long string)."""
+    if data[0] == 0x22 and len(data) > 1 and data[1] < 0x80 and data[1] + 2 == len(data):
+        return data[2:].decode()
+    return None
+
+
+def _number(data: bytes) -> float | None:
+    """A finite double or an integer value from its bytes, as a float; None otherwise."""
+    tag = data[0]
+    if tag == 0x11 and len(data) == 9:
+        number: float = _DOUBLE(data, 1)[0]
+        return number if math.isfinite(number) else None
+    if tag == 0x18 and len(data) == 2 and data[1] < 0x80:
+        return float(data[1])
+    return None
+
+
+def candidate_row(
+    key: str, payload: Mapping[str, bytes]
+) -> tuple[RankFields, RescoreCue | None, float] | None:
+    """A candidate's ranking fields, stored rescoring cue and ``created_at`` straight from its
+    payload map (of :data:`LITE_POOL`): what ``rank_fields(key, payload_of(payload), ...)``,
+    ``stored_cue(payload_of(payload))`` and the cue memo's ``created_at`` give, for payloads as
+    Engram writes them (a known type, a small integer importance, finite numbers, short strings).
+    None for any other payload: the caller decodes it in full (and reports what is wrong with it)."""
+    get = payload.get
+    try:
+        kind = _TYPES.get(_text(get("type", b"")) or "")
+        importance = get("importance", b"")
+        created = _number(get("created_at", b""))
+        if kind is None or created is None or importance[0] != 0x18 or len(importance) != 2:
+            return None
+        level = importance[1]
+        if level >= 0x80:
+            return None
+        until_data = get("valid_until")
+        until = NEVER if until_data is None else _number(until_data)
+        script_data = get("script")
+        script = "" if script_data is None or script_data == _NULL else _text(script_data)
+        if until is None or script is None:
+            return None
+        current = True
+        for name in ("superseded_by", "draft", "trashed_at"):
+            data = get(name)
+            if data is None or data == _NULL:  # absent or null: empty
+                continue
+            if data[0] not in (0x22, 0x11, 0x18, 0x28):
+                return None  # e.g. a list: the general decoding says whether it is empty
+            current = False
+        share_data = get(QUESTIONS_FIELD)
+        cue: RescoreCue | None = None
+        if share_data is not None and share_data != _NULL:
+            share = _number(share_data)
+            if share is None:
+                return None
+            label_data = get(LABEL_FIELD)
+            if label_data is None or label_data == _NULL:
+                cue = NO_CUE if share == 0.0 else RescoreCue(None, share)
+            else:
+                label = _text(label_data)
+                if label is None:
+                    return None
+                cue = RescoreCue(_SHARED.setdefault(label, label) if len(_SHARED) < 4096 else label, share)
+    except IndexError:  # an empty value: the general decoding refuses it
+        return None
+    if len(_SHARED) < 4096:
+        script = _SHARED.setdefault(script, script)
+    return (kind, float(level), created, until, script, current, key), cue, created
+
+
+def payload_of(payload: Mapping[str, bytes]) -> dict[str, Any]:
+    """A point's payload map (of :data:`LITE_POOL`: values as bytes) as a dict, each value as
+    qdrant-client decodes it."""
+    return {key: value_of(payload[key]) for key in payload}
+
+
+def fields_of(payload: Mapping[str, bytes], names: Sequence[str]) -> dict[str, Any]:
+    """Only these fields of a payload map (those present), as ``payload_of`` decodes them."""
+    out: dict[str, Any] = {}
+    get = payload.get
+    for name in names:
+        data = get(name)
+        if data is not None:
+            out[name] = value_of(data)
+    return out
+
+
+def dense_of(hit: Any) -> Vector | None:
     """The dense vector of a hit (the unnamed one of named vectors), as float32; None when the
     query asked for none."""
     if not hit.HasField("vectors"):
@@ -101,7 +323,7 @@ def dense_of(hit: qg.ScoredPoint | qg.RetrievedPoint) -> Vector | None:
         vectors.vectors.vectors[""] if vectors.WhichOneof("vectors_options") == "vectors" else vectors.vector
     )
     data = out.dense.data if out.WhichOneof("vector") == "dense" else out.data
-    return np.asarray(data, dtype=np.float32)
+    return np.frombuffer(data, dtype="<f4").astype(np.float32)
 
 
 def _condition(c: Condition) -> qg.Condition:
@@ -143,20 +365,70 @@ def sparse_query(sparse: SparseVector) -> qg.Query:
 
 
 class RawPoints:
-    """The search's reads on a Qdrant server over the qdrant-client's own gRPC channel."""
+    """The search's reads on a Qdrant server, on a gRPC channel opened as the client opens its own."""
 
     def __init__(self, remote: Any) -> None:
         self._remote = remote  # qdrant_client's AsyncQdrantRemote
+        self._channel: grpc.aio.Channel | None = None
+        self._calls: tuple[Callable[..., Any], Callable[..., Any]] | None = None
 
     @property
     def _timeout(self) -> int:
         return int(self._remote._timeout)
 
+    def _next(self) -> tuple[Callable[..., Any], Callable[..., Any]]:
+        """(QueryBatch, Get) answering messages of :data:`LITE_POOL`, on a channel of this
+        store's own, opened on first use (in the running event loop) the way the client opens its
+        own (the same address, TLS and its certificates, options and compression). The client's
+        channels carry a Python interceptor that adds its headers to every call (an extra task and
+        several awaits per call); here the same headers (the API key among them) are passed with
+        each call (``_metadata``)."""
+        calls = self._calls
+        if calls is None:
+            remote = self._remote
+            options = dict(remote._grpc_options)
+            credentials = parse_ssl_credentials(options)  # (takes the certificates out)
+            target = f"{remote._host}:{remote._grpc_port}"
+            channel_options = parse_channel_options(options)
+            if remote._https:
+                channel = grpc.aio.secure_channel(
+                    target,
+                    grpc.ssl_channel_credentials(**credentials),
+                    channel_options,
+                    remote._grpc_compression,
+                )
+            else:
+                channel = grpc.aio.insecure_channel(target, channel_options, remote._grpc_compression)
+            self._channel = channel
+            calls = self._calls = (
+                channel.unary_unary(
+                    "/qdrant.Points/QueryBatch",
+                    request_serializer=qg.QueryBatchPoints.SerializeToString,
+                    response_deserializer=_LiteQueryBatchResponse.FromString,
+                ),
+                channel.unary_unary(
+                    "/qdrant.Points/Get",
+                    request_serializer=qg.GetPoints.SerializeToString,
+                    response_deserializer=_LiteGetResponse.FromString,
+                ),
+            )
+        return calls
+
+    def _metadata(self) -> list[tuple[str, str]]:
+        """The headers the client's interceptor adds to each of its calls."""
+        return [*self._remote._grpc_headers, *get_context_headers().items()]
+
+    async def close(self) -> None:
+        channel, self._channel, self._calls = self._channel, None, None
+        if channel is not None:
+            await channel.close()
+
     async def query_batch(self, collection: str, queries: Sequence[qg.QueryPoints]) -> list[list[Hit]]:
         """One ``QueryBatch`` call; per query its hits, best first (undecoded: see ``Hit``)."""
-        response = await self._remote.grpc_points.QueryBatch(
+        response = await self._next()[0](
             qg.QueryBatchPoints(collection_name=collection, query_points=queries),
             timeout=self._timeout,
+            metadata=self._metadata(),
         )
         return [list(batch.result) for batch in response.result]
 
@@ -164,7 +436,7 @@ class RawPoints:
         self, collection: str, ids: Sequence[str], with_payload: qg.WithPayloadSelector = ALL_PAYLOAD
     ) -> list[tuple[str, dict[str, Any]]]:
         """The points of ``ids`` that exist (canonical UUID strings), with their payloads."""
-        response = await self._remote.grpc_points.Get(
+        response = await self._next()[1](
             qg.GetPoints(
                 collection_name=collection,
                 ids=[qg.PointId(uuid=i) for i in ids],
@@ -172,26 +444,19 @@ class RawPoints:
                 with_vectors=NO_VECTORS,
             ),
             timeout=self._timeout,
+            metadata=self._metadata(),
         )
         return [(point_key(r.id), payload_of(r.payload)) for r in response.result]
 
-    async def dense_vectors(self, collection: str, ids: Sequence[str]) -> dict[str, Vector]:
-        """The dense vectors of the points of ``ids`` that exist (no payload), by id."""
-        response = await self._remote.grpc_points.Get(
-            qg.GetPoints(
-                collection_name=collection,
-                ids=[qg.PointId(uuid=i) for i in ids],
-                with_payload=NO_PAYLOAD,
-                with_vectors=DENSE_VECTOR,
-            ),
-            timeout=self._timeout,
+    async def collection_metadata(self, collection: str) -> dict[str, Any] | None:
+        """The collection's metadata as the client's ``get_collection`` gives it
+        (``config.metadata``: None when it has none); raises ``NotFound`` when there is no such
+        collection."""
+        response = await self._remote.grpc_collections.Get(
+            qg.GetCollectionInfoRequest(collection_name=collection), timeout=self._timeout
         )
-        out: dict[str, Vector] = {}
-        for r in response.result:
-            vec = dense_of(r)
-            if vec is not None:
-                out[point_key(r.id)] = vec
-        return out
+        metadata = response.result.config.metadata
+        return {key: value_to_json(metadata[key]) for key in metadata} if len(metadata) > 0 else None
 
     async def collection_names(self) -> list[str]:
         """Every collection's name on the server."""

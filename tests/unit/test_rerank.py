@@ -69,3 +69,40 @@ def test_cross_encoder_batches_mixed_lengths_like_single_calls() -> None:
     alone = [ce.score_sync(q, [t])[0] for t in texts]
     # (the int8 model quantises activations per batch: padding shifts a logit by a few hundredths)
     assert together == pytest.approx(alone, abs=0.1)
+
+
+@needs_model
+def test_cross_encoder_reads_no_further_than_max_tokens() -> None:
+    # A memory of ~200 tokens: what follows its first MAX_TOKENS (128) tokens, query included,
+    # is never read, so it cannot change the logit (nor what the pair costs).
+    ce = rerank.CrossEncoderReranker()
+    assert rerank.MAX_TOKENS == 128
+    q = "Where did Ann move to in March?"
+    head = "Ann: I moved to Porto in March. " + "The flat is small but bright and near the river. " * 12
+    a, b = ce.score_sync(
+        q, [head + "We also went to Lisbon.", head + "Bob lives in Berlin now, and Ann in Oslo."]
+    )
+    assert a == b
+    # the same memory read whole (512 tokens) does see the end
+    whole = rerank.CrossEncoderReranker(max_tokens=512)
+    x, y = whole.score_sync(
+        q, [head + "We also went to Lisbon.", head + "Bob lives in Berlin now, and Ann in Oslo."]
+    )
+    assert x != y
+
+
+@needs_model
+def test_cut_keeps_the_scores_of_short_memories() -> None:
+    # LoCoMo-sized turns (well under 128 tokens with the query) score the same, in the same order,
+    # whether pairs are cut at 128 or read whole.
+    q = "What does Tim do to escape reality?"
+    texts = [
+        "Tim: Reading a great fantasy book helps me escape, honestly.",
+        "John: I went to the gym three times this week and feel great.",
+        "Tim: I have an exam on Friday, so I am studying a lot.",
+        "Tim: Harry Potter is my favourite series; I reread it every winter when things get hard.",
+    ]
+    cut = rerank.CrossEncoderReranker().score_sync(q, texts)
+    whole = rerank.CrossEncoderReranker(max_tokens=512).score_sync(q, texts)
+    assert cut == pytest.approx(whole, abs=1e-4)
+    assert sorted(range(4), key=lambda i: -cut[i]) == sorted(range(4), key=lambda i: -whole[i])

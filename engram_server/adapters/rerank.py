@@ -65,7 +65,7 @@ class CrossEncoderReranker:
     model_id = MODEL_ID
 
     def __init__(
-        self, directory: Path | None = None, *, threads: int = 1, max_tokens: int = MAX_TOKENS
+        self, directory: Path | None = None, *, threads: int = 2, max_tokens: int = MAX_TOKENS
     ) -> None:
         d = directory or model_dir()
         if d is None:

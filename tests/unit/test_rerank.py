@@ -106,3 +106,28 @@ def test_cut_keeps_the_scores_of_short_memories() -> None:
     whole = rerank.CrossEncoderReranker(max_tokens=512).score_sync(q, texts)
     assert cut == pytest.approx(whole, abs=1e-4)
     assert sorted(range(4), key=lambda i: -cut[i]) == sorted(range(4), key=lambda i: -whole[i])
+
+
+@needs_model
+def test_two_threads_spend_no_more_cpu_than_one() -> None:
+    # onnxruntime's intra-op workers would spin between operators (twice the CPU time at 2
+    # threads); with spinning off a 2-thread call costs about what a 1-thread call does.
+    import time  # noqa: PLC0415
+
+    q = "What does Tim do to escape reality?"
+    texts = [
+        f"Tim: on day {i} I read a fantasy book about dragons, castles and far away lands." for i in range(24)
+    ]
+
+    def cpu(threads: int) -> float:
+        ce = rerank.CrossEncoderReranker(threads=threads)
+        ce.score_sync(q, texts)
+        best = float("inf")
+        for _ in range(3):
+            t0 = time.process_time()
+            ce.score_sync(q, texts)
+            best = min(best, time.process_time() - t0)
+        return best
+
+    one, two = cpu(1), cpu(2)
+    assert two < 1.5 * one, (one, two)

@@ -59,7 +59,7 @@ def score(
 ) -> dict[str, list[float]]:
     from engram_server.adapters.rerank import CrossEncoderReranker  # noqa: PLC0415
 
-    model = CrossEncoderReranker(threads=threads, max_tokens=max_tokens)
+    model = CrossEncoderReranker(threads=threads, max_tokens=max_tokens, cache_pairs=0)
     out: dict[str, list[float]] = {}
     for cid, qi, q in _questions(dump, convs):
         text = {t[0]: _text(t, variant) for t in dump[cid]["turns"]}
@@ -213,10 +213,10 @@ def truncation(dump: Json, ce: dict[str, list[float]], convs: tuple[str, ...], c
     from engram_server.adapters.rerank import CrossEncoderReranker  # noqa: PLC0415
 
     server = recalls(dump, ce, convs, rrf(10.0), 30)
-    full = CrossEncoderReranker(max_tokens=512)
+    full = CrossEncoderReranker(max_tokens=512, cache_pairs=0)
     full.score_sync("warm up", ["warm up"])
     for cut in cuts:
-        model = CrossEncoderReranker(max_tokens=cut)
+        model = CrossEncoderReranker(max_tokens=cut, cache_pairs=0)
         out: dict[str, list[float]] = {}
         n = total = 0
         lengths: list[int] = []
@@ -248,7 +248,7 @@ def timing(dump: Json, convs: tuple[str, ...], questions: int = 20) -> None:
     text = {t[0]: _text(t, "plain") for t in dump[cid]["turns"]}
     qs = dump[cid]["questions"][:questions]
     for threads in (1, 2):
-        model = CrossEncoderReranker(threads=threads)
+        model = CrossEncoderReranker(threads=threads, cache_pairs=0)  # every depth read afresh
         model.score_sync("warm up", ["warm up"])
         for depth in (10, 20, 30):
             wall, cpu = [], []

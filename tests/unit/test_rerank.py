@@ -62,7 +62,7 @@ def test_cross_encoder_prefers_the_answer() -> None:
 
 @needs_model
 def test_cross_encoder_batches_mixed_lengths_like_single_calls() -> None:
-    ce = rerank.CrossEncoderReranker()
+    ce = rerank.CrossEncoderReranker(cache_pairs=0)
     q = "what colour is the car?"
     texts = ["The car is red.", "A much longer sentence about the weather, the trains and the car park " * 5]
     together = ce.score_sync(q, texts)
@@ -120,7 +120,7 @@ def test_two_threads_spend_no_more_cpu_than_one() -> None:
     ]
 
     def cpu(threads: int) -> float:
-        ce = rerank.CrossEncoderReranker(threads=threads)
+        ce = rerank.CrossEncoderReranker(threads=threads, cache_pairs=0)
         ce.score_sync(q, texts)
         best = float("inf")
         for _ in range(3):
@@ -131,3 +131,39 @@ def test_two_threads_spend_no_more_cpu_than_one() -> None:
 
     one, two = cpu(1), cpu(2)
     assert two < 1.5 * one, (one, two)
+
+
+@needs_model
+def test_a_repeated_question_reads_only_new_memories() -> None:
+    ce = rerank.CrossEncoderReranker(cache_pairs=4)
+    q = "Where did Ann move to in March?"
+    texts = [
+        "Ann: I moved to Porto in March.",
+        "Bob: I started a pottery class.",
+        "Ann: My sister visits in May.",
+    ]
+    first = ce.score_sync(q, texts)
+    assert ce.pairs_scored == 3
+    # the same question again: nothing is read, the same logits come back
+    assert ce.score_sync(q, texts) == first
+    assert ce.pairs_scored == 3
+    # a new memory among them: only it is read
+    again = ce.score_sync(q, [*texts, "Cleo: I moved to Lyon in March."])
+    assert again[:3] == first
+    assert ce.pairs_scored == 4
+    # another question reads its pairs; the cache keeps the 4 most recently used pairs
+    ce.score_sync("What class did Bob start?", texts[1:2])
+    assert ce.pairs_scored == 5
+    ce.score_sync(q, texts[:1])
+    assert ce.pairs_scored == 6  # (q, texts[0]) was the least recently used: dropped, read again
+    # a duplicated text is read once
+    ce.score_sync("Who visits in May?", [texts[2], texts[2]])
+    assert ce.pairs_scored == 7
+
+
+@needs_model
+def test_no_cache_reads_every_time() -> None:
+    ce = rerank.CrossEncoderReranker(cache_pairs=0)
+    ce.score_sync("q", ["a", "b"])
+    ce.score_sync("q", ["a", "b"])
+    assert ce.pairs_scored == 4

@@ -261,6 +261,32 @@ def timing(dump: Json, convs: tuple[str, ...], questions: int = 20) -> None:
                 f"threads {threads} depth {depth}: p50 wall {1000 * np.median(wall):.0f} ms, "
                 f"p50 CPU {1000 * np.median(cpu):.0f} ms ({len(qs)} questions of {cid})"
             )
+    # the pair cache: a question asked again, then again with one memory more
+    model = CrossEncoderReranker()
+    model.score_sync("warm up", ["warm up"])
+    runs: dict[str, list[float]] = {"first (29 pairs)": [], "same again": [], "again, 1 new": []}
+    for q in qs:
+        texts = [text[h[0]] for h in q["top50"][:30]]
+        for name, part in zip(runs, (texts[:29], texts[:29], texts), strict=True):
+            c0 = time.process_time()
+            model.score_sync(q["q"], part)
+            runs[name].append(time.process_time() - c0)
+    print("cache:", ", ".join(f"{k} p50 CPU {1000 * np.median(v):.2f} ms" for k, v in runs.items()))
+    # the cost of a pair by its length (random token ids; batches of 8)
+    model = CrossEncoderReranker(threads=1, cache_pairs=0)
+    model.score_sync("warm up", ["warm up"])
+    rng = np.random.default_rng(0)
+    row = []
+    for n in (32, 48, 64, 96, 128, 256):
+        ids = rng.integers(1000, 20000, (8, n))
+        feed = {"input_ids": ids, "attention_mask": np.ones_like(ids), "token_type_ids": np.zeros_like(ids)}
+        cpu = []
+        for _ in range(5):
+            c0 = time.process_time()
+            model._session.run(["logits"], feed)
+            cpu.append(time.process_time() - c0)
+        row.append(f"{n} tokens {1000 * np.median(cpu) / 8:.1f} ms")
+    print("CPU a pair by length, 1 thread:", ", ".join(row))
 
 
 def main() -> None:

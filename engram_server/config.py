@@ -93,7 +93,7 @@ class Settings:
     fusion_mode: str = "additive"
     rerank: str = "auto"
     rerank_depth: int = 30
-    rerank_threads: int = 1
+    rerank_threads: int = 2
     max_content_chars: int = 8192
     max_batch_items: int = 64
     slot_capacity_tokens: int = 200
@@ -448,7 +448,9 @@ SETTINGS_DOC: list[tuple[str, str, str]] = [
     (
         "rerank_threads",
         "ENGRAM_RERANK_THREADS",
-        "Threads one reranking call uses (onnxruntime intra-op threads).",
+        "Threads one reranking call uses (onnxruntime intra-op threads, which do not spin while "
+        "idle). 2 (default): the same CPU time as 1 thread on the LoCoMo tuning turns (290 vs 309 ms "
+        "for 30), in less wall time when a second core is free.",
     ),
     ("max_content_chars", "ENGRAM_MAX_CONTENT_CHARS", "Longest memory content accepted."),
     (

@@ -62,10 +62,108 @@ def test_cross_encoder_prefers_the_answer() -> None:
 
 @needs_model
 def test_cross_encoder_batches_mixed_lengths_like_single_calls() -> None:
-    ce = rerank.CrossEncoderReranker()
+    ce = rerank.CrossEncoderReranker(cache_pairs=0)
     q = "what colour is the car?"
     texts = ["The car is red.", "A much longer sentence about the weather, the trains and the car park " * 5]
     together = ce.score_sync(q, texts)
     alone = [ce.score_sync(q, [t])[0] for t in texts]
     # (the int8 model quantises activations per batch: padding shifts a logit by a few hundredths)
     assert together == pytest.approx(alone, abs=0.1)
+
+
+@needs_model
+def test_cross_encoder_reads_no_further_than_max_tokens() -> None:
+    # A memory of ~200 tokens: what follows its first MAX_TOKENS (128) tokens, query included,
+    # is never read, so it cannot change the logit (nor what the pair costs).
+    ce = rerank.CrossEncoderReranker()
+    assert rerank.MAX_TOKENS == 128
+    q = "Where did Ann move to in March?"
+    head = "Ann: I moved to Porto in March. " + "The flat is small but bright and near the river. " * 12
+    a, b = ce.score_sync(
+        q, [head + "We also went to Lisbon.", head + "Bob lives in Berlin now, and Ann in Oslo."]
+    )
+    assert a == b
+    # the same memory read whole (512 tokens) does see the end
+    whole = rerank.CrossEncoderReranker(max_tokens=512)
+    x, y = whole.score_sync(
+        q, [head + "We also went to Lisbon.", head + "Bob lives in Berlin now, and Ann in Oslo."]
+    )
+    assert x != y
+
+
+@needs_model
+def test_cut_keeps_the_scores_of_short_memories() -> None:
+    # LoCoMo-sized turns (well under 128 tokens with the query) score the same, in the same order,
+    # whether pairs are cut at 128 or read whole.
+    q = "What does Tim do to escape reality?"
+    texts = [
+        "Tim: Reading a great fantasy book helps me escape, honestly.",
+        "John: I went to the gym three times this week and feel great.",
+        "Tim: I have an exam on Friday, so I am studying a lot.",
+        "Tim: Harry Potter is my favourite series; I reread it every winter when things get hard.",
+    ]
+    cut = rerank.CrossEncoderReranker().score_sync(q, texts)
+    whole = rerank.CrossEncoderReranker(max_tokens=512).score_sync(q, texts)
+    assert cut == pytest.approx(whole, abs=1e-4)
+    assert sorted(range(4), key=lambda i: -cut[i]) == sorted(range(4), key=lambda i: -whole[i])
+
+
+@needs_model
+def test_two_threads_spend_no_more_cpu_than_one() -> None:
+    # onnxruntime's intra-op workers would spin between operators (twice the CPU time at 2
+    # threads); with spinning off a 2-thread call costs about what a 1-thread call does.
+    import time  # noqa: PLC0415
+
+    q = "What does Tim do to escape reality?"
+    texts = [
+        f"Tim: on day {i} I read a fantasy book about dragons, castles and far away lands." for i in range(24)
+    ]
+
+    def cpu(threads: int) -> float:
+        ce = rerank.CrossEncoderReranker(threads=threads, cache_pairs=0)
+        ce.score_sync(q, texts)
+        best = float("inf")
+        for _ in range(3):
+            t0 = time.process_time()
+            ce.score_sync(q, texts)
+            best = min(best, time.process_time() - t0)
+        return best
+
+    one, two = cpu(1), cpu(2)
+    assert two < 1.5 * one, (one, two)
+
+
+@needs_model
+def test_a_repeated_question_reads_only_new_memories() -> None:
+    ce = rerank.CrossEncoderReranker(cache_pairs=4)
+    q = "Where did Ann move to in March?"
+    texts = [
+        "Ann: I moved to Porto in March.",
+        "Bob: I started a pottery class.",
+        "Ann: My sister visits in May.",
+    ]
+    first = ce.score_sync(q, texts)
+    assert ce.pairs_scored == 3
+    # the same question again: nothing is read, the same logits come back
+    assert ce.score_sync(q, texts) == first
+    assert ce.pairs_scored == 3
+    # a new memory among them: only it is read
+    again = ce.score_sync(q, [*texts, "Cleo: I moved to Lyon in March."])
+    assert again[:3] == first
+    assert ce.pairs_scored == 4
+    # another question reads its pairs; the cache keeps the 4 most recently used pairs
+    ce.score_sync("What class did Bob start?", texts[1:2])
+    assert ce.pairs_scored == 5
+    ce.score_sync(q, texts[:1])
+    assert ce.pairs_scored == 6  # (q, texts[0]) was the least recently used: dropped, read again
+    # a duplicated text is read once
+    ce.score_sync("Who visits in May?", [texts[2], texts[2]])
+    assert ce.pairs_scored == 7
+
+
+@needs_model
+def test_no_cache_reads_every_time() -> None:
+    ce = rerank.CrossEncoderReranker(cache_pairs=0)
+    ce.score_sync("q", ["a", "b"])
+    ce.score_sync("q", ["a", "b"])
+    assert ce.pairs_scored == 4

@@ -1,6 +1,8 @@
-"""The lexical-only candidates of a search carry their exact cosine: the embedded store gets it in
-the same engine batch as the dense and BM25 queries (the sparse query's points rescored with the
-dense vector), where it used to ask the engine again after the batch."""
+"""The lexical-only candidates of a search carry their exact cosine, and their vector when vectors
+are asked for. (Getting the cosines in the dense + BM25 batch itself, the BM25 query again as a
+prefetch rescored with the dense vector, was tried twice: it lost the vectors, and with them kept
+it cost more engine CPU per search than the query by ids after the batch: 3.47 vs 3.09 ms of
+``service.search`` at 20k, ``bench/cpu_inprocess.py``, 2026-12-03.)"""
 
 from __future__ import annotations
 
@@ -72,7 +74,7 @@ async def test_lexical_only_candidates_have_their_exact_cosine(tmp_path: Path) -
 
 async def test_lexical_only_candidates_keep_their_vectors_when_asked(tmp_path: Path) -> None:
     """With vectors asked for (a diversified search), every candidate carries its own vector, the
-    lexical-only ones too (the batch's cosines come without vectors: those are asked by id)."""
+    lexical-only ones too (what reverted the single-batch cosines once: those came without)."""
     rng = np.random.default_rng(5)
     enc = Bm25Encoder()
     store = EdgeStore(tmp_path, nearest_lists=0)

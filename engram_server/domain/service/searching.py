@@ -453,7 +453,18 @@ class Searching(ServiceCore):
                     weights,
                     mode=self.policy.hybrid.fusion,
                 )
-                sc = replace(sc, recency=rec, final=final)
+                # (built directly: ``dataclasses.replace`` costs microseconds a call)
+                sc = Score(
+                    final=final,
+                    relevance=sc.relevance,
+                    recency=rec,
+                    importance=sc.importance,
+                    raw_similarity=sc.raw_similarity,
+                    lexical=sc.lexical,
+                    episode=sc.episode,
+                    rescore=sc.rescore,
+                    rerank=sc.rerank,
+                )
             out.append(SearchHit(h.memory, sc))
         out.sort(key=lambda h: (-h.score.final, -h.memory.created_at, h.memory.id))
         return out

@@ -248,6 +248,14 @@ class EdgeCandidates(EdgeEngine):
                 out = known(col)
             return out
 
+        # Known already (the usual case once the fields are loaded): read here, without waiting
+        # for the io thread. These are reads of the kept dicts only (never the engine), so only a
+        # write queued or running before them must go first (``_queued``), as ``_read`` orders it.
+        col = self._cols.get(collection)
+        if col is not None and not self._queued and self._io is not None:
+            got = known(col)
+            if len(got) == len(keys):
+                return got
         return await self._read(work)
 
     async def candidates(
@@ -322,28 +330,6 @@ class EdgeCandidates(EdgeEngine):
                     with_vector=False,
                 )
 
-            def lexical_cosines_request(n: int, where: qe.Filter | None) -> qe.QueryRequest:
-                # The top ``n`` of the BM25 query (as ``sparse_request``), each with its exact
-                # cosine to the dense query (as ``by_ids_request``).
-                assert sparse is not None
-                return qe.QueryRequest(
-                    limit=n,
-                    prefetches=[
-                        qe.Prefetch(
-                            limit=n,
-                            query=qe.Query.Nearest(
-                                qe.SparseVector(list(sparse.indices), list(sparse.values)),
-                                using=LEXICAL_VECTOR,
-                            ),
-                            filter=where,
-                        )
-                    ],
-                    query=qe.Query.Nearest(query),
-                    with_payload=False,
-                    with_vector=False,
-                    params=_EXACT_PARAMS,
-                )
-
             def by_ids_request(
                 ids: list[Any], also: qe.Filter | None = None, above: float | None = None
             ) -> qe.QueryRequest:
@@ -364,17 +350,6 @@ class EdgeCandidates(EdgeEngine):
 
             if lexical:
                 requests.append(sparse_request(lexical_limit_asked, where))
-            # The exact cosine of the BM25 side's points, in the same batch: the BM25 query again as
-            # a prefetch, its points scored against the dense query with the original vectors (a
-            # separate query by ids afterwards, for those the dense side did not find, cost more
-            # than this at 100k: the engine's planning and a second call). The same scores as the
-            # query by ids (``by_ids_request``), which stays for any point this does not cover.
-            # Not when a kept nearest list answers the dense side (its ``others`` hold them), nor
-            # when vectors are asked for (MMR): these come without theirs; the query by ids
-            # returns them.
-            rescore_lexical = lexical and kept_list is None and not with_vectors
-            if rescore_lexical:
-                requests.append(lexical_cosines_request(lexical_limit_asked, where))
             if kept_list is not None and changed_ids:
                 # Those that still match the user filter and may enter the list (score above its
                 # floor: the engine drops the rest, however many points were written).
@@ -384,7 +359,6 @@ class EdgeCandidates(EdgeEngine):
             results = iter(col.shard.query_batch(qe.QueryBatchRequest(requests)) if requests else [])
             dense_found = next(results) if kept_list is None else None
             lexical_found = next(results) if lexical else None
-            lexical_cosines: Sequence[Any] | None = next(results) if rescore_lexical else None
             changed_found = next(results) if changed_ids else None
             ranks = col.ranks
 
@@ -505,12 +479,6 @@ class EdgeCandidates(EdgeEngine):
                     # writes between the queries (one thread). Kept with the nearest list: a
                     # point's cosine to this vector changes only when its vector does.
                     others = entry.others() if entry is not None else {}
-                    if lexical_cosines is not None:
-                        # (a new nearest list, if any: its ``others`` start with these)
-                        cos = {h.id.int: h.score for h in lexical_cosines}
-                        others = {k: cos[k] for k in only_lexical if k in cos}
-                        if entry is not None and others:
-                            entry.set_others(others)
                     extra = known([(k, others[k], None, None) for k in only_lexical if k in others])
                     ask = [lexical_id[k] for k in only_lexical if k not in others]
                     if ask:

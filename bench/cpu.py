@@ -190,6 +190,8 @@ async def fill_node(args: argparse.Namespace, data: Path, prefix: str) -> int:
             for r in records:
                 vec = r.vector or {}
                 sp = vec.get(LEXICAL_VECTOR) if isinstance(vec, dict) else None
+                if sp is not None and not isinstance(sp, qe.SparseVector):
+                    raise SystemExit(f"point {r.id}: its {LEXICAL_VECTOR!r} vector is not sparse")
                 dense = vec.get("") if isinstance(vec, dict) else vec
                 points.append(
                     StoredPoint(

@@ -138,3 +138,69 @@ async def test_counting_hits_writes_nothing_to_the_engine(tmp_path: Path) -> Non
         assert await store.count("default", StoreFilter()) == 300
     finally:
         await store.close()
+
+
+class _CountingShard:
+    """The engine shard, with its ``retrieve`` calls counted (the ids each asked for)."""
+
+    def __init__(self, shard: object) -> None:
+        self._shard = shard
+        self.retrieved: list[int] = []
+
+    def retrieve(self, ids: list[object], *args: object) -> object:
+        self.retrieved.append(len(ids))
+        return self._shard.retrieve(ids, *args)  # type: ignore[attr-defined]
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._shard, name)
+
+
+async def test_counting_again_reads_no_counters_back_from_the_engine(tmp_path: Path) -> None:
+    """A point counted before has its counters in the ledger and its kept ranking fields say it is
+    current: counting it again reads nothing from the engine. A point the ledger does not know, or
+    whose kept fields are gone or say it is not current (a history version, a draft, trashed), is
+    read; the counts are those of reading every point."""
+    rng = np.random.default_rng(7)
+    store = EdgeStore(tmp_path)
+    await store.open()
+    try:
+        await store.create_collection(
+            CollectionSpec(name="default", embedding_model="test/random", dimension=DIM, created_at=1.0)
+        )
+        vecs = rng.normal(size=(8, DIM)).astype(np.float32)
+        vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+        recs = [MemoryRecord(id=str(uuid.uuid4()), collection="default", content=f"m{i}") for i in range(8)]
+        await store.upsert("default", [StoredPoint(r, v) for r, v in zip(recs, vecs, strict=True)])
+        col = store._cols["default"]  # white box: count the engine reads
+        shard = _CountingShard(col.shard)
+        col.shard = shard  # type: ignore[assignment]
+        ids = [r.id for r in recs]
+
+        got = await store.add_access("default", {mid: (1, 5.0) for mid in ids})
+        assert shard.retrieved == [8]  # not counted before: read
+        assert got == {mid: (1, 5.0) for mid in ids}
+        shard.retrieved.clear()
+        got = await store.add_access("default", {mid: (2, 4.0) for mid in ids})
+        assert shard.retrieved == []  # all in the ledger, all current: nothing read
+        assert got == {mid: (3, 5.0) for mid in ids}  # (the last access stays the latest)
+
+        # Made a history version, a draft and trashed (their kept fields dropped);
+        # one upserted anew (its ledger entry forgotten: the counters are the payload's again).
+        await store.set_fields(
+            "default",
+            {ids[0]: {"superseded_by": ids[7]}, ids[1]: {"draft": True}, ids[2]: {"trashed_at": 9.0}},
+        )
+        assert all(uuid.UUID(mid).int not in col.ranks for mid in ids[:3])
+        await store.upsert("default", [StoredPoint(recs[3], vecs[3])])
+        shard.retrieved.clear()
+        got = await store.add_access("default", {mid: (1, 6.0) for mid in ids})
+        assert shard.retrieved == [4]  # the history version, the draft, the trashed, the new one
+        assert ids[0] not in got  # a history version keeps its counters
+        assert got[ids[1]] == got[ids[2]] == got[ids[4]] == (4, 6.0)
+        assert got[ids[3]] == (1, 6.0)  # upserted with the record's own count (0)
+        shard.retrieved.clear()
+        stored = {p.record.id: p.record for p in await store.retrieve("default", ids)}
+        assert {mid: (r.access_count, r.last_accessed_at) for mid, r in stored.items() if mid in got} == got
+        assert stored[ids[0]].access_count == 3
+    finally:
+        await store.close()

@@ -31,9 +31,9 @@ import json
 import re
 import sys
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypeVar
 
 import numpy as np
 
@@ -186,37 +186,60 @@ def _opt_str(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
+_E = TypeVar("_E")
+
+
+def _enum_of(table: Mapping[str, _E], kind: Callable[[Any], _E], value: Any) -> _E:
+    """``kind(value)`` through a table of its values (an enum call costs ≈ 1 µs); a value not in
+    the table goes to ``kind`` itself (which raises ValueError for a value it does not know)."""
+    got = table.get(value) if isinstance(value, str) else None
+    return got if got is not None else kind(value)
+
+
+_SOURCE_OF: Final[dict[str, Source]] = {s.value: s for s in Source}
+_SOURCE_TYPE_OF: Final[dict[str, SourceType]] = {s.value: s for s in SourceType}
+_MEMORY_TYPE_OF: Final[dict[str, MemoryType]] = {t.value: t for t in MemoryType}
+
+
 def record_from_payload(point_id: object, collection: str, payload: Mapping[str, Any]) -> MemoryRecord:
     """Decode a stored payload. Unknown keys are ignored, so adding a field later does not
     break reading old points."""
+    get = payload.get
     try:
+        tags = get("tags")
+        history = get("source_type_history")
+        metadata = get("metadata")
+        near = get("near_duplicates")
+        derived = get("derived_from")
         return MemoryRecord(
             id=str(point_id),
             collection=collection,
             content=str(payload["content"]),
-            type=MemoryType(payload["type"]),
+            type=_enum_of(_MEMORY_TYPE_OF, MemoryType, payload["type"]),
             importance=int(payload["importance"]),
-            tags=tuple(str(t) for t in payload.get("tags") or ()),
-            source=Source(payload["source"]),
-            source_type=SourceType(payload["source_type"]),
-            source_type_history=tuple(SourceType(s) for s in payload.get("source_type_history") or ()),
-            metadata={str(k): str(v) for k, v in (payload.get("metadata") or {}).items()},
+            tags=tuple(map(str, tags)) if tags else (),
+            source=_enum_of(_SOURCE_OF, Source, payload["source"]),
+            source_type=_enum_of(_SOURCE_TYPE_OF, SourceType, payload["source_type"]),
+            source_type_history=tuple(_enum_of(_SOURCE_TYPE_OF, SourceType, s) for s in history)
+            if history
+            else (),
+            metadata={str(k): str(v) for k, v in metadata.items()} if metadata else {},
             created_at=float(payload["created_at"]),
             updated_at=float(payload["updated_at"]),
             valid_until=float(payload["valid_until"]),
             version=int(payload["version"]),
-            superseded_by=_opt_str(payload.get("superseded_by")),
-            access_count=int(payload.get("access_count", 0)),
-            last_accessed_at=_opt_float(payload.get("last_accessed_at")),
-            reflected_at=_opt_float(payload.get("reflected_at")),
-            request_id=_opt_str(payload.get("request_id")),
-            request_hash=_opt_str(payload.get("request_hash")),
-            near_duplicates=tuple((str(i), float(s)) for i, s in payload.get("near_duplicates") or ()),
-            derived_from=tuple(str(i) for i in payload.get("derived_from") or ()),
-            draft=payload.get("draft") in (True, "true"),
-            trashed_at=_opt_float(payload.get("trashed_at")),
-            session_id=_opt_str(payload.get("session_id")),
-            agent_id=_opt_str(payload.get("agent_id")),
+            superseded_by=_opt_str(get("superseded_by")),
+            access_count=int(get("access_count", 0)),
+            last_accessed_at=_opt_float(get("last_accessed_at")),
+            reflected_at=_opt_float(get("reflected_at")),
+            request_id=_opt_str(get("request_id")),
+            request_hash=_opt_str(get("request_hash")),
+            near_duplicates=tuple((str(i), float(s)) for i, s in near) if near else (),
+            derived_from=tuple(map(str, derived)) if derived else (),
+            draft=get("draft") in (True, "true"),
+            trashed_at=_opt_float(get("trashed_at")),
+            session_id=_opt_str(get("session_id")),
+            agent_id=_opt_str(get("agent_id")),
         )
     except (KeyError, ValueError, TypeError) as exc:
         raise StorageUnavailable(
@@ -567,12 +590,20 @@ def canonical_ids(ids: Iterable[str]) -> list[str]:
     """Ids in canonical UUID form, de-duplicated, in order; strings that are not UUIDs
     cannot name a stored point and are dropped (callers treat them as missing)."""
     out: dict[str, None] = {}
+    canonical = _CANONICAL_UUID.fullmatch
     for raw in ids:
+        if isinstance(raw, str) and canonical(raw):
+            out[raw] = None  # (already canonical: parsing and printing it would give it back)
+            continue
         try:
             out[str(uuid.UUID(str(raw)))] = None
         except ValueError:
             continue
     return list(out)
+
+
+#: A UUID in its canonical text form (lower-case hex, hyphenated), as ``str(uuid.UUID(...))`` writes it.
+_CANONICAL_UUID: Final = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
 # --------------------------------------------------------------------------- filters

@@ -4,6 +4,7 @@ full records and access counts."""
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import math
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
@@ -452,7 +453,18 @@ class Searching(ServiceCore):
                     weights,
                     mode=self.policy.hybrid.fusion,
                 )
-                sc = replace(sc, recency=rec, final=final)
+                # (built directly: ``dataclasses.replace`` costs microseconds a call)
+                sc = Score(
+                    final=final,
+                    relevance=sc.relevance,
+                    recency=rec,
+                    importance=sc.importance,
+                    raw_similarity=sc.raw_similarity,
+                    lexical=sc.lexical,
+                    episode=sc.episode,
+                    rescore=sc.rescore,
+                    rerank=sc.rerank,
+                )
             out.append(SearchHit(h.memory, sc))
         out.sort(key=lambda h: (-h.score.final, -h.memory.created_at, h.memory.id))
         return out
@@ -553,28 +565,33 @@ class Searching(ServiceCore):
         order = sorted(chosen.tolist(), key=lambda k: (-fl[k], -cl[k], ids[k]))
         if keep is not None:
             order = order[:keep]
-        starts = np.cumsum([0] + [len(p.found) for p in pools])
+        starts = np.cumsum([0] + [len(p.found) for p in pools]).tolist()
         best_bm25 = [float(p.found.lexical.max()) if len(p.found.lexical) else 0.0 for p in pools]
+        # (plain lists: reading a numpy array an element at a time costs ≈ 0.1 µs a read)
+        rel, lex, epi = relevance.tolist(), lexical.tolist(), episode.tolist()
+        recs, imp = rec.tolist(), importance.tolist()
+        cosines = [p.found.cosine.tolist() for p in pools]
+        bm25 = [p.found.lexical.tolist() for p in pools]
         ranked: list[_Ranked] = []
         for k in order:
-            j = 0 if len(pools) == 1 else int(np.searchsorted(starts, k, side="right")) - 1
-            c, i = pools[j].found, k - int(starts[j])
+            j = 0 if len(pools) == 1 else bisect.bisect_right(starts, k) - 1
+            c, i = pools[j].found, k - starts[j]
             ranked.append(
                 _Ranked(
                     c.collection,
                     c.ids[i],
                     Score(
-                        final=float(final[k]),
-                        relevance=float(relevance[k]),
-                        recency=float(rec[k]),
-                        importance=float(importance[k]) / 10.0,
-                        raw_similarity=float(c.cosine[i]),
-                        lexical=float(lexical[k]),
-                        episode=float(episode[k]),
+                        final=fl[k],
+                        relevance=rel[k],
+                        recency=recs[k],
+                        importance=imp[k] / 10.0,
+                        raw_similarity=cosines[j][i],
+                        lexical=lex[k],
+                        episode=epi[k],
                     ),
                     None if c.vectors is None else c.vectors[i],
                     c.scripts[i],
-                    float(c.lexical[i]) / best_bm25[j] if best_bm25[j] > 0 else 0.0,
+                    bm25[j][i] / best_bm25[j] if best_bm25[j] > 0 else 0.0,
                 )
             )
         return ranked

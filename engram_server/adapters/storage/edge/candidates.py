@@ -248,6 +248,14 @@ class EdgeCandidates(EdgeEngine):
                 out = known(col)
             return out
 
+        # Known already (the usual case once the fields are loaded): read here, without waiting
+        # for the io thread. These are reads of the kept dicts only (never the engine), so only a
+        # write queued or running before them must go first (``_queued``), as ``_read`` orders it.
+        col = self._cols.get(collection)
+        if col is not None and not self._queued and self._io is not None:
+            got = known(col)
+            if len(got) == len(keys):
+                return got
         return await self._read(work)
 
     async def candidates(

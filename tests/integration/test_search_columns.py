@@ -41,7 +41,7 @@ from engram_server.testing import running_server
 from tests.integration.test_rescore_cues import CHAT, COLLECTION, QUERIES, _add, _locomo
 
 Stub = memory_service_pb2_grpc.MemoryServiceStub
-DENSE, LEXICAL = 100, 50  # the service's default candidate counts (min_candidates, min_lexical_candidates)
+DENSE, LEXICAL = 100, 50  # candidate counts of one store query (the store answers any alike)
 MARGIN = 16
 
 

@@ -161,6 +161,7 @@ def build_policy(settings: Settings) -> Policy:
         mmr_lambda=settings.mmr_lambda,
         candidate_factor=settings.candidate_factor,
         min_candidates=settings.min_candidates,
+        min_reranked_candidates=settings.min_reranked_candidates,
         min_lexical_candidates=settings.min_lexical_candidates,
         search_cache_entries=settings.search_cache_entries,
         hybrid=HybridParams(

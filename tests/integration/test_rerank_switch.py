@@ -100,3 +100,31 @@ def test_the_sync_client_sends_the_switch(tmp_path: Path) -> None:
     on, off = asyncio.run(serve_and_ask())
     assert any(y > 0.0 for y in on)
     assert all(y == 0.0 for y in off)
+
+
+async def test_only_a_reranked_search_takes_the_deeper_pool(tmp_path: Path) -> None:
+    """The semantic side asks the store for ENGRAM_MIN_RERANKED_CANDIDATES (150) when the
+    cross-encoder will read the head, and ENGRAM_MIN_CANDIDATES (100) otherwise: asked off, or a
+    Chinese query (never reranked)."""
+    clock = ManualClock(start=1_700_000_000.0)
+    async with running_server(tmp_path, clock=clock, rerank="auto") as srv:
+        asked: list[int] = []
+        store = srv.store
+        real = store.candidates
+
+        async def counting(
+            collection: str, vector: object, limit: int, *args: object, **kw: object
+        ) -> object:
+            asked.append(limit)
+            return await real(collection, vector, limit, *args, **kw)  # type: ignore[arg-type]
+
+        store.candidates = counting  # type: ignore[method-assign]
+        async with grpc.aio.insecure_channel(srv.address) as ch:
+            stub = Stub(ch)
+            await _add(stub, clock, CHAT)
+            for mode in (s.RERANK_MODE_UNSPECIFIED, s.RERANK_MODE_OFF):
+                await _search(stub, mode)
+            await stub.SearchMemories(
+                s.SearchMemoriesRequest(query="帕斯卡喜欢什么？", collections=[COLLECTION], limit=10)
+            )
+    assert asked == [150, 100, 100]

@@ -82,11 +82,15 @@ class Policy:
     mmr_lambda: float = 0.5
     candidate_factor: int = 3
     #: The semantic side's pool: at least this many of the nearest memories (and at least
-    #: ``candidate_factor × limit``). 150, chosen on the LoCoMo tuning conversations conv-26/41/43
-    #: (offline replay of the candidate stage and the reranking, ``eval/locomo_stages.py``): reranked
-    #: R@10 0.808 at 100, 0.815 at 150, 0.814 at 200 (300 with 150 lexical: 0.816); the lexical
-    #: side's 50 stays (100 adds 0.001 at 150). See docs/concepts/ranking.md.
-    min_candidates: int = 150
+    #: ``candidate_factor × limit``). Without the cross-encoder a deeper pool changes nothing the
+    #: fusion returns (LoCoMo tuning conversations conv-26/41/43, offline replay of the candidate
+    #: stage, ``eval/locomo_stages.py``: R@10 within ±0.003 from 100 to 1000), so 100.
+    min_candidates: int = 100
+    #: …and when the search is reranked by the cross-encoder (which can lift a deep candidate):
+    #: 150, chosen on the same data: reranked R@10 0.808 at 100, 0.815 at 150, 0.814 at 200 (300
+    #: with 150 lexical: 0.816). The 50 extra candidates cost well under a millisecond next to the
+    #: model's pass; the lexical side's 50 stays (100 adds 0.001). See docs/concepts/ranking.md.
+    min_reranked_candidates: int = 150
     min_lexical_candidates: int = 50
     search_cache_entries: int = 256
     access_flush_seconds: float = 1.0

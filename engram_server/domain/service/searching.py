@@ -175,7 +175,14 @@ class Searching(ServiceCore):
             await query.dense()  # once, before the collections are searched concurrently
         now = self._clock.now()
         asked, flt = flt, replace(flt, live_at=now)
-        n_candidates = max(limit * pol.candidate_factor, pol.min_candidates)
+        rerank = (
+            q.rerank is not False
+            and self.reranker is not None
+            and pol.rerank_depth > 0
+            and query.word_scripts == {"latin"}
+        )
+        pool = pol.min_reranked_candidates if rerank else pol.min_candidates
+        n_candidates = max(limit * pol.candidate_factor, pool)
         n_lexical = max(limit * pol.candidate_factor, pol.min_lexical_candidates)
         per_collection = await _gather(
             *(
@@ -201,12 +208,6 @@ class Searching(ServiceCore):
         ) as span:
             resc = pol.rescore
             depth = max(limit, resc.depth) if resc.enabled else limit
-            rerank = (
-                q.rerank is not False
-                and self.reranker is not None
-                and pol.rerank_depth > 0
-                and query.word_scripts == {"latin"}
-            )
             if rerank:
                 depth = max(depth, pol.rerank_depth)
             ranked = self._rank(

@@ -18,10 +18,12 @@ from opentelemetry.trace import SpanKind, StatusCode
 from engram_client.proto.engram.v1 import memory_pb2 as m
 from engram_client.proto.engram.v1 import memory_service_pb2 as s
 from engram_client.proto.engram.v1 import memory_service_pb2_grpc
+from engram_server.adapters import rerank
 from engram_server.app import EngramServer, build_embedder
 from engram_server.config import Settings
 from engram_server.domain.errors import EmbedderUnavailable
 from engram_server.domain.model import Vector
+from engram_server.domain.service.commands import Policy
 from engram_server.testing import rich, running_server
 from tests.telemetry.conftest import Otel
 
@@ -246,7 +248,10 @@ async def test_search_child_spans_are_parented(otel: Otel, stub: Stub) -> None:
     assert embed["engram.embedding.kind"] == "query"
     assert embed["engram.embedding.batch_size"] == 1
     query = dict(kids["engram.storage.query"].attributes or {})
-    assert query["db.collection.name"] == "default" and query["engram.candidates"] == 100
+    # an English question is reranked when the model is installed, and a reranked search takes
+    # the deeper semantic pool
+    pool = Policy().min_reranked_candidates if rerank.available() else Policy().min_candidates
+    assert query["db.collection.name"] == "default" and query["engram.candidates"] == pool
     assert query["engram.lexical"] is True  # hybrid: the BM25 side ran too
     assert query["db.response.returned_rows"] == 1
     assert kids["engram.storage.query"].kind is SpanKind.CLIENT

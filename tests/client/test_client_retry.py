@@ -142,7 +142,9 @@ async def test_retries_stop_at_the_deadline() -> None:
         with pytest.raises(UnavailableError):
             await client.get("m-1", timeout=2.5)
         elapsed = time.monotonic() - start
-    assert elapsed < 2.5  # (gave up instead of waiting past the deadline)
+    # Gave up at the deadline instead of waiting for a fourth attempt at 3 s (the bound leaves a loaded
+    # machine room for the last attempt's own time).
+    assert elapsed < 3.0
     # At 0, 1 and 2 s (a wait to 3 s would pass the deadline); on a loaded machine slow attempts
     # may leave room for two only. Ten would be the policy's bound without a deadline.
     assert 2 <= len(script.attempts("GetMemory")) <= 3

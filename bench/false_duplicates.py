@@ -8,6 +8,7 @@ refuses as a DUPLICATE is a fact lost. The generator is seeded: the same ``--see
 check), written plainly; JSON and Markdown under ``--out``.
 
     python bench/false_duplicates.py --memories 10000                      # the gate as configured
+    python bench/false_duplicates.py --memories 2000 --family heldout      # the second template family
     ENGRAM_GATE_SPECIFICS=false python bench/false_duplicates.py --memories 10000   # similarity only
 
 Not part of CI (10,000 memories take minutes on the local model).
@@ -24,7 +25,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -127,13 +128,66 @@ TEMPLATES: tuple[Template, ...] = (
 )
 
 
-def generate(n: int, seed: int) -> list[str]:
-    """``n`` distinct memories (seeded); templates are drawn uniformly."""
+# A second family, written apart from the first and never used to choose a gate default: other
+# domains (home, health, family, travel, shopping) and, on purpose, facts that differ only in a
+# lower-case common noun (a cat / a dog, the kitchen / the bathroom), a verb (bought / sold) or an
+# adjective (red / blue) — what no specific (number, date, name) tells apart.
+PETS = _words("cat dog rabbit parrot hamster turtle goldfish")
+ROOMS = _words("kitchen bathroom bedroom garage hallway attic basement balcony")
+FIXTURES = _words("light faucet window door heater fan outlet sink")
+COLOURS = _words("red blue green black white silver yellow grey")
+VEHICLES = _words("car van truck motorbike bicycle scooter")
+MEDS = _words("ibuprofen aspirin metformin insulin amoxicillin melatonin vitamin-D")
+MEALS = _words("breakfast lunch dinner")
+FOODS = _words("pasta sushi tacos curry salad soup pizza dumplings")
+INSTRUMENTS = _words("piano guitar violin drums cello flute trumpet")
+SPORTS = _words("tennis soccer chess swimming basketball volleyball climbing")
+RELATIVES = _words("sister brother mother father aunt uncle cousin daughter son")
+DEALS = _words("bought sold rented borrowed returned repaired")
+ZH_PETS = _words("猫 狗 兔子 鹦鹉 仓鼠 乌龟 金鱼")
+ZH_ROOMS = _words("厨房 浴室 卧室 车库 走廊 阳台 书房")
+ZH_FIXTURES = _words("灯 水龙头 窗户 门 暖气 空调 插座")
+ZH_COLOURS = _words("红色 蓝色 绿色 黑色 白色 银色 黄色")
+ZH_FOODS = _words("饺子 面条 米饭 火锅 寿司 披萨 沙拉")
+ZH_INSTRUMENTS = _words("钢琴 吉他 小提琴 鼓 大提琴 长笛")
+ZH_RELATIVES = _words("姐姐 哥哥 妈妈 爸爸 阿姨 叔叔 表妹 女儿 儿子")
+
+
+HELDOUT: tuple[Template, ...] = (
+    lambda r: f"{r.choice(FIRST)}'s {r.choice(PETS)} is named {r.choice(FIRST)}.",
+    lambda r: f"The {r.choice(FIXTURES)} in the {r.choice(ROOMS)} was fixed on {r.choice(WEEKDAYS)}.",
+    lambda r: f"{r.choice(FIRST)} drives a {r.choice(COLOURS)} {r.choice(VEHICLES)}.",
+    lambda r: f"{r.choice(FIRST)} takes {r.choice(MEDS)} after {r.choice(MEALS)}.",
+    lambda r: f"{r.choice(FIRST)} had {r.choice(FOODS)} for {r.choice(MEALS)} with {r.choice(FIRST)}.",
+    lambda r: f"{r.choice(FIRST)}'s {r.choice(RELATIVES)} plays the {r.choice(INSTRUMENTS)}.",
+    lambda r: f"{r.choice(FIRST)} {r.choice(DEALS)} a {r.choice(COLOURS)} {r.choice(VEHICLES)} last week.",
+    lambda r: "{} quit {} and started {}.".format(r.choice(FIRST), *r.sample(SPORTS, 2)),
+    lambda r: f"{r.choice(FIRST)}'s {r.choice(RELATIVES)} lives in {r.choice(CITIES)}.",
+    lambda r: f"{r.choice(FIRST)} keeps the spare key in the {r.choice(ROOMS)}.",
+    lambda r: f"{r.choice(FIRST)} is learning the {r.choice(INSTRUMENTS)} from {r.choice(FIRST)}.",
+    lambda r: f"{r.choice(FIRST)} painted the {r.choice(ROOMS)} {r.choice(COLOURS)}.",
+    lambda r: (
+        f"{r.choice(ZH_SURNAME)}{r.choice(ZH_GIVEN)}家的{r.choice(ZH_PETS)}叫{r.choice(ZH_GIVEN)}{r.choice(ZH_GIVEN)}。"
+    ),
+    lambda r: f"{r.choice(ZH_ROOMS)}的{r.choice(ZH_FIXTURES)}坏了。",
+    lambda r: f"{_zh_person(r)}开一辆{r.choice(ZH_COLOURS)}的车。",
+    lambda r: f"{_zh_person(r)}晚饭吃了{r.choice(ZH_FOODS)}。",
+    lambda r: f"{_zh_person(r)}的{r.choice(ZH_RELATIVES)}会弹{r.choice(ZH_INSTRUMENTS)}。",
+    lambda r: f"{_zh_person(r)}把备用钥匙放在{r.choice(ZH_ROOMS)}里。",
+    lambda r: f"{_zh_person(r)}的{r.choice(ZH_RELATIVES)}住在{r.choice(ZH_CITIES)}。",
+    lambda r: f"{_zh_person(r)}把{r.choice(ZH_ROOMS)}刷成了{r.choice(ZH_COLOURS)}。",
+)
+FAMILIES = {"base": TEMPLATES, "heldout": HELDOUT}
+
+
+def generate(n: int, seed: int, family: str = "base") -> list[str]:
+    """``n`` distinct memories (seeded); templates of ``family`` are drawn uniformly."""
+    templates = FAMILIES[family]
     r = random.Random(seed)
     seen: set[str] = set()
     out: list[str] = []
     while len(out) < n:
-        text = r.choice(TEMPLATES)(r)
+        text = r.choice(templates)(r)
         if text not in seen:
             seen.add(text)
             out.append(text)
@@ -168,7 +222,7 @@ async def write_all(address: str, texts: Sequence[str], collection: str, batch: 
     return {"counts": dict(counts), "refused_examples": examples}
 
 
-WriteAll = Callable[[str, Sequence[str], str, int], Awaitable[dict[str, Any]]]
+WriteAll = Callable[[str, Sequence[str], str, int], Coroutine[Any, Any, dict[str, Any]]]
 
 
 async def run_in_process(
@@ -184,10 +238,11 @@ async def run_in_process(
 def parse_and_run(  # noqa: PLR0917 - the benchmarks' six parts, in order
     description: str,
     default_memories: int,
-    generator: Callable[[int, int], list[str]],
+    generator: Callable[..., list[str]],
     write: WriteAll,
     prefix: str,
     argv: Sequence[str] | None,
+    families: Sequence[str] = (),
 ) -> tuple[argparse.Namespace, dict[str, Any]]:
     """The templated write benchmarks' command line: generate the texts, write them through
     AddMemories (to ``--address`` or a server started here with the ``ENGRAM_*`` settings)."""
@@ -200,8 +255,12 @@ def parse_and_run(  # noqa: PLR0917 - the benchmarks' six parts, in order
     )
     parser.add_argument("--out", type=Path, default=Path("results/bench"))
     parser.add_argument("--label", default="", help="suffix of the report files (e.g. before)")
+    if families:
+        parser.add_argument("--family", choices=families, default=families[0], help="the template family")
     args = parser.parse_args(argv)
-    texts = generator(args.memories, args.seed)
+    texts = (
+        generator(args.memories, args.seed, args.family) if families else generator(args.memories, args.seed)
+    )
     started = time.perf_counter()
     if args.address:
         report = asyncio.run(write(args.address, texts, f"{prefix}-{int(time.time())}", args.batch))
@@ -219,7 +278,10 @@ def parse_and_run(  # noqa: PLR0917 - the benchmarks' six parts, in order
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args, report = parse_and_run(__doc__.split("\n\n")[0], 10_000, generate, write_all, "fd", argv)
+    args, report = parse_and_run(
+        __doc__.split("\n\n")[0], 10_000, generate, write_all, "fd", argv, families=tuple(FAMILIES)
+    )
+    report["family"] = args.family
     report["gate_specifics"] = os.environ.get("ENGRAM_GATE_SPECIFICS", "true")
     refused = report["counts"].get("refused_duplicate", 0)
     kept = report["counts"].get("written_conflicting_specifics", 0)
@@ -231,7 +293,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     lines = [
         "# False duplicates: distinct templated memories through AddMemories",
         "",
-        f"{args.memories} memories, seed {args.seed}, ENGRAM_GATE_SPECIFICS={report['gate_specifics']}, "
+        f"{args.memories} memories ({args.family} templates), seed {args.seed}, "
+        f"ENGRAM_GATE_SPECIFICS={report['gate_specifics']}, "
         f"{report['seconds']} s, {report['at']}.",
         "",
         f"- refused as duplicates (facts lost): **{refused}** ({refused / args.memories:.2%})",

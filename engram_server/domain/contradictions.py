@@ -433,6 +433,11 @@ def judge(
     pol = policy or ContradictionPolicy()
     if similarity < pol.cue_threshold:
         return Verdict(False, None, "not about the same thing")
+    # A word replaced by another thing of its kind (kitchen → bathroom, cat → dog) may name another
+    # subject as well as a changed value: it never decides alone; its words stay in the comparison
+    # of the rest of the sentences below (where a differing word leaves the pair undecided).
+    terms = [c for c in found if c.kind == "term"]
+    found = [c for c in found if c.kind != "term"]
     cue = change_cue(new)
     different = _different_subjects(existing, new, found, cue)
     if different is not None:
@@ -476,6 +481,8 @@ def judge(
             )
         return Verdict(None, None, "a change statement, but not clearly about the stored memory")
     if not found:
+        if terms:
+            return Verdict(None, None, f"a word differs ({_describe(terms)}): another thing of its kind")
         return Verdict(None, None, "no specific differs")
     if _RE_EN_PAST.search(existing) or _RE_EN_PAST.search(new) or _RE_ZH_PAST.search(existing + new):
         return Verdict(None, None, "two narrated occurrences, not a changed fact")

@@ -234,6 +234,11 @@ def loaded() -> bool:
     return _dictionary is not None
 
 
+def dictionary() -> _Dictionary:
+    """CC-CEDICT, read once per process (blocking on first use: see :func:`warm`)."""
+    return _dict()
+
+
 @dataclass
 class _ZhUnit:
     pos: int

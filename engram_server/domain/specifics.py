@@ -44,6 +44,7 @@ from functools import lru_cache
 
 import rjieba
 
+from engram_server.domain.contrast import contrasting
 from engram_server.domain.text import script_of
 
 __all__ = [
@@ -64,7 +65,7 @@ __all__ = [
 class Conflict:
     """One kind of specific on which two texts disagree: the values only one of them has."""
 
-    kind: str  # number | date | identifier | name | order | negation
+    kind: str  # number | date | identifier | name | order | negation | term
     existing: tuple[str, ...]
     new: tuple[str, ...]
 
@@ -359,6 +360,10 @@ def conflicts(existing: str, new: str) -> list[Conflict]:
             out.append(swapped)
     if a.negations != b.negations:
         out.append(Conflict("negation", (str(a.negations),), (str(b.negations),)))
+    if same_script:
+        for kind, (old_words, new_words) in contrasting(existing, new).items():
+            if not any(c.kind == kind for c in out):
+                out.append(Conflict(kind, old_words, new_words))
     return out
 
 
@@ -420,10 +425,11 @@ MONTH_WORDS = frozenset(_MONTHS) | frozenset(_WEEKDAYS)
 VALUE_WORDS = MONTH_WORDS | frozenset(_EN_UNITS) | frozenset(_EN_TENS) | frozenset(_EN_SCALES)
 ZH_COUNTERS = frozenset(_ZH_COUNTERS)
 _ZH_FUNCTION = frozenset("的了是在都会把被由就着过呢吗啊得地和与及对也还很这那之所为而并或些个")
+ZH_FUNCTION_WORDS = _ZH_FUNCTION
 _RE_CONTENT_LATIN = re.compile(r"[A-Za-z\u00c0-\u024f0-9]+(?:[-_.'’][A-Za-z\u00c0-\u024f0-9]+)*")
 
 
-def _stem(word: str) -> str:
+def stem(word: str) -> str:
     """Light English stemming: possessive and plural / third-person ``s`` ("drinks" = "drink")."""
     word = _POSSESSIVE.sub("", word.replace("’", "'"))
     if len(word) > 3 and word.endswith("s") and not word.endswith("ss"):
@@ -447,7 +453,7 @@ def content_words(text: str) -> frozenset[str]:
         low = w.casefold()
         if low in _EN_FUNCTION or low in _EN_EVENT_COPULAS or _RE_NT.search(low):
             continue
-        out.add(_stem(low))
+        out.add(stem(low))
     for run in re.findall(f"[{_CJK}]+", text):
         for word in rjieba.cut(run):
             w = word if word in _ZH_NOT_NEGATION else "".join(c for c in word if c not in _ZH_NEGATION_CHARS)

@@ -76,6 +76,11 @@ class _WordNet:
     def offsets(self, pos: str, lemma: str) -> list[int]:
         """The synset offsets of ``lemma`` (lower case, spaces as ``_``) in ``pos``, most frequent
         sense first; [] when WordNet lacks it. Binary search over the sorted index lines."""
+        return self.entry(pos, lemma)[1]
+
+    def entry(self, pos: str, lemma: str) -> tuple[int, list[int]]:
+        """How often ``lemma``'s senses in ``pos`` were tagged in WordNet's sense-tagged corpus (how
+        common the word is as that part of speech) and its synset offsets, as :meth:`offsets`."""
         mm = self.index[pos]
         key = lemma.encode() + b" "
         lo, hi = 0, len(mm)
@@ -90,12 +95,12 @@ class _WordNet:
             elif line.startswith(key):
                 f = line.split()
                 pointers = int(f[3])
-                return [int(x) for x in f[6 + pointers :]]
+                return int(f[5 + pointers]), [int(x) for x in f[6 + pointers :]]
             elif line < key:
                 lo = end + 1
             else:
                 hi = start
-        return []
+        return 0, []
 
     def synset(self, pos: str, offset: int) -> tuple[list[str], list[tuple[str, str, int]]]:
         """The words of the synset at ``offset`` and its pointers (symbol, pos, offset)."""
@@ -154,3 +159,8 @@ def relatives(lemma: str) -> frozenset[str]:
                 if sym == _UP and pos == "n":
                     out.update(wn.synset(p, o)[0])
     return frozenset(w for w in (_RE_MARKER.sub("", x).casefold() for x in out) if w != key and w.isalpha())
+
+
+def open_wordnet() -> _WordNet | None:
+    """The memory-mapped WordNet files (opened once per process), or None when not installed."""
+    return _open()

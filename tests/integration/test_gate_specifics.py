@@ -157,3 +157,26 @@ async def test_a_reordered_sentence_under_the_threshold_is_refused_as_same_words
     # A changed negation with the same words is a different fact.
     other = await add(stub, "Mara eats fish and meat.")
     assert other.outcome == s.ADD_OUTCOME_CREATED
+
+
+async def test_a_word_replaced_by_another_of_its_kind_is_written_and_flagged_as_term(stub: Stub) -> None:
+    # No number, date or name differs; the embedding puts each pair above 0.92. Buying and
+    # borrowing are two ways to get a thing, 银色 and 黄色 two colours: different facts
+    # (engram_server.domain.contrast).
+    first = await add(stub, "Emma bought a silver motorbike last week.")
+    other = await add(stub, "Emma borrowed a silver motorbike last week.")
+    assert other.outcome == s.ADD_OUTCOME_CREATED and other.memory.id != first.memory.id
+    flagged = {n.id: n for n in other.near_duplicates}[first.memory.id]
+    assert flagged.similarity > 0.92 and flagged.reason == "conflicting_specifics"
+    assert [(c.kind, list(c.existing_values), list(c.new_values)) for c in flagged.conflicts] == [
+        ("term", ["bought"], ["borrowed"])
+    ]
+    # A replaced word alone never supersedes: she may have done both.
+    assert not [c for c in other.conflicts if c.superseded]
+    zh = await add(stub, "赵霞把阳台刷成了银色。")
+    zh_other = await add(stub, "赵霞把阳台刷成了黄色。")
+    assert zh_other.outcome == s.ADD_OUTCOME_CREATED and zh_other.memory.id != zh.memory.id
+    assert {n.id: n.similarity for n in zh_other.near_duplicates}[zh.memory.id] > 0.92
+    # The same sentence reworded is still refused.
+    again = await add(stub, "Last week Emma bought a silver motorbike.")
+    assert again.outcome == s.ADD_OUTCOME_DUPLICATE and again.memory.id == first.memory.id

@@ -689,8 +689,10 @@ type SpecificConflict struct {
 	// "number" (digits, amounts, clock times, Chinese numerals, English number words), "date"
 	// (month and weekday names, either language), "identifier" (codes such as OPS-1182, v3.4.1,
 	// ops@acme.io), "name" (people, places, organisations; compared within one script), "order"
-	// (two shared names trading places: "from Berlin to Paris" vs "from Paris to Berlin") or
-	// "negation" (the count of negation cues such as not, never, 不, 没).
+	// (two shared names trading places: "from Berlin to Paris" vs "from Paris to Berlin"),
+	// "negation" (the count of negation cues such as not, never, 不, 没) or "term" (the same
+	// sentence with a word replaced by another thing of its kind or its opposite: kitchen /
+	// bathroom, bought / borrowed, 银色 / 黄色; the words themselves).
 	Kind string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
 	// Values only the stored memory has (normalised: 2,400 -> "2400", 九点半 -> "9:30",
 	// April -> "month:4"); for negation, its count of cues; for order, the shared names in the

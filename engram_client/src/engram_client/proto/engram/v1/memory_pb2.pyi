@@ -432,8 +432,10 @@ class SpecificConflict(_message.Message):
     """"number" (digits, amounts, clock times, Chinese numerals, English number words), "date"
     (month and weekday names, either language), "identifier" (codes such as OPS-1182, v3.4.1,
     ops@acme.io), "name" (people, places, organisations; compared within one script), "order"
-    (two shared names trading places: "from Berlin to Paris" vs "from Paris to Berlin") or
-    "negation" (the count of negation cues such as not, never, 不, 没).
+    (two shared names trading places: "from Berlin to Paris" vs "from Paris to Berlin"),
+    "negation" (the count of negation cues such as not, never, 不, 没) or "term" (the same
+    sentence with a word replaced by another thing of its kind or its opposite: kitchen /
+    bathroom, bought / borrowed, 银色 / 黄色; the words themselves).
     """
     @_builtins.property
     def existing_values(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:

@@ -1,0 +1,340 @@
+"""Two sentences that say one thing about two different things of one kind.
+
+"The light in the kitchen is broken." and "The light in the bathroom is broken." share every word
+but one, and the embedding puts them above the duplicate threshold; no number, date or name tells
+them apart. The word that changed does: kitchen and bathroom are two kinds of room. When the content
+words of two texts in one script differ in at most two words on each side, and a word that only one
+text has names another thing of the same kind as a word only the other has, the two texts state
+different facts (a ``term`` conflict, written and flagged, never refused as a duplicate).
+
+"Of the same kind" comes from WordNet 3.0 (:mod:`engram_server.domain.wordnet`), over each word's
+most frequent senses:
+
+- antonyms (buy / sell, like / dislike, sister / brother);
+- nouns under a common hypernym at most three steps up from both (cat / dog: carnivore; red / blue:
+  chromatic colour; tennis / soccer: athletic game), but not the top of the hierarchy (entity,
+  abstraction, object …), which would make anything one kind;
+- verbs with a common direct hypernym (buy / borrow: get; start / stop are antonyms);
+- adjectives in one cluster (red / blue: chromatic).
+
+What is not a contrast: synonyms (film / movie, begin / start), one word a kind of the other
+(laptop / computer, Corolla / car), and words WordNet lacks. Chinese words are compared through
+their CC-CEDICT glosses (银色 "silver" / 黄色 "yellow"). Two Chinese personal names that jieba does not
+tag (张娟 / 马娟: a common surname and a given name, no dictionary word) are a ``name`` conflict.
+"""
+
+from __future__ import annotations
+
+import re
+from difflib import SequenceMatcher
+from functools import lru_cache
+from itertools import product
+
+import lemminflect
+import rjieba
+
+from engram_server.domain import wordnet
+
+__all__ = ["ZH_SURNAMES", "contrasting", "opposite", "same_kind"]
+
+#: Senses of a word read, most frequent first: rarer senses make unrelated words kin (car is also
+#: a cable car's cabin).
+SENSES = 3
+#: How far up the noun hierarchy a common kind may be, from either word.
+NOUN_DEPTH = 3
+#: Synsets this close to the root of the noun hierarchy are too general to be a kind.
+MIN_KIND_DEPTH = 4
+#: At most this many content words differ on each side for the texts to be one statement with a
+#: changed word (more is a different sentence: the similarity decides).
+MAX_CHANGED = 2
+
+#: The most common Chinese surnames (single characters; the compound ones are rare in names
+#: written without a dictionary entry). A closed class, like the function words.
+ZH_SURNAMES = frozenset(
+    "王李张刘陈杨黄赵吴周徐孙马朱胡郭何高林罗郑梁谢宋唐许韩冯邓曹彭曾肖田董袁潘于蒋蔡余杜叶程苏魏吕丁任"
+    "沈姚卢姜崔钟谭陆汪范金石廖贾夏韦付方白邹孟熊秦邱江尹薛闫段雷侯龙史陶黎贺顾毛郝龚邵万钱严覃武戴莫"
+    "孔向汤常温康施文牛樊葛邢安齐易乔伍庞颜倪庄聂章鲁岳翟殷詹申欧耿关兰焦俞左柳甘祝包宁尚符舒阮柯纪梅"
+)
+_RE_CJK = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+_RE_LATIN = re.compile(r"[a-z]+")
+_RE_TOKEN = re.compile(
+    r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+|[A-Za-z\u00c0-\u024f0-9]+(?:['’][A-Za-z]+)?"
+)
+
+
+def _pointers(pos: str, offset: int) -> list[tuple[str, str, int]]:
+    wn = wordnet.open_wordnet()
+    assert wn is not None
+    return wn.synset(pos, offset)[1]
+
+
+@lru_cache(maxsize=65536)
+def _ancestors(pos: str, offset: int, depth: int) -> dict[int, int]:
+    """The hypernyms of a synset up to ``depth`` steps (offset → steps)."""
+    out: dict[int, int] = {}
+    frontier = [(offset, 0)]
+    while frontier:
+        at, steps = frontier.pop()
+        if steps >= depth:
+            continue
+        for sym, p, o in _pointers(pos, at):
+            if sym in {"@", "@i"} and p == pos and (o not in out or out[o] > steps + 1):
+                out[o] = steps + 1
+                frontier.append((o, steps + 1))
+    return out
+
+
+@lru_cache(maxsize=65536)
+def _root_depth(pos: str, offset: int) -> int:
+    """Steps from the synset to the top of its hierarchy (the shortest way up)."""
+    ups = [o for sym, p, o in _pointers(pos, offset) if sym in {"@", "@i"} and p == pos]
+    return 0 if not ups else 1 + min(_root_depth(pos, o) for o in ups)
+
+
+def _cluster_heads(offset: int) -> frozenset[int]:
+    """An adjective's cluster: its head synsets (``&`` similar-to) or itself when it is one."""
+    heads = {o for sym, p, o in _pointers("a", offset) if sym == "&" and p == "a"}
+    return frozenset(heads) if heads else frozenset({offset})
+
+
+def _lemmas(word: str) -> list[str]:
+    found = [lemma for forms in lemminflect.getAllLemmas(word).values() for lemma in forms]
+    return list(dict.fromkeys([word, *found]))
+
+
+def _unstemmed(stem: str) -> list[str]:
+    """The words a light stem can stand for (content words and CC-CEDICT glosses drop a final
+    ``s``: "tenni" is tennis, "balconi" balcony), those WordNet has (or whose lemma it has:
+    "bought")."""
+    wn = wordnet.open_wordnet()
+    forms = [stem, stem + "s", stem + "e", *([stem[:-1] + "y"] if stem.endswith("i") else [])]
+    return [f for f in forms if wn is not None and any(wn.offsets(p, w) for w in _lemmas(f) for p in "nva")]
+
+
+def _parts_of_speech(lemmas: list[str]) -> set[str]:
+    """The parts of speech a word is commonly used as: those whose senses were tagged at least half
+    as often as its most tagged one (drive is a verb far more often than a noun); all it has when
+    none was tagged."""
+    wn = wordnet.open_wordnet()
+    assert wn is not None
+    tagged = {p: sum(wn.entry(p, w)[0] for w in lemmas) for p in "nva"}
+    top = max(tagged.values())
+    if top == 0:
+        return {p for p in "nva" if any(wn.offsets(p, w) for w in lemmas)}
+    return {p for p, n in tagged.items() if n * 2 >= top}
+
+
+@lru_cache(maxsize=65536)
+def opposite(a: str, b: str) -> bool:
+    """Whether WordNet makes English words ``a`` and ``b`` antonyms in some sense (buy / sell,
+    sister / brother)."""
+    wn = wordnet.open_wordnet()
+    if wn is None:
+        return False
+    la, lb = _lemmas(a.casefold()), _lemmas(b.casefold())
+    for pos in ("n", "v", "a"):
+        all_b = {o for w in lb for o in wn.offsets(pos, w)}
+        for x in {o for w in la for o in wn.offsets(pos, w)}:
+            if any(sym == "!" and o in all_b for sym, _, o in _pointers(pos, x)):
+                return True
+    return False
+
+
+@lru_cache(maxsize=65536)
+def same_kind(a: str, b: str) -> bool:
+    """Whether English words ``a`` and ``b`` name different things of one kind, or opposites (see
+    the module's description); False for synonyms, for one a kind of the other, for unknown words."""
+    wn = wordnet.open_wordnet()
+    if wn is None or a == b:
+        return False
+    la, lb = _lemmas(a.casefold()), _lemmas(b.casefold())
+    if set(la) & set(lb):
+        return False
+    found = False
+    common_pos = _parts_of_speech(la) & _parts_of_speech(lb)
+    for pos in ("n", "v", "a"):
+        all_a = {o for w in la for o in wn.offsets(pos, w)}
+        all_b = {o for w in lb for o in wn.offsets(pos, w)}
+        if all_a & all_b:
+            return False  # synonyms in some sense
+        top_a = {o for w in la for o in wn.offsets(pos, w)[:SENSES]}
+        top_b = {o for w in lb for o in wn.offsets(pos, w)[:SENSES]}
+        if not top_a or not top_b or pos not in common_pos:
+            continue
+        if pos == "n":
+            for x, y in product(top_a, top_b):
+                up_x, up_y = _ancestors("n", x, NOUN_DEPTH + 1), _ancestors("n", y, NOUN_DEPTH + 1)
+                if y in up_x or x in up_y:
+                    return False  # one is a kind of the other
+        for x in top_a:
+            if any(sym == "!" and o in all_b for sym, _, o in _pointers(pos, x)):
+                found = True
+        if found:
+            continue
+        if pos == "n":
+            for x, y in product(top_a, top_b):
+                common = _ancestors("n", x, NOUN_DEPTH).keys() & _ancestors("n", y, NOUN_DEPTH).keys()
+                if any(_root_depth("n", c) >= MIN_KIND_DEPTH for c in common):
+                    found = True
+                    break
+        elif pos == "v":
+            for x, y in product(top_a, top_b):
+                if _ancestors("v", x, 1).keys() & _ancestors("v", y, 1).keys():
+                    found = True
+                    break
+        else:
+            for x, y in product(top_a, top_b):
+                if _cluster_heads(x) & _cluster_heads(y):
+                    found = True
+                    break
+    return found
+
+
+def _of_kind(word: str, kinds: frozenset[str]) -> bool:
+    """Whether some noun sense of ``word`` is, at most :data:`NOUN_DEPTH` steps up, a kind one of
+    ``kinds`` names. CC-CEDICT often glosses a word with its kind beside it (银色 "silver (color)",
+    黄色 "yellow; color"): the shared gloss says in which sense the two words differ."""
+    wn = wordnet.open_wordnet()
+    if wn is None or not kinds:
+        return False
+    targets = {o for k in kinds for o in wn.offsets("n", k)}
+    return any(
+        targets & _ancestors("n", o, NOUN_DEPTH).keys() for w in _lemmas(word) for o in wn.offsets("n", w)
+    )
+
+
+def _affixed(x: str, y: str) -> tuple[str, str, str] | None:
+    """Two Chinese words that share a first or last part: (what only ``x`` has, what only ``y`` has,
+    the shared part), when all three are dictionary words (银色 / 黄色 → 银, 黄, 色; jieba's 猫叫 / 狗叫
+    → 猫, 狗, 叫)."""
+    from engram_server.domain import crosslingual  # noqa: PLC0415 - crosslingual imports specifics
+
+    d = crosslingual.dictionary()
+    for n in range(min(len(x), len(y)) - 1, 0, -1):
+        if x[-n:] == y[-n:] and all(w in d for w in (x[:-n], y[:-n], x[-n:])):
+            return x[:-n], y[:-n], x[-n:]
+        if x[:n] == y[:n] and all(w in d for w in (x[n:], y[n:], x[:n])):
+            return x[n:], y[n:], x[:n]
+    return None
+
+
+def _zh_kin(x: str, y: str) -> bool:
+    """Whether Chinese words ``x`` and ``y`` name different things of one kind, by their CC-CEDICT
+    glosses. Words that share a gloss are near synonyms (工作 / 上班 "to work"); otherwise some gloss
+    of each must be of one kind with one of the other's (:func:`same_kind`: 猫 "cat" / 狗 "dog").
+    Words that share a part are compared by what differs (银色 / 黄色: 银 / 黄), and the shared part
+    may name the kind (色 "color": silver and yellow are both colours)."""
+    affixed = _affixed(x, y)
+    if affixed is not None:
+        cx, cy, part = affixed
+        gx, gy, kinds = _glosses(cx), _glosses(cy), _glosses(part)
+        if gx and gy and not gx & gy:
+            if any(same_kind(p, q) for p, q in product(gx, gy)):
+                return True
+            if any(_of_kind(p, kinds) for p in gx) and any(_of_kind(q, kinds) for q in gy):
+                return True
+    gx, gy = _glosses(x), _glosses(y)
+    if not gx or not gy:
+        return False
+    if gx & gy:  # near synonyms, unless what differs is opposite (姐姐 / 哥哥: "older" sister / brother)
+        return any(opposite(p, q) for p, q in product(gx - gy, gy - gx))
+    return any(same_kind(p, q) for p, q in product(gx, gy))
+
+
+def _zh_name(word: str) -> bool:
+    """A personal name jieba does not tag: a common surname and one or two more characters, and no
+    dictionary word."""
+    from engram_server.domain import crosslingual  # noqa: PLC0415 - crosslingual imports specifics
+
+    return 2 <= len(word) <= 3 and word[0] in ZH_SURNAMES and word not in crosslingual.dictionary()
+
+
+def _glosses(word: str) -> frozenset[str]:
+    """The English words of a Chinese word's CC-CEDICT glosses. The dictionary keeps them lightly
+    stemmed ("tenni", "balconi"): each stem stands for the WordNet lemmas it can be cut from."""
+    from engram_server.domain import crosslingual  # noqa: PLC0415 - crosslingual imports specifics
+
+    d = crosslingual.dictionary()
+    if word not in d:
+        return frozenset()
+    wn = wordnet.open_wordnet()
+    out: set[str] = set()
+    for stem in d.entry(word).glosses:
+        forms = (
+            [stem, stem + "s", stem + "e", stem[:-1] + "y"]
+            if stem.endswith("i")
+            else [stem, stem + "s", stem + "e"]
+        )
+        out.update(f for f in forms if wn is not None and any(wn.offsets(p, f) for p in "nva"))
+    return frozenset(out)
+
+
+def _contrast(x: str, y: str) -> str | None:
+    """``term`` or ``name`` when words ``x`` and ``y`` (one script) name different things."""
+    if _RE_CJK.match(x) and _RE_CJK.match(y):
+        if _zh_name(x) and _zh_name(y):
+            return "name"
+        return "term" if _zh_kin(x, y) else None
+    if _RE_LATIN.fullmatch(x) and _RE_LATIN.fullmatch(y):
+        return "term" if any(same_kind(p, q) for p, q in product(_unstemmed(x), _unstemmed(y))) else None
+    return None
+
+
+def _tokens(text: str) -> list[tuple[str, str, bool]]:
+    """The words of ``text`` in order: (the key they are compared by, the word, whether it is a
+    content word). Latin words are compared case-folded and lightly stemmed, Chinese words as jieba
+    cuts them; punctuation is dropped."""
+    from engram_server.domain import specifics  # noqa: PLC0415 - specifics imports this module
+
+    out: list[tuple[str, str, bool]] = []
+    for m in _RE_TOKEN.finditer(text):
+        word = m.group()
+        if _RE_CJK.match(word):
+            out.extend((w, w, w not in specifics.ZH_FUNCTION_WORDS) for w in rjieba.cut(word) if w.strip())
+        else:
+            low = word.casefold()
+            out.append((specifics.stem(low), low, low not in specifics.EN_FUNCTION_WORDS))
+    return out
+
+
+def _negating(word: str) -> bool:
+    from engram_server.domain import specifics  # noqa: PLC0415 - specifics imports this module
+
+    return specifics.extract(word).negations > 0
+
+
+def contrasting(existing: str, new: str) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
+    """Where ``new`` is ``existing`` with a word replaced by another of the same kind, by kind
+    (``term`` / ``name``): (the stored text's words, the new text's words). The two texts, in one
+    script, must be the same sequence of words but for at most :data:`MAX_CHANGED` content words
+    replaced one for one in place, and function words; empty otherwise."""
+    a, b = _tokens(existing), _tokens(new)
+    matcher = SequenceMatcher(a=[key for key, _, _ in a], b=[key for key, _, _ in b], autojunk=False)
+    swaps: list[tuple[str, str]] = []
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            continue
+        if not any(content for _, _, content in a[i1:i2] + b[j1:j2]):
+            continue  # only function words differ here
+        if tag != "replace" or i2 - i1 != j2 - j1:
+            return {}  # words added, dropped or rephrased: not one sentence with words replaced
+        pairs = list(zip(a[i1:i2], b[j1:j2], strict=True))
+        if any(x_content != y_content for (_, _, x_content), (_, _, y_content) in pairs):
+            return {}  # a content word for a function word: rephrased
+        replaced = [(x, y) for (_, x, x_content), (_, y, _) in pairs if x_content]
+        if len(replaced) != 1:
+            return {}  # several content words in a row: rephrased
+        x, y = replaced[0]
+        if _negating(x) or _negating(y):
+            return {}  # a negation is compared as such (specifics), not as a word of a kind
+        swaps.append((x, y))
+    if not swaps or len(swaps) > MAX_CHANGED:
+        return {}
+    found: dict[str, tuple[list[str], list[str]]] = {}
+    for x, y in swaps:
+        kind = _contrast(x, y)
+        if kind is not None:
+            old, added = found.setdefault(kind, ([], []))
+            old.append(x)
+            added.append(y)
+    return {k: (tuple(old), tuple(added)) for k, (old, added) in found.items()}

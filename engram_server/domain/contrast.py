@@ -11,7 +11,7 @@ different facts (a ``term`` conflict, written and flagged, never refused as a du
 most frequent senses:
 
 - antonyms (buy / sell, like / dislike, sister / brother);
-- nouns under a common hypernym at most three steps up from both (cat / dog: carnivore; red / blue:
+- nouns under a common hypernym at most four steps up from both (cat / dog: carnivore; red / blue:
   chromatic colour; tennis / soccer: athletic game), but not the top of the hierarchy (entity,
   abstraction, object …), which would make anything one kind;
 - verbs with a common direct hypernym (buy / borrow: get; start / stop are antonyms);
@@ -41,7 +41,7 @@ __all__ = ["OPPOSED_FUNCTION_WORDS", "ZH_SURNAMES", "contrasting", "opposite", "
 #: a cable car's cabin).
 SENSES = 3
 #: How far up the noun hierarchy a common kind may be, from either word.
-NOUN_DEPTH = 3
+NOUN_DEPTH = 4
 #: Synsets this close to the root of the noun hierarchy are too general to be a kind.
 MIN_KIND_DEPTH = 4
 #: At most this many content words differ on each side for the texts to be one statement with a
@@ -356,6 +356,10 @@ def contrasting(existing: str, new: str) -> dict[str, tuple[tuple[str, ...], tup
         swaps.append((x, y))
     if not swaps or len(swaps) > MAX_CHANGED:
         return {}
+    if len(swaps) == 2 and swaps[0] == swaps[1][::-1]:
+        # two words trading places ("quit tennis and started chess" / "quit chess and started
+        # tennis"), as two names do: an order conflict, listed in each text's order
+        return {"order": (swaps[0], swaps[1])}
     found: dict[str, tuple[list[str], list[str]]] = {}
     for x, y in swaps:
         kind = _contrast(x, y)

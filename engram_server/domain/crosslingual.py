@@ -50,6 +50,7 @@ import rjieba
 import Stemmer
 
 from engram_server.domain import wordnet
+from engram_server.domain.contrast import ZH_SURNAMES
 from engram_server.domain.specifics import EN_FUNCTION_WORDS, VALUE_WORDS, ZH_COUNTERS, conflicts, extract
 
 _CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
@@ -270,14 +271,17 @@ class _EnWord:
     related: frozenset[str] = frozenset()
     aligned: bool = False
     name: bool = False
-    #: a name by the specifics' rule (capitalised, not a function word: "Grace"): it aligns by its
-    #: reading or as a dictionary word's own gloss (巴黎 "Paris"), never by a relative or a synonym
-    #: of a gloss or by the pieces of a word CC-CEDICT lacks ("Grace" is not 王娟's 娟 "graceful")
+    #: a name by the specifics' rule (capitalised, not a function word: "Grace"): it never aligns
+    #: by the pieces of a word CC-CEDICT lacks that starts with a common surname (a name: "Grace"
+    #: is not 王娟's 娟 "graceful") nor by the characters of any word, and inside a
+    #: sentence (where the capital marks a name) only by its reading or as a dictionary word's own
+    #: gloss (巴黎 "Paris"), not by a relative or a synonym of a gloss; a sentence's first word may
+    #: be a plain word ("Ticket OPS-1182 was closed": 工单)
     proper: bool = False
 
     def means_one_of(self, glosses: frozenset[str]) -> bool:
         """Whether one of ``glosses`` is one of the word's forms, CEDICT synonyms or WordNet relatives."""
-        if self.proper:
+        if self.proper and self.pos > 0:
             return self.stem in glosses
         return not (
             self.forms.isdisjoint(glosses)
@@ -490,7 +494,7 @@ def _align(zh: list[_ZhUnit], en: list[_EnWord], en_grammar: frozenset[str]) -> 
                     hit = True
                     break
         for w in en:
-            if not (w.proper and u.compound) and w.means_one_of(u.glosses):
+            if not (w.proper and u.compound and u.text[0] in ZH_SURNAMES) and w.means_one_of(u.glosses):
                 w.aligned = hit = True
                 if w.capital and w.pos > 0:
                     w.name = True

@@ -69,6 +69,18 @@ def test_synonyms_kinds_and_unknown_words_do_not(a: str, b: str) -> None:
         ("Take the pill before dinner.", "Take the pill after dinner.", "term", (("before",), ("after",))),
         ("我们在会议之前见面。", "我们在会议之后见面。", "term", (("之前",), ("之后",))),
         ("Anna usually arrives early.", "Anna usually arrives late.", "term", (("early",), ("late",))),
+        (
+            "The window in the bedroom was fixed.",
+            "The door in the bedroom was fixed.",
+            "term",
+            (("window",), ("door",)),
+        ),
+        (
+            "Lucia quit swimming and started climbing.",
+            "Lucia quit climbing and started swimming.",
+            "order",
+            (("swimming", "climbing"), ("climbing", "swimming")),
+        ),
     ],
 )
 def test_one_sentence_with_a_word_replaced_is_a_conflict(

@@ -689,15 +689,18 @@ type SpecificConflict struct {
 	// "number" (digits, amounts, clock times, Chinese numerals, English number words), "date"
 	// (month and weekday names, either language), "identifier" (codes such as OPS-1182, v3.4.1,
 	// ops@acme.io), "name" (people, places, organisations; compared within one script), "order"
-	// (two shared names trading places: "from Berlin to Paris" vs "from Paris to Berlin") or
-	// "negation" (the count of negation cues such as not, never, 不, 没).
+	// (two shared names trading places: "from Berlin to Paris" vs "from Paris to Berlin"; above
+	// the duplicate threshold also two runs of content words: "the manager praised the intern" vs
+	// "the intern praised the manager"), "negation" (the count of negation cues such as not,
+	// never, 不, 没) or, above the duplicate threshold, "antonym" (a word only one text has is the
+	// opposite of one only the other has: bought / sold, 开门 / 关门).
 	Kind string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
 	// Values only the stored memory has (normalised: 2,400 -> "2400", 九点半 -> "9:30",
-	// April -> "month:4"); for negation, its count of cues; for order, the shared names in the
-	// stored memory's order.
+	// April -> "month:4"); for negation, its count of cues; for order, the shared names (or
+	// content words) in the stored memory's order; for antonym, the stored memory's words.
 	ExistingValues []string `protobuf:"bytes,2,rep,name=existing_values,json=existingValues,proto3" json:"existing_values,omitempty"`
 	// Values only the new content has; for negation, its count of cues; for order, the shared
-	// names in the new content's order.
+	// names (or content words) in the new content's order; for antonym, the new content's words.
 	NewValues     []string `protobuf:"bytes,3,rep,name=new_values,json=newValues,proto3" json:"new_values,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

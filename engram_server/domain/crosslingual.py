@@ -758,12 +758,9 @@ def _zh_meaning_words(text: str, d: _Dictionary) -> list[_Word]:
                 and (_is_measure(word[1], d) or word[1] in d.counted)
             ):
                 continue  # 一台, 这家: a number or determiner with its measure word
-            if word in d:
-                glosses = d.entry(word).glosses
-            else:
-                pieces = _pieces(word, d)
-                unit = None if pieces is None else _compound(0, word, pieces, d, measures=False)
-                glosses = unit.glosses if unit is not None else frozenset()
+            # A word CC-CEDICT lacks (a name jieba does not tag, 唐娟; jargon) is matched as itself
+            # only: glossed by its characters, two names would share a gloss (唐 / 宋 "dynasty").
+            glosses = d.entry(word).glosses if word in d else frozenset()
             out.append(_Word(word, glosses, glosses | _synonyms_of(glosses), glosses))
     return out
 

@@ -22,9 +22,17 @@ async def test_a_synonym_under_the_threshold_is_refused_as_same_meaning(stub: St
     assert again.duplicate_similarity >= 0.82
     if again.duplicate_similarity <= 0.92:
         assert again.gate_reason == "same_meaning"
-    forced = await add(stub, "On long flights the user prefers window seats.", allow_duplicate=True)
+    forced = await add(
+        stub, "On long flights the user prefers window seats.", allow_duplicate=True, request_id="f-1"
+    )
     assert forced.outcome == s.ADD_OUTCOME_CREATED and forced.gate_reason == "allow_duplicate"
     assert {n.id: n.reason for n in forced.near_duplicates}[first.memory.id] == "allow_duplicate"
+    # A replay derives the same reasons again from the stored near duplicates.
+    replay = await add(
+        stub, "On long flights the user prefers window seats.", allow_duplicate=True, request_id="f-1"
+    )
+    assert replay.replayed and replay.gate_reason == "allow_duplicate"
+    assert {n.id: n.reason for n in replay.near_duplicates}[first.memory.id] == "allow_duplicate"
     # The opposite preference is a different fact.
     other = await add(stub, "On long flights the user dislikes window seats.")
     assert other.outcome == s.ADD_OUTCOME_CREATED
@@ -33,7 +41,7 @@ async def test_a_synonym_under_the_threshold_is_refused_as_same_meaning(stub: St
 
 async def test_opposite_verbs_above_the_threshold_are_written_and_flagged(stub: Stub) -> None:
     first = await add(stub, "Omar bought a second monitor.")
-    sold = await add(stub, "Omar sold a second monitor.")
+    sold = await add(stub, "Omar sold a second monitor.", request_id="sold-1")
     assert sold.outcome == s.ADD_OUTCOME_CREATED
     assert sold.gate_reason == "conflicting_specifics"
     flagged = {n.id: n for n in sold.near_duplicates}[first.memory.id]
@@ -41,6 +49,10 @@ async def test_opposite_verbs_above_the_threshold_are_written_and_flagged(stub: 
     assert [(c.kind, list(c.existing_values), list(c.new_values)) for c in flagged.conflicts] == [
         ("antonym", ["bought"], ["sold"])
     ]
+    replay = await add(stub, "Omar sold a second monitor.", request_id="sold-1")
+    assert replay.replayed and replay.gate_reason == "conflicting_specifics"
+    again = {n.id: n for n in replay.near_duplicates}[first.memory.id]
+    assert [(c.kind, list(c.new_values)) for c in again.conflicts] == [("antonym", ["sold"])]
     # Chinese: 买 / 卖 through CC-CEDICT's glosses and WordNet's antonyms.
     await add(stub, "刘洋上周买了一辆电动车。")
     zh = await add(stub, "刘洋上周卖了一辆电动车。")

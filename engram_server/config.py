@@ -343,9 +343,11 @@ SETTINGS_DOC: list[tuple[str, str, str]] = [
     (
         "gate_translations",
         "ENGRAM_GATE_TRANSLATIONS",
-        "Write gate: refuse a Chinese↔English translation of a stored memory as a duplicate "
-        "(reason translation) when every content word aligns through CC-CEDICT and the specifics and "
-        "roles agree. `false` = translations are written.",
+        "Write gate: the dictionary checks (CC-CEDICT, WordNet). Refuse a Chinese↔English "
+        "translation of a stored memory as a duplicate (reason translation) when every content word "
+        "aligns through CC-CEDICT and the specifics and roles agree; refuse a same-language rewording "
+        "with other words (reason same_meaning); keep opposite words and swapped roles apart above "
+        "0.92 (antonym / order conflicts). `false` = none of these.",
     ),
     ("weight_relevance", "ENGRAM_WEIGHT_RELEVANCE", "Fusion weight of relevance."),
     ("weight_recency", "ENGRAM_WEIGHT_RECENCY", "Fusion weight of recency."),

@@ -142,20 +142,11 @@ def _parts_of_speech(lemmas: list[str]) -> set[str]:
     return {p for p, n in tagged.items() if n * 2 >= top}
 
 
-@lru_cache(maxsize=65536)
 def opposite(a: str, b: str) -> bool:
-    """Whether WordNet makes English words ``a`` and ``b`` antonyms in some sense (buy / sell,
-    sister / brother)."""
-    wn = wordnet.open_wordnet()
-    if wn is None:
-        return False
-    la, lb = _lemmas(a.casefold()), _lemmas(b.casefold())
-    for pos in ("n", "v", "a", "r"):
-        all_b = {o for w in lb for o in wn.offsets(pos, w)}
-        for x in {o for w in la for o in wn.offsets(pos, w)}:
-            if any(sym == "!" and o in all_b for sym, _, o in _pointers(pos, x)):
-                return True
-    return False
+    """Whether WordNet makes English words ``a`` and ``b`` (or their lemmas) antonyms in some sense
+    (buy / sell, sister / brother; :func:`engram_server.domain.wordnet.antonyms`)."""
+    lb = set(_lemmas(b.casefold()))
+    return any(not lb.isdisjoint(wordnet.antonyms(x)) for x in _lemmas(a.casefold()))
 
 
 @lru_cache(maxsize=65536)
@@ -168,6 +159,8 @@ def same_kind(a: str, b: str) -> bool:
     la, lb = _lemmas(a.casefold()), _lemmas(b.casefold())
     if set(la) & set(lb):
         return False
+    if opposite(a, b):
+        return True
     found = False
     common_pos = _parts_of_speech(la) & _parts_of_speech(lb)
     for pos in ("n", "v", "a"):
@@ -184,11 +177,6 @@ def same_kind(a: str, b: str) -> bool:
                 up_x, up_y = _ancestors("n", x, NOUN_DEPTH + 1), _ancestors("n", y, NOUN_DEPTH + 1)
                 if y in up_x or x in up_y:
                     return False  # one is a kind of the other
-        for x in top_a:
-            if any(sym == "!" and o in all_b for sym, _, o in _pointers(pos, x)):
-                found = True
-        if found:
-            continue
         if pos == "n":
             for x, y in product(top_a, top_b):
                 common = _ancestors("n", x, NOUN_DEPTH).keys() & _ancestors("n", y, NOUN_DEPTH).keys()

@@ -51,7 +51,17 @@ import Stemmer
 
 from engram_server.domain import wordnet
 from engram_server.domain.contrast import ZH_SURNAMES
-from engram_server.domain.specifics import EN_FUNCTION_WORDS, VALUE_WORDS, ZH_COUNTERS, conflicts, extract
+from engram_server.domain.specifics import (
+    EN_FUNCTION_WORDS,
+    VALUE_WORDS,
+    ZH_COUNTERS,
+    ZH_FUNCTION_WORDS,
+    Conflict,
+    conflicts,
+    content_sequence,
+    extract,
+    swapped_roles,
+)
 
 _CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 _RE_CJK_RUN = re.compile(f"[{_CJK}]+")
@@ -699,6 +709,186 @@ def translation_pair(a: str, b: str) -> bool:
     if sa == sb:
         return False
     return translation_of(a, b) if sa == "cjk" else translation_of(b, a)
+
+
+# ---------------------------------------------------------------------------------------------
+# The same language in other words: one claim restated with another verb or adjective
+
+
+#: Verbs English puts in place of "is" for an event with its time or place (as
+#: :func:`engram_server.domain.specifics.content_words` reads them): no content word of their own.
+_EN_EVENT_COPULAS = frozenset(["happen", "happens", "happened", "occur", "occurs", "occurred"])
+
+
+@dataclass
+class _Word:
+    """A content word of a text compared with another text of the same language."""
+
+    text: str  # the English word case-folded, or the Chinese word as jieba cuts it
+    forms: frozenset[str]  # what it is: its stems (English: the word's, its lemmas'; Chinese: its glosses')
+    #: what it may be restated as: forms, CEDICT synonyms of them, and (English) WordNet relatives
+    wider: frozenset[str]
+    #: the lemmas whose WordNet antonyms keep two texts apart (English: the word's lemmas;
+    #: Chinese: its one-word glosses, as stems)
+    lemmas: frozenset[str]
+    name: bool = False  # a capitalised English word not at the start: matched as itself only
+    aligned: bool = False
+
+
+def _en_meaning_words(text: str, d: _Dictionary) -> list[_Word]:
+    out: list[_Word] = []
+    for w in _en_words(text):
+        if w.surface in _EN_EVENT_COPULAS:
+            continue
+        american = _american(w.surface)
+        forms = frozenset({_stem(american), _base(american)} - {""}) | _lemma_stems(american)
+        lemmas = frozenset({american} | {x for v in lemminflect.getAllLemmas(american).values() for x in v})
+        if w.capital and w.pos > 0:
+            out.append(_Word(w.surface, forms, forms, lemmas, name=True))
+            continue
+        # a word that is itself a negation ("closed") is related by its own forms only (see _aligned)
+        related = frozenset() if _negated(w.surface, d) else _related_stems(american)
+        out.append(_Word(w.surface, forms, forms | _synonyms_of(forms) | related, lemmas))
+    return out
+
+
+#: The negative imperative written with 要 (CEDICT 不要 "don't!", as 别 "do not"): a negation cue
+#: as a whole, whose 要 is no "want" of its own.
+_ZH_NEGATIVE_IMPERATIVE = frozenset({"不要"})
+
+
+def _zh_meaning_words(text: str, d: _Dictionary) -> list[_Word]:
+    out: list[_Word] = []
+    for run in _RE_CJK_RUN.finditer(text):
+        for cut in _cuts(run.group(), d):
+            if cut in _ZH_NEGATIVE_IMPERATIVE:
+                continue
+            word = _strip_negation(cut)  # negation: a specific
+            # the grammar words of both modules: 会 "will" is grammar here, as for same_words (in a
+            # translation it is the English "can")
+            if (
+                not word
+                or word in _ZH_FUNCTION
+                or word in ZH_FUNCTION_WORDS
+                or all(c in _ZH_VALUE_CHARS or c in _ZH_FUNCTION for c in word)
+            ):
+                continue
+            if (
+                len(word) == 2
+                and word[0] in _ZH_NUMERALS | _ZH_DEMONSTRATIVES
+                and (_is_measure(word[1], d) or word[1] in d.counted)
+            ):
+                continue  # 一台, 这家: a number or determiner with its measure word
+            # A word CC-CEDICT lacks (a name jieba does not tag, 唐娟; jargon) is matched as itself
+            # only: glossed by its characters, two names would share a gloss (唐 / 宋 "dynasty").
+            glosses = d.entry(word).glosses if word in d else frozenset()
+            out.append(_Word(word, glosses, glosses | _synonyms_of(glosses), glosses))
+    return out
+
+
+@lru_cache(maxsize=65536)
+def _antonym_stems(lemma: str) -> frozenset[str]:
+    """The stems of ``lemma``'s WordNet antonyms, and of the word it negates without a negation
+    cue ("dislike" → like, "closed" → open; :func:`_negated`). A CC-CEDICT gloss is kept as a
+    Snowball stem, which drops a final e ("dislike" → "dislik"): a stem is also looked up with it."""
+    d = _dict()
+    out: set[str] = set()
+    for form in (lemma, lemma + "e"):
+        out.update(_stem(x) for x in wordnet.antonyms(form))
+        base = _negated(form, d)
+        if base is not None:
+            out.add(_stem(base))
+    return frozenset(out)
+
+
+def _opposed(a: _Word, b: _Word) -> bool:
+    """Whether WordNet (or a negating prefix) makes one word the opposite of the other: like ~
+    dislike, accept ~ reject, open ~ close, allow ~ forbid; for Chinese words, their glosses
+    (喜欢 "to like" ~ 讨厌 "to dislike", 开门 "to open a door" ~ 关门 "to close the door")."""
+    if a.text == b.text:
+        return False
+    stems_b = b.forms | frozenset(_stem(x) for x in b.lemmas)
+    stems_a = a.forms | frozenset(_stem(x) for x in a.lemmas)
+    return any(not _antonym_stems(x).isdisjoint(stems_b) for x in a.lemmas) or any(
+        not _antonym_stems(x).isdisjoint(stems_a) for x in b.lemmas
+    )
+
+
+def _restates(a: _Word, b: _Word) -> bool:
+    if a.text == b.text:
+        return True
+    if a.name or b.name or not a.forms or not b.forms:
+        return False
+    return not (a.forms.isdisjoint(b.wider) and b.forms.isdisjoint(a.wider))
+
+
+def _meaning_words(text: str, d: _Dictionary) -> list[_Word]:
+    return _en_meaning_words(text, d) + _zh_meaning_words(text, d)
+
+
+def same_meaning(a: str, b: str) -> bool:
+    """Whether two texts in the same script say the same thing with other content words (see
+    the section in the module doc): every content word of each has a counterpart in the other — the
+    same word, a lemma of it, a CEDICT synonym, a WordNet relative (English), a Chinese word
+    sharing a CC-CEDICT gloss or a synonym of one — and no word of one is a WordNet antonym of a word
+    of the other. Specifics (numbers, dates, names, negation, roles) are the caller's
+    (:func:`engram_server.domain.specifics.conflicts`). False for texts in different scripts or
+    without content words."""
+    from engram_server.domain.text import script_of  # noqa: PLC0415
+
+    if script_of(a) != script_of(b) or swapped_roles(a, b):
+        return False
+    d = _dict()
+    wa, wb = _meaning_words(a, d), _meaning_words(b, d)
+    if not wa or not wb:
+        return False
+    # A word both texts have is its own counterpart; the words only one text has must restate
+    # words only the other has (the same verb with another object is another fact: "drinks tea" /
+    # "drinks juice", though tea and juice are both a "drink" one step up), and none may be the
+    # opposite of one of them.
+    own_a = [x for x in wa if all(x.text != y.text for y in wb)]
+    own_b = [y for y in wb if all(y.text != x.text for x in wa)]
+    if any(_opposed(x, y) for x in own_a for y in own_b):
+        return False
+    for x in own_a:
+        for y in own_b:
+            if _restates(x, y):
+                x.aligned = y.aligned = True
+    return all(w.aligned for w in own_a) and all(w.aligned for w in own_b)
+
+
+def meaning_conflicts(existing: str, new: str) -> tuple[Conflict, ...]:
+    """What makes two texts of the same language different facts though their specifics agree and
+    the embedding puts them above the duplicate threshold: a word only one text has that is the
+    opposite of a word only the other has (kind ``antonym``: "bought" / "sold" at similarity 0.97,
+    "started" / "stopped", 开门 / 关门), or their content words trading roles (kind ``order``, as
+    for names: "The manager praised the new intern." / "The new intern praised the manager.", at
+    0.97; :func:`engram_server.domain.specifics.swapped_roles`). Empty for texts in different
+    scripts."""
+    from engram_server.domain.text import script_of  # noqa: PLC0415
+
+    if script_of(existing) != script_of(new):
+        return ()
+    out: list[Conflict] = []
+    d = _dict()
+    wa, wb = _meaning_words(existing, d), _meaning_words(new, d)
+    own_a = [x for x in wa if all(x.text != y.text for y in wb)]
+    own_b = [y for y in wb if all(y.text != x.text for x in wa)]
+    pairs = [(x, y) for x in own_a for y in own_b if _opposed(x, y)]
+    if pairs:
+        xs = tuple(dict.fromkeys(x.text for x, _ in pairs))
+        ys = tuple(dict.fromkeys(y.text for _, y in pairs))
+        out.append(Conflict("antonym", xs, ys))
+    if swapped_roles(existing, new):
+        shared = set(content_sequence(existing)) & set(content_sequence(new))
+        out.append(
+            Conflict(
+                "order",
+                tuple(w for w in content_sequence(existing) if w in shared),
+                tuple(w for w in content_sequence(new) if w in shared),
+            )
+        )
+    return tuple(out)
 
 
 # ---------------------------------------------------------------------------------------------

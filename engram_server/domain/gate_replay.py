@@ -3,9 +3,10 @@
 A request whose ``request_id`` was used before is answered with the memory it created, without
 running the gate again (the collection may have changed since). The stored memory keeps the near
 duplicates the gate saw, with their similarities; the reasons the gate gave (``conflicting_specifics``
-with the values, ``allow_duplicate``, ``same_words``) are derived from them and from the texts by the
-same rules, so a replay answers what the first call answered: the reasons are a function of the two
-texts, the similarity and the thresholds, all of which are known again here.
+with the values, ``allow_duplicate``, ``same_words``, ``same_meaning``) are derived from them and
+from the texts by the same rules, so a replay answers what the first call answered: the reasons
+are a function of the two texts, the similarity and the thresholds, all of which are known again
+here.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from engram_server.domain.crosslingual import translation_pair
+from engram_server.domain.crosslingual import meaning_conflicts, same_meaning, translation_pair
 from engram_server.domain.service.commands import GateReason, Policy, Similar
 from engram_server.domain.specifics import conflicts, same_words
 
@@ -32,6 +33,8 @@ def replayed_gate(
         if s.similarity <= policy.dedup_threshold:
             break
         found = tuple(conflicts(s.record.content, content)) if check and s.similarity < 1.0 else ()
+        if check and s.similarity < 1.0 and not found and policy.gate_translations:
+            found = meaning_conflicts(s.record.content, content)
         if found:
             out[i] = replace(s, reason=GateReason.CONFLICTING_SPECIFICS, conflicts=found)
             continue
@@ -46,6 +49,15 @@ def replayed_gate(
             if s.reason:
                 continue
             if same_words(s.record.content, content) and not conflicts(s.record.content, content):
+                out[i] = replace(s, reason=GateReason.ALLOW_DUPLICATE)
+                top = i
+                break
+    if top is None and allow_duplicate and check and policy.gate_translations:
+        for i, s in enumerate(out):
+            if s.similarity < policy.meaning_threshold:
+                break
+            old = s.record.content
+            if not s.reason and same_meaning(old, content) and not conflicts(old, content):
                 out[i] = replace(s, reason=GateReason.ALLOW_DUPLICATE)
                 top = i
                 break

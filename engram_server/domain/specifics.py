@@ -65,7 +65,7 @@ __all__ = [
 class Conflict:
     """One kind of specific on which two texts disagree: the values only one of them has."""
 
-    kind: str  # number | date | identifier | name | order | negation | term
+    kind: str  # number | date | identifier | name | order | negation | term | antonym (crosslingual)
     existing: tuple[str, ...]
     new: tuple[str, ...]
 
@@ -443,26 +443,61 @@ _EN_EVENT_COPULAS = frozenset(["happen", "happens", "happened", "occur", "occurs
 
 
 @lru_cache(maxsize=4096)
-def content_words(text: str) -> frozenset[str]:
-    """The content words of ``text``: Latin words case-folded and lightly stemmed, Chinese words as
-    jieba segments them, without function words, negation cues and punctuation. Two texts with the
-    same content words (and the same specifics) say the same thing in a different order or with
-    different grammar words."""
-    out: set[str] = set()
-    for w in _RE_CONTENT_LATIN.findall(text):
-        low = w.casefold()
+def content_sequence(text: str) -> tuple[str, ...]:
+    """The content words of ``text`` in the order they occur: Latin words case-folded and lightly
+    stemmed, Chinese words as jieba segments them, without function words, negation cues and
+    punctuation."""
+    out: list[tuple[int, str]] = []
+    for m in _RE_CONTENT_LATIN.finditer(text):
+        low = m.group().casefold()
         if low in _EN_FUNCTION or low in _EN_EVENT_COPULAS or _RE_NT.search(low):
             continue
-        out.add(stem(low))
-    for run in re.findall(f"[{_CJK}]+", text):
-        for word in rjieba.cut(run):
+        out.append((m.start(), stem(low)))
+    for run in re.finditer(f"[{_CJK}]+", text):
+        at = run.start()
+        for word in rjieba.cut(run.group()):
             w = word if word in _ZH_NOT_NEGATION else "".join(c for c in word if c not in _ZH_NEGATION_CHARS)
             if w.strip() and w not in _ZH_FUNCTION:
-                out.add(w)
-    return frozenset(out)
+                out.append((at, w))
+            at += len(word)
+    return tuple(w for _, w in sorted(out))
+
+
+def content_words(text: str) -> frozenset[str]:
+    """The content words of ``text`` (:func:`content_sequence`) as a set. Two texts with the same
+    content words (and the same specifics) say the same thing in a different order or with
+    different grammar words — unless the words trade roles (:func:`swapped_roles`)."""
+    return frozenset(content_sequence(text))
+
+
+def swapped_roles(existing: str, new: str) -> bool:
+    """Whether the content words both texts share, in the order each text has them, are the same
+    words with two runs of them trading places across the words between ("The manager praised the
+    new intern." / "The new intern praised the manager."; 经理表扬了实习生 / 实习生表扬了经理): who
+    did what to whom is reversed, as :func:`conflicts` finds for names (kind ``order``). A run moved
+    to the front or back past an adjacent one is no swap ("In every editor, the user prefers dark
+    mode."). Not compared when exactly one text is passive (``by``, 被, 由: "The intern was praised
+    by the manager."), nor when a shared word occurs twice in a text."""
+    if bool(_RE_PASSIVE.search(existing)) != bool(_RE_PASSIVE.search(new)):
+        return False
+    sa, sb = content_sequence(existing), content_sequence(new)
+    shared = set(sa) & set(sb)
+    a = [w for w in sa if w in shared]
+    b = [w for w in sb if w in shared]
+    if a == b or len(a) < 3 or len(set(a)) != len(a) or len(set(b)) != len(b):
+        return False
+    n = len(a)
+    for i in range(n):  # a = P X Y Z S and b = P Z Y X S, with X, Y and Z not empty
+        for j in range(i + 1, n):
+            for k in range(j + 1, n):
+                for m in range(k + 1, n + 1):
+                    if b == a[:i] + a[k:m] + a[j:k] + a[i:j] + a[m:]:
+                        return True
+    return False
 
 
 def same_words(existing: str, new: str) -> bool:
-    """Whether two texts have the same non-empty set of content words (:func:`content_words`)."""
+    """Whether two texts have the same non-empty set of content words (:func:`content_words`),
+    in the same roles (:func:`swapped_roles`)."""
     a = content_words(existing)
-    return bool(a) and a == content_words(new)
+    return bool(a) and a == content_words(new) and not swapped_roles(existing, new)

@@ -164,3 +164,33 @@ def relatives(lemma: str) -> frozenset[str]:
 def open_wordnet() -> _WordNet | None:
     """The memory-mapped WordNet files (opened once per process), or None when not installed."""
     return _open()
+
+
+_ANTONYM = "!"
+_SIMILAR = "&"  # an adjective satellite's head ("concise" → "short"), whose antonyms it shares
+
+
+@lru_cache(maxsize=65536)
+def antonyms(lemma: str) -> frozenset[str]:
+    """The one-word lemmas WordNet marks as antonyms of ``lemma`` in any sense and part of speech
+    (like ~ dislike, accept ~ reject, open ~ close, allow ~ disallow), also through an adjective
+    satellite's head (a satellite has no antonym of its own). Every word of the antonym synset
+    counts (WordNet's antonyms are lexical; the synset is a slight over-reach, which only keeps
+    more pairs apart). Lower case; empty when WordNet lacks the word or its files are missing."""
+    wn = _open()
+    if wn is None:
+        return frozenset()
+    key = lemma.casefold().replace(" ", "_")
+    out: set[str] = set()
+    for pos in _POS:
+        for off in wn.offsets(pos, key):
+            _, ptrs = wn.synset(pos, off)
+            heads = [(p, o) for sym, p, o in ptrs if sym == _SIMILAR and pos == "a"]
+            for sym, p, o in ptrs:
+                if sym == _ANTONYM:
+                    out.update(wn.synset(p, o)[0])
+            for hp, ho in heads:
+                for sym, p, o in wn.synset(hp, ho)[1]:
+                    if sym == _ANTONYM:
+                        out.update(wn.synset(p, o)[0])
+    return frozenset(w for w in (_RE_MARKER.sub("", x).casefold() for x in out) if w != key and w.isalpha())

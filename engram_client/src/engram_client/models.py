@@ -240,7 +240,9 @@ class AddResult:
     #: its ``conflicts``) or ``"allow_duplicate"``; for ``DUPLICATE`` below 0.92, ``"same_words"``
     #: (the same content words and specifics as the memory: a reworded sentence) or
     #: ``"translation"`` (the memory is in the other script, Chinese / English, and the new content
-    #: translates it word for word through the dictionary); empty otherwise.
+    #: translates it word for word through the dictionary) or ``"same_meaning"`` (the same language,
+    #: every differing word restated by a word of the same meaning: "likes" / "prefers");
+    #: empty otherwise.
     gate_reason: str = ""
     #: :meth:`EngramClient.add_many` only: True when ``memory`` carries only its id, type,
     #: importance, version and times (no content, tags or metadata), so that the server's answer

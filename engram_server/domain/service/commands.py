@@ -58,6 +58,11 @@ class Policy:
     #: translation; 0.35 since the alignment reads "closed" as 不开门, at similarity 0.390).
     gate_translations: bool = True
     translation_floor: float = 0.35
+    #: With check_specifics and gate_translations (the dictionaries): a pair in the same language
+    #: at or above this calibrated similarity whose content words all restate one another
+    #: (:func:`engram_server.domain.crosslingual.same_meaning`) with the same specifics is a
+    #: duplicate too ("Frank likes concise commit messages." / "Frank prefers …").
+    meaning_threshold: float = 0.82
     #: The write gate also asks the store for this many nearest memories in the other script
     #: (0: none), so a translation is found among many memories in the new one's language.
     translation_candidates: int = 4
@@ -157,6 +162,10 @@ class GateReason(StrEnum):
     #: DUPLICATE of a memory in the other script (zh↔en) that the new content translates: every
     #: content word aligns through the dictionary, and the specifics and roles agree.
     TRANSLATION = "translation"
+    #: DUPLICATE below the duplicate threshold: at least ``meaning_threshold``, in the same language,
+    #: every content word restated by a word of the same meaning (a lemma, a dictionary synonym, a
+    #: WordNet relative, a Chinese word sharing a CC-CEDICT gloss), none opposed, the same specifics.
+    SAME_MEANING = "same_meaning"
 
 
 @dataclass(frozen=True, slots=True)

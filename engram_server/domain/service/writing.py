@@ -13,7 +13,7 @@ from dataclasses import replace
 import numpy as np
 from opentelemetry import metrics
 
-from engram_server.domain.crosslingual import translation_pair
+from engram_server.domain.crosslingual import meaning_conflicts, same_meaning, translation_pair
 from engram_server.domain.deadline import ensure_time_left
 from engram_server.domain.errors import (
     IdempotencyConflict,
@@ -419,6 +419,8 @@ class Writing(Superseding):
                     found: tuple[Conflict, ...] = ()
                 else:
                     found = tuple(conflicts(s.record.content, content))
+                    if not found and pol.gate_translations:  # opposite words, swapped roles
+                        found = meaning_conflicts(s.record.content, content)
                 if found:
                     similar[i] = replace(s, reason=GateReason.CONFLICTING_SPECIFICS, conflicts=found)
                     continue
@@ -436,6 +438,23 @@ class Writing(Superseding):
                     if same_words(s.record.content, content) and not conflicts(s.record.content, content):
                         similar[i] = replace(
                             s, reason=GateReason.ALLOW_DUPLICATE if allow_duplicate else GateReason.SAME_WORDS
+                        )
+                        top = similar[i]
+                        break
+            if top is None and pol.check_specifics and pol.gate_translations:
+                # Reworded with other words of the same meaning, same language ("likes" / "prefers",
+                # 购买 / 买), none opposed ("likes" / "dislikes"), the same specifics and roles.
+                for i, s in enumerate(similar):
+                    if s.similarity < pol.meaning_threshold:
+                        break
+                    if (
+                        not s.reason
+                        and same_meaning(s.record.content, content)
+                        and not conflicts(s.record.content, content)
+                    ):
+                        similar[i] = replace(
+                            s,
+                            reason=GateReason.ALLOW_DUPLICATE if allow_duplicate else GateReason.SAME_MEANING,
                         )
                         top = similar[i]
                         break

@@ -161,8 +161,9 @@ def _add(r: AddResult) -> dict[str, Any]:
         out["gate_reason"] = r.gate_reason
         if r.gate_reason == "conflicting_specifics":
             out["note"] = (
-                "Written: it differs from a very similar memory in a specific (number, date, id, name or "
-                "negation; see near_duplicates[].conflicts). If the new fact replaces the old one, "
+                "Written: it differs from a very similar memory in a specific (number, date, id, name, "
+                "negation, an opposite word or swapped roles; see near_duplicates[].conflicts). If the "
+                "new fact replaces the old one, "
                 "memory_delete the new one and memory_update the old one instead."
             )
     if r.conflicts:

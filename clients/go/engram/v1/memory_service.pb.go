@@ -1211,7 +1211,11 @@ type AddMemoryResponse struct {
 	// same specifics as `memory`, which is at least at the restatement level (0.82): the same
 	// sentence reworded. "translation": `memory` is in the other script (Chinese / English) and the
 	// new content translates it: every content word aligns through the dictionary (CC-CEDICT, names
-	// by pinyin), the specifics and the roles (who did what to whom) agree.
+	// by pinyin), the specifics and the roles (who did what to whom) agree. "same_meaning": `memory`
+	// is in the same language, at least at the restatement level (0.82), and every content word
+	// only one of the two texts has restates one only the other has (a lemma, a dictionary synonym,
+	// a WordNet relative, a Chinese word sharing a CC-CEDICT gloss: "likes" / "prefers", 购买 / 买),
+	// none is the opposite of another, and the specifics and roles agree.
 	// Empty otherwise, and empty in a replayed answer (replayed near_duplicates carry id and
 	// similarity only).
 	GateReason string `protobuf:"bytes,6,opt,name=gate_reason,json=gateReason,proto3" json:"gate_reason,omitempty"`

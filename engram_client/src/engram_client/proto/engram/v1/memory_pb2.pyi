@@ -432,22 +432,26 @@ class SpecificConflict(_message.Message):
     """"number" (digits, amounts, clock times, Chinese numerals, English number words), "date"
     (month and weekday names, either language), "identifier" (codes such as OPS-1182, v3.4.1,
     ops@acme.io), "name" (people, places, organisations; compared within one script), "order"
-    (two shared names trading places: "from Berlin to Paris" vs "from Paris to Berlin"),
-    "negation" (the count of negation cues such as not, never, 不, 没) or "term" (the same
-    sentence with a word replaced by another thing of its kind or its opposite: kitchen /
-    bathroom, bought / borrowed, 银色 / 黄色; the words themselves).
+    (two shared names trading places: "from Berlin to Paris" vs "from Paris to Berlin"; also two
+    content words: "quit tennis and started chess" vs "quit chess and started tennis"; above the
+    duplicate threshold also two runs of content words: "the manager praised the intern" vs "the
+    intern praised the manager"), "negation" (the count of negation cues such as not, never, 不,
+    没), "term" (the same sentence with a word replaced in place by another thing of its kind or
+    its opposite: kitchen / bathroom, bought / borrowed, before / after, 银色 / 黄色; the words
+    themselves) or, above the duplicate threshold, "antonym" (a word only one text has is the
+    opposite of one only the other has, elsewhere in the sentence: started / stopped, 开门 / 关门).
     """
     @_builtins.property
     def existing_values(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Values only the stored memory has (normalised: 2,400 -> "2400", 九点半 -> "9:30",
-        April -> "month:4"); for negation, its count of cues; for order, the shared names in the
-        stored memory's order.
+        April -> "month:4"); for negation, its count of cues; for order, the shared names (or
+        content words) in the stored memory's order; for antonym, the stored memory's words.
         """
 
     @_builtins.property
     def new_values(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Values only the new content has; for negation, its count of cues; for order, the shared
-        names in the new content's order.
+        names (or content words) in the new content's order; for antonym, the new content's words.
         """
 
     def __init__(

@@ -1,31 +1,34 @@
-"""Two sentences that say one thing about two different things of one kind.
+"""Two sentences that say one thing about two different things of one kind, or opposite things.
 
 "The light in the kitchen is broken." and "The light in the bathroom is broken." share every word
 but one, and the embedding puts them above the duplicate threshold; no number, date or name tells
-them apart. The word that changed does: kitchen and bathroom are two kinds of room. When the content
-words of two texts in one script differ in at most two words on each side, and a word that only one
-text has names another thing of the same kind as a word only the other has, the two texts state
-different facts (a ``term`` conflict, written and flagged, never refused as a duplicate).
+them apart. The word that changed does: kitchen and bathroom are two kinds of room. When two texts
+in one script are the same sequence of words but for at most two content words replaced one for one
+in place, and a replaced word is the opposite of its replacement (kind ``antonym``: buy / sell,
+before / after) or names another thing of the same kind (kind ``term``: kitchen / bathroom), the
+two texts state different facts: written and flagged, never refused as a duplicate. Two content
+words trading places are an ``order`` conflict, as two names are.
 
-"Of the same kind" comes from WordNet 3.0 (:mod:`engram_server.domain.wordnet`), over each word's
-most frequent senses:
+Opposites and kinds come from WordNet 3.0 (:mod:`engram_server.domain.wordnet`), over each word's
+most frequent senses and the parts of speech it is commonly used as:
 
-- antonyms (buy / sell, like / dislike, sister / brother);
+- antonyms in any sense (buy / sell, like / dislike, sister / brother), and a few opposed function
+  words WordNet does not relate (:data:`OPPOSED_FUNCTION_WORDS`);
 - nouns under a common hypernym at most four steps up from both (cat / dog: carnivore; red / blue:
-  chromatic colour; tennis / soccer: athletic game), but not the top of the hierarchy (entity,
-  abstraction, object …), which would make anything one kind;
-- verbs with a common direct hypernym (buy / borrow: get; start / stop are antonyms);
+  chromatic colour; tennis / soccer: athletic game), but not near the top of the hierarchy
+  (entity, abstraction, object …), which would make anything one kind;
+- verbs with a common direct hypernym (buy / borrow: get);
 - adjectives in one cluster (red / blue: chromatic).
 
 What is not a contrast: synonyms (film / movie, begin / start), one word a kind of the other
-(laptop / computer, Corolla / car), and words WordNet lacks. Chinese words are compared through
+(laptop / computer, vegan / vegetarian), and words WordNet lacks. Chinese words are compared through
 their CC-CEDICT glosses (银色 "silver" / 黄色 "yellow"). Two Chinese personal names that jieba does not
 tag (张娟 / 马娟: a common surname and a given name, no dictionary word) are a ``name`` conflict.
 """
-
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from difflib import SequenceMatcher
 from functools import lru_cache
 from itertools import product
@@ -224,10 +227,20 @@ def _affixed(x: str, y: str) -> tuple[str, str, str] | None:
     return None
 
 
-def _zh_kin(x: str, y: str) -> bool:
-    """Whether Chinese words ``x`` and ``y`` name different things of one kind, by their CC-CEDICT
-    glosses. Words that share a gloss are near synonyms (工作 / 上班 "to work"); otherwise some gloss
-    of each must be of one kind with one of the other's (:func:`same_kind`: 猫 "cat" / 狗 "dog").
+def _pair_kind(xs: Iterable[str], ys: Iterable[str]) -> str | None:
+    """``antonym`` when an English word of ``xs`` is the opposite of one of ``ys``, ``term`` when
+    they name different things of one kind (:func:`same_kind`), else None."""
+    pairs = list(product(xs, ys))
+    if any(opposite(p, q) for p, q in pairs):
+        return "antonym"
+    return "term" if any(same_kind(p, q) for p, q in pairs) else None
+
+
+def _zh_kin(x: str, y: str) -> str | None:
+    """Whether Chinese words ``x`` and ``y`` are opposites (``antonym``) or name different things of
+    one kind (``term``), by their CC-CEDICT glosses. Words that share a gloss are near synonyms
+    (工作 / 上班 "to work") unless what differs is opposite (姐姐 / 哥哥: "older" sister / brother);
+    otherwise some gloss of each must be of one kind with one of the other's (猫 "cat" / 狗 "dog").
     Words that share a part are compared by what differs (银色 / 黄色: 银 / 黄), and the shared part
     may name the kind (色 "color": silver and yellow are both colours)."""
     affixed = _affixed(x, y)
@@ -235,16 +248,17 @@ def _zh_kin(x: str, y: str) -> bool:
         cx, cy, part = affixed
         gx, gy, kinds = _glosses(cx), _glosses(cy), _glosses(part)
         if gx and gy and not gx & gy:
-            if any(same_kind(p, q) for p, q in product(gx, gy)):
-                return True
+            kind = _pair_kind(gx, gy)
+            if kind is not None:
+                return kind
             if any(_of_kind(p, kinds) for p in gx) and any(_of_kind(q, kinds) for q in gy):
-                return True
+                return "term"
     gx, gy = _glosses(x), _glosses(y)
     if not gx or not gy:
-        return False
-    if gx & gy:  # near synonyms, unless what differs is opposite (姐姐 / 哥哥: "older" sister / brother)
-        return any(opposite(p, q) for p, q in product(gx - gy, gy - gx))
-    return any(same_kind(p, q) for p, q in product(gx, gy))
+        return None
+    if gx & gy:
+        return "antonym" if any(opposite(p, q) for p, q in product(gx - gy, gy - gx)) else None
+    return _pair_kind(gx, gy)
 
 
 def _zh_name(word: str) -> bool:
@@ -276,15 +290,16 @@ def _glosses(word: str) -> frozenset[str]:
 
 
 def _contrast(x: str, y: str) -> str | None:
-    """``term`` or ``name`` when words ``x`` and ``y`` (one script) name different things."""
+    """``antonym``, ``term`` or ``name`` when words ``x`` and ``y`` (one script) name different
+    things, else None."""
     if frozenset((x, y)) in OPPOSED_FUNCTION_WORDS:
-        return "term"
+        return "antonym"
     if _RE_CJK.match(x) and _RE_CJK.match(y):
         if _zh_name(x) and _zh_name(y):
             return "name"
-        return "term" if _zh_kin(x, y) else None
+        return _zh_kin(x, y)
     if _RE_LATIN.fullmatch(x) and _RE_LATIN.fullmatch(y):
-        return "term" if any(same_kind(p, q) for p, q in product(_unstemmed(x), _unstemmed(y))) else None
+        return _pair_kind(_unstemmed(x), _unstemmed(y))
     return None
 
 

@@ -64,11 +64,11 @@ def test_synonyms_kinds_and_unknown_words_do_not(a: str, b: str) -> None:
         ),
         ("Mia plays tennis on Sundays.", "Mia plays soccer on Sundays.", "term", (("tennis",), ("soccer",))),
         ("小王的猫叫咪咪。", "小王的狗叫咪咪。", "term", None),  # jieba's 猫叫 / 狗叫: compared as 猫 / 狗
-        ("李娜的姐姐住在上海。", "李娜的哥哥住在上海。", "term", (("姐姐",), ("哥哥",))),
+        ("李娜的姐姐住在上海。", "李娜的哥哥住在上海。", "antonym", (("姐姐",), ("哥哥",))),
         ("张娟开一辆红色的车。", "马娟开一辆红色的车。", "name", (("张娟",), ("马娟",))),
-        ("Take the pill before dinner.", "Take the pill after dinner.", "term", (("before",), ("after",))),
-        ("我们在会议之前见面。", "我们在会议之后见面。", "term", (("之前",), ("之后",))),
-        ("Anna usually arrives early.", "Anna usually arrives late.", "term", (("early",), ("late",))),
+        ("Take the pill before dinner.", "Take the pill after dinner.", "antonym", (("before",), ("after",))),
+        ("我们在会议之前见面。", "我们在会议之后见面。", "antonym", (("之前",), ("之后",))),
+        ("Anna usually arrives early.", "Anna usually arrives late.", "antonym", (("early",), ("late",))),
         (
             "The window in the bedroom was fixed.",
             "The door in the bedroom was fixed.",

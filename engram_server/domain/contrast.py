@@ -25,6 +25,7 @@ What is not a contrast: synonyms (film / movie, begin / start), one word a kind 
 their CC-CEDICT glosses (银色 "silver" / 黄色 "yellow"). Two Chinese personal names that jieba does not
 tag (张娟 / 马娟: a common surname and a given name, no dictionary word) are a ``name`` conflict.
 """
+
 from __future__ import annotations
 
 import re

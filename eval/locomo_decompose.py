@@ -76,7 +76,7 @@ _Q_WORDS = frozenset(
 
 def statement_form(q: str) -> str | None:
     """The question without its question words, auxiliaries and articles: "What does Tim do to
-    escape reality?" → "Tim do to escape reality". None when nothing is dropped."""
+    escape reality?" → "Tim to escape reality". None when nothing is dropped."""
     words = re.findall(r"[\w'’-]+", q)
     kept = [w for w in words if w.lower() not in _Q_WORDS]
     if len(kept) == len(words) or not kept:

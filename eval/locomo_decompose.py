@@ -245,17 +245,19 @@ class _Variants:
 
         return f
 
-    def inject(self, kinds: str, m: int) -> Ranker:
+    def inject(self, kinds: str, m: int, after: int = 0) -> Ranker:
         """The fused ranking, plus each sub-query's own best ``m`` (ranked as the question would
         be, with the sub-query's cosine and BM25) put into the reranked head with their rank there
-        as their own rank."""
+        plus ``after`` as their own rank (``after`` = the head's depth: behind the head, so that
+        only the cross-encoder can lift them)."""
 
         def f(cid: str, sim: Sim, q: Json) -> tuple[list[int], list[tuple[int, int]]]:
             head = sim.rank(q, n_dense=150, n_lex=50, depth=10**6)
             extra: list[tuple[int, int]] = []
             for t in self.subqueries(q, kinds):
                 sub = {**q, "ids": sim.ids, "cos": self.cos(cid, t), "bm25": self.bm25(sim, t)}
-                extra += [(i, r) for r, i in enumerate(rank_max(sim, sub, [], [], extra=[], delta=0.0)[:m])]
+                best = rank_max(sim, sub, [], [], extra=[], delta=0.0)[:m]
+                extra += [(i, after + r) for r, i in enumerate(best)]
             return head, extra
 
         return f
@@ -313,6 +315,8 @@ def main() -> None:
         "parts' best 5 into the reranked head": v.inject("p", 5),
         "parts' best 10 into the reranked head": v.inject("p", 10),
         "statement form's best 5 into the reranked head": v.inject("s", 5),
+        "parts' best 5 behind the reranked head": v.inject("p", 5, 30),
+        "statement form's best 10 behind the reranked head": v.inject("s", 10, 30),
     }
     depth = Policy().rerank_depth
     logits: dict[str, dict[str, float]] = pickle.loads(a.ce.read_bytes()) if a.ce.exists() else {}

@@ -157,6 +157,7 @@ def build_policy(settings: Settings) -> Policy:
         near_duplicate_threshold=settings.near_duplicate_threshold,
         check_specifics=settings.gate_specifics,
         gate_translations=settings.gate_translations,
+        gate_same_meaning=settings.gate_same_meaning,
         weights=Weights(settings.weight_relevance, settings.weight_recency, settings.weight_importance),
         mmr_lambda=settings.mmr_lambda,
         candidate_factor=settings.candidate_factor,

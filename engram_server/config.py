@@ -73,6 +73,7 @@ class Settings:
     near_duplicate_threshold: float = 0.70
     gate_specifics: bool = True
     gate_translations: bool = True
+    gate_same_meaning: bool = False
     weight_relevance: float = 1.0
     weight_recency: float = 0.05
     weight_importance: float = 0.02
@@ -345,9 +346,16 @@ SETTINGS_DOC: list[tuple[str, str, str]] = [
         "ENGRAM_GATE_TRANSLATIONS",
         "Write gate: the dictionary checks (CC-CEDICT, WordNet). Refuse a Chinese↔English "
         "translation of a stored memory as a duplicate (reason translation) when every content word "
-        "aligns through CC-CEDICT and the specifics and roles agree; refuse a same-language rewording "
-        "with other words (reason same_meaning); keep opposite words and swapped roles apart above "
-        "0.92 (antonym / order conflicts). `false` = none of these.",
+        "aligns through CC-CEDICT and the specifics and roles agree; keep opposite words and swapped "
+        "roles apart above 0.92 (antonym / order conflicts). `false` = none of these.",
+    ),
+    (
+        "gate_same_meaning",
+        "ENGRAM_GATE_SAME_MEANING",
+        "Write gate (with ENGRAM_GATE_TRANSLATIONS): also refuse a same-language rewording with "
+        "other words at or above 0.82 (reason same_meaning: likes / prefers). Off by default: it "
+        "refused different facts whose words share a dictionary gloss or are WordNet relatives "
+        "(暖气 / 空调, a silver van / a grey car) and no extra restatement of the pair sets.",
     ),
     ("weight_relevance", "ENGRAM_WEIGHT_RELEVANCE", "Fusion weight of relevance."),
     ("weight_recency", "ENGRAM_WEIGHT_RECENCY", "Fusion weight of recency."),

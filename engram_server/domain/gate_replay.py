@@ -52,7 +52,7 @@ def replayed_gate(
                 out[i] = replace(s, reason=GateReason.ALLOW_DUPLICATE)
                 top = i
                 break
-    if top is None and allow_duplicate and check and policy.gate_translations:
+    if top is None and allow_duplicate and check and policy.gate_translations and policy.gate_same_meaning:
         for i, s in enumerate(out):
             if s.similarity < policy.meaning_threshold:
                 break

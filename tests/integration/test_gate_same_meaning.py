@@ -7,14 +7,41 @@ writes and flags (``conflicting_specifics`` with an ``antonym`` or ``order`` con
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+import pytest
+
 from engram_client.proto.engram.v1 import memory_service_pb2 as s
 from engram_client.proto.engram.v1 import memory_service_pb2_grpc
+from engram_server.testing import running_server
 from tests.support.rpc import add, count
 
 Stub = memory_service_pb2_grpc.MemoryServiceStub
 
 
-async def test_a_synonym_under_the_threshold_is_refused_as_same_meaning(stub: Stub) -> None:
+@pytest.fixture
+async def meaning_stub(tmp_path: Path) -> AsyncIterator[Stub]:
+    """A server with the same-meaning rule on (ENGRAM_GATE_SAME_MEANING=true; off by default)."""
+    async with (
+        running_server(tmp_path / "data", gate_same_meaning=True) as srv,
+        grpc.aio.insecure_channel(srv.address) as channel,
+    ):
+        yield memory_service_pb2_grpc.MemoryServiceStub(channel)
+
+
+async def test_by_default_a_synonym_under_the_threshold_is_written_beside_the_memory(stub: Stub) -> None:
+    first = await add(stub, "The user likes window seats on long flights.")
+    again = await add(stub, "On long flights the user prefers window seats.")
+    if again.outcome == s.ADD_OUTCOME_DUPLICATE:  # only above 0.92, never by the same-meaning rule
+        assert again.gate_reason != "same_meaning"
+    else:
+        assert first.memory.id in {n.id for n in again.near_duplicates}
+
+
+async def test_a_synonym_under_the_threshold_is_refused_as_same_meaning(meaning_stub: Stub) -> None:
+    stub = meaning_stub
     # 0.911 with the default model: under 0.92, and "likes" is not "prefers" word for word.
     first = await add(stub, "The user likes window seats on long flights.")
     again = await add(stub, "On long flights the user prefers window seats.")

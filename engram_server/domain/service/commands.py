@@ -61,7 +61,11 @@ class Policy:
     #: With check_specifics and gate_translations (the dictionaries): a pair in the same language
     #: at or above this calibrated similarity whose content words all restate one another
     #: (:func:`engram_server.domain.crosslingual.same_meaning`) with the same specifics is a
-    #: duplicate too ("Frank likes concise commit messages." / "Frank prefers …").
+    #: duplicate too ("Frank likes concise commit messages." / "Frank prefers …"). Off by default
+    #: (``gate_same_meaning``): on the held-out template family of ``bench/false_duplicates.py``
+    #: it refused different facts (暖气 / 空调 share the gloss "air", a silver van / a grey car are
+    #: relatives) while refusing no restatement pair of ``eval/pairs`` the embedding had not.
+    gate_same_meaning: bool = False
     meaning_threshold: float = 0.82
     #: The write gate also asks the store for this many nearest memories in the other script
     #: (0: none), so a translation is found among many memories in the new one's language.

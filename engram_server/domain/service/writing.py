@@ -441,7 +441,7 @@ class Writing(Superseding):
                         )
                         top = similar[i]
                         break
-            if top is None and pol.check_specifics and pol.gate_translations:
+            if top is None and pol.check_specifics and pol.gate_translations and pol.gate_same_meaning:
                 # Reworded with other words of the same meaning, same language ("likes" / "prefers",
                 # 购买 / 买), none opposed ("likes" / "dislikes"), the same specifics and roles.
                 for i, s in enumerate(similar):

@@ -1211,8 +1211,8 @@ type AddMemoryResponse struct {
 	// same specifics as `memory`, which is at least at the restatement level (0.82): the same
 	// sentence reworded. "translation": `memory` is in the other script (Chinese / English) and the
 	// new content translates it: every content word aligns through the dictionary (CC-CEDICT, names
-	// by pinyin), the specifics and the roles (who did what to whom) agree. "same_meaning": `memory`
-	// is in the same language, at least at the restatement level (0.82), and every content word
+	// by pinyin), the specifics and the roles (who did what to whom) agree. "same_meaning" (only
+	// with ENGRAM_GATE_SAME_MEANING=true): `memory` is in the same language, at least at the restatement level (0.82), and every content word
 	// only one of the two texts has restates one only the other has (a lemma, a dictionary synonym,
 	// a WordNet relative, a Chinese word sharing a CC-CEDICT gloss: "likes" / "prefers", 购买 / 买),
 	// none is the opposite of another, and the specifics and roles agree.

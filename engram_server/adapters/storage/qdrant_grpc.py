@@ -43,7 +43,7 @@ from qdrant_client import AsyncQdrantClient, models
 from qdrant_client import grpc as qg
 from qdrant_client.connection import parse_channel_options, parse_ssl_credentials
 from qdrant_client.context_headers import get_context_headers
-from qdrant_client.conversions.conversion import RestToGrpc, value_to_json
+from qdrant_client.conversions.conversion import RestToGrpc, payload_to_grpc, value_to_json
 
 from engram_server.adapters.storage.payload import (
     Condition,
@@ -74,6 +74,7 @@ __all__ = [
     "query",
     "raw_points",
     "search_params",
+    "set_payload",
     "sparse_query",
     "value_of",
 ]
@@ -189,6 +190,8 @@ def value_of(data: bytes) -> Any:
 
 #: Every payload field.
 ALL_PAYLOAD: Final = qg.WithPayloadSelector(enable=True)
+#: No payload field.
+NO_PAYLOAD: Final = qg.WithPayloadSelector(enable=False)
 #: No vector.
 NO_VECTORS: Final = qg.WithVectorsSelector(enable=False)
 #: The dense (unnamed) vector only.
@@ -370,14 +373,14 @@ class RawPoints:
     def __init__(self, remote: Any) -> None:
         self._remote = remote  # qdrant_client's AsyncQdrantRemote
         self._channel: grpc.aio.Channel | None = None
-        self._calls: tuple[Callable[..., Any], Callable[..., Any]] | None = None
+        self._calls: tuple[Callable[..., Any], Callable[..., Any], Callable[..., Any]] | None = None
 
     @property
     def _timeout(self) -> int:
         return int(self._remote._timeout)
 
-    def _next(self) -> tuple[Callable[..., Any], Callable[..., Any]]:
-        """(QueryBatch, Get) answering messages of :data:`LITE_POOL`, on a channel of this
+    def _next(self) -> tuple[Callable[..., Any], Callable[..., Any], Callable[..., Any]]:
+        """(QueryBatch, Get) answering messages of :data:`LITE_POOL`, and UpdateBatch, on a channel of this
         store's own, opened on first use (in the running event loop) the way the client opens its
         own (the same address, TLS and its certificates, options and compression). The client's
         channels carry a Python interceptor that adds its headers to every call (an extra task and
@@ -410,6 +413,11 @@ class RawPoints:
                     "/qdrant.Points/Get",
                     request_serializer=qg.GetPoints.SerializeToString,
                     response_deserializer=_LiteGetResponse.FromString,
+                ),
+                channel.unary_unary(
+                    "/qdrant.Points/UpdateBatch",
+                    request_serializer=qg.UpdateBatchPoints.SerializeToString,
+                    response_deserializer=qg.UpdateBatchResponse.FromString,
                 ),
             )
         return calls
@@ -448,6 +456,39 @@ class RawPoints:
         )
         return [(point_key(r.id), payload_of(r.payload)) for r in response.result]
 
+    async def dense_vectors(self, collection: str, ids: Sequence[str]) -> dict[str, Vector]:
+        """The dense vectors of the points of ``ids`` that exist (no payload), by id."""
+        response = await self._next()[1](
+            qg.GetPoints(
+                collection_name=collection,
+                ids=[qg.PointId(uuid=i) for i in ids],
+                with_payload=NO_PAYLOAD,
+                with_vectors=DENSE_VECTOR,
+            ),
+            timeout=self._timeout,
+            metadata=self._metadata(),
+        )
+        out: dict[str, Vector] = {}
+        for r in response.result:
+            vec = dense_of(r)
+            if vec is not None:
+                out[point_key(r.id)] = vec
+        return out
+
+    async def set_payloads(self, collection: str, payloads: Mapping[str, dict[str, Any]]) -> None:
+        """One ``UpdateBatch`` (``wait``) setting each point's payload fields: the message the
+        client sends for ``batch_update_points`` of one ``SetPayloadOperation`` per point, the
+        values converted by the client's own ``payload_to_grpc``."""
+        await self._next()[2](
+            qg.UpdateBatchPoints(
+                collection_name=collection,
+                wait=True,
+                operations=[set_payload(key, payload) for key, payload in payloads.items()],
+            ),
+            timeout=self._timeout,
+            metadata=self._metadata(),
+        )
+
     async def collection_metadata(self, collection: str) -> dict[str, Any] | None:
         """The collection's metadata as the client's ``get_collection`` gives it
         (``config.metadata``: None when it has none); raises ``NotFound`` when there is no such
@@ -464,6 +505,17 @@ class RawPoints:
             qg.ListCollectionsRequest(), timeout=self._timeout
         )
         return [c.name for c in response.collections]
+
+
+def set_payload(key: str, payload: dict[str, Any]) -> qg.PointsUpdateOperation:
+    """Setting ``payload``'s fields on the point ``key`` (a UUID string): what the client's
+    ``RestToGrpc`` makes of ``SetPayloadOperation(set_payload=SetPayload(payload, points=[key]))``."""
+    return qg.PointsUpdateOperation(
+        set_payload=qg.PointsUpdateOperation.SetPayload(
+            payload=payload_to_grpc(payload),
+            points_selector=qg.PointsSelector(points=qg.PointsIdsList(ids=[qg.PointId(uuid=key)])),
+        )
+    )
 
 
 def query(

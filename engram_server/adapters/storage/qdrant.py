@@ -171,8 +171,6 @@ def _hnsw_linked(index: models.PayloadIndexInfo) -> bool:
 class QdrantStore:
     """:class:`engram_server.ports.Store` on a Qdrant server, cluster or qdrant-client local mode."""
 
-    _bm25_vectors = True
-
     def __init__(
         self,
         location: str,
@@ -799,7 +797,7 @@ class QdrantStore:
                     limit if lexical_limit is None else lexical_limit,
                     flt=query_filter,
                     with_payload=fields,
-                    with_vectors=DENSE_VECTOR if self._bm25_vectors else NO_VECTORS,
+                    with_vectors=DENSE_VECTOR,
                     using=LEXICAL_VECTOR,
                 )
             )
@@ -820,35 +818,6 @@ class QdrantStore:
         # ``cosine(vec, vector)`` with the query's norm computed once (the same operations)
         y = np.asarray(vector, dtype=np.float64).reshape(-1)
         y_norm = np.linalg.norm(y)
-        if not self._bm25_vectors:
-            only: dict[str, tuple[float, Any]] = {}  # the BM25-only hits, in BM25 order
-            for h in responses[1]:
-                key, score = point_key(h.id), h.score
-                if score <= 0 or out.set_lexical(key, score) or key in only:
-                    continue
-                only[key] = (score, h.payload)
-            if not only:
-                return out.build()
-            keys = list(only)
-            vectors = await self._call(
-                "search", lambda: raw.dense_vectors(qname, keys), collection=collection
-            )
-            for key, (score, lite) in only.items():
-                vec = vectors.get(key)
-                if vec is None:
-                    continue  # deleted since the query
-                x = np.asarray(vec, dtype=np.float64).reshape(-1)
-                denom = float(np.linalg.norm(x) * y_norm)
-                cos = float(x @ y) / denom if denom > 0 else 0.0
-                row = candidate_row(key, lite)
-                if row is None:
-                    payload = payload_of(lite)
-                    out.add(key, payload, cos, lexical=score, vector=vec)
-                    memo.put(collection, key, payload)
-                else:
-                    out.add_row(key, row[0], cos, lexical=score, vector=vec)
-                    memo.put_cue(collection, key, row[1], row[2])
-            return out.build()
         for h in responses[1]:
             key, score = point_key(h.id), h.score
             if score <= 0 or out.set_lexical(key, score):

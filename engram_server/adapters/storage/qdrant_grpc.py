@@ -190,8 +190,6 @@ def value_of(data: bytes) -> Any:
 
 #: Every payload field.
 ALL_PAYLOAD: Final = qg.WithPayloadSelector(enable=True)
-#: No payload field.
-NO_PAYLOAD: Final = qg.WithPayloadSelector(enable=False)
 #: No vector.
 NO_VECTORS: Final = qg.WithVectorsSelector(enable=False)
 #: The dense (unnamed) vector only.
@@ -455,25 +453,6 @@ class RawPoints:
             metadata=self._metadata(),
         )
         return [(point_key(r.id), payload_of(r.payload)) for r in response.result]
-
-    async def dense_vectors(self, collection: str, ids: Sequence[str]) -> dict[str, Vector]:
-        """The dense vectors of the points of ``ids`` that exist (no payload), by id."""
-        response = await self._next()[1](
-            qg.GetPoints(
-                collection_name=collection,
-                ids=[qg.PointId(uuid=i) for i in ids],
-                with_payload=NO_PAYLOAD,
-                with_vectors=DENSE_VECTOR,
-            ),
-            timeout=self._timeout,
-            metadata=self._metadata(),
-        )
-        out: dict[str, Vector] = {}
-        for r in response.result:
-            vec = dense_of(r)
-            if vec is not None:
-                out[point_key(r.id)] = vec
-        return out
 
     async def set_payloads(self, collection: str, payloads: Mapping[str, dict[str, Any]]) -> None:
         """One ``UpdateBatch`` (``wait``) setting each point's payload fields: the message the

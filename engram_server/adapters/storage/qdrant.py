@@ -803,16 +803,22 @@ class QdrantStore:
             )
         responses = await self._call("search", lambda: raw.query_batch(qname, queries), collection=collection)
         memo = self._cues
+        put_cue, add_row = memo.put_cue, out.add_row
         for h in responses[0]:
-            key = point_key(h.id)
-            row = candidate_row(key, h.payload)
+            pid = h.id
+            key = pid.uuid or str(pid.num)  # point_key (a UUID is never empty)
+            lite = h.payload
+            row = candidate_row(key, lite)
             if row is None:  # a payload not as Engram writes it: decoded in full
-                payload = payload_of(h.payload)
+                payload = payload_of(lite)
                 out.add(key, payload, h.score, vector=dense_of(h) if with_vectors else None)
                 memo.put(collection, key, payload)
+            elif with_vectors:
+                add_row(key, row[0], h.score, vector=dense_of(h))
+                put_cue(collection, key, row[1], row[2])
             else:
-                out.add_row(key, row[0], h.score, vector=dense_of(h) if with_vectors else None)
-                memo.put_cue(collection, key, row[1], row[2])
+                add_row(key, row[0], h.score)
+                put_cue(collection, key, row[1], row[2])
         if sparse is None:
             return out.build()
         # ``cosine(vec, vector)`` with the query's norm computed once (the same operations)

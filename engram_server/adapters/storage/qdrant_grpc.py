@@ -219,11 +219,24 @@ def search_params(params: models.SearchParams | None) -> qg.SearchParams | None:
 
 def point_key(pid: Any) -> str:
     """A point id as the client gives it, as a string: the UUID, or the number in decimal."""
-    return pid.uuid if pid.WhichOneof("point_id_options") == "uuid" else str(pid.num)
+    return pid.uuid or str(pid.num)  # (a UUID is never empty)
 
 
-_TYPES: Final[dict[str, MemoryType]] = {t.value: t for t in MemoryType}
-_SHARED: dict[str, str] = {}  # the few scripts and labels, one string object each
+def _string_bytes(text: str) -> bytes:
+    """A string value's bytes as the server encodes them (``Value.string_value``)."""
+    return qg.Value(string_value=text).SerializeToString()
+
+
+#: A memory type's value bytes → the type (the only encodings ``_text`` reads as a known type).
+_TYPES: Final[dict[bytes, MemoryType]] = {_string_bytes(t.value): t for t in MemoryType}
+#: A small integer's value bytes (tag and one varint byte) → the integer as a float.
+_LEVELS: Final[dict[bytes, float]] = {bytes((0x18, i)): float(i) for i in range(0x80)}
+#: Value bytes → the string they hold (the few scripts and labels: one string object each).
+_STRINGS: dict[bytes, str] = {}
+#: (questions share, label) value bytes → the cue they give (the few distinct cues).
+_CUES: dict[tuple[bytes, bytes | None], RescoreCue] = {}
+_SHARED_MAX: Final = 4096
+_EMPTY_FIELDS: Final = ("superseded_by", "draft", "trashed_at")
 
 
 def _text(data: bytes) -> str | None:
@@ -231,6 +244,16 @@ def _text(data: bytes) -> str | None:
     if data[0] == 0x22 and len(data) > 1 and data[1] < 0x80 and data[1] + 2 == len(data):
         return data[2:].decode()
     return None
+
+
+def _shared_text(data: bytes) -> str | None:
+    """``_text`` of a value that recurs (a script, a label): one string object per value."""
+    text = _STRINGS.get(data)
+    if text is None:
+        text = _text(data)
+        if text is not None and len(_STRINGS) < _SHARED_MAX:
+            _STRINGS[data] = text
+    return text
 
 
 def _number(data: bytes) -> float | None:
@@ -244,6 +267,18 @@ def _number(data: bytes) -> float | None:
     return None
 
 
+def _cue(share_data: bytes, label_data: bytes | None) -> RescoreCue | None:
+    """The stored cue of a questions share and a label (present, not null); None when either is
+    not as Engram writes it."""
+    share = _number(share_data)
+    if share is None:
+        return None
+    if label_data is None or label_data == _NULL:
+        return NO_CUE if share == 0.0 else RescoreCue(None, share)
+    label = _shared_text(label_data)
+    return None if label is None else RescoreCue(label, share)
+
+
 def candidate_row(
     key: str, payload: Mapping[str, bytes]
 ) -> tuple[RankFields, RescoreCue | None, float] | None:
@@ -251,25 +286,23 @@ def candidate_row(
     payload map (of :data:`LITE_POOL`): what ``rank_fields(key, payload_of(payload), ...)``,
     ``stored_cue(payload_of(payload))`` and the cue memo's ``created_at`` give, for payloads as
     Engram writes them (a known type, a small integer importance, finite numbers, short strings).
-    None for any other payload: the caller decodes it in full (and reports what is wrong with it)."""
+    None for any other payload: the caller decodes it in full (and reports what is wrong with it).
+    The values that recur (types, importances, scripts, cues) are looked up by their bytes."""
     get = payload.get
+    kind = _TYPES.get(get("type", b""))
+    level = _LEVELS.get(get("importance", b""))
+    if kind is None or level is None:
+        return None
     try:
-        kind = _TYPES.get(_text(get("type", b"")) or "")
-        importance = get("importance", b"")
         created = _number(get("created_at", b""))
-        if kind is None or created is None or importance[0] != 0x18 or len(importance) != 2:
-            return None
-        level = importance[1]
-        if level >= 0x80:
-            return None
         until_data = get("valid_until")
         until = NEVER if until_data is None else _number(until_data)
         script_data = get("script")
-        script = "" if script_data is None or script_data == _NULL else _text(script_data)
-        if until is None or script is None:
+        script = "" if script_data is None or script_data == _NULL else _shared_text(script_data)
+        if created is None or until is None or script is None:
             return None
         current = True
-        for name in ("superseded_by", "draft", "trashed_at"):
+        for name in _EMPTY_FIELDS:
             data = get(name)
             if data is None or data == _NULL:  # absent or null: empty
                 continue
@@ -279,22 +312,18 @@ def candidate_row(
         share_data = get(QUESTIONS_FIELD)
         cue: RescoreCue | None = None
         if share_data is not None and share_data != _NULL:
-            share = _number(share_data)
-            if share is None:
-                return None
             label_data = get(LABEL_FIELD)
-            if label_data is None or label_data == _NULL:
-                cue = NO_CUE if share == 0.0 else RescoreCue(None, share)
-            else:
-                label = _text(label_data)
-                if label is None:
+            cue_key = (share_data, label_data)
+            cue = _CUES.get(cue_key)
+            if cue is None:
+                cue = _cue(share_data, label_data)
+                if cue is None:
                     return None
-                cue = RescoreCue(_SHARED.setdefault(label, label) if len(_SHARED) < 4096 else label, share)
+                if len(_CUES) < _SHARED_MAX:
+                    _CUES[cue_key] = cue
     except IndexError:  # an empty value: the general decoding refuses it
         return None
-    if len(_SHARED) < 4096:
-        script = _SHARED.setdefault(script, script)
-    return (kind, float(level), created, until, script, current, key), cue, created
+    return (kind, level, created, until, script, current, key), cue, created
 
 
 def payload_of(payload: Mapping[str, bytes]) -> dict[str, Any]:
@@ -370,6 +399,7 @@ class RawPoints:
 
     def __init__(self, remote: Any) -> None:
         self._remote = remote  # qdrant_client's AsyncQdrantRemote
+        self._headers: tuple[tuple[str, str], ...] = tuple(remote._grpc_headers)
         self._channel: grpc.aio.Channel | None = None
         self._calls: tuple[Callable[..., Any], Callable[..., Any], Callable[..., Any]] | None = None
 
@@ -420,23 +450,25 @@ class RawPoints:
             )
         return calls
 
-    def _metadata(self) -> list[tuple[str, str]]:
-        """The headers the client's interceptor adds to each of its calls."""
-        return [*self._remote._grpc_headers, *get_context_headers().items()]
+    def _metadata(self) -> tuple[tuple[str, str], ...]:
+        """The headers the client's interceptor adds to each of its calls (its own, fixed when it
+        was made, then those of ``qdrant_client.context_headers``, usually none)."""
+        context = get_context_headers()
+        return (*self._headers, *context.items()) if context else self._headers
 
     async def close(self) -> None:
         channel, self._channel, self._calls = self._channel, None, None
         if channel is not None:
             await channel.close()
 
-    async def query_batch(self, collection: str, queries: Sequence[qg.QueryPoints]) -> list[list[Hit]]:
+    async def query_batch(self, collection: str, queries: Sequence[qg.QueryPoints]) -> list[Sequence[Hit]]:
         """One ``QueryBatch`` call; per query its hits, best first (undecoded: see ``Hit``)."""
         response = await self._next()[0](
             qg.QueryBatchPoints(collection_name=collection, query_points=queries),
             timeout=self._timeout,
             metadata=self._metadata(),
         )
-        return [list(batch.result) for batch in response.result]
+        return [batch.result for batch in response.result]
 
     async def get(
         self, collection: str, ids: Sequence[str], with_payload: qg.WithPayloadSelector = ALL_PAYLOAD

@@ -53,7 +53,13 @@ both stores in one run. ``--without-cues`` adds a second copy of the data on the
 rescoring cue fields removed (points as a release before them wrote them: each search reads its
 best 50 candidates' texts to rescore) and a third Engram server on it.
 With ``--baseline`` too, the baseline revision's server also runs on the node (the same
-collection), so the server path has its before/after in the same run.
+collection), so the server path has its before/after in the same run; ``--qdrant-only`` leaves
+the embedded servers out (the server path alone, in half the time). The table gives the three
+ratios for each server on the node, the node's CPU per search and Engram's own + the node's.
+
+A pass's CPU is read 1.5 s after its last search (``ACCESS_FLUSH_WAIT``): the access counters of
+its last hits are written up to ``access_flush_seconds`` (1 s) later, and that write (in the
+Engram process and on the node) belongs to the pass, not to the server measured next on the node.
 
     .venv/bin/python bench/cpu.py --data DIR --queries 200 --rounds 3 \
         --qdrant-url http://127.0.0.1:6333 --qdrant-grpc-port 6334 --qdrant-pid PID

@@ -19,6 +19,7 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -291,38 +292,41 @@ def test_raw_payload_writes_are_the_messages_the_client_sends() -> None:
 
 
 def _encoded_values() -> list[qg.Value]:
-    values = [
-        json_to_value(v)
-        for v in (
-            "",
-            "latin",
-            "ünïcode 北京",
-            "x" * 127,
-            "y" * 128,
-            "z" * 20000,
-            0.0,
-            -0.0,
-            1.5,
-            1793842225.5250037,
-            -2.5e-300,
-            1e308,
-            0,
-            1,
-            127,
-            128,
-            2**31,
-            2**63 - 1,
-            -1,
-            -(2**63),
-            True,
-            False,
-            None,
-            [],
-            ["a", 1, 2.5, None],
-            {},
-            {"k": {"n": [1, {"m": "v"}]}},
-        )
+    samples: list[Any] = [
+        "",
+        "latin",
+        "ünïcode 北京",
+        "x" * 127,
+        "y" * 128,
+        "z" * 20000,
+        0.0,
+        -0.0,
+        1.5,
+        1793842225.5250037,
+        -2.5e-300,
+        1e308,
+        0,
+        1,
+        127,
+        128,
+        2**31,
+        2**63 - 1,
+        -1,
+        -(2**63),
+        True,
+        False,
+        None,
+        [],
+        [""],
+        ["a", "ünïcode 北京", "x" * 200, "t1"],
+        ["a", 1, 2.5, None],
+        [["x", 0.5]],
+        [[]],
+        ["a", ["b"]],
+        {},
+        {"k": {"n": [1, {"m": "v"}]}},
     ]
+    values = [json_to_value(v) for v in samples]
     values += [qg.Value(double_value=x) for x in (float("nan"), float("inf"), float("-inf"))]
     values.append(qg.Value(integer_value=0))  # a oneof member at its default: still encoded
     return values
@@ -527,7 +531,7 @@ async def test_raw_reads_send_the_api_key(tmp_path: Path) -> None:
             assert [p.record.id for p in got] == found.ids[:3]
             # without the key the node refuses the same read
             raw = store._raw
-            raw._metadata = list  # type: ignore[method-assign]
+            raw._metadata = lambda: ()  # type: ignore[method-assign]
             with pytest.raises(StorageUnavailable, match=r"UNAUTHENTICATED|PERMISSION_DENIED"):
                 await store.retrieve("default", found.ids[:3])
         finally:

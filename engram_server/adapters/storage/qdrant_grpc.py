@@ -143,6 +143,7 @@ _DOUBLE: Final = struct.Struct("<d").unpack_from
 _NULL: Final = b"\x08\x00"
 _TRUE: Final = b"\x28\x01"
 _FALSE: Final = b"\x28\x00"
+_EMPTY_STRUCT: Final = b"\x32\x00"
 
 
 def _varint(data: bytes, at: int) -> tuple[int, int]:
@@ -157,11 +158,35 @@ def _varint(data: bytes, at: int) -> tuple[int, int]:
         shift += 7
 
 
+def _strings(data: bytes) -> list[str] | None:
+    """The list a ``list_value`` encodes when each of its values is a string (or it is empty);
+    None for anything else."""
+    size, at = _varint(data, 1)
+    end = at + size
+    if end != len(data):
+        return None
+    out: list[str] = []
+    while at < end:
+        if data[at] != 0x0A:  # ListValue.values (field 1)
+            return None
+        size, at = _varint(data, at + 1)
+        item_end = at + size
+        if data[at] != 0x22:
+            return None
+        size, at = _varint(data, at + 1)
+        if at + size != item_end:
+            return None
+        out.append(data[at:item_end].decode())
+        at = item_end
+    return out
+
+
 def value_of(data: bytes) -> Any:
     """One payload value from its encoded ``Value`` bytes: what ``value_to_json`` gives of the
-    ``Value`` they encode. A string, a finite double, an integer, a boolean or null as the
-    server encodes them are read straight from the bytes; anything else (lists, objects,
-    non-finite doubles, any other encoding) through ``Value`` and ``value_to_json``."""
+    ``Value`` they encode. A string, a finite double, an integer, a boolean, null, a list of
+    strings or an empty object as the server encodes them are read straight from the bytes;
+    anything else (other lists and objects, non-finite doubles, any other encoding) through
+    ``Value`` and ``value_to_json``."""
     try:
         tag = data[0]
         if tag == 0x22:  # string_value (field 4, length-delimited)
@@ -177,6 +202,12 @@ def value_of(data: bytes) -> Any:
             number, at = _varint(data, 1)
             if at == len(data):
                 return number - (1 << 64) if number >= 1 << 63 else number
+        elif tag == 0x3A:  # list_value (field 7): a list of strings (tags, ids) read here
+            strings = _strings(data)
+            if strings is not None:
+                return strings
+        elif data == _EMPTY_STRUCT:
+            return {}
         elif data == _NULL:
             return None
         elif data == _TRUE:

@@ -21,12 +21,13 @@ payload field and a Python float per vector component was most of the decoding's
 A candidate's ranking fields and cue are read straight from those bytes (:func:`candidate_row`)
 when its payload is as Engram writes it; any other payload is decoded in full.
 
-Only the search's reads go this way (the candidate query, the winners' records, the cue fallback,
-the collection list and specs, and the access counters' read before their write); writes, the
-write gate's neighbour lookups and administration keep the client's own calls. The values are
-those the client's conversion gives (payload values by ``qdrant_client``'s own ``value_to_json``,
-ids as the server's UUID string or the number's decimal string);
-tests/storage/test_qdrant_server_raw.py compares both paths on a real server.
+Only the search's reads and writes go this way (the candidate query, the winners' records, the cue
+fallback, the collection list and specs, and the access counters' read and write: ``set_payloads``,
+the messages the client builds, values by its own ``payload_to_grpc``); other writes, the write
+gate's neighbour lookups and administration keep the client's own calls. The values are those the
+client's conversion gives (payload values by ``qdrant_client``'s own ``value_to_json``, ids as the
+server's UUID string or the number's decimal string); tests/storage/test_qdrant_server_raw.py
+compares both paths on a real server.
 """
 
 from __future__ import annotations

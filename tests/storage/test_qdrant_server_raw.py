@@ -14,10 +14,12 @@ The payload values read straight from their encoded bytes (``value_of``) are che
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -45,6 +47,7 @@ from engram_server.adapters.storage.qdrant_grpc import (
     include,
     payload_of,
     search_params,
+    set_payload,
     sparse_query,
     value_of,
 )
@@ -237,39 +240,93 @@ async def test_raw_access_counts_equal_the_clients(stores: tuple[QdrantStore, Qd
     assert {pid: (r.access_count, r.last_accessed_at) for pid, r in stored.items()} == again
 
 
-def _encoded_values() -> list[qg.Value]:
-    values = [
-        json_to_value(v)
-        for v in (
-            "",
-            "latin",
-            "ünïcode 北京",
-            "x" * 127,
-            "y" * 128,
-            "z" * 20000,
-            0.0,
-            -0.0,
-            1.5,
-            1793842225.5250037,
-            -2.5e-300,
-            1e308,
-            0,
-            1,
-            127,
-            128,
-            2**31,
-            2**63 - 1,
-            -1,
-            -(2**63),
-            True,
-            False,
-            None,
-            [],
-            ["a", 1, 2.5, None],
-            {},
-            {"k": {"n": [1, {"m": "v"}]}},
+async def test_raw_access_writes_store_what_the_clients_store(
+    stores: tuple[QdrantStore, QdrantStore], prefix: str
+) -> None:
+    """``add_access`` writes the counters raw (``set_payloads``): the same points stored as when
+    the client writes them. The same points in two collections; the raw store counts hits in one,
+    the client's path in the other, twice (counters absent, then present); every point of both
+    collections is then equal, payload and vectors."""
+    raw, old = stores
+    twin = _spec("twin")
+    await old.create_collection(twin)
+    records, _ = await raw.scroll("default", StoreFilter(include_history=True, include_drafts=True), N)
+    stored, _ = await old._c.scroll(prefix + "default", limit=N, with_payload=True, with_vectors=True)
+    assert len(stored) == N
+    await old._c.upsert(
+        prefix + "twin",
+        [models.PointStruct(id=r.id, vector=r.vector or {}, payload=r.payload) for r in stored],  # type: ignore[arg-type]
+        wait=True,
+    )
+    ids = [r.id for r in records]
+    history = [r.id for r in records if r.superseded_by is not None]
+    assert history, "some points are history versions (skipped by both)"
+    for round_ in range(2):
+        hits = {pid: (1 + (i + round_) % 3, NOW + 0.5 * i - 7.0 * round_) for i, pid in enumerate(ids[::3])}
+        hits.update({pid: (2, NOW) for pid in history})
+        hits[str(uuid.uuid4())] = (1, NOW)  # no such point
+        counted = await raw.add_access("default", hits)
+        assert counted, "some points are current"
+        assert counted == await old.add_access("twin", hits)
+    want = await old._c.retrieve(prefix + "twin", ids, with_payload=True, with_vectors=True)
+    got = await old._c.retrieve(prefix + "default", ids, with_payload=True, with_vectors=True)
+    assert len(got) == len(want) == len(ids)
+    by_id = {str(r.id): r for r in want}
+    for r in got:  # the values and their kinds (an integer counter is not stored as 3.0)
+        assert json.dumps(r.payload, sort_keys=True) == json.dumps(by_id[str(r.id)].payload, sort_keys=True)
+        assert r.vector == by_id[str(r.id)].vector
+
+
+def test_raw_payload_writes_are_the_messages_the_client_sends() -> None:
+    """``set_payload`` is what ``RestToGrpc`` makes of the store's ``SetPayloadOperation``."""
+    key = str(uuid.uuid4())
+    for payload in (
+        {"access_count": 3, "last_accessed_at": NOW + 0.25},
+        {"access_count": 0, "last_accessed_at": 1.0},
+        {"access_count": 2**40, "last_accessed_at": NOW},
+    ):
+        theirs = RestToGrpc.convert_update_operation(
+            models.SetPayloadOperation(set_payload=models.SetPayload(payload=payload, points=[key]))
         )
+        assert set_payload(key, payload) == theirs
+
+
+def _encoded_values() -> list[qg.Value]:
+    samples: list[Any] = [
+        "",
+        "latin",
+        "ünïcode 北京",
+        "x" * 127,
+        "y" * 128,
+        "z" * 20000,
+        0.0,
+        -0.0,
+        1.5,
+        1793842225.5250037,
+        -2.5e-300,
+        1e308,
+        0,
+        1,
+        127,
+        128,
+        2**31,
+        2**63 - 1,
+        -1,
+        -(2**63),
+        True,
+        False,
+        None,
+        [],
+        [""],
+        ["a", "ünïcode 北京", "x" * 200, "t1"],
+        ["a", 1, 2.5, None],
+        [["x", 0.5]],
+        [[]],
+        ["a", ["b"]],
+        {},
+        {"k": {"n": [1, {"m": "v"}]}},
     ]
+    values = [json_to_value(v) for v in samples]
     values += [qg.Value(double_value=x) for x in (float("nan"), float("inf"), float("-inf"))]
     values.append(qg.Value(integer_value=0))  # a oneof member at its default: still encoded
     return values
@@ -474,7 +531,7 @@ async def test_raw_reads_send_the_api_key(tmp_path: Path) -> None:
             assert [p.record.id for p in got] == found.ids[:3]
             # without the key the node refuses the same read
             raw = store._raw
-            raw._metadata = list  # type: ignore[method-assign]
+            raw._metadata = lambda: ()  # type: ignore[method-assign]
             with pytest.raises(StorageUnavailable, match=r"UNAUTHENTICATED|PERMISSION_DENIED"):
                 await store.retrieve("default", found.ids[:3])
         finally:

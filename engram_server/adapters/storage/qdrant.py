@@ -803,16 +803,22 @@ class QdrantStore:
             )
         responses = await self._call("search", lambda: raw.query_batch(qname, queries), collection=collection)
         memo = self._cues
+        put_cue, add_row = memo.put_cue, out.add_row
         for h in responses[0]:
-            key = point_key(h.id)
-            row = candidate_row(key, h.payload)
+            pid = h.id
+            key = pid.uuid or str(pid.num)  # point_key (a UUID is never empty)
+            lite = h.payload
+            row = candidate_row(key, lite)
             if row is None:  # a payload not as Engram writes it: decoded in full
-                payload = payload_of(h.payload)
+                payload = payload_of(lite)
                 out.add(key, payload, h.score, vector=dense_of(h) if with_vectors else None)
                 memo.put(collection, key, payload)
+            elif with_vectors:
+                add_row(key, row[0], h.score, vector=dense_of(h))
+                put_cue(collection, key, row[1], row[2])
             else:
-                out.add_row(key, row[0], h.score, vector=dense_of(h) if with_vectors else None)
-                memo.put_cue(collection, key, row[1], row[2])
+                add_row(key, row[0], h.score)
+                put_cue(collection, key, row[1], row[2])
         if sparse is None:
             return out.build()
         # ``cosine(vec, vector)`` with the query's norm computed once (the same operations)
@@ -1241,21 +1247,29 @@ class QdrantStore:
                 collection=collection,
             )
             found = [(str(r.id), r.payload or {}) for r in records]
-        ops: list[models.UpdateOperation] = []
         counters: dict[str, tuple[int, float]] = {}
+        updates: dict[str, dict[str, Any]] = {}
         for key, current in found:
             payload = access_update(current, *wanted[key])
             if payload is not None:
                 counters[key] = (payload["access_count"], payload["last_accessed_at"])
-                ops.append(
-                    models.SetPayloadOperation(set_payload=models.SetPayload(payload=payload, points=[key]))
-                )
-        if ops:
+                updates[key] = payload
+        if not updates:
+            return counters
+        if raw is not None:
             await self._call(
-                "count accesses",
-                lambda: self._c.batch_update_points(qname, update_operations=ops, wait=True),
-                collection=collection,
+                "count accesses", lambda: raw.set_payloads(qname, updates), collection=collection
             )
+            return counters
+        ops: list[models.UpdateOperation] = [
+            models.SetPayloadOperation(set_payload=models.SetPayload(payload=payload, points=[key]))
+            for key, payload in updates.items()
+        ]
+        await self._call(
+            "count accesses",
+            lambda: self._c.batch_update_points(qname, update_operations=ops, wait=True),
+            collection=collection,
+        )
         return counters
 
 

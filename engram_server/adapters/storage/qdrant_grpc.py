@@ -21,12 +21,13 @@ payload field and a Python float per vector component was most of the decoding's
 A candidate's ranking fields and cue are read straight from those bytes (:func:`candidate_row`)
 when its payload is as Engram writes it; any other payload is decoded in full.
 
-Only the search's reads go this way (the candidate query, the winners' records, the cue fallback,
-the collection list and specs, and the access counters' read before their write); writes, the
-write gate's neighbour lookups and administration keep the client's own calls. The values are
-those the client's conversion gives (payload values by ``qdrant_client``'s own ``value_to_json``,
-ids as the server's UUID string or the number's decimal string);
-tests/storage/test_qdrant_server_raw.py compares both paths on a real server.
+Only the search's reads and writes go this way (the candidate query, the winners' records, the cue
+fallback, the collection list and specs, and the access counters' read and write: ``set_payloads``,
+the messages the client builds, values by its own ``payload_to_grpc``); other writes, the write
+gate's neighbour lookups and administration keep the client's own calls. The values are those the
+client's conversion gives (payload values by ``qdrant_client``'s own ``value_to_json``, ids as the
+server's UUID string or the number's decimal string); tests/storage/test_qdrant_server_raw.py
+compares both paths on a real server.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from qdrant_client import AsyncQdrantClient, models
 from qdrant_client import grpc as qg
 from qdrant_client.connection import parse_channel_options, parse_ssl_credentials
 from qdrant_client.context_headers import get_context_headers
-from qdrant_client.conversions.conversion import RestToGrpc, value_to_json
+from qdrant_client.conversions.conversion import RestToGrpc, payload_to_grpc, value_to_json
 
 from engram_server.adapters.storage.payload import (
     Condition,
@@ -74,6 +75,7 @@ __all__ = [
     "query",
     "raw_points",
     "search_params",
+    "set_payload",
     "sparse_query",
     "value_of",
 ]
@@ -142,6 +144,7 @@ _DOUBLE: Final = struct.Struct("<d").unpack_from
 _NULL: Final = b"\x08\x00"
 _TRUE: Final = b"\x28\x01"
 _FALSE: Final = b"\x28\x00"
+_EMPTY_STRUCT: Final = b"\x32\x00"
 
 
 def _varint(data: bytes, at: int) -> tuple[int, int]:
@@ -156,11 +159,35 @@ def _varint(data: bytes, at: int) -> tuple[int, int]:
         shift += 7
 
 
+def _strings(data: bytes) -> list[str] | None:
+    """The list a ``list_value`` encodes when each of its values is a string (or it is empty);
+    None for anything else."""
+    size, at = _varint(data, 1)
+    end = at + size
+    if end != len(data):
+        return None
+    out: list[str] = []
+    while at < end:
+        if data[at] != 0x0A:  # ListValue.values (field 1)
+            return None
+        size, at = _varint(data, at + 1)
+        item_end = at + size
+        if data[at] != 0x22:
+            return None
+        size, at = _varint(data, at + 1)
+        if at + size != item_end:
+            return None
+        out.append(data[at:item_end].decode())
+        at = item_end
+    return out
+
+
 def value_of(data: bytes) -> Any:
     """One payload value from its encoded ``Value`` bytes: what ``value_to_json`` gives of the
-    ``Value`` they encode. A string, a finite double, an integer, a boolean or null as the
-    server encodes them are read straight from the bytes; anything else (lists, objects,
-    non-finite doubles, any other encoding) through ``Value`` and ``value_to_json``."""
+    ``Value`` they encode. A string, a finite double, an integer, a boolean, null, a list of
+    strings or an empty object as the server encodes them are read straight from the bytes;
+    anything else (other lists and objects, non-finite doubles, any other encoding) through
+    ``Value`` and ``value_to_json``."""
     try:
         tag = data[0]
         if tag == 0x22:  # string_value (field 4, length-delimited)
@@ -176,6 +203,12 @@ def value_of(data: bytes) -> Any:
             number, at = _varint(data, 1)
             if at == len(data):
                 return number - (1 << 64) if number >= 1 << 63 else number
+        elif tag == 0x3A:  # list_value (field 7): a list of strings (tags, ids) read here
+            strings = _strings(data)
+            if strings is not None:
+                return strings
+        elif data == _EMPTY_STRUCT:
+            return {}
         elif data == _NULL:
             return None
         elif data == _TRUE:
@@ -218,11 +251,24 @@ def search_params(params: models.SearchParams | None) -> qg.SearchParams | None:
 
 def point_key(pid: Any) -> str:
     """A point id as the client gives it, as a string: the UUID, or the number in decimal."""
-    return pid.uuid if pid.WhichOneof("point_id_options") == "uuid" else str(pid.num)
+    return pid.uuid or str(pid.num)  # (a UUID is never empty)
 
 
-_TYPES: Final[dict[str, MemoryType]] = {t.value: t for t in MemoryType}
-_SHARED: dict[str, str] = {}  # the few scripts and labels, one string object each
+def _string_bytes(text: str) -> bytes:
+    """A string value's bytes as the server encodes them (``Value.string_value``)."""
+    return qg.Value(string_value=text).SerializeToString()
+
+
+#: A memory type's value bytes → the type (the only encodings ``_text`` reads as a known type).
+_TYPES: Final[dict[bytes, MemoryType]] = {_string_bytes(t.value): t for t in MemoryType}
+#: A small integer's value bytes (tag and one varint byte) → the integer as a float.
+_LEVELS: Final[dict[bytes, float]] = {bytes((0x18, i)): float(i) for i in range(0x80)}
+#: Value bytes → the string they hold (the few scripts and labels: one string object each).
+_STRINGS: dict[bytes, str] = {}
+#: (questions share, label) value bytes → the cue they give (the few distinct cues).
+_CUES: dict[tuple[bytes, bytes | None], RescoreCue] = {}
+_SHARED_MAX: Final = 4096
+_EMPTY_FIELDS: Final = ("superseded_by", "draft", "trashed_at")
 
 
 def _text(data: bytes) -> str | None:
@@ -230,6 +276,16 @@ def _text(data: bytes) -> str | None:
     if data[0] == 0x22 and len(data) > 1 and data[1] < 0x80 and data[1] + 2 == len(data):
         return data[2:].decode()
     return None
+
+
+def _shared_text(data: bytes) -> str | None:
+    """``_text`` of a value that recurs (a script, a label): one string object per value."""
+    text = _STRINGS.get(data)
+    if text is None:
+        text = _text(data)
+        if text is not None and len(_STRINGS) < _SHARED_MAX:
+            _STRINGS[data] = text
+    return text
 
 
 def _number(data: bytes) -> float | None:
@@ -243,6 +299,18 @@ def _number(data: bytes) -> float | None:
     return None
 
 
+def _cue(share_data: bytes, label_data: bytes | None) -> RescoreCue | None:
+    """The stored cue of a questions share and a label (present, not null); None when either is
+    not as Engram writes it."""
+    share = _number(share_data)
+    if share is None:
+        return None
+    if label_data is None or label_data == _NULL:
+        return NO_CUE if share == 0.0 else RescoreCue(None, share)
+    label = _shared_text(label_data)
+    return None if label is None else RescoreCue(label, share)
+
+
 def candidate_row(
     key: str, payload: Mapping[str, bytes]
 ) -> tuple[RankFields, RescoreCue | None, float] | None:
@@ -250,25 +318,23 @@ def candidate_row(
     payload map (of :data:`LITE_POOL`): what ``rank_fields(key, payload_of(payload), ...)``,
     ``stored_cue(payload_of(payload))`` and the cue memo's ``created_at`` give, for payloads as
     Engram writes them (a known type, a small integer importance, finite numbers, short strings).
-    None for any other payload: the caller decodes it in full (and reports what is wrong with it)."""
+    None for any other payload: the caller decodes it in full (and reports what is wrong with it).
+    The values that recur (types, importances, scripts, cues) are looked up by their bytes."""
     get = payload.get
+    kind = _TYPES.get(get("type", b""))
+    level = _LEVELS.get(get("importance", b""))
+    if kind is None or level is None:
+        return None
     try:
-        kind = _TYPES.get(_text(get("type", b"")) or "")
-        importance = get("importance", b"")
         created = _number(get("created_at", b""))
-        if kind is None or created is None or importance[0] != 0x18 or len(importance) != 2:
-            return None
-        level = importance[1]
-        if level >= 0x80:
-            return None
         until_data = get("valid_until")
         until = NEVER if until_data is None else _number(until_data)
         script_data = get("script")
-        script = "" if script_data is None or script_data == _NULL else _text(script_data)
-        if until is None or script is None:
+        script = "" if script_data is None or script_data == _NULL else _shared_text(script_data)
+        if created is None or until is None or script is None:
             return None
         current = True
-        for name in ("superseded_by", "draft", "trashed_at"):
+        for name in _EMPTY_FIELDS:
             data = get(name)
             if data is None or data == _NULL:  # absent or null: empty
                 continue
@@ -278,22 +344,18 @@ def candidate_row(
         share_data = get(QUESTIONS_FIELD)
         cue: RescoreCue | None = None
         if share_data is not None and share_data != _NULL:
-            share = _number(share_data)
-            if share is None:
-                return None
             label_data = get(LABEL_FIELD)
-            if label_data is None or label_data == _NULL:
-                cue = NO_CUE if share == 0.0 else RescoreCue(None, share)
-            else:
-                label = _text(label_data)
-                if label is None:
+            cue_key = (share_data, label_data)
+            cue = _CUES.get(cue_key)
+            if cue is None:
+                cue = _cue(share_data, label_data)
+                if cue is None:
                     return None
-                cue = RescoreCue(_SHARED.setdefault(label, label) if len(_SHARED) < 4096 else label, share)
+                if len(_CUES) < _SHARED_MAX:
+                    _CUES[cue_key] = cue
     except IndexError:  # an empty value: the general decoding refuses it
         return None
-    if len(_SHARED) < 4096:
-        script = _SHARED.setdefault(script, script)
-    return (kind, float(level), created, until, script, current, key), cue, created
+    return (kind, level, created, until, script, current, key), cue, created
 
 
 def payload_of(payload: Mapping[str, bytes]) -> dict[str, Any]:
@@ -369,15 +431,16 @@ class RawPoints:
 
     def __init__(self, remote: Any) -> None:
         self._remote = remote  # qdrant_client's AsyncQdrantRemote
+        self._headers: tuple[tuple[str, str], ...] = tuple(remote._grpc_headers)
         self._channel: grpc.aio.Channel | None = None
-        self._calls: tuple[Callable[..., Any], Callable[..., Any]] | None = None
+        self._calls: tuple[Callable[..., Any], Callable[..., Any], Callable[..., Any]] | None = None
 
     @property
     def _timeout(self) -> int:
         return int(self._remote._timeout)
 
-    def _next(self) -> tuple[Callable[..., Any], Callable[..., Any]]:
-        """(QueryBatch, Get) answering messages of :data:`LITE_POOL`, on a channel of this
+    def _next(self) -> tuple[Callable[..., Any], Callable[..., Any], Callable[..., Any]]:
+        """(QueryBatch, Get) answering messages of :data:`LITE_POOL`, and UpdateBatch, on a channel of this
         store's own, opened on first use (in the running event loop) the way the client opens its
         own (the same address, TLS and its certificates, options and compression). The client's
         channels carry a Python interceptor that adds its headers to every call (an extra task and
@@ -411,26 +474,33 @@ class RawPoints:
                     request_serializer=qg.GetPoints.SerializeToString,
                     response_deserializer=_LiteGetResponse.FromString,
                 ),
+                channel.unary_unary(
+                    "/qdrant.Points/UpdateBatch",
+                    request_serializer=qg.UpdateBatchPoints.SerializeToString,
+                    response_deserializer=qg.UpdateBatchResponse.FromString,
+                ),
             )
         return calls
 
-    def _metadata(self) -> list[tuple[str, str]]:
-        """The headers the client's interceptor adds to each of its calls."""
-        return [*self._remote._grpc_headers, *get_context_headers().items()]
+    def _metadata(self) -> tuple[tuple[str, str], ...]:
+        """The headers the client's interceptor adds to each of its calls (its own, fixed when it
+        was made, then those of ``qdrant_client.context_headers``, usually none)."""
+        context = get_context_headers()
+        return (*self._headers, *context.items()) if context else self._headers
 
     async def close(self) -> None:
         channel, self._channel, self._calls = self._channel, None, None
         if channel is not None:
             await channel.close()
 
-    async def query_batch(self, collection: str, queries: Sequence[qg.QueryPoints]) -> list[list[Hit]]:
+    async def query_batch(self, collection: str, queries: Sequence[qg.QueryPoints]) -> list[Sequence[Hit]]:
         """One ``QueryBatch`` call; per query its hits, best first (undecoded: see ``Hit``)."""
         response = await self._next()[0](
             qg.QueryBatchPoints(collection_name=collection, query_points=queries),
             timeout=self._timeout,
             metadata=self._metadata(),
         )
-        return [list(batch.result) for batch in response.result]
+        return [batch.result for batch in response.result]
 
     async def get(
         self, collection: str, ids: Sequence[str], with_payload: qg.WithPayloadSelector = ALL_PAYLOAD
@@ -448,6 +518,20 @@ class RawPoints:
         )
         return [(point_key(r.id), payload_of(r.payload)) for r in response.result]
 
+    async def set_payloads(self, collection: str, payloads: Mapping[str, dict[str, Any]]) -> None:
+        """One ``UpdateBatch`` (``wait``) setting each point's payload fields: the message the
+        client sends for ``batch_update_points`` of one ``SetPayloadOperation`` per point, the
+        values converted by the client's own ``payload_to_grpc``."""
+        await self._next()[2](
+            qg.UpdateBatchPoints(
+                collection_name=collection,
+                wait=True,
+                operations=[set_payload(key, payload) for key, payload in payloads.items()],
+            ),
+            timeout=self._timeout,
+            metadata=self._metadata(),
+        )
+
     async def collection_metadata(self, collection: str) -> dict[str, Any] | None:
         """The collection's metadata as the client's ``get_collection`` gives it
         (``config.metadata``: None when it has none); raises ``NotFound`` when there is no such
@@ -464,6 +548,17 @@ class RawPoints:
             qg.ListCollectionsRequest(), timeout=self._timeout
         )
         return [c.name for c in response.collections]
+
+
+def set_payload(key: str, payload: dict[str, Any]) -> qg.PointsUpdateOperation:
+    """Setting ``payload``'s fields on the point ``key`` (a UUID string): what the client's
+    ``RestToGrpc`` makes of ``SetPayloadOperation(set_payload=SetPayload(payload, points=[key]))``."""
+    return qg.PointsUpdateOperation(
+        set_payload=qg.PointsUpdateOperation.SetPayload(
+            payload=payload_to_grpc(payload),
+            points_selector=qg.PointsSelector(points=qg.PointsIdsList(ids=[qg.PointId(uuid=key)])),
+        )
+    )
 
 
 def query(

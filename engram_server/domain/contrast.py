@@ -39,7 +39,7 @@ import rjieba
 
 from engram_server.domain import wordnet
 
-__all__ = ["OPPOSED_FUNCTION_WORDS", "ZH_SURNAMES", "contrasting", "opposite", "same_kind"]
+__all__ = ["OPPOSED_FUNCTION_WORDS", "ZH_SURNAMES", "contrasting", "opposite", "same_kind", "synonym_swapped"]
 
 #: Senses of a word read, most frequent first: rarer senses make unrelated words kin (car is also
 #: a cable car's cabin).
@@ -327,11 +327,11 @@ def _negating(word: str) -> bool:
     return specifics.extract(word).negations > 0
 
 
-def contrasting(existing: str, new: str) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
-    """Where ``new`` is ``existing`` with a word replaced by another of the same kind, by kind
-    (``term`` / ``name``): (the stored text's words, the new text's words). The two texts, in one
-    script, must be the same sequence of words but for at most :data:`MAX_CHANGED` content words
-    replaced one for one in place, and function words; empty otherwise."""
+def _swaps(existing: str, new: str) -> list[tuple[str, str]] | None:
+    """The words ``new`` replaces in ``existing`` (stored word, new word), when the two are the same
+    sequence of words but for content words replaced one for one in place (each alone between
+    unchanged words) and function words; opposed function words (before / after) count as
+    replaced. None when words are added, dropped or rephrased, or a replaced word is a negation."""
     a, b = _tokens(existing), _tokens(new)
     matcher = SequenceMatcher(a=[key for key, _, _ in a], b=[key for key, _, _ in b], autojunk=False)
     swaps: list[tuple[str, str]] = []
@@ -347,17 +347,27 @@ def contrasting(existing: str, new: str) -> dict[str, tuple[tuple[str, ...], tup
                 )
             continue  # only function words differ here
         if tag != "replace" or i2 - i1 != j2 - j1:
-            return {}  # words added, dropped or rephrased: not one sentence with words replaced
+            return None  # words added, dropped or rephrased: not one sentence with words replaced
         pairs = list(zip(a[i1:i2], b[j1:j2], strict=True))
         if any(x_content != y_content for (_, _, x_content), (_, _, y_content) in pairs):
-            return {}  # a content word for a function word: rephrased
+            return None  # a content word for a function word: rephrased
         replaced = [(x, y) for (_, x, x_content), (_, y, _) in pairs if x_content]
         if len(replaced) != 1:
-            return {}  # several content words in a row: rephrased
+            return None  # several content words in a row: rephrased
         x, y = replaced[0]
         if _negating(x) or _negating(y):
-            return {}  # a negation is compared as such (specifics), not as a word of a kind
+            return None  # a negation is compared as such (specifics), not as a word
         swaps.append((x, y))
+    return swaps
+
+
+def contrasting(existing: str, new: str) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
+    """Where ``new`` is ``existing`` with a word replaced by its opposite or by another thing of its
+    kind, by kind (``antonym`` / ``term`` / ``name``, or ``order`` for two words trading places):
+    (the stored text's words, the new text's words). The two texts, in one script, must be the
+    same sequence of words but for at most :data:`MAX_CHANGED` content words replaced one for one
+    in place, and function words; empty otherwise."""
+    swaps = _swaps(existing, new)
     if not swaps or len(swaps) > MAX_CHANGED:
         return {}
     if len(swaps) == 2 and swaps[0] == swaps[1][::-1]:
@@ -372,3 +382,43 @@ def contrasting(existing: str, new: str) -> dict[str, tuple[tuple[str, ...], tup
             old.append(x)
             added.append(y)
     return {k: (tuple(old), tuple(added)) for k, (old, added) in found.items()}
+
+
+def _synonyms(x: str, y: str) -> bool:
+    """Whether words ``x`` and ``y`` (one script) are one thing: English words sharing a WordNet
+    synset in a part of speech both are commonly used as (sofa / couch, flat / apartment) or given
+    as senses of the same CC-CEDICT headwords (prefer / like), Chinese
+    words one of whose CC-CEDICT glosses contains the other's (电脑 "computer" / 计算机 "computer;
+    calculator"), or the same lemma ("bought" / "buys")."""
+    if _RE_CJK.match(x) and _RE_CJK.match(y):
+        gx, gy = _glosses(x), _glosses(y)
+        return bool(gx) and bool(gy) and (gx <= gy or gy <= gx)
+    if not (_RE_LATIN.fullmatch(x) and _RE_LATIN.fullmatch(y)):
+        return False
+    wn = wordnet.open_wordnet()
+    if wn is None:
+        return False
+    from engram_server.domain import crosslingual  # noqa: PLC0415 - crosslingual imports specifics
+
+    co_senses = crosslingual.dictionary().synonyms
+    for p, q in product(_unstemmed(x), _unstemmed(y)):
+        la, lb = _lemmas(p), _lemmas(q)
+        if set(la) & set(lb):
+            return True
+        if any(crosslingual.stem(v) in co_senses.get(crosslingual.stem(u), ()) for u in la for v in lb):
+            return True  # senses of the same CC-CEDICT headwords: "prefer" ~ "like"
+        common = _parts_of_speech(la) & _parts_of_speech(lb)
+        for pos in common:
+            if {o for w in la for o in wn.offsets(pos, w)} & {o for w in lb for o in wn.offsets(pos, w)}:
+                return True
+    return False
+
+
+def synonym_swapped(existing: str, new: str) -> bool:
+    """Whether ``new`` is ``existing`` with at most :data:`MAX_CHANGED` content words replaced in
+    place by a synonym each ("Anna's new sofa is dark green." / "Anna's new couch is dark green.";
+    小李的电脑坏了 / 小李的计算机坏了): the same sentence reworded."""
+    swaps = _swaps(existing, new)
+    if not swaps or len(swaps) > MAX_CHANGED:
+        return False
+    return all(_contrast(x, y) is None and _synonyms(x, y) for x, y in swaps)

@@ -250,6 +250,11 @@ def dictionary() -> _Dictionary:
     return _dict()
 
 
+def stem(word: str) -> str:
+    """An English word as the dictionary's glosses and synonyms are keyed."""
+    return _stem(word)
+
+
 @dataclass
 class _ZhUnit:
     pos: int

@@ -44,7 +44,7 @@ from functools import lru_cache
 
 import rjieba
 
-from engram_server.domain.contrast import contrasting
+from engram_server.domain.contrast import contrasting, synonym_swapped
 from engram_server.domain.text import script_of
 
 __all__ = [
@@ -498,6 +498,10 @@ def swapped_roles(existing: str, new: str) -> bool:
 
 def same_words(existing: str, new: str) -> bool:
     """Whether two texts have the same non-empty set of content words (:func:`content_words`),
-    in the same roles (:func:`swapped_roles`)."""
+    in the same roles (:func:`swapped_roles`), or are the same words in the same order with at
+    most two replaced in place by a synonym (:func:`engram_server.domain.contrast.synonym_swapped`:
+    sofa / couch, 电脑 / 计算机)."""
     a = content_words(existing)
-    return bool(a) and a == content_words(new) and not swapped_roles(existing, new)
+    if bool(a) and a == content_words(new) and not swapped_roles(existing, new):
+        return True
+    return synonym_swapped(existing, new)

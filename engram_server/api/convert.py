@@ -291,7 +291,9 @@ def fill_memory(out: m.Memory, r: MemoryRecord) -> None:
     if r.tags:
         out.tags.extend(r.tags)
     if r.metadata:
-        out.metadata.update(r.metadata)
+        entries = out.metadata
+        for key, value in r.metadata.items():  # (a map's ``update`` is the abc's, in Python)
+            entries[key] = value
     if r.valid_until < NEVER:
         _set_ts(out.valid_until, r.valid_until)
     if r.superseded_by:

@@ -371,15 +371,9 @@ class Searching(ServiceCore):
                 weights,
                 mode=pol.hybrid.fusion,
             )
+            # (final, relevance, recency, importance, raw_similarity, lexical, episode, rescore)
             sc = Score(
-                final=final,
-                relevance=s0.relevance,
-                recency=s0.recency,
-                importance=s0.importance,
-                raw_similarity=s0.raw_similarity,
-                lexical=s0.lexical,
-                episode=s0.episode,
-                rescore=a,
+                final, s0.relevance, s0.recency, s0.importance, s0.raw_similarity, s0.lexical, s0.episode, a
             )
             out.append(_Ranked(r.collection, r.id, sc, r.vector, r.script, r.lexical_norm))
         out.sort(key=lambda r: (-r.score.final, -created.get(r.id, 0.0), r.id))
@@ -473,16 +467,18 @@ class Searching(ServiceCore):
                     mode=self.policy.hybrid.fusion,
                 )
                 # (built directly: ``dataclasses.replace`` costs microseconds a call)
+                # (Score's fields in order: final, relevance, recency, importance, raw_similarity,
+                # lexical, episode, rescore, rerank)
                 sc = Score(
-                    final=final,
-                    relevance=sc.relevance,
-                    recency=rec,
-                    importance=sc.importance,
-                    raw_similarity=sc.raw_similarity,
-                    lexical=sc.lexical,
-                    episode=sc.episode,
-                    rescore=sc.rescore,
-                    rerank=sc.rerank,
+                    final,
+                    sc.relevance,
+                    rec,
+                    sc.importance,
+                    sc.raw_similarity,
+                    sc.lexical,
+                    sc.episode,
+                    sc.rescore,
+                    sc.rerank,
                 )
             out.append(SearchHit(h.memory, sc))
         out.sort(key=lambda h: (-h.score.final, -h.memory.created_at, h.memory.id))

@@ -3,7 +3,6 @@ the engine, nearest lists patched with the points written since) and the gate's 
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import math
 import uuid
@@ -226,9 +225,11 @@ class EdgeCandidates(EdgeEngine):
         the collection's fields are loaded (a point not yet loaded is read from the engine)."""
         keys: dict[str, int] = {}
         for pid in ids:
-            with contextlib.suppress(ValueError):  # (not a UUID: names no point)
+            try:
                 # (the canonical form's hex digits: a fifth of ``rank_key``'s cost)
                 keys[pid] = int(pid.replace("-", ""), 16) if len(pid) == 36 else rank_key(pid)
+            except ValueError:  # (not a UUID: names no point)
+                continue
 
         def known(col: _Collection) -> dict[str, tuple[RescoreCue, float]]:
             ranks, cues = col.ranks, col.cues
@@ -328,12 +329,15 @@ class EdgeCandidates(EdgeEngine):
             where = _edge_filter(filter_plan(user_filter)) if split is not None else edge_filter()
             dense_limit = limit + max(_LIVENESS_MARGIN, limit // 4) if post else limit
 
+            # (converted once: each request takes a copy, and converting 384 floats is the cost)
+            nearest_query = qe.Query.Nearest(query)
+
             def dense_request(n: int, where: qe.Filter | None) -> qe.QueryRequest:
                 # Ids and scores only (each attribute read of an engine hit converts it anew:
                 # read each once); the ranking fields come from ``col.ranks``.
                 return qe.QueryRequest(
                     limit=n,
-                    query=qe.Query.Nearest(query),
+                    query=nearest_query,
                     filter=where,
                     with_payload=False,
                     with_vector=want_vector,
@@ -345,8 +349,12 @@ class EdgeCandidates(EdgeEngine):
             # (see ``nearest``).
             nearest = col.nearest if post and not with_vectors and col.nearest.enabled else None
             # (a 128-bit digest of the vector: 16 bytes kept instead of its 1.5 kB)
-            list_key = (hashlib.blake2b(vector.tobytes(), digest_size=16).digest(), dense_limit, user_filter)
-            kept_list = nearest.get(list_key) if nearest is not None else None
+            list_key = (
+                (hashlib.blake2b(vector.tobytes(), digest_size=16).digest(), dense_limit, user_filter)
+                if nearest is not None
+                else None
+            )
+            kept_list = nearest.get(list_key) if nearest is not None and list_key is not None else None
             # The changed points that may enter the list (and those whose vector is not known).
             changed_ids = kept_list.to_ask(vector) if kept_list is not None else []
             requests = [] if kept_list is not None else [dense_request(dense_limit, where)]
@@ -377,7 +385,7 @@ class EdgeCandidates(EdgeEngine):
                     must.extend(also.must or ())
                 return qe.QueryRequest(
                     limit=len(ids),
-                    query=qe.Query.Nearest(query),
+                    query=nearest_query,
                     filter=qe.Filter(must=must),
                     with_payload=False,
                     with_vector=want_vector,
@@ -501,6 +509,7 @@ class EdgeCandidates(EdgeEngine):
                 _nearest_lists.add(1, {"engram.collection": collection, "engram.nearest_list": how})
                 if entry is None:
                     entry = nearest.new(dense, dense_limit)
+                    assert list_key is not None
                     nearest.put(list_key, entry)
             if post:
                 # (nearest live ones past the first ``limit`` stay when BM25 found them too:

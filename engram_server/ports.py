@@ -113,6 +113,17 @@ class RescoreCueSource(Protocol):
         ...
 
 
+class TextSource(Protocol):
+    """A :class:`Store` that reads just the text and ``created_at`` of points (the embedded
+    store): what a search's cross-script matching reads of its candidates, without decoding
+    whole records. A store without it has them read in full."""
+
+    async def texts(self, collection: str, ids: Sequence[str]) -> dict[str, tuple[str, float]]:
+        """By id, each current point's ``content`` and ``created_at``; missing ids and history
+        versions are skipped (as when records are read)."""
+        ...
+
+
 class Store(Protocol):
     """Memory storage over Qdrant: one physically separate Qdrant collection per Engram
     collection. Every method may raise

@@ -261,6 +261,74 @@ def memory_fields(r: MemoryRecord) -> dict[str, Any]:
     return out
 
 
+def _set_ts(msg: Any, seconds: float) -> None:
+    """:func:`ts_out` written into a Timestamp field in place (setting a field marks it present,
+    zeros included)."""
+    whole = int(seconds // 1)
+    nanos = round((seconds - whole) * 1e9)
+    if nanos >= 1_000_000_000:  # a fraction that rounds up to the next second carries into it
+        whole, nanos = whole + 1, nanos - 1_000_000_000
+    msg.seconds = whole
+    msg.nanos = nanos
+
+
+def fill_memory(out: m.Memory, r: MemoryRecord) -> None:
+    """:func:`memory_out` written into an empty Memory in place (an answer's results are built
+    inside it: setting the fields one by one costs less than the constructor's keyword
+    dictionaries, each converted again). Fields at their default are left out, as there."""
+    out.id = r.id
+    out.collection = r.collection
+    out.type = TYPE_OUT[r.type]
+    out.content = r.content
+    out.source = SOURCE_OUT[r.source]
+    out.source_type = SOURCE_TYPE_OUT[r.source_type]
+    out.importance = r.importance
+    out.version = r.version
+    _set_ts(out.created_at, r.created_at)
+    _set_ts(out.updated_at, r.updated_at)
+    if r.source_type_history:
+        out.source_type_history.extend([SOURCE_TYPE_OUT[x] for x in r.source_type_history])
+    if r.tags:
+        out.tags.extend(r.tags)
+    if r.metadata:
+        entries = out.metadata
+        for key, value in r.metadata.items():  # (a map's ``update`` is the abc's, in Python)
+            entries[key] = value
+    if r.valid_until < NEVER:
+        _set_ts(out.valid_until, r.valid_until)
+    if r.superseded_by:
+        out.superseded_by = r.superseded_by
+    if r.access_count:
+        out.access_count = r.access_count
+    if r.last_accessed_at is not None:
+        _set_ts(out.last_accessed_at, r.last_accessed_at)
+    if r.reflected_at is not None:
+        _set_ts(out.reflected_at, r.reflected_at)
+    if r.derived_from:
+        out.derived_from.extend(r.derived_from)
+    if r.draft:
+        out.draft = True
+    if r.session_id:
+        out.session_id = r.session_id
+    if r.agent_id:
+        out.agent_id = r.agent_id
+    if r.trashed_at is not None:
+        _set_ts(out.trashed_at, r.trashed_at)
+
+
+def fill_score(out: m.ScoreBreakdown, x: Score) -> None:
+    """:func:`score_out` written into an empty ScoreBreakdown in place."""
+    out.final = x.final
+    out.relevance = x.relevance
+    out.recency = x.recency
+    out.importance = x.importance
+    out.raw_similarity = x.raw_similarity
+    out.lexical = x.lexical
+    out.episode = x.episode
+    out.rescore = x.rescore
+    out.rerank = x.rerank
+
+
 def memory_out(r: MemoryRecord) -> m.Memory:
     # (one constructor call: each field set apart, or a Timestamp built and copied in, costs more)
     return m.Memory(**memory_fields(r))

@@ -42,7 +42,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final, NamedTuple
 
@@ -114,14 +114,10 @@ def evidence(
     what the lexical and the episode evidence add to it."""
     sem = np.asarray(semantic, dtype=np.float64)
     zero = np.zeros(len(sem))
-    if lexical is None or not len(lexical) or float(np.max(lexical)) <= 0:
-        lexical_only: npt.NDArray[np.float64] | None = None
-    else:
-        lexical_only = lexical
-    matched = hybrid_relevance(
-        sem, lexical_only, created_at, replace(params, context_weight=0.0), blind=blind
-    )
-    full = hybrid_relevance(sem, lexical_only, created_at, params, episodic, blind=blind)
+    # (the two stages of ``hybrid_relevance``, each computed once: the lexical match, then the
+    # episode lift over it)
+    matched = _lexically_matched(sem, lexical, params, blind)
+    full = _episode_lifted(matched, created_at, params, episodic)
     return Evidence(sem, np.maximum(matched - sem, zero), np.maximum(full - matched, zero))
 
 
@@ -143,15 +139,36 @@ def hybrid_relevance(
     lexical side cannot see (written in a script the query has no word in; see
     :func:`impute_blind_lexical`).
     """
+    return _episode_lifted(_lexically_matched(semantic, lexical, params, blind), created_at, params, episodic)
+
+
+def _lexically_matched(
+    semantic: npt.NDArray[np.float64],
+    lexical: npt.NDArray[np.float64] | None,
+    params: HybridParams,
+    blind: npt.NDArray[np.bool_] | None,
+) -> npt.NDArray[np.float64]:
+    """:func:`hybrid_relevance` before the episode context: semantic plus lexical evidence."""
     matched = np.asarray(semantic, dtype=np.float64)
-    if lexical is not None and len(lexical) and float(np.max(lexical)) > 0:
-        norm = np.asarray(lexical, dtype=np.float64) / float(np.max(lexical))
+    if lexical is not None and len(lexical) and (top := float(np.max(lexical))) > 0:
+        norm = np.asarray(lexical, dtype=np.float64) / top
         if blind is not None:
             norm = impute_blind_lexical(matched, norm, np.asarray(blind, dtype=bool))
         if params.lexical_power != 1.0:
             norm = np.power(norm, params.lexical_power)
         a = params.semantic_weight
         matched = np.maximum(matched, a * matched + (1.0 - a) * norm)
+    return matched
+
+
+def _episode_lifted(
+    matched: npt.NDArray[np.float64],
+    created_at: npt.NDArray[np.float64],
+    params: HybridParams,
+    episodic: npt.NDArray[np.bool_] | None,
+) -> npt.NDArray[np.float64]:
+    """:func:`hybrid_relevance`'s episode context over the ``matched`` (semantic plus lexical)
+    evidence."""
     n = len(matched)
     if n < 2 or params.context_weight <= 0 or params.context_window <= 0:
         return matched

@@ -144,7 +144,14 @@ async def test_answers_are_those_of_reading_every_candidate(
         read.extend(ids)
         return await real(collection, ids, **kw)
 
+    real_texts = store.texts
+
+    async def counting_texts(collection: str, ids: Sequence[str]) -> Any:
+        read.extend(ids)
+        return await real_texts(collection, ids)
+
     monkeypatch.setattr(store, "retrieve", counting)
+    monkeypatch.setattr(store, "texts", counting_texts)
     lifted = 0
     reads = {"new": 0, "plain": 0}
     plain = _plain_cross_scripted
@@ -158,6 +165,7 @@ async def test_answers_are_those_of_reading_every_candidate(
         old = await svc.search(query)
         monkeypatch.undo()
         monkeypatch.setattr(store, "retrieve", counting)
+        monkeypatch.setattr(store, "texts", counting_texts)
         reads["plain"] += len(read)
         assert _fields(new) == _fields(old), q
         lifted += any(h.score.lexical > 0 and h.memory.content in CHAT[7:9] for h in new)

@@ -92,3 +92,72 @@ def test_memory_out_is_the_memory_set_field_by_field(record: MemoryRecord) -> No
     assert built.SerializeToString(deterministic=True) == _memory_set_field_by_field(
         record
     ).SerializeToString(deterministic=True)
+
+
+_ZERO_TIMES = MemoryRecord(
+    id="z",
+    collection="c",
+    content="the epoch",
+    created_at=0.0,
+    updated_at=0.0,
+    valid_until=0.0,
+    last_accessed_at=0.0,
+    reflected_at=0.0,
+    trashed_at=0.0,
+)
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        MemoryRecord(id="a", collection="c", content="plain", created_at=1.5, updated_at=2.25),
+        _ZERO_TIMES,  # timestamps of 0 s are still present (the answer says "at the epoch")
+        MemoryRecord(
+            id="b",
+            collection="c",
+            content="every field",
+            type=MemoryType.INSIGHT,
+            importance=0,
+            tags=("x", "y"),
+            source=Source.USER,
+            source_type=SourceType.CALENDAR,
+            source_type_history=(SourceType.CALENDAR, SourceType.DOCUMENT),
+            metadata={"k": "v", "ключ": "значение"},
+            created_at=1_700_000_000.25,
+            updated_at=1_700_000_001.9999999999,
+            valid_until=1_800_000_000.5,
+            version=3,
+            superseded_by="z",
+            access_count=7,
+            last_accessed_at=1_700_000_002.0,
+            reflected_at=1_700_000_003.0,
+            derived_from=("p", "q"),
+            draft=True,
+            trashed_at=1_700_000_004.0,
+            session_id="s",
+            agent_id="g",
+        ),
+    ],
+)
+def test_fill_memory_is_memory_out(record: MemoryRecord) -> None:
+    """SearchMemories writes each result's Memory in place, field by field: the same message as
+    ``memory_out`` (every field, the same presence of each timestamp, the same bytes)."""
+    filled = m.Memory()
+    c.fill_memory(filled, record)
+    plain = _memory_set_field_by_field(record)
+    assert filled == c.memory_out(record) == plain
+    for name in ("created_at", "updated_at", "valid_until", "last_accessed_at", "reflected_at", "trashed_at"):
+        assert filled.HasField(name) == plain.HasField(name), name
+    assert filled.SerializeToString(deterministic=True) == plain.SerializeToString(deterministic=True)
+
+
+def test_fill_score_is_score_out() -> None:
+    from engram_server.domain.ranking import Score  # noqa: PLC0415
+
+    score = Score(0.75, 0.5, 0.25, 0.125, 0.9, lexical=0.1, episode=0.2, rescore=-0.05, rerank=0.6)
+    filled = m.ScoreBreakdown()
+    c.fill_score(filled, score)
+    assert filled == c.score_out(score)
+    assert filled.SerializeToString(deterministic=True) == c.score_out(score).SerializeToString(
+        deterministic=True
+    )

@@ -117,6 +117,34 @@ def test_evidence_reports_lexical_and_episode_apart_from_relevance() -> None:
     )
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_evidence_is_hybrid_relevance_split_to_the_bit(seed: int) -> None:
+    """``evidence`` computes the lexical match once and the episode lift over it: its parts are
+    those of ``hybrid_relevance`` without and with the episode context, bit for bit (blind
+    candidates, all-zero BM25, a lexical power, events only)."""
+    from dataclasses import replace  # noqa: PLC0415
+
+    rng = np.random.default_rng(seed)
+    n = 180
+    sem = rng.uniform(0.0, 1.0, n)
+    lexical = (
+        np.where(rng.uniform(size=n) < 0.4, rng.uniform(0.0, 12.0, n), 0.0) if seed != 3 else np.zeros(n)
+    )
+    created = 1.8e9 + rng.uniform(0.0, 5000.0, n)
+    episodic = rng.uniform(size=n) < 0.7 if seed % 2 else None
+    blind = rng.uniform(size=n) < 0.2 if seed != 4 else None
+    p = HybridParams(
+        semantic_weight=0.6, lexical_power=1.0 if seed < 2 else 0.7, context_weight=0.4, context_window=600.0
+    )
+    matched = hybrid_relevance(sem, lexical, created, replace(p, context_weight=0.0), blind=blind)
+    full = hybrid_relevance(sem, lexical, created, p, episodic, blind=blind)
+    ev = evidence(sem, lexical, created, p, episodic, blind=blind)
+    zero = np.zeros(n)
+    assert ev.relevance.tobytes() == sem.tobytes()
+    assert ev.lexical.tobytes() == np.maximum(matched - sem, zero).tobytes()
+    assert ev.episode.tobytes() == np.maximum(full - matched, zero).tobytes()
+
+
 def _arr(*xs: float) -> np.ndarray:
     return np.array(xs, dtype=np.float64)
 

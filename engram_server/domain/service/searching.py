@@ -65,7 +65,7 @@ from engram_server.domain.validation import (
     check_unit_interval,
     is_blank,
 )
-from engram_server.ports import RescoreCueSource
+from engram_server.ports import RescoreCueSource, TextSource
 
 T = TypeVar("T")
 
@@ -279,20 +279,20 @@ class Searching(ServiceCore):
         if not crosslingual.loaded():
             await asyncio.to_thread(crosslingual.warm)  # read once per process, off the event loop
         q = crosslingual.glossed(query.text)
-        full = await self._full_records(crossing)
+        texts = await self._texts(crossing)
         matched = {
-            r.id: crosslingual.cross_matches(q, crosslingual.glossed(full[r.id].content))
+            r.id: crosslingual.cross_matches(q, crosslingual.glossed(texts[r.id][0]))
             for r in crossing
-            if r.id in full
+            if r.id in texts
         }
         if not any(across for _, across in matched.values()):
             return ranked
-        full.update(await self._full_records([r for r in usable if r.id not in full]))
-        usable = [r for r in usable if r.id in full]
+        texts.update(await self._texts([r for r in usable if r.id not in texts]))
+        usable = [r for r in usable if r.id in texts]
         matches = [
             matched[r.id]
             if r.id in matched
-            else crosslingual.cross_matches(q, crosslingual.glossed(full[r.id].content))
+            else crosslingual.cross_matches(q, crosslingual.glossed(texts[r.id][0]))
             for r in usable
         ]
         norms = glossed_lexical(np.array([r.lexical_norm for r in usable]), matches, q.units)
@@ -315,10 +315,28 @@ class Searching(ServiceCore):
             changed[r.id] = replace(r, score=sc)
         if not changed:
             return ranked
-        created = {r.id: full[r.id].created_at if r.id in full else 0.0 for r in head}
+        created = {r.id: texts[r.id][1] if r.id in texts else 0.0 for r in head}
         out = [changed.get(r.id, r) for r in head]
         out.sort(key=lambda r: (-r.score.final, -created.get(r.id, 0.0), r.id))
         return out + tail
+
+    async def _texts(self, ranked: Sequence[_Ranked]) -> dict[str, tuple[str, float]]:
+        """The text and ``created_at`` of the current memories among ``ranked``, by id: read as
+        just those fields where the store offers it (:class:`TextSource`) and recent records are
+        not kept (``search_cache_entries`` 0), otherwise from their full records (cached ones
+        reused)."""
+        if not ranked:
+            return {}
+        if self.policy.search_cache_entries > 0 or getattr(self._store, "texts", None) is None:
+            return {i: (r.content, r.created_at) for i, r in (await self._full_records(ranked)).items()}
+        source = cast(TextSource, self._store)
+        by_collection: dict[str, list[str]] = {}
+        for r in ranked:
+            by_collection.setdefault(r.collection, []).append(r.id)
+        out: dict[str, tuple[str, float]] = {}
+        for name, ids in by_collection.items():
+            out.update(await source.texts(name, ids))
+        return out
 
     async def _rescored(self, ranked: list[_Ranked], query: str, weights: Weights) -> list[_Ranked]:
         """The best ``rescore.depth`` of ``ranked`` read in full and rescored from their text
@@ -353,15 +371,9 @@ class Searching(ServiceCore):
                 weights,
                 mode=pol.hybrid.fusion,
             )
+            # (final, relevance, recency, importance, raw_similarity, lexical, episode, rescore)
             sc = Score(
-                final=final,
-                relevance=s0.relevance,
-                recency=s0.recency,
-                importance=s0.importance,
-                raw_similarity=s0.raw_similarity,
-                lexical=s0.lexical,
-                episode=s0.episode,
-                rescore=a,
+                final, s0.relevance, s0.recency, s0.importance, s0.raw_similarity, s0.lexical, s0.episode, a
             )
             out.append(_Ranked(r.collection, r.id, sc, r.vector, r.script, r.lexical_norm))
         out.sort(key=lambda r: (-r.score.final, -created.get(r.id, 0.0), r.id))
@@ -455,16 +467,18 @@ class Searching(ServiceCore):
                     mode=self.policy.hybrid.fusion,
                 )
                 # (built directly: ``dataclasses.replace`` costs microseconds a call)
+                # (Score's fields in order: final, relevance, recency, importance, raw_similarity,
+                # lexical, episode, rescore, rerank)
                 sc = Score(
-                    final=final,
-                    relevance=sc.relevance,
-                    recency=rec,
-                    importance=sc.importance,
-                    raw_similarity=sc.raw_similarity,
-                    lexical=sc.lexical,
-                    episode=sc.episode,
-                    rescore=sc.rescore,
-                    rerank=sc.rerank,
+                    final,
+                    sc.relevance,
+                    rec,
+                    sc.importance,
+                    sc.raw_similarity,
+                    sc.lexical,
+                    sc.episode,
+                    sc.rescore,
+                    sc.rerank,
                 )
             out.append(SearchHit(h.memory, sc))
         out.sort(key=lambda h: (-h.score.final, -h.memory.created_at, h.memory.id))
@@ -581,15 +595,9 @@ class Searching(ServiceCore):
                 _Ranked(
                     c.collection,
                     c.ids[i],
-                    Score(
-                        final=fl[k],
-                        relevance=rel[k],
-                        recency=recs[k],
-                        importance=imp[k] / 10.0,
-                        raw_similarity=cosines[j][i],
-                        lexical=lex[k],
-                        episode=epi[k],
-                    ),
+                    # (positionally: final, relevance, recency, importance, raw_similarity,
+                    # lexical, episode — keywords cost more, for the ≈ 50 kept)
+                    Score(fl[k], rel[k], recs[k], imp[k] / 10.0, cosines[j][i], lex[k], epi[k]),
                     None if c.vectors is None else c.vectors[i],
                     c.scripts[i],
                     bm25[j][i] / best_bm25[j] if best_bm25[j] > 0 else 0.0,

@@ -3,7 +3,6 @@ the engine, nearest lists patched with the points written since) and the gate's 
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import math
 import uuid
@@ -30,6 +29,7 @@ from engram_server.adapters.storage.payload import (
     CandidateBuilder,
     as_vector,
     candidate_columns,
+    canonical_ids,
     filter_plan,
     is_live,
     payload_cue,
@@ -57,6 +57,8 @@ _nearest_lists = metrics.get_meter("engram_server.storage").create_counter(
 #: A search without user filters asks the engine, unfiltered, for this many (at least; a quarter
 #: of the limit for large limits) more nearest points than it needs and drops the dead ones itself.
 _LIVENESS_MARGIN = 16
+#: The payload fields ``texts`` reads.
+_TEXT_FIELDS = ("content", "created_at", "superseded_by")
 #: Queries restricted to a few ids: the original vectors (a score threshold applies to exact scores).
 _EXACT_PARAMS = qe.SearchParams(quantization=qe.QuantizationSearchParams(ignore=True))
 
@@ -223,9 +225,11 @@ class EdgeCandidates(EdgeEngine):
         the collection's fields are loaded (a point not yet loaded is read from the engine)."""
         keys: dict[str, int] = {}
         for pid in ids:
-            with contextlib.suppress(ValueError):  # (not a UUID: names no point)
+            try:
                 # (the canonical form's hex digits: a fifth of ``rank_key``'s cost)
                 keys[pid] = int(pid.replace("-", ""), 16) if len(pid) == 36 else rank_key(pid)
+            except ValueError:  # (not a UUID: names no point)
+                continue
 
         def known(col: _Collection) -> dict[str, tuple[RescoreCue, float]]:
             ranks, cues = col.ranks, col.cues
@@ -258,6 +262,32 @@ class EdgeCandidates(EdgeEngine):
                 return got
         return await self._read(work)
 
+    async def texts(self, collection: str, ids: Sequence[str]) -> dict[str, tuple[str, float]]:
+        """By id, each current point's ``content`` and ``created_at`` (``TextSource``): only
+        those payload fields are read, and no record is decoded."""
+        wanted = canonical_ids(ids)
+        if not wanted:
+            return {}
+        # (the engine hands ids back as ``uuid.UUID``: keyed by ``.int``, as ``rank_key`` keys)
+        by_key = {int(pid.replace("-", ""), 16): pid for pid in wanted}
+
+        def work() -> dict[str, tuple[str, float]]:
+            col = self._col(collection)
+            out: dict[str, tuple[str, float]] = {}
+            for r in col.shard.retrieve(list(wanted), list(_TEXT_FIELDS), False):
+                p = r.payload or {}
+                if p.get("superseded_by") is not None:
+                    continue  # a history version (as ``retrieve`` callers skip them)
+                try:
+                    out[by_key[_engine_key(r.id)]] = (str(p["content"]), float(p["created_at"]))
+                except (KeyError, ValueError, TypeError) as exc:
+                    raise StorageUnavailable(
+                        f"point {r.id} in collection {collection!r} has an unreadable payload: {exc!r}"
+                    ) from exc
+            return out
+
+        return await self._read(work)
+
     async def candidates(
         self,
         collection: str,
@@ -276,7 +306,15 @@ class EdgeCandidates(EdgeEngine):
             col = self._col(collection)
             if limit <= 0:
                 return CandidateBuilder(collection, with_vectors=with_vectors).build()
-            edge_filter = _edge_filter(filter_plan(flt))
+            whole: list[qe.Filter | None] = []
+
+            def edge_filter() -> qe.Filter | None:
+                """The whole filter, as the engine takes it (built once, and only when asked: a
+                search without user filters sends none)."""
+                if not whole:
+                    whole.append(_edge_filter(filter_plan(flt)))
+                return whole[0]
+
             # A search wants the live current points only (and those its user filters match).
             # The engine pays for a filter at every graph node it visits (measured at 100k:
             # top-100 2.3 ms with the liveness filter, 1.3 ms for an unfiltered top-125), while
@@ -288,15 +326,18 @@ class EdgeCandidates(EdgeEngine):
             post = split is not None
             live_at = split[1] if split is not None else None
             user_filter = split[0] if split is not None else flt
-            where = _edge_filter(filter_plan(user_filter)) if split is not None else edge_filter
+            where = _edge_filter(filter_plan(user_filter)) if split is not None else edge_filter()
             dense_limit = limit + max(_LIVENESS_MARGIN, limit // 4) if post else limit
+
+            # (converted once: each request takes a copy, and converting 384 floats is the cost)
+            nearest_query = qe.Query.Nearest(query)
 
             def dense_request(n: int, where: qe.Filter | None) -> qe.QueryRequest:
                 # Ids and scores only (each attribute read of an engine hit converts it anew:
                 # read each once); the ranking fields come from ``col.ranks``.
                 return qe.QueryRequest(
                     limit=n,
-                    query=qe.Query.Nearest(query),
+                    query=nearest_query,
                     filter=where,
                     with_payload=False,
                     with_vector=want_vector,
@@ -308,8 +349,12 @@ class EdgeCandidates(EdgeEngine):
             # (see ``nearest``).
             nearest = col.nearest if post and not with_vectors and col.nearest.enabled else None
             # (a 128-bit digest of the vector: 16 bytes kept instead of its 1.5 kB)
-            list_key = (hashlib.blake2b(vector.tobytes(), digest_size=16).digest(), dense_limit, user_filter)
-            kept_list = nearest.get(list_key) if nearest is not None else None
+            list_key = (
+                (hashlib.blake2b(vector.tobytes(), digest_size=16).digest(), dense_limit, user_filter)
+                if nearest is not None
+                else None
+            )
+            kept_list = nearest.get(list_key) if nearest is not None and list_key is not None else None
             # The changed points that may enter the list (and those whose vector is not known).
             changed_ids = kept_list.to_ask(vector) if kept_list is not None else []
             requests = [] if kept_list is not None else [dense_request(dense_limit, where)]
@@ -340,7 +385,7 @@ class EdgeCandidates(EdgeEngine):
                     must.extend(also.must or ())
                 return qe.QueryRequest(
                     limit=len(ids),
-                    query=qe.Query.Nearest(query),
+                    query=nearest_query,
                     filter=qe.Filter(must=must),
                     with_payload=False,
                     with_vector=want_vector,
@@ -434,7 +479,7 @@ class EdgeCandidates(EdgeEngine):
                 if post:
                     kept = live_first(found_lexical, lexical_n, lexical_limit_asked, None)
                     if kept is None:
-                        kept = hits(col.shard.query(sparse_request(lexical_n, edge_filter)))
+                        kept = hits(col.shard.query(sparse_request(lexical_n, edge_filter())))
                     found_lexical = kept
                 for k, score, _, pid in found_lexical:
                     if score > 0:
@@ -464,12 +509,15 @@ class EdgeCandidates(EdgeEngine):
                 _nearest_lists.add(1, {"engram.collection": collection, "engram.nearest_list": how})
                 if entry is None:
                     entry = nearest.new(dense, dense_limit)
+                    assert list_key is not None
                     nearest.put(list_key, entry)
             if post:
                 # (nearest live ones past the first ``limit`` stay when BM25 found them too:
                 # their cosine is known)
                 kept = live_first(dense, limit, dense_limit, lexical_score.__contains__)
-                dense = kept if kept is not None else hits(col.shard.query(dense_request(limit, edge_filter)))
+                if kept is None:
+                    kept = hits(col.shard.query(dense_request(limit, edge_filter())))
+                dense = kept
             if lexical:
                 in_dense = {k for k, _, _, _ in dense}
                 only_lexical = [k for k in lexical_score if k not in in_dense]

@@ -53,35 +53,39 @@ def _memory_set_field_by_field(r: MemoryRecord) -> m.Memory:
     return out
 
 
+#: A record with every field set away from its default.
+_EVERY_FIELD = MemoryRecord(
+    id="b",
+    collection="c",
+    content="every field",
+    type=MemoryType.INSIGHT,
+    importance=0,
+    tags=("x", "y"),
+    source=Source.USER,
+    source_type=SourceType.CALENDAR,
+    source_type_history=(SourceType.CALENDAR, SourceType.DOCUMENT),
+    metadata={"k": "v", "ключ": "значение"},
+    created_at=1_700_000_000.25,
+    updated_at=1_700_000_001.9999999999,
+    valid_until=1_800_000_000.5,
+    version=3,
+    superseded_by="z",
+    access_count=7,
+    last_accessed_at=1_700_000_002.0,
+    reflected_at=1_700_000_003.0,
+    derived_from=("p", "q"),
+    draft=True,
+    trashed_at=1_700_000_004.0,
+    session_id="s",
+    agent_id="g",
+)
+
+
 @pytest.mark.parametrize(
     "record",
     [
         MemoryRecord(id="a", collection="c", content="plain", created_at=1.5, updated_at=2.25),
-        MemoryRecord(
-            id="b",
-            collection="c",
-            content="every field",
-            type=MemoryType.INSIGHT,
-            importance=0,
-            tags=("x", "y"),
-            source=Source.USER,
-            source_type=SourceType.CALENDAR,
-            source_type_history=(SourceType.CALENDAR, SourceType.DOCUMENT),
-            metadata={"k": "v", "ключ": "значение"},
-            created_at=1_700_000_000.25,
-            updated_at=1_700_000_001.9999999999,
-            valid_until=1_800_000_000.5,
-            version=3,
-            superseded_by="z",
-            access_count=7,
-            last_accessed_at=1_700_000_002.0,
-            reflected_at=1_700_000_003.0,
-            derived_from=("p", "q"),
-            draft=True,
-            trashed_at=1_700_000_004.0,
-            session_id="s",
-            agent_id="g",
-        ),
+        _EVERY_FIELD,
     ],
 )
 def test_memory_out_is_the_memory_set_field_by_field(record: MemoryRecord) -> None:
@@ -112,31 +116,7 @@ _ZERO_TIMES = MemoryRecord(
     [
         MemoryRecord(id="a", collection="c", content="plain", created_at=1.5, updated_at=2.25),
         _ZERO_TIMES,  # timestamps of 0 s are still present (the answer says "at the epoch")
-        MemoryRecord(
-            id="b",
-            collection="c",
-            content="every field",
-            type=MemoryType.INSIGHT,
-            importance=0,
-            tags=("x", "y"),
-            source=Source.USER,
-            source_type=SourceType.CALENDAR,
-            source_type_history=(SourceType.CALENDAR, SourceType.DOCUMENT),
-            metadata={"k": "v", "ключ": "значение"},
-            created_at=1_700_000_000.25,
-            updated_at=1_700_000_001.9999999999,
-            valid_until=1_800_000_000.5,
-            version=3,
-            superseded_by="z",
-            access_count=7,
-            last_accessed_at=1_700_000_002.0,
-            reflected_at=1_700_000_003.0,
-            derived_from=("p", "q"),
-            draft=True,
-            trashed_at=1_700_000_004.0,
-            session_id="s",
-            agent_id="g",
-        ),
+        _EVERY_FIELD,
     ],
 )
 def test_fill_memory_is_memory_out(record: MemoryRecord) -> None:

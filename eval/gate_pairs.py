@@ -154,7 +154,9 @@ async def run_in_process(**settings: Any) -> list[PairResult]:
 
     with tempfile.TemporaryDirectory(prefix="engram-gate-pairs-") as tmp:
         async with running_server(Path(tmp) / "data", **settings) as server:
-            return await run_pairs(server.address)
+            # Each pair's collection is dropped after it: the embedded store would otherwise keep
+            # ~200 collections open (threads and mapped files) to the end.
+            return await run_pairs(server.address, cleanup=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

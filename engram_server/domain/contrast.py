@@ -20,7 +20,8 @@ most frequent senses and the parts of speech it is commonly used as:
 - verbs with a common direct hypernym (buy / borrow: get);
 - adjectives in one cluster (red / blue: chromatic).
 
-What is not a contrast: synonyms (film / movie, begin / start), one word a kind of the other
+What is not a contrast: synonyms (film / movie, begin / start; also words CC-CEDICT gives as senses
+of the same headwords, job / position), one word a kind of the other
 (laptop / computer, vegan / vegetarian), and words WordNet lacks. Chinese words are compared through
 their CC-CEDICT glosses (银色 "silver" / 黄色 "yellow"). Two Chinese personal names that jieba does not
 tag (张娟 / 马娟: a common surname and a given name, no dictionary word) are a ``name`` conflict.
@@ -234,7 +235,22 @@ def _pair_kind(xs: Iterable[str], ys: Iterable[str]) -> str | None:
     pairs = list(product(xs, ys))
     if any(opposite(p, q) for p, q in pairs):
         return "antonym"
+    if any(_co_senses(p, q) for p, q in pairs):
+        return None  # everyday near synonyms WordNet keeps apart (job / position, laptop / notebook)
     return "term" if any(same_kind(p, q) for p, q in pairs) else None
+
+
+def _co_senses(a: str, b: str) -> bool:
+    """Whether English words ``a`` and ``b`` (or their lemmas) are given as senses of the same
+    CC-CEDICT headwords (in at least two: "prefer" ~ "like", "job" ~ "position")."""
+    from engram_server.domain import crosslingual  # noqa: PLC0415 - crosslingual imports specifics
+
+    co = crosslingual.dictionary().synonyms
+    return any(
+        crosslingual.stem(v) in co.get(crosslingual.stem(u), ())
+        for u in _lemmas(a.casefold())
+        for v in _lemmas(b.casefold())
+    )
 
 
 def _zh_kin(x: str, y: str) -> str | None:
@@ -398,15 +414,10 @@ def _synonyms(x: str, y: str) -> bool:
     wn = wordnet.open_wordnet()
     if wn is None:
         return False
-    from engram_server.domain import crosslingual  # noqa: PLC0415 - crosslingual imports specifics
-
-    co_senses = crosslingual.dictionary().synonyms
     for p, q in product(_unstemmed(x), _unstemmed(y)):
         la, lb = _lemmas(p), _lemmas(q)
-        if set(la) & set(lb):
+        if set(la) & set(lb) or _co_senses(p, q):
             return True
-        if any(crosslingual.stem(v) in co_senses.get(crosslingual.stem(u), ()) for u in la for v in lb):
-            return True  # senses of the same CC-CEDICT headwords: "prefer" ~ "like"
         common = _parts_of_speech(la) & _parts_of_speech(lb)
         for pos in common:
             if {o for w in la for o in wn.offsets(pos, w)} & {o for w in lb for o in wn.offsets(pos, w)}:

@@ -124,6 +124,10 @@ def test_a_replaced_word_alone_never_supersedes() -> None:
         ("Anna's new sofa is dark green.", "Anna's new couch is dark green."),  # one WordNet synset
         ("The user likes window seats.", "The user prefers window seats."),  # one CC-CEDICT headword's senses
         ("小李的电脑坏了。", "小李的计算机坏了。"),  # 电脑 "computer" within 计算机's glosses
+        (
+            "Tom's new job is in Berlin.",
+            "Tom's new position is in Berlin.",
+        ),  # kin in WordNet, co-senses in CC-CEDICT
         ("The meeting starts at 9.", "The meeting begins at 9."),
     ],
 )

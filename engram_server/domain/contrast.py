@@ -30,7 +30,7 @@ tag (张娟 / 马娟: a common surname and a given name, no dictionary word) are
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from difflib import SequenceMatcher
 from functools import lru_cache
 from itertools import product
@@ -120,21 +120,25 @@ def _cluster_heads(offset: int) -> frozenset[int]:
     return frozenset(heads) if heads else frozenset({offset})
 
 
-def _lemmas(word: str) -> list[str]:
+@lru_cache(maxsize=65536)
+def _lemmas(word: str) -> tuple[str, ...]:
     found = [lemma for forms in lemminflect.getAllLemmas(word).values() for lemma in forms]
-    return list(dict.fromkeys([word, *found]))
+    return tuple(dict.fromkeys([word, *found]))
 
 
-def _unstemmed(stem: str) -> list[str]:
+@lru_cache(maxsize=65536)
+def _unstemmed(stem: str) -> tuple[str, ...]:
     """The words a light stem can stand for (content words and CC-CEDICT glosses drop a final
     ``s``: "tenni" is tennis, "balconi" balcony), those WordNet has (or whose lemma it has:
     "bought")."""
     wn = wordnet.open_wordnet()
     forms = [stem, stem + "s", stem + "e", *([stem[:-1] + "y"] if stem.endswith("i") else [])]
-    return [f for f in forms if wn is not None and any(wn.offsets(p, w) for w in _lemmas(f) for p in "nva")]
+    return tuple(
+        f for f in forms if wn is not None and any(wn.offsets(p, w) for w in _lemmas(f) for p in "nva")
+    )
 
 
-def _parts_of_speech(lemmas: list[str]) -> set[str]:
+def _parts_of_speech(lemmas: Sequence[str]) -> set[str]:
     """The parts of speech a word is commonly used as: those whose senses were tagged at least half
     as often as its most tagged one (drive is a verb far more often than a noun); all it has when
     none was tagged."""
@@ -154,6 +158,23 @@ def opposite(a: str, b: str) -> bool:
     return any(not lb.isdisjoint(wordnet.antonyms(x)) for x in _lemmas(a.casefold()))
 
 
+def _is_a(x: int, y: int) -> bool:
+    """Whether one noun synset is a kind of the other, up to one step beyond :data:`NOUN_DEPTH`."""
+    return y in _ancestors("n", x, NOUN_DEPTH + 1) or x in _ancestors("n", y, NOUN_DEPTH + 1)
+
+
+def _kin(pos: str, x: int, y: int) -> bool:
+    """Whether synsets ``x`` and ``y`` of part of speech ``pos`` are of one kind: nouns under a
+    common hypernym at most :data:`NOUN_DEPTH` steps up that is not near the root, verbs with a
+    common direct hypernym, adjectives in one cluster."""
+    if pos == "n":
+        common = _ancestors("n", x, NOUN_DEPTH).keys() & _ancestors("n", y, NOUN_DEPTH).keys()
+        return any(_root_depth("n", c) >= MIN_KIND_DEPTH for c in common)
+    if pos == "v":
+        return bool(_ancestors("v", x, 1).keys() & _ancestors("v", y, 1).keys())
+    return bool(_cluster_heads(x) & _cluster_heads(y))
+
+
 @lru_cache(maxsize=65536)
 def same_kind(a: str, b: str) -> bool:
     """Whether English words ``a`` and ``b`` name different things of one kind, or opposites (see
@@ -169,35 +190,16 @@ def same_kind(a: str, b: str) -> bool:
     found = False
     common_pos = _parts_of_speech(la) & _parts_of_speech(lb)
     for pos in ("n", "v", "a"):
-        all_a = {o for w in la for o in wn.offsets(pos, w)}
-        all_b = {o for w in lb for o in wn.offsets(pos, w)}
-        if all_a & all_b:
+        if {o for w in la for o in wn.offsets(pos, w)} & {o for w in lb for o in wn.offsets(pos, w)}:
             return False  # synonyms in some sense
         top_a = {o for w in la for o in wn.offsets(pos, w)[:SENSES]}
         top_b = {o for w in lb for o in wn.offsets(pos, w)[:SENSES]}
         if not top_a or not top_b or pos not in common_pos:
             continue
-        if pos == "n":
-            for x, y in product(top_a, top_b):
-                up_x, up_y = _ancestors("n", x, NOUN_DEPTH + 1), _ancestors("n", y, NOUN_DEPTH + 1)
-                if y in up_x or x in up_y:
-                    return False  # one is a kind of the other
-        if pos == "n":
-            for x, y in product(top_a, top_b):
-                common = _ancestors("n", x, NOUN_DEPTH).keys() & _ancestors("n", y, NOUN_DEPTH).keys()
-                if any(_root_depth("n", c) >= MIN_KIND_DEPTH for c in common):
-                    found = True
-                    break
-        elif pos == "v":
-            for x, y in product(top_a, top_b):
-                if _ancestors("v", x, 1).keys() & _ancestors("v", y, 1).keys():
-                    found = True
-                    break
-        else:
-            for x, y in product(top_a, top_b):
-                if _cluster_heads(x) & _cluster_heads(y):
-                    found = True
-                    break
+        pairs = list(product(top_a, top_b))
+        if pos == "n" and any(_is_a(x, y) for x, y in pairs):
+            return False  # one is a kind of the other
+        found = found or any(_kin(pos, x, y) for x, y in pairs)
     return found
 
 
@@ -286,6 +288,7 @@ def _zh_name(word: str) -> bool:
     return 2 <= len(word) <= 3 and word[0] in ZH_SURNAMES and word not in crosslingual.dictionary()
 
 
+@lru_cache(maxsize=65536)
 def _glosses(word: str) -> frozenset[str]:
     """The English words of a Chinese word's CC-CEDICT glosses. The dictionary keeps them lightly
     stemmed ("tenni", "balconi"): each stem stands for the WordNet lemmas it can be cut from."""

@@ -25,6 +25,7 @@ import importlib.util
 import mmap
 import re
 import threading
+from collections.abc import Iterable, Iterator
 from functools import lru_cache
 from pathlib import Path
 
@@ -139,26 +140,37 @@ def available() -> bool:
     return _open() is not None
 
 
+def _senses(lemma: str) -> Iterator[tuple[_WordNet, str, list[str], list[tuple[str, str, int]]]]:
+    """Every synset of ``lemma`` in every part of speech: (the files, pos, words, pointers)."""
+    wn = _open()
+    if wn is None:
+        return
+    key = lemma.casefold().replace(" ", "_")
+    for pos in _POS:
+        for off in wn.offsets(pos, key):
+            words, ptrs = wn.synset(pos, off)
+            yield wn, pos, words, ptrs
+
+
+def _one_word_lemmas(words: Iterable[str], lemma: str) -> frozenset[str]:
+    """``words`` lower case, without markers and ``lemma`` itself, the one-word ones only."""
+    key = lemma.casefold().replace(" ", "_")
+    return frozenset(w for w in (_RE_MARKER.sub("", x).casefold() for x in words) if w != key and w.isalpha())
+
+
 @lru_cache(maxsize=65536)
 def relatives(lemma: str) -> frozenset[str]:
     """The one-word lemmas WordNet puts in a verb, adjective or adverb synset of ``lemma`` or in
     the hypernym of one of its noun synsets (every sense): "cluster" → flock, bunch, clump …;
     "outage" → breakdown. Lower case, without ``lemma`` itself; empty when WordNet lacks the word
     or its files are not installed."""
-    wn = _open()
-    if wn is None:
-        return frozenset()
-    key = lemma.casefold().replace(" ", "_")
-    out: set[str] = set()
-    for pos in _POS:
-        for off in wn.offsets(pos, key):
-            words, ptrs = wn.synset(pos, off)
-            if pos in _SYNONYM_POS:
-                out.update(words)
-            for sym, p, o in ptrs:
-                if sym == _UP and pos == "n":
-                    out.update(wn.synset(p, o)[0])
-    return frozenset(w for w in (_RE_MARKER.sub("", x).casefold() for x in out) if w != key and w.isalpha())
+    out: list[str] = []
+    for wn, pos, words, ptrs in _senses(lemma):
+        if pos in _SYNONYM_POS:
+            out.extend(words)
+        if pos == "n":
+            out.extend(w for sym, p, o in ptrs if sym == _UP for w in wn.synset(p, o)[0])
+    return _one_word_lemmas(out, lemma)
 
 
 def open_wordnet() -> _WordNet | None:
@@ -177,20 +189,9 @@ def antonyms(lemma: str) -> frozenset[str]:
     satellite's head (a satellite has no antonym of its own). Every word of the antonym synset
     counts (WordNet's antonyms are lexical; the synset is a slight over-reach, which only keeps
     more pairs apart). Lower case; empty when WordNet lacks the word or its files are missing."""
-    wn = _open()
-    if wn is None:
-        return frozenset()
-    key = lemma.casefold().replace(" ", "_")
-    out: set[str] = set()
-    for pos in _POS:
-        for off in wn.offsets(pos, key):
-            _, ptrs = wn.synset(pos, off)
-            heads = [(p, o) for sym, p, o in ptrs if sym == _SIMILAR and pos == "a"]
-            for sym, p, o in ptrs:
-                if sym == _ANTONYM:
-                    out.update(wn.synset(p, o)[0])
-            for hp, ho in heads:
-                for sym, p, o in wn.synset(hp, ho)[1]:
-                    if sym == _ANTONYM:
-                        out.update(wn.synset(p, o)[0])
-    return frozenset(w for w in (_RE_MARKER.sub("", x).casefold() for x in out) if w != key and w.isalpha())
+    out: list[str] = []
+    for wn, pos, _, ptrs in _senses(lemma):
+        heads = [wn.synset(p, o)[1] for sym, p, o in ptrs if sym == _SIMILAR and pos == "a"]
+        for pointers in (ptrs, *heads):
+            out.extend(w for sym, p, o in pointers if sym == _ANTONYM for w in wn.synset(p, o)[0])
+    return _one_word_lemmas(out, lemma)

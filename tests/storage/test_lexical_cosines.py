@@ -6,6 +6,7 @@ it cost more engine CPU per search than the query by ids after the batch: 3.47 v
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from pathlib import Path
 
@@ -24,37 +25,49 @@ def _unit(v: np.ndarray) -> np.ndarray:
     return np.asarray(v / np.linalg.norm(v), dtype=np.float32)
 
 
+async def _filled_store(
+    tmp_path: Path, rng: np.random.Generator, n: int, *, typed: bool
+) -> tuple[EdgeStore, dict[str, np.ndarray]]:
+    """An open store whose "default" collection holds ``n`` memories of four random words with
+    random unit vectors (by id); a tenth of them expired (the store drops dead ones itself).
+    ``typed``: alternate events and insights, random importance."""
+    store = EdgeStore(tmp_path, nearest_lists=0)
+    await store.open()
+    await store.create_collection(
+        CollectionSpec(
+            name="default",
+            embedding_model="test/random",
+            dimension=DIM,
+            created_at=1.0,
+            lexical=LEXICAL_ENCODER_ID,
+        )
+    )
+    enc = Bm25Encoder()
+    vectors: dict[str, np.ndarray] = {}
+    points = []
+    for i in range(n):
+        content = " ".join(str(w) for w in rng.choice(WORDS, size=4))
+        rec = MemoryRecord(
+            id=str(uuid.uuid4()),
+            collection="default",
+            content=content,
+            created_at=float(i + 1),
+            valid_until=NOW - 1 if i % 10 == 0 else NOW + 1e6,
+        )
+        if typed:
+            kind = MemoryType.EVENT if i % 2 else MemoryType.INSIGHT
+            rec = dataclasses.replace(rec, type=kind, importance=int(rng.integers(1, 11)))
+        vectors[rec.id] = _unit(rng.normal(size=DIM))
+        points.append(StoredPoint(rec, vectors[rec.id], enc.encode_document(rec.content)))
+    await store.upsert("default", points)
+    return store, vectors
+
+
 async def test_lexical_only_candidates_have_their_exact_cosine(tmp_path: Path) -> None:
     rng = np.random.default_rng(3)
     enc = Bm25Encoder()
-    store = EdgeStore(tmp_path, nearest_lists=0)
-    await store.open()
+    store, vectors = await _filled_store(tmp_path, rng, 400, typed=True)
     try:
-        await store.create_collection(
-            CollectionSpec(
-                name="default",
-                embedding_model="test/random",
-                dimension=DIM,
-                created_at=1.0,
-                lexical=LEXICAL_ENCODER_ID,
-            )
-        )
-        vectors: dict[str, np.ndarray] = {}
-        points = []
-        for i in range(400):
-            rec = MemoryRecord(
-                id=str(uuid.uuid4()),
-                collection="default",
-                content=" ".join(str(w) for w in rng.choice(WORDS, size=4)),
-                type=MemoryType.EVENT if i % 2 else MemoryType.INSIGHT,
-                importance=int(rng.integers(1, 11)),
-                created_at=float(i + 1),
-                # a tenth of them expired: the store drops dead ones itself
-                valid_until=NOW - 1 if i % 10 == 0 else NOW + 1e6,
-            )
-            vectors[rec.id] = _unit(rng.normal(size=DIM))
-            points.append(StoredPoint(rec, vectors[rec.id], enc.encode_document(rec.content)))
-        await store.upsert("default", points)
         lexical_only = 0
         for probe in range(12):
             q = _unit(rng.normal(size=DIM))
@@ -77,31 +90,8 @@ async def test_lexical_only_candidates_keep_their_vectors_when_asked(tmp_path: P
     lexical-only ones too (what reverted the single-batch cosines once: those came without)."""
     rng = np.random.default_rng(5)
     enc = Bm25Encoder()
-    store = EdgeStore(tmp_path, nearest_lists=0)
-    await store.open()
+    store, vectors = await _filled_store(tmp_path, rng, 300, typed=False)
     try:
-        await store.create_collection(
-            CollectionSpec(
-                name="default",
-                embedding_model="test/random",
-                dimension=DIM,
-                created_at=1.0,
-                lexical=LEXICAL_ENCODER_ID,
-            )
-        )
-        vectors: dict[str, np.ndarray] = {}
-        points = []
-        for i in range(300):
-            rec = MemoryRecord(
-                id=str(uuid.uuid4()),
-                collection="default",
-                content=" ".join(str(w) for w in rng.choice(WORDS, size=4)),
-                created_at=float(i + 1),
-                valid_until=NOW - 1 if i % 10 == 0 else NOW + 1e6,
-            )
-            vectors[rec.id] = _unit(rng.normal(size=DIM))
-            points.append(StoredPoint(rec, vectors[rec.id], enc.encode_document(rec.content)))
-        await store.upsert("default", points)
         lexical_only = 0
         for _ in range(8):
             q = _unit(rng.normal(size=DIM))

@@ -52,6 +52,7 @@ import Stemmer
 from engram_server.domain import wordnet
 from engram_server.domain.contrast import ZH_SURNAMES
 from engram_server.domain.specifics import (
+    EN_EVENT_COPULAS,
     EN_FUNCTION_WORDS,
     VALUE_WORDS,
     ZH_COUNTERS,
@@ -720,11 +721,6 @@ def translation_pair(a: str, b: str) -> bool:
 # The same language in other words: one claim restated with another verb or adjective
 
 
-#: Verbs English puts in place of "is" for an event with its time or place (as
-#: :func:`engram_server.domain.specifics.content_words` reads them): no content word of their own.
-_EN_EVENT_COPULAS = frozenset(["happen", "happens", "happened", "occur", "occurs", "occurred"])
-
-
 @dataclass
 class _Word:
     """A content word of a text compared with another text of the same language."""
@@ -743,7 +739,7 @@ class _Word:
 def _en_meaning_words(text: str, d: _Dictionary) -> list[_Word]:
     out: list[_Word] = []
     for w in _en_words(text):
-        if w.surface in _EN_EVENT_COPULAS:
+        if w.surface in EN_EVENT_COPULAS:  # "happens at 9:30" = "is at 9:30"
             continue
         american = _american(w.surface)
         forms = frozenset({_stem(american), _base(american)} - {""}) | _lemma_stems(american)

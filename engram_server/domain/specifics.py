@@ -439,7 +439,7 @@ def stem(word: str) -> str:
 
 #: Verbs English puts in place of "is" for an event with its time or place ("standup happens at
 #: 9:30" = "standup is at 9:30"): no content word of their own when two texts are compared.
-_EN_EVENT_COPULAS = frozenset(["happen", "happens", "happened", "occur", "occurs", "occurred"])
+EN_EVENT_COPULAS = frozenset(["happen", "happens", "happened", "occur", "occurs", "occurred"])
 
 
 @lru_cache(maxsize=4096)
@@ -450,7 +450,7 @@ def content_sequence(text: str) -> tuple[str, ...]:
     out: list[tuple[int, str]] = []
     for m in _RE_CONTENT_LATIN.finditer(text):
         low = m.group().casefold()
-        if low in _EN_FUNCTION or low in _EN_EVENT_COPULAS or _RE_NT.search(low):
+        if low in _EN_FUNCTION or low in EN_EVENT_COPULAS or _RE_NT.search(low):
             continue
         out.append((m.start(), stem(low)))
     for run in re.finditer(f"[{_CJK}]+", text):

@@ -89,9 +89,9 @@ _EVERY_FIELD = MemoryRecord(
     ],
 )
 def test_memory_out_is_the_memory_set_field_by_field(record: MemoryRecord) -> None:
-    """The answer builder passes a Memory's fields to one constructor, leaving out those at their
-    default: the message is the one every field is set on (the same bytes)."""
-    built = m.Memory(**c.memory_fields(record))
+    """The answer builder leaves out the fields at their default: the message is the one every
+    field is set on (the same bytes)."""
+    built = c.memory_out(record)
     assert built == c.memory_out(record) == _memory_set_field_by_field(record)
     assert built.SerializeToString(deterministic=True) == _memory_set_field_by_field(
         record

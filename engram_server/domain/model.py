@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -165,11 +165,7 @@ class Candidates:
     cosine similarity to the query; ``lexical`` the raw BM25 score (0 where the memory was not a
     lexical candidate); ``scripts`` the script tag of the stored text ("cjk", "latin", "cjk+latin",
     "latin+cjk"; "" if unknown; see :func:`engram_server.domain.text.script_tag`);
-    ``vectors`` the dense vectors (rows aligned) when asked for. ``records``, when the store's
-    answer carried each candidate's whole record (a Qdrant server: see
-    :meth:`engram_server.adapters.storage.qdrant.QdrantStore.candidates`), gives the record of a
-    candidate id as that answer held it (None for an id not in it): the winners are then not read
-    again. None (every other store): the winners are read with ``Store.retrieve``.
+    ``vectors`` the dense vectors (rows aligned) when asked for.
     """
 
     collection: str
@@ -182,7 +178,6 @@ class Candidates:
     scripts: list[str]
     valid_until: npt.NDArray[np.float64]
     vectors: npt.NDArray[np.float32] | None = None
-    records: Callable[[str], MemoryRecord | None] | None = None
 
     def __len__(self) -> int:
         return len(self.ids)

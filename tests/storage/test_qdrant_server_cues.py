@@ -169,10 +169,10 @@ async def test_server_search_rescores_from_stored_cues_with_one_read_less(
     # Rescoring moved scores (a named speaker, a question), so the comparison means something.
     assert any(row[-1] > 0 for a in answers for row in a)
     assert any(row[-1] < 0 for a in answers for row in a)
-    # With the cues: no read (the winners' records came with the candidates). Without them
-    # (older points): the rescored candidates' texts are read (every candidate here: 18 memories).
-    assert cue_reads == [(0, 0)] * len(QUERIES)
-    assert all(calls == 1 and points == len(CHAT) for calls, points in legacy_reads), legacy_reads
+    # With the cues: one retrieve per search, of the winners only. Without them (older points):
+    # the rescored candidates' texts are read first (every candidate here: 18 memories).
+    assert cue_reads == [(1, limit)] * len(QUERIES)
+    assert all(calls == 2 and points == limit + len(CHAT) for calls, points in legacy_reads), legacy_reads
 
 
 async def test_an_updated_text_gets_its_new_cue(live: tuple[EngramServer, Stub], clock: ManualClock) -> None:
@@ -196,7 +196,7 @@ async def test_an_updated_text_gets_its_new_cue(live: tuple[EngramServer, Stub],
     reads = _Reads(store)
     answers, counts = await _run(stub, reads, QUERIES, 5)
     assert answers == await _from_texts(server, stub, QUERIES, 5)
-    assert counts == [(0, 0)] * len(QUERIES)
+    assert counts == [(1, 5)] * len(QUERIES)
 
 
 async def test_locomo_server_ranking_with_stored_cues_is_the_ranking_from_the_texts(
@@ -212,6 +212,6 @@ async def test_locomo_server_ranking_with_stored_cues_is_the_ranking_from_the_te
     limit = 10
     answers, cue_reads, legacy_reads = await _three_ways(server, stub, questions, limit)
     assert sum(1 for a in answers for row in a if row[-1] != 0) > len(questions)
-    assert cue_reads == [(0, 0)] * len(questions)
-    # older points: the best 50 read for rescoring (the winners came with the candidates)
-    assert all(calls == 1 and points > limit for calls, points in legacy_reads), legacy_reads
+    assert cue_reads == [(1, limit)] * len(questions)
+    # older points: the best 50 read for rescoring, then the winners
+    assert all(calls == 2 and points > limit for calls, points in legacy_reads), legacy_reads

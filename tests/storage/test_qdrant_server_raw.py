@@ -44,6 +44,7 @@ from engram_server.adapters.storage.qdrant_grpc import (
     candidate_row,
     dense_query,
     grpc_filter,
+    include,
     payload_of,
     search_params,
     set_payload,
@@ -186,14 +187,6 @@ async def test_raw_reads_equal_the_clients_conversion(stores: tuple[QdrantStore,
             )
             _same(a, b)
             assert a.ids, "the searches find something"
-            # the records the candidate answer carried: what a read of the same ids gives, on both
-            # paths, each decoded once; an id not among the candidates has none
-            assert a.records is not None and b.records is not None
-            read = {p.record.id: p.record for p in await old.retrieve("default", a.ids)}
-            assert len(read) == len(a.ids)
-            assert {i: a.records(i) for i in a.ids} == {i: b.records(i) for i in b.ids} == read
-            assert all(a.records(i) is a.records(i) for i in a.ids[:5])
-            assert a.records(str(uuid.uuid4())) is None and b.records(str(uuid.uuid4())) is None
             checked += int(bool(np.count_nonzero(a.lexical)))
             # the cues each memo holds now (from the candidate query), then the winners' records
             assert await raw.rescore_cues("default", a.ids) == await old.rescore_cues("default", a.ids)
@@ -355,8 +348,9 @@ def test_values_read_from_their_bytes_equal_value_to_json() -> None:
 
 def test_raw_requests_are_the_messages_the_client_sends() -> None:
     """The raw batch is what ``RestToGrpc`` makes of the store's models (filters of every kind,
-    the search params, the payload selector: whole payloads, vectors asked or not)."""
+    the search params, the payload selector, vectors asked or not)."""
     store = QdrantStore("http://127.0.0.1:1", quantization="int8")
+    fields = [*CANDIDATE_FIELDS, *CUE_FIELDS]
     vec = [0.25, -1.5, 3.0]
     sparse = SparseVector((3, 9), (0.5, 1.25))
     for flt in [*FILTERS, StoreFilter(only_history_of="x", only_trashed=True, trashed_before=NOW)]:
@@ -371,7 +365,7 @@ def test_raw_requests_are_the_messages_the_client_sends() -> None:
                 dense_query(vec),
                 10,
                 flt=grpc_filter(plan),
-                with_payload=store._candidate_payload,
+                with_payload=include(fields),
                 with_vectors=DENSE_VECTOR if with_vectors else NO_VECTORS,
                 params=search_params(store._search_params),
             )
@@ -380,7 +374,7 @@ def test_raw_requests_are_the_messages_the_client_sends() -> None:
                     query=vec,
                     filter=client_filter,
                     limit=10,
-                    with_payload=True,
+                    with_payload=fields,
                     with_vector=[""] if with_vectors else False,
                     params=store._search_params,
                 ),
@@ -392,7 +386,7 @@ def test_raw_requests_are_the_messages_the_client_sends() -> None:
             sparse_query(sparse),
             7,
             flt=grpc_filter(plan),
-            with_payload=store._candidate_payload,
+            with_payload=include(fields),
             with_vectors=DENSE_VECTOR,
             using=LEXICAL_VECTOR,
         )
@@ -402,7 +396,7 @@ def test_raw_requests_are_the_messages_the_client_sends() -> None:
                 using=LEXICAL_VECTOR,
                 filter=client_filter,
                 limit=7,
-                with_payload=True,
+                with_payload=fields,
                 with_vector=[""],
             ),
             "c",
@@ -615,43 +609,3 @@ def test_candidate_rows_equal_the_full_decoding() -> None:
         assert row[1] == stored_cue(decoded), payload
         assert row[2] == float(decoded.get("created_at") or 0.0)
     assert fast >= 40, "payloads as Engram writes them take the direct path"
-
-
-async def test_a_search_takes_its_winners_records_from_the_candidate_answer(
-    qdrant_server: QdrantNode, prefix: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A search on a server store reads no point by id (the winners, the texts it matches across
-    scripts): the candidate answer carried the records, and they are those a read gives."""
-    from engram_server.adapters.storage.qdrant_grpc import RawPoints  # noqa: PLC0415
-    from engram_server.domain.service.commands import AddCommand, SearchQuery  # noqa: PLC0415
-    from engram_server.testing import running_server  # noqa: PLC0415
-
-    store = _store(qdrant_server, prefix)
-    facts = [
-        "Alice moved to Berlin last spring and works at a bakery.",
-        "Bob's favourite database is Postgres; he dislikes MongoDB.",
-        "The team meeting moved to Friday at 10am.",
-        "我们明天去北京看长城。",
-        "Carol adopted a grey cat named Pixel.",
-    ]
-    async with running_server(tmp_path, store=store, rerank="off", search_cache_entries=0) as srv:
-        for text in facts:
-            await srv.service.add(AddCommand(content=text, allow_duplicate=True))
-        reads: list[int] = []
-        get = RawPoints.get
-        searching = asyncio.current_task()
-
-        async def counted(self: RawPoints, *args: Any, **kw: Any) -> Any:
-            if asyncio.current_task() is searching:  # (not the access counters' flush)
-                reads.append(1)
-            return await get(self, *args, **kw)
-
-        monkeypatch.setattr(RawPoints, "get", counted)
-        for query in ("where does Alice live", "which database does Bob like", "北京"):
-            hits = await srv.service.search(SearchQuery(query=query, limit=3))
-            assert hits, query
-            assert not reads, "the search read points by id"
-            read = await store.retrieve("default", [h.memory.id for h in hits])
-            reads.clear()
-            by_id = {p.record.id: p.record for p in read}
-            assert [h.memory for h in hits] == [by_id[h.memory.id] for h in hits]

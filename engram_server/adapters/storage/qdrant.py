@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import fcntl
 import functools
 import json
@@ -51,6 +50,7 @@ from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedR
 
 from engram_server.adapters.storage.payload import (
     ACCESS_FIELDS,
+    CANDIDATE_FIELDS,
     LEXICAL_VECTOR,
     ORDERABLE,
     PAYLOAD_INDEXES,
@@ -79,7 +79,6 @@ from engram_server.adapters.storage.payload import (
 )
 from engram_server.adapters.storage.qdrant_cues import CUE_FIELDS, CueMemo, cue_payload, stored_cue
 from engram_server.adapters.storage.qdrant_grpc import (
-    ALL_PAYLOAD,
     DENSE_VECTOR,
     NO_VECTORS,
     RawPoints,
@@ -243,8 +242,7 @@ class QdrantStore:
         #: ``prefer_grpc``; None otherwise: the client's own calls), see ``qdrant_grpc``.
         self._raw: RawPoints | None = None
         self._raw_search_params = search_params(self._search_params)
-        #: The candidate query asks for whole payloads: the winners' records come with it.
-        self._candidate_payload = ALL_PAYLOAD
+        self._candidate_payload = include([*CANDIDATE_FIELDS, *CUE_FIELDS])
         self._cue_payload = include([*CUE_FIELDS, "created_at", "content"])
         self._access_payload = include(ACCESS_FIELDS)
         #: The server's collection names with this store's prefix, without it (``list_collections``),
@@ -717,15 +715,15 @@ class QdrantStore:
                 sparse=lexical_query,
                 lexical_limit=lexical_limit,
             )
+        fields = [*CANDIDATE_FIELDS, *CUE_FIELDS]  # the cues: rescore_cues reads no record after
         qname = self._qname(collection)
         query_filter = _qdrant_filter(filter_plan(flt))
-        # whole payloads: the cues (rescore_cues reads no record after) and the winners' records
         requests = [
             models.QueryRequest(
                 query=query,
                 filter=query_filter,
                 limit=limit,
-                with_payload=True,
+                with_payload=fields,
                 with_vector=[""] if with_vectors else False,
                 params=self._search_params,
             )
@@ -738,7 +736,7 @@ class QdrantStore:
                     using=LEXICAL_VECTOR,
                     filter=query_filter,
                     limit=limit if lexical_limit is None else lexical_limit,
-                    with_payload=True,
+                    with_payload=fields,
                     with_vector=[""],
                 )
             )
@@ -746,11 +744,9 @@ class QdrantStore:
             "search", lambda: self._c.query_batch_points(qname, requests=requests), collection=collection
         )
         memo = self._cues
-        payloads: dict[str, dict[str, Any]] = {}
         for h in responses[0].points:
             out.add(h.id, h.payload, h.score, vector=h.vector)
             memo.put(collection, str(h.id), h.payload)
-            payloads[str(h.id)] = h.payload or {}
         if lexical:
             for h in responses[1].points:
                 if h.score <= 0 or out.set_lexical(str(h.id), h.score):
@@ -758,8 +754,7 @@ class QdrantStore:
                 vec = as_vector(h.vector)
                 out.add(h.id, h.payload, cosine(vec, vector), lexical=h.score, vector=vec)
                 memo.put(collection, str(h.id), h.payload)
-                payloads[str(h.id)] = h.payload or {}
-        return dataclasses.replace(out.build(), records=_carried(collection, payloads, dict))
+        return out.build()
 
     async def _candidates_raw(
         self,
@@ -809,11 +804,10 @@ class QdrantStore:
         responses = await self._call("search", lambda: raw.query_batch(qname, queries), collection=collection)
         memo = self._cues
         put_cue, add_row = memo.put_cue, out.add_row
-        lites: dict[str, Any] = {}  # each candidate's payload map, for its record (``_carried``)
         for h in responses[0]:
             pid = h.id
             key = pid.uuid or str(pid.num)  # point_key (a UUID is never empty)
-            lites[key] = lite = h.payload
+            lite = h.payload
             row = candidate_row(key, lite)
             if row is None:  # a payload not as Engram writes it: decoded in full
                 payload = payload_of(lite)
@@ -826,7 +820,7 @@ class QdrantStore:
                 add_row(key, row[0], h.score)
                 put_cue(collection, key, row[1], row[2])
         if sparse is None:
-            return dataclasses.replace(out.build(), records=_carried(collection, lites, payload_of))
+            return out.build()
         # ``cosine(vec, vector)`` with the query's norm computed once (the same operations)
         y = np.asarray(vector, dtype=np.float64).reshape(-1)
         y_norm = np.linalg.norm(y)
@@ -842,7 +836,6 @@ class QdrantStore:
             x = np.asarray(vec, dtype=np.float64).reshape(-1)
             denom = float(np.linalg.norm(x) * y_norm)
             cos = float(x @ y) / denom if denom > 0 else 0.0
-            lites[key] = h.payload
             row = candidate_row(key, h.payload)
             if row is None:
                 payload = payload_of(h.payload)
@@ -851,7 +844,7 @@ class QdrantStore:
             else:
                 out.add_row(key, row[0], cos, lexical=score, vector=vec)
                 memo.put_cue(collection, key, row[1], row[2])
-        return dataclasses.replace(out.build(), records=_carried(collection, lites, payload_of))
+        return out.build()
 
     async def rescore_cues(self, collection: str, ids: Sequence[str]) -> dict[str, tuple[RescoreCue, float]]:
         """By id, the rescoring cue and ``created_at`` of each point (``RescoreCueSource``): as the
@@ -1278,28 +1271,6 @@ class QdrantStore:
             collection=collection,
         )
         return counters
-
-
-def _carried(
-    collection: str, payloads: Mapping[str, Any], decode: Callable[[Any], Mapping[str, Any]]
-) -> Callable[[str], MemoryRecord | None]:
-    """``Candidates.records`` of a candidate answer: a candidate's record from the whole payload the
-    answer carried (``decode``: a payload map of the raw answer, or the client's dict, as a
-    dict), decoded when first asked for, as ``retrieve`` decodes it. The records are those of the
-    answer: current when the node built it, like every ranking field beside them. Only a search
-    reads them (``Store.retrieve``, which the write gate reads under its lease, always reads)."""
-    decoded: dict[str, MemoryRecord] = {}
-
-    def records(key: str) -> MemoryRecord | None:
-        record = decoded.get(key)
-        if record is None:
-            payload = payloads.get(key)
-            if payload is None:
-                return None
-            record = decoded[key] = record_from_payload(key, collection, decode(payload))
-        return record
-
-    return records
 
 
 def _with_cue(payload: dict[str, Any], content: str) -> dict[str, Any]:

@@ -285,8 +285,6 @@ class _Ranked:
     script: str = ""
     #: Its BM25 score over the best BM25 score of its collection's candidates (0–1).
     lexical_norm: float = 0.0
-    #: Its collection's ``Candidates.records`` (the records the candidate answer carried), if any.
-    records: Callable[[str], MemoryRecord | None] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -375,7 +375,7 @@ class Searching(ServiceCore):
             sc = Score(
                 final, s0.relevance, s0.recency, s0.importance, s0.raw_similarity, s0.lexical, s0.episode, a
             )
-            out.append(_Ranked(r.collection, r.id, sc, r.vector, r.script, r.lexical_norm, r.records))
+            out.append(_Ranked(r.collection, r.id, sc, r.vector, r.script, r.lexical_norm))
         out.sort(key=lambda r: (-r.score.final, -created.get(r.id, 0.0), r.id))
         return out + tail
 
@@ -404,7 +404,7 @@ class Searching(ServiceCore):
         for final, i in zip(finals, order, strict=True):
             r, y = head[i], logits[i]
             sc = replace(r.score, final=final, rerank=0.0 if y is None else _sigmoid(y))
-            out.append(_Ranked(r.collection, r.id, sc, r.vector, r.script, r.lexical_norm, r.records))
+            out.append(_Ranked(r.collection, r.id, sc, r.vector, r.script, r.lexical_norm))
         return out + tail
 
     async def _rescore_cues(self, head: Sequence[_Ranked]) -> dict[str, tuple[RescoreCue, float]] | None:
@@ -601,7 +601,6 @@ class Searching(ServiceCore):
                     None if c.vectors is None else c.vectors[i],
                     c.scripts[i],
                     bm25[j][i] / best_bm25[j] if best_bm25[j] > 0 else 0.0,
-                    c.records,
                 )
             )
         return ranked
@@ -671,20 +670,13 @@ class Searching(ServiceCore):
 
     async def _full_records(self, top: Sequence[_Ranked]) -> dict[str, MemoryRecord]:
         """The current records of the winners, by id (one read per collection; records of recent
-        results are reused while their collection is unchanged, counters included; where the
-        candidate answer carried the records, ``Candidates.records``, those, without a read)."""
+        results are reused while their collection is unchanged, counters included)."""
         out: dict[str, MemoryRecord] = {}
         missing: dict[str, list[str]] = {}
         caching = self.policy.search_cache_entries > 0
         cache = self._record_cache
         changed: dict[tuple[str, int], frozenset[str] | None] = {}
         for r in top:
-            if r.records is not None:
-                carried = r.records(r.id)
-                if carried is not None:
-                    if carried.is_current:
-                        out[r.id] = carried
-                    continue
             generation = self._store.generation(r.collection) if caching else None
             if generation is not None:
                 key = (r.collection, r.id)

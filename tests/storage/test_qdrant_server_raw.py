@@ -663,6 +663,8 @@ async def test_the_bm25_hits_cosines_are_the_cosines_of_their_stored_vectors(
                 if info.status == models.CollectionStatus.GREEN and (info.indexed_vectors_count or 0) >= N:
                     break
                 await asyncio.sleep(0.1)
+            else:
+                raise AssertionError(f"index not built: {info}")
         old._raw = None
         lexical_only = 0
         for flt in FILTERS[:4]:

@@ -50,9 +50,10 @@ the BM25-only hits' cosines, counts as Engram's, as the embedded store's lexical
 query does): p50 at c = 1 from this process, RPS with 32 threads. Engram's own CPU per search on
 the server path is the whole Engram process (the engine runs in the node's process,
 ``--qdrant-pid`` adds its CPU per search). The embedded server runs beside it on its copy of the
-data, so the table also gives the search p50 of both stores in one run. ``--without-cues`` adds a second copy of the data on the node with the
-rescoring cue fields removed (points as a release before them wrote them: each search reads its
-best 50 candidates' texts to rescore) and a third Engram server on it.
+data, so the table also gives the search p50 of both stores in one run. ``--without-cues`` adds
+a second copy of the data on the node with the rescoring cue fields removed (points as a release
+before them wrote them: each search reads its best 50 candidates' texts to rescore) and a third
+Engram server on it.
 With ``--baseline`` too, the baseline revision's server also runs on the node (the same
 collection), so the server path has its before/after in the same run; ``--qdrant-only`` leaves
 the embedded servers out (the server path alone, in half the time). The table gives the three

@@ -44,14 +44,16 @@ points (vectors, BM25 vectors, payloads) are written into the node through ``Qdr
 (collection ``--qdrant-prefix`` + ``default``, Engram's payload indexes, the node's indexing paused
 during the upload, then waited for until green; a collection already holding the same number of
 points is reused), and a second Engram server runs on it (``ENGRAM_QDRANT_URL``). Its engine side
-is the node queried directly over gRPC with the batch ``QdrantStore.candidates`` sends (dense +
-BM25, the same limits, the store's search params, ids and scores only): p50 at c = 1 from this
-process, RPS with 32 threads. Engram's own CPU per search on the server path is the whole Engram
-process (the engine runs in the node's process, ``--qdrant-pid`` adds its CPU per search). The
-embedded server runs beside it on its copy of the data, so the table also gives the search p50 of
-both stores in one run. ``--without-cues`` adds a second copy of the data on the node with the
-rescoring cue fields removed (points as a release before them wrote them: each search reads its
-best 50 candidates' texts to rescore) and a third Engram server on it.
+is the node queried directly over gRPC with the dense + BM25 batch ``QdrantStore.candidates``
+sends (the same limits, the store's search params, ids and scores only; the store's third query,
+the BM25-only hits' cosines, counts as Engram's, as the embedded store's lexical-only cosines
+query does): p50 at c = 1 from this process, RPS with 32 threads. Engram's own CPU per search on
+the server path is the whole Engram process (the engine runs in the node's process,
+``--qdrant-pid`` adds its CPU per search). The embedded server runs beside it on its copy of the
+data, so the table also gives the search p50 of both stores in one run. ``--without-cues`` adds
+a second copy of the data on the node with the rescoring cue fields removed (points as a release
+before them wrote them: each search reads its best 50 candidates' texts to rescore) and a third
+Engram server on it.
 With ``--baseline`` too, the baseline revision's server also runs on the node (the same
 collection), so the server path has its before/after in the same run; ``--qdrant-only`` leaves
 the embedded servers out (the server path alone, in half the time). The table gives the three
@@ -144,7 +146,8 @@ def engine_requests(vec: list[float], bm25: Bm25Encoder, text: str) -> qe.QueryB
 
 
 def node_requests(vec: list[float], bm25: Bm25Encoder, text: str, params: Any) -> list[Any]:
-    """The batch ``QdrantStore.candidates`` sends a Qdrant node for a default search (ids only)."""
+    """The dense + BM25 queries ``QdrantStore.candidates`` sends a Qdrant node for a default search
+    (ids and scores only; not its third query, the BM25-only hits' cosines: Engram's work)."""
     from qdrant_client import models  # noqa: PLC0415
 
     sp = bm25.encode_query(text)

@@ -40,12 +40,14 @@ from engram_server.adapters.storage.qdrant import QdrantStore, _qdrant_filter
 from engram_server.adapters.storage.qdrant_cues import CUE_FIELDS, cue_payload, stored_cue
 from engram_server.adapters.storage.qdrant_grpc import (
     DENSE_VECTOR,
+    NO_PAYLOAD,
     NO_VECTORS,
     candidate_row,
     dense_query,
     grpc_filter,
     include,
     payload_of,
+    prefetch,
     search_params,
     set_payload,
     sparse_query,
@@ -381,23 +383,47 @@ def test_raw_requests_are_the_messages_the_client_sends() -> None:
                 "c",
             )
             assert ours == theirs
+            ours = raw_query(
+                "c",
+                sparse_query(sparse),
+                7,
+                flt=grpc_filter(plan),
+                with_payload=include(fields),
+                with_vectors=DENSE_VECTOR if with_vectors else NO_VECTORS,
+                using=LEXICAL_VECTOR,
+            )
+            bm25 = models.SparseVector(indices=list(sparse.indices), values=list(sparse.values))
+            theirs = RestToGrpc.convert_query_request(
+                models.QueryRequest(
+                    query=bm25,
+                    using=LEXICAL_VECTOR,
+                    filter=client_filter,
+                    limit=7,
+                    with_payload=fields,
+                    with_vector=[""] if with_vectors else False,
+                ),
+                "c",
+            )
+            assert ours == theirs
+        # the BM25 hits' cosines: the BM25 query as a prefetch, scored with the dense query
         ours = raw_query(
             "c",
-            sparse_query(sparse),
+            dense_query(vec),
             7,
-            flt=grpc_filter(plan),
-            with_payload=include(fields),
-            with_vectors=DENSE_VECTOR,
-            using=LEXICAL_VECTOR,
+            flt=None,
+            with_payload=NO_PAYLOAD,
+            with_vectors=NO_VECTORS,
+            params=search_params(store._search_params),
+            prefetch=prefetch(sparse_query(sparse), 7, flt=grpc_filter(plan), using=LEXICAL_VECTOR),
         )
         theirs = RestToGrpc.convert_query_request(
             models.QueryRequest(
-                query=models.SparseVector(indices=list(sparse.indices), values=list(sparse.values)),
-                using=LEXICAL_VECTOR,
-                filter=client_filter,
+                prefetch=models.Prefetch(query=bm25, using=LEXICAL_VECTOR, filter=client_filter, limit=7),
+                query=vec,
                 limit=7,
-                with_payload=fields,
-                with_vector=[""],
+                with_payload=False,
+                with_vector=False,
+                params=store._search_params,
             ),
             "c",
         )
@@ -609,3 +635,59 @@ def test_candidate_rows_equal_the_full_decoding() -> None:
         assert row[1] == stored_cue(decoded), payload
         assert row[2] == float(decoded.get("created_at") or 0.0)
     assert fast >= 40, "payloads as Engram writes them take the direct path"
+
+
+@pytest.mark.parametrize("quantization", ["none", "int8"])
+async def test_the_bm25_hits_cosines_are_the_cosines_of_their_stored_vectors(
+    qdrant_server: QdrantNode, prefix: str, quantization: str
+) -> None:
+    """The node scores the BM25-only hits with the dense query (a prefetch query in the batch):
+    each candidate's cosine is that of its stored vector (float32 scores), on both paths, with
+    int8 codes built too (the scores are rescored with the original vectors), vectors asked or
+    not."""
+    rng = np.random.default_rng(21)
+    points = _points(rng)
+    stored = {p.record.id: np.asarray(p.vector, dtype=np.float64) for p in points}
+    raw, old = _store(qdrant_server, prefix, quantization=quantization), _store(qdrant_server, prefix)
+    await raw.open()
+    await old.open()
+    try:
+        await raw.create_collection(_spec())
+        await raw.upsert("default", points)
+        if quantization == "int8":  # the index and the int8 codes built for every point
+            await raw._c.update_collection(
+                prefix + "default", optimizers_config=models.OptimizersConfigDiff(indexing_threshold=1)
+            )
+            for _ in range(600):
+                info = await raw._c.get_collection(prefix + "default")
+                if info.status == models.CollectionStatus.GREEN and (info.indexed_vectors_count or 0) >= N:
+                    break
+                await asyncio.sleep(0.1)
+            else:
+                raise AssertionError(f"index not built: {info}")
+        old._raw = None
+        lexical_only = 0
+        for flt in FILTERS[:4]:
+            for with_vectors in (False, True):
+                q = rng.normal(size=DIM).astype(np.float32)
+                sparse = SparseVector((1, 7, 13, 21, 33), (1.0, 0.5, 2.0, 0.25, 1.5))
+                found = await raw.candidates(
+                    "default", q, 10, flt, sparse=sparse, lexical_limit=30, with_vectors=with_vectors
+                )
+                y = np.asarray(q, dtype=np.float64)
+                for i, pid in enumerate(found.ids):
+                    x = stored[pid]
+                    want = float(x @ y) / float(np.linalg.norm(x) * np.linalg.norm(y))
+                    assert abs(found.cosine[i] - want) < 1e-6, (pid, found.cosine[i], want)
+                lexical_only += int(np.count_nonzero(found.lexical[10:]))
+                if quantization == "none":  # the client's path: the same values
+                    _same(
+                        found,
+                        await old.candidates(
+                            "default", q, 10, flt, sparse=sparse, lexical_limit=30, with_vectors=with_vectors
+                        ),
+                    )
+        assert lexical_only > 20, "the searches have BM25-only candidates"
+    finally:
+        await old.close()
+        await raw.close()

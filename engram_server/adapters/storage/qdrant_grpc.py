@@ -62,6 +62,7 @@ from engram_server.domain.ranking import NO_CUE, RescoreCue
 __all__ = [
     "DENSE_VECTOR",
     "LITE_POOL",
+    "NO_PAYLOAD",
     "NO_VECTORS",
     "Hit",
     "RawPoints",
@@ -72,6 +73,7 @@ __all__ = [
     "include",
     "payload_of",
     "point_key",
+    "prefetch",
     "query",
     "raw_points",
     "search_params",
@@ -222,6 +224,8 @@ def value_of(data: bytes) -> Any:
 
 #: Every payload field.
 ALL_PAYLOAD: Final = qg.WithPayloadSelector(enable=True)
+#: No payload field.
+NO_PAYLOAD: Final = qg.WithPayloadSelector(enable=False)
 #: No vector.
 NO_VECTORS: Final = qg.WithVectorsSelector(enable=False)
 #: The dense (unnamed) vector only.
@@ -571,10 +575,13 @@ def query(
     with_vectors: qg.WithVectorsSelector,
     params: qg.SearchParams | None = None,
     using: str | None = None,
+    prefetch: qg.PrefetchQuery | None = None,
 ) -> qg.QueryPoints:
-    """One query of a ``QueryBatch`` on ``collection`` (as the client builds it)."""
+    """One query of a ``QueryBatch`` on ``collection`` (as the client builds it); with ``prefetch``,
+    ``vector`` scores the points that query finds (``filter`` is the prefetch's)."""
     return qg.QueryPoints(
         collection_name=collection,
+        prefetch=None if prefetch is None else [prefetch],
         query=vector,
         using=using,
         filter=flt,
@@ -583,3 +590,10 @@ def query(
         with_payload=with_payload,
         with_vectors=with_vectors,
     )
+
+
+def prefetch(
+    vector: qg.Query, limit: int, *, flt: qg.Filter | None, using: str | None = None
+) -> qg.PrefetchQuery:
+    """A prefetch query (as the client builds one)."""
+    return qg.PrefetchQuery(query=vector, using=using, filter=flt, limit=limit)

@@ -446,19 +446,20 @@ _RE_POSSESSIVE = re.compile(r"['’]s$", re.IGNORECASE)
 @lru_cache(maxsize=65536)
 def done_with(verb: str, noun: str) -> bool:
     """Whether English ``verb`` is, by one of its :data:`SENSES` most frequent WordNet senses'
-    definitions, what one does with a ``noun``: the definition names the noun or a kind it is, at
-    most :data:`NOUN_DEPTH` steps up and not near the root (drive "operate or control a vehicle" /
-    car; ride "be carried or travel on or in a vehicle" / bike; play "play on an instrument" /
-    piano). Not sell ("exchange or deliver for money …"), rent, wash or repair."""
+    definitions, what one does with any ``noun`` of its kind: the definition names a kind the
+    noun is, at most :data:`NOUN_DEPTH` steps up and not near the root (drive "operate or control
+    a vehicle" / car; ride "be carried or travel on or in a vehicle" / bike). Not a definition
+    naming the thing itself (clean "clean and tidy up the house" / house: one chore, not the use
+    of a house), nor sell ("exchange or deliver for money …"), rent, wash or repair."""
     from engram_server.domain.specifics import EN_FUNCTION_WORDS  # noqa: PLC0415 - specifics imports this module
 
     wn = wordnet.open_wordnet()
     if wn is None:
         return False
     senses = {o for w in _lemmas(noun.casefold()) for o in wn.offsets("n", w)[:SENSES]}
-    kinds = senses | {
+    kinds = {
         a for o in senses for a in _ancestors("n", o, NOUN_DEPTH) if _root_depth("n", a) >= MIN_KIND_DEPTH
-    }
+    } - senses
     for v in _lemmas(verb.casefold()):
         for off in wn.offsets("v", v)[:SENSES]:
             for word in _RE_LATIN.findall(wn.definition("v", off).casefold()):
@@ -486,7 +487,16 @@ def light_verb_restated(existing: str, new: str) -> bool:
                 and verb[2]
                 and _RE_LATIN.fullmatch(verb[0])
                 and not _negating(verb[1])
+                and _same_tense(a[i + 1][1], verb[1])
                 and done_with(verb[1], a[i][1])
             ):
                 return True
     return False
+
+
+def _same_tense(be: str, verb: str) -> bool:
+    """Whether ``verb`` is in the tense of the copula ``be``: "is" / "drives", "was" / "drove" (not
+    "is" / "drove": a trip then, not whose car it is)."""
+    tag = ("VBZ", "VBP") if be.casefold() in {"is", "are"} else ("VBD",)
+    low = verb.casefold()
+    return any(low in lemminflect.getInflection(lemma, t) for lemma in _lemmas(low) for t in tag)

@@ -21,6 +21,7 @@ pytestmark = pytest.mark.skipif(not wordnet.available(), reason="WordNet files (
         ("The user's van is a white Renault.", "The user drives a white Renault."),
         ("Jonas's bicycle is an orange Brompton.", "Jonas rides an orange Brompton."),
         ("Ana rides a yellow Giant.", "Ana's bike is a yellow Giant."),  # either order
+        ("Marta's car was a silver Kia Ceed.", "Marta drove a silver Kia Ceed."),  # both in the past
     ],
 )
 def test_the_verb_of_using_the_thing_restates_it(a: str, b: str) -> None:
@@ -40,6 +41,11 @@ def test_the_verb_of_using_the_thing_restates_it(a: str, b: str) -> None:
         ("Marta's car is a silver Kia Ceed.", "Marta doesn't drive a silver Kia Ceed."),  # negated
         ("Marta's car was a silver Kia Ceed.", "Marta drives a red Kia Ceed."),  # more than the verb changed
         ("The car is a silver Kia Ceed.", "Drives a silver Kia Ceed."),  # no possessor
+        ("Marta's car is a silver Kia Ceed.", "Marta drove a silver Kia Ceed."),  # a trip, not whose car
+        (
+            "Marta's house is a small red cottage.",
+            "Marta cleans a small red cottage.",
+        ),  # a chore on the thing
     ],
 )
 def test_another_verb_or_more_changed_is_not_a_restatement(a: str, b: str) -> None:

@@ -436,3 +436,67 @@ def synonym_swapped(existing: str, new: str) -> bool:
     if not swaps or len(swaps) > MAX_CHANGED:
         return False
     return all(_contrast(x, y) is None and _synonyms(x, y) for x, y in swaps)
+
+
+#: The copula after the possessed noun of "X's car is a …".
+_EN_BE = frozenset(["is", "are", "was", "were"])
+_RE_POSSESSIVE = re.compile(r"['’]s$", re.IGNORECASE)
+
+
+@lru_cache(maxsize=65536)
+def done_with(verb: str, noun: str) -> bool:
+    """Whether English ``verb`` is, by one of its :data:`SENSES` most frequent WordNet senses'
+    definitions, what one does with any ``noun`` of its kind: the definition names a kind the
+    noun is, at most :data:`NOUN_DEPTH` steps up and not near the root (drive "operate or control
+    a vehicle" / car; ride "be carried or travel on or in a vehicle" / bike). Not a definition
+    naming the thing itself (clean "clean and tidy up the house" / house: one chore, not the use
+    of a house), nor sell ("exchange or deliver for money …"), rent, wash or repair."""
+    from engram_server.domain.specifics import EN_FUNCTION_WORDS  # noqa: PLC0415 - specifics imports this module
+
+    wn = wordnet.open_wordnet()
+    if wn is None:
+        return False
+    senses = {o for w in _lemmas(noun.casefold()) for o in wn.offsets("n", w)[:SENSES]}
+    kinds = {
+        a for o in senses for a in _ancestors("n", o, NOUN_DEPTH) if _root_depth("n", a) >= MIN_KIND_DEPTH
+    } - senses
+    for v in _lemmas(verb.casefold()):
+        for off in wn.offsets("v", v)[:SENSES]:
+            for word in _RE_LATIN.findall(wn.definition("v", off).casefold()):
+                if word not in EN_FUNCTION_WORDS and not kinds.isdisjoint(wn.offsets("n", word)[:SENSES]):
+                    return True
+    return False
+
+
+def light_verb_restated(existing: str, new: str) -> bool:
+    """Whether one text says what a thing of someone's is ("The user's car is a blue Toyota.") and
+    the other, the same words otherwise, says they do with it what one does with such a thing
+    ("The user drives a blue Toyota."; :func:`done_with`): the possessed noun and the copula
+    replaced in place by the verb, the possessor its subject. English only."""
+    for noun_text, verb_text in ((existing, new), (new, existing)):
+        a, b = _tokens(noun_text), _tokens(verb_text)
+        if len(b) != len(a) - 1:
+            continue
+        keys_a, keys_b = [k for k, _, _ in a], [k for k, _, _ in b]
+        for i in range(1, len(a) - 1):
+            if not (a[i][2] and a[i + 1][0] in _EN_BE and _RE_POSSESSIVE.search(a[i - 1][1])):
+                continue
+            verb = b[i]
+            if (
+                keys_b == [*keys_a[:i], verb[0], *keys_a[i + 2 :]]
+                and verb[2]
+                and _RE_LATIN.fullmatch(verb[0])
+                and not _negating(verb[1])
+                and _same_tense(a[i + 1][1], verb[1])
+                and done_with(verb[1], a[i][1])
+            ):
+                return True
+    return False
+
+
+def _same_tense(be: str, verb: str) -> bool:
+    """Whether ``verb`` is in the tense of the copula ``be``: "is" / "drives", "was" / "drove" (not
+    "is" / "drove": a trip then, not whose car it is)."""
+    tag = ("VBZ", "VBP") if be.casefold() in {"is", "are"} else ("VBD",)
+    low = verb.casefold()
+    return any(low in lemminflect.getInflection(lemma, t) for lemma in _lemmas(low) for t in tag)

@@ -44,7 +44,7 @@ from functools import lru_cache
 
 import rjieba
 
-from engram_server.domain.contrast import contrasting, synonym_swapped
+from engram_server.domain.contrast import contrasting, light_verb_restated, synonym_swapped
 from engram_server.domain.text import script_of
 
 __all__ = [
@@ -500,8 +500,10 @@ def same_words(existing: str, new: str) -> bool:
     """Whether two texts have the same non-empty set of content words (:func:`content_words`),
     in the same roles (:func:`swapped_roles`), or are the same words in the same order with at
     most two replaced in place by a synonym (:func:`engram_server.domain.contrast.synonym_swapped`:
-    sofa / couch, 电脑 / 计算机)."""
+    sofa / couch, 电脑 / 计算机), or with a possessed noun and its copula replaced by the verb of
+    what one does with that thing (:func:`engram_server.domain.contrast.light_verb_restated`:
+    "The user's car is a blue Toyota." / "The user drives a blue Toyota.")."""
     a = content_words(existing)
     if bool(a) and a == content_words(new) and not swapped_roles(existing, new):
         return True
-    return synonym_swapped(existing, new)
+    return synonym_swapped(existing, new) or light_verb_restated(existing, new)

@@ -118,6 +118,15 @@ class _WordNet:
             ptrs.append((sym, "a" if p == "s" else p, int(off)))
         return words, ptrs
 
+    def definition(self, pos: str, offset: int) -> str:
+        """The definition of the synset at ``offset`` (its gloss without the quoted examples)."""
+        base, mm = next((b, m) for b, m in reversed(self.data[pos]) if b <= offset)
+        at = offset - base
+        end = mm.find(b"\n", at)
+        line = mm[at : len(mm) if end < 0 else end]
+        gloss = line.split(b" | ", 1)[1].decode() if b" | " in line else ""
+        return gloss.split('"', 1)[0].split(";", 1)[0].strip()
+
 
 _wordnet: _WordNet | None = None
 _opened = False

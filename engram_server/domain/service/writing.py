@@ -13,13 +13,12 @@ from dataclasses import replace
 import numpy as np
 from opentelemetry import metrics
 
-from engram_server.domain.crosslingual import meaning_conflicts, same_meaning, translation_pair
 from engram_server.domain.deadline import ensure_time_left
 from engram_server.domain.errors import (
     IdempotencyConflict,
     InvalidArgument,
 )
-from engram_server.domain.gate_replay import replayed_gate
+from engram_server.domain.gate import decide, replayed_gate
 from engram_server.domain.model import (
     NEVER,
     MemoryRecord,
@@ -40,7 +39,6 @@ from engram_server.domain.service.commands import (
 )
 from engram_server.domain.service.core import _query_span, _tracer, stored_point
 from engram_server.domain.service.superseding import Superseding
-from engram_server.domain.specifics import Conflict, conflicts, same_words
 from engram_server.domain.text import script_of
 from engram_server.domain.ttl import compute_valid_until
 from engram_server.domain.validation import (
@@ -389,13 +387,8 @@ class Writing(Superseding):
         A candidate whose text equals ``content`` once normalised (Unicode NFKC, case, white space,
         surrounding punctuation) is an exact copy whatever the embedding says: similarity 1.0.
 
-        A candidate above the duplicate threshold is a duplicate only if its specifics agree with
-        ``content``'s (:func:`engram_server.domain.specifics.conflicts`: numbers, dates, ids, names,
-        negation); one whose specifics conflict is a different fact, kept in the list with reason
-        CONFLICTING_SPECIFICS and the conflicts. The most similar candidate without a conflict is the
-        duplicate; with ``allow_duplicate`` it is kept in the list with reason ALLOW_DUPLICATE.
-        Candidates in the near-duplicate zone get the same reason and conflicts when their specifics
-        differ.
+        The rules (specifics, restatements, translations, the near zone) are
+        :func:`engram_server.domain.gate.decide`'s, which a replayed request applies too.
         """
         pol = self.policy
         key = normalise_text(content)
@@ -406,81 +399,12 @@ class Writing(Superseding):
             if earlier:  # unit vectors: the dot product is the cosine
                 cosines = np.stack([vec for _, vec in earlier]) @ vector
                 scored.extend((record, float(c)) for (record, _), c in zip(earlier, cosines, strict=True))
-            similar = [
+            candidates = [
                 Similar(record, 1.0 if normalise_text(record.content) == key else self._cal.similarity(raw))
                 for record, raw in scored
             ]
-            similar.sort(key=lambda s: s.similarity, reverse=True)
-            top: Similar | None = None
-            for i, s in enumerate(similar):
-                if s.similarity <= pol.dedup_threshold:
-                    break
-                if s.similarity >= 1.0 or not pol.check_specifics:
-                    found: tuple[Conflict, ...] = ()
-                else:
-                    found = tuple(conflicts(s.record.content, content))
-                    if not found and pol.gate_translations:  # opposite words, swapped roles
-                        found = meaning_conflicts(s.record.content, content)
-                if found:
-                    similar[i] = replace(s, reason=GateReason.CONFLICTING_SPECIFICS, conflicts=found)
-                    continue
-                if allow_duplicate:
-                    similar[i] = replace(s, reason=GateReason.ALLOW_DUPLICATE)
-                top = similar[i]
-                break
-            if top is None and pol.check_specifics:
-                # Reworded, not changed: the same content words and specifics as a memory at the
-                # restatement level ("For new services, the team uses X." / "The team uses X for
-                # new services."), which the embedding may place just under the threshold.
-                for i, s in enumerate(similar):
-                    if s.similarity < pol.restatement_threshold:
-                        break
-                    if same_words(s.record.content, content) and not conflicts(s.record.content, content):
-                        similar[i] = replace(
-                            s, reason=GateReason.ALLOW_DUPLICATE if allow_duplicate else GateReason.SAME_WORDS
-                        )
-                        top = similar[i]
-                        break
-            if top is None and pol.check_specifics and pol.gate_translations and pol.gate_same_meaning:
-                # Reworded with other words of the same meaning, same language ("likes" / "prefers",
-                # 购买 / 买), none opposed ("likes" / "dislikes"), the same specifics and roles.
-                for i, s in enumerate(similar):
-                    if s.similarity < pol.meaning_threshold:
-                        break
-                    if (
-                        not s.reason
-                        and same_meaning(s.record.content, content)
-                        and not conflicts(s.record.content, content)
-                    ):
-                        similar[i] = replace(
-                            s,
-                            reason=GateReason.ALLOW_DUPLICATE if allow_duplicate else GateReason.SAME_MEANING,
-                        )
-                        top = similar[i]
-                        break
-            if top is None and pol.gate_translations:
-                # A translation (zh↔en): the embedding places it anywhere in 0.35–0.75, as close as a
-                # translation with one word changed, so the dictionary alignment decides.
-                for i, s in enumerate(similar):
-                    if s.similarity < pol.translation_floor:
-                        break
-                    if not s.reason and translation_pair(s.record.content, content):
-                        similar[i] = replace(
-                            s,
-                            reason=GateReason.ALLOW_DUPLICATE if allow_duplicate else GateReason.TRANSLATION,
-                        )
-                        top = similar[i]
-                        break
-            # The near zone below the duplicate threshold: name the specifics that differ, so the
-            # caller can tell "the same fact, changed" (update it) from "the same fact, reworded".
-            for i, s in enumerate(similar):
-                if s.similarity < pol.near_duplicate_threshold:
-                    break
-                if s.reason or s is top or s.similarity > pol.dedup_threshold or not pol.check_specifics:
-                    continue
-                found = tuple(conflicts(s.record.content, content))
-                if found:
-                    similar[i] = replace(s, reason=GateReason.CONFLICTING_SPECIFICS, conflicts=found)
+            decision = decide(content, candidates, pol, allow_duplicate=allow_duplicate)
+            similar, top = list(decision.near), decision.duplicate
             best = similar[0].similarity if similar else 0.0
             if top is not None:
                 outcome = "allowed_duplicate" if allow_duplicate else "duplicate"

@@ -1,0 +1,146 @@
+"""The write gate's decision (pure): which near memory a new text duplicates, and why the others
+are not duplicates.
+
+One function, :func:`decide`, holds the gate's ordered rules. The live gate
+(``Writing._gate``) calls it with the calibrated candidates it found; a replayed request
+(:func:`replayed_gate`) calls it with the near duplicates its memory kept, so a replay answers
+what the first call answered: the reasons are a function of the two texts, the similarity and the
+thresholds, all of which are known again.
+
+The rules, in order, over the candidates most similar first:
+
+1. Above the duplicate threshold: the most similar candidate whose specifics agree
+   (:func:`~engram_server.domain.specifics.conflicts`: numbers, dates, ids, names, negation,
+   term, antonym, order) and, with translations gated, whose meaning does not conflict
+   (:func:`~engram_server.domain.crosslingual.meaning_conflicts`) is the duplicate. Those that
+   conflict are labelled ``CONFLICTING_SPECIFICS`` with the conflicts. An exact copy (similarity
+   1.0) is a duplicate whatever its words.
+2. Else, at the restatement level: the same content words (or the same words with synonyms in
+   place, or "X's car is …" / "X drives …") and the same specifics
+   (:func:`~engram_server.domain.specifics.same_words`): ``SAME_WORDS``.
+3. Else, with ``gate_same_meaning`` on, at the meaning level: other words of the same meaning in
+   the same language (:func:`~engram_server.domain.crosslingual.same_meaning`): ``SAME_MEANING``.
+4. Else, with translations gated, above the translation floor: a dictionary-aligned translation
+   (:func:`~engram_server.domain.crosslingual.translation_pair`): ``TRANSLATION``.
+5. Candidates in the near-duplicate zone that are not the duplicate and whose specifics differ
+   are labelled ``CONFLICTING_SPECIFICS``, so the caller can tell "the same fact, changed" from
+   "the same fact, reworded".
+
+With ``allow_duplicate`` the duplicate is labelled ``ALLOW_DUPLICATE`` instead (the memory is
+written anyway).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from engram_server.domain.crosslingual import meaning_conflicts, same_meaning, translation_pair
+from engram_server.domain.service.commands import GateReason, Policy, Similar
+from engram_server.domain.specifics import Conflict, conflicts, same_words
+
+__all__ = ["GateDecision", "decide", "replayed_gate"]
+
+
+@dataclass(frozen=True, slots=True)
+class GateDecision:
+    #: The candidates, most similar first, with the reasons the gate gave them.
+    near: tuple[Similar, ...]
+    #: The candidate the new text duplicates (an element of ``near``), or None.
+    duplicate: Similar | None
+    #: The response's reason: the duplicate's reason; without one, ``CONFLICTING_SPECIFICS`` when
+    #: the most similar candidate is above the duplicate threshold (yet a different fact), else NONE.
+    reason: GateReason
+
+
+def decide(
+    content: str,
+    near: Sequence[Similar],
+    policy: Policy,
+    *,
+    allow_duplicate: bool,
+    refusing: bool = True,
+) -> GateDecision:
+    """The gate's decision for ``content`` against ``near`` (any order; sorted here, most similar
+    first, stable for ties).
+
+    ``refusing=False`` is for the replay of a memory that was written without
+    ``allow_duplicate``: the first call found no duplicate, so only the conflicts are labelled
+    (even if the thresholds changed since and a rule would now find one)."""
+    out = sorted(near, key=lambda s: s.similarity, reverse=True)
+    check = policy.check_specifics
+    look = allow_duplicate or refusing
+    dup_reason = GateReason.ALLOW_DUPLICATE if allow_duplicate else None
+    top: int | None = None
+    for i, s in enumerate(out):
+        if s.similarity <= policy.dedup_threshold:
+            break
+        found: tuple[Conflict, ...] = ()
+        if check and s.similarity < 1.0:
+            found = tuple(conflicts(s.record.content, content))
+            if not found and policy.gate_translations:  # opposite words, swapped roles
+                found = meaning_conflicts(s.record.content, content)
+        if found:
+            out[i] = replace(s, reason=GateReason.CONFLICTING_SPECIFICS, conflicts=found)
+            continue
+        if look:
+            out[i] = replace(s, reason=dup_reason or s.reason)
+            top = i
+        break
+
+    def first(floor: float, reason: GateReason, same: Callable[[str], bool]) -> int | None:
+        for i, s in enumerate(out):
+            if s.similarity < floor:
+                break
+            if not s.reason and same(s.record.content):
+                out[i] = replace(s, reason=dup_reason or reason)
+                return i
+        return None
+
+    if top is None and look and check:
+        # Reworded, not changed: the same content words and specifics, which the embedding may
+        # place just under the threshold.
+        top = first(
+            policy.restatement_threshold,
+            GateReason.SAME_WORDS,
+            lambda old: same_words(old, content) and not conflicts(old, content),
+        )
+    if top is None and look and check and policy.gate_translations and policy.gate_same_meaning:
+        # Other words of the same meaning, same language, none opposed, the same specifics and roles.
+        top = first(
+            policy.meaning_threshold,
+            GateReason.SAME_MEANING,
+            lambda old: same_meaning(old, content) and not conflicts(old, content),
+        )
+    if top is None and look and policy.gate_translations:
+        # A translation (zh↔en): the embedding places it anywhere in 0.35–0.75, as close as a
+        # translation with one word changed, so the dictionary alignment decides.
+        top = first(
+            policy.translation_floor, GateReason.TRANSLATION, lambda old: translation_pair(old, content)
+        )
+    if check:
+        for i, s in enumerate(out):
+            if s.similarity < policy.near_duplicate_threshold:
+                break
+            if s.reason or i == top or s.similarity > policy.dedup_threshold:
+                continue
+            found = tuple(conflicts(s.record.content, content))
+            if found:
+                out[i] = replace(s, reason=GateReason.CONFLICTING_SPECIFICS, conflicts=found)
+    duplicate = out[top] if top is not None else None
+    if duplicate is not None:
+        reason = duplicate.reason
+    elif out and out[0].similarity > policy.dedup_threshold:
+        reason = GateReason.CONFLICTING_SPECIFICS  # above the threshold, yet a different fact
+    else:
+        reason = GateReason.NONE
+    return GateDecision(tuple(out), duplicate, reason)
+
+
+def replayed_gate(
+    content: str, near: Sequence[Similar], policy: Policy, *, allow_duplicate: bool
+) -> tuple[tuple[Similar, ...], GateReason]:
+    """The near duplicates of a CREATED memory with the reasons the gate gave them, and the
+    response's reason: :func:`decide` over the near duplicates the memory kept."""
+    d = decide(content, near, policy, allow_duplicate=allow_duplicate, refusing=False)
+    return d.near, d.reason

@@ -1209,8 +1209,9 @@ type AddMemoryResponse struct {
 	// "allow_duplicate": the request set allow_duplicate.
 	// For DUPLICATE below 0.92: "same_words": the new content has the same content words and the
 	// same specifics as `memory` (or the same words with at most two replaced in place by a
-	// synonym: sofa / couch), which is at least at the restatement level (0.82): the same
-	// sentence reworded. "translation": `memory` is in the other script (Chinese / English) and the
+	// synonym: sofa / couch, or a possessed thing and its copula replaced by the verb of what one
+	// does with it: "X's car is a blue Toyota" / "X drives a blue Toyota"), which is at least at the
+	// restatement level (0.82): the same sentence reworded. "translation": `memory` is in the other script (Chinese / English) and the
 	// new content translates it: every content word aligns through the dictionary (CC-CEDICT, names
 	// by pinyin), the specifics and the roles (who did what to whom) agree. "same_meaning" (only
 	// with ENGRAM_GATE_SAME_MEANING=true): `memory` is in the same language, at least at the restatement level (0.82), and every content word

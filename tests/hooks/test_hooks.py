@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,22 @@ def payload(event: str, **changes: Any) -> dict[str, Any]:
     data["transcript_path"] = str(PAYLOADS / "transcript.jsonl")
     data.update(changes)
     return data
+
+
+def recent_transcript(folder: Path) -> Path:
+    """The recorded transcript moved in time so that its last message is a minute old: the hooks
+    date each captured memory by its message, and the recorded dates would put an event's TTL
+    (7 days) behind us a week after they were recorded."""
+    lines = [json.loads(x) for x in (PAYLOADS / "transcript.jsonl").read_text().splitlines() if x.strip()]
+    stamps = [datetime.fromisoformat(x["timestamp"]) for x in lines if "timestamp" in x]
+    shift = datetime.now(UTC) - timedelta(minutes=1) - max(stamps)
+    for x in lines:
+        if "timestamp" in x:
+            moved = datetime.fromisoformat(x["timestamp"]) + shift
+            x["timestamp"] = moved.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    out = folder / "transcript.jsonl"
+    out.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return out
 
 
 async def hook(addr: str, data: dict[str, Any] | str, *argv: str) -> tuple[str, str]:
@@ -103,19 +120,26 @@ def test_the_transcript_reader_keeps_the_conversation_only() -> None:
     assert read_transcript(str(PAYLOADS / "missing.jsonl")).messages == []
 
 
-async def test_a_session_wired_with_the_hooks_builds_a_useful_memory(engram_server: str) -> None:
+async def test_a_session_wired_with_the_hooks_builds_a_useful_memory(
+    engram_server: str, tmp_path: Path
+) -> None:
     addr = engram_server
+    transcript = str(recent_transcript(tmp_path))
+
+    def event(name: str, **changes: Any) -> dict[str, Any]:
+        return payload(name, transcript_path=transcript, **changes)
+
     # A first session on an empty store: nothing to start from, nothing to recall.
-    assert await hook(addr, payload("SessionStart")) == ("", "")
-    assert await hook(addr, payload("UserPromptSubmit")) == ("", "")
+    assert await hook(addr, event("SessionStart")) == ("", "")
+    assert await hook(addr, event("UserPromptSubmit")) == ("", "")
     # Tool calls are captured as they happen; reads are not worth a memory.
-    assert await hook(addr, payload("PostToolUseFailure")) == ("", "")
-    assert await hook(addr, payload("PostToolUse")) == ("", "")
-    read = payload("PostToolUse", tool_name="Read", tool_input={"file_path": "/home/dev/shop/package.json"})
+    assert await hook(addr, event("PostToolUseFailure")) == ("", "")
+    assert await hook(addr, event("PostToolUse")) == ("", "")
+    read = event("PostToolUse", tool_name="Read", tool_input={"file_path": "/home/dev/shop/package.json"})
     assert await hook(addr, read) == ("", "")
     # The end of the turn: the conversation's facts and the session summary.
-    assert await hook(addr, payload("Stop")) == ("", "")
-    assert await hook(addr, payload("SessionEnd")) == ("", "")  # again at the end: nothing new
+    assert await hook(addr, event("Stop")) == ("", "")
+    assert await hook(addr, event("SessionEnd")) == ("", "")  # again at the end: nothing new
 
     async with AsyncEngramClient(addr, timeout=60) as engram:
         page = await engram.list_memories(filter=MemoryFilter(tags_any=["source:hooks"]))
@@ -148,7 +172,7 @@ async def test_a_session_wired_with_the_hooks_builds_a_useful_memory(engram_serv
             )
 
     # The next session in the same project starts from them, and prompts recall what they need.
-    out, err = await hook(addr, payload("SessionStart", session_id="9f00aa11"))
+    out, err = await hook(addr, event("SessionStart", session_id="9f00aa11"))
     assert err == ""
     text = context(out, "SessionStart")
     assert "## Core" in text and "## Relevant to the task" in text, text
@@ -156,12 +180,12 @@ async def test_a_session_wired_with_the_hooks_builds_a_useful_memory(engram_serv
     assert "My name is Maya" in core and "never npm" in core and "always run the checkout tests" in core
     assert "charges the card" in text[text.index("## Relevant to the task") :]
     out, _ = await hook(
-        addr, payload("UserPromptSubmit", prompt="Which package manager should I use to add zod?")
+        addr, event("UserPromptSubmit", prompt="Which package manager should I use to add zod?")
     )
     recalled = context(out, "UserPromptSubmit").splitlines()
     assert recalled[1] == "- (directive) User: We use pnpm, never npm, in this repo", recalled
     prompt = "Why did the payment tests fail after the Stripe upgrade?"
-    out, _ = await hook(addr, payload("UserPromptSubmit", prompt=prompt))
+    out, _ = await hook(addr, event("UserPromptSubmit", prompt=prompt))
     recalled = context(out, "UserPromptSubmit").splitlines()
     assert "Stripe v11 to v14" in recalled[1], recalled
 
@@ -241,11 +265,12 @@ def docs_settings_block() -> dict[str, Any]:
     return config
 
 
-async def test_the_docs_settings_block_runs_the_hooks(engram_server: str) -> None:
+async def test_the_docs_settings_block_runs_the_hooks(engram_server: str, tmp_path: Path) -> None:
     """The settings.json block of docs/clients/hooks.md, as written: every event it wires runs its
     command (the checkout path and this test's server address filled in) through the real
     process, with the recorded payload on stdin."""
     config = docs_settings_block()
+    transcript = recent_transcript(tmp_path)
     assert set(config) == {"env", "hooks"}
     assert config["env"]["ENGRAM_ADDR"] == "127.0.0.1:50051"
     assert set(config["hooks"]) == set(EVENTS)
@@ -262,7 +287,9 @@ async def test_the_docs_settings_block_runs_the_hooks(engram_server: str) -> Non
         proc = await asyncio.to_thread(
             subprocess.run,
             argv,
-            input=json.dumps(payload(event, session_id="docs-" + event.lower())),
+            input=json.dumps(
+                payload(event, session_id="docs-" + event.lower(), transcript_path=str(transcript))
+            ),
             capture_output=True,
             text=True,
             env=env,

@@ -26,6 +26,7 @@ from engram_server.adapters.storage.mapguard import (
     derived_max_collections,
     max_map_count,
     open_files_limit,
+    pids_limit,
 )
 from engram_server.api.servicer import MemoryServicer
 from engram_server.config import ConfigError, Settings, privacy_patterns
@@ -300,7 +301,7 @@ def max_collections(settings: Settings) -> int:
     if settings.qdrant_url:
         return SERVER_STORE_MAX_COLLECTIONS
     return derived_max_collections(
-        max_map_count(), open_files_limit(), max(settings.max_connections, 0) + FD_RESERVE
+        max_map_count(), open_files_limit(), max(settings.max_connections, 0) + FD_RESERVE, pids_limit()
     )
 
 

@@ -305,9 +305,10 @@ SETTINGS_DOC: list[tuple[str, str, str]] = [
         "ENGRAM_MAX_COLLECTIONS",
         "Most collections the server holds, live and in the trash (each holds a storage shard until "
         "purged); creating one more is refused (RESOURCE_EXHAUSTED, `ERROR_REASON_COLLECTION_LIMIT`). "
-        "0 = the default: for the embedded store derived from `vm.max_map_count` and the open-files "
-        "limit (each open collection takes about 256 memory maps; 239 with the kernel's default "
-        "65,530), for the server store 1,000. See docs/operations/limits.md.",
+        "0 = the default: for the embedded store derived from `vm.max_map_count`, the open-files "
+        "limit and the container's task limit (each open collection takes about 256 memory maps; "
+        "239 with the kernel's default 65,530), for the server store 1,000. See "
+        "docs/operations/limits.md.",
     ),
     ("embedder_provider", "ENGRAM_EMBEDDER_PROVIDER", "`local` (default, offline), `openai` or `voyage`."),
     (

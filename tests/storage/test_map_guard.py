@@ -18,6 +18,7 @@ from engram_server.adapters.storage.mapguard import (
     MapGuard,
     derived_max_collections,
     max_map_count,
+    pids_limit,
     process_maps,
 )
 from engram_server.app import FD_RESERVE, max_collections
@@ -46,6 +47,13 @@ def test_the_default_follows_the_open_files_limit_when_it_is_lower() -> None:
     assert derived_max_collections(None, 1_700, 1_256) == 222
 
 
+def test_the_default_follows_a_containers_task_limit() -> None:
+    # 8 engine threads per collection: pids.max 1,024 leaves (1,024 − 512) / 8 = 64 collections.
+    assert derived_max_collections(65_530, BIG, 0, 1_024) == 64
+    assert derived_max_collections(65_530, BIG, 0, 100_000) == 239
+    assert pids_limit(Path("/nonexistent/pids.max")) is None
+
+
 def test_the_default_has_a_floor_and_a_fallback() -> None:
     assert derived_max_collections(5_000, BIG) == MIN_COLLECTIONS
     assert derived_max_collections(65_530, 1_024, 1_256) == MIN_COLLECTIONS
@@ -57,7 +65,9 @@ def test_the_setting_the_server_store_and_the_embedded_default() -> None:
     assert max_collections(Settings(qdrant_url="http://qdrant:6333")) == SERVER_STORE_MAX_COLLECTIONS
     assert max_collections(Settings(qdrant_url="http://qdrant:6333", max_collections=50)) == 50
     here = Settings()
-    expected = derived_max_collections(max_map_count(), _hard_nofile(), here.max_connections + FD_RESERVE)
+    expected = derived_max_collections(
+        max_map_count(), _hard_nofile(), here.max_connections + FD_RESERVE, pids_limit()
+    )
     assert max_collections(here) == expected
     assert load_settings({"ENGRAM_MAX_COLLECTIONS": "12"}).max_collections == 12
     with pytest.raises(ConfigError, match="ENGRAM_MAX_COLLECTIONS"):

@@ -38,10 +38,13 @@ __all__ = [
     "MAP_RESERVE",
     "MIN_COLLECTIONS",
     "SERVER_STORE_MAX_COLLECTIONS",
+    "THREADS_PER_COLLECTION",
+    "THREAD_RESERVE",
     "MapGuard",
     "derived_max_collections",
     "max_map_count",
     "open_files_limit",
+    "pids_limit",
     "process_maps",
 ]
 
@@ -61,6 +64,10 @@ MAP_HEADROOM = 2048
 #: File descriptors budgeted per open collection (measured: 1). The server raises its soft
 #: open-files limit at start for these besides its connections (``app.ensure_open_files``).
 FDS_PER_COLLECTION = 2
+#: Engine threads per open collection (measured: 8, for as long as it is open).
+THREADS_PER_COLLECTION = 8
+#: Threads (tasks) kept for everything else when the container limits them (``pids.max``).
+THREAD_RESERVE = 512
 #: The derived default is never below this (a machine that cannot hold it cannot serve anyway).
 MIN_COLLECTIONS = 16
 #: The default of the server store (``ENGRAM_QDRANT_URL``): its shards live in the Qdrant node,
@@ -68,6 +75,7 @@ MIN_COLLECTIONS = 16
 SERVER_STORE_MAX_COLLECTIONS = 1000
 
 _MAX_MAP_COUNT = Path("/proc/sys/vm/max_map_count")
+_PIDS_MAX = Path("/sys/fs/cgroup/pids.max")
 _SELF_MAPS = Path("/proc/self/maps")
 
 
@@ -104,11 +112,22 @@ def open_files_limit() -> int | None:
     return None if hard == resource.RLIM_INFINITY else int(hard)
 
 
-def derived_max_collections(max_maps: int | None, open_files: int | None, reserved_files: int = 0) -> int:
+def pids_limit(path: Path = _PIDS_MAX) -> int | None:
+    """The container's limit of tasks (threads) from its cgroup (v2), None when there is none."""
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):  # ("max": no limit)
+        return None
+
+
+def derived_max_collections(
+    max_maps: int | None, open_files: int | None, reserved_files: int = 0, pids: int | None = None
+) -> int:
     """The default of ``ENGRAM_MAX_COLLECTIONS`` for the embedded store:
     ``(vm.max_map_count − MAP_RESERVE) / MAPS_PER_COLLECTION``, or
     ``(open files − reserved_files) / FDS_PER_COLLECTION`` when that is lower (``open_files``: the
-    hard limit; ``reserved_files``: the connections' and the server's own), at least
+    hard limit; ``reserved_files``: the connections' and the server's own), or
+    ``(pids − THREAD_RESERVE) / THREADS_PER_COLLECTION`` when the cgroup limits tasks, at least
     :data:`MIN_COLLECTIONS`. With the kernel's default of 65,530 maps: (65,530 − 4,096) / 256 =
     239 collections; with ``vm.max_map_count=262144``: 1,008. Unknown limits: the server store's
     default, :data:`SERVER_STORE_MAX_COLLECTIONS`."""
@@ -117,6 +136,8 @@ def derived_max_collections(max_maps: int | None, open_files: int | None, reserv
         bounds.append((max_maps - MAP_RESERVE) // MAPS_PER_COLLECTION)
     if open_files is not None:
         bounds.append((open_files - reserved_files) // FDS_PER_COLLECTION)
+    if pids is not None:
+        bounds.append((pids - THREAD_RESERVE) // THREADS_PER_COLLECTION)
     if not bounds:
         return SERVER_STORE_MAX_COLLECTIONS
     return max(MIN_COLLECTIONS, min(bounds))

@@ -6,16 +6,17 @@ its segments' vector and payload storage and its ten payload indexes. Measured w
 qdrant-edge-py 0.9.0 on this release's layout: a new collection takes 185 maps and 1 file
 descriptor (and about 70 MB of file-backed resident memory, mostly its payload indexes' first
 pages); a collection of 5,000 points after its HNSW index was built takes about 90 maps more; an
-index build maps about 190 more while it runs. The kernel allows a process ``vm.max_map_count``
-maps (65,530 by default). Past it every ``mmap`` fails with ENOMEM: no collection can be created
-or opened any more (the engine reports "Out of memory (os error 12)"), and the allocator's large
-allocations fail too — one tenant making collections takes every tenant down.
+index build maps about 190 more while it runs; each open collection also runs 8 engine threads.
+The kernel allows a process ``vm.max_map_count`` maps (65,530 by default). Past it every ``mmap``
+fails with ENOMEM: no collection can be created or opened any more (the engine reports "Out of
+memory (os error 12)"), and the allocator's large allocations fail too — one tenant making
+collections takes every tenant down.
 
 Two defences:
 
 * a limit on collections (``ENGRAM_MAX_COLLECTIONS``; live and trashed collections both hold an
   open shard), whose default for the embedded store :func:`derived_max_collections` derives
-  from ``vm.max_map_count`` and the open-files limit;
+  from ``vm.max_map_count``, the open-files limit and a container's task limit;
 * :class:`MapGuard`: before the embedded store creates a collection it counts the process's maps
   (``/proc/self/maps``) and refuses (:class:`~engram_server.domain.errors.CollectionLimit`) when
   the new shard would leave less than :data:`MAP_HEADROOM` maps for the rest of the process, so

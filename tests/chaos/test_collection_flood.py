@@ -10,7 +10,8 @@ STORAGE_UNAVAILABLE "Out of memory (os error 12)". Now creating one more collect
 ``ENGRAM_MAX_COLLECTIONS`` (live and trashed counted) is refused with RESOURCE_EXHAUSTED /
 ``ERROR_REASON_COLLECTION_LIMIT``, as is one that would bring the process too close to the map
 limit (the map reading injected here); existing collections keep serving, and purging a trashed
-collection frees room. Names that never became collections leave nothing behind in memory.
+collection frees room. Names that never became collections leave nothing behind in memory, and
+the session ledger keeps only the most recently used agents.
 """
 
 from __future__ import annotations
@@ -206,3 +207,24 @@ async def test_names_that_never_became_collections_leave_nothing_behind(tmp_path
         assert set(svc.last_write_at) <= {"default", "tenant1"}
         # The service still works for the real tenants.
         await still_serving(stub, "tenant1", "Tenant one plays the violin on Sundays.")
+
+
+async def test_a_million_agent_ids_do_not_grow_the_session_ledger(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GetContext reads each agent's session ledger and kept every one read in memory, even of
+    # agents that never had a session; the ledger now keeps the most recently used (50 here).
+    monkeypatch.setattr("engram_server.domain.sessions.MAX_CACHED_AGENTS", 50, raising=False)
+    async with (
+        running_server(tmp_path / "data") as srv,
+        grpc.aio.insecure_channel(srv.address) as ch,
+    ):
+        stub = memory_service_pb2_grpc.MemoryServiceStub(ch)
+        await stub.AddMemory(s.AddMemoryRequest(content="The default tenant likes green tea."))
+        await stub.GetContext(s.GetContextRequest(session_id="one", agent_id="bot"))
+        for i in range(200):
+            await stub.GetContext(s.GetContextRequest(agent_id=f"stranger{i}"))
+        assert len(srv.service.sessions._cache) <= 50
+        # The evicted agent's ledger is read again from the store: its last session is known.
+        pack = await stub.GetContext(s.GetContextRequest(session_id="two", agent_id="bot"))
+        assert pack.last_session_id == "one"

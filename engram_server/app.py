@@ -20,6 +20,14 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 from grpc_reflection.v1alpha._async import ReflectionServicer
 
 from engram_client.proto.engram.v1 import memory_service_pb2, memory_service_pb2_grpc
+from engram_server.adapters.storage.mapguard import (
+    FDS_PER_COLLECTION,
+    SERVER_STORE_MAX_COLLECTIONS,
+    derived_max_collections,
+    max_map_count,
+    open_files_limit,
+    pids_limit,
+)
 from engram_server.api.servicer import MemoryServicer
 from engram_server.config import ConfigError, Settings, privacy_patterns
 from engram_server.domain.calibration import calibration_for, is_calibrated
@@ -180,6 +188,7 @@ def build_policy(settings: Settings) -> Policy:
         rerank_depth=settings.rerank_depth,
         default_collection=settings.default_collection,
         trash_retention_seconds=settings.trash_retention_seconds,
+        max_collections=max_collections(settings),
         limits=Limits(max_content_chars=settings.max_content_chars, max_batch_items=settings.max_batch_items),
         privacy=PrivacyFilter(settings.privacy_filter, privacy_patterns(settings)),
         contradictions=ContradictionPolicy(mode=ContradictionMode(settings.contradictions)),
@@ -283,9 +292,23 @@ def server_options(s: Settings) -> list[tuple[str, Any]]:
 FD_RESERVE = 256
 
 
-def ensure_open_files(max_connections: int) -> None:
+def max_collections(settings: Settings) -> int:
+    """``ENGRAM_MAX_COLLECTIONS``, or its default: for the embedded store derived from the
+    kernel's limit of memory maps and the open-files limit (``mapguard.derived_max_collections``);
+    for the server store (its shards live in the Qdrant node) a fixed one."""
+    if settings.max_collections > 0:
+        return settings.max_collections
+    if settings.qdrant_url:
+        return SERVER_STORE_MAX_COLLECTIONS
+    return derived_max_collections(
+        max_map_count(), open_files_limit(), max(settings.max_connections, 0) + FD_RESERVE, pids_limit()
+    )
+
+
+def ensure_open_files(max_connections: int, store_files: int = 0) -> None:
     """Raise the soft open-files limit so ``max_connections`` client connections fit next to
-    the server's own files (up to the hard limit); warn when they cannot."""
+    the server's own files and ``store_files`` for the embedded store's collections (up to the
+    hard limit); warn when they cannot."""
     if max_connections <= 0:
         return
     try:
@@ -293,7 +316,7 @@ def ensure_open_files(max_connections: int) -> None:
     except ImportError:
         return
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    wanted = max_connections + FD_RESERVE
+    wanted = max_connections + FD_RESERVE + store_files
     if soft != resource.RLIM_INFINITY and soft < wanted:
         target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
         try:
@@ -303,11 +326,13 @@ def ensure_open_files(max_connections: int) -> None:
             pass
     if soft != resource.RLIM_INFINITY and soft < wanted:
         log.warning(
-            "open-files limit %d is below ENGRAM_MAX_CONNECTIONS=%d + %d for the server's own files; "
-            "lower ENGRAM_MAX_CONNECTIONS or raise the limit (ulimit -n)",
+            "open-files limit %d is below ENGRAM_MAX_CONNECTIONS=%d + %d for the server's own files "
+            "+ %d for the collections (ENGRAM_MAX_COLLECTIONS); lower ENGRAM_MAX_CONNECTIONS or "
+            "ENGRAM_MAX_COLLECTIONS, or raise the limit (ulimit -n)",
             soft,
             max_connections,
             FD_RESERVE,
+            store_files,
         )
 
 
@@ -468,7 +493,9 @@ class EngramServer:
                 self.embedder.model_id,
             )
         options = server_options(s)
-        ensure_open_files(s.max_connections)
+        ensure_open_files(
+            s.max_connections, 0 if s.qdrant_url else self.service.policy.max_collections * FDS_PER_COLLECTION
+        )
         self.telemetry = setup_telemetry(s)
         interceptors: list[grpc.aio.ServerInterceptor] = []
         if self.telemetry.enabled:  # nothing configured: no interceptor, no per-call cost

@@ -55,6 +55,8 @@ class Settings:
     sync_writes: bool = False
     # Disk headroom (embedded store): writes are refused below this much free space
     disk_headroom_mb: int = 256
+    # Most collections, live and trashed (0 = derived from the system's limits)
+    max_collections: int = 0
     # Embeddings
     embedder_provider: str = "local"
     embedding_model: str | None = None
@@ -297,6 +299,16 @@ SETTINGS_DOC: list[tuple[str, str, str]] = [
         "volume has less free space than this, before they touch the disk; reads keep working and "
         "background writes (index builds, access counters, the sweeper) pause. An index build also "
         "needs the collection's own size free. 0 = no check. See docs/operations/reliability.md.",
+    ),
+    (
+        "max_collections",
+        "ENGRAM_MAX_COLLECTIONS",
+        "Most collections the server holds, live and in the trash (each holds a storage shard until "
+        "purged); creating one more is refused (RESOURCE_EXHAUSTED, `ERROR_REASON_COLLECTION_LIMIT`). "
+        "0 = the default: for the embedded store derived from `vm.max_map_count`, the open-files "
+        "limit and the container's task limit (each open collection takes about 256 memory maps; "
+        "239 with the kernel's default 65,530), for the server store 1,000. See "
+        "docs/operations/limits.md.",
     ),
     ("embedder_provider", "ENGRAM_EMBEDDER_PROVIDER", "`local` (default, offline), `openai` or `voyage`."),
     (
@@ -937,6 +949,8 @@ def _check(s: Settings) -> None:
         problems.append("ENGRAM_MAX_BATCH_ITEMS must be ≥ 1")
     if s.trash_retention_seconds < 0:
         problems.append("ENGRAM_TRASH_RETENTION_SECONDS must be ≥ 0")
+    if s.max_collections < 0:
+        problems.append("ENGRAM_MAX_COLLECTIONS must be ≥ 0 (0 = derived from the system's limits)")
     if s.edge_segments < 0:
         problems.append("ENGRAM_EDGE_SEGMENTS must be ≥ 0")
     if s.gate_hnsw_ef < 0:

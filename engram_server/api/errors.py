@@ -60,6 +60,7 @@ CODES: dict[Reason, grpc.StatusCode] = {
     Reason.STORAGE_FULL: grpc.StatusCode.RESOURCE_EXHAUSTED,
     Reason.COLLECTION_IN_TRASH: grpc.StatusCode.FAILED_PRECONDITION,
     Reason.TOPIC_NOT_FOUND: grpc.StatusCode.NOT_FOUND,
+    Reason.COLLECTION_LIMIT: grpc.StatusCode.RESOURCE_EXHAUSTED,
 }
 
 

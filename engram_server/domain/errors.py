@@ -30,6 +30,7 @@ class Reason(StrEnum):
     STORAGE_FULL = "ERROR_REASON_STORAGE_FULL"
     COLLECTION_IN_TRASH = "ERROR_REASON_COLLECTION_IN_TRASH"
     TOPIC_NOT_FOUND = "ERROR_REASON_TOPIC_NOT_FOUND"
+    COLLECTION_LIMIT = "ERROR_REASON_COLLECTION_LIMIT"
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +112,15 @@ class StorageFull(EngramError):
     before they touch the disk."""
 
     reason = Reason.STORAGE_FULL
+
+
+class CollectionLimit(EngramError):
+    """Creating one more collection would pass the server's limit (``ENGRAM_MAX_COLLECTIONS``,
+    live and trashed collections counted) or the process is too close to the kernel's limit of
+    memory maps (each open embedded collection maps its files): refused before anything is made.
+    Existing collections keep working."""
+
+    reason = Reason.COLLECTION_LIMIT
 
 
 class CollectionInTrash(EngramError):

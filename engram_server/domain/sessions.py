@@ -13,12 +13,16 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Final
 
 from engram_server.ports import Store
 
 MAX_SESSIONS: Final = 32
+#: Agents whose ledger is kept in memory, most recently used (the others are read again from the
+#: store when asked): a client naming a million agent ids must not grow the process.
+MAX_CACHED_AGENTS: Final = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,12 +38,13 @@ def _key(agent_id: str) -> str:
 class SessionLedger:
     def __init__(self, store: Store) -> None:
         self._store = store
-        self._cache: dict[str, list[SessionSeen]] = {}
+        self._cache: OrderedDict[str, list[SessionSeen]] = OrderedDict()
         self._lock = asyncio.Lock()
 
     async def _load(self, agent_id: str) -> list[SessionSeen]:
         hit = self._cache.get(agent_id)
         if hit is not None:
+            self._cache.move_to_end(agent_id)
             return hit
         doc: dict[str, Any] | None = await self._store.get_state(_key(agent_id))
         seen = [
@@ -47,8 +52,14 @@ class SessionLedger:
             for sid, at in (doc or {}).get("sessions", [])
             if isinstance(sid, str) and isinstance(at, (int, float))
         ]
-        self._cache[agent_id] = seen
+        self._remember(agent_id, seen)
         return seen
+
+    def _remember(self, agent_id: str, sessions: list[SessionSeen]) -> None:
+        self._cache[agent_id] = sessions
+        self._cache.move_to_end(agent_id)
+        while len(self._cache) > MAX_CACHED_AGENTS:
+            self._cache.popitem(last=False)
 
     async def last_before(self, agent_id: str, current: str) -> SessionSeen | None:
         """The agent's most recently started session other than ``current``."""
@@ -75,4 +86,4 @@ class SessionLedger:
             await self._store.put_state(
                 _key(agent_id), {"sessions": [[s.session_id, s.started_at] for s in sessions]}
             )
-            self._cache[agent_id] = sessions
+            self._remember(agent_id, sessions)

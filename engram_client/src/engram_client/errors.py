@@ -23,6 +23,7 @@ __all__ = [
     "AlreadyExistsError",
     "AmbiguousMatchError",
     "CollectionInTrashError",
+    "CollectionLimitError",
     "CollectionNotFoundError",
     "DeadlineExceededError",
     "EmbedderUnavailableError",
@@ -300,6 +301,15 @@ class StorageFullError(ResourceExhaustedError):
     REASON = "ERROR_REASON_STORAGE_FULL"
 
 
+class CollectionLimitError(ResourceExhaustedError):
+    """The server holds as many collections as it may (``ENGRAM_MAX_COLLECTIONS``, live and
+    trashed counted) or is near its system limit of memory maps: the new collection was not
+    created; existing ones keep working. ``purge_trash(collection=..., purge_collection=True)`` on
+    a trashed collection frees room. ``metadata`` gives ``limit``, ``count`` and ``trashed``."""
+
+    REASON = "ERROR_REASON_COLLECTION_LIMIT"
+
+
 _BY_REASON: dict[str, type[EngramError]] = {
     cls.REASON: cls
     for cls in (
@@ -322,6 +332,7 @@ _BY_REASON: dict[str, type[EngramError]] = {
         IdempotencyConflictError,
         RateLimitedError,
         StorageFullError,
+        CollectionLimitError,
         UnauthenticatedError,
         PermissionDeniedError,
     )

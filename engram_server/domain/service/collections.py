@@ -88,7 +88,7 @@ class Collections(ServiceCore):
                 raise self._in_trash(spec)
             if self.policy.trash_retention_seconds <= 0:
                 count = await self._store.drop_collection(name)
-                self._specs.pop(name, None)
+                self._forget_collection(name)
                 await self._forget_collection_state(name)
                 return count, None
             now = self._clock.now()
@@ -127,7 +127,7 @@ class Collections(ServiceCore):
                     f"collection {name!r} is not in the trash", metadata={"collection": name}
                 )
             count = await self._store.drop_collection(name)
-            self._specs.pop(name, None)
+            self._forget_collection(name)
             await self._forget_collection_state(name)
             return count
 
@@ -160,7 +160,7 @@ class Collections(ServiceCore):
                         if current is None or current.trashed_at is None:
                             continue  # restored meanwhile
                         n = await self._store.drop_collection(spec.name)
-                        self._specs.pop(spec.name, None)
+                        self._forget_collection(spec.name)
                         await self._forget_collection_state(spec.name)
                     out[spec.name] = n
                     _purged.add(n, {"engram.collection": spec.name})

@@ -113,6 +113,10 @@ class Policy:
     default_collection: str = DEFAULT_COLLECTION
     #: How long deleted memories and collections stay restorable; 0: deletes are final.
     trash_retention_seconds: float = 7 * 24 * 3600.0
+    #: Most collections, live and trashed (each holds a storage shard), before creating one more
+    #: is refused with CollectionLimit; 0 = no limit (``ENGRAM_MAX_COLLECTIONS``: the app always
+    #: sets one).
+    max_collections: int = 0
     limits: Limits = field(default_factory=Limits)
     #: Secrets and ``<private>`` spans removed from content and metadata values before anything
     #: is embedded or stored (every write path).

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import weakref
 from collections import Counter, OrderedDict
 from collections.abc import Coroutine, Sequence
 from dataclasses import replace
@@ -21,6 +22,7 @@ from engram_server.domain.context import TopicEntry
 from engram_server.domain.deadline import ensure_time_left
 from engram_server.domain.errors import (
     CollectionInTrash,
+    CollectionLimit,
     EmbeddingMismatch,
 )
 from engram_server.domain.model import (
@@ -108,7 +110,11 @@ class ServiceCore:
         self._cal = calibration
         self.policy = policy or Policy()
         self._specs: dict[str, CollectionSpec] = {}
-        self._locks: dict[str, asyncio.Lock] = {}
+        #: The per-collection write locks, held only while in use (a weak map: a lock nobody
+        #: holds or waits for goes, so names that never became collections leave nothing behind).
+        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+        #: Serialises creating collections, so that the limit (``Policy.max_collections``) holds.
+        self._create_lock = asyncio.Lock()
         self._background: set[asyncio.Task[None]] = set()
         #: collection -> memory id -> [searches that returned it, latest time], not yet written.
         self._pending_access: dict[str, dict[str, list[float]]] = {}
@@ -171,7 +177,8 @@ class ServiceCore:
     def _lock(self, collection: str) -> asyncio.Lock:
         lock = self._locks.get(collection)
         if lock is None:
-            lock = self._locks[collection] = asyncio.Lock()
+            lock = asyncio.Lock()
+            self._locks[collection] = lock
         return lock
 
     def _resolve(self, v: Violations, fieldname: str, collection: str) -> str:
@@ -237,16 +244,47 @@ class ServiceCore:
         async with self._lock(name):
             spec = await self._existing(name)
             if spec is None:
-                spec = CollectionSpec(
-                    name=name,
-                    embedding_model=self._embedder.model_id,
-                    dimension=self._embedder.dimension,
-                    created_at=self._clock.now(),
-                    lexical=self._lexical.encoder_id if self._lexical is not None else None,
-                )
-                await self._store.create_collection(spec)
+                async with self._create_lock:
+                    await self._check_collection_room(name)
+                    spec = CollectionSpec(
+                        name=name,
+                        embedding_model=self._embedder.model_id,
+                        dimension=self._embedder.dimension,
+                        created_at=self._clock.now(),
+                        lexical=self._lexical.encoder_id if self._lexical is not None else None,
+                    )
+                    await self._store.create_collection(spec)
                 self._specs[name] = spec
             return spec
+
+    async def _check_collection_room(self, name: str) -> None:
+        """Raise :class:`CollectionLimit` when the store already holds ``Policy.max_collections``
+        collections, live or in the trash (each holds a shard until it is purged)."""
+        limit = self.policy.max_collections
+        if limit <= 0:
+            return
+        specs = await self._store.list_collections()
+        if len(specs) < limit:
+            return
+        trashed = sum(1 for s in specs if s.trashed_at is not None)
+        raise CollectionLimit(
+            f"collection {name!r} was not created: the server holds {len(specs)} collections "
+            f"({trashed} of them in the trash), its limit (ENGRAM_MAX_COLLECTIONS={limit}). Free "
+            "room with PurgeTrash purge_collection on a trashed collection (DeleteCollection moves "
+            "one to the trash first), or ask an operator to raise ENGRAM_MAX_COLLECTIONS",
+            metadata={
+                "collection": name,
+                "limit": str(limit),
+                "count": str(len(specs)),
+                "trashed": str(trashed),
+            },
+        )
+
+    def _forget_collection(self, name: str) -> None:
+        """Drop what the service keeps in memory for a collection that was dropped for good."""
+        self._specs.pop(name, None)
+        self.last_write_at.pop(name, None)
+        self._trigger_cache.pop(name, None)
 
     async def _embed(self, texts: list[str], *, query: bool = False) -> Vector:
         """Embed through the port inside an ``engram.embed`` span (the batcher adds the batch size)."""

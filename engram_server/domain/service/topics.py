@@ -20,6 +20,7 @@ import base64
 import logging
 import re
 import time
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -117,7 +118,9 @@ class TopicService:
         self._llm = llm
         self.params = params or TopicParams()
         self._states: dict[str, _State] = {}
-        self._locks: dict[str, asyncio.Lock] = {}
+        #: Per-collection locks, held only while in use (a weak map: nothing stays behind for a
+        #: collection that was dropped).
+        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
         self._naming: set[str] = set()
         self._persisting: set[str] = set()
         #: collection -> time before which naming is not tried again (after a failure).
@@ -401,6 +404,7 @@ class TopicService:
     def forget(self, collection: str) -> None:
         """Drop a collection's index (after it was deleted)."""
         self._states.pop(collection, None)
+        self._naming_retry_at.pop(collection, None)
 
 
 def _indexable(r: MemoryRecord, now: float) -> bool:

@@ -91,6 +91,15 @@ const (
 	// until RestoreCollection, or PurgeTrash with purge_collection (status FAILED_PRECONDITION).
 	// Metadata gives "collection" and "purge_at".
 	ErrorReason_ERROR_REASON_COLLECTION_IN_TRASH ErrorReason = 21
+	// Creating a collection (the first write to a new name, ImportMemories, reflection's target)
+	// would pass the server's limit of collections, ENGRAM_MAX_COLLECTIONS, which counts live and
+	// trashed collections alike (each holds a storage shard until purged), or the embedded store's
+	// process is near the kernel's limit of memory maps (status RESOURCE_EXHAUSTED). Nothing was
+	// created; existing collections keep working. Free room with PurgeTrash purge_collection on a
+	// trashed collection (DeleteCollection moves one to the trash first), or raise the setting.
+	// Metadata gives "collection" and either "limit", "count" and "trashed", or "maps" and
+	// "max_map_count".
+	ErrorReason_ERROR_REASON_COLLECTION_LIMIT ErrorReason = 22
 	// GetTopic or ListTopics named a topic id the collection's topic index does not hold (status
 	// NOT_FOUND): never minted, or the topic dissolved (its memories were deleted, expired or
 	// moved). List the topics again. Metadata gives "collection" and "topic_id".
@@ -121,6 +130,7 @@ var (
 		19: "ERROR_REASON_RATE_LIMITED",
 		20: "ERROR_REASON_STORAGE_FULL",
 		21: "ERROR_REASON_COLLECTION_IN_TRASH",
+		22: "ERROR_REASON_COLLECTION_LIMIT",
 		30: "ERROR_REASON_TOPIC_NOT_FOUND",
 	}
 	ErrorReason_value = map[string]int32{
@@ -145,6 +155,7 @@ var (
 		"ERROR_REASON_RATE_LIMITED":         19,
 		"ERROR_REASON_STORAGE_FULL":         20,
 		"ERROR_REASON_COLLECTION_IN_TRASH":  21,
+		"ERROR_REASON_COLLECTION_LIMIT":     22,
 		"ERROR_REASON_TOPIC_NOT_FOUND":      30,
 	}
 )
@@ -180,7 +191,7 @@ var File_engram_v1_error_reason_proto protoreflect.FileDescriptor
 
 const file_engram_v1_error_reason_proto_rawDesc = "" +
 	"\n" +
-	"\x1cengram/v1/error_reason.proto\x12\tengram.v1*\xb3\x06\n" +
+	"\x1cengram/v1/error_reason.proto\x12\tengram.v1*\xd6\x06\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12!\n" +
 	"\x1dERROR_REASON_INVALID_ARGUMENT\x10\x01\x12!\n" +
@@ -203,7 +214,8 @@ const file_engram_v1_error_reason_proto_rawDesc = "" +
 	"\x1eERROR_REASON_PERMISSION_DENIED\x10\x12\x12\x1d\n" +
 	"\x19ERROR_REASON_RATE_LIMITED\x10\x13\x12\x1d\n" +
 	"\x19ERROR_REASON_STORAGE_FULL\x10\x14\x12$\n" +
-	" ERROR_REASON_COLLECTION_IN_TRASH\x10\x15\x12 \n" +
+	" ERROR_REASON_COLLECTION_IN_TRASH\x10\x15\x12!\n" +
+	"\x1dERROR_REASON_COLLECTION_LIMIT\x10\x16\x12 \n" +
 	"\x1cERROR_REASON_TOPIC_NOT_FOUND\x10\x1e\"\x04\b\x0e\x10\x0e*\x1aERROR_REASON_SHUTTING_DOWNB?Z=github.com/engram-memory/engram/clients/go/engram/v1;engramv1b\x06proto3"
 
 var (

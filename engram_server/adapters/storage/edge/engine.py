@@ -29,6 +29,7 @@ from engram_server.adapters.storage.diskguard import (
     allocate,
     sparse_files,
 )
+from engram_server.adapters.storage.mapguard import MapGuard
 from engram_server.adapters.storage.nearest import NearestBudget, NearestLists
 from engram_server.adapters.storage.payload import (
     LEXICAL_VECTOR,
@@ -224,6 +225,7 @@ class EdgeEngine:
         quantization: str = "int8",
         disk_headroom_bytes: int = 0,
         disk_guard: DiskGuard | None = None,
+        map_guard: MapGuard | None = None,
     ) -> None:
         if quantization not in EDGE_QUANTIZATIONS:
             raise ValueError(
@@ -249,6 +251,9 @@ class EdgeEngine:
         #: Refuses writes before they touch the engine while the volume is below its headroom
         #: (see ``diskguard``: the engine's memory-mapped files SIGBUS on a full volume).
         self.disk = disk_guard or DiskGuard(self._data_dir, disk_headroom_bytes)
+        #: Refuses a new collection when the process is near the kernel's limit of memory maps
+        #: (see ``mapguard``: past it no shard can be created or opened, for any tenant).
+        self.maps = map_guard or MapGuard()
         self._hnsw_threshold = hnsw_threshold
         self._sync_writes = sync_writes
         self._background_hnsw = background_hnsw

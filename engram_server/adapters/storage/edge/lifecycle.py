@@ -165,6 +165,16 @@ class EdgeLifecycle(EdgeIndexes):
                 self._cols[spec.name] = col
                 self._maybe_optimize(col)
                 self._io_submit(self._warm, col, None)
+            reading = self.maps.reading()
+            if reading is not None and not self.maps.room():
+                # (what exists is opened all the same: refusing it would hide a tenant's data)
+                log.warning(
+                    "%d collections opened: the process holds %d memory maps of the kernel's %d "
+                    "(vm.max_map_count), too close to it for new collections, which are refused; "
+                    "raise vm.max_map_count or purge trashed collections",
+                    len(self._cols),
+                    *reading,
+                )
             if self.disk.room(what="start-up"):  # logs the state; makes the reserve when there is room
                 for col in self._cols.values():
                     self._settle(col, now=True)
@@ -251,6 +261,7 @@ class EdgeLifecycle(EdgeIndexes):
         if spec.name in self._cols:
             return
         self.disk.check(NEW_COLLECTION_BYTES if self.disk.memory_backed else 0, what="new collection")
+        self.maps.check(spec.name)
         final = self._root / spec.name
         if final.exists():  # left behind by a crash between mkdir and rename; never loaded
             raise StorageUnavailable(f"{final} exists but holds no loadable collection; remove it")

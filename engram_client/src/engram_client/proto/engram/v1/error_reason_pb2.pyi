@@ -93,6 +93,16 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     until RestoreCollection, or PurgeTrash with purge_collection (status FAILED_PRECONDITION).
     Metadata gives "collection" and "purge_at".
     """
+    ERROR_REASON_COLLECTION_LIMIT: _ErrorReason.ValueType  # 22
+    """Creating a collection (the first write to a new name, ImportMemories, reflection's target)
+    would pass the server's limit of collections, ENGRAM_MAX_COLLECTIONS, which counts live and
+    trashed collections alike (each holds a storage shard until purged), or the embedded store's
+    process is near the kernel's limit of memory maps (status RESOURCE_EXHAUSTED). Nothing was
+    created; existing collections keep working. Free room with PurgeTrash purge_collection on a
+    trashed collection (DeleteCollection moves one to the trash first), or raise the setting.
+    Metadata gives "collection" and either "limit", "count" and "trashed", or "maps" and
+    "max_map_count".
+    """
     ERROR_REASON_TOPIC_NOT_FOUND: _ErrorReason.ValueType  # 30
     """GetTopic or ListTopics named a topic id the collection's topic index does not hold (status
     NOT_FOUND): never minted, or the topic dissolved (its memories were deleted, expired or
@@ -180,6 +190,16 @@ ERROR_REASON_COLLECTION_IN_TRASH: ErrorReason.ValueType  # 21
 """The collection is in the trash (DeleteCollection): nothing can be read from or written to it
 until RestoreCollection, or PurgeTrash with purge_collection (status FAILED_PRECONDITION).
 Metadata gives "collection" and "purge_at".
+"""
+ERROR_REASON_COLLECTION_LIMIT: ErrorReason.ValueType  # 22
+"""Creating a collection (the first write to a new name, ImportMemories, reflection's target)
+would pass the server's limit of collections, ENGRAM_MAX_COLLECTIONS, which counts live and
+trashed collections alike (each holds a storage shard until purged), or the embedded store's
+process is near the kernel's limit of memory maps (status RESOURCE_EXHAUSTED). Nothing was
+created; existing collections keep working. Free room with PurgeTrash purge_collection on a
+trashed collection (DeleteCollection moves one to the trash first), or raise the setting.
+Metadata gives "collection" and either "limit", "count" and "trashed", or "maps" and
+"max_map_count".
 """
 ERROR_REASON_TOPIC_NOT_FOUND: ErrorReason.ValueType  # 30
 """GetTopic or ListTopics named a topic id the collection's topic index does not hold (status

@@ -65,7 +65,7 @@ __all__ = [
 class Conflict:
     """One kind of specific on which two texts disagree: the values only one of them has."""
 
-    kind: str  # number | date | identifier | name | order | negation | term | antonym (crosslingual)
+    kind: str  # number | date | identifier | name | order | negation | term | action | antonym
     existing: tuple[str, ...]
     new: tuple[str, ...]
 

@@ -602,6 +602,52 @@ def synonym_swapped(existing: str, new: str) -> bool:
     return all(_contrast(x, y) is None and _synonyms(x, y) for x, y in swaps)
 
 
+def _phrasal(existing: str, new: str) -> tuple[str, str, bool] | None:
+    """Where one text has a phrasal verb (a verb and its particle, one WordNet lemma: give_up,
+    put_off, pick_up) and the other, the same words otherwise, a one-word verb in its place: (the
+    stored text's words, the new text's words, whether WordNet puts the one-word verb in a synset
+    of the phrasal one); None for any other pair."""
+    wn = wordnet.open_wordnet()
+    if wn is None:
+        return None
+    for phrasal_text, verb_text in ((existing, new), (new, existing)):
+        a, b = _tokens(phrasal_text), _tokens(verb_text)
+        if len(a) != len(b) + 1:
+            continue
+        keys_a, keys_b = [k for k, _, _ in a], [k for k, _, _ in b]
+        for i in range(len(b)):
+            if keys_a[:i] != keys_b[:i] or keys_a[i + 2 :] != keys_b[i + 1 :]:
+                continue
+            (_, verb, _), (_, particle, _), (_, single, _) = a[i], a[i + 1], b[i]
+            if not all(_RE_LATIN.fullmatch(w) for w in (verb, particle, single)):
+                continue
+            phrasal = {o for v in _verb_lemmas(verb) for o in wn.offsets("v", f"{v}_{particle}")}
+            if not phrasal or not _verb_at(verb_text, i) or _negating(single):
+                continue
+            same = bool(phrasal & _verb_senses(single))
+            words = f"{verb} {particle}"
+            return (words, single, same) if phrasal_text == existing else (single, words, same)
+    return None
+
+
+def phrasal_restated(existing: str, new: str) -> bool:
+    """Whether one text has a phrasal verb where the other, the same words otherwise, has a
+    one-word verb WordNet puts in one of its synsets ("The user gave up smoking." / "The user quit
+    smoking.": give_up and quit share "discontinue, stop, cease, give up, quit"; "put off the
+    meeting" / "postponed the meeting"). English only."""
+    found = _phrasal(existing, new)
+    return found is not None and found[2]
+
+
+def phrasal_action(existing: str, new: str) -> tuple[str, str] | None:
+    """The verbs, when one text has a phrasal verb and the other a one-word verb in its place that
+    WordNet does not put in any of its synsets ("Tom picked up the kids." / "Tom dropped the
+    kids."): another act on the same thing, as :func:`contrasting` finds for one-word verbs
+    (``action``). None otherwise."""
+    found = _phrasal(existing, new)
+    return None if found is None or found[2] else (found[0], found[1])
+
+
 #: The copula after the possessed noun of "X's car is a …".
 _EN_BE = frozenset(["is", "are", "was", "were"])
 _RE_POSSESSIVE = re.compile(r"['’]s$", re.IGNORECASE)

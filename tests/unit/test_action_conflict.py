@@ -119,3 +119,13 @@ def test_another_act_alone_never_supersedes() -> None:
     existing, new = "Sofia borrowed a yellow van last week.", "Sofia sold a yellow van last week."
     verdict = judge(existing, new, 0.94, conflicts(existing, new))
     assert verdict.contradiction is None
+
+
+def test_a_phrasal_verb_and_its_one_word_synonym_restate_each_other() -> None:
+    # give_up and quit share a WordNet synset; pick_up and drop share none.
+    existing, new = "The user gave up smoking last year.", "The user quit smoking last year."
+    assert same_words(existing, new) and not conflicts(existing, new)
+    assert ("action", ("picked up",), ("dropped",)) in _kinds(
+        "Tom picked up the kids.", "Tom dropped the kids."
+    )
+    assert not same_words("Tom picked up the kids.", "Tom dropped the kids.")

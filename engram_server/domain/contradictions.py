@@ -157,6 +157,10 @@ class Cue:
     new: str | None = None
 
 
+#: Conflict kinds that are a replaced word rather than a value (specifics.conflicts).
+_WORD_KINDS = frozenset(("term", "action"))
+
+
 def change_cue(text: str) -> Cue | None:
     """The change statement in ``text`` ("moved from X to Y", "no longer", 改为 …), or None."""
     m = _RE_EN_FROM_TO.search(text) or _RE_ZH_FROM_TO.search(text)
@@ -435,9 +439,10 @@ def judge(
         return Verdict(False, None, "not about the same thing")
     # A word replaced by another thing of its kind (kitchen → bathroom, cat → dog) may name another
     # subject as well as a changed value: it never decides alone; its words stay in the comparison
-    # of the rest of the sentences below (where a differing word leaves the pair undecided).
-    terms = [c for c in found if c.kind == "term"]
-    found = [c for c in found if c.kind != "term"]
+    # of the rest of the sentences below (where a differing word leaves the pair undecided). So
+    # does another verb on the same thing (sold → lent): another act, maybe another occurrence.
+    terms = [c for c in found if c.kind in _WORD_KINDS]
+    found = [c for c in found if c.kind not in _WORD_KINDS]
     cue = change_cue(new)
     different = _different_subjects(existing, new, found, cue)
     if different is not None:

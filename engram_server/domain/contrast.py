@@ -7,24 +7,40 @@ in one script are the same sequence of words but for at most two content words r
 in place, and a replaced word is the opposite of its replacement (kind ``antonym``: buy / sell,
 before / after) or names another thing of the same kind (kind ``term``: kitchen / bathroom), the
 two texts state different facts: written and flagged, never refused as a duplicate. Two content
-words trading places are an ``order`` conflict, as two names are.
+words trading places are an ``order`` conflict, as two names are. A replaced word used as a verb in
+both texts that does not name the same act (kind ``action``: "Tom borrowed the van" / "Tom sold the
+van", "Anna called the dentist" / "Anna emailed the dentist", 我们取消了订阅 / 我们续订了订阅) is another
+act on the same thing: a different fact too.
 
 Opposites and kinds come from WordNet 3.0 (:mod:`engram_server.domain.wordnet`), over each word's
 most frequent senses and the parts of speech it is commonly used as:
 
 - antonyms in any sense (buy / sell, like / dislike, sister / brother), and a few opposed function
   words WordNet does not relate (:data:`OPPOSED_FUNCTION_WORDS`);
-- nouns under a common hypernym at most four steps up from both (cat / dog: carnivore; red / blue:
-  chromatic colour; tennis / soccer: athletic game), but not near the top of the hierarchy
-  (entity, abstraction, object …), which would make anything one kind;
+- nouns under a common hypernym at most four steps up from one and five from the other (cat / dog:
+  carnivore; red / blue: chromatic colour; tennis / soccer: athletic game; aunt / mother: relative,
+  two steps up from aunt and five from mother), but not near the top of the hierarchy (entity,
+  abstraction, object …), which would make anything one kind. A word the sentence places as a noun
+  (after a determiner, a possessive or a preposition: "the saddle of Anna's bike") is compared as
+  one, whatever it is used as most;
 - verbs with a common direct hypernym (buy / borrow: get);
 - adjectives in one cluster (red / blue: chromatic).
+
+Verbs (a word lemminflect and WordNet have as a verb, not placed as a noun; a Chinese word jieba
+tags as a verb or one before an aspect particle 了 / 过 / 着) name the same act when they share a
+WordNet synset in any sense (phone / call, mend / repair), are senses of the same CC-CEDICT
+headwords, or one is at most two steps up the verb hierarchy from the other (buy → get); a
+Chinese verb by its CC-CEDICT glosses (a gloss in common, or two glosses that name the same act;
+遛狗 / 喂狗 compared by what differs, 遛 / 喂). A verb whose lemma the other text has as a noun is
+a light-verb restatement ("gave the draft a review" / "reviewed the draft"), not another act.
 
 What is not a contrast: synonyms (film / movie, begin / start; also words CC-CEDICT gives as senses
 of the same headwords, job / position), one word a kind of the other
 (laptop / computer, vegan / vegetarian), and words WordNet lacks. Chinese words are compared through
 their CC-CEDICT glosses (银色 "silver" / 黄色 "yellow"). Two Chinese personal names that jieba does not
-tag (张娟 / 马娟: a common surname and a given name, no dictionary word) are a ``name`` conflict.
+tag (张娟 / 马娟: a common surname and a given name, no dictionary word) are a ``name`` conflict. A
+possessor in a gloss says whose, not what: 叔叔 "father's younger brother" is glossed brother,
+younger, uncle (:mod:`engram_server.domain.crosslingual`), so 爸爸 / 叔叔 is father / uncle.
 """
 
 from __future__ import annotations
@@ -45,7 +61,8 @@ __all__ = ["OPPOSED_FUNCTION_WORDS", "ZH_SURNAMES", "contrasting", "opposite", "
 #: Senses of a word read, most frequent first: rarer senses make unrelated words kin (car is also
 #: a cable car's cabin).
 SENSES = 3
-#: How far up the noun hierarchy a common kind may be, from either word.
+#: How far up the noun hierarchy a common kind may be, from one of the words (one step more from
+#: the other).
 NOUN_DEPTH = 4
 #: Synsets this close to the root of the noun hierarchy are too general to be a kind.
 MIN_KIND_DEPTH = 4
@@ -165,20 +182,27 @@ def _is_a(x: int, y: int) -> bool:
 
 def _kin(pos: str, x: int, y: int) -> bool:
     """Whether synsets ``x`` and ``y`` of part of speech ``pos`` are of one kind: nouns under a
-    common hypernym at most :data:`NOUN_DEPTH` steps up that is not near the root, verbs with a
-    common direct hypernym, adjectives in one cluster."""
+    common hypernym that is not near the root, at most :data:`NOUN_DEPTH` steps up from one and
+    one step more from the other, verbs with a common direct hypernym, adjectives in one
+    cluster."""
     if pos == "n":
-        common = _ancestors("n", x, NOUN_DEPTH).keys() & _ancestors("n", y, NOUN_DEPTH).keys()
-        return any(_root_depth("n", c) >= MIN_KIND_DEPTH for c in common)
+        # WordNet's branches differ in depth (aunt → kinswoman → relative, but mother → parent →
+        # genitor → progenitor → ancestor → relative): one step more is allowed on one side.
+        up_x, up_y = _ancestors("n", x, NOUN_DEPTH + 1), _ancestors("n", y, NOUN_DEPTH + 1)
+        return any(
+            _root_depth("n", c) >= MIN_KIND_DEPTH and min(up_x[c], up_y[c]) <= NOUN_DEPTH
+            for c in up_x.keys() & up_y.keys()
+        )
     if pos == "v":
         return bool(_ancestors("v", x, 1).keys() & _ancestors("v", y, 1).keys())
     return bool(_cluster_heads(x) & _cluster_heads(y))
 
 
 @lru_cache(maxsize=65536)
-def same_kind(a: str, b: str) -> bool:
+def same_kind(a: str, b: str, *, nouns: bool = False) -> bool:
     """Whether English words ``a`` and ``b`` name different things of one kind, or opposites (see
-    the module's description); False for synonyms, for one a kind of the other, for unknown words."""
+    the module's description); False for synonyms, for one a kind of the other, for unknown words.
+    ``nouns``: both are used as nouns (the sentence says so), whatever they are used as most."""
     wn = wordnet.open_wordnet()
     if wn is None or a == b:
         return False
@@ -188,7 +212,7 @@ def same_kind(a: str, b: str) -> bool:
     if opposite(a, b):
         return True
     found = False
-    common_pos = _parts_of_speech(la) & _parts_of_speech(lb)
+    common_pos = {"n"} if nouns else _parts_of_speech(la) & _parts_of_speech(lb)
     for pos in ("n", "v", "a"):
         if {o for w in la for o in wn.offsets(pos, w)} & {o for w in lb for o in wn.offsets(pos, w)}:
             return False  # synonyms in some sense
@@ -231,7 +255,7 @@ def _affixed(x: str, y: str) -> tuple[str, str, str] | None:
     return None
 
 
-def _pair_kind(xs: Iterable[str], ys: Iterable[str]) -> str | None:
+def _pair_kind(xs: Iterable[str], ys: Iterable[str], *, nouns: bool = False) -> str | None:
     """``antonym`` when an English word of ``xs`` is the opposite of one of ``ys``, ``term`` when
     they name different things of one kind (:func:`same_kind`), else None."""
     pairs = list(product(xs, ys))
@@ -239,7 +263,7 @@ def _pair_kind(xs: Iterable[str], ys: Iterable[str]) -> str | None:
         return "antonym"
     if any(_co_senses(p, q) for p, q in pairs):
         return None  # everyday near synonyms WordNet keeps apart (job / position, laptop / notebook)
-    return "term" if any(same_kind(p, q) for p, q in pairs) else None
+    return "term" if any(same_kind(p, q, nouns=nouns) for p, q in pairs) else None
 
 
 def _co_senses(a: str, b: str) -> bool:
@@ -309,9 +333,9 @@ def _glosses(word: str) -> frozenset[str]:
     return frozenset(out)
 
 
-def _contrast(x: str, y: str) -> str | None:
+def _contrast(x: str, y: str, *, nouns: bool = False) -> str | None:
     """``antonym``, ``term`` or ``name`` when words ``x`` and ``y`` (one script) name different
-    things, else None."""
+    things, else None. ``nouns``: both English words are used as nouns."""
     if frozenset((x, y)) in OPPOSED_FUNCTION_WORDS:
         return "antonym"
     if _RE_CJK.match(x) and _RE_CJK.match(y):
@@ -319,7 +343,137 @@ def _contrast(x: str, y: str) -> str | None:
             return "name"
         return _zh_kin(x, y)
     if _RE_LATIN.fullmatch(x) and _RE_LATIN.fullmatch(y):
-        return _pair_kind(_unstemmed(x), _unstemmed(y))
+        return _pair_kind(_unstemmed(x), _unstemmed(y), nouns=nouns)
+    return None
+
+
+#: Words after which an English word is a noun, not a verb ("the walk", "her arm", "for lunch"):
+#: determiners, possessive pronouns and prepositions (closed classes, like the function words).
+_EN_NOUN_BEFORE_TEXT = """
+    a an the this that these those my your his her its our their every each some any no
+    in on at by for from of with without into onto over under after before during since until about"""
+_EN_NOUN_BEFORE = frozenset(_EN_NOUN_BEFORE_TEXT.split())
+#: Chinese aspect particles: the word right before one is a verb (卖了, 去过, 看着).
+_ZH_ASPECT = frozenset("了过着")
+#: How far up WordNet's verb hierarchy a more general verb may be and still name the same act
+#: (buy → get: "bought the tickets" / "got the tickets").
+VERB_DEPTH = 2
+
+
+@lru_cache(maxsize=4096)
+def _zh_tags(text: str) -> tuple[tuple[str, str], ...]:
+    return tuple(rjieba.tag(text))
+
+
+def _verb_at(text: str, i: int) -> bool:
+    """Whether the word at index ``i`` of ``_tokens(text)`` is used as a verb there. English: a
+    word lemminflect reads as a verb and WordNet has as one, not right after a determiner, a
+    possessive or a preposition, nor after adjectives that follow one ("Tom sold his bike", but
+    not "the walk", "her arm", "for lunch", "a final review").
+    Chinese: a word right before an aspect particle (联系了) or one jieba tags as a verb."""
+    toks = _tokens(text)
+    word = toks[i][1]
+    if _RE_CJK.match(word):
+        if i + 1 < len(toks) and toks[i + 1][1] in _ZH_ASPECT:
+            return True
+        return any(w == word and tag.startswith("v") for w, tag in _zh_tags(text))
+    if not _RE_LATIN.fullmatch(word):
+        return False
+    wn = wordnet.open_wordnet()
+    if wn is None or not any(wn.offsets("v", v) for v in _verb_lemmas(word)):
+        return False
+    return not _noun_at(text, i)
+
+
+def _noun_at(text: str, i: int) -> bool:
+    """Whether the English word at index ``i`` of ``_tokens(text)`` is a noun by its place: right
+    after a determiner, a possessive or a preposition, or after adjectives that follow one ("the
+    saddle", "Anna's bike", "a final review")."""
+    toks = _tokens(text)
+    if not _RE_LATIN.fullmatch(toks[i][1]):
+        return False
+    wn = wordnet.open_wordnet()
+    k = i - 1
+    while k >= 0 and toks[k][2] and wn is not None and _is_adjective(toks[k][1]):
+        k -= 1
+    before = toks[k][1] if k >= 0 else ""
+    return before in _EN_NOUN_BEFORE or bool(_RE_POSSESSIVE.search(before))
+
+
+def _is_adjective(word: str) -> bool:
+    """A word WordNet has as an adjective that is no form of a verb ("final", "old"; not "used")."""
+    wn = wordnet.open_wordnet()
+    return wn is not None and bool(wn.offsets("a", word)) and not _verb_lemmas(word)[1:]
+
+
+@lru_cache(maxsize=65536)
+def _verb_lemmas(word: str) -> tuple[str, ...]:
+    """The verbs an English word form can be (lemminflect: "sold" → sell, "lent" → lend)."""
+    low = word.casefold()
+    return tuple(dict.fromkeys([low, *lemminflect.getAllLemmas(low).get("VERB", ())]))
+
+
+def _verb_senses(word: str) -> set[int]:
+    wn = wordnet.open_wordnet()
+    assert wn is not None
+    return {o for v in _verb_lemmas(word) for o in wn.offsets("v", v)}
+
+
+@lru_cache(maxsize=65536)
+def same_act(a: str, b: str) -> bool:
+    """Whether English verbs ``a`` and ``b`` name one act in other words: a lemma in common, a
+    WordNet verb synset in common in any sense (phone / call, mend / repair, begin / start),
+    senses of the same CC-CEDICT headwords (like / prefer), or one a more general way of saying
+    the other, at most :data:`VERB_DEPTH` steps up WordNet's verb hierarchy (buy → get)."""
+    if set(_verb_lemmas(a)) & set(_verb_lemmas(b)) or _co_senses(a, b):
+        return True
+    sa, sb = _verb_senses(a), _verb_senses(b)
+    if sa & sb:
+        return True
+    up_a = {h for o in sa for h in _ancestors("v", o, VERB_DEPTH)}
+    up_b = {h for o in sb for h in _ancestors("v", o, VERB_DEPTH)}
+    return not up_a.isdisjoint(sb) or not up_b.isdisjoint(sa)
+
+
+def _light_verb(verb: str, other: str) -> bool:
+    """Whether English ``verb`` says what the other text says with a light verb and a noun ("gave
+    the draft a review" / "reviewed the draft", "took a walk" / "walked"): the other text has the
+    verb's lemma as a content word."""
+    from engram_server.domain import specifics  # noqa: PLC0415 - specifics imports this module
+
+    keys = {k for k, _, content in _tokens(other) if content}
+    return any(specifics.stem(w) in keys for w in _verb_lemmas(verb))
+
+
+def _zh_same_act(x: str, y: str) -> bool:
+    """Whether Chinese verbs ``x`` and ``y`` name one act: by their CC-CEDICT glosses, a gloss in
+    common (修理 / 维修 "to repair") or two glosses that are one act (:func:`same_act`); words that
+    share a part are compared by what differs (遛狗 / 喂狗: 遛 / 喂)."""
+    affixed = _affixed(x, y)
+    if affixed is not None:
+        x, y = affixed[0], affixed[1]
+    gx, gy = _glosses(x), _glosses(y)
+    if not gx or not gy:
+        return False
+    if gx & gy:
+        return True
+    return any(same_act(p, q) for p, q in product(gx, gy))
+
+
+def _action(existing: str, i: int, new: str, j: int) -> str | None:
+    """``action`` when the word at ``i`` of ``existing`` and the one at ``j`` of ``new`` (the
+    replaced pair of :func:`_swaps_at`) are both used as verbs and do not name one act
+    (:func:`same_act`, :func:`_zh_same_act`, nor a light verb and its noun: :func:`_light_verb`):
+    "Tom sold his bike" / "Tom lent his bike", "Anna called the dentist" / "Anna emailed the
+    dentist", 我们取消了订阅 / 我们续订了订阅 — another act on the same thing. None otherwise."""
+    x, y = _tokens(existing)[i][1], _tokens(new)[j][1]
+    if wordnet.open_wordnet() is None or not (_verb_at(existing, i) and _verb_at(new, j)):
+        return None
+    if _RE_CJK.match(x) and _RE_CJK.match(y):
+        return None if _zh_same_act(x, y) else "action"
+    if _RE_LATIN.fullmatch(x) and _RE_LATIN.fullmatch(y):
+        one = same_act(x, y) or _light_verb(y, existing) or _light_verb(x, new)
+        return None if one else "action"
     return None
 
 
@@ -351,51 +505,61 @@ def _swaps(existing: str, new: str) -> list[tuple[str, str]] | None:
     sequence of words but for content words replaced one for one in place (each alone between
     unchanged words) and function words; opposed function words (before / after) count as
     replaced. None when words are added, dropped or rephrased, or a replaced word is a negation."""
+    found = _swaps_at(existing, new)
+    return None if found is None else [(x, y) for x, y, _, _ in found]
+
+
+def _swaps_at(existing: str, new: str) -> list[tuple[str, str, int, int]] | None:
+    """:func:`_swaps` with where each replaced word stands: (stored word, new word, its index in
+    ``_tokens(existing)``, its index in ``_tokens(new)``)."""
     a, b = _tokens(existing), _tokens(new)
     matcher = SequenceMatcher(a=[key for key, _, _ in a], b=[key for key, _, _ in b], autojunk=False)
-    swaps: list[tuple[str, str]] = []
+    swaps: list[tuple[str, str, int, int]] = []
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
         if tag == "equal":
             continue
         if not any(content for _, _, content in a[i1:i2] + b[j1:j2]):
             if tag == "replace" and i2 - i1 == j2 - j1:
                 swaps.extend(
-                    (x, y)
-                    for (_, x, _), (_, y, _) in zip(a[i1:i2], b[j1:j2], strict=True)
-                    if frozenset((x, y)) in OPPOSED_FUNCTION_WORDS
+                    (a[i][1], b[j][1], i, j)
+                    for i, j in zip(range(i1, i2), range(j1, j2), strict=True)
+                    if frozenset((a[i][1], b[j][1])) in OPPOSED_FUNCTION_WORDS
                 )
             continue  # only function words differ here
         if tag != "replace" or i2 - i1 != j2 - j1:
             return None  # words added, dropped or rephrased: not one sentence with words replaced
-        pairs = list(zip(a[i1:i2], b[j1:j2], strict=True))
-        if any(x_content != y_content for (_, _, x_content), (_, _, y_content) in pairs):
+        pairs = list(zip(range(i1, i2), range(j1, j2), strict=True))
+        if any(a[i][2] != b[j][2] for i, j in pairs):
             return None  # a content word for a function word: rephrased
-        replaced = [(x, y) for (_, x, x_content), (_, y, _) in pairs if x_content]
+        replaced = [(i, j) for i, j in pairs if a[i][2]]
         if len(replaced) != 1:
             return None  # several content words in a row: rephrased
-        x, y = replaced[0]
+        i, j = replaced[0]
+        x, y = a[i][1], b[j][1]
         if _negating(x) or _negating(y):
             return None  # a negation is compared as such (specifics), not as a word
-        swaps.append((x, y))
+        swaps.append((x, y, i, j))
     return swaps
 
 
 def contrasting(existing: str, new: str) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
-    """Where ``new`` is ``existing`` with a word replaced by its opposite or by another thing of its
-    kind, by kind (``antonym`` / ``term`` / ``name``, or ``order`` for two words trading places):
+    """Where ``new`` is ``existing`` with a word replaced by its opposite, by another thing of its
+    kind or by a verb of another act, by kind (``antonym`` / ``term`` / ``name`` / ``action``, or
+    ``order`` for two words trading places):
     (the stored text's words, the new text's words). The two texts, in one script, must be the
     same sequence of words but for at most :data:`MAX_CHANGED` content words replaced one for one
     in place, and function words; empty otherwise."""
-    swaps = _swaps(existing, new)
+    swaps = _swaps_at(existing, new)
     if not swaps or len(swaps) > MAX_CHANGED:
         return {}
-    if len(swaps) == 2 and swaps[0] == swaps[1][::-1]:
+    if len(swaps) == 2 and swaps[0][:2] == swaps[1][1::-1]:
         # two words trading places ("quit tennis and started chess" / "quit chess and started
         # tennis"), as two names do: an order conflict, listed in each text's order
-        return {"order": (swaps[0], swaps[1])}
+        return {"order": (swaps[0][:2], swaps[1][:2])}
     found: dict[str, tuple[list[str], list[str]]] = {}
-    for x, y in swaps:
-        kind = _contrast(x, y)
+    for x, y, i, j in swaps:
+        nouns = _noun_at(existing, i) and _noun_at(new, j)
+        kind = _contrast(x, y, nouns=nouns) or _action(existing, i, new, j)
         if kind is not None:
             old, added = found.setdefault(kind, ([], []))
             old.append(x)
@@ -436,6 +600,52 @@ def synonym_swapped(existing: str, new: str) -> bool:
     if not swaps or len(swaps) > MAX_CHANGED:
         return False
     return all(_contrast(x, y) is None and _synonyms(x, y) for x, y in swaps)
+
+
+def _phrasal(existing: str, new: str) -> tuple[str, str, bool] | None:
+    """Where one text has a phrasal verb (a verb and its particle, one WordNet lemma: give_up,
+    put_off, pick_up) and the other, the same words otherwise, a one-word verb in its place: (the
+    stored text's words, the new text's words, whether WordNet puts the one-word verb in a synset
+    of the phrasal one); None for any other pair."""
+    wn = wordnet.open_wordnet()
+    if wn is None:
+        return None
+    for phrasal_text, verb_text in ((existing, new), (new, existing)):
+        a, b = _tokens(phrasal_text), _tokens(verb_text)
+        if len(a) != len(b) + 1:
+            continue
+        keys_a, keys_b = [k for k, _, _ in a], [k for k, _, _ in b]
+        for i in range(len(b)):
+            if keys_a[:i] != keys_b[:i] or keys_a[i + 2 :] != keys_b[i + 1 :]:
+                continue
+            (_, verb, _), (_, particle, _), (_, single, _) = a[i], a[i + 1], b[i]
+            if not all(_RE_LATIN.fullmatch(w) for w in (verb, particle, single)):
+                continue
+            phrasal = {o for v in _verb_lemmas(verb) for o in wn.offsets("v", f"{v}_{particle}")}
+            if not phrasal or not _verb_at(verb_text, i) or _negating(single):
+                continue
+            same = bool(phrasal & _verb_senses(single))
+            words = f"{verb} {particle}"
+            return (words, single, same) if phrasal_text == existing else (single, words, same)
+    return None
+
+
+def phrasal_restated(existing: str, new: str) -> bool:
+    """Whether one text has a phrasal verb where the other, the same words otherwise, has a
+    one-word verb WordNet puts in one of its synsets ("The user gave up smoking." / "The user quit
+    smoking.": give_up and quit share "discontinue, stop, cease, give up, quit"; "put off the
+    meeting" / "postponed the meeting"). English only."""
+    found = _phrasal(existing, new)
+    return found is not None and found[2]
+
+
+def phrasal_action(existing: str, new: str) -> tuple[str, str] | None:
+    """The verbs, when one text has a phrasal verb and the other a one-word verb in its place that
+    WordNet does not put in any of its synsets ("Tom picked up the kids." / "Tom dropped the
+    kids."): another act on the same thing, as :func:`contrasting` finds for one-word verbs
+    (``action``). None otherwise."""
+    found = _phrasal(existing, new)
+    return None if found is None or found[2] else (found[0], found[1])
 
 
 #: The copula after the possessed noun of "X's car is a …".

@@ -69,6 +69,9 @@ _RE_CJK_RUN = re.compile(f"[{_CJK}]+")
 _RE_LATIN = re.compile(r"[A-Za-z\u00c0-\u024f0-9]+(?:[-_.'’][A-Za-z\u00c0-\u024f0-9]+)*")
 _RE_GLOSS_WORD = re.compile(r"[A-Za-z]+")
 _RE_PAREN = re.compile(r"\([^)]*\)|\[[^\]]*\]")
+#: A possessor in a gloss ("father's younger brother" for 叔叔, "wife's father" for 岳父): it says
+#: whose, not what the word is; only the rest of the gloss is the word's meaning.
+_RE_POSSESSOR = re.compile(r"[A-Za-z]+['’]s\b")
 _RE_EN_PASSIVE = re.compile(
     r"\b(?:is|are|was|were|be|been|being|get|got)\s+\w+(?:ed|en|wn|t)\b.*\bby\b", re.I
 )
@@ -179,7 +182,7 @@ class _Dictionary:
                             continue
                         # a one-word qualifier is a sense too: 辣 "hot (spicy)"
                         for w in [
-                            *_RE_GLOSS_WORD.findall(_RE_PAREN.sub(" ", sense)),
+                            *_RE_GLOSS_WORD.findall(_RE_POSSESSOR.sub(" ", _RE_PAREN.sub(" ", sense))),
                             *_RE_ONE_WORD_PAREN.findall(sense),
                         ]:
                             low = w.casefold()

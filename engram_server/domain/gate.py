@@ -11,7 +11,7 @@ The rules, in order, over the candidates most similar first:
 
 1. Above the duplicate threshold: the most similar candidate whose specifics agree
    (:func:`~engram_server.domain.specifics.conflicts`: numbers, dates, ids, names, negation,
-   term, antonym, order) and, with translations gated, whose meaning does not conflict
+   term, action, antonym, order) and, with translations gated, whose meaning does not conflict
    (:func:`~engram_server.domain.crosslingual.meaning_conflicts`) is the duplicate. Those that
    conflict are labelled ``CONFLICTING_SPECIFICS`` with the conflicts. An exact copy (similarity
    1.0) is a duplicate whatever its words.

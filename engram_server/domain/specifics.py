@@ -44,7 +44,13 @@ from functools import lru_cache
 
 import rjieba
 
-from engram_server.domain.contrast import contrasting, light_verb_restated, synonym_swapped
+from engram_server.domain.contrast import (
+    contrasting,
+    light_verb_restated,
+    phrasal_action,
+    phrasal_restated,
+    synonym_swapped,
+)
 from engram_server.domain.text import script_of
 
 __all__ = [
@@ -65,7 +71,7 @@ __all__ = [
 class Conflict:
     """One kind of specific on which two texts disagree: the values only one of them has."""
 
-    kind: str  # number | date | identifier | name | order | negation | term | antonym (crosslingual)
+    kind: str  # number | date | identifier | name | order | negation | term | action | antonym
     existing: tuple[str, ...]
     new: tuple[str, ...]
 
@@ -364,6 +370,9 @@ def conflicts(existing: str, new: str) -> list[Conflict]:
         for kind, (old_words, new_words) in contrasting(existing, new).items():
             if not any(c.kind == kind for c in out):
                 out.append(Conflict(kind, old_words, new_words))
+        phrasal = phrasal_action(existing, new)
+        if phrasal is not None and not any(c.kind == "action" for c in out):
+            out.append(Conflict("action", (phrasal[0],), (phrasal[1],)))
     return out
 
 
@@ -502,8 +511,14 @@ def same_words(existing: str, new: str) -> bool:
     most two replaced in place by a synonym (:func:`engram_server.domain.contrast.synonym_swapped`:
     sofa / couch, 电脑 / 计算机), or with a possessed noun and its copula replaced by the verb of
     what one does with that thing (:func:`engram_server.domain.contrast.light_verb_restated`:
-    "The user's car is a blue Toyota." / "The user drives a blue Toyota.")."""
+    "The user's car is a blue Toyota." / "The user drives a blue Toyota."), or with a phrasal verb
+    in place of a one-word verb of the same WordNet synset
+    (:func:`engram_server.domain.contrast.phrasal_restated`: "gave up smoking" / "quit smoking")."""
     a = content_words(existing)
     if bool(a) and a == content_words(new) and not swapped_roles(existing, new):
         return True
-    return synonym_swapped(existing, new) or light_verb_restated(existing, new)
+    return (
+        synonym_swapped(existing, new)
+        or light_verb_restated(existing, new)
+        or phrasal_restated(existing, new)
+    )

@@ -204,3 +204,29 @@ async def test_the_verb_of_using_a_thing_restates_whose_thing_it_is(stub: Stub) 
     sold = await add(stub, "Marta sold a silver Kia Ceed.")
     assert sold.outcome != s.ADD_OUTCOME_DUPLICATE
     assert await count(stub) == 2
+
+
+async def test_another_verb_on_the_same_thing_is_written_and_flagged_as_action(stub: Stub) -> None:
+    # Borrowing and selling a van: WordNet relates the verbs neither as opposites nor as two ways
+    # of one act, and the embedding puts the pair above 0.92 (engram_server.domain.contrast).
+    first = await add(stub, "Sofia borrowed a yellow van last week.")
+    other = await add(stub, "Sofia sold a yellow van last week.")
+    assert other.outcome == s.ADD_OUTCOME_CREATED and other.memory.id != first.memory.id
+    assert other.gate_reason == "conflicting_specifics"
+    flagged = {n.id: n for n in other.near_duplicates}[first.memory.id]
+    assert flagged.similarity > 0.92 and flagged.reason == "conflicting_specifics"
+    assert [(c.kind, list(c.existing_values), list(c.new_values)) for c in flagged.conflicts] == [
+        ("action", ["borrowed"], ["sold"])
+    ]
+    assert not [c for c in other.conflicts if c.superseded]  # she may have done both
+    # Another relative: 叔叔 is glossed "father's younger brother", an uncle, not a father.
+    zh = await add(stub, "吴娜的叔叔会弹大提琴。")
+    zh_other = await add(stub, "吴娜的爸爸会弹大提琴。")
+    assert zh_other.outcome == s.ADD_OUTCOME_CREATED and zh_other.memory.id != zh.memory.id
+    zh_flagged = {n.id: n for n in zh_other.near_duplicates}[zh.memory.id]
+    assert zh_flagged.similarity > 0.92 and [c.kind for c in zh_flagged.conflicts] == ["term"]
+    # The same act in another verb is still refused.
+    again = await add(stub, "Tom bought a used guitar.")
+    reworded = await add(stub, "Tom purchased a used guitar.")
+    assert reworded.outcome == s.ADD_OUTCOME_DUPLICATE and reworded.memory.id == again.memory.id
+    assert await count(stub) == 5

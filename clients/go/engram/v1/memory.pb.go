@@ -694,10 +694,13 @@ type SpecificConflict struct {
 	// duplicate threshold also two runs of content words: "the manager praised the intern" vs "the
 	// intern praised the manager"), "negation" (the count of negation cues such as not, never, 不,
 	// 没), "term" (the same sentence with a word replaced in place by another thing of its kind:
-	// kitchen / bathroom, bought / borrowed, 银色 / 黄色; the words themselves) or "antonym" (a word
-	// replaced in place by its opposite: buy / sell, before / after; above the duplicate threshold
-	// also a word only one text has that is the opposite of one only the other has, anywhere in the
-	// sentence: started / stopped, 开门 / 关门).
+	// kitchen / bathroom, aunt / mother, bought / rented, 银色 / 黄色; the words themselves),
+	// "action" (the same sentence with its verb replaced in place by one of another act on the same
+	// thing: borrowed / sold, called / emailed, 取消 / 续订; not a synonym such as bought / purchased,
+	// nor a light verb and its noun; the verbs themselves) or "antonym" (a word replaced in place by
+	// its opposite: buy / sell, before / after; above the duplicate threshold also a word only one
+	// text has that is the opposite of one only the other has, anywhere in the sentence: started /
+	// stopped, 开门 / 关门).
 	Kind string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
 	// Values only the stored memory has (normalised: 2,400 -> "2400", 九点半 -> "9:30",
 	// April -> "month:4"); for negation, its count of cues; for order, the shared names (or

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import sys
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from engram_server.domain.ranking import NO_CUE, RescoreCue, rescore_cue
@@ -86,6 +86,26 @@ class CueMemo:
         entries[key] = (cue, created_at)
         entries.move_to_end(key)
         if len(entries) > self._max:
+            entries.popitem(last=False)
+
+    def put_cues(
+        self,
+        collection: str,
+        pids: Sequence[str],
+        cues: Sequence[RescoreCue | None],
+        created_at: Sequence[float],
+    ) -> None:
+        """``put_cue`` of each hit of one query, in order."""
+        entries = self._entries
+        move, pop = entries.move_to_end, entries.pop
+        for pid, cue, created in zip(pids, cues, created_at, strict=True):
+            key = (collection, pid)
+            if cue is None:
+                pop(key, None)
+                continue
+            entries[key] = (cue, created)
+            move(key)
+        while len(entries) > self._max:
             entries.popitem(last=False)
 
     def get(self, collection: str, pid: str) -> tuple[RescoreCue, float] | None:

@@ -18,7 +18,7 @@ straight from the bytes, any other through ``Value`` and ``value_to_json``), and
 packed floats stay as bytes, read with ``numpy.frombuffer``. Building a ``Value`` message per
 payload field and a Python float per vector component was most of the decoding's cost.
 
-A candidate's ranking fields and cue are read straight from those bytes (:func:`candidate_row`)
+A candidate's ranking fields and cue are read straight from those bytes (:func:`candidate_fields`)
 when its payload is as Engram writes it; any other payload is decoded in full.
 
 Only the search's reads and writes go this way (the candidate query, the winners' records, the cue
@@ -53,7 +53,6 @@ from engram_server.adapters.storage.payload import (
     MatchAny,
     MatchValue,
     Range,
-    RankFields,
 )
 from engram_server.adapters.storage.qdrant_cues import LABEL_FIELD, QUESTIONS_FIELD
 from engram_server.domain.model import NEVER, MemoryType, SparseVector, Vector
@@ -64,9 +63,11 @@ __all__ = [
     "LITE_POOL",
     "NO_PAYLOAD",
     "NO_VECTORS",
+    "SERVER_CANDIDATE_FIELDS",
+    "CandidateFields",
     "Hit",
     "RawPoints",
-    "candidate_row",
+    "candidate_fields",
     "dense_of",
     "dense_query",
     "grpc_filter",
@@ -272,7 +273,6 @@ _STRINGS: dict[bytes, str] = {}
 #: (questions share, label) value bytes → the cue they give (the few distinct cues).
 _CUES: dict[tuple[bytes, bytes | None], RescoreCue] = {}
 _SHARED_MAX: Final = 4096
-_EMPTY_FIELDS: Final = ("superseded_by", "draft", "trashed_at")
 
 
 def _text(data: bytes) -> str | None:
@@ -315,15 +315,30 @@ def _cue(share_data: bytes, label_data: bytes | None) -> RescoreCue | None:
     return None if label is None else RescoreCue(label, share)
 
 
-def candidate_row(
-    key: str, payload: Mapping[str, bytes]
-) -> tuple[RankFields, RescoreCue | None, float] | None:
-    """A candidate's ranking fields, stored rescoring cue and ``created_at`` straight from its
-    payload map (of :data:`LITE_POOL`): what ``rank_fields(key, payload_of(payload), ...)``,
-    ``stored_cue(payload_of(payload))`` and the cue memo's ``created_at`` give, for payloads as
-    Engram writes them (a known type, a small integer importance, finite numbers, short strings).
-    None for any other payload: the caller decodes it in full (and reports what is wrong with it).
-    The values that recur (types, importances, scripts, cues) are looked up by their bytes."""
+#: What ranking reads of a candidate on the server path, in order: its type, importance,
+#: ``created_at``, ``valid_until``, script tag, and stored rescoring cue (None when it has none).
+CandidateFields = tuple[MemoryType, float, float, float, str, RescoreCue | None]
+
+#: The payload fields :func:`candidate_fields` reads (the ranking fields, the cue's two).
+SERVER_CANDIDATE_FIELDS: Final = (
+    "type",
+    "importance",
+    "created_at",
+    "valid_until",
+    "script",
+    QUESTIONS_FIELD,
+    LABEL_FIELD,
+)
+
+
+def candidate_fields(payload: Mapping[str, bytes]) -> CandidateFields | None:
+    """A candidate's ranking fields and stored rescoring cue straight from its payload map (of
+    :data:`LITE_POOL`): what ``rank_fields(key, payload_of(payload), ...)[:5]`` and
+    ``stored_cue(payload_of(payload))`` give, for payloads as Engram writes them (a known type, a
+    small integer importance, finite numbers, short strings). None for any other payload: the
+    caller decodes it in full (and reports what is wrong with it). The values that recur (types,
+    importances, scripts, cues) are looked up by their bytes. (Whether the point is current is
+    not read: the search's filter asks the node for current points only.)"""
     get = payload.get
     kind = _TYPES.get(get("type", b""))
     level = _LEVELS.get(get("importance", b""))
@@ -337,14 +352,6 @@ def candidate_row(
         script = "" if script_data is None or script_data == _NULL else _shared_text(script_data)
         if created is None or until is None or script is None:
             return None
-        current = True
-        for name in _EMPTY_FIELDS:
-            data = get(name)
-            if data is None or data == _NULL:  # absent or null: empty
-                continue
-            if data[0] not in (0x22, 0x11, 0x18, 0x28):
-                return None  # e.g. a list: the general decoding says whether it is empty
-            current = False
         share_data = get(QUESTIONS_FIELD)
         cue: RescoreCue | None = None
         if share_data is not None and share_data != _NULL:
@@ -359,7 +366,7 @@ def candidate_row(
                     _CUES[cue_key] = cue
     except IndexError:  # an empty value: the general decoding refuses it
         return None
-    return (kind, level, created, until, script, current, key), cue, created
+    return kind, level, created, until, script, cue
 
 
 def payload_of(payload: Mapping[str, bytes]) -> dict[str, Any]:

@@ -348,6 +348,21 @@ def test_values_read_from_their_bytes_equal_value_to_json() -> None:
         value_of(b"")
 
 
+def test_payloads_read_from_their_bytes_equal_value_to_json() -> None:
+    """``payload_of`` (strings and doubles read inline) gives each field as ``value_to_json``."""
+    values = _encoded_values()
+    payload = {f"f{i}": value.SerializeToString() for i, value in enumerate(values)}
+    got = payload_of(payload)
+    assert list(got) == list(payload)
+    for i, value in enumerate(values):
+        want = value_to_json(value)
+        assert type(got[f"f{i}"]) is type(want), value
+        if isinstance(want, float):
+            assert got[f"f{i}"].hex() == want.hex()  # -0.0 stays -0.0, nan and inf as the client
+        else:
+            assert got[f"f{i}"] == want, value
+
+
 def test_raw_requests_are_the_messages_the_client_sends() -> None:
     """The raw batch is what ``RestToGrpc`` makes of the store's models (filters of every kind,
     the search params, the payload selector, vectors asked or not)."""

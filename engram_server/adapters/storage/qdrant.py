@@ -840,22 +840,16 @@ class QdrantStore:
             )
         responses = await self._call("search", lambda: raw.query_batch(qname, queries), collection=collection)
         # Column by column (no row object per hit): each hit's id, score and fields once.
-        keys: list[str] = []
-        cosine: list[float] = []
-        rows: list[CandidateFields] = []
-        vecs: list[Vector | None] | None = [] if with_vectors else None
-        for h in responses[0]:
-            pid = h.id
-            key = pid.uuid or str(pid.num)  # point_key (a UUID is never empty)
-            lite = h.payload
-            row = candidate_fields(lite)
-            if row is None:  # a payload not as Engram writes it: decoded in full
-                row = _decoded_fields(key, payload_of(lite), collection)
-            keys.append(key)
-            cosine.append(h.score)
-            rows.append(row)
-            if vecs is not None:
-                vecs.append(dense_of(h))
+        hits = responses[0]
+        keys = [h.id.uuid or str(h.id.num) for h in hits]  # point_key (a UUID is never empty)
+        cosine: list[float] = [h.score for h in hits]
+        rows: list[CandidateFields | None] = [candidate_fields(h.payload) for h in hits]
+        if None in rows:  # a payload not as Engram writes it: decoded in full
+            rows = [
+                _decoded_fields(key, payload_of(h.payload), collection) if row is None else row
+                for key, h, row in zip(keys, hits, rows, strict=True)
+            ]
+        vecs: list[Vector | None] | None = [dense_of(h) for h in hits] if with_vectors else None
         at = dict(zip(keys, range(len(keys)), strict=True))
         if len(at) < len(keys):  # (a point twice among the hits: its first row counts)
             first = sorted({key: i for i, key in reversed(list(enumerate(keys)))}.values())

@@ -705,3 +705,45 @@ async def test_the_bm25_hits_cosines_are_the_cosines_of_their_stored_vectors(
     finally:
         await old.close()
         await raw.close()
+
+
+async def test_odd_payloads_and_repeated_hits_give_the_clients_candidates(
+    stores: tuple[QdrantStore, QdrantStore],
+) -> None:
+    """Candidates whose payload is not as Engram writes it (an importance as a double, a null
+    script, a text label field, a cue share as a string) are decoded in full, and a point the node
+    sent twice in one answer counts once (its first row): the same candidates as the client's."""
+    raw, old = stores
+    records, _ = await raw.scroll("default", StoreFilter(), 400)
+    odd = [r.id for r in records[::7]]
+    qname = raw._qname("default")
+    edits: list[dict[str, Any]] = [
+        {"importance": 7.0},
+        {"script": None},
+        {"rescore_label": 5},
+        {"rescore_questions": "0.5"},
+    ]
+    for i, pid in enumerate(odd):
+        await raw._c.set_payload(qname, payload=edits[i % len(edits)], points=[pid], wait=True)
+    rng = np.random.default_rng(17)
+    sparse = SparseVector((1, 7, 13, 21), (1.0, 0.5, 2.0, 0.25))
+    real = raw._raw.query_batch if raw._raw is not None else None
+    assert real is not None
+    seen_odd = 0
+    for _ in range(6):
+        q = rng.normal(size=DIM).astype(np.float32)
+        want = await old.candidates("default", q, 60, StoreFilter(), sparse=sparse, lexical_limit=30)
+        seen_odd += len(set(odd) & set(want.ids))
+        _same(await raw.candidates("default", q, 60, StoreFilter(), sparse=sparse, lexical_limit=30), want)
+
+        async def twice(collection: str, queries: Any) -> Any:
+            answers = await real(collection, queries)
+            return [[*answers[0][:3], *answers[0][:2], *answers[0][3:]], *answers[1:]]
+
+        raw._raw.query_batch = twice  # type: ignore[method-assign, union-attr]
+        try:
+            got = await raw.candidates("default", q, 60, StoreFilter(), sparse=sparse, lexical_limit=30)
+        finally:
+            raw._raw.query_batch = real  # type: ignore[method-assign, union-attr]
+        _same(got, want)
+    assert seen_odd >= 5, "the searches find points with odd payloads"

@@ -399,7 +399,8 @@ def payload_of(payload: Mapping[str, bytes]) -> dict[str, Any]:
     qdrant-client decodes it. (Short strings and finite doubles, most of a record's fields, are
     read inline: ``value_of`` gives the same.)"""
     out: dict[str, Any] = {}
-    for key, data in payload.items():
+    for key in payload:  # (a map's ``items()`` is the generic view: a lookup per key in Python)
+        data = payload[key]
         size = len(data)
         if size > 1:
             tag = data[0]

@@ -24,7 +24,7 @@ from qdrant_client import models
 from engram_client.proto.engram.v1 import memory_service_pb2 as s
 from engram_client.proto.engram.v1 import memory_service_pb2_grpc
 from engram_server.adapters.storage.qdrant import QdrantStore
-from engram_server.adapters.storage.qdrant_cues import CUE_FIELDS, stored_cue
+from engram_server.adapters.storage.qdrant_cues import CUE_FIELDS, CueMemo, stored_cue
 from engram_server.app import EngramServer
 from engram_server.domain.clock import ManualClock
 from engram_server.domain.ranking import RescoreCue, rescore_cue
@@ -215,3 +215,27 @@ async def test_locomo_server_ranking_with_stored_cues_is_the_ranking_from_the_te
     assert cue_reads == [(1, limit)] * len(questions)
     # older points: the best 50 read for rescoring, then the winners
     assert all(calls == 2 and points > limit for calls, points in legacy_reads), legacy_reads
+
+
+def test_the_cue_memo_keeps_each_querys_newest_cues() -> None:
+    """``CueMemo.put_cues`` (one query's hits at once): the newest value of an id wins across its
+    two generations, a hit without a cue forgets its id, and the memo stays bounded."""
+    memo = CueMemo(entries=8)
+    a, b = RescoreCue("Alice", 0.0), RescoreCue(None, 0.5)
+    memo.put_cues("c", ["1", "2", "3"], [a, a, a], [1.0, 2.0, 3.0])
+    memo.put_cues("c", ["1", "4"], [b, b], [10.0, 4.0])  # the young generation is now full: it rolls
+    assert memo.get("c", "1") == (b, 10.0)
+    memo.put_cues("c", ["2", "5"], [b, None], [20.0, 5.0])  # a None among them: one at a time
+    assert memo.get("c", "2") == (b, 20.0)
+    assert memo.get("c", "5") is None
+    memo.put_cues("c", ["1"], [None], [0.0])  # no cue now: forgotten in both generations
+    assert memo.get("c", "1") is None
+    assert memo.get("other", "2") is None
+    for i in range(100):
+        memo.put_cues("c", [f"x{i}", f"y{i}"], [a, b], [float(i), float(i)])
+    assert len(memo) <= 8 + 2
+    assert memo.get("c", "y99") == (b, 99.0)
+    memo.forget("c", ["y99"])
+    assert memo.get("c", "y99") is None
+    memo.forget("c")
+    assert len(memo) == 0

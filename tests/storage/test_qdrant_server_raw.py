@@ -42,7 +42,7 @@ from engram_server.adapters.storage.qdrant_grpc import (
     DENSE_VECTOR,
     NO_PAYLOAD,
     NO_VECTORS,
-    candidate_row,
+    candidate_fields,
     dense_query,
     grpc_filter,
     include,
@@ -348,6 +348,21 @@ def test_values_read_from_their_bytes_equal_value_to_json() -> None:
         value_of(b"")
 
 
+def test_payloads_read_from_their_bytes_equal_value_to_json() -> None:
+    """``payload_of`` (strings and doubles read inline) gives each field as ``value_to_json``."""
+    values = _encoded_values()
+    payload = {f"f{i}": value.SerializeToString() for i, value in enumerate(values)}
+    got = payload_of(payload)
+    assert list(got) == list(payload)
+    for i, value in enumerate(values):
+        want = value_to_json(value)
+        assert type(got[f"f{i}"]) is type(want), value
+        if isinstance(want, float):
+            assert got[f"f{i}"].hex() == want.hex()  # -0.0 stays -0.0, nan and inf as the client
+        else:
+            assert got[f"f{i}"] == want, value
+
+
 def test_raw_requests_are_the_messages_the_client_sends() -> None:
     """The raw batch is what ``RestToGrpc`` makes of the store's models (filters of every kind,
     the search params, the payload selector, vectors asked or not)."""
@@ -619,21 +634,20 @@ def _payload_variants() -> list[dict[str, object]]:
     return out
 
 
-def test_candidate_rows_equal_the_full_decoding() -> None:
-    """``candidate_row`` reads a candidate's ranking fields and cue straight from the payload's
+def test_candidate_fields_equal_the_full_decoding() -> None:
+    """``candidate_fields`` reads a candidate's ranking fields and cue straight from the payload's
     bytes: the same values as decoding the payload in full, or None (the full decoding then)."""
     fast = 0
     for i, payload in enumerate(_payload_variants()):
         encoded = {k: json_to_value(v).SerializeToString() for k, v in payload.items()}
         key = str(uuid.UUID(int=i))
-        row = candidate_row(key, encoded)
+        row = candidate_fields(encoded)
         if row is None:
             continue
         fast += 1
         decoded = payload_of(encoded)
-        assert row[0] == rank_fields(key, decoded, "default"), payload
-        assert row[1] == stored_cue(decoded), payload
-        assert row[2] == float(decoded.get("created_at") or 0.0)
+        assert row[:5] == rank_fields(key, decoded, "default")[:5], payload
+        assert row[5] == stored_cue(decoded), payload
     assert fast >= 40, "payloads as Engram writes them take the direct path"
 
 
@@ -691,3 +705,45 @@ async def test_the_bm25_hits_cosines_are_the_cosines_of_their_stored_vectors(
     finally:
         await old.close()
         await raw.close()
+
+
+async def test_odd_payloads_and_repeated_hits_give_the_clients_candidates(
+    stores: tuple[QdrantStore, QdrantStore],
+) -> None:
+    """Candidates whose payload is not as Engram writes it (an importance as a double, a null
+    script, a text label field, a cue share as a string) are decoded in full, and a point the node
+    sent twice in one answer counts once (its first row): the same candidates as the client's."""
+    raw, old = stores
+    records, _ = await raw.scroll("default", StoreFilter(), 400)
+    odd = [r.id for r in records[::7]]
+    qname = raw._qname("default")
+    edits: list[dict[str, Any]] = [
+        {"importance": 7.0},
+        {"script": None},
+        {"rescore_label": 5},
+        {"rescore_questions": "0.5"},
+    ]
+    for i, pid in enumerate(odd):
+        await raw._c.set_payload(qname, payload=edits[i % len(edits)], points=[pid], wait=True)
+    rng = np.random.default_rng(17)
+    sparse = SparseVector((1, 7, 13, 21), (1.0, 0.5, 2.0, 0.25))
+    real = raw._raw.query_batch if raw._raw is not None else None
+    assert real is not None
+    seen_odd = 0
+    for _ in range(6):
+        q = rng.normal(size=DIM).astype(np.float32)
+        want = await old.candidates("default", q, 60, StoreFilter(), sparse=sparse, lexical_limit=30)
+        seen_odd += len(set(odd) & set(want.ids))
+        _same(await raw.candidates("default", q, 60, StoreFilter(), sparse=sparse, lexical_limit=30), want)
+
+        async def twice(collection: str, queries: Any) -> Any:
+            answers = await real(collection, queries)
+            return [[*answers[0][:3], *answers[0][:2], *answers[0][3:]], *answers[1:]]
+
+        raw._raw.query_batch = twice  # type: ignore[method-assign, union-attr]
+        try:
+            got = await raw.candidates("default", q, 60, StoreFilter(), sparse=sparse, lexical_limit=30)
+        finally:
+            raw._raw.query_batch = real  # type: ignore[method-assign, union-attr]
+        _same(got, want)
+    assert seen_odd >= 5, "the searches find points with odd payloads"

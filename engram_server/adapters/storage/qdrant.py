@@ -50,7 +50,6 @@ from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedR
 
 from engram_server.adapters.storage.payload import (
     ACCESS_FIELDS,
-    CANDIDATE_FIELDS,
     LEXICAL_VECTOR,
     ORDERABLE,
     PAYLOAD_INDEXES,
@@ -70,6 +69,7 @@ from engram_server.adapters.storage.payload import (
     filter_plan,
     point_id,
     point_vectors,
+    rank_fields,
     record_from_payload,
     record_to_payload,
     spec_from_json,
@@ -82,8 +82,10 @@ from engram_server.adapters.storage.qdrant_grpc import (
     DENSE_VECTOR,
     NO_PAYLOAD,
     NO_VECTORS,
+    SERVER_CANDIDATE_FIELDS,
+    CandidateFields,
     RawPoints,
-    candidate_row,
+    candidate_fields,
     dense_of,
     dense_query,
     grpc_filter,
@@ -243,7 +245,7 @@ class QdrantStore:
         #: ``prefer_grpc``; None otherwise: the client's own calls), see ``qdrant_grpc``.
         self._raw: RawPoints | None = None
         self._raw_search_params = search_params(self._search_params)
-        self._candidate_payload = include([*CANDIDATE_FIELDS, *CUE_FIELDS])
+        self._candidate_payload = include(SERVER_CANDIDATE_FIELDS)
         self._cue_payload = include([*CUE_FIELDS, "created_at", "content"])
         self._access_payload = include(ACCESS_FIELDS)
         #: The server's collection names with this store's prefix, without it (``list_collections``),
@@ -716,7 +718,7 @@ class QdrantStore:
                 sparse=lexical_query,
                 lexical_limit=lexical_limit,
             )
-        fields = [*CANDIDATE_FIELDS, *CUE_FIELDS]  # the cues: rescore_cues reads no record after
+        fields = list(SERVER_CANDIDATE_FIELDS)  # the cues too: rescore_cues reads no record after
         qname = self._qname(collection)
         query_filter = _qdrant_filter(filter_plan(flt))
         requests = [
@@ -837,47 +839,75 @@ class QdrantStore:
                 )
             )
         responses = await self._call("search", lambda: raw.query_batch(qname, queries), collection=collection)
-        memo = self._cues
-        put_cue, add_row = memo.put_cue, out.add_row
-        for h in responses[0]:
-            pid = h.id
-            key = pid.uuid or str(pid.num)  # point_key (a UUID is never empty)
-            lite = h.payload
-            row = candidate_row(key, lite)
-            if row is None:  # a payload not as Engram writes it: decoded in full
-                payload = payload_of(lite)
-                out.add(key, payload, h.score, vector=dense_of(h) if with_vectors else None)
-                memo.put(collection, key, payload)
-            elif with_vectors:
-                add_row(key, row[0], h.score, vector=dense_of(h))
-                put_cue(collection, key, row[1], row[2])
-            else:
-                add_row(key, row[0], h.score)
-                put_cue(collection, key, row[1], row[2])
-        if sparse is None:
+        # Column by column (no row object per hit): each hit's id, score and fields once.
+        hits = responses[0]
+        keys = [h.id.uuid or str(h.id.num) for h in hits]  # point_key (a UUID is never empty)
+        cosine: list[float] = [h.score for h in hits]
+        rows: list[CandidateFields | None] = [candidate_fields(h.payload) for h in hits]
+        if None in rows:  # a payload not as Engram writes it: decoded in full
+            rows = [
+                _decoded_fields(key, payload_of(h.payload), collection) if row is None else row
+                for key, h, row in zip(keys, hits, rows, strict=True)
+            ]
+        vecs: list[Vector | None] | None = [dense_of(h) for h in hits] if with_vectors else None
+        at = dict(zip(keys, range(len(keys)), strict=True))
+        if len(at) < len(keys):  # (a point twice among the hits: its first row counts)
+            first = sorted({key: i for i, key in reversed(list(enumerate(keys)))}.values())
+            keys = [keys[i] for i in first]
+            cosine = [cosine[i] for i in first]
+            rows = [rows[i] for i in first]
+            vecs = None if vecs is None else [vecs[i] for i in first]
+            at = dict(zip(keys, range(len(keys)), strict=True))
+        lexical = [0.0] * len(keys)
+        if sparse is not None:
+            cosines = {point_key(h.id): h.score for h in responses[2]}
+            for h in responses[1]:
+                key, score = point_key(h.id), h.score
+                if score <= 0:
+                    continue
+                row_at = at.get(key)
+                if row_at is not None:
+                    lexical[row_at] = score
+                    continue
+                cos = cosines.get(key)
+                if cos is None:  # not scored: deleted between the two queries
+                    continue
+                row = candidate_fields(h.payload)
+                if row is None:
+                    row = _decoded_fields(key, payload_of(h.payload), collection)
+                at[key] = len(keys)
+                keys.append(key)
+                cosine.append(cos)
+                lexical.append(score)
+                rows.append(row)
+                if vecs is not None:
+                    vecs.append(dense_of(h))
+        if not keys:
             return out.build()
-        cosines = {point_key(h.id): h.score for h in responses[2]}
-        for h in responses[1]:
-            key, score = point_key(h.id), h.score
-            if score <= 0 or out.set_lexical(key, score):
-                continue
-            cos = cosines.get(key)
-            if cos is None:  # not scored: deleted between the two queries
-                continue
-            vec = dense_of(h) if with_vectors else None
-            if with_vectors and vec is None:
-                raise StorageUnavailable(
-                    f"point {key} in collection {collection!r} came back without its vector"
-                )
-            row = candidate_row(key, h.payload)
-            if row is None:
-                payload = payload_of(h.payload)
-                out.add(key, payload, cos, lexical=score, vector=vec)
-                memo.put(collection, key, payload)
-            else:
-                out.add_row(key, row[0], cos, lexical=score, vector=vec)
-                memo.put_cue(collection, key, row[1], row[2])
-        return out.build()
+        kinds, importance, created, until, scripts, cues = zip(*rows, strict=True)
+        self._cues.put_cues(collection, keys, cues, created)
+        stacked = None
+        if vecs is not None:
+            present: list[Vector] = []
+            for key, vec in zip(keys, vecs, strict=True):
+                if vec is None:
+                    raise StorageUnavailable(
+                        f"point {key} in collection {collection!r} came back without its vector"
+                    )
+                present.append(vec)
+            stacked = np.vstack(present).astype(np.float32)
+        return Candidates(
+            collection=collection,
+            ids=keys,
+            types=list(kinds),
+            importance=np.array(importance, dtype=np.float64),
+            created_at=np.array(created, dtype=np.float64),
+            cosine=np.array(cosine, dtype=np.float64),
+            lexical=np.array(lexical, dtype=np.float64),
+            scripts=list(scripts),
+            valid_until=np.array(until, dtype=np.float64),
+            vectors=stacked,
+        )
 
     async def rescore_cues(self, collection: str, ids: Sequence[str]) -> dict[str, tuple[RescoreCue, float]]:
         """By id, the rescoring cue and ``created_at`` of each point (``RescoreCueSource``): as the
@@ -1304,6 +1334,13 @@ class QdrantStore:
             collection=collection,
         )
         return counters
+
+
+def _decoded_fields(key: str, payload: Mapping[str, Any], collection: str) -> CandidateFields:
+    """``candidate_fields`` of a payload decoded in full (raises ``StorageUnavailable`` when its
+    ranking fields are unreadable)."""
+    kind, importance, created, until, script, _, _ = rank_fields(key, payload, collection)
+    return kind, importance, created, until, script, stored_cue(payload)
 
 
 def _with_cue(payload: dict[str, Any], content: str) -> dict[str, Any]:

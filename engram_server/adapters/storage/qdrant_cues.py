@@ -18,9 +18,9 @@ gives it the fields.
 from __future__ import annotations
 
 import sys
-from collections import OrderedDict
-from collections.abc import Mapping
-from typing import Any, Final
+from collections.abc import Mapping, Sequence
+from itertools import repeat
+from typing import Any, Final, cast
 
 from engram_server.domain.ranking import NO_CUE, RescoreCue, rescore_cue
 
@@ -60,17 +60,27 @@ def stored_cue(payload: Mapping[str, Any] | None) -> RescoreCue | None:
 
 class CueMemo:
     """The cues and ``created_at`` of the points the latest candidate queries returned, by
-    ``(collection, id)``, at most ``entries`` (the oldest are dropped). Each candidate query
-    overwrites what it returned, so the search that follows it reads its own query's values."""
+    ``(collection, id)``, about ``entries`` at most (the oldest are dropped). Each candidate query
+    overwrites what it returned, so the search that follows it reads its own query's values.
 
-    __slots__ = ("_entries", "_max")
+    Two generations: a query's hits go into the young one in one ``dict.update``; when it holds
+    half of ``entries``, it becomes the old one and the previous old one is dropped. A lookup
+    tries the young one first (the newer value)."""
+
+    __slots__ = ("_half", "_old", "_young")
 
     def __init__(self, entries: int = CUE_MEMO_ENTRIES) -> None:
-        self._entries: OrderedDict[tuple[str, str], tuple[RescoreCue, float]] = OrderedDict()
-        self._max = entries
+        self._young: dict[tuple[str, str], tuple[RescoreCue, float]] = {}
+        self._old: dict[tuple[str, str], tuple[RescoreCue, float]] = {}
+        self._half = max(1, entries // 2)
 
     def __len__(self) -> int:
-        return len(self._entries)
+        young = self._young
+        return len(young) + sum(1 for key in self._old if key not in young)
+
+    def _roll(self) -> None:
+        if len(self._young) >= self._half:
+            self._old, self._young = self._young, {}
 
     def put(self, collection: str, pid: str, payload: Mapping[str, Any] | None) -> None:
         """Remember what one hit's payload says (forget the id when it carries no cue)."""
@@ -79,23 +89,42 @@ class CueMemo:
     def put_cue(self, collection: str, pid: str, cue: RescoreCue | None, created_at: float) -> None:
         """Remember a hit's stored cue and ``created_at`` (forget the id when it has no cue)."""
         key = (collection, pid)
-        entries = self._entries
         if cue is None:
-            entries.pop(key, None)
+            self._young.pop(key, None)
+            self._old.pop(key, None)
             return
-        entries[key] = (cue, created_at)
-        entries.move_to_end(key)
-        if len(entries) > self._max:
-            entries.popitem(last=False)
+        self._young[key] = (cue, created_at)
+        self._roll()
+
+    def put_cues(
+        self,
+        collection: str,
+        pids: Sequence[str],
+        cues: Sequence[RescoreCue | None],
+        created_at: Sequence[float],
+    ) -> None:
+        """``put_cue`` of each hit of one query, in order."""
+        if None in cues:
+            for pid, cue, created in zip(pids, cues, created_at, strict=True):
+                self.put_cue(collection, pid, cue, created)
+            return
+        kept = cast("Sequence[RescoreCue]", cues)  # (none is None)
+        self._young.update(
+            zip(zip(repeat(collection), pids), zip(kept, created_at, strict=True), strict=True)
+        )
+        self._roll()
 
     def get(self, collection: str, pid: str) -> tuple[RescoreCue, float] | None:
-        return self._entries.get((collection, pid))
+        key = (collection, pid)
+        kept = self._young.get(key)
+        return self._old.get(key) if kept is None else kept
 
     def forget(self, collection: str, pids: list[str] | None = None) -> None:
         """Drop ``pids`` of ``collection`` (every id of it when None)."""
-        if pids is None:
-            for key in [k for k in self._entries if k[0] == collection]:
-                del self._entries[key]
-            return
-        for pid in pids:
-            self._entries.pop((collection, pid), None)
+        for entries in (self._young, self._old):
+            if pids is None:
+                for key in [k for k in entries if k[0] == collection]:
+                    del entries[key]
+                continue
+            for pid in pids:
+                entries.pop((collection, pid), None)

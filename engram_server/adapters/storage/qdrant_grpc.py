@@ -18,7 +18,7 @@ straight from the bytes, any other through ``Value`` and ``value_to_json``), and
 packed floats stay as bytes, read with ``numpy.frombuffer``. Building a ``Value`` message per
 payload field and a Python float per vector component was most of the decoding's cost.
 
-A candidate's ranking fields and cue are read straight from those bytes (:func:`candidate_row`)
+A candidate's ranking fields and cue are read straight from those bytes (:func:`candidate_fields`)
 when its payload is as Engram writes it; any other payload is decoded in full.
 
 Only the search's reads and writes go this way (the candidate query, the winners' records, the cue
@@ -35,6 +35,7 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Callable, Mapping, Sequence
+from math import isfinite
 from typing import Any, Final
 
 import grpc  # grpcio ships no stubs; types-grpcio not installed
@@ -53,7 +54,6 @@ from engram_server.adapters.storage.payload import (
     MatchAny,
     MatchValue,
     Range,
-    RankFields,
 )
 from engram_server.adapters.storage.qdrant_cues import LABEL_FIELD, QUESTIONS_FIELD
 from engram_server.domain.model import NEVER, MemoryType, SparseVector, Vector
@@ -64,9 +64,11 @@ __all__ = [
     "LITE_POOL",
     "NO_PAYLOAD",
     "NO_VECTORS",
+    "SERVER_CANDIDATE_FIELDS",
+    "CandidateFields",
     "Hit",
     "RawPoints",
-    "candidate_row",
+    "candidate_fields",
     "dense_of",
     "dense_query",
     "grpc_filter",
@@ -272,7 +274,8 @@ _STRINGS: dict[bytes, str] = {}
 #: (questions share, label) value bytes → the cue they give (the few distinct cues).
 _CUES: dict[tuple[bytes, bytes | None], RescoreCue] = {}
 _SHARED_MAX: Final = 4096
-_EMPTY_FIELDS: Final = ("superseded_by", "draft", "trashed_at")
+#: ``valid_until`` of a memory that never expires, as the server encodes it.
+_NEVER_BYTES: Final = qg.Value(double_value=NEVER).SerializeToString()
 
 
 def _text(data: bytes) -> str | None:
@@ -315,57 +318,102 @@ def _cue(share_data: bytes, label_data: bytes | None) -> RescoreCue | None:
     return None if label is None else RescoreCue(label, share)
 
 
-def candidate_row(
-    key: str, payload: Mapping[str, bytes]
-) -> tuple[RankFields, RescoreCue | None, float] | None:
-    """A candidate's ranking fields, stored rescoring cue and ``created_at`` straight from its
-    payload map (of :data:`LITE_POOL`): what ``rank_fields(key, payload_of(payload), ...)``,
-    ``stored_cue(payload_of(payload))`` and the cue memo's ``created_at`` give, for payloads as
-    Engram writes them (a known type, a small integer importance, finite numbers, short strings).
-    None for any other payload: the caller decodes it in full (and reports what is wrong with it).
-    The values that recur (types, importances, scripts, cues) are looked up by their bytes."""
+#: What ranking reads of a candidate on the server path, in order: its type, importance,
+#: ``created_at``, ``valid_until``, script tag, and stored rescoring cue (None when it has none).
+CandidateFields = tuple[MemoryType, float, float, float, str, RescoreCue | None]
+
+#: The payload fields :func:`candidate_fields` reads (the ranking fields, the cue's two).
+SERVER_CANDIDATE_FIELDS: Final = (
+    "type",
+    "importance",
+    "created_at",
+    "valid_until",
+    "script",
+    QUESTIONS_FIELD,
+    LABEL_FIELD,
+)
+
+
+def candidate_fields(payload: Mapping[str, bytes]) -> CandidateFields | None:
+    """A candidate's ranking fields and stored rescoring cue straight from its payload map (of
+    :data:`LITE_POOL`): what ``rank_fields(key, payload_of(payload), ...)[:5]`` and
+    ``stored_cue(payload_of(payload))`` give, for payloads as Engram writes them (a known type, a
+    small integer importance, finite numbers, short strings). None for any other payload: the
+    caller decodes it in full (and reports what is wrong with it). The values that recur (types,
+    importances, scripts, cues) are looked up by their bytes. (Whether the point is current is
+    not read: the search's filter asks the node for current points only.)"""
     get = payload.get
     kind = _TYPES.get(get("type", b""))
     level = _LEVELS.get(get("importance", b""))
     if kind is None or level is None:
         return None
-    try:
-        created = _number(get("created_at", b""))
-        until_data = get("valid_until")
-        until = NEVER if until_data is None else _number(until_data)
-        script_data = get("script")
-        script = "" if script_data is None or script_data == _NULL else _shared_text(script_data)
-        if created is None or until is None or script is None:
+    # (``_number`` inline for the doubles Engram writes: a call per field costs more than the read)
+    created_data = get("created_at", b"")
+    created: float | None
+    if len(created_data) == 9 and created_data[0] == 0x11:
+        created = _DOUBLE(created_data, 1)[0]
+        if created - created != 0.0:  # (not finite: inf - inf and nan - nan are nan)
             return None
-        current = True
-        for name in _EMPTY_FIELDS:
-            data = get(name)
-            if data is None or data == _NULL:  # absent or null: empty
-                continue
-            if data[0] not in (0x22, 0x11, 0x18, 0x28):
-                return None  # e.g. a list: the general decoding says whether it is empty
-            current = False
-        share_data = get(QUESTIONS_FIELD)
-        cue: RescoreCue | None = None
-        if share_data is not None and share_data != _NULL:
-            label_data = get(LABEL_FIELD)
-            cue_key = (share_data, label_data)
-            cue = _CUES.get(cue_key)
-            if cue is None:
-                cue = _cue(share_data, label_data)
-                if cue is None:
-                    return None
-                if len(_CUES) < _SHARED_MAX:
-                    _CUES[cue_key] = cue
-    except IndexError:  # an empty value: the general decoding refuses it
+    else:
+        created = _number(created_data) if created_data else None
+    data = get("valid_until")
+    until: float | None
+    if data is None or data == _NEVER_BYTES:
+        until = NEVER
+    elif len(data) == 9 and data[0] == 0x11:
+        until = _DOUBLE(data, 1)[0]
+        if until - until != 0.0:
+            return None
+    else:
+        until = _number(data) if data else None
+    data = get("script")
+    script: str | None
+    if data is None or data == _NULL:
+        script = ""
+    else:
+        script = _STRINGS.get(data)
+        if script is None:
+            script = _shared_text(data) if data else None
+    if created is None or until is None or script is None:
         return None
-    return (kind, level, created, until, script, current, key), cue, created
+    share_data = get(QUESTIONS_FIELD)
+    cue: RescoreCue | None = None
+    if share_data is not None and share_data != _NULL:
+        label_data = get(LABEL_FIELD)
+        cue_key = (share_data, label_data)
+        cue = _CUES.get(cue_key)
+        if cue is None:
+            try:
+                cue = _cue(share_data, label_data)
+            except IndexError:  # an empty value: the general decoding refuses it
+                return None
+            if cue is None:
+                return None
+            if len(_CUES) < _SHARED_MAX:
+                _CUES[cue_key] = cue
+    return kind, level, created, until, script, cue
 
 
 def payload_of(payload: Mapping[str, bytes]) -> dict[str, Any]:
     """A point's payload map (of :data:`LITE_POOL`: values as bytes) as a dict, each value as
-    qdrant-client decodes it."""
-    return {key: value_of(payload[key]) for key in payload}
+    qdrant-client decodes it. (Short strings and finite doubles, most of a record's fields, are
+    read inline: ``value_of`` gives the same.)"""
+    out: dict[str, Any] = {}
+    for key in payload:  # (a map's ``items()`` is the generic view: a lookup per key in Python)
+        data = payload[key]
+        size = len(data)
+        if size > 1:
+            tag = data[0]
+            if tag == 0x22 and data[1] + 2 == size and data[1] < 0x80:
+                out[key] = data[2:].decode()
+                continue
+            if tag == 0x11 and size == 9:
+                number = _DOUBLE(data, 1)[0]
+                if isfinite(number):
+                    out[key] = number
+                    continue
+        out[key] = value_of(data)
+    return out
 
 
 def fields_of(payload: Mapping[str, bytes], names: Sequence[str]) -> dict[str, Any]:

@@ -44,6 +44,38 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from stages import query_text
 
 
+def replayed_calls(
+    calls: Any, recorded: dict[tuple[int, bytes], bytes], state: dict[str, Any]
+) -> tuple[Any, ...]:
+    """The raw store's gRPC calls with the first two (the candidate query and the records' read)
+    recording their answers by request, and answering from the record once ``state["replay"]`` is
+    set (a request not recorded goes to the node and counts in ``state["misses"]``); the rest
+    (UpdateBatch) as they are."""
+    wrapped = []
+    for i, call in enumerate(calls):
+        if i > 1:
+            wrapped.append(call)
+            continue
+        parse = getattr(call, "_response_deserializer")  # noqa: B009
+
+        def make(call: Any = call, i: int = i, parse: Any = parse) -> Any:
+            async def replayed(request: Any, **kw: Any) -> Any:
+                key = (i, request.SerializeToString())
+                if state["replay"]:
+                    data = recorded.get(key)
+                    if data is not None:
+                        return parse(data)
+                    state["misses"] += 1
+                response = await call(request, **kw)
+                recorded[key] = response.SerializeToString()
+                return response
+
+            return replayed
+
+        wrapped.append(make())
+    return tuple(wrapped)
+
+
 async def measure(args: argparse.Namespace) -> dict[str, Any]:
     from engram_server.adapters.storage import qdrant_grpc  # noqa: PLC0415
     from engram_server.domain.clock import ManualClock  # noqa: PLC0415
@@ -60,30 +92,8 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     def _next(self: Any) -> Any:
         calls = real_next(self)
         if getattr(self, "_bench_calls", None) is None or self._bench_base is not calls:
-            wrapped = []
-            for i, call in enumerate(calls):
-                if i > 1:  # UpdateBatch: as it is
-                    wrapped.append(call)
-                    continue
-                parse = getattr(call, "_response_deserializer")  # noqa: B009
-
-                def make(call: Any = call, i: int = i, parse: Any = parse) -> Any:
-                    async def replayed(request: Any, **kw: Any) -> Any:
-                        key = (i, request.SerializeToString())
-                        if state["replay"]:
-                            data = recorded.get(key)
-                            if data is not None:
-                                return parse(data)
-                            state["misses"] += 1
-                        response = await call(request, **kw)
-                        recorded[key] = response.SerializeToString()
-                        return response
-
-                    return replayed
-
-                wrapped.append(make())
             self._bench_base = calls
-            self._bench_calls = tuple(wrapped)
+            self._bench_calls = replayed_calls(calls, recorded, state)
         return self._bench_calls
 
     qdrant_grpc.RawPoints._next = _next  # type: ignore[method-assign]

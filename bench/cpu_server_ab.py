@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cpu_replay import replayed_calls
 from stages import query_text
 
 import engram_server.adapters.storage.qdrant as new_q
@@ -66,31 +67,8 @@ def replaying(raw, state):
 
     def _next():
         nonlocal wrapped
-        calls = real_next()
         if wrapped is None:
-            out = []
-            for i, call in enumerate(calls):
-                if i > 1:
-                    out.append(call)
-                    continue
-                parse = call._response_deserializer
-
-                def make(call=call, i=i, parse=parse):
-                    async def replayed(request, **kw):
-                        key = (i, request.SerializeToString())
-                        if state["replay"]:
-                            data = rec.get(key)
-                            if data is not None:
-                                return parse(data)
-                            state["misses"] += 1
-                        response = await call(request, **kw)
-                        rec[key] = response.SerializeToString()
-                        return response
-
-                    return replayed
-
-                out.append(make())
-            wrapped = tuple(out)
+            wrapped = replayed_calls(real_next(), rec, state)
         return wrapped
 
     raw._next = _next

@@ -489,21 +489,53 @@ def candidate_columns(
     if not keys:
         return CandidateBuilder(collection, with_vectors=vectors is not None).build()
     types, importance, created, until, scripts, _, _ = zip(*ranks, strict=True)
+    return candidates_from_columns(
+        collection,
+        keys,
+        types=types,
+        importance=importance,
+        created_at=created,
+        valid_until=until,
+        scripts=scripts,
+        cosine=cosine,
+        lexical=lexical,
+        vectors=vectors,
+    )
+
+
+def candidates_from_columns(
+    collection: str,
+    keys: Sequence[str],
+    *,
+    types: Sequence[MemoryType],
+    importance: Sequence[float],
+    created_at: Sequence[float],
+    valid_until: Sequence[float],
+    scripts: Sequence[str],
+    cosine: Sequence[float],
+    lexical: Sequence[float],
+    vectors: Sequence[object] | None = None,
+) -> Candidates:
+    """:class:`Candidates` from its columns (row ``i`` is point ``keys[i]``), the dense vectors
+    stacked when asked for (a missing one is :class:`StorageUnavailable`)."""
     stacked = None
     if vectors is not None:
-        if any(v is None for v in vectors):
-            raise StorageUnavailable(f"a candidate in collection {collection!r} came back without its vector")
+        for key, v in zip(keys, vectors, strict=True):
+            if v is None:
+                raise StorageUnavailable(
+                    f"point {key} in collection {collection!r} came back without its vector"
+                )
         stacked = np.vstack([as_vector(v) for v in vectors]).astype(np.float32)
     return Candidates(
         collection=collection,
         ids=list(keys),
         types=list(types),
         importance=np.array(importance, dtype=np.float64),
-        created_at=np.array(created, dtype=np.float64),
+        created_at=np.array(created_at, dtype=np.float64),
         cosine=np.array(cosine, dtype=np.float64),
         lexical=np.array(lexical, dtype=np.float64),
         scripts=list(scripts),
-        valid_until=np.array(until, dtype=np.float64),
+        valid_until=np.array(valid_until, dtype=np.float64),
         vectors=stacked,
     )
 

@@ -63,6 +63,7 @@ from engram_server.adapters.storage.payload import (
     access_hits,
     access_update,
     as_vector,
+    candidates_from_columns,
     canonical_ids,
     canonical_offset,
     encode_updates,
@@ -886,27 +887,17 @@ class QdrantStore:
             return out.build()
         kinds, importance, created, until, scripts, cues = zip(*rows, strict=True)
         self._cues.put_cues(collection, keys, cues, created)
-        stacked = None
-        if vecs is not None:
-            present: list[Vector] = []
-            for key, vec in zip(keys, vecs, strict=True):
-                if vec is None:
-                    raise StorageUnavailable(
-                        f"point {key} in collection {collection!r} came back without its vector"
-                    )
-                present.append(vec)
-            stacked = np.vstack(present).astype(np.float32)
-        return Candidates(
-            collection=collection,
-            ids=keys,
-            types=list(kinds),
-            importance=np.array(importance, dtype=np.float64),
-            created_at=np.array(created, dtype=np.float64),
-            cosine=np.array(cosine, dtype=np.float64),
-            lexical=np.array(lexical, dtype=np.float64),
-            scripts=list(scripts),
-            valid_until=np.array(until, dtype=np.float64),
-            vectors=stacked,
+        return candidates_from_columns(
+            collection,
+            keys,
+            types=kinds,
+            importance=importance,
+            created_at=created,
+            valid_until=until,
+            scripts=scripts,
+            cosine=cosine,
+            lexical=lexical,
+            vectors=vecs,
         )
 
     async def rescore_cues(self, collection: str, ids: Sequence[str]) -> dict[str, tuple[RescoreCue, float]]:

@@ -89,6 +89,7 @@ from engram_server.adapters.storage.qdrant_grpc import (
     candidate_fields,
     dense_of,
     dense_query,
+    exclude,
     grpc_filter,
     include,
     payload_of,
@@ -249,6 +250,9 @@ class QdrantStore:
         self._candidate_payload = include(SERVER_CANDIDATE_FIELDS)
         self._cue_payload = include([*CUE_FIELDS, "created_at", "content"])
         self._access_payload = include(ACCESS_FIELDS)
+        #: A record's fields: not the ones kept for the candidate query alone (the script tag, the
+        #: rescoring cues), which the record leaves out.
+        self._record_payload = exclude(["script", *CUE_FIELDS])
         #: The server's collection names with this store's prefix, without it (``list_collections``),
         #: and when they were read (time.monotonic()); None: read them on the next call.
         self._names: frozenset[str] | None = None
@@ -592,7 +596,8 @@ class QdrantStore:
         raw = self._raw
         if raw is not None and not with_vectors:  # the winners' records: raw gRPC
             keys = [str(i) for i in wanted]
-            got = await self._call("retrieve", lambda: raw.get(qname, keys), collection=collection)
+            sel = self._record_payload
+            got = await self._call("retrieve", lambda: raw.get(qname, keys, sel), collection=collection)
             return [StoredPoint(record_from_payload(key, collection, payload)) for key, payload in got]
         records = await self._call(
             "retrieve",

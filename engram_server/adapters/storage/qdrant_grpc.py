@@ -71,6 +71,7 @@ __all__ = [
     "candidate_fields",
     "dense_of",
     "dense_query",
+    "exclude",
     "grpc_filter",
     "include",
     "payload_of",
@@ -243,6 +244,11 @@ def raw_points(client: AsyncQdrantClient) -> RawPoints | None:
     if getattr(remote, "_auth_token_provider", None) is not None:
         return None  # its tokens are added by the client's interceptor only
     return RawPoints(remote)
+
+
+def exclude(fields: Sequence[str]) -> qg.WithPayloadSelector:
+    """A ``with_payload`` selector of every field but these."""
+    return qg.WithPayloadSelector(exclude=qg.PayloadExcludeSelector(fields=list(fields)))
 
 
 def include(fields: Sequence[str]) -> qg.WithPayloadSelector:

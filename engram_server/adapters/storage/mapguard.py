@@ -169,19 +169,21 @@ class MapGuard:
             return None
         return used, limit
 
-    def room(self) -> bool:
-        """Whether one more collection fits with the headroom left."""
-        reading = self.reading()
+    def fits(self, reading: tuple[int, int] | None) -> bool:
+        """Whether one more collection fits with the headroom left, at ``reading`` (None: unknown,
+        which lets it go ahead)."""
         return reading is None or reading[0] + self.per_collection + self.headroom <= reading[1]
+
+    def room(self) -> bool:
+        """Whether one more collection fits now."""
+        return self.fits(self.reading())
 
     def check(self, collection: str) -> None:
         """Raise :class:`CollectionLimit` unless one more collection fits."""
         reading = self.reading()
-        if reading is None:
+        if reading is None or self.fits(reading):
             return
         used, limit = reading
-        if used + self.per_collection + self.headroom <= limit:
-            return
         log.warning(
             "collection %r refused: the process holds %d memory maps of the kernel's %d "
             "(vm.max_map_count) and a collection takes about %d; purge trashed collections, lower "

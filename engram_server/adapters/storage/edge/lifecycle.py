@@ -166,7 +166,7 @@ class EdgeLifecycle(EdgeIndexes):
                 self._maybe_optimize(col)
                 self._io_submit(self._warm, col, None)
             reading = self.maps.reading()
-            if reading is not None and not self.maps.room():
+            if reading is not None and not self.maps.fits(reading):  # (one read of the maps)
                 # (what exists is opened all the same: refusing it would hide a tenant's data)
                 log.warning(
                     "%d collections opened: the process holds %d memory maps of the kernel's %d "

@@ -477,10 +477,12 @@ def _action(existing: str, i: int, new: str, j: int) -> str | None:
     return None
 
 
-def _tokens(text: str) -> list[tuple[str, str, bool]]:
+@lru_cache(maxsize=1024)
+def _tokens(text: str) -> tuple[tuple[str, str, bool], ...]:
     """The words of ``text`` in order: (the key they are compared by, the word, whether it is a
     content word). Latin words are compared case-folded and lightly stemmed, Chinese words as jieba
-    cuts them; punctuation is dropped."""
+    cuts them; punctuation is dropped. Cached: one pair's rules ask for each text's words many
+    times (every replaced word is looked at as a noun and as a verb in its place)."""
     from engram_server.domain import specifics  # noqa: PLC0415 - specifics imports this module
 
     out: list[tuple[str, str, bool]] = []
@@ -491,7 +493,7 @@ def _tokens(text: str) -> list[tuple[str, str, bool]]:
         else:
             low = word.casefold()
             out.append((specifics.stem(low), low, low not in specifics.EN_FUNCTION_WORDS))
-    return out
+    return tuple(out)
 
 
 def _negating(word: str) -> bool:

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator
 
 import numpy as np
 import pytest
@@ -134,12 +134,16 @@ class _Recording(LocalE5Embedder):
         self.calls: list[tuple[str, float, float, int, tuple[str, ...]]] = []
         self.meet: threading.Barrier | None = None
         self.met: dict[int, tuple[str, ...]] = {}  # worker -> its chunk held at ``meet``
+        # worker -> the OpenMP thread count its held chunk computed with (recorded with the chunk:
+        # two calls over the same texts cut into chunks of one hold equal chunks)
+        self.met_threads: dict[int, int] = {}
 
     def hold_first_chunks(self) -> None:
-        self.meet, self.met = threading.Barrier(self.workers), {}
+        self.meet, self.met, self.met_threads = threading.Barrier(self.workers), {}, {}
 
     def _encode(self, i: int, texts: list[str], *, is_query: bool) -> np.ndarray:
-        if self.meet is not None and i not in self.met:
+        held = self.meet is not None and i not in self.met
+        if held:
             self.met[i] = tuple(texts)
             try:
                 self.meet.wait(timeout=_MEET_TIMEOUT)
@@ -154,16 +158,12 @@ class _Recording(LocalE5Embedder):
         out = super()._encode(i, texts, is_query=is_query)
         name = threading.current_thread().name
         self.calls.append((name, started, time.perf_counter(), self._threads_set[i], tuple(texts)))
+        if held:
+            self.met_threads[i] = self._threads_set[i]
         return out
 
     def texts(self) -> list[str]:
         return [t for *_, texts in self.calls for t in texts]
-
-
-def _threads_of(pool: _Recording, chunks: Iterable[tuple[str, ...]]) -> list[int]:
-    """The OpenMP thread counts the given chunks computed with."""
-    by_texts = {c[4]: c[3] for c in pool.calls}
-    return [by_texts[chunk] for chunk in chunks]
 
 
 async def test_a_lone_chunk_takes_every_core_and_a_long_call_every_worker() -> None:
@@ -187,7 +187,7 @@ async def test_a_lone_chunk_takes_every_core_and_a_long_call_every_worker() -> N
         pool.meet = None
         assert sorted(pool.texts()) == sorted(texts) and len(pool.calls) == 10
         assert sorted(pool.met.values()) == [tuple(texts[0:4]), tuple(texts[4:8])]
-        assert _threads_of(pool, pool.met.values()) == [1, 1]
+        assert sorted(pool.met_threads.values()) == [1, 1]
         # (A later chunk may find the other worker idle and rightly take both cores: under load a
         # worker may start its chunk only after the other has finished the rest.)
         assert {c[3] for c in pool.calls} <= {1, 2}
@@ -200,7 +200,7 @@ async def test_a_lone_chunk_takes_every_core_and_a_long_call_every_worker() -> N
         pool.hold_first_chunks()
         first, second = await asyncio.gather(pool.embed_documents(texts), pool.embed_documents(texts[::-1]))
         pool.meet = None
-        assert len(pool.met) == 2 and _threads_of(pool, pool.met.values()) == [1, 1]
+        assert len(pool.met) == 2 and sorted(pool.met_threads.values()) == [1, 1]
         assert len({c[0] for c in pool.calls}) == 2 and {c[3] for c in pool.calls} <= {1, 2}
         # Every instance, chunking and thread count gives the same vectors, in the caller's order.
         for got, want in ((few, expected[:3]), (many, expected), (first, expected), (second[::-1], expected)):

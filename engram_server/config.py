@@ -304,7 +304,9 @@ SETTINGS_DOC: list[tuple[str, str, str]] = [
         "max_collections",
         "ENGRAM_MAX_COLLECTIONS",
         "Most collections the server holds, live and in the trash (each holds a storage shard until "
-        "purged); creating one more is refused (RESOURCE_EXHAUSTED, `ERROR_REASON_COLLECTION_LIMIT`). "
+        "purged). At the limit the collection longest in the trash is purged to make room; when live "
+        "ones alone fill it, creating one more is refused (RESOURCE_EXHAUSTED, "
+        "`ERROR_REASON_COLLECTION_LIMIT`). "
         "0 = the default: for the embedded store derived from `vm.max_map_count`, the open-files "
         "limit and the container's task limit (each open collection takes about 256 memory maps; "
         "239 with the kernel's default 65,530), for the server store 1,000. See "

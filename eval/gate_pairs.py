@@ -91,8 +91,9 @@ async def run_pairs(address: str, prefix: str = "gp-", *, cleanup: bool = False)
                 meta = (p["id"], p["lang"], p["subclass"], p["split"])
                 row = PairResult(name, *meta, outcome, sim, reason, passed)
                 out.append(row)
-                if cleanup:
+                if cleanup:  # (deleted and purged: a trashed collection still counts against the limit)
                     await client.delete_collection(coll)
+                    await client.purge_trash(collection=coll, purge_collection=True)
     return out
 
 

@@ -6,12 +6,13 @@ new one), DeleteCollection moves a collection to the trash, which keeps its shar
 nothing bounded the number of collections: a client that created and deleted some 350 collections
 drove the process to the kernel's limit of memory maps (``vm.max_map_count``), after which every
 collection create or open, ``default`` of every other tenant included, failed with
-STORAGE_UNAVAILABLE "Out of memory (os error 12)". Now creating one more collection than
-``ENGRAM_MAX_COLLECTIONS`` (live and trashed counted) is refused with RESOURCE_EXHAUSTED /
-``ERROR_REASON_COLLECTION_LIMIT``, as is one that would bring the process too close to the map
-limit (the map reading injected here); existing collections keep serving, and purging a trashed
-collection frees room. Names that never became collections leave nothing behind in memory, and
-the session ledger keeps only the most recently used agents.
+STORAGE_UNAVAILABLE "Out of memory (os error 12)". Now live and trashed collections together stay
+within ``ENGRAM_MAX_COLLECTIONS`` and the map limit (the map reading injected here): the trash
+gives way (its longest-trashed collection is purged for good to make room), and a new collection
+the live ones leave no room for is refused with RESOURCE_EXHAUSTED /
+``ERROR_REASON_COLLECTION_LIMIT``; existing collections keep serving. A client that creates and
+deletes collections in a loop runs forever. Names that never became collections leave nothing
+behind in memory, and the session ledger keeps only the most recently used agents.
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ async def test_the_collection_limit_refuses_one_more_and_purging_frees_room(tmp_
             "0",
             "flood0",
         )
-        assert "PurgeTrash" in meta["message"] and "ENGRAM_MAX_COLLECTIONS" in meta["message"]
+        assert "DeleteCollection" in meta["message"] and "ENGRAM_MAX_COLLECTIONS" in meta["message"]
         await refused(
             stub.AddMemories(
                 s.AddMemoriesRequest(collection="flood1", memories=[s.NewMemory(content="Batch of one.")])
@@ -99,11 +100,8 @@ async def test_the_collection_limit_refuses_one_more_and_purging_frees_room(tmp_
         await still_serving(stub, "default", "The default tenant also drinks coffee at nine.")
         await still_serving(stub, "tenant3", "Tenant three plays the violin on Sundays.")
 
-        # A collection in the trash still holds its shard: it still counts.
+        # Restoring a trashed collection makes nothing new: allowed at the limit.
         await stub.DeleteCollection(s.DeleteCollectionRequest(name="tenant1"))
-        meta = await refused(stub.AddMemory(s.AddMemoryRequest(collection="flood0", content="One more.")))
-        assert (meta["count"], meta["trashed"]) == ("5", "1")
-        # Restoring it makes nothing new: allowed at the limit.
         await stub.RestoreCollection(s.RestoreCollectionRequest(name="tenant1"))
         await still_serving(stub, "tenant1", "Tenant one moved from Oslo to Bergen.")
 
@@ -114,6 +112,39 @@ async def test_the_collection_limit_refuses_one_more_and_purging_frees_room(tmp_
         assert made.outcome == s.ADD_OUTCOME_CREATED
         await refused(stub.AddMemory(s.AddMemoryRequest(collection="flood3", content="And no more.")))
         assert "flood0" in await names(stub)
+
+
+async def test_the_trash_gives_way_to_new_collections_oldest_first(tmp_path: Path) -> None:
+    """A collection in the trash holds its shard, so it counts against the limit; it is a
+    deletion's grace period, not a reservation: at the limit, the collection longest in the trash
+    is purged for good to make room, and a create-and-delete loop runs forever."""
+    async with (
+        running_server(tmp_path / "data", max_collections=4) as srv,
+        grpc.aio.insecure_channel(srv.address) as ch,
+    ):
+        stub = memory_service_pb2_grpc.MemoryServiceStub(ch)
+        await stub.AddMemory(s.AddMemoryRequest(content="The default tenant likes green tea."))
+        await stub.AddMemory(s.AddMemoryRequest(collection="keep", content="Kept: lives in Oslo."))
+        for i in range(12):  # each loop: 2 live + up to 2 trashed, at the limit of 4
+            name = f"session{i}"
+            made = await stub.AddMemory(s.AddMemoryRequest(collection=name, content=f"Session {i} notes."))
+            assert made.outcome == s.ADD_OUTCOME_CREATED
+            await stub.DeleteCollection(s.DeleteCollectionRequest(name=name))
+            trash = await stub.ListCollections(s.ListCollectionsRequest(include_trashed=True))
+            trashed = sorted(c.name for c in trash.trashed)
+            # The two most recently deleted stay restorable; older ones gave way, oldest first.
+            assert trashed == sorted(f"session{k}" for k in range(max(0, i - 1), i + 1)), (i, trashed)
+        # What is left in the trash restores as it was; live collections were never touched.
+        await stub.RestoreCollection(s.RestoreCollectionRequest(name="session11"))
+        found = await stub.SearchMemories(
+            s.SearchMemoriesRequest(query="Session 11 notes.", collections=["session11"], limit=1)
+        )
+        assert found.results and found.results[0].memory.content == "Session 11 notes."
+        await still_serving(stub, "keep", "Kept: moved to Bergen.")
+        # Live collections alone at the limit: refused, and no live collection is touched.
+        await stub.AddMemory(s.AddMemoryRequest(collection="third", content="A third live one."))
+        meta = await refused(stub.AddMemory(s.AddMemoryRequest(collection="fifth", content="No room.")))
+        assert (meta["count"], meta["trashed"]) == ("4", "0")  # (session10 gave way to "third")
 
 
 class Maps:
@@ -149,7 +180,7 @@ async def test_the_map_guard_refuses_a_collection_near_the_map_limit(tmp_path: P
             str(Maps.limit),
             "flood0",
         )
-        assert "vm.max_map_count" in meta["message"] and "PurgeTrash" in meta["message"]
+        assert "vm.max_map_count" in meta["message"] and "DeleteCollection" in meta["message"]
         assert "flood0" not in await names(stub)
         assert not (data / "collections" / "flood0").exists()
         # Existing collections keep serving reads and writes (and deletes, restores).

@@ -302,10 +302,11 @@ class StorageFullError(ResourceExhaustedError):
 
 
 class CollectionLimitError(ResourceExhaustedError):
-    """The server holds as many collections as it may (``ENGRAM_MAX_COLLECTIONS``, live and
-    trashed counted) or is near its system limit of memory maps: the new collection was not
-    created; existing ones keep working. ``purge_trash(collection=..., purge_collection=True)`` on
-    a trashed collection frees room. ``metadata`` gives ``limit``, ``count`` and ``trashed``."""
+    """The server's live collections fill its limit (``ENGRAM_MAX_COLLECTIONS``) or its system
+    limit of memory maps, with nothing left in the trash to give way (trashed collections count
+    too, and the one longest in the trash is purged to make room first): the new collection was
+    not created; existing ones keep working. Delete collections no longer needed.
+    ``metadata`` gives ``limit``, ``count`` and ``trashed``, or ``maps`` and ``max_map_count``."""
 
     REASON = "ERROR_REASON_COLLECTION_LIMIT"
 

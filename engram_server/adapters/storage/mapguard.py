@@ -185,9 +185,9 @@ class MapGuard:
             return
         used, limit = reading
         log.warning(
-            "collection %r refused: the process holds %d memory maps of the kernel's %d "
-            "(vm.max_map_count) and a collection takes about %d; purge trashed collections, lower "
-            "ENGRAM_MAX_COLLECTIONS or raise vm.max_map_count",
+            "collection %r does not fit: the process holds %d memory maps of the kernel's %d "
+            "(vm.max_map_count) and a collection takes about %d (a trashed collection, if any, is "
+            "purged to make room); lower ENGRAM_MAX_COLLECTIONS or raise vm.max_map_count",
             collection,
             used,
             limit,
@@ -196,9 +196,9 @@ class MapGuard:
         raise CollectionLimit(
             f"collection {collection!r} was not created: the server is near its system limit of "
             f"memory maps ({used} of {limit}, vm.max_map_count; each open collection takes about "
-            f"{self.per_collection}). Existing collections keep working. Free room with PurgeTrash "
-            "purge_collection on a trashed collection, or ask an operator to raise vm.max_map_count "
-            "or lower ENGRAM_MAX_COLLECTIONS",
+            f"{self.per_collection}). Existing collections keep working. Delete collections no longer "
+            "needed (DeleteCollection; the trash gives way to new collections), or ask an operator "
+            "to raise vm.max_map_count or lower ENGRAM_MAX_COLLECTIONS",
             metadata={
                 "collection": collection,
                 "maps": str(used),

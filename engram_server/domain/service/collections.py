@@ -9,10 +9,8 @@ from dataclasses import replace
 
 from opentelemetry import metrics
 
-from engram_server.domain.context import slot_state_key
 from engram_server.domain.errors import (
     CollectionNotFound,
-    EngramError,
     StorageFull,
 )
 from engram_server.domain.model import (
@@ -21,7 +19,6 @@ from engram_server.domain.model import (
 )
 from engram_server.domain.service.commands import CollectionStats
 from engram_server.domain.service.core import ServiceCore
-from engram_server.domain.topics import topic_state_key
 from engram_server.domain.validation import (
     Violations,
     check_collection,
@@ -87,10 +84,7 @@ class Collections(ServiceCore):
             if spec.trashed_at is not None:
                 raise self._in_trash(spec)
             if self.policy.trash_retention_seconds <= 0:
-                count = await self._store.drop_collection(name)
-                self._forget_collection(name)
-                await self._forget_collection_state(name)
-                return count, None
+                return await self._drop_for_good(name), None
             now = self._clock.now()
             count = await self._store.count(name, StoreFilter(include_history=True, include_drafts=True))
             trashed = replace(spec, trashed_at=now)
@@ -126,23 +120,7 @@ class Collections(ServiceCore):
                 raise CollectionNotFound(
                     f"collection {name!r} is not in the trash", metadata={"collection": name}
                 )
-            count = await self._store.drop_collection(name)
-            self._forget_collection(name)
-            await self._forget_collection_state(name)
-            return count
-
-    async def _forget_collection_state(self, name: str) -> None:
-        """Empty what is kept beside a dropped collection's points — its slots and its topic
-        index's ids and names — so that a new collection of the same name starts without them.
-        (A collection in the trash keeps both: RestoreCollection brings them back with it.)"""
-        if self.topic_source is not None:
-            self.topic_source.forget(name)
-        for key in (slot_state_key(name), topic_state_key(name)):
-            try:
-                if await self._store.get_state(key) is not None:
-                    await self._store.put_state(key, {})
-            except EngramError as exc:  # (logged; the next drop of that name tries again)
-                log.warning("could not clear the state %s of the dropped collection %s: %s", key, name, exc)
+            return await self._drop_for_good(name)
 
     # ------------------------------------------------------------ sweep
 
@@ -159,9 +137,7 @@ class Collections(ServiceCore):
                         current = await self._store.get_collection(spec.name)
                         if current is None or current.trashed_at is None:
                             continue  # restored meanwhile
-                        n = await self._store.drop_collection(spec.name)
-                        self._forget_collection(spec.name)
-                        await self._forget_collection_state(spec.name)
+                        n = await self._drop_for_good(spec.name)
                     out[spec.name] = n
                     _purged.add(n, {"engram.collection": spec.name})
                 continue

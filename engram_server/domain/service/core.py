@@ -12,18 +12,19 @@ from collections.abc import Coroutine, Sequence
 from dataclasses import replace
 from typing import Any, Protocol
 
-from opentelemetry import trace
+from opentelemetry import metrics, trace
 from opentelemetry.trace import Span
 
 from engram_server import telemetry
 from engram_server.domain.calibration import CROSS_SCRIPT_OFFSET, Calibration
 from engram_server.domain.clock import Clock
-from engram_server.domain.context import TopicEntry
+from engram_server.domain.context import TopicEntry, slot_state_key
 from engram_server.domain.deadline import ensure_time_left
 from engram_server.domain.errors import (
     CollectionInTrash,
     CollectionLimit,
     EmbeddingMismatch,
+    EngramError,
 )
 from engram_server.domain.model import (
     CollectionSpec,
@@ -35,6 +36,7 @@ from engram_server.domain.model import (
 )
 from engram_server.domain.service.commands import Policy, SearchFilter, _Pool
 from engram_server.domain.sessions import SessionLedger
+from engram_server.domain.topics import topic_state_key
 from engram_server.domain.validation import (
     Violations,
     check_collection,
@@ -57,6 +59,13 @@ class TopicSource(Protocol):
 
 
 log = logging.getLogger(__name__)
+
+_trash_gave_way = metrics.get_meter("engram_server.domain").create_counter(
+    "engram.collections.purged_for_room",
+    unit="{collection}",
+    description="Trashed collections purged for good before their retention passed, to make room "
+    "for a new collection under ENGRAM_MAX_COLLECTIONS.",
+)
 
 # Telemetry through the OpenTelemetry API only: no-op objects unless the server installed an SDK.
 _tracer = trace.get_tracer("engram_server.domain")
@@ -253,25 +262,36 @@ class ServiceCore:
                         created_at=self._clock.now(),
                         lexical=self._lexical.encoder_id if self._lexical is not None else None,
                     )
-                    await self._store.create_collection(spec)
+                    while True:
+                        try:
+                            await self._store.create_collection(spec)
+                            break
+                        except CollectionLimit:  # the store's own bound (the process's memory maps)
+                            specs = await self._store.list_collections()
+                            if not await self._purge_oldest_trashed(name, specs):
+                                raise
                 self._specs[name] = spec
             return spec
 
     async def _check_collection_room(self, name: str) -> None:
-        """Raise :class:`CollectionLimit` when the store already holds ``Policy.max_collections``
-        collections, live or in the trash (each holds a shard until it is purged)."""
+        """Make room for one more collection under ``Policy.max_collections`` (live and trashed
+        collections count: each holds a shard until it is purged): the trash gives way
+        (:meth:`_purge_oldest_trashed`); raise :class:`CollectionLimit` when the live collections
+        alone fill the limit. (Called under ``_create_lock``.)"""
         limit = self.policy.max_collections
         if limit <= 0:
             return
         specs = await self._store.list_collections()
+        while len(specs) >= limit and await self._purge_oldest_trashed(name, specs):
+            specs = await self._store.list_collections()
         if len(specs) < limit:
             return
         trashed = sum(1 for s in specs if s.trashed_at is not None)
         raise CollectionLimit(
-            f"collection {name!r} was not created: the server holds {len(specs)} collections "
-            f"({trashed} of them in the trash), its limit (ENGRAM_MAX_COLLECTIONS={limit}). Free "
-            "room with PurgeTrash purge_collection on a trashed collection (DeleteCollection moves "
-            "one to the trash first), or ask an operator to raise ENGRAM_MAX_COLLECTIONS",
+            f"collection {name!r} was not created: the server holds {len(specs)} collections, its "
+            f"limit (ENGRAM_MAX_COLLECTIONS={limit}). Delete collections no longer needed "
+            "(DeleteCollection; the trash gives way to new collections), or ask an operator to "
+            "raise ENGRAM_MAX_COLLECTIONS",
             metadata={
                 "collection": name,
                 "limit": str(limit),
@@ -279,6 +299,51 @@ class ServiceCore:
                 "trashed": str(trashed),
             },
         )
+
+    async def _purge_oldest_trashed(self, name: str, specs: list[CollectionSpec]) -> bool:
+        """Purge for good the collection longest in the trash among ``specs``, to make room for
+        new collection ``name``: False when the trash is empty. A trashed collection is a
+        deletion's grace period, not a reservation: it gives way before a new collection is
+        refused. (Called under ``_create_lock``.)"""
+        trash = sorted((s for s in specs if s.trashed_at is not None), key=lambda s: (s.trashed_at, s.name))
+        for oldest in trash:
+            async with self._lock(oldest.name):
+                current = await self._store.get_collection(oldest.name)
+                if current is None or current.trashed_at is None:  # (purged or restored meanwhile)
+                    continue
+                count = await self._drop_for_good(oldest.name)
+            _trash_gave_way.add(1)
+            log.warning(
+                "collection %r was purged from the trash (trashed at %.0f, %d memories) to make room "
+                "for new collection %r",
+                oldest.name,
+                current.trashed_at,
+                count,
+                name,
+            )
+            return True
+        return False
+
+    async def _drop_for_good(self, name: str) -> int:
+        """Drop collection ``name`` and what is kept beside it (under its lock): how many memories
+        it held."""
+        count = await self._store.drop_collection(name)
+        self._forget_collection(name)
+        await self._forget_collection_state(name)
+        return count
+
+    async def _forget_collection_state(self, name: str) -> None:
+        """Empty what is kept beside a dropped collection's points — its slots and its topic
+        index's ids and names — so that a new collection of the same name starts without them.
+        (A collection in the trash keeps both: RestoreCollection brings them back with it.)"""
+        if self.topic_source is not None:
+            self.topic_source.forget(name)
+        for key in (slot_state_key(name), topic_state_key(name)):
+            try:
+                if await self._store.get_state(key) is not None:
+                    await self._store.put_state(key, {})
+            except EngramError as exc:  # (logged; the next drop of that name tries again)
+                log.warning("could not clear the state %s of the dropped collection %s: %s", key, name, exc)
 
     def _forget_collection(self, name: str) -> None:
         """Drop what the service keeps in memory for a collection that was dropped for good."""

@@ -3006,7 +3006,9 @@ type TrashedCollection struct {
 	MemoryCount int64 `protobuf:"varint,2,opt,name=memory_count,json=memoryCount,proto3" json:"memory_count,omitempty"`
 	// When DeleteCollection moved it to the trash.
 	TrashedAt *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=trashed_at,json=trashedAt,proto3" json:"trashed_at,omitempty"`
-	// When the sweeper drops it for good (RestoreCollection works until then).
+	// When the sweeper drops it for good (RestoreCollection works until then). Sooner if new
+	// collections need its room: at the server's collection limit the collection longest in the
+	// trash gives way (ERROR_REASON_COLLECTION_LIMIT).
 	PurgeAt       *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=purge_at,json=purgeAt,proto3" json:"purge_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3123,8 +3125,9 @@ type DeleteCollectionResponse struct {
 	DeletedCount int64 `protobuf:"varint,1,opt,name=deleted_count,json=deletedCount,proto3" json:"deleted_count,omitempty"`
 	// When the deletion happened.
 	DeletedAt *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=deleted_at,json=deletedAt,proto3" json:"deleted_at,omitempty"`
-	// When the collection leaves the trash for good (RestoreCollection works until then).
-	// Unset when the deletion is final (the trash is off).
+	// When the collection leaves the trash for good (RestoreCollection works until then; sooner
+	// if a new collection needs its room at the server's collection limit). Unset when the
+	// deletion is final (the trash is off).
 	PurgeAt       *timestamppb.Timestamp `protobuf:"bytes,40,opt,name=purge_at,json=purgeAt,proto3" json:"purge_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

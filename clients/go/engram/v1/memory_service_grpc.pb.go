@@ -88,7 +88,8 @@ type MemoryServiceClient interface {
 	ListCollections(ctx context.Context, in *ListCollectionsRequest, opts ...grpc.CallOption) (*ListCollectionsResponse, error)
 	// DeleteCollection moves a collection, with every memory in it, to the trash: it is no
 	// longer listed, searched or written to (ERROR_REASON_COLLECTION_IN_TRASH) until
-	// RestoreCollection, and the sweeper drops it once the trash retention passes.
+	// RestoreCollection, and the sweeper drops it once the trash retention passes (or sooner,
+	// when at the server's collection limit a new collection needs its room: oldest first).
 	DeleteCollection(ctx context.Context, in *DeleteCollectionRequest, opts ...grpc.CallOption) (*DeleteCollectionResponse, error)
 	// RunReflection asks an LLM to turn a collection's unreflected memories into up to three
 	// insights, stored in the collection's reflection collection ("<collection>_reflection").
@@ -515,7 +516,8 @@ type MemoryServiceServer interface {
 	ListCollections(context.Context, *ListCollectionsRequest) (*ListCollectionsResponse, error)
 	// DeleteCollection moves a collection, with every memory in it, to the trash: it is no
 	// longer listed, searched or written to (ERROR_REASON_COLLECTION_IN_TRASH) until
-	// RestoreCollection, and the sweeper drops it once the trash retention passes.
+	// RestoreCollection, and the sweeper drops it once the trash retention passes (or sooner,
+	// when at the server's collection limit a new collection needs its room: oldest first).
 	DeleteCollection(context.Context, *DeleteCollectionRequest) (*DeleteCollectionResponse, error)
 	// RunReflection asks an LLM to turn a collection's unreflected memories into up to three
 	// insights, stored in the collection's reflection collection ("<collection>_reflection").

@@ -95,11 +95,12 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     """
     ERROR_REASON_COLLECTION_LIMIT: _ErrorReason.ValueType  # 22
     """Creating a collection (the first write to a new name, ImportMemories, reflection's target)
-    would pass the server's limit of collections, ENGRAM_MAX_COLLECTIONS, which counts live and
-    trashed collections alike (each holds a storage shard until purged), or the embedded store's
-    process is near the kernel's limit of memory maps (status RESOURCE_EXHAUSTED). Nothing was
-    created; existing collections keep working. Free room with PurgeTrash purge_collection on a
-    trashed collection (DeleteCollection moves one to the trash first), or raise the setting.
+    would pass the server's limit of collections, ENGRAM_MAX_COLLECTIONS, or the embedded store's
+    process is near the kernel's limit of memory maps, and no collection in the trash is left to
+    give way: trashed collections count too (each holds a storage shard until purged), and the
+    one longest in the trash is purged for good to make room before a create is refused (status
+    RESOURCE_EXHAUSTED). Nothing was created; existing collections keep working. Delete
+    collections no longer needed, or raise the setting.
     Metadata gives "collection" and either "limit", "count" and "trashed", or "maps" and
     "max_map_count".
     """
@@ -193,11 +194,12 @@ Metadata gives "collection" and "purge_at".
 """
 ERROR_REASON_COLLECTION_LIMIT: ErrorReason.ValueType  # 22
 """Creating a collection (the first write to a new name, ImportMemories, reflection's target)
-would pass the server's limit of collections, ENGRAM_MAX_COLLECTIONS, which counts live and
-trashed collections alike (each holds a storage shard until purged), or the embedded store's
-process is near the kernel's limit of memory maps (status RESOURCE_EXHAUSTED). Nothing was
-created; existing collections keep working. Free room with PurgeTrash purge_collection on a
-trashed collection (DeleteCollection moves one to the trash first), or raise the setting.
+would pass the server's limit of collections, ENGRAM_MAX_COLLECTIONS, or the embedded store's
+process is near the kernel's limit of memory maps, and no collection in the trash is left to
+give way: trashed collections count too (each holds a storage shard until purged), and the
+one longest in the trash is purged for good to make room before a create is refused (status
+RESOURCE_EXHAUSTED). Nothing was created; existing collections keep working. Delete
+collections no longer needed, or raise the setting.
 Metadata gives "collection" and either "limit", "count" and "trashed", or "maps" and
 "max_map_count".
 """

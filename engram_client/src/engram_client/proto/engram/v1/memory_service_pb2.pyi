@@ -1688,7 +1688,10 @@ class TrashedCollection(_message.Message):
 
     @_builtins.property
     def purge_at(self) -> _timestamp_pb2.Timestamp:
-        """When the sweeper drops it for good (RestoreCollection works until then)."""
+        """When the sweeper drops it for good (RestoreCollection works until then). Sooner if new
+        collections need its room: at the server's collection limit the collection longest in the
+        trash gives way (ERROR_REASON_COLLECTION_LIMIT).
+        """
 
     def __init__(
         self,
@@ -1745,8 +1748,9 @@ class DeleteCollectionResponse(_message.Message):
 
     @_builtins.property
     def purge_at(self) -> _timestamp_pb2.Timestamp:
-        """When the collection leaves the trash for good (RestoreCollection works until then).
-        Unset when the deletion is final (the trash is off).
+        """When the collection leaves the trash for good (RestoreCollection works until then; sooner
+        if a new collection needs its room at the server's collection limit). Unset when the
+        deletion is final (the trash is off).
         """
 
     def __init__(

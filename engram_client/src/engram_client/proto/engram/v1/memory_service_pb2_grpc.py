@@ -256,7 +256,8 @@ class MemoryServiceServicer:
     def DeleteCollection(self, request, context):
         """DeleteCollection moves a collection, with every memory in it, to the trash: it is no
         longer listed, searched or written to (ERROR_REASON_COLLECTION_IN_TRASH) until
-        RestoreCollection, and the sweeper drops it once the trash retention passes.
+        RestoreCollection, and the sweeper drops it once the trash retention passes (or sooner,
+        when at the server's collection limit a new collection needs its room: oldest first).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -74,7 +74,8 @@ class MemoryServiceStub:
     DeleteCollection: _grpc.UnaryUnaryMultiCallable[_memory_service_pb2.DeleteCollectionRequest, _memory_service_pb2.DeleteCollectionResponse]
     """DeleteCollection moves a collection, with every memory in it, to the trash: it is no
     longer listed, searched or written to (ERROR_REASON_COLLECTION_IN_TRASH) until
-    RestoreCollection, and the sweeper drops it once the trash retention passes.
+    RestoreCollection, and the sweeper drops it once the trash retention passes (or sooner,
+    when at the server's collection limit a new collection needs its room: oldest first).
     """
     RunReflection: _grpc.UnaryUnaryMultiCallable[_memory_service_pb2.RunReflectionRequest, _memory_service_pb2.RunReflectionResponse]
     """RunReflection asks an LLM to turn a collection's unreflected memories into up to three
@@ -234,7 +235,8 @@ class MemoryServiceAsyncStub(MemoryServiceStub):
     DeleteCollection: _aio.UnaryUnaryMultiCallable[_memory_service_pb2.DeleteCollectionRequest, _memory_service_pb2.DeleteCollectionResponse]  # type: ignore[assignment]
     """DeleteCollection moves a collection, with every memory in it, to the trash: it is no
     longer listed, searched or written to (ERROR_REASON_COLLECTION_IN_TRASH) until
-    RestoreCollection, and the sweeper drops it once the trash retention passes.
+    RestoreCollection, and the sweeper drops it once the trash retention passes (or sooner,
+    when at the server's collection limit a new collection needs its room: oldest first).
     """
     RunReflection: _aio.UnaryUnaryMultiCallable[_memory_service_pb2.RunReflectionRequest, _memory_service_pb2.RunReflectionResponse]  # type: ignore[assignment]
     """RunReflection asks an LLM to turn a collection's unreflected memories into up to three
@@ -445,7 +447,8 @@ class MemoryServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_memory_service_pb2.DeleteCollectionResponse, _abc.Awaitable[_memory_service_pb2.DeleteCollectionResponse]]:
         """DeleteCollection moves a collection, with every memory in it, to the trash: it is no
         longer listed, searched or written to (ERROR_REASON_COLLECTION_IN_TRASH) until
-        RestoreCollection, and the sweeper drops it once the trash retention passes.
+        RestoreCollection, and the sweeper drops it once the trash retention passes (or sooner,
+        when at the server's collection limit a new collection needs its room: oldest first).
         """
 
     @_abc_1.abstractmethod

@@ -52,9 +52,9 @@ from functools import lru_cache
 from itertools import product
 
 import lemminflect
-import rjieba
 
 from engram_server.domain import wordnet
+from engram_server.domain.text import ZH_ASPECT, zh_cut, zh_tagged
 
 __all__ = ["OPPOSED_FUNCTION_WORDS", "ZH_SURNAMES", "contrasting", "opposite", "same_kind", "synonym_swapped"]
 
@@ -353,8 +353,6 @@ _EN_NOUN_BEFORE_TEXT = """
     a an the this that these those my your his her its our their every each some any no
     in on at by for from of with without into onto over under after before during since until about"""
 _EN_NOUN_BEFORE = frozenset(_EN_NOUN_BEFORE_TEXT.split())
-#: Chinese aspect particles: the word right before one is a verb (卖了, 去过, 看着).
-_ZH_ASPECT = frozenset("了过着")
 #: How far up WordNet's verb hierarchy a more general verb may be and still name the same act
 #: (buy → get: "bought the tickets" / "got the tickets").
 VERB_DEPTH = 2
@@ -362,7 +360,7 @@ VERB_DEPTH = 2
 
 @lru_cache(maxsize=4096)
 def _zh_tags(text: str) -> tuple[tuple[str, str], ...]:
-    return tuple(rjieba.tag(text))
+    return zh_tagged(text)
 
 
 def _verb_at(text: str, i: int) -> bool:
@@ -374,7 +372,7 @@ def _verb_at(text: str, i: int) -> bool:
     toks = _tokens(text)
     word = toks[i][1]
     if _RE_CJK.match(word):
-        if i + 1 < len(toks) and toks[i + 1][1] in _ZH_ASPECT:
+        if i + 1 < len(toks) and toks[i + 1][1] in ZH_ASPECT:
             return True
         return any(w == word and tag.startswith("v") for w, tag in _zh_tags(text))
     if not _RE_LATIN.fullmatch(word):
@@ -489,7 +487,7 @@ def _tokens(text: str) -> tuple[tuple[str, str, bool], ...]:
     for m in _RE_TOKEN.finditer(text):
         word = m.group()
         if _RE_CJK.match(word):
-            out.extend((w, w, w not in specifics.ZH_FUNCTION_WORDS) for w in rjieba.cut(word) if w.strip())
+            out.extend((w, w, w not in specifics.ZH_FUNCTION_WORDS) for w in zh_cut(word) if w.strip())
         else:
             low = word.casefold()
             out.append((specifics.stem(low), low, low not in specifics.EN_FUNCTION_WORDS))

@@ -46,7 +46,6 @@ from importlib import resources
 from itertools import combinations, pairwise, product
 
 import lemminflect
-import rjieba
 import Stemmer
 
 from engram_server.domain import wordnet
@@ -63,6 +62,7 @@ from engram_server.domain.specifics import (
     extract,
     swapped_roles,
 )
+from engram_server.domain.text import zh_cut
 
 _CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 _RE_CJK_RUN = re.compile(f"[{_CJK}]+")
@@ -381,7 +381,7 @@ def _cuts(run: str, d: _Dictionary) -> list[str]:
     不可用 "unavailable" as 不可 | 用, and without its negation 可 "can" is not what the text says;
     a cut holding a negation is joined to the next cut when the two, negation left out, are one
     dictionary word (可用 "available")."""
-    cuts = list(rjieba.cut(run))
+    cuts = list(zh_cut(run))
     out: list[str] = []
     i = 0
     while i < len(cuts):

@@ -42,8 +42,6 @@ from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 
-import rjieba
-
 from engram_server.domain.contrast import (
     contrasting,
     light_verb_restated,
@@ -51,7 +49,7 @@ from engram_server.domain.contrast import (
     phrasal_restated,
     synonym_swapped,
 )
-from engram_server.domain.text import script_of
+from engram_server.domain.text import script_of, zh_cut, zh_tagged
 
 __all__ = [
     "EN_FUNCTION_WORDS",
@@ -308,7 +306,7 @@ def extract(text: str) -> Specifics:
     cjk_names: frozenset[str] = frozenset()
     if has_cjk:
         cjk_names = frozenset(
-            w for w, tag in rjieba.tag(text) if tag in ("nr", "ns", "nt", "nz", "nrt") and _RE_CJK.search(w)
+            w for w, tag in zh_tagged(text) if tag in ("nr", "ns", "nt", "nz", "nrt") and _RE_CJK.search(w)
         )
     negations = sum(1 for w in lowered if w in _EN_NEGATIONS) + len(_RE_NT.findall(text))
     if has_cjk:
@@ -464,7 +462,7 @@ def content_sequence(text: str) -> tuple[str, ...]:
         out.append((m.start(), stem(low)))
     for run in re.finditer(f"[{_CJK}]+", text):
         at = run.start()
-        for word in rjieba.cut(run.group()):
+        for word in zh_cut(run.group()):
             w = word if word in _ZH_NOT_NEGATION else "".join(c for c in word if c not in _ZH_NEGATION_CHARS)
             if w.strip() and w not in _ZH_FUNCTION:
                 out.append((at, w))

@@ -186,3 +186,13 @@ def test_two_names_trading_places_is_an_order_conflict(a: str, b: str) -> None:
 )
 def test_reordered_restatements_have_no_order_conflict(a: str, b: str) -> None:
     assert "order" not in kinds(a, b)
+
+
+def test_a_verb_jieba_glued_onto_a_name_is_no_other_person() -> None:
+    """jieba reads 张伟选了 as one name (张伟选): the same person choosing with a synonym verb is no
+    name conflict, and what differs beside the glued verb is still found."""
+    assert conflicts("张伟选了蓝色的窗帘。", "张伟挑了蓝色的窗帘。") == []
+    assert [c.kind for c in conflicts("张伟选了红色的窗帘。", "张伟挑了蓝色的窗帘。")] == ["term"]
+    assert [
+        (c.kind, c.existing, c.new) for c in conflicts("刘洋选了红色的窗帘。", "张伟选了红色的窗帘。")
+    ] == [("name", ("刘洋",), ("张伟",))]

@@ -12,6 +12,8 @@ from engram_server.domain.text import (
     script_tag,
     word_counts,
     word_scripts,
+    zh_cut,
+    zh_tagged,
 )
 
 
@@ -198,3 +200,23 @@ def test_reads_as_question(text: str, question: bool) -> None:
 )
 def test_never_both_statement_and_question(text: str) -> None:
     assert not (reads_as_statement(text) and reads_as_question(text))
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        # jieba's HMM glues a one-character verb onto a two-character name before 了 / 过 / 着
+        ("刘洋选了红色的窗帘。", ("刘洋", "选", "了")),
+        ("孙丽写了报告。", ("孙丽", "写", "了")),
+        ("张伟选了蓝色的窗帘。", ("张伟", "选", "了")),
+        # a name jieba cuts right, or a three-character name with no aspect particle after it
+        ("张伟买了一辆车。", ("张伟", "买", "了")),
+        ("王鹏飞来了。", ("王鹏飞", "来", "了")),
+        ("李建成是工程师。", ("李建成", "是", "工程师")),
+    ],
+)
+def test_a_verb_glued_onto_a_name_is_cut_off(text: str, words: tuple[str, ...]) -> None:
+    assert zh_cut(text)[: len(words)] == words
+    tagged = zh_tagged(text)
+    assert tuple(w for w, _ in tagged)[: len(words)] == words
+    assert tagged[0][1].startswith("nr")

@@ -313,9 +313,10 @@ def _zh_name(word: str) -> bool:
 
 
 @lru_cache(maxsize=65536)
-def _glosses(word: str) -> frozenset[str]:
-    """The English words of a Chinese word's CC-CEDICT glosses. The dictionary keeps them lightly
-    stemmed ("tenni", "balconi"): each stem stands for the WordNet lemmas it can be cut from."""
+def _glosses(word: str, *, verbs: bool = False) -> frozenset[str]:
+    """The English words of a Chinese word's CC-CEDICT glosses (``verbs``: of its verb senses
+    alone, "to …"). The dictionary keeps them lightly stemmed ("tenni", "balconi"): each stem
+    stands for the WordNet lemmas it can be cut from."""
     from engram_server.domain import crosslingual  # noqa: PLC0415 - crosslingual imports specifics
 
     d = crosslingual.dictionary()
@@ -323,7 +324,8 @@ def _glosses(word: str) -> frozenset[str]:
         return frozenset()
     wn = wordnet.open_wordnet()
     out: set[str] = set()
-    for stem in d.entry(word).glosses:
+    entry = d.entry(word)
+    for stem in entry.verbs if verbs else entry.glosses:
         forms = (
             [stem, stem + "s", stem + "e", stem[:-1] + "y"]
             if stem.endswith("i")
@@ -446,11 +448,15 @@ def _light_verb(verb: str, other: str) -> bool:
 def _zh_same_act(x: str, y: str) -> bool:
     """Whether Chinese verbs ``x`` and ``y`` name one act: by their CC-CEDICT glosses, a gloss in
     common (修理 / 维修 "to repair") or two glosses that are one act (:func:`same_act`); words that
-    share a part are compared by what differs (遛狗 / 喂狗: 遛 / 喂)."""
+    share a part are compared by what differs (遛狗 / 喂狗: 遛 / 喂). Their verb senses are compared
+    when both have some: a character's other readings and nouns are not the act (读 dòu "comma;
+    phrase marked by pause" would make 写 "to write" / 读 "to read" one act through "mark")."""
     affixed = _affixed(x, y)
     if affixed is not None:
         x, y = affixed[0], affixed[1]
-    gx, gy = _glosses(x), _glosses(y)
+    gx, gy = _glosses(x, verbs=True), _glosses(y, verbs=True)
+    if not gx or not gy:
+        gx, gy = _glosses(x), _glosses(y)
     if not gx or not gy:
         return False
     if gx & gy:

@@ -120,6 +120,10 @@ class _Entry:
     glosses: frozenset[str]  # stems of the English gloss words
     grammar: frozenset[str]  # the English function words among the glosses ("before", "to", "have")
     readings: frozenset[str]  # pinyin without tones and spaces, case-folded
+    #: the stems of the verb senses' words ("to read"; of a single character, its first senses in
+    #: each reading): what the word means as a verb, without the senses of another reading or
+    #: part of speech (读 dú "to read" has no dòu "comma; phrase marked by pause")
+    verbs: frozenset[str] = frozenset()
 
 
 class _Dictionary:
@@ -164,6 +168,7 @@ class _Dictionary:
                 if len(parts) != 2:
                     continue
                 stems: set[str] = set()
+                verbs: set[str] = set()
                 grammar: set[str] = set()
                 one_word: set[str] = set()  # the senses that are one content word ("to prefer")
                 single = len(parts[1]) == 1
@@ -191,11 +196,13 @@ class _Dictionary:
                                 # a single character has many senses: its first ones are the words
                                 if not single or n < SINGLE_SENSES:
                                     stems.add(_stem(low))
+                                    if sense.casefold().startswith("to "):
+                                        verbs.add(_stem(low))
                             elif bare == low:  # a sense that is one function word: 前 "before", 有 "to have"
                                 grammar.add(low)
                 co_senses.update(combinations(sorted(one_word), 2))
                 pinyin = _RE_TONE.sub("", reading).replace(" ", "").replace("u:", "v").casefold()
-                value = f"{' '.join(stems)}\t{' '.join(grammar)}\t{pinyin}"
+                value = f"{' '.join(stems)}\t{' '.join(grammar)}\t{pinyin}\t{' '.join(verbs)}"
                 for word in set(parts):
                     old = packed.get(word)
                     packed[word] = value if old is None else _merge(old, value)
@@ -218,8 +225,8 @@ def _merge(a: str, b: str) -> str:
 
 @lru_cache(maxsize=8192)
 def _unpack(value: str) -> _Entry:
-    g, f, r = value.split("\t")
-    return _Entry(frozenset(g.split()), frozenset(f.split()), frozenset(r.split()))
+    g, f, r, v = value.split("\t")
+    return _Entry(frozenset(g.split()), frozenset(f.split()), frozenset(r.split()), frozenset(v.split()))
 
 
 _dictionary: _Dictionary | None = None

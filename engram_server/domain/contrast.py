@@ -313,10 +313,27 @@ def _zh_name(word: str) -> bool:
 
 
 @lru_cache(maxsize=65536)
-def _glosses(word: str, *, verbs: bool = False) -> frozenset[str]:
-    """The English words of a Chinese word's CC-CEDICT glosses (``verbs``: of its verb senses
-    alone, "to …"). The dictionary keeps them lightly stemmed ("tenni", "balconi"): each stem
-    stands for the WordNet lemmas it can be cut from."""
+def _zh_verb_senses(word: str) -> frozenset[str]:
+    """A Chinese word's CC-CEDICT verb senses ("to read", "to take off": ``read``, ``take_off``)."""
+    from engram_server.domain import crosslingual  # noqa: PLC0415 - crosslingual imports specifics
+
+    d = crosslingual.dictionary()
+    return d.entry(word).verbs if word in d else frozenset()
+
+
+def _words_of(stems: list[str]) -> list[str]:
+    """The WordNet verbs the stems of one-word senses stand for ("choos" → "choose")."""
+    wn = wordnet.open_wordnet()
+    if wn is None:
+        return []
+    forms = ((x, x + "e", x[:-1] + "y") if x.endswith("i") else (x, x + "e") for x in stems)
+    return [f for group in forms for f in group if wn.offsets("v", f)]
+
+
+@lru_cache(maxsize=65536)
+def _glosses(word: str) -> frozenset[str]:
+    """The English words of a Chinese word's CC-CEDICT glosses. The dictionary keeps them lightly
+    stemmed ("tenni", "balconi"): each stem stands for the WordNet lemmas it can be cut from."""
     from engram_server.domain import crosslingual  # noqa: PLC0415 - crosslingual imports specifics
 
     d = crosslingual.dictionary()
@@ -324,8 +341,7 @@ def _glosses(word: str, *, verbs: bool = False) -> frozenset[str]:
         return frozenset()
     wn = wordnet.open_wordnet()
     out: set[str] = set()
-    entry = d.entry(word)
-    for stem in entry.verbs if verbs else entry.glosses:
+    for stem in d.entry(word).glosses:
         forms = (
             [stem, stem + "s", stem + "e", stem[:-1] + "y"]
             if stem.endswith("i")
@@ -448,15 +464,27 @@ def _light_verb(verb: str, other: str) -> bool:
 def _zh_same_act(x: str, y: str) -> bool:
     """Whether Chinese verbs ``x`` and ``y`` name one act: by their CC-CEDICT glosses, a gloss in
     common (修理 / 维修 "to repair") or two glosses that are one act (:func:`same_act`); words that
-    share a part are compared by what differs (遛狗 / 喂狗: 遛 / 喂). Their verb senses are compared
-    when both have some: a character's other readings and nouns are not the act (读 dòu "comma;
-    phrase marked by pause" would make 写 "to write" / 读 "to read" one act through "mark")."""
+    share a part are compared by what differs (遛狗 / 喂狗: 遛 / 喂). When both have verb senses
+    ("to …"), those alone are compared, a phrasal verb whole (放 "to put" is not 穿 "to put on"):
+    one act is a sense in common (选 / 挑 "to choose", 买 / 购买 "to buy"), two one-word senses
+    CC-CEDICT gives as senses of the same headwords (like / prefer), or a one-word sense that ends
+    a phrase of the other (工作 "to work" / 上班 "to go to work"); not WordNet's kin, which one of a
+    character's many senses nearly always reaches (看 / 听 via see / hear, 教 / 学 via teach /
+    learn, 写 / 读 via 读 dòu "phrase marked by pause" → "mark")."""
     affixed = _affixed(x, y)
     if affixed is not None:
         x, y = affixed[0], affixed[1]
-    gx, gy = _glosses(x, verbs=True), _glosses(y, verbs=True)
-    if not gx or not gy:
-        gx, gy = _glosses(x), _glosses(y)
+    vx, vy = _zh_verb_senses(x), _zh_verb_senses(y)
+    if vx and vy:
+        if vx & vy:
+            return True
+        ox, oy = [v for v in vx if "_" not in v], [v for v in vy if "_" not in v]
+        if any(_co_senses(p, q) for p, q in product(_words_of(ox), _words_of(oy))):
+            return True
+        return any(v.rpartition("_")[2] in oy for v in vx if "_" in v) or any(
+            v.rpartition("_")[2] in ox for v in vy if "_" in v
+        )
+    gx, gy = _glosses(x), _glosses(y)
     if not gx or not gy:
         return False
     if gx & gy:

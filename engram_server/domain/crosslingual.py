@@ -120,9 +120,10 @@ class _Entry:
     glosses: frozenset[str]  # stems of the English gloss words
     grammar: frozenset[str]  # the English function words among the glosses ("before", "to", "have")
     readings: frozenset[str]  # pinyin without tones and spaces, case-folded
-    #: the stems of the verb senses' words ("to read"; of a single character, its first senses in
-    #: each reading): what the word means as a verb, without the senses of another reading or
-    #: part of speech (读 dú "to read" has no dòu "comma; phrase marked by pause")
+    #: the verb senses ("to read", "to take off"; of a single character, its first senses in each
+    #: reading), each as its words' stems joined by ``_`` ("take_off"): what the word means as a
+    #: verb, a phrasal verb whole, without the senses of another reading or part of speech (读 dú
+    #: "to read" has no dòu "comma; phrase marked by pause")
     verbs: frozenset[str] = frozenset()
 
 
@@ -185,6 +186,14 @@ class _Dictionary:
                             one_word.add(bare if bare in EN_FUNCTION_WORDS else _stem(bare))
                         if _SKIP_SENSE.match(sense):
                             continue
+                        if (
+                            bare != sense.casefold()
+                            and sense.casefold().startswith("to ")
+                            and (not single or n < SINGLE_SENSES)
+                        ):
+                            words = _RE_GLOSS_WORD.findall(_RE_POSSESSOR.sub(" ", _RE_PAREN.sub(" ", bare)))
+                            if words:
+                                verbs.add("_".join(_stem(w.casefold()) for w in words))
                         # a one-word qualifier is a sense too: 辣 "hot (spicy)"
                         for w in [
                             *_RE_GLOSS_WORD.findall(_RE_POSSESSOR.sub(" ", _RE_PAREN.sub(" ", sense))),
@@ -196,8 +205,6 @@ class _Dictionary:
                                 # a single character has many senses: its first ones are the words
                                 if not single or n < SINGLE_SENSES:
                                     stems.add(_stem(low))
-                                    if sense.casefold().startswith("to "):
-                                        verbs.add(_stem(low))
                             elif bare == low:  # a sense that is one function word: 前 "before", 有 "to have"
                                 grammar.add(low)
                 co_senses.update(combinations(sorted(one_word), 2))

@@ -40,6 +40,9 @@ def _kinds(existing: str, new: str) -> list[tuple[str, tuple[str, ...], tuple[st
         # 读 "to read" by its verb senses: its other reading, dòu "comma; phrase marked by pause",
         # made it one act with 写 "to write" through "mark" (and the pair a duplicate at 0.947)
         ("张伟写了一封信。", "张伟读了一封信。", "写", "读"),
+        # teach / learn share a WordNet synset in a rare sense: Chinese verbs are compared by
+        # their CC-CEDICT verb senses, not WordNet's kin
+        ("王老师教了这首歌。", "王老师学了这首歌。", "教", "学"),
     ],
 )
 def test_another_verb_on_the_same_thing_is_an_action_conflict(
@@ -64,6 +67,17 @@ def test_another_verb_on_the_same_thing_is_an_action_conflict(
 def test_a_synonym_verb_is_the_same_act(existing: str, new: str) -> None:
     assert not conflicts(existing, new)
     assert same_words(existing, new)
+
+
+@pytest.mark.parametrize(
+    ("existing", "new"),
+    [
+        ("张伟选了一本书。", "张伟挑了一本书。"),  # "to choose" both (jieba glues 选 onto the name)
+        ("用户每天九点工作。", "用户每天九点上班。"),  # "to work" / "to go to work"
+    ],
+)
+def test_chinese_verbs_with_a_verb_sense_in_common_are_no_other_act(existing: str, new: str) -> None:
+    assert not conflicts(existing, new)
 
 
 def test_a_light_verb_and_its_noun_restate_the_verb() -> None:

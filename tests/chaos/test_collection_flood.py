@@ -17,8 +17,10 @@ behind in memory, and the session ledger keeps only the most recently used agent
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -32,6 +34,13 @@ from engram_server.testing import rich, running_server
 pytestmark = pytest.mark.timeout(600)
 
 LIMIT = "ERROR_REASON_COLLECTION_LIMIT"
+
+
+@contextlib.asynccontextmanager
+async def serving(data: Path, **settings: Any) -> AsyncIterator[memory_service_pb2_grpc.MemoryServiceStub]:
+    """A real server on ``data`` (with ``settings``) and a stub on a real channel to it."""
+    async with running_server(data, **settings) as srv, grpc.aio.insecure_channel(srv.address) as ch:
+        yield memory_service_pb2_grpc.MemoryServiceStub(ch)
 
 
 async def refused(call: object) -> dict[str, str]:
@@ -57,11 +66,7 @@ async def still_serving(stub: memory_service_pb2_grpc.MemoryServiceStub, collect
 
 
 async def test_the_collection_limit_refuses_one_more_and_purging_frees_room(tmp_path: Path) -> None:
-    async with (
-        running_server(tmp_path / "data", max_collections=5) as srv,
-        grpc.aio.insecure_channel(srv.address) as ch,
-    ):
-        stub = memory_service_pb2_grpc.MemoryServiceStub(ch)
+    async with serving(tmp_path / "data", max_collections=5) as stub:
         await stub.AddMemory(s.AddMemoryRequest(content="The default tenant likes green tea."))
         for i in range(1, 5):
             await stub.AddMemory(
@@ -118,11 +123,7 @@ async def test_the_trash_gives_way_to_new_collections_oldest_first(tmp_path: Pat
     """A collection in the trash holds its shard, so it counts against the limit; it is a
     deletion's grace period, not a reservation: at the limit, the collection longest in the trash
     is purged for good to make room, and a create-and-delete loop runs forever."""
-    async with (
-        running_server(tmp_path / "data", max_collections=4) as srv,
-        grpc.aio.insecure_channel(srv.address) as ch,
-    ):
-        stub = memory_service_pb2_grpc.MemoryServiceStub(ch)
+    async with serving(tmp_path / "data", max_collections=4) as stub:
         await stub.AddMemory(s.AddMemoryRequest(content="The default tenant likes green tea."))
         await stub.AddMemory(s.AddMemoryRequest(collection="keep", content="Kept: lives in Oslo."))
         for i in range(12):  # each loop: 2 live + up to 2 trashed, at the limit of 4
@@ -164,11 +165,7 @@ async def test_the_map_guard_refuses_a_collection_near_the_map_limit(tmp_path: P
     data = tmp_path / "data"
     store = EdgeStore(data, map_guard=MapGuard(maps_in_use=maps, map_limit=lambda: Maps.limit))
     # The limit on collections set far too high: the guard is what stops the flood.
-    async with (
-        running_server(data, store=store, max_collections=100_000) as srv,
-        grpc.aio.insecure_channel(srv.address) as ch,
-    ):
-        stub = memory_service_pb2_grpc.MemoryServiceStub(ch)
+    async with serving(data, store=store, max_collections=100_000) as stub:
         await stub.AddMemory(s.AddMemoryRequest(content="The default tenant likes green tea."))
         await stub.AddMemory(s.AddMemoryRequest(collection="tenant1", content="Tenant 1 lives in Oslo."))
 
@@ -246,10 +243,7 @@ async def test_a_million_agent_ids_do_not_grow_the_session_ledger(
     # GetContext reads each agent's session ledger and kept every one read in memory, even of
     # agents that never had a session; the ledger now keeps the most recently used (50 here).
     monkeypatch.setattr("engram_server.domain.sessions.MAX_CACHED_AGENTS", 50, raising=False)
-    async with (
-        running_server(tmp_path / "data") as srv,
-        grpc.aio.insecure_channel(srv.address) as ch,
-    ):
+    async with running_server(tmp_path / "data") as srv, grpc.aio.insecure_channel(srv.address) as ch:
         stub = memory_service_pb2_grpc.MemoryServiceStub(ch)
         await stub.AddMemory(s.AddMemoryRequest(content="The default tenant likes green tea."))
         await stub.GetContext(s.GetContextRequest(session_id="one", agent_id="bot"))

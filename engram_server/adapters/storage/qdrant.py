@@ -262,8 +262,8 @@ class QdrantStore:
         self._cue_payload = include([*CUE_FIELDS, "created_at", "content"])
         self._access_payload = include(ACCESS_FIELDS)
         #: A record's fields: not the ones kept for the candidate query alone (the script tag, the
-        #: rescoring cues), which the record leaves out.
-        self._record_payload = exclude(["script", *CUE_FIELDS])
+        #: rescoring cues, the packed ranking value), which the record leaves out.
+        self._record_payload = exclude(["script", *CUE_FIELDS, PACKED_FIELD])
         #: The server's collection names with this store's prefix, without it (``list_collections``),
         #: and when they were read (time.monotonic()); None: read them on the next call.
         self._names: frozenset[str] | None = None

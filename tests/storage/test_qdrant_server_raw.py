@@ -332,6 +332,10 @@ def _encoded_values() -> list[qg.Value]:
         ["a", ["b"]],
         {},
         {"k": {"n": [1, {"m": "v"}]}},
+        {"session": "s164", "channel": "email"},
+        {"": "empty key", "k": ""},
+        {"ü北": "x" * 300, "a": "b", "c": 1},
+        {"a": None},
     ]
     values = [json_to_value(v) for v in samples]
     values += [qg.Value(double_value=x) for x in (float("nan"), float("inf"), float("-inf"))]

@@ -193,10 +193,41 @@ def _strings(data: bytes) -> list[str] | None:
     return out
 
 
+def _string_struct(data: bytes) -> dict[str, str] | None:
+    """The object a ``struct_value`` encodes when each of its values is a string (a memory's
+    metadata); None for anything else."""
+    size, at = _varint(data, 1)
+    end = at + size
+    if end != len(data):
+        return None
+    out: dict[str, str] = {}
+    while at < end:
+        if data[at] != 0x0A:  # Struct.fields (field 1): a map entry
+            return None
+        size, at = _varint(data, at + 1)
+        entry_end = at + size
+        if data[at] != 0x0A:  # its key (field 1; an empty key is not encoded: not read here)
+            return None
+        size, at = _varint(data, at + 1)
+        key = data[at : at + size].decode()
+        at += size
+        if data[at] != 0x12:  # its value (field 2)
+            return None
+        size, at = _varint(data, at + 1)
+        if at + size != entry_end or data[at] != 0x22:
+            return None
+        size, at = _varint(data, at + 1)
+        if at + size != entry_end:
+            return None
+        out[key] = data[at:entry_end].decode()
+        at = entry_end
+    return out
+
+
 def value_of(data: bytes) -> Any:
     """One payload value from its encoded ``Value`` bytes: what ``value_to_json`` gives of the
     ``Value`` they encode. A string, a finite double, an integer, a boolean, null, a list of
-    strings or an empty object as the server encodes them are read straight from the bytes;
+    strings or an object of strings as the server encodes them are read straight from the bytes;
     anything else (other lists and objects, non-finite doubles, any other encoding) through
     ``Value`` and ``value_to_json``."""
     try:
@@ -218,8 +249,12 @@ def value_of(data: bytes) -> Any:
             strings = _strings(data)
             if strings is not None:
                 return strings
-        elif data == _EMPTY_STRUCT:
-            return {}
+        elif tag == 0x32:  # struct_value (field 6): an object of strings (metadata) read here
+            if data == _EMPTY_STRUCT:
+                return {}
+            strings_of = _string_struct(data)
+            if strings_of is not None:
+                return strings_of
         elif data == _NULL:
             return None
         elif data == _TRUE:

@@ -283,8 +283,12 @@ def set_cues(args: argparse.Namespace, prefix: str, *, strip: bool) -> None:
             )
             ops: list[models.UpdateOperation] = [
                 models.SetPayloadOperation(
-                    set_payload=models.SetPayload(
-                        payload=cue_payload(str((r.payload or {}).get("content") or "")), points=[r.id]
+                    set_payload=models.SetPayload(  # (a packed ranking value would be stale: cleared)
+                        payload={
+                            **cue_payload(str((r.payload or {}).get("content") or "")),
+                            PACKED_FIELD: None,
+                        },
+                        points=[r.id],
                     )
                 )
                 for r in records

@@ -253,6 +253,7 @@ def set_cues(args: argparse.Namespace, prefix: str, *, strip: bool) -> None:
     from qdrant_client import QdrantClient, models  # noqa: PLC0415
 
     from engram_server.adapters.storage.qdrant_cues import CUE_FIELDS, cue_payload  # noqa: PLC0415
+    from engram_server.adapters.storage.qdrant_grpc import PACKED_FIELD  # noqa: PLC0415
 
     client = QdrantClient(url=args.qdrant_url, grpc_port=args.qdrant_grpc_port, timeout=600)
     qname = prefix + DEFAULT_COLLECTION
@@ -262,8 +263,11 @@ def set_cues(args: argparse.Namespace, prefix: str, *, strip: bool) -> None:
                 must_not=[models.IsEmptyCondition(is_empty=models.PayloadField(key=CUE_FIELDS[0]))]
             )
             if client.count(qname, count_filter=having, exact=True).count:
-                client.delete_payload(
-                    qname, keys=list(CUE_FIELDS), points=models.FilterSelector(filter=having), wait=True
+                client.delete_payload(  # (and the packed ranking value, which holds the cue too)
+                    qname,
+                    keys=[*CUE_FIELDS, PACKED_FIELD],
+                    points=models.FilterSelector(filter=having),
+                    wait=True,
                 )
                 print("node: rescoring cue fields removed from every point", flush=True)
                 wait_green(client, qname)
@@ -279,8 +283,12 @@ def set_cues(args: argparse.Namespace, prefix: str, *, strip: bool) -> None:
             )
             ops: list[models.UpdateOperation] = [
                 models.SetPayloadOperation(
-                    set_payload=models.SetPayload(
-                        payload=cue_payload(str((r.payload or {}).get("content") or "")), points=[r.id]
+                    set_payload=models.SetPayload(  # (a packed ranking value would be stale: cleared)
+                        payload={
+                            **cue_payload(str((r.payload or {}).get("content") or "")),
+                            PACKED_FIELD: None,
+                        },
+                        points=[r.id],
                     )
                 )
                 for r in records

@@ -3,9 +3,12 @@ revision's, in one process: a steady before/after for changes to the server stor
 
     .venv/bin/python bench/cpu_server_ab.py /tmp/base 8          # the baseline tree, rounds
     .venv/bin/python bench/cpu_server_ab.py /tmp/base 1 new      # and a cProfile of "new" (or "base")
+    .venv/bin/python bench/cpu_server_ab.py /tmp/base 8 --prefix s100_   # another collection
 
 Two servers run in this process on a Qdrant node at 127.0.0.1:6433 (gRPC 6434) that
-``bench/cpu.py --qdrant-url`` filled (collection ``cpubench_default``): one on the baseline
+``bench/cpu.py --qdrant-url`` filled (collection ``--prefix`` + ``default``, by default
+``cpubench_default``; a collection this tree's store wrote has each point's packed ranking value,
+one the baseline wrote may not): one on the baseline
 tree's ``QdrantStore`` (its ``qdrant.py``, ``qdrant_grpc.py`` and ``qdrant_cues.py`` loaded beside
 this tree's, so only those may differ), one on this tree's. Candidate/record caches, nearest
 lists and the reranker are off, the access counters' write is deferred past the run and the clock
@@ -19,6 +22,7 @@ the queries of each one's least thread CPU time.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import cProfile
 import dataclasses
@@ -39,8 +43,14 @@ from engram_server.domain.clock import ManualClock
 from engram_server.domain.service import SearchQuery
 from engram_server.testing import running_server
 
-BASE = Path(sys.argv[1])
-ROUNDS = int(sys.argv[2]) if len(sys.argv) > 2 else 10
+_ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+_ap.add_argument("base", type=Path, help="the baseline revision's source tree")
+_ap.add_argument("rounds", type=int, nargs="?", default=10)
+_ap.add_argument("profile", nargs="?", choices=["new", "base"], help="add a cProfile of this server")
+_ap.add_argument("--prefix", default="cpubench_", help="collection name prefix on the node")
+ARGS = _ap.parse_args()
+BASE = ARGS.base
+ROUNDS = ARGS.rounds
 
 
 def load(name, path):
@@ -83,7 +93,7 @@ async def main():
     svcs = {}
     async with __import__("contextlib").AsyncExitStack() as stack:
         for label, mod in (("base", base_q), ("new", new_q)):
-            st = mod.QdrantStore("http://127.0.0.1:6433", grpc_port=6434, prefix="cpubench_")
+            st = mod.QdrantStore("http://127.0.0.1:6433", grpc_port=6434, prefix=ARGS.prefix)
             tmp = stack.enter_context(tempfile.TemporaryDirectory())
             srv = await stack.enter_async_context(
                 running_server(
@@ -113,12 +123,12 @@ async def main():
                     await svc.search(q)
                     t = tc() - c0
                     best[label][i] = min(best[label][i], t)
-        if len(sys.argv) > 3:
+        if ARGS.profile:
             prof = cProfile.Profile(time.thread_time)
             prof.enable()
             for _ in range(2):
                 for q in queries:
-                    await svcs[sys.argv[3]].search(q)
+                    await svcs[ARGS.profile].search(q)
             prof.disable()
             pstats.Stats(prof).sort_stats("tottime").print_stats(30)
         m = {k: 1000 * sum(v) / len(v) for k, v in best.items()}

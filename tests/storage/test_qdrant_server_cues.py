@@ -25,6 +25,7 @@ from engram_client.proto.engram.v1 import memory_service_pb2 as s
 from engram_client.proto.engram.v1 import memory_service_pb2_grpc
 from engram_server.adapters.storage.qdrant import QdrantStore
 from engram_server.adapters.storage.qdrant_cues import CUE_FIELDS, CueMemo, stored_cue
+from engram_server.adapters.storage.qdrant_grpc import PACKED_FIELD
 from engram_server.app import EngramServer
 from engram_server.domain.clock import ManualClock
 from engram_server.domain.ranking import RescoreCue, rescore_cue
@@ -122,10 +123,10 @@ async def live(
 
 
 async def _strip_cues(store: QdrantStore) -> None:
-    """Make every point look written by an older release: no cue fields."""
+    """Make every point look written by an older release: no cue fields, no packed ranking value."""
     await store._c.delete_payload(
         store._qname(COLLECTION),
-        keys=list(CUE_FIELDS),
+        keys=[*CUE_FIELDS, PACKED_FIELD],
         points=models.FilterSelector(filter=models.Filter()),
         wait=True,
     )
@@ -148,8 +149,14 @@ async def _three_ways(
     with_cues, cue_reads = await _run(stub, reads, queries, limit)
     assert with_cues == await _from_texts(server, stub, queries, limit)
     await _strip_cues(store)
+    # The first search on the older points reads their ranking fields in one more retrieve (its
+    # candidate query asked for the packed value alone); from then on the query asks for them.
+    first, first_reads = await _run(stub, reads, queries[:1], limit)
     legacy, legacy_reads = await _run(stub, reads, queries, limit)
     assert legacy == with_cues
+    assert first == legacy[:1]
+    assert first_reads[0][0] == legacy_reads[0][0] + 1
+    assert first_reads[0][1] > legacy_reads[0][1]
     return with_cues, cue_reads, legacy_reads
 
 

@@ -42,6 +42,7 @@ from engram_server.adapters.storage.qdrant_grpc import (
     DENSE_VECTOR,
     NO_PAYLOAD,
     NO_VECTORS,
+    PACKED_FIELD,
     candidate_fields,
     dense_query,
     grpc_filter,
@@ -162,9 +163,13 @@ async def stores(qdrant_server: QdrantNode, prefix: str) -> AsyncIterator[tuple[
     try:
         await raw.create_collection(_spec())
         await raw.upsert("default", points)
-        # a fifth of the points as an older release wrote them: no cue fields
+        # a fifth of the points as an older release wrote them: no cue fields, no packed ranking
+        # value (and another fifth without the packed value only): a mixed collection
         stripped = models.PointIdsList(points=[p.record.id for p in points[::5]])
-        await raw._c.delete_payload(prefix + "default", keys=list(CUE_FIELDS), points=stripped, wait=True)
+        keys = [*CUE_FIELDS, PACKED_FIELD]
+        await raw._c.delete_payload(prefix + "default", keys=keys, points=stripped, wait=True)
+        unpacked = models.PointIdsList(points=[p.record.id for p in points[2::5]])
+        await raw._c.delete_payload(prefix + "default", keys=[PACKED_FIELD], points=unpacked, wait=True)
         assert raw._raw is not None, "a server store with gRPC reads through qdrant_grpc"
         old._raw = None  # qdrant-client's own calls and conversion: the path before
         yield raw, old
@@ -327,6 +332,10 @@ def _encoded_values() -> list[qg.Value]:
         ["a", ["b"]],
         {},
         {"k": {"n": [1, {"m": "v"}]}},
+        {"session": "s164", "channel": "email"},
+        {"": "empty key", "k": ""},
+        {"ü北": "x" * 300, "a": "b", "c": 1},
+        {"a": None},
     ]
     values = [json_to_value(v) for v in samples]
     values += [qg.Value(double_value=x) for x in (float("nan"), float("inf"), float("-inf"))]
@@ -723,8 +732,9 @@ async def test_odd_payloads_and_repeated_hits_give_the_clients_candidates(
         {"rescore_label": 5},
         {"rescore_questions": "0.5"},
     ]
-    for i, pid in enumerate(odd):
+    for i, pid in enumerate(odd):  # (by another program: the packed ranking value goes)
         await raw._c.set_payload(qname, payload=edits[i % len(edits)], points=[pid], wait=True)
+        await raw._c.delete_payload(qname, keys=[PACKED_FIELD], points=[pid], wait=True)
     rng = np.random.default_rng(17)
     sparse = SparseVector((1, 7, 13, 21), (1.0, 0.5, 2.0, 0.25))
     real = raw._raw.query_batch if raw._raw is not None else None

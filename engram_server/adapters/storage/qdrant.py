@@ -83,6 +83,7 @@ from engram_server.adapters.storage.qdrant_grpc import (
     DENSE_VECTOR,
     NO_PAYLOAD,
     NO_VECTORS,
+    PACKED_FIELD,
     SERVER_CANDIDATE_FIELDS,
     CandidateFields,
     RawPoints,
@@ -92,6 +93,8 @@ from engram_server.adapters.storage.qdrant_grpc import (
     exclude,
     grpc_filter,
     include,
+    pack_fields,
+    packed_fields,
     payload_of,
     point_key,
     prefetch,
@@ -247,12 +250,20 @@ class QdrantStore:
         #: ``prefer_grpc``; None otherwise: the client's own calls), see ``qdrant_grpc``.
         self._raw: RawPoints | None = None
         self._raw_search_params = search_params(self._search_params)
-        self._candidate_payload = include(SERVER_CANDIDATE_FIELDS)
+        #: The candidate query's payload: the packed ranking value alone (``PACKED_FIELD``), or with
+        #: the fields it packs for the collections in ``_unpacked``.
+        self._candidate_payload = include([PACKED_FIELD])
+        self._candidate_columns = include([PACKED_FIELD, *SERVER_CANDIDATE_FIELDS])
+        self._columns_payload = include(SERVER_CANDIDATE_FIELDS)
+        #: Collections whose latest candidate query found a point without a packed ranking value
+        #: (written before it, or by another program): their candidate queries ask for the
+        #: fields too, until one finds every point packed.
+        self._unpacked: set[str] = set()
         self._cue_payload = include([*CUE_FIELDS, "created_at", "content"])
         self._access_payload = include(ACCESS_FIELDS)
         #: A record's fields: not the ones kept for the candidate query alone (the script tag, the
-        #: rescoring cues), which the record leaves out.
-        self._record_payload = exclude(["script", *CUE_FIELDS])
+        #: rescoring cues, the packed ranking value), which the record leaves out.
+        self._record_payload = exclude(["script", *CUE_FIELDS, PACKED_FIELD])
         #: The server's collection names with this store's prefix, without it (``list_collections``),
         #: and when they were read (time.monotonic()); None: read them on the next call.
         self._names: frozenset[str] | None = None
@@ -576,7 +587,7 @@ class QdrantStore:
             models.PointStruct(
                 id=point_id(p.record.id),
                 vector=_qdrant_vector(spec, p, vec),
-                payload=_with_cue(record_to_payload(p.record), p.record.content),
+                payload=_packed(_with_cue(record_to_payload(p.record), p.record.content), collection),
             )
             for p, vec in zip(points, vectors, strict=True)
         ]
@@ -805,7 +816,9 @@ class QdrantStore:
         BM25 hit the third query did not score (deleted in between) is left out."""
         qname = self._qname(collection)
         query_filter = grpc_filter(filter_plan(flt))
-        fields = self._candidate_payload  # the cues too: rescore_cues reads no record after
+        # the cues too (rescore_cues reads no record after): packed, or with the fields themselves
+        packed_only = collection not in self._unpacked
+        fields = self._candidate_payload if packed_only else self._candidate_columns
         with_vectors = out.vecs is not None
         queries = [
             raw_query(
@@ -849,18 +862,16 @@ class QdrantStore:
         hits = responses[0]
         keys = [h.id.uuid or str(h.id.num) for h in hits]  # point_key (a UUID is never empty)
         cosine: list[float] = [h.score for h in hits]
-        rows: list[CandidateFields | None] = [candidate_fields(h.payload) for h in hits]
-        if None in rows:  # a payload not as Engram writes it: decoded in full
-            rows = [
-                _decoded_fields(key, payload_of(h.payload), collection) if row is None else row
-                for key, h, row in zip(keys, hits, rows, strict=True)
-            ]
+        payloads = [h.payload for h in hits]
+        # (None: no packed value; read from the fields below)
+        rows: list[CandidateFields | None] = [packed_fields(p) for p in payloads]
         vecs: list[Vector | None] | None = [dense_of(h) for h in hits] if with_vectors else None
         at = dict(zip(keys, range(len(keys)), strict=True))
         if len(at) < len(keys):  # (a point twice among the hits: its first row counts)
             first = sorted({key: i for i, key in reversed(list(enumerate(keys)))}.values())
             keys = [keys[i] for i in first]
             cosine = [cosine[i] for i in first]
+            payloads = [payloads[i] for i in first]
             rows = [rows[i] for i in first]
             vecs = None if vecs is None else [vecs[i] for i in first]
             at = dict(zip(keys, range(len(keys)), strict=True))
@@ -878,16 +889,25 @@ class QdrantStore:
                 cos = cosines.get(key)
                 if cos is None:  # not scored: deleted between the two queries
                     continue
-                row = candidate_fields(h.payload)
-                if row is None:
-                    row = _decoded_fields(key, payload_of(h.payload), collection)
                 at[key] = len(keys)
                 keys.append(key)
                 cosine.append(cos)
                 lexical.append(score)
-                rows.append(row)
+                payloads.append(h.payload)
+                rows.append(packed_fields(h.payload))
                 if vecs is not None:
                     vecs.append(dense_of(h))
+        if None in rows:
+            rows = await self._unpacked_rows(raw, collection, keys, payloads, rows, packed_only=packed_only)
+            if None in rows:  # (deleted since the query: left out)
+                kept = [i for i, row in enumerate(rows) if row is not None]
+                keys = [keys[i] for i in kept]
+                cosine = [cosine[i] for i in kept]
+                lexical = [lexical[i] for i in kept]
+                rows = [rows[i] for i in kept]
+                vecs = None if vecs is None else [vecs[i] for i in kept]
+        elif not packed_only:
+            self._unpacked.discard(collection)  # every point packed: the packed value alone next
         if not keys:
             return out.build()
         kinds, importance, created, until, scripts, cues = zip(*rows, strict=True)
@@ -904,6 +924,39 @@ class QdrantStore:
             lexical=lexical,
             vectors=vecs,
         )
+
+    async def _unpacked_rows(
+        self,
+        raw: RawPoints,
+        collection: str,
+        keys: Sequence[str],
+        payloads: Sequence[Any],
+        rows: list[CandidateFields | None],
+        *,
+        packed_only: bool,
+    ) -> list[CandidateFields | None]:
+        """``rows`` with those of the points without a packed ranking value read from their fields:
+        from the candidate query's answer when it asked for them, else read in one ``Get`` (the
+        collection then asks for them until a query finds every point packed; a point deleted
+        in between stays None)."""
+        gaps = [i for i, row in enumerate(rows) if row is None]
+        if not packed_only:
+            out = list(rows)
+            for i in gaps:
+                row = candidate_fields(payloads[i])
+                if row is None:  # a payload not as Engram writes it: decoded in full
+                    row = _decoded_fields(keys[i], payload_of(payloads[i]), collection)
+                out[i] = row
+            return out
+        self._unpacked.add(collection)
+        qname, sel = self._qname(collection), self._columns_payload
+        wanted = [keys[i] for i in gaps]
+        got = dict(await self._call("retrieve", lambda: raw.get(qname, wanted, sel), collection=collection))
+        out = list(rows)
+        for i in gaps:
+            payload = got.get(keys[i])
+            out[i] = None if payload is None else _decoded_fields(keys[i], payload, collection)
+        return out
 
     async def rescore_cues(self, collection: str, ids: Sequence[str]) -> dict[str, tuple[RescoreCue, float]]:
         """By id, the rescoring cue and ``created_at`` of each point (``RescoreCueSource``): as the
@@ -1261,16 +1314,22 @@ class QdrantStore:
         if not encoded:
             return
         qname = self._qname(collection)
-        wanted: list[models.ExtendedPointId] = list(encoded)
-        found = await self._call(
-            "retrieve",
-            lambda: self._c.retrieve(qname, ids=wanted, with_payload=False, with_vectors=False),
-            collection=collection,
-        )
-        existing = {str(r.id) for r in found}
         for payload in encoded.values():
             if "content" in payload:  # the cue follows the text
                 payload.update(cue_payload(str(payload["content"] or "")))
+        # The packed ranking value follows the fields it is made of: computed from the stored
+        # fields with the change, written with it, then checked (below).
+        ranked = {pid for pid, payload in encoded.items() if _RANKED.intersection(payload)}
+        wanted: list[models.ExtendedPointId] = list(encoded)
+        fields: list[str] | bool = list(SERVER_CANDIDATE_FIELDS) if ranked else False
+        found = await self._call(
+            "retrieve",
+            lambda: self._c.retrieve(qname, ids=wanted, with_payload=fields, with_vectors=False),
+            collection=collection,
+        )
+        existing = {str(r.id): r.payload or {} for r in found}
+        for pid in ranked & existing.keys():
+            encoded[pid][PACKED_FIELD] = _pack({**existing[pid], **encoded[pid]}, collection)
         ops: list[models.UpdateOperation] = [
             models.SetPayloadOperation(set_payload=models.SetPayload(payload=payload, points=[pid]))
             for pid, payload in encoded.items()
@@ -1280,6 +1339,44 @@ class QdrantStore:
             await self._call(
                 "set fields",
                 lambda: self._c.batch_update_points(qname, update_operations=ops, wait=True),
+                collection=collection,
+            )
+        if ranked & existing.keys():
+            await self._check_packed(collection, sorted(ranked & existing.keys()))
+
+    async def _check_packed(self, collection: str, ids: list[str]) -> None:
+        """Clear the packed ranking value of those of ``ids`` whose value is not the one of their
+        fields as stored now: another writer (another Engram replica) changed a field between
+        ``set_fields``' read and its write. A point without a packed value is read through its
+        fields, so clearing is always right; each writer checks after its own write, so the last
+        write to a point is always checked."""
+        qname = self._qname(collection)
+        wanted: list[models.ExtendedPointId] = list(ids)
+        found = await self._call(
+            "retrieve",
+            lambda: self._c.retrieve(
+                qname, ids=wanted, with_payload=[PACKED_FIELD, *SERVER_CANDIDATE_FIELDS], with_vectors=False
+            ),
+            collection=collection,
+        )
+        stale: list[models.ExtendedPointId] = []
+        for r in found:
+            payload = r.payload or {}
+            packed = payload.get(PACKED_FIELD)
+            if packed is not None and packed != _pack(payload, collection):
+                stale.append(r.id)
+        if stale:
+            log.warning(
+                "Qdrant collection %s: %d points' ranking fields changed during an update; "
+                "their packed ranking value is cleared (they are read field by field)",
+                qname,
+                len(stale),
+            )
+            await self._call(
+                "set fields",
+                lambda: self._c.set_payload(
+                    qname, payload={PACKED_FIELD: None}, points=models.PointIdsList(points=stale), wait=True
+                ),
                 collection=collection,
             )
 
@@ -1332,11 +1429,33 @@ class QdrantStore:
         return counters
 
 
+#: The payload fields the packed ranking value is made of.
+_RANKED: frozenset[str] = frozenset(SERVER_CANDIDATE_FIELDS)
+
+
 def _decoded_fields(key: str, payload: Mapping[str, Any], collection: str) -> CandidateFields:
     """``candidate_fields`` of a payload decoded in full (raises ``StorageUnavailable`` when its
     ranking fields are unreadable)."""
     kind, importance, created, until, script, _, _ = rank_fields(key, payload, collection)
     return kind, importance, created, until, script, stored_cue(payload)
+
+
+def _pack(payload: Mapping[str, Any], collection: str) -> list[Any] | None:
+    """The packed ranking value (``PACKED_FIELD``) of a payload's fields; None when they are
+    unreadable or cannot be packed (a search then reads the fields themselves)."""
+    try:
+        row = _decoded_fields("", payload, collection)
+    except StorageUnavailable:
+        return None
+    return pack_fields(row)
+
+
+def _packed(payload: dict[str, Any], collection: str) -> dict[str, Any]:
+    """A new point's payload with its packed ranking value (none when it cannot be packed)."""
+    packed = _pack(payload, collection)
+    if packed is not None:
+        payload[PACKED_FIELD] = packed
+    return payload
 
 
 def _with_cue(payload: dict[str, Any], content: str) -> dict[str, Any]:

@@ -4,7 +4,8 @@ A search rescores its best candidates from two cues of their text (the lead labe
 question sentences, :class:`engram_server.domain.ranking.RescoreCue`). The server store writes both
 into payload fields (``rescore_questions``, ``rescore_label``) when a point's text is written
 (``upsert``, or ``set_fields`` of ``content``), and the search's own candidate query returns them
-beside the ranking fields. What a query returned is remembered in a small bounded memo
+beside the ranking fields (on a server, inside the packed ranking value that holds both:
+``qdrant_grpc.PACKED_FIELD``). What a query returned is remembered in a small bounded memo
 (:class:`CueMemo`), which ``QdrantStore.rescore_cues`` answers from: a search reads no record to
 rescore. (Two flat fields, not one nested object: the client decodes every payload value of every
 candidate, and a nested object costs one more recursion per point.)

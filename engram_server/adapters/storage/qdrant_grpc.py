@@ -18,8 +18,11 @@ straight from the bytes, any other through ``Value`` and ``value_to_json``), and
 packed floats stay as bytes, read with ``numpy.frombuffer``. Building a ``Value`` message per
 payload field and a Python float per vector component was most of the decoding's cost.
 
-A candidate's ranking fields and cue are read straight from those bytes (:func:`candidate_fields`)
-when its payload is as Engram writes it; any other payload is decoded in full.
+A candidate's ranking fields and cue are read from one packed payload value the server store
+writes beside them (:data:`PACKED_FIELD`, :func:`packed_fields`: one ``struct`` unpack and a lookup
+of its strings), or, for a point without it, straight from the fields' bytes
+(:func:`candidate_fields`) when its payload is as Engram writes it; any other payload is decoded in
+full.
 
 Only the search's reads and writes go this way (the candidate query, the winners' records, the cue
 fallback, the collection list and specs, and the access counters' read and write: ``set_payloads``,
@@ -64,6 +67,7 @@ __all__ = [
     "LITE_POOL",
     "NO_PAYLOAD",
     "NO_VECTORS",
+    "PACKED_FIELD",
     "SERVER_CANDIDATE_FIELDS",
     "CandidateFields",
     "Hit",
@@ -74,6 +78,8 @@ __all__ = [
     "exclude",
     "grpc_filter",
     "include",
+    "pack_fields",
+    "packed_fields",
     "payload_of",
     "point_key",
     "prefetch",
@@ -187,10 +193,41 @@ def _strings(data: bytes) -> list[str] | None:
     return out
 
 
+def _string_struct(data: bytes) -> dict[str, str] | None:
+    """The object a ``struct_value`` encodes when each of its values is a string (a memory's
+    metadata); None for anything else."""
+    size, at = _varint(data, 1)
+    end = at + size
+    if end != len(data):
+        return None
+    out: dict[str, str] = {}
+    while at < end:
+        if data[at] != 0x0A:  # Struct.fields (field 1): a map entry
+            return None
+        size, at = _varint(data, at + 1)
+        entry_end = at + size
+        if data[at] != 0x0A:  # its key (field 1; an empty key is not encoded: not read here)
+            return None
+        size, at = _varint(data, at + 1)
+        key = data[at : at + size].decode()
+        at += size
+        if data[at] != 0x12:  # its value (field 2)
+            return None
+        size, at = _varint(data, at + 1)
+        if at + size != entry_end or data[at] != 0x22:
+            return None
+        size, at = _varint(data, at + 1)
+        if at + size != entry_end:
+            return None
+        out[key] = data[at:entry_end].decode()
+        at = entry_end
+    return out
+
+
 def value_of(data: bytes) -> Any:
     """One payload value from its encoded ``Value`` bytes: what ``value_to_json`` gives of the
     ``Value`` they encode. A string, a finite double, an integer, a boolean, null, a list of
-    strings or an empty object as the server encodes them are read straight from the bytes;
+    strings or an object of strings as the server encodes them are read straight from the bytes;
     anything else (other lists and objects, non-finite doubles, any other encoding) through
     ``Value`` and ``value_to_json``."""
     try:
@@ -212,8 +249,12 @@ def value_of(data: bytes) -> Any:
             strings = _strings(data)
             if strings is not None:
                 return strings
-        elif data == _EMPTY_STRUCT:
-            return {}
+        elif tag == 0x32:  # struct_value (field 6): an object of strings (metadata) read here
+            if data == _EMPTY_STRUCT:
+                return {}
+            strings_of = _string_struct(data)
+            if strings_of is not None:
+                return strings_of
         elif data == _NULL:
             return None
         elif data == _TRUE:
@@ -398,6 +439,99 @@ def candidate_fields(payload: Mapping[str, bytes]) -> CandidateFields | None:
             if len(_CUES) < _SHARED_MAX:
                 _CUES[cue_key] = cue
     return kind, level, created, until, script, cue
+
+
+#: The payload field that holds a point's :data:`CandidateFields` in one value, written by the
+#: server store beside the fields it is made of (:func:`pack_fields`): a list of four numbers,
+#: importance, ``created_at``, ``valid_until`` and the cue's questions share (-1 when the point has
+#: no stored cue), then strings: the type, the script tag and, when the cue has one, its label.
+#: The candidate query reads this one field instead of the seven (:func:`packed_fields`).
+PACKED_FIELD: Final = "ranking"
+
+#: The packed value's four numbers as the server encodes them: a list item each (``0x0A``, its
+#: size 9) holding a ``double_value`` (``0x11`` and 8 bytes).
+_PACKED_NUMBERS: Final = struct.Struct("<3sd3sd3sd3sd")
+_PACKED_ITEM: Final = b"\x0a\x09\x11"
+#: The packed value's strings (type, script, label) as their bytes → what they give (few distinct).
+_PACKED_TAILS: dict[bytes, tuple[MemoryType, str, str | None]] = {}
+#: (questions share, label) → the cue (the few distinct cues).
+_PACKED_CUES: dict[tuple[float, str | None], RescoreCue] = {}
+_TYPE_OF_NAME: Final[dict[str, MemoryType]] = {t.value: t for t in MemoryType}
+
+
+def pack_fields(row: CandidateFields) -> list[Any] | None:
+    """The :data:`PACKED_FIELD` value of a point whose candidate fields are ``row`` (None when
+    they cannot be packed: a number that is not finite, a negative questions share)."""
+    kind, importance, created, until, script, cue = row
+    share = -1.0 if cue is None else float(cue.question_share)
+    numbers = [float(importance), float(created), float(until), share]
+    if not all(math.isfinite(x) for x in numbers) or (cue is not None and share < 0.0):
+        return None
+    out: list[Any] = [*numbers, kind.value, script]
+    if cue is not None and cue.label is not None:
+        out.append(cue.label)
+    return out
+
+
+def _packed_tail(data: bytes) -> tuple[MemoryType, str, str | None] | None:
+    """The strings of a packed value (its list items after the numbers), or None."""
+    out: list[str] = []
+    at, end = 0, len(data)
+    while at < end:
+        if data[at] != 0x0A:
+            return None
+        size, at = _varint(data, at + 1)
+        item_end = at + size
+        if item_end > end or data[at] != 0x22:
+            return None
+        size, at = _varint(data, at + 1)
+        if at + size != item_end:
+            return None
+        out.append(data[at:item_end].decode())
+        at = item_end
+    kind = _TYPE_OF_NAME.get(out[0]) if len(out) in (2, 3) else None
+    if kind is None:
+        return None
+    return kind, out[1], out[2] if len(out) == 3 else None
+
+
+def packed_fields(payload: Mapping[str, bytes]) -> CandidateFields | None:
+    """A candidate's fields from its :data:`PACKED_FIELD` value (of :data:`LITE_POOL`): what
+    :func:`candidate_fields` gives of the fields it packs. None when the payload has no packed
+    value as the store writes it (absent, null, any other layout): the caller reads the fields
+    themselves."""
+    data = payload.get(PACKED_FIELD)
+    if data is None or len(data) < 48 or data[0] != 0x3A:
+        return None
+    try:
+        size, at = (data[1], 2) if data[1] < 0x80 else _varint(data, 1)
+        if at + size != len(data):
+            return None
+        item1, importance, item2, created, item3, until, item4, share = _PACKED_NUMBERS.unpack_from(data, at)
+        if not item1 == item2 == item3 == item4 == _PACKED_ITEM:
+            return None
+        total = importance + created + until + share
+        if total - total != 0.0:  # (one not finite, or too large to add: read the fields)
+            return None
+        tail = data[at + 44 :]
+        names = _PACKED_TAILS.get(tail)
+        if names is None:
+            names = _packed_tail(tail)
+            if names is None:
+                return None
+            if len(_PACKED_TAILS) < _SHARED_MAX:
+                _PACKED_TAILS[tail] = names
+    except (IndexError, UnicodeDecodeError):  # cut short, or not text
+        return None
+    kind, script, label = names
+    if share < 0.0:
+        return kind, importance, created, until, script, None
+    cue = _PACKED_CUES.get((share, label))
+    if cue is None:
+        cue = NO_CUE if share == 0.0 and label is None else RescoreCue(label, share)
+        if len(_PACKED_CUES) < _SHARED_MAX:
+            _PACKED_CUES[(share, label)] = cue
+    return kind, importance, created, until, script, cue
 
 
 def payload_of(payload: Mapping[str, bytes]) -> dict[str, Any]:

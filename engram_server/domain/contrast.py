@@ -374,6 +374,12 @@ _EN_NOUN_BEFORE = frozenset(_EN_NOUN_BEFORE_TEXT.split())
 #: How far up WordNet's verb hierarchy a more general verb may be and still name the same act
 #: (buy → get: "bought the tickets" / "got the tickets").
 VERB_DEPTH = 2
+#: How many of a verb's most frequent WordNet senses (WordNet lists them by frequency) count when
+#: two verbs are compared as one act: a rare sense makes near any two common verbs kin (teach /
+#: learn through learn's fifth sense "impart skills", take / get through take's 42nd). Four keeps
+#: book / reserve (reserve's fourth sense) and phone / call (call's third) one act; chosen by
+#: probing everyday verb pairs, not from the pair sets that measure it.
+ACT_SENSES = 4
 
 
 @lru_cache(maxsize=4096)
@@ -429,10 +435,12 @@ def _verb_lemmas(word: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys([low, *lemminflect.getAllLemmas(low).get("VERB", ())]))
 
 
-def _verb_senses(word: str) -> set[int]:
+def _verb_senses(word: str, most: int | None = None) -> set[int]:
+    """The WordNet verb synsets of ``word``'s lemmas (with ``most``: each lemma's ``most`` most
+    frequent senses only)."""
     wn = wordnet.open_wordnet()
     assert wn is not None
-    return {o for v in _verb_lemmas(word) for o in wn.offsets("v", v)}
+    return {o for v in _verb_lemmas(word) for o in wn.offsets("v", v)[:most]}
 
 
 @lru_cache(maxsize=65536)
@@ -443,7 +451,7 @@ def same_act(a: str, b: str) -> bool:
     the other, at most :data:`VERB_DEPTH` steps up WordNet's verb hierarchy (buy → get)."""
     if set(_verb_lemmas(a)) & set(_verb_lemmas(b)) or _co_senses(a, b):
         return True
-    sa, sb = _verb_senses(a), _verb_senses(b)
+    sa, sb = _verb_senses(a, ACT_SENSES), _verb_senses(b, ACT_SENSES)
     if sa & sb:
         return True
     up_a = {h for o in sa for h in _ancestors("v", o, VERB_DEPTH)}
@@ -603,7 +611,8 @@ def contrasting(existing: str, new: str) -> dict[str, tuple[tuple[str, ...], tup
 
 def _synonyms(x: str, y: str) -> bool:
     """Whether words ``x`` and ``y`` (one script) are one thing: English words sharing a WordNet
-    synset in a part of speech both are commonly used as (sofa / couch, flat / apartment) or given
+    synset (for verbs, among their :data:`ACT_SENSES` most frequent senses) in a part of speech
+    both are commonly used as (sofa / couch, flat / apartment) or given
     as senses of the same CC-CEDICT headwords (prefer / like), Chinese
     words one of whose CC-CEDICT glosses contains the other's (电脑 "computer" / 计算机 "computer;
     calculator"), or the same lemma ("bought" / "buys")."""
@@ -621,7 +630,10 @@ def _synonyms(x: str, y: str) -> bool:
             return True
         common = _parts_of_speech(la) & _parts_of_speech(lb)
         for pos in common:
-            if {o for w in la for o in wn.offsets(pos, w)} & {o for w in lb for o in wn.offsets(pos, w)}:
+            most = ACT_SENSES if pos == "v" else None  # (as for one act: a verb's rare senses don't count)
+            if {o for w in la for o in wn.offsets(pos, w)[:most]} & {
+                o for w in lb for o in wn.offsets(pos, w)[:most]
+            }:
                 return True
     return False
 

@@ -34,6 +34,13 @@ def _kinds(existing: str, new: str) -> list[tuple[str, tuple[str, ...], tuple[st
         ("Maria painted the garden fence.", "Maria repaired the garden fence.", "painted", "repaired"),
         ("The user walks the dog every evening.", "The user feeds the dog every evening.", "walks", "feeds"),
         ("Omar read the contract on Friday.", "Omar signed the contract on Friday.", "read", "signed"),
+        # one WordNet synset only in learn's fifth sense ("impart skills"): not one act
+        (
+            "Priya taught the new song on Monday.",
+            "Priya learned the new song on Monday.",
+            "taught",
+            "learned",
+        ),
         ("我们取消了订阅。", "我们续订了订阅。", "取消", "续订"),
         ("用户删除了旧的备份。", "用户归档了旧的备份。", "删除", "归档"),
         ("用户每天晚上遛狗。", "用户每天晚上喂狗。", "遛狗", "喂狗"),  # compared by what differs: 遛 / 喂
@@ -60,6 +67,7 @@ def test_another_verb_on_the_same_thing_is_an_action_conflict(
         ("Grace mended the torn jacket.", "Grace repaired the torn jacket."),
         ("Aisha started a pottery course.", "Aisha began a pottery course."),
         ("Sofia chose the blue curtains.", "Sofia picked the blue curtains."),
+        ("Lena booked a table for Friday.", "Lena reserved a table for Friday."),  # reserve's 4th sense
         ("李娜上周买了一台洗衣机。", "李娜上周购买了一台洗衣机。"),  # glossed "to buy" both
         ("王芳周一收到了快递。", "王芳周一接到了快递。"),  # glossed "to receive" both
     ],

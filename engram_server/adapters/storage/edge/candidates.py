@@ -8,7 +8,7 @@ import math
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from itertools import repeat
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from typing import Any
 
 import numpy as np
@@ -61,6 +61,8 @@ _LIVENESS_MARGIN = 16
 _TEXT_FIELDS = ("content", "created_at", "superseded_by")
 #: Queries restricted to a few ids: the original vectors (a score threshold applies to exact scores).
 _EXACT_PARAMS = qe.SearchParams(quantization=qe.QuantizationSearchParams(ignore=True))
+#: An engine hit's fields, and an engine id's integer (read column by column: ``hits``).
+_ID, _SCORE, _VECTOR, _INT = attrgetter("id"), attrgetter("score"), attrgetter("vector"), attrgetter("int")
 
 
 class _Hit:
@@ -431,28 +433,15 @@ class EdgeCandidates(EdgeEngine):
                 """(rank key, score, vector, engine id) of each hit; its ranking fields are then in
                 ``ranks``.
                 Ids are read as ``.int`` (``str()`` of the engine's ``uuid.UUID`` costs more than
-                a microsecond a hit); the canonical text id is the ranking fields' last one. One
-                pass a hit: each attribute of an engine hit is read once (a read converts it
-                anew), and whether its ranking fields are known is checked in the same loop."""
-                rows: list[Row] = []
-                append = rows.append
-                missing: list[Any] = []
-                if with_vectors:
-                    for h in found:
-                        pid = h.id
-                        k = pid.int
-                        if k not in ranks:
-                            missing.append(pid)
-                        append((k, h.score, h.vector, pid))
-                else:
-                    for h in found:
-                        pid = h.id
-                        k = pid.int
-                        if k not in ranks:
-                            missing.append(pid)
-                        append((k, h.score, None, pid))
-                if missing:
-                    fetch_ranks(missing, rows)
+                a microsecond a hit); the canonical text id is the ranking fields' last one. Column
+                by column, each a C-level pass (a fifth cheaper than a Python loop a hit); each
+                attribute of an engine hit is read once (a read converts it anew)."""
+                pids = list(map(_ID, found))
+                keys = list(map(_INT, pids))
+                vectors = list(map(_VECTOR, found)) if with_vectors else [None] * len(pids)
+                rows: list[Row] = list(zip(keys, map(_SCORE, found), vectors, pids, strict=True))
+                if not all(map(ranks.__contains__, keys)):
+                    fetch_ranks([pid for k, pid in zip(keys, pids, strict=True) if k not in ranks], rows)
                 return rows
 
             def live_first(
@@ -475,12 +464,19 @@ class EdgeCandidates(EdgeEngine):
             lexical_id: dict[int, Any] = {}  # the engine's id objects (cheaper to send back than text)
             if lexical:
                 assert lexical_found is not None
-                found_lexical = hits(lexical_found)
                 if post:
+                    # The first ``lexical_n`` hits first: when all are live (the usual case) the
+                    # margin's hits are never read (each id read makes a ``uuid.UUID``).
+                    found_lexical = hits(lexical_found[:lexical_n])
                     kept = live_first(found_lexical, lexical_n, lexical_limit_asked, None)
+                    if kept is None or len(kept) < lexical_n:
+                        found_lexical += hits(lexical_found[lexical_n:])
+                        kept = live_first(found_lexical, lexical_n, lexical_limit_asked, None)
                     if kept is None:
                         kept = hits(col.shard.query(sparse_request(lexical_n, edge_filter())))
                     found_lexical = kept
+                else:
+                    found_lexical = hits(lexical_found)
                 for k, score, _, pid in found_lexical:
                     if score > 0:
                         lexical_score[k] = score

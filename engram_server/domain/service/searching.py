@@ -77,6 +77,10 @@ _candidate_cache = _meter.create_counter(
 )
 
 
+#: Query texts whose BM25 vector is kept (``ServiceCore._sparse_cache``).
+_SPARSE_CACHE_ENTRIES: Final = 1024
+
+
 def _sigmoid(x: float) -> float:
     return 1.0 / (1.0 + math.exp(-x)) if x >= 0 else math.exp(x) / (1.0 + math.exp(x))
 
@@ -107,7 +111,18 @@ class _Query:
     def sparse(self) -> SparseVector | None:
         if self._sparse is None:
             lexical = self._svc._lexical
-            self._sparse = (lexical.encode_query(self.text) if lexical is not None else None,)
+            if lexical is None:
+                self._sparse = (None,)
+                return None
+            cache = self._svc._sparse_cache
+            vector = cache.get(self.text)
+            if vector is None:
+                vector = cache[self.text] = lexical.encode_query(self.text)
+                if len(cache) > _SPARSE_CACHE_ENTRIES:
+                    cache.popitem(last=False)
+            else:
+                cache.move_to_end(self.text)
+            self._sparse = (vector,)
         return self._sparse[0]
 
 

@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from itertools import repeat
 from operator import attrgetter, itemgetter
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import qdrant_edge as qe
@@ -27,6 +27,7 @@ from engram_server.adapters.storage.payload import (
     CANDIDATE_FIELDS,
     LEXICAL_VECTOR,
     CandidateBuilder,
+    RankFields,
     as_vector,
     candidate_columns,
     canonical_ids,
@@ -89,11 +90,12 @@ def _know_ranks(col: _Collection, engine_ids: Mapping[int, Any]) -> None:
 def _scored(col: _Collection, hits: Sequence[Any], *, with_vectors: bool) -> list[ScoredPoint]:
     out = []
     for h in hits:
-        payload = col.counters(h.id, h.payload)
+        pid = h.id  # (read once: an engine hit's id is a new ``uuid.UUID`` at each read)
+        payload = col.counters(pid, h.payload)
         vector = h.vector if with_vectors else None
         out.append(
             ScoredPoint(
-                record_from_payload(h.id, col.spec.name, payload),
+                record_from_payload(pid, col.spec.name, payload),
                 float(h.score),
                 as_vector(vector) if vector is not None else None,
                 script=str(payload.get("script") or ""),
@@ -429,31 +431,47 @@ class EdgeCandidates(EdgeEngine):
                     fetch_ranks(missing, rows)
                 return rows
 
-            def hits(found: Sequence[Any]) -> list[Row]:
-                """(rank key, score, vector, engine id) of each hit; its ranking fields are then in
-                ``ranks``.
+            def hits_known(found: Sequence[Any]) -> tuple[list[Row], list[RankFields]]:
+                """(rank key, score, vector, engine id) of each hit, and its ranking fields (then
+                in ``ranks``).
                 Ids are read as ``.int`` (``str()`` of the engine's ``uuid.UUID`` costs more than
                 a microsecond a hit); the canonical text id is the ranking fields' last one. Column
                 by column, each a C-level pass (a fifth cheaper than a Python loop a hit); each
-                attribute of an engine hit is read once (a read converts it anew)."""
+                attribute of an engine hit is read once (a read converts it anew), and each
+                point's ranking fields are looked up once (the first touch of a large dict's
+                entries is what costs)."""
                 pids = list(map(_ID, found))
                 keys = list(map(_INT, pids))
                 vectors = list(map(_VECTOR, found)) if with_vectors else [None] * len(pids)
                 rows: list[Row] = list(zip(keys, map(_SCORE, found), vectors, pids, strict=True))
-                if not all(map(ranks.__contains__, keys)):
-                    fetch_ranks([pid for k, pid in zip(keys, pids, strict=True) if k not in ranks], rows)
-                return rows
+                got = list(map(ranks.get, keys))
+                if all(got):
+                    return rows, cast(list[RankFields], got)
+                fetch_ranks([pid for pid, f in zip(pids, got, strict=True) if f is None], rows)
+                return rows, list(map(ranks.__getitem__, keys))
+
+            def hits(found: Sequence[Any]) -> list[Row]:
+                """``hits_known``'s rows."""
+                return hits_known(found)[0]
 
             def live_first(
-                rows: list[Row], n: int, asked: int, keep: Callable[[int], bool] | None
+                rows: list[Row],
+                n: int,
+                asked: int,
+                keep: Callable[[int], bool] | None,
+                fields: list[RankFields] | None = None,
             ) -> list[Row] | None:
                 """The first ``n`` live rows of an unfiltered answer to ``asked`` (and any later
                 live ones ``keep`` wants); None when the margin held too few live ones (more dead
-                than the margin among the nearest: the engine must filter). (``is_live``, inlined:
-                a call a row is a fifth of this loop.)"""
+                than the margin among the nearest: the engine must filter). ``fields``: the rows'
+                ranking fields when known (else looked up). (``is_live``, inlined: a call a row
+                is a fifth of this loop.)"""
                 assert live_at is not None
                 at = live_at
-                live = [row for row in rows if (f := ranks[row[0]])[5] and f[3] > at]
+                if fields is None:
+                    live = [row for row in rows if (f := ranks[row[0]])[5] and f[3] > at]
+                else:
+                    live = [row for row, f in zip(rows, fields, strict=True) if f[5] and f[3] > at]
                 if len(live) < n and len(rows) >= asked:
                     return None
                 if keep is None or len(live) <= n:
@@ -467,11 +485,17 @@ class EdgeCandidates(EdgeEngine):
                 if post:
                     # The first ``lexical_n`` hits first: when all are live (the usual case) the
                     # margin's hits are never read (each id read makes a ``uuid.UUID``).
-                    found_lexical = hits(lexical_found[:lexical_n])
-                    kept = live_first(found_lexical, lexical_n, lexical_limit_asked, None)
+                    found_lexical, known_fields = hits_known(lexical_found[:lexical_n])
+                    kept = live_first(found_lexical, lexical_n, lexical_limit_asked, None, known_fields)
                     if kept is None or len(kept) < lexical_n:
-                        found_lexical += hits(lexical_found[lexical_n:])
-                        kept = live_first(found_lexical, lexical_n, lexical_limit_asked, None)
+                        more, more_fields = hits_known(lexical_found[lexical_n:])
+                        kept = live_first(
+                            found_lexical + more,
+                            lexical_n,
+                            lexical_limit_asked,
+                            None,
+                            known_fields + more_fields,
+                        )
                     if kept is None:
                         kept = hits(col.shard.query(sparse_request(lexical_n, edge_filter())))
                     found_lexical = kept
@@ -483,6 +507,7 @@ class EdgeCandidates(EdgeEngine):
                         lexical_id[k] = pid
             entry: NearestList | None = None
             how = "searched"
+            dense_fields: list[RankFields] | None = None  # (of ``dense``'s rows, when read with them)
             if kept_list is not None:
                 assert nearest is not None
                 entry = kept_list.entry
@@ -500,7 +525,7 @@ class EdgeCandidates(EdgeEngine):
                     how = "patched" if kept_list.changed else "reused"
             else:
                 assert dense_found is not None
-                dense = hits(dense_found)
+                dense, dense_fields = hits_known(dense_found)
             if nearest is not None:
                 _nearest_lists.add(1, {"engram.collection": collection, "engram.nearest_list": how})
                 if entry is None:
@@ -510,7 +535,7 @@ class EdgeCandidates(EdgeEngine):
             if post:
                 # (nearest live ones past the first ``limit`` stay when BM25 found them too:
                 # their cosine is known)
-                kept = live_first(dense, limit, dense_limit, lexical_score.__contains__)
+                kept = live_first(dense, limit, dense_limit, lexical_score.__contains__, dense_fields)
                 if kept is None:
                     kept = hits(col.shard.query(dense_request(limit, edge_filter())))
                 dense = kept

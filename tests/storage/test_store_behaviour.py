@@ -1241,3 +1241,50 @@ async def test_top_orders_by_a_field_and_filters_sessions_agents_triggers(store:
     assert [r.id for r in triggered] == [recs[4].id]
     with pytest.raises(ValueError):
         await store.top("default", StoreFilter(), 5, "content")
+
+
+@pytest.mark.parametrize("dead", [(), (1,), (0, 3, 4, 9)])
+async def test_lexical_candidates_are_the_best_live_ones_past_dead_ones(
+    store: Store, dead: tuple[int, ...]
+) -> None:
+    """The BM25 side of a search keeps the ``lexical_limit`` best-scoring live points: dead points
+    among the best ones (a history version, a draft, an expired memory) make room for the next
+    live ones, read from the embedded store's margin of extra hits; with none dead, exactly the
+    best ones. Every memory holds the query's word once in ever longer texts, so the BM25 order
+    is the order of their lengths."""
+    from engram_server.adapters.lexical import LEXICAL_ENCODER_ID, Bm25Encoder  # noqa: PLC0415
+
+    enc = Bm25Encoder()
+    await store.create_collection(replace(spec(), lexical=LEXICAL_ENCODER_ID))
+    rng = np.random.default_rng(90 + len(dead))
+    n, wanted = 30, 8
+    now = 10_000.0
+    kinds = dict(zip(dead, _DEAD_KINDS * 2, strict=False))
+    recs = [
+        maybe_dead(
+            kinds.get(i),
+            now,
+            content="walnut " + " ".join(f"filler{j}" for j in range(i + 1)),
+            until=now + 1000.0,
+        )
+        for i in range(n)
+    ]
+    await store.upsert(
+        "default",
+        [
+            StoredPoint(r, v, enc.encode_document(r.content))
+            for r, v in zip(recs, unit_vectors(n, rng), strict=True)
+        ],
+    )
+    found = await store.candidates(
+        "default",
+        unit_vectors(1, rng)[0],
+        1,
+        StoreFilter(live_at=now),
+        sparse=enc.encode_query("walnut"),
+        lexical_limit=wanted,
+    )
+    lexical = [pid for pid, score in zip(found.ids, found.lexical.tolist(), strict=True) if score > 0]
+    best_live = [r.id for i, r in enumerate(recs) if i not in kinds][:wanted]
+    assert set(lexical) == set(best_live)
+    assert set(found.ids).isdisjoint(recs[i].id for i in kinds)

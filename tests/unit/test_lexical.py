@@ -41,3 +41,33 @@ def test_indices_are_stable_across_processes() -> None:
     assert Bm25Encoder().encode_query("python").indices == (0xA4D4B8B8,)  # zlib.crc32(b"python")
     assert all(0 <= i < 2**32 for i in Bm25Encoder().encode_document("北京 咖啡馆 research").indices)
     assert not math.isnan(sum(Bm25Encoder().encode_document("x " * 500).values))
+
+
+def test_a_search_reuses_the_bm25_vector_of_a_recent_query_text() -> None:
+    """A search's query BM25 vector is the encoder's for its text, encoded once while the text is
+    among the recent ones (a bounded LRU), again once it has been pushed out."""
+    from collections import OrderedDict  # noqa: PLC0415
+    from types import SimpleNamespace  # noqa: PLC0415
+    from typing import Any, cast  # noqa: PLC0415
+
+    from engram_server.domain.service import searching  # noqa: PLC0415
+
+    enc = Bm25Encoder()
+    asked: list[str] = []
+
+    class Counting:
+        def encode_query(self, text: str) -> object:
+            asked.append(text)
+            return enc.encode_query(text)
+
+    svc = cast(Any, SimpleNamespace(_lexical=Counting(), _sparse_cache=OrderedDict()))
+    first = searching._Query(svc, "Where did Bob travel in May?").sparse()
+    assert first == enc.encode_query("Where did Bob travel in May?")
+    assert searching._Query(svc, "Where did Bob travel in May?").sparse() is first
+    assert asked == ["Where did Bob travel in May?"]
+    for i in range(searching._SPARSE_CACHE_ENTRIES):
+        searching._Query(svc, f"question {i}").sparse()
+    assert len(svc._sparse_cache) == searching._SPARSE_CACHE_ENTRIES
+    assert searching._Query(svc, "Where did Bob travel in May?").sparse() == first
+    assert asked.count("Where did Bob travel in May?") == 2
+    assert searching._Query(cast(Any, SimpleNamespace(_lexical=None)), "anything").sparse() is None

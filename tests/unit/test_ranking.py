@@ -22,6 +22,7 @@ from engram_server.domain.ranking import (
     hybrid_relevance,
     impute_blind_lexical,
     lead_label,
+    make_score,
     mmr_order,
     names_label,
     question_share,
@@ -414,3 +415,34 @@ def test_lexical_lift_never_lowers_relevance() -> None:
 
     lift = lexical_lift(np.array([0.9, 0.5, 0.5]), np.array([0.0, 0.0, 1.0]), HybridParams())
     assert lift.tolist() == pytest.approx([0.0, 0.0, 0.25])
+
+
+def test_make_score_builds_the_score_its_constructor_builds() -> None:
+    """Every field in its place (distinct values: a swapped pair shows), equal and hashing alike,
+    and still frozen."""
+    import dataclasses  # noqa: PLC0415
+
+    from engram_server.domain.ranking import Score  # noqa: PLC0415
+
+    values = (0.91, 0.72, 0.53, 0.4, 0.85, 0.06, 0.07, -0.04, 0.66)
+    made, plain = make_score(*values), Score(*values)
+    assert made == plain and hash(made) == hash(plain) and repr(made) == repr(plain)
+    assert dataclasses.astuple(made) == values
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.final = 1.0  # type: ignore[misc]
+
+
+def test_make_ranked_builds_the_candidate_its_constructor_builds() -> None:
+    import dataclasses  # noqa: PLC0415
+
+    from engram_server.domain.service.commands import _Ranked  # noqa: PLC0415
+    from engram_server.domain.service.searching import _make_ranked  # noqa: PLC0415
+
+    score = make_score(0.9, 0.7, 0.5, 0.4, 0.8, 0.1, 0.0, 0.0, 0.0)
+    vector = np.ones(3, dtype=np.float32)
+    made = _make_ranked("c", "id-1", score, vector, "latin", 0.25)
+    plain = _Ranked("c", "id-1", score, vector, "latin", 0.25)
+    assert [getattr(made, f.name) is getattr(plain, f.name) for f in dataclasses.fields(_Ranked)] == [
+        True
+    ] * 6
+    assert _make_ranked("c", "id-1", score, None, "", 0.0) == _Ranked("c", "id-1", score, None, "", 0.0)

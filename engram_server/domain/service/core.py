@@ -30,6 +30,7 @@ from engram_server.domain.model import (
     CollectionSpec,
     MemoryRecord,
     ScoredPoint,
+    SparseVector,
     StoredPoint,
     StoreFilter,
     Vector,
@@ -132,6 +133,9 @@ class ServiceCore:
         # counters were not written (the flush drops their entries). A read that overlaps a write
         # (a new generation or access epoch meanwhile) is not kept.
         self._record_cache: OrderedDict[tuple[str, str], tuple[int, MemoryRecord]] = OrderedDict()
+        #: BM25 query vectors of recent query texts, LRU-bounded (``searching._Query.sparse``): a
+        #: question asked again is not segmented and stemmed again (as its embedding is cached).
+        self._sparse_cache: OrderedDict[str, SparseVector] = OrderedDict()
         self._access_epoch: dict[str, int] = {}
         self._access_flush_scheduled = False
         self._flush_now = asyncio.Event()

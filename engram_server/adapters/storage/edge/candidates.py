@@ -8,8 +8,8 @@ import math
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from itertools import repeat
-from operator import itemgetter
-from typing import Any
+from operator import attrgetter, itemgetter
+from typing import Any, cast
 
 import numpy as np
 import qdrant_edge as qe
@@ -27,6 +27,7 @@ from engram_server.adapters.storage.payload import (
     CANDIDATE_FIELDS,
     LEXICAL_VECTOR,
     CandidateBuilder,
+    RankFields,
     as_vector,
     candidate_columns,
     canonical_ids,
@@ -61,6 +62,8 @@ _LIVENESS_MARGIN = 16
 _TEXT_FIELDS = ("content", "created_at", "superseded_by")
 #: Queries restricted to a few ids: the original vectors (a score threshold applies to exact scores).
 _EXACT_PARAMS = qe.SearchParams(quantization=qe.QuantizationSearchParams(ignore=True))
+#: An engine hit's fields, and an engine id's integer (read column by column: ``hits``).
+_ID, _SCORE, _VECTOR, _INT = attrgetter("id"), attrgetter("score"), attrgetter("vector"), attrgetter("int")
 
 
 class _Hit:
@@ -87,11 +90,12 @@ def _know_ranks(col: _Collection, engine_ids: Mapping[int, Any]) -> None:
 def _scored(col: _Collection, hits: Sequence[Any], *, with_vectors: bool) -> list[ScoredPoint]:
     out = []
     for h in hits:
-        payload = col.counters(h.id, h.payload)
+        pid = h.id  # (read once: an engine hit's id is a new ``uuid.UUID`` at each read)
+        payload = col.counters(pid, h.payload)
         vector = h.vector if with_vectors else None
         out.append(
             ScoredPoint(
-                record_from_payload(h.id, col.spec.name, payload),
+                record_from_payload(pid, col.spec.name, payload),
                 float(h.score),
                 as_vector(vector) if vector is not None else None,
                 script=str(payload.get("script") or ""),
@@ -427,44 +431,47 @@ class EdgeCandidates(EdgeEngine):
                     fetch_ranks(missing, rows)
                 return rows
 
-            def hits(found: Sequence[Any]) -> list[Row]:
-                """(rank key, score, vector, engine id) of each hit; its ranking fields are then in
-                ``ranks``.
+            def hits_known(found: Sequence[Any]) -> tuple[list[Row], list[RankFields]]:
+                """(rank key, score, vector, engine id) of each hit, and its ranking fields (then
+                in ``ranks``).
                 Ids are read as ``.int`` (``str()`` of the engine's ``uuid.UUID`` costs more than
-                a microsecond a hit); the canonical text id is the ranking fields' last one. One
-                pass a hit: each attribute of an engine hit is read once (a read converts it
-                anew), and whether its ranking fields are known is checked in the same loop."""
-                rows: list[Row] = []
-                append = rows.append
-                missing: list[Any] = []
-                if with_vectors:
-                    for h in found:
-                        pid = h.id
-                        k = pid.int
-                        if k not in ranks:
-                            missing.append(pid)
-                        append((k, h.score, h.vector, pid))
-                else:
-                    for h in found:
-                        pid = h.id
-                        k = pid.int
-                        if k not in ranks:
-                            missing.append(pid)
-                        append((k, h.score, None, pid))
-                if missing:
-                    fetch_ranks(missing, rows)
-                return rows
+                a microsecond a hit); the canonical text id is the ranking fields' last one. Column
+                by column, each a C-level pass (a fifth cheaper than a Python loop a hit); each
+                attribute of an engine hit is read once (a read converts it anew), and each
+                point's ranking fields are looked up once (the first touch of a large dict's
+                entries is what costs)."""
+                pids = list(map(_ID, found))
+                keys = list(map(_INT, pids))
+                vectors = list(map(_VECTOR, found)) if with_vectors else [None] * len(pids)
+                rows: list[Row] = list(zip(keys, map(_SCORE, found), vectors, pids, strict=True))
+                got = list(map(ranks.get, keys))
+                if all(got):
+                    return rows, cast(list[RankFields], got)
+                fetch_ranks([pid for pid, f in zip(pids, got, strict=True) if f is None], rows)
+                return rows, list(map(ranks.__getitem__, keys))
+
+            def hits(found: Sequence[Any]) -> list[Row]:
+                """``hits_known``'s rows."""
+                return hits_known(found)[0]
 
             def live_first(
-                rows: list[Row], n: int, asked: int, keep: Callable[[int], bool] | None
+                rows: list[Row],
+                n: int,
+                asked: int,
+                keep: Callable[[int], bool] | None,
+                fields: list[RankFields] | None = None,
             ) -> list[Row] | None:
                 """The first ``n`` live rows of an unfiltered answer to ``asked`` (and any later
                 live ones ``keep`` wants); None when the margin held too few live ones (more dead
-                than the margin among the nearest: the engine must filter). (``is_live``, inlined:
-                a call a row is a fifth of this loop.)"""
+                than the margin among the nearest: the engine must filter). ``fields``: the rows'
+                ranking fields when known (else looked up). (``is_live``, inlined: a call a row
+                is a fifth of this loop.)"""
                 assert live_at is not None
                 at = live_at
-                live = [row for row in rows if (f := ranks[row[0]])[5] and f[3] > at]
+                if fields is None:
+                    live = [row for row in rows if (f := ranks[row[0]])[5] and f[3] > at]
+                else:
+                    live = [row for row, f in zip(rows, fields, strict=True) if f[5] and f[3] > at]
                 if len(live) < n and len(rows) >= asked:
                     return None
                 if keep is None or len(live) <= n:
@@ -475,18 +482,32 @@ class EdgeCandidates(EdgeEngine):
             lexical_id: dict[int, Any] = {}  # the engine's id objects (cheaper to send back than text)
             if lexical:
                 assert lexical_found is not None
-                found_lexical = hits(lexical_found)
                 if post:
-                    kept = live_first(found_lexical, lexical_n, lexical_limit_asked, None)
+                    # The first ``lexical_n`` hits first: when all are live (the usual case) the
+                    # margin's hits are never read (each id read makes a ``uuid.UUID``).
+                    found_lexical, known_fields = hits_known(lexical_found[:lexical_n])
+                    kept = live_first(found_lexical, lexical_n, lexical_limit_asked, None, known_fields)
+                    if kept is None or len(kept) < lexical_n:
+                        more, more_fields = hits_known(lexical_found[lexical_n:])
+                        kept = live_first(
+                            found_lexical + more,
+                            lexical_n,
+                            lexical_limit_asked,
+                            None,
+                            known_fields + more_fields,
+                        )
                     if kept is None:
                         kept = hits(col.shard.query(sparse_request(lexical_n, edge_filter())))
                     found_lexical = kept
+                else:
+                    found_lexical = hits(lexical_found)
                 for k, score, _, pid in found_lexical:
                     if score > 0:
                         lexical_score[k] = score
                         lexical_id[k] = pid
             entry: NearestList | None = None
             how = "searched"
+            dense_fields: list[RankFields] | None = None  # (of ``dense``'s rows, when read with them)
             if kept_list is not None:
                 assert nearest is not None
                 entry = kept_list.entry
@@ -504,7 +525,7 @@ class EdgeCandidates(EdgeEngine):
                     how = "patched" if kept_list.changed else "reused"
             else:
                 assert dense_found is not None
-                dense = hits(dense_found)
+                dense, dense_fields = hits_known(dense_found)
             if nearest is not None:
                 _nearest_lists.add(1, {"engram.collection": collection, "engram.nearest_list": how})
                 if entry is None:
@@ -514,7 +535,7 @@ class EdgeCandidates(EdgeEngine):
             if post:
                 # (nearest live ones past the first ``limit`` stay when BM25 found them too:
                 # their cosine is known)
-                kept = live_first(dense, limit, dense_limit, lexical_score.__contains__)
+                kept = live_first(dense, limit, dense_limit, lexical_score.__contains__, dense_fields)
                 if kept is None:
                     kept = hits(col.shard.query(dense_request(limit, edge_filter())))
                 dense = kept

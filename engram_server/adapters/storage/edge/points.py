@@ -139,14 +139,19 @@ class EdgePoints(EdgeIndexes):
             wanted = canonical_ids(ids)
             if not wanted:
                 return []
-            records = col.shard.retrieve(list(wanted), True, with_vectors)
-            return [
-                StoredPoint(
-                    record_from_payload(r.id, collection, col.counters(r.id, r.payload)),
-                    as_vector(r.vector) if with_vectors and r.vector is not None else None,
+            out: list[StoredPoint] = []
+            for r in col.shard.retrieve(list(wanted), True, with_vectors):
+                # (each attribute of an engine record read once: a read converts it anew, and the
+                # id is a new ``uuid.UUID`` each time)
+                pid = r.id
+                vector = r.vector if with_vectors else None
+                out.append(
+                    StoredPoint(
+                        record_from_payload(pid, collection, col.counters(pid, r.payload)),
+                        as_vector(vector) if vector is not None else None,
+                    )
                 )
-                for r in records
-            ]
+            return out
 
         return await self._read(work)
 

@@ -177,13 +177,19 @@ def _strings(data: bytes) -> list[str] | None:
     end = at + size
     if end != len(data):
         return None
+    return _string_items(data, at, end)
+
+
+def _string_items(data: bytes, at: int, end: int) -> list[str] | None:
+    """The strings of the ``ListValue.values`` items in ``data[at:end]``; None when one is not a
+    string."""
     out: list[str] = []
     while at < end:
         if data[at] != 0x0A:  # ListValue.values (field 1)
             return None
         size, at = _varint(data, at + 1)
         item_end = at + size
-        if data[at] != 0x22:
+        if item_end > end or data[at] != 0x22:
             return None
         size, at = _varint(data, at + 1)
         if at + size != item_end:
@@ -475,20 +481,9 @@ def pack_fields(row: CandidateFields) -> list[Any] | None:
 
 def _packed_tail(data: bytes) -> tuple[MemoryType, str, str | None] | None:
     """The strings of a packed value (its list items after the numbers), or None."""
-    out: list[str] = []
-    at, end = 0, len(data)
-    while at < end:
-        if data[at] != 0x0A:
-            return None
-        size, at = _varint(data, at + 1)
-        item_end = at + size
-        if item_end > end or data[at] != 0x22:
-            return None
-        size, at = _varint(data, at + 1)
-        if at + size != item_end:
-            return None
-        out.append(data[at:item_end].decode())
-        at = item_end
+    out = _string_items(data, 0, len(data))
+    if out is None:
+        return None
     kind = _TYPE_OF_NAME.get(out[0]) if len(out) in (2, 3) else None
     if kind is None:
         return None

@@ -186,12 +186,9 @@ class _Dictionary:
                             one_word.add(bare if bare in EN_FUNCTION_WORDS else _stem(bare))
                         if _SKIP_SENSE.match(sense):
                             continue
-                        if (
-                            bare != sense.casefold()
-                            and sense.casefold().startswith("to ")
-                            and (not single or n < SINGLE_SENSES)
-                        ):
-                            words = _RE_GLOSS_WORD.findall(_RE_POSSESSOR.sub(" ", _RE_PAREN.sub(" ", bare)))
+                        if sense.casefold().startswith("to ") and (not single or n < SINGLE_SENSES):
+                            # (``bare``: no leading "to", no parentheses)
+                            words = _RE_GLOSS_WORD.findall(_RE_POSSESSOR.sub(" ", bare))
                             if words:
                                 verbs.add("_".join(_stem(w.casefold()) for w in words))
                         # a one-word qualifier is a sense too: 辣 "hot (spicy)"

@@ -94,6 +94,9 @@ def test_an_idle_connection_is_closed_after_the_idle_setting(tmp_path: Path) -> 
             time.sleep(0.05)
         # and the next call simply reconnects
         MemoryServiceStub(channel).ListCollections(s.ListCollectionsRequest(), timeout=30)
+        # (unsubscribed before the channel closes: grpc's polling thread otherwise may watch a
+        # closed channel and raise "Cannot monitor channel state: Channel closed!")
+        channel.unsubscribe(states.append)
 
 
 def test_every_bound_reaches_grpc() -> None:

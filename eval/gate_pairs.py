@@ -12,8 +12,9 @@ with ``AddMemory``. The gate's answer to ``b`` is scored:
   duplicate.
 
 Every pair carries a ``split``: ``tune`` pairs may be looked at while changing the gate; ``report``
-pairs are held out and only reported. Reports go to ``<out>/gate_pairs.json`` and
-``<out>/gate_pairs.md``.
+pairs are held out and only reported. The ``rs-f-*`` and ``df-f-*`` pairs are a report batch written
+blind, after the gate's methods were fixed, and never used to tune it. Reports go to
+``<out>/gate_pairs.json`` and ``<out>/gate_pairs.md``.
 
     python -m eval.gate_pairs                    # in-process server, reports under results/eval/
     python -m eval.gate_pairs --address host:port

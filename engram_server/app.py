@@ -432,6 +432,13 @@ class EngramServer:
         reflector = Reflector(service, llm, build_reflection_policy(settings))
         service.llm = reflector.llm  # slot compaction summarises with the same model
         service.slot_capacity_tokens = settings.slot_capacity_tokens
+        if settings.gate_llm:
+            service.gate_llm = llm
+            if llm is None:
+                log.warning(
+                    "ENGRAM_GATE_LLM is on but no LLM is configured (ENGRAM_LLM_BASE_URL / "
+                    "ENGRAM_LLM_API_KEY): the write gate decides by its rules only"
+                )
         if settings.contradiction_llm:
             service.contradiction_llm = llm
             if llm is None:

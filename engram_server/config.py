@@ -127,6 +127,7 @@ class Settings:
     # Contradictions and consolidation
     contradictions: str = "supersede"
     contradiction_llm: bool = False
+    gate_llm: bool = False
     consolidation_min_interval_seconds: float = 21600.0
     consolidation_daily_cap: int = 4
     consolidation_cluster_threshold: float = 0.75
@@ -597,6 +598,15 @@ SETTINGS_DOC: list[tuple[str, str, str]] = [
         "ENGRAM_CONTRADICTION_LLM",
         "Opt-in: with an LLM configured (`ENGRAM_LLM_*`), ask it about the pairs the contradiction rules "
         "cannot decide (one call per add that has such pairs; on failure the rules' answer stands).",
+    ),
+    (
+        "gate_llm",
+        "ENGRAM_GATE_LLM",
+        "Opt-in: with an LLM configured (`ENGRAM_LLM_*`), ask it whether a new memory restates a "
+        "stored one the gate's rules leave undecided (near-duplicate zone, or a translation above the "
+        "translation floor; specifics agreeing): one call per add that has such candidates; a "
+        "restatement it confirms is refused as DUPLICATE with reason `judged_same`; on failure the "
+        "rules' answer stands. See docs/concepts/gate.md.",
     ),
     (
         "consolidation_min_interval_seconds",

@@ -28,18 +28,38 @@ The rules, in order, over the candidates most similar first:
 
 With ``allow_duplicate`` the duplicate is labelled ``ALLOW_DUPLICATE`` instead (the memory is
 written anyway).
+
+Optionally (``ENGRAM_GATE_LLM``), the candidates the rules leave undecided — no duplicate found,
+in the near-duplicate zone (or, with translations gated, in the other script above the translation
+floor), with no conflicting specifics or meanings — go to an LLM in one call
+(:func:`undecided`, :data:`JUDGE_SYSTEM_PROMPT`, :data:`JUDGE_SCHEMA`, :func:`judge_prompt`,
+:func:`parse_restatement`): the one it says the new text restates is the duplicate,
+``JUDGED_SAME``. The rules' guarantee holds: a pair whose specifics conflict is never sent, so
+never refused.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from engram_server.domain.crosslingual import meaning_conflicts, same_meaning, translation_pair
 from engram_server.domain.service.commands import GateReason, Policy, Similar
 from engram_server.domain.specifics import Conflict, conflicts, same_words
+from engram_server.domain.text import script_of
 
-__all__ = ["GateDecision", "decide", "replayed_gate"]
+__all__ = [
+    "JUDGE_SCHEMA",
+    "JUDGE_SYSTEM_PROMPT",
+    "MAX_JUDGED",
+    "GateDecision",
+    "decide",
+    "judge_prompt",
+    "parse_restatement",
+    "replayed_gate",
+    "undecided",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,3 +164,70 @@ def replayed_gate(
     response's reason: :func:`decide` over the near duplicates the memory kept."""
     d = decide(content, near, policy, allow_duplicate=allow_duplicate, refusing=False)
     return d.near, d.reason
+
+
+# ---------------------------------------------------------------------------------------------
+# The optional LLM judge of restatements the rules leave undecided
+
+#: Most candidates one add sends to the judge (the most similar undecided ones).
+MAX_JUDGED = 3
+
+JUDGE_SYSTEM_PROMPT = """\
+You are the duplicate check of a long-term memory system. You receive one NEW memory and numbered \
+STORED memories. Decide whether the new memory restates one of the stored memories: the same claim \
+about the same people and things, possibly reworded or translated into another language, so that \
+storing it would add nothing. It is NOT a restatement if it adds, drops or changes any detail \
+(who, what, which thing, when, where, how much, how often) or negates it, or if it is only about \
+the same topic. Answer with a JSON object only: the number of the stored memory it restates, or 0 \
+for none."""
+
+JUDGE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["restates"],
+    "properties": {"restates": {"type": "integer"}},
+}
+
+
+def undecided(content: str, near: Sequence[Similar], policy: Policy) -> list[Similar]:
+    """The candidates of a :func:`decide` without a duplicate that an LLM may judge, most similar
+    first, at most :data:`MAX_JUDGED`: no reason given by the rules, below the duplicate threshold,
+    and either in the near-duplicate zone or (translations gated) in the other script above the
+    translation floor; with no conflicting specifics (:func:`conflicts`) nor, with translations
+    gated, conflicting meanings (:func:`meaning_conflicts`). Empty for ``check_specifics`` off:
+    without the specifics the judge could refuse a different fact."""
+    if not policy.check_specifics:
+        return []
+    script = script_of(content)
+    out: list[Similar] = []
+    for s in sorted(near, key=lambda s: s.similarity, reverse=True):
+        if s.reason or s.similarity > policy.dedup_threshold:
+            continue
+        other = script_of(s.record.content) != script
+        translated = other and policy.gate_translations
+        floor = policy.translation_floor if translated else policy.near_duplicate_threshold
+        if s.similarity < floor:
+            continue
+        if conflicts(s.record.content, content):
+            continue
+        if policy.gate_translations and meaning_conflicts(s.record.content, content):
+            continue
+        out.append(s)
+        if len(out) == MAX_JUDGED:
+            break
+    return out
+
+
+def judge_prompt(new: str, stored: Sequence[str]) -> str:
+    lines = [f"NEW: {new}", "STORED:"]
+    lines.extend(f"[{i}] {text}" for i, text in enumerate(stored, start=1))
+    return "\n".join(lines)
+
+
+def parse_restatement(data: dict[str, Any], count: int) -> int | None:
+    """The 0-based index of the stored memory the LLM says the new one restates; None for "none"
+    and for an answer out of range or malformed."""
+    value = data.get("restates")
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= count:
+        return None
+    return value - 1

@@ -241,7 +241,8 @@ class AddResult:
     #: (the same content words and specifics as the memory: a reworded sentence) or
     #: ``"translation"`` (the memory is in the other script, Chinese / English, and the new content
     #: translates it word for word through the dictionary) or ``"same_meaning"`` (the same language,
-    #: every differing word restated by a word of the same meaning: "likes" / "prefers");
+    #: every differing word restated by a word of the same meaning: "likes" / "prefers") or
+    #: ``"judged_same"`` (no rule decided; the server's optional LLM judge called it a restatement);
     #: empty otherwise.
     gate_reason: str = ""
     #: :meth:`EngramClient.add_many` only: True when ``memory`` carries only its id, type,

@@ -157,6 +157,8 @@ class ServiceCore:
         self._trigger_cache: dict[str, tuple[int, float, Counter[str]]] = {}
         #: The LLM that judges contradictions the rules cannot decide (None: rules only).
         self.contradiction_llm: Llm | None = None
+        #: The LLM that judges restatements the write gate's rules leave undecided (None: rules only).
+        self.gate_llm: Llm | None = None
 
     def now(self) -> float:
         return self._clock.now()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import unicodedata
 import uuid
 from collections.abc import Sequence
@@ -17,8 +18,18 @@ from engram_server.domain.deadline import ensure_time_left
 from engram_server.domain.errors import (
     IdempotencyConflict,
     InvalidArgument,
+    LlmInvalidOutput,
+    LlmUnavailable,
 )
-from engram_server.domain.gate import decide, replayed_gate
+from engram_server.domain.gate import (
+    JUDGE_SCHEMA,
+    JUDGE_SYSTEM_PROMPT,
+    decide,
+    judge_prompt,
+    parse_restatement,
+    replayed_gate,
+    undecided,
+)
 from engram_server.domain.model import (
     NEVER,
     MemoryRecord,
@@ -54,6 +65,13 @@ from engram_server.domain.validation import (
 _meter = metrics.get_meter("engram_server.domain")
 #: The script tags (payload "script") the write gate's second query asks for, by the new text's script.
 _OTHER_SCRIPT: dict[str, tuple[str, ...]] = {"cjk": ("latin", "latin+cjk"), "latin": ("cjk", "cjk+latin")}
+log = logging.getLogger(__name__)
+_gate_judged = _meter.create_counter(
+    "engram.gate.judged",
+    unit="{call}",
+    description="Calls to the write gate's LLM judge (ENGRAM_GATE_LLM), by collection and verdict "
+    "(same, different, failed).",
+)
 _gate_outcomes = _meter.create_counter(
     "engram.gate.outcomes",
     unit="{memory}",
@@ -233,6 +251,8 @@ class Writing(Superseding):
                 similar, top = self._gate(
                     collection, gate_hits[index], vector, cmd.content, earlier, allow_duplicate=allow
                 )
+                if top is None and not allow and self.gate_llm is not None:
+                    similar, top = await self._judged(collection, cmd.content, similar)
                 if top is not None and not allow:
                     near = tuple(
                         s for s in similar if s is not top and s.similarity >= pol.near_duplicate_threshold
@@ -416,6 +436,38 @@ class Writing(Superseding):
             span.set_attribute("engram.gate.outcome", outcome)
             _gate_outcomes.add(1, {"engram.collection": collection, "engram.gate.outcome": outcome})
             return similar, top
+
+    async def _judged(
+        self, collection: str, content: str, similar: list[Similar]
+    ) -> tuple[list[Similar], Similar | None]:
+        """The gate's candidates and the duplicate after the LLM judge (``gate_llm``) looked at the
+        ones the rules left undecided (:func:`~engram_server.domain.gate.undecided`): the one it
+        says ``content`` restates becomes the duplicate, ``JUDGED_SAME``. No call when none is
+        undecided; on failure (endpoint down, invalid answer) the rules' answer stands."""
+        llm = self.gate_llm
+        assert llm is not None
+        asked = undecided(content, similar, self.policy)
+        if not asked:
+            return similar, None
+        ensure_time_left()
+        try:
+            result = await llm.complete_json(
+                system=JUDGE_SYSTEM_PROMPT,
+                user=judge_prompt(content, [s.record.content for s in asked]),
+                schema=JUDGE_SCHEMA,
+                schema_name="restatement",
+            )
+        except (LlmUnavailable, LlmInvalidOutput) as exc:
+            log.warning("gate judge unavailable, rules only: %s", exc)
+            _gate_judged.add(1, {"engram.collection": collection, "engram.gate.judged": "failed"})
+            return similar, None
+        found = parse_restatement(result.data, len(asked))
+        verdict = "different" if found is None else "same"
+        _gate_judged.add(1, {"engram.collection": collection, "engram.gate.judged": verdict})
+        if found is None:
+            return similar, None
+        top = replace(asked[found], reason=GateReason.JUDGED_SAME)
+        return [top if s is asked[found] else s for s in similar], top
 
     async def _used_request_ids(
         self, collection: str, request_ids: Sequence[str | None]

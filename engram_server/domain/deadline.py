@@ -20,3 +20,9 @@ def ensure_time_left() -> None:
     deadline = _deadline.get()
     if deadline is not None and asyncio.get_running_loop().time() >= deadline:
         raise asyncio.CancelledError("the call's deadline passed before its write")
+
+
+def time_left() -> float | None:
+    """Seconds left before the caller's deadline (None = no deadline; may be negative)."""
+    deadline = _deadline.get()
+    return None if deadline is None else deadline - asyncio.get_running_loop().time()

@@ -189,3 +189,24 @@ async def test_the_setting_without_an_llm_warns_and_gates_by_the_rules(
             new = await add(stub, NEW)
             assert new.outcome == s.ADD_OUTCOME_CREATED
     assert any("ENGRAM_GATE_LLM is on but no LLM" in r.getMessage() for r in caplog.records)
+
+
+async def test_the_judge_never_outlasts_the_callers_deadline(
+    tmp_path: Path, clock: ManualClock, llm: Llm
+) -> None:
+    async def slow(_: Recorded) -> Reply:
+        await asyncio.sleep(20)
+        return chat_reply(restates(1))
+
+    # the client's own timeout is longer than the call's deadline: only the deadline can end it
+    async with (
+        running(tmp_path, clock, llm, llm_timeout_seconds=60.0) as server,
+        grpc.aio.insecure_channel(server.address) as ch,
+    ):
+        stub = Stub(ch)
+        await add(stub, OLD)
+        llm.replies.append(slow)
+        new = await stub.AddMemory(s.AddMemoryRequest(content=NEW), timeout=6.0)
+        assert new.outcome == s.ADD_OUTCOME_CREATED and new.memory.content == NEW  # the rules' answer
+        assert len(llm.calls) == 1
+        assert await count(stub) == 2

@@ -3,6 +3,7 @@ idempotent replays and provenance."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
@@ -14,7 +15,7 @@ from dataclasses import replace
 import numpy as np
 from opentelemetry import metrics
 
-from engram_server.domain.deadline import ensure_time_left
+from engram_server.domain.deadline import ensure_time_left, time_left
 from engram_server.domain.errors import (
     IdempotencyConflict,
     InvalidArgument,
@@ -66,11 +67,15 @@ _meter = metrics.get_meter("engram_server.domain")
 #: The script tags (payload "script") the write gate's second query asks for, by the new text's script.
 _OTHER_SCRIPT: dict[str, tuple[str, ...]] = {"cjk": ("latin", "latin+cjk"), "latin": ("cjk", "cjk+latin")}
 log = logging.getLogger(__name__)
+#: The gate's LLM judge is not asked with less than this left before the caller's deadline, and its
+#: call ends this much before it (:meth:`Writing._judged`): time for the write itself.
+_JUDGE_MIN_SECONDS = 1.0
+_JUDGE_MARGIN_SECONDS = 0.5
 _gate_judged = _meter.create_counter(
     "engram.gate.judged",
     unit="{call}",
     description="Calls to the write gate's LLM judge (ENGRAM_GATE_LLM), by collection and verdict "
-    "(same, different, failed).",
+    "(same, different, failed, skipped).",
 )
 _gate_outcomes = _meter.create_counter(
     "engram.gate.outcomes",
@@ -443,22 +448,30 @@ class Writing(Superseding):
         """The gate's candidates and the duplicate after the LLM judge (``gate_llm``) looked at the
         ones the rules left undecided (:func:`~engram_server.domain.gate.undecided`): the one it
         says ``content`` restates becomes the duplicate, ``JUDGED_SAME``. No call when none is
-        undecided; on failure (endpoint down, invalid answer) the rules' answer stands."""
+        undecided; on failure (endpoint down, invalid answer) the rules' answer stands. The call
+        ends before the caller's deadline (less a margin for the write), and is not made with less
+        than :data:`_JUDGE_MIN_SECONDS` left: the memory is written by the rules' answer instead."""
         llm = self.gate_llm
         assert llm is not None
         asked = undecided(content, similar, self.policy)
         if not asked:
             return similar, None
-        ensure_time_left()
+        left = time_left()
+        if left is not None and left < _JUDGE_MIN_SECONDS:
+            _gate_judged.add(1, {"engram.collection": collection, "engram.gate.judged": "skipped"})
+            return similar, None  # no time to ask: the caller's write comes first
         try:
-            result = await llm.complete_json(
-                system=JUDGE_SYSTEM_PROMPT,
-                user=judge_prompt(content, [s.record.content for s in asked]),
-                schema=JUDGE_SCHEMA,
-                schema_name="restatement",
+            result = await asyncio.wait_for(
+                llm.complete_json(
+                    system=JUDGE_SYSTEM_PROMPT,
+                    user=judge_prompt(content, [s.record.content for s in asked]),
+                    schema=JUDGE_SCHEMA,
+                    schema_name="restatement",
+                ),
+                None if left is None else left - _JUDGE_MARGIN_SECONDS,
             )
-        except (LlmUnavailable, LlmInvalidOutput) as exc:
-            log.warning("gate judge unavailable, rules only: %s", exc)
+        except (LlmUnavailable, LlmInvalidOutput, TimeoutError) as exc:
+            log.warning("gate judge unavailable, rules only: %s", exc or exc.__class__.__name__)
             _gate_judged.add(1, {"engram.collection": collection, "engram.gate.judged": "failed"})
             return similar, None
         found = parse_restatement(result.data, len(asked))

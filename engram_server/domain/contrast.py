@@ -636,8 +636,12 @@ def _unknown_term(existing: str, new: str, x: str, y: str) -> str | None:
     never refused. One word written two ways is no contrast: the same lemma, the same letters
     without case, or one the other's beginning of four letters or more (postgres / postgresql).
     Names are left to the specifics' name rule."""
+    from engram_server.domain import specifics  # noqa: PLC0415 - specifics imports this module
+
     if not (_RE_LATIN.fullmatch(x) and _RE_LATIN.fullmatch(y)) or x == y:
         return None
+    if {x, y} & specifics.MONTH_WORDS:
+        return None  # a month or a weekday: a date, compared by the specifics
     if _known(x) and _known(y):
         return None
     shorter, longer = sorted((x, y), key=len)

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from engram_server.domain.contrast import (
@@ -284,9 +284,9 @@ def extract(text: str) -> Specifics:
     # day" = 半天 = 0.5. The unit (:data:`_EN_HALF_UNITS`) stays a word.
     for pattern in (_RE_EN_HALF, _RE_ZH_HALF):
         for m in list(pattern.finditer(rest)):
-            value = _half(m["n"])
-            if value is not None:
-                number(m, value)
+            half = _half(m["n"])
+            if half is not None:
+                number(m, half)
                 rest = _blank(rest, m)
     for m in list(_RE_ID_TOKEN.finditer(rest)):
         token = m[0]
@@ -416,8 +416,9 @@ def conflicts(existing: str, new: str) -> list[Conflict]:
         if old or added:
             out.append(Conflict("name", old, added))
     if same_script:
-        old = tuple(sorted(n for n in a.cjk_names if n not in b.text and not _misread_name(n, a.text, b)))
-        added = tuple(sorted(n for n in b.cjk_names if n not in a.text and not _misread_name(n, b.text, a)))
+        a, b = _as_cut_alike(a, b)
+        old = tuple(sorted(n for n in a.cjk_names if n not in b.text))
+        added = tuple(sorted(n for n in b.cjk_names if n not in a.text))
         if old or added:
             out.append(Conflict("name", old, added))
     if same_script:
@@ -436,17 +437,38 @@ def conflicts(existing: str, new: str) -> list[Conflict]:
     return out
 
 
-def _misread_name(name: str, text: str, other: Specifics) -> bool:
-    """Whether Chinese name ``name`` of ``text`` is a name of the other text cut differently: jieba
-    glues a name to the word after it or cuts across it (马俊 | 用 read as 马俊用 "a name"; 彭丽 | 都
-    read as 彭 | 丽都), so where ``text`` has one of the other text's names at a place that overlaps
-    ``name``, the two are one person, not another one."""
-    spans = [(m.start(), m.end()) for m in re.finditer(re.escape(name), text)]
-    for other_name in other.cjk_names:
-        for m in re.finditer(re.escape(other_name), text):
-            if any(m.start() < end and start < m.end() for start, end in spans):
-                return True
-    return False
+def _as_cut_alike(a: Specifics, b: Specifics) -> tuple[Specifics, Specifics]:
+    """``a`` and ``b`` with each Chinese name jieba cut differently in the two texts read as the
+    other text's name: jieba glues a name to the word after it or cuts across it (马俊 | 用 read as
+    one name 马俊用; 彭丽 | 都 read as 彭 | 丽都), so where a name of one text is missing from the other
+    text, and the other text's name stands at an overlapping place in the first text, the two are
+    one person, named as both texts write it. The names then compare as they should: no name
+    conflict for one person, and an ``order`` conflict when 韩雪教曹宇 becomes 曹宇教韩雪."""
+
+    def recut(x: Specifics, y: Specifics) -> frozenset[str]:
+        out: set[str] = set()
+        for name in x.cjk_names:
+            if name in y.text:
+                out.add(name)
+                continue
+            spans = [(m.start(), m.end()) for m in re.finditer(re.escape(name), x.text)]
+            alike = [
+                other
+                for other in y.cjk_names
+                if other in x.text
+                and any(
+                    m.start() < end and start < m.end()
+                    for m in re.finditer(re.escape(other), x.text)
+                    for start, end in spans
+                )
+            ]
+            out.update(alike or [name])
+        return frozenset(out)
+
+    ca, cb = recut(a, b), recut(b, a)
+    if ca == a.cjk_names and cb == b.cjk_names:
+        return a, b
+    return replace(a, cjk_names=ca), replace(b, cjk_names=cb)
 
 
 #: What joins names into one unordered group ("Anna and Tom", "安娜和汤姆").

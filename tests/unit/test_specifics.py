@@ -257,3 +257,8 @@ def test_a_month_short_name_is_a_month_only_where_a_date_is() -> None:
     for text in ("Due Jun 5.", "Due 5 Jun 2026.", "Starts in Jun.", "Moved early Mar."):
         assert extract(text).dates, text
     assert [c.kind for c in conflicts("Due Jun 5.", "Due Jul 5.")] == ["date"]
+
+
+def test_two_chinese_names_cut_differently_trading_roles_is_an_order_conflict() -> None:
+    # jieba: 韩雪教 | 曹宇 and 曹宇教 | 韩雪 — the same two people, who teaches whom swapped
+    assert [c.kind for c in conflicts("韩雪教曹宇打羽毛球。", "曹宇教韩雪打羽毛球。")] == ["order"]

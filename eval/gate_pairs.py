@@ -12,8 +12,10 @@ with ``AddMemory``. The gate's answer to ``b`` is scored:
   duplicate.
 
 Every pair carries a ``split``: ``tune`` pairs may be looked at while changing the gate; ``report``
-pairs are held out and only reported. The ``rs-f-*`` and ``df-f-*`` pairs are a report batch written
-blind, after the gate's methods were fixed, and never used to tune it. Reports go to
+pairs are held out and only reported. The ``rs-f-*`` and ``df-f-*`` pairs are a batch written
+blind, by someone who had not read the gate's code, after the other pairs' methods were in place;
+its odd-numbered pairs are ``tune``, its even-numbered ones ``report`` (split by number before any
+of them was looked at). Reports go to
 ``<out>/gate_pairs.json`` and ``<out>/gate_pairs.md``.
 
     python -m eval.gate_pairs                    # in-process server, reports under results/eval/

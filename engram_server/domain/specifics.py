@@ -443,7 +443,9 @@ def _as_cut_alike(a: Specifics, b: Specifics) -> tuple[Specifics, Specifics]:
     one name 马俊用; 彭丽 | 都 read as 彭 | 丽都), so where a name of one text is missing from the other
     text, and the other text's name stands at an overlapping place in the first text, the two are
     one person, named as both texts write it. The names then compare as they should: no name
-    conflict for one person, and an ``order`` conflict when 韩雪教曹宇 becomes 曹宇教韩雪."""
+    conflict for one person, and an ``order`` conflict when 韩雪教曹宇 becomes 曹宇教韩雪. A name that
+    starts before the other text's name is not cut differently: 吴秀英 against 秀英 (jieba's 孙 | 秀英)
+    adds a surname, another person."""
 
     def recut(x: Specifics, y: Specifics) -> frozenset[str]:
         out: set[str] = set()
@@ -457,9 +459,9 @@ def _as_cut_alike(a: Specifics, b: Specifics) -> tuple[Specifics, Specifics]:
                 for other in y.cjk_names
                 if other in x.text
                 and any(
-                    m.start() < end and start < m.end()
+                    m.start() <= start < m.end()  # it starts within the other name: no name before it
                     for m in re.finditer(re.escape(other), x.text)
-                    for start, end in spans
+                    for start, _ in spans
                 )
             ]
             out.update(alike or [name])

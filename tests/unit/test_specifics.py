@@ -216,6 +216,7 @@ def test_a_chinese_name_cut_differently_is_the_same_person(a: str, b: str) -> No
         ("马俊用的是华为手机。", "马军用的是华为手机。", "name"),  # another person, glued the same way
         ("彭丽都去上瑜伽课。", "彭莉都去上瑜伽课。", "name"),
         ("李娜和王芳去了北京。", "李娜和王方去了北京。", "name"),
+        ("孙秀英不吃辣椒。", "吴秀英不吃辣椒。", "name"),  # jieba: 孙 | 秀英 and 吴秀英
     ],
 )
 def test_another_chinese_name_stays_another_person(a: str, b: str, kind: str) -> None:

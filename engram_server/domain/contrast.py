@@ -601,12 +601,57 @@ def contrasting(existing: str, new: str) -> dict[str, tuple[tuple[str, ...], tup
     found: dict[str, tuple[list[str], list[str]]] = {}
     for x, y, i, j in swaps:
         nouns = _noun_at(existing, i) and _noun_at(new, j)
-        kind = _contrast(x, y, nouns=nouns) or _action(existing, i, new, j)
+        kind = (
+            _contrast(x, y, nouns=nouns) or _action(existing, i, new, j) or _unknown_term(existing, new, x, y)
+        )
         if kind is not None:
             old, added = found.setdefault(kind, ([], []))
             old.append(x)
             added.append(y)
     return {k: (tuple(old), tuple(added)) for k, (old, added) in found.items()}
+
+
+def _known(word: str) -> bool:
+    """Whether WordNet has English word ``word`` (or one of its lemmas) in any part of speech."""
+    wn = wordnet.open_wordnet()
+    return wn is not None and any(wn.offsets(p, w) for w in _lemmas(word) for p in "nvar")
+
+
+def _named(text: str, word: str) -> bool:
+    """Whether the specifics read ``word`` as a name in ``text`` (capitalised, not a function
+    word): names are compared by their own rule (:func:`engram_server.domain.specifics.conflicts`)."""
+    from engram_server.domain import specifics  # noqa: PLC0415 - specifics imports this module
+
+    return word in specifics.extract(text).latin_names
+
+
+def _unknown_term(existing: str, new: str, x: str, y: str) -> str | None:
+    """``term`` when English words ``x`` and ``y``, one replaced by the other in place, are not one
+    word written two ways and WordNet lacks at least one of them ("the onboarding service" / "the
+    shipping service", "a bug in the frontend" / "… in the backend", "prefers postgres" / "prefers
+    mysql"): nothing relates the two words, and a sentence about another thing states another
+    fact. The jargon agents remember most (software, products, teams) is the vocabulary WordNet
+    lacks, so "no known relation" must keep two texts apart rather than let the embedding call
+    them one; a restatement that swaps in an unknown word is left in the near-duplicate zone,
+    never refused. One word written two ways is no contrast: the same lemma, the same letters
+    without case, or one the other's beginning of four letters or more (postgres / postgresql).
+    Names are left to the specifics' name rule."""
+    from engram_server.domain import specifics  # noqa: PLC0415 - specifics imports this module
+
+    if not (_RE_LATIN.fullmatch(x) and _RE_LATIN.fullmatch(y)) or x == y:
+        return None
+    if {x, y} & specifics.MONTH_WORDS:
+        return None  # a month or a weekday: a date, compared by the specifics
+    if _known(x) and _known(y):
+        return None
+    shorter, longer = sorted((x, y), key=len)
+    if len(shorter) >= 4 and longer.startswith(shorter):
+        return None
+    if set(_lemmas(x)) & set(_lemmas(y)) or _co_senses(x, y):
+        return None
+    if _named(existing, x) or _named(new, y):
+        return None
+    return "term"
 
 
 def _synonyms(x: str, y: str) -> bool:

@@ -10,10 +10,15 @@ What counts as a specific (English and Chinese, and text mixing both):
 
 * ``number`` — digits (``2,400`` → 2400, ``78%``, ``#58231``, ``15th``), clock times (``9:30``,
   ``九点半`` → 9:30), Chinese numerals (``两``, ``十二``, ``八千五百``, ``五十万``, ``百分之七十八``),
-  English number words (``seven``, ``twenty-five``), and the parts of an ISO date (``2026-05-01`` →
-  2026, 5, 1). Amounts are their numbers (the currency sign is not compared).
+  English number words (``seven``, ``twenty-five``), halves of a unit (``an hour and a half``,
+  ``one and a half hours``, ``一个半小时`` → 1.5; ``half a day``, ``半天`` → 0.5; "half the team" and
+  ``一半`` stay words), and the parts of an ISO date (``2026-05-01`` → 2026, 5, 1). Amounts are
+  their numbers (the currency sign is not compared).
 * ``date`` — month and weekday names in either language (``April`` / ``四月``, ``Monday`` / ``周一``):
-  the same value whatever language names it.
+  the same value whatever language names it. A month's short name (``Jun``, ``Mar``) is a month
+  only beside a day or a year or after a preposition ("Jun 5", "in Mar"): "Ma Jun" is a name.
+  A Chinese name jieba cuts differently in the two texts (马俊 | 用 glued as 马俊用) is the same
+  name where one text's name overlaps it in the other's text.
 * ``identifier`` — tokens mixing letters and digits or joined by ``- _ . @ /`` (``OPS-1182``,
   ``v3.4.1``, ``db-eu-3``, ``4B``, ``ops@acme.io``), compared case-insensitively.
 * ``name`` — Latin words written with a capital that are not function words (``Priya``, ``Denver``),
@@ -39,7 +44,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from engram_server.domain.contrast import (
@@ -209,6 +214,53 @@ def _en_number_words(words: list[str], spans: list[tuple[int, int]]) -> list[tup
     return out
 
 
+#: Units a half is counted in ("an hour and a half", "half a day", 一个半小时, 三年半): a closed class
+#: of time, distance, weight and volume units, so that "half the team" or 一半 stays a word.
+_EN_HALF_UNITS = (
+    r"(?:second|minute|hour|day|night|week|month|year|decade|mile|kilometer|kilometre|km|meter|metre|"
+    r"pound|kilo|kilogram|kg|gram|ounce|liter|litre|gallon|cup|glass|bottle|dozen|lap|shift)s?"
+)
+_ZH_HALF_UNITS = (
+    "(?:个)?(?:小时|钟头|分钟|天|晚|年|月|周|星期|礼拜|学期|公里|里|米|斤|公斤|克|升|杯|瓶|碗|圈)"
+)
+_RE_EN_HALF = re.compile(
+    rf"\b(?:(?P<n>\d+|a|an|{'|'.join(_EN_UNITS)})\s+(?:(?P<u>{_EN_HALF_UNITS})\s+)?and\s+a\s+half"
+    rf"|half\s+(?:an?\s+)?(?={_EN_HALF_UNITS}\b))\b",
+    re.IGNORECASE,
+)
+_RE_ZH_HALF = re.compile(
+    rf"(?:(?P<n>[{_ZH_NUM_CHARS}]+|\d+)(?:个)?(?:(?P<u>{_ZH_HALF_UNITS})半|半(?={_ZH_HALF_UNITS}))"
+    rf"|(?<![{_ZH_NUM_CHARS}\d点一])半(?={_ZH_HALF_UNITS}))"
+)
+
+
+_RE_DATE_BEFORE = re.compile(
+    r"(?:\d(?:st|nd|rd|th)?\s*(?:of\s+)?|\b(?:in|on|since|until|till|by|from|before|after|of|early|"
+    r"late|mid|next|last|this|every)\s+)$",
+    re.IGNORECASE,
+)
+_RE_DATE_AFTER = re.compile(r"\.?\s*\d")
+
+
+def _dated(text: str, start: int, end: int) -> bool:
+    """Whether the word at ``text[start:end]`` (a month's short name: Jun, Mar, Dec) stands where a
+    date is: beside a day or a year ("Jun 5", "5 Jun", "Jun 2026") or after a preposition or a
+    word that names a time ("in Jun", "early Mar"). A short name elsewhere is a word or a name
+    ("Ma Jun", 马俊)."""
+    return bool(_RE_DATE_AFTER.match(text, end) or _RE_DATE_BEFORE.search(text[max(0, start - 12) : start]))
+
+
+def _half(count: str | None) -> str | None:
+    """The value of "<count> and a half" / <count>个半 (``count`` None: a half alone)."""
+    if count is None:
+        return "0.5"
+    low = count.casefold()
+    whole = 1 if low in ("a", "an") else _EN_UNITS.get(low)
+    if whole is None:
+        whole = int(low) if low.isdigit() else _zh_number(count)
+    return None if whole is None else _fmt(whole + 0.5)
+
+
 @lru_cache(maxsize=4096)
 def extract(text: str) -> Specifics:
     """The specifics of ``text`` (see the module doc)."""
@@ -228,6 +280,14 @@ def extract(text: str) -> Specifics:
     for m in list(_RE_TIME.finditer(rest)):
         number(m, f"{int(m[1])}:{m[2]}")
         rest = _blank(rest, m)
+    # Halves of a unit: "an hour and a half" = "one and a half hours" = 1.5 = 一个半小时; "half a
+    # day" = 半天 = 0.5. The unit (:data:`_EN_HALF_UNITS`) stays a word.
+    for pattern in (_RE_EN_HALF, _RE_ZH_HALF):
+        for m in list(pattern.finditer(rest)):
+            half = _half(m["n"])
+            if half is not None:
+                number(m, half)
+                rest = _blank(rest, m)
     for m in list(_RE_ID_TOKEN.finditer(rest)):
         token = m[0]
         if not re.search(r"\d|@|_", token):
@@ -284,8 +344,10 @@ def extract(text: str) -> Specifics:
     word_matches = list(_RE_LATIN_WORD.finditer(rest))
     words = [m[0] for m in word_matches]
     lowered = [_POSSESSIVE.sub("", w.casefold().replace("’", "'")) for w in words]
-    for w, low in zip(words, lowered, strict=True):
+    for w, low, wm in zip(words, lowered, word_matches, strict=True):
         if low in _MONTHS and (w[0].isupper() or len(low) > 3):  # "May", not "may be"; "mar", "dec" …
+            if len(low) <= 4 and low != "may" and not _dated(text, wm.start(), wm.end()):
+                continue  # "Ma Jun": a month's short name is a month only where a date is
             dates.update([f"month:{_MONTHS[low]}"])
         elif low in _WEEKDAYS:
             dates.update([f"weekday:{_WEEKDAYS[low]}"])
@@ -354,6 +416,7 @@ def conflicts(existing: str, new: str) -> list[Conflict]:
         if old or added:
             out.append(Conflict("name", old, added))
     if same_script:
+        a, b = _as_cut_alike(a, b)
         old = tuple(sorted(n for n in a.cjk_names if n not in b.text))
         added = tuple(sorted(n for n in b.cjk_names if n not in a.text))
         if old or added:
@@ -372,6 +435,42 @@ def conflicts(existing: str, new: str) -> list[Conflict]:
         if phrasal is not None and not any(c.kind == "action" for c in out):
             out.append(Conflict("action", (phrasal[0],), (phrasal[1],)))
     return out
+
+
+def _as_cut_alike(a: Specifics, b: Specifics) -> tuple[Specifics, Specifics]:
+    """``a`` and ``b`` with each Chinese name jieba cut differently in the two texts read as the
+    other text's name: jieba glues a name to the word after it or cuts across it (马俊 | 用 read as
+    one name 马俊用; 彭丽 | 都 read as 彭 | 丽都), so where a name of one text is missing from the other
+    text, and the other text's name stands at an overlapping place in the first text, the two are
+    one person, named as both texts write it. The names then compare as they should: no name
+    conflict for one person, and an ``order`` conflict when 韩雪教曹宇 becomes 曹宇教韩雪. A name that
+    starts before the other text's name is not cut differently: 吴秀英 against 秀英 (jieba's 孙 | 秀英)
+    adds a surname, another person."""
+
+    def recut(x: Specifics, y: Specifics) -> frozenset[str]:
+        out: set[str] = set()
+        for name in x.cjk_names:
+            if name in y.text:
+                out.add(name)
+                continue
+            spans = [(m.start(), m.end()) for m in re.finditer(re.escape(name), x.text)]
+            alike = [
+                other
+                for other in y.cjk_names
+                if other in x.text
+                and any(
+                    m.start() <= start < m.end()  # it starts within the other name: no name before it
+                    for m in re.finditer(re.escape(other), x.text)
+                    for start, _ in spans
+                )
+            ]
+            out.update(alike or [name])
+        return frozenset(out)
+
+    ca, cb = recut(a, b), recut(b, a)
+    if ca == a.cjk_names and cb == b.cjk_names:
+        return a, b
+    return replace(a, cjk_names=ca), replace(b, cjk_names=cb)
 
 
 #: What joins names into one unordered group ("Anna and Tom", "安娜和汤姆").

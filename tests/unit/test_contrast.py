@@ -157,3 +157,43 @@ def test_a_rephrasing_is_no_synonym_swap_but_the_verb_of_using_the_thing_is_same
     # the verb of what one does with a car (contrast.light_verb_restated, tests/unit/test_light_verb.py).
     assert not contrast.synonym_swapped("The user drives a blue Toyota.", "The user's car is a blue Toyota.")
     assert same_words("The user drives a blue Toyota.", "The user's car is a blue Toyota.")
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "words"),
+    [
+        # jargon WordNet lacks, one word for another in place: another thing, another fact
+        (
+            "Zoe prefers Elixir for the onboarding service.",
+            "Zoe prefers Elixir for the shipping service.",
+            (("onboarding",), ("shipping",)),
+        ),
+        ("The crash is in the frontend.", "The crash is in the backend.", (("frontend",), ("backend",))),
+        ("The team uses postgres.", "The team uses mysql.", (("postgres",), ("mysql",))),
+        ("Deploys go through the webhook.", "Deploys go through the cronjob.", (("webhook",), ("cronjob",))),
+    ],
+)
+def test_a_word_wordnet_lacks_replaced_in_place_is_another_thing(
+    a: str, b: str, words: tuple[tuple[str, ...], tuple[str, ...]]
+) -> None:
+    assert contrast.contrasting(a, b) == {"term": words}
+    assert any(c.kind == "term" for c in conflicts(a, b))
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("The team stores events in postgres.", "The team stores events in postgresql."),  # one word, short
+        ("The team stores events in Postgres.", "The team stores events in postgres."),  # case only
+        ("The user fixed the frontend.", "The user fixed the frontends."),  # one lemma
+        ("The user's couch is green.", "The user's sofa is green."),  # both known: WordNet decides
+    ],
+)
+def test_one_word_written_two_ways_is_no_contrast(a: str, b: str) -> None:
+    assert "term" not in contrast.contrasting(a, b)
+
+
+def test_a_name_wordnet_lacks_is_left_to_the_name_rule() -> None:
+    a, b = "Ivanova reviewed the draft.", "Petrova reviewed the draft."
+    assert "term" not in contrast.contrasting(a, b)
+    assert [c.kind for c in conflicts(a, b)] == ["name"]

@@ -196,3 +196,70 @@ def test_a_verb_jieba_glued_onto_a_name_is_no_other_person() -> None:
     assert [
         (c.kind, c.existing, c.new) for c in conflicts("刘洋选了红色的窗帘。", "张伟选了红色的窗帘。")
     ] == [("name", ("刘洋",), ("张伟",))]
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("马俊的手机是华为 Mate 60。", "马俊用的是华为 Mate 60。"),  # jieba glues the verb on: 马俊用
+        ("彭丽每周二晚上上瑜伽课。", "每周二晚上，彭丽都去上瑜伽课。"),  # jieba cuts across it: 彭 | 丽都
+    ],
+)
+def test_a_chinese_name_cut_differently_is_the_same_person(a: str, b: str) -> None:
+    assert not [c for c in conflicts(a, b) if c.kind == "name"]
+    assert not [c for c in conflicts(b, a) if c.kind == "name"]
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "kind"),
+    [
+        ("马俊用的是华为手机。", "马军用的是华为手机。", "name"),  # another person, glued the same way
+        ("彭丽都去上瑜伽课。", "彭莉都去上瑜伽课。", "name"),
+        ("李娜和王芳去了北京。", "李娜和王方去了北京。", "name"),
+        ("孙秀英不吃辣椒。", "吴秀英不吃辣椒。", "name"),  # jieba: 孙 | 秀英 and 吴秀英
+    ],
+)
+def test_another_chinese_name_stays_another_person(a: str, b: str, kind: str) -> None:
+    assert kind in [c.kind for c in conflicts(a, b)]
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("The commute takes an hour and a half.", "1.5"),
+        ("The flight takes one and a half hours.", "1.5"),
+        ("Three and a half years at Acme.", "3.5"),
+        ("The call lasted half an hour.", "0.5"),
+        ("通勤要一个半小时。", "1.5"),
+        ("他在上海住了三年半。", "3.5"),
+        ("会议开了两个半小时。", "2.5"),
+        ("午休半小时。", "0.5"),
+    ],
+)
+def test_a_half_of_a_unit_is_a_number(text: str, value: str) -> None:
+    assert list(extract(text).numbers) == [value]
+
+
+def test_halves_agree_across_languages_and_a_changed_half_conflicts() -> None:
+    zh, en = "马俊每天通勤要一个半小时。", "Ma Jun's commute takes an hour and a half each day."
+    assert conflicts(zh, en) == []
+    assert conflicts("The commute takes an hour and a half.", "The commute takes 1.5 hours.") == []
+    assert [c.kind for c in conflicts("通勤要一个半小时。", "通勤要两个半小时。")] == ["number"]
+    half, whole = "The call lasted half an hour.", "The call lasted an hour."
+    assert [c.kind for c in conflicts(half, whole)] == ["number"]
+    # a half that is no amount of a unit stays a word
+    assert extract("Half the team works remotely.").numbers == extract("The team works remotely.").numbers
+    assert extract("一半的人在远程办公。").numbers == extract("的人在远程办公。").numbers
+    assert list(extract("周会九点半开始。").numbers) == ["9:30"]
+
+
+def test_a_month_short_name_is_a_month_only_where_a_date_is() -> None:
+    assert extract("Ma Jun reviewed the draft.").dates == extract("Li Wei reviewed the draft.").dates
+    for text in ("Due Jun 5.", "Due 5 Jun 2026.", "Starts in Jun.", "Moved early Mar."):
+        assert extract(text).dates, text
+    assert [c.kind for c in conflicts("Due Jun 5.", "Due Jul 5.")] == ["date"]
+
+
+def test_two_chinese_names_cut_differently_trading_roles_is_an_order_conflict() -> None:
+    # jieba: 韩雪教 | 曹宇 and 曹宇教 | 韩雪 — the same two people, who teaches whom swapped
+    assert [c.kind for c in conflicts("韩雪教曹宇打羽毛球。", "曹宇教韩雪打羽毛球。")] == ["order"]

@@ -21,7 +21,6 @@ from engram_server.domain.clock import ManualClock
 from engram_server.testing import running_server
 from tests.reflection.test_reflection import Llm, chat_reply, settings_for
 from tests.support.rpc import add, count
-from tests.support.wire import WireServer
 
 Stub = memory_service_pb2_grpc.MemoryServiceStub
 HOUR = 3600.0
@@ -34,16 +33,6 @@ PIANO = [
 OTHER = "The user's car needs new tyres before the trip to Denver."
 #: The test's clusters: the local model puts the piano memories at 0.61-0.77 of each other.
 CLUSTERING = {"consolidation_cluster_threshold": 0.70}
-
-
-@pytest.fixture
-async def llm() -> AsyncIterator[Llm]:
-    wire = WireServer()
-    await wire.start()
-    try:
-        yield Llm(wire)
-    finally:
-        await wire.stop()
 
 
 @pytest.fixture

@@ -39,16 +39,6 @@ def verdicts(*items: tuple[int, bool, str]) -> str:
 
 
 @pytest.fixture
-async def llm() -> AsyncIterator[Llm]:
-    wire = WireServer()
-    await wire.start()
-    try:
-        yield Llm(wire)
-    finally:
-        await wire.stop()
-
-
-@pytest.fixture
 async def srv(tmp_path: Path, clock: ManualClock, llm: Llm) -> AsyncIterator[EngramServer]:
     settings = settings_for(llm, contradiction_llm=True)
     async with running_server(tmp_path / "data", clock=clock, **settings) as server:

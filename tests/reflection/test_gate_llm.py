@@ -41,16 +41,6 @@ def restates(index: int) -> str:
 
 
 @pytest.fixture
-async def llm() -> AsyncIterator[Llm]:
-    wire = WireServer()
-    await wire.start()
-    try:
-        yield Llm(wire)
-    finally:
-        await wire.stop()
-
-
-@pytest.fixture
 async def srv(tmp_path: Path, clock: ManualClock, llm: Llm) -> AsyncIterator[EngramServer]:
     async with running(tmp_path, clock, llm) as server:
         yield server

@@ -122,16 +122,6 @@ class Llm:
         return [r for r in self.wire.requests if r.path == "/v1/chat/completions"]
 
 
-@pytest.fixture
-async def llm() -> AsyncIterator[Llm]:
-    wire = WireServer()
-    await wire.start()
-    try:
-        yield Llm(wire)
-    finally:
-        await wire.stop()
-
-
 def settings_for(llm: Llm, **extra: Any) -> dict[str, Any]:
     return {
         "llm_base_url": llm.wire.base_url,

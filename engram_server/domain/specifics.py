@@ -44,6 +44,7 @@ from functools import lru_cache
 
 from engram_server.domain.contrast import (
     contrasting,
+    light_verb_noun_restated,
     light_verb_restated,
     phrasal_action,
     phrasal_restated,
@@ -509,7 +510,10 @@ def same_words(existing: str, new: str) -> bool:
     most two replaced in place by a synonym (:func:`engram_server.domain.contrast.synonym_swapped`:
     sofa / couch, 电脑 / 计算机), or with a possessed noun and its copula replaced by the verb of
     what one does with that thing (:func:`engram_server.domain.contrast.light_verb_restated`:
-    "The user's car is a blue Toyota." / "The user drives a blue Toyota."), or with a phrasal verb
+    "The user's car is a blue Toyota." / "The user drives a blue Toyota."), or with a light verb
+    and the noun of an act in place of the act's verb
+    (:func:`engram_server.domain.contrast.light_verb_noun_restated`: "gave the report a review" /
+    "reviewed the report", "took a shower" / "showered"), or with a phrasal verb
     in place of a one-word verb of the same WordNet synset
     (:func:`engram_server.domain.contrast.phrasal_restated`: "gave up smoking" / "quit smoking")."""
     a = content_words(existing)
@@ -518,5 +522,6 @@ def same_words(existing: str, new: str) -> bool:
     return (
         synonym_swapped(existing, new)
         or light_verb_restated(existing, new)
+        or light_verb_noun_restated(existing, new)
         or phrasal_restated(existing, new)
     )

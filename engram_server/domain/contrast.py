@@ -709,14 +709,28 @@ _EN_BE = frozenset(["is", "are", "was", "were"])
 _RE_POSSESSIVE = re.compile(r"['’]s$", re.IGNORECASE)
 
 
+#: WordNet verb lexicographer files of acts done *to* a thing rather than with it: changing it
+#: (``verb.change``: repair, tune, paint), handling it (``verb.contact``: wash, clean, carry),
+#: owning or trading it (``verb.possession``: sell, buy, lend) or dealing in it (``verb.social``:
+#: rent). A sense of these is no use of the thing, whatever its definition names.
+_NOT_USE_FILES = frozenset({30, 35, 40, 41})
+#: How far up the noun hierarchy a kind named by a verb's definition may be from the possessed
+#: noun (motorbike → motorcycle → motor vehicle → self-propelled vehicle → wheeled vehicle →
+#: vehicle: five steps).
+USE_DEPTH = 5
+
+
 @lru_cache(maxsize=65536)
 def done_with(verb: str, noun: str) -> bool:
     """Whether English ``verb`` is, by one of its :data:`SENSES` most frequent WordNet senses'
     definitions, what one does with any ``noun`` of its kind: the definition names a kind the
-    noun is, at most :data:`NOUN_DEPTH` steps up and not near the root (drive "operate or control
-    a vehicle" / car; ride "be carried or travel on or in a vehicle" / bike). Not a definition
-    naming the thing itself (clean "clean and tidy up the house" / house: one chore, not the use
-    of a house), nor sell ("exchange or deliver for money …"), rent, wash or repair."""
+    noun is, at most :data:`USE_DEPTH` steps up and not near the root, by one of that word's
+    :data:`SENSES` most frequent senses or by a word of the kind's synset (drive "operate or
+    control a vehicle" / car; ride "be carried or travel on or in a vehicle" / bike, motorbike;
+    play "play on an instrument" / guitar, a musical instrument). Not a sense that changes,
+    handles, owns or trades the thing (:data:`_NOT_USE_FILES`: repair, tune, wash, carry, sell,
+    rent), nor a definition naming the thing itself (clean "clean and tidy up the house" / house:
+    one chore, not the use of a house)."""
     from engram_server.domain.specifics import EN_FUNCTION_WORDS  # noqa: PLC0415 - specifics imports this module
 
     wn = wordnet.open_wordnet()
@@ -724,12 +738,17 @@ def done_with(verb: str, noun: str) -> bool:
         return False
     senses = {o for w in _lemmas(noun.casefold()) for o in wn.offsets("n", w)[:SENSES]}
     kinds = {
-        a for o in senses for a in _ancestors("n", o, NOUN_DEPTH) if _root_depth("n", a) >= MIN_KIND_DEPTH
+        a for o in senses for a in _ancestors("n", o, USE_DEPTH) if _root_depth("n", a) >= MIN_KIND_DEPTH
     } - senses
+    kind_words = {w.casefold() for a in kinds for w in wn.synset("n", a)[0]}
     for v in _lemmas(verb.casefold()):
         for off in wn.offsets("v", v)[:SENSES]:
+            if wn.lexical_file("v", off) in _NOT_USE_FILES:
+                continue
             for word in _RE_LATIN.findall(wn.definition("v", off).casefold()):
-                if word not in EN_FUNCTION_WORDS and not kinds.isdisjoint(wn.offsets("n", word)[:SENSES]):
+                if word in EN_FUNCTION_WORDS:
+                    continue
+                if word in kind_words or not kinds.isdisjoint(wn.offsets("n", word)[:SENSES]):
                     return True
     return False
 

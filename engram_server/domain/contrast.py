@@ -960,3 +960,37 @@ def light_verb_action(existing: str, new: str) -> tuple[str, str] | None:
             if not any(same_act(act, verb) for act in acts):
                 return (noun, verb) if light_text == existing else (verb, noun)
     return None
+
+
+#: WordNet lexicographer files of nouns that name a concrete thing: an artifact, an animal, a body
+#: part, food, a natural object, a person, a plant, a substance, a place.
+_LEX_THINGS = frozenset({5, 6, 8, 13, 15, 17, 18, 20, 27})
+
+
+def thing_for_act(existing: str, new: str) -> tuple[str, str] | None:
+    """A word one text uses as a verb and the other as a noun whose most frequent WordNet sense is
+    a concrete thing (:data:`_LEX_THINGS`), in English: "The user has a garden." / "The user
+    gardens.", "has a boat" / "boats", "has a fish" / "fishes" — having the thing is not doing
+    what its verb says, though both texts have the same content words. (The noun's word, the
+    verb's word) in the two texts' order, or None. A noun of an act, a plan or a message is no
+    thing ("has a plan to move" / "plans to move")."""
+    wn = wordnet.open_wordnet()
+    if wn is None:
+        return None
+    a, b = _tokens(existing), _tokens(new)
+    for i, (key, x, content) in enumerate(a):
+        if not content or not _RE_LATIN.fullmatch(x):
+            continue
+        for j, (other, y, _) in enumerate(b):
+            if other != key:
+                continue
+            for noun_text, n, noun, verb_text, v in (
+                (existing, i, x, new, j),
+                (new, j, y, existing, i),
+            ):
+                if not (_noun_at(noun_text, n) and _verb_at(verb_text, v)):
+                    continue
+                first = next((wn.offsets("n", w)[:1] for w in _lemmas(noun) if wn.offsets("n", w)), [])
+                if first and wn.lexical_file("n", first[0]) in _LEX_THINGS:
+                    return (x, y)
+    return None

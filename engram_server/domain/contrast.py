@@ -32,7 +32,20 @@ WordNet synset in any sense (phone / call, mend / repair), are senses of the sam
 headwords, or one is at most two steps up the verb hierarchy from the other (buy → get); a
 Chinese verb by its CC-CEDICT glosses (a gloss in common, or two glosses that name the same act;
 遛狗 / 喂狗 compared by what differs, 遛 / 喂). A verb whose lemma the other text has as a noun is
-a light-verb restatement ("gave the draft a review" / "reviewed the draft"), not another act.
+a light-verb restatement ("gave the draft a review" / "reviewed the draft"), not another act; a
+verb in place of a light verb and the noun of an act that is neither the noun's verb nor one act
+with it is another act (:func:`light_verb_action`: "gave the budget a review" / "rejected the
+budget").
+
+Restatements the same module reads for :func:`engram_server.domain.specifics.same_words`: a
+synonym in place (:func:`synonym_swapped`), a phrasal verb for a one-word verb of its synset
+(:func:`phrasal_restated`), a possessed thing and its copula for the verb of its use
+(:func:`light_verb_restated`: "The user's car is a blue Toyota." / "The user drives a blue
+Toyota."), and a light verb with the noun of an act for the act's verb in the same tense
+(:func:`light_verb_noun_restated`: "gave the report a review" / "reviewed the report", "took a
+shower" / "showered", "paid a visit to Oslo" / "visited Oslo"; the noun must be an act or event
+in WordNet derived from the verb, so "has a garden" / "gardens" and "paid a bill" / "billed" are
+not).
 
 What is not a contrast: synonyms (film / movie, begin / start; also words CC-CEDICT gives as senses
 of the same headwords, job / position), one word a kind of the other
@@ -744,14 +757,28 @@ _EN_BE = frozenset(["is", "are", "was", "were"])
 _RE_POSSESSIVE = re.compile(r"['’]s$", re.IGNORECASE)
 
 
+#: WordNet verb lexicographer files of acts done *to* a thing rather than with it: changing it
+#: (``verb.change``: repair, tune, paint), handling it (``verb.contact``: wash, clean, carry),
+#: owning or trading it (``verb.possession``: sell, buy, lend) or dealing in it (``verb.social``:
+#: rent). A sense of these is no use of the thing, whatever its definition names.
+_NOT_USE_FILES = frozenset({30, 35, 40, 41})
+#: How far up the noun hierarchy a kind named by a verb's definition may be from the possessed
+#: noun (motorbike → motorcycle → motor vehicle → self-propelled vehicle → wheeled vehicle →
+#: vehicle: five steps).
+USE_DEPTH = 5
+
+
 @lru_cache(maxsize=65536)
 def done_with(verb: str, noun: str) -> bool:
     """Whether English ``verb`` is, by one of its :data:`SENSES` most frequent WordNet senses'
     definitions, what one does with any ``noun`` of its kind: the definition names a kind the
-    noun is, at most :data:`NOUN_DEPTH` steps up and not near the root (drive "operate or control
-    a vehicle" / car; ride "be carried or travel on or in a vehicle" / bike). Not a definition
-    naming the thing itself (clean "clean and tidy up the house" / house: one chore, not the use
-    of a house), nor sell ("exchange or deliver for money …"), rent, wash or repair."""
+    noun is, at most :data:`USE_DEPTH` steps up and not near the root, by one of that word's
+    :data:`SENSES` most frequent senses or by a word of the kind's synset (drive "operate or
+    control a vehicle" / car; ride "be carried or travel on or in a vehicle" / bike, motorbike;
+    play "play on an instrument" / guitar, a musical instrument). Not a sense that changes,
+    handles, owns or trades the thing (:data:`_NOT_USE_FILES`: repair, tune, wash, carry, sell,
+    rent), nor a definition naming the thing itself (clean "clean and tidy up the house" / house:
+    one chore, not the use of a house)."""
     from engram_server.domain.specifics import EN_FUNCTION_WORDS  # noqa: PLC0415 - specifics imports this module
 
     wn = wordnet.open_wordnet()
@@ -759,12 +786,17 @@ def done_with(verb: str, noun: str) -> bool:
         return False
     senses = {o for w in _lemmas(noun.casefold()) for o in wn.offsets("n", w)[:SENSES]}
     kinds = {
-        a for o in senses for a in _ancestors("n", o, NOUN_DEPTH) if _root_depth("n", a) >= MIN_KIND_DEPTH
+        a for o in senses for a in _ancestors("n", o, USE_DEPTH) if _root_depth("n", a) >= MIN_KIND_DEPTH
     } - senses
+    kind_words = {w.casefold() for a in kinds for w in wn.synset("n", a)[0]}
     for v in _lemmas(verb.casefold()):
         for off in wn.offsets("v", v)[:SENSES]:
+            if wn.lexical_file("v", off) in _NOT_USE_FILES:
+                continue
             for word in _RE_LATIN.findall(wn.definition("v", off).casefold()):
-                if word not in EN_FUNCTION_WORDS and not kinds.isdisjoint(wn.offsets("n", word)[:SENSES]):
+                if word in EN_FUNCTION_WORDS:
+                    continue
+                if word in kind_words or not kinds.isdisjoint(wn.offsets("n", word)[:SENSES]):
                     return True
     return False
 
@@ -801,3 +833,209 @@ def _same_tense(be: str, verb: str) -> bool:
     tag = ("VBZ", "VBP") if be.casefold() in {"is", "are"} else ("VBD",)
     low = verb.casefold()
     return any(low in lemminflect.getInflection(lemma, t) for lemma in _lemmas(low) for t in tag)
+
+
+#: Light verbs, a closed class: with an indefinite article and a noun that names an act they say
+#: that act, which the noun's own verb says alone ("took a walk" / "walked", "gave the report a
+#: review" / "reviewed the report", "made a decision to move" / "decided to move", "had a look at
+#: the logs" / "looked at the logs", "paid a visit to Oslo" / "visited Oslo").
+LIGHT_VERBS = frozenset({"give", "make", "take", "have", "do", "pay"})
+#: The light verbs of making and giving, after which the noun may also be the communication the
+#: act makes ("made a call" / "called", "gave a talk" / "talked", "made a copy" / "copied"); after
+#: have, take or pay such a noun is a thing held or paid for ("has a copy", "paid a bill").
+LIGHT_MAKING_VERBS = frozenset({"give", "make", "do"})
+#: WordNet lexicographer files of nouns that name an act: ``noun.act`` and ``noun.event``; and
+#: ``noun.communication``, for the light verbs of making (:data:`LIGHT_MAKING_VERBS`).
+_LEX_ACTS = frozenset({4, 11})
+_LEX_COMMUNICATION = 10
+#: Prepositions that bring in the act's object after its noun and go when the verb takes that
+#: object directly ("paid a visit to Oslo" / "visited Oslo", "did a review of the budget" /
+#: "reviewed the budget"); others stay ("had a look at the logs" / "looked at the logs").
+_OBJECT_PREPOSITIONS = frozenset({"of", "to"})
+_EN_INDEFINITE = frozenset({"a", "an"})
+#: At most this many words between a light verb and its article: the thing the act is done to
+#: ("gave the quarterly report a review").
+_MAX_LIGHT_OBJECT = 4
+#: At most this many adjectives before the act's noun ("a quick final review").
+_MAX_LIGHT_ADJECTIVES = 2
+_VERB_TAGS = ("VB", "VBD", "VBG", "VBN", "VBP", "VBZ")
+
+
+@lru_cache(maxsize=65536)
+def _verb_tags(word: str) -> frozenset[str]:
+    """The Penn tags an English verb form can have (lemminflect): "gave" VBD, "reviews" VBZ,
+    "read" VB, VBD, VBN, VBP."""
+    low = word.casefold()
+    lemmas = lemminflect.getAllLemmas(low).get("VERB") or (low,)
+    return frozenset(t for lemma in lemmas for t in _VERB_TAGS if low in lemminflect.getInflection(lemma, t))
+
+
+@lru_cache(maxsize=65536)
+def act_noun(noun: str, verb: str, *, making: bool = False) -> bool:
+    """Whether English ``noun`` names the act of ``verb``: one of the noun's :data:`SENSES` most
+    frequent WordNet senses is an act or an event (lexicographer files ``noun.act``,
+    ``noun.event``; with ``making``, also ``noun.communication``) that WordNet derives from one of
+    the verb's :data:`ACT_SENSES` most frequent senses (a ``+`` pointer between the two words:
+    review / review, decision / decide, shower "washing yourself …" / shower). Not a thing
+    ("garden", "fish", "boat": owning one is not doing it) nor a possession ("fine", "fee")."""
+    wn = wordnet.open_wordnet()
+    if wn is None:
+        return False
+    lemmas = _verb_lemmas(verb)
+    senses = {o for v in lemmas for o in wn.offsets("v", v)[:ACT_SENSES]}
+    files = _LEX_ACTS | {_LEX_COMMUNICATION} if making else _LEX_ACTS
+    for n in _lemmas(noun.casefold()):
+        for off in wn.offsets("n", n)[:SENSES]:
+            if wn.lexical_file("n", off) not in files:
+                continue
+            if any(p == "v" and to in senses and w in lemmas for p, to, w in wn.derived("n", off, n)):
+                return True
+    return False
+
+
+@lru_cache(maxsize=65536)
+def _adverb_of(adverb: str, adjective: str) -> bool:
+    """Whether English ``adverb`` is the adverb of ``adjective`` (WordNet's pertainym: quickly /
+    quick, carefully / careful)."""
+    wn = wordnet.open_wordnet()
+    if wn is None:
+        return False
+    for off in wn.offsets("r", adverb.casefold()):
+        for sym, p, o in wn.synset("r", off)[1]:
+            if sym == "\\" and p == "a" and adjective.casefold() in map(str.casefold, wn.synset("a", o)[0]):
+                return True
+    return False
+
+
+def _light_verb_places(light_text: str, verb_text: str) -> list[tuple[str, str, bool]]:
+    """Where ``verb_text`` is ``light_text`` with a light verb, an indefinite article and a noun
+    replaced by one verb in the light verb's tense (the other words the same, see
+    :func:`light_verb_noun_restated`): (the noun, the verb, whether the light verb is one of
+    making), for each way the two texts line up."""
+    a, b = _tokens(light_text), _tokens(verb_text)
+    keys_b = [k for k, _, _ in b]
+    out: list[tuple[str, str, bool]] = []
+    for i, (_, word, _) in enumerate(a):
+        light = set(_verb_lemmas(word)) & LIGHT_VERBS if _RE_LATIN.fullmatch(word) else set()
+        if not light:
+            continue
+        making = bool(light & LIGHT_MAKING_VERBS)
+        ends = range(i + 1, min(i + 2 + _MAX_LIGHT_OBJECT, len(a)))
+        k = next((k for k in ends if a[k][1] in _EN_INDEFINITE), None)
+        if k is None:
+            continue
+        prefix, thing = [x for x, _, _ in a[:i]], [x for x, _, _ in a[i + 1 : k]]
+        for n in range(k + 1, min(k + 2 + _MAX_LIGHT_ADJECTIVES, len(a))):
+            adjectives = [w for _, w, _ in a[k + 1 : n]]
+            noun = a[n]
+            if not noun[2] or not _RE_LATIN.fullmatch(noun[1]) or not all(map(_is_adjective, adjectives)):
+                continue
+            rest = [x for x, _, _ in a[n + 1 :]]
+            rests = [rest, rest[1:]] if not thing and rest[:1] and rest[0] in _OBJECT_PREPOSITIONS else [rest]
+            m = len(adjectives)
+            for after in rests:
+                # the adverbs of the adjectives right before the verb, or at the end
+                for j, adverbs in ((len(prefix) + m, len(prefix)), (len(prefix), len(b) - m)):
+                    if len(b) != len(prefix) + m + 1 + len(thing) + len(after):
+                        continue
+                    around = keys_b[:adverbs] + keys_b[adverbs + m :]
+                    del around[j - (m if adverbs < j else 0)]
+                    _, verb, content = b[j]
+                    if (
+                        around == prefix + thing + after
+                        and content
+                        and _RE_LATIN.fullmatch(verb)
+                        and not _negating(verb)
+                        and _verb_tags(verb) & _verb_tags(word)
+                        and all(_adverb_of(b[adverbs + x][1], adj) for x, adj in enumerate(adjectives))
+                    ):
+                        out.append((noun[1], verb, making))
+    return out
+
+
+@lru_cache(maxsize=65536)
+def _act_verbs(noun: str, *, making: bool) -> frozenset[str]:
+    """The verbs WordNet derives ``noun``'s act senses from (as :func:`act_noun` reads them, any
+    verb sense): review → review, decision → decide."""
+    wn = wordnet.open_wordnet()
+    if wn is None:
+        return frozenset()
+    files = _LEX_ACTS | {_LEX_COMMUNICATION} if making else _LEX_ACTS
+    return frozenset(
+        w
+        for n in _lemmas(noun.casefold())
+        for off in wn.offsets("n", n)[:SENSES]
+        if wn.lexical_file("n", off) in files
+        for p, _, w in wn.derived("n", off, n)
+        if p == "v"
+    )
+
+
+def light_verb_noun_restated(existing: str, new: str) -> bool:
+    """Whether one text says an act with a light verb (:data:`LIGHT_VERBS`), an indefinite article
+    and the act's noun (:func:`act_noun`), and the other, the same words otherwise, says it with
+    the noun's verb in the light verb's tense: "The user gave the report a review." / "The user
+    reviewed the report.", "Anna took a shower." / "Anna showered.", "Tom made a decision to
+    move." / "Tom decided to move.". The thing the act is done to may come between the light verb
+    and the article ("gave the report a review"), or after the noun with "of" or "to", which the
+    verb drops ("paid a visit to Oslo" / "visited Oslo"); an adjective before the noun is its
+    adverb with the verb ("gave the draft a quick read" / "quickly read the draft"). Another tense
+    ("gave" / "reviews"), another noun ("a rejection"), another object or person is not the same
+    fact. English only."""
+    return any(
+        act_noun(noun, verb, making=making)
+        for light_text, verb_text in ((existing, new), (new, existing))
+        for noun, verb, making in _light_verb_places(light_text, verb_text)
+    )
+
+
+def light_verb_action(existing: str, new: str) -> tuple[str, str] | None:
+    """The noun and the verb, when one text says an act with a light verb and its noun and the
+    other, the same words otherwise, has in their place a verb of another act: not the noun's
+    verb (:func:`act_noun`) nor one act with a verb WordNet derives the noun from
+    (:func:`same_act`): "Priya gave the budget a review." / "Priya rejected the budget.", "Ines
+    made a call to the landlord." / "Ines emailed the landlord." — another act on the same thing,
+    as :func:`contrasting` finds for one-word verbs (``action``). None otherwise, and when the
+    noun names no act WordNet derives from a verb."""
+    for light_text, verb_text in ((existing, new), (new, existing)):
+        for noun, verb, making in _light_verb_places(light_text, verb_text):
+            acts = _act_verbs(noun, making=making)
+            if not acts or act_noun(noun, verb, making=making) or not _verb_senses(verb):
+                continue
+            if not any(same_act(act, verb) for act in acts):
+                return (noun, verb) if light_text == existing else (verb, noun)
+    return None
+
+
+#: WordNet lexicographer files of nouns that name a concrete thing: an artifact, an animal, a body
+#: part, food, a natural object, a person, a plant, a substance, a place.
+_LEX_THINGS = frozenset({5, 6, 8, 13, 15, 17, 18, 20, 27})
+
+
+def thing_for_act(existing: str, new: str) -> tuple[str, str] | None:
+    """A word one text uses as a verb and the other as a noun whose most frequent WordNet sense is
+    a concrete thing (:data:`_LEX_THINGS`), in English: "The user has a garden." / "The user
+    gardens.", "has a boat" / "boats", "has a fish" / "fishes" — having the thing is not doing
+    what its verb says, though both texts have the same content words. (The noun's word, the
+    verb's word) in the two texts' order, or None. A noun of an act, a plan or a message is no
+    thing ("has a plan to move" / "plans to move")."""
+    wn = wordnet.open_wordnet()
+    if wn is None:
+        return None
+    a, b = _tokens(existing), _tokens(new)
+    for i, (key, x, content) in enumerate(a):
+        if not content or not _RE_LATIN.fullmatch(x):
+            continue
+        for j, (other, y, _) in enumerate(b):
+            if other != key:
+                continue
+            for noun_text, n, noun, verb_text, v in (
+                (existing, i, x, new, j),
+                (new, j, y, existing, i),
+            ):
+                if not (_noun_at(noun_text, n) and _verb_at(verb_text, v)):
+                    continue
+                first = next((wn.offsets("n", w)[:1] for w in _lemmas(noun) if wn.offsets("n", w)), [])
+                if first and wn.lexical_file("n", first[0]) in _LEX_THINGS:
+                    return (x, y)
+    return None

@@ -16,7 +16,8 @@ The rules, in order, over the candidates most similar first:
    conflict are labelled ``CONFLICTING_SPECIFICS`` with the conflicts. An exact copy (similarity
    1.0) is a duplicate whatever its words.
 2. Else, at the restatement level: the same content words (or the same words with synonyms in
-   place, or "X's car is …" / "X drives …") and the same specifics
+   place, or "X's car is …" / "X drives …", or "gave the report a review" / "reviewed the
+   report") and the same specifics
    (:func:`~engram_server.domain.specifics.same_words`): ``SAME_WORDS``.
 3. Else, with ``gate_same_meaning`` on, at the meaning level: other words of the same meaning in
    the same language (:func:`~engram_server.domain.crosslingual.same_meaning`): ``SAME_MEANING``.

@@ -28,8 +28,11 @@ What counts as a specific (English and Chinese, and text mixing both):
 * ``order`` — the order of the names two texts share, within one script: "moved from Berlin to
   Paris" and "moved from Paris to Berlin" name the same places in swapped roles. Names joined by
   ``and`` / ``or`` / ``,`` / ``&`` / 和 / 与 / 跟 / 及 / 、 form one group whose inner order does not count
-  ("Anna and Tom" = "Tom and Anna"), and a pair where one text is passive (``by`` / 被 / 由 in only
-  one of them: "Tom was hired by Anna") is not compared. Only two names trading places count: a
+  ("Anna and Tom" = "Tom and Anna"). When one text only is passive (``by`` / 被 / 由 in only one of
+  them) it is compared in the active voice (:func:`active_voice`: "Tom was hired by Anna" is "Anna
+  hired Tom", and so not "Tom hired Anna"), or not at all when its passive cannot be read ("by
+  Friday", "by email"), nor when the names trade places both as written and in the active voice
+  (a passive whose parts were misplaced). Only two names trading places count: a
   fronted phrase ("In Paris Anna met Tom") moves one name past all the others, which is no swap.
 * ``negation`` — the number of negation cues (``not``, ``n't``, ``never``, ``no``, ``without`` …;
   ``不``, ``没``, ``别``, ``未``, ``无``, ``非``, ``勿`` outside words such as ``不过``, ``特别``,
@@ -47,12 +50,17 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
+import lemminflect
+
 from engram_server.domain.contrast import (
     contrasting,
+    light_verb_action,
+    light_verb_noun_restated,
     light_verb_restated,
     phrasal_action,
     phrasal_restated,
     synonym_swapped,
+    thing_for_act,
 )
 from engram_server.domain.text import script_of, zh_cut, zh_tagged
 
@@ -421,19 +429,21 @@ def conflicts(existing: str, new: str) -> list[Conflict]:
         added = tuple(sorted(n for n in b.cjk_names if n not in a.text))
         if old or added:
             out.append(Conflict("name", old, added))
-    if same_script:
-        swapped = _order_conflict(a, b)
-        if swapped is not None:
-            out.append(swapped)
+    voiced = _voiced(existing, new) if same_script else None
+    if voiced is not None:
+        va, vb = voiced
+        swapped = _order_conflict(a if va == existing else extract(va), b if vb == new else extract(vb))
+        if swapped is not None and (voiced == (existing, new) or _order_conflict(a, b) is None):
+            out.append(swapped)  # (a passive whose names trade places as written too is misread)
     if a.negations != b.negations:
         out.append(Conflict("negation", (str(a.negations),), (str(b.negations),)))
     if same_script:
         for kind, (old_words, new_words) in contrasting(existing, new).items():
             if not any(c.kind == kind for c in out):
                 out.append(Conflict(kind, old_words, new_words))
-        phrasal = phrasal_action(existing, new)
-        if phrasal is not None and not any(c.kind == "action" for c in out):
-            out.append(Conflict("action", (phrasal[0],), (phrasal[1],)))
+        acted = phrasal_action(existing, new) or light_verb_action(existing, new)
+        if acted is not None and not any(c.kind == "action" for c in out):
+            out.append(Conflict("action", (acted[0],), (acted[1],)))
     return out
 
 
@@ -478,6 +488,141 @@ _RE_NAME_JOINER = re.compile(r"^(?:\s|,|&|、|和|与|跟|及|/|\band\b|\bor\b)*
 _RE_PASSIVE = re.compile(r"\bby\b|被|由", re.IGNORECASE)
 
 
+#: The auxiliaries of an English passive ("was approved by", "got hired by").
+_EN_PASSIVE_BE = frozenset(["is", "are", "was", "were", "be", "been", "being", "am", "get", "gets", "got"])
+#: Words that open a noun phrase: the agent after "by" runs from them to the first other function
+#: word ("by the new intern at the meeting": the new intern).
+_EN_DETERMINERS = frozenset(["the", "a", "an", "this", "that", "these", "those"])
+_EN_DETERMINERS |= frozenset(["my", "our", "your", "his", "her", "their", "its"])
+_RE_EN_WORD = re.compile(r"[A-Za-z\u00c0-\u024f0-9]+(?:['’][A-Za-z]+)?")
+_ZH_PASSIVE_MARKS = frozenset("被由")
+
+
+def _participle(word: str) -> bool:
+    """Whether an English word is a past participle ("approved", "written", "hired")."""
+    low = word.casefold()
+    return any(
+        low in lemminflect.getInflection(lemma, "VBN")
+        for lemma in lemminflect.getAllLemmas(low).get("VERB", ())
+    )
+
+
+@lru_cache(maxsize=4096)
+def active_voice(text: str) -> str | None:
+    """A passive sentence's words in the active voice's order, or None when ``text`` is not one
+    this reads (one script only). English "S be [adverb] V-ed … by AGENT REST" → "AGENT V-ed …
+    S REST" ("The invoice was approved by Maria on Monday." → "Maria approved the invoice on
+    Monday."), the agent running from "by" to the first function word that opens no noun phrase,
+    a name or a phrase with a determiner (not a means, "by email", nor a time, "by Friday");
+    Chinese "S 被 / 由 AGENT REST" → "AGENT REST S" (李娜被张伟雇用了 → 张伟雇用了李娜: the agent
+    and the verb follow the mark), when a noun or pronoun follows the mark (jieba's tags; not
+    会议被推迟了, which names no agent). Its content words and names are compared with the other
+    text's as they would be in the active voice: who did what to whom."""
+    if _RE_CJK.search(text):
+        if _RE_LATIN_WORD.search(text):
+            return None
+        tagged = zh_tagged(text)
+        marks = [i for i, (w, _) in enumerate(tagged) if w in _ZH_PASSIVE_MARKS]
+        if len(marks) != 1 or marks[0] == 0 or marks[0] + 1 >= len(tagged):
+            return None
+        at = marks[0]
+        tag = tagged[at + 1][1]
+        if not (tag.startswith(("n", "r")) or tag == "vn"):
+            return None  # no agent (会议被推迟了, 自行车被偷了): no one's role to swap
+        cut = [w for w, _ in tagged]
+        return "".join(cut[at + 1 :]) + "".join(cut[:at])
+    words = list(_RE_EN_WORD.finditer(text))
+    low = [m.group().casefold() for m in words]
+    if low.count("by") != 1:
+        return None
+    by = low.index("by")
+    be = next((i for i in range(by) if low[i] in _EN_PASSIVE_BE), None)
+    if be is None or be == 0:
+        return None
+    verb = be + 1
+    if verb < by and low[verb].endswith("ly") and verb + 1 < by:
+        verb += 1  # "was quickly approved"
+    if verb >= by or not _participle(low[verb]):
+        return None
+    end = by + 1
+    while end < len(low) and low[end] in _EN_DETERMINERS:
+        end += 1
+    start = end
+    while end < len(low) and low[end] not in _EN_FUNCTION and low[end] not in _EN_NEGATIONS:
+        end += 1
+    named = start > by + 1 or (start < len(low) and words[start].group()[0].isupper())
+    if end == start or not named or any(w in MONTH_WORDS or w[0].isdigit() for w in low[start:end]):
+        return None  # no agent: a means ("by email") or a time ("by Friday", "by 5 May")
+    agent = text[words[by + 1].start() : words[end - 1].end()]
+    subject = text[: words[be].start()].strip()
+    action = text[words[be + 1].start() : words[by].start()].strip()
+    rest = text[words[end - 1].end() :]
+    return f"{agent} {action} {subject}{rest}"
+
+
+#: At most this many words on each side of an "of" genitive ("the release date of the mobile app").
+_GENITIVE_WORDS = 3
+
+
+@lru_cache(maxsize=4096)
+def possessor_first(text: str) -> str:
+    """English "the Y of X" written "X's Y", the possessor first, as the ``'s`` genitive has it:
+    "The mother of the bride is the teacher." → "The bride's mother is the teacher.". Y is one to
+    :data:`_GENITIVE_WORDS` content words after "the", X as many after "of" and a determiner;
+    each such phrase is rewritten, left to right. Two texts' content words are compared in the
+    order of their roles (:func:`swapped_roles`): "the lead of the team" and "the team's lead"
+    name one person, "the teacher's mother" another."""
+    words = list(_RE_EN_WORD.finditer(text))
+    low = [m.group().casefold() for m in words]
+
+    def content(at: int) -> bool:
+        return (
+            low[at] not in _EN_FUNCTION and low[at] not in _EN_NEGATIONS and not _POSSESSIVE.search(low[at])
+        )
+
+    out: list[str] = []
+    last = 0
+    i = 0
+    while i < len(low):
+        if low[i] != "the":
+            i += 1
+            continue
+        j = i + 1
+        while j < len(low) and j - i <= _GENITIVE_WORDS and content(j):
+            j += 1
+        if j == i + 1 or j >= len(low) or low[j] != "of":
+            i += 1
+            continue
+        k = j + 1 + (j + 1 < len(low) and low[j + 1] in _EN_DETERMINERS)
+        m = k
+        while m < len(low) and m - k < _GENITIVE_WORDS and content(m):
+            m += 1
+        if m == k:
+            i += 1
+            continue
+        det = text[words[j + 1].start() : words[k].start()] if k > j + 1 else ""
+        possessor = text[words[k].start() : words[m - 1].end()]
+        possessed = text[words[i + 1].start() : words[j - 1].end()]
+        the = words[i].group()
+        lead = det[:1].upper() + det[1:] if the[0].isupper() and det else det
+        out.append(text[last : words[i].start()] + f"{lead}{possessor}'s {possessed}")
+        last = words[m - 1].end()
+        i = m
+    return "".join(out) + text[last:]
+
+
+def _voiced(existing: str, new: str) -> tuple[str, str] | None:
+    """The two texts in one voice: as written when both or neither are passive, else the passive
+    one in the active voice (:func:`active_voice`); None when that one cannot be read."""
+    pa, pb = bool(_RE_PASSIVE.search(existing)), bool(_RE_PASSIVE.search(new))
+    if pa == pb:
+        return existing, new
+    turned = active_voice(existing if pa else new)
+    if turned is None:
+        return None
+    return (turned, new) if pa else (existing, turned)
+
+
 def _name_groups(spec: Specifics, shared: frozenset[str]) -> list[frozenset[str]]:
     """The shared names in order of first appearance in the text, coordinated runs as one group."""
     low = spec.text.casefold()
@@ -502,7 +647,7 @@ def _name_groups(spec: Specifics, shared: frozenset[str]) -> list[frozenset[str]
 def _order_conflict(a: Specifics, b: Specifics) -> Conflict | None:
     """Two shared names in swapped roles (see the module doc), or None."""
     shared = (a.latin_names & b.latin_names) | (a.cjk_names & b.cjk_names)
-    if len(shared) < 2 or bool(_RE_PASSIVE.search(a.text)) != bool(_RE_PASSIVE.search(b.text)):
+    if len(shared) < 2:
         return None
     ga, gb = _name_groups(a, shared), _name_groups(b, shared)
     if ga == gb or {n for g in ga for n in g} != {n for g in gb for n in g}:
@@ -582,11 +727,24 @@ def swapped_roles(existing: str, new: str) -> bool:
     new intern." / "The new intern praised the manager."; 经理表扬了实习生 / 实习生表扬了经理): who
     did what to whom is reversed, as :func:`conflicts` finds for names (kind ``order``). A run moved
     to the front or back past an adjacent one is no swap ("In every editor, the user prefers dark
-    mode."). Not compared when exactly one text is passive (``by``, 被, 由: "The intern was praised
-    by the manager."), nor when a shared word occurs twice in a text."""
-    if bool(_RE_PASSIVE.search(existing)) != bool(_RE_PASSIVE.search(new)):
+    mode."). When exactly one text is passive (``by``, 被, 由) it is read in the active voice
+    (:func:`active_voice`: "The intern was praised by the manager." is "The manager praised the
+    intern.", and so not "The intern praised the manager."), and not compared when that passive
+    cannot be read or shows runs trading places as written too (its parts misplaced); an "of"
+    genitive is read with the possessor first (:func:`possessor_first`: "The mother of the bride
+    is the teacher." says "The bride's mother is the teacher.", not "The teacher's mother is the
+    bride."). Not compared when a shared word occurs twice in a text."""
+    voiced = _voiced(existing, new)
+    if voiced is None:
         return False
-    sa, sb = content_sequence(existing), content_sequence(new)
+    if voiced != (existing, new) and _runs_swapped(existing, new):
+        return False  # swapped as written too: the passive was read with its parts misplaced
+    return _runs_swapped(*voiced)
+
+
+def _runs_swapped(existing: str, new: str) -> bool:
+    """:func:`swapped_roles` for two texts in one voice."""
+    sa, sb = content_sequence(possessor_first(existing)), content_sequence(possessor_first(new))
     shared = set(sa) & set(sb)
     a = [w for w in sa if w in shared]
     b = [w for w in sb if w in shared]
@@ -604,18 +762,29 @@ def swapped_roles(existing: str, new: str) -> bool:
 
 def same_words(existing: str, new: str) -> bool:
     """Whether two texts have the same non-empty set of content words (:func:`content_words`),
-    in the same roles (:func:`swapped_roles`), or are the same words in the same order with at
-    most two replaced in place by a synonym (:func:`engram_server.domain.contrast.synonym_swapped`:
-    sofa / couch, 电脑 / 计算机), or with a possessed noun and its copula replaced by the verb of
-    what one does with that thing (:func:`engram_server.domain.contrast.light_verb_restated`:
-    "The user's car is a blue Toyota." / "The user drives a blue Toyota."), or with a phrasal verb
+    in the same roles (:func:`swapped_roles`) and none a concrete thing in one and a verb in the
+    other (:func:`engram_server.domain.contrast.thing_for_act`: "has a garden" / "gardens"), or
+    are the same words in the same order with at most two replaced in place by a synonym
+    (:func:`engram_server.domain.contrast.synonym_swapped`: sofa / couch, 电脑 / 计算机), or with a
+    possessed noun and its copula replaced by the verb of what one does with that thing
+    (:func:`engram_server.domain.contrast.light_verb_restated`:
+    "The user's car is a blue Toyota." / "The user drives a blue Toyota."), or with a light verb
+    and the noun of an act in place of the act's verb
+    (:func:`engram_server.domain.contrast.light_verb_noun_restated`: "gave the report a review" /
+    "reviewed the report", "took a shower" / "showered"), or with a phrasal verb
     in place of a one-word verb of the same WordNet synset
     (:func:`engram_server.domain.contrast.phrasal_restated`: "gave up smoking" / "quit smoking")."""
     a = content_words(existing)
-    if bool(a) and a == content_words(new) and not swapped_roles(existing, new):
+    if (
+        bool(a)
+        and a == content_words(new)
+        and not swapped_roles(existing, new)
+        and thing_for_act(existing, new) is None
+    ):
         return True
     return (
         synonym_swapped(existing, new)
         or light_verb_restated(existing, new)
+        or light_verb_noun_restated(existing, new)
         or phrasal_restated(existing, new)
     )

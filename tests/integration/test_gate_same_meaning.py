@@ -96,3 +96,4 @@ async def test_a_role_swap_without_names_is_written_with_an_order_conflict(stub:
     # The same claim in the passive voice is still a duplicate.
     passive = await add(stub, "The young goalkeeper was thanked by the coach.")
     assert passive.outcome == s.ADD_OUTCOME_DUPLICATE
+    assert passive.memory.id == first.memory.id  # in the active voice: the coach thanked

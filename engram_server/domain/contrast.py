@@ -696,6 +696,28 @@ def phrasal_action(existing: str, new: str) -> tuple[str, str] | None:
     return None if found is None or found[2] else (found[0], found[1])
 
 
+#: The WordNet nouns an event is a kind of: a gathering of people ("meeting": "a formally arranged
+#: gathering") and a social event ("party", "ceremony", "concert"); looked up by lemma and sense.
+_EVENT_KINDS = (("gathering", 0), ("social_event", 0))
+
+
+@lru_cache(maxsize=65536)
+def zh_event_noun(word: str) -> bool:
+    """Whether Chinese ``word`` names an event people hold: one of its CC-CEDICT glosses is, in one
+    of its :data:`SENSES` most frequent WordNet noun senses, a kind of gathering or social event at
+    most :data:`NOUN_DEPTH` steps up (会议 / 周会 / 例会 "meeting", 晚会 "party", 婚礼 "ceremony",
+    演唱会 "concert"); not 门 "door", 空调, 公司 "company"."""
+    wn = wordnet.open_wordnet()
+    if wn is None or not _RE_CJK.match(word):
+        return False
+    kinds = {wn.offsets("n", lemma)[k] for lemma, k in _EVENT_KINDS if len(wn.offsets("n", lemma)) > k}
+    for gloss in _glosses(word):
+        for o in wn.offsets("n", gloss)[:SENSES]:
+            if o in kinds or not kinds.isdisjoint(_ancestors("n", o, NOUN_DEPTH)):
+                return True
+    return False
+
+
 #: The most words a Chinese verb's phrase sense is spelled out in by the other text
 #: (:func:`zh_phrase_restated`: 戒烟 "to give up smoking" = 放弃 + 吸烟).
 ZH_PHRASE_WORDS = 3

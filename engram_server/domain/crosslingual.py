@@ -13,7 +13,8 @@ specifics must agree.
   word without it (不可 | 信 → 不 可信, 不可 | 用 → 不 可用). A character CEDICT glosses with the
   suffix "-able" (可, 易) before a verb is that verb's "-able" adjective (可用 "usable"). A
   separable verb split by an aspect particle or a count is joined back first (洗了个澡 → 洗澡:
-  :func:`joined_separable`).
+  :func:`joined_separable`). A verb of holding an event with an event noun (周会在周四开) need not
+  align, as English says it with "is" ("The weekly meeting is on Thursday").
 - A Chinese word aligns with an English word when one of its glosses has the English word's stem,
   when its reading (CEDICT's pinyin, without tones; per character for a name the dictionary lacks)
   spells one to three consecutive English words ("张伟" = "Zhang Wei", "小白" = "Xiaobai"), or when
@@ -59,6 +60,7 @@ from engram_server.domain.specifics import (
     EN_FUNCTION_WORDS,
     VALUE_WORDS,
     ZH_COUNTERS,
+    ZH_EVENT_VERBS,
     ZH_FUNCTION_WORDS,
     Conflict,
     conflicts,
@@ -95,6 +97,7 @@ _ZH_VALUE_CHARS = frozenset("零〇一二两三四五六七八九十百千万亿
 _DISTRIBUTIVE = frozenset({"每"})
 _DISTRIBUTIVE_EN = frozenset({"a", "an", "per"})
 _ZH_NUMERALS = frozenset("一二两三四五六七八九十几")
+_ZH_NUMBER_CHARS = _ZH_NUMERALS | frozenset("零〇百千万亿半")
 #: Demonstratives: with a measure word (这家, 那位, 这条) they are the English "this" / "that" / "the".
 _ZH_DEMONSTRATIVES = frozenset("这那")
 #: English words that carry no content of their own in a translated sentence.
@@ -486,6 +489,30 @@ def joined_separable(run: str) -> str:
     return "".join(out)
 
 
+#: jieba's tags of names (person, place, organisation, other proper noun): never re-cut.
+_NAME_TAGS = ("nr", "ns", "nt", "nz")
+
+
+@lru_cache(maxsize=65536)
+def recut(cut: str) -> tuple[str, ...]:
+    """A jieba cut CC-CEDICT lacks, re-cut into the longest dictionary words it holds, left to right
+    (:func:`_pieces`), when there are two or more and it is no name: jieba's HMM glues words
+    its own dictionary lacks (开周会 → 开 | 周会, 后散 → 后 | 散). A name is kept whole: one jieba
+    tags as a name (``nr ns nt nz``) or a common surname with one or two characters
+    (:data:`ZH_SURNAMES`: 唐娟). ``(cut,)`` otherwise."""
+    from engram_server.domain.text import zh_tagged  # noqa: PLC0415
+
+    d = _dict()
+    if cut in d or not _RE_CJK_RUN.fullmatch(cut) or (cut[0] in ZH_SURNAMES and len(cut) <= 3):
+        return (cut,)
+    if any(c in _ZH_NUMBER_CHARS for c in cut):  # 十点, 下周一: a value, compared as a specific
+        return (cut,)
+    if any(tag.startswith(_NAME_TAGS) for _, tag in zh_tagged(cut)):
+        return (cut,)
+    pieces = _pieces(cut, d)
+    return tuple(pieces) if pieces is not None and len(pieces) > 1 else (cut,)
+
+
 def _cuts(run: str, d: _Dictionary) -> list[str]:
     """jieba's words of a CJK run, with a negation glued to the wrong word joined back: jieba cuts
     不可信 "untrustworthy" as 不可 | 信 and 不可用 "unavailable" as 不可 | 用 (or 不 | 可 | 用), and
@@ -586,6 +613,12 @@ def _zh_units(text: str, d: _Dictionary, *, lenient: bool = False) -> list[_ZhUn
                 units.append(unit)
             if not lenient and len(pieces) > 1:  # a measure word inside: it may align, need not
                 units.extend(_measure_unit(at + word.index(p), p, d) for p in pieces if _is_measure(p, d))
+    if not lenient and any(u.text in ZH_EVENT_VERBS for u in units):
+        from engram_server.domain.contrast import zh_event_noun  # noqa: PLC0415 - it imports this module
+
+        if any(zh_event_noun(u.text) for u in units if u.text not in ZH_EVENT_VERBS):
+            for u in units:  # 周会在周四开 "the weekly meeting is on Thursday": may say "held", need not
+                u.optional = u.optional or u.text in ZH_EVENT_VERBS
     units.sort(key=lambda u: u.pos)
     return units
 

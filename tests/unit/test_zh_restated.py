@@ -145,3 +145,81 @@ def test_a_changed_translation_of_a_split_separable_verb_fails(zh: str, en: str)
     from engram_server.domain.crosslingual import translation_pair  # noqa: PLC0415
 
     assert not translation_pair(zh, en) and not translation_pair(en, zh)
+
+
+# A verb of holding an event (开 / 举行 / 召开 / 举办) with an event noun (contrast.zh_event_noun) is
+# no content word, as "happens" in English: "周会在周四十点开" = "周会是周四十点".
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("周会在周四十点开。", "周会是周四十点。"),
+        ("年会在十二月召开。", "年会是十二月。"),
+        ("婚礼在五月举行。", "婚礼是五月。"),
+        ("发布会下周一举办。", "发布会是下周一。"),
+        ("团队周四十点开周会。", "团队的周会是周四十点。"),  # 开周会: one jieba cut, re-cut 开 | 周会
+    ],
+)
+def test_an_event_verb_with_an_event_noun_is_no_content_word(a: str, b: str) -> None:
+    assert same_words(a, b) and same_words(b, a)
+    assert not conflicts(a, b)
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("周会在周四十点开。", "周会在周四十点取消。"),  # another verb
+        ("周会在周四十点开。", "周会在周五十点开。"),  # another day
+        ("周会在周四十点开。", "例会是周四十点。"),  # another meeting
+        ("婚礼在五月举行。", "婚礼在六月举行。"),  # another month
+        ("年会在十二月召开。", "年会在十二月推迟。"),  # postponed
+        ("商店在周四十点开。", "商店是周四十点。"),  # a shop is no event: 开 is "opens"
+        ("空调在客厅开着。", "空调在客厅。"),  # on, or only there
+    ],
+)
+def test_an_event_verb_elsewhere_or_with_another_thing_changed_is_not_dropped(a: str, b: str) -> None:
+    assert not (same_words(a, b) and not conflicts(a, b))
+
+
+def test_event_nouns_are_gatherings_and_social_events() -> None:
+    from engram_server.domain.contrast import zh_event_noun  # noqa: PLC0415
+
+    assert all(zh_event_noun(w) for w in ("会议", "周会", "晚会", "婚礼", "演唱会"))
+    assert not any(zh_event_noun(w) for w in ("门", "商店", "空调", "公司", "客厅"))
+
+
+@pytest.mark.parametrize(
+    ("zh", "en", "same"),
+    [
+        ("年会在十二月召开。", "The annual meeting is in December.", True),
+        ("婚礼在五月举行。", "The wedding is in May.", True),
+        ("婚礼在五月举行。", "The wedding was held in May.", True),  # the verb may align
+        ("婚礼在五月举行。", "The wedding is in June.", False),
+        ("婚礼在五月举行。", "The wedding was cancelled in May.", False),
+        ("年会在十二月召开。", "The annual party is in December.", False),
+    ],
+)
+def test_an_event_verb_need_not_align_in_a_translation(zh: str, en: str, same: bool) -> None:
+    from engram_server.domain.crosslingual import translation_pair  # noqa: PLC0415
+
+    assert translation_pair(zh, en) is same
+    assert translation_pair(en, zh) is same
+
+
+@pytest.mark.parametrize(
+    ("cut", "pieces"),
+    [
+        ("开周会", ("开", "周会")),  # jieba's HMM glued a verb onto a dictionary word
+        ("后散", ("后", "散")),
+        ("负责管理", ("负责", "管理")),
+        ("唐娟", ("唐娟",)),  # a surname and a given name: a name, kept whole
+        ("马斯克", ("马斯克",)),  # tagged as a name
+        ("十点", ("十点",)),  # a value
+        ("周会", ("周会",)),  # a dictionary word
+    ],
+)
+def test_a_cut_the_dictionary_lacks_is_re_cut_into_dictionary_words(
+    cut: str, pieces: tuple[str, ...]
+) -> None:
+    from engram_server.domain.crosslingual import recut  # noqa: PLC0415
+
+    assert recut(cut) == pieces

@@ -735,14 +735,18 @@ def _zh_senses(word: str) -> frozenset[str]:
     return e.verbs | e.glosses
 
 
-def _spells(phrase: list[str], run: Sequence[str]) -> bool:
+def _spells(phrase: list[str], run: Sequence[str], *, head: bool = True) -> bool:
     """Whether the words of ``phrase`` (stems, in order) split into ``len(run)`` consecutive
-    non-empty parts, each a sense of the run's word in its place (:func:`_zh_senses`)."""
+    non-empty parts, each a sense of the run's word in its place (:func:`_zh_senses`); the first
+    part (the phrase's verb) a verb sense of the first word (放弃 "to give up", not 回合 "round")."""
     if not run:
         return not phrase
-    senses = _zh_senses(run[0])
+    senses = _zh_verb_senses(run[0]) if head else _zh_senses(run[0])
     last = len(phrase) - len(run) + 1
-    return any("_".join(phrase[:k]) in senses and _spells(phrase[k:], run[1:]) for k in range(1, last + 1))
+    return any(
+        "_".join(phrase[:k]) in senses and _spells(phrase[k:], run[1:], head=False)
+        for k in range(1, last + 1)
+    )
 
 
 #: English articles: no part of a spelled-out phrase ("to open a door" is 打开 "to open" + 门 "door").

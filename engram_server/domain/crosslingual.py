@@ -425,8 +425,8 @@ def _known(word: str, d: _Dictionary) -> bool:
     return word in d or bool(_able_glosses(word, d))
 
 
-#: What may split a separable verb (离合词) without changing the act: aspect particles, numerals
-#: and a measure word (洗了个澡, 游了两次泳, 睡了一觉), or 会儿 "a while" (散了一会儿步).
+#: What splits a separable verb (离合词) without changing the act: an aspect particle, then
+#: numerals and a measure word (洗了个澡, 游了两次泳) or 会儿 "a while" (散了一会儿步).
 _SPLIT_ASPECT = frozenset("了过着")
 _SPLIT_NUMERALS = frozenset("一二两三四五六七八九十几半0123456789")
 _SPLIT_WHILE = "会儿"
@@ -434,54 +434,65 @@ _SPLIT_WHILE = "会儿"
 _SPLIT_OBJECT = 2
 
 
-def _split_ends(run: str, at: int, d: _Dictionary) -> list[int]:
-    """Where the words splitting a separable verb whose verb is ``run[at]`` may end (the object's
-    first index), longest first; [] when no such word follows the verb."""
+def _counted(c: str, d: _Dictionary) -> bool:
+    return _is_measure(c, d) or c in d.counted
+
+
+def _split_objects(run: str, at: int, d: _Dictionary) -> list[int]:
+    """Where the object of a separable verb whose verb is ``run[at]`` may start, longest split
+    first: after an aspect particle (required), then numerals followed by a measure word or 会儿.
+    A measure word is never the object: 跑了一遍测试 "ran the tests once" is not 跑遍 "travel all
+    over" (so 吵了一架 is not read as 吵架). [] when no aspect follows."""
     j = at + 1
-    ends: list[int] = []
-    if j < len(run) and run[j] in _SPLIT_ASPECT:
-        j += 1
-        ends.append(j)
-    while j < len(run) and run[j] in _SPLIT_NUMERALS:
-        j += 1
-        ends.append(j)
-    if run.startswith(_SPLIT_WHILE, j):
-        ends.append(j + len(_SPLIT_WHILE))
-    elif j < len(run) and (_is_measure(run[j], d) or run[j] in d.counted):
-        ends.append(j + 1)
-    return sorted(set(ends), reverse=True)
+    if j >= len(run) or run[j] not in _SPLIT_ASPECT:
+        return []
+    j += 1
+    starts = [j]  # 跑了步, 生了气
+    k = j
+    while k < len(run) and run[k] in _SPLIT_NUMERALS:
+        k += 1
+    if run.startswith(_SPLIT_WHILE, k):
+        starts.append(k + len(_SPLIT_WHILE))
+    elif k < len(run) and _counted(run[k], d):
+        starts.append(k + 1)  # 洗了个澡, 游了两次泳
+    return sorted(set(starts), reverse=True)
 
 
 def joined_separable(run: str) -> str:
     """A run of Chinese characters with every separable verb (离合词) joined back: a verb-object
     word of CC-CEDICT with a verb sense (散步 "to go for a walk", 洗澡 "to bathe", 见面 "to meet",
-    帮忙 "to help") whose verb and object stand apart, split only by an aspect particle, numerals and
-    a measure word or 会儿 "a while" (散了一会儿步, 洗了个澡, 见过面, 帮了个忙, 睡了一觉), is written
-    as the word (散步): the same act. A count among the splitting words follows the word (游了两次泳
-    → 游泳两次, 请了三天假 → 请假三天), and stays a specific of the text
+    帮忙 "to help") whose verb, a word of its own, is followed by an aspect particle and then,
+    optionally, numerals with a measure word or 会儿 "a while", and then the object (散了一会儿步,
+    洗了个澡, 见过面, 帮了个忙, 换了工作) is written as the word (散步): the same act. A count among
+    the splitting words follows the word (游了两次泳 → 游泳两次) and stays a specific of the text
     (:func:`engram_server.domain.specifics.conflicts` reads the text itself: 游了两次泳 is not
-    游过泳); a pronoun or adjective between (帮了我一个大忙) is not joined."""
+    游过泳). Not joined: a verb inside a longer word (打开了门: 打开), without an aspect particle
+    (跑一遍 "run once" is not 跑遍 "travel all over"), a pronoun or adjective between (帮了我一个大忙)."""
     d = _dict()
+    singles: set[int] = set()  # where a one-character word starts (jieba's cuts, re-cut)
+    at = 0
+    for cut in zh_cut(run):
+        for piece in recut(cut):
+            if len(piece) == 1:
+                singles.add(at)
+            at += len(piece)
     out: list[str] = []
     i = 0
     while i < len(run):
         joined = None
-        # the verb starts a word: not the end of one with the character before it (打开了门: 打开)
-        ends = [] if i and run[i - 1 : i + 1] in d else _split_ends(run, i, d)
-        for end in ends:
+        for start in _split_objects(run, i, d) if i in singles else []:
             for n in range(_SPLIT_OBJECT, 0, -1):
-                word = run[i] + run[end : end + n]
-                if end + n <= len(run) and word in d and d.entry(word).verbs:
-                    joined = (word, end + n)
+                word = run[i] + run[start : start + n]
+                if start + n <= len(run) and word in d and d.entry(word).verbs:
+                    joined = (word, start, start + n)
                     break
             if joined:
                 break
         if joined:
-            word, end = joined
-            between = run[i + 1 : end - len(word) + 1].lstrip("".join(_SPLIT_ASPECT))
-            # a count the splitting words carry stays after the word (游了两次泳 → 游泳两次)
-            counted = between[:1] in _SPLIT_NUMERALS and between[-1:] not in _SPLIT_NUMERALS
-            out.append(word + between if counted and not between.endswith(_SPLIT_WHILE) else word)
+            word, start, end = joined
+            between = run[i + 2 : start]  # after the aspect particle
+            counted = between[:1] in _SPLIT_NUMERALS and not between.endswith(_SPLIT_WHILE)
+            out.append(word + (between if counted and between[-1] not in _SPLIT_NUMERALS else ""))
             i = end
         else:
             out.append(run[i])

@@ -425,8 +425,8 @@ def _known(word: str, d: _Dictionary) -> bool:
     return word in d or bool(_able_glosses(word, d))
 
 
-#: What splits a separable verb (离合词) without changing the act: an aspect particle, then
-#: numerals and a measure word (洗了个澡, 游了两次泳) or 会儿 "a while" (散了一会儿步).
+#: What splits a separable verb (离合词) without changing the act: an aspect particle and/or
+#: numerals and a measure word (洗了个澡, 游了两次泳) or 会儿 "a while" (散一会儿步).
 _SPLIT_ASPECT = frozenset("了过着")
 _SPLIT_NUMERALS = frozenset("一二两三四五六七八九十几半0123456789")
 _SPLIT_WHILE = "会儿"
@@ -440,33 +440,35 @@ def _counted(c: str, d: _Dictionary) -> bool:
 
 def _split_objects(run: str, at: int, d: _Dictionary) -> list[int]:
     """Where the object of a separable verb whose verb is ``run[at]`` may start, longest split
-    first: after an aspect particle (required), then numerals followed by a measure word or 会儿.
-    A measure word is never the object: 跑了一遍测试 "ran the tests once" is not 跑遍 "travel all
-    over" (so 吵了一架 is not read as 吵架). [] when no aspect follows."""
+    first: after an aspect particle, numerals followed by a measure word, or 会儿 "a while" (a
+    measure word without numerals only after an aspect particle: 洗了个澡). A measure word is never
+    the object: 跑了一遍测试 "ran the tests once" is not 跑遍 "travel all over" (so 吵了一架 is not
+    read as 吵架). [] when nothing of these follows."""
     j = at + 1
-    if j >= len(run) or run[j] not in _SPLIT_ASPECT:
-        return []
-    j += 1
-    starts = [j]  # 跑了步, 生了气
+    starts: list[int] = []
+    aspect = j < len(run) and run[j] in _SPLIT_ASPECT
+    if aspect:
+        j += 1
+        starts.append(j)  # 跑了步, 生了气
     k = j
     while k < len(run) and run[k] in _SPLIT_NUMERALS:
         k += 1
     if run.startswith(_SPLIT_WHILE, k):
-        starts.append(k + len(_SPLIT_WHILE))
-    elif k < len(run) and _counted(run[k], d):
-        starts.append(k + 1)  # 洗了个澡, 游了两次泳
+        starts.append(k + len(_SPLIT_WHILE))  # 散(了)一会儿步
+    elif k < len(run) and _counted(run[k], d) and (aspect or k > j):
+        starts.append(k + 1)  # 洗了个澡, 游(了)两次泳
     return sorted(set(starts), reverse=True)
 
 
 def joined_separable(run: str) -> str:
     """A run of Chinese characters with every separable verb (离合词) joined back: a verb-object
     word of CC-CEDICT with a verb sense (散步 "to go for a walk", 洗澡 "to bathe", 见面 "to meet",
-    帮忙 "to help") whose verb, a word of its own, is followed by an aspect particle and then,
-    optionally, numerals with a measure word or 会儿 "a while", and then the object (散了一会儿步,
-    洗了个澡, 见过面, 帮了个忙, 换了工作) is written as the word (散步): the same act. A count among
+    帮忙 "to help") whose verb, a word of its own, is followed by an aspect particle and/or numerals
+    with a measure word or 会儿 "a while", and then the object (散了一会儿步, 散一会儿步, 洗了个澡,
+    见过面, 帮了个忙, 换了工作, 游两次泳) is written as the word (散步): the same act. A count among
     the splitting words follows the word (游了两次泳 → 游泳两次) and stays a specific of the text
     (:func:`engram_server.domain.specifics.conflicts` reads the text itself: 游了两次泳 is not
-    游过泳). Not joined: a verb inside a longer word (打开了门: 打开), without an aspect particle
+    游过泳). Not joined: a verb inside a longer word (打开了门: 打开), a measure word as the object
     (跑一遍 "run once" is not 跑遍 "travel all over"), a pronoun or adjective between (帮了我一个大忙)."""
     d = _dict()
     singles: set[int] = set()  # where a one-character word starts (jieba's cuts, re-cut)
@@ -490,7 +492,7 @@ def joined_separable(run: str) -> str:
                 break
         if joined:
             word, start, end = joined
-            between = run[i + 2 : start]  # after the aspect particle
+            between = run[i + 1 : start].lstrip("".join(_SPLIT_ASPECT))  # the count, if any
             counted = between[:1] in _SPLIT_NUMERALS and not between.endswith(_SPLIT_WHILE)
             out.append(word + (between if counted and between[-1] not in _SPLIT_NUMERALS else ""))
             i = end

@@ -63,6 +63,8 @@ def test_a_negation_is_compared_as_such() -> None:
         ("同事帮了个忙", "同事帮忙"),
         ("他游了两次泳", "他游泳两次"),  # the count stays, after the word
         ("他打了个电话", "他打电话"),  # a two-character object
+        ("他散一会儿步", "他散步"),  # 会儿 "a while" without an aspect particle
+        ("他游两次泳", "他游泳两次"),  # a count without an aspect particle
     ],
 )
 def test_a_separable_verb_is_joined_back(split: str, joined: str) -> None:
@@ -80,7 +82,9 @@ def test_a_separable_verb_is_joined_back(split: str, joined: str) -> None:
         "我买了两本书",
         "他散了两个小时步",  # a two-character measure word: not one of the splitting words
         "跑了一遍测试",  # a measure word is no object: not 跑遍 "travel all over"
-        "他跑一遍",  # no aspect particle
+        "他跑一遍",  # a measure word alone, no object
+        "他洗个澡",  # a measure word without numerals needs an aspect particle (un-joined, not wrong)
+        "生一个孩子",  # 生孩子 is no CC-CEDICT verb-object word here: left alone
         "他做了一小时瑜伽",  # a numeral without a measure word
         "晚上九点半出发去机场",  # no aspect particle (九点半: a time)
         "我们统一了一些配置",  # 一 inside 统一 is no verb of its own

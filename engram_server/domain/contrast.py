@@ -46,6 +46,8 @@ Toyota."), and a light verb with the noun of an act for the act's verb in the sa
 shower" / "showered", "paid a visit to Oslo" / "visited Oslo"; the noun must be an act or event
 in WordNet derived from the verb, so "has a garden" / "gardens" and "paid a bill" / "billed" are
 not).
+A Chinese compound whose CC-CEDICT verb sense is a phrase is restated by the words that spell it
+out (:func:`zh_phrase_restated`: 戒烟 "to give up smoking" / 放弃 + 吸烟).
 
 What is not a contrast: synonyms (film / movie, begin / start; also words CC-CEDICT gives as senses
 of the same headwords, job / position), one word a kind of the other
@@ -750,6 +752,99 @@ def phrasal_action(existing: str, new: str) -> tuple[str, str] | None:
     (``action``). None otherwise."""
     found = _phrasal(existing, new)
     return None if found is None or found[2] else (found[0], found[1])
+
+
+#: The WordNet nouns an event is a kind of: a gathering of people ("meeting": "a formally arranged
+#: gathering") and a social event ("party", "ceremony", "concert"); looked up by lemma and sense.
+_EVENT_KINDS = (("gathering", 0), ("social_event", 0))
+
+
+@lru_cache(maxsize=65536)
+def zh_event_noun(word: str) -> bool:
+    """Whether Chinese ``word`` names an event people hold: one of its CC-CEDICT glosses is, in one
+    of its :data:`SENSES` most frequent WordNet noun senses, a kind of gathering or social event at
+    most :data:`NOUN_DEPTH` steps up (会议 / 周会 / 例会 "meeting", 晚会 "party", 婚礼 "ceremony",
+    演唱会 "concert"); not 门 "door", 空调, 公司 "company"."""
+    wn = wordnet.open_wordnet()
+    if wn is None or not _RE_CJK.match(word):
+        return False
+    kinds = {wn.offsets("n", lemma)[k] for lemma, k in _EVENT_KINDS if len(wn.offsets("n", lemma)) > k}
+    for gloss in _glosses(word):
+        for o in wn.offsets("n", gloss)[:SENSES]:
+            if o in kinds or not kinds.isdisjoint(_ancestors("n", o, NOUN_DEPTH)):
+                return True
+    return False
+
+
+#: The most words a Chinese verb's phrase sense is spelled out in by the other text
+#: (:func:`zh_phrase_restated`: 戒烟 "to give up smoking" = 放弃 + 吸烟).
+ZH_PHRASE_WORDS = 3
+
+
+def _zh_senses(word: str) -> frozenset[str]:
+    """What a Chinese word may contribute to a spelled-out verb phrase: its CC-CEDICT verb senses
+    (``give_up``, ``smoke``) and its one-word glosses (烟 "cigarette; smoke"), as stems."""
+    from engram_server.domain import crosslingual  # noqa: PLC0415 - crosslingual imports specifics
+
+    d = crosslingual.dictionary()
+    if word not in d:
+        return frozenset()
+    e = d.entry(word)
+    return e.verbs | e.glosses
+
+
+def _spells(phrase: list[str], run: Sequence[str], *, head: bool = True) -> bool:
+    """Whether the words of ``phrase`` (stems, in order) split into ``len(run)`` consecutive
+    non-empty parts, each a sense of the run's word in its place (:func:`_zh_senses`); the first
+    part (the phrase's verb) a verb sense of the first word (放弃 "to give up", not 回合 "round")."""
+    if not run:
+        return not phrase
+    senses = _zh_verb_senses(run[0]) if head else _zh_senses(run[0])
+    last = len(phrase) - len(run) + 1
+    return any(
+        "_".join(phrase[:k]) in senses and _spells(phrase[k:], run[1:], head=False)
+        for k in range(1, last + 1)
+    )
+
+
+#: English articles: no part of a spelled-out phrase ("to open a door" is 打开 "to open" + 门 "door").
+_EN_ARTICLES = frozenset(("a", "an", "the"))
+
+
+def _zh_phrase_of(word: str, run: Sequence[str]) -> bool:
+    """Whether Chinese ``word`` has a CC-CEDICT verb sense of several words ("to give up smoking")
+    that the words of ``run`` spell out in order, one part each (放弃 "to give up" + 吸烟 "to
+    smoke"); articles in the sense are no part ("to open a door": 打开 + 门)."""
+    phrases = ([p for p in sense.split("_") if p not in _EN_ARTICLES] for sense in _zh_verb_senses(word))
+    return any(len(parts) >= len(run) and _spells(parts, run) for parts in phrases)
+
+
+def zh_phrase_restated(existing: str, new: str) -> bool:
+    """Whether one Chinese text has a word whose CC-CEDICT verb sense is a phrase ("to give up
+    smoking" for 戒烟) where the other, the same content words in the same order otherwise, has
+    two or three consecutive content words (grammar words such as 了 may stand between them)
+    whose senses make up that phrase in order, one part each (放弃 "to give up" + 吸烟 "to
+    smoke"): the compound says in one word what the other says in several ("用户去年放弃了吸烟。" /
+    "用户去年戒烟了。"). Each part must be a whole verb sense or one-word gloss of its word, and the
+    whole phrase must be covered: 开始 "to start" + 吸烟 is "start smoking", not 戒烟; 放弃 + 喝酒 is
+    戒酒 "to give up drinking", not 戒烟. A negation among the words is compared as such
+    (:func:`engram_server.domain.specifics.conflicts`), never as a part."""
+    ta = [(k, w) for k, w, content in _tokens(existing) if content]
+    tb = [(k, w) for k, w, content in _tokens(new) if content]
+    for one, many in ((ta, tb), (tb, ta)):
+        extra = len(many) - len(one)
+        if not 1 <= extra < ZH_PHRASE_WORDS:
+            continue
+        keys_one, keys_many = [k for k, _ in one], [k for k, _ in many]
+        for i in range(len(one)):
+            if keys_one[:i] != keys_many[:i] or keys_one[i + 1 :] != keys_many[i + extra + 1 :]:
+                continue
+            word, run = one[i][1], [w for _, w in many[i : i + extra + 1]]
+            if not all(_RE_CJK.match(w) for w in (word, *run)) or any(_negating(w) for w in (word, *run)):
+                continue
+            if _zh_phrase_of(word, run):
+                return True
+    return False
 
 
 #: The copula after the possessed noun of "X's car is a …".

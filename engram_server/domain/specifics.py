@@ -61,6 +61,7 @@ from engram_server.domain.contrast import (
     phrasal_restated,
     synonym_swapped,
     thing_for_act,
+    zh_phrase_restated,
 )
 from engram_server.domain.text import script_of, zh_cut, zh_tagged
 
@@ -691,27 +692,47 @@ def stem(word: str) -> str:
 #: Verbs English puts in place of "is" for an event with its time or place ("standup happens at
 #: 9:30" = "standup is at 9:30"): no content word of their own when two texts are compared.
 EN_EVENT_COPULAS = frozenset(["happen", "happens", "happened", "occur", "occurs", "occurred"])
+#: Chinese verbs of holding an event (开 / 举行 / 召开 / 举办 + 会议, 周会 …): with an event noun in the
+#: text ("周会在周四十点开" = "周会是周四十点") no content word of their own, as
+#: :data:`EN_EVENT_COPULAS` in English (:func:`engram_server.domain.contrast.zh_event_noun`).
+ZH_EVENT_VERBS = frozenset(["开", "举行", "召开", "举办"])
 
 
 @lru_cache(maxsize=4096)
 def content_sequence(text: str) -> tuple[str, ...]:
     """The content words of ``text`` in the order they occur: Latin words case-folded and lightly
-    stemmed, Chinese words as jieba segments them, without function words, negation cues and
-    punctuation."""
+    stemmed, Chinese words as jieba segments them (a separable verb split by an aspect particle or
+    a count joined back first: 洗了个澡 is 洗澡, :func:`engram_server.domain.crosslingual.
+    joined_separable`; a cut CC-CEDICT lacks re-cut into dictionary words, :func:`engram_server.
+    domain.crosslingual.recut`: 开周会 → 开 | 周会), without function words, negation cues, event
+    verbs (:data:`EN_EVENT_COPULAS`; :data:`ZH_EVENT_VERBS` with an event noun) and punctuation."""
     out: list[tuple[int, str]] = []
     for m in _RE_CONTENT_LATIN.finditer(text):
         low = m.group().casefold()
         if low in _EN_FUNCTION or low in EN_EVENT_COPULAS or _RE_NT.search(low):
             continue
         out.append((m.start(), stem(low)))
+    from engram_server.domain.contrast import zh_event_noun  # noqa: PLC0415 - it imports this module
+    from engram_server.domain.crosslingual import joined_separable, recut  # noqa: PLC0415 - idem
+
+    zh: list[tuple[int, str]] = []
     for run in re.finditer(f"[{_CJK}]+", text):
         at = run.start()
-        for word in zh_cut(run.group()):
-            w = word if word in _ZH_NOT_NEGATION else "".join(c for c in word if c not in _ZH_NEGATION_CHARS)
-            if w.strip() and w not in _ZH_FUNCTION:
-                out.append((at, w))
-            at += len(word)
-    return tuple(w for _, w in sorted(out))
+        for cut in zh_cut(joined_separable(run.group())):
+            for word in recut(cut):
+                w = (
+                    word
+                    if word in _ZH_NOT_NEGATION
+                    else "".join(c for c in word if c not in _ZH_NEGATION_CHARS)
+                )
+                if w.strip() and w not in _ZH_FUNCTION:
+                    zh.append((at, w))
+                at += len(word)
+    if any(w in ZH_EVENT_VERBS for _, w in zh) and any(
+        zh_event_noun(w) for _, w in zh if w not in ZH_EVENT_VERBS
+    ):
+        zh = [(at, w) for at, w in zh if w not in ZH_EVENT_VERBS]  # 周会在周四开 = 周会是周四
+    return tuple(w for _, w in sorted(out + zh))
 
 
 def content_words(text: str) -> frozenset[str]:
@@ -773,7 +794,10 @@ def same_words(existing: str, new: str) -> bool:
     (:func:`engram_server.domain.contrast.light_verb_noun_restated`: "gave the report a review" /
     "reviewed the report", "took a shower" / "showered"), or with a phrasal verb
     in place of a one-word verb of the same WordNet synset
-    (:func:`engram_server.domain.contrast.phrasal_restated`: "gave up smoking" / "quit smoking")."""
+    (:func:`engram_server.domain.contrast.phrasal_restated`: "gave up smoking" / "quit smoking"),
+    or with a Chinese word whose verb sense is a phrase in place of the words that spell it out
+    (:func:`engram_server.domain.contrast.zh_phrase_restated`: 戒烟 "to give up smoking" / 放弃
+    "to give up" + 吸烟 "to smoke")."""
     a = content_words(existing)
     if (
         bool(a)
@@ -787,4 +811,5 @@ def same_words(existing: str, new: str) -> bool:
         or light_verb_restated(existing, new)
         or light_verb_noun_restated(existing, new)
         or phrasal_restated(existing, new)
+        or zh_phrase_restated(existing, new)
     )

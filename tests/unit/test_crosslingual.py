@@ -179,6 +179,11 @@ SEGMENTATION_TRANSLATIONS = [
     ("李娜负责管理测试团队。", "Li Na manages the test team.", "负责管理: not a CEDICT headword"),
     ("用户喜欢长时间的散步。", "The user likes long walks.", "长时间: not a CEDICT headword"),
     ("这个消息不可信。", "This message is not trustworthy.", "不可 | 信 is 不 可信"),
+    # 不可 | 用: 可用 is no CEDICT headword, but 可 "-able" + 用 "to use" is "usable" (~ available)
+    ("这台打印机现在不可用。", "This printer is unavailable now.", "不可 | 用 is 不 可用"),
+    ("这台打印机现在不可用。", "The printer is not usable now.", "可用: usable"),
+    ("测试服务器下周不可用。", "The test server is unavailable next week.", "不可用, a time before it"),
+    ("这台打印机现在可用。", "This printer is available now.", "可用 uncut"),
 ]
 
 SEGMENTATION_CHANGED = [
@@ -186,6 +191,11 @@ SEGMENTATION_CHANGED = [
     ("用户喜欢长时间的散步。", "The user likes short walks.", "long vs short"),
     ("这个消息不可信。", "This message is trustworthy.", "negation"),
     ("这个消息不可信。", "This message is not new.", "another adjective"),
+    ("这台打印机现在可用。", "This printer is unavailable now.", "negation"),
+    ("这台打印机现在不可用。", "This printer is available now.", "negation"),
+    ("这台打印机现在不可用。", "This scanner is unavailable now.", "another thing"),
+    ("测试服务器下周不可用。", "The test server is unavailable next month.", "another time"),
+    ("这台打印机现在不能用。", "This printer is unreadable now.", "another -able adjective"),
 ]
 
 
@@ -212,6 +222,8 @@ def test_one_walker_reads_chinese_for_the_gate_and_leniently_for_retrieval() -> 
     assert [u.text for u in lenient] == ["消息", "可信"]  # no Latin tokens, no measure words
     assert _zh_units("负责管理", d) is not None
     assert [u.text for u in _zh_units("负责管理", d) or []] == ["负责管理"]
+    # a negation takes as many following cuts as make one word without it: 不可 | 用 → 不可用
+    assert [u.text for u in _zh_units("系统不可用了", d) or []] == ["系统", "可用"]
     # a counted word is a measure word to the gate, a word to retrieval ("how old")
     assert [u.text for u in _zh_units("小雨今年几岁？", d) or [] if not u.optional] == ["小雨", "今年"]
     assert [u.text for u in _zh_units("小雨今年几岁？", d, lenient=True) or []] == ["小雨", "今年", "几岁"]

@@ -603,10 +603,10 @@ SETTINGS_DOC: list[tuple[str, str, str]] = [
         "gate_llm",
         "ENGRAM_GATE_LLM",
         "Opt-in: with an LLM configured (`ENGRAM_LLM_*`), ask it whether a new memory restates a "
-        "stored one the gate's rules leave undecided (near-duplicate zone, or a translation above the "
-        "translation floor; specifics agreeing): one call per add that has such candidates; a "
-        "restatement it confirms is refused as DUPLICATE with reason `judged_same`; on failure the "
-        "rules' answer stands. See docs/concepts/gate.md.",
+        "stored one the gate's rules leave undecided (at or above the restatement level 0.82, or a "
+        "translation above the translation floor; specifics agreeing): one call per add that has "
+        "such candidates; a restatement it confirms is refused as DUPLICATE with reason "
+        "`judged_same`; on failure the rules' answer stands. See docs/concepts/gate.md.",
     ),
     (
         "consolidation_min_interval_seconds",

@@ -31,8 +31,8 @@ With ``allow_duplicate`` the duplicate is labelled ``ALLOW_DUPLICATE`` instead (
 written anyway).
 
 Optionally (``ENGRAM_GATE_LLM``), the candidates the rules leave undecided — no duplicate found,
-in the near-duplicate zone (or, with translations gated, in the other script above the translation
-floor), with no conflicting specifics or meanings — go to an LLM in one call
+at or above the restatement level (or, with translations gated, in the other script above the
+translation floor), with no conflicting specifics or meanings — go to an LLM in one call
 (:func:`undecided`, :data:`JUDGE_SYSTEM_PROMPT`, :data:`JUDGE_SCHEMA`, :func:`judge_prompt`,
 :func:`parse_restatement`): the one it says the new text restates is the duplicate,
 ``JUDGED_SAME``. The rules' guarantee holds: a pair whose specifics conflict is never sent, so
@@ -193,7 +193,8 @@ JUDGE_SCHEMA: dict[str, Any] = {
 def undecided(content: str, near: Sequence[Similar], policy: Policy) -> list[Similar]:
     """The candidates of a :func:`decide` without a duplicate that an LLM may judge, most similar
     first, at most :data:`MAX_JUDGED`: no reason given by the rules, below the duplicate threshold,
-    and either in the near-duplicate zone or (translations gated) in the other script above the
+    and either at or above the restatement level (``restatement_threshold``: below it the calibrated
+    scale says "the same topic", not "the same claim") or (translations gated) in the other script above the
     translation floor; with no conflicting specifics (:func:`conflicts`) nor, with translations
     gated, conflicting meanings (:func:`meaning_conflicts`). Empty for ``check_specifics`` off:
     without the specifics the judge could refuse a different fact."""
@@ -206,7 +207,7 @@ def undecided(content: str, near: Sequence[Similar], policy: Policy) -> list[Sim
             continue
         other = script_of(s.record.content) != script
         translated = other and policy.gate_translations
-        floor = policy.translation_floor if translated else policy.near_duplicate_threshold
+        floor = policy.translation_floor if translated else policy.restatement_threshold
         if s.similarity < floor:
             continue
         if conflicts(s.record.content, content):

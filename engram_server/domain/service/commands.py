@@ -174,8 +174,8 @@ class GateReason(StrEnum):
     #: every content word restated by a word of the same meaning (a lemma, a dictionary synonym, a
     #: WordNet relative, a Chinese word sharing a CC-CEDICT gloss), none opposed, the same specifics.
     SAME_MEANING = "same_meaning"
-    #: DUPLICATE that the rules left undecided (in the near-duplicate zone, or a translation above the
-    #: translation floor, the specifics agreeing) and the LLM judged a restatement (``gate_llm``).
+    #: DUPLICATE that the rules left undecided (at least at the restatement level, or a translation above
+    #: the translation floor, the specifics agreeing) and the LLM judged a restatement (``gate_llm``).
     JUDGED_SAME = "judged_same"
 
 

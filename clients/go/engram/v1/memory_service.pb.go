@@ -1218,9 +1218,9 @@ type AddMemoryResponse struct {
 	// only one of the two texts has restates one only the other has (a lemma, a dictionary synonym,
 	// a WordNet relative, a Chinese word sharing a CC-CEDICT gloss: "likes" / "prefers", 购买 / 买),
 	// none is the opposite of another, and the specifics and roles agree. "judged_same" (only with
-	// ENGRAM_GATE_LLM=true and an LLM configured): no rule decided, `memory` was in the near-duplicate
-	// zone (or a translation above the translation floor) with agreeing specifics, and the LLM judged
-	// the new content a restatement of it.
+	// ENGRAM_GATE_LLM=true and an LLM configured): no rule decided, `memory` was at least at the
+	// restatement level (0.82; or a translation above the translation floor) with agreeing specifics,
+	// and the LLM judged the new content a restatement of it.
 	// Empty otherwise, and empty in a replayed answer (replayed near_duplicates carry id and
 	// similarity only).
 	GateReason string `protobuf:"bytes,6,opt,name=gate_reason,json=gateReason,proto3" json:"gate_reason,omitempty"`

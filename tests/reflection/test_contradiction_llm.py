@@ -25,7 +25,7 @@ from engram_server.domain.specifics import conflicts
 from engram_server.testing import running_server
 from tests.reflection.test_reflection import Llm, chat_reply, settings_for
 from tests.support.rpc import add, count
-from tests.support.wire import Recorded, Reply, WireServer
+from tests.support.wire import Recorded, Reply
 
 Stub = memory_service_pb2_grpc.MemoryServiceStub
 
@@ -167,23 +167,17 @@ async def test_a_rule_decided_pair_never_goes_to_the_llm(st: Stub, llm: Llm) -> 
     assert llm.calls == []
 
 
-async def test_without_the_setting_the_llm_is_not_asked(tmp_path: Path, clock: ManualClock) -> None:
-    wire = WireServer()
-    await wire.start()
-    try:
-        llm = Llm(wire)
-        async with (
-            running_server(tmp_path / "data", clock=clock, **settings_for(llm)) as server,
-            grpc.aio.insecure_channel(server.address) as ch,
-        ):
-            stub = Stub(ch)
-            old = await undecided_pair(stub)
-            new = await add(stub, NEW)
-            assert list(new.conflicts) == [] and llm.calls == []
-            got = await stub.GetMemory(s.GetMemoryRequest(id=old.memory.id))
-            assert not got.memory.superseded_by
-    finally:
-        await wire.stop()
+async def test_without_the_setting_the_llm_is_not_asked(tmp_path: Path, clock: ManualClock, llm: Llm) -> None:
+    async with (
+        running_server(tmp_path / "data", clock=clock, **settings_for(llm)) as server,
+        grpc.aio.insecure_channel(server.address) as ch,
+    ):
+        stub = Stub(ch)
+        old = await undecided_pair(stub)
+        new = await add(stub, NEW)
+        assert list(new.conflicts) == [] and llm.calls == []
+        got = await stub.GetMemory(s.GetMemoryRequest(id=old.memory.id))
+        assert not got.memory.superseded_by
 
 
 async def test_the_setting_without_an_llm_warns_and_judges_by_the_rules(

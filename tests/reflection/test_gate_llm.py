@@ -24,7 +24,7 @@ from engram_server.domain.gate import JUDGE_SCHEMA, JUDGE_SYSTEM_PROMPT
 from engram_server.testing import running_server
 from tests.reflection.test_reflection import Llm, chat_reply, settings_for
 from tests.support.rpc import add, count
-from tests.support.wire import Recorded, Reply, WireServer
+from tests.support.wire import Recorded, Reply
 
 Stub = memory_service_pb2_grpc.MemoryServiceStub
 
@@ -162,21 +162,17 @@ async def test_a_judge_failure_leaves_the_rules_answer_and_the_add_succeeds(
     assert await count(st) == 2
 
 
-async def test_without_the_setting_the_judge_is_not_asked(tmp_path: Path, clock: ManualClock) -> None:
-    wire = WireServer()
-    await wire.start()
-    try:
-        llm = Llm(wire)
-        async with (
-            running_server(tmp_path / "data", clock=clock, **settings_for(llm)) as server,
-            grpc.aio.insecure_channel(server.address) as ch,
-        ):
-            stub = Stub(ch)
-            await add(stub, OLD)
-            new = await add(stub, NEW)
-            assert new.outcome == s.ADD_OUTCOME_CREATED and llm.calls == []
-    finally:
-        await wire.stop()
+async def test_without_the_setting_the_judge_is_not_asked(
+    tmp_path: Path, clock: ManualClock, llm: Llm
+) -> None:
+    async with (
+        running_server(tmp_path / "data", clock=clock, **settings_for(llm)) as server,
+        grpc.aio.insecure_channel(server.address) as ch,
+    ):
+        stub = Stub(ch)
+        await add(stub, OLD)
+        new = await add(stub, NEW)
+        assert new.outcome == s.ADD_OUTCOME_CREATED and llm.calls == []
 
 
 async def test_the_setting_without_an_llm_warns_and_gates_by_the_rules(

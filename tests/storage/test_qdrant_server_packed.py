@@ -35,7 +35,14 @@ from engram_server.adapters.storage.qdrant_grpc import (
 from engram_server.domain.errors import StorageUnavailable
 from engram_server.domain.model import MemoryType, SparseVector, StoredPoint, StoreFilter
 from engram_server.domain.ranking import NO_CUE, RescoreCue
-from tests.storage.test_qdrant_server_raw import DIM, NOW, _payload_variants, _points, _same, _spec, _store
+from tests.storage.test_qdrant_server_raw import (
+    DIM,
+    NOW,
+    _payload_variants,
+    _points,
+    _same,
+    _store_pair,
+)
 from tests.support.qdrant import QdrantNode
 
 
@@ -139,18 +146,10 @@ async def stores(
     qdrant_server: QdrantNode, prefix: str, points: list[StoredPoint]
 ) -> AsyncIterator[tuple[QdrantStore, QdrantStore]]:
     """(raw, client): two stores on one collection of N points, written by ``raw``."""
-    raw, old = _store(qdrant_server, prefix), _store(qdrant_server, prefix)
-    await raw.open()
-    await old.open()
-    try:
-        await raw.create_collection(_spec())
-        await raw.upsert("default", points)
+    async with _store_pair(qdrant_server, prefix, points) as (raw, old):
         assert raw._raw is not None
         old._raw = None  # qdrant-client's calls: candidates read field by field
         yield raw, old
-    finally:
-        await old.close()
-        await raw.close()
 
 
 async def _stored(store: QdrantStore) -> dict[str, dict[str, Any]]:

@@ -17,6 +17,7 @@ import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -152,17 +153,30 @@ def prefix() -> str:
     return f"r{uuid.uuid4().hex[:12]}_"
 
 
-@pytest.fixture
-async def stores(qdrant_server: QdrantNode, prefix: str) -> AsyncIterator[tuple[QdrantStore, QdrantStore]]:
-    """(raw, client): two stores on one collection of N points (some without cue fields)."""
-    rng = np.random.default_rng(5)
-    points = _points(rng)
-    raw, old = _store(qdrant_server, prefix), _store(qdrant_server, prefix)
+@asynccontextmanager
+async def _store_pair(
+    node: QdrantNode, prefix: str, points: list[StoredPoint]
+) -> AsyncIterator[tuple[QdrantStore, QdrantStore]]:
+    """(raw, client): two open stores on one collection holding ``points``, written by ``raw``
+    (the caller turns the second one's raw reads off); both closed on exit."""
+    raw, old = _store(node, prefix), _store(node, prefix)
     await raw.open()
     await old.open()
     try:
         await raw.create_collection(_spec())
         await raw.upsert("default", points)
+        yield raw, old
+    finally:
+        await old.close()
+        await raw.close()
+
+
+@pytest.fixture
+async def stores(qdrant_server: QdrantNode, prefix: str) -> AsyncIterator[tuple[QdrantStore, QdrantStore]]:
+    """(raw, client): two stores on one collection of N points (some without cue fields)."""
+    rng = np.random.default_rng(5)
+    points = _points(rng)
+    async with _store_pair(qdrant_server, prefix, points) as (raw, old):
         # a fifth of the points as an older release wrote them: no cue fields, no packed ranking
         # value (and another fifth without the packed value only): a mixed collection
         stripped = models.PointIdsList(points=[p.record.id for p in points[::5]])
@@ -173,9 +187,6 @@ async def stores(qdrant_server: QdrantNode, prefix: str) -> AsyncIterator[tuple[
         assert raw._raw is not None, "a server store with gRPC reads through qdrant_grpc"
         old._raw = None  # qdrant-client's own calls and conversion: the path before
         yield raw, old
-    finally:
-        await old.close()
-        await raw.close()
 
 
 async def test_raw_reads_equal_the_clients_conversion(stores: tuple[QdrantStore, QdrantStore]) -> None:

@@ -107,12 +107,21 @@ class _WordNet:
                 hi = start
         return 0, []
 
-    def synset(self, pos: str, offset: int) -> tuple[list[str], list[tuple[str, str, int]]]:
-        """The words of the synset at ``offset`` and its pointers (symbol, pos, offset)."""
+    def _line(self, pos: str, offset: int) -> bytes:
+        """The data line of the synset at ``offset`` (in ``pos``'s memory-mapped data file)."""
         base, mm = next((b, m) for b, m in reversed(self.data[pos]) if b <= offset)
         at = offset - base
         end = mm.find(b"\n", at)
-        head = mm[at : len(mm) if end < 0 else end].split(b" | ", 1)[0].decode().split()
+        return mm[at : len(mm) if end < 0 else end]
+
+    def _fields(self, pos: str, offset: int) -> list[str]:
+        """The fields of the synset's data line before its gloss: offset, lexicographer file, pos,
+        word count (hex), the words with their lex ids, the pointer count and the pointers."""
+        return self._line(pos, offset).split(b" | ", 1)[0].decode().split()
+
+    def synset(self, pos: str, offset: int) -> tuple[list[str], list[tuple[str, str, int]]]:
+        """The words of the synset at ``offset`` and its pointers (symbol, pos, offset)."""
+        head = self._fields(pos, offset)
         n = int(head[3], 16)
         words = [head[4 + 2 * i] for i in range(n)]
         k = 4 + 2 * n
@@ -126,19 +135,14 @@ class _WordNet:
         """The number of the lexicographer file the synset at ``offset`` belongs to (its broad
         class: 4 ``noun.act``, 10 ``noun.communication``, 11 ``noun.event``, …; WordNet's
         ``lexnames``)."""
-        base, mm = next((b, m) for b, m in reversed(self.data[pos]) if b <= offset)
-        at = offset - base
-        return int(mm[at : mm.find(b" ", mm.find(b" ", at) + 1)].split()[1])
+        return int(self._line(pos, offset).split(b" ", 2)[1])
 
     def derived(self, pos: str, offset: int, word: str) -> list[tuple[str, int, str]]:
         """The words derivationally related to ``word`` in the synset at ``offset`` (WordNet's
         ``+`` pointers, which link one word of a synset to one word of another: review the act /
         review the verb, decision / decide): (their part of speech, their synset's offset, the
         word), lower case."""
-        base, mm = next((b, m) for b, m in reversed(self.data[pos]) if b <= offset)
-        at = offset - base
-        end = mm.find(b"\n", at)
-        head = mm[at : len(mm) if end < 0 else end].split(b" | ", 1)[0].decode().split()
+        head = self._fields(pos, offset)
         n = int(head[3], 16)
         words = [_RE_MARKER.sub("", head[4 + 2 * i]).casefold() for i in range(n)]
         k = 4 + 2 * n
@@ -155,10 +159,7 @@ class _WordNet:
 
     def definition(self, pos: str, offset: int) -> str:
         """The definition of the synset at ``offset`` (its gloss without the quoted examples)."""
-        base, mm = next((b, m) for b, m in reversed(self.data[pos]) if b <= offset)
-        at = offset - base
-        end = mm.find(b"\n", at)
-        line = mm[at : len(mm) if end < 0 else end]
+        line = self._line(pos, offset)
         gloss = line.split(b" | ", 1)[1].decode() if b" | " in line else ""
         return gloss.split('"', 1)[0].split(";", 1)[0].strip()
 

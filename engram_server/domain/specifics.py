@@ -646,7 +646,9 @@ def _name_groups(spec: Specifics, shared: frozenset[str]) -> list[frozenset[str]
 
 
 def _order_conflict(a: Specifics, b: Specifics) -> Conflict | None:
-    """Two shared names in swapped roles (see the module doc), or None."""
+    """Two shared names in swapped roles (see the module doc), or None. Chinese names are compared
+    as both texts write them (:func:`_as_cut_alike`), also for a passive read in the active voice."""
+    a, b = _as_cut_alike(a, b)
     shared = (a.latin_names & b.latin_names) | (a.cjk_names & b.cjk_names)
     if len(shared) < 2:
         return None
